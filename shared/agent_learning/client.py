@@ -1,0 +1,78 @@
+"""Agent side: read an agent's current policy, cached, and choose from it.
+
+:class:`PolicyClient` re-reads the current policy document at most every
+``refresh_seconds``. If the document cannot be read or fails validation, it keeps serving
+the last good policy (and logs why) rather than failing the agent; only the very first read
+must succeed.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import threading
+
+from .clock import SYSTEM_CLOCK, Clock
+from .documents import PolicyDocument
+from .errors import InvalidDocument, NotFound
+from .policy import Decision, SoftmaxPolicy
+from .store.base import Store
+
+log = logging.getLogger(__name__)
+
+
+class PolicyClient:
+    """The agent's handle on its policy: ``client.choose()`` → :class:`Decision`."""
+
+    def __init__(
+        self,
+        store: Store,
+        agent_id: str,
+        *,
+        refresh_seconds: float = 30.0,
+        rng: random.Random | None = None,
+        clock: Clock = SYSTEM_CLOCK,
+    ) -> None:
+        self.store = store
+        self.agent_id = agent_id
+        self.refresh_seconds = refresh_seconds
+        self.rng = rng or random.Random()
+        self.clock = clock
+        self._policy: SoftmaxPolicy | None = None
+        self._etag: str | None = None
+        self._checked_at = -float("inf")
+        self._lock = threading.Lock()
+        self.last_error: str | None = None
+
+    def policy(self) -> SoftmaxPolicy:
+        """The current policy, refreshed if older than ``refresh_seconds``."""
+        if self.clock.time() - self._checked_at >= self.refresh_seconds:
+            self.refresh()
+        assert self._policy is not None
+        return self._policy
+
+    def choose(self) -> Decision:
+        return self.policy().choose()
+
+    def refresh(self) -> SoftmaxPolicy:
+        """Read the current document now; keep the last good policy on any failure."""
+        with self._lock:
+            self._checked_at = self.clock.time()
+            try:
+                tagged = self.store.get_current_policy(self.agent_id)
+                if tagged is None:
+                    raise NotFound(
+                        f"agent {self.agent_id!r} has no policy; create one with "
+                        f"`agent-learn init-policy --agent-id {self.agent_id} --actions FILE`"
+                    )
+                if tagged.etag != self._etag or self._policy is None:
+                    doc = PolicyDocument.from_dict(tagged.doc)
+                    self._policy = SoftmaxPolicy.from_document(doc, rng=self.rng)
+                    self._etag = tagged.etag
+                self.last_error = None
+            except (InvalidDocument, NotFound, OSError, ConnectionError, TimeoutError) as exc:
+                self.last_error = str(exc)
+                if self._policy is None:
+                    raise
+                log.warning("keeping policy %s v%d: %s", self.agent_id, self._policy.version, exc)
+            return self._policy

@@ -1,0 +1,93 @@
+"""Settings from the environment (``AGENT_LEARNING_*``), validated once at start.
+
+Every setting is an environment variable named ``AGENT_LEARNING_`` + the field name in
+upper case (``w_intent`` → ``AGENT_LEARNING_W_INTENT``). A bad value raises
+:class:`~agent_learning.errors.ConfigurationError` naming the variable. The README's
+configuration table lists them all.
+"""
+
+from __future__ import annotations
+
+from dataclasses import fields
+from typing import Any, Literal
+
+from pydantic import Field, ValidationError
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from .errors import ConfigurationError
+
+PREFIX = "AGENT_LEARNING_"
+
+
+class Settings(BaseSettings):
+    """Everything the library reads from the environment."""
+
+    model_config = SettingsConfigDict(env_prefix=PREFIX, extra="ignore", frozen=True)
+
+    # Where things live.
+    store: Literal["sqlite", "memory"] = "sqlite"
+    sqlite_path: str = ".agent-learning/local.db"
+    queue: Literal["sqlite"] = "sqlite"
+    queue_name: str = Field("score-episodes", min_length=1, max_length=260)
+    queue_max_deliveries: int = Field(10, ge=1, le=2000)
+    queue_lock_seconds: float = Field(60.0, gt=0, le=300)
+    judge: Literal["offline"] = "offline"
+
+    # Reward (see agent_learning.rewards).
+    w_intent: float = Field(0.4, ge=0)
+    w_adherence: float = Field(0.3, ge=0)
+    w_completion: float = Field(0.3, ge=0)
+    tool_failure_penalty: float = Field(0.1, ge=0)
+    max_tool_failure_penalty: float = Field(0.3, ge=0)
+    latency_budget_ms: float = Field(30_000.0, gt=0)
+    latency_penalty: float = Field(0.1, ge=0)
+    empty_output_penalty: float = Field(0.5, ge=0)
+
+    # Learner (see agent_learning.learner).
+    learning_rate: float = Field(1.0, gt=0)
+    natural_gradient: bool = True
+    normalize_advantages: bool = True
+    min_reward_std: float = Field(0.05, gt=0)
+    entropy_coef: float = Field(0.001, ge=0)
+    importance_clip: float = Field(5.0, ge=1)
+    max_kl: float = Field(0.25, ge=0, description="0 turns the trust region off")
+    logit_bound: float = Field(20.0, gt=0, le=1000)
+    train_max_batch: int = Field(10_000, ge=1)
+    train_min_batch: int = Field(1, ge=1)
+
+    # New policies and agents.
+    temperature: float = Field(1.0, gt=0, le=100)
+    exploration_floor: float = Field(0.005, ge=0, lt=1)
+    policy_refresh_seconds: float = Field(30.0, ge=0)
+
+    def reward_config(self) -> Any:
+        from .rewards import RewardConfig
+
+        return _build(RewardConfig, self)
+
+    def learner_config(self) -> Any:
+        from .learner import LearnerConfig
+
+        overrides = {"max_kl": self.max_kl or None}
+        return _build(LearnerConfig, self, overrides)
+
+
+def load_settings(**overrides: Any) -> Settings:
+    """Read and validate the environment; ``overrides`` win over it."""
+    try:
+        return Settings(**overrides)
+    except ValidationError as exc:
+        problems = []
+        for err in exc.errors(include_url=False):
+            name = PREFIX + ".".join(str(p) for p in err["loc"]).upper()
+            problems.append(f"{name}: {err['msg']} (got {err.get('input')!r})")
+        raise ConfigurationError("invalid configuration: " + "; ".join(problems)) from None
+
+
+def _build(cls: Any, settings: Settings, overrides: dict[str, Any] | None = None) -> Any:
+    values = {f.name: getattr(settings, f.name) for f in fields(cls)}
+    values.update(overrides or {})
+    try:
+        return cls(**values)
+    except ValueError as exc:
+        raise ConfigurationError(f"invalid configuration: {exc} (environment variables {PREFIX}*)") from None

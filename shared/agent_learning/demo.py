@@ -1,0 +1,158 @@
+"""The demo: simulated agents learn through the embedded pipeline, start to finish.
+
+Each round, every simulated agent reads its current policy, runs ``batch`` episodes with
+it and writes them; then the pipeline pumps the new episodes onto the queue, scores them
+with the offline judge and trains every agent once (what the timer does in Azure). Time is
+simulated, so the demo is fast and reproducible for a given seed.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .client import PolicyClient
+from .clock import ManualClock
+from .config import Settings, load_settings
+from .documents import PolicyDocument
+from .local import open_local
+from .pipeline import create_policy
+from .policy import SoftmaxPolicy, mix_floor, softmax
+from .simulate import SCENARIOS, Scenario
+
+
+@dataclass
+class AgentHistory:
+    """One agent's policy over its versions."""
+
+    agent_id: str
+    action_ids: list[str]
+    versions: list[int] = field(default_factory=list)
+    probabilities: list[list[float]] = field(default_factory=list)
+    mean_reward: list[float | None] = field(default_factory=list)
+    entropy: list[float | None] = field(default_factory=list)
+    expected_rewards: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def best_action(self) -> str:
+        return max(self.expected_rewards, key=self.expected_rewards.__getitem__)
+
+    @property
+    def final(self) -> dict[str, float]:
+        return dict(zip(self.action_ids, self.probabilities[-1], strict=True))
+
+
+@dataclass
+class DemoResult:
+    agents: list[AgentHistory]
+    episodes: int
+    seconds: float
+    outcomes: dict[str, int]
+    db_path: str
+
+    def summary(self) -> dict[str, Any]:
+        """The machine-readable summary printed by ``agent-learn demo --json``."""
+        return {
+            "episodes": self.episodes,
+            "seconds": round(self.seconds, 3),
+            "episodes_per_second": round(self.episodes / self.seconds, 1) if self.seconds else None,
+            "outcomes": self.outcomes,
+            "db_path": self.db_path,
+            "agents": {
+                a.agent_id: {
+                    "versions": len(a.versions),
+                    "final_version": a.versions[-1],
+                    "final_probabilities": {k: round(v, 4) for k, v in a.final.items()},
+                    "true_best_action": a.best_action,
+                    "best_action_probability": round(a.final[a.best_action], 4),
+                    "expected_rewards": {k: round(v, 4) for k, v in a.expected_rewards.items()},
+                    "mean_reward_first": a.mean_reward[1] if len(a.mean_reward) > 1 else None,
+                    "mean_reward_last": a.mean_reward[-1],
+                }
+                for a in self.agents
+            },
+        }
+
+
+def policy_probabilities(doc: PolicyDocument) -> list[float]:
+    return mix_floor(softmax(doc.logits, doc.temperature), doc.exploration_floor)
+
+
+def history(store: Any, agent_id: str) -> AgentHistory:
+    """Probabilities, mean reward and entropy of every version of an agent's policy."""
+    docs = [PolicyDocument.from_dict(d) for d in store.list_policy_versions(agent_id)]
+    h = AgentHistory(agent_id, docs[0].action_ids if docs else [])
+    for doc in docs:
+        h.versions.append(doc.version)
+        h.probabilities.append(policy_probabilities(doc))
+        metrics = doc.run.metrics if doc.run else {}
+        h.mean_reward.append(metrics.get("mean_reward"))
+        h.entropy.append(metrics.get("entropy_after"))
+    return h
+
+
+def run_demo(
+    *,
+    db_path: str | Path = ".agent-learning/demo.db",
+    scenarios: Sequence[str] = ("math-tutor", "support-bot"),
+    episodes_per_agent: int = 4_000,
+    batch: int = 100,
+    seed: int = 7,
+    settings: Settings | None = None,
+    progress: Callable[[int, int], None] | None = None,
+) -> DemoResult:
+    """Run the demo on a fresh embedded database at ``db_path``."""
+    settings = settings or load_settings()
+    if batch < 1 or episodes_per_agent < batch:
+        raise ValueError("need batch >= 1 and episodes_per_agent >= batch")
+    path = Path(db_path)
+    for suffix in ("", "-wal", "-shm"):
+        Path(f"{path}{suffix}").unlink(missing_ok=True)
+    clock = ManualClock()
+    pipeline = open_local(settings.model_copy(update={"store": "sqlite"}), path=path, clock=clock)
+    store = pipeline.store
+    chosen: list[Scenario] = [SCENARIOS[name]() for name in scenarios]
+    rng = random.Random(seed)
+    clients = []
+    for i, scenario in enumerate(chosen):
+        policy = SoftmaxPolicy.from_actions(
+            scenario.agent_id,
+            scenario.actions,
+            temperature=settings.temperature,
+            exploration_floor=settings.exploration_floor,
+        )
+        create_policy(store, policy.to_document(created_at=clock.now()))
+        clients.append(
+            PolicyClient(store, scenario.agent_id, refresh_seconds=0, rng=random.Random(seed * 1000 + i), clock=clock)
+        )
+
+    rounds = episodes_per_agent // batch
+    outcomes: dict[str, int] = {}
+    t0 = time.perf_counter()
+    for r in range(rounds):
+        for scenario, client in zip(chosen, clients, strict=True):
+            policy = client.policy()
+            for _ in range(batch):
+                scenario.run_episode(store, policy.choose(), rng, clock)
+        clock.advance(60)
+        report = pipeline.run_once()
+        for status, n in report.outcomes.items():
+            outcomes[status] = outcomes.get(status, 0) + n
+        if progress:
+            progress(r + 1, rounds)
+    seconds = time.perf_counter() - t0
+
+    agents = []
+    for scenario in chosen:
+        h = history(store, scenario.agent_id)
+        h.expected_rewards = scenario.expected_rewards(
+            pipeline.scorer.judge, pipeline.scorer.reward, n=1_000, seed=seed
+        )
+        agents.append(h)
+    store.close()
+    pipeline.queue.close()
+    return DemoResult(agents, rounds * batch * len(chosen), seconds, outcomes, str(path))

@@ -1,0 +1,455 @@
+"""The data contract: every document the pipeline stores, with its validation.
+
+Four document types live in four containers (Cosmos) or tables (SQLite):
+
+* :class:`Episode` (``episodes``) — one agent run. Written by agents only, never updated.
+* :class:`Score` (``scores``) — the judges' metrics and the shaped reward of one episode.
+  Its id is the episode id, so re-scoring overwrites instead of duplicating.
+* :class:`PolicyDocument` (``policies``) — an immutable version (``kind="version"``, id
+  ``{agent_id}:v{version}``) or the per-agent current document (``kind="current"``, id
+  ``{agent_id}:current``) that agents point-read and trainers replace with an ETag check.
+* :class:`TrainingRun` (``runs``) — what one training run consumed and changed.
+
+Every document carries ``schema_version``. Parsing is strict (no string-to-number coercion,
+no unknown fields, no NaN/inf) and reports every problem with the field path, e.g.
+``invalid episode: steps[2].latency_ms: Input should be a finite number``. Properties that
+Cosmos adds (``_rid``, ``_etag``, ``_ts``, ...) are dropped before validation.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from datetime import datetime
+from typing import Annotated, Any, Literal, TypeVar
+
+from pydantic import (
+    AwareDatetime,
+    BaseModel,
+    ConfigDict,
+    Field,
+    StringConstraints,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
+
+from .errors import InvalidDocument
+
+SCHEMA_VERSION = 1
+"""The newest schema this library writes and understands."""
+
+# Size caps. Cosmos allows 2 MB per item; these keep an episode far below that and keep
+# judge prompts bounded. `EpisodeCapture` truncates to them; parsing rejects anything longer.
+MAX_TEXT_CHARS = 20_000
+MAX_STEP_TEXT_CHARS = 4_000
+MAX_STEPS = 256
+MAX_JSON_CHARS = 8_000
+MAX_METADATA_KEYS = 32
+MAX_ACTIONS = 1_024
+MAX_LOGIT = 1_000.0
+
+_ID = r"^[A-Za-z0-9][A-Za-z0-9._\-]{0,127}$"
+AgentId = Annotated[str, StringConstraints(strict=True, pattern=_ID)]
+ActionId = Annotated[str, StringConstraints(strict=True, pattern=r"^[A-Za-z0-9][A-Za-z0-9._:=\-]{0,127}$")]
+# Cosmos ids may not contain / \ ? # and are at most 255 characters.
+DocId = Annotated[str, StringConstraints(strict=True, pattern=r"^[A-Za-z0-9][A-Za-z0-9._:\-]{0,199}$")]
+Name = Annotated[str, StringConstraints(strict=True, min_length=1, max_length=128)]
+Text = Annotated[str, StringConstraints(strict=True, max_length=MAX_TEXT_CHARS)]
+StepText = Annotated[str, StringConstraints(strict=True, max_length=MAX_STEP_TEXT_CHARS)]
+ShortText = Annotated[str, StringConstraints(strict=True, max_length=1_000)]
+Finite = Annotated[float, Field(strict=True, allow_inf_nan=False)]
+NonNegative = Annotated[float, Field(strict=True, allow_inf_nan=False, ge=0)]
+Probability = Annotated[float, Field(strict=True, allow_inf_nan=False, gt=0, le=1)]
+Version = Annotated[int, Field(strict=True, ge=1)]
+Count = Annotated[int, Field(strict=True, ge=0)]
+MetadataValue = Annotated[str, StringConstraints(strict=True, max_length=256)] | bool | int | Finite
+
+D = TypeVar("D", bound="Document")
+
+
+def _json_size(value: Any, field: str, limit: int = MAX_JSON_CHARS) -> Any:
+    """Check that ``value`` is plain JSON (finite numbers only) and not larger than ``limit``."""
+    try:
+        text = json.dumps(value, allow_nan=False, separators=(",", ":"))
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"must be JSON with finite numbers ({exc})") from None
+    if len(text) > limit:
+        raise ValueError(f"is {len(text)} characters as JSON; the limit is {limit}")
+    return value
+
+
+def _path(loc: tuple[Any, ...]) -> str:
+    out = ""
+    for part in loc:
+        if isinstance(part, int):
+            out += f"[{part}]"
+        elif "[" in str(part) or part in ("function-after", "function-before"):
+            continue  # pydantic's union/validator tags, not fields
+        else:
+            out += f".{part}" if out else str(part)
+    return out or "(document)"
+
+
+class Document(BaseModel):
+    """Base of every stored document: strict, immutable, JSON round-trippable."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False, validate_default=True)
+    schema_version: Annotated[int, Field(strict=True, ge=1)] = SCHEMA_VERSION
+
+    @field_validator("schema_version")
+    @classmethod
+    def _known_schema(cls, value: int) -> int:
+        if value > SCHEMA_VERSION:
+            raise ValueError(
+                f"{value} is newer than this library understands ({SCHEMA_VERSION}); upgrade agent-learning"
+            )
+        return value
+
+    @classmethod
+    def from_dict(cls: type[D], data: Any) -> D:
+        """Validate a dict (e.g. a stored item); raises :class:`InvalidDocument`."""
+        if isinstance(data, dict):
+            data = {k: v for k, v in data.items() if not (isinstance(k, str) and k.startswith("_"))}
+        else:
+            raise InvalidDocument(
+                cls._doc_kind(), [("(document)", f"must be a JSON object, got {type(data).__name__}")]
+            )
+        try:
+            return cls.model_validate(data)
+        except ValidationError as exc:
+            raise _invalid(cls._doc_kind(), exc) from None
+
+    @classmethod
+    def from_json(cls: type[D], text: str | bytes) -> D:
+        """Parse a JSON text; raises :class:`InvalidDocument` (also for malformed JSON)."""
+        try:
+            data = json.loads(text)
+        except (ValueError, UnicodeDecodeError) as exc:
+            raise InvalidDocument(cls._doc_kind(), [("(document)", f"is not valid JSON ({exc})")]) from None
+        return cls.from_dict(data)
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-ready dict (datetimes as ISO 8601 strings)."""
+        return self.model_dump(mode="json", exclude_none=False)
+
+    def to_json(self) -> str:
+        return self.model_dump_json()
+
+    @classmethod
+    def _doc_kind(cls) -> str:
+        field = cls.model_fields.get("type")
+        return str(field.default) if field is not None and field.default else cls.__name__
+
+
+def _invalid(kind: str, exc: ValidationError) -> InvalidDocument:
+    problems = []
+    for err in exc.errors(include_url=False):
+        msg = err["msg"].removeprefix("Value error, ")
+        field = _path(err["loc"])
+        # Model-level validators name their field as "field: problem".
+        match = _FIELD_PREFIX.match(msg) if field == "(document)" else None
+        if match:
+            field, msg = match.group(1), match.group(2)
+        problems.append((field, msg))
+    return InvalidDocument(kind, problems)
+
+
+_FIELD_PREFIX = re.compile(r"^([A-Za-z_][\w.\[\]]*): (.+)$", re.S)
+
+
+# --------------------------------------------------------------------------- episodes
+
+
+class Step(BaseModel):
+    """One step of an agent run: a tool call, a model call, a retrieval, ..."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+
+    name: Name
+    kind: Literal["tool", "llm", "retrieval", "step"] = "tool"
+    status: Literal["ok", "error"]
+    latency_ms: NonNegative
+    error: StepText | None = None
+    arguments: dict[str, Any] | None = None
+    result: StepText | None = None
+    call_id: Annotated[str, StringConstraints(strict=True, max_length=128)] | None = None
+
+    @field_validator("arguments")
+    @classmethod
+    def _arguments_json(cls, value: dict[str, Any] | None) -> dict[str, Any] | None:
+        return None if value is None else _json_size(value, "arguments")
+
+    @model_validator(mode="after")
+    def _error_needs_text(self) -> Step:
+        if self.status == "error" and not self.error:
+            raise ValueError("error: a step with status 'error' needs an error text")
+        return self
+
+
+class Episode(Document):
+    """One agent run under one policy decision. Written once by the agent; never updated."""
+
+    id: DocId
+    type: Literal["episode"] = "episode"
+    agent_id: AgentId
+    policy_version: Version
+    action_id: ActionId
+    probability: Probability
+    logprob: Annotated[float, Field(strict=True, allow_inf_nan=False, le=0)]
+    input: Text
+    output: Text = ""
+    instructions: Text | None = None
+    tool_definitions: list[dict[str, Any]] | None = None
+    steps: Annotated[list[Step], Field(max_length=MAX_STEPS)] = []
+    started_at: AwareDatetime
+    ended_at: AwareDatetime
+    metadata: dict[Annotated[str, StringConstraints(max_length=64)], MetadataValue] = {}
+    truncated: list[Name] = []
+    ttl: Annotated[int, Field(strict=True, ge=-1)] | None = None
+
+    @field_validator("tool_definitions")
+    @classmethod
+    def _tools_json(cls, value: list[dict[str, Any]] | None) -> list[dict[str, Any]] | None:
+        return None if value is None else _json_size(value, "tool_definitions", 4 * MAX_JSON_CHARS)
+
+    @field_validator("metadata")
+    @classmethod
+    def _metadata_size(cls, value: dict[str, Any]) -> dict[str, Any]:
+        if len(value) > MAX_METADATA_KEYS:
+            raise ValueError(f"has {len(value)} keys; the limit is {MAX_METADATA_KEYS}")
+        return value
+
+    @model_validator(mode="after")
+    def _consistent(self) -> Episode:
+        if self.ended_at < self.started_at:
+            raise ValueError("ended_at: is before started_at")
+        if abs(self.logprob - math.log(self.probability)) > 1e-6:
+            raise ValueError(f"logprob: {self.logprob} is not log(probability) = {math.log(self.probability)}")
+        return self
+
+    @property
+    def latency_ms(self) -> float:
+        return (self.ended_at - self.started_at).total_seconds() * 1000.0
+
+    @property
+    def failed_steps(self) -> int:
+        return sum(1 for s in self.steps if s.status == "error")
+
+
+class ScoreRequest(Document):
+    """The body of a scoring queue message: which episode to score."""
+
+    type: Literal["score_request"] = "score_request"
+    episode_id: DocId
+    agent_id: AgentId | None = None
+
+
+# --------------------------------------------------------------------------- policies
+
+
+class Action(BaseModel):
+    """One configuration an agent can choose: an id, a description and its settings."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+
+    id: ActionId
+    description: ShortText = ""
+    config: dict[str, Any] = {}
+
+    @field_validator("config")
+    @classmethod
+    def _config_json(cls, value: dict[str, Any]) -> dict[str, Any]:
+        return _json_size(value, "config")
+
+
+class ScoreCursor(BaseModel):
+    """Position in an agent's score stream: scores are ordered by ``(seq, id)``."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    seq: Count
+    id: DocId
+
+    def __lt__(self, other: ScoreCursor) -> bool:
+        return (self.seq, self.id) < (other.seq, other.id)
+
+
+class PolicyDocument(Document):
+    """A softmax policy over discrete actions.
+
+    ``kind="version"`` documents are immutable history. The ``kind="current"`` document is
+    a full copy of the latest version that agents point-read and trainers replace with an
+    ETag check; it also carries ``cursor``, the last score folded into the logits, so the
+    logits and the training cursor always change together in one atomic write. ``run`` is
+    the training run that produced the version (``None`` for ``init`` and ``rollback``); it
+    is also written to the ``runs`` container, and can be rebuilt from here after a crash.
+    """
+
+    id: DocId
+    type: Literal["policy"] = "policy"
+    kind: Literal["version", "current"]
+    agent_id: AgentId
+    version: Version
+    actions: Annotated[list[Action], Field(min_length=1, max_length=MAX_ACTIONS)]
+    logits: list[Annotated[float, Field(strict=True, allow_inf_nan=False, ge=-MAX_LOGIT, le=MAX_LOGIT)]]
+    temperature: Annotated[float, Field(strict=True, allow_inf_nan=False, gt=0, le=100)] = 1.0
+    exploration_floor: Annotated[float, Field(strict=True, allow_inf_nan=False, ge=0, lt=1)] = 0.0
+    pinned: bool = False
+    source: Literal["init", "train", "rollback", "import"]
+    parent_version: Version | None = None
+    cursor: ScoreCursor | None = None
+    run: TrainingRun | None = None
+    created_at: AwareDatetime
+    note: ShortText = ""
+    learner_state: dict[str, Any] = {}
+
+    @field_validator("learner_state")
+    @classmethod
+    def _state_json(cls, value: dict[str, Any]) -> dict[str, Any]:
+        return _json_size(value, "learner_state", 16 * MAX_JSON_CHARS)
+
+    @model_validator(mode="after")
+    def _consistent(self) -> PolicyDocument:
+        if len(self.logits) != len(self.actions):
+            raise ValueError(f"logits: has {len(self.logits)} entries but there are {len(self.actions)} actions")
+        ids = [a.id for a in self.actions]
+        if len(set(ids)) != len(ids):
+            dupes = sorted({i for i in ids if ids.count(i) > 1})
+            raise ValueError(f"actions: duplicate action ids {dupes}")
+        if self.exploration_floor * len(self.actions) >= 1:
+            raise ValueError(
+                f"exploration_floor: {self.exploration_floor} x {len(self.actions)} actions must be below 1"
+            )
+        expected = policy_doc_id(self.agent_id, self.version if self.kind == "version" else None)
+        if self.id != expected:
+            raise ValueError(f"id: expected {expected!r} for a {self.kind} document")
+        return self
+
+    @property
+    def action_ids(self) -> list[str]:
+        return [a.id for a in self.actions]
+
+    def as_kind(self, kind: Literal["version", "current"]) -> PolicyDocument:
+        """The same policy as a version document or as the current document."""
+        doc_id = policy_doc_id(self.agent_id, self.version if kind == "version" else None)
+        return self.model_copy(update={"kind": kind, "id": doc_id})
+
+
+def policy_doc_id(agent_id: str, version: int | None) -> str:
+    """``{agent}:v{n}`` for a version, ``{agent}:current`` for the current document."""
+    return f"{agent_id}:current" if version is None else f"{agent_id}:v{version}"
+
+
+# --------------------------------------------------------------------------- scores
+
+
+class MetricScore(BaseModel):
+    """One judge metric: the evaluator's raw value and its normalisation to [0, 1]."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+
+    raw: Finite
+    normalised: Annotated[float, Field(strict=True, allow_inf_nan=False, ge=0, le=1)]
+    result: Literal["pass", "fail", "not_applicable"] | None = None
+    threshold: Finite | None = None
+    reason: StepText = ""
+    evaluator: Name
+    evaluator_version: Name
+
+
+class JudgeInfo(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    name: Name
+    model: Name
+
+
+class RewardInfo(BaseModel):
+    """Which reward function produced a reward, and with which settings."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+
+    version: Name
+    weights: dict[str, NonNegative]
+    penalties: dict[str, Finite]
+    components: dict[str, Finite]
+
+
+class Score(Document):
+    """The judged and shaped outcome of one episode. ``id`` equals the episode id.
+
+    ``seq`` is assigned by the store on first write and kept on every overwrite, so the
+    training cursor ``(seq, id)`` never sees a re-scored episode twice.
+    """
+
+    id: DocId
+    type: Literal["score"] = "score"
+    episode_id: DocId
+    agent_id: AgentId
+    action_id: ActionId
+    policy_version: Version
+    probability: Probability
+    metrics: dict[Name, MetricScore]
+    judge: JudgeInfo
+    reward: Annotated[float, Field(strict=True, allow_inf_nan=False, ge=-1, le=1)]
+    reward_function: RewardInfo
+    scored_at: AwareDatetime
+    seq: Count | None = None
+
+    @model_validator(mode="after")
+    def _id_is_episode(self) -> Score:
+        if self.id != self.episode_id:
+            raise ValueError(f"id: must equal episode_id {self.episode_id!r}")
+        return self
+
+    @property
+    def cursor(self) -> ScoreCursor:
+        if self.seq is None:
+            raise ValueError("score has no seq yet; it is assigned when the store writes it")
+        return ScoreCursor(seq=self.seq, id=self.id)
+
+
+# --------------------------------------------------------------------------- runs
+
+
+class Rejected(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    id: str
+    error: StepText
+
+
+class TrainingRun(Document):
+    """One training run: the score range it consumed and the update it published."""
+
+    id: DocId
+    type: Literal["run"] = "run"
+    agent_id: AgentId
+    base_version: Version
+    policy_version: Version
+    cursor_from: ScoreCursor | None
+    cursor_to: ScoreCursor
+    episodes: Count
+    rejected: Count = 0
+    rejected_samples: Annotated[list[Rejected], Field(max_length=20)] = []
+    metrics: dict[str, Finite]
+    learner: dict[str, Any]
+    started_at: AwareDatetime
+    finished_at: AwareDatetime
+
+
+def run_doc_id(agent_id: str, version: int) -> str:
+    """The run that produced ``version`` of ``agent_id``: one per published version."""
+    return f"{agent_id}:run:v{version}"
+
+
+def ensure_utc(value: datetime) -> datetime:
+    """Reject naive datetimes early with a clear message."""
+    if value.tzinfo is None:
+        raise ValueError("datetime must be timezone-aware (use datetime.now(timezone.utc))")
+    return value
+
+
+PolicyDocument.model_rebuild()

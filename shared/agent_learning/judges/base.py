@@ -1,0 +1,83 @@
+"""The judge port: an episode in, validated per-metric scores out.
+
+Judges report failures by class: :class:`~agent_learning.errors.TransientError` (try the
+message again later) or :class:`~agent_learning.errors.PermanentError` (dead-letter it). A
+judge never returns a partial judgement and never stands in a default for a failed metric.
+
+Evaluator outputs follow azure-ai-evaluation's shape: ``<metric>`` (the raw score),
+``<metric>_result`` ("pass"/"fail"/"not_applicable"), ``<metric>_reason`` and
+``<metric>_threshold``. :func:`metric_from_output` validates one such output and normalises it.
+"""
+
+from __future__ import annotations
+
+import math
+from abc import ABC, abstractmethod
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from ..documents import MAX_STEP_TEXT_CHARS, Episode, JudgeInfo, MetricScore
+from ..errors import PermanentError
+from ..rewards import normalise
+
+
+@dataclass(frozen=True)
+class Judgement:
+    """All metrics of one episode and which judge produced them."""
+
+    metrics: dict[str, MetricScore]
+    judge: JudgeInfo
+
+
+class Judge(ABC):
+    """Scores episodes. Implementations must be safe to call from several threads."""
+
+    @abstractmethod
+    def judge(self, episode: Episode) -> Judgement:
+        """Score every metric of ``episode`` or raise Transient/PermanentError."""
+
+    def close(self) -> None:
+        """Release clients and threads."""
+        return None
+
+
+class InvalidJudgeOutput(PermanentError):
+    """An evaluator returned something that is not a valid score."""
+
+
+def metric_from_output(metric: str, output: Mapping[str, Any], evaluator: str, evaluator_version: str) -> MetricScore:
+    """Validate an evaluator's output dict for ``metric`` and build a :class:`MetricScore`.
+
+    Rejects a missing, null, non-numeric, non-finite or out-of-scale score and an unknown
+    result status; evaluators accept some of these as a pass, this does not.
+    """
+    if metric not in output:
+        raise InvalidJudgeOutput(f"{evaluator}: output has no {metric!r} field (keys: {sorted(output)})")
+    raw = output[metric]
+    if isinstance(raw, bool) or not isinstance(raw, (int, float)):
+        raise InvalidJudgeOutput(f"{evaluator}: {metric} must be a number, got {raw!r}")
+    if not math.isfinite(raw):
+        raise InvalidJudgeOutput(f"{evaluator}: {metric} must be finite, got {raw!r}")
+    try:
+        normalised = normalise(metric, float(raw))
+    except ValueError as exc:
+        raise InvalidJudgeOutput(f"{evaluator}: {exc}") from None
+    result = output.get(f"{metric}_result")
+    if result is not None and result not in ("pass", "fail", "not_applicable"):
+        raise InvalidJudgeOutput(f"{evaluator}: {metric}_result must be pass/fail/not_applicable, got {result!r}")
+    threshold = output.get(f"{metric}_threshold")
+    if threshold is not None and (
+        isinstance(threshold, bool) or not isinstance(threshold, (int, float)) or not math.isfinite(threshold)
+    ):
+        threshold = None
+    reason = output.get(f"{metric}_reason") or ""
+    return MetricScore(
+        raw=float(raw),
+        normalised=normalised,
+        result=result,
+        threshold=float(threshold) if threshold is not None else None,
+        reason=str(reason)[:MAX_STEP_TEXT_CHARS],
+        evaluator=evaluator,
+        evaluator_version=evaluator_version,
+    )

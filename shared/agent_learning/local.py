@@ -1,0 +1,151 @@
+"""The embedded runner: the three pipeline stages in one process, on the local adapters.
+
+::
+
+    episodes (store) ──pump──► queue ──score──► scores (store) ──train──► policies (store)
+
+``pump`` plays the Cosmos change-feed trigger (it reads the store's episode feed from a
+durable checkpoint), ``score_pending`` plays the Service Bus trigger (it receives, scores and
+settles messages), ``train`` plays the timer. They call the same handlers as the Functions
+app. The checkpoint is saved after the messages are sent, so a crash in between resends
+them, and duplicate detection plus the idempotent scorer absorb that.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .clock import SYSTEM_CLOCK, Clock
+from .config import Settings, load_settings
+from .judges.base import Judge
+from .pipeline import EnqueueResult, Scorer, TrainOutcome, enqueue_episodes, score_message, settle, train_agent
+from .queue.base import WorkQueue
+from .rewards import RewardFunction
+from .store.base import Store
+
+FEED_CHECKPOINT = "episodes-feed"
+
+
+@dataclass
+class CycleReport:
+    """What one :meth:`LocalPipeline.run_once` did."""
+
+    enqueued: int = 0
+    outcomes: Counter[str] = field(default_factory=Counter)
+    trained: list[TrainOutcome] = field(default_factory=list)
+
+
+class LocalPipeline:
+    """Runs enqueue → score → train over a store and a queue."""
+
+    def __init__(
+        self,
+        store: Store,
+        queue: WorkQueue,
+        judge: Judge,
+        reward: RewardFunction,
+        learner: Any,
+        *,
+        clock: Clock = SYSTEM_CLOCK,
+        max_batch: int = 10_000,
+        min_batch: int = 1,
+        feed_checkpoint: str = FEED_CHECKPOINT,
+        page_size: int = 500,
+    ) -> None:
+        self.store = store
+        self.queue = queue
+        self.scorer = Scorer(store, judge, reward, clock)
+        self.learner = learner
+        self.clock = clock
+        self.max_batch = max_batch
+        self.min_batch = min_batch
+        self.feed_checkpoint = feed_checkpoint
+        self.page_size = page_size
+
+    def pump(self) -> int:
+        """Enqueue every episode written since the checkpoint; returns how many were sent."""
+        sent = 0
+        while True:
+            continuation = self.store.get_checkpoint(self.feed_checkpoint)
+            page = self.store.read_episodes(continuation, self.page_size)
+            if not page.items:
+                return sent
+            result: EnqueueResult = enqueue_episodes(page.items, self.queue.send)
+            sent += result.sent
+            if page.continuation is not None:
+                self.store.set_checkpoint(self.feed_checkpoint, page.continuation)
+
+    def score_pending(self, max_messages: int | None = None, receive_batch: int = 100) -> Counter[str]:
+        """Receive and score until the queue has nothing available (or ``max_messages``)."""
+        outcomes: Counter[str] = Counter()
+        handled = 0
+        while max_messages is None or handled < max_messages:
+            want = receive_batch if max_messages is None else min(receive_batch, max_messages - handled)
+            messages = self.queue.receive(want)
+            if not messages:
+                break
+            for message in messages:
+                outcome = score_message(message.body, self.scorer)
+                settle(self.queue, message, outcome)
+                outcomes[outcome.status] += 1
+                handled += 1
+        return outcomes
+
+    def train(self, agent_ids: Iterable[str] | None = None) -> list[TrainOutcome]:
+        """One training run per agent (every agent with a policy by default)."""
+        agents = list(agent_ids) if agent_ids is not None else self.store.list_agents()
+        return [
+            train_agent(
+                a, self.store, self.learner, clock=self.clock, max_batch=self.max_batch, min_batch=self.min_batch
+            )
+            for a in agents
+        ]
+
+    def run_once(self, agent_ids: Iterable[str] | None = None) -> CycleReport:
+        """Pump, score everything available, then train: one timer period's work."""
+        report = CycleReport()
+        report.enqueued = self.pump()
+        report.outcomes = self.score_pending()
+        report.trained = self.train(agent_ids)
+        return report
+
+
+def open_local(
+    settings: Settings | None = None,
+    *,
+    path: str | Path | None = None,
+    judge: Judge | None = None,
+    clock: Clock = SYSTEM_CLOCK,
+) -> LocalPipeline:
+    """A :class:`LocalPipeline` on the embedded adapters chosen by ``settings``."""
+    from .judges.offline import OfflineJudge
+    from .learner import Reinforce
+    from .queue.sqlite import SQLiteQueue
+    from .store.memory import MemoryStore
+    from .store.sqlite import SQLiteStore
+
+    settings = settings or load_settings()
+    db = str(path or settings.sqlite_path)
+    store: Store = MemoryStore() if settings.store == "memory" else SQLiteStore(db)
+    queue_path = ":memory:" if settings.store == "memory" else db
+    queue = SQLiteQueue(
+        queue_path,
+        name=settings.queue_name,
+        lock_seconds=settings.queue_lock_seconds,
+        max_deliveries=settings.queue_max_deliveries,
+        clock=clock,
+    )
+    return LocalPipeline(
+        store,
+        queue,
+        judge or OfflineJudge(),
+        RewardFunction(settings.reward_config()),
+        Reinforce(settings.learner_config()),
+        clock=clock,
+        max_batch=settings.train_max_batch,
+        min_batch=settings.train_min_batch,
+    )

@@ -1,0 +1,390 @@
+"""The three pipeline handlers: enqueue, score, train. Plain functions over the ports.
+
+The same code runs under Azure Functions (the triggers in ``function_app.py`` call these),
+in the embedded local runner and in tests. Every handler is idempotent, because every
+trigger delivers at least once:
+
+* :func:`enqueue_episodes` — the message id is the episode id, so Service Bus duplicate
+  detection (and the embedded queue's) drops a redelivered batch.
+* :func:`score_message` — an episode that already has a score is not judged again (unless
+  ``force``); scores have the episode's id, so even a concurrent duplicate overwrites.
+* :func:`train_agent` — the current policy document holds the logits and the cursor of the
+  last score folded into them; a run reads the scores after that cursor and publishes the
+  next version with one compare-and-swap on the document's ETag. A second trainer (or a
+  replay) that read the same version loses the swap and changes nothing, so every score is
+  learned from exactly once. Version and run records are written after the swap and
+  re-created from the current document if a crash interrupted that.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from functools import lru_cache
+from typing import Any, Literal
+
+from .clock import SYSTEM_CLOCK, Clock
+from .documents import (
+    Episode,
+    PolicyDocument,
+    Rejected,
+    Score,
+    ScoreCursor,
+    ScoreRequest,
+    TrainingRun,
+    run_doc_id,
+)
+from .errors import ConcurrencyConflict, InvalidDocument, PermanentError, TransientError
+from .judges.base import Judge
+from .queue.base import OutgoingMessage, WorkQueue
+from .rewards import RewardFunction
+from .store.base import RawDoc, Store
+
+log = logging.getLogger(__name__)
+
+# --------------------------------------------------------------------------- enqueue
+
+
+@dataclass(frozen=True)
+class EnqueueResult:
+    """What :func:`enqueue_episodes` did with a batch of changed documents."""
+
+    received: int
+    sent: int
+    duplicates: int
+    failed: list[tuple[int, str]] = field(default_factory=list)
+
+
+def score_request_message(doc: Mapping[str, Any]) -> OutgoingMessage:
+    """The queue message that asks for ``doc`` to be scored. Its id is the episode id.
+
+    The body is not validated here: a malformed episode is rejected by the scorer, which
+    dead-letters it with the reason, so every bad document ends up somewhere visible.
+    """
+    episode_id = doc.get("id")
+    if not isinstance(episode_id, str) or not episode_id:
+        raise InvalidDocument("episode", [("id", "missing or not a string; the document cannot be referenced")])
+    body = {"type": "score_request", "episode_id": episode_id}
+    props: dict[str, str | int | float | bool] = {}
+    if isinstance(doc.get("agent_id"), str):
+        body["agent_id"] = doc["agent_id"]
+        props["agent_id"] = doc["agent_id"][:128]
+    # Service Bus message ids are at most 128 characters; Cosmos ids at most 255.
+    message_id = episode_id if len(episode_id) <= 128 else hashlib.sha256(episode_id.encode()).hexdigest()
+    return OutgoingMessage(message_id=message_id, body=json.dumps(body), properties=props)
+
+
+def enqueue_episodes(docs: Iterable[Mapping[str, Any]], send: Callable[[list[OutgoingMessage]], int]) -> EnqueueResult:
+    """Send one scoring message per changed episode document.
+
+    ``send`` is the queue's batch send (``WorkQueue.send`` or a Service Bus sender). A
+    document that cannot be turned into a message is reported in ``failed`` and does not
+    stop the rest of the batch.
+    """
+    messages: list[OutgoingMessage] = []
+    failed: list[tuple[int, str]] = []
+    received = 0
+    for i, doc in enumerate(docs):
+        received += 1
+        try:
+            if not isinstance(doc, Mapping):
+                raise InvalidDocument("episode", [("(document)", f"must be a JSON object, got {type(doc).__name__}")])
+            messages.append(score_request_message(doc))
+        except InvalidDocument as exc:
+            log.error("not enqueued: document %d of the batch: %s", i, exc)
+            failed.append((i, str(exc)))
+    sent = send(messages) if messages else 0
+    return EnqueueResult(received=received, sent=sent, duplicates=len(messages) - sent, failed=failed)
+
+
+# --------------------------------------------------------------------------- score
+
+
+@dataclass(frozen=True)
+class ScoreOutcome:
+    """What happened to one scoring message, and what the caller must do with it.
+
+    ``scored``/``duplicate`` → complete; ``retry`` → abandon (redeliver later);
+    ``dead_letter`` → dead-letter with ``reason`` and ``description``.
+    """
+
+    status: Literal["scored", "duplicate", "retry", "dead_letter"]
+    episode_id: str | None
+    reason: str = ""
+    description: str = ""
+    score: Score | None = None
+
+
+@dataclass
+class Scorer:
+    """Everything the score handler needs. Policy versions are immutable, so cached."""
+
+    store: Store
+    judge: Judge
+    reward: RewardFunction
+    clock: Clock = SYSTEM_CLOCK
+
+    def __post_init__(self) -> None:
+        self.policy_version = lru_cache(maxsize=1024)(self._load_policy_version)
+
+    def _load_policy_version(self, agent_id: str, version: int) -> PolicyDocument | None:
+        raw = self.store.get_policy_version(agent_id, version)
+        return None if raw is None else PolicyDocument.from_dict(raw)
+
+
+def score_message(body: bytes | str, scorer: Scorer, *, force: bool = False) -> ScoreOutcome:
+    """Judge the episode a message names, shape its reward and store the score."""
+    try:
+        request = ScoreRequest.from_json(body)
+    except InvalidDocument as exc:
+        return ScoreOutcome("dead_letter", None, "InvalidMessage", str(exc))
+    return score_episode(request.episode_id, scorer, force=force)
+
+
+def score_episode(episode_id: str, scorer: Scorer, *, force: bool = False) -> ScoreOutcome:
+    """Score one stored episode; see :func:`score_message`."""
+    store = scorer.store
+    if not force and store.get_score(episode_id) is not None:
+        return ScoreOutcome("duplicate", episode_id, "AlreadyScored")
+    raw = store.get_episode(episode_id)
+    if raw is None:
+        return ScoreOutcome(
+            "dead_letter",
+            episode_id,
+            "EpisodeNotFound",
+            f"episode {episode_id!r} does not exist (expired by TTL or never written)",
+        )
+    try:
+        episode = Episode.from_dict(raw)
+    except InvalidDocument as exc:
+        return ScoreOutcome("dead_letter", episode_id, "InvalidEpisode", str(exc))
+    try:
+        policy = scorer.policy_version(episode.agent_id, episode.policy_version)
+    except InvalidDocument as exc:
+        return ScoreOutcome("dead_letter", episode_id, "InvalidPolicy", str(exc))
+    if policy is None:
+        return ScoreOutcome(
+            "dead_letter",
+            episode_id,
+            "UnknownPolicyVersion",
+            f"invalid episode: policy_version: agent {episode.agent_id!r} has no version {episode.policy_version}",
+        )
+    if episode.action_id not in policy.action_ids:
+        return ScoreOutcome(
+            "dead_letter",
+            episode_id,
+            "UnknownAction",
+            f"invalid episode: action_id: {episode.action_id!r} is not an action of "
+            f"{policy.id} (known: {policy.action_ids})",
+        )
+    try:
+        judgement = scorer.judge.judge(episode)
+        reward, info = scorer.reward(judgement.metrics, episode)
+    except TransientError as exc:
+        return ScoreOutcome("retry", episode_id, "JudgeUnavailable", str(exc))
+    except PermanentError as exc:
+        return ScoreOutcome("dead_letter", episode_id, "JudgeFailed", str(exc))
+    score = Score(
+        id=episode.id,
+        episode_id=episode.id,
+        agent_id=episode.agent_id,
+        action_id=episode.action_id,
+        policy_version=episode.policy_version,
+        probability=episode.probability,
+        metrics=judgement.metrics,
+        judge=judgement.judge,
+        reward=reward,
+        reward_function=info,
+        scored_at=scorer.clock.now(),
+    )
+    return ScoreOutcome("scored", episode_id, score=store.put_score(score))
+
+
+def settle(queue: WorkQueue, message: Any, outcome: ScoreOutcome) -> None:
+    """Apply a score outcome to a received queue message."""
+    if outcome.status in ("scored", "duplicate"):
+        queue.complete(message)
+    elif outcome.status == "retry":
+        queue.abandon(message)
+    else:
+        queue.dead_letter(message, outcome.reason, outcome.description)
+
+
+# --------------------------------------------------------------------------- train
+
+
+@dataclass(frozen=True)
+class TrainOutcome:
+    """The result of :func:`train_agent`."""
+
+    status: Literal[
+        "published", "no_new_scores", "too_few_scores", "pinned", "lost_race", "no_policy", "invalid_policy"
+    ]
+    agent_id: str
+    version: int | None = None
+    run: TrainingRun | None = None
+    reason: str = ""
+
+
+def train_agent(
+    agent_id: str,
+    store: Store,
+    learner: Any,
+    *,
+    clock: Clock = SYSTEM_CLOCK,
+    max_batch: int = 10_000,
+    min_batch: int = 1,
+) -> TrainOutcome:
+    """Fold an agent's new scores into its policy and publish the next version.
+
+    ``learner`` is a :class:`~agent_learning.learner.Reinforce` (imported by the caller, so
+    that importing this module does not import numpy).
+    """
+    started = clock.now()
+    tagged = store.get_current_policy(agent_id)
+    if tagged is None:
+        return TrainOutcome("no_policy", agent_id, reason="the agent has no current policy")
+    try:
+        current = PolicyDocument.from_dict(tagged.doc)
+    except InvalidDocument as exc:
+        log.error("not training %s: its current policy document is invalid: %s", agent_id, exc)
+        return TrainOutcome("invalid_policy", agent_id, reason=str(exc))
+    materialise(store, current)
+    if current.pinned:
+        return TrainOutcome("pinned", agent_id, current.version, reason="learning is paused for this agent")
+
+    rows = store.read_scores(agent_id, current.cursor, max_batch)
+    if not rows:
+        return TrainOutcome("no_new_scores", agent_id, current.version)
+    index = {a: i for i, a in enumerate(current.action_ids)}
+    actions: list[int] = []
+    rewards: list[float] = []
+    probs: list[float] = []
+    rejected: list[Rejected] = []
+    for row in rows:
+        try:
+            score = Score.from_dict(row)
+            if score.agent_id != agent_id:
+                raise InvalidDocument("score", [("agent_id", f"{score.agent_id!r} is not {agent_id!r}")])
+            if score.action_id not in index:
+                raise InvalidDocument("score", [("action_id", f"{score.action_id!r} is not an action of {agent_id!r}")])
+        except InvalidDocument as exc:
+            rejected.append(Rejected(id=str(row.get("id")), error=str(exc)[:4000]))
+            continue
+        actions.append(index[score.action_id])
+        rewards.append(score.reward)
+        probs.append(score.probability)
+    if rejected:
+        log.error(
+            "training %s: %d invalid score documents skipped (first: %s)", agent_id, len(rejected), rejected[0].error
+        )
+    if 0 < len(actions) < min_batch and not rejected:
+        return TrainOutcome(
+            "too_few_scores",
+            agent_id,
+            current.version,
+            reason=f"{len(actions)} new scores; training waits for {min_batch}",
+        )
+
+    from .learner import Batch  # numpy only where training runs
+
+    batch = Batch.from_arrays(actions, rewards, probs, len(index))
+    update = learner.update(current.logits, batch, current.temperature)
+    logits = [float(x) for x in update.logits]
+    new_version = current.version + 1
+    cursor_to = ScoreCursor(seq=int(rows[-1]["seq"]), id=str(rows[-1]["id"]))
+    run = TrainingRun(
+        id=run_doc_id(agent_id, new_version),
+        agent_id=agent_id,
+        base_version=current.version,
+        policy_version=new_version,
+        cursor_from=current.cursor,
+        cursor_to=cursor_to,
+        episodes=len(actions),
+        rejected=len(rejected),
+        rejected_samples=rejected[:20],
+        metrics=update.metrics,
+        learner={"name": getattr(learner, "name", type(learner).__name__), **learner.config.to_dict()},
+        started_at=started,
+        finished_at=clock.now(),
+    )
+    new_current = current.model_copy(
+        update={
+            "version": new_version,
+            "logits": logits,
+            "source": "train",
+            "parent_version": current.version,
+            "cursor": cursor_to,
+            "run": run,
+            "created_at": clock.now(),
+            "note": f"trained on {len(actions)} episodes" + (f", skipped {len(rejected)} invalid" if rejected else ""),
+        }
+    )
+    new_current = PolicyDocument.from_dict(new_current.to_dict())  # re-validate the whole document
+    try:
+        store.replace_current_policy(new_current, tagged.etag)
+    except ConcurrencyConflict as exc:
+        return TrainOutcome("lost_race", agent_id, current.version, reason=str(exc))
+    materialise(store, new_current)
+    return TrainOutcome("published", agent_id, new_version, run)
+
+
+def materialise(store: Store, current: PolicyDocument) -> None:
+    """Make sure the version and run records of ``current`` exist (idempotent)."""
+    store.create_policy_version(current.as_kind("version"))
+    if current.run is not None and store.get_run(current.run.id) is None:
+        store.put_run(current.run)
+
+
+def train_all(
+    store: Store, learner: Any, *, clock: Clock = SYSTEM_CLOCK, max_batch: int = 10_000, min_batch: int = 1
+) -> list[TrainOutcome]:
+    """:func:`train_agent` for every agent with a policy; one agent's failure does not stop the rest."""
+    outcomes = []
+    for agent_id in store.list_agents():
+        try:
+            outcomes.append(
+                train_agent(agent_id, store, learner, clock=clock, max_batch=max_batch, min_batch=min_batch)
+            )
+        except Exception as exc:
+            log.exception("training %s failed", agent_id)
+            outcomes.append(TrainOutcome("invalid_policy", agent_id, reason=f"{type(exc).__name__}: {exc}"))
+    return outcomes
+
+
+# --------------------------------------------------------------------------- init
+
+
+def create_policy(store: Store, policy_doc: PolicyDocument) -> PolicyDocument:
+    """Publish the first version of an agent's policy; refuses to overwrite an existing one."""
+    if policy_doc.version != 1 or policy_doc.source != "init":
+        raise ValueError("a new policy starts at version 1 with source 'init'")
+    current = policy_doc.as_kind("current")
+    try:
+        store.replace_current_policy(current, None)
+    except ConcurrencyConflict:
+        raise ConcurrencyConflict(
+            f"agent {policy_doc.agent_id!r} already has a policy; it is never overwritten (roll back or pin it instead)"
+        ) from None
+    materialise(store, current)
+    return current
+
+
+def load_current(store: Store, agent_id: str) -> PolicyDocument | None:
+    """The agent's current policy document, validated, or ``None``."""
+    tagged = store.get_current_policy(agent_id)
+    return None if tagged is None else PolicyDocument.from_dict(tagged.doc)
+
+
+def parse_scores(rows: Iterable[RawDoc]) -> list[Score]:
+    """Valid scores of ``rows``, skipping invalid ones."""
+    out = []
+    for row in rows:
+        try:
+            out.append(Score.from_dict(row))
+        except InvalidDocument:
+            continue
+    return out

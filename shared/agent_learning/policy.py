@@ -1,0 +1,264 @@
+"""The softmax policy agents choose from. Pure Python: no numpy on the agent side.
+
+For logits θ, temperature T and exploration floor f over K actions, the probability of
+action a is::
+
+    π(a) = f + (1 − K·f) · softmax(θ / T)_a
+
+* ``temperature`` T > 0 scales the logits: T > 1 flattens the policy, T < 1 sharpens it.
+* ``exploration_floor`` f ≥ 0 is the minimum probability of every action (K·f < 1). It keeps
+  every action tried now and then, so the policy notices when the best action changes, and
+  it bounds the importance weights the learner uses for off-policy episodes.
+
+The learner optimises the softmax part (``softmax(θ/T)``); the floor is exploration on top
+of it. Episodes log π(a) as it was when the action was drawn, which is the behaviour
+probability the learner's importance weights divide by.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from bisect import bisect_right
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from itertools import accumulate
+from typing import Any, Literal
+
+from .documents import Action, PolicyDocument, ScoreCursor, policy_doc_id
+from .errors import InvalidDocument
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    """The outcome of :meth:`SoftmaxPolicy.choose`: what to run and how likely it was."""
+
+    agent_id: str
+    action_id: str
+    index: int
+    probability: float
+    logprob: float
+    version: int
+    config: Mapping[str, Any] = field(default_factory=dict)
+
+    @property
+    def policy_id(self) -> str:
+        """The id of the policy version document the action was drawn from."""
+        return policy_doc_id(self.agent_id, self.version)
+
+
+def softmax(logits: Sequence[float], temperature: float = 1.0) -> list[float]:
+    """Numerically stable softmax of ``logits / temperature``."""
+    if temperature <= 0 or not math.isfinite(temperature):
+        raise ValueError(f"temperature must be a positive finite number, got {temperature}")
+    scaled = [x / temperature for x in logits]
+    top = max(scaled)
+    exps = [math.exp(x - top) for x in scaled]
+    total = math.fsum(exps)
+    return [e / total for e in exps]
+
+
+def mix_floor(probs: Sequence[float], floor: float) -> list[float]:
+    """``f + (1 − K·f)·p``: every action keeps at least probability ``floor``."""
+    k = len(probs)
+    if floor < 0 or floor * k >= 1:
+        raise ValueError(f"exploration_floor must satisfy 0 <= f and f x {k} actions < 1, got {floor}")
+    scale = 1.0 - k * floor
+    return [floor + scale * p for p in probs]
+
+
+class SoftmaxPolicy:
+    """An immutable softmax policy over a fixed list of actions.
+
+    Build one with :meth:`from_actions` (uniform, version 1) or :meth:`from_document`.
+    ``choose()`` draws an action with the injected ``random.Random`` (seed it for
+    reproducible runs); everything it returns is precomputed, so a draw is one uniform
+    number and a binary search.
+    """
+
+    __slots__ = (
+        "_cum",
+        "_decisions",
+        "_index",
+        "_probs",
+        "_random",
+        "actions",
+        "agent_id",
+        "document",
+        "exploration_floor",
+        "logits",
+        "pinned",
+        "temperature",
+        "version",
+    )
+
+    def __init__(
+        self,
+        agent_id: str,
+        actions: Sequence[Action],
+        logits: Sequence[float],
+        *,
+        version: int = 1,
+        temperature: float = 1.0,
+        exploration_floor: float = 0.0,
+        pinned: bool = False,
+        rng: random.Random | None = None,
+        document: PolicyDocument | None = None,
+    ) -> None:
+        if len(actions) != len(logits) or not actions:
+            raise ValueError(f"need one logit per action and at least one action ({len(actions)} vs {len(logits)})")
+        if not all(math.isfinite(x) for x in logits):
+            raise ValueError("logits must be finite")
+        self.agent_id = agent_id
+        self.version = version
+        self.actions = tuple(actions)
+        self.logits = tuple(float(x) for x in logits)
+        self.temperature = float(temperature)
+        self.exploration_floor = float(exploration_floor)
+        self.pinned = pinned
+        self.document = document
+        self._probs = tuple(mix_floor(softmax(self.logits, self.temperature), self.exploration_floor))
+        cum = list(accumulate(self._probs))
+        cum[-1] = 1.0  # absorb rounding so that every uniform draw in [0, 1) lands on an action
+        self._cum = cum
+        self._index = {a.id: i for i, a in enumerate(self.actions)}
+        self._decisions = tuple(
+            Decision(agent_id, a.id, i, p, math.log(p) if p > 0 else -math.inf, version, a.config)
+            for i, (a, p) in enumerate(zip(self.actions, self._probs, strict=True))
+        )
+        self._random = (rng or random.Random()).random
+
+    # ------------------------------------------------------------------ construction
+
+    @classmethod
+    def from_actions(
+        cls,
+        agent_id: str,
+        actions: Iterable[str | Action | Mapping[str, Any]],
+        *,
+        temperature: float = 1.0,
+        exploration_floor: float = 0.0,
+        rng: random.Random | None = None,
+        seed: int | None = None,
+    ) -> SoftmaxPolicy:
+        """A uniform policy (all logits 0) over ``actions``, as version 1.
+
+        ``actions`` may be ids, :class:`~agent_learning.documents.Action` objects or dicts
+        with ``id``, ``description`` and ``config``.
+        """
+        parsed = [_as_action(a) for a in actions]
+        if rng is None and seed is not None:
+            rng = random.Random(seed)
+        policy = cls(
+            agent_id, parsed, [0.0] * len(parsed), temperature=temperature, exploration_floor=exploration_floor, rng=rng
+        )
+        policy.to_document(created_at=None)  # validate ids, floor and sizes now, with field names
+        return policy
+
+    @classmethod
+    def from_document(
+        cls, document: PolicyDocument | Mapping[str, Any], *, rng: random.Random | None = None, seed: int | None = None
+    ) -> SoftmaxPolicy:
+        """The policy described by a stored policy document (version or current)."""
+        doc = document if isinstance(document, PolicyDocument) else PolicyDocument.from_dict(dict(document))
+        if rng is None and seed is not None:
+            rng = random.Random(seed)
+        return cls(
+            doc.agent_id,
+            doc.actions,
+            doc.logits,
+            version=doc.version,
+            temperature=doc.temperature,
+            exploration_floor=doc.exploration_floor,
+            pinned=doc.pinned,
+            rng=rng,
+            document=doc,
+        )
+
+    def to_document(
+        self,
+        *,
+        kind: Literal["version", "current"] = "version",
+        source: Literal["init", "train", "rollback", "import"] = "init",
+        created_at: datetime | None,
+        parent_version: int | None = None,
+        cursor: ScoreCursor | None = None,
+        run: Any = None,
+        note: str = "",
+        learner_state: Mapping[str, Any] | None = None,
+    ) -> PolicyDocument:
+        """This policy as a validated :class:`PolicyDocument`."""
+        from .clock import SYSTEM_CLOCK
+
+        data = {
+            "id": policy_doc_id(self.agent_id, self.version if kind == "version" else None),
+            "kind": kind,
+            "agent_id": self.agent_id,
+            "version": self.version,
+            "actions": [a.model_dump() for a in self.actions],
+            "logits": list(self.logits),
+            "temperature": self.temperature,
+            "exploration_floor": self.exploration_floor,
+            "pinned": self.pinned,
+            "source": source,
+            "parent_version": parent_version,
+            "cursor": cursor.model_dump() if cursor else None,
+            "run": run.to_dict() if hasattr(run, "to_dict") else run,
+            "created_at": (created_at or SYSTEM_CLOCK.now()),
+            "note": note,
+            "learner_state": dict(learner_state or {}),
+        }
+        return PolicyDocument.from_dict(data)
+
+    # ------------------------------------------------------------------ use
+
+    def choose(self, rng: random.Random | None = None) -> Decision:
+        """Draw an action. Pass ``rng`` to override the policy's generator for this draw."""
+        u = rng.random() if rng is not None else self._random()
+        return self._decisions[bisect_right(self._cum, u)]
+
+    def decision_for(self, action_id: str) -> Decision:
+        """The decision record of a given action (for replaying a logged choice)."""
+        try:
+            return self._decisions[self._index[action_id]]
+        except KeyError:
+            raise InvalidDocument(
+                "decision",
+                [
+                    (
+                        "action_id",
+                        f"{action_id!r} is not an action of policy {self.agent_id!r} (known: {self.action_ids})",
+                    )
+                ],
+            ) from None
+
+    @property
+    def action_ids(self) -> list[str]:
+        return [a.id for a in self.actions]
+
+    @property
+    def probabilities(self) -> dict[str, float]:
+        """Action id → probability that ``choose()`` returns it."""
+        return {a.id: p for a, p in zip(self.actions, self._probs, strict=True)}
+
+    def probability(self, action_id: str) -> float:
+        return self.decision_for(action_id).probability
+
+    def entropy(self) -> float:
+        """Shannon entropy of the choice distribution, in nats."""
+        return -math.fsum(p * math.log(p) for p in self._probs if p > 0)
+
+    def __repr__(self) -> str:
+        probs = ", ".join(f"{k}={v:.3f}" for k, v in self.probabilities.items())
+        return f"SoftmaxPolicy({self.agent_id!r}, v{self.version}: {probs})"
+
+
+def _as_action(value: str | Action | Mapping[str, Any]) -> Action:
+    if isinstance(value, Action):
+        return value
+    if isinstance(value, str):
+        return Action(id=value)
+    if isinstance(value, Mapping):
+        return Action.model_validate(dict(value))
+    raise TypeError(f"an action must be an id, an Action or a mapping, got {type(value).__name__}")

@@ -1,0 +1,132 @@
+"""Reward shaping: judge metrics + penalties → one reward in [−1, 1], with a version.
+
+Rule ``weighted-penalties/1``::
+
+    n_m      = normalise(m, raw_m)                 each judge metric on [0, 1]
+    weighted = Σ_m w_m n_m / Σ_m w_m               weights need not sum to 1
+    penalty  = min(p_tool · failed_tool_calls, p_tool_max)
+             + p_latency · min(1, (latency − budget) / budget)   if latency > budget
+             + p_empty                                            if the output is empty
+    reward   = clip(weighted − penalty, −1, 1)
+
+Normalisation: ``intent_resolution`` is 1–5 → (raw − 1) / 4; ``task_adherence`` and
+``task_completion`` are 0/1 → raw. A raw value outside its scale is an error, never clamped.
+
+A metric with a positive weight that is missing from the judgement raises
+:class:`MissingMetric`: a missing metric never silently counts as zero.
+
+The reward's ``version`` is the rule name plus a hash of every setting, so two rewards with
+the same version are comparable and a change of weights is visible in every score.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass
+
+from .documents import Episode, MetricScore, RewardInfo
+from .errors import PermanentError
+
+INTENT_RESOLUTION = "intent_resolution"
+TASK_ADHERENCE = "task_adherence"
+TASK_COMPLETION = "task_completion"
+METRICS = (INTENT_RESOLUTION, TASK_ADHERENCE, TASK_COMPLETION)
+
+# (low, high) of each evaluator's raw scale.
+SCALES: dict[str, tuple[float, float]] = {
+    INTENT_RESOLUTION: (1.0, 5.0),
+    TASK_ADHERENCE: (0.0, 1.0),
+    TASK_COMPLETION: (0.0, 1.0),
+}
+
+RULE = "weighted-penalties/1"
+
+
+class MissingMetric(PermanentError):
+    """A weighted metric is absent from a judgement."""
+
+
+def normalise(metric: str, raw: float) -> float:
+    """Map a judge's raw score onto [0, 1]; raises ``ValueError`` when out of its scale."""
+    if metric not in SCALES:
+        raise ValueError(f"{metric}: unknown metric (known: {', '.join(SCALES)})")
+    low, high = SCALES[metric]
+    if not isinstance(raw, (int, float)) or isinstance(raw, bool) or not math.isfinite(raw):
+        raise ValueError(f"{metric}: raw score must be a finite number, got {raw!r}")
+    if not low <= raw <= high:
+        raise ValueError(f"{metric}: raw score {raw} is outside its scale [{low:g}, {high:g}]")
+    return (float(raw) - low) / (high - low)
+
+
+@dataclass(frozen=True)
+class RewardConfig:
+    """Weights of the judge metrics and the penalties. Read from the environment by
+    :class:`agent_learning.config.Settings` (``AGENT_LEARNING_W_INTENT`` and friends)."""
+
+    w_intent: float = 0.4
+    w_adherence: float = 0.3
+    w_completion: float = 0.3
+    tool_failure_penalty: float = 0.1
+    max_tool_failure_penalty: float = 0.3
+    latency_budget_ms: float = 30_000.0
+    latency_penalty: float = 0.1
+    empty_output_penalty: float = 0.5
+
+    def __post_init__(self) -> None:
+        for name, value in asdict(self).items():
+            if not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
+                raise ValueError(f"reward setting {name} must be a finite number >= 0, got {value!r}")
+        if self.w_intent + self.w_adherence + self.w_completion <= 0:
+            raise ValueError("reward weights w_intent, w_adherence and w_completion cannot all be 0")
+        if self.latency_budget_ms <= 0:
+            raise ValueError("reward setting latency_budget_ms must be > 0")
+
+    @property
+    def weights(self) -> dict[str, float]:
+        return {INTENT_RESOLUTION: self.w_intent, TASK_ADHERENCE: self.w_adherence, TASK_COMPLETION: self.w_completion}
+
+    @property
+    def penalties(self) -> dict[str, float]:
+        return {k: v for k, v in asdict(self).items() if not k.startswith("w_")}
+
+
+class RewardFunction:
+    """Turns a judgement and its episode into a reward; see the module docstring."""
+
+    def __init__(self, config: RewardConfig | None = None) -> None:
+        self.config = config or RewardConfig()
+        digest = hashlib.sha256(json.dumps(asdict(self.config), sort_keys=True).encode()).hexdigest()
+        self.version = f"{RULE}+{digest[:10]}"
+
+    def __call__(self, metrics: Mapping[str, MetricScore], episode: Episode) -> tuple[float, RewardInfo]:
+        cfg = self.config
+        weights = cfg.weights
+        total_weight = sum(weights.values())
+        missing = [m for m, w in weights.items() if w > 0 and m not in metrics]
+        if missing:
+            raise MissingMetric(
+                f"metrics {missing} are missing from the judgement; a missing metric is never scored as zero"
+            )
+        weighted = math.fsum(w * metrics[m].normalised for m, w in weights.items() if w > 0) / total_weight
+
+        failed_tools = sum(1 for s in episode.steps if s.status == "error" and s.kind == "tool")
+        tool_pen = min(cfg.tool_failure_penalty * failed_tools, cfg.max_tool_failure_penalty)
+        over = episode.latency_ms - cfg.latency_budget_ms
+        latency_pen = cfg.latency_penalty * min(1.0, over / cfg.latency_budget_ms) if over > 0 else 0.0
+        empty_pen = cfg.empty_output_penalty if not episode.output.strip() else 0.0
+        reward = max(-1.0, min(1.0, weighted - tool_pen - latency_pen - empty_pen))
+        info = RewardInfo(
+            version=self.version,
+            weights=weights,
+            penalties=cfg.penalties,
+            components={
+                "weighted": weighted,
+                "tool_failures": -tool_pen,
+                "latency": -latency_pen,
+                "empty_output": -empty_pen,
+            },
+        )
+        return reward, info

@@ -1,0 +1,276 @@
+"""Synthetic agents for the demo, the tests and the benchmarks.
+
+A :class:`Scenario` is an agent with a task set and a few actions (configurations) whose
+behaviour differs in ways the offline judge can see: how often the answer is right,
+whether it explains, whether its tool fails, how long it takes, how verbose it is. Episodes
+go through the real :class:`~agent_learning.capture.EpisodeCapture`, so the pipeline sees
+exactly what it would see from a real agent. :meth:`Scenario.expected_rewards` measures
+the true value of every action with the real judge and reward function, so the best action
+is known.
+
+Two scenarios ship:
+
+* ``math-tutor`` — prompt variants for arithmetic questions; the instructions ask for an
+  explanation. ``step-by-step`` is best; ``calculator`` is accurate when its tool works but
+  the tool fails a third of the time; ``direct`` ignores the instructions.
+* ``support-bot`` — retrieval depth k for a help-desk bot; deeper retrieval finds the right
+  article more often but is slower, and k=10 stuffs so much context into the answer that it
+  often breaks the "answer concisely" instruction. ``k=5`` is best.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from datetime import timedelta
+from typing import Any
+
+from .capture import EpisodeCapture
+from .clock import Clock, ManualClock
+from .documents import Action, Episode
+from .policy import Decision, SoftmaxPolicy
+from .store.base import Store
+
+
+@dataclass(frozen=True)
+class Task:
+    query: str
+    answer: str
+    """The right answer (a number or the key sentence of the right help article)."""
+    wrong: str
+    """A plausible wrong answer."""
+
+
+@dataclass(frozen=True)
+class Behaviour:
+    """How one action behaves: probabilities and latencies of the simulated run."""
+
+    action: Action
+    p_correct: float
+    explains: bool = True
+    tool: str | None = None
+    p_tool_error: float = 0.0
+    p_correct_after_tool_error: float = 0.5
+    latency_ms: float = 1_500.0
+    p_verbose: float = 0.0
+
+
+@dataclass
+class Scenario:
+    """An agent, its instructions, its task generator and its actions' behaviours."""
+
+    agent_id: str
+    instructions: str
+    behaviours: Sequence[Behaviour]
+    make_task: Callable[[random.Random], Task]
+    explain: Callable[[Task, str], str]
+    verbose_padding: str = ""
+    metadata: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def actions(self) -> list[Action]:
+        return [b.action for b in self.behaviours]
+
+    def behaviour(self, action_id: str) -> Behaviour:
+        for b in self.behaviours:
+            if b.action.id == action_id:
+                return b
+        raise KeyError(action_id)
+
+    def run_episode(
+        self, store: Store, decision: Decision, rng: random.Random, clock: ManualClock, episode_id: str | None = None
+    ) -> Episode:
+        """Simulate one run of the chosen action and write it through ``EpisodeCapture``."""
+        b = self.behaviour(decision.action_id)
+        task = self.make_task(rng)
+        cap = EpisodeCapture(
+            store,
+            decision,
+            input=task.query,
+            instructions=self.instructions,
+            clock=clock,
+            episode_id=episode_id or f"{self.agent_id}-{rng.getrandbits(64):016x}",
+        )
+        p_correct = b.p_correct
+        if b.tool:
+            tool_ms = max(1.0, rng.gauss(b.latency_ms * 0.4, b.latency_ms * 0.1))
+            if rng.random() < b.p_tool_error:
+                cap.step(
+                    b.tool,
+                    latency_ms=tool_ms,
+                    status="error",
+                    error="TimeoutError: the tool did not answer",
+                    arguments={"query": task.query},
+                )
+                p_correct = b.p_correct_after_tool_error
+            else:
+                cap.step(b.tool, latency_ms=tool_ms, arguments={"query": task.query}, result=task.answer)
+        answer = task.answer if rng.random() < p_correct else task.wrong
+        output = self.explain(task, answer) if b.explains else answer
+        if b.p_verbose and rng.random() < b.p_verbose:
+            output = f"{output} {self.verbose_padding}"
+        clock.advance(max(0.05, rng.gauss(b.latency_ms, b.latency_ms * 0.2)) / 1000.0)
+        return cap.end(output)
+
+    def expected_rewards(self, judge: Any, reward: Any, n: int = 2_000, seed: int = 0) -> dict[str, float]:
+        """The true mean reward of each action, by simulation with the given judge and reward."""
+        from .store.memory import MemoryStore
+
+        rng = random.Random(seed)
+        clock = ManualClock()
+        out = {}
+        for b in self.behaviours:
+            policy = SoftmaxPolicy(self.agent_id, self.actions, [0.0] * len(self.actions))
+            decision = policy.decision_for(b.action.id)
+            store = MemoryStore()
+            total = 0.0
+            for i in range(n):
+                ep = self.run_episode(store, decision, rng, clock, episode_id=f"x{i}")
+                total += reward(judge.judge(ep).metrics, ep)[0]
+            out[b.action.id] = total / n
+        return out
+
+
+# --------------------------------------------------------------------------- scenarios
+
+
+def _arithmetic(rng: random.Random) -> Task:
+    a, b = rng.randint(2, 99), rng.randint(2, 99)
+    op = rng.choice(["+", "-", "*"])
+    value = {"+": a + b, "-": a - b, "*": a * b}[op]
+    wrong = value + rng.choice([-10, -2, -1, 1, 2, 10])
+    phrasing = rng.choice(["What is {a} {op} {b}?", "Compute {a} {op} {b}.", "Please work out {a} {op} {b}."])
+    return Task(phrasing.format(a=a, op=op, b=b), str(value), str(wrong))
+
+
+def _explain_arithmetic(task: Task, answer: str) -> str:
+    return (
+        f"Take the two numbers in '{task.query}' and combine them step by step; "
+        f"that gives {answer}. The answer is {answer}."
+    )
+
+
+def math_tutor(agent_id: str = "math-tutor") -> Scenario:
+    return Scenario(
+        agent_id=agent_id,
+        instructions="You are a patient math tutor. Explain your reasoning briefly, then give the answer.",
+        behaviours=[
+            Behaviour(
+                Action(id="direct", description="Answer immediately", config={"prompt": "direct"}),
+                p_correct=0.70,
+                explains=False,
+                latency_ms=800,
+            ),
+            Behaviour(
+                Action(id="step-by-step", description="Reason step by step", config={"prompt": "cot"}),
+                p_correct=0.90,
+                latency_ms=2_500,
+            ),
+            Behaviour(
+                Action(id="calculator", description="Use the calculator tool", config={"prompt": "tool"}),
+                p_correct=0.99,
+                tool="calculator",
+                p_tool_error=0.35,
+                latency_ms=3_000,
+            ),
+            Behaviour(
+                Action(id="few-shot", description="Three worked examples", config={"prompt": "few-shot"}),
+                p_correct=0.75,
+                latency_ms=2_000,
+            ),
+        ],
+        make_task=_arithmetic,
+        explain=_explain_arithmetic,
+    )
+
+
+_ARTICLES = [
+    (
+        "How do I reset my password?",
+        "To reset your password, open Settings, choose Security and select Reset password.",
+    ),
+    (
+        "How can I change my billing address?",
+        "To change your billing address, open Billing, choose Address and save the change.",
+    ),
+    (
+        "Where can I download my invoices?",
+        "You can download invoices from the Billing page under Invoices and download.",
+    ),
+    (
+        "How do I enable two-factor authentication?",
+        "To enable two-factor authentication, open Security settings and turn on two-factor authentication.",
+    ),
+    (
+        "How do I cancel my subscription?",
+        "To cancel your subscription, open Billing, choose Subscription and select cancel.",
+    ),
+    (
+        "Why was my payment declined?",
+        "A payment is declined when the card expired or the bank blocked it; update the card.",
+    ),
+    ("How do I export my data?", "To export your data, open Settings, choose Privacy and select export data."),
+    ("How do I invite a team member?", "To invite a team member, open Team, choose Invite and enter their email."),
+]
+_FALLBACK = "Thanks for reaching out. Our support team will look into this and get back to you shortly."
+
+
+def _help_desk(rng: random.Random) -> Task:
+    query, answer = rng.choice(_ARTICLES)
+    return Task(query, answer, _FALLBACK)
+
+
+def support_bot(agent_id: str = "support-bot") -> Scenario:
+    padding = "Here is everything else I found in the knowledge base that might be related: " + " ".join(
+        a for _, a in _ARTICLES[:4]
+    )
+    return Scenario(
+        agent_id=agent_id,
+        instructions="You are a help-desk assistant. Answer concisely from the knowledge base.",
+        behaviours=[
+            Behaviour(
+                Action(id="k=1", description="Retrieve 1 article", config={"retrieval_k": 1}),
+                p_correct=0.55,
+                tool="search",
+                latency_ms=1_200,
+            ),
+            Behaviour(
+                Action(id="k=3", description="Retrieve 3 articles", config={"retrieval_k": 3}),
+                p_correct=0.80,
+                tool="search",
+                latency_ms=1_800,
+            ),
+            Behaviour(
+                Action(id="k=5", description="Retrieve 5 articles", config={"retrieval_k": 5}),
+                p_correct=0.92,
+                tool="search",
+                latency_ms=2_500,
+            ),
+            Behaviour(
+                Action(id="k=10", description="Retrieve 10 articles", config={"retrieval_k": 10}),
+                p_correct=0.94,
+                tool="search",
+                latency_ms=6_000,
+                p_verbose=0.5,
+            ),
+        ],
+        make_task=_help_desk,
+        explain=lambda task, answer: answer,
+        verbose_padding=padding,
+    )
+
+
+SCENARIOS: dict[str, Callable[[], Scenario]] = {"math-tutor": math_tutor, "support-bot": support_bot}
+
+
+def simulate_round(
+    scenario: Scenario, policy: SoftmaxPolicy, store: Store, n: int, rng: random.Random, clock: Clock
+) -> list[Episode]:
+    """``n`` episodes of ``scenario``, each choosing from ``policy``."""
+    assert isinstance(clock, ManualClock)
+    episodes = []
+    for _ in range(n):
+        episodes.append(scenario.run_episode(store, policy.choose(), rng, clock))
+    clock.advance(timedelta(seconds=1).total_seconds())
+    return episodes

@@ -1,0 +1,156 @@
+"""The store port: where episodes, scores, policies and training runs live.
+
+Adapters: :class:`~agent_learning.store.memory.MemoryStore` (unit tests),
+:class:`~agent_learning.store.sqlite.SQLiteStore` (the local default, one file) and the Cosmos
+DB adapter. All of them pass the same contract tests (``tests/test_store_contract.py``).
+
+Reads return raw dicts (Cosmos items) rather than parsed documents, so that a corrupt or
+foreign document reaches the caller that knows how to reject it and keep going, instead of
+failing inside the store.
+
+Semantics every adapter keeps:
+
+* ``add_episode`` creates; writing the same episode again is a no-op, a different document
+  with an existing id is a :class:`ConcurrencyConflict` (episodes are immutable).
+* ``read_episodes`` is a change feed: every episode once, in write order, resumable from an
+  opaque continuation token (Cosmos: the change-feed continuation; SQLite: a sequence number).
+* ``put_score`` creates or overwrites by id. On the first write the store assigns ``seq``,
+  a number that increases with write order; overwrites keep it. The trainer reads an agent's
+  scores ordered by ``(seq, id)`` after a cursor, so a re-scored episode is never read twice.
+* ``replace_current_policy`` is compare-and-swap on the ETag; ``create_policy_version`` is
+  create-only (an identical existing version is accepted, a different one conflicts).
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from ..documents import Episode, PolicyDocument, Score, ScoreCursor, TrainingRun
+
+RawDoc = dict[str, Any]
+
+
+@dataclass(frozen=True)
+class FeedPage:
+    """One page of the episode change feed."""
+
+    items: list[RawDoc]
+    continuation: str | None
+    """Pass it to the next ``read_episodes`` call; ``None`` only when nothing was ever read."""
+
+
+@dataclass(frozen=True)
+class Tagged:
+    """A raw document with its ETag."""
+
+    doc: RawDoc
+    etag: str
+
+
+class Store(ABC):
+    """The persistence port. Thread-safe in every adapter."""
+
+    # ------------------------------------------------------------------ episodes
+
+    @abstractmethod
+    def add_episode(self, episode: Episode) -> None:
+        """Store a new episode (idempotent for an identical document)."""
+
+    @abstractmethod
+    def get_episode(self, episode_id: str) -> RawDoc | None:
+        """The raw episode document, or ``None``."""
+
+    @abstractmethod
+    def read_episodes(self, continuation: str | None, max_items: int = 100) -> FeedPage:
+        """Up to ``max_items`` episodes written after ``continuation`` (``None``: from the start)."""
+
+    @abstractmethod
+    def list_episodes(self, agent_id: str | None = None, limit: int = 100) -> list[RawDoc]:
+        """The newest episodes first, optionally of one agent."""
+
+    # ------------------------------------------------------------------ scores
+
+    @abstractmethod
+    def put_score(self, score: Score) -> Score:
+        """Create or overwrite the score of an episode; returns it with its ``seq``."""
+
+    @abstractmethod
+    def get_score(self, episode_id: str) -> RawDoc | None:
+        """The raw score document of an episode, or ``None``."""
+
+    @abstractmethod
+    def read_scores(self, agent_id: str, after: ScoreCursor | None, limit: int) -> list[RawDoc]:
+        """Scores of ``agent_id`` ordered by ``(seq, id)`` strictly after ``after``.
+
+        Every returned item has an int ``seq`` and a str ``id`` even if the rest is invalid.
+        """
+
+    # ------------------------------------------------------------------ policies
+
+    @abstractmethod
+    def get_current_policy(self, agent_id: str) -> Tagged | None:
+        """The agent's current policy document and its ETag, or ``None``."""
+
+    @abstractmethod
+    def get_policy_version(self, agent_id: str, version: int) -> RawDoc | None:
+        """An immutable policy version document, or ``None``."""
+
+    @abstractmethod
+    def replace_current_policy(self, doc: PolicyDocument, etag: str | None) -> str:
+        """Write the current document if its ETag is still ``etag`` (``None``: it must not
+        exist yet). Returns the new ETag; raises :class:`ConcurrencyConflict` otherwise."""
+
+    @abstractmethod
+    def create_policy_version(self, doc: PolicyDocument) -> None:
+        """Store an immutable version; identical re-creation is a no-op, a different
+        document under the same id raises :class:`ConcurrencyConflict`."""
+
+    @abstractmethod
+    def list_policy_versions(self, agent_id: str) -> list[RawDoc]:
+        """Every version document of an agent, oldest first."""
+
+    @abstractmethod
+    def list_agents(self) -> list[str]:
+        """Ids of the agents that have a current policy, sorted."""
+
+    # ------------------------------------------------------------------ runs
+
+    @abstractmethod
+    def put_run(self, run: TrainingRun) -> None:
+        """Create or overwrite a training run (its id is deterministic)."""
+
+    @abstractmethod
+    def get_run(self, run_id: str) -> RawDoc | None: ...
+
+    @abstractmethod
+    def list_runs(self, agent_id: str, limit: int = 100) -> list[RawDoc]:
+        """The newest runs of an agent first."""
+
+    # ------------------------------------------------------------------ checkpoints
+
+    @abstractmethod
+    def get_checkpoint(self, name: str) -> str | None:
+        """A durable named value (the local runner keeps its feed continuation here)."""
+
+    @abstractmethod
+    def set_checkpoint(self, name: str, value: str) -> None: ...
+
+    def close(self) -> None:
+        """Release connections."""
+        return None
+
+    def __enter__(self) -> Store:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def same_document(a: RawDoc, b: RawDoc, ignore: Iterable[str] = ()) -> bool:
+    """Equality of two stored documents, ignoring store-added (``_``-prefixed) fields."""
+    skip = set(ignore)
+    strip = lambda d: {k: v for k, v in d.items() if not k.startswith("_") and k not in skip}  # noqa: E731
+    return strip(a) == strip(b)

@@ -1,0 +1,165 @@
+"""An in-memory store for unit tests: dicts behind one lock, same semantics as the others."""
+
+from __future__ import annotations
+
+import copy
+import threading
+import uuid
+
+from ..documents import Episode, PolicyDocument, Score, ScoreCursor, TrainingRun, policy_doc_id
+from ..errors import ConcurrencyConflict
+from .base import FeedPage, RawDoc, Store, Tagged, same_document
+
+
+class MemoryStore(Store):
+    """Everything in process memory; lost when the object goes away."""
+
+    def __init__(self) -> None:
+        self._lock = threading.RLock()
+        self._episodes: dict[str, RawDoc] = {}
+        self._feed: list[str] = []
+        self._scores: dict[str, RawDoc] = {}
+        self._next_seq = 1
+        self._policies: dict[str, Tagged] = {}
+        self._runs: dict[str, RawDoc] = {}
+        self._checkpoints: dict[str, str] = {}
+
+    # episodes
+    def add_episode(self, episode: Episode) -> None:
+        doc = episode.to_dict()
+        with self._lock:
+            existing = self._episodes.get(episode.id)
+            if existing is not None:
+                if same_document(existing, doc):
+                    return
+                raise ConcurrencyConflict(f"episode {episode.id!r} already exists with different content")
+            self._episodes[episode.id] = doc
+            self._feed.append(episode.id)
+
+    def get_episode(self, episode_id: str) -> RawDoc | None:
+        with self._lock:
+            doc = self._episodes.get(episode_id)
+            return copy.deepcopy(doc) if doc is not None else None
+
+    def read_episodes(self, continuation: str | None, max_items: int = 100) -> FeedPage:
+        start = int(continuation) if continuation else 0
+        with self._lock:
+            ids = self._feed[start : start + max_items]
+            items = [copy.deepcopy(self._episodes[i]) for i in ids]
+        return FeedPage(items, str(start + len(ids)))
+
+    def list_episodes(self, agent_id: str | None = None, limit: int = 100) -> list[RawDoc]:
+        with self._lock:
+            out = []
+            for eid in reversed(self._feed):
+                doc = self._episodes[eid]
+                if agent_id is None or doc.get("agent_id") == agent_id:
+                    out.append(copy.deepcopy(doc))
+                    if len(out) >= limit:
+                        break
+            return out
+
+    # scores
+    def put_score(self, score: Score) -> Score:
+        with self._lock:
+            existing = self._scores.get(score.id)
+            if existing is not None and isinstance(existing.get("seq"), int):
+                seq = existing["seq"]
+            else:
+                seq = self._next_seq
+                self._next_seq += 1
+            stored = score.model_copy(update={"seq": seq})
+            self._scores[score.id] = stored.to_dict()
+            return stored
+
+    def get_score(self, episode_id: str) -> RawDoc | None:
+        with self._lock:
+            doc = self._scores.get(episode_id)
+            return copy.deepcopy(doc) if doc is not None else None
+
+    def read_scores(self, agent_id: str, after: ScoreCursor | None, limit: int) -> list[RawDoc]:
+        key = (after.seq, after.id) if after else None
+        with self._lock:
+            rows = [
+                d
+                for d in self._scores.values()
+                if d.get("agent_id") == agent_id
+                and isinstance(d.get("seq"), int)
+                and (key is None or (d["seq"], d["id"]) > key)
+            ]
+            rows.sort(key=lambda d: (d["seq"], d["id"]))
+            return copy.deepcopy(rows[:limit])
+
+    # policies
+    def get_current_policy(self, agent_id: str) -> Tagged | None:
+        with self._lock:
+            tagged = self._policies.get(policy_doc_id(agent_id, None))
+            return Tagged(copy.deepcopy(tagged.doc), tagged.etag) if tagged else None
+
+    def get_policy_version(self, agent_id: str, version: int) -> RawDoc | None:
+        with self._lock:
+            tagged = self._policies.get(policy_doc_id(agent_id, version))
+            return copy.deepcopy(tagged.doc) if tagged else None
+
+    def replace_current_policy(self, doc: PolicyDocument, etag: str | None) -> str:
+        if doc.kind != "current":
+            raise ValueError("replace_current_policy needs a kind='current' document")
+        with self._lock:
+            existing = self._policies.get(doc.id)
+            if etag is None and existing is not None:
+                raise ConcurrencyConflict(f"current policy of {doc.agent_id!r} already exists")
+            if etag is not None and (existing is None or existing.etag != etag):
+                raise ConcurrencyConflict(f"current policy of {doc.agent_id!r} changed (stale ETag)")
+            new_etag = uuid.uuid4().hex
+            self._policies[doc.id] = Tagged(doc.to_dict(), new_etag)
+            return new_etag
+
+    def create_policy_version(self, doc: PolicyDocument) -> None:
+        if doc.kind != "version":
+            raise ValueError("create_policy_version needs a kind='version' document")
+        data = doc.to_dict()
+        with self._lock:
+            existing = self._policies.get(doc.id)
+            if existing is not None:
+                if same_document(existing.doc, data):
+                    return
+                raise ConcurrencyConflict(f"policy version {doc.id!r} already exists with different content")
+            self._policies[doc.id] = Tagged(data, uuid.uuid4().hex)
+
+    def list_policy_versions(self, agent_id: str) -> list[RawDoc]:
+        with self._lock:
+            docs = [
+                copy.deepcopy(t.doc)
+                for t in self._policies.values()
+                if t.doc.get("agent_id") == agent_id and t.doc.get("kind") == "version"
+            ]
+        return sorted(docs, key=lambda d: d.get("version", 0))
+
+    def list_agents(self) -> list[str]:
+        with self._lock:
+            return sorted(t.doc["agent_id"] for t in self._policies.values() if t.doc.get("kind") == "current")
+
+    # runs
+    def put_run(self, run: TrainingRun) -> None:
+        with self._lock:
+            self._runs[run.id] = run.to_dict()
+
+    def get_run(self, run_id: str) -> RawDoc | None:
+        with self._lock:
+            doc = self._runs.get(run_id)
+            return copy.deepcopy(doc) if doc is not None else None
+
+    def list_runs(self, agent_id: str, limit: int = 100) -> list[RawDoc]:
+        with self._lock:
+            docs = [copy.deepcopy(d) for d in self._runs.values() if d.get("agent_id") == agent_id]
+        docs.sort(key=lambda d: d.get("policy_version", 0), reverse=True)
+        return docs[:limit]
+
+    # checkpoints
+    def get_checkpoint(self, name: str) -> str | None:
+        with self._lock:
+            return self._checkpoints.get(name)
+
+    def set_checkpoint(self, name: str, value: str) -> None:
+        with self._lock:
+            self._checkpoints[name] = value

@@ -1,0 +1,315 @@
+"""The embedded store: one SQLite file, safe for several threads and processes.
+
+Documents are stored as JSON text next to the few columns queries need. WAL journaling lets
+readers run while one writer commits; writes that must be atomic (assigning a score's
+``seq``, the current-policy compare-and-swap) run in ``BEGIN IMMEDIATE`` transactions, so
+SQLite serialises them. The episode change feed is the table's autoincrement ``lsn``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+import threading
+import uuid
+from collections.abc import Iterator
+from contextlib import AbstractContextManager, contextmanager, nullcontext
+from pathlib import Path
+
+from ..documents import Episode, PolicyDocument, Score, ScoreCursor, TrainingRun, policy_doc_id
+from ..errors import ConcurrencyConflict
+from .base import FeedPage, RawDoc, Store, Tagged, same_document
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS episodes (
+    lsn INTEGER PRIMARY KEY AUTOINCREMENT,
+    id TEXT NOT NULL UNIQUE,
+    agent_id TEXT,
+    doc TEXT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS episodes_agent ON episodes (agent_id, lsn);
+CREATE TABLE IF NOT EXISTS scores (
+    id TEXT PRIMARY KEY,
+    agent_id TEXT NOT NULL,
+    seq INTEGER NOT NULL UNIQUE,
+    doc TEXT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS scores_agent_seq ON scores (agent_id, seq, id);
+CREATE TABLE IF NOT EXISTS policies (
+    id TEXT PRIMARY KEY,
+    agent_id TEXT NOT NULL,
+    kind TEXT NOT NULL,
+    version INTEGER NOT NULL,
+    etag TEXT NOT NULL,
+    doc TEXT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS policies_agent ON policies (agent_id, kind, version);
+CREATE TABLE IF NOT EXISTS runs (
+    id TEXT PRIMARY KEY,
+    agent_id TEXT NOT NULL,
+    policy_version INTEGER NOT NULL,
+    doc TEXT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS runs_agent ON runs (agent_id, policy_version);
+CREATE TABLE IF NOT EXISTS checkpoints (
+    name TEXT PRIMARY KEY,
+    value TEXT NOT NULL
+);
+"""
+
+
+def connect(path: str | os.PathLike[str]) -> sqlite3.Connection:
+    """A connection tuned for this workload (WAL, busy timeout, autocommit mode)."""
+    conn = sqlite3.connect(path, timeout=30.0, isolation_level=None, check_same_thread=False)
+    conn.execute("PRAGMA busy_timeout = 30000")
+    if str(path) != ":memory:":
+        conn.execute("PRAGMA journal_mode = WAL")
+    conn.execute("PRAGMA synchronous = NORMAL")
+    return conn
+
+
+class SQLiteStore(Store):
+    """The local default store. ``path`` is created (with its folder) if missing."""
+
+    def __init__(self, path: str | os.PathLike[str]) -> None:
+        self.path = str(path)
+        if self.path != ":memory:":
+            Path(self.path).parent.mkdir(parents=True, exist_ok=True)
+        self._local = threading.local()
+        self._all: list[sqlite3.Connection] = []
+        self._all_lock = threading.Lock()
+        self._shared: sqlite3.Connection | None = None
+        self._shared_lock = threading.RLock()
+        if self.path == ":memory:":  # one database: share one connection behind a lock
+            self._shared = connect(self.path)
+        with self._lock():
+            self._conn().executescript(SCHEMA)
+
+    # ------------------------------------------------------------------ plumbing
+
+    def _conn(self) -> sqlite3.Connection:
+        if self._shared is not None:
+            return self._shared
+        conn = getattr(self._local, "conn", None)
+        if conn is None:
+            conn = connect(self.path)
+            self._local.conn = conn
+            with self._all_lock:
+                self._all.append(conn)
+        return conn
+
+    def _lock(self) -> AbstractContextManager[object]:
+        """Serialises use of the shared in-memory connection; per-thread files need none."""
+        return self._shared_lock if self._shared is not None else nullcontext()
+
+    @contextmanager
+    def _tx(self, immediate: bool = True) -> Iterator[sqlite3.Connection]:
+        with self._lock():
+            conn = self._conn()
+            conn.execute("BEGIN IMMEDIATE" if immediate else "BEGIN")
+            try:
+                yield conn
+            except BaseException:
+                conn.execute("ROLLBACK")
+                raise
+            else:
+                conn.execute("COMMIT")
+
+    def _query(self, sql: str, params: tuple[object, ...] = ()) -> list[tuple[object, ...]]:
+        with self._lock():
+            return self._conn().execute(sql, params).fetchall()
+
+    def close(self) -> None:
+        with self._all_lock:
+            for conn in self._all:
+                conn.close()
+            self._all.clear()
+        if self._shared is not None:
+            self._shared.close()
+        self._local = threading.local()
+
+    # ------------------------------------------------------------------ episodes
+
+    def add_episode(self, episode: Episode) -> None:
+        doc = episode.to_dict()
+        text = json.dumps(doc)
+        with self._tx() as conn:
+            row = conn.execute("SELECT doc FROM episodes WHERE id = ?", (episode.id,)).fetchone()
+            if row is not None:
+                if same_document(json.loads(row[0]), doc):
+                    return
+                raise ConcurrencyConflict(f"episode {episode.id!r} already exists with different content")
+            conn.execute(
+                "INSERT INTO episodes (id, agent_id, doc) VALUES (?, ?, ?)", (episode.id, episode.agent_id, text)
+            )
+
+    def add_raw_episode(self, doc: RawDoc) -> None:
+        """Store an unvalidated episode document, as a non-Python agent writing to Cosmos
+        could. For tests of the pipeline's handling of bad input."""
+        with self._tx() as conn:
+            conn.execute(
+                "INSERT INTO episodes (id, agent_id, doc) VALUES (?, ?, ?)",
+                (str(doc.get("id", uuid.uuid4().hex)), str(doc.get("agent_id")), json.dumps(doc)),
+            )
+
+    def get_episode(self, episode_id: str) -> RawDoc | None:
+        rows = self._query("SELECT doc FROM episodes WHERE id = ?", (episode_id,))
+        return json.loads(rows[0][0]) if rows else None  # type: ignore[arg-type]
+
+    def read_episodes(self, continuation: str | None, max_items: int = 100) -> FeedPage:
+        after = int(continuation) if continuation else 0
+        rows = self._query("SELECT lsn, doc FROM episodes WHERE lsn > ? ORDER BY lsn LIMIT ?", (after, max_items))
+        last = rows[-1][0] if rows else after
+        return FeedPage([json.loads(r[1]) for r in rows], str(last))  # type: ignore[arg-type]
+
+    def list_episodes(self, agent_id: str | None = None, limit: int = 100) -> list[RawDoc]:
+        if agent_id is None:
+            rows = self._query("SELECT doc FROM episodes ORDER BY lsn DESC LIMIT ?", (limit,))
+        else:
+            rows = self._query(
+                "SELECT doc FROM episodes WHERE agent_id = ? ORDER BY lsn DESC LIMIT ?", (agent_id, limit)
+            )
+        return [json.loads(r[0]) for r in rows]  # type: ignore[arg-type]
+
+    # ------------------------------------------------------------------ scores
+
+    def put_score(self, score: Score) -> Score:
+        with self._tx() as conn:
+            row = conn.execute("SELECT seq FROM scores WHERE id = ?", (score.id,)).fetchone()
+            if row is not None:
+                stored = score.model_copy(update={"seq": row[0]})
+                conn.execute(
+                    "UPDATE scores SET agent_id = ?, doc = ? WHERE id = ?",
+                    (stored.agent_id, stored.to_json(), stored.id),
+                )
+            else:
+                (top,) = conn.execute("SELECT COALESCE(MAX(seq), 0) FROM scores").fetchone()
+                stored = score.model_copy(update={"seq": top + 1})
+                conn.execute(
+                    "INSERT INTO scores (id, agent_id, seq, doc) VALUES (?, ?, ?, ?)",
+                    (stored.id, stored.agent_id, stored.seq, stored.to_json()),
+                )
+        return stored
+
+    def get_score(self, episode_id: str) -> RawDoc | None:
+        rows = self._query("SELECT doc FROM scores WHERE id = ?", (episode_id,))
+        return json.loads(rows[0][0]) if rows else None  # type: ignore[arg-type]
+
+    def read_scores(self, agent_id: str, after: ScoreCursor | None, limit: int) -> list[RawDoc]:
+        seq, sid = (after.seq, after.id) if after else (-1, "")
+        rows = self._query(
+            "SELECT seq, id, doc FROM scores WHERE agent_id = ? AND (seq > ? OR (seq = ? AND id > ?)) "
+            "ORDER BY seq, id LIMIT ?",
+            (agent_id, seq, seq, sid, limit),
+        )
+        out = []
+        for s, i, text in rows:
+            try:
+                doc = json.loads(text)  # type: ignore[arg-type]
+            except ValueError:
+                doc = {"corrupt": text}
+            if not isinstance(doc, dict):
+                doc = {"corrupt": doc}
+            doc["seq"], doc["id"] = s, i  # the columns are the truth for the cursor
+            out.append(doc)
+        return out
+
+    def put_raw_score(self, doc: RawDoc) -> None:
+        """Store an unvalidated score document (for tests of corrupt-data handling)."""
+        with self._tx() as conn:
+            (top,) = conn.execute("SELECT COALESCE(MAX(seq), 0) FROM scores").fetchone()
+            conn.execute(
+                "INSERT OR REPLACE INTO scores (id, agent_id, seq, doc) VALUES (?, ?, ?, ?)",
+                (str(doc["id"]), str(doc["agent_id"]), top + 1, json.dumps(doc)),
+            )
+
+    # ------------------------------------------------------------------ policies
+
+    def get_current_policy(self, agent_id: str) -> Tagged | None:
+        rows = self._query("SELECT doc, etag FROM policies WHERE id = ?", (policy_doc_id(agent_id, None),))
+        return Tagged(json.loads(rows[0][0]), str(rows[0][1])) if rows else None  # type: ignore[arg-type]
+
+    def get_policy_version(self, agent_id: str, version: int) -> RawDoc | None:
+        rows = self._query("SELECT doc FROM policies WHERE id = ?", (policy_doc_id(agent_id, version),))
+        return json.loads(rows[0][0]) if rows else None  # type: ignore[arg-type]
+
+    def replace_current_policy(self, doc: PolicyDocument, etag: str | None) -> str:
+        if doc.kind != "current":
+            raise ValueError("replace_current_policy needs a kind='current' document")
+        new_etag = uuid.uuid4().hex
+        with self._tx() as conn:
+            row = conn.execute("SELECT etag FROM policies WHERE id = ?", (doc.id,)).fetchone()
+            if etag is None and row is not None:
+                raise ConcurrencyConflict(f"current policy of {doc.agent_id!r} already exists")
+            if etag is not None and (row is None or row[0] != etag):
+                raise ConcurrencyConflict(f"current policy of {doc.agent_id!r} changed (stale ETag)")
+            conn.execute(
+                "INSERT OR REPLACE INTO policies (id, agent_id, kind, version, etag, doc) "
+                "VALUES (?, ?, 'current', ?, ?, ?)",
+                (doc.id, doc.agent_id, doc.version, new_etag, doc.to_json()),
+            )
+        return new_etag
+
+    def put_raw_current_policy(self, agent_id: str, doc: RawDoc) -> None:
+        """Overwrite the current document with anything (for tests of corrupt-policy handling)."""
+        with self._tx() as conn:
+            conn.execute(
+                "INSERT OR REPLACE INTO policies (id, agent_id, kind, version, etag, doc) "
+                "VALUES (?, ?, 'current', 0, ?, ?)",
+                (policy_doc_id(agent_id, None), agent_id, uuid.uuid4().hex, json.dumps(doc)),
+            )
+
+    def create_policy_version(self, doc: PolicyDocument) -> None:
+        if doc.kind != "version":
+            raise ValueError("create_policy_version needs a kind='version' document")
+        data = doc.to_dict()
+        with self._tx() as conn:
+            row = conn.execute("SELECT doc FROM policies WHERE id = ?", (doc.id,)).fetchone()
+            if row is not None:
+                if same_document(json.loads(row[0]), data):
+                    return
+                raise ConcurrencyConflict(f"policy version {doc.id!r} already exists with different content")
+            conn.execute(
+                "INSERT INTO policies (id, agent_id, kind, version, etag, doc) VALUES (?, ?, 'version', ?, ?, ?)",
+                (doc.id, doc.agent_id, doc.version, uuid.uuid4().hex, json.dumps(data)),
+            )
+
+    def list_policy_versions(self, agent_id: str) -> list[RawDoc]:
+        rows = self._query(
+            "SELECT doc FROM policies WHERE agent_id = ? AND kind = 'version' ORDER BY version", (agent_id,)
+        )
+        return [json.loads(r[0]) for r in rows]  # type: ignore[arg-type]
+
+    def list_agents(self) -> list[str]:
+        rows = self._query("SELECT agent_id FROM policies WHERE kind = 'current' ORDER BY agent_id")
+        return [str(r[0]) for r in rows]
+
+    # ------------------------------------------------------------------ runs
+
+    def put_run(self, run: TrainingRun) -> None:
+        with self._tx() as conn:
+            conn.execute(
+                "INSERT OR REPLACE INTO runs (id, agent_id, policy_version, doc) VALUES (?, ?, ?, ?)",
+                (run.id, run.agent_id, run.policy_version, run.to_json()),
+            )
+
+    def get_run(self, run_id: str) -> RawDoc | None:
+        rows = self._query("SELECT doc FROM runs WHERE id = ?", (run_id,))
+        return json.loads(rows[0][0]) if rows else None  # type: ignore[arg-type]
+
+    def list_runs(self, agent_id: str, limit: int = 100) -> list[RawDoc]:
+        rows = self._query(
+            "SELECT doc FROM runs WHERE agent_id = ? ORDER BY policy_version DESC LIMIT ?", (agent_id, limit)
+        )
+        return [json.loads(r[0]) for r in rows]  # type: ignore[arg-type]
+
+    # ------------------------------------------------------------------ checkpoints
+
+    def get_checkpoint(self, name: str) -> str | None:
+        rows = self._query("SELECT value FROM checkpoints WHERE name = ?", (name,))
+        return str(rows[0][0]) if rows else None
+
+    def set_checkpoint(self, name: str, value: str) -> None:
+        with self._tx() as conn:
+            conn.execute("INSERT OR REPLACE INTO checkpoints (name, value) VALUES (?, ?)", (name, value))
