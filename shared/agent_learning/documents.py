@@ -322,6 +322,8 @@ class PolicyDocument(Document):
             raise ValueError(
                 f"exploration_floor: {self.exploration_floor} x {len(self.actions)} actions must be below 1"
             )
+        if self.kind == "version" and self.pinned:
+            raise ValueError("pinned: only the current document can be pinned")
         expected = policy_doc_id(self.agent_id, self.version if self.kind == "version" else None)
         if self.id != expected:
             raise ValueError(f"id: expected {expected!r} for a {self.kind} document")
@@ -332,9 +334,16 @@ class PolicyDocument(Document):
         return [a.id for a in self.actions]
 
     def as_kind(self, kind: Literal["version", "current"]) -> PolicyDocument:
-        """The same policy as a version document or as the current document."""
+        """The same policy as a version document or as the current document.
+
+        ``pinned`` is state of the current document only (pausing learning does not make a
+        new policy), so version documents always have ``pinned=False``.
+        """
         doc_id = policy_doc_id(self.agent_id, self.version if kind == "version" else None)
-        return self.model_copy(update={"kind": kind, "id": doc_id})
+        update: dict[str, Any] = {"kind": kind, "id": doc_id}
+        if kind == "version":
+            update["pinned"] = False
+        return self.model_copy(update=update)
 
 
 def policy_doc_id(agent_id: str, version: int | None) -> str:

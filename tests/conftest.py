@@ -1,0 +1,13 @@
+"""Shared fixtures."""
+
+from __future__ import annotations
+
+import pytest
+
+from agent_learning.clock import ManualClock
+
+
+@pytest.fixture
+def clock() -> ManualClock:
+    """A clock that only moves when a test advances it."""
+    return ManualClock()

@@ -1,0 +1,192 @@
+"""The REINFORCE learner: its gradient, its step and its guards."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from agent_learning.learner import (
+    Batch,
+    LearnerConfig,
+    Reinforce,
+    entropy,
+    kl_divergence,
+    softmax,
+    surrogate,
+)
+from agent_learning.policy import mix_floor
+from agent_learning.policy import softmax as py_softmax
+
+
+def random_batch(rng: np.random.Generator, k: int, n: int) -> Batch:
+    return Batch.from_arrays(rng.integers(0, k, n), rng.random(n), rng.uniform(0.02, 1.0, n), k)
+
+
+def finite_difference(fn, x: np.ndarray, eps: float = 1e-6) -> np.ndarray:
+    return np.array([(fn(x + e) - fn(x - e)) / (2 * eps) for e in np.eye(len(x)) * eps])
+
+
+@pytest.mark.parametrize("temperature", [1.0, 0.5, 2.0])
+@pytest.mark.parametrize("entropy_coef", [0.0, 0.05, 1.0])
+@pytest.mark.parametrize("normalize", [True, False])
+def test_gradient_matches_finite_differences(temperature: float, entropy_coef: float, normalize: bool) -> None:
+    rng = np.random.default_rng(42)
+    k = 6
+    learner = Reinforce(LearnerConfig(entropy_coef=entropy_coef, normalize_advantages=normalize, importance_clip=3.0))
+    for _ in range(5):
+        theta = rng.normal(scale=2.0, size=k)
+        batch = random_batch(rng, k, 64)
+        g, _ = learner.gradient(theta, batch, temperature)
+        w, adv, _ = learner.weights_and_advantages(theta, batch, temperature)
+        numeric = finite_difference(
+            lambda t, b=batch, w=w, a=adv: surrogate(t, b, w, a, entropy_coef, temperature), theta
+        )
+        np.testing.assert_allclose(g, numeric, rtol=1e-5, atol=1e-8)
+
+
+def test_entropy_gradient_alone_matches_finite_differences() -> None:
+    """With zero advantages only the entropy term remains: ∇H = −s(log s + H)/T."""
+    rng = np.random.default_rng(1)
+    theta = rng.normal(size=5)
+    batch = Batch.from_arrays([0, 1], [0.5, 0.5], [0.5, 0.5], 5)  # equal rewards → zero advantages
+    learner = Reinforce(LearnerConfig(entropy_coef=1.0))
+    g, _ = learner.gradient(theta, batch, 1.3)
+    numeric = finite_difference(lambda t: entropy(softmax(t, 1.3)), theta)
+    np.testing.assert_allclose(g, numeric, rtol=1e-5, atol=1e-9)
+
+
+def test_expected_gradient_equals_true_policy_gradient() -> None:
+    """On-policy, the batch gradient averages to ∇J = s ⊙ (q − J) (the bandit policy gradient)."""
+    rng = np.random.default_rng(3)
+    k = 4
+    q = np.array([0.8, 0.6, 0.5, 0.3])
+    theta = np.array([0.3, -0.2, 0.1, 0.0])
+    s = softmax(theta)
+    learner = Reinforce(LearnerConfig(entropy_coef=0.0, normalize_advantages=False, importance_clip=10.0))
+    n = 400_000
+    actions = rng.choice(k, size=n, p=s)
+    rewards = (rng.random(n) < q[actions]).astype(float)
+    g, _ = learner.gradient(theta, Batch.from_arrays(actions, rewards, s[actions], k))
+    true = s * (q - s @ q)
+    np.testing.assert_allclose(g, true, atol=3e-3)
+
+
+def test_importance_weights_are_clipped_ratios() -> None:
+    theta = np.log(np.array([0.7, 0.2, 0.1]))
+    batch = Batch.from_arrays([0, 1, 2], [1.0, 0.0, 1.0], [0.07, 0.2, 0.5], 3)
+    learner = Reinforce(LearnerConfig(importance_clip=4.0))
+    w, _, stats = learner.weights_and_advantages(theta, batch)
+    np.testing.assert_allclose(w, [4.0, 1.0, 0.2])  # 0.7/0.07 = 10 clipped to 4
+    assert stats["max_importance_weight"] == pytest.approx(10.0)
+    assert stats["clipped_fraction"] == pytest.approx(1 / 3)
+    assert stats["baseline"] == pytest.approx((4.0 * 1 + 0.2 * 1) / 5.2)
+
+
+def test_natural_gradient_step_moves_logits_by_advantage() -> None:
+    """F⁺g = T²·g/s (centred): from uniform logits the step is the per-action mean advantage."""
+    k = 3
+    theta = np.zeros(k)
+    batch = Batch.from_arrays([0, 0, 1, 1, 2, 2], [1.0, 1.0, 0.5, 0.5, 0.0, 0.0], [1 / 3] * 6, k)
+    cfg = LearnerConfig(learning_rate=0.1, normalize_advantages=False, entropy_coef=0.0, max_kl=None)
+    new = Reinforce(cfg).update(theta, batch).logits
+    # advantages per action: +0.5, 0, −0.5 → step 0.1 × (per-action IPS mean) = 0.1 × A × 1/3 / (1/3)
+    np.testing.assert_allclose(new, [0.05, 0.0, -0.05], atol=1e-12)
+
+
+def test_trust_region_bounds_kl() -> None:
+    rng = np.random.default_rng(5)
+    batch = random_batch(rng, 4, 50)
+    for max_kl in (0.01, 0.05, 0.2):
+        upd = Reinforce(LearnerConfig(learning_rate=50.0, max_kl=max_kl)).update(np.zeros(4), batch)
+        assert upd.metrics["kl"] <= max_kl
+        assert upd.metrics["step_scale"] < 50.0
+        assert upd.metrics["kl"] == pytest.approx(kl_divergence(softmax(np.zeros(4)), softmax(upd.logits)))
+
+
+def test_logits_stay_bounded_and_centred() -> None:
+    theta = np.zeros(3)
+    batch = Batch.from_arrays([0] * 20 + [1] * 20, [1.0] * 20 + [0.0] * 20, [0.5] * 40, 3)
+    learner = Reinforce(LearnerConfig(learning_rate=1e6, max_kl=None, logit_bound=7.0))
+    for _ in range(10):
+        theta = learner.update(theta, batch).logits
+    assert np.all(np.abs(theta) <= 7.0)
+    assert np.all(np.isfinite(theta))
+
+
+def test_update_improves_expected_reward_and_reports_metrics() -> None:
+    rng = np.random.default_rng(0)
+    q = np.array([0.2, 0.5, 0.9])
+    theta = np.zeros(3)
+    s = softmax(theta)
+    actions = rng.choice(3, size=300, p=s)
+    rewards = (rng.random(300) < q[actions]).astype(float)
+    upd = Reinforce().update(theta, Batch.from_arrays(actions, rewards, s[actions], 3))
+    assert softmax(upd.logits) @ q > s @ q
+    for key in ("mean_reward", "baseline", "entropy_before", "entropy_after", "kl", "step_scale", "grad_norm",
+                "episodes", "reward_std", "max_importance_weight", "clipped_fraction"):
+        assert np.isfinite(upd.metrics[key]), key
+    assert upd.metrics["episodes"] == 300
+    assert upd.metrics["mean_reward"] == pytest.approx(rewards.mean())
+
+
+def test_empty_batch_changes_nothing() -> None:
+    theta = np.array([1.0, -1.0])
+    upd = Reinforce().update(theta, Batch.from_arrays([], [], [], 2))
+    np.testing.assert_array_equal(upd.logits, theta)
+    assert upd.metrics["kl"] == 0.0
+
+
+@pytest.mark.parametrize(
+    ("field", "actions", "rewards", "probs"),
+    [
+        ("rewards[1]", [0, 1], [0.5, float("nan")], [0.5, 0.5]),
+        ("rewards[0]", [0, 1], [float("inf"), 0.5], [0.5, 0.5]),
+        ("logged_probs[1]", [0, 1], [0.5, 0.5], [0.5, 0.0]),
+        ("logged_probs[0]", [0, 1], [0.5, 0.5], [1.5, 0.5]),
+        ("actions[1]", [0, 2], [0.5, 0.5], [0.5, 0.5]),
+        ("actions[0]", [-1, 0], [0.5, 0.5], [0.5, 0.5]),
+    ],
+)
+def test_batch_rejects_bad_values_naming_them(field, actions, rewards, probs) -> None:
+    with pytest.raises(ValueError, match=field.replace("[", r"\[").replace("]", r"\]")):
+        Batch.from_arrays(actions, rewards, probs, 2)
+
+
+def test_batch_rejects_mismatched_lengths() -> None:
+    with pytest.raises(ValueError, match="equal length"):
+        Batch.from_arrays([0, 1], [0.5], [0.5, 0.5], 2)
+
+
+@pytest.mark.parametrize("name", ["learning_rate", "min_reward_std", "logit_bound"])
+def test_config_rejects_out_of_range(name: str) -> None:
+    with pytest.raises(ValueError, match=name):
+        LearnerConfig(**{name: 0.0})
+    with pytest.raises(ValueError, match="importance_clip"):
+        LearnerConfig(importance_clip=0.5)
+
+
+def test_numpy_softmax_equals_agent_side_softmax() -> None:
+    """The learner (numpy) and the agent (pure Python) must compute the same policy."""
+    rng = np.random.default_rng(9)
+    for _ in range(20):
+        theta = rng.normal(scale=5, size=7)
+        t = float(rng.uniform(0.3, 3))
+        np.testing.assert_allclose(softmax(theta, t), py_softmax(list(theta), t), rtol=1e-12)
+
+
+def test_learns_a_bernoulli_bandit() -> None:
+    """Batched updates on a 4-armed bandit put most probability on the best arm."""
+    means = np.array([0.8, 0.7, 0.6, 0.5])
+    floor = 0.005
+    learner = Reinforce()
+    finals = []
+    for seed in range(5):
+        rng = np.random.default_rng(seed)
+        theta = np.zeros(4)
+        for _ in range(40):  # 2,000 episodes in batches of 50
+            p = np.array(mix_floor(list(softmax(theta)), floor))
+            a = rng.choice(4, size=50, p=p)
+            r = (rng.random(50) < means[a]).astype(float)
+            theta = learner.update(theta, Batch.from_arrays(a, r, p[a], 4)).logits
+        finals.append(softmax(theta)[0])
+    assert np.mean(finals) > 0.85
+    assert min(finals) > 0.6

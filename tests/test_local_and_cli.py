@@ -1,0 +1,188 @@
+"""The embedded runner, the demo and the ``agent-learn`` commands, end to end on SQLite."""
+
+from __future__ import annotations
+
+import json
+import random
+import struct
+from pathlib import Path
+
+import pytest
+from agent_learning.cli import main
+from agent_learning.clock import ManualClock
+from agent_learning.config import load_settings
+from agent_learning.demo import run_demo
+from agent_learning.local import FEED_CHECKPOINT, open_local
+from agent_learning.pipeline import create_policy, load_current
+from agent_learning.policy import SoftmaxPolicy
+from agent_learning.simulate import support_bot
+from click.testing import CliRunner
+
+
+@pytest.fixture(autouse=True)
+def clean_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    import os
+
+    for name in list(os.environ):
+        if name.startswith("AGENT_LEARNING_"):
+            monkeypatch.delenv(name)
+
+
+def png_size(path: Path) -> tuple[int, int]:
+    data = path.read_bytes()
+    assert data[:8] == b"\x89PNG\r\n\x1a\n"
+    width, height = struct.unpack(">II", data[16:24])
+    return width, height
+
+
+def test_local_pipeline_learns_and_its_checkpoint_survives_a_restart(tmp_path: Path) -> None:
+    db = tmp_path / "local.db"
+    clock = ManualClock()
+    scenario = support_bot()
+    rng = random.Random(4)
+    pipeline = open_local(load_settings(), path=db, clock=clock)
+    create_policy(pipeline.store, SoftmaxPolicy.from_actions(scenario.agent_id, scenario.actions,
+                                                             exploration_floor=0.005).to_document(created_at=clock.now()))
+    for _ in range(15):
+        doc = load_current(pipeline.store, scenario.agent_id)
+        assert doc is not None
+        policy = SoftmaxPolicy.from_document(doc, rng=rng)
+        for _ in range(100):
+            scenario.run_episode(pipeline.store, policy.choose(), rng, clock)
+        report = pipeline.run_once()
+        assert report.enqueued == 100 and report.outcomes == {"scored": 100}
+        assert [t.status for t in report.trained] == ["published"]
+    checkpoint = pipeline.store.get_checkpoint(FEED_CHECKPOINT)
+    pipeline.store.close()
+    pipeline.queue.close()
+
+    reopened = open_local(load_settings(), path=db, clock=clock)
+    assert reopened.store.get_checkpoint(FEED_CHECKPOINT) == checkpoint
+    assert reopened.pump() == 0  # nothing is sent twice after a restart
+    final = load_current(reopened.store, scenario.agent_id)
+    assert final is not None and final.version == 16
+    probs = SoftmaxPolicy.from_document(final).probabilities
+    assert max(probs, key=probs.__getitem__) == "k=5"
+    assert probs["k=5"] > 0.8
+
+
+def test_demo_reaches_the_best_action_and_writes_a_plot(tmp_path: Path) -> None:
+    result = run_demo(db_path=tmp_path / "demo.db", episodes_per_agent=2_000, batch=100, seed=3)
+    summary = result.summary()
+    assert summary["episodes"] == 4_000
+    assert summary["outcomes"] == {"scored": 4_000}
+    for agent in ("math-tutor", "support-bot"):
+        info = summary["agents"][agent]
+        assert info["final_version"] == 21
+        assert info["true_best_action"] == {"math-tutor": "step-by-step", "support-bot": "k=5"}[agent]
+        assert info["best_action_probability"] >= 0.9
+        assert info["mean_reward_last"] > info["mean_reward_first"] - 0.02
+
+    from agent_learning.plots import plot_histories
+
+    png = plot_histories(result.agents, tmp_path / "chart.png")
+    width, height = png_size(png)
+    assert width > 800 and height > 600
+
+
+def test_cli_demo_json(tmp_path: Path) -> None:
+    runner = CliRunner()
+    result = runner.invoke(main, ["demo", "--episodes", "600", "--batch", "100", "--db", str(tmp_path / "d.db"),
+                                  "--plot", str(tmp_path / "p.png"), "--json", "--agents", "support-bot"])
+    assert result.exit_code == 0, result.output
+    summary = json.loads(result.stdout)
+    info = summary["agents"]["support-bot"]
+    assert info["true_best_action"] == "k=5"
+    assert set(info["final_probabilities"]) == {"k=1", "k=3", "k=5", "k=10"}
+    assert abs(sum(info["final_probabilities"].values()) - 1) < 1e-3
+    assert summary["plot"] == str(tmp_path / "p.png") and png_size(tmp_path / "p.png")[0] > 0
+
+
+def test_cli_demo_tables(tmp_path: Path) -> None:
+    result = CliRunner().invoke(main, ["demo", "--episodes", "300", "--db", str(tmp_path / "d.db"), "--no-plot"])
+    assert result.exit_code == 0, result.output
+    assert "math-tutor: action probabilities by policy version" in result.stdout
+    assert "true best action" in result.stdout and "episodes in" in result.stdout
+
+
+def test_cli_rejects_unknown_demo_agent(tmp_path: Path) -> None:
+    result = CliRunner().invoke(main, ["demo", "--agents", "nobody", "--db", str(tmp_path / "d.db")])
+    assert result.exit_code == 2
+    assert "--agents" in result.stderr and "nobody" in result.stderr
+
+
+def test_cli_init_policy_then_policy_then_train(tmp_path: Path) -> None:
+    db = str(tmp_path / "cli.db")
+    actions = tmp_path / "actions.json"
+    actions.write_text(json.dumps(["concise", {"id": "detailed", "description": "long answers",
+                                                "config": {"max_tokens": 800}}]))
+    runner = CliRunner()
+    created = runner.invoke(main, ["init-policy", "--agent-id", "helper", "--actions", str(actions), "--db", db])
+    assert created.exit_code == 0, created.output
+    assert "helper v1" in created.stdout
+
+    again = runner.invoke(main, ["init-policy", "--agent-id", "helper", "--actions", str(actions), "--db", db])
+    assert again.exit_code == 2 and "already has a policy" in again.stderr
+
+    shown = runner.invoke(main, ["policy", "--agent-id", "helper", "--db", db, "--json"])
+    assert shown.exit_code == 0, shown.output
+    doc = json.loads(shown.stdout)
+    assert doc["version"] == 1 and [a["id"] for a in doc["actions"]] == ["concise", "detailed"]
+    assert doc["actions"][1]["config"] == {"max_tokens": 800}
+
+    table = runner.invoke(main, ["policy", "--agent-id", "helper", "--db", db])
+    assert table.exit_code == 0 and "0.5000" in table.stdout
+
+    # An agent writes episodes with the library; `train` scores them and publishes v2.
+    from agent_learning.capture import EpisodeCapture
+    from agent_learning.store.sqlite import SQLiteStore
+
+    with SQLiteStore(db) as store:
+        policy = SoftmaxPolicy.from_document(load_current(store, "helper"), seed=1)  # type: ignore[arg-type]
+        for i in range(20):
+            decision = policy.choose()
+            with EpisodeCapture(store, decision, input=f"What is {i} + 1?") as run:
+                run.end(f"{i} plus one is {i + 1}, so the answer is {i + 1}." if decision.action_id == "detailed"
+                        else str(i + 1))
+    trained = runner.invoke(main, ["train", "--db", db, "--json"])
+    assert trained.exit_code == 0, trained.output
+    report = json.loads(trained.stdout)
+    assert report["enqueued"] == 20 and report["scored"] == {"scored": 20}
+    assert report["training"] == [{"agent_id": "helper", "status": "published", "version": 2, "reason": ""}]
+    with SQLiteStore(db) as store:
+        doc2 = load_current(store, "helper")
+    assert doc2 is not None and doc2.logits[1] > doc2.logits[0]  # "detailed" scores higher with the offline judge
+
+    quiet = runner.invoke(main, ["train", "--db", db, "--agent-id", "helper"])
+    assert quiet.exit_code == 0 and "no_new_scores" in quiet.stdout
+
+
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [("not json", "not valid JSON"), ("{}", "non-empty JSON list"), ('["ok", "bad id!"]', "id")],
+)
+def test_cli_init_policy_reports_bad_action_files(tmp_path: Path, content: str, message: str) -> None:
+    actions = tmp_path / "actions.json"
+    actions.write_text(content)
+    result = CliRunner().invoke(main, ["init-policy", "--agent-id", "a", "--actions", str(actions),
+                                       "--db", str(tmp_path / "x.db")])
+    assert result.exit_code == 2
+    assert message in result.stderr
+
+
+def test_cli_policy_for_unknown_agent(tmp_path: Path) -> None:
+    result = CliRunner().invoke(main, ["policy", "--agent-id", "ghost", "--db", str(tmp_path / "x.db")])
+    assert result.exit_code == 2 and "ghost" in result.stderr
+
+
+def test_cli_reports_bad_configuration(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("AGENT_LEARNING_W_INTENT", "lots")
+    result = CliRunner().invoke(main, ["train", "--db", str(tmp_path / "x.db")])
+    assert result.exit_code == 2 and "AGENT_LEARNING_W_INTENT" in result.stderr
+
+
+def test_console_script_is_installed() -> None:
+    from importlib.metadata import entry_points
+
+    (script,) = [e for e in entry_points(group="console_scripts") if e.name == "agent-learn"]
+    assert script.value == "agent_learning.cli:main"

@@ -1,0 +1,512 @@
+"""The three handlers on the embedded adapters: idempotency, races, crashes and bad input."""
+
+from __future__ import annotations
+
+import json
+import math
+import random
+import threading
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+from agent_learning.clock import ManualClock
+from agent_learning.documents import Episode, PolicyDocument, Score, TrainingRun
+from agent_learning.errors import ConcurrencyConflict, PermanentError, TransientError
+from agent_learning.judges.base import Judge, Judgement
+from agent_learning.judges.offline import OfflineJudge
+from agent_learning.learner import Reinforce
+from agent_learning.local import LocalPipeline
+from agent_learning.pipeline import (
+    Scorer,
+    create_policy,
+    enqueue_episodes,
+    load_current,
+    score_message,
+    settle,
+    train_agent,
+)
+from agent_learning.policy import SoftmaxPolicy
+from agent_learning.queue.sqlite import SQLiteQueue
+from agent_learning.rewards import RewardFunction
+from agent_learning.simulate import math_tutor
+from agent_learning.store.base import Store, Tagged
+from agent_learning.store.sqlite import SQLiteStore
+
+AGENT = "math-tutor"
+
+
+class Env:
+    """A store, a queue and the pipeline wired like the local runner, on one SQLite file."""
+
+    def __init__(self, path: Path, clock: ManualClock, judge: Judge | None = None, max_deliveries: int = 10) -> None:
+        self.path = path
+        self.clock = clock
+        self.store = SQLiteStore(path)
+        self.queue = SQLiteQueue(path, lock_seconds=30, max_deliveries=max_deliveries, clock=clock)
+        self.pipeline = LocalPipeline(self.store, self.queue, judge or OfflineJudge(), RewardFunction(), Reinforce(),
+                                      clock=clock)
+        self.scenario = math_tutor(AGENT)
+        self.rng = random.Random(11)
+        policy = SoftmaxPolicy.from_actions(AGENT, self.scenario.actions, exploration_floor=0.01, seed=3)
+        create_policy(self.store, policy.to_document(created_at=clock.now()))
+
+    def policy(self) -> SoftmaxPolicy:
+        doc = load_current(self.store, AGENT)
+        assert doc is not None
+        return SoftmaxPolicy.from_document(doc, rng=self.rng)
+
+    def episodes(self, n: int) -> list[Episode]:
+        policy = self.policy()
+        return [self.scenario.run_episode(self.store, policy.choose(), self.rng, self.clock) for _ in range(n)]
+
+    def snapshot(self) -> dict[str, Any]:
+        """Everything the pipeline stores, minus ETags (they are random by design)."""
+        current = self.store.get_current_policy(AGENT)
+        return {
+            "episodes": self.store.list_episodes(limit=10_000),
+            "scores": self.store.read_scores(AGENT, None, 10_000),
+            "versions": self.store.list_policy_versions(AGENT),
+            "current": current.doc if current else None,
+            "runs": self.store.list_runs(AGENT, 10_000),
+            "checkpoint": self.store.get_checkpoint("episodes-feed"),
+            "queue": self.queue.counts(),
+            "dead": [(d.message_id, d.reason) for d in self.queue.dead_letters(1000)],
+        }
+
+
+@pytest.fixture
+def env(tmp_path: Path, clock: ManualClock) -> Env:
+    return Env(tmp_path / "pipeline.db", clock)
+
+
+# --------------------------------------------------------------------------- idempotency
+
+
+def test_each_stage_run_twice_leaves_the_same_state(env: Env) -> None:
+    env.episodes(40)
+    env.pipeline.pump()
+    after_pump = env.snapshot()
+    assert after_pump["queue"].active == 40
+    env.pipeline.pump()
+    assert env.snapshot() == after_pump
+
+    # Redeliver the whole change-feed batch: duplicate detection drops every message.
+    result = enqueue_episodes(env.store.read_episodes(None, 1000).items, env.queue.send)
+    assert (result.sent, result.duplicates) == (0, 40)
+    assert env.snapshot() == after_pump
+
+    assert env.pipeline.score_pending()["scored"] == 40
+    after_score = env.snapshot()
+    assert env.pipeline.score_pending() == {}
+    assert env.snapshot() == after_score
+
+    first = env.pipeline.train()
+    assert [o.status for o in first] == ["published"]
+    after_train = env.snapshot()
+    second = env.pipeline.train()
+    assert [o.status for o in second] == ["no_new_scores"]
+    assert env.snapshot() == after_train
+
+
+def test_scoring_the_same_message_twice_keeps_the_first_score(env: Env) -> None:
+    (episode,) = env.episodes(1)
+    scorer = env.pipeline.scorer
+    body = json.dumps({"type": "score_request", "episode_id": episode.id})
+    first = score_message(body, scorer)
+    assert first.status == "scored" and first.score is not None
+    stored = env.store.get_score(episode.id)
+    env.clock.advance(5)
+    second = score_message(body, scorer)
+    assert second.status == "duplicate"
+    assert env.store.get_score(episode.id) == stored  # scored_at unchanged: nothing rewritten
+
+
+def test_forced_rescore_overwrites_in_place_and_is_not_learned_twice(env: Env) -> None:
+    env.episodes(30)
+    env.pipeline.run_once()
+    runs_before = env.store.list_runs(AGENT)
+    target = env.store.read_scores(AGENT, None, 1)[0]
+    outcome = score_message(json.dumps({"type": "score_request", "episode_id": target["id"]}), env.pipeline.scorer,
+                            force=True)
+    assert outcome.status == "scored"
+    assert outcome.score is not None and outcome.score.seq == target["seq"]
+    assert len(env.store.read_scores(AGENT, None, 1000)) == 30
+    assert [o.status for o in env.pipeline.train()] == ["no_new_scores"]
+    assert env.store.list_runs(AGENT) == runs_before
+
+
+# --------------------------------------------------------------------------- training and concurrency
+
+
+def consumed_ranges_are_exact(store: Store, total_scores: int) -> None:
+    """Every score was learned from exactly once: runs chain cursor to cursor and add up."""
+    runs = sorted((TrainingRun.from_dict(r) for r in store.list_runs(AGENT, 100_000)), key=lambda r: r.policy_version)
+    versions = [PolicyDocument.from_dict(v) for v in store.list_policy_versions(AGENT)]
+    assert [v.version for v in versions] == list(range(1, len(versions) + 1))
+    assert [r.policy_version for r in runs] == list(range(2, len(versions) + 1))
+    previous = None
+    for run in runs:
+        assert run.cursor_from == previous
+        assert run.base_version == run.policy_version - 1
+        previous = run.cursor_to
+    assert sum(r.episodes + r.rejected for r in runs) == total_scores
+    seqs = [s["seq"] for s in store.read_scores(AGENT, None, 100_000)]
+    assert previous is None or previous.seq == max(seqs)
+
+
+def test_training_publishes_a_new_immutable_version_with_its_run(env: Env) -> None:
+    env.episodes(60)
+    report = env.pipeline.run_once()
+    (outcome,) = report.trained
+    assert outcome.status == "published" and outcome.version == 2
+    v1 = PolicyDocument.from_dict(env.store.get_policy_version(AGENT, 1))
+    v2 = PolicyDocument.from_dict(env.store.get_policy_version(AGENT, 2))
+    assert v1.logits == [0.0, 0.0, 0.0, 0.0] and v1.source == "init"
+    assert v2.logits != v1.logits and v2.source == "train" and v2.parent_version == 1
+    assert v2.run is not None and v2.run.episodes == 60
+    run = TrainingRun.from_dict(env.store.get_run(v2.run.id))
+    assert run == v2.run
+    assert run.metrics["mean_reward"] == pytest.approx(
+        sum(s["reward"] for s in env.store.read_scores(AGENT, None, 100)) / 60)
+    current = load_current(env.store, AGENT)
+    assert current is not None and current.as_kind("version") == v2
+    consumed_ranges_are_exact(env.store, 60)
+
+
+class StaleReader(Store):
+    """A store whose current-policy read returns an earlier snapshot: a trainer that read
+    the policy just before another trainer published."""
+
+    def __init__(self, inner: Store, stale: Tagged) -> None:
+        self.inner, self.stale = inner, stale
+
+    def get_current_policy(self, agent_id: str) -> Tagged | None:
+        return self.stale
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+
+for _name in Store.__abstractmethods__ - {"get_current_policy"}:
+    setattr(StaleReader, _name, lambda self, *a, _n=_name, **k: getattr(self.inner, _n)(*a, **k))
+StaleReader.__abstractmethods__ = frozenset()
+
+
+def test_a_stale_publish_is_rejected_and_nothing_is_double_applied(env: Env) -> None:
+    env.episodes(50)
+    env.pipeline.pump()
+    env.pipeline.score_pending()
+    stale = env.store.get_current_policy(AGENT)
+    assert stale is not None
+    assert train_agent(AGENT, env.store, Reinforce(), clock=env.clock).status == "published"
+    before = env.snapshot()
+
+    late = train_agent(AGENT, StaleReader(env.store, stale), Reinforce(), clock=env.clock)
+    assert late.status == "lost_race"
+    assert env.snapshot() == before
+    with pytest.raises(ConcurrencyConflict):
+        env.store.replace_current_policy(PolicyDocument.from_dict(stale.doc), stale.etag)
+    consumed_ranges_are_exact(env.store, 50)
+
+
+def test_two_trainers_racing_apply_every_score_exactly_once(env: Env) -> None:
+    total = 0
+    statuses: list[str] = []
+    lock = threading.Lock()
+    for _ in range(8):
+        env.episodes(25)
+        total += 25
+        env.pipeline.pump()
+        env.pipeline.score_pending()
+        barrier = threading.Barrier(2)
+
+        def trainer(barrier: threading.Barrier = barrier) -> None:
+            barrier.wait()
+            outcome = train_agent(AGENT, env.store, Reinforce(), clock=env.clock)
+            with lock:
+                statuses.append(outcome.status)
+
+        threads = [threading.Thread(target=trainer) for _ in range(2)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    assert statuses.count("published") == 8
+    assert set(statuses) <= {"published", "lost_race", "no_new_scores"}
+    consumed_ranges_are_exact(env.store, total)
+
+
+class CrashOnce(Store):
+    """Raises once, at the ``nth`` call of ``method``: after delegating (the write happened,
+    then the process died) or before it."""
+
+    def __init__(self, inner: Store, method: str, after: bool, nth: int = 1) -> None:
+        self.inner, self.method, self.after, self.crashed, self.nth, self.calls = inner, method, after, False, nth, 0
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+
+def _crashing(name: str):
+    def call(self: CrashOnce, *args: Any, **kwargs: Any) -> Any:
+        if name == self.method and not self.crashed:
+            self.calls += 1
+            if self.calls == self.nth:
+                self.crashed = True
+                if self.after:
+                    getattr(self.inner, name)(*args, **kwargs)
+                raise RuntimeError(f"crash in {name}")
+        return getattr(self.inner, name)(*args, **kwargs)
+
+    return call
+
+
+for _name in Store.__abstractmethods__:
+    setattr(CrashOnce, _name, _crashing(_name))
+CrashOnce.__abstractmethods__ = frozenset()
+
+
+@pytest.mark.parametrize(
+    ("method", "after", "nth", "retry_status"),
+    [
+        ("replace_current_policy", False, 1, "published"),  # crash before the publish
+        ("replace_current_policy", True, 1, "no_new_scores"),  # published, crashed before the version record
+        ("create_policy_version", False, 1, "published"),  # crashed repairing records before training
+        ("create_policy_version", True, 2, "no_new_scores"),  # version record written, crashed before the run's
+        ("put_run", False, 1, "no_new_scores"),  # crashed writing the run record
+    ],
+)
+def test_a_crash_during_training_is_repaired_without_double_counting(tmp_path: Path, clock: ManualClock,
+                                                                   method: str, after: bool, nth: int,
+                                                                   retry_status: str) -> None:
+    crashed, clean = Env(tmp_path / "a.db", clock), Env(tmp_path / "b.db", ManualClock())
+    for e in (crashed, clean):
+        e.episodes(40)
+        e.pipeline.pump()
+        e.pipeline.score_pending()
+    faulty = CrashOnce(crashed.store, method, after, nth)
+    with pytest.raises(RuntimeError, match="crash"):
+        train_agent(AGENT, faulty, Reinforce(), clock=clock)
+    retry = train_agent(AGENT, crashed.store, Reinforce(), clock=clock)
+    assert retry.status == retry_status
+    assert train_agent(AGENT, clean.store, Reinforce(), clock=clock).status == "published"
+    consumed_ranges_are_exact(crashed.store, 40)
+    # Same data, deterministic math: the repaired run ends with the same logits as a clean one.
+    got, want = load_current(crashed.store, AGENT), load_current(clean.store, AGENT)
+    assert got is not None and want is not None
+    assert got.version == want.version == 2
+    assert got.logits == pytest.approx(want.logits)
+
+
+def test_a_crash_between_scoring_and_settling_redelivers_without_rescoring(env: Env) -> None:
+    env.episodes(5)
+    env.pipeline.pump()
+    messages = env.queue.receive(5)
+    for m in messages:  # score, then "crash" before completing
+        assert score_message(m.body, env.pipeline.scorer).status == "scored"
+    scores = env.store.read_scores(AGENT, None, 100)
+    env.clock.advance(31)  # locks expire; Service Bus would redeliver
+    assert env.pipeline.score_pending() == {"duplicate": 5}
+    assert env.store.read_scores(AGENT, None, 100) == scores
+    assert env.queue.counts().active == 0
+
+
+def test_pinned_policy_is_not_trained_and_keeps_its_cursor(env: Env) -> None:
+    env.episodes(20)
+    env.pipeline.pump()
+    env.pipeline.score_pending()
+    tagged = env.store.get_current_policy(AGENT)
+    assert tagged is not None
+    pinned = PolicyDocument.from_dict(tagged.doc).model_copy(update={"pinned": True})
+    env.store.replace_current_policy(pinned, tagged.etag)
+    assert train_agent(AGENT, env.store, Reinforce(), clock=env.clock).status == "pinned"
+    current = load_current(env.store, AGENT)
+    assert current is not None and current.version == 1 and current.cursor is None
+
+
+def test_min_batch_waits_for_enough_scores(env: Env) -> None:
+    env.episodes(3)
+    env.pipeline.pump()
+    env.pipeline.score_pending()
+    assert train_agent(AGENT, env.store, Reinforce(), clock=env.clock, min_batch=10).status == "too_few_scores"
+    env.episodes(7)
+    env.pipeline.pump()
+    env.pipeline.score_pending()
+    outcome = train_agent(AGENT, env.store, Reinforce(), clock=env.clock, min_batch=10)
+    assert outcome.status == "published" and outcome.run is not None and outcome.run.episodes == 10
+
+
+def test_max_batch_splits_a_backlog_across_runs(env: Env) -> None:
+    env.episodes(25)
+    env.pipeline.pump()
+    env.pipeline.score_pending()
+    sizes = []
+    while (o := train_agent(AGENT, env.store, Reinforce(), clock=env.clock, max_batch=10)).status == "published":
+        assert o.run is not None
+        sizes.append(o.run.episodes)
+    assert sizes == [10, 10, 5]
+    consumed_ranges_are_exact(env.store, 25)
+
+
+# --------------------------------------------------------------------------- bad input
+
+
+def _raw_episode(env: Env, **changes: Any) -> dict[str, Any]:
+    base = env.policy().decision_for("step-by-step")
+    now = env.clock.now()
+    doc = Episode(id=f"raw-{random.Random(str(changes)).getrandbits(40):x}", agent_id=AGENT, policy_version=1,
+                  action_id=base.action_id, probability=base.probability, logprob=base.logprob,
+                  input="What is 2 + 2?", output="2 + 2 makes 4, so the answer is 4.", started_at=now,
+                  ended_at=now + timedelta(seconds=1)).to_dict()
+    for key, value in changes.items():
+        if value is ...:
+            doc.pop(key)
+        else:
+            doc[key] = value
+    return doc
+
+
+@pytest.mark.parametrize(
+    ("changes", "reason", "field"),
+    [
+        ({"probability": math.nan}, "InvalidEpisode", "probability"),
+        ({"probability": "0.25"}, "InvalidEpisode", "probability"),
+        ({"action_id": "teleport"}, "UnknownAction", "action_id"),
+        ({"policy_version": 99}, "UnknownPolicyVersion", "policy_version"),
+        ({"input": ...}, "InvalidEpisode", "input"),
+        ({"output": "x" * 20_001}, "InvalidEpisode", "output"),
+        ({"steps": [{"name": "t", "status": "ok", "latency_ms": -1}]}, "InvalidEpisode", "steps[0].latency_ms"),
+        ({"logprob": -0.1}, "InvalidEpisode", "logprob"),
+        ({"schema_version": 7}, "InvalidEpisode", "schema_version"),
+        ({"surprise": True}, "InvalidEpisode", "surprise"),
+    ],
+)
+def test_invalid_episodes_are_dead_lettered_with_the_field_named_and_kept(env: Env, changes: dict[str, Any],
+                                                                        reason: str, field: str) -> None:
+    good = env.episodes(10)
+    bad = _raw_episode(env, **changes)
+    env.store.add_raw_episode(bad)
+    report = env.pipeline.run_once()
+    assert report.outcomes == {"scored": 10, "dead_letter": 1}
+    (dead,) = env.queue.dead_letters()
+    assert dead.message_id == bad["id"]
+    assert dead.reason == reason
+    assert field in dead.description
+    assert json.dumps(env.store.get_episode(bad["id"])) == json.dumps(bad)  # kept for inspection, untouched
+    assert env.store.get_score(bad["id"]) is None
+    (trained,) = report.trained
+    assert trained.run is not None and trained.run.episodes == len(good) and trained.run.rejected == 0
+
+
+def test_a_malformed_queue_message_is_dead_lettered(env: Env) -> None:
+    from agent_learning.queue.base import OutgoingMessage
+
+    env.queue.send([OutgoingMessage("m1", "{not json"), OutgoingMessage("m2", json.dumps({"episode_id": 5}))])
+    assert env.pipeline.score_pending() == {"dead_letter": 2}
+    reasons = {d.message_id: (d.reason, d.description) for d in env.queue.dead_letters()}
+    assert reasons["m1"][0] == "InvalidMessage" and "not valid JSON" in reasons["m1"][1]
+    assert reasons["m2"][0] == "InvalidMessage" and "episode_id" in reasons["m2"][1]
+
+
+def test_enqueue_reports_bad_documents_and_sends_the_rest(env: Env) -> None:
+    docs = [{"id": "a", "agent_id": AGENT}, {"agent_id": AGENT}, "junk", {"id": "b"}]
+    result = enqueue_episodes(docs, env.queue.send)  # type: ignore[arg-type]
+    assert result.received == 4 and result.sent == 2
+    assert [i for i, _ in result.failed] == [1, 2]
+    assert "id" in result.failed[0][1]
+    received = env.queue.receive(10)
+    assert sorted(m.message_id for m in received) == ["a", "b"]
+    assert received[0].properties.get("agent_id") == AGENT or received[1].properties.get("agent_id") == AGENT
+
+
+def test_corrupt_scores_are_skipped_recorded_and_never_reach_the_policy(env: Env) -> None:
+    env.episodes(20)
+    env.pipeline.pump()
+    env.pipeline.score_pending()
+    env.store.put_raw_score({"id": "bogus", "agent_id": AGENT, "reward": float("nan")})
+    outcome = train_agent(AGENT, env.store, Reinforce(), clock=env.clock)
+    assert outcome.status == "published" and outcome.run is not None
+    assert outcome.run.episodes == 20 and outcome.run.rejected == 1
+    assert outcome.run.rejected_samples[0].id == "bogus"
+    current = load_current(env.store, AGENT)
+    assert current is not None and all(math.isfinite(x) for x in current.logits)
+    assert current.cursor is not None and current.cursor.id == "bogus"  # moved past it: not re-read forever
+    consumed_ranges_are_exact(env.store, 21)
+
+
+def test_a_corrupt_current_policy_stops_training_without_damage(env: Env) -> None:
+    env.episodes(10)
+    env.pipeline.pump()
+    env.pipeline.score_pending()
+    env.store.put_raw_current_policy(AGENT, {"id": f"{AGENT}:current", "logits": ["NaN"]})
+    outcome = train_agent(AGENT, env.store, Reinforce(), clock=env.clock)
+    assert outcome.status == "invalid_policy" and "logits" in outcome.reason
+    assert [v["version"] for v in env.store.list_policy_versions(AGENT)] == [1]
+
+
+# --------------------------------------------------------------------------- judge failures
+
+
+class FlakyJudge(Judge):
+    """The offline judge behind an outage: the first ``failures`` calls raise ``error``."""
+
+    def __init__(self, failures: int, error: Exception) -> None:
+        self.inner, self.failures, self.error, self.calls = OfflineJudge(), failures, error, 0
+
+    def judge(self, episode: Episode) -> Judgement:
+        self.calls += 1
+        if self.calls <= self.failures:
+            raise self.error
+        return self.inner.judge(episode)
+
+
+def test_a_transient_judge_outage_retries_until_scored(tmp_path: Path, clock: ManualClock) -> None:
+    env = Env(tmp_path / "t.db", clock, judge=FlakyJudge(3, TransientError("judge answered 503")))
+    (episode,) = env.episodes(1)
+    env.pipeline.pump()
+    outcomes = env.pipeline.score_pending()
+    assert outcomes == {"retry": 3, "scored": 1}
+    assert Score.from_dict(env.store.get_score(episode.id)).reward > 0
+    assert env.queue.counts().dead_letter == 0
+
+
+def test_a_judge_that_never_recovers_ends_in_the_dead_letter_queue(tmp_path: Path, clock: ManualClock) -> None:
+    env = Env(tmp_path / "t.db", clock, judge=FlakyJudge(10**9, TransientError("judge answered 429")), max_deliveries=4)
+    (episode,) = env.episodes(1)
+    env.pipeline.pump()
+    assert env.pipeline.score_pending() == {"retry": 4}
+    (dead,) = env.queue.dead_letters()
+    assert dead.message_id == episode.id and dead.reason == "MaxDeliveryCountExceeded"
+    assert env.store.get_score(episode.id) is None  # never a made-up zero reward
+
+
+def test_a_permanent_judge_failure_is_dead_lettered_at_once(tmp_path: Path, clock: ManualClock) -> None:
+    env = Env(tmp_path / "t.db", clock, judge=FlakyJudge(1, PermanentError("judge output invalid: score 7 > 5")))
+    env.episodes(1)
+    env.pipeline.pump()
+    assert env.pipeline.score_pending() == {"dead_letter": 1}
+    (dead,) = env.queue.dead_letters()
+    assert dead.reason == "JudgeFailed" and "score 7" in dead.description
+
+
+def test_settle_maps_outcomes_to_queue_actions(env: Env) -> None:
+    from agent_learning.pipeline import ScoreOutcome
+    from agent_learning.queue.base import OutgoingMessage
+
+    env.queue.send([OutgoingMessage(f"m{i}", "{}") for i in range(3)])
+    m0, m1, m2 = env.queue.receive(3)
+    settle(env.queue, m0, ScoreOutcome("scored", "e"))
+    settle(env.queue, m1, ScoreOutcome("retry", "e"))
+    settle(env.queue, m2, ScoreOutcome("dead_letter", "e", "Why", "because"))
+    counts = env.queue.counts()
+    assert (counts.active, counts.locked, counts.dead_letter) == (1, 0, 1)
+    assert env.queue.dead_letters()[0].reason == "Why"
+
+
+def test_scorer_caches_immutable_policy_versions(env: Env) -> None:
+    scorer = Scorer(env.store, OfflineJudge(), RewardFunction(), env.clock)
+    first = scorer.policy_version(AGENT, 1)
+    assert first is not None and scorer.policy_version(AGENT, 1) is first
+    assert scorer.policy_version(AGENT, 42) is None
