@@ -50,13 +50,13 @@ class MemoryStore(Store):
 
     def list_episodes(self, agent_id: str | None = None, limit: int = 100) -> list[RawDoc]:
         with self._lock:
-            out = []
+            out: list[RawDoc] = []
             for eid in reversed(self._feed):
+                if len(out) >= limit:
+                    break
                 doc = self._episodes[eid]
                 if agent_id is None or doc.get("agent_id") == agent_id:
                     out.append(copy.deepcopy(doc))
-                    if len(out) >= limit:
-                        break
             return out
 
     # scores

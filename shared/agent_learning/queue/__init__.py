@@ -1,0 +1,21 @@
+"""Work queues with Azure Service Bus peek-lock semantics: the port and the SQLite adapter."""
+
+from .base import (
+    MAX_DELIVERY_COUNT_EXCEEDED,
+    DeadLetter,
+    OutgoingMessage,
+    QueueCounts,
+    ReceivedMessage,
+    WorkQueue,
+)
+from .sqlite import SQLiteQueue
+
+__all__ = [
+    "MAX_DELIVERY_COUNT_EXCEEDED",
+    "DeadLetter",
+    "OutgoingMessage",
+    "QueueCounts",
+    "ReceivedMessage",
+    "SQLiteQueue",
+    "WorkQueue",
+]

@@ -1,0 +1,160 @@
+"""The work-queue port: what the scoring pipeline needs from a message queue.
+
+In Azure the adapter is Service Bus; locally it is :class:`~agent_learning.queue.SQLiteQueue`.
+Both follow Service Bus queue semantics in peek-lock mode, so one handler runs on either.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from types import TracebackType
+
+from ..errors import InvalidDocument
+
+PropertyValue = str | int | float | bool
+"""The types an application property may have."""
+
+MAX_MESSAGE_ID_CHARS = 128
+"""Service Bus rejects longer message ids."""
+
+MAX_DELIVERY_COUNT_EXCEEDED = "MaxDeliveryCountExceeded"
+"""Dead-letter reason of a message delivered ``max_deliveries`` times (the Service Bus string)."""
+
+
+@dataclass(frozen=True)
+class OutgoingMessage:
+    """A message to send. ``body`` is JSON text; ``properties`` are application properties."""
+
+    message_id: str
+    body: str
+    properties: Mapping[str, PropertyValue] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        problems: list[tuple[str, str]] = []
+        if not isinstance(self.message_id, str):
+            problems.append(("message_id", "must be a string"))
+        elif not 1 <= len(self.message_id) <= MAX_MESSAGE_ID_CHARS:
+            problems.append(("message_id", f"must be 1 to {MAX_MESSAGE_ID_CHARS} characters"))
+        if not isinstance(self.body, str):
+            problems.append(("body", "must be a string (JSON text)"))
+        if not isinstance(self.properties, Mapping):
+            problems.append(("properties", "must be a mapping"))
+        else:
+            for key, value in self.properties.items():
+                if not isinstance(key, str) or not key:
+                    problems.append(("properties", f"key {key!r} must be a non-empty string"))
+                elif not isinstance(value, str | int | float | bool):
+                    problems.append((f"properties.{key}", f"unsupported type {type(value).__name__}"))
+            # A private copy: the caller mutating its dict later must not change the message.
+            object.__setattr__(self, "properties", dict(self.properties))
+        if problems:
+            raise InvalidDocument("message", problems)
+
+
+@dataclass(frozen=True)
+class ReceivedMessage:
+    """A message delivered under a lock; settle it with complete, abandon or dead_letter."""
+
+    message_id: str
+    body: bytes
+    properties: Mapping[str, PropertyValue]
+    delivery_count: int  # 1 on first delivery
+    lock_token: str  # changes on every delivery
+    enqueued_at: float  # epoch seconds
+    locked_until: float  # epoch seconds
+
+
+@dataclass(frozen=True)
+class DeadLetter:
+    """A message in the dead-letter sub-queue, with why it is there."""
+
+    message_id: str
+    body: bytes
+    properties: Mapping[str, PropertyValue]
+    delivery_count: int
+    reason: str
+    description: str
+    dead_lettered_at: float
+
+
+@dataclass(frozen=True)
+class QueueCounts:
+    """How many messages a queue holds."""
+
+    active: int  # available now or locked
+    locked: int  # currently locked (subset of active)
+    dead_letter: int
+
+
+class WorkQueue(ABC):
+    """A queue with Azure Service Bus peek-lock semantics.
+
+    * At-least-once delivery. :meth:`receive` locks each returned message for the queue's lock
+      duration and increments its delivery count (1 on the first delivery); a locked message is
+      invisible to other receivers. When the lock expires without settlement the message is
+      receivable again, with a new lock token.
+    * Settlement takes the :class:`ReceivedMessage` and needs its lock to still be held:
+      :meth:`complete` removes the message, :meth:`abandon` releases the lock at once,
+      :meth:`dead_letter` moves it to the dead-letter sub-queue with a reason and description.
+      A lock that expired, or a message already settled or received again, raises
+      :class:`~agent_learning.errors.ConcurrencyConflict` ("lock lost", like Service Bus's
+      ``MessageLockLostError``).
+    * A message is delivered at most ``max_deliveries`` times (Service Bus MaxDeliveryCount):
+      when a message that has reached it is abandoned or its lock expires, it is dead-lettered
+      with reason ``"MaxDeliveryCountExceeded"``.
+    * Duplicate detection: a message whose ``message_id`` was sent within the duplicate-detection
+      window is accepted silently but not enqueued again; :meth:`send` returns how many were
+      enqueued.
+    * :meth:`receive` returns available messages in FIFO order of enqueueing.
+    """
+
+    @abstractmethod
+    def send(self, messages: Iterable[OutgoingMessage]) -> int:
+        """Enqueue messages atomically; returns how many were enqueued (duplicates not counted)."""
+
+    @abstractmethod
+    def receive(self, max_messages: int = 1) -> list[ReceivedMessage]:
+        """Lock and return up to ``max_messages`` (>= 1) available messages, oldest first; may be empty."""
+
+    @abstractmethod
+    def complete(self, message: ReceivedMessage) -> None:
+        """Remove a received message from the queue."""
+
+    @abstractmethod
+    def abandon(self, message: ReceivedMessage) -> None:
+        """Release the lock now so the message can be received again (or dead-letter it at the limit)."""
+
+    @abstractmethod
+    def dead_letter(self, message: ReceivedMessage, reason: str, description: str = "") -> None:
+        """Move a received message to the dead-letter sub-queue."""
+
+    @abstractmethod
+    def dead_letters(self, limit: int = 100) -> list[DeadLetter]:
+        """Up to ``limit`` dead letters, oldest first."""
+
+    @abstractmethod
+    def replay_dead_letters(self, message_ids: Iterable[str] | None = None) -> int:
+        """Move dead letters (all, or the given ids) back to the queue with delivery count reset to 0.
+
+        Returns how many were moved. Replay bypasses duplicate detection.
+        """
+
+    @abstractmethod
+    def counts(self) -> QueueCounts:
+        """Active, locked and dead-lettered message counts."""
+
+    def close(self) -> None:  # noqa: B027 - optional hook, a no-op by default
+        """Release resources; the queue must not be used afterwards."""
+
+    def __enter__(self) -> WorkQueue:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()

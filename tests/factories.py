@@ -1,0 +1,151 @@
+"""Builders of valid documents for tests.
+
+Every builder returns a fully validated document with sensible defaults; pass keyword
+arguments to override any field. Derived fields follow their sources unless overridden
+(an episode's ``logprob`` is ``math.log(probability)``, a policy's ``id`` follows its
+``agent_id``/``kind``/``version``, a run's ``id`` follows its ``agent_id``/``policy_version``).
+All datetimes are timezone-aware.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from agent_learning.documents import (
+    Action,
+    Episode,
+    JudgeInfo,
+    MetricScore,
+    PolicyDocument,
+    RewardInfo,
+    Score,
+    ScoreCursor,
+    Step,
+    TrainingRun,
+    policy_doc_id,
+    run_doc_id,
+)
+
+BASE_TIME = datetime(2026, 1, 1, tzinfo=UTC)
+"""The default timestamp of every factory-built document (2026-01-01T00:00:00Z)."""
+
+DEFAULT_AGENT = "agent-a"
+"""The default ``agent_id`` of every factory-built document."""
+
+DEFAULT_ACTIONS = ("direct", "step-by-step", "calculator")
+"""The default action ids of :func:`make_policy_doc`; episodes and scores default to the first."""
+
+
+def make_episode(id: str = "ep-1", **overrides: Any) -> Episode:
+    """A valid :class:`Episode` with one tool step; ``overrides`` replace any field.
+
+    ``logprob`` defaults to ``math.log(probability)`` (after overriding ``probability``),
+    and ``ended_at`` to 1.5 s after ``started_at``.
+    """
+    probability = overrides.pop("probability", 0.5)
+    started_at = overrides.pop("started_at", BASE_TIME)
+    fields: dict[str, Any] = {
+        "id": id,
+        "agent_id": DEFAULT_AGENT,
+        "policy_version": 1,
+        "action_id": DEFAULT_ACTIONS[0],
+        "probability": probability,
+        "logprob": math.log(probability),
+        "input": "What is 2 + 2?",
+        "output": "4",
+        "steps": [Step(name="calculator", kind="tool", status="ok", latency_ms=12.5, arguments={"expr": "2+2"})],
+        "started_at": started_at,
+        "ended_at": started_at + timedelta(seconds=1.5),
+        "metadata": {"user": "u-1", "turn": 1},
+    }
+    fields.update(overrides)
+    return Episode(**fields)
+
+
+def make_policy_doc(
+    agent_id: str = DEFAULT_AGENT,
+    version: int = 1,
+    kind: str = "version",
+    actions: Sequence[str] = DEFAULT_ACTIONS,
+    **overrides: Any,
+) -> PolicyDocument:
+    """A valid :class:`PolicyDocument` over ``actions`` with uniform (zero) logits.
+
+    ``kind`` is ``"version"`` (id ``{agent}:v{version}``) or ``"current"`` (id
+    ``{agent}:current``). ``source`` defaults to ``"init"`` for version 1 and ``"train"``
+    (with ``parent_version = version - 1``) otherwise. ``overrides`` replace any field.
+    """
+    fields: dict[str, Any] = {
+        "id": policy_doc_id(agent_id, version if kind == "version" else None),
+        "kind": kind,
+        "agent_id": agent_id,
+        "version": version,
+        "actions": [Action(id=a, description=f"action {a}", config={"prompt": a}) for a in actions],
+        "logits": [0.0] * len(actions),
+        "source": "init" if version == 1 else "train",
+        "parent_version": None if version == 1 else version - 1,
+        "created_at": BASE_TIME,
+    }
+    fields.update(overrides)
+    return PolicyDocument(**fields)
+
+
+def make_score(episode_id: str = "ep-1", episode: Episode | None = None, **overrides: Any) -> Score:
+    """A valid :class:`Score` of ``episode_id`` (its ``id`` is the episode id), without ``seq``.
+
+    Given ``episode``, the id, agent, action, policy version and probability are taken from
+    it. ``overrides`` replace any field (e.g. ``reward=0.9`` or ``agent_id="agent-b"``).
+    """
+    if episode is not None:
+        episode_id = episode.id
+    metric = MetricScore(
+        raw=4.0,
+        normalised=0.75,
+        result="pass",
+        threshold=3.0,
+        reason="good",
+        evaluator="relevance",
+        evaluator_version="1",
+    )
+    fields: dict[str, Any] = {
+        "id": episode_id,
+        "episode_id": episode_id,
+        "agent_id": episode.agent_id if episode else DEFAULT_AGENT,
+        "action_id": episode.action_id if episode else DEFAULT_ACTIONS[0],
+        "policy_version": episode.policy_version if episode else 1,
+        "probability": episode.probability if episode else 0.5,
+        "metrics": {"relevance": metric},
+        "judge": JudgeInfo(name="offline", model="test-model"),
+        "reward": 0.5,
+        "reward_function": RewardInfo(
+            version="test-reward", weights={"relevance": 1.0}, penalties={}, components={"weighted": 0.75}
+        ),
+        "scored_at": BASE_TIME + timedelta(seconds=5),
+    }
+    fields.update(overrides)
+    return Score(**fields)
+
+
+def make_run(agent_id: str = DEFAULT_AGENT, policy_version: int = 2, **overrides: Any) -> TrainingRun:
+    """A valid :class:`TrainingRun` that published ``policy_version`` from ``policy_version - 1``.
+
+    Its id is ``run_doc_id(agent_id, policy_version)``; ``overrides`` replace any field.
+    """
+    fields: dict[str, Any] = {
+        "id": run_doc_id(agent_id, policy_version),
+        "agent_id": agent_id,
+        "base_version": max(1, policy_version - 1),
+        "policy_version": policy_version,
+        "cursor_from": None,
+        "cursor_to": ScoreCursor(seq=10, id="ep-10"),
+        "episodes": 10,
+        "metrics": {"loss": 0.25, "entropy": 1.05},
+        "learner": {"name": "reinforce", "learning_rate": 0.1},
+        "started_at": BASE_TIME,
+        "finished_at": BASE_TIME + timedelta(seconds=2),
+    }
+    fields.update(overrides)
+    return TrainingRun(**fields)

@@ -1,0 +1,749 @@
+"""The store port's contract, written once and run against every adapter.
+
+Each test asserts a documented semantic of :mod:`agent_learning.store.base` that an adapter
+could get wrong. Tests at the end of the file are specific to the SQLite adapter (re-opening
+the file, several store objects on one file as several processes would have).
+"""
+
+from __future__ import annotations
+
+import threading
+import uuid
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from datetime import timedelta, timezone
+from pathlib import Path
+from typing import Any
+
+import pytest
+from agent_learning.documents import Score, ScoreCursor
+from agent_learning.errors import ConcurrencyConflict, InvalidDocument
+from agent_learning.pipeline import create_policy, materialise
+from agent_learning.store import MemoryStore, SQLiteStore, Store
+from agent_learning.store.base import RawDoc
+from factories import BASE_TIME, make_episode, make_policy_doc, make_run, make_score
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+# --------------------------------------------------------------------------- adapters
+
+StoreFactory = Callable[[Path], Store]
+
+# Every adapter of the store port, by name; each contract test runs once per entry. The Cosmos
+# DB adapter joins the whole contract by adding one more entry here (e.g. "cosmos": a factory
+# that creates a fresh database on the emulator and calls pytest.skip() when none is configured).
+ADAPTERS: dict[str, StoreFactory] = {
+    "memory": lambda tmp_path: MemoryStore(),
+    "sqlite": lambda tmp_path: SQLiteStore(tmp_path / "store.db"),
+}
+
+
+@pytest.fixture(params=list(ADAPTERS))
+def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Store]:
+    """A fresh, empty store of each adapter in turn."""
+    s = ADAPTERS[request.param](tmp_path)
+    yield s
+    s.close()
+
+
+def adapter_name(request: pytest.FixtureRequest) -> str:
+    """The ``store`` param the running test got ("memory", "sqlite", ...)."""
+    return str(request.node.callspec.params["store"])
+
+
+# --------------------------------------------------------------------------- helpers
+
+
+def user_fields(doc: RawDoc) -> RawDoc:
+    """A stored document without the fields a store may add (``_rid``, ``_etag``, ``_ts``, ...)."""
+    return {k: v for k, v in doc.items() if not k.startswith("_")}
+
+
+def ids(docs: list[RawDoc]) -> list[str]:
+    return [d["id"] for d in docs]
+
+
+def read_whole_feed(store: Store, continuation: str | None = None, page: int = 100) -> tuple[list[str], str | None]:
+    """Every episode id after ``continuation``, page by page, and the last continuation."""
+    out: list[str] = []
+    while True:
+        result = store.read_episodes(continuation, page)
+        assert len(result.items) <= page
+        continuation = result.continuation
+        if not result.items:
+            return out, continuation
+        out.extend(ids(result.items))
+
+
+def cursor_of(row: RawDoc) -> ScoreCursor:
+    return ScoreCursor(seq=row["seq"], id=row["id"])
+
+
+# Write order deliberately differs from id order, so ordering by id instead of by write
+# order (or by seq) is caught.
+SHUFFLED_IDS = [f"ep-{(i * 7) % 23:02d}" for i in range(23)]
+
+
+# =========================================================================== episodes
+
+
+def test_episode_round_trips_as_its_dict(store: Store) -> None:
+    episode = make_episode(
+        "ep-round-trip",
+        tool_definitions=[{"name": "calculator", "parameters": {"type": "object"}}],
+        instructions="Be brief.",
+        metadata={"user": "u-1", "turn": 3, "premium": True, "cost": 0.25},
+        ttl=3600,
+    )
+    store.add_episode(episode)
+    stored = store.get_episode("ep-round-trip")
+    assert stored is not None
+    assert user_fields(stored) == episode.to_dict()
+
+
+def test_timestamps_keep_their_utc_offset(store: Store) -> None:
+    started = BASE_TIME.astimezone(timezone(timedelta(hours=2)))
+    episode = make_episode("ep-tz", started_at=started)
+    store.add_episode(episode)
+    store.add_episode(make_episode("ep-tz", started_at=started))  # still identical after storage
+    stored = store.get_episode("ep-tz")
+    assert stored is not None and user_fields(stored) == episode.to_dict()
+    assert stored["started_at"].endswith("+02:00")
+
+
+def test_readding_an_identical_episode_is_a_no_op(store: Store) -> None:
+    episode = make_episode("ep-1")
+    store.add_episode(episode)
+    store.add_episode(make_episode("ep-1"))  # an equal document, built again
+    feed, _ = read_whole_feed(store)
+    assert feed == ["ep-1"]
+    assert ids(store.list_episodes()) == ["ep-1"]
+
+
+def test_a_different_episode_with_an_existing_id_conflicts(store: Store) -> None:
+    original = make_episode("ep-1", output="4")
+    store.add_episode(original)
+    with pytest.raises(ConcurrencyConflict):
+        store.add_episode(make_episode("ep-1", output="five"))
+    stored = store.get_episode("ep-1")
+    assert stored is not None and user_fields(stored) == original.to_dict()
+    assert read_whole_feed(store)[0] == ["ep-1"]
+
+
+def test_get_of_a_missing_episode_is_none(store: Store) -> None:
+    assert store.get_episode("nope") is None
+    store.add_episode(make_episode("ep-1"))
+    assert store.get_episode("ep-2") is None
+
+
+def test_the_feed_pages_through_every_episode_once_in_write_order(store: Store) -> None:
+    for eid in SHUFFLED_IDS:
+        store.add_episode(make_episode(eid))
+    pages: list[list[str]] = []
+    continuation: str | None = None
+    while True:
+        page = store.read_episodes(continuation, 5)
+        assert page.continuation is not None  # something was read, so there is a position
+        continuation = page.continuation
+        if not page.items:
+            break
+        pages.append(ids(page.items))
+    assert [len(p) for p in pages] == [5, 5, 5, 5, 3]
+    assert [eid for p in pages for eid in p] == SHUFFLED_IDS
+    # Items are the stored documents, not just ids.
+    first = store.read_episodes(None, 1).items[0]
+    assert user_fields(first) == make_episode(SHUFFLED_IDS[0]).to_dict()
+
+
+def test_the_feed_resumes_from_a_continuation(store: Store) -> None:
+    for eid in SHUFFLED_IDS[:10]:
+        store.add_episode(make_episode(eid))
+    page = store.read_episodes(None, 4)
+    assert ids(page.items) == SHUFFLED_IDS[:4]
+    for eid in SHUFFLED_IDS[10:]:
+        store.add_episode(make_episode(eid))
+    rest, _ = read_whole_feed(store, page.continuation, page=3)
+    assert rest == SHUFFLED_IDS[4:]
+    # The same continuation can be used again: reading is not consuming.
+    again, _ = read_whole_feed(store, page.continuation, page=50)
+    assert again == SHUFFLED_IDS[4:]
+
+
+def test_an_empty_page_returns_a_continuation_that_can_be_passed_again(store: Store) -> None:
+    empty = store.read_episodes(None, 10)
+    assert empty.items == []
+    still_empty = store.read_episodes(empty.continuation, 10)
+    assert still_empty.items == []
+
+    store.add_episode(make_episode("ep-a"))
+    page = store.read_episodes(still_empty.continuation, 10)
+    assert ids(page.items) == ["ep-a"]
+
+    caught_up = store.read_episodes(page.continuation, 10)
+    assert caught_up.items == []
+    assert store.read_episodes(caught_up.continuation, 10).items == []
+    store.add_episode(make_episode("ep-b"))
+    assert ids(store.read_episodes(caught_up.continuation, 10).items) == ["ep-b"]
+
+
+def test_list_episodes_is_newest_first_with_agent_filter_and_limit(store: Store) -> None:
+    written = []
+    for i, eid in enumerate(SHUFFLED_IDS[:9]):
+        agent = "agent-a" if i % 3 else "agent-b"
+        store.add_episode(make_episode(eid, agent_id=agent))
+        written.append((eid, agent))
+    newest_first = [eid for eid, _ in reversed(written)]
+    assert ids(store.list_episodes()) == newest_first
+    assert ids(store.list_episodes(limit=4)) == newest_first[:4]
+    of_b = [eid for eid, agent in reversed(written) if agent == "agent-b"]
+    assert ids(store.list_episodes("agent-b")) == of_b
+    assert ids(store.list_episodes("agent-b", limit=2)) == of_b[:2]
+    of_a = [eid for eid, agent in reversed(written) if agent == "agent-a"]
+    assert ids(store.list_episodes(agent_id="agent-a", limit=100)) == of_a
+    assert store.list_episodes("agent-unknown") == []
+
+
+def test_list_episodes_with_limit_zero_returns_nothing(store: Store) -> None:
+    store.add_episode(make_episode("ep-1"))
+    store.add_episode(make_episode("ep-2"))
+    assert store.list_episodes(limit=0) == []
+    assert store.list_episodes("agent-a", limit=0) == []
+
+
+# =========================================================================== scores
+
+
+def test_put_score_assigns_a_seq_that_increases_with_write_order(store: Store) -> None:
+    seqs = []
+    for eid in SHUFFLED_IDS[:8]:
+        stored = store.put_score(make_score(eid))
+        assert isinstance(stored, Score)
+        assert isinstance(stored.seq, int)
+        assert stored.id == eid
+        seqs.append(stored.seq)
+        row = store.get_score(eid)
+        assert row is not None and row["seq"] == stored.seq
+    assert seqs == sorted(seqs) and len(set(seqs)) == len(seqs)
+
+
+def test_the_store_assigns_seq_even_if_the_score_carries_one(store: Store) -> None:
+    first = store.put_score(make_score("ep-1"))
+    second = store.put_score(make_score("ep-2", seq=0))  # a seq from elsewhere is not trusted
+    assert first.seq is not None and second.seq is not None
+    assert second.seq > first.seq
+
+
+def test_overwriting_a_score_keeps_its_seq_and_replaces_its_content(store: Store) -> None:
+    a = store.put_score(make_score("ep-a", reward=0.1))
+    b = store.put_score(make_score("ep-b", reward=0.2))
+    again = store.put_score(make_score("ep-a", reward=-0.7, action_id="calculator"))
+    assert again.seq == a.seq
+    row = store.get_score("ep-a")
+    assert row is not None
+    assert row["seq"] == a.seq
+    assert row["reward"] == -0.7
+    assert row["action_id"] == "calculator"
+    rows = store.read_scores("agent-a", None, 10)
+    assert [(r["id"], r["seq"], r["reward"]) for r in rows] == [("ep-a", a.seq, -0.7), ("ep-b", b.seq, 0.2)]
+    # The next new score still gets a fresh, larger seq.
+    c = store.put_score(make_score("ep-c"))
+    assert c.seq is not None and b.seq is not None and c.seq > b.seq
+
+
+def test_read_scores_is_ordered_by_seq_filtered_by_agent_and_limited(store: Store) -> None:
+    of_a = []
+    for i, eid in enumerate(SHUFFLED_IDS[:12]):
+        agent = "agent-a" if i % 4 else "agent-b"
+        stored = store.put_score(make_score(eid, agent_id=agent))
+        if agent == "agent-a":
+            of_a.append(stored.id)
+    rows = store.read_scores("agent-a", None, 100)
+    assert ids(rows) == of_a  # write order, which is not id order here
+    assert ids(rows) != sorted(of_a)
+    assert all(r["agent_id"] == "agent-a" for r in rows)
+    keys = [(r["seq"], r["id"]) for r in rows]
+    assert keys == sorted(keys)
+    assert ids(store.read_scores("agent-a", None, 3)) == of_a[:3]
+    assert store.read_scores("agent-a", None, 0) == []
+    assert store.read_scores("agent-unknown", None, 10) == []
+    assert len(store.read_scores("agent-b", None, 100)) == 3
+
+
+def test_read_scores_after_a_cursor_is_strictly_after_it(store: Store) -> None:
+    stored = [store.put_score(make_score(eid)) for eid in SHUFFLED_IDS[:6]]
+    third = stored[2].cursor
+    assert ids(store.read_scores("agent-a", third, 100)) == [s.id for s in stored[3:]]
+    assert ids(store.read_scores("agent-a", third, 2)) == [s.id for s in stored[3:5]]
+    # The cursor is the pair (seq, id): same seq with a smaller id is before the row, a larger id after it.
+    before = ScoreCursor(seq=third.seq, id="0")
+    after = ScoreCursor(seq=third.seq, id="zzzz")
+    assert ids(store.read_scores("agent-a", before, 100)) == [s.id for s in stored[2:]]
+    assert ids(store.read_scores("agent-a", after, 100)) == [s.id for s in stored[3:]]
+    assert store.read_scores("agent-a", stored[-1].cursor, 100) == []
+
+
+def test_a_rescored_episode_does_not_reappear_after_a_cursor_past_it(store: Store) -> None:
+    for eid in ("ep-x", "ep-y", "ep-z"):
+        store.put_score(make_score(eid))
+    rows = store.read_scores("agent-a", None, 100)
+    cursor = cursor_of(rows[-1])
+    store.put_score(make_score("ep-x", reward=1.0))
+    store.put_score(make_score("ep-z", reward=-1.0))
+    assert store.read_scores("agent-a", cursor, 100) == []
+    store.put_score(make_score("ep-new"))
+    assert ids(store.read_scores("agent-a", cursor, 100)) == ["ep-new"]
+
+
+def test_every_score_row_has_an_int_seq_and_a_str_id(store: Store) -> None:
+    for eid in SHUFFLED_IDS[:5]:
+        store.put_score(make_score(eid))
+    store.put_score(make_score(SHUFFLED_IDS[0], reward=0.9))
+    rows = store.read_scores("agent-a", None, 100)
+    assert len(rows) == 5
+    for row in rows:
+        assert type(row["seq"]) is int
+        assert type(row["id"]) is str
+        Score.from_dict(row)  # and the document is still a valid score
+
+
+def test_get_of_a_missing_score_is_none(store: Store) -> None:
+    assert store.get_score("nope") is None
+    store.put_score(make_score("ep-1"))
+    assert store.get_score("ep-2") is None
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    ops=st.lists(
+        st.one_of(
+            st.tuples(st.just("put"), st.integers(0, 7)),
+            st.tuples(st.just("read"), st.integers(1, 4)),
+        ),
+        max_size=40,
+    )
+)
+def test_paging_scores_while_rescoring_reads_each_score_exactly_once(store: Store, ops: list[tuple[str, int]]) -> None:
+    # One store serves every example: a fresh agent id keeps the examples apart.
+    agent = f"agent-{uuid.uuid4().hex[:12]}"
+    cursor: ScoreCursor | None = None
+    seen: list[str] = []
+    written: set[str] = set()
+
+    def read(limit: int) -> list[RawDoc]:
+        nonlocal cursor
+        rows = store.read_scores(agent, cursor, limit)
+        assert len(rows) <= limit
+        for row in rows:
+            assert cursor is None or (row["seq"], row["id"]) > (cursor.seq, cursor.id)
+            cursor = cursor_of(row)
+            seen.append(row["id"])
+        return rows
+
+    for op, arg in ops:
+        if op == "put":
+            eid = f"{agent}-ep{arg}"
+            store.put_score(make_score(eid, agent_id=agent, reward=len(seen) / 100))
+            written.add(eid)
+        else:
+            read(arg)
+    while read(3):
+        pass
+    assert len(seen) == len(set(seen)), f"a score was read twice: {seen}"
+    assert set(seen) == written
+
+
+def test_concurrent_put_score_assigns_unique_seqs(store: Store) -> None:
+    threads, per_thread = 4, 200
+    barrier = threading.Barrier(threads)
+
+    def writer(t: int) -> list[int]:
+        barrier.wait(timeout=30)
+        return [store.put_score(make_score(f"t{t}-ep{i}")).seq for i in range(per_thread)]  # type: ignore[misc]
+
+    with ThreadPoolExecutor(max_workers=threads) as pool:
+        results = list(pool.map(writer, range(threads)))
+    seqs = [s for r in results for s in r]
+    assert len(seqs) == threads * per_thread
+    assert len(set(seqs)) == threads * per_thread
+    for r in results:  # each writer saw its own writes in increasing order
+        assert r == sorted(r)
+    rows = store.read_scores("agent-a", None, 10_000)
+    assert len(rows) == threads * per_thread
+    assert sorted(r["seq"] for r in rows) == sorted(seqs)
+
+
+# =========================================================================== policies
+
+
+def test_replace_current_policy_with_no_etag_creates_it(store: Store) -> None:
+    assert store.get_current_policy("agent-a") is None
+    doc = make_policy_doc(kind="current")
+    etag = store.replace_current_policy(doc, None)
+    assert isinstance(etag, str) and etag
+    tagged = store.get_current_policy("agent-a")
+    assert tagged is not None
+    assert tagged.etag == etag
+    assert user_fields(tagged.doc) == doc.to_dict()
+    assert store.get_current_policy("agent-b") is None
+
+
+def test_a_second_create_with_no_etag_conflicts(store: Store) -> None:
+    first = make_policy_doc(kind="current")
+    etag = store.replace_current_policy(first, None)
+    with pytest.raises(ConcurrencyConflict):
+        store.replace_current_policy(make_policy_doc(kind="current", note="second"), None)
+    tagged = store.get_current_policy("agent-a")
+    assert tagged is not None and tagged.etag == etag and user_fields(tagged.doc) == first.to_dict()
+
+
+def test_replace_with_the_current_etag_succeeds_with_a_new_etag(store: Store) -> None:
+    etag1 = store.replace_current_policy(make_policy_doc(kind="current"), None)
+    v2 = make_policy_doc(kind="current", version=2, logits=[0.5, 0.0, -0.5], cursor=ScoreCursor(seq=3, id="ep-3"))
+    etag2 = store.replace_current_policy(v2, etag1)
+    assert etag2 != etag1
+    tagged = store.get_current_policy("agent-a")
+    assert tagged is not None and tagged.etag == etag2 and user_fields(tagged.doc) == v2.to_dict()
+    v3 = make_policy_doc(kind="current", version=3, logits=[1.0, 0.0, -1.0])
+    etag3 = store.replace_current_policy(v3, etag2)
+    assert etag3 not in (etag1, etag2)
+
+
+def test_replace_with_a_stale_etag_conflicts_and_changes_nothing(store: Store) -> None:
+    etag1 = store.replace_current_policy(make_policy_doc(kind="current"), None)
+    v2 = make_policy_doc(kind="current", version=2, logits=[0.5, 0.0, -0.5])
+    etag2 = store.replace_current_policy(v2, etag1)
+    for stale in (etag1, "not-an-etag"):
+        with pytest.raises(ConcurrencyConflict):
+            store.replace_current_policy(make_policy_doc(kind="current", version=3, note="stale"), stale)
+    tagged = store.get_current_policy("agent-a")
+    assert tagged is not None and tagged.etag == etag2 and user_fields(tagged.doc) == v2.to_dict()
+
+
+def test_replace_with_an_etag_when_there_is_no_current_policy_conflicts(store: Store) -> None:
+    with pytest.raises(ConcurrencyConflict):
+        store.replace_current_policy(make_policy_doc(kind="current"), "some-etag")
+    assert store.get_current_policy("agent-a") is None
+    assert store.list_agents() == []
+
+
+def test_racing_replacements_from_one_etag_have_exactly_one_winner(store: Store) -> None:
+    rounds = 40
+    etag = store.replace_current_policy(make_policy_doc(kind="current"), None)
+    barrier = threading.Barrier(2)
+
+    def attempt(doc: Any, expected: str) -> str | None:
+        barrier.wait(timeout=30)
+        try:
+            return store.replace_current_policy(doc, expected)
+        except ConcurrencyConflict:
+            return None
+
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        for r in range(rounds):
+            docs = [
+                make_policy_doc(kind="current", version=r + 2, logits=[float(w), 0.0, 0.0], note=f"round {r}, {w}")
+                for w in range(2)
+            ]
+            results = [f.result(timeout=60) for f in [pool.submit(attempt, d, etag) for d in docs]]
+            winners = [w for w, res in enumerate(results) if res is not None]
+            assert len(winners) == 1, f"round {r}: {len(winners)} writers won"
+            tagged = store.get_current_policy("agent-a")
+            assert tagged is not None
+            assert tagged.etag == results[winners[0]]
+            assert user_fields(tagged.doc) == docs[winners[0]].to_dict()
+            etag = tagged.etag
+
+
+def test_racing_creates_have_exactly_one_winner(store: Store) -> None:
+    barrier = threading.Barrier(2)
+
+    def attempt(doc: Any) -> str | None:
+        barrier.wait(timeout=30)
+        try:
+            return store.replace_current_policy(doc, None)
+        except ConcurrencyConflict:
+            return None
+
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        for r in range(20):
+            agent = f"agent-{r}"
+            docs = [make_policy_doc(agent, kind="current", note=f"writer {w}") for w in range(2)]
+            results = [f.result(timeout=60) for f in [pool.submit(attempt, d) for d in docs]]
+            winners = [w for w, res in enumerate(results) if res is not None]
+            assert len(winners) == 1, f"round {r}: {len(winners)} creators won"
+            tagged = store.get_current_policy(agent)
+            assert tagged is not None and user_fields(tagged.doc) == docs[winners[0]].to_dict()
+
+
+def test_create_policy_version_is_create_only(store: Store) -> None:
+    v1 = make_policy_doc(version=1)
+    store.create_policy_version(v1)
+    store.create_policy_version(make_policy_doc(version=1))  # identical: a no-op
+    assert ids(store.list_policy_versions("agent-a")) == ["agent-a:v1"]
+    with pytest.raises(ConcurrencyConflict):
+        store.create_policy_version(make_policy_doc(version=1, logits=[1.0, 0.0, 0.0]))
+    stored = store.get_policy_version("agent-a", 1)
+    assert stored is not None and user_fields(stored) == v1.to_dict()
+
+
+def test_get_policy_version(store: Store) -> None:
+    assert store.get_policy_version("agent-a", 1) is None
+    v1 = make_policy_doc(version=1)
+    v2 = make_policy_doc(version=2, logits=[0.1, 0.2, 0.3])
+    store.create_policy_version(v1)
+    store.create_policy_version(v2)
+    got1, got2 = store.get_policy_version("agent-a", 1), store.get_policy_version("agent-a", 2)
+    assert got1 is not None and user_fields(got1) == v1.to_dict()
+    assert got2 is not None and user_fields(got2) == v2.to_dict()
+    assert store.get_policy_version("agent-a", 3) is None
+    assert store.get_policy_version("agent-b", 1) is None
+    # A version is not the current document, and the current document is not a version.
+    assert store.get_current_policy("agent-a") is None
+    store.replace_current_policy(make_policy_doc("agent-c", version=5, kind="current"), None)
+    assert store.get_policy_version("agent-c", 5) is None
+
+
+def test_list_policy_versions_is_oldest_first_and_only_versions(store: Store) -> None:
+    for version in (3, 1, 10, 2):  # out of order, and 10 sorts before 2 as text
+        store.create_policy_version(make_policy_doc(version=version))
+    store.create_policy_version(make_policy_doc("agent-b", version=4))
+    store.replace_current_policy(make_policy_doc(version=10, kind="current"), None)
+    docs = store.list_policy_versions("agent-a")
+    assert [d["version"] for d in docs] == [1, 2, 3, 10]
+    assert all(d["kind"] == "version" and d["agent_id"] == "agent-a" for d in docs)
+    assert [d["version"] for d in store.list_policy_versions("agent-b")] == [4]
+    assert store.list_policy_versions("agent-none") == []
+
+
+def test_list_agents_is_sorted_and_only_agents_with_a_current_policy(store: Store) -> None:
+    assert store.list_agents() == []
+    for agent in ("zeta", "alpha", "Mid", "beta-2"):
+        store.replace_current_policy(make_policy_doc(agent, kind="current"), None)
+    store.create_policy_version(make_policy_doc("versions-only", version=1))
+    store.add_episode(make_episode("ep-1", agent_id="episodes-only"))
+    store.put_score(make_score("ep-1", agent_id="episodes-only"))
+    assert store.list_agents() == sorted(["zeta", "alpha", "Mid", "beta-2"])
+    # Replacing a current policy does not list its agent twice.
+    tagged = store.get_current_policy("alpha")
+    assert tagged is not None
+    store.replace_current_policy(make_policy_doc("alpha", version=2, kind="current"), tagged.etag)
+    assert store.list_agents() == sorted(["zeta", "alpha", "Mid", "beta-2"])
+
+
+def test_a_document_of_the_wrong_kind_is_a_value_error(store: Store) -> None:
+    with pytest.raises(ValueError, match="kind='current'"):
+        store.replace_current_policy(make_policy_doc(kind="version"), None)
+    with pytest.raises(ValueError, match="kind='version'"):
+        store.create_policy_version(make_policy_doc(kind="current"))
+    assert store.get_current_policy("agent-a") is None
+    assert store.list_policy_versions("agent-a") == []
+    assert store.list_agents() == []
+
+
+def test_create_policy_and_materialise_write_current_and_version_once(store: Store) -> None:
+    doc = make_policy_doc(version=1, kind="version")
+    current = create_policy(store, doc)
+    assert current.kind == "current"
+    tagged = store.get_current_policy("agent-a")
+    assert tagged is not None and user_fields(tagged.doc) == current.to_dict()
+    assert [user_fields(d) for d in store.list_policy_versions("agent-a")] == [doc.to_dict()]
+    with pytest.raises(ConcurrencyConflict, match="never overwritten"):
+        create_policy(store, make_policy_doc(version=1, logits=[1.0, 0.0, 0.0]))
+    materialise(store, current)  # idempotent: re-creating the same version is a no-op
+    assert len(store.list_policy_versions("agent-a")) == 1
+    again = store.get_current_policy("agent-a")
+    assert again is not None and again.etag == tagged.etag
+
+
+def test_materialise_writes_the_run_of_a_trained_version(store: Store) -> None:
+    run = make_run(policy_version=2)
+    current = make_policy_doc(version=2, kind="current", run=run, cursor=run.cursor_to)
+    materialise(store, current)
+    materialise(store, current)
+    version = store.get_policy_version("agent-a", 2)
+    assert version is not None and user_fields(version) == current.as_kind("version").to_dict()
+    stored_run = store.get_run(run.id)
+    assert stored_run is not None and user_fields(stored_run) == run.to_dict()
+    assert ids(store.list_runs("agent-a")) == [run.id]
+
+
+# =========================================================================== runs
+
+
+def test_put_and_get_run(store: Store) -> None:
+    assert store.get_run("agent-a:run:v2") is None
+    run = make_run(policy_version=2, cursor_from=ScoreCursor(seq=1, id="ep-1"))
+    store.put_run(run)
+    stored = store.get_run(run.id)
+    assert stored is not None and user_fields(stored) == run.to_dict()
+    assert store.get_run("agent-a:run:v3") is None
+
+
+def test_list_runs_is_newest_version_first_per_agent_with_limit(store: Store) -> None:
+    for version in (3, 2, 11, 5):  # 11 sorts before 3 as text
+        store.put_run(make_run(policy_version=version))
+    store.put_run(make_run("agent-b", policy_version=7))
+    assert [r["policy_version"] for r in store.list_runs("agent-a")] == [11, 5, 3, 2]
+    assert [r["policy_version"] for r in store.list_runs("agent-a", limit=2)] == [11, 5]
+    assert ids(store.list_runs("agent-b")) == ["agent-b:run:v7"]
+    assert store.list_runs("agent-none") == []
+
+
+def test_put_run_is_an_idempotent_overwrite(store: Store) -> None:
+    run = make_run(policy_version=2)
+    store.put_run(run)
+    store.put_run(run)
+    assert ids(store.list_runs("agent-a")) == [run.id]
+    changed = make_run(policy_version=2, episodes=99, metrics={"loss": 0.01})
+    store.put_run(changed)
+    stored = store.get_run(run.id)
+    assert stored is not None and user_fields(stored) == changed.to_dict()
+    assert [r["episodes"] for r in store.list_runs("agent-a")] == [99]
+
+
+# =========================================================================== checkpoints
+
+
+def test_checkpoints(store: Store) -> None:
+    assert store.get_checkpoint("feed") is None
+    store.set_checkpoint("feed", "17")
+    assert store.get_checkpoint("feed") == "17"
+    store.set_checkpoint("feed", "42")
+    assert store.get_checkpoint("feed") == "42"
+    store.set_checkpoint("other", "")
+    assert store.get_checkpoint("other") == ""
+    assert store.get_checkpoint("feed") == "42"
+    assert store.get_checkpoint("missing") is None
+
+
+# =========================================================================== SQLite only
+
+
+@pytest.fixture
+def db_path(tmp_path: Path) -> Path:
+    return tmp_path / "sqlite" / "store.db"  # the folder does not exist yet: the store creates it
+
+
+def fill(store: Store) -> dict[str, Any]:
+    """Write one document of every kind; return what was written."""
+    episode = make_episode("ep-1")
+    store.add_episode(episode)
+    score = store.put_score(make_score("ep-1"))
+    version = make_policy_doc(version=1)
+    store.create_policy_version(version)
+    current = make_policy_doc(kind="current")
+    etag = store.replace_current_policy(current, None)
+    run = make_run(policy_version=2)
+    store.put_run(run)
+    store.set_checkpoint("feed", "1")
+    return {"episode": episode, "score": score, "version": version, "current": current, "etag": etag, "run": run}
+
+
+def test_sqlite_data_survives_close_and_reopen(db_path: Path) -> None:
+    with SQLiteStore(db_path) as first:
+        written = fill(first)
+    with SQLiteStore(db_path) as reopened:
+        ep = reopened.get_episode("ep-1")
+        assert ep is not None and user_fields(ep) == written["episode"].to_dict()
+        sc = reopened.get_score("ep-1")
+        assert sc is not None and user_fields(sc) == written["score"].to_dict()
+        ver = reopened.get_policy_version("agent-a", 1)
+        assert ver is not None and user_fields(ver) == written["version"].to_dict()
+        tagged = reopened.get_current_policy("agent-a")
+        assert tagged is not None and tagged.etag == written["etag"]
+        assert user_fields(tagged.doc) == written["current"].to_dict()
+        run = reopened.get_run(written["run"].id)
+        assert run is not None and user_fields(run) == written["run"].to_dict()
+        assert reopened.get_checkpoint("feed") == "1"
+        assert reopened.list_agents() == ["agent-a"]
+        # Counters continue where they were: the next score gets a larger seq.
+        assert reopened.put_score(make_score("ep-2")).seq > written["score"].seq  # type: ignore[operator]
+        # The ETag survived too: a compare-and-swap with it works.
+        reopened.replace_current_policy(make_policy_doc(kind="current", version=2), written["etag"])
+
+
+def test_sqlite_feed_resumes_after_reopening_the_file(db_path: Path) -> None:
+    with SQLiteStore(db_path) as first:
+        for eid in SHUFFLED_IDS[:10]:
+            first.add_episode(make_episode(eid))
+        page = first.read_episodes(None, 6)
+        assert ids(page.items) == SHUFFLED_IDS[:6]
+        first.set_checkpoint("feed", page.continuation or "")
+    with SQLiteStore(db_path) as second:
+        for eid in SHUFFLED_IDS[10:]:
+            second.add_episode(make_episode(eid))
+        continuation = second.get_checkpoint("feed")
+        assert continuation == page.continuation
+        rest, _ = read_whole_feed(second, continuation, page=4)
+        assert rest == SHUFFLED_IDS[6:]
+
+
+def test_two_sqlite_stores_on_one_file_see_each_others_writes(db_path: Path) -> None:
+    with SQLiteStore(db_path) as one, SQLiteStore(db_path) as two:
+        one.add_episode(make_episode("ep-1"))
+        assert two.get_episode("ep-1") is not None
+        two.add_episode(make_episode("ep-2"))
+        assert read_whole_feed(one)[0] == ["ep-1", "ep-2"]
+        with pytest.raises(ConcurrencyConflict):  # immutability holds across store objects
+            two.add_episode(make_episode("ep-1", output="other"))
+
+        s1 = one.put_score(make_score("ep-1"))
+        s2 = two.put_score(make_score("ep-2"))
+        assert s1.seq is not None and s2.seq is not None and s2.seq > s1.seq
+        assert two.put_score(make_score("ep-1", reward=0.9)).seq == s1.seq
+        assert [(r["id"], r["reward"]) for r in one.read_scores("agent-a", None, 10)] == [("ep-1", 0.9), ("ep-2", 0.5)]
+
+        etag = one.replace_current_policy(make_policy_doc(kind="current"), None)
+        with pytest.raises(ConcurrencyConflict):
+            two.replace_current_policy(make_policy_doc(kind="current"), None)
+        etag2 = two.replace_current_policy(make_policy_doc(kind="current", version=2), etag)
+        with pytest.raises(ConcurrencyConflict):
+            one.replace_current_policy(make_policy_doc(kind="current", version=2, note="stale"), etag)
+        tagged = one.get_current_policy("agent-a")
+        assert tagged is not None and tagged.etag == etag2 and tagged.doc["version"] == 2
+
+        one.set_checkpoint("feed", "2")
+        assert two.get_checkpoint("feed") == "2"
+        two.put_run(make_run())
+        assert ids(one.list_runs("agent-a")) == ["agent-a:run:v2"]
+
+
+def test_sqlite_concurrent_put_score_from_two_store_objects_gives_unique_seqs(db_path: Path) -> None:
+    stores = [SQLiteStore(db_path), SQLiteStore(db_path)]
+    threads, per_thread = 4, 200
+    barrier = threading.Barrier(threads)
+
+    def writer(t: int) -> list[int]:
+        s = stores[t % 2]
+        barrier.wait(timeout=30)
+        return [s.put_score(make_score(f"t{t}-ep{i}")).seq for i in range(per_thread)]  # type: ignore[misc]
+
+    try:
+        with ThreadPoolExecutor(max_workers=threads) as pool:
+            seqs = [s for r in pool.map(writer, range(threads)) for s in r]
+        assert len(set(seqs)) == threads * per_thread
+        rows = stores[0].read_scores("agent-a", None, 10_000)
+        assert [r["seq"] for r in rows] == sorted(seqs)
+    finally:
+        for s in stores:
+            s.close()
+
+
+def test_sqlite_a_corrupt_score_row_is_still_returned_with_seq_and_id(db_path: Path) -> None:
+    with SQLiteStore(db_path) as store:
+        good1 = store.put_score(make_score("ep-1"))
+        store.put_raw_score({"id": "bad-1", "agent_id": "agent-a"})  # no reward, no metrics, ...
+        store.put_raw_score({"id": "bad-2", "agent_id": "agent-a", "seq": "not-a-number", "reward": "high"})
+        good2 = store.put_score(make_score("ep-2"))
+        rows = store.read_scores("agent-a", None, 10)
+        assert ids(rows) == ["ep-1", "bad-1", "bad-2", "ep-2"]
+        for row in rows:
+            assert type(row["seq"]) is int
+            assert type(row["id"]) is str
+        seqs = [r["seq"] for r in rows]
+        assert seqs == sorted(seqs) and len(set(seqs)) == 4
+        assert seqs[0] == good1.seq and seqs[-1] == good2.seq
+        with pytest.raises(InvalidDocument):
+            Score.from_dict(rows[1])
+        # The corrupt rows can be skipped by cursor like any other.
+        assert ids(store.read_scores("agent-a", cursor_of(rows[2]), 10)) == ["ep-2"]
