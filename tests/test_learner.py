@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+
 from agent_learning.learner import (
     Batch,
     LearnerConfig,

@@ -8,6 +8,8 @@ import struct
 from pathlib import Path
 
 import pytest
+from click.testing import CliRunner
+
 from agent_learning.cli import main
 from agent_learning.clock import ManualClock
 from agent_learning.config import load_settings
@@ -16,7 +18,6 @@ from agent_learning.local import FEED_CHECKPOINT, open_local
 from agent_learning.pipeline import create_policy, load_current
 from agent_learning.policy import SoftmaxPolicy
 from agent_learning.simulate import support_bot
-from click.testing import CliRunner
 
 
 @pytest.fixture(autouse=True)

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
 from agent_learning.clock import ManualClock
 from agent_learning.documents import Episode, PolicyDocument, Score, TrainingRun
 from agent_learning.errors import ConcurrencyConflict, PermanentError, TransientError

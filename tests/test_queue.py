@@ -12,6 +12,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import HealthCheck, settings
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
+
 from agent_learning.clock import ManualClock
 from agent_learning.errors import ConcurrencyConflict, InvalidDocument
 from agent_learning.queue import (
@@ -22,9 +26,6 @@ from agent_learning.queue import (
     SQLiteQueue,
     WorkQueue,
 )
-from hypothesis import HealthCheck, settings
-from hypothesis import strategies as st
-from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
 LOCK = 30.0
 WINDOW = 600.0

@@ -16,14 +16,15 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from factories import BASE_TIME, make_episode, make_policy_doc, make_run, make_score
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
 from agent_learning.documents import Score, ScoreCursor
 from agent_learning.errors import ConcurrencyConflict, InvalidDocument
 from agent_learning.pipeline import create_policy, materialise
 from agent_learning.store import MemoryStore, SQLiteStore, Store
 from agent_learning.store.base import RawDoc
-from factories import BASE_TIME, make_episode, make_policy_doc, make_run, make_score
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
 
 # --------------------------------------------------------------------------- adapters
 

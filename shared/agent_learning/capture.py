@@ -146,6 +146,8 @@ class EpisodeCapture:
     def build(self, output: str) -> Episode:
         """The episode as it would be stored (validated), without writing it."""
         d = self.decision
+        capped = _truncate(output, MAX_TEXT_CHARS)
+        truncated = [*self._truncated, "output"] if capped != output else list(self._truncated)
         return Episode(
             id=self.episode_id,
             agent_id=d.agent_id,
@@ -154,14 +156,14 @@ class EpisodeCapture:
             probability=d.probability,
             logprob=d.logprob,
             input=self.input,
-            output=self._cap("output", output, MAX_TEXT_CHARS) or "",
+            output=capped or "",
             instructions=self.instructions,
             tool_definitions=self.tool_definitions,
             steps=list(self.steps),
             started_at=self.started_at,
             ended_at=max(self.clock.now(), self.started_at),
             metadata=self.metadata,
-            truncated=list(self._truncated),
+            truncated=truncated,
             ttl=self.ttl,
         )
 
@@ -210,7 +212,15 @@ class EpisodeCapture:
         self.step("agent", kind="step", status="error", latency_ms=elapsed, error=f"{type(exc).__name__}: {exc}")
 
     def _cap(self, field: str, text: str | None, limit: int) -> str | None:
-        if text is None or len(text) <= limit:
-            return text
-        self._truncated.append(field.split("[")[0] if field.startswith("steps") else field)
-        return text[: limit - len(_MARK)] + _MARK
+        """Truncate ``text`` and note the field (``steps`` for any step's text), once."""
+        capped = _truncate(text, limit)
+        name = "steps" if field.startswith("steps") else field
+        if capped != text and name not in self._truncated:
+            self._truncated.append(name)
+        return capped
+
+
+def _truncate(text: str | None, limit: int) -> str | None:
+    if text is None or len(text) <= limit:
+        return text
+    return text[: limit - len(_MARK)] + _MARK

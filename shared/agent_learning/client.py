@@ -46,7 +46,7 @@ class PolicyClient:
 
     def policy(self) -> SoftmaxPolicy:
         """The current policy, refreshed if older than ``refresh_seconds``."""
-        if self.clock.time() - self._checked_at >= self.refresh_seconds:
+        if self._policy is None or self.clock.time() - self._checked_at >= self.refresh_seconds:
             self.refresh()
         assert self._policy is not None
         return self._policy

@@ -8,6 +8,7 @@ configuration table lists them all.
 
 from __future__ import annotations
 
+import re
 from dataclasses import fields
 from typing import Any, Literal
 
@@ -22,7 +23,7 @@ PREFIX = "AGENT_LEARNING_"
 class Settings(BaseSettings):
     """Everything the library reads from the environment."""
 
-    model_config = SettingsConfigDict(env_prefix=PREFIX, extra="ignore", frozen=True)
+    model_config = SettingsConfigDict(env_prefix=PREFIX, extra="ignore", frozen=True, allow_inf_nan=False)
 
     # Where things live.
     store: Literal["sqlite", "memory"] = "sqlite"
@@ -75,13 +76,16 @@ class Settings(BaseSettings):
 def load_settings(**overrides: Any) -> Settings:
     """Read and validate the environment; ``overrides`` win over it."""
     try:
-        return Settings(**overrides)
+        settings = Settings(**overrides)
     except ValidationError as exc:
         problems = []
         for err in exc.errors(include_url=False):
             name = PREFIX + ".".join(str(p) for p in err["loc"]).upper()
             problems.append(f"{name}: {err['msg']} (got {err.get('input')!r})")
         raise ConfigurationError("invalid configuration: " + "; ".join(problems)) from None
+    settings.reward_config()  # settings that are only invalid together fail now, not later
+    settings.learner_config()
+    return settings
 
 
 def _build(cls: Any, settings: Settings, overrides: dict[str, Any] | None = None) -> Any:
@@ -90,4 +94,6 @@ def _build(cls: Any, settings: Settings, overrides: dict[str, Any] | None = None
     try:
         return cls(**values)
     except ValueError as exc:
-        raise ConfigurationError(f"invalid configuration: {exc} (environment variables {PREFIX}*)") from None
+        # Name the environment variables, not the Python fields.
+        message = re.sub(r"\b(" + "|".join(values) + r")\b", lambda m: PREFIX + m.group(1).upper(), str(exc))
+        raise ConfigurationError(f"invalid configuration: {message}") from None

@@ -64,7 +64,7 @@ NonNegative = Annotated[float, Field(strict=True, allow_inf_nan=False, ge=0)]
 Probability = Annotated[float, Field(strict=True, allow_inf_nan=False, gt=0, le=1)]
 Version = Annotated[int, Field(strict=True, ge=1)]
 Count = Annotated[int, Field(strict=True, ge=0)]
-MetadataValue = Annotated[str, StringConstraints(strict=True, max_length=256)] | bool | int | Finite
+MAX_METADATA_VALUE_CHARS = 256
 
 D = TypeVar("D", bound="Document")
 
@@ -85,8 +85,8 @@ def _path(loc: tuple[Any, ...]) -> str:
     for part in loc:
         if isinstance(part, int):
             out += f"[{part}]"
-        elif "[" in str(part) or part in ("function-after", "function-before"):
-            continue  # pydantic's union/validator tags, not fields
+        elif str(part).startswith(("function-after[", "function-before[", "function-wrap[")):
+            continue  # pydantic's validator wrappers, not fields
         else:
             out += f".{part}" if out else str(part)
     return out or "(document)"
@@ -143,17 +143,23 @@ class Document(BaseModel):
         return str(field.default) if field is not None and field.default else cls.__name__
 
 
-def _invalid(kind: str, exc: ValidationError) -> InvalidDocument:
+def invalid_from_pydantic(kind: str, exc: ValidationError) -> InvalidDocument:
+    """Turn pydantic's errors into an :class:`InvalidDocument` with one path per problem."""
     problems = []
     for err in exc.errors(include_url=False):
         msg = err["msg"].removeprefix("Value error, ")
         field = _path(err["loc"])
-        # Model-level validators name their field as "field: problem".
-        match = _FIELD_PREFIX.match(msg) if field == "(document)" else None
+        # Model-level validators (of the document or of a nested model such as a step) name
+        # their field as "field: problem".
+        match = _FIELD_PREFIX.match(msg) if err["type"] == "value_error" else None
         if match:
-            field, msg = match.group(1), match.group(2)
+            sub, msg = match.group(1), match.group(2)
+            field = sub if field == "(document)" else f"{field}.{sub}"
         problems.append((field, msg))
     return InvalidDocument(kind, problems)
+
+
+_invalid = invalid_from_pydantic
 
 
 _FIELD_PREFIX = re.compile(r"^([A-Za-z_][\w.\[\]]*): (.+)$", re.S)
@@ -205,7 +211,7 @@ class Episode(Document):
     steps: Annotated[list[Step], Field(max_length=MAX_STEPS)] = []
     started_at: AwareDatetime
     ended_at: AwareDatetime
-    metadata: dict[Annotated[str, StringConstraints(max_length=64)], MetadataValue] = {}
+    metadata: dict[Annotated[str, StringConstraints(strict=True, min_length=1, max_length=64)], Any] = {}
     truncated: list[Name] = []
     ttl: Annotated[int, Field(strict=True, ge=-1)] | None = None
 
@@ -216,9 +222,21 @@ class Episode(Document):
 
     @field_validator("metadata")
     @classmethod
-    def _metadata_size(cls, value: dict[str, Any]) -> dict[str, Any]:
+    def _metadata_values(cls, value: dict[str, Any]) -> dict[str, Any]:
         if len(value) > MAX_METADATA_KEYS:
             raise ValueError(f"has {len(value)} keys; the limit is {MAX_METADATA_KEYS}")
+        for key, item in value.items():
+            ok = (
+                isinstance(item, bool)
+                or (isinstance(item, int) and abs(item) < 2**53)
+                or (isinstance(item, float) and math.isfinite(item))
+                or (isinstance(item, str) and len(item) <= MAX_METADATA_VALUE_CHARS)
+            )
+            if not ok:
+                raise ValueError(
+                    f"{key}: must be a string of at most {MAX_METADATA_VALUE_CHARS} characters, a boolean, "
+                    f"an integer or a finite number, got {item!r:.80}"
+                )
         return value
 
     @model_validator(mode="after")

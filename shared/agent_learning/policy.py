@@ -26,7 +26,9 @@ from datetime import datetime
 from itertools import accumulate
 from typing import Any, Literal
 
-from .documents import Action, PolicyDocument, ScoreCursor, policy_doc_id
+from pydantic import ValidationError
+
+from .documents import Action, PolicyDocument, ScoreCursor, invalid_from_pydantic, policy_doc_id
 from .errors import InvalidDocument
 
 
@@ -200,7 +202,7 @@ class SoftmaxPolicy:
             "logits": list(self.logits),
             "temperature": self.temperature,
             "exploration_floor": self.exploration_floor,
-            "pinned": self.pinned,
+            "pinned": self.pinned and kind == "current",
             "source": source,
             "parent_version": parent_version,
             "cursor": cursor.model_dump() if cursor else None,
@@ -258,7 +260,10 @@ def _as_action(value: str | Action | Mapping[str, Any]) -> Action:
     if isinstance(value, Action):
         return value
     if isinstance(value, str):
-        return Action(id=value)
+        return _as_action({"id": value})
     if isinstance(value, Mapping):
-        return Action.model_validate(dict(value))
+        try:
+            return Action.model_validate(dict(value))
+        except ValidationError as exc:
+            raise invalid_from_pydantic("action", exc) from None
     raise TypeError(f"an action must be an id, an Action or a mapping, got {type(value).__name__}")

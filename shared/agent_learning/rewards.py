@@ -98,7 +98,9 @@ class RewardFunction:
 
     def __init__(self, config: RewardConfig | None = None) -> None:
         self.config = config or RewardConfig()
-        digest = hashlib.sha256(json.dumps(asdict(self.config), sort_keys=True).encode()).hexdigest()
+        digest = hashlib.sha256(
+            json.dumps({k: float(v) for k, v in asdict(self.config).items()}, sort_keys=True).encode()
+        ).hexdigest()
         self.version = f"{RULE}+{digest[:10]}"
 
     def __call__(self, metrics: Mapping[str, MetricScore], episode: Episode) -> tuple[float, RewardInfo]:

@@ -1,0 +1,417 @@
+"""Agent side: EpisodeCapture writes episodes, PolicyClient serves the current policy."""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import random
+from pathlib import Path
+
+import pytest
+
+from agent_learning.capture import EpisodeCapture
+from agent_learning.client import PolicyClient
+from agent_learning.clock import ManualClock
+from agent_learning.documents import MAX_STEP_TEXT_CHARS, MAX_STEPS, MAX_TEXT_CHARS, Action, Episode
+from agent_learning.errors import ConcurrencyConflict, NotFound
+from agent_learning.pipeline import create_policy
+from agent_learning.policy import Decision, SoftmaxPolicy
+from agent_learning.store.memory import MemoryStore
+from agent_learning.store.sqlite import SQLiteStore
+
+AGENT = "helper"
+
+
+@pytest.fixture
+def clock() -> ManualClock:
+    return ManualClock()
+
+
+@pytest.fixture
+def store() -> MemoryStore:
+    return MemoryStore()
+
+
+@pytest.fixture
+def decision() -> Decision:
+    actions = [Action(id="fast"), Action(id="careful", config={"model": "big"})]
+    policy = SoftmaxPolicy(AGENT, actions, [0.0, 1.0], version=4, rng=random.Random(3))
+    return policy.decision_for("careful")
+
+
+def capture(store: MemoryStore, decision: Decision, clock: ManualClock, **kw: object) -> EpisodeCapture:
+    options: dict[str, object] = {"input": "What is 2 + 2?", "episode_id": "ep-1", "clock": clock} | kw
+    return EpisodeCapture(store, decision, **options)  # type: ignore[arg-type]
+
+
+# --------------------------------------------------------------------------- sync flow
+
+
+def test_full_flow_stores_the_episode(store: MemoryStore, decision: Decision, clock: ManualClock) -> None:
+    run = capture(store, decision, clock, instructions="Explain.", metadata={"user": "u1", "n": 2})
+    run.step("retrieve", latency_ms=12.5, kind="retrieval", result=["doc-1"])
+    with run.tool("search", arguments={"q": "2 + 2"}, call_id="c1") as call:
+        call.result = {"hits": 3}
+    with pytest.raises(TimeoutError, match="slow"), run.tool("calculator", arguments={"expr": "2+2"}):
+        raise TimeoutError("slow")
+    run.step("answer", latency_ms=-5, kind="llm")
+    clock.advance(2.5)
+    episode = run.end("2 + 2 = 4")
+
+    assert isinstance(episode, Episode)
+    assert store.get_episode("ep-1") == episode.to_dict()
+    assert Episode.from_dict(store.get_episode("ep-1")) == episode
+    assert (episode.agent_id, episode.action_id, episode.policy_version) == (AGENT, "careful", 4)
+    assert (episode.probability, episode.logprob) == (decision.probability, decision.logprob)
+    assert episode.input == "What is 2 + 2?" and episode.output == "2 + 2 = 4"
+    assert episode.instructions == "Explain."
+    assert episode.metadata == {"user": "u1", "n": 2}
+    assert episode.latency_ms == 2500.0
+    assert episode.truncated == []
+
+    names = [(s.name, s.kind, s.status) for s in episode.steps]
+    assert names == [
+        ("retrieve", "retrieval", "ok"),
+        ("search", "tool", "ok"),
+        ("calculator", "tool", "error"),
+        ("answer", "llm", "ok"),
+    ]
+    retrieve, search, calc, answer = episode.steps
+    assert retrieve.latency_ms == 12.5 and retrieve.result == "['doc-1']"
+    assert search.result == "{'hits': 3}" and search.arguments == {"q": "2 + 2"} and search.call_id == "c1"
+    assert search.latency_ms >= 0 and search.error is None
+    assert calc.error == "TimeoutError: slow" and calc.result is None and calc.arguments == {"expr": "2+2"}
+    assert answer.latency_ms == 0.0  # negative latencies are clamped
+    assert episode.failed_steps == 1
+
+
+def test_latency_comes_from_the_clock(store: MemoryStore, decision: Decision, clock: ManualClock) -> None:
+    start = clock.now()
+    run = capture(store, decision, clock)
+    clock.advance(0.125)
+    episode = run.end("4")
+    assert episode.started_at == start
+    assert episode.ended_at == clock.now()
+    assert episode.latency_ms == 125.0
+
+
+def test_episode_id_defaults_to_a_fresh_hex_id(store: MemoryStore, decision: Decision) -> None:
+    a = EpisodeCapture(store, decision, input="q").end("a")
+    b = EpisodeCapture(store, decision, input="q").end("b")
+    assert a.id != b.id
+    assert len(a.id) == 32 and set(a.id) <= set("0123456789abcdef")
+    assert {e["id"] for e in store.list_episodes(AGENT)} == {a.id, b.id}
+
+
+def test_step_with_error_status_gets_an_error_text(store: MemoryStore, decision: Decision, clock: ManualClock) -> None:
+    run = capture(store, decision, clock)
+    run.step("lookup", latency_ms=1.0, status="error")
+    episode = run.end("x")
+    assert episode.steps[0].status == "error"
+    assert episode.steps[0].error == "error"
+
+
+def test_redaction_hook_applies_to_input(store: MemoryStore, decision: Decision, clock: ManualClock) -> None:
+    seen: list[str] = []
+
+    def redact(text: str) -> str:
+        seen.append(text)
+        return text.replace("hunter2", "[redacted]")
+
+    run = capture(store, decision, clock, input="my password is hunter2", redact=redact)
+    episode = run.end("ok")
+    assert seen == ["my password is hunter2"]
+    assert episode.input == "my password is [redacted]"
+    assert "hunter2" not in str(store.get_episode("ep-1"))
+
+
+def test_oversized_output_is_truncated_and_still_valid(
+    store: MemoryStore, decision: Decision, clock: ManualClock
+) -> None:
+    episode = capture(store, decision, clock).end("y" * (MAX_TEXT_CHARS + 100))
+    assert episode.truncated == ["output"]
+    assert len(episode.output) == MAX_TEXT_CHARS
+    assert episode.output.startswith("y" * 100) and episode.output.endswith("[truncated]")
+    assert Episode.from_dict(store.get_episode("ep-1")) == episode
+
+
+def test_output_at_the_limit_is_kept(store: MemoryStore, decision: Decision, clock: ManualClock) -> None:
+    episode = capture(store, decision, clock).end("y" * MAX_TEXT_CHARS)
+    assert episode.truncated == []
+    assert episode.output == "y" * MAX_TEXT_CHARS
+
+
+def test_oversized_input_instructions_and_step_text_truncated(
+    store: MemoryStore, decision: Decision, clock: ManualClock
+) -> None:
+    big = "z" * (MAX_TEXT_CHARS + 1)
+    run = capture(store, decision, clock, input=big, instructions=big)
+    run.step("tool", latency_ms=1, result="r" * (MAX_STEP_TEXT_CHARS + 1))
+    episode = run.end("ok")
+    assert episode.truncated == ["input", "instructions", "steps"]
+    assert len(episode.input) == len(episode.instructions or "") == MAX_TEXT_CHARS
+    assert len(episode.steps[0].result or "") == MAX_STEP_TEXT_CHARS
+    assert Episode.from_json(episode.to_json()) == episode
+
+
+def test_steps_beyond_the_cap_are_dropped(store: MemoryStore, decision: Decision, clock: ManualClock) -> None:
+    run = capture(store, decision, clock)
+    for i in range(MAX_STEPS + 3):
+        run.step(f"s{i}", latency_ms=1)
+    episode = run.end("ok")
+    assert len(episode.steps) == MAX_STEPS
+    assert episode.steps[-1].name == f"s{MAX_STEPS - 1}"
+    assert episode.truncated == ["steps"]
+
+
+def test_build_does_not_change_what_end_stores(store: MemoryStore, decision: Decision, clock: ManualClock) -> None:
+    run = capture(store, decision, clock)
+    preview = run.build("y" * (MAX_TEXT_CHARS + 1))
+    assert preview.truncated == ["output"]
+    stored = run.end("y" * (MAX_TEXT_CHARS + 1))
+    assert stored.truncated == ["output"]
+    assert stored == preview
+
+
+def test_build_validates_without_writing(store: MemoryStore, decision: Decision, clock: ManualClock) -> None:
+    run = capture(store, decision, clock)
+    preview = run.build("4")
+    assert preview.output == "4"
+    assert store.get_episode("ep-1") is None
+    assert run.end("4") == preview
+
+
+# --------------------------------------------------------------------------- crashes and repeated ends
+
+
+def test_exception_inside_with_writes_a_crash_episode(
+    store: MemoryStore, decision: Decision, clock: ManualClock
+) -> None:
+    with pytest.raises(KeyError, match="missing"), capture(store, decision, clock) as run:
+        run.step("search", latency_ms=3)
+        clock.advance(1.5)
+        raise KeyError("missing")
+    stored = store.get_episode("ep-1")
+    assert stored is not None
+    episode = Episode.from_dict(stored)
+    assert episode.output == ""
+    assert [s.name for s in episode.steps] == ["search", "agent"]
+    crash = episode.steps[-1]
+    assert (crash.kind, crash.status) == ("step", "error")
+    assert crash.error == "KeyError: 'missing'"
+    assert crash.latency_ms == 1500.0
+    assert run.episode == episode
+
+
+def test_exception_after_end_keeps_the_ended_episode(
+    store: MemoryStore, decision: Decision, clock: ManualClock
+) -> None:
+    with pytest.raises(ValueError, match="later"), capture(store, decision, clock) as run:
+        run.end("the answer")
+        raise ValueError("later")
+    episode = Episode.from_dict(store.get_episode("ep-1"))
+    assert episode.output == "the answer"
+    assert episode.steps == []
+    assert len(store.list_episodes()) == 1
+
+
+def test_clean_with_block_without_end_writes_nothing(
+    store: MemoryStore, decision: Decision, clock: ManualClock
+) -> None:
+    with capture(store, decision, clock) as run:
+        run.step("search", latency_ms=1)
+    assert store.get_episode("ep-1") is None
+    assert run.episode is None
+
+
+def test_end_twice_raises(store: MemoryStore, decision: Decision, clock: ManualClock) -> None:
+    run = capture(store, decision, clock)
+    first = run.end("one")
+    with pytest.raises(RuntimeError, match="already ended"):
+        run.end("two")
+    with pytest.raises(RuntimeError, match="already ended"):
+        asyncio.run(run.aend("two"))
+    assert Episode.from_dict(store.get_episode("ep-1")) == first
+
+
+# --------------------------------------------------------------------------- async
+
+
+def test_aend_writes_the_episode(store: MemoryStore, decision: Decision, clock: ManualClock) -> None:
+    async def agent() -> Episode:
+        async with capture(store, decision, clock) as run:
+            run.step("search", latency_ms=2)
+            clock.advance(0.5)
+            return await run.aend("async answer")
+
+    episode = asyncio.run(agent())
+    assert episode.output == "async answer"
+    assert episode.latency_ms == 500.0
+    assert Episode.from_dict(store.get_episode("ep-1")) == episode
+
+
+def test_async_with_exception_writes_a_crash_episode(
+    store: MemoryStore, decision: Decision, clock: ManualClock
+) -> None:
+    async def agent() -> None:
+        async with capture(store, decision, clock):
+            clock.advance(0.25)
+            raise ConnectionError("down")
+
+    with pytest.raises(ConnectionError, match="down"):
+        asyncio.run(agent())
+    episode = Episode.from_dict(store.get_episode("ep-1"))
+    assert episode.output == ""
+    assert episode.steps[-1].name == "agent"
+    assert episode.steps[-1].error == "ConnectionError: down"
+    assert episode.steps[-1].latency_ms == 250.0
+
+
+class AsyncMemoryStore(MemoryStore):
+    """A store with a native async write, like the Cosmos adapter."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.async_writes: list[str] = []
+
+    async def add_episode_async(self, episode: Episode) -> None:
+        self.async_writes.append(episode.id)
+        self.add_episode(episode)
+
+
+def test_aend_prefers_the_store_async_write(decision: Decision, clock: ManualClock) -> None:
+    store = AsyncMemoryStore()
+    episode = asyncio.run(EpisodeCapture(store, decision, input="q", episode_id="ep-9", clock=clock).aend("a"))
+    assert store.async_writes == ["ep-9"]
+    assert store.get_episode("ep-9") == episode.to_dict()
+
+
+# --------------------------------------------------------------------------- idempotency
+
+
+def test_same_episode_twice_is_a_no_op(store: MemoryStore, decision: Decision, clock: ManualClock) -> None:
+    episode = capture(store, decision, clock).end("4")
+    store.add_episode(episode)
+    store.add_episode(Episode.from_dict(episode.to_dict()))
+    assert len(store.list_episodes()) == 1
+    assert len(store.read_episodes(None).items) == 1
+
+
+def test_different_episode_with_same_id_conflicts(
+    store: MemoryStore, decision: Decision, clock: ManualClock
+) -> None:
+    first = capture(store, decision, clock).end("4")
+    second = capture(store, decision, clock)
+    with pytest.raises(ConcurrencyConflict, match="ep-1"):
+        second.end("5")
+    assert second.episode is None
+    assert Episode.from_dict(store.get_episode("ep-1")) == first
+
+
+# --------------------------------------------------------------------------- PolicyClient
+
+
+def publish(store: MemoryStore | SQLiteStore, version: int, logits: list[float], clock: ManualClock) -> None:
+    """Replace the current policy with a new version (as a trainer would)."""
+    actions = [Action(id="fast"), Action(id="careful")]
+    policy = SoftmaxPolicy(AGENT, actions, logits, version=version)
+    tagged = store.get_current_policy(AGENT)
+    assert tagged is not None
+    doc = policy.to_document(kind="current", source="train", parent_version=version - 1, created_at=clock.now())
+    store.replace_current_policy(doc, tagged.etag)
+
+
+def init(store: MemoryStore | SQLiteStore, clock: ManualClock) -> None:
+    policy = SoftmaxPolicy.from_actions(AGENT, ["fast", "careful"])
+    create_policy(store, policy.to_document(created_at=clock.now()))
+
+
+def test_client_raises_not_found_without_a_policy(store: MemoryStore, clock: ManualClock) -> None:
+    client = PolicyClient(store, AGENT, clock=clock)
+    with pytest.raises(NotFound, match=AGENT):
+        client.choose()
+    assert client.last_error is not None and AGENT in client.last_error
+
+
+def test_client_keeps_raising_not_found(store: MemoryStore, clock: ManualClock) -> None:
+    client = PolicyClient(store, AGENT, clock=clock)
+    with pytest.raises(NotFound):
+        client.policy()
+    with pytest.raises(NotFound):
+        client.policy()
+
+
+def test_client_caches_until_refresh_seconds(store: MemoryStore, clock: ManualClock) -> None:
+    init(store, clock)
+    client = PolicyClient(store, AGENT, refresh_seconds=30, clock=clock, rng=random.Random(5))
+    first = client.policy()
+    assert first.version == 1
+    assert first.probabilities == {"fast": 0.5, "careful": 0.5}
+
+    publish(store, 2, [0.0, 2.0], clock)
+    clock.advance(29.9)
+    assert client.policy() is first
+    assert client.choose().version == 1
+
+    clock.advance(0.1)
+    second = client.policy()
+    assert second.version == 2
+    assert second.probabilities["careful"] == pytest.approx(1 / (1 + math.exp(-2)))
+    assert client.choose().policy_id == f"{AGENT}:v2"
+    assert client.last_error is None
+
+
+def test_client_does_not_rebuild_an_unchanged_policy(store: MemoryStore, clock: ManualClock) -> None:
+    init(store, clock)
+    client = PolicyClient(store, AGENT, refresh_seconds=0, clock=clock)
+    first = client.policy()
+    assert client.policy() is first
+    assert client.refresh() is first
+    publish(store, 2, [1.0, 0.0], clock)
+    assert client.policy() is not first
+    assert client.policy().version == 2
+
+
+def test_client_draws_with_its_rng(store: MemoryStore, clock: ManualClock) -> None:
+    init(store, clock)
+    a = PolicyClient(store, AGENT, clock=clock, rng=random.Random(11))
+    b = PolicyClient(store, AGENT, clock=clock, rng=random.Random(11))
+    assert [a.choose().action_id for _ in range(40)] == [b.choose().action_id for _ in range(40)]
+
+
+def test_client_keeps_last_good_policy_when_current_is_corrupt(tmp_path: Path, clock: ManualClock) -> None:
+    store = SQLiteStore(tmp_path / "x.db")
+    try:
+        init(store, clock)
+        client = PolicyClient(store, AGENT, refresh_seconds=10, clock=clock)
+        good = client.policy()
+        assert good.version == 1 and client.last_error is None
+
+        store.put_raw_current_policy(AGENT, {"id": f"{AGENT}:current", "kind": "current", "logits": "garbage"})
+        clock.advance(10)
+        assert client.policy() is good
+        assert client.choose().version == 1
+        assert client.last_error is not None and "invalid policy" in client.last_error
+        assert "logits" in client.last_error
+
+        # A valid document again: the client recovers and clears the error.
+        publish(store, 2, [0.0, 1.0], clock)
+        clock.advance(10)
+        assert client.policy().version == 2
+        assert client.last_error is None
+    finally:
+        store.close()
+
+
+def test_client_keeps_last_good_policy_when_current_is_not_an_object(tmp_path: Path, clock: ManualClock) -> None:
+    store = SQLiteStore(tmp_path / "x.db")
+    try:
+        init(store, clock)
+        client = PolicyClient(store, AGENT, refresh_seconds=1, clock=clock)
+        good = client.policy()
+        store.put_raw_current_policy(AGENT, [1, 2, 3])  # type: ignore[arg-type]
+        clock.advance(1)
+        assert client.policy() is good
+        assert "must be a JSON object" in (client.last_error or "")
+    finally:
+        store.close()

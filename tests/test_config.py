@@ -1,0 +1,119 @@
+"""Settings from AGENT_LEARNING_* environment variables."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from agent_learning.config import PREFIX, Settings, load_settings
+from agent_learning.errors import ConfigurationError
+from agent_learning.rewards import RewardConfig
+
+
+@pytest.fixture(autouse=True)
+def clean_env(monkeypatch: pytest.MonkeyPatch) -> pytest.MonkeyPatch:
+    """No AGENT_LEARNING_* variable from the outer environment leaks into a test."""
+    for name in list(os.environ):
+        if name.upper().startswith(PREFIX):
+            monkeypatch.delenv(name)
+    return monkeypatch
+
+
+def test_defaults() -> None:
+    s = load_settings()
+    assert isinstance(s, Settings)
+    assert (s.store, s.sqlite_path, s.queue, s.queue_name, s.judge) == (
+        "sqlite",
+        ".agent-learning/local.db",
+        "sqlite",
+        "score-episodes",
+        "offline",
+    )
+    assert (s.queue_max_deliveries, s.queue_lock_seconds) == (10, 60.0)
+    assert (s.w_intent, s.w_adherence, s.w_completion) == (0.4, 0.3, 0.3)
+    assert (s.temperature, s.exploration_floor, s.policy_refresh_seconds) == (1.0, 0.005, 30.0)
+    assert (s.train_max_batch, s.train_min_batch) == (10_000, 1)
+    assert s.reward_config() == RewardConfig()
+    learner = s.learner_config()
+    assert (learner.max_kl, learner.learning_rate, learner.natural_gradient) == (0.25, 1.0, True)
+
+
+def test_env_overrides(clean_env: pytest.MonkeyPatch) -> None:
+    clean_env.setenv("AGENT_LEARNING_W_INTENT", "0.5")
+    clean_env.setenv("AGENT_LEARNING_STORE", "memory")
+    clean_env.setenv("AGENT_LEARNING_QUEUE_MAX_DELIVERIES", "3")
+    clean_env.setenv("AGENT_LEARNING_NATURAL_GRADIENT", "false")
+    clean_env.setenv("AGENT_LEARNING_LATENCY_BUDGET_MS", "1500")
+    s = load_settings()
+    assert s.w_intent == 0.5
+    assert s.reward_config().w_intent == 0.5
+    assert s.reward_config().latency_budget_ms == 1500.0
+    assert s.reward_config().w_adherence == 0.3
+    assert (s.store, s.queue_max_deliveries) == ("memory", 3)
+    assert s.learner_config().natural_gradient is False
+
+
+def test_keyword_overrides_win_over_env(clean_env: pytest.MonkeyPatch) -> None:
+    clean_env.setenv("AGENT_LEARNING_W_INTENT", "0.5")
+    assert load_settings(w_intent=0.2).w_intent == 0.2
+
+
+def test_unrelated_env_vars_are_ignored(clean_env: pytest.MonkeyPatch) -> None:
+    clean_env.setenv("AGENT_LEARNING_NOT_A_SETTING", "x")
+    clean_env.setenv("W_INTENT", "0.9")
+    assert load_settings().w_intent == 0.4
+
+
+@pytest.mark.parametrize(
+    ("name", "value"),
+    [
+        ("W_INTENT", "abc"),
+        ("W_INTENT", "-1"),
+        ("W_INTENT", "nan"),
+        ("QUEUE_MAX_DELIVERIES", "0"),
+        ("QUEUE_MAX_DELIVERIES", "2.5"),
+        ("STORE", "postgres"),
+        ("JUDGE", "gpt"),
+        ("NATURAL_GRADIENT", "maybe"),
+        ("EXPLORATION_FLOOR", "1"),
+        ("TEMPERATURE", "0"),
+        ("LATENCY_BUDGET_MS", "0"),
+        ("QUEUE_NAME", ""),
+    ],
+)
+def test_bad_values_name_the_variable(clean_env: pytest.MonkeyPatch, name: str, value: str) -> None:
+    clean_env.setenv(PREFIX + name, value)
+    with pytest.raises(ConfigurationError) as info:
+        load_settings()
+    assert PREFIX + name in str(info.value)
+    assert repr(value) in str(info.value)
+
+
+def test_every_bad_variable_is_reported(clean_env: pytest.MonkeyPatch) -> None:
+    clean_env.setenv("AGENT_LEARNING_W_INTENT", "abc")
+    clean_env.setenv("AGENT_LEARNING_STORE", "postgres")
+    with pytest.raises(ConfigurationError) as info:
+        load_settings()
+    assert "AGENT_LEARNING_W_INTENT" in str(info.value) and "AGENT_LEARNING_STORE" in str(info.value)
+
+
+def test_all_zero_weights(clean_env: pytest.MonkeyPatch) -> None:
+    for name in ("W_INTENT", "W_ADHERENCE", "W_COMPLETION"):
+        clean_env.setenv(PREFIX + name, "0")
+    with pytest.raises(ConfigurationError, match="cannot all be 0") as info:
+        load_settings()  # invalid together: caught at start, not at the first scoring
+    assert "AGENT_LEARNING_W_INTENT" in str(info.value)
+
+
+def test_zero_max_kl_turns_the_trust_region_off(clean_env: pytest.MonkeyPatch) -> None:
+    clean_env.setenv("AGENT_LEARNING_MAX_KL", "0")
+    assert load_settings().learner_config().max_kl is None
+    clean_env.setenv("AGENT_LEARNING_MAX_KL", "0.1")
+    assert load_settings().learner_config().max_kl == 0.1
+
+
+def test_infinite_weight_rejected_at_load(clean_env: pytest.MonkeyPatch) -> None:
+    clean_env.setenv("AGENT_LEARNING_W_INTENT", "inf")
+    with pytest.raises(ConfigurationError, match="AGENT_LEARNING_W_INTENT"):
+        load_settings()
