@@ -511,3 +511,49 @@ def test_scorer_caches_immutable_policy_versions(env: Env) -> None:
     first = scorer.policy_version(AGENT, 1)
     assert first is not None and scorer.policy_version(AGENT, 1) is first
     assert scorer.policy_version(AGENT, 42) is None
+
+
+class CountingStore(StaleReader):
+    """Counts the episode reads that reach the store."""
+
+    def __init__(self, inner: Store) -> None:
+        self.inner, self.episode_reads = inner, 0
+
+    def get_episode(self, episode_id: str) -> dict[str, Any] | None:
+        self.episode_reads += 1
+        return self.inner.get_episode(episode_id)
+
+    def get_current_policy(self, agent_id: str) -> Tagged | None:
+        return self.inner.get_current_policy(agent_id)
+
+
+def test_small_episodes_travel_in_the_message_and_large_ones_are_read(env: Env) -> None:
+    small = env.episodes(3)
+    large = _raw_episode(env, output="The answer is 4. " + "x" * 19_000)
+    large["input"] = "What is 2 + 2? " + "y" * 19_000
+    large["instructions"] = "z" * 19_000
+    large["steps"] = [{"name": "search", "status": "ok", "latency_ms": 5.0, "result": "r" * 4_000} for _ in range(3)]
+    env.store.add_raw_episode(large)
+    env.pipeline.pump()
+    bodies = {m.message_id: json.loads(m.body) for m in env.queue.receive(10)}
+    assert all("episode" in bodies[e.id] for e in small)
+    assert "episode" not in bodies[large["id"]]
+    env.clock.advance(31)
+
+    counting = CountingStore(env.store)
+    scorer = Scorer(counting, OfflineJudge(), RewardFunction(), env.clock)
+    outcomes = [score_message(m.body, scorer, delivery_count=m.delivery_count) for m in env.queue.receive(10)]
+    assert [o.status for o in outcomes] == ["scored"] * 4
+    assert counting.episode_reads == 1  # only the large one
+
+
+def test_a_redelivered_message_is_not_judged_again(tmp_path: Path, clock: ManualClock) -> None:
+    judge = FlakyJudge(0, TransientError("unused"))
+    env = Env(tmp_path / "r.db", clock, judge=judge)
+    (episode,) = env.episodes(1)
+    body = json.dumps({"type": "score_request", "episode_id": episode.id})
+    assert score_message(body, env.pipeline.scorer, delivery_count=1).status == "scored"
+    assert score_message(body, env.pipeline.scorer, delivery_count=2).status == "duplicate"
+    assert judge.calls == 1
+    assert score_message(body, env.pipeline.scorer, delivery_count=1).status == "duplicate"  # a second message
+    assert judge.calls == 2  # judged again, but the first score stays

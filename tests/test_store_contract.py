@@ -227,6 +227,18 @@ def test_put_score_assigns_a_seq_that_increases_with_write_order(store: Store) -
     assert seqs == sorted(seqs) and len(set(seqs)) == len(seqs)
 
 
+def test_add_score_creates_once_and_keeps_the_first(store: Store) -> None:
+    first = store.add_score(make_score("ep-1", reward=0.4))
+    other = store.add_score(make_score("ep-2", reward=0.1))
+    assert first.seq is not None and other.seq is not None and other.seq > first.seq
+    with pytest.raises(ConcurrencyConflict):
+        store.add_score(make_score("ep-1", reward=-0.9))
+    row = store.get_score("ep-1")
+    assert row is not None and row["reward"] == 0.4 and row["seq"] == first.seq
+    again = store.put_score(make_score("ep-1", reward=0.9))  # an explicit re-score overwrites
+    assert again.seq == first.seq and store.get_score("ep-1")["reward"] == 0.9  # type: ignore[index]
+
+
 def test_the_store_assigns_seq_even_if_the_score_carries_one(store: Store) -> None:
     first = store.put_score(make_score("ep-1"))
     second = store.put_score(make_score("ep-2", seq=0))  # a seq from elsewhere is not trusted

@@ -257,11 +257,16 @@ class Episode(Document):
 
 
 class ScoreRequest(Document):
-    """The body of a scoring queue message: which episode to score."""
+    """The body of a scoring queue message: which episode to score.
+
+    ``episode`` carries the episode document itself when it is small enough, which saves
+    the scorer a read; it is validated like a stored episode.
+    """
 
     type: Literal["score_request"] = "score_request"
     episode_id: DocId
     agent_id: AgentId | None = None
+    episode: dict[str, Any] | None = None
 
 
 # --------------------------------------------------------------------------- policies

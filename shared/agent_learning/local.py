@@ -89,7 +89,7 @@ class LocalPipeline:
             if not messages:
                 break
             for message in messages:
-                outcome = score_message(message.body, self.scorer)
+                outcome = score_message(message.body, self.scorer, delivery_count=message.delivery_count)
                 settle(self.queue, message, outcome)
                 outcomes[outcome.status] += 1
                 handled += 1

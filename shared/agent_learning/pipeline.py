@@ -58,23 +58,34 @@ class EnqueueResult:
     failed: list[tuple[int, str]] = field(default_factory=list)
 
 
-def score_request_message(doc: Mapping[str, Any]) -> OutgoingMessage:
+EMBED_LIMIT_CHARS = 64_000
+"""Episodes up to this size (as JSON) travel inside the scoring message, saving a read."""
+
+
+def score_request_message(doc: Mapping[str, Any], embed_limit: int = EMBED_LIMIT_CHARS) -> OutgoingMessage:
     """The queue message that asks for ``doc`` to be scored. Its id is the episode id.
 
-    The body is not validated here: a malformed episode is rejected by the scorer, which
+    The episode is not validated here: a malformed episode is rejected by the scorer, which
     dead-letters it with the reason, so every bad document ends up somewhere visible.
     """
     episode_id = doc.get("id")
     if not isinstance(episode_id, str) or not episode_id:
         raise InvalidDocument("episode", [("id", "missing or not a string; the document cannot be referenced")])
-    body = {"type": "score_request", "episode_id": episode_id}
+    body: dict[str, Any] = {"type": "score_request", "episode_id": episode_id}
     props: dict[str, str | int | float | bool] = {}
     if isinstance(doc.get("agent_id"), str):
         body["agent_id"] = doc["agent_id"]
         props["agent_id"] = doc["agent_id"][:128]
+    episode = {k: v for k, v in doc.items() if not (isinstance(k, str) and k.startswith("_"))}
+    try:
+        text = json.dumps(episode, allow_nan=True)
+    except (TypeError, ValueError):
+        text = None
+    if text is not None and len(text) <= embed_limit:
+        body["episode"] = episode
     # Service Bus message ids are at most 128 characters; Cosmos ids at most 255.
     message_id = episode_id if len(episode_id) <= 128 else hashlib.sha256(episode_id.encode()).hexdigest()
-    return OutgoingMessage(message_id=message_id, body=json.dumps(body), properties=props)
+    return OutgoingMessage(message_id=message_id, body=json.dumps(body, allow_nan=True), properties=props)
 
 
 def enqueue_episodes(docs: Iterable[Mapping[str, Any]], send: Callable[[list[OutgoingMessage]], int]) -> EnqueueResult:
@@ -135,21 +146,37 @@ class Scorer:
         return None if raw is None else PolicyDocument.from_dict(raw)
 
 
-def score_message(body: bytes | str, scorer: Scorer, *, force: bool = False) -> ScoreOutcome:
-    """Judge the episode a message names, shape its reward and store the score."""
+def score_message(body: bytes | str, scorer: Scorer, *, delivery_count: int = 1, force: bool = False) -> ScoreOutcome:
+    """Judge the episode a message names, shape its reward and store the score.
+
+    On a first delivery the score is simply created (a duplicate message finds the first
+    score in place and changes nothing); on a redelivery the handler first checks whether an
+    earlier attempt already stored it, so that a crash after storing costs no second judging.
+    """
     try:
         request = ScoreRequest.from_json(body)
     except InvalidDocument as exc:
         return ScoreOutcome("dead_letter", None, "InvalidMessage", str(exc))
-    return score_episode(request.episode_id, scorer, force=force)
+    if request.episode is not None and request.episode.get("id") != request.episode_id:
+        return ScoreOutcome("dead_letter", request.episode_id, "InvalidMessage",
+                            "invalid score_request: episode.id: does not match episode_id")
+    return score_episode(request.episode_id, scorer, episode=request.episode,
+                         check_existing=delivery_count > 1, force=force)
 
 
-def score_episode(episode_id: str, scorer: Scorer, *, force: bool = False) -> ScoreOutcome:
-    """Score one stored episode; see :func:`score_message`."""
+def score_episode(
+    episode_id: str,
+    scorer: Scorer,
+    *,
+    episode: Mapping[str, Any] | None = None,
+    check_existing: bool = True,
+    force: bool = False,
+) -> ScoreOutcome:
+    """Score one episode (``episode`` is its document if the caller has it; else it is read)."""
     store = scorer.store
-    if not force and store.get_score(episode_id) is not None:
+    if check_existing and not force and store.get_score(episode_id) is not None:
         return ScoreOutcome("duplicate", episode_id, "AlreadyScored")
-    raw = store.get_episode(episode_id)
+    raw = dict(episode) if episode is not None else store.get_episode(episode_id)
     if raw is None:
         return ScoreOutcome(
             "dead_letter",
@@ -200,7 +227,12 @@ def score_episode(episode_id: str, scorer: Scorer, *, force: bool = False) -> Sc
         reward_function=info,
         scored_at=scorer.clock.now(),
     )
-    return ScoreOutcome("scored", episode_id, score=store.put_score(score))
+    if force:
+        return ScoreOutcome("scored", episode_id, score=store.put_score(score))
+    try:
+        return ScoreOutcome("scored", episode_id, score=store.add_score(score))
+    except ConcurrencyConflict:
+        return ScoreOutcome("duplicate", episode_id, "AlreadyScored")
 
 
 def settle(queue: WorkQueue, message: Any, outcome: ScoreOutcome) -> None:

@@ -14,9 +14,10 @@ Semantics every adapter keeps:
   with an existing id is a :class:`ConcurrencyConflict` (episodes are immutable).
 * ``read_episodes`` is a change feed: every episode once, in write order, resumable from an
   opaque continuation token (Cosmos: the change-feed continuation; SQLite: a sequence number).
-* ``put_score`` creates or overwrites by id. On the first write the store assigns ``seq``,
-  a number that increases with write order; overwrites keep it. The trainer reads an agent's
-  scores ordered by ``(seq, id)`` after a cursor, so a re-scored episode is never read twice.
+* ``add_score`` creates (a second score for the same episode is a conflict); ``put_score``
+  creates or overwrites. On the first write the store assigns ``seq``, a number that
+  increases with write order; overwrites keep it. The trainer reads an agent's scores ordered
+  by ``(seq, id)`` after a cursor, so a re-scored episode is never read twice.
 * ``replace_current_policy`` is compare-and-swap on the ETag; ``create_policy_version`` is
   create-only (an identical existing version is accepted, a different one conflicts).
 """
@@ -74,8 +75,13 @@ class Store(ABC):
     # ------------------------------------------------------------------ scores
 
     @abstractmethod
+    def add_score(self, score: Score) -> Score:
+        """Create the score of an episode; returns it with its ``seq``. Raises
+        :class:`ConcurrencyConflict` if the episode already has a score (the first stays)."""
+
+    @abstractmethod
     def put_score(self, score: Score) -> Score:
-        """Create or overwrite the score of an episode; returns it with its ``seq``."""
+        """Create or overwrite the score of an episode (re-scoring); keeps an existing ``seq``."""
 
     @abstractmethod
     def get_score(self, episode_id: str) -> RawDoc | None:

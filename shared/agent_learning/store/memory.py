@@ -60,6 +60,12 @@ class MemoryStore(Store):
             return out
 
     # scores
+    def add_score(self, score: Score) -> Score:
+        with self._lock:
+            if score.id in self._scores:
+                raise ConcurrencyConflict(f"episode {score.id!r} already has a score")
+            return self.put_score(score)
+
     def put_score(self, score: Score) -> Score:
         with self._lock:
             existing = self._scores.get(score.id)

@@ -174,9 +174,17 @@ class SQLiteStore(Store):
 
     # ------------------------------------------------------------------ scores
 
+    def add_score(self, score: Score) -> Score:
+        return self._write_score(score, overwrite=False)
+
     def put_score(self, score: Score) -> Score:
+        return self._write_score(score, overwrite=True)
+
+    def _write_score(self, score: Score, overwrite: bool) -> Score:
         with self._tx() as conn:
             row = conn.execute("SELECT seq FROM scores WHERE id = ?", (score.id,)).fetchone()
+            if row is not None and not overwrite:
+                raise ConcurrencyConflict(f"episode {score.id!r} already has a score")
             if row is not None:
                 stored = score.model_copy(update={"seq": row[0]})
                 conn.execute(
