@@ -11,3 +11,13 @@ from agent_learning.clock import ManualClock
 def clock() -> ManualClock:
     """A clock that only moves when a test advances it."""
     return ManualClock()
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """The Functions app lives at the repository root: make it importable as ``function_app``."""
+    import sys
+    from pathlib import Path
+
+    root = str(Path(__file__).resolve().parents[1])
+    if root not in sys.path:
+        sys.path.insert(0, root)

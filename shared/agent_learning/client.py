@@ -1,7 +1,8 @@
 """Agent side: read an agent's current policy, cached, and choose from it.
 
 :class:`PolicyClient` re-reads the current policy document at most every
-``refresh_seconds``. If the document cannot be read or fails validation, it keeps serving
+``refresh_seconds`` with a conditional read (``If-None-Match`` on Cosmos DB), so an unchanged
+policy costs no document transfer and no parsing. If the document cannot be read or fails validation, it keeps serving
 the last good policy (and logs why) rather than failing the agent; only the very first read
 must succeed.
 """
@@ -16,7 +17,7 @@ from .clock import SYSTEM_CLOCK, Clock
 from .documents import PolicyDocument
 from .errors import InvalidDocument, NotFound
 from .policy import Decision, SoftmaxPolicy
-from .store.base import Store
+from .store.base import Store, Tagged
 
 log = logging.getLogger(__name__)
 
@@ -43,6 +44,8 @@ class PolicyClient:
         self._checked_at = -float("inf")
         self._lock = threading.Lock()
         self.last_error: str | None = None
+        self.reads_with_transfer = 0
+        self.reads_not_modified = 0
 
     def policy(self) -> SoftmaxPolicy:
         """The current policy, refreshed if older than ``refresh_seconds``."""
@@ -59,16 +62,20 @@ class PolicyClient:
         with self._lock:
             self._checked_at = self.clock.time()
             try:
-                tagged = self.store.get_current_policy(self.agent_id)
+                known = self._etag if self._policy is not None else None
+                tagged = self.store.get_current_policy_if_changed(self.agent_id, known)
                 if tagged is None:
                     raise NotFound(
                         f"agent {self.agent_id!r} has no policy; create one with "
                         f"`agent-learn init-policy --agent-id {self.agent_id} --actions FILE`"
                     )
-                if tagged.etag != self._etag or self._policy is None:
+                if isinstance(tagged, Tagged):
                     doc = PolicyDocument.from_dict(tagged.doc)
                     self._policy = SoftmaxPolicy.from_document(doc, rng=self.rng)
                     self._etag = tagged.etag
+                    self.reads_with_transfer += 1
+                else:
+                    self.reads_not_modified += 1
                 self.last_error = None
             except (InvalidDocument, NotFound, OSError, ConnectionError, TimeoutError) as exc:
                 self.last_error = str(exc)

@@ -12,7 +12,7 @@ import re
 from dataclasses import fields
 from typing import Any, Literal
 
-from pydantic import Field, ValidationError
+from pydantic import AliasChoices, Field, SecretStr, ValidationError
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from .errors import ConfigurationError
@@ -23,16 +23,44 @@ PREFIX = "AGENT_LEARNING_"
 class Settings(BaseSettings):
     """Everything the library reads from the environment."""
 
-    model_config = SettingsConfigDict(env_prefix=PREFIX, extra="ignore", frozen=True, allow_inf_nan=False)
+    model_config = SettingsConfigDict(
+        env_prefix=PREFIX, extra="ignore", frozen=True, allow_inf_nan=False, env_ignore_empty=True
+    )
 
     # Where things live.
-    store: Literal["sqlite", "memory"] = "sqlite"
+    store: Literal["sqlite", "memory", "cosmos"] = "sqlite"
     sqlite_path: str = ".agent-learning/local.db"
-    queue: Literal["sqlite"] = "sqlite"
+    queue: Literal["sqlite", "servicebus"] = "sqlite"
     queue_name: str = Field("score-episodes", min_length=1, max_length=260)
     queue_max_deliveries: int = Field(10, ge=1, le=2000)
     queue_lock_seconds: float = Field(60.0, gt=0, le=300)
     judge: Literal["offline"] = "offline"
+
+    # Cosmos DB. The endpoint and identity are read from the same identity-based connection
+    # settings the Functions host uses for its Cosmos trigger, so nothing is configured twice.
+    cosmos_endpoint: str | None = Field(
+        None, validation_alias=AliasChoices(f"{PREFIX}COSMOS_ENDPOINT", "CosmosDBConnection__accountEndpoint")
+    )
+    cosmos_key: SecretStr | None = Field(None, description="local servers only; Azure uses Entra ID")
+    cosmos_database: str = Field("agent-learning", min_length=1, max_length=255)
+    cosmos_client_id: str | None = Field(
+        None, validation_alias=AliasChoices(f"{PREFIX}COSMOS_CLIENT_ID", "CosmosDBConnection__clientId")
+    )
+    score_settle_seconds: float = Field(60.0, ge=0, le=3600)
+    lease_prefix: str = Field("", max_length=64, description="lease prefix of the change-feed trigger")
+
+    # Service Bus: identity-based (namespace) in Azure, a connection string for local brokers.
+    servicebus_namespace: str | None = Field(
+        None,
+        validation_alias=AliasChoices(f"{PREFIX}SERVICEBUS_NAMESPACE", "ServiceBusConnection__fullyQualifiedNamespace"),
+    )
+    servicebus_connection_string: SecretStr | None = Field(None, description="local brokers only")
+    servicebus_client_id: str | None = Field(
+        None, validation_alias=AliasChoices(f"{PREFIX}SERVICEBUS_CLIENT_ID", "ServiceBusConnection__clientId")
+    )
+
+    # The timer that trains (an NCRONTAB expression, read by the Functions host).
+    train_schedule: str = Field("0 */5 * * * *", min_length=11)
 
     # Reward (see agent_learning.rewards).
     w_intent: float = Field(0.4, ge=0)
@@ -85,7 +113,29 @@ def load_settings(**overrides: Any) -> Settings:
         raise ConfigurationError("invalid configuration: " + "; ".join(problems)) from None
     settings.reward_config()  # settings that are only invalid together fail now, not later
     settings.learner_config()
+    missing = []
+    if settings.store == "cosmos" and not settings.cosmos_endpoint:
+        missing.append(f"{PREFIX}COSMOS_ENDPOINT (or CosmosDBConnection__accountEndpoint)")
+    if settings.queue == "servicebus" and not (settings.servicebus_namespace or settings.servicebus_connection_string):
+        missing.append(
+            f"{PREFIX}SERVICEBUS_NAMESPACE (or ServiceBusConnection__fullyQualifiedNamespace) or "
+            f"{PREFIX}SERVICEBUS_CONNECTION_STRING"
+        )
+    if missing:
+        raise ConfigurationError("invalid configuration: missing " + " and ".join(missing))
     return settings
+
+
+def environment_names() -> dict[str, str]:
+    """Field name → the environment variable the README documents for it."""
+    names = {}
+    for name, info in Settings.model_fields.items():
+        alias = info.validation_alias
+        if isinstance(alias, AliasChoices):
+            names[name] = str(alias.choices[-1])  # the Functions host's identity-based setting
+        else:
+            names[name] = PREFIX + name.upper()
+    return names
 
 
 def _build(cls: Any, settings: Settings, overrides: dict[str, Any] | None = None) -> Any:

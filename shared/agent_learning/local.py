@@ -114,6 +114,55 @@ class LocalPipeline:
         return report
 
 
+def open_store(settings: Settings, *, path: str | Path | None = None, clock: Clock = SYSTEM_CLOCK) -> Store:
+    """The store ``settings`` choose: SQLite (default), memory, or Cosmos DB."""
+    if settings.store == "memory":
+        from .store.memory import MemoryStore
+
+        return MemoryStore()
+    if settings.store == "cosmos":
+        from .store.cosmos import CosmosStore
+
+        assert settings.cosmos_endpoint is not None  # load_settings checks it
+        key = settings.cosmos_key.get_secret_value() if settings.cosmos_key else None
+        return CosmosStore.connect(
+            settings.cosmos_endpoint,
+            settings.cosmos_database,
+            key=key,
+            managed_identity_client_id=settings.cosmos_client_id,
+            settle_seconds=settings.score_settle_seconds,
+            clock=clock,
+        )
+    from .store.sqlite import SQLiteStore
+
+    return SQLiteStore(path or settings.sqlite_path)
+
+
+def open_queue(settings: Settings, *, path: str | Path | None = None, clock: Clock = SYSTEM_CLOCK) -> WorkQueue:
+    """The scoring queue ``settings`` choose: the embedded SQLite queue or Service Bus."""
+    if settings.queue == "servicebus":
+        from .queue.servicebus import ServiceBusQueue
+
+        if settings.servicebus_connection_string:
+            return ServiceBusQueue.from_connection_string(
+                settings.servicebus_connection_string.get_secret_value(), settings.queue_name
+            )
+        assert settings.servicebus_namespace is not None  # load_settings checks it
+        return ServiceBusQueue.from_namespace(
+            settings.servicebus_namespace, settings.queue_name, managed_identity_client_id=settings.servicebus_client_id
+        )
+    from .queue.sqlite import SQLiteQueue
+
+    queue_path = ":memory:" if settings.store == "memory" else str(path or settings.sqlite_path)
+    return SQLiteQueue(
+        queue_path,
+        name=settings.queue_name,
+        lock_seconds=settings.queue_lock_seconds,
+        max_deliveries=settings.queue_max_deliveries,
+        clock=clock,
+    )
+
+
 def open_local(
     settings: Settings | None = None,
     *,
@@ -121,27 +170,14 @@ def open_local(
     judge: Judge | None = None,
     clock: Clock = SYSTEM_CLOCK,
 ) -> LocalPipeline:
-    """A :class:`LocalPipeline` on the embedded adapters chosen by ``settings``."""
+    """A :class:`LocalPipeline` on the store and queue chosen by ``settings`` (embedded by default)."""
     from .judges.offline import OfflineJudge
     from .learner import Reinforce
-    from .queue.sqlite import SQLiteQueue
-    from .store.memory import MemoryStore
-    from .store.sqlite import SQLiteStore
 
     settings = settings or load_settings()
-    db = str(path or settings.sqlite_path)
-    store: Store = MemoryStore() if settings.store == "memory" else SQLiteStore(db)
-    queue_path = ":memory:" if settings.store == "memory" else db
-    queue = SQLiteQueue(
-        queue_path,
-        name=settings.queue_name,
-        lock_seconds=settings.queue_lock_seconds,
-        max_deliveries=settings.queue_max_deliveries,
-        clock=clock,
-    )
     return LocalPipeline(
-        store,
-        queue,
+        open_store(settings, path=path, clock=clock),
+        open_queue(settings, path=path, clock=clock),
         judge or OfflineJudge(),
         RewardFunction(settings.reward_config()),
         Reinforce(settings.learner_config()),

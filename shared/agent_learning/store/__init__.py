@@ -1,7 +1,7 @@
 """Store adapters behind one port: memory (tests), SQLite (local default), Cosmos DB (Azure)."""
 
-from .base import FeedPage, RawDoc, Store, Tagged
+from .base import NOT_MODIFIED, FeedPage, NotModified, RawDoc, Store, Tagged
 from .memory import MemoryStore
 from .sqlite import SQLiteStore
 
-__all__ = ["FeedPage", "MemoryStore", "RawDoc", "SQLiteStore", "Store", "Tagged"]
+__all__ = ["NOT_MODIFIED", "FeedPage", "MemoryStore", "NotModified", "RawDoc", "SQLiteStore", "Store", "Tagged"]

@@ -43,6 +43,23 @@ class FeedPage:
     """Pass it to the next ``read_episodes`` call; ``None`` only when nothing was ever read."""
 
 
+class NotModified:
+    """The answer of a conditional read whose document has not changed."""
+
+    _instance: NotModified | None = None
+
+    def __new__(cls) -> NotModified:
+        if cls._instance is None:
+            cls._instance = super().__new__(cls)
+        return cls._instance
+
+    def __repr__(self) -> str:
+        return "NOT_MODIFIED"
+
+
+NOT_MODIFIED = NotModified()
+
+
 @dataclass(frozen=True)
 class Tagged:
     """A raw document with its ETag."""
@@ -99,6 +116,16 @@ class Store(ABC):
     @abstractmethod
     def get_current_policy(self, agent_id: str) -> Tagged | None:
         """The agent's current policy document and its ETag, or ``None``."""
+
+    def get_current_policy_if_changed(self, agent_id: str, etag: str | None) -> Tagged | NotModified | None:
+        """Like :meth:`get_current_policy`, but ``NOT_MODIFIED`` when its ETag is still ``etag``.
+
+        Cosmos answers such a read with 304 and no document; embedded stores compare.
+        """
+        tagged = self.get_current_policy(agent_id)
+        if tagged is not None and etag is not None and tagged.etag == etag:
+            return NOT_MODIFIED
+        return tagged
 
     @abstractmethod
     def get_policy_version(self, agent_id: str, version: int) -> RawDoc | None:

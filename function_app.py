@@ -1,0 +1,59 @@
+"""The Azure Functions app (Python v2 model). Wiring only: each trigger forwards to
+``agent_learning.functions``, which holds the logic and is tested without the host.
+
+    enqueue  Cosmos DB change feed on `episodes`  → one Service Bus message per episode
+    score    Service Bus queue                    → judges → shaped reward → `scores`
+    train    timer (AGENT_LEARNING_TRAIN_SCHEDULE) → REINFORCE update → new policy version
+    policy   HTTP GET /api/policies/{agent_id}    → the agent's current policy (function key)
+
+Connections are identity-based: `CosmosDBConnection__accountEndpoint` and
+`ServiceBusConnection__fullyQualifiedNamespace` (plus `__credential`/`__clientId`).
+"""
+
+import azure.functions as func
+
+from agent_learning import functions as handlers
+
+app = func.FunctionApp(http_auth_level=func.AuthLevel.FUNCTION)
+
+
+# The Cosmos trigger does not retry a failed batch by itself: retry it (with backoff) until
+# Service Bus accepts it, so that no episode is skipped. Redelivered messages are deduplicated
+# by their message id (the episode id).
+@app.retry(strategy="exponential_backoff", max_retry_count="-1", minimum_interval="00:00:05",
+           maximum_interval="00:05:00")
+@app.cosmos_db_trigger(
+    arg_name="documents",
+    connection="CosmosDBConnection",
+    database_name="%AGENT_LEARNING_COSMOS_DATABASE%",
+    container_name="episodes",
+    lease_container_name="leases",
+    lease_container_prefix="%AGENT_LEARNING_LEASE_PREFIX%",
+    create_lease_container_if_not_exists=False,
+)
+def enqueue(documents: func.DocumentList) -> None:
+    handlers.enqueue(documents, handlers.runtime())
+
+
+@app.service_bus_queue_trigger(
+    arg_name="message",
+    connection="ServiceBusConnection",
+    queue_name="%AGENT_LEARNING_QUEUE_NAME%",
+)
+def score(message: func.ServiceBusMessage) -> None:
+    handlers.score(message.get_body(), message.delivery_count or 1, message.message_id, handlers.runtime())
+
+
+@app.timer_trigger(arg_name="timer", schedule="%AGENT_LEARNING_TRAIN_SCHEDULE%", run_on_startup=False,
+                   use_monitor=True)
+def train(timer: func.TimerRequest) -> None:
+    handlers.train(handlers.runtime())
+
+
+@app.route(route="policies/{agent_id}", methods=["GET"], auth_level=func.AuthLevel.FUNCTION)
+def policy(req: func.HttpRequest) -> func.HttpResponse:
+    answer = handlers.get_policy(req.route_params.get("agent_id", ""), req.headers.get("If-None-Match"),
+                                 handlers.runtime())
+    headers = dict(answer.headers or {})
+    return func.HttpResponse(answer.body, status_code=answer.status, headers=headers,
+                             mimetype=headers.pop("Content-Type", "text/plain"))

@@ -1,0 +1,190 @@
+"""What the Azure Functions triggers call: thin adapters from binding types to the pipeline.
+
+``function_app.py`` only declares triggers and forwards to these functions; each takes its
+dependencies as an argument (a :class:`Runtime`), so tests call them with the real
+``azure.functions`` types and local stores. :func:`runtime` builds the production
+dependencies once per worker process, from settings, on first use: importing this module
+imports neither the Azure SDKs nor numpy, which keeps the app's start-up fast.
+
+Failure semantics per trigger:
+
+* ``enqueue`` (Cosmos change feed) raises only if sending to Service Bus fails, so that the
+  trigger's retry policy retries the whole batch (a redelivered batch is deduplicated by
+  message id); documents that cannot be turned into messages are logged and skipped.
+* ``score`` (Service Bus) returns normally when the message is done (the host completes it),
+  raises :class:`TransientScoringError` to have it redelivered, and raises
+  :class:`PoisonMessage` for bad input: the reason is logged on every delivery, each of which
+  fails fast, and Service Bus dead-letters the message after MaxDeliveryCount deliveries.
+* ``train`` (timer) trains every agent; one agent's failure does not stop the others.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from .errors import AgentLearningError
+
+if TYPE_CHECKING:  # imported lazily at run time: the app's cold start stays short
+    from .config import Settings
+    from .pipeline import EnqueueResult, Scorer, TrainOutcome
+    from .store.base import Store
+
+log = logging.getLogger("agent_learning.functions")
+
+
+class TransientScoringError(AgentLearningError):
+    """Scoring failed for a reason that may pass; the message is redelivered."""
+
+
+class PoisonMessage(AgentLearningError):
+    """The message can never be scored; Service Bus dead-letters it after its last delivery."""
+
+    def __init__(self, reason: str, description: str) -> None:
+        self.reason = reason
+        self.description = description
+        super().__init__(f"{reason}: {description}")
+
+
+@dataclass
+class Runtime:
+    """The app's dependencies: a store, a way to send scoring messages, the scorer, the learner."""
+
+    settings: Settings
+    store: Store
+    send: Any
+    scorer: Scorer | None = None
+    learner: Any = None
+
+
+_runtime: Runtime | None = None
+_runtime_lock = threading.Lock()
+
+
+def runtime() -> Runtime:
+    """The production dependencies, built once from the environment."""
+    global _runtime
+    with _runtime_lock:
+        if _runtime is None:
+            from .config import load_settings
+
+            _runtime = build_runtime(load_settings())
+        return _runtime
+
+
+def build_runtime(settings: Settings) -> Runtime:
+    """Store, queue sender, scorer and learner as ``settings`` choose them."""
+    from .local import open_queue, open_store
+
+    store = open_store(settings)
+    queue = open_queue(settings)
+    return Runtime(settings, store, queue.send)
+
+
+def scorer_of(rt: Runtime) -> Scorer:
+    if rt.scorer is None:
+        from .judges.offline import OfflineJudge
+        from .pipeline import Scorer
+        from .rewards import RewardFunction
+
+        rt.scorer = Scorer(rt.store, OfflineJudge(), RewardFunction(rt.settings.reward_config()))
+    return rt.scorer
+
+
+def learner_of(rt: Runtime) -> Any:
+    if rt.learner is None:
+        from .learner import Reinforce
+
+        rt.learner = Reinforce(rt.settings.learner_config())
+    return rt.learner
+
+
+# --------------------------------------------------------------------------- triggers
+
+
+def enqueue(documents: Iterable[Mapping[str, Any]], rt: Runtime) -> EnqueueResult:
+    """Cosmos DB trigger on ``episodes``: one scoring message per new episode."""
+    from .pipeline import enqueue_episodes
+
+    docs = [_as_dict(d) for d in documents]
+    result = enqueue_episodes(docs, rt.send)
+    log.info("enqueue: %d documents, %d sent, %d duplicates, %d not sendable",
+             result.received, result.sent, result.duplicates, len(result.failed))
+    return result
+
+
+def score(body: bytes | str, delivery_count: int, message_id: str | None, rt: Runtime) -> str:
+    """Service Bus trigger: judge and store one episode's score; returns the outcome status."""
+    from .pipeline import score_message
+
+    outcome = score_message(body, scorer_of(rt), delivery_count=delivery_count)
+    if outcome.status == "retry":
+        log.warning("score %s: delivery %d failed, will retry: %s", message_id, delivery_count, outcome.description)
+        raise TransientScoringError(outcome.description)
+    if outcome.status == "dead_letter":
+        log.error("score %s: poison message (delivery %d): %s: %s", message_id, delivery_count,
+                  outcome.reason, outcome.description)
+        raise PoisonMessage(outcome.reason, outcome.description)
+    return outcome.status
+
+
+def train(rt: Runtime) -> list[TrainOutcome]:
+    """Timer trigger: one training run for every agent with a policy."""
+    from .pipeline import train_all
+
+    s = rt.settings
+    outcomes = train_all(rt.store, learner_of(rt), max_batch=s.train_max_batch, min_batch=s.train_min_batch)
+    for o in outcomes:
+        level = logging.ERROR if o.status == "invalid_policy" else logging.INFO
+        log.log(level, "train %s: %s%s", o.agent_id, o.status, f" v{o.version}" if o.status == "published" else "")
+    return outcomes
+
+
+@dataclass(frozen=True)
+class HttpAnswer:
+    """A plain HTTP answer, turned into ``func.HttpResponse`` by the app."""
+
+    status: int
+    body: str = ""
+    headers: Mapping[str, str] | None = None
+
+
+def get_policy(agent_id: str, if_none_match: str | None, rt: Runtime) -> HttpAnswer:
+    """HTTP GET ``/api/policies/{agent_id}``: the agent's current policy document (ETag-aware)."""
+    from pydantic import TypeAdapter, ValidationError
+
+    from .documents import AgentId
+    from .store.base import NotModified
+
+    try:
+        TypeAdapter(AgentId).validate_python(agent_id)
+    except ValidationError:
+        return _json_answer(400, {"error": f"agent_id: {agent_id!r} is not a valid agent id"})
+    etag = if_none_match.strip().strip('"') if if_none_match else None
+    tagged = rt.store.get_current_policy_if_changed(agent_id, etag)
+    if tagged is None:
+        return _json_answer(404, {"error": f"agent {agent_id!r} has no policy"})
+    if isinstance(tagged, NotModified):
+        return HttpAnswer(304, "", {"ETag": f'"{etag}"'})
+    doc = {k: v for k, v in tagged.doc.items() if not k.startswith("_")}
+    return HttpAnswer(200, json.dumps(doc), {"ETag": f'"{tagged.etag}"', "Content-Type": "application/json",
+                                             "Cache-Control": "no-cache"})
+
+
+def _json_answer(status: int, body: Mapping[str, Any]) -> HttpAnswer:
+    return HttpAnswer(status, json.dumps(body), {"Content-Type": "application/json"})
+
+
+def _as_dict(document: Any) -> Any:
+    """A Cosmos trigger document (``func.Document``) as a plain dict; anything else unchanged."""
+    to_json = getattr(document, "to_json", None)
+    if callable(to_json):
+        try:
+            return json.loads(to_json())
+        except (TypeError, ValueError):
+            return document
+    return document

@@ -1,0 +1,419 @@
+"""The Cosmos DB adapter of the store port (``azure-cosmos``).
+
+Containers and partition keys (Bicep creates them in Azure; :meth:`CosmosStore.ensure_containers`
+creates them on a local server):
+
+============  ==============  ==========================================================
+container     partition key   why
+============  ==============  ==========================================================
+episodes      ``/id``         one document per logical partition: bounded however long an
+                              agent runs; the scorer point-reads by id
+scores        ``/id``         the same; the trainer's per-agent query is served by the
+                              composite index (agent_id, seq, id)
+policies      ``/agent_id``   every version of an agent together: the current document is a
+                              point read, history is a single-partition query; one ~2 KB
+                              version per training run stays far below the 20 GB cap
+runs          ``/agent_id``   as policies; also holds the local runner's checkpoints under
+                              the reserved partition ``_checkpoints``
+leases        ``/id``         the change-feed trigger's leases (never touched here)
+============  ==============  ==========================================================
+
+Training cursor. A score's ``seq`` is the scorer's clock in microseconds, taken right
+before a create that must finish within ``write_timeout`` seconds (strictly increasing per
+process). :meth:`read_scores` returns only scores older than ``settle_seconds``, so a score
+written by another instance cannot land behind a cursor that has already passed it as long
+as writes finish within the settle window and instance clocks agree to within it (the
+defaults, 10 s and 60 s, leave a wide margin). Re-scoring keeps ``seq``; SQLite and the
+memory store assign ``seq`` atomically and need no window.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from azure.core import MatchConditions
+from azure.cosmos import ContainerProxy, CosmosClient, DatabaseProxy, PartitionKey
+from azure.cosmos import exceptions as cosmos_errors
+
+from ..clock import SYSTEM_CLOCK, Clock
+from ..documents import Episode, PolicyDocument, Score, ScoreCursor, TrainingRun, policy_doc_id
+from ..errors import ConcurrencyConflict, TransientError
+from .base import NOT_MODIFIED, FeedPage, NotModified, RawDoc, Store, Tagged, same_document
+
+CHECKPOINT_PARTITION = "_checkpoints"
+TRANSIENT_STATUS = {408, 429, 449, 500, 502, 503}
+
+
+@dataclass(frozen=True)
+class ContainerSpec:
+    """A container this adapter expects: name, partition key and extra indexes."""
+
+    name: str
+    partition_key: str
+    composite_indexes: list[list[dict[str, str]]] = field(default_factory=list)
+
+    @property
+    def indexing_policy(self) -> dict[str, Any]:
+        policy: dict[str, Any] = {
+            "indexingMode": "consistent",
+            "includedPaths": [{"path": "/*"}],
+            "excludedPaths": [{"path": '/"_etag"/?'}],
+        }
+        if self.composite_indexes:
+            policy["compositeIndexes"] = self.composite_indexes
+        return policy
+
+
+CONTAINERS: dict[str, ContainerSpec] = {
+    "episodes": ContainerSpec("episodes", "/id"),
+    "scores": ContainerSpec(
+        "scores",
+        "/id",
+        [[{"path": "/agent_id", "order": "ascending"}, {"path": "/seq", "order": "ascending"},
+          {"path": "/id", "order": "ascending"}]],
+    ),
+    "policies": ContainerSpec("policies", "/agent_id"),
+    "runs": ContainerSpec("runs", "/agent_id"),
+}
+LEASES = ContainerSpec("leases", "/id")
+
+
+class CosmosStore(Store):
+    """The store port on a Cosmos DB (NoSQL) database."""
+
+    def __init__(
+        self,
+        database: DatabaseProxy,
+        *,
+        settle_seconds: float = 60.0,
+        write_timeout: float = 10.0,
+        clock: Clock = SYSTEM_CLOCK,
+        async_factory: Any = None,
+    ) -> None:
+        if settle_seconds < 0 or write_timeout <= 0:
+            raise ValueError("settle_seconds must be >= 0 and write_timeout > 0")
+        self.database = database
+        self.settle_seconds = settle_seconds
+        self.write_timeout = write_timeout
+        self.clock = clock
+        self._async_factory = async_factory
+        self._async_db: Any = None
+        self._seq_lock = threading.Lock()
+        self._last_seq = 0
+        self._c: dict[str, ContainerProxy] = {name: database.get_container_client(name) for name in CONTAINERS}
+        self._client: CosmosClient | None = None
+
+    # ------------------------------------------------------------------ construction
+
+    @classmethod
+    def connect(
+        cls,
+        endpoint: str,
+        database: str,
+        *,
+        key: str | None = None,
+        managed_identity_client_id: str | None = None,
+        create_containers: bool = False,
+        client_kwargs: Mapping[str, Any] | None = None,
+        **store_kwargs: Any,
+    ) -> CosmosStore:
+        """Connect with an account key (local servers) or with Entra ID: ``DefaultAzureCredential``,
+        which is the managed identity in Azure (``managed_identity_client_id`` for a
+        user-assigned one)."""
+        credential = key if key else _default_credential(managed_identity_client_id)
+        kwargs = dict(client_kwargs or {})
+        client = CosmosClient(endpoint, credential=credential, **kwargs)
+        db = client.create_database_if_not_exists(database) if create_containers else client.get_database_client(database)
+
+        def async_factory() -> Any:
+            from azure.cosmos.aio import CosmosClient as AsyncCosmosClient
+
+            aio_credential = key if key else _default_credential(managed_identity_client_id, aio=True)
+            return AsyncCosmosClient(endpoint, credential=aio_credential, **kwargs).get_database_client(database)
+
+        store = cls(db, async_factory=async_factory, **store_kwargs)
+        store._client = client
+        if create_containers:
+            store.ensure_containers()
+        return store
+
+    def ensure_containers(self, include_leases: bool = True) -> None:
+        """Create the containers if missing (local servers; in Azure, Bicep creates them)."""
+        specs = [*CONTAINERS.values(), *([LEASES] if include_leases else [])]
+        for spec in specs:
+            self.database.create_container_if_not_exists(
+                id=spec.name, partition_key=PartitionKey(path=spec.partition_key), indexing_policy=spec.indexing_policy
+            )
+        self._c = {name: self.database.get_container_client(name) for name in CONTAINERS}
+
+    def close(self) -> None:
+        if self._client is not None:
+            self._client.close()
+            self._client = None
+
+    async def aclose(self) -> None:
+        if self._async_db is not None:
+            await self._async_db.client_connection.close()
+            self._async_db = None
+
+    # ------------------------------------------------------------------ episodes
+
+    def add_episode(self, episode: Episode) -> None:
+        doc = episode.to_dict()
+        try:
+            self._c["episodes"].create_item(doc)
+        except cosmos_errors.CosmosResourceExistsError:
+            existing = self.get_episode(episode.id)
+            if existing is None or not same_document(existing, doc):
+                raise ConcurrencyConflict(f"episode {episode.id!r} already exists with different content") from None
+        except cosmos_errors.CosmosHttpResponseError as exc:
+            raise _translate(exc) from exc
+
+    async def add_episode_async(self, episode: Episode) -> None:
+        """``add_episode`` on the async client (used by ``EpisodeCapture.aend``)."""
+        if self._async_factory is None:
+            raise RuntimeError("this CosmosStore was built without an async client; use CosmosStore.connect")
+        if self._async_db is None:
+            self._async_db = self._async_factory()
+        doc = episode.to_dict()
+        container = self._async_db.get_container_client("episodes")
+        try:
+            await container.create_item(doc)
+        except cosmos_errors.CosmosResourceExistsError:
+            existing = await container.read_item(episode.id, partition_key=episode.id)
+            if not same_document(existing, doc):
+                raise ConcurrencyConflict(f"episode {episode.id!r} already exists with different content") from None
+
+    def get_episode(self, episode_id: str) -> RawDoc | None:
+        return self._read("episodes", episode_id, episode_id)
+
+    def read_episodes(self, continuation: str | None, max_items: int = 100) -> FeedPage:
+        """One page of the change feed (latest version of each episode), resumable."""
+        container = self._c["episodes"]
+        kwargs: dict[str, Any] = {"max_item_count": max_items}
+        if continuation:
+            kwargs["continuation"] = continuation
+        else:
+            kwargs["start_time"] = "Beginning"
+        pager = container.query_items_change_feed(**kwargs)
+        pages = pager.by_page()
+        try:
+            items = list(next(pages))
+        except StopIteration:
+            items = []
+        token = pages.continuation_token or container.client_connection.last_response_headers.get("etag")
+        return FeedPage(items, token or continuation)
+
+    def list_episodes(self, agent_id: str | None = None, limit: int = 100) -> list[RawDoc]:
+        if limit <= 0:
+            return []
+        where = " WHERE c.agent_id = @agent" if agent_id is not None else ""
+        params = [{"name": "@n", "value": limit}]
+        if agent_id is not None:
+            params.append({"name": "@agent", "value": agent_id})
+        return self._query("episodes", f"SELECT TOP @n * FROM c{where} ORDER BY c._ts DESC", params)
+
+    # ------------------------------------------------------------------ scores
+
+    def _next_seq(self) -> int:
+        with self._seq_lock:
+            self._last_seq = max(int(self.clock.time() * 1_000_000), self._last_seq + 1)
+            return self._last_seq
+
+    def add_score(self, score: Score) -> Score:
+        stored = score.model_copy(update={"seq": self._next_seq()})
+        try:
+            self._c["scores"].create_item(stored.to_dict(), timeout=self.write_timeout)
+        except cosmos_errors.CosmosResourceExistsError:
+            raise ConcurrencyConflict(f"episode {score.id!r} already has a score") from None
+        except cosmos_errors.CosmosHttpResponseError as exc:
+            raise _translate(exc) from exc
+        return stored
+
+    def put_score(self, score: Score) -> Score:
+        for _ in range(10):
+            try:
+                existing = self._c["scores"].read_item(score.id, partition_key=score.id)
+            except cosmos_errors.CosmosResourceNotFoundError:
+                try:
+                    return self.add_score(score)
+                except ConcurrencyConflict:
+                    continue  # created meanwhile: overwrite it, keeping its seq
+            stored = score.model_copy(update={"seq": existing.get("seq")})
+            try:
+                self._c["scores"].replace_item(
+                    score.id, stored.to_dict(), etag=existing["_etag"], match_condition=MatchConditions.IfNotModified,
+                    timeout=self.write_timeout,
+                )
+                return stored
+            except (cosmos_errors.CosmosAccessConditionFailedError, cosmos_errors.CosmosResourceNotFoundError):
+                continue  # changed meanwhile: read again
+        raise TransientError(f"score {score.id!r} kept changing while it was being re-scored")
+
+    def get_score(self, episode_id: str) -> RawDoc | None:
+        return self._read("scores", episode_id, episode_id)
+
+    def read_scores(self, agent_id: str, after: ScoreCursor | None, limit: int) -> list[RawDoc]:
+        if limit <= 0:
+            return []
+        cutoff = int((self.clock.time() - self.settle_seconds) * 1_000_000)
+        seq, sid = (after.seq, after.id) if after else (-1, "")
+        return self._query(
+            "scores",
+            "SELECT TOP @n * FROM c WHERE c.agent_id = @agent AND IS_NUMBER(c.seq) AND c.seq <= @cutoff "
+            "AND (c.seq > @seq OR (c.seq = @seq AND c.id > @id)) ORDER BY c.seq, c.id",
+            [
+                {"name": "@n", "value": limit},
+                {"name": "@agent", "value": agent_id},
+                {"name": "@cutoff", "value": cutoff},
+                {"name": "@seq", "value": seq},
+                {"name": "@id", "value": sid},
+            ],
+        )
+
+    # ------------------------------------------------------------------ policies
+
+    def get_current_policy(self, agent_id: str) -> Tagged | None:
+        doc = self._read("policies", policy_doc_id(agent_id, None), agent_id)
+        return None if doc is None else Tagged(doc, str(doc.get("_etag")))
+
+    def get_current_policy_if_changed(self, agent_id: str, etag: str | None) -> Tagged | NotModified | None:
+        """A conditional point read: an unchanged document costs no transfer (304)."""
+        if etag is None:
+            return self.get_current_policy(agent_id)
+        headers: dict[str, Any] = {}
+
+        def hook(response_headers: Mapping[str, str], _: Any) -> None:
+            headers.update(response_headers)
+
+        try:
+            doc = self._c["policies"].read_item(
+                policy_doc_id(agent_id, None), partition_key=agent_id,
+                initial_headers={"If-None-Match": etag}, response_hook=hook,
+            )
+        except cosmos_errors.CosmosResourceNotFoundError:
+            return None
+        except cosmos_errors.CosmosHttpResponseError as exc:
+            raise _translate(exc) from exc
+        if not doc or headers.get("etag") == etag and not doc.get("id"):
+            return NOT_MODIFIED
+        return Tagged(doc, str(doc.get("_etag")))
+
+    def get_policy_version(self, agent_id: str, version: int) -> RawDoc | None:
+        return self._read("policies", policy_doc_id(agent_id, version), agent_id)
+
+    def replace_current_policy(self, doc: PolicyDocument, etag: str | None) -> str:
+        if doc.kind != "current":
+            raise ValueError("replace_current_policy needs a kind='current' document")
+        container = self._c["policies"]
+        try:
+            if etag is None:
+                result = container.create_item(doc.to_dict())
+            else:
+                result = container.replace_item(
+                    doc.id, doc.to_dict(), etag=etag, match_condition=MatchConditions.IfNotModified
+                )
+        except cosmos_errors.CosmosResourceExistsError:
+            raise ConcurrencyConflict(f"current policy of {doc.agent_id!r} already exists") from None
+        except (cosmos_errors.CosmosAccessConditionFailedError, cosmos_errors.CosmosResourceNotFoundError):
+            raise ConcurrencyConflict(f"current policy of {doc.agent_id!r} changed (stale ETag)") from None
+        except cosmos_errors.CosmosHttpResponseError as exc:
+            raise _translate(exc) from exc
+        return str(result["_etag"])
+
+    def create_policy_version(self, doc: PolicyDocument) -> None:
+        if doc.kind != "version":
+            raise ValueError("create_policy_version needs a kind='version' document")
+        data = doc.to_dict()
+        try:
+            self._c["policies"].create_item(data)
+        except cosmos_errors.CosmosResourceExistsError:
+            existing = self.get_policy_version(doc.agent_id, doc.version)
+            if existing is None or not same_document(existing, data):
+                raise ConcurrencyConflict(f"policy version {doc.id!r} already exists with different content") from None
+        except cosmos_errors.CosmosHttpResponseError as exc:
+            raise _translate(exc) from exc
+
+    def list_policy_versions(self, agent_id: str) -> list[RawDoc]:
+        return self._query(
+            "policies", "SELECT * FROM c WHERE c.agent_id = @agent AND c.kind = 'version' ORDER BY c.version",
+            [{"name": "@agent", "value": agent_id}], partition_key=agent_id,
+        )
+
+    def list_agents(self) -> list[str]:
+        rows = self._query("policies", "SELECT c.agent_id FROM c WHERE c.kind = 'current'", [])
+        return sorted({str(r["agent_id"]) for r in rows})
+
+    # ------------------------------------------------------------------ runs
+
+    def put_run(self, run: TrainingRun) -> None:
+        try:
+            self._c["runs"].upsert_item(run.to_dict())
+        except cosmos_errors.CosmosHttpResponseError as exc:
+            raise _translate(exc) from exc
+
+    def get_run(self, run_id: str) -> RawDoc | None:
+        agent_id = run_id.split(":run:", 1)[0]
+        return self._read("runs", run_id, agent_id)
+
+    def list_runs(self, agent_id: str, limit: int = 100) -> list[RawDoc]:
+        if limit <= 0:
+            return []
+        return self._query(
+            "runs",
+            "SELECT TOP @n * FROM c WHERE c.agent_id = @agent AND c.type = 'run' ORDER BY c.policy_version DESC",
+            [{"name": "@n", "value": limit}, {"name": "@agent", "value": agent_id}], partition_key=agent_id,
+        )
+
+    # ------------------------------------------------------------------ checkpoints
+
+    def get_checkpoint(self, name: str) -> str | None:
+        doc = self._read("runs", f"checkpoint:{name}", CHECKPOINT_PARTITION)
+        return None if doc is None else str(doc["value"])
+
+    def set_checkpoint(self, name: str, value: str) -> None:
+        self._c["runs"].upsert_item(
+            {"id": f"checkpoint:{name}", "agent_id": CHECKPOINT_PARTITION, "type": "checkpoint", "value": value}
+        )
+
+    # ------------------------------------------------------------------ plumbing
+
+    def _read(self, container: str, item_id: str, partition_key: str) -> RawDoc | None:
+        try:
+            return self._c[container].read_item(item_id, partition_key=partition_key)
+        except cosmos_errors.CosmosResourceNotFoundError:
+            return None
+        except cosmos_errors.CosmosHttpResponseError as exc:
+            raise _translate(exc) from exc
+
+    def _query(self, container: str, sql: str, params: list[dict[str, Any]],
+               partition_key: str | None = None) -> list[RawDoc]:
+        kwargs: dict[str, Any] = {"query": sql, "parameters": params}
+        if partition_key is None:
+            kwargs["enable_cross_partition_query"] = True
+        else:
+            kwargs["partition_key"] = partition_key
+        try:
+            return list(self._c[container].query_items(**kwargs))
+        except cosmos_errors.CosmosHttpResponseError as exc:
+            raise _translate(exc) from exc
+
+
+def _translate(exc: cosmos_errors.CosmosHttpResponseError) -> Exception:
+    """Throttling, timeouts and server errors are transient; anything else is re-raised as is."""
+    if exc.status_code in TRANSIENT_STATUS:
+        return TransientError(f"Cosmos DB answered {exc.status_code}: {exc.message}")
+    return exc
+
+
+def _default_credential(client_id: str | None, aio: bool = False) -> Any:
+    if aio:
+        from azure.identity.aio import DefaultAzureCredential as AsyncDefaultAzureCredential
+
+        return AsyncDefaultAzureCredential(managed_identity_client_id=client_id)
+    from azure.identity import DefaultAzureCredential
+
+    return DefaultAzureCredential(managed_identity_client_id=client_id)

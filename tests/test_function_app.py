@@ -1,0 +1,272 @@
+"""The Functions app: binding metadata, settings, and every function invoked directly with the
+real ``azure.functions`` types on the embedded store and queue (the host cannot run here)."""
+
+from __future__ import annotations
+
+import json
+import random
+import re
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import azure.functions as func
+import pytest
+from azure.functions.servicebus import ServiceBusMessage
+from azure.functions.timer import TimerRequest
+
+import function_app
+from agent_learning import functions as handlers
+from agent_learning.clock import ManualClock
+from agent_learning.config import environment_names, load_settings
+from agent_learning.pipeline import create_policy, load_current
+from agent_learning.policy import SoftmaxPolicy
+from agent_learning.queue.sqlite import SQLiteQueue
+from agent_learning.simulate import math_tutor
+from agent_learning.store.sqlite import SQLiteStore
+
+ROOT = Path(__file__).resolve().parents[1]
+FUNCTIONS = {f.get_function_name(): f for f in function_app.app.get_functions()}  # get_functions() once only
+AGENT = "math-tutor"
+
+
+def bindings(name: str) -> list[dict[str, Any]]:
+    return json.loads(FUNCTIONS[name].get_function_json())["bindings"]
+
+
+def call(name: str, *args: Any) -> Any:
+    return FUNCTIONS[name].get_user_function()(*args)
+
+
+# --------------------------------------------------------------------------- wiring
+
+
+def test_the_app_has_exactly_the_four_functions() -> None:
+    assert set(FUNCTIONS) == {"enqueue", "score", "train", "policy"}
+
+
+def test_enqueue_is_a_cosmos_trigger_on_episodes_with_an_existing_lease_container() -> None:
+    (trigger,) = bindings("enqueue")
+    assert trigger["type"] == "cosmosDBTrigger" and trigger["direction"] == "IN"
+    assert trigger["containerName"] == "episodes"
+    assert trigger["databaseName"] == "%AGENT_LEARNING_COSMOS_DATABASE%"
+    assert trigger["connection"] == "CosmosDBConnection"
+    assert trigger["leaseContainerName"] == "leases"
+    assert trigger["createLeaseContainerIfNotExists"] is False  # a managed identity cannot create it
+    assert trigger["leaseContainerPrefix"] == "%AGENT_LEARNING_LEASE_PREFIX%"
+    # The Cosmos trigger does not retry a failed batch on its own: the app must declare it.
+    retry = FUNCTIONS["enqueue"].get_setting("retry_policy").get_dict_repr()
+    assert retry["strategy"] == "exponential_backoff" and retry["max_retry_count"] == "-1"
+
+
+def test_score_is_a_service_bus_queue_trigger() -> None:
+    (trigger,) = bindings("score")
+    assert trigger["type"] == "serviceBusTrigger" and trigger["direction"] == "IN"
+    assert trigger["queueName"] == "%AGENT_LEARNING_QUEUE_NAME%"
+    assert trigger["connection"] == "ServiceBusConnection"
+
+
+def test_train_is_a_timer_with_its_schedule_from_a_setting() -> None:
+    (trigger,) = bindings("train")
+    assert trigger["type"] == "timerTrigger"
+    assert trigger["schedule"] == "%AGENT_LEARNING_TRAIN_SCHEDULE%"
+    assert trigger["runOnStartup"] is False
+
+
+def test_policy_is_an_http_get_with_function_key_auth() -> None:
+    trigger, output = bindings("policy")
+    assert trigger["type"] == "httpTrigger" and trigger["authLevel"] == "FUNCTION"
+    assert trigger["methods"] == ["GET"] and trigger["route"] == "policies/{agent_id}"
+    assert output["type"] == "http"
+
+
+def test_every_setting_the_app_reads_is_in_the_local_settings_sample() -> None:
+    sample = json.loads((ROOT / "local.settings.sample.json").read_text())["Values"]
+    referenced = set()
+    for name in FUNCTIONS:
+        for binding in bindings(name):
+            for value in binding.values():
+                referenced.update(re.findall(r"%([^%]+)%", str(value)))
+            if "connection" in binding:
+                prefix = binding["connection"]
+                assert any(k.startswith(prefix + "__") for k in sample), f"no identity-based setting for {prefix}"
+    referenced.update(environment_names().values())
+    referenced.update({"FUNCTIONS_WORKER_RUNTIME", "AzureWebJobsStorage"})
+    missing = sorted(referenced - set(sample))
+    assert not missing, f"settings missing from local.settings.sample.json: {missing}"
+
+
+def test_the_settings_sample_holds_no_secrets() -> None:
+    text = (ROOT / "local.settings.sample.json").read_text()
+    values = json.loads(text)["Values"]
+    assert values["AGENT_LEARNING_COSMOS_KEY"] == "" and values["AGENT_LEARNING_SERVICEBUS_CONNECTION_STRING"] == ""
+    assert not re.search(r"(AccountKey|SharedAccessKey)=", text)
+    assert "local.settings.json" in (ROOT / ".gitignore").read_text().splitlines()
+
+
+def test_host_json_pins_extension_bundle_4() -> None:
+    host = json.loads((ROOT / "host.json").read_text())
+    assert host["extensionBundle"] == {"id": "Microsoft.Azure.Functions.ExtensionBundle", "version": "[4.*, 5.0.0)"}
+    assert host["extensions"]["serviceBus"]["autoCompleteMessages"] is True
+    assert host["extensions"]["serviceBus"]["maxAutoLockRenewalDuration"] == "00:15:00"
+
+
+def test_importing_the_app_loads_no_heavy_dependency() -> None:
+    import subprocess
+    import sys
+
+    code = ("import sys, function_app; "
+            "print([m for m in ('numpy', 'pydantic', 'azure.cosmos', 'azure.servicebus', 'azure.ai.evaluation') "
+            "if m in sys.modules])")
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
+
+
+# --------------------------------------------------------------------------- invocation
+
+
+class Env:
+    def __init__(self, tmp_path: Path) -> None:
+        self.clock = ManualClock()
+        settings = load_settings(sqlite_path=str(tmp_path / "app.db"), store="sqlite", queue="sqlite")
+        self.store = SQLiteStore(settings.sqlite_path)
+        self.queue = SQLiteQueue(settings.sqlite_path, clock=self.clock)
+        self.rt = handlers.Runtime(settings, self.store, self.queue.send)
+        self.scenario = math_tutor(AGENT)
+        create_policy(self.store, SoftmaxPolicy.from_actions(AGENT, self.scenario.actions).to_document(
+            created_at=self.clock.now()))
+        self.rng = random.Random(3)
+
+    def episodes(self, n: int) -> list[dict[str, Any]]:
+        doc = load_current(self.store, AGENT)
+        assert doc is not None
+        policy = SoftmaxPolicy.from_document(doc, rng=self.rng)
+        eps = [self.scenario.run_episode(self.store, policy.choose(), self.rng, self.clock) for _ in range(n)]
+        # As the change feed delivers them: with Cosmos system properties.
+        return [{**e.to_dict(), "_rid": "x", "_etag": '"0"', "_ts": 1, "_lsn": i} for i, e in enumerate(eps)]
+
+
+@pytest.fixture
+def env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Env]:
+    e = Env(tmp_path)
+    monkeypatch.setattr(handlers, "_runtime", e.rt)
+    yield e
+    e.store.close()
+    e.queue.close()
+
+
+def document_list(docs: list[dict[str, Any]]) -> func.DocumentList:
+    return func.DocumentList([func.Document.from_dict(d) for d in docs])
+
+
+def sb_message(received: Any) -> ServiceBusMessage:
+    """The trigger's message type, built from an embedded-queue delivery."""
+    return ServiceBusMessage(body=received.body, message_id=received.message_id,
+                             delivery_count=received.delivery_count, application_properties=dict(received.properties),
+                             user_properties=dict(received.properties), content_type="application/json")
+
+
+def test_enqueue_sends_one_message_per_episode_and_skips_unsendable_documents(env: Env) -> None:
+    docs = env.episodes(5)
+    batch = docs[:2] + [{"agent_id": AGENT, "note": "no id"}] + docs[2:]
+    assert call("enqueue", document_list(batch)) is None
+    received = env.queue.receive(10)
+    assert sorted(m.message_id for m in received) == sorted(d["id"] for d in docs)
+    assert all(m.properties["agent_id"] == AGENT for m in received)
+    body = json.loads(received[0].body)
+    assert body["episode"]["id"] == received[0].message_id and "_rid" not in body["episode"]
+
+
+def test_enqueue_redelivered_batch_is_deduplicated(env: Env) -> None:
+    docs = env.episodes(4)
+    call("enqueue", document_list(docs))
+    call("enqueue", document_list(docs))  # the change feed delivers a batch again
+    assert env.queue.counts().active == 4
+
+
+def test_enqueue_raises_when_the_queue_is_down_so_the_batch_is_retried(env: Env) -> None:
+    def broken(messages: Any) -> int:
+        raise ConnectionError("Service Bus unreachable")
+
+    env.rt.send = broken
+    with pytest.raises(ConnectionError):
+        call("enqueue", document_list(env.episodes(2)))
+
+
+def test_score_stores_a_score_and_redelivery_is_a_no_op(env: Env) -> None:
+    call("enqueue", document_list(env.episodes(3)))
+    for m in env.queue.receive(3):
+        assert call("score", sb_message(m)) is None
+    scores = env.store.read_scores(AGENT, None, 10)
+    assert len(scores) == 3
+    m = env.queue.receive(1) or []
+    assert m == []  # the embedded queue still holds them locked; redeliver one by hand:
+    first = scores[0]
+    again = ServiceBusMessage(body=json.dumps({"type": "score_request", "episode_id": first["id"]}).encode(),
+                              message_id=first["id"], delivery_count=2, application_properties={}, user_properties={})
+    call("score", again)
+    assert env.store.read_scores(AGENT, None, 10) == scores
+
+
+def test_score_raises_poison_for_bad_input_naming_the_field(env: Env) -> None:
+    doc = env.episodes(1)[0]
+    doc["probability"] = 7.0
+    bad = ServiceBusMessage(body=json.dumps({"type": "score_request", "episode_id": doc["id"], "episode": doc}).encode(),
+                            message_id=doc["id"], delivery_count=1, application_properties={}, user_properties={})
+    with pytest.raises(handlers.PoisonMessage) as info:
+        call("score", bad)
+    assert info.value.reason == "InvalidEpisode" and "probability" in info.value.description
+    assert env.store.get_score(doc["id"]) is None
+
+
+def test_score_raises_transient_so_the_message_is_redelivered(env: Env, monkeypatch: pytest.MonkeyPatch) -> None:
+    from agent_learning.errors import TransientError
+
+    doc = env.episodes(1)[0]
+    scorer = handlers.scorer_of(env.rt)
+
+    def unavailable(episode: Any) -> Any:
+        raise TransientError("judge answered 503")
+
+    monkeypatch.setattr(scorer.judge, "judge", unavailable)
+    msg = ServiceBusMessage(body=json.dumps({"type": "score_request", "episode_id": doc["id"]}).encode(),
+                            message_id=doc["id"], delivery_count=1, application_properties={}, user_properties={})
+    with pytest.raises(handlers.TransientScoringError, match="503"):
+        call("score", msg)
+
+
+def test_train_publishes_for_every_agent_with_new_scores(env: Env) -> None:
+    call("enqueue", document_list(env.episodes(20)))
+    for m in env.queue.receive(20):
+        call("score", sb_message(m))
+    assert call("train", TimerRequest(past_due=False)) is None
+    current = load_current(env.store, AGENT)
+    assert current is not None and current.version == 2 and current.run is not None and current.run.episodes == 20
+    call("train", TimerRequest(past_due=True))
+    assert load_current(env.store, AGENT).version == 2  # type: ignore[union-attr]
+
+
+def http_get(agent_id: str, etag: str | None = None) -> func.HttpResponse:
+    headers = {"If-None-Match": etag} if etag else {}
+    req = func.HttpRequest(method="GET", url=f"/api/policies/{agent_id}", route_params={"agent_id": agent_id},
+                           headers=headers, body=b"")
+    return call("policy", req)
+
+
+def test_http_policy_returns_the_document_with_an_etag_and_honours_if_none_match(env: Env) -> None:
+    resp = http_get(AGENT)
+    assert resp.status_code == 200 and resp.mimetype == "application/json"
+    doc = json.loads(resp.get_body())
+    assert doc["agent_id"] == AGENT and doc["kind"] == "current" and len(doc["logits"]) == 4
+    assert not any(k.startswith("_") for k in doc)
+    etag = resp.headers["ETag"]
+    unchanged = http_get(AGENT, etag)
+    assert unchanged.status_code == 304 and unchanged.get_body() == b""
+    assert http_get(AGENT, '"stale"').status_code == 200
+
+
+def test_http_policy_404_and_400(env: Env) -> None:
+    missing = http_get("nobody")
+    assert missing.status_code == 404 and "nobody" in json.loads(missing.get_body())["error"]
+    bad = http_get("bad id!")
+    assert bad.status_code == 400 and "agent_id" in json.loads(bad.get_body())["error"]
