@@ -19,9 +19,10 @@ $(VENV)/.demo-installed: $(BIN)/python shared/pyproject.toml
 
 # Everything the Functions app needs (requirements.txt, minus the library itself, which is
 # installed editable) plus the test tools.
-$(VENV)/.test-installed: $(BIN)/python shared/pyproject.toml requirements.txt
+$(VENV)/.test-installed: $(BIN)/python shared/pyproject.toml requirements.txt tests/cosmos_server/package-lock.json
 	grep -v -e '^\./shared' -e '^#' -e '^$$' requirements.txt > $(VENV)/app-requirements.txt
 	$(PIP) install --quiet --disable-pip-version-check -r $(VENV)/app-requirements.txt -e './shared[azure,judges,plot,dev]'
+	cd tests/cosmos_server && npm ci --no-audit --no-fund --loglevel=error
 	@touch $(VENV)/.demo-installed $@
 
 demo: $(VENV)/.demo-installed

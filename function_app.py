@@ -20,8 +20,9 @@ app = func.FunctionApp(http_auth_level=func.AuthLevel.FUNCTION)
 # The Cosmos trigger does not retry a failed batch by itself: retry it (with backoff) until
 # Service Bus accepts it, so that no episode is skipped. Redelivered messages are deduplicated
 # by their message id (the episode id).
-@app.retry(strategy="exponential_backoff", max_retry_count="-1", minimum_interval="00:00:05",
-           maximum_interval="00:05:00")
+@app.retry(
+    strategy="exponential_backoff", max_retry_count="-1", minimum_interval="00:00:05", maximum_interval="00:05:00"
+)
 @app.cosmos_db_trigger(
     arg_name="documents",
     connection="CosmosDBConnection",
@@ -44,16 +45,17 @@ def score(message: func.ServiceBusMessage) -> None:
     handlers.score(message.get_body(), message.delivery_count or 1, message.message_id, handlers.runtime())
 
 
-@app.timer_trigger(arg_name="timer", schedule="%AGENT_LEARNING_TRAIN_SCHEDULE%", run_on_startup=False,
-                   use_monitor=True)
+@app.timer_trigger(arg_name="timer", schedule="%AGENT_LEARNING_TRAIN_SCHEDULE%", run_on_startup=False, use_monitor=True)
 def train(timer: func.TimerRequest) -> None:
     handlers.train(handlers.runtime())
 
 
 @app.route(route="policies/{agent_id}", methods=["GET"], auth_level=func.AuthLevel.FUNCTION)
 def policy(req: func.HttpRequest) -> func.HttpResponse:
-    answer = handlers.get_policy(req.route_params.get("agent_id", ""), req.headers.get("If-None-Match"),
-                                 handlers.runtime())
+    answer = handlers.get_policy(
+        req.route_params.get("agent_id", ""), req.headers.get("If-None-Match"), handlers.runtime()
+    )
     headers = dict(answer.headers or {})
-    return func.HttpResponse(answer.body, status_code=answer.status, headers=headers,
-                             mimetype=headers.pop("Content-Type", "text/plain"))
+    return func.HttpResponse(
+        answer.body, status_code=answer.status, headers=headers, mimetype=headers.pop("Content-Type", "text/plain")
+    )

@@ -6,6 +6,8 @@ import pytest
 
 from agent_learning.clock import ManualClock
 
+pytest_plugins = ["cosmos_fixture"]
+
 
 @pytest.fixture
 def clock() -> ManualClock:

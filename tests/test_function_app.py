@@ -115,9 +115,11 @@ def test_importing_the_app_loads_no_heavy_dependency() -> None:
     import subprocess
     import sys
 
-    code = ("import sys, function_app; "
-            "print([m for m in ('numpy', 'pydantic', 'azure.cosmos', 'azure.servicebus', 'azure.ai.evaluation') "
-            "if m in sys.modules])")
+    code = (
+        "import sys, function_app; "
+        "print([m for m in ('numpy', 'pydantic', 'azure.cosmos', 'azure.servicebus', 'azure.ai.evaluation') "
+        "if m in sys.modules])"
+    )
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
 
@@ -133,8 +135,10 @@ class Env:
         self.queue = SQLiteQueue(settings.sqlite_path, clock=self.clock)
         self.rt = handlers.Runtime(settings, self.store, self.queue.send)
         self.scenario = math_tutor(AGENT)
-        create_policy(self.store, SoftmaxPolicy.from_actions(AGENT, self.scenario.actions).to_document(
-            created_at=self.clock.now()))
+        create_policy(
+            self.store,
+            SoftmaxPolicy.from_actions(AGENT, self.scenario.actions).to_document(created_at=self.clock.now()),
+        )
         self.rng = random.Random(3)
 
     def episodes(self, n: int) -> list[dict[str, Any]]:
@@ -161,14 +165,19 @@ def document_list(docs: list[dict[str, Any]]) -> func.DocumentList:
 
 def sb_message(received: Any) -> ServiceBusMessage:
     """The trigger's message type, built from an embedded-queue delivery."""
-    return ServiceBusMessage(body=received.body, message_id=received.message_id,
-                             delivery_count=received.delivery_count, application_properties=dict(received.properties),
-                             user_properties=dict(received.properties), content_type="application/json")
+    return ServiceBusMessage(
+        body=received.body,
+        message_id=received.message_id,
+        delivery_count=received.delivery_count,
+        application_properties=dict(received.properties),
+        user_properties=dict(received.properties),
+        content_type="application/json",
+    )
 
 
 def test_enqueue_sends_one_message_per_episode_and_skips_unsendable_documents(env: Env) -> None:
     docs = env.episodes(5)
-    batch = docs[:2] + [{"agent_id": AGENT, "note": "no id"}] + docs[2:]
+    batch = [*docs[:2], {"agent_id": AGENT, "note": "no id"}, *docs[2:]]
     assert call("enqueue", document_list(batch)) is None
     received = env.queue.receive(10)
     assert sorted(m.message_id for m in received) == sorted(d["id"] for d in docs)
@@ -202,8 +211,13 @@ def test_score_stores_a_score_and_redelivery_is_a_no_op(env: Env) -> None:
     m = env.queue.receive(1) or []
     assert m == []  # the embedded queue still holds them locked; redeliver one by hand:
     first = scores[0]
-    again = ServiceBusMessage(body=json.dumps({"type": "score_request", "episode_id": first["id"]}).encode(),
-                              message_id=first["id"], delivery_count=2, application_properties={}, user_properties={})
+    again = ServiceBusMessage(
+        body=json.dumps({"type": "score_request", "episode_id": first["id"]}).encode(),
+        message_id=first["id"],
+        delivery_count=2,
+        application_properties={},
+        user_properties={},
+    )
     call("score", again)
     assert env.store.read_scores(AGENT, None, 10) == scores
 
@@ -211,8 +225,13 @@ def test_score_stores_a_score_and_redelivery_is_a_no_op(env: Env) -> None:
 def test_score_raises_poison_for_bad_input_naming_the_field(env: Env) -> None:
     doc = env.episodes(1)[0]
     doc["probability"] = 7.0
-    bad = ServiceBusMessage(body=json.dumps({"type": "score_request", "episode_id": doc["id"], "episode": doc}).encode(),
-                            message_id=doc["id"], delivery_count=1, application_properties={}, user_properties={})
+    bad = ServiceBusMessage(
+        body=json.dumps({"type": "score_request", "episode_id": doc["id"], "episode": doc}).encode(),
+        message_id=doc["id"],
+        delivery_count=1,
+        application_properties={},
+        user_properties={},
+    )
     with pytest.raises(handlers.PoisonMessage) as info:
         call("score", bad)
     assert info.value.reason == "InvalidEpisode" and "probability" in info.value.description
@@ -229,8 +248,13 @@ def test_score_raises_transient_so_the_message_is_redelivered(env: Env, monkeypa
         raise TransientError("judge answered 503")
 
     monkeypatch.setattr(scorer.judge, "judge", unavailable)
-    msg = ServiceBusMessage(body=json.dumps({"type": "score_request", "episode_id": doc["id"]}).encode(),
-                            message_id=doc["id"], delivery_count=1, application_properties={}, user_properties={})
+    msg = ServiceBusMessage(
+        body=json.dumps({"type": "score_request", "episode_id": doc["id"]}).encode(),
+        message_id=doc["id"],
+        delivery_count=1,
+        application_properties={},
+        user_properties={},
+    )
     with pytest.raises(handlers.TransientScoringError, match="503"):
         call("score", msg)
 
@@ -248,8 +272,9 @@ def test_train_publishes_for_every_agent_with_new_scores(env: Env) -> None:
 
 def http_get(agent_id: str, etag: str | None = None) -> func.HttpResponse:
     headers = {"If-None-Match": etag} if etag else {}
-    req = func.HttpRequest(method="GET", url=f"/api/policies/{agent_id}", route_params={"agent_id": agent_id},
-                           headers=headers, body=b"")
+    req = func.HttpRequest(
+        method="GET", url=f"/api/policies/{agent_id}", route_params={"agent_id": agent_id}, headers=headers, body=b""
+    )
     return call("policy", req)
 
 

@@ -112,8 +112,13 @@ def enqueue(documents: Iterable[Mapping[str, Any]], rt: Runtime) -> EnqueueResul
 
     docs = [_as_dict(d) for d in documents]
     result = enqueue_episodes(docs, rt.send)
-    log.info("enqueue: %d documents, %d sent, %d duplicates, %d not sendable",
-             result.received, result.sent, result.duplicates, len(result.failed))
+    log.info(
+        "enqueue: %d documents, %d sent, %d duplicates, %d not sendable",
+        result.received,
+        result.sent,
+        result.duplicates,
+        len(result.failed),
+    )
     return result
 
 
@@ -126,8 +131,13 @@ def score(body: bytes | str, delivery_count: int, message_id: str | None, rt: Ru
         log.warning("score %s: delivery %d failed, will retry: %s", message_id, delivery_count, outcome.description)
         raise TransientScoringError(outcome.description)
     if outcome.status == "dead_letter":
-        log.error("score %s: poison message (delivery %d): %s: %s", message_id, delivery_count,
-                  outcome.reason, outcome.description)
+        log.error(
+            "score %s: poison message (delivery %d): %s: %s",
+            message_id,
+            delivery_count,
+            outcome.reason,
+            outcome.description,
+        )
         raise PoisonMessage(outcome.reason, outcome.description)
     return outcome.status
 
@@ -171,8 +181,11 @@ def get_policy(agent_id: str, if_none_match: str | None, rt: Runtime) -> HttpAns
     if isinstance(tagged, NotModified):
         return HttpAnswer(304, "", {"ETag": f'"{etag}"'})
     doc = {k: v for k, v in tagged.doc.items() if not k.startswith("_")}
-    return HttpAnswer(200, json.dumps(doc), {"ETag": f'"{tagged.etag}"', "Content-Type": "application/json",
-                                             "Cache-Control": "no-cache"})
+    return HttpAnswer(
+        200,
+        json.dumps(doc),
+        {"ETag": f'"{tagged.etag}"', "Content-Type": "application/json", "Cache-Control": "no-cache"},
+    )
 
 
 def _json_answer(status: int, body: Mapping[str, Any]) -> HttpAnswer:

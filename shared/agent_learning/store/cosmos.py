@@ -72,8 +72,13 @@ CONTAINERS: dict[str, ContainerSpec] = {
     "scores": ContainerSpec(
         "scores",
         "/id",
-        [[{"path": "/agent_id", "order": "ascending"}, {"path": "/seq", "order": "ascending"},
-          {"path": "/id", "order": "ascending"}]],
+        [
+            [
+                {"path": "/agent_id", "order": "ascending"},
+                {"path": "/seq", "order": "ascending"},
+                {"path": "/id", "order": "ascending"},
+            ]
+        ],
     ),
     "policies": ContainerSpec("policies", "/agent_id"),
     "runs": ContainerSpec("runs", "/agent_id"),
@@ -101,6 +106,7 @@ class CosmosStore(Store):
         self.clock = clock
         self._async_factory = async_factory
         self._async_db: Any = None
+        self._async_client: Any = None
         self._seq_lock = threading.Lock()
         self._last_seq = 0
         self._c: dict[str, ContainerProxy] = {name: database.get_container_client(name) for name in CONTAINERS}
@@ -126,13 +132,17 @@ class CosmosStore(Store):
         credential = key if key else _default_credential(managed_identity_client_id)
         kwargs = dict(client_kwargs or {})
         client = CosmosClient(endpoint, credential=credential, **kwargs)
-        db = client.create_database_if_not_exists(database) if create_containers else client.get_database_client(database)
+        db = (
+            client.create_database_if_not_exists(database)
+            if create_containers
+            else client.get_database_client(database)
+        )
 
         def async_factory() -> Any:
             from azure.cosmos.aio import CosmosClient as AsyncCosmosClient
 
             aio_credential = key if key else _default_credential(managed_identity_client_id, aio=True)
-            return AsyncCosmosClient(endpoint, credential=aio_credential, **kwargs).get_database_client(database)
+            return AsyncCosmosClient(endpoint, credential=aio_credential, **kwargs), database
 
         store = cls(db, async_factory=async_factory, **store_kwargs)
         store._client = client
@@ -155,9 +165,9 @@ class CosmosStore(Store):
             self._client = None
 
     async def aclose(self) -> None:
-        if self._async_db is not None:
-            await self._async_db.client_connection.close()
-            self._async_db = None
+        if self._async_client is not None:
+            await self._async_client.close()
+            self._async_client = self._async_db = None
 
     # ------------------------------------------------------------------ episodes
 
@@ -177,7 +187,8 @@ class CosmosStore(Store):
         if self._async_factory is None:
             raise RuntimeError("this CosmosStore was built without an async client; use CosmosStore.connect")
         if self._async_db is None:
-            self._async_db = self._async_factory()
+            self._async_client, name = self._async_factory()
+            self._async_db = self._async_client.get_database_client(name)
         doc = episode.to_dict()
         container = self._async_db.get_container_client("episodes")
         try:
@@ -245,7 +256,10 @@ class CosmosStore(Store):
             stored = score.model_copy(update={"seq": existing.get("seq")})
             try:
                 self._c["scores"].replace_item(
-                    score.id, stored.to_dict(), etag=existing["_etag"], match_condition=MatchConditions.IfNotModified,
+                    score.id,
+                    stored.to_dict(),
+                    etag=existing["_etag"],
+                    match_condition=MatchConditions.IfNotModified,
                     timeout=self.write_timeout,
                 )
                 return stored
@@ -264,7 +278,7 @@ class CosmosStore(Store):
         return self._query(
             "scores",
             "SELECT TOP @n * FROM c WHERE c.agent_id = @agent AND IS_NUMBER(c.seq) AND c.seq <= @cutoff "
-            "AND (c.seq > @seq OR (c.seq = @seq AND c.id > @id)) ORDER BY c.seq, c.id",
+            "AND (c.seq > @seq OR (c.seq = @seq AND c.id > @id)) ORDER BY c.agent_id, c.seq, c.id",
             [
                 {"name": "@n", "value": limit},
                 {"name": "@agent", "value": agent_id},
@@ -281,24 +295,22 @@ class CosmosStore(Store):
         return None if doc is None else Tagged(doc, str(doc.get("_etag")))
 
     def get_current_policy_if_changed(self, agent_id: str, etag: str | None) -> Tagged | NotModified | None:
-        """A conditional point read: an unchanged document costs no transfer (304)."""
+        """A conditional point read (``If-None-Match``): an unchanged document answers 304 and
+        costs no transfer. azure-cosmos returns an empty dict for a 304 rather than raising."""
         if etag is None:
             return self.get_current_policy(agent_id)
-        headers: dict[str, Any] = {}
-
-        def hook(response_headers: Mapping[str, str], _: Any) -> None:
-            headers.update(response_headers)
-
         try:
             doc = self._c["policies"].read_item(
-                policy_doc_id(agent_id, None), partition_key=agent_id,
-                initial_headers={"If-None-Match": etag}, response_hook=hook,
+                policy_doc_id(agent_id, None),
+                partition_key=agent_id,
+                etag=etag,
+                match_condition=MatchConditions.IfModified,
             )
         except cosmos_errors.CosmosResourceNotFoundError:
             return None
         except cosmos_errors.CosmosHttpResponseError as exc:
             raise _translate(exc) from exc
-        if not doc or headers.get("etag") == etag and not doc.get("id"):
+        if not doc:
             return NOT_MODIFIED
         return Tagged(doc, str(doc.get("_etag")))
 
@@ -339,8 +351,10 @@ class CosmosStore(Store):
 
     def list_policy_versions(self, agent_id: str) -> list[RawDoc]:
         return self._query(
-            "policies", "SELECT * FROM c WHERE c.agent_id = @agent AND c.kind = 'version' ORDER BY c.version",
-            [{"name": "@agent", "value": agent_id}], partition_key=agent_id,
+            "policies",
+            "SELECT * FROM c WHERE c.agent_id = @agent AND c.kind = 'version' ORDER BY c.version",
+            [{"name": "@agent", "value": agent_id}],
+            partition_key=agent_id,
         )
 
     def list_agents(self) -> list[str]:
@@ -365,7 +379,8 @@ class CosmosStore(Store):
         return self._query(
             "runs",
             "SELECT TOP @n * FROM c WHERE c.agent_id = @agent AND c.type = 'run' ORDER BY c.policy_version DESC",
-            [{"name": "@n", "value": limit}, {"name": "@agent", "value": agent_id}], partition_key=agent_id,
+            [{"name": "@n", "value": limit}, {"name": "@agent", "value": agent_id}],
+            partition_key=agent_id,
         )
 
     # ------------------------------------------------------------------ checkpoints
@@ -389,8 +404,9 @@ class CosmosStore(Store):
         except cosmos_errors.CosmosHttpResponseError as exc:
             raise _translate(exc) from exc
 
-    def _query(self, container: str, sql: str, params: list[dict[str, Any]],
-               partition_key: str | None = None) -> list[RawDoc]:
+    def _query(
+        self, container: str, sql: str, params: list[dict[str, Any]], partition_key: str | None = None
+    ) -> list[RawDoc]:
         kwargs: dict[str, Any] = {"query": sql, "parameters": params}
         if partition_key is None:
             kwargs["enable_cross_partition_query"] = True

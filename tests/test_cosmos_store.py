@@ -1,0 +1,137 @@
+"""What only the Cosmos adapter does, over the wire: settle window, conditional reads, async writes."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from cosmos_fixture import CLIENT_KWARGS
+from factories import make_episode, make_score
+
+from agent_learning.capture import EpisodeCapture
+from agent_learning.client import PolicyClient
+from agent_learning.clock import ManualClock
+from agent_learning.pipeline import create_policy
+from agent_learning.policy import SoftmaxPolicy
+from agent_learning.store.base import NOT_MODIFIED, Tagged
+from agent_learning.store.cosmos import CONTAINERS, CosmosStore
+
+
+@pytest.fixture
+def clock() -> ManualClock:
+    import time
+
+    return ManualClock(start=time.time())
+
+
+@pytest.fixture
+def store(cosmos_database: Any, clock: ManualClock) -> Iterator[CosmosStore]:
+    s = CosmosStore(cosmos_database, settle_seconds=60, clock=clock)
+    s.ensure_containers()
+    yield s
+
+
+def test_containers_have_the_documented_partition_keys(store: CosmosStore) -> None:
+    for name, spec in CONTAINERS.items():
+        props = store.database.get_container_client(name).read()
+        assert props["partitionKey"]["paths"] == [spec.partition_key]
+    leases = store.database.get_container_client("leases").read()
+    assert leases["partitionKey"]["paths"] == ["/id"]
+    assert {
+        n: s.partition_key for n, s in CONTAINERS.items()
+    } == {"episodes": "/id", "scores": "/id", "policies": "/agent_id", "runs": "/agent_id"}
+
+
+def test_scores_become_readable_only_after_the_settle_window(store: CosmosStore, clock: ManualClock) -> None:
+    first = store.add_score(make_score("ep-1"))
+    assert store.read_scores(first.agent_id, None, 10) == []  # written just now: not yet settled
+    clock.advance(61)
+    second = store.add_score(make_score("ep-2"))
+    rows = store.read_scores(first.agent_id, None, 10)
+    assert [r["id"] for r in rows] == ["ep-1"]
+    clock.advance(61)
+    rows = store.read_scores(first.agent_id, first.cursor, 10)
+    assert [r["id"] for r in rows] == ["ep-2"] and rows[0]["seq"] == second.seq
+
+
+def test_seq_is_strictly_increasing_even_within_one_microsecond(store: CosmosStore) -> None:
+    seqs = [store.add_score(make_score(f"ep-{i}")).seq for i in range(20)]  # the manual clock does not move
+    assert seqs == sorted(seqs) and len(set(seqs)) == 20
+
+
+def test_conditional_read_of_an_unchanged_policy_is_not_modified(store: CosmosStore) -> None:
+    doc = SoftmaxPolicy.from_actions("agent-a", ["x", "y"]).to_document(created_at=None)
+    create_policy(store, doc)
+    tagged = store.get_current_policy("agent-a")
+    assert isinstance(tagged, Tagged)
+    assert store.get_current_policy_if_changed("agent-a", tagged.etag) is NOT_MODIFIED
+    changed = store.get_current_policy_if_changed("agent-a", '"some-older-etag"')
+    assert isinstance(changed, Tagged) and changed.doc["id"] == "agent-a:current"
+    assert store.get_current_policy_if_changed("nobody", tagged.etag) is None
+
+
+def test_policy_client_transfers_the_document_only_when_it_changed(
+    store: CosmosStore, clock: ManualClock, cosmos_server: Any
+) -> None:
+    create_policy(store, SoftmaxPolicy.from_actions("agent-a", ["x", "y"]).to_document(created_at=None))
+    client = PolicyClient(store, "agent-a", refresh_seconds=30, rng=random.Random(1), clock=clock)
+    first = client.policy()
+    for _ in range(5):
+        clock.advance(31)
+        assert client.policy() is first  # unchanged: the same parsed object, no new document
+    assert (client.reads_with_transfer, client.reads_not_modified) == (1, 5)
+
+    tagged = store.get_current_policy("agent-a")
+    assert tagged is not None
+    from agent_learning.documents import PolicyDocument
+
+    newer = PolicyDocument.from_dict(tagged.doc).model_copy(update={"version": 2, "logits": [1.0, -1.0]})
+    store.replace_current_policy(newer, tagged.etag)
+    clock.advance(31)
+    assert client.policy().version == 2
+    assert client.reads_with_transfer == 2
+
+
+def test_async_episode_writes(cosmos_server: Any) -> None:
+    database = f"async-{uuid.uuid4().hex[:8]}"
+    store = CosmosStore.connect(
+        cosmos_server.endpoint, database, key=cosmos_server.key, create_containers=True, client_kwargs=CLIENT_KWARGS
+    )
+    policy = SoftmaxPolicy.from_actions("agent-a", ["x", "y"], seed=2)
+
+    async def agent() -> list[str]:
+        ids = []
+        for i in range(3):
+            async with EpisodeCapture(store, policy.choose(), input=f"question {i}") as run:
+                ids.append((await run.aend(f"answer {i}")).id)
+        await store.add_episode_async(make_episode("same"))
+        await store.add_episode_async(make_episode("same"))  # identical: a no-op
+        await store.aclose()
+        return ids
+
+    try:
+        ids = asyncio.run(agent())
+        for eid in ids:
+            assert store.get_episode(eid)["output"].startswith("answer")  # type: ignore[index]
+        assert len(store.read_episodes(None, 100).items) == 4
+    finally:
+        store._client.delete_database(database)  # type: ignore[union-attr]
+        store.close()
+
+
+def test_change_feed_is_incremental_and_resumable(store: CosmosStore) -> None:
+    for i in range(5):
+        store.add_episode(make_episode(f"ep-{i}"))
+    page = store.read_episodes(None, 3)
+    assert [d["id"] for d in page.items] == ["ep-0", "ep-1", "ep-2"]
+    page2 = store.read_episodes(page.continuation, 3)
+    assert [d["id"] for d in page2.items] == ["ep-3", "ep-4"]
+    empty = store.read_episodes(page2.continuation, 3)
+    assert empty.items == [] and empty.continuation is not None
+    store.add_episode(make_episode("ep-5"))
+    later = store.read_episodes(empty.continuation, 3)
+    assert [d["id"] for d in later.items] == ["ep-5"]
