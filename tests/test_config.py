@@ -79,7 +79,7 @@ def test_unrelated_env_vars_are_ignored(clean_env: pytest.MonkeyPatch) -> None:
         ("EXPLORATION_FLOOR", "1"),
         ("TEMPERATURE", "0"),
         ("LATENCY_BUDGET_MS", "0"),
-        ("QUEUE_NAME", ""),
+        ("QUEUE_NAME", "x" * 261),
     ],
 )
 def test_bad_values_name_the_variable(clean_env: pytest.MonkeyPatch, name: str, value: str) -> None:
@@ -88,6 +88,30 @@ def test_bad_values_name_the_variable(clean_env: pytest.MonkeyPatch, name: str, 
         load_settings()
     assert PREFIX + name in str(info.value)
     assert repr(value) in str(info.value)
+
+
+def test_an_empty_variable_counts_as_unset(clean_env: pytest.MonkeyPatch) -> None:
+    """local.settings.json lists every setting; an empty value means "use the default"."""
+    clean_env.setenv("AGENT_LEARNING_QUEUE_NAME", "")
+    clean_env.setenv("AGENT_LEARNING_COSMOS_KEY", "")
+    settings = load_settings()
+    assert settings.queue_name == "score-episodes" and settings.cosmos_key is None
+
+
+def test_azure_backends_require_their_endpoints(clean_env: pytest.MonkeyPatch) -> None:
+    clean_env.setenv("AGENT_LEARNING_STORE", "cosmos")
+    clean_env.setenv("AGENT_LEARNING_QUEUE", "servicebus")
+    with pytest.raises(ConfigurationError) as info:
+        load_settings()
+    assert "CosmosDBConnection__accountEndpoint" in str(info.value)
+    assert "ServiceBusConnection__fullyQualifiedNamespace" in str(info.value)
+    clean_env.setenv("CosmosDBConnection__accountEndpoint", "https://acct.documents.azure.com:443/")
+    clean_env.setenv("ServiceBusConnection__fullyQualifiedNamespace", "ns.servicebus.windows.net")
+    clean_env.setenv("CosmosDBConnection__clientId", "00000000-0000-0000-0000-000000000001")
+    settings = load_settings()
+    assert settings.cosmos_endpoint == "https://acct.documents.azure.com:443/"
+    assert settings.servicebus_namespace == "ns.servicebus.windows.net"
+    assert settings.cosmos_client_id == "00000000-0000-0000-0000-000000000001"
 
 
 def test_every_bad_variable_is_reported(clean_env: pytest.MonkeyPatch) -> None:

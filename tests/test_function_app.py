@@ -12,10 +12,10 @@ from typing import Any
 
 import azure.functions as func
 import pytest
+from app_functions import functions
 from azure.functions.servicebus import ServiceBusMessage
 from azure.functions.timer import TimerRequest
 
-import function_app
 from agent_learning import functions as handlers
 from agent_learning.clock import ManualClock
 from agent_learning.config import environment_names, load_settings
@@ -26,7 +26,7 @@ from agent_learning.simulate import math_tutor
 from agent_learning.store.sqlite import SQLiteStore
 
 ROOT = Path(__file__).resolve().parents[1]
-FUNCTIONS = {f.get_function_name(): f for f in function_app.app.get_functions()}  # get_functions() once only
+FUNCTIONS = functions()
 AGENT = "math-tutor"
 
 

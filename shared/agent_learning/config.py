@@ -24,7 +24,12 @@ class Settings(BaseSettings):
     """Everything the library reads from the environment."""
 
     model_config = SettingsConfigDict(
-        env_prefix=PREFIX, extra="ignore", frozen=True, allow_inf_nan=False, env_ignore_empty=True
+        env_prefix=PREFIX,
+        extra="ignore",
+        frozen=True,
+        allow_inf_nan=False,
+        env_ignore_empty=True,
+        populate_by_name=True,
     )
 
     # Where things live.
