@@ -135,3 +135,39 @@ def test_change_feed_is_incremental_and_resumable(store: CosmosStore) -> None:
     store.add_episode(make_episode("ep-5"))
     later = store.read_episodes(empty.continuation, 3)
     assert [d["id"] for d in later.items] == ["ep-5"]
+
+
+def test_the_local_runner_runs_against_cosmos(cosmos_server: Any, tmp_path: Any) -> None:
+    """`AGENT_LEARNING_STORE=cosmos`: the embedded runner's pump reads the Cosmos change feed."""
+    from agent_learning.config import load_settings
+    from agent_learning.local import open_local
+    from agent_learning.pipeline import load_current
+    from agent_learning.simulate import math_tutor
+
+    database = f"runner-{uuid.uuid4().hex[:8]}"
+    setup = CosmosStore.connect(cosmos_server.endpoint, database, key=cosmos_server.key, create_containers=True,
+                                client_kwargs=CLIENT_KWARGS)
+    settings = load_settings(store="cosmos", cosmos_endpoint=cosmos_server.endpoint, cosmos_key=cosmos_server.key,
+                             cosmos_database=database, score_settle_seconds=0)
+    pipeline = open_local(settings, path=tmp_path / "queue.db")
+    try:
+        assert isinstance(pipeline.store, CosmosStore)
+        scenario = math_tutor()
+        create_policy(pipeline.store, SoftmaxPolicy.from_actions(scenario.agent_id, scenario.actions)
+                      .to_document(created_at=None))
+        clock, rng = ManualClock(), random.Random(4)
+        for round_ in range(2):
+            doc = load_current(pipeline.store, scenario.agent_id)
+            assert doc is not None and doc.version == round_ + 1
+            policy = SoftmaxPolicy.from_document(doc, rng=rng)
+            for _ in range(15):
+                scenario.run_episode(pipeline.store, policy.choose(), rng, clock)
+            report = pipeline.run_once()
+            assert report.enqueued == 15 and report.outcomes == {"scored": 15}
+            assert [t.status for t in report.trained] == ["published"]
+        assert pipeline.pump() == 0  # the checkpoint (a Cosmos document) remembers the feed position
+    finally:
+        pipeline.queue.close()
+        setup._client.delete_database(database)  # type: ignore[union-attr]
+        setup.close()
+        pipeline.store.close()
