@@ -39,7 +39,22 @@ class Settings(BaseSettings):
     queue_name: str = Field("score-episodes", min_length=1, max_length=260)
     queue_max_deliveries: int = Field(10, ge=1, le=2000)
     queue_lock_seconds: float = Field(60.0, gt=0, le=300)
-    judge: Literal["offline"] = "offline"
+    judge: Literal["offline", "evaluators"] = "offline"
+    allow_offline_judge: bool = Field(False, description="allow the offline judge inside Azure Functions")
+
+    # The judge model of the azure-ai-evaluation evaluators: Azure OpenAI or OpenAI-compatible.
+    judge_azure_endpoint: str | None = None
+    judge_deployment: str | None = None
+    judge_api_version: str = "2024-10-21"
+    judge_base_url: str | None = None
+    judge_model: str | None = None
+    judge_api_key: SecretStr | None = Field(None, description="Azure OpenAI without a key uses Entra ID")
+    judge_client_id: str | None = Field(None, description="user-assigned managed identity for Azure OpenAI")
+    judge_attempt_timeout: float = Field(60.0, gt=0, le=600)
+    judge_evaluator_deadline: float = Field(150.0, gt=0, le=3600)
+    judge_episode_deadline: float = Field(180.0, gt=0, le=3600)
+    judge_max_attempts: int = Field(4, ge=1, le=20)
+    judge_retry_after_cap: float = Field(30.0, gt=0, le=600)
 
     # Cosmos DB. The endpoint and identity are read from the same identity-based connection
     # settings the Functions host uses for its Cosmos trigger, so nothing is configured twice.
@@ -99,6 +114,31 @@ class Settings(BaseSettings):
 
         return _build(RewardConfig, self)
 
+    def judge_model_config(self) -> Any:
+        from .judges.evaluators import JudgeModel
+
+        key = self.judge_api_key.get_secret_value() if self.judge_api_key else None
+        return JudgeModel(
+            azure_endpoint=self.judge_azure_endpoint,
+            deployment=self.judge_deployment,
+            api_version=self.judge_api_version,
+            base_url=self.judge_base_url,
+            model=self.judge_model,
+            api_key=key,
+            client_id=self.judge_client_id,
+        )
+
+    def judge_limits(self) -> Any:
+        from .judges.evaluators import JudgeLimits
+
+        return JudgeLimits(
+            attempt_timeout=self.judge_attempt_timeout,
+            evaluator_deadline=self.judge_evaluator_deadline,
+            episode_deadline=self.judge_episode_deadline,
+            max_attempts=self.judge_max_attempts,
+            retry_after_cap=self.judge_retry_after_cap,
+        )
+
     def learner_config(self) -> Any:
         from .learner import LearnerConfig
 
@@ -128,6 +168,8 @@ def load_settings(**overrides: Any) -> Settings:
         )
     if missing:
         raise ConfigurationError("invalid configuration: missing " + " and ".join(missing))
+    if settings.judge == "evaluators":
+        settings.judge_model_config()  # raises ConfigurationError naming the missing variables
     return settings
 
 

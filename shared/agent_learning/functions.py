@@ -76,9 +76,25 @@ def runtime() -> Runtime:
         return _runtime
 
 
-def build_runtime(settings: Settings) -> Runtime:
-    """Store, queue sender, scorer and learner as ``settings`` choose them."""
+def build_runtime(settings: Settings, environ: Mapping[str, str] | None = None) -> Runtime:
+    """Store, queue sender, scorer and learner as ``settings`` choose them.
+
+    Inside Azure (``WEBSITE_INSTANCE_ID`` is set) the offline judge is refused unless
+    ``AGENT_LEARNING_ALLOW_OFFLINE_JUDGE`` says otherwise: a scorer without a judge model
+    configuration fails loudly instead of producing made-up rewards.
+    """
+    import os
+
+    from .errors import ConfigurationError
     from .local import open_queue, open_store
+
+    env = os.environ if environ is None else environ
+    if env.get("WEBSITE_INSTANCE_ID") and settings.judge == "offline" and not settings.allow_offline_judge:
+        raise ConfigurationError(
+            "no judge model is configured: set AGENT_LEARNING_JUDGE=evaluators with "
+            "AGENT_LEARNING_JUDGE_AZURE_ENDPOINT and AGENT_LEARNING_JUDGE_DEPLOYMENT (or _JUDGE_BASE_URL and "
+            "_JUDGE_MODEL); the offline judge is for local runs (AGENT_LEARNING_ALLOW_OFFLINE_JUDGE=true to use it anyway)"
+        )
 
     store = open_store(settings)
     queue = open_queue(settings)
@@ -87,11 +103,11 @@ def build_runtime(settings: Settings) -> Runtime:
 
 def scorer_of(rt: Runtime) -> Scorer:
     if rt.scorer is None:
-        from .judges.offline import OfflineJudge
+        from .local import open_judge
         from .pipeline import Scorer
         from .rewards import RewardFunction
 
-        rt.scorer = Scorer(rt.store, OfflineJudge(), RewardFunction(rt.settings.reward_config()))
+        rt.scorer = Scorer(rt.store, open_judge(rt.settings), RewardFunction(rt.settings.reward_config()))
     return rt.scorer
 
 

@@ -114,6 +114,17 @@ class LocalPipeline:
         return report
 
 
+def open_judge(settings: Settings) -> Judge:
+    """The judge ``settings`` choose: the offline rules judge or the azure-ai-evaluation evaluators."""
+    if settings.judge == "evaluators":
+        from .judges.evaluators import EvaluatorJudge
+
+        return EvaluatorJudge(settings.judge_model_config(), settings.judge_limits())
+    from .judges.offline import OfflineJudge
+
+    return OfflineJudge()
+
+
 def open_store(settings: Settings, *, path: str | Path | None = None, clock: Clock = SYSTEM_CLOCK) -> Store:
     """The store ``settings`` choose: SQLite (default), memory, or Cosmos DB."""
     if settings.store == "memory":
@@ -171,14 +182,13 @@ def open_local(
     clock: Clock = SYSTEM_CLOCK,
 ) -> LocalPipeline:
     """A :class:`LocalPipeline` on the store and queue chosen by ``settings`` (embedded by default)."""
-    from .judges.offline import OfflineJudge
     from .learner import Reinforce
 
     settings = settings or load_settings()
     return LocalPipeline(
         open_store(settings, path=path, clock=clock),
         open_queue(settings, path=path, clock=clock),
-        judge or OfflineJudge(),
+        judge or open_judge(settings),
         RewardFunction(settings.reward_config()),
         Reinforce(settings.learner_config()),
         clock=clock,

@@ -1,0 +1,395 @@
+"""The azure-ai-evaluation judge: IntentResolution, TaskAdherence and TaskCompletion, bounded.
+
+The three evaluators run concurrently in one event loop. Each gets its own bounded retry loop
+and the episode one overall deadline, because the evaluators' own behaviour is dangerous in a
+queue consumer: up to 11 attempts with waits up to 60 s and 600 s per attempt (about two hours
+for one call), out-of-range scores accepted as a pass, a bare ``JSONDecodeError`` on a
+malformed reply, ``TypeError`` on a null score. So this adapter:
+
+* sets each evaluator's per-attempt timeout (``attempt_timeout``) and turns its internal retry
+  loop off (``max_retries=0`` on its prompty flow), then retries itself: at most
+  ``max_attempts`` per evaluator, exponential backoff with jitter, ``Retry-After`` honoured up
+  to ``retry_after_cap``;
+* runs each evaluator through its async entry point under ``asyncio.wait_for``, so a deadline
+  cancels the in-flight HTTP request instead of leaving a thread behind;
+* validates every output (:func:`~agent_learning.judges.base.metric_from_output`): type,
+  finiteness, scale, result status;
+* classifies failures: throttling (429), server errors (5xx), timeouts and connection errors
+  are transient (the message is redelivered later); invalid output after every attempt and
+  content-filtered requests are permanent (dead letter). Authentication, permission and
+  not-found errors are configuration problems and count as transient, so that fixing the
+  configuration lets the messages through instead of dead-lettering everything.
+
+A failed evaluator never becomes a zero metric: the whole judgement fails.
+
+``azure.ai.evaluation`` (about 1 s and 150 MiB to import) is imported when this judge is
+built, never at Functions start-up or on the agent side. The evaluator objects are built once
+and reused for every episode.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import json
+import logging
+import random
+import threading
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from ..documents import Episode, JudgeInfo, MetricScore
+from ..errors import ConfigurationError, PermanentError, TransientError
+from ..rewards import INTENT_RESOLUTION, TASK_ADHERENCE, TASK_COMPLETION
+from .base import InvalidJudgeOutput, Judge, Judgement, metric_from_output
+
+log = logging.getLogger(__name__)
+
+TRANSIENT_STATUS = frozenset({408, 409, 429, 500, 502, 503, 504})
+CONFIGURATION_STATUS = frozenset({401, 403, 404})
+
+
+@dataclass(frozen=True)
+class JudgeLimits:
+    """Time bounds of one judgement. Every call finishes within ``episode_deadline``."""
+
+    attempt_timeout: float = 60.0
+    evaluator_deadline: float = 150.0
+    episode_deadline: float = 180.0
+    max_attempts: int = 4
+    backoff_base: float = 1.0
+    backoff_max: float = 20.0
+    retry_after_cap: float = 30.0
+
+    def __post_init__(self) -> None:
+        for name in ("attempt_timeout", "evaluator_deadline", "episode_deadline", "backoff_max", "retry_after_cap"):
+            if not getattr(self, name) > 0:
+                raise ValueError(f"judge limit {name} must be > 0")
+        if self.max_attempts < 1 or self.backoff_base < 0:
+            raise ValueError("judge limits need max_attempts >= 1 and backoff_base >= 0")
+
+
+@dataclass(frozen=True)
+class JudgeModel:
+    """Where the judge model is: Azure OpenAI (``azure_endpoint`` + ``deployment``) or any
+    OpenAI-compatible server (``base_url`` + ``model``: Foundry Local, Ollama, vLLM, ...).
+
+    Azure OpenAI authenticates with ``api_key`` or, without one, with Entra ID
+    (``DefaultAzureCredential``; ``client_id`` selects a user-assigned managed identity).
+    """
+
+    azure_endpoint: str | None = None
+    deployment: str | None = None
+    api_version: str = "2024-10-21"
+    base_url: str | None = None
+    model: str | None = None
+    api_key: str | None = None
+    client_id: str | None = None
+
+    def __post_init__(self) -> None:
+        azure = bool(self.azure_endpoint or self.deployment)
+        openai = bool(self.base_url or self.model)
+        if azure == openai:
+            raise ConfigurationError(
+                "judge model: set either AGENT_LEARNING_JUDGE_AZURE_ENDPOINT and AGENT_LEARNING_JUDGE_DEPLOYMENT "
+                "(Azure OpenAI) or AGENT_LEARNING_JUDGE_BASE_URL and AGENT_LEARNING_JUDGE_MODEL (OpenAI-compatible)"
+            )
+        if azure and not (self.azure_endpoint and self.deployment):
+            raise ConfigurationError(
+                "judge model: Azure OpenAI needs both AGENT_LEARNING_JUDGE_AZURE_ENDPOINT and "
+                "AGENT_LEARNING_JUDGE_DEPLOYMENT"
+            )
+        if openai and not (self.base_url and self.model):
+            raise ConfigurationError(
+                "judge model: an OpenAI-compatible endpoint needs both "
+                "AGENT_LEARNING_JUDGE_BASE_URL and AGENT_LEARNING_JUDGE_MODEL"
+            )
+
+    @property
+    def name(self) -> str:
+        return str(self.deployment or self.model)
+
+    def model_config(self) -> dict[str, Any]:
+        """The ``model_config`` dict the evaluators take."""
+        if self.azure_endpoint:
+            config: dict[str, Any] = {
+                "type": "azure_openai",
+                "azure_endpoint": self.azure_endpoint,
+                "azure_deployment": self.deployment,
+                "api_version": self.api_version,
+            }
+        else:
+            config = {"type": "openai", "base_url": self.base_url, "model": self.model}
+            config["api_key"] = self.api_key or "unused"  # local servers ignore it; the client requires one
+        if self.api_key:
+            config["api_key"] = self.api_key
+        return config
+
+    def credential(self) -> Any:
+        """An Entra ID credential for Azure OpenAI without a key, else ``None``."""
+        if not self.azure_endpoint or self.api_key:
+            return None
+        from azure.identity import DefaultAzureCredential
+
+        return DefaultAzureCredential(managed_identity_client_id=self.client_id)
+
+
+def _evaluator_classes() -> dict[str, type]:
+    """The three evaluator classes; raises a clear error if a version moved them."""
+    try:
+        from azure.ai.evaluation import IntentResolutionEvaluator, TaskAdherenceEvaluator
+    except ImportError as exc:  # pragma: no cover - depends on the installed version
+        raise ConfigurationError(f"azure-ai-evaluation is not installed or too old: {exc}") from exc
+    try:
+        from azure.ai.evaluation._evaluators._task_completion import _TaskCompletionEvaluator
+    except ImportError as exc:  # pragma: no cover - depends on the installed version
+        raise ConfigurationError(
+            "azure-ai-evaluation no longer provides _TaskCompletionEvaluator where this version expects it "
+            f"(azure.ai.evaluation._evaluators._task_completion): {exc}; pin azure-ai-evaluation 1.18"
+        ) from exc
+    return {
+        INTENT_RESOLUTION: IntentResolutionEvaluator,
+        TASK_ADHERENCE: TaskAdherenceEvaluator,
+        TASK_COMPLETION: _TaskCompletionEvaluator,
+    }
+
+
+class EvaluatorJudge(Judge):
+    """Judges episodes with azure-ai-evaluation's three agent evaluators; see the module docstring."""
+
+    def __init__(
+        self,
+        model: JudgeModel,
+        limits: JudgeLimits | None = None,
+        *,
+        sleep: Callable[[float], Awaitable[None]] | None = None,
+    ) -> None:
+        from importlib.metadata import version
+
+        self.model = model
+        self.limits = limits or JudgeLimits()
+        self._sleep = sleep or asyncio.sleep
+        self.package_version = version("azure-ai-evaluation")
+        self.info = JudgeInfo(name=f"azure-ai-evaluation {self.package_version}", model=model.name)
+        config, credential = model.model_config(), model.credential()
+        self.evaluators: dict[str, Any] = {}
+        self.retry_loop_disabled: dict[str, bool] = {}
+        for metric, cls in _evaluator_classes().items():
+            evaluator = cls(config, credential=credential) if credential is not None else cls(config)
+            evaluator._LLM_CALL_TIMEOUT = self.limits.attempt_timeout  # seconds per HTTP attempt
+            self.retry_loop_disabled[metric] = _disable_internal_retries(evaluator)
+            self.evaluators[metric] = evaluator
+        self.stats_lock = threading.Lock()
+        self.attempts: dict[str, int] = dict.fromkeys(self.evaluators, 0)
+
+    # ------------------------------------------------------------------ the port
+
+    def judge(self, episode: Episode) -> Judgement:
+        coro = self.judge_async(episode)
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:
+            return asyncio.run(coro)
+        # Called from inside an event loop: run on a private loop in a worker thread.
+        with _single_thread() as pool:
+            return pool.submit(asyncio.run, coro).result()
+
+    async def judge_async(self, episode: Episode) -> Judgement:
+        """All three metrics, concurrently, within ``episode_deadline``."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.limits.episode_deadline
+        inputs = evaluator_inputs(episode)
+        tasks = {m: asyncio.ensure_future(self._metric(m, inputs[m], deadline)) for m in self.evaluators}
+        await asyncio.wait(tasks.values())
+        errors = {m: t.exception() for m, t in tasks.items() if t.exception() is not None}
+        if errors:
+            permanent = {m: e for m, e in errors.items() if isinstance(e, PermanentError)}
+            chosen = permanent or errors
+            detail = "; ".join(f"{m}: {e}" for m, e in chosen.items())
+            if permanent:
+                raise PermanentError(f"judge failed permanently: {detail}")
+            if all(isinstance(e, TransientError) for e in errors.values()):
+                raise TransientError(f"judge unavailable: {detail}")
+            raise TransientError(f"judge failed unexpectedly: {detail}")
+        return Judgement({m: t.result() for m, t in tasks.items()}, self.info)
+
+    # ------------------------------------------------------------------ one metric
+
+    async def _metric(self, metric: str, kwargs: Mapping[str, Any], episode_deadline: float) -> MetricScore:
+        lim = self.limits
+        loop = asyncio.get_running_loop()
+        deadline = min(episode_deadline, loop.time() + lim.evaluator_deadline)
+        evaluator = self.evaluators[metric]
+        name = type(evaluator).__name__
+        last: Exception | None = None
+        for attempt in range(1, lim.max_attempts + 1):
+            remaining = deadline - loop.time()
+            if remaining <= 0:
+                break
+            with self.stats_lock:
+                self.attempts[metric] += 1
+            retry_after: float | None = None
+            try:
+                output = await asyncio.wait_for(_call(evaluator, dict(kwargs)), timeout=remaining)
+                return metric_from_output(metric, output, name, f"azure-ai-evaluation {self.package_version}")
+            except TimeoutError:
+                last = TransientError(f"{name} gave no answer within the deadline ({lim.evaluator_deadline:g} s)")
+                break
+            except InvalidJudgeOutput as exc:
+                last = exc
+            except Exception as exc:
+                last, retry_after = classify(exc, name)
+                if isinstance(last, PermanentError):
+                    raise last from exc
+            if attempt == lim.max_attempts:
+                break
+            delay = _backoff(attempt, lim, retry_after)
+            if loop.time() + delay >= deadline:
+                break
+            log.warning(
+                "%s attempt %d/%d failed (%s); retrying in %.1f s", name, attempt, lim.max_attempts, last, delay
+            )
+            await self._sleep(delay)
+        if isinstance(last, InvalidJudgeOutput):
+            raise PermanentError(f"{last} (still invalid after {lim.max_attempts} attempts)")
+        raise last or TransientError(f"{name}: no attempt fitted in the deadline")
+
+
+# --------------------------------------------------------------------------- helpers
+
+
+def evaluator_inputs(episode: Episode) -> dict[str, dict[str, Any]]:
+    """The keyword arguments of each evaluator for one episode.
+
+    ``query`` is the conversation up to the user's request (with the agent's instructions as
+    a system message); ``response`` is the agent's side as messages: tool calls, their
+    results and the final answer, in the format the evaluators accept.
+    """
+    query: list[dict[str, Any]] = []
+    if episode.instructions:
+        query.append({"role": "system", "content": episode.instructions})
+    query.append({"role": "user", "content": [{"type": "text", "text": episode.input}]})
+
+    response: list[dict[str, Any]] = []
+    for i, step in enumerate(episode.steps):
+        if step.kind != "tool":
+            continue
+        call_id = step.call_id or f"call_{i}"
+        response.append(
+            {
+                "role": "assistant",
+                "content": [
+                    {"type": "tool_call", "tool_call_id": call_id, "name": step.name, "arguments": step.arguments or {}}
+                ],
+            }
+        )
+        result = step.result if step.status == "ok" else f"error: {step.error}"
+        response.append(
+            {"role": "tool", "tool_call_id": call_id, "content": [{"type": "tool_result", "tool_result": result or ""}]}
+        )
+    response.append({"role": "assistant", "content": [{"type": "text", "text": episode.output}]})
+
+    tools = episode.tool_definitions or _tool_definitions_from_steps(episode)
+    common = {"query": query, "response": response}
+    with_tools = {**common, "tool_definitions": tools} if tools else common
+    return {INTENT_RESOLUTION: with_tools, TASK_ADHERENCE: with_tools, TASK_COMPLETION: with_tools}
+
+
+def _tool_definitions_from_steps(episode: Episode) -> list[dict[str, Any]]:
+    names = sorted({s.name for s in episode.steps if s.kind == "tool"})
+    return [
+        {"name": n, "description": f"the agent's {n} tool", "parameters": {"type": "object", "properties": {}}}
+        for n in names
+    ]
+
+
+def classify(exc: BaseException, evaluator: str) -> tuple[Exception, float | None]:
+    """Map an evaluator exception to Transient/Permanent/InvalidJudgeOutput (+ Retry-After)."""
+    cause = _openai_error(exc)
+    if isinstance(exc, (json.JSONDecodeError, TypeError, KeyError)) or (cause is None and isinstance(exc, ValueError)):
+        return InvalidJudgeOutput(
+            f"{evaluator}: the judge model's reply is not a valid evaluation ({type(exc).__name__}: {exc})"
+        ), None
+    if cause is not None:
+        status = getattr(cause, "status_code", None)
+        if status is None:  # connection error or timeout
+            return TransientError(f"{evaluator}: {type(cause).__name__}: {cause}"), None
+        body = str(getattr(cause, "body", "") or cause)
+        if status == 400 and "content_filter" in body:
+            return PermanentError(f"{evaluator}: the judge model's content filter rejected the episode"), None
+        if status in TRANSIENT_STATUS:
+            return TransientError(f"{evaluator}: HTTP {status}"), _retry_after(cause)
+        if status in CONFIGURATION_STATUS:
+            return TransientError(f"{evaluator}: HTTP {status}: check the judge configuration ({cause})"), None
+        return PermanentError(f"{evaluator}: HTTP {status}: {cause}"), None
+    if isinstance(exc, (ConnectionError, OSError)):
+        return TransientError(f"{evaluator}: {type(exc).__name__}: {exc}"), None
+    message = str(exc)
+    if "could not" in message.lower() or "parse" in message.lower():
+        return InvalidJudgeOutput(f"{evaluator}: {message}"), None
+    return TransientError(f"{evaluator}: unexpected {type(exc).__name__}: {message}"), None
+
+
+def _openai_error(exc: BaseException) -> BaseException | None:
+    """The OpenAI SDK error behind an evaluator exception, if any."""
+    seen = 0
+    current: BaseException | None = exc
+    while current is not None and seen < 5:
+        if type(current).__module__.startswith("openai"):
+            return current
+        current = current.__cause__ or getattr(current, "inner_exception", None) or current.__context__
+        seen += 1
+    return None
+
+
+def _retry_after(error: BaseException) -> float | None:
+    response = getattr(error, "response", None)
+    headers = getattr(response, "headers", None)
+    if not headers:
+        return None
+    for name, scale in (("retry-after-ms", 0.001), ("Retry-After", 1.0)):
+        value = headers.get(name)
+        if value is not None:
+            try:
+                return max(0.0, float(value) * scale)
+            except ValueError:
+                continue
+    return None
+
+
+def _backoff(attempt: int, limits: JudgeLimits, retry_after: float | None) -> float:
+    if retry_after is not None:
+        return min(retry_after, limits.retry_after_cap)
+    return min(limits.backoff_max, limits.backoff_base * 2 ** (attempt - 1)) * (0.5 + random.random() / 2)
+
+
+def _disable_internal_retries(evaluator: Any) -> bool:
+    """Turn the evaluator's own retry loop (10 retries, waits up to 60 s) off; True if done."""
+    try:
+        flow = evaluator._flow
+        send = flow._send_with_retries
+    except (AttributeError, RuntimeError):
+        log.warning("%s: cannot reach the evaluator's retry loop; relying on deadlines alone", type(evaluator).__name__)
+        return False
+    flow._send_with_retries = functools.partial(send, max_retries=0)
+    return True
+
+
+async def _call(evaluator: Any, kwargs: dict[str, Any]) -> Mapping[str, Any]:
+    """Run an evaluator on the current loop (cancellable); fall back to a worker thread."""
+    entry = getattr(evaluator, "_async_evaluator", None)
+    if entry is not None:
+        return await entry(**kwargs)
+    return await asyncio.to_thread(evaluator, **kwargs)  # pragma: no cover - other versions
+
+
+class _single_thread:
+    def __enter__(self) -> Any:
+        from concurrent.futures import ThreadPoolExecutor
+
+        self.pool = ThreadPoolExecutor(max_workers=1)
+        return self.pool
+
+    def __exit__(self, *exc: object) -> None:
+        self.pool.shutdown(wait=True)
