@@ -93,7 +93,8 @@ def build_runtime(settings: Settings, environ: Mapping[str, str] | None = None) 
         raise ConfigurationError(
             "no judge model is configured: set AGENT_LEARNING_JUDGE=evaluators with "
             "AGENT_LEARNING_JUDGE_AZURE_ENDPOINT and AGENT_LEARNING_JUDGE_DEPLOYMENT (or _JUDGE_BASE_URL and "
-            "_JUDGE_MODEL); the offline judge is for local runs (AGENT_LEARNING_ALLOW_OFFLINE_JUDGE=true to use it anyway)"
+            "_JUDGE_MODEL); the offline judge is for local runs "
+            "(AGENT_LEARNING_ALLOW_OFFLINE_JUDGE=true to use it anyway)"
         )
 
     store = open_store(settings)
