@@ -18,8 +18,12 @@ from agent_learning.judges.evaluators import JudgeLimits, JudgeModel, _backoff, 
 def status_error(status: int, body: dict | None = None, headers: dict | None = None) -> openai.APIStatusError:
     request = httpx.Request("POST", "http://judge/chat/completions")
     response = httpx.Response(status, request=request, headers=headers or {}, json=body or {"error": {}})
-    cls = {429: openai.RateLimitError, 400: openai.BadRequestError, 401: openai.AuthenticationError,
-           404: openai.NotFoundError}.get(status, openai.InternalServerError if status >= 500 else openai.APIStatusError)
+    cls = {
+        429: openai.RateLimitError,
+        400: openai.BadRequestError,
+        401: openai.AuthenticationError,
+        404: openai.NotFoundError,
+    }.get(status, openai.InternalServerError if status >= 500 else openai.APIStatusError)
     return cls("failed", response=response, body=body)
 
 
@@ -68,8 +72,9 @@ def test_other_client_errors_are_permanent() -> None:
     assert isinstance(failure, PermanentError)
 
 
-@pytest.mark.parametrize("error", [json.JSONDecodeError("Expecting value", "oops", 0), TypeError("'<' not supported"),
-                                   KeyError("score")])
+@pytest.mark.parametrize(
+    "error", [json.JSONDecodeError("Expecting value", "oops", 0), TypeError("'<' not supported"), KeyError("score")]
+)
 def test_malformed_replies_are_invalid_output(error: Exception) -> None:
     failure, _ = classify(error, "TaskCompletionEvaluator")
     assert isinstance(failure, InvalidJudgeOutput) and isinstance(failure, PermanentError)
@@ -94,8 +99,12 @@ def test_judge_model_needs_one_complete_endpoint() -> None:
     with pytest.raises(ConfigurationError, match="JUDGE_MODEL"):
         JudgeModel(base_url="http://localhost:11434/v1")
     azure = JudgeModel(azure_endpoint="https://x.openai.azure.com", deployment="gpt-4o-mini")
-    assert azure.model_config() == {"type": "azure_openai", "azure_endpoint": "https://x.openai.azure.com",
-                                    "azure_deployment": "gpt-4o-mini", "api_version": "2024-10-21"}
+    assert azure.model_config() == {
+        "type": "azure_openai",
+        "azure_endpoint": "https://x.openai.azure.com",
+        "azure_deployment": "gpt-4o-mini",
+        "api_version": "2024-10-21",
+    }
     local = JudgeModel(base_url="http://localhost:11434/v1", model="qwen3")
     assert local.model_config()["type"] == "openai" and local.name == "qwen3"
 
@@ -114,8 +123,13 @@ def test_settings_build_the_judge_and_name_missing_variables(monkeypatch: pytest
         monkeypatch.delenv(name, raising=False)
     with pytest.raises(ConfigurationError, match="AGENT_LEARNING_JUDGE_AZURE_ENDPOINT"):
         load_settings(judge="evaluators")
-    settings = load_settings(judge="evaluators", judge_base_url="http://127.0.0.1:9/v1", judge_model="m",
-                             judge_attempt_timeout=5, judge_max_attempts=2)
+    settings = load_settings(
+        judge="evaluators",
+        judge_base_url="http://127.0.0.1:9/v1",
+        judge_model="m",
+        judge_attempt_timeout=5,
+        judge_max_attempts=2,
+    )
     assert settings.judge_model_config().name == "m"
     assert settings.judge_limits().attempt_timeout == 5 and settings.judge_limits().max_attempts == 2
 
@@ -135,13 +149,22 @@ def test_inside_azure_the_offline_judge_is_refused(tmp_path) -> None:
 def test_evaluator_inputs_describe_the_conversation_with_tool_calls() -> None:
     now = datetime(2026, 1, 1, tzinfo=UTC)
     episode = Episode(
-        id="e1", agent_id="a", policy_version=1, action_id="x", probability=0.5, logprob=-0.6931471805599453,
-        input="What is 6 x 7?", output="6 times 7 is 42.", instructions="Explain briefly.",
-        steps=[Step(name="calculator", status="ok", latency_ms=3, arguments={"expr": "6*7"}, result="42",
-                    call_id="c1"),
-               Step(name="search", status="error", latency_ms=9, error="timeout"),
-               Step(name="think", kind="llm", status="ok", latency_ms=100)],
-        started_at=now, ended_at=now + timedelta(seconds=2),
+        id="e1",
+        agent_id="a",
+        policy_version=1,
+        action_id="x",
+        probability=0.5,
+        logprob=-0.6931471805599453,
+        input="What is 6 x 7?",
+        output="6 times 7 is 42.",
+        instructions="Explain briefly.",
+        steps=[
+            Step(name="calculator", status="ok", latency_ms=3, arguments={"expr": "6*7"}, result="42", call_id="c1"),
+            Step(name="search", status="error", latency_ms=9, error="timeout"),
+            Step(name="think", kind="llm", status="ok", latency_ms=100),
+        ],
+        started_at=now,
+        ended_at=now + timedelta(seconds=2),
     )
     inputs = evaluator_inputs(episode)
     assert set(inputs) == {"intent_resolution", "task_adherence", "task_completion"}
