@@ -6,7 +6,7 @@ import pytest
 
 from agent_learning.clock import ManualClock
 
-pytest_plugins = ["cosmos_fixture", "amqp_broker"]
+pytest_plugins = ["cosmos_fixture", "amqp_broker", "judge_server"]
 
 
 @pytest.fixture

@@ -30,6 +30,7 @@ and reused for every episode.
 from __future__ import annotations
 
 import asyncio
+import copy
 import functools
 import json
 import logging
@@ -172,10 +173,11 @@ class EvaluatorJudge(Judge):
         self._sleep = sleep or asyncio.sleep
         self.package_version = version("azure-ai-evaluation")
         self.info = JudgeInfo(name=f"azure-ai-evaluation {self.package_version}", model=model.name)
-        config, credential = model.model_config(), model.credential()
+        credential = model.credential()
         self.evaluators: dict[str, Any] = {}
         self.retry_loop_disabled: dict[str, bool] = {}
         for metric, cls in _evaluator_classes().items():
+            config = model.model_config()  # a fresh dict each: the evaluators write into it
             evaluator = cls(config, credential=credential) if credential is not None else cls(config)
             evaluator._LLM_CALL_TIMEOUT = self.limits.attempt_timeout  # seconds per HTTP attempt
             self.retry_loop_disabled[metric] = _disable_internal_retries(evaluator)
@@ -231,7 +233,9 @@ class EvaluatorJudge(Judge):
                 self.attempts[metric] += 1
             retry_after: float | None = None
             try:
-                output = await asyncio.wait_for(_call(evaluator, dict(kwargs)), timeout=remaining)
+                # A deep copy per attempt: the evaluators rewrite message lists in place.
+                output = await asyncio.wait_for(_call(evaluator, copy.deepcopy(dict(kwargs))), timeout=remaining)
+                check_raw_score(metric, output, name)
                 return metric_from_output(metric, output, name, f"azure-ai-evaluation {self.package_version}")
             except TimeoutError:
                 last = TransientError(f"{name} gave no answer within the deadline ({lim.evaluator_deadline:g} s)")
@@ -240,8 +244,8 @@ class EvaluatorJudge(Judge):
                 last = exc
             except Exception as exc:
                 last, retry_after = classify(exc, name)
-                if isinstance(last, PermanentError):
-                    raise last from exc
+                if isinstance(last, PermanentError) and not isinstance(last, InvalidJudgeOutput):
+                    raise last from exc  # e.g. content filtered: retrying cannot help
             if attempt == lim.max_attempts:
                 break
             delay = _backoff(attempt, lim, retry_after)
@@ -325,10 +329,44 @@ def classify(exc: BaseException, evaluator: str) -> tuple[Exception, float | Non
         return PermanentError(f"{evaluator}: HTTP {status}: {cause}"), None
     if isinstance(exc, (ConnectionError, OSError)):
         return TransientError(f"{evaluator}: {type(exc).__name__}: {exc}"), None
+    if any(c.__name__ == "EvaluationException" for c in type(exc).__mro__):
+        # Raised by the evaluator on a reply it cannot use (e.g. "Invalid score value: 7").
+        return InvalidJudgeOutput(f"{evaluator}: {exc}"), None
     message = str(exc)
     if "could not" in message.lower() or "parse" in message.lower():
         return InvalidJudgeOutput(f"{evaluator}: {message}"), None
     return TransientError(f"{evaluator}: unexpected {type(exc).__name__}: {message}"), None
+
+
+def check_raw_score(metric: str, output: Mapping[str, Any], evaluator: str) -> None:
+    """Reject an output whose score the judge model never gave.
+
+    Task adherence and task completion report a reply without a score as 0.0 ("fail"),
+    indistinguishable from a real 0. Their ``<metric>_properties.sample_output`` holds the
+    model's raw reply: when it can be read, its ``score`` must be a number equal to the
+    reported one.
+    """
+    props = output.get(f"{metric}_properties")
+    sample = props.get("sample_output") if isinstance(props, Mapping) else None
+    if not isinstance(sample, str):
+        return
+    try:
+        messages = json.loads(sample)
+        content = messages[-1]["content"] if isinstance(messages, list) else None
+        reply = json.loads(content) if isinstance(content, str) else None
+    except (ValueError, KeyError, IndexError, TypeError):
+        return  # not readable: nothing to cross-check
+    if not isinstance(reply, Mapping):
+        return
+    raw = reply.get("score")
+    if isinstance(raw, bool) or not isinstance(raw, (int, float)):
+        raise InvalidJudgeOutput(
+            f"{evaluator}: the judge model's reply has no numeric score ({raw!r}); "
+            f"the evaluator reported {output.get(metric)!r}"
+        )
+    reported = output.get(metric)
+    if isinstance(reported, (int, float)) and abs(float(raw) - float(reported)) > 1e-9:
+        raise InvalidJudgeOutput(f"{evaluator}: reported {reported!r} but the judge model said {raw!r}")
 
 
 def _openai_error(exc: BaseException) -> BaseException | None:
@@ -379,6 +417,8 @@ def _disable_internal_retries(evaluator: Any) -> bool:
 async def _call(evaluator: Any, kwargs: dict[str, Any]) -> Mapping[str, Any]:
     """Run an evaluator on the current loop (cancellable); fall back to a worker thread."""
     entry = getattr(evaluator, "_async_evaluator", None)
+    if entry is None and hasattr(evaluator, "_to_async"):
+        entry = evaluator._to_async()
     if entry is not None:
         return await entry(**kwargs)
     return await asyncio.to_thread(evaluator, **kwargs)  # pragma: no cover - other versions

@@ -1,0 +1,271 @@
+"""The real azure-ai-evaluation evaluators through the judge adapter, against the local
+OpenAI-compatible judge server: scores, configuration styles, and every failure mode within
+its time bound."""
+
+from __future__ import annotations
+
+import json
+import math
+import random
+import time
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from agent_learning.clock import ManualClock
+from agent_learning.documents import Episode, Step
+from agent_learning.errors import PermanentError, TransientError
+from agent_learning.judges.evaluators import EvaluatorJudge, JudgeLimits, JudgeModel
+from agent_learning.learner import Reinforce
+from agent_learning.local import LocalPipeline
+from agent_learning.pipeline import create_policy
+from agent_learning.policy import SoftmaxPolicy
+from agent_learning.queue.sqlite import SQLiteQueue
+from agent_learning.rewards import RewardFunction
+from agent_learning.store.sqlite import SQLiteStore
+
+pytestmark = pytest.mark.timeout(120)
+
+FAST = JudgeLimits(
+    attempt_timeout=1.0,
+    evaluator_deadline=3.0,
+    episode_deadline=4.0,
+    max_attempts=3,
+    backoff_base=0.05,
+    backoff_max=0.2,
+    retry_after_cap=0.5,
+)
+SLACK = 1.0  # scheduling and client start-up on top of the configured bound
+
+
+def episode(output: str, *, episode_id: str = "ep-1", tools: bool = True) -> Episode:
+    now = datetime(2026, 1, 1, tzinfo=UTC)
+    steps = (
+        [
+            Step(
+                name="search",
+                status="ok",
+                latency_ms=12,
+                arguments={"q": "reset password"},
+                result="Settings > Security > Reset password",
+                call_id="call_1",
+            )
+        ]
+        if tools
+        else []
+    )
+    return Episode(
+        id=episode_id,
+        agent_id="support-bot",
+        policy_version=1,
+        action_id="k=3",
+        probability=0.25,
+        logprob=math.log(0.25),
+        input="How do I reset my password?",
+        output=output,
+        instructions="Answer concisely from the knowledge base.",
+        steps=steps,
+        started_at=now,
+        ended_at=now + timedelta(seconds=2),
+    )
+
+
+def openai_model(server: Any) -> JudgeModel:
+    return JudgeModel(base_url=server.base_url, model=server.model, api_key="test-key")
+
+
+def azure_model(server: Any) -> JudgeModel:
+    return JudgeModel(
+        azure_endpoint=server.azure_endpoint,
+        deployment=server.deployment,
+        api_version=server.api_version,
+        api_key="test-key",
+    )
+
+
+@pytest.fixture
+def judge(judge_server: Any) -> EvaluatorJudge:
+    return EvaluatorJudge(openai_model(judge_server), FAST)
+
+
+# --------------------------------------------------------------------------- scores
+
+
+@pytest.mark.parametrize("style", ["openai", "azure"])
+@pytest.mark.parametrize(
+    ("marker", "expected"),
+    [
+        ("[judge:good]", {"intent_resolution": 5.0, "task_adherence": 1.0, "task_completion": 1.0}),
+        ("[judge:mid]", {"intent_resolution": 3.0, "task_adherence": 1.0, "task_completion": 0.0}),
+        ("[judge:bad]", {"intent_resolution": 1.0, "task_adherence": 0.0, "task_completion": 0.0}),
+    ],
+)
+def test_real_evaluators_score_episodes(judge_server: Any, style: str, marker: str, expected: dict) -> None:
+    model = openai_model(judge_server) if style == "openai" else azure_model(judge_server)
+    judge = EvaluatorJudge(model, FAST)
+    judgement = judge.judge(episode(f"Open Settings, choose Security, select Reset password. {marker}"))
+    assert {m: s.raw for m, s in judgement.metrics.items()} == expected
+    intent = judgement.metrics["intent_resolution"]
+    assert intent.normalised == (expected["intent_resolution"] - 1) / 4
+    assert intent.result == ("pass" if expected["intent_resolution"] >= 3 else "fail")
+    assert intent.evaluator == "IntentResolutionEvaluator" and intent.evaluator_version.startswith(
+        "azure-ai-evaluation"
+    )
+    assert judgement.metrics["task_completion"].evaluator == "_TaskCompletionEvaluator"
+    assert all(s.reason for s in judgement.metrics.values())
+    assert judgement.judge.model == model.name
+    requests = judge_server.requests
+    assert len(requests) == 3 and {r.evaluator for r in requests} == set(expected)
+    if style == "azure":
+        assert all(f"/openai/deployments/{judge_server.deployment}/" in r.path for r in requests)
+        assert all(r.query.get("api-version") for r in requests)
+
+
+def test_the_conversation_reaches_the_judge_with_tool_calls(judge_server: Any, judge: EvaluatorJudge) -> None:
+    judge.judge(episode("Open Settings, choose Security, select Reset password. [judge:good]"))
+    (completion,) = [r for r in judge_server.requests if r.evaluator == "task_completion"]
+    prompt = json.dumps(completion.body["messages"])
+    assert "How do I reset my password?" in prompt and "search" in prompt and "Reset password" in prompt
+
+
+def test_evaluators_are_built_once_and_reused(judge_server: Any, judge: EvaluatorJudge) -> None:
+    evaluators = dict(judge.evaluators)
+    for i in range(3):
+        judge.judge(episode(f"answer {i} [judge:good]", episode_id=f"ep-{i}"))
+    assert judge.evaluators == evaluators and all(judge.retry_loop_disabled.values())
+    assert judge.attempts == {"intent_resolution": 3, "task_adherence": 3, "task_completion": 3}
+
+
+# --------------------------------------------------------------------------- failure modes
+
+
+def timed(fn: Any) -> tuple[Any, float]:
+    t0 = time.perf_counter()
+    try:
+        return fn(), time.perf_counter() - t0
+    except Exception as exc:  # noqa: BLE001 — returned for the assertions
+        return exc, time.perf_counter() - t0
+
+
+def test_a_brief_server_error_is_retried_and_recovers(judge_server: Any, judge: EvaluatorJudge) -> None:
+    judge_server.script("http_500", "http_503", evaluator="task_adherence")
+    result, seconds = timed(lambda: judge.judge(episode("fine [judge:good]")))
+    assert result.metrics["task_adherence"].raw == 1.0
+    assert judge_server.count("task_adherence") == 3 and seconds < FAST.episode_deadline + SLACK
+
+
+def test_persistent_server_errors_are_transient_within_the_bound(judge_server: Any, judge: EvaluatorJudge) -> None:
+    judge_server.set_mode("http_500")
+    result, seconds = timed(lambda: judge.judge(episode("x [judge:good]")))
+    assert isinstance(result, TransientError) and "500" in str(result)
+    assert judge_server.count("intent_resolution") == FAST.max_attempts  # our retries, not the evaluator's 11
+    assert seconds < FAST.episode_deadline + SLACK
+
+
+def test_429_honours_retry_after(judge_server: Any, judge: EvaluatorJudge) -> None:
+    judge_server.script("rate_limit:0.4", evaluator="intent_resolution")
+    result, seconds = timed(lambda: judge.judge(episode("x [judge:good]")))
+    assert result.metrics["intent_resolution"].raw == 5.0
+    assert 0.4 <= seconds < FAST.episode_deadline + SLACK
+    times = [r.timestamp for r in judge_server.requests if r.evaluator == "intent_resolution"]
+    assert len(times) == 2 and times[1] - times[0] >= 0.39
+
+
+def test_a_long_retry_after_is_capped(judge_server: Any, judge: EvaluatorJudge) -> None:
+    judge_server.set_mode("rate_limit:120")
+    result, seconds = timed(lambda: judge.judge(episode("x [judge:good]")))
+    assert isinstance(result, TransientError) and "429" in str(result)
+    assert seconds < FAST.episode_deadline + SLACK  # not 120 s
+
+
+def test_a_hanging_judge_is_cut_off_at_the_deadline(judge_server: Any, judge: EvaluatorJudge) -> None:
+    judge_server.set_mode("hang")
+    result, seconds = timed(lambda: judge.judge(episode("x [judge:good]")))
+    assert isinstance(result, TransientError)
+    assert seconds < FAST.episode_deadline + SLACK
+
+
+@pytest.mark.parametrize("mode", ["non_json", "out_of_range", "null_score", "missing_score"])
+def test_invalid_replies_are_permanent_after_retries_never_a_zero(
+    judge_server: Any, judge: EvaluatorJudge, mode: str
+) -> None:
+    judge_server.set_mode(mode, evaluator="task_adherence")
+    result, seconds = timed(lambda: judge.judge(episode("x [judge:good]")))
+    assert isinstance(result, PermanentError), result
+    assert "task_adherence" in str(result) or "TaskAdherence" in str(result)
+    assert judge_server.count("task_adherence") == FAST.max_attempts
+    assert seconds < FAST.episode_deadline + SLACK
+
+
+def test_out_of_range_intent_is_rejected(judge_server: Any, judge: EvaluatorJudge) -> None:
+    judge_server.set_mode("out_of_range", evaluator="intent_resolution")
+    result, _ = timed(lambda: judge.judge(episode("x [judge:good]")))
+    assert isinstance(result, PermanentError) and "7" in str(result)
+
+
+def test_content_filter_is_permanent_at_once(judge_server: Any, judge: EvaluatorJudge) -> None:
+    judge_server.set_mode("content_filter", evaluator="task_completion")
+    result, seconds = timed(lambda: judge.judge(episode("x [judge:good]")))
+    assert isinstance(result, PermanentError) and "content filter" in str(result)
+    assert judge_server.count("task_completion") == 1 and seconds < FAST.attempt_timeout + SLACK
+
+
+def test_a_real_zero_score_is_accepted(judge_server: Any, judge: EvaluatorJudge) -> None:
+    judge_server.set_mode("score:0", evaluator="task_completion")
+    judgement = judge.judge(episode("x [judge:good]"))
+    assert judgement.metrics["task_completion"].raw == 0.0
+
+
+def test_judging_from_inside_an_event_loop_works(judge_server: Any, judge: EvaluatorJudge) -> None:
+    import asyncio
+
+    async def agent() -> Any:
+        return judge.judge(episode("x [judge:good]"))
+
+    assert asyncio.run(agent()).metrics["intent_resolution"].raw == 5.0
+
+
+# --------------------------------------------------------------------------- the score handler end to end
+
+
+def test_the_embedded_pipeline_scores_with_the_real_evaluators(judge_server: Any, tmp_path: Path) -> None:
+    clock = ManualClock()
+    store, queue = SQLiteStore(tmp_path / "p.db"), SQLiteQueue(tmp_path / "p.db", clock=clock, max_deliveries=3)
+    pipeline = LocalPipeline(
+        store, queue, EvaluatorJudge(openai_model(judge_server), FAST), RewardFunction(), Reinforce(), clock=clock
+    )
+    policy = SoftmaxPolicy.from_actions("support-bot", ["k=1", "k=3"], seed=1)
+    create_policy(store, policy.to_document(created_at=clock.now()))
+    rng = random.Random(0)
+    from agent_learning.capture import EpisodeCapture
+
+    for i in range(6):
+        decision = policy.choose()
+        marker = "[judge:good]" if decision.action_id == "k=3" else "[judge:bad]"
+        if i == 5:
+            marker = "[judge:fault=non_json@task_completion]"  # a poison episode
+        with EpisodeCapture(
+            store, decision, input="How do I reset my password?", episode_id=f"ep-{i}", clock=clock
+        ) as run:
+            run.end(f"Open Settings and reset it ({rng.random():.3f}). {marker}")
+    judge_server.script(
+        "http_503", "http_503", "http_503", "http_503", "http_503", "http_503", "http_503", "http_503", "http_503"
+    )  # an outage: the first delivery of the first episode fails
+    report = pipeline.run_once()
+    assert report.outcomes["scored"] + report.outcomes.get("retry", 0) >= 5
+    clock.advance(61)
+    while extra := pipeline.score_pending():
+        report.outcomes.update(extra)
+        clock.advance(61)
+    scores = {r["id"]: r for r in store.read_scores("support-bot", None, 100)}
+    assert set(scores) == {f"ep-{i}" for i in range(5)}
+    for eid, row in scores.items():
+        good = "good" in store.get_episode(eid)["output"]  # type: ignore[index]
+        assert row["metrics"]["intent_resolution"]["raw"] == (5.0 if good else 1.0)
+        assert row["judge"]["name"].startswith("azure-ai-evaluation")
+        assert row["reward"] > 0.9 if good else row["reward"] < 0.1
+    (dead,) = queue.dead_letters()
+    assert dead.message_id == "ep-5" and dead.reason == "JudgeFailed" and "TaskCompletion" in dead.description
+    assert store.get_score("ep-5") is None
