@@ -25,10 +25,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
-from judge_server import JudgeServer  # noqa: E402
+from judge_server import JudgeServer
 
-from agent_learning.documents import Episode, Step  # noqa: E402
-from agent_learning.judges.evaluators import EvaluatorJudge, JudgeModel  # noqa: E402
+from agent_learning.documents import Episode, Step
+from agent_learning.judges.evaluators import EvaluatorJudge, JudgeModel
 
 
 def make_episode(i: int) -> Episode:
