@@ -34,13 +34,27 @@ from agent_learning.judges.evaluators import EvaluatorJudge, JudgeModel
 def make_episode(i: int) -> Episode:
     now = datetime(2026, 1, 1, tzinfo=UTC)
     return Episode(
-        id=f"bench-{i}", agent_id="support-bot", policy_version=1, action_id="k=3", probability=0.25,
-        logprob=math.log(0.25), input=f"How do I reset my password? (ticket {i})",
+        id=f"bench-{i}",
+        agent_id="support-bot",
+        policy_version=1,
+        action_id="k=3",
+        probability=0.25,
+        logprob=math.log(0.25),
+        input=f"How do I reset my password? (ticket {i})",
         output=f"Open Settings, choose Security and select Reset password. [judge:{('good', 'mid', 'bad')[i % 3]}]",
         instructions="Answer concisely from the knowledge base.",
-        steps=[Step(name="search", status="ok", latency_ms=12, arguments={"q": "reset password"},
-                    result="Settings > Security > Reset password", call_id="call_1")],
-        started_at=now, ended_at=now + timedelta(seconds=2),
+        steps=[
+            Step(
+                name="search",
+                status="ok",
+                latency_ms=12,
+                arguments={"q": "reset password"},
+                result="Settings > Security > Reset password",
+                call_id="call_1",
+            )
+        ],
+        started_at=now,
+        ended_at=now + timedelta(seconds=2),
     )
 
 

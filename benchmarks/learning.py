@@ -1,0 +1,332 @@
+"""Learning quality: our REINFORCE learner against standard bandit algorithms.
+
+Simulated K-armed problems with rewards in [0, 1]; the learner and batched Thompson sampling
+update every ``batch`` episodes (the training timer), UCB1 and ε-greedy after every episode.
+For each problem and algorithm, over ``seeds`` seeds: cumulative (expected) regret after
+``horizon`` episodes, the probability the final policy puts on the best action, and the
+number of episodes until that probability first reaches 0.9 (checked after every update).
+
+    python benchmarks/learning.py [--seeds 20] [--horizon 2000] [--plot regret.png] [--json out.json]
+
+Progress goes to stderr; a markdown table (and JSON) to stdout.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from agent_learning.learner import Batch, LearnerConfig, Reinforce, softmax
+from agent_learning.policy import mix_floor
+
+Rng = np.random.Generator
+
+
+# --------------------------------------------------------------------------- problems
+
+
+@dataclass(frozen=True)
+class Problem:
+    """A K-armed bandit: arm means and a reward sampler."""
+
+    name: str
+    means: np.ndarray
+    kind: str = "bernoulli"  # "bernoulli" or "gaussian" (clipped to [low, high])
+    sigma: float = 0.25
+    low: float = 0.0
+    high: float = 1.0
+    batch: int = 50
+
+    def sample(self, rng: Rng, actions: np.ndarray) -> np.ndarray:
+        mu = self.means[actions]
+        if self.kind == "bernoulli":
+            return (rng.random(len(actions)) < mu).astype(float)
+        return np.clip(rng.normal(mu, self.sigma), self.low, self.high)
+
+    @property
+    def best(self) -> int:
+        return int(np.argmax(self.means))
+
+
+def k16_means() -> np.ndarray:
+    rng = np.random.default_rng(16)
+    return np.concatenate([[0.8], rng.uniform(0.5, 0.7, 15)])
+
+
+def k64_means() -> np.ndarray:
+    rng = np.random.default_rng(64)
+    return np.concatenate([[0.8], rng.uniform(0.5, 0.7, 63)])
+
+
+K4 = np.array([0.8, 0.7, 0.6, 0.5])
+PROBLEMS: list[Problem] = [
+    Problem("K=4 Bernoulli", K4),
+    Problem("K=16 Bernoulli", k16_means()),
+    Problem("K=4 Gaussian", K4, kind="gaussian"),
+    Problem("K=16 Gaussian", k16_means(), kind="gaussian"),
+    Problem("K=4 small gap (0.55 vs 0.5)", np.array([0.55, 0.5, 0.5, 0.5])),
+    Problem("K=64 Bernoulli", k64_means()),
+    Problem(
+        "K=4 narrow band 0.6-0.7", np.array([0.68, 0.66, 0.64, 0.62]), kind="gaussian", sigma=0.03, low=0.6, high=0.7
+    ),
+    Problem("K=4 batch 10", K4, batch=10),
+    Problem("K=4 batch 500", K4, batch=500),
+]
+
+
+# --------------------------------------------------------------------------- algorithms
+
+
+class Algorithm:
+    """A bandit algorithm: choose a batch of actions, then learn from their rewards."""
+
+    name = "?"
+
+    def __init__(self, k: int, rng: Rng) -> None:
+        self.k, self.rng = k, rng
+
+    def probs(self) -> np.ndarray:
+        """The probability of choosing each action now."""
+        raise NotImplementedError
+
+    def run_batch(self, problem: Problem, n: int) -> tuple[np.ndarray, np.ndarray]:
+        """Choose ``n`` actions with the current (frozen) policy, observe, update once."""
+        p = self.probs()
+        actions = self.rng.choice(self.k, size=n, p=p)
+        rewards = problem.sample(self.rng, actions)
+        self.update(actions, rewards, p[actions])
+        return actions, rewards
+
+    def update(self, actions: np.ndarray, rewards: np.ndarray, logged: np.ndarray) -> None:
+        raise NotImplementedError
+
+
+class Ours(Algorithm):
+    """agent_learning's learner with its defaults, exploration floor included."""
+
+    name = "REINFORCE (ours)"
+
+    def __init__(self, k: int, rng: Rng, config: LearnerConfig | None = None, floor: float = 0.005) -> None:
+        super().__init__(k, rng)
+        self.learner = Reinforce(config)
+        self.theta = np.zeros(k)
+        self.floor = floor if floor * k < 1 else 0.5 / k / k
+
+    def probs(self) -> np.ndarray:
+        return np.asarray(mix_floor(list(softmax(self.theta)), self.floor))
+
+    def update(self, actions: np.ndarray, rewards: np.ndarray, logged: np.ndarray) -> None:
+        self.theta = self.learner.update(self.theta, Batch.from_arrays(actions, rewards, logged, self.k)).logits
+
+
+class BatchedThompson(Algorithm):
+    """Beta-Bernoulli Thompson sampling; rewards in [0, 1] enter as Bernoulli(reward) draws.
+    The posterior is updated once per batch, like the timer-driven learner."""
+
+    name = "Thompson (batched)"
+
+    def __init__(self, k: int, rng: Rng) -> None:
+        super().__init__(k, rng)
+        self.a, self.b = np.ones(k), np.ones(k)
+
+    def probs(self, samples: int = 4000) -> np.ndarray:
+        draws = self.rng.beta(self.a, self.b, size=(samples, self.k))
+        return np.bincount(draws.argmax(axis=1), minlength=self.k) / samples
+
+    def run_batch(self, problem: Problem, n: int) -> tuple[np.ndarray, np.ndarray]:
+        draws = self.rng.beta(self.a, self.b, size=(n, self.k))
+        actions = draws.argmax(axis=1)
+        rewards = problem.sample(self.rng, actions)
+        self.update(actions, rewards, np.ones(n))
+        return actions, rewards
+
+    def update(self, actions: np.ndarray, rewards: np.ndarray, logged: np.ndarray) -> None:
+        success = (self.rng.random(len(rewards)) < rewards).astype(float)
+        self.a += np.bincount(actions, weights=success, minlength=self.k)
+        self.b += np.bincount(actions, weights=1 - success, minlength=self.k)
+
+
+class UCB1(Algorithm):
+    """UCB1 (Auer et al. 2002), updated after every episode."""
+
+    name = "UCB1"
+
+    def __init__(self, k: int, rng: Rng) -> None:
+        super().__init__(k, rng)
+        self.n, self.s = np.zeros(k), np.zeros(k)
+
+    def _index(self) -> int:
+        if (untried := np.flatnonzero(self.n == 0)).size:
+            return int(untried[0])
+        t = self.n.sum()
+        return int(np.argmax(self.s / self.n + np.sqrt(2 * np.log(t) / self.n)))
+
+    def probs(self) -> np.ndarray:
+        p = np.zeros(self.k)
+        p[self._index()] = 1.0
+        return p
+
+    def run_batch(self, problem: Problem, n: int) -> tuple[np.ndarray, np.ndarray]:
+        actions, rewards = np.empty(n, dtype=int), np.empty(n)
+        for i in range(n):
+            a = self._index()
+            r = problem.sample(self.rng, np.array([a]))[0]
+            self.n[a] += 1
+            self.s[a] += r
+            actions[i], rewards[i] = a, r
+        return actions, rewards
+
+
+class EpsilonGreedy(UCB1):
+    """ε-greedy with ε = 0.1, updated after every episode."""
+
+    name = "ε-greedy (0.1)"
+    eps = 0.1
+
+    def _greedy(self) -> int:
+        means = np.where(self.n > 0, self.s / np.maximum(self.n, 1), np.inf)
+        return int(np.argmax(means))
+
+    def probs(self) -> np.ndarray:
+        p = np.full(self.k, self.eps / self.k)
+        p[self._greedy()] += 1 - self.eps
+        return p
+
+    def _index(self) -> int:
+        return int(self.rng.integers(self.k)) if self.rng.random() < self.eps else self._greedy()
+
+
+class Uniform(Algorithm):
+    name = "uniform"
+
+    def probs(self) -> np.ndarray:
+        return np.full(self.k, 1 / self.k)
+
+    def update(self, actions: np.ndarray, rewards: np.ndarray, logged: np.ndarray) -> None:
+        return None
+
+
+ALGORITHMS: list[Callable[[int, Rng], Algorithm]] = [Ours, BatchedThompson, UCB1, EpsilonGreedy, Uniform]
+
+
+# --------------------------------------------------------------------------- running
+
+
+@dataclass
+class Result:
+    regret: list[float] = field(default_factory=list)
+    p_best: list[float] = field(default_factory=list)
+    reach: list[int | None] = field(default_factory=list)
+    curves: list[np.ndarray] = field(default_factory=list)
+
+
+def run(
+    problem: Problem, make: Callable[[int, Rng], Algorithm], seed: int, horizon: int
+) -> tuple[float, float, int | None, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    algo = make(len(problem.means), rng)
+    gap = problem.means[problem.best] - problem.means
+    curve, total, done, reach = [], 0.0, 0, None
+    while done < horizon:
+        n = min(problem.batch, horizon - done)
+        actions, _ = algo.run_batch(problem, n)
+        total += gap[actions].sum()
+        done += n
+        curve.append((done, total))
+        if reach is None and algo.probs()[problem.best] >= 0.9:
+            reach = done
+    return total, float(algo.probs()[problem.best]), reach, np.array(curve)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--seeds", type=int, default=20)
+    parser.add_argument("--horizon", type=int, default=2_000)
+    parser.add_argument("--plot", type=Path, default=None)
+    parser.add_argument("--json", type=Path, default=None)
+    parser.add_argument("--problems", default="", help="comma-separated name prefixes (default: all)")
+    args = parser.parse_args()
+
+    chosen = [p for p in PROBLEMS if not args.problems or any(p.name.startswith(x) for x in args.problems.split(","))]
+    table: dict[str, dict[str, Result]] = {}
+    t0 = time.perf_counter()
+    for problem in chosen:
+        table[problem.name] = {}
+        for make in ALGORITHMS:
+            res = Result()
+            for seed in range(args.seeds):
+                regret, p_best, reach, curve = run(problem, make, seed, args.horizon)
+                res.regret.append(regret)
+                res.p_best.append(p_best)
+                res.reach.append(reach)
+                res.curves.append(curve)
+            table[problem.name][make.name] = res  # type: ignore[attr-defined]
+            print(f"[{time.perf_counter() - t0:6.1f} s] {problem.name}: {make.name} done", file=sys.stderr, flush=True)
+
+    lines = [
+        "| problem | algorithm | regret (mean ± sd) | vs Thompson | P(best) at end | seeds reaching 0.9 | "
+        "episodes to 0.9 (median) |",
+        "|---|---|---:|---:|---:|---:|---:|",
+    ]
+    out: dict[str, dict[str, dict[str, float | int | None]]] = {}
+    for pname, algos in table.items():
+        ts = float(np.mean(algos["Thompson (batched)"].regret))
+        out[pname] = {}
+        for aname, res in algos.items():
+            reached = [r for r in res.reach if r is not None]
+            row = {
+                "regret_mean": float(np.mean(res.regret)),
+                "regret_sd": float(np.std(res.regret)),
+                "vs_thompson": float(np.mean(res.regret)) / ts if ts else None,
+                "p_best_mean": float(np.mean(res.p_best)),
+                "p_best_min": float(np.min(res.p_best)),
+                "reached": len(reached),
+                "reach_median": float(np.median(reached)) if reached else None,
+            }
+            out[pname][aname] = row
+            lines.append(
+                f"| {pname} | {aname} | {row['regret_mean']:.1f} ± {row['regret_sd']:.1f} | "
+                f"{row['vs_thompson']:.2f}× | {row['p_best_mean']:.3f} | {row['reached']}/{args.seeds} | "
+                f"{'' if row['reach_median'] is None else int(row['reach_median'])} |"
+            )
+    print("\n".join(lines))
+    if args.json:
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        args.json.write_text(json.dumps(out, indent=2) + "\n")
+    if args.plot:
+        plot(table, args.plot)
+
+
+def plot(table: dict[str, dict[str, Result]], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    names = [n for n in table if n in ("K=4 Bernoulli", "K=16 Bernoulli")] or list(table)[:2]
+    fig, axes = plt.subplots(1, len(names), figsize=(6 * len(names), 4), squeeze=False)
+    for ax, pname in zip(axes[0], names, strict=False):
+        for aname, res in table[pname].items():
+            x = res.curves[0][:, 0]
+            y = np.mean([c[:, 1] for c in res.curves], axis=0)
+            ax.plot(x, y, label=aname, linewidth=2.4 if "ours" in aname else 1.4)
+        ax.set_title(f"{pname}: cumulative regret (mean of seeds)")
+        ax.set_xlabel("episodes")
+        ax.set_ylabel("regret")
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+if __name__ == "__main__":
+    main()
