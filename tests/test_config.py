@@ -8,6 +8,7 @@ import pytest
 
 from agent_learning.config import PREFIX, Settings, load_settings
 from agent_learning.errors import ConfigurationError
+from agent_learning.learner import LearnerConfig
 from agent_learning.rewards import RewardConfig
 
 
@@ -36,7 +37,8 @@ def test_defaults() -> None:
     assert (s.train_max_batch, s.train_min_batch) == (10_000, 1)
     assert s.reward_config() == RewardConfig()
     learner = s.learner_config()
-    assert (learner.max_kl, learner.learning_rate, learner.natural_gradient) == (0.25, 1.0, True)
+    assert learner == LearnerConfig()  # the environment's defaults are the learner's defaults
+    assert (learner.evidence_shrinkage, learner.reference_batch) == (3.0, 50)
 
 
 def test_env_overrides(clean_env: pytest.MonkeyPatch) -> None:

@@ -87,10 +87,44 @@ def test_natural_gradient_step_moves_logits_by_advantage() -> None:
     k = 3
     theta = np.zeros(k)
     batch = Batch.from_arrays([0, 0, 1, 1, 2, 2], [1.0, 1.0, 0.5, 0.5, 0.0, 0.0], [1 / 3] * 6, k)
-    cfg = LearnerConfig(learning_rate=0.1, normalize_advantages=False, entropy_coef=0.0, max_kl=None)
+    cfg = LearnerConfig(
+        learning_rate=0.1,
+        normalize_advantages=False,
+        entropy_coef=0.0,
+        max_kl=None,
+        evidence_shrinkage=0.0,
+        reference_batch=None,
+    )
     new = Reinforce(cfg).update(theta, batch).logits
     # advantages per action: +0.5, 0, −0.5 → step 0.1 × (per-action IPS mean) = 0.1 × A × 1/3 / (1/3)
     np.testing.assert_allclose(new, [0.05, 0.0, -0.05], atol=1e-12)
+
+
+def test_evidence_shrinkage_damps_poorly_sampled_actions() -> None:
+    """d_a ← d_a · n_a / (n_a + c): with c = 2, an action seen twice moves half as far as unshrunk."""
+    k = 3
+    batch = Batch.from_arrays([0, 0, 1, 1, 1, 1, 1, 1], [1.0, 1.0] + [0.0] * 6, [1 / 3] * 8, k)
+    base = dict(learning_rate=0.1, normalize_advantages=False, entropy_coef=0.0, max_kl=None, reference_batch=None)
+    plain = Reinforce(LearnerConfig(**base, evidence_shrinkage=0.0)).update(np.zeros(k), batch).logits
+    shrunk = Reinforce(LearnerConfig(**base, evidence_shrinkage=2.0)).update(np.zeros(k), batch).logits
+    g, _ = Reinforce(LearnerConfig(**base)).gradient(np.zeros(k), batch)
+    d = g / (1 / 3) * np.array([2 / 4, 6 / 8, 0.0])  # n = (2, 6, 0) importance-weighted counts
+    np.testing.assert_allclose(shrunk, 0.1 * (d - d.mean()), atol=1e-12)
+    assert abs(shrunk[0] - shrunk[2]) < abs(plain[0] - plain[2])  # the rarely seen action moved less
+
+
+def test_step_and_trust_region_scale_with_the_batch_size() -> None:
+    """Ten times the episodes with the same statistics move the policy ten times as far."""
+    small = Batch.from_arrays([0, 1] * 25, [1.0, 0.0] * 25, [0.5] * 50, 2)
+    large = Batch.from_arrays([0, 1] * 250, [1.0, 0.0] * 250, [0.5] * 500, 2)
+    cfg = LearnerConfig(learning_rate=0.01, max_kl=None, entropy_coef=0.0, reference_batch=50, evidence_shrinkage=0.0)
+    step_small = Reinforce(cfg).update(np.zeros(2), small).logits
+    step_large = Reinforce(cfg).update(np.zeros(2), large).logits
+    assert step_large[0] - step_large[1] == pytest.approx(10 * (step_small[0] - step_small[1]), rel=1e-6)
+    fixed = LearnerConfig(learning_rate=0.01, max_kl=None, entropy_coef=0.0, reference_batch=None, evidence_shrinkage=0)
+    assert Reinforce(fixed).update(np.zeros(2), large).logits == pytest.approx(
+        Reinforce(fixed).update(np.zeros(2), small).logits, rel=0.05
+    )
 
 
 def test_trust_region_bounds_kl() -> None:
@@ -122,8 +156,19 @@ def test_update_improves_expected_reward_and_reports_metrics() -> None:
     rewards = (rng.random(300) < q[actions]).astype(float)
     upd = Reinforce().update(theta, Batch.from_arrays(actions, rewards, s[actions], 3))
     assert softmax(upd.logits) @ q > s @ q
-    for key in ("mean_reward", "baseline", "entropy_before", "entropy_after", "kl", "step_scale", "grad_norm",
-                "episodes", "reward_std", "max_importance_weight", "clipped_fraction"):
+    for key in (
+        "mean_reward",
+        "baseline",
+        "entropy_before",
+        "entropy_after",
+        "kl",
+        "step_scale",
+        "grad_norm",
+        "episodes",
+        "reward_std",
+        "max_importance_weight",
+        "clipped_fraction",
+    ):
         assert np.isfinite(upd.metrics[key]), key
     assert upd.metrics["episodes"] == 300
     assert upd.metrics["mean_reward"] == pytest.approx(rewards.mean())

@@ -29,9 +29,18 @@ which :func:`surrogate` computes so that a test can check ``g`` by finite differ
 Step. With ``natural_gradient`` the step is the natural gradient F⁺g, where
 F = (diag(s) − s sᵀ)/T² is the Fisher information of the softmax: F⁺g = T²·g / s, centred
 (Kakade 2001). It moves each logit by its action's estimated advantage instead of by its
-advantage times its probability, so learning does not stall as the policy sharpens. The
-step ``η·d`` is then shrunk (halved up to 20 times) until KL(s_old ‖ s_new) ≤ ``max_kl``, a
-trust region in the spirit of TRPO (Schulman et al. 2015). Finally the logits are centred and
+advantage times its probability, so learning does not stall as the policy sharpens.
+
+Evidence. An action drawn only a few times in the batch has a noisy advantage estimate (its
+importance-weighted mean has variance ∝ 1/n_a). Each component of the direction is therefore
+shrunk by its evidence, ``d_a ← d_a · n_a / (n_a + c)`` with n_a = Σ_{i: a_i = a} w_i and the
+pseudo-count c = ``evidence_shrinkage`` (0 turns it off); this keeps a lucky draw of a rare
+action from swinging the policy. Step size and trust region are stated per
+``reference_batch`` episodes and scale with the batch size N (η·N/N_ref, max_kl·N/N_ref), so
+a batch with ten times the evidence moves the policy further, as it should.
+
+The step ``η·d`` is then shrunk (halved up to 20 times) until KL(s_old ‖ s_new) ≤ the trust
+region, in the spirit of TRPO (Schulman et al. 2015). Finally the logits are centred and
 clipped to ±``logit_bound`` so that they stay finite and the policy document stays readable.
 
 Rewards must be finite; :class:`Batch` rejects anything else before it reaches the math.
@@ -61,16 +70,23 @@ class LearnerConfig:
     * ``entropy_coef`` β: entropy bonus; keeps the policy from collapsing on noise.
     * ``importance_clip`` c: cap on s(a)/μ(a) for episodes logged under older versions.
     * ``max_kl``: trust region, the largest KL(old ‖ new) one update may move the policy.
+    * ``evidence_shrinkage`` c: pseudo-count that shrinks poorly sampled actions' steps.
+    * ``reference_batch``: the batch size ``learning_rate`` and ``max_kl`` are stated for
+      (None: the same step whatever the batch size).
     * ``logit_bound``: logits are kept in [−bound, bound] after centring.
+
+    Defaults were chosen on ``benchmarks/learning.py`` (README: Learning benchmark).
     """
 
-    learning_rate: float = 1.0
+    learning_rate: float = 3.0
     natural_gradient: bool = True
     normalize_advantages: bool = True
     min_reward_std: float = 0.05
     entropy_coef: float = 0.001
     importance_clip: float = 5.0
-    max_kl: float | None = 0.25
+    max_kl: float | None = 1.0
+    evidence_shrinkage: float = 3.0
+    reference_batch: int | None = 50
     logit_bound: float = 20.0
 
     def __post_init__(self) -> None:
@@ -80,6 +96,8 @@ class LearnerConfig:
             "entropy_coef": self.entropy_coef >= 0,
             "importance_clip": self.importance_clip >= 1,
             "max_kl": self.max_kl is None or self.max_kl > 0,
+            "evidence_shrinkage": self.evidence_shrinkage >= 0,
+            "reference_batch": self.reference_batch is None or self.reference_batch >= 1,
             "logit_bound": self.logit_bound > 0,
         }
         for name, ok in checks.items():
@@ -215,16 +233,21 @@ class Reinforce:
                 },
             )
         g, stats = self.gradient(theta, batch, temperature)
-        if cfg.natural_gradient:
-            direction = temperature**2 * g / np.maximum(s_old, 1e-12)
+        # The natural gradient F⁺g = T²·g/s, or the plain gradient.
+        direction = temperature**2 * g / np.maximum(s_old, 1e-12) if cfg.natural_gradient else g.copy()
+        if cfg.evidence_shrinkage > 0:
+            w, _, _ = self.weights_and_advantages(theta, batch, temperature)
+            n_a = np.bincount(batch.actions, weights=w, minlength=len(theta))
+            direction *= n_a / (n_a + cfg.evidence_shrinkage)
+        if cfg.natural_gradient or cfg.evidence_shrinkage > 0:
             direction -= direction.mean()
-        else:
-            direction = g
-        scale = cfg.learning_rate
+        size = len(batch) / cfg.reference_batch if cfg.reference_batch else 1.0
+        scale = cfg.learning_rate * size
+        max_kl = cfg.max_kl * size if cfg.max_kl is not None else None
         new, kl = self._step(theta, direction, scale, temperature, s_old)
-        if cfg.max_kl is not None:
+        if max_kl is not None:
             for _ in range(20):
-                if kl <= cfg.max_kl:
+                if kl <= max_kl:
                     break
                 scale /= 2
                 new, kl = self._step(theta, direction, scale, temperature, s_old)
