@@ -6,7 +6,7 @@ import pytest
 
 from agent_learning.clock import ManualClock
 
-pytest_plugins = ["cosmos_fixture", "amqp_broker", "judge_server"]
+pytest_plugins = ["cosmos_fixture", "judge_server"]  # the AMQP broker is imported by the tests that use it
 
 
 @pytest.fixture
@@ -14,12 +14,3 @@ def clock() -> ManualClock:
     """A clock that only moves when a test advances it."""
     return ManualClock()
 
-
-def pytest_configure(config: pytest.Config) -> None:
-    """The Functions app lives at the repository root: make it importable as ``function_app``."""
-    import sys
-    from pathlib import Path
-
-    root = str(Path(__file__).resolve().parents[1])
-    if root not in sys.path:
-        sys.path.insert(0, root)

@@ -14,6 +14,7 @@ from typing import Any
 
 import azure.functions as func
 import pytest
+from amqp_broker import amqp_broker  # noqa: F401  (the fixture; needs python-qpid-proton)
 from app_functions import functions
 from azure.functions.servicebus import ServiceBusMessage
 from azure.functions.timer import TimerRequest

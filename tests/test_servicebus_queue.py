@@ -17,6 +17,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
+from amqp_broker import amqp_broker  # noqa: F401  (the fixture; needs python-qpid-proton)
 
 pytest.importorskip("azure.servicebus")
 pytest.importorskip("proton")

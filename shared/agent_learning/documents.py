@@ -21,7 +21,6 @@ from __future__ import annotations
 import json
 import math
 import re
-from datetime import datetime
 from typing import Annotated, Any, Literal, TypeVar
 
 from pydantic import (
@@ -475,13 +474,6 @@ class TrainingRun(Document):
 def run_doc_id(agent_id: str, version: int) -> str:
     """The run that produced ``version`` of ``agent_id``: one per published version."""
     return f"{agent_id}:run:v{version}"
-
-
-def ensure_utc(value: datetime) -> datetime:
-    """Reject naive datetimes early with a clear message."""
-    if value.tzinfo is None:
-        raise ValueError("datetime must be timezone-aware (use datetime.now(timezone.utc))")
-    return value
 
 
 PolicyDocument.model_rebuild()

@@ -41,7 +41,7 @@ from .errors import ConcurrencyConflict, InvalidDocument, PermanentError, Transi
 from .judges.base import Judge
 from .queue.base import OutgoingMessage, WorkQueue
 from .rewards import RewardFunction
-from .store.base import RawDoc, Store
+from .store.base import Store
 
 log = logging.getLogger(__name__)
 
@@ -410,13 +410,3 @@ def load_current(store: Store, agent_id: str) -> PolicyDocument | None:
     tagged = store.get_current_policy(agent_id)
     return None if tagged is None else PolicyDocument.from_dict(tagged.doc)
 
-
-def parse_scores(rows: Iterable[RawDoc]) -> list[Score]:
-    """Valid scores of ``rows``, skipping invalid ones."""
-    out = []
-    for row in rows:
-        try:
-            out.append(Score.from_dict(row))
-        except InvalidDocument:
-            continue
-    return out

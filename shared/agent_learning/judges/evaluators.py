@@ -37,6 +37,7 @@ import logging
 import random
 import threading
 from collections.abc import Awaitable, Callable, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
@@ -194,7 +195,7 @@ class EvaluatorJudge(Judge):
         except RuntimeError:
             return asyncio.run(coro)
         # Called from inside an event loop: run on a private loop in a worker thread.
-        with _single_thread() as pool:
+        with ThreadPoolExecutor(max_workers=1) as pool:
             return pool.submit(asyncio.run, coro).result()
 
     async def judge_async(self, episode: Episode) -> Judgement:
@@ -423,13 +424,3 @@ async def _call(evaluator: Any, kwargs: dict[str, Any]) -> Mapping[str, Any]:
         return await entry(**kwargs)
     return await asyncio.to_thread(evaluator, **kwargs)  # pragma: no cover - other versions
 
-
-class _single_thread:
-    def __enter__(self) -> Any:
-        from concurrent.futures import ThreadPoolExecutor
-
-        self.pool = ThreadPoolExecutor(max_workers=1)
-        return self.pool
-
-    def __exit__(self, *exc: object) -> None:
-        self.pool.shutdown(wait=True)
