@@ -8,7 +8,11 @@ number of episodes until that probability first reaches 0.9 (checked after every
 
     python benchmarks/learning.py [--seeds 20] [--horizon 2000] [--plot regret.png] [--json out.json]
 
-Progress goes to stderr; a markdown table (and JSON) to stdout.
+Non-stationarity: on K=4 Bernoulli the best and the worst arm swap after ``horizon`` episodes
+(0.8/0.7/0.6/0.5 becomes 0.5/0.7/0.6/0.8); reported are the episodes after the swap until the
+policy first puts ≥ 0.5 on the new best arm (checked after every update, up to 20,000).
+
+Progress goes to stderr; markdown tables (and JSON) to stdout.
 """
 
 from __future__ import annotations
@@ -245,6 +249,41 @@ def run(
     return total, float(algo.probs()[problem.best]), reach, np.array(curve)
 
 
+SHIFT_AFTER = np.array([0.5, 0.7, 0.6, 0.8])
+SHIFT_CAP = 20_000
+
+
+def recovery(make: Callable[[int, Rng], Algorithm], seed: int, horizon: int, batch: int = 50) -> int | None:
+    """Episodes after the best arm changes until P(new best) ≥ 0.5 (None: not within the cap)."""
+    rng = np.random.default_rng(seed)
+    before, after = Problem("before", K4, batch=batch), Problem("after", SHIFT_AFTER, batch=batch)
+    algo = make(len(K4), rng)
+    for _ in range(0, horizon, batch):
+        algo.run_batch(before, batch)
+    for done in range(batch, SHIFT_CAP + 1, batch):
+        algo.run_batch(after, batch)
+        if algo.probs()[after.best] >= 0.5:
+            return done
+    return None
+
+
+def shift_table(seeds: int, horizon: int, t0: float) -> tuple[list[str], dict[str, dict[str, float | int | None]]]:
+    lines = [
+        "| algorithm | seeds recovering | episodes to P(new best) ≥ 0.5: median | max |",
+        "|---|---:|---:|---:|",
+    ]
+    out: dict[str, dict[str, float | int | None]] = {}
+    for make in ALGORITHMS[:-1]:  # uniform never prefers any arm
+        times = [recovery(make, seed, horizon) for seed in range(seeds)]
+        ok = [t for t in times if t is not None]
+        row = {"recovered": len(ok), "median": float(np.median(ok)) if ok else None, "max": max(ok) if ok else None}
+        out[make.name] = row  # type: ignore[attr-defined]
+        med = "" if row["median"] is None else int(row["median"])
+        lines.append(f"| {make.name} | {len(ok)}/{seeds} | {med} | {row['max'] or ''} |")  # type: ignore[attr-defined]
+        print(f"[{time.perf_counter() - t0:6.1f} s] best arm changes: {make.name} done", file=sys.stderr, flush=True)
+    return lines, out
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--seeds", type=int, default=20)
@@ -252,6 +291,7 @@ def main() -> None:
     parser.add_argument("--plot", type=Path, default=None)
     parser.add_argument("--json", type=Path, default=None)
     parser.add_argument("--problems", default="", help="comma-separated name prefixes (default: all)")
+    parser.add_argument("--no-shift", action="store_true", help="skip the non-stationarity run")
     args = parser.parse_args()
 
     chosen = [p for p in PROBLEMS if not args.problems or any(p.name.startswith(x) for x in args.problems.split(","))]
@@ -297,9 +337,14 @@ def main() -> None:
                 f"{'' if row['reach_median'] is None else int(row['reach_median'])} |"
             )
     print("\n".join(lines))
+    results: dict[str, object] = {"problems": out}
+    if not args.no_shift:
+        shift_lines, results["best_arm_changes"] = shift_table(args.seeds, args.horizon, t0)
+        print("\nThe best arm changes after", args.horizon, "episodes (K=4 Bernoulli, best and worst swap):\n")
+        print("\n".join(shift_lines))
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps(out, indent=2) + "\n")
+        args.json.write_text(json.dumps(results, indent=2) + "\n")
     if args.plot:
         plot(table, args.plot)
 

@@ -38,14 +38,15 @@ def test_defaults() -> None:
     assert s.reward_config() == RewardConfig()
     learner = s.learner_config()
     assert learner == LearnerConfig()  # the environment's defaults are the learner's defaults
-    assert (learner.evidence_shrinkage, learner.reference_batch) == (3.0, 50)
+    assert (learner.evidence_prior, learner.reference_batch, learner.max_logit_gap) == (3.0, 50, 8.0)
 
 
 def test_env_overrides(clean_env: pytest.MonkeyPatch) -> None:
     clean_env.setenv("AGENT_LEARNING_W_INTENT", "0.5")
     clean_env.setenv("AGENT_LEARNING_STORE", "memory")
     clean_env.setenv("AGENT_LEARNING_QUEUE_MAX_DELIVERIES", "3")
-    clean_env.setenv("AGENT_LEARNING_NATURAL_GRADIENT", "false")
+    clean_env.setenv("AGENT_LEARNING_DIRECTION", "natural")
+    clean_env.setenv("AGENT_LEARNING_MAX_LOGIT_GAP", "0")
     clean_env.setenv("AGENT_LEARNING_LATENCY_BUDGET_MS", "1500")
     s = load_settings()
     assert s.w_intent == 0.5
@@ -53,7 +54,8 @@ def test_env_overrides(clean_env: pytest.MonkeyPatch) -> None:
     assert s.reward_config().latency_budget_ms == 1500.0
     assert s.reward_config().w_adherence == 0.3
     assert (s.store, s.queue_max_deliveries) == ("memory", 3)
-    assert s.learner_config().natural_gradient is False
+    assert s.learner_config().direction == "natural"
+    assert s.learner_config().max_logit_gap is None  # 0 turns the limit off
 
 
 def test_keyword_overrides_win_over_env(clean_env: pytest.MonkeyPatch) -> None:
@@ -77,7 +79,7 @@ def test_unrelated_env_vars_are_ignored(clean_env: pytest.MonkeyPatch) -> None:
         ("QUEUE_MAX_DELIVERIES", "2.5"),
         ("STORE", "postgres"),
         ("JUDGE", "gpt"),
-        ("NATURAL_GRADIENT", "maybe"),
+        ("DIRECTION", "sideways"),
         ("EXPLORATION_FLOOR", "1"),
         ("TEMPERATURE", "0"),
         ("LATENCY_BUDGET_MS", "0"),

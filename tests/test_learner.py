@@ -92,39 +92,71 @@ def test_natural_gradient_step_moves_logits_by_advantage() -> None:
         normalize_advantages=False,
         entropy_coef=0.0,
         max_kl=None,
-        evidence_shrinkage=0.0,
+        direction="natural",
         reference_batch=None,
+        max_logit_gap=None,
     )
     new = Reinforce(cfg).update(theta, batch).logits
     # advantages per action: +0.5, 0, −0.5 → step 0.1 × (per-action IPS mean) = 0.1 × A × 1/3 / (1/3)
     np.testing.assert_allclose(new, [0.05, 0.0, -0.05], atol=1e-12)
 
 
-def test_evidence_shrinkage_damps_poorly_sampled_actions() -> None:
-    """d_a ← d_a · n_a / (n_a + c): with c = 2, an action seen twice moves half as far as unshrunk."""
+def test_evidence_direction_is_the_per_action_z_statistic() -> None:
+    """d_a = Σ_{a_i=a} A_i / √(n_a + c), centred; an action never drawn gets no evidence of its own."""
     k = 3
     batch = Batch.from_arrays([0, 0, 1, 1, 1, 1, 1, 1], [1.0, 1.0] + [0.0] * 6, [1 / 3] * 8, k)
     base = dict(learning_rate=0.1, normalize_advantages=False, entropy_coef=0.0, max_kl=None, reference_batch=None)
-    plain = Reinforce(LearnerConfig(**base, evidence_shrinkage=0.0)).update(np.zeros(k), batch).logits
-    shrunk = Reinforce(LearnerConfig(**base, evidence_shrinkage=2.0)).update(np.zeros(k), batch).logits
-    g, _ = Reinforce(LearnerConfig(**base)).gradient(np.zeros(k), batch)
-    d = g / (1 / 3) * np.array([2 / 4, 6 / 8, 0.0])  # n = (2, 6, 0) importance-weighted counts
-    np.testing.assert_allclose(shrunk, 0.1 * (d - d.mean()), atol=1e-12)
-    assert abs(shrunk[0] - shrunk[2]) < abs(plain[0] - plain[2])  # the rarely seen action moved less
+    new = Reinforce(LearnerConfig(**base, evidence_prior=2.0)).update(np.zeros(k), batch).logits
+    b = 2 / 8  # baseline: on-policy, every weight 1
+    d = np.array([2 * (1 - b) / np.sqrt(4), 6 * (0 - b) / np.sqrt(8), 0.0])
+    np.testing.assert_allclose(new, 0.1 * (d - d.mean()), atol=1e-12)
+
+
+def test_one_lucky_episode_of_a_rare_action_moves_it_little() -> None:
+    """A rarely drawn action's single success moves it less than half a logit, and much less
+    than the importance-sampled natural gradient, which divides by its small probability."""
+    theta = np.array([4.0, 0.0, 0.0])
+    s = softmax(theta)
+    actions = [0] * 49 + [2]
+    rewards = [1.0, 1.0, 0.0] * 16 + [1.0] + [1.0]  # the common action: about 0.7 on average
+    batch = Batch.from_arrays(actions, rewards, s[actions], 3)
+    evidence = Reinforce(LearnerConfig(max_kl=None)).update(theta, batch).logits
+    natural = Reinforce(LearnerConfig(max_kl=None, direction="natural")).update(theta, batch).logits
+    assert 0 < evidence[2] - evidence[1] < 0.5
+    assert evidence[2] - evidence[1] < (natural[2] - natural[1]) / 2
+
+
+def test_max_logit_gap_keeps_actions_recoverable() -> None:
+    """No logit falls more than max_logit_gap below the largest, however strong the evidence."""
+    batch = Batch.from_arrays([0] * 30 + [1] * 30 + [2] * 30, [1.0] * 30 + [0.0] * 60, [1 / 3] * 90, 3)
+    theta = np.zeros(3)
+    learner = Reinforce(LearnerConfig(learning_rate=50.0, max_kl=None, max_logit_gap=6.0))
+    for _ in range(5):
+        theta = learner.update(theta, batch).logits
+    assert theta.max() - theta.min() == pytest.approx(6.0)
+    unbounded = Reinforce(LearnerConfig(learning_rate=50.0, max_kl=None, max_logit_gap=None))
+    assert np.ptp(unbounded.update(np.zeros(3), batch).logits) > 6.0
 
 
 def test_step_and_trust_region_scale_with_the_batch_size() -> None:
     """Ten times the episodes with the same statistics move the policy ten times as far."""
     small = Batch.from_arrays([0, 1] * 25, [1.0, 0.0] * 25, [0.5] * 50, 2)
     large = Batch.from_arrays([0, 1] * 250, [1.0, 0.0] * 250, [0.5] * 500, 2)
-    cfg = LearnerConfig(learning_rate=0.01, max_kl=None, entropy_coef=0.0, reference_batch=50, evidence_shrinkage=0.0)
+    base = dict(learning_rate=0.01, max_kl=None, entropy_coef=0.0, direction="natural")
+    cfg = LearnerConfig(**base, reference_batch=50)
     step_small = Reinforce(cfg).update(np.zeros(2), small).logits
     step_large = Reinforce(cfg).update(np.zeros(2), large).logits
     assert step_large[0] - step_large[1] == pytest.approx(10 * (step_small[0] - step_small[1]), rel=1e-6)
-    fixed = LearnerConfig(learning_rate=0.01, max_kl=None, entropy_coef=0.0, reference_batch=None, evidence_shrinkage=0)
+    fixed = LearnerConfig(**base, reference_batch=None)
     assert Reinforce(fixed).update(np.zeros(2), large).logits == pytest.approx(
         Reinforce(fixed).update(np.zeros(2), small).logits, rel=0.05
     )
+    # The evidence direction is a z-statistic, which already grows like √N: the step scales by
+    # √(N/N_ref), so ten times the episodes move the policy ten times as far here too.
+    evidence = LearnerConfig(learning_rate=0.01, max_kl=None, entropy_coef=0.0, evidence_prior=0.0)
+    e_small = Reinforce(evidence).update(np.zeros(2), small).logits
+    e_large = Reinforce(evidence).update(np.zeros(2), large).logits
+    assert e_large[0] - e_large[1] == pytest.approx(10 * (e_small[0] - e_small[1]), rel=1e-6)
 
 
 def test_trust_region_bounds_kl() -> None:
@@ -202,10 +234,12 @@ def test_batch_rejects_mismatched_lengths() -> None:
         Batch.from_arrays([0, 1], [0.5], [0.5, 0.5], 2)
 
 
-@pytest.mark.parametrize("name", ["learning_rate", "min_reward_std", "logit_bound"])
+@pytest.mark.parametrize("name", ["learning_rate", "min_reward_std", "logit_bound", "max_logit_gap"])
 def test_config_rejects_out_of_range(name: str) -> None:
     with pytest.raises(ValueError, match=name):
         LearnerConfig(**{name: 0.0})
+    with pytest.raises(ValueError, match="direction"):
+        LearnerConfig(direction="sideways")  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="importance_clip"):
         LearnerConfig(importance_clip=0.5)
 
@@ -236,3 +270,32 @@ def test_learns_a_bernoulli_bandit() -> None:
         finals.append(softmax(theta)[0])
     assert np.mean(finals) > 0.85
     assert min(finals) > 0.6
+
+
+def _regret(choose_probs, learn, means: np.ndarray, seed: int, episodes: int = 2_000, batch: int = 50) -> float:
+    rng = np.random.default_rng(seed)
+    total = 0.0
+    for _ in range(episodes // batch):
+        p = choose_probs()
+        a = rng.choice(len(means), size=batch, p=p)
+        r = (rng.random(batch) < means[a]).astype(float)
+        learn(a, r, p[a])
+        total += float((means.max() - means[a]).sum())
+    return total
+
+
+def test_default_learner_beats_uniform_by_a_wide_margin() -> None:
+    """Regression guard on a small fixed-seed problem: regret well under a third of uniform's."""
+    means = np.array([0.8, 0.7, 0.6, 0.5])
+    learner = Reinforce()
+    ours, uniform = [], []
+    for seed in range(8):
+        state = {"theta": np.zeros(4)}
+
+        def learn(a, r, p, state=state):
+            state["theta"] = learner.update(state["theta"], Batch.from_arrays(a, r, p, 4)).logits
+
+        ours.append(_regret(lambda s=state: np.array(mix_floor(list(softmax(s["theta"])), 0.005)), learn, means, seed))
+        uniform.append(_regret(lambda: np.full(4, 0.25), lambda *_: None, means, seed))
+    assert np.mean(ours) < np.mean(uniform) / 3
+    assert max(ours) < np.mean(uniform) / 2

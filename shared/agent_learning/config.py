@@ -93,15 +93,16 @@ class Settings(BaseSettings):
     empty_output_penalty: float = Field(0.5, ge=0)
 
     # Learner (see agent_learning.learner).
-    learning_rate: float = Field(3.0, gt=0)
-    natural_gradient: bool = True
+    learning_rate: float = Field(1.2, gt=0)
+    direction: Literal["evidence", "natural", "plain"] = "evidence"
     normalize_advantages: bool = True
     min_reward_std: float = Field(0.05, gt=0)
     entropy_coef: float = Field(0.001, ge=0)
     importance_clip: float = Field(5.0, ge=1)
     max_kl: float = Field(1.0, ge=0, description="0 turns the trust region off")
-    evidence_shrinkage: float = Field(3.0, ge=0)
+    evidence_prior: float = Field(3.0, ge=0)
     reference_batch: int = Field(50, ge=0, description="0: the same step whatever the batch size")
+    max_logit_gap: float = Field(8.0, ge=0, description="0 turns the limit off")
     logit_bound: float = Field(20.0, gt=0, le=1000)
     train_max_batch: int = Field(10_000, ge=1)
     train_min_batch: int = Field(1, ge=1)
@@ -144,7 +145,11 @@ class Settings(BaseSettings):
     def learner_config(self) -> Any:
         from .learner import LearnerConfig
 
-        overrides = {"max_kl": self.max_kl or None, "reference_batch": self.reference_batch or None}
+        overrides = {
+            "max_kl": self.max_kl or None,
+            "reference_batch": self.reference_batch or None,
+            "max_logit_gap": self.max_logit_gap or None,
+        }
         return _build(LearnerConfig, self, overrides)
 
 

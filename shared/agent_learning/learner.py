@@ -26,22 +26,45 @@ The policy gradient with entropy regularisation (Williams 1992; Sutton & Barto �
 
 which :func:`surrogate` computes so that a test can check ``g`` by finite differences.
 
-Step. With ``natural_gradient`` the step is the natural gradient F⁺g, where
-F = (diag(s) − s sᵀ)/T² is the Fisher information of the softmax: F⁺g = T²·g / s, centred
-(Kakade 2001). It moves each logit by its action's estimated advantage instead of by its
-advantage times its probability, so learning does not stall as the policy sharpens.
+Direction ``d`` (``direction``):
 
-Evidence. An action drawn only a few times in the batch has a noisy advantage estimate (its
-importance-weighted mean has variance ∝ 1/n_a). Each component of the direction is therefore
-shrunk by its evidence, ``d_a ← d_a · n_a / (n_a + c)`` with n_a = Σ_{i: a_i = a} w_i and the
-pseudo-count c = ``evidence_shrinkage`` (0 turns it off); this keeps a lucky draw of a rare
-action from swinging the policy. Step size and trust region are stated per
-``reference_batch`` episodes and scale with the batch size N (η·N/N_ref, max_kl·N/N_ref), so
-a batch with ten times the evidence moves the policy further, as it should.
+* ``"plain"``: the gradient ``g`` itself.
+* ``"natural"``: the natural gradient F⁺g, where F = (diag(s) − s sᵀ)/T² is the Fisher
+  information of the softmax: F⁺g = T²·g / s, centred (Kakade 2001). Its component for
+  action a is the importance-sampled estimate of a's advantage, (1/N) Σ_{i: a_i = a} w_i A_i
+  / s(a), so each logit moves by its action's advantage rather than by advantage × probability
+  and learning does not stall as the policy sharpens.
+* ``"evidence"`` (default): the natural-gradient component with its advantage estimate
+  replaced by the per-action sum scaled by the evidence behind it::
+
+      d_a = T · Σ_{i: a_i = a} A_i / √(n_a + c)        n_a = #{i: a_i = a},  c = evidence_prior
+
+  Σ A_i / √n_a = √n_a · Ā_a is the z-statistic of the action's mean advantage (A is in units
+  of the reward std). The natural gradient moves every logit by the same amount whether its
+  advantage rests on 1 episode or on 100; this moves it by how sure the batch is. It is the
+  softmax analogue of Thompson sampling: the log-odds that arm a beats arm b under Gaussian
+  posteriors are ≈ 1.7·(μ̂_a − μ̂_b)/√(σ²/n_a + σ²/n_b) (the logistic approximation of the
+  probit), a z-statistic too. Unlike the importance-sampled estimate it does not divide by a
+  small s(a), so one lucky episode of a rarely drawn action cannot swing the policy; c > 0
+  damps actions seen once or twice further. The mean reward of an action does not depend on
+  the policy that logged its episodes, so importance weights enter here only through the
+  baseline b and the std σ, which estimate properties of the policy s being learned. A
+  z-statistic grows like √N, so the step is scaled by √(N/N_ref) (see below), not N/N_ref.
+
+The entropy bonus enters every direction as its own (natural) gradient.
+
+Scale. Step size and trust region are stated per ``reference_batch`` episodes N_ref and grow
+with the batch size N: the step by N/N_ref (``"plain"``, ``"natural"``) or √(N/N_ref)
+(``"evidence"``), the trust region by N/N_ref. A batch with ten times the evidence moves the
+policy further, as it should, and the same episodes split into smaller, more frequent batches
+move it about as far in all.
 
 The step ``η·d`` is then shrunk (halved up to 20 times) until KL(s_old ‖ s_new) ≤ the trust
-region, in the spirit of TRPO (Schulman et al. 2015). Finally the logits are centred and
-clipped to ±``logit_bound`` so that they stay finite and the policy document stays readable.
+region, in the spirit of TRPO (Schulman et al. 2015). Finally no logit may fall more than
+``max_logit_gap`` below the largest: below the exploration floor a lower logit changes nothing
+the agents do, but it would take that much more evidence to raise the action again when the
+world changes (non-stationarity). The logits are centred and clipped to ±``logit_bound`` so
+that they stay finite and the policy document stays readable.
 
 Rewards must be finite; :class:`Batch` rejects anything else before it reaches the math.
 """
@@ -49,7 +72,7 @@ Rewards must be finite; :class:`Batch` rejects anything else before it reaches t
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
@@ -62,7 +85,7 @@ class LearnerConfig:
     """Settings of :class:`Reinforce`. Every default is explained in the module docstring.
 
     * ``learning_rate`` η: scale of one step before the trust region shrinks it.
-    * ``natural_gradient``: precondition by the inverse Fisher information (recommended).
+    * ``direction``: ``"evidence"`` (recommended), ``"natural"`` or ``"plain"`` gradient.
     * ``normalize_advantages``: divide advantages by the batch's weighted reward std, so the
       step does not depend on the reward scale (judge scores often sit in a narrow band).
     * ``min_reward_std`` σ_min: floor of that std, so a batch of near-identical rewards does
@@ -70,23 +93,26 @@ class LearnerConfig:
     * ``entropy_coef`` β: entropy bonus; keeps the policy from collapsing on noise.
     * ``importance_clip`` c: cap on s(a)/μ(a) for episodes logged under older versions.
     * ``max_kl``: trust region, the largest KL(old ‖ new) one update may move the policy.
-    * ``evidence_shrinkage`` c: pseudo-count that shrinks poorly sampled actions' steps.
+    * ``evidence_prior`` c: pseudo-count that damps the steps of actions seen once or twice.
     * ``reference_batch``: the batch size ``learning_rate`` and ``max_kl`` are stated for
       (None: the same step whatever the batch size).
+    * ``max_logit_gap``: no logit falls further below the largest (None: no limit); keeps
+      the policy able to recover when the best action changes.
     * ``logit_bound``: logits are kept in [−bound, bound] after centring.
 
     Defaults were chosen on ``benchmarks/learning.py`` (README: Learning benchmark).
     """
 
-    learning_rate: float = 3.0
-    natural_gradient: bool = True
+    learning_rate: float = 1.2
+    direction: Literal["evidence", "natural", "plain"] = "evidence"
     normalize_advantages: bool = True
     min_reward_std: float = 0.05
     entropy_coef: float = 0.001
     importance_clip: float = 5.0
     max_kl: float | None = 1.0
-    evidence_shrinkage: float = 3.0
+    evidence_prior: float = 3.0
     reference_batch: int | None = 50
+    max_logit_gap: float | None = 8.0
     logit_bound: float = 20.0
 
     def __post_init__(self) -> None:
@@ -96,8 +122,10 @@ class LearnerConfig:
             "entropy_coef": self.entropy_coef >= 0,
             "importance_clip": self.importance_clip >= 1,
             "max_kl": self.max_kl is None or self.max_kl > 0,
-            "evidence_shrinkage": self.evidence_shrinkage >= 0,
+            "direction": self.direction in ("evidence", "natural", "plain"),
+            "evidence_prior": self.evidence_prior >= 0,
             "reference_batch": self.reference_batch is None or self.reference_batch >= 1,
+            "max_logit_gap": self.max_logit_gap is None or self.max_logit_gap > 0,
             "logit_bound": self.logit_bound > 0,
         }
         for name, ok in checks.items():
@@ -204,6 +232,9 @@ class Reinforce:
     def gradient(self, logits: Array, batch: Batch, temperature: float = 1.0) -> tuple[Array, dict[str, float]]:
         """The gradient ``g`` of the module docstring (ascent direction) and its statistics."""
         w, adv, stats = self.weights_and_advantages(logits, batch, temperature)
+        return self._gradient(logits, batch, w, adv, temperature), stats
+
+    def _gradient(self, logits: Array, batch: Batch, w: Array, adv: Array, temperature: float) -> Array:
         s = softmax(logits, temperature)
         n = len(batch)
         k = len(logits)
@@ -213,7 +244,7 @@ class Reinforce:
         log_s = np.log(np.maximum(s, np.finfo(float).tiny))
         h = -(s * log_s).sum()
         entropy_term = -s * (log_s + h) / temperature
-        return score_term + self.config.entropy_coef * entropy_term, stats
+        return score_term + self.config.entropy_coef * entropy_term
 
     def update(self, logits: ArrayLike, batch: Batch, temperature: float = 1.0) -> Update:
         """One training step on ``batch``; returns the new logits and metrics."""
@@ -232,17 +263,11 @@ class Reinforce:
                     "grad_norm": 0.0,
                 },
             )
-        g, stats = self.gradient(theta, batch, temperature)
-        # The natural gradient F⁺g = T²·g/s, or the plain gradient.
-        direction = temperature**2 * g / np.maximum(s_old, 1e-12) if cfg.natural_gradient else g.copy()
-        if cfg.evidence_shrinkage > 0:
-            w, _, _ = self.weights_and_advantages(theta, batch, temperature)
-            n_a = np.bincount(batch.actions, weights=w, minlength=len(theta))
-            direction *= n_a / (n_a + cfg.evidence_shrinkage)
-        if cfg.natural_gradient or cfg.evidence_shrinkage > 0:
-            direction -= direction.mean()
+        w, adv, stats = self.weights_and_advantages(theta, batch, temperature)
+        g = self._gradient(theta, batch, w, adv, temperature)
+        direction = self.direction(theta, batch, g, adv, temperature)
         size = len(batch) / cfg.reference_batch if cfg.reference_batch else 1.0
-        scale = cfg.learning_rate * size
+        scale = cfg.learning_rate * (np.sqrt(size) if cfg.direction == "evidence" else size)
         max_kl = cfg.max_kl * size if cfg.max_kl is not None else None
         new, kl = self._step(theta, direction, scale, temperature, s_old)
         if max_kl is not None:
@@ -263,10 +288,31 @@ class Reinforce:
         }
         return Update(new, metrics)
 
+    def direction(self, logits: Array, batch: Batch, g: Array, adv: Array, temperature: float = 1.0) -> Array:
+        """The update direction ``d`` of the module docstring (centred unless ``"plain"``), from
+        the gradient ``g`` and the advantages ``adv`` of :meth:`weights_and_advantages`."""
+        cfg = self.config
+        if cfg.direction == "plain":
+            return g.copy()
+        s = np.maximum(softmax(logits, temperature), 1e-12)
+        natural = temperature**2 * g / s  # F⁺g, entropy term included
+        if cfg.direction == "natural":
+            return natural - natural.mean()
+        k = len(logits)
+        n_a = np.bincount(batch.actions, minlength=k).astype(np.float64)
+        sums = np.bincount(batch.actions, weights=adv, minlength=k)
+        evidence = temperature * sums / np.sqrt(n_a + cfg.evidence_prior)
+        # The entropy bonus's natural gradient: T²·β·∇H / s = −β·T·(log s + H).
+        log_s = np.log(s)
+        d = evidence - cfg.entropy_coef * temperature * (log_s - (s * log_s).sum())
+        return d - d.mean()
+
     def _step(
         self, theta: Array, direction: Array, scale: float, temperature: float, s_old: Array
     ) -> tuple[Array, float]:
         new = theta + scale * direction
+        if self.config.max_logit_gap is not None:
+            np.maximum(new, new.max() - self.config.max_logit_gap, out=new)
         new -= new.mean()
         np.clip(new, -self.config.logit_bound, self.config.logit_bound, out=new)
         return new, kl_divergence(s_old, softmax(new, temperature))
