@@ -32,7 +32,7 @@ resource storage 'Microsoft.Storage/storageAccounts@2023-05-01' = {
   }
   properties: {
     // checkov:skip=CKV_AZURE_35: Flex Consumption without a virtual network reaches its host storage over the public endpoint; shared keys are disabled, so every request needs the app's Entra ID token
-    // checkov:skip=CKV_AZURE_59: the same: public network access is needed without a virtual network; anonymous blob access and shared keys are both disabled
+    // checkov:skip=CKV_AZURE_59: public network access is needed without a virtual network; anonymous blob access and shared keys are both disabled
     // checkov:skip=CKV_AZURE_206: holds only host locks, timer state and the deployment package, all recreated by azd; locally redundant storage is offered in every region
     accessTier: 'Hot'
     allowBlobPublicAccess: false
