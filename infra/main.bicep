@@ -328,5 +328,5 @@ output AGENT_LEARNING_JUDGE string = judgeConfigured ? 'evaluators' : 'offline'
 output AGENT_LEARNING_JUDGE_AZURE_ENDPOINT string = judgeEndpoint
 output AGENT_LEARNING_JUDGE_DEPLOYMENT string = judgeDeploymentName
 output COSMOS_ACCOUNT_NAME string = cosmos.outputs.accountName
-output COSMOS_POLICY_READER_ROLE_ID string = cosmos.outputs.policyReaderRoleId
-output COSMOS_EPISODE_WRITER_ROLE_ID string = cosmos.outputs.episodeWriterRoleId
+output COSMOS_POLICY_READER_ROLE_ID string = cosmos.outputs.policyReaderRoleName
+output COSMOS_EPISODE_WRITER_ROLE_ID string = cosmos.outputs.episodeWriterRoleName

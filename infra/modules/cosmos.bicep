@@ -290,5 +290,5 @@ output accountName string = account.name
 output accountId string = account.id
 output endpoint string = account.properties.documentEndpoint
 output databaseName string = database.name
-output policyReaderRoleId string = policyReaderRole.id
-output episodeWriterRoleId string = episodeWriterRole.id
+output policyReaderRoleName string = policyReaderRole.name
+output episodeWriterRoleName string = episodeWriterRole.name

@@ -105,7 +105,6 @@ resource site 'Microsoft.Web/sites@2024-04-01' = {
       scmMinTlsVersion: '1.2'
       ftpsState: 'Disabled'
       http20Enabled: true
-      remoteDebuggingEnabled: false
     }
     functionAppConfig: {
       deployment: {

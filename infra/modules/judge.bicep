@@ -1,6 +1,6 @@
 // Optional: an Azure OpenAI account with one model deployment for the azure-ai-evaluation judges.
 // Keys are disabled: the Function app calls it with its managed identity (Cognitive Services
-// OpenAI User, see access.bicep). A standard deployment bills per token and costs nothing at rest.
+// OpenAI User, granted below). A standard deployment bills per token and costs nothing at rest.
 
 @description('Name of the account; also its custom subdomain, which Entra ID authentication needs.')
 @minLength(2)

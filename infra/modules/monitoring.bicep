@@ -1,5 +1,5 @@
 // Log Analytics and a workspace-based Application Insights that accept only Entra ID
-// (DisableLocalAuth): telemetry needs the Monitoring Metrics Publisher role (see access.bicep).
+// (DisableLocalAuth): telemetry needs the Monitoring Metrics Publisher role, granted below.
 
 @description('Name of the Log Analytics workspace.')
 param logAnalyticsName string
