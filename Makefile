@@ -1,12 +1,15 @@
 # Two commands: `make demo` (set up, then run the demo on the embedded default) and
-# `make test` (set up, then run every test). Both create .venv from nothing.
+# `make test` (set up, then run every test and the checkov scan of infra/). Both create .venv from
+# nothing; checkov gets its own .venv-checkov because it pins many dependencies of its own.
 
 PYTHON ?= $(shell command -v python3.11 || command -v python3)
 VENV   := .venv
 BIN    := $(VENV)/bin
 PIP    := $(BIN)/python -m pip
+CHECKOV_VENV    := .venv-checkov
+CHECKOV_VERSION := 3.3.30
 
-.PHONY: demo test lint clean
+.PHONY: demo test lint infra-check clean
 
 $(BIN)/python:
 	@$(PYTHON) -c 'import sys; assert sys.version_info >= (3, 11), "Python 3.11 or newer is needed, found " + sys.version' \
@@ -31,8 +34,21 @@ demo: $(VENV)/.demo-installed
 lint: $(VENV)/.test-installed
 	$(BIN)/ruff check .
 
-test: lint
+$(CHECKOV_VENV)/.installed: $(BIN)/python Makefile
+	$(BIN)/python -m venv $(CHECKOV_VENV)
+	$(CHECKOV_VENV)/bin/python -m pip install --quiet --disable-pip-version-check 'checkov==$(CHECKOV_VERSION)'
+	@touch $@
+
+# The gate fails on a failed check, on a file checkov could not parse (it would scan nothing in
+# it) and on a skip without a reason; skips are `// checkov:skip=CKV_...: reason` comments inside
+# the resource. --soft-fail leaves that decision, and the report, to the gate.
+infra-check: $(CHECKOV_VENV)/.installed
+	$(CHECKOV_VENV)/bin/checkov --directory infra --framework bicep --skip-download --soft-fail \
+		-o json --output-file-path $(CHECKOV_VENV)/report > /dev/null
+	$(CHECKOV_VENV)/bin/python tests/checkov_gate.py $(CHECKOV_VENV)/report/results_json.json
+
+test: lint infra-check
 	$(BIN)/python -m pytest
 
 clean:
-	rm -rf $(VENV) .agent-learning agent-learning-demo.png .pytest_cache .ruff_cache
+	rm -rf $(VENV) $(CHECKOV_VENV) .agent-learning agent-learning-demo.png .pytest_cache .ruff_cache

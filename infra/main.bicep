@@ -1,0 +1,332 @@
+// agent-learning on Azure: `azd up` creates everything below in one resource group.
+//
+//   identity      user-assigned managed identity the Function app runs as
+//   monitoring    Log Analytics + Application Insights (Entra ID only)
+//   storage       host storage + deployment package container (no shared keys)
+//   cosmos        Cosmos DB (serverless, no keys): episodes, scores, policies, runs, leases
+//   servicebus    Service Bus namespace (no keys) + the scoring queue
+//   judge         Azure OpenAI judge model (optional, no keys)
+//   functionApp   Flex Consumption Function app, Python 3.11, identity-based connections only
+//
+// Each module grants the roles on its own resource; the README lists them with their scopes.
+targetScope = 'subscription'
+
+@minLength(1)
+@maxLength(64)
+@description('Name of the azd environment; it names the resource group and seeds every resource name.')
+param environmentName string
+
+@minLength(1)
+@description('Region of every resource (it must offer Flex Consumption and, with deployJudgeModel, the judge model).')
+@metadata({
+  azd: {
+    type: 'location'
+  }
+})
+param location string
+
+@description('Resource group name (default: rg-<environmentName>).')
+param resourceGroupName string = ''
+
+@description('Object id of the deploying user or pipeline; it gets the data roles local development needs (empty: none).')
+param principalId string = ''
+
+@description('Type of principalId.')
+@allowed([
+  'User'
+  'ServicePrincipal'
+  'Group'
+])
+param principalType string = 'User'
+
+@description('Object id of the identity agents run as; it may read policies and write episodes (empty: assign later).')
+param agentPrincipalId string = ''
+
+@description('Serverless (billed per request and GB, nothing at rest beyond storage) or Provisioned (shared autoscale throughput).')
+@allowed([
+  'Serverless'
+  'Provisioned'
+])
+param cosmosCapacityMode string = 'Serverless'
+
+@description('Cosmos DB database (AGENT_LEARNING_COSMOS_DATABASE).')
+param cosmosDatabaseName string = 'agent-learning'
+
+@description('Default time to live of episodes in seconds; -1 keeps them unless an episode carries its own ttl.')
+@minValue(-1)
+param episodeTtlSeconds int = -1
+
+@description('Scoring queue (AGENT_LEARNING_QUEUE_NAME).')
+param queueName string = 'score-episodes'
+
+@description('Deliveries before a message is dead-lettered (queue MaxDeliveryCount and AGENT_LEARNING_QUEUE_MAX_DELIVERIES).')
+@minValue(1)
+@maxValue(2000)
+param queueMaxDeliveryCount int = 10
+
+@description('Message lock in seconds (queue LockDuration and AGENT_LEARNING_QUEUE_LOCK_SECONDS).')
+@minValue(5)
+@maxValue(300)
+param queueLockSeconds int = 60
+
+@description('NCRONTAB schedule of the training timer (AGENT_LEARNING_TRAIN_SCHEDULE).')
+param trainSchedule string = '0 */5 * * * *'
+
+@description('Lease prefix of the change-feed trigger (AGENT_LEARNING_LEASE_PREFIX); local runs use their own.')
+@minLength(1)
+@maxLength(64)
+param leasePrefix string = 'azure-'
+
+@description('Create an Azure OpenAI account with a judge model deployment.')
+param deployJudgeModel bool = true
+
+@description('Region of the judge model (default: location).')
+param judgeLocation string = ''
+
+@description('Model of the judge.')
+param judgeModelName string = 'gpt-4o-mini'
+
+@description('Version of the judge model.')
+param judgeModelVersion string = '2024-07-18'
+
+@description('Deployment type of the judge model.')
+@allowed([
+  'GlobalStandard'
+  'Standard'
+  'DataZoneStandard'
+])
+param judgeDeploymentSku string = 'GlobalStandard'
+
+@description('Capacity of the judge deployment in thousands of tokens per minute.')
+@minValue(1)
+param judgeCapacity int = 30
+
+@description('Model deployment name (AGENT_LEARNING_JUDGE_DEPLOYMENT): the one created, or an existing one at judgeAzureEndpoint.')
+param judgeDeploymentName string = 'judge'
+
+@description('Endpoint of an existing Azure OpenAI resource, used when deployJudgeModel is false (grant the app identity Cognitive Services OpenAI User on it).')
+param judgeAzureEndpoint string = ''
+
+@description('Azure OpenAI API version of the judge calls (AGENT_LEARNING_JUDGE_API_VERSION).')
+param judgeApiVersion string = '2024-10-21'
+
+@description('Allow the offline rule-based judge in Azure when no judge model is configured (AGENT_LEARNING_ALLOW_OFFLINE_JUDGE).')
+param allowOfflineJudge bool = false
+
+@description('Most instances the Function app scales out to.')
+@minValue(40)
+@maxValue(1000)
+param maximumInstanceCount int = 40
+
+@description('Memory per Function app instance in MB.')
+@allowed([
+  512
+  2048
+  4096
+])
+param instanceMemoryMB int = 2048
+
+@description('App settings that replace the defaults below (for example AGENT_LEARNING_W_INTENT); never put a secret here.')
+param appSettingOverrides object = {}
+
+var resourceToken = toLower(uniqueString(subscription().id, environmentName, location))
+var tags = {
+  'azd-env-name': environmentName
+}
+var functionAppName = 'func-${resourceToken}'
+var deploymentContainerName = 'app-package-${take(functionAppName, 32)}-${take(resourceToken, 7)}'
+var judgeConfigured = deployJudgeModel || !empty(judgeAzureEndpoint)
+
+resource rg 'Microsoft.Resources/resourceGroups@2024-03-01' = {
+  name: !empty(resourceGroupName) ? resourceGroupName : 'rg-${environmentName}'
+  location: location
+  tags: tags
+}
+
+module identity 'modules/identity.bicep' = {
+  name: 'identity'
+  scope: rg
+  params: {
+    name: 'id-func-${resourceToken}'
+    location: location
+    tags: tags
+  }
+}
+
+module monitoring 'modules/monitoring.bicep' = {
+  name: 'monitoring'
+  scope: rg
+  params: {
+    logAnalyticsName: 'log-${resourceToken}'
+    applicationInsightsName: 'appi-${resourceToken}'
+    location: location
+    tags: tags
+    functionPrincipalId: identity.outputs.principalId
+  }
+}
+
+module storage 'modules/storage.bicep' = {
+  name: 'storage'
+  scope: rg
+  params: {
+    name: 'st${resourceToken}'
+    location: location
+    tags: tags
+    deploymentContainerName: deploymentContainerName
+    functionPrincipalId: identity.outputs.principalId
+  }
+}
+
+module cosmos 'modules/cosmos.bicep' = {
+  name: 'cosmos'
+  scope: rg
+  params: {
+    accountName: 'cosmos-${resourceToken}'
+    databaseName: cosmosDatabaseName
+    location: location
+    tags: tags
+    capacityMode: cosmosCapacityMode
+    episodeTtlSeconds: episodeTtlSeconds
+    functionPrincipalId: identity.outputs.principalId
+    userPrincipalId: principalId
+    agentPrincipalId: agentPrincipalId
+  }
+}
+
+module serviceBus 'modules/servicebus.bicep' = {
+  name: 'servicebus'
+  scope: rg
+  params: {
+    namespaceName: 'sb-${resourceToken}'
+    queueName: queueName
+    location: location
+    tags: tags
+    maxDeliveryCount: queueMaxDeliveryCount
+    lockSeconds: queueLockSeconds
+    functionPrincipalId: identity.outputs.principalId
+    userPrincipalId: principalId
+    userPrincipalType: principalType
+  }
+}
+
+module judge 'modules/judge.bicep' = if (deployJudgeModel) {
+  name: 'judge'
+  scope: rg
+  params: {
+    name: 'oai-${resourceToken}'
+    location: !empty(judgeLocation) ? judgeLocation : location
+    tags: tags
+    deploymentName: judgeDeploymentName
+    modelName: judgeModelName
+    modelVersion: judgeModelVersion
+    deploymentSku: judgeDeploymentSku
+    capacity: judgeCapacity
+    functionPrincipalId: identity.outputs.principalId
+    userPrincipalId: principalId
+    userPrincipalType: principalType
+  }
+}
+
+var judgeEndpoint = deployJudgeModel ? judge.outputs.endpoint : judgeAzureEndpoint
+
+// Where things are and how to reach them: identity-based connections only. The Functions host
+// reads the CosmosDBConnection__* and ServiceBusConnection__* settings for its triggers, and the
+// library reads the same ones, so nothing is configured twice.
+var connectionSettings = {
+  CosmosDBConnection__accountEndpoint: cosmos.outputs.endpoint
+  CosmosDBConnection__credential: 'managedidentity'
+  CosmosDBConnection__clientId: identity.outputs.clientId
+  ServiceBusConnection__fullyQualifiedNamespace: serviceBus.outputs.fullyQualifiedNamespace
+  ServiceBusConnection__credential: 'managedidentity'
+  ServiceBusConnection__clientId: identity.outputs.clientId
+  AGENT_LEARNING_STORE: 'cosmos'
+  AGENT_LEARNING_COSMOS_DATABASE: cosmos.outputs.databaseName
+  AGENT_LEARNING_LEASE_PREFIX: leasePrefix
+  AGENT_LEARNING_QUEUE: 'servicebus'
+  AGENT_LEARNING_QUEUE_NAME: serviceBus.outputs.queueName
+  AGENT_LEARNING_QUEUE_MAX_DELIVERIES: string(queueMaxDeliveryCount)
+  AGENT_LEARNING_QUEUE_LOCK_SECONDS: string(queueLockSeconds)
+  AGENT_LEARNING_TRAIN_SCHEDULE: trainSchedule
+  AGENT_LEARNING_JUDGE: judgeConfigured ? 'evaluators' : 'offline'
+  AGENT_LEARNING_ALLOW_OFFLINE_JUDGE: allowOfflineJudge ? 'true' : 'false'
+  AGENT_LEARNING_JUDGE_AZURE_ENDPOINT: judgeEndpoint
+  AGENT_LEARNING_JUDGE_DEPLOYMENT: judgeDeploymentName
+  AGENT_LEARNING_JUDGE_API_VERSION: judgeApiVersion
+  AGENT_LEARNING_JUDGE_CLIENT_ID: identity.outputs.clientId
+  AGENT_LEARNING_JUDGE_BASE_URL: ''
+  AGENT_LEARNING_JUDGE_MODEL: ''
+}
+
+// The library's defaults, stated so that a deployment shows every value it runs with and each
+// one can be changed with appSettingOverrides. tests/test_infra.py keeps them equal to the code.
+var pipelineSettings = {
+  AGENT_LEARNING_JUDGE_ATTEMPT_TIMEOUT: '60'
+  AGENT_LEARNING_JUDGE_EVALUATOR_DEADLINE: '150'
+  AGENT_LEARNING_JUDGE_EPISODE_DEADLINE: '180'
+  AGENT_LEARNING_JUDGE_MAX_ATTEMPTS: '4'
+  AGENT_LEARNING_JUDGE_RETRY_AFTER_CAP: '30'
+  AGENT_LEARNING_SCORE_SETTLE_SECONDS: '60'
+  AGENT_LEARNING_W_INTENT: '0.4'
+  AGENT_LEARNING_W_ADHERENCE: '0.3'
+  AGENT_LEARNING_W_COMPLETION: '0.3'
+  AGENT_LEARNING_TOOL_FAILURE_PENALTY: '0.1'
+  AGENT_LEARNING_MAX_TOOL_FAILURE_PENALTY: '0.3'
+  AGENT_LEARNING_LATENCY_BUDGET_MS: '30000'
+  AGENT_LEARNING_LATENCY_PENALTY: '0.1'
+  AGENT_LEARNING_EMPTY_OUTPUT_PENALTY: '0.5'
+  AGENT_LEARNING_LEARNING_RATE: '3.0'
+  AGENT_LEARNING_NATURAL_GRADIENT: 'true'
+  AGENT_LEARNING_NORMALIZE_ADVANTAGES: 'true'
+  AGENT_LEARNING_MIN_REWARD_STD: '0.05'
+  AGENT_LEARNING_ENTROPY_COEF: '0.001'
+  AGENT_LEARNING_IMPORTANCE_CLIP: '5.0'
+  AGENT_LEARNING_MAX_KL: '1.0'
+  AGENT_LEARNING_EVIDENCE_SHRINKAGE: '3.0'
+  AGENT_LEARNING_REFERENCE_BATCH: '50'
+  AGENT_LEARNING_LOGIT_BOUND: '20.0'
+  AGENT_LEARNING_TRAIN_MAX_BATCH: '10000'
+  AGENT_LEARNING_TRAIN_MIN_BATCH: '1'
+  AGENT_LEARNING_TEMPERATURE: '1.0'
+  AGENT_LEARNING_EXPLORATION_FLOOR: '0.005'
+  AGENT_LEARNING_POLICY_REFRESH_SECONDS: '30'
+}
+
+module functionApp 'modules/function-app.bicep' = {
+  name: 'function-app'
+  scope: rg
+  params: {
+    name: functionAppName
+    planName: 'plan-${resourceToken}'
+    location: location
+    tags: tags
+    serviceName: 'api'
+    identityId: identity.outputs.id
+    identityClientId: identity.outputs.clientId
+    storageAccountName: storage.outputs.name
+    deploymentContainerUrl: storage.outputs.deploymentContainerUrl
+    applicationInsightsName: monitoring.outputs.applicationInsightsName
+    appSettings: union(pipelineSettings, appSettingOverrides, connectionSettings)
+    maximumInstanceCount: maximumInstanceCount
+    instanceMemoryMB: instanceMemoryMB
+  }
+}
+
+// azd stores these in the environment (azd env get-values): what agents and local runs need.
+output AZURE_LOCATION string = location
+output AZURE_TENANT_ID string = tenant().tenantId
+output AZURE_RESOURCE_GROUP string = rg.name
+output AZURE_FUNCTION_APP_NAME string = functionApp.outputs.name
+output FUNCTION_APP_URL string = functionApp.outputs.url
+output AGENT_POLICY_URL string = '${functionApp.outputs.url}/api/policies'
+output AGENT_LEARNING_STORE string = 'cosmos'
+output AGENT_LEARNING_COSMOS_ENDPOINT string = cosmos.outputs.endpoint
+output AGENT_LEARNING_COSMOS_DATABASE string = cosmos.outputs.databaseName
+output AGENT_LEARNING_QUEUE string = 'servicebus'
+output AGENT_LEARNING_SERVICEBUS_NAMESPACE string = serviceBus.outputs.fullyQualifiedNamespace
+output AGENT_LEARNING_QUEUE_NAME string = serviceBus.outputs.queueName
+output AGENT_LEARNING_JUDGE string = judgeConfigured ? 'evaluators' : 'offline'
+output AGENT_LEARNING_JUDGE_AZURE_ENDPOINT string = judgeEndpoint
+output AGENT_LEARNING_JUDGE_DEPLOYMENT string = judgeDeploymentName
+output COSMOS_ACCOUNT_NAME string = cosmos.outputs.accountName
+output COSMOS_POLICY_READER_ROLE_ID string = cosmos.outputs.policyReaderRoleName
+output COSMOS_EPISODE_WRITER_ROLE_ID string = cosmos.outputs.episodeWriterRoleName
