@@ -41,8 +41,8 @@ def call(name: str, *args: Any) -> Any:
 # --------------------------------------------------------------------------- wiring
 
 
-def test_the_app_has_exactly_the_four_functions() -> None:
-    assert set(FUNCTIONS) == {"enqueue", "score", "train", "policy"}
+def test_the_app_has_exactly_the_five_functions() -> None:
+    assert set(FUNCTIONS) == {"enqueue", "score", "train", "policy", "feedback"}
 
 
 def test_enqueue_is_a_cosmos_trigger_on_episodes_with_an_existing_lease_container() -> None:
@@ -100,6 +100,7 @@ def test_the_settings_sample_holds_no_secrets() -> None:
     text = (ROOT / "local.settings.sample.json").read_text()
     values = json.loads(text)["Values"]
     assert values["AGENT_LEARNING_COSMOS_KEY"] == "" and values["AGENT_LEARNING_SERVICEBUS_CONNECTION_STRING"] == ""
+    assert values["APPLICATIONINSIGHTS_CONNECTION_STRING"] == ""
     assert not re.search(r"(AccountKey|SharedAccessKey)=", text)
     assert "local.settings.json" in (ROOT / ".gitignore").read_text().splitlines()
 
@@ -117,7 +118,8 @@ def test_importing_the_app_loads_no_heavy_dependency() -> None:
 
     code = (
         "import sys, function_app; "
-        "print([m for m in ('numpy', 'pydantic', 'azure.cosmos', 'azure.servicebus', 'azure.ai.evaluation') "
+        "print([m for m in ('numpy', 'pydantic', 'azure.cosmos', 'azure.servicebus', 'azure.ai.evaluation', "
+        "'opentelemetry', 'azure.monitor') "
         "if m in sys.modules])"
     )
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True)

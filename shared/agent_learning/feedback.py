@@ -89,6 +89,18 @@ def record_feedback(
     an unknown episode and :class:`InvalidDocument` (naming the field) for bad input.
     Idempotent: the same source posting the same verdict again changes nothing.
     """
+    fields: dict[str, Any] = {
+        "episode_id": episode_id,
+        "agent_id": "unknown",  # the episode's, once the input is known to be valid
+        "source": source,
+        "comment": comment,
+        "received_at": clock.now(),
+    }
+    if thumb is not None:
+        fields["thumb"] = thumb
+    if score is not None:
+        fields["score"] = score
+    Feedback.from_dict(fields)  # bad input is reported before anything is read
     with span(SPAN_FEEDBACK, {"episode_id": episode_id, "source": source}) as sp:
         raw = store.get_episode(episode_id)
         if raw is None:
@@ -96,18 +108,7 @@ def record_feedback(
         agent_id = raw.get("agent_id")
         if not isinstance(agent_id, str):
             raise InvalidDocument("episode", [("agent_id", "the stored episode has no agent id")])
-        fields: dict[str, Any] = {
-            "episode_id": episode_id,
-            "agent_id": agent_id,
-            "source": source,
-            "comment": comment,
-            "received_at": clock.now(),
-        }
-        if thumb is not None:
-            fields["thumb"] = thumb
-        if score is not None:
-            fields["score"] = score
-        feedback = Feedback.from_dict(fields)
+        feedback = Feedback.from_dict({**fields, "agent_id": agent_id})
         store.put_feedback(feedback)
         count(FEEDBACK_RECEIVED, 1, {"agent_id": agent_id, "kind": "thumb" if thumb is not None else "score"})
         if store.mark_feedback_waiting(episode_id, agent_id):
