@@ -518,6 +518,8 @@ class Feedback(Document):
                     data["value"] = 1.0 if thumb == "up" else 0.0
                 elif thumb is None and isinstance(score, int | float) and not isinstance(score, bool):
                     data["value"] = float(score)
+                else:
+                    data["value"] = 0.0  # the problem is reported on thumb/score, not here
         return data
 
     @model_validator(mode="after")
