@@ -151,7 +151,7 @@ def score(body: bytes | str, delivery_count: int, message_id: str | None, rt: Ru
     from .pipeline import count_settled, score_message
 
     outcome = score_message(body, scorer_of(rt), delivery_count=delivery_count)
-    count_settled(outcome, delivery_count, rt.settings.queue_max_deliveries)
+    count_settled(outcome, delivery_count, rt.settings.queue_max_deliveries, explicit=False)
     if outcome.status == "retry":
         log.warning("score %s: delivery %d failed, will retry: %s", message_id, delivery_count, outcome.description)
         raise TransientScoringError(outcome.description)
@@ -228,9 +228,16 @@ def post_feedback(episode_id: str, body: bytes, rt: Runtime) -> HttpAnswer:
     scored yet (its scorer applies the feedback), 400 naming the bad field, 404 for an
     unknown episode, 413 for a body over 16 KiB.
     """
+    from pydantic import TypeAdapter, ValidationError
+
+    from .documents import DocId
     from .errors import InvalidDocument, NotFound
     from .feedback import record_feedback
 
+    try:
+        TypeAdapter(DocId).validate_python(episode_id)
+    except ValidationError:
+        return _json_answer(400, {"error": f"episode_id: {episode_id!r} is not a valid episode id"})
     if len(body) > MAX_FEEDBACK_BYTES:
         return _json_answer(413, {"error": f"body: {len(body)} bytes; the limit is {MAX_FEEDBACK_BYTES}"})
     try:

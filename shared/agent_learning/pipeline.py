@@ -311,10 +311,14 @@ def run_judge(judge: Judge, episode: Episode) -> Any:
             count(JUDGE_FAILURES, 1, {**attrs, "kind": outcome})
 
 
-def count_settled(outcome: ScoreOutcome, delivery_count: int, max_deliveries: int | None) -> None:
-    """Count a message that is dead-lettered now: explicitly, or by its last allowed delivery."""
+def count_settled(
+    outcome: ScoreOutcome, delivery_count: int, max_deliveries: int | None, *, explicit: bool = True
+) -> None:
+    """Count a message that is dead-lettered now: explicitly (``explicit``: the caller can
+    dead-letter, as the embedded runner does), or by failing its last allowed delivery (as under
+    Azure Functions, which cannot dead-letter a message itself)."""
     last = max_deliveries is not None and delivery_count >= max_deliveries
-    if outcome.status == "dead_letter" or (outcome.status == "retry" and last):
+    if (outcome.status == "dead_letter" and (explicit or last)) or (outcome.status == "retry" and last):
         reason = outcome.reason if outcome.status == "dead_letter" else "MaxDeliveryCountExceeded"
         count(EPISODES_DEAD_LETTERED, 1, {"reason": reason})
 
