@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 import random
 import subprocess
@@ -169,7 +170,7 @@ def test_a_drift_warning_is_a_metric_and_a_span_event(captured: Captured, pipeli
         pipeline.run_once()
     runs = pipeline.store.list_runs(AGENT)
     means = [r["metrics"]["mean_reward"] for r in runs]
-    drops = sum(1 for newer, older in zip(means, means[1:], strict=False) if older - newer >= 0.01)
+    drops = sum(1 for newer, older in itertools.pairwise(means) if older - newer >= 0.01)
     assert drops >= 1  # the 0.01 threshold makes an ordinary dip a warning
     assert captured.total("agent_learning.policy.warnings", kind="reward_drop") == drops
     events = [e for s in captured.spans.get_finished_spans() if s.name == telemetry.SPAN_TRAIN for e in s.events]
@@ -198,7 +199,8 @@ def test_mode_follows_the_settings(monkeypatch: pytest.MonkeyPatch) -> None:
         monkeypatch.delenv(name, raising=False)
     assert telemetry.mode(load_settings()) == "off"
     assert telemetry.configure(load_settings()) == "off"
-    monkeypatch.setenv("APPLICATIONINSIGHTS_CONNECTION_STRING", "InstrumentationKey=00000000-0000-0000-0000-000000000000")
+    key = "InstrumentationKey=00000000-0000-0000-0000-000000000000"
+    monkeypatch.setenv("APPLICATIONINSIGHTS_CONNECTION_STRING", key)
     assert telemetry.mode(load_settings()) == "azure-monitor"
     assert telemetry.mode(load_settings(telemetry="off")) == "off"
     monkeypatch.delenv("APPLICATIONINSIGHTS_CONNECTION_STRING")
@@ -243,8 +245,10 @@ calls = []
 distro.configure_azure_monitor = lambda **kw: calls.append(kw)
 from agent_learning import telemetry
 from agent_learning.config import load_settings
-print(json.dumps({"mode": telemetry.configure(load_settings()), "calls": [
-    {"connection_string": c["connection_string"], "service": c["resource"].attributes["service.name"]} for c in calls]}))
+mode = telemetry.configure(load_settings())
+seen = [{"connection_string": c["connection_string"], "service": c["resource"].attributes["service.name"]}
+        for c in calls]
+print(json.dumps({"mode": mode, "calls": seen}))
 """
     conn = "InstrumentationKey=00000000-0000-0000-0000-000000000000;IngestionEndpoint=https://127.0.0.1:9/"
     result = run_python(code, APPLICATIONINSIGHTS_CONNECTION_STRING=conn)
