@@ -35,4 +35,4 @@ test: lint
 	$(BIN)/python -m pytest
 
 clean:
-	rm -rf $(VENV) .agent-learning agent-learning-demo.png .pytest_cache .ruff_cache
+	rm -rf $(VENV) .agent-learning agent-learning-demo.png agent-learning-report.png agent-learning-report.html .pytest_cache .ruff_cache
