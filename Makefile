@@ -51,4 +51,4 @@ test: lint infra-check
 	$(BIN)/python -m pytest
 
 clean:
-	rm -rf $(VENV) $(CHECKOV_VENV) .agent-learning agent-learning-demo.png .pytest_cache .ruff_cache
+	rm -rf $(VENV) $(CHECKOV_VENV) .agent-learning agent-learning-demo.png agent-learning-report.png agent-learning-report.html .pytest_cache .ruff_cache

@@ -5,6 +5,7 @@
     score    Service Bus queue                    → judges → shaped reward → `scores`
     train    timer (AGENT_LEARNING_TRAIN_SCHEDULE) → REINFORCE update → new policy version
     policy   HTTP GET /api/policies/{agent_id}    → the agent's current policy (function key)
+    feedback HTTP POST /api/episodes/{episode_id}/feedback → a user's verdict, merged into the reward
 
 Connections are identity-based: `CosmosDBConnection__accountEndpoint` and
 `ServiceBusConnection__fullyQualifiedNamespace` (plus `__credential`/`__clientId`).
@@ -52,9 +53,17 @@ def train(timer: func.TimerRequest) -> None:
 
 @app.route(route="policies/{agent_id}", methods=["GET"], auth_level=func.AuthLevel.FUNCTION)
 def policy(req: func.HttpRequest) -> func.HttpResponse:
-    answer = handlers.get_policy(
-        req.route_params.get("agent_id", ""), req.headers.get("If-None-Match"), handlers.runtime()
+    return _response(
+        handlers.get_policy(req.route_params.get("agent_id", ""), req.headers.get("If-None-Match"), handlers.runtime())
     )
+
+
+@app.route(route="episodes/{episode_id}/feedback", methods=["POST"], auth_level=func.AuthLevel.FUNCTION)
+def feedback(req: func.HttpRequest) -> func.HttpResponse:
+    return _response(handlers.post_feedback(req.route_params.get("episode_id", ""), req.get_body(), handlers.runtime()))
+
+
+def _response(answer: handlers.HttpAnswer) -> func.HttpResponse:
     headers = dict(answer.headers or {})
     return func.HttpResponse(
         answer.body, status_code=answer.status, headers=headers, mimetype=headers.pop("Content-Type", "text/plain")

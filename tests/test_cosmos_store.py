@@ -43,7 +43,7 @@ def test_containers_have_the_documented_partition_keys(store: CosmosStore) -> No
     assert leases["partitionKey"]["paths"] == ["/id"]
     assert {
         n: s.partition_key for n, s in CONTAINERS.items()
-    } == {"episodes": "/id", "scores": "/id", "policies": "/agent_id", "runs": "/agent_id"}
+    } == {"episodes": "/id", "scores": "/id", "policies": "/agent_id", "runs": "/agent_id", "feedback": "/episode_id"}
 
 
 def test_scores_become_readable_only_after_the_settle_window(store: CosmosStore, clock: ManualClock) -> None:

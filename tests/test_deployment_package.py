@@ -90,14 +90,15 @@ t = time.perf_counter()
 import function_app
 elapsed = time.perf_counter() - t
 names = sorted(f.get_function_name() for f in function_app.app.get_functions())
-heavy = ("numpy", "azure.ai.evaluation", "azure.cosmos", "azure.servicebus", "pydantic")
+heavy = ("numpy", "azure.ai.evaluation", "azure.cosmos", "azure.servicebus", "pydantic", "opentelemetry",
+         "azure.monitor")
 heavy = [m for m in heavy if m in sys.modules]
 print(json.dumps({"seconds": elapsed, "functions": names, "heavy": heavy,
                   "file": function_app.__file__, "lib": __import__("agent_learning").__file__}))
 """,
     )
     print(f"\ncold import of function_app from the deployment package: {result['seconds'] * 1000:.0f} ms")
-    assert result["functions"] == ["enqueue", "policy", "score", "train"]
+    assert result["functions"] == ["enqueue", "feedback", "policy", "score", "train"]
     assert result["heavy"] == []
     assert result["file"].startswith(str(package)) and result["lib"].startswith(str(package))
 
@@ -111,7 +112,7 @@ from agent_learning.store.cosmos import CosmosStore
 from agent_learning.queue.servicebus import ServiceBusQueue
 from agent_learning.learner import Reinforce
 from agent_learning import functions
-import azure.identity, azure.ai.evaluation
+import azure.identity, azure.ai.evaluation, azure.monitor.opentelemetry, opentelemetry.sdk
 print(json.dumps({"ok": True}))
 """,
     )

@@ -19,6 +19,7 @@ from azure.functions.timer import TimerRequest
 from agent_learning import functions as handlers
 from agent_learning.clock import ManualClock
 from agent_learning.config import environment_names, load_settings
+from agent_learning.documents import Episode
 from agent_learning.pipeline import create_policy, load_current
 from agent_learning.policy import SoftmaxPolicy
 from agent_learning.queue.sqlite import SQLiteQueue
@@ -41,8 +42,8 @@ def call(name: str, *args: Any) -> Any:
 # --------------------------------------------------------------------------- wiring
 
 
-def test_the_app_has_exactly_the_four_functions() -> None:
-    assert set(FUNCTIONS) == {"enqueue", "score", "train", "policy"}
+def test_the_app_has_exactly_the_five_functions() -> None:
+    assert set(FUNCTIONS) == {"enqueue", "score", "train", "policy", "feedback"}
 
 
 def test_enqueue_is_a_cosmos_trigger_on_episodes_with_an_existing_lease_container() -> None:
@@ -100,6 +101,7 @@ def test_the_settings_sample_holds_no_secrets() -> None:
     text = (ROOT / "local.settings.sample.json").read_text()
     values = json.loads(text)["Values"]
     assert values["AGENT_LEARNING_COSMOS_KEY"] == "" and values["AGENT_LEARNING_SERVICEBUS_CONNECTION_STRING"] == ""
+    assert values["APPLICATIONINSIGHTS_CONNECTION_STRING"] == ""
     assert not re.search(r"(AccountKey|SharedAccessKey)=", text)
     assert "local.settings.json" in (ROOT / ".gitignore").read_text().splitlines()
 
@@ -117,7 +119,8 @@ def test_importing_the_app_loads_no_heavy_dependency() -> None:
 
     code = (
         "import sys, function_app; "
-        "print([m for m in ('numpy', 'pydantic', 'azure.cosmos', 'azure.servicebus', 'azure.ai.evaluation') "
+        "print([m for m in ('numpy', 'pydantic', 'azure.cosmos', 'azure.servicebus', 'azure.ai.evaluation', "
+        "'opentelemetry', 'azure.monitor') "
         "if m in sys.modules])"
     )
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True)
@@ -295,3 +298,76 @@ def test_http_policy_404_and_400(env: Env) -> None:
     assert missing.status_code == 404 and "nobody" in json.loads(missing.get_body())["error"]
     bad = http_get("bad id!")
     assert bad.status_code == 400 and "agent_id" in json.loads(bad.get_body())["error"]
+
+
+# --------------------------------------------------------------------------- feedback
+
+
+def test_feedback_is_an_http_post_with_function_key_auth() -> None:
+    trigger, output = bindings("feedback")
+    assert trigger["type"] == "httpTrigger" and trigger["authLevel"] == "FUNCTION"
+    assert trigger["methods"] == ["POST"] and trigger["route"] == "episodes/{episode_id}/feedback"
+    assert output["type"] == "http"
+
+
+def http_feedback(episode_id: str, body: Any) -> tuple[int, dict[str, Any]]:
+    raw = body if isinstance(body, bytes) else json.dumps(body).encode()
+    req = func.HttpRequest(method="POST", url=f"/api/episodes/{episode_id}/feedback",
+                           route_params={"episode_id": episode_id}, headers={"Content-Type": "application/json"},
+                           body=raw)
+    resp = call("feedback", req)
+    assert resp.mimetype == "application/json"
+    return resp.status_code, json.loads(resp.get_body())
+
+
+def test_http_feedback_before_and_after_scoring(env: Env) -> None:
+    early, late = env.episodes(2)
+    env.store.add_episode(Episode.from_dict(early))
+    env.store.add_episode(Episode.from_dict(late))
+    status, body = http_feedback(early["id"], {"thumb": "down", "comment": "did not help"})
+    assert status == 202 and body["status"] == "waiting" and body["feedback_id"] == f"{early['id']}:fb:user"
+
+    call("enqueue", document_list([early, late]))
+    for m in env.queue.receive(2):
+        call("score", sb_message(m))
+    rows = env.store.read_scores(AGENT, None, 10)
+    assert sorted(r["id"] for r in rows) == sorted([early["id"], f"{early['id']}:r1", late["id"]])
+
+    status, body = http_feedback(late["id"], {"score": 0.9, "source": "reviewer"})
+    assert status == 200 and body["status"] == "corrected" and body["correction_id"] == f"{late['id']}:r1"
+    status, again = http_feedback(late["id"], {"score": 0.9, "source": "reviewer"})  # posted twice
+    assert status == 200 and again["status"] == "unchanged" and again["reward"] == pytest.approx(body["reward"])
+    assert len(env.store.read_scores(AGENT, None, 10)) == 4
+    call("train", TimerRequest(past_due=False))
+    run = load_current(env.store, AGENT).run  # type: ignore[union-attr]
+    assert run is not None and run.episodes == 2 and run.metrics["corrections"] == 2
+
+
+@pytest.mark.parametrize(
+    ("body", "status", "field"),
+    [
+        (b"not json", 400, "body"),
+        ([1, 2], 400, "body"),
+        ({"thumb": "sideways"}, 400, "thumb"),
+        ({"score": 7}, 400, "score"),
+        ({"score": "high"}, 400, "score"),
+        ({}, 400, "thumb"),
+        ({"thumb": "up", "stars": 5}, 400, "stars"),
+        ({"thumb": "up", "source": 3}, 400, "source"),
+        ({"thumb": "up", "comment": "x" * 2000}, 400, "comment"),
+        ({"thumb": "up", "comment": "x" * 20_000}, 413, "body"),
+    ],
+)
+def test_http_feedback_rejects_bad_input_naming_the_field(env: Env, body: Any, status: int, field: str) -> None:
+    (doc,) = env.episodes(1)
+    env.store.add_episode(Episode.from_dict(doc))
+    got, answer = http_feedback(doc["id"], body)
+    assert got == status and answer["error"].startswith(f"{field}:"), answer
+    assert env.store.list_feedback(doc["id"]) == []
+
+
+def test_http_feedback_for_an_unknown_episode_is_404(env: Env) -> None:
+    status, body = http_feedback("no-such-episode", {"thumb": "up"})
+    assert status == 404 and "no-such-episode" in body["error"]
+    status, body = http_feedback("bad id!", {"thumb": "up"})
+    assert status == 400 and body["error"].startswith("episode_id:")

@@ -32,7 +32,15 @@ MODULES = INFRA / "modules"
 
 # Settings the deployment must not set: secrets (keys and connection strings, which Azure never
 # needs: every connection is identity-based) and the embedded store's file, unused in Azure.
-SECRETS = {name for name, field in Settings.model_fields.items() if SecretStr in typing.get_args(field.annotation)}
+# The Application Insights connection string is the exception the host needs: with local auth
+# disabled on the component it carries no credential (ingestion takes the identity's token,
+# APPLICATIONINSIGHTS_AUTHENTICATION_STRING), so the deployment sets it.
+TELEMETRY_TARGET = "applicationinsights_connection_string"
+SECRETS = {
+    name
+    for name, field in Settings.model_fields.items()
+    if SecretStr in typing.get_args(field.annotation) and name != TELEMETRY_TARGET
+}
 NOT_IN_AZURE = {"sqlite_path"}
 
 # The identity-based setting each trigger type reads for its `connection` prefix.

@@ -269,3 +269,30 @@ def test_the_embedded_pipeline_scores_with_the_real_evaluators(judge_server: Any
     (dead,) = queue.dead_letters()
     assert dead.message_id == "ep-5" and dead.reason == "JudgeFailed" and "TaskCompletion" in dead.description
     assert store.get_score("ep-5") is None
+
+
+def test_every_evaluator_call_has_a_span_inside_the_judge_span(judge_server: Any, judge: EvaluatorJudge) -> None:
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    from agent_learning import telemetry
+    from agent_learning.pipeline import run_judge
+
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    telemetry.install(provider)
+    try:
+        judge_server.script("http_500", evaluator="task_adherence")
+        run_judge(judge, episode("fine [judge:good]"))
+    finally:
+        telemetry.install()
+    spans = exporter.get_finished_spans()
+    (outer,) = [s for s in spans if s.name == telemetry.SPAN_JUDGE]
+    inner = {s.attributes["metric"]: s for s in spans if s.name == telemetry.SPAN_EVALUATOR}
+    assert set(inner) == {"intent_resolution", "task_adherence", "task_completion"}
+    assert all(s.parent is not None and s.parent.span_id == outer.context.span_id for s in inner.values())
+    assert inner["task_adherence"].attributes["attempts"] == 2
+    assert inner["intent_resolution"].attributes["attempts"] == 1
+    assert outer.attributes["judge"] == judge.info.name

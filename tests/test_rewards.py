@@ -117,7 +117,7 @@ def test_default_weights(intent: float, adherence: float, completion: float, exp
     reward, info = RewardFunction()(metrics(intent, adherence, completion), episode())
     assert reward == pytest.approx(expected)
     assert info.components["weighted"] == pytest.approx(expected)
-    assert info.weights == {INTENT_RESOLUTION: 0.4, TASK_ADHERENCE: 0.3, TASK_COMPLETION: 0.3}
+    assert info.weights == {INTENT_RESOLUTION: 0.4, TASK_ADHERENCE: 0.3, TASK_COMPLETION: 0.3, "feedback": 0.5}
 
 
 def test_weights_not_summing_to_one_are_normalised() -> None:
@@ -203,7 +203,7 @@ def test_all_penalties_add_up() -> None:
     reward, info = RewardFunction()(metrics(1, 0, 0), ep)
     assert reward == pytest.approx(0.0 - 0.3 - 0.1 - 0.5)
     assert info.components == pytest.approx(
-        {"weighted": 0.0, "tool_failures": -0.3, "latency": -0.1, "empty_output": -0.5}
+        {"weighted": 0.0, "tool_failures": -0.3, "latency": -0.1, "empty_output": -0.5, "judged": -0.9}
     )
 
 
@@ -232,7 +232,7 @@ def test_reward_info_describes_the_function() -> None:
         "latency_penalty": 0.1,
         "empty_output_penalty": 0.5,
     }
-    assert set(info.components) == {"weighted", "tool_failures", "latency", "empty_output"}
+    assert set(info.components) == {"weighted", "tool_failures", "latency", "empty_output", "judged"}
 
 
 # --------------------------------------------------------------------------- versions
@@ -241,7 +241,7 @@ def test_reward_info_describes_the_function() -> None:
 def test_version_is_stable_for_equal_settings() -> None:
     a, b = RewardFunction(), RewardFunction(RewardConfig())
     assert a.version == b.version
-    assert a.version.startswith("weighted-penalties/1+")
+    assert a.version.startswith("judges-feedback/2+")
     assert RewardFunction(RewardConfig(w_intent=0.5)).version == RewardFunction(RewardConfig(w_intent=0.5)).version
 
 

@@ -20,7 +20,7 @@ from factories import BASE_TIME, make_episode, make_policy_doc, make_run, make_s
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from agent_learning.documents import Score, ScoreCursor
+from agent_learning.documents import Feedback, Score, ScoreCursor
 from agent_learning.errors import ConcurrencyConflict, InvalidDocument
 from agent_learning.pipeline import create_policy, materialise
 from agent_learning.store import MemoryStore, SQLiteStore, Store
@@ -652,6 +652,50 @@ def test_checkpoints(store: Store) -> None:
     assert store.get_checkpoint("other") == ""
     assert store.get_checkpoint("feed") == "42"
     assert store.get_checkpoint("missing") is None
+
+
+# =========================================================================== feedback
+
+
+def make_feedback(episode_id: str = "ep-1", source: str = "user", **overrides: Any) -> Feedback:
+    fields: dict[str, Any] = {"episode_id": episode_id, "agent_id": "agent-a", "source": source, "thumb": "up",
+                              "received_at": BASE_TIME}
+    fields.update(overrides)
+    return Feedback.from_dict(fields)
+
+
+def test_feedback_is_one_document_per_episode_and_source(store: Store) -> None:
+    store.put_feedback(make_feedback("ep-1", "user"))
+    store.put_feedback(make_feedback("ep-1", "reviewer", thumb=None, score=0.25))
+    store.put_feedback(make_feedback("ep-2", "user"))
+    store.put_feedback(make_feedback("ep-1", "user", thumb="down", comment="changed my mind"))  # overwrites
+    rows = store.list_feedback("ep-1")
+    assert [(r["source"], r["value"]) for r in rows] == [("reviewer", 0.25), ("user", 0.0)]
+    assert user_fields(rows[1]) == make_feedback("ep-1", "user", thumb="down", comment="changed my mind").to_dict()
+    assert store.list_feedback("ep-3") == []
+
+
+def test_a_feedback_marker_is_invisible_and_the_first_score_replaces_it(store: Store) -> None:
+    assert store.mark_feedback_waiting("ep-1", "agent-a") is True
+    assert store.mark_feedback_waiting("ep-1", "agent-a") is True  # still waiting: idempotent
+    assert store.get_score("ep-1") is None
+    assert store.read_scores("agent-a", None, 10) == []
+    stored = store.add_score(make_score("ep-1"))
+    assert stored.feedback_pending is True and stored.seq is not None
+    row = store.get_score("ep-1")
+    assert row is not None and row["feedback_pending"] is True and row["reward"] == 0.5
+    assert ids(store.read_scores("agent-a", None, 10)) == ["ep-1"]
+    assert store.mark_feedback_waiting("ep-1", "agent-a") is False  # scored now
+    with pytest.raises(ConcurrencyConflict):
+        store.add_score(make_score("ep-1"))
+
+
+def test_a_score_without_a_marker_is_not_pending_and_put_score_replaces_a_marker(store: Store) -> None:
+    assert store.add_score(make_score("ep-1")).feedback_pending is False
+    assert store.mark_feedback_waiting("ep-2", "agent-a") is True
+    stored = store.put_score(make_score("ep-2"))
+    assert stored.feedback_pending is True
+    assert ids(store.read_scores("agent-a", None, 10)) == ["ep-1", "ep-2"]
 
 
 # =========================================================================== SQLite only

@@ -56,7 +56,7 @@ var includedPaths = [
 
 // name, partition key, time to live and composite indexes, as agent_learning.store.cosmos expects.
 // Only episodes expire (when an episode says so, or after episodeTtlSeconds); scores, policies and
-// runs are the learning record and leases belong to the change-feed trigger.
+// runs and feedback are the learning record and leases belong to the change-feed trigger.
 var containers = [
   {
     name: 'episodes'
@@ -94,6 +94,12 @@ var containers = [
   {
     name: 'runs'
     partitionKey: '/agent_id'
+    defaultTtl: null
+    compositeIndexes: []
+  }
+  {
+    name: 'feedback'
+    partitionKey: '/episode_id'
     defaultTtl: null
     compositeIndexes: []
   }

@@ -1,15 +1,21 @@
-"""``agent-learn``: run the demo and manage policies on the embedded store.
+"""``agent-learn``: run the demo, inspect and steer policies, runs, episodes and dead letters.
 
-Every command reads its settings from ``AGENT_LEARNING_*`` environment variables; ``--db``
-overrides the SQLite file. Errors are reported in one line, with exit code 2 for bad input
-and 1 for anything else.
+Every command reads its settings from ``AGENT_LEARNING_*`` environment variables, so the same
+commands work on the embedded SQLite store and on Cosmos DB (``AGENT_LEARNING_STORE=cosmos``
+with ``CosmosDBConnection__accountEndpoint``: Entra ID through ``DefaultAzureCredential``, or
+``AGENT_LEARNING_COSMOS_KEY`` for a local server). ``--db`` overrides the SQLite file. The
+dead-letter commands use the queue the settings choose (``AGENT_LEARNING_QUEUE``). List and
+show commands print JSON with ``--json``. Errors are reported in one line, with exit code 2
+for bad input and 1 for anything else.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -18,10 +24,19 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from .errors import AgentLearningError, ConcurrencyConflict, ConfigurationError, InvalidDocument
+from .errors import AgentLearningError, ConcurrencyConflict, ConfigurationError, InvalidDocument, NotFound
 
-err = Console(stderr=True)
-out = Console()
+
+def _console(stderr: bool = False) -> Console:
+    """A console; output that is not a terminal gets 160 columns (unless COLUMNS says otherwise)."""
+    console = Console(stderr=stderr)
+    if not console.is_terminal and "COLUMNS" not in os.environ:
+        console = Console(stderr=stderr, width=160)
+    return console
+
+
+err = _console(stderr=True)
+out = _console()
 
 
 def _settings(db: str | None) -> Any:
@@ -35,6 +50,9 @@ def _fail(message: str, code: int) -> None:
     sys.exit(code)
 
 
+BAD_INPUT = (InvalidDocument, ConfigurationError, ConcurrencyConflict, NotFound, ValueError, FileNotFoundError)
+
+
 def _handle_errors(fn: Callable[..., Any]) -> Callable[..., Any]:
     import functools
 
@@ -42,10 +60,14 @@ def _handle_errors(fn: Callable[..., Any]) -> Callable[..., Any]:
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         try:
             return fn(*args, **kwargs)
-        except (InvalidDocument, ConfigurationError, ConcurrencyConflict, ValueError, FileNotFoundError) as exc:
+        except BAD_INPUT as exc:
             _fail(str(exc), 2)
         except AgentLearningError as exc:
             _fail(str(exc), 1)
+        except Exception as exc:
+            if not type(exc).__module__.startswith("azure."):
+                raise
+            _fail(f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}", 1)
 
     return wrapper
 
@@ -54,8 +76,63 @@ db_option = click.option(
     "--db",
     type=click.Path(dir_okay=False),
     default=None,
-    help="SQLite file of the embedded store (default: AGENT_LEARNING_SQLITE_PATH).",
+    help="SQLite file of the embedded store and queue (default: AGENT_LEARNING_SQLITE_PATH).",
 )
+json_option = click.option("--json", "as_json", is_flag=True, help="Print JSON instead of tables.")
+agent_option = click.option("--agent-id", required=True, help="The agent whose policy to use.")
+
+
+@contextmanager
+def _store(db: str | None) -> Iterator[tuple[Any, Any]]:
+    """The store the settings choose, and the settings."""
+    from .local import open_store
+
+    settings = _settings(db)
+    store = open_store(settings)
+    try:
+        yield store, settings
+    finally:
+        store.close()
+
+
+def _where(settings: Any) -> str:
+    if settings.store == "cosmos":
+        return f"Cosmos DB {settings.cosmos_endpoint} database {settings.cosmos_database}"
+    return "the memory store" if settings.store == "memory" else str(settings.sqlite_path)
+
+
+def _current(store: Any, settings: Any, agent_id: str) -> Any:
+    from .pipeline import load_current
+
+    doc = load_current(store, agent_id)
+    if doc is None:
+        agents = store.list_agents()
+        known = f"agents: {', '.join(agents)}" if agents else "no agent has a policy yet (agent-learn init-policy)"
+        raise NotFound(f"--agent-id: {agent_id!r} has no policy in {_where(settings)}; {known}")
+    return doc
+
+
+def _echo_json(data: Any) -> None:
+    click.echo(json.dumps(data, indent=2, default=str))
+
+
+def _user_fields(doc: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in doc.items() if not k.startswith("_")}
+
+
+def _fmt(value: float | None, digits: int = 3) -> str:
+    return "" if value is None else f"{value:.{digits}f}"
+
+
+def _progress(label: str, transient: bool) -> Progress:
+    return Progress(
+        TextColumn(f"[bold]{label}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=err,
+        transient=transient,
+    )
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -190,7 +267,6 @@ def init_policy(
     """Create version 1 (uniform) of an agent's policy."""
     from .pipeline import create_policy
     from .policy import SoftmaxPolicy
-    from .store.sqlite import SQLiteStore
 
     settings = _settings(db)
     try:
@@ -205,44 +281,491 @@ def init_policy(
         temperature=settings.temperature if temperature is None else temperature,
         exploration_floor=settings.exploration_floor if exploration_floor is None else exploration_floor,
     )
-    with SQLiteStore(settings.sqlite_path) as store:
+    with _store(db) as (store, _):
         doc = create_policy(store, policy.to_document(created_at=None))
-    out.print(f"created {doc.agent_id} v{doc.version} with actions {doc.action_ids} in {settings.sqlite_path}")
+    out.print(f"created {doc.agent_id} v{doc.version} with actions {doc.action_ids} in {_where(settings)}")
 
 
-@main.command()
-@click.option("--agent-id", required=True)
-@click.option("--json", "as_json", is_flag=True, help="Print the current policy document.")
+@main.group(invoke_without_command=True)
+@click.option("--agent-id", hidden=True, default=None)
+@click.option("--json", "as_json", is_flag=True, hidden=True)
+@db_option
+@click.pass_context
+def policy(ctx: click.Context, agent_id: str | None, as_json: bool, db: str | None) -> None:
+    """Show, list, roll back, pin and unpin policies."""
+    if ctx.invoked_subcommand is not None:
+        return
+    if agent_id is None:  # `agent-learn policy --agent-id X` is kept as `policy show`
+        click.echo(ctx.get_help())
+        return
+    ctx.invoke(policy_show, agent_id=agent_id, as_json=as_json, db=db)
+
+
+@policy.command("show")
+@agent_option
+@json_option
 @db_option
 @_handle_errors
-def policy(agent_id: str, as_json: bool, db: str | None) -> None:
-    """Show an agent's current policy."""
-    from .demo import policy_probabilities
-    from .pipeline import load_current
-    from .store.sqlite import SQLiteStore
+def policy_show(agent_id: str, as_json: bool, db: str | None) -> None:
+    """An agent's current policy: probabilities, logits and the last training run."""
+    from .history import policy_entropy, policy_probabilities
 
-    settings = _settings(db)
-    with SQLiteStore(settings.sqlite_path) as store:
-        doc = load_current(store, agent_id)
-    if doc is None:
-        raise ValueError(f"--agent-id: {agent_id!r} has no policy in {settings.sqlite_path}")
+    with _store(db) as (store, settings):
+        doc = _current(store, settings, agent_id)
     if as_json:
-        click.echo(json.dumps(doc.to_dict(), indent=2))
+        _echo_json(doc.to_dict())
         return
-    table = Table(
-        title=f"{agent_id} v{doc.version} ({doc.source}{', pinned' if doc.pinned else ''})", title_justify="left"
-    )
+    state = f"{doc.source}{', pinned' if doc.pinned else ''}"
+    table = Table(title=f"{agent_id} v{doc.version} ({state})", title_justify="left")
     for col in ("action", "probability", "logit"):
         table.add_column(col, justify="left" if col == "action" else "right")
     for a, p, logit in zip(doc.action_ids, policy_probabilities(doc), doc.logits, strict=True):
         table.add_row(a, f"{p:.4f}", f"{logit:+.3f}")
     out.print(table)
+    if doc.pinned:
+        out.print(f"learning is paused{': ' + doc.pin_reason if doc.pin_reason else ''} (agent-learn policy unpin)")
+    out.print(f"entropy {policy_entropy(policy_probabilities(doc)):.3f} nats")
     if doc.run:
         m = doc.run.metrics
         out.print(
-            f"last run: {doc.run.episodes} episodes, mean reward {m.get('mean_reward', float('nan')):.3f}, "
-            f"entropy {m.get('entropy_after', float('nan')):.3f}, KL {m.get('kl', float('nan')):.4f}"
+            f"last run {doc.run.id}: {doc.run.episodes} episodes, mean reward "
+            f"{m.get('mean_reward', float('nan')):.3f}, KL {m.get('kl', float('nan')):.4f}"
         )
+
+
+def _history_rows(h: Any) -> list[dict[str, Any]]:
+    rows = []
+    for i, doc in enumerate(h.documents):
+        rows.append(
+            {
+                "version": doc.version,
+                "source": doc.source,
+                "parent_version": doc.parent_version,
+                "created_at": doc.created_at.isoformat(),
+                "probabilities": dict(zip(h.action_ids, (round(p, 6) for p in h.probabilities[i]), strict=True)),
+                "mean_reward": h.mean_reward[i],
+                "entropy": h.entropy[i],
+                "run": doc.run.id if doc.run else None,
+                "episodes": doc.run.episodes if doc.run else None,
+                "note": doc.note,
+            }
+        )
+    return rows
+
+
+@policy.command("history")
+@agent_option
+@click.option("--limit", type=click.IntRange(min=1), default=None, help="Only the newest N versions.")
+@json_option
+@db_option
+@_handle_errors
+def policy_history(agent_id: str, limit: int | None, as_json: bool, db: str | None) -> None:
+    """Every version: its probabilities, the mean reward and the run that produced it."""
+    from .history import history
+
+    with _store(db) as (store, settings):
+        _current(store, settings, agent_id)
+        rows = _history_rows(history(store, agent_id))
+    rows = rows[-limit:] if limit else rows
+    if as_json:
+        _echo_json(rows)
+        return
+    table = Table(title=f"{agent_id}: {len(rows)} policy versions", title_justify="left")
+    table.add_column("version", justify="right")
+    table.add_column("source")
+    actions = list(rows[0]["probabilities"]) if rows else []
+    for a in actions:
+        table.add_column(a, justify="right")
+    for col in ("reward", "entropy", "run", "episodes"):
+        table.add_column(col, justify="left" if col == "run" else "right", no_wrap=col == "run")
+    for r in rows:
+        source = r["source"] + (f" of v{r['parent_version']}" if r["source"] == "rollback" else "")
+        table.add_row(
+            str(r["version"]),
+            source,
+            *(f"{r['probabilities'][a]:.3f}" for a in actions),
+            _fmt(r["mean_reward"]),
+            _fmt(r["entropy"]),
+            r["run"].removeprefix(f"{agent_id}:") if r["run"] else "",
+            "" if r["episodes"] is None else str(r["episodes"]),
+        )
+    out.print(table)
+    out.print("reward: mean reward of the run's batch; entropy: of the policy agents draw from (nats)")
+
+
+@policy.command("rollback")
+@agent_option
+@click.argument("version", type=click.IntRange(min=1))
+@click.option("--note", default="", help="Why (stored with the new version).")
+@json_option
+@db_option
+@_handle_errors
+def policy_rollback(agent_id: str, version: int, note: str, as_json: bool, db: str | None) -> None:
+    """Publish VERSION's logits as a new version (history is never rewritten)."""
+    from .admin import rollback
+
+    with _store(db) as (store, settings):
+        _current(store, settings, agent_id)
+        change = rollback(store, agent_id, version, note=note)
+    _report_change(change, as_json, f"{agent_id} is now v{change.policy.version}, a copy of v{version}",
+                   f"{agent_id} v{change.policy.version} is already a rollback to v{version}; nothing changed")
+
+
+@policy.command("pin")
+@agent_option
+@click.option("--reason", default="", help="Why learning is paused (shown by `policy show`).")
+@json_option
+@db_option
+@_handle_errors
+def policy_pin(agent_id: str, reason: str, as_json: bool, db: str | None) -> None:
+    """Freeze learning for an agent: the trainer leaves its policy alone until unpinned."""
+    from .admin import set_pinned
+
+    with _store(db) as (store, settings):
+        _current(store, settings, agent_id)
+        change = set_pinned(store, agent_id, True, reason)
+    _report_change(change, as_json, f"{agent_id} v{change.policy.version} is pinned: learning is paused",
+                   f"{agent_id} was already pinned")
+
+
+@policy.command("unpin")
+@agent_option
+@json_option
+@db_option
+@_handle_errors
+def policy_unpin(agent_id: str, as_json: bool, db: str | None) -> None:
+    """Resume learning; scores that arrived while pinned are learned on the next run."""
+    from .admin import set_pinned
+
+    with _store(db) as (store, settings):
+        _current(store, settings, agent_id)
+        change = set_pinned(store, agent_id, False)
+    _report_change(change, as_json, f"{agent_id} is unpinned: learning resumes", f"{agent_id} was not pinned")
+
+
+def _report_change(change: Any, as_json: bool, done: str, unchanged: str) -> None:
+    if as_json:
+        _echo_json({"changed": change.changed, "policy": change.policy.to_dict()})
+    else:
+        out.print(done if change.changed else unchanged)
+
+
+# --------------------------------------------------------------------------- runs
+
+
+@main.group()
+def runs() -> None:
+    """Training runs: what each consumed and changed."""
+
+
+@runs.command("list")
+@agent_option
+@click.option("--limit", type=click.IntRange(min=1), default=20, show_default=True)
+@json_option
+@db_option
+@_handle_errors
+def runs_list(agent_id: str, limit: int, as_json: bool, db: str | None) -> None:
+    """An agent's training runs, newest first."""
+    with _store(db) as (store, settings):
+        _current(store, settings, agent_id)
+        docs = [_user_fields(d) for d in store.list_runs(agent_id, limit)]
+    if as_json:
+        _echo_json(docs)
+        return
+    table = Table(title=f"{agent_id}: {len(docs)} newest training runs", title_justify="left")
+    for col in ("run", "versions", "episodes", "corr.", "rejected", "reward", "KL", "finished"):
+        table.add_column(col, justify="left" if col in ("run", "versions", "finished") else "right",
+                         no_wrap=col in ("run", "versions"))
+    for d in docs:
+        m = d.get("metrics", {})
+        table.add_row(
+            d["id"], f"v{d['base_version']}→v{d['policy_version']}", str(d["episodes"]),
+            str(int(m.get("corrections", 0))), str(d.get("rejected", 0)), _fmt(m.get("mean_reward")),
+            _fmt(m.get("kl"), 4), str(d.get("finished_at", ""))[:19],
+        )
+    out.print(table)
+
+
+@runs.command("show")
+@click.argument("run_id")
+@json_option
+@db_option
+@_handle_errors
+def runs_show(run_id: str, as_json: bool, db: str | None) -> None:
+    """One training run by id (``{agent}:run:v{n}``, as `runs list` shows)."""
+    if ":run:v" not in run_id:
+        raise ValueError(f"RUN_ID: {run_id!r} is not a run id; run ids look like 'support-bot:run:v5'")
+    with _store(db) as (store, settings):
+        doc = store.get_run(run_id)
+    if doc is None:
+        raise NotFound(f"RUN_ID: no run {run_id!r} in {_where(settings)} (agent-learn runs list --agent-id ...)")
+    doc = _user_fields(doc)
+    if as_json:
+        _echo_json(doc)
+        return
+    table = Table(title=f"run {run_id}", title_justify="left", show_header=False)
+    table.add_column("field")
+    table.add_column("value")
+    for key in ("base_version", "policy_version", "episodes", "rejected", "cursor_from", "cursor_to",
+                "started_at", "finished_at"):
+        table.add_row(key, str(doc.get(key)))
+    for key, value in sorted(doc.get("metrics", {}).items()):
+        table.add_row(f"metrics.{key}", f"{value:.6g}")
+    for sample in doc.get("rejected_samples", []):
+        table.add_row("rejected", f"{sample['id']}: {sample['error']}")
+    out.print(table)
+
+
+# --------------------------------------------------------------------------- episodes
+
+
+@main.group()
+def episodes() -> None:
+    """Episodes with their scores, judges' reasons and feedback."""
+
+
+@episodes.command("list")
+@click.option("--agent-id", default=None, help="Only this agent's episodes.")
+@click.option("--limit", type=click.IntRange(min=1), default=20, show_default=True)
+@json_option
+@db_option
+@_handle_errors
+def episodes_list(agent_id: str | None, limit: int, as_json: bool, db: str | None) -> None:
+    """The newest episodes and their rewards."""
+    from .feedback import score_rows
+
+    with _store(db) as (store, _):
+        docs = store.list_episodes(agent_id, limit)
+        rows = []
+        for d in docs:
+            scores = score_rows(store, str(d.get("id")))
+            rows.append(
+                {
+                    "id": d.get("id"),
+                    "agent_id": d.get("agent_id"),
+                    "action_id": d.get("action_id"),
+                    "policy_version": d.get("policy_version"),
+                    "ended_at": d.get("ended_at"),
+                    "reward": scores[-1].get("reward") if scores else None,
+                    "judged_reward": scores[0].get("reward") if scores else None,
+                    "corrections": max(0, len(scores) - 1),
+                }
+            )
+    if as_json:
+        _echo_json(rows)
+        return
+    table = Table(title=f"{len(rows)} newest episodes", title_justify="left")
+    for col in ("episode", "agent", "action", "version", "reward", "judged", "corr.", "ended"):
+        table.add_column(col, justify="right" if col in ("version", "reward", "judged", "corr.") else "left",
+                         no_wrap=col == "episode")
+    for r in rows:
+        table.add_row(
+            str(r["id"]), str(r["agent_id"]), str(r["action_id"]), str(r["policy_version"]),
+            _fmt(r["reward"]) if r["reward"] is not None else "not scored", _fmt(r["judged_reward"]),
+            str(r["corrections"]), str(r["ended_at"])[:19],
+        )
+    out.print(table)
+
+
+@episodes.command("show")
+@click.argument("episode_id")
+@json_option
+@db_option
+@_handle_errors
+def episodes_show(episode_id: str, as_json: bool, db: str | None) -> None:
+    """One episode, its score with every judge's reason, its corrections and feedback."""
+    from .feedback import score_rows
+
+    with _store(db) as (store, settings):
+        doc = store.get_episode(episode_id)
+        if doc is None:
+            raise NotFound(f"EPISODE_ID: no episode {episode_id!r} in {_where(settings)} (agent-learn episodes list)")
+        scores = [_user_fields(s) for s in score_rows(store, episode_id)]
+        feedback = [_user_fields(f) for f in store.list_feedback(episode_id)]
+    episode = _user_fields(doc)
+    if as_json:
+        _echo_json({"episode": episode, "scores": scores, "feedback": feedback})
+        return
+    out.print(f"[bold]{episode_id}[/]: agent {episode.get('agent_id')}, action {episode.get('action_id')} "
+              f"(p={episode.get('probability')}) under v{episode.get('policy_version')}, {episode.get('ended_at')}")
+    out.print(f"input: {str(episode.get('input', ''))[:300]}", highlight=False)
+    out.print(f"output: {str(episode.get('output', ''))[:300]}", highlight=False)
+    for step in episode.get("steps", []):
+        error = f" — {step.get('error')}" if step.get("error") else ""
+        out.print(f"  step {step.get('name')} ({step.get('kind')}): {step.get('status')}, "
+                  f"{step.get('latency_ms')} ms{error}", highlight=False)
+    if not scores:
+        out.print("not scored yet")
+    else:
+        base = scores[0]
+        table = Table(title=f"judged reward {base['reward']:.3f} ({base['reward_function']['version']})",
+                      title_justify="left")
+        for col in ("metric", "raw", "normalised", "result", "reason"):
+            table.add_column(col, justify="right" if col in ("raw", "normalised") else "left")
+        for name, m in base.get("metrics", {}).items():
+            result = str(m.get("result") or "")
+            table.add_row(name, f"{m['raw']:g}", f"{m['normalised']:.3f}", result, m.get("reason", ""))
+        out.print(table)
+        for c in scores[1:]:
+            out.print(f"correction r{c['revision']}: reward {c['reward']:.3f} ({c['reward_delta']:+.3f}), "
+                      f"{c['scored_at']}")
+    for f in feedback:
+        verdict = f"thumb {f['thumb']}" if f.get("thumb") else f"score {f.get('score')}"
+        out.print(f"feedback from {f['source']}: {verdict}{' — ' + f['comment'] if f.get('comment') else ''}",
+                  highlight=False)
+
+
+@main.command()
+@click.argument("episode_id")
+@click.option("--up", "thumb", flag_value="up", help="Thumbs up.")
+@click.option("--down", "thumb", flag_value="down", help="Thumbs down.")
+@click.option("--score", type=float, default=None, help="A score from 0 to 1 instead of a thumb.")
+@click.option("--source", default="user", show_default=True, help="Who gives it: one feedback per source.")
+@click.option("--comment", default="")
+@json_option
+@db_option
+@_handle_errors
+def feedback(
+    episode_id: str, thumb: str | None, score: float | None, source: str, comment: str, as_json: bool, db: str | None
+) -> None:
+    """Attach a user's feedback to an episode; its reward is corrected exactly once."""
+    from .feedback import record_feedback
+
+    if (thumb is None) == (score is None):
+        raise ValueError("give exactly one of --up, --down and --score")
+    with _store(db) as (store, _):
+        result = record_feedback(store, episode_id, thumb=thumb, score=score, source=source, comment=comment)
+    data = result.to_dict()
+    if as_json:
+        _echo_json(data)
+        return
+    messages = {
+        "waiting": "stored; it is applied when the episode is scored",
+        "unchanged": "stored; the reward already reflects it",
+        "corrected": f"stored; reward now {data['reward']:.3f} ({data['reward_delta']:+.3f}), "
+        f"learned from on the next training run",
+    }
+    out.print(f"feedback {data['feedback_id']}: {messages[data['status']]}")
+
+
+# --------------------------------------------------------------------------- dead letters
+
+
+@contextmanager
+def _queue(db: str | None) -> Iterator[tuple[Any, Any]]:
+    from .local import open_queue
+
+    settings = _settings(db)
+    queue = open_queue(settings)
+    try:
+        yield queue, settings
+    finally:
+        queue.close()
+
+
+@main.group()
+def dlq() -> None:
+    """Dead-lettered scoring messages (embedded queue or Service Bus, by AGENT_LEARNING_QUEUE)."""
+
+
+@dlq.command("list")
+@click.option("--limit", type=click.IntRange(min=1), default=100, show_default=True)
+@json_option
+@db_option
+@_handle_errors
+def dlq_list(limit: int, as_json: bool, db: str | None) -> None:
+    """Dead letters, oldest first, with their reasons."""
+    with _queue(db) as (queue, settings):
+        dead = queue.dead_letters(limit)
+    rows = [
+        {
+            "message_id": d.message_id,
+            "reason": d.reason,
+            "description": d.description,
+            "delivery_count": d.delivery_count,
+            "dead_lettered_at": d.dead_lettered_at,
+            "properties": dict(d.properties),
+            "body": d.body.decode("utf-8", errors="replace"),
+        }
+        for d in dead
+    ]
+    if as_json:
+        _echo_json(rows)
+        return
+    table = Table(title=f"{len(rows)} dead letters in {settings.queue_name}", title_justify="left")
+    for col in ("message id", "reason", "deliveries", "description"):
+        table.add_column(col, justify="right" if col == "deliveries" else "left")
+    for r in rows:
+        table.add_row(r["message_id"], r["reason"], str(r["delivery_count"]), r["description"][:200])
+    out.print(table)
+
+
+@dlq.command("replay")
+@click.option("--id", "ids", multiple=True, help="A dead letter's message id (repeatable).")
+@click.option("--all", "replay_all", is_flag=True, help="Replay every dead letter.")
+@json_option
+@db_option
+@_handle_errors
+def dlq_replay(ids: tuple[str, ...], replay_all: bool, as_json: bool, db: str | None) -> None:
+    """Send dead letters back to the queue to be scored again (after fixing their cause)."""
+    if bool(ids) == replay_all:
+        raise ValueError("give --all or one or more --id MESSAGE_ID (agent-learn dlq list shows them)")
+    with _queue(db) as (queue, settings), _progress("replaying", as_json) as bar:
+        task = bar.add_task("replay", total=None)
+        replayed = queue.replay_dead_letters(None if replay_all else list(ids))
+        bar.update(task, total=replayed, completed=replayed)
+    if as_json:
+        _echo_json({"replayed": replayed})
+        return
+    missing = "" if replay_all or replayed == len(set(ids)) else f" ({len(set(ids)) - replayed} ids not found)"
+    out.print(f"replayed {replayed} dead letters to {settings.queue_name}{missing}")
+
+
+# --------------------------------------------------------------------------- report
+
+
+@main.command()
+@click.option("--agent-id", "agent_ids", multiple=True, help="Agents to chart (repeatable; default: every agent).")
+@click.option("--png", "png_path", type=click.Path(dir_okay=False), default="agent-learning-report.png",
+              show_default=True)
+@click.option("--html", "html_path", type=click.Path(dir_okay=False), default="agent-learning-report.html",
+              show_default=True)
+@click.option("--title", default="agent-learning report", show_default=True)
+@json_option
+@db_option
+@_handle_errors
+def report(agent_ids: tuple[str, ...], png_path: str, html_path: str, title: str, as_json: bool, db: str | None
+           ) -> None:
+    """Charts of every policy version (PNG and a self-contained HTML page)."""
+    from .history import history
+    from .report import write_report
+
+    with _store(db) as (store, settings):
+        agents = list(agent_ids) or store.list_agents()
+        if not agents:
+            raise NotFound(f"no agent has a policy in {_where(settings)}")
+        for agent_id in agents:
+            _current(store, settings, agent_id)
+        histories = []
+        with _progress("reading policy versions", as_json) as bar:
+            task = bar.add_task("agents", total=len(agents))
+            for agent_id in agents:
+                histories.append(history(store, agent_id))
+                bar.advance(task)
+    try:
+        files = write_report(histories, png_path, html_path, title)
+    except RuntimeError as exc:  # matplotlib missing
+        raise ConfigurationError(str(exc)) from None
+    summary = {"png": str(files.png), "html": str(files.html),
+               "agents": {h.agent_id: {"versions": len(h.versions), "series": files.series[h.agent_id]}
+                          for h in histories}}
+    if as_json:
+        _echo_json(summary)
+        return
+    for h in histories:
+        out.print(f"{h.agent_id}: {len(h.versions)} versions; series per chart (probabilities, reward, entropy) "
+                  f"{files.series[h.agent_id]}")
+    out.print(f"wrote {files.png} and {files.html}")
 
 
 @main.command()
@@ -256,11 +779,15 @@ def train(agent_id: str | None, as_json: bool, db: str | None) -> None:
 
     settings = _settings(db)
     pipeline = open_local(settings)
-    enqueued = pipeline.pump()
-    outcomes = pipeline.score_pending()
-    results = pipeline.train([agent_id] if agent_id else None)
-    pipeline.store.close()
-    pipeline.queue.close()
+    try:
+        enqueued = pipeline.pump()
+        with _progress("scoring", as_json) as bar:
+            task = bar.add_task("score", total=enqueued or None)
+            outcomes = pipeline.score_pending(progress=lambda n: bar.update(task, completed=n))
+        results = pipeline.train([agent_id] if agent_id else None)
+    finally:
+        pipeline.store.close()
+        pipeline.queue.close()
     if as_json:
         click.echo(
             json.dumps(

@@ -91,6 +91,7 @@ class Settings(BaseSettings):
     latency_budget_ms: float = Field(30_000.0, gt=0)
     latency_penalty: float = Field(0.1, ge=0)
     empty_output_penalty: float = Field(0.5, ge=0)
+    feedback_weight: float = Field(0.5, ge=0, le=1, description="weight of user feedback in the reward")
 
     # Learner (see agent_learning.learner).
     learning_rate: float = Field(1.2, gt=0)
@@ -106,6 +107,22 @@ class Settings(BaseSettings):
     logit_bound: float = Field(20.0, gt=0, le=1000)
     train_max_batch: int = Field(10_000, ge=1)
     train_min_batch: int = Field(1, ge=1)
+
+    # Exploration-collapse and reward-drop warnings (see agent_learning.drift).
+    collapse_entropy: float = Field(0.1, ge=0, le=1, description="normalised entropy H/log K of a collapsed policy")
+    collapse_reward_fall: float = Field(0.1, ge=0, description="reward fall that, with collapse, warns")
+    reward_drop: float = Field(0.25, gt=0, description="reward drop between two runs that warns")
+    drift_window: int = Field(3, ge=1, le=100, description="earlier runs the latest is compared with")
+    auto_pin: bool = Field(False, description="pin an agent's policy when a warning fires")
+
+    # Telemetry (see agent_learning.telemetry).
+    telemetry: Literal["auto", "off", "console", "azure-monitor"] = "auto"
+    applicationinsights_connection_string: SecretStr | None = Field(
+        None,
+        validation_alias=AliasChoices(
+            f"{PREFIX}APPLICATIONINSIGHTS_CONNECTION_STRING", "APPLICATIONINSIGHTS_CONNECTION_STRING"
+        ),
+    )
 
     # New policies and agents.
     temperature: float = Field(1.0, gt=0, le=100)
@@ -142,6 +159,17 @@ class Settings(BaseSettings):
             retry_after_cap=self.judge_retry_after_cap,
         )
 
+    def drift_config(self) -> Any:
+        from .drift import DriftConfig
+
+        return DriftConfig(
+            collapse_entropy=self.collapse_entropy,
+            collapse_reward_fall=self.collapse_reward_fall,
+            reward_drop=self.reward_drop,
+            window=self.drift_window,
+            auto_pin=self.auto_pin,
+        )
+
     def learner_config(self) -> Any:
         from .learner import LearnerConfig
 
@@ -173,6 +201,8 @@ def load_settings(**overrides: Any) -> Settings:
             f"{PREFIX}SERVICEBUS_NAMESPACE (or ServiceBusConnection__fullyQualifiedNamespace) or "
             f"{PREFIX}SERVICEBUS_CONNECTION_STRING"
         )
+    if settings.telemetry == "azure-monitor" and not settings.applicationinsights_connection_string:
+        missing.append("APPLICATIONINSIGHTS_CONNECTION_STRING (AGENT_LEARNING_TELEMETRY=azure-monitor)")
     if missing:
         raise ConfigurationError("invalid configuration: missing " + " and ".join(missing))
     if settings.judge == "evaluators":

@@ -11,39 +11,20 @@ from __future__ import annotations
 import random
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from .client import PolicyClient
 from .clock import ManualClock
 from .config import Settings, load_settings
-from .documents import PolicyDocument
+from .history import AgentHistory, history, policy_probabilities
 from .local import open_local
 from .pipeline import create_policy
-from .policy import SoftmaxPolicy, mix_floor, softmax
+from .policy import SoftmaxPolicy
 from .simulate import SCENARIOS, Scenario
 
-
-@dataclass
-class AgentHistory:
-    """One agent's policy over its versions."""
-
-    agent_id: str
-    action_ids: list[str]
-    versions: list[int] = field(default_factory=list)
-    probabilities: list[list[float]] = field(default_factory=list)
-    mean_reward: list[float | None] = field(default_factory=list)
-    entropy: list[float | None] = field(default_factory=list)
-    expected_rewards: dict[str, float] = field(default_factory=dict)
-
-    @property
-    def best_action(self) -> str:
-        return max(self.expected_rewards, key=self.expected_rewards.__getitem__)
-
-    @property
-    def final(self) -> dict[str, float]:
-        return dict(zip(self.action_ids, self.probabilities[-1], strict=True))
+__all__ = ["AgentHistory", "DemoResult", "history", "policy_probabilities", "run_demo"]
 
 
 @dataclass
@@ -76,23 +57,6 @@ class DemoResult:
                 for a in self.agents
             },
         }
-
-
-def policy_probabilities(doc: PolicyDocument) -> list[float]:
-    return mix_floor(softmax(doc.logits, doc.temperature), doc.exploration_floor)
-
-
-def history(store: Any, agent_id: str) -> AgentHistory:
-    """Probabilities, mean reward and entropy of every version of an agent's policy."""
-    docs = [PolicyDocument.from_dict(d) for d in store.list_policy_versions(agent_id)]
-    h = AgentHistory(agent_id, docs[0].action_ids if docs else [])
-    for doc in docs:
-        h.versions.append(doc.version)
-        h.probabilities.append(policy_probabilities(doc))
-        metrics = doc.run.metrics if doc.run else {}
-        h.mean_reward.append(metrics.get("mean_reward"))
-        h.entropy.append(metrics.get("entropy_after"))
-    return h
 
 
 def run_demo(

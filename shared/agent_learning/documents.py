@@ -1,6 +1,6 @@
 """The data contract: every document the pipeline stores, with its validation.
 
-Four document types live in four containers (Cosmos) or tables (SQLite):
+Five document types live in five containers (Cosmos) or tables (SQLite):
 
 * :class:`Episode` (``episodes``) — one agent run. Written by agents only, never updated.
 * :class:`Score` (``scores``) — the judges' metrics and the shaped reward of one episode.
@@ -9,6 +9,12 @@ Four document types live in four containers (Cosmos) or tables (SQLite):
   ``{agent_id}:v{version}``) or the per-agent current document (``kind="current"``, id
   ``{agent_id}:current``) that agents point-read and trainers replace with an ETag check.
 * :class:`TrainingRun` (``runs``) — what one training run consumed and changed.
+* :class:`Feedback` (``feedback``) — a user's verdict on one episode (thumbs or a 0–1 score),
+  one document per episode and source, so posting the same feedback again overwrites it.
+
+A score with ``revision`` k ≥ 1 is a *feedback correction* (id ``{episode_id}:r{k}``): it
+carries the change of the episode's reward that feedback caused, so that feedback arriving
+after the episode was learned from is learned exactly once (see :mod:`agent_learning.feedback`).
 
 Every document carries ``schema_version``. Parsing is strict (no string-to-number coercion,
 no unknown fields, no NaN/inf) and reports every problem with the field path, e.g.
@@ -18,6 +24,7 @@ Cosmos adds (``_rid``, ``_etag``, ``_ts``, ...) are dropped before validation.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import re
@@ -319,6 +326,7 @@ class PolicyDocument(Document):
     temperature: Annotated[float, Field(strict=True, allow_inf_nan=False, gt=0, le=100)] = 1.0
     exploration_floor: Annotated[float, Field(strict=True, allow_inf_nan=False, ge=0, lt=1)] = 0.0
     pinned: bool = False
+    pin_reason: ShortText = ""
     source: Literal["init", "train", "rollback", "import"]
     parent_version: Version | None = None
     cursor: ScoreCursor | None = None
@@ -344,7 +352,7 @@ class PolicyDocument(Document):
             raise ValueError(
                 f"exploration_floor: {self.exploration_floor} x {len(self.actions)} actions must be below 1"
             )
-        if self.kind == "version" and self.pinned:
+        if self.kind == "version" and (self.pinned or self.pin_reason):
             raise ValueError("pinned: only the current document can be pinned")
         expected = policy_doc_id(self.agent_id, self.version if self.kind == "version" else None)
         if self.id != expected:
@@ -358,13 +366,14 @@ class PolicyDocument(Document):
     def as_kind(self, kind: Literal["version", "current"]) -> PolicyDocument:
         """The same policy as a version document or as the current document.
 
-        ``pinned`` is state of the current document only (pausing learning does not make a
-        new policy), so version documents always have ``pinned=False``.
+        ``pinned`` and ``pin_reason`` are state of the current document only (pausing learning
+        does not make a new policy), so version documents are never pinned.
         """
         doc_id = policy_doc_id(self.agent_id, self.version if kind == "version" else None)
         update: dict[str, Any] = {"kind": kind, "id": doc_id}
         if kind == "version":
             update["pinned"] = False
+            update["pin_reason"] = ""
         return self.model_copy(update=update)
 
 
@@ -409,10 +418,16 @@ class RewardInfo(BaseModel):
 
 
 class Score(Document):
-    """The judged and shaped outcome of one episode. ``id`` equals the episode id.
+    """The judged and shaped outcome of one episode, or a feedback correction of it.
+
+    ``revision`` 0 is the judges' score: its ``id`` equals the episode id. ``revision`` k ≥ 1
+    is the k-th feedback correction (id ``{episode_id}:r{k}``): ``reward`` is the episode's
+    reward after that feedback and ``reward_delta`` what it adds to everything learned
+    before, which is what the trainer learns from it.
 
     ``seq`` is assigned by the store on first write and kept on every overwrite, so the
-    training cursor ``(seq, id)`` never sees a re-scored episode twice.
+    training cursor ``(seq, id)`` never sees a re-scored episode twice. ``feedback_pending``
+    says that feedback arrived before the judges' score, so the scorer reconciled it.
     """
 
     id: DocId
@@ -428,18 +443,103 @@ class Score(Document):
     reward_function: RewardInfo
     scored_at: AwareDatetime
     seq: Count | None = None
+    revision: Count = 0
+    reward_delta: Annotated[float, Field(strict=True, allow_inf_nan=False, ge=-2, le=2)] | None = None
+    feedback_pending: bool = False
 
     @model_validator(mode="after")
     def _id_is_episode(self) -> Score:
-        if self.id != self.episode_id:
-            raise ValueError(f"id: must equal episode_id {self.episode_id!r}")
+        expected = correction_doc_id(self.episode_id, self.revision)
+        if self.id != expected:
+            what = "episode_id" if self.revision == 0 else f"the id of correction {self.revision}"
+            raise ValueError(f"id: must equal {what} {expected!r}")
+        if (self.reward_delta is None) != (self.revision == 0):
+            raise ValueError("reward_delta: a correction (revision >= 1) needs one; a judges' score has none")
         return self
+
+    @property
+    def is_correction(self) -> bool:
+        return self.revision > 0
 
     @property
     def cursor(self) -> ScoreCursor:
         if self.seq is None:
             raise ValueError("score has no seq yet; it is assigned when the store writes it")
         return ScoreCursor(seq=self.seq, id=self.id)
+
+
+def correction_doc_id(episode_id: str, revision: int) -> str:
+    """The id of an episode's score (``revision`` 0) or of its k-th feedback correction.
+
+    Ids stay within the 200 characters of :data:`DocId`: a long episode id is replaced by
+    its hash in correction ids.
+    """
+    if revision == 0:
+        return episode_id
+    suffix = f":r{revision}"
+    base = episode_id if len(episode_id) + len(suffix) <= 200 else hashlib.sha256(episode_id.encode()).hexdigest()
+    return base + suffix
+
+
+# --------------------------------------------------------------------------- feedback
+
+FeedbackSource = Annotated[str, StringConstraints(strict=True, pattern=r"^[A-Za-z0-9][A-Za-z0-9._\-]{0,63}$")]
+
+
+class Feedback(Document):
+    """A user's verdict on one episode: thumbs up/down or a score in [0, 1].
+
+    ``id`` is :func:`feedback_doc_id` of the episode and the source, so one source has one
+    feedback per episode: posting again replaces it. ``value`` is the verdict on [0, 1]
+    (thumbs up 1, thumbs down 0), which the reward rule blends with the judges' reward.
+    """
+
+    id: DocId
+    type: Literal["feedback"] = "feedback"
+    episode_id: DocId
+    agent_id: AgentId
+    source: FeedbackSource
+    thumb: Literal["up", "down"] | None = None
+    score: Annotated[float, Field(strict=True, allow_inf_nan=False, ge=0, le=1)] | None = None
+    value: Annotated[float, Field(strict=True, allow_inf_nan=False, ge=0, le=1)]
+    comment: ShortText = ""
+    received_at: AwareDatetime
+
+    @model_validator(mode="before")
+    @classmethod
+    def _derive(cls, data: Any) -> Any:
+        if isinstance(data, dict):
+            data = dict(data)
+            if "id" not in data and isinstance(data.get("episode_id"), str) and isinstance(data.get("source"), str):
+                data["id"] = feedback_doc_id(data["episode_id"], data["source"])
+            if "value" not in data:
+                thumb, score = data.get("thumb"), data.get("score")
+                if thumb in ("up", "down") and score is None:
+                    data["value"] = 1.0 if thumb == "up" else 0.0
+                elif thumb is None and isinstance(score, int | float) and not isinstance(score, bool):
+                    data["value"] = float(score)
+                else:
+                    data["value"] = 0.0  # the problem is reported on thumb/score, not here
+        return data
+
+    @model_validator(mode="after")
+    def _consistent(self) -> Feedback:
+        if (self.thumb is None) == (self.score is None):
+            raise ValueError("thumb: give exactly one of thumb ('up' or 'down') and score (0 to 1)")
+        expected = self.score if self.score is not None else (1.0 if self.thumb == "up" else 0.0)
+        if self.value != expected:
+            raise ValueError(f"value: must be {expected} for this thumb/score")
+        if self.id != feedback_doc_id(self.episode_id, self.source):
+            raise ValueError(f"id: expected {feedback_doc_id(self.episode_id, self.source)!r}")
+        return self
+
+
+def feedback_doc_id(episode_id: str, source: str) -> str:
+    """One feedback document per episode and source (hashed when too long for an id)."""
+    doc_id = f"{episode_id}:fb:{source}"
+    if len(doc_id) <= 200:
+        return doc_id
+    return "fb-" + hashlib.sha256(doc_id.encode()).hexdigest()
 
 
 # --------------------------------------------------------------------------- runs

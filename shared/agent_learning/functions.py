@@ -15,7 +15,12 @@ Failure semantics per trigger:
   raises :class:`TransientScoringError` to have it redelivered, and raises
   :class:`PoisonMessage` for bad input: the reason is logged on every delivery, each of which
   fails fast, and Service Bus dead-letters the message after MaxDeliveryCount deliveries.
-* ``train`` (timer) trains every agent; one agent's failure does not stop the others.
+* ``train`` (timer) trains every agent; one agent's failure does not stop the others, and
+  every published version is checked for exploration collapse and reward drops.
+* ``feedback`` (HTTP POST) stores a user's feedback on an episode and reconciles its reward;
+  bad input is a 400 naming the field, an unknown episode a 404, and posting again is a no-op.
+
+:func:`build_runtime` also installs the telemetry exporters the settings choose.
 """
 
 from __future__ import annotations
@@ -87,6 +92,7 @@ def build_runtime(settings: Settings, environ: Mapping[str, str] | None = None) 
 
     from .errors import ConfigurationError
     from .local import open_queue, open_store
+    from .telemetry import configure
 
     env = os.environ if environ is None else environ
     if env.get("WEBSITE_INSTANCE_ID") and settings.judge == "offline" and not settings.allow_offline_judge:
@@ -97,6 +103,7 @@ def build_runtime(settings: Settings, environ: Mapping[str, str] | None = None) 
             "(AGENT_LEARNING_ALLOW_OFFLINE_JUDGE=true to use it anyway)"
         )
 
+    configure(settings)
     store = open_store(settings)
     queue = open_queue(settings)
     return Runtime(settings, store, queue.send)
@@ -141,9 +148,10 @@ def enqueue(documents: Iterable[Mapping[str, Any]], rt: Runtime) -> EnqueueResul
 
 def score(body: bytes | str, delivery_count: int, message_id: str | None, rt: Runtime) -> str:
     """Service Bus trigger: judge and store one episode's score; returns the outcome status."""
-    from .pipeline import score_message
+    from .pipeline import count_settled, score_message
 
     outcome = score_message(body, scorer_of(rt), delivery_count=delivery_count)
+    count_settled(outcome, delivery_count, rt.settings.queue_max_deliveries, explicit=False)
     if outcome.status == "retry":
         log.warning("score %s: delivery %d failed, will retry: %s", message_id, delivery_count, outcome.description)
         raise TransientScoringError(outcome.description)
@@ -164,7 +172,9 @@ def train(rt: Runtime) -> list[TrainOutcome]:
     from .pipeline import train_all
 
     s = rt.settings
-    outcomes = train_all(rt.store, learner_of(rt), max_batch=s.train_max_batch, min_batch=s.train_min_batch)
+    outcomes = train_all(
+        rt.store, learner_of(rt), max_batch=s.train_max_batch, min_batch=s.train_min_batch, drift=s.drift_config()
+    )
     for o in outcomes:
         level = logging.ERROR if o.status == "invalid_policy" else logging.INFO
         log.log(level, "train %s: %s%s", o.agent_id, o.status, f" v{o.version}" if o.status == "published" else "")
@@ -203,6 +213,60 @@ def get_policy(agent_id: str, if_none_match: str | None, rt: Runtime) -> HttpAns
         json.dumps(doc),
         {"ETag": f'"{tagged.etag}"', "Content-Type": "application/json", "Cache-Control": "no-cache"},
     )
+
+
+MAX_FEEDBACK_BYTES = 16_384
+FEEDBACK_FIELDS = ("source", "thumb", "score", "comment")
+
+
+def post_feedback(episode_id: str, body: bytes, rt: Runtime) -> HttpAnswer:
+    """HTTP POST ``/api/episodes/{episode_id}/feedback``: a user's verdict on an episode.
+
+    Body: ``{"thumb": "up"|"down"}`` or ``{"score": 0.0-1.0}``, with optional ``source``
+    (default ``"user"``; one feedback per source and episode) and ``comment``. Answers 200 with
+    what changed (``status`` ``corrected`` or ``unchanged``), 202 when the episode is not
+    scored yet (its scorer applies the feedback), 400 naming the bad field, 404 for an
+    unknown episode, 413 for a body over 16 KiB.
+    """
+    from pydantic import TypeAdapter, ValidationError
+
+    from .documents import DocId
+    from .errors import InvalidDocument, NotFound
+    from .feedback import record_feedback
+
+    try:
+        TypeAdapter(DocId).validate_python(episode_id)
+    except ValidationError:
+        return _json_answer(400, {"error": f"episode_id: {episode_id!r} is not a valid episode id"})
+    if len(body) > MAX_FEEDBACK_BYTES:
+        return _json_answer(413, {"error": f"body: {len(body)} bytes; the limit is {MAX_FEEDBACK_BYTES}"})
+    try:
+        data = json.loads(body or b"null")
+    except (ValueError, UnicodeDecodeError):
+        return _json_answer(400, {"error": "body: is not valid JSON"})
+    if not isinstance(data, dict):
+        return _json_answer(400, {"error": "body: must be a JSON object with thumb or score"})
+    unknown = sorted(set(data) - set(FEEDBACK_FIELDS))
+    if unknown:
+        return _json_answer(400, {"error": f"{unknown[0]}: unknown field (known: {', '.join(FEEDBACK_FIELDS)})"})
+    if not isinstance(data.get("source", "user"), str) or not isinstance(data.get("comment", ""), str):
+        field = "source" if not isinstance(data.get("source", "user"), str) else "comment"
+        return _json_answer(400, {"error": f"{field}: must be a string"})
+    try:
+        result = record_feedback(
+            rt.store,
+            episode_id,
+            thumb=data.get("thumb"),
+            score=data.get("score"),
+            source=data.get("source", "user"),
+            comment=data.get("comment", ""),
+        )
+    except InvalidDocument as exc:
+        return _json_answer(400, {"error": str(exc).removeprefix("invalid feedback: ")})
+    except NotFound as exc:
+        return _json_answer(404, {"error": str(exc)})
+    answer = result.to_dict()
+    return _json_answer(202 if answer["status"] == "waiting" else 200, answer)
 
 
 def _json_answer(status: int, body: Mapping[str, Any]) -> HttpAnswer:

@@ -66,6 +66,13 @@ the agents do, but it would take that much more evidence to raise the action aga
 world changes (non-stationarity). The logits are centred and clipped to ±``logit_bound`` so
 that they stay finite and the policy document stays readable.
 
+Feedback corrections. A batch may hold corrections (``Batch.corrections``): rows whose
+"reward" is the change δ that late user feedback made to an episode already counted (see
+:mod:`agent_learning.feedback`). The episode's missing contribution to the gradient is
+``w (r_new − b) − w (r_old − b) = w δ``, so a correction's advantage is δ itself (divided by
+σ when advantages are normalised): no baseline is subtracted. Corrections take no part in the
+baseline, the reward std, the mean reward or the evidence counts.
+
 Rewards must be finite; :class:`Batch` rejects anything else before it reaches the math.
 """
 
@@ -144,19 +151,34 @@ class Batch:
     actions: NDArray[np.int64]
     rewards: Array
     logged_probs: Array
+    corrections: NDArray[np.bool_] | None = None
+    """True for feedback corrections, whose ``rewards`` entry is a reward change δ."""
 
     @classmethod
-    def from_arrays(cls, actions: ArrayLike, rewards: ArrayLike, logged_probs: ArrayLike, n_actions: int) -> Batch:
+    def from_arrays(
+        cls,
+        actions: ArrayLike,
+        rewards: ArrayLike,
+        logged_probs: ArrayLike,
+        n_actions: int,
+        corrections: ArrayLike | None = None,
+    ) -> Batch:
         """Validate and convert; raises ``ValueError`` naming the field and first bad index."""
         a = np.asarray(actions, dtype=np.int64)
         r = np.asarray(rewards, dtype=np.float64)
         p = np.asarray(logged_probs, dtype=np.float64)
-        if not (a.ndim == r.ndim == p.ndim == 1 and len(a) == len(r) == len(p)):
-            raise ValueError("actions, rewards and logged_probs must be 1-D arrays of equal length")
+        c = np.zeros(len(a), dtype=bool) if corrections is None else np.asarray(corrections, dtype=bool)
+        if not (a.ndim == r.ndim == p.ndim == c.ndim == 1 and len(a) == len(r) == len(p) == len(c)):
+            raise ValueError("actions, rewards, logged_probs and corrections must be 1-D arrays of equal length")
         _first_bad("rewards", ~np.isfinite(r), r, "must be finite")
         _first_bad("logged_probs", ~((p > 0) & (p <= 1)), p, "must be in (0, 1]")
         _first_bad("actions", (a < 0) | (a >= n_actions), a, f"must be an action index in [0, {n_actions})")
-        return cls(a, r, p)
+        return cls(a, r, p, c if c.any() else None)
+
+    @property
+    def regular(self) -> NDArray[np.bool_]:
+        """True for scored episodes (not corrections)."""
+        return np.ones(len(self.actions), dtype=bool) if self.corrections is None else ~self.corrections
 
     def __len__(self) -> int:
         return len(self.actions)
@@ -214,12 +236,14 @@ class Reinforce:
         s = softmax(logits, temperature)
         ratio = s[batch.actions] / batch.logged_probs
         w = np.minimum(ratio, cfg.importance_clip)
-        wsum = w.sum()
-        if wsum <= 0:  # every weight underflowed: nothing to learn from
+        regular = batch.regular
+        wr = w * regular
+        wsum = wr.sum()
+        if wsum <= 0:  # every weight underflowed (or only corrections): nothing to learn from
             return np.zeros_like(w), np.zeros_like(w), {"baseline": 0.0, "reward_std": 0.0}
-        baseline = float((w * batch.rewards).sum() / wsum)
-        centred = batch.rewards - baseline
-        std = float(np.sqrt((w * centred**2).sum() / wsum))
+        baseline = float((wr * batch.rewards).sum() / wsum)
+        centred = np.where(regular, batch.rewards - baseline, batch.rewards)
+        std = float(np.sqrt((wr * centred**2).sum() / wsum))
         adv = centred / max(std, cfg.min_reward_std) if cfg.normalize_advantages else centred
         stats = {
             "baseline": baseline,
@@ -251,7 +275,11 @@ class Reinforce:
         cfg = self.config
         theta = np.asarray(logits, dtype=np.float64)
         s_old = softmax(theta, temperature)
-        base_metrics = {"episodes": float(len(batch)), "entropy_before": entropy(s_old)}
+        base_metrics = {
+            "episodes": float(batch.regular.sum()),
+            "corrections": float(len(batch) - batch.regular.sum()),
+            "entropy_before": entropy(s_old),
+        }
         if len(batch) == 0:
             return Update(
                 theta.copy(),
@@ -280,7 +308,7 @@ class Reinforce:
         metrics = {
             **base_metrics,
             **stats,
-            "mean_reward": float(batch.rewards.mean()),
+            "mean_reward": float(batch.rewards[batch.regular].mean()) if batch.regular.any() else 0.0,
             "entropy_after": entropy(s_new),
             "kl": kl,
             "step_scale": scale,
@@ -299,7 +327,7 @@ class Reinforce:
         if cfg.direction == "natural":
             return natural - natural.mean()
         k = len(logits)
-        n_a = np.bincount(batch.actions, minlength=k).astype(np.float64)
+        n_a = np.bincount(batch.actions, weights=batch.regular, minlength=k)  # corrections are no evidence
         sums = np.bincount(batch.actions, weights=adv, minlength=k)
         evidence = temperature * sums / np.sqrt(n_a + cfg.evidence_prior)
         # The entropy bonus's natural gradient: T²·β·∇H / s = −β·T·(log s + H).

@@ -14,7 +14,7 @@ them, and duplicate detection plus the idempotent scorer absorb that.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -55,6 +55,7 @@ class LocalPipeline:
         min_batch: int = 1,
         feed_checkpoint: str = FEED_CHECKPOINT,
         page_size: int = 500,
+        drift: Any = None,
     ) -> None:
         self.store = store
         self.queue = queue
@@ -65,6 +66,7 @@ class LocalPipeline:
         self.min_batch = min_batch
         self.feed_checkpoint = feed_checkpoint
         self.page_size = page_size
+        self.drift = drift
 
     def pump(self) -> int:
         """Enqueue every episode written since the checkpoint; returns how many were sent."""
@@ -79,8 +81,14 @@ class LocalPipeline:
             if page.continuation is not None:
                 self.store.set_checkpoint(self.feed_checkpoint, page.continuation)
 
-    def score_pending(self, max_messages: int | None = None, receive_batch: int = 100) -> Counter[str]:
-        """Receive and score until the queue has nothing available (or ``max_messages``)."""
+    def score_pending(
+        self,
+        max_messages: int | None = None,
+        receive_batch: int = 100,
+        progress: Callable[[int], None] | None = None,
+    ) -> Counter[str]:
+        """Receive and score until the queue has nothing available (or ``max_messages``);
+        ``progress`` is called with the number handled so far."""
         outcomes: Counter[str] = Counter()
         handled = 0
         while max_messages is None or handled < max_messages:
@@ -93,6 +101,8 @@ class LocalPipeline:
                 settle(self.queue, message, outcome)
                 outcomes[outcome.status] += 1
                 handled += 1
+                if progress:
+                    progress(handled)
         return outcomes
 
     def train(self, agent_ids: Iterable[str] | None = None) -> list[TrainOutcome]:
@@ -100,7 +110,13 @@ class LocalPipeline:
         agents = list(agent_ids) if agent_ids is not None else self.store.list_agents()
         return [
             train_agent(
-                a, self.store, self.learner, clock=self.clock, max_batch=self.max_batch, min_batch=self.min_batch
+                a,
+                self.store,
+                self.learner,
+                clock=self.clock,
+                max_batch=self.max_batch,
+                min_batch=self.min_batch,
+                drift=self.drift,
             )
             for a in agents
         ]
@@ -183,8 +199,10 @@ def open_local(
 ) -> LocalPipeline:
     """A :class:`LocalPipeline` on the store and queue chosen by ``settings`` (embedded by default)."""
     from .learner import Reinforce
+    from .telemetry import configure
 
     settings = settings or load_settings()
+    configure(settings)
     return LocalPipeline(
         open_store(settings, path=path, clock=clock),
         open_queue(settings, path=path, clock=clock),
@@ -194,4 +212,5 @@ def open_local(
         clock=clock,
         max_batch=settings.train_max_batch,
         min_batch=settings.train_min_batch,
+        drift=settings.drift_config(),
     )

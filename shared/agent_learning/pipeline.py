@@ -14,6 +14,8 @@ trigger delivers at least once:
   replay) that read the same version loses the swap and changes nothing, so every score is
   learned from exactly once. Version and run records are written after the swap and
   re-created from the current document if a crash interrupted that.
+
+Each stage runs in an OpenTelemetry span and records its metrics (:mod:`agent_learning.telemetry`).
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from functools import lru_cache
@@ -38,10 +41,30 @@ from .documents import (
     run_doc_id,
 )
 from .errors import ConcurrencyConflict, InvalidDocument, PermanentError, TransientError
+from .feedback import reconcile
 from .judges.base import Judge
 from .queue.base import OutgoingMessage, WorkQueue
 from .rewards import RewardFunction
 from .store.base import Store
+from .telemetry import (
+    EPISODES_DEAD_LETTERED,
+    EPISODES_ENQUEUED,
+    EPISODES_SCORED,
+    JUDGE_DURATION,
+    JUDGE_FAILURES,
+    MEAN_REWARD,
+    POLICY_ENTROPY,
+    QUEUE_LAG,
+    REWARD,
+    SPAN_ENQUEUE,
+    SPAN_JUDGE,
+    SPAN_SCORE,
+    SPAN_TRAIN,
+    TRAINING_RUNS,
+    count,
+    record,
+    span,
+)
 
 log = logging.getLogger(__name__)
 
@@ -98,16 +121,22 @@ def enqueue_episodes(docs: Iterable[Mapping[str, Any]], send: Callable[[list[Out
     messages: list[OutgoingMessage] = []
     failed: list[tuple[int, str]] = []
     received = 0
-    for i, doc in enumerate(docs):
-        received += 1
-        try:
-            if not isinstance(doc, Mapping):
-                raise InvalidDocument("episode", [("(document)", f"must be a JSON object, got {type(doc).__name__}")])
-            messages.append(score_request_message(doc))
-        except InvalidDocument as exc:
-            log.error("not enqueued: document %d of the batch: %s", i, exc)
-            failed.append((i, str(exc)))
-    sent = send(messages) if messages else 0
+    with span(SPAN_ENQUEUE) as sp:
+        for i, doc in enumerate(docs):
+            received += 1
+            try:
+                if not isinstance(doc, Mapping):
+                    raise InvalidDocument(
+                        "episode", [("(document)", f"must be a JSON object, got {type(doc).__name__}")]
+                    )
+                messages.append(score_request_message(doc))
+            except InvalidDocument as exc:
+                log.error("not enqueued: document %d of the batch: %s", i, exc)
+                failed.append((i, str(exc)))
+        sent = send(messages) if messages else 0
+        count(EPISODES_ENQUEUED, sent)
+        for key, value in {"received": received, "sent": sent, "failed": len(failed)}.items():
+            sp.set_attribute(key, value)
     return EnqueueResult(received=received, sent=sent, duplicates=len(messages) - sent, failed=failed)
 
 
@@ -172,10 +201,34 @@ def score_episode(
     check_existing: bool = True,
     force: bool = False,
 ) -> ScoreOutcome:
-    """Score one episode (``episode`` is its document if the caller has it; else it is read)."""
+    """Score one episode (``episode`` is its document if the caller has it; else it is read).
+
+    Feedback that arrived before the score left a marker that the score's write replaces;
+    the written score then says ``feedback_pending`` and the feedback is reconciled here.
+    """
+    with span(SPAN_SCORE, {"episode_id": episode_id}) as sp:
+        outcome = _score_episode(episode_id, scorer, episode, check_existing, force)
+        sp.set_attribute("outcome", outcome.status)
+        if outcome.reason:
+            sp.set_attribute("reason", outcome.reason)
+        if outcome.score is not None:
+            attrs = {"agent_id": outcome.score.agent_id}
+            sp.set_attribute("agent_id", outcome.score.agent_id)
+            count(EPISODES_SCORED, 1, attrs)
+            record(REWARD, outcome.score.reward, attrs)
+        return outcome
+
+
+def _score_episode(
+    episode_id: str, scorer: Scorer, episode: Mapping[str, Any] | None, check_existing: bool, force: bool
+) -> ScoreOutcome:
     store = scorer.store
-    if check_existing and not force and store.get_score(episode_id) is not None:
-        return ScoreOutcome("duplicate", episode_id, "AlreadyScored")
+    if check_existing and not force:
+        existing = store.get_score(episode_id)
+        if existing is not None:
+            if existing.get("feedback_pending"):  # a crash may have come between the score and its feedback
+                reconcile(store, episode_id, clock=scorer.clock)
+            return ScoreOutcome("duplicate", episode_id, "AlreadyScored")
     raw = dict(episode) if episode is not None else store.get_episode(episode_id)
     if raw is None:
         return ScoreOutcome(
@@ -208,7 +261,7 @@ def score_episode(
             f"{policy.id} (known: {policy.action_ids})",
         )
     try:
-        judgement = scorer.judge.judge(episode)
+        judgement = run_judge(scorer.judge, episode)
         reward, info = scorer.reward(judgement.metrics, episode)
     except TransientError as exc:
         return ScoreOutcome("retry", episode_id, "JudgeUnavailable", str(exc))
@@ -227,16 +280,52 @@ def score_episode(
         reward_function=info,
         scored_at=scorer.clock.now(),
     )
-    if force:
-        return ScoreOutcome("scored", episode_id, score=store.put_score(score))
     try:
-        return ScoreOutcome("scored", episode_id, score=store.add_score(score))
+        stored = store.put_score(score) if force else store.add_score(score)
     except ConcurrencyConflict:
         return ScoreOutcome("duplicate", episode_id, "AlreadyScored")
+    record(QUEUE_LAG, max(0.0, (stored.scored_at - episode.ended_at).total_seconds()), {"agent_id": episode.agent_id})
+    if stored.feedback_pending:
+        reconcile(store, episode_id, clock=scorer.clock)
+    return ScoreOutcome("scored", episode_id, score=stored)
+
+
+def run_judge(judge: Judge, episode: Episode) -> Any:
+    """One judge call, in its own span, with its duration and failures recorded."""
+    name = getattr(judge, "info", None)
+    attrs = {"judge": name.name if name is not None else type(judge).__name__, "agent_id": episode.agent_id}
+    started = time.perf_counter()
+    outcome = "ok"
+    try:
+        with span(SPAN_JUDGE, {**attrs, "episode_id": episode.id}):
+            return judge.judge(episode)
+    except TransientError:
+        outcome = "transient"
+        raise
+    except PermanentError:
+        outcome = "permanent"
+        raise
+    finally:
+        record(JUDGE_DURATION, time.perf_counter() - started, {**attrs, "outcome": outcome})
+        if outcome != "ok":
+            count(JUDGE_FAILURES, 1, {**attrs, "kind": outcome})
+
+
+def count_settled(
+    outcome: ScoreOutcome, delivery_count: int, max_deliveries: int | None, *, explicit: bool = True
+) -> None:
+    """Count a message that is dead-lettered now: explicitly (``explicit``: the caller can
+    dead-letter, as the embedded runner does), or by failing its last allowed delivery (as under
+    Azure Functions, which cannot dead-letter a message itself)."""
+    last = max_deliveries is not None and delivery_count >= max_deliveries
+    if (outcome.status == "dead_letter" and (explicit or last)) or (outcome.status == "retry" and last):
+        reason = outcome.reason if outcome.status == "dead_letter" else "MaxDeliveryCountExceeded"
+        count(EPISODES_DEAD_LETTERED, 1, {"reason": reason})
 
 
 def settle(queue: WorkQueue, message: Any, outcome: ScoreOutcome) -> None:
     """Apply a score outcome to a received queue message."""
+    count_settled(outcome, getattr(message, "delivery_count", 1), getattr(queue, "max_deliveries", None))
     if outcome.status in ("scored", "duplicate"):
         queue.complete(message)
     elif outcome.status == "retry":
@@ -259,6 +348,8 @@ class TrainOutcome:
     version: int | None = None
     run: TrainingRun | None = None
     reason: str = ""
+    probabilities: list[float] | None = None
+    """π of the published version (exploration floor included)."""
 
 
 def train_agent(
@@ -269,12 +360,36 @@ def train_agent(
     clock: Clock = SYSTEM_CLOCK,
     max_batch: int = 10_000,
     min_batch: int = 1,
+    drift: Any = None,
 ) -> TrainOutcome:
     """Fold an agent's new scores into its policy and publish the next version.
 
     ``learner`` is a :class:`~agent_learning.learner.Reinforce` (imported by the caller, so
-    that importing this module does not import numpy).
+    that importing this module does not import numpy). ``drift`` (a
+    :class:`~agent_learning.drift.DriftConfig`) turns on the warnings of :mod:`agent_learning.drift`.
     """
+    with span(SPAN_TRAIN, {"agent_id": agent_id}) as sp:
+        outcome = _train_agent(agent_id, store, learner, clock, max_batch, min_batch)
+        sp.set_attribute("status", outcome.status)
+        count(TRAINING_RUNS, 1, {"agent_id": agent_id, "status": outcome.status})
+        if outcome.status == "published" and outcome.run is not None and outcome.probabilities is not None:
+            from .history import policy_entropy
+
+            attrs = {"agent_id": agent_id}
+            sp.set_attribute("version", outcome.version or 0)
+            if outcome.run.episodes:
+                record(MEAN_REWARD, outcome.run.metrics["mean_reward"], attrs)
+            record(POLICY_ENTROPY, policy_entropy(outcome.probabilities), attrs)
+            if drift is not None:
+                from .drift import review
+
+                review(store, agent_id, outcome.version or 0, outcome.probabilities, drift, sp)
+        return outcome
+
+
+def _train_agent(
+    agent_id: str, store: Store, learner: Any, clock: Clock, max_batch: int, min_batch: int
+) -> TrainOutcome:
     started = clock.now()
     tagged = store.get_current_policy(agent_id)
     if tagged is None:
@@ -286,7 +401,8 @@ def train_agent(
         return TrainOutcome("invalid_policy", agent_id, reason=str(exc))
     materialise(store, current)
     if current.pinned:
-        return TrainOutcome("pinned", agent_id, current.version, reason="learning is paused for this agent")
+        reason = "learning is paused for this agent" + (f": {current.pin_reason}" if current.pin_reason else "")
+        return TrainOutcome("pinned", agent_id, current.version, reason=reason)
 
     rows = store.read_scores(agent_id, current.cursor, max_batch)
     if not rows:
@@ -295,6 +411,7 @@ def train_agent(
     actions: list[int] = []
     rewards: list[float] = []
     probs: list[float] = []
+    corrections: list[bool] = []
     rejected: list[Rejected] = []
     for row in rows:
         try:
@@ -307,23 +424,27 @@ def train_agent(
             rejected.append(Rejected(id=str(row.get("id")), error=str(exc)[:4000]))
             continue
         actions.append(index[score.action_id])
-        rewards.append(score.reward)
+        rewards.append(score.reward_delta if score.reward_delta is not None else score.reward)
         probs.append(score.probability)
+        corrections.append(score.is_correction)
     if rejected:
         log.error(
             "training %s: %d invalid score documents skipped (first: %s)", agent_id, len(rejected), rejected[0].error
         )
-    if 0 < len(actions) < min_batch and not rejected:
+    episodes = corrections.count(False)
+    if actions and episodes < min_batch and not rejected:
+        # Feedback corrections alone wait for new episodes: they are learned together with them.
         return TrainOutcome(
             "too_few_scores",
             agent_id,
             current.version,
-            reason=f"{len(actions)} new scores; training waits for {min_batch}",
+            reason=f"{episodes} new scores and {len(actions) - episodes} feedback corrections; "
+            f"training waits for {min_batch} new scores",
         )
 
     from .learner import Batch  # numpy only where training runs
 
-    batch = Batch.from_arrays(actions, rewards, probs, len(index))
+    batch = Batch.from_arrays(actions, rewards, probs, len(index), corrections)
     update = learner.update(current.logits, batch, current.temperature)
     logits = [float(x) for x in update.logits]
     new_version = current.version + 1
@@ -335,7 +456,7 @@ def train_agent(
         policy_version=new_version,
         cursor_from=current.cursor,
         cursor_to=cursor_to,
-        episodes=len(actions),
+        episodes=episodes,
         rejected=len(rejected),
         rejected_samples=rejected[:20],
         metrics=update.metrics,
@@ -343,6 +464,11 @@ def train_agent(
         started_at=started,
         finished_at=clock.now(),
     )
+    note = f"trained on {episodes} episodes"
+    if len(actions) > episodes:
+        note += f" and {len(actions) - episodes} feedback corrections"
+    if rejected:
+        note += f", skipped {len(rejected)} invalid"
     new_current = current.model_copy(
         update={
             "version": new_version,
@@ -352,7 +478,7 @@ def train_agent(
             "cursor": cursor_to,
             "run": run,
             "created_at": clock.now(),
-            "note": f"trained on {len(actions)} episodes" + (f", skipped {len(rejected)} invalid" if rejected else ""),
+            "note": note,
         }
     )
     new_current = PolicyDocument.from_dict(new_current.to_dict())  # re-validate the whole document
@@ -361,7 +487,9 @@ def train_agent(
     except ConcurrencyConflict as exc:
         return TrainOutcome("lost_race", agent_id, current.version, reason=str(exc))
     materialise(store, new_current)
-    return TrainOutcome("published", agent_id, new_version, run)
+    from .history import policy_probabilities
+
+    return TrainOutcome("published", agent_id, new_version, run, probabilities=policy_probabilities(new_current))
 
 
 def materialise(store: Store, current: PolicyDocument) -> None:
@@ -372,14 +500,22 @@ def materialise(store: Store, current: PolicyDocument) -> None:
 
 
 def train_all(
-    store: Store, learner: Any, *, clock: Clock = SYSTEM_CLOCK, max_batch: int = 10_000, min_batch: int = 1
+    store: Store,
+    learner: Any,
+    *,
+    clock: Clock = SYSTEM_CLOCK,
+    max_batch: int = 10_000,
+    min_batch: int = 1,
+    drift: Any = None,
 ) -> list[TrainOutcome]:
     """:func:`train_agent` for every agent with a policy; one agent's failure does not stop the rest."""
     outcomes = []
     for agent_id in store.list_agents():
         try:
             outcomes.append(
-                train_agent(agent_id, store, learner, clock=clock, max_batch=max_batch, min_batch=min_batch)
+                train_agent(
+                    agent_id, store, learner, clock=clock, max_batch=max_batch, min_batch=min_batch, drift=drift
+                )
             )
         except Exception as exc:
             log.exception("training %s failed", agent_id)

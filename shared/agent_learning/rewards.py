@@ -1,13 +1,27 @@
-"""Reward shaping: judge metrics + penalties → one reward in [−1, 1], with a version.
+"""Reward shaping: judge metrics + penalties (+ user feedback) → one reward in [−1, 1], versioned.
 
-Rule ``weighted-penalties/1``::
+Rule ``judges-feedback/2``. The judges' part (unchanged from ``weighted-penalties/1``)::
 
     n_m      = normalise(m, raw_m)                 each judge metric on [0, 1]
     weighted = Σ_m w_m n_m / Σ_m w_m               weights need not sum to 1
     penalty  = min(p_tool · failed_tool_calls, p_tool_max)
              + p_latency · min(1, (latency − budget) / budget)   if latency > budget
              + p_empty                                            if the output is empty
-    reward   = clip(weighted − penalty, −1, 1)
+    judged   = clip(weighted − penalty, −1, 1)
+
+User feedback (:class:`~agent_learning.documents.Feedback`: thumbs up = 1, thumbs down = 0,
+or a score in [0, 1]) is blended in with the weight ``w_f`` (``AGENT_LEARNING_FEEDBACK_WEIGHT``,
+0.5 by default)::
+
+    f̄        = mean of the episode's feedback values, one per source
+    reward   = judged                               without feedback
+             = clip((1 − w_f)·judged + w_f·f̄, −1, 1)   with feedback
+
+The weight in force is stored with every score (``reward_function.weights["feedback"]``), so
+feedback arriving later is blended with the weight the episode was scored under, whichever
+process applies it. Feedback never rewrites a score: it is applied through corrections that
+carry only the change of the reward, so it is learned exactly once (see
+:mod:`agent_learning.feedback`).
 
 Normalisation: ``intent_resolution`` is 1–5 → (raw − 1) / 4; ``task_adherence`` and
 ``task_completion`` are 0/1 → raw. A raw value outside its scale is an error, never clamped.
@@ -24,7 +38,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 
 from .documents import Episode, MetricScore, RewardInfo
@@ -42,7 +56,10 @@ SCALES: dict[str, tuple[float, float]] = {
     TASK_COMPLETION: (0.0, 1.0),
 }
 
-RULE = "weighted-penalties/1"
+RULE = "judges-feedback/2"
+FEEDBACK = "feedback"
+"""Key of the feedback weight in ``RewardInfo.weights`` and of f̄ in ``components``."""
+DEFAULT_FEEDBACK_WEIGHT = 0.5
 
 
 class MissingMetric(PermanentError):
@@ -74,6 +91,7 @@ class RewardConfig:
     latency_budget_ms: float = 30_000.0
     latency_penalty: float = 0.1
     empty_output_penalty: float = 0.5
+    feedback_weight: float = DEFAULT_FEEDBACK_WEIGHT
 
     def __post_init__(self) -> None:
         for name, value in asdict(self).items():
@@ -83,6 +101,8 @@ class RewardConfig:
             raise ValueError("reward weights w_intent, w_adherence and w_completion cannot all be 0")
         if self.latency_budget_ms <= 0:
             raise ValueError("reward setting latency_budget_ms must be > 0")
+        if self.feedback_weight > 1:
+            raise ValueError(f"reward setting feedback_weight must be in [0, 1], got {self.feedback_weight!r}")
 
     @property
     def weights(self) -> dict[str, float]:
@@ -90,7 +110,7 @@ class RewardConfig:
 
     @property
     def penalties(self) -> dict[str, float]:
-        return {k: v for k, v in asdict(self).items() if not k.startswith("w_")}
+        return {k: v for k, v in asdict(self).items() if not k.startswith("w_") and k != "feedback_weight"}
 
 
 class RewardFunction:
@@ -122,13 +142,45 @@ class RewardFunction:
         reward = max(-1.0, min(1.0, weighted - tool_pen - latency_pen - empty_pen))
         info = RewardInfo(
             version=self.version,
-            weights=weights,
+            weights={**weights, FEEDBACK: cfg.feedback_weight},
             penalties=cfg.penalties,
             components={
                 "weighted": weighted,
                 "tool_failures": -tool_pen,
                 "latency": -latency_pen,
                 "empty_output": -empty_pen,
+                "judged": reward,
             },
         )
         return reward, info
+
+
+def judged_reward(info: RewardInfo) -> float:
+    """The judges' part of a score's reward, from its stored components."""
+    if "judged" in info.components:
+        return info.components["judged"]
+    parts = ("weighted", "tool_failures", "latency", "empty_output")  # scores of rule weighted-penalties/1
+    return max(-1.0, min(1.0, math.fsum(info.components.get(p, 0.0) for p in parts)))
+
+
+def with_feedback(info: RewardInfo, values: Sequence[float]) -> tuple[float, RewardInfo]:
+    """The reward of a judged score once user feedback ``values`` (each in [0, 1]) is blended in.
+
+    Uses the feedback weight stored in ``info`` (the default for scores written before
+    feedback existed); returns the reward and the reward information to store with it.
+    """
+    judged = judged_reward(info)
+    weight = info.weights.get(FEEDBACK, DEFAULT_FEEDBACK_WEIGHT)
+    if not values:
+        return judged, info
+    if any(not (isinstance(v, int | float) and 0 <= v <= 1) for v in values):
+        raise ValueError(f"feedback values must be numbers in [0, 1], got {list(values)!r}")
+    mean = math.fsum(values) / len(values)
+    reward = max(-1.0, min(1.0, (1 - weight) * judged + weight * mean))
+    blended = info.model_copy(
+        update={
+            "weights": {**info.weights, FEEDBACK: weight},
+            "components": {**info.components, "judged": judged, FEEDBACK: mean, "feedback_count": float(len(values))},
+        }
+    )
+    return reward, blended

@@ -44,6 +44,7 @@ from typing import Any
 from ..documents import Episode, JudgeInfo, MetricScore
 from ..errors import ConfigurationError, PermanentError, TransientError
 from ..rewards import INTENT_RESOLUTION, TASK_ADHERENCE, TASK_COMPLETION
+from ..telemetry import SPAN_EVALUATOR, span
 from .base import InvalidJudgeOutput, Judge, Judgement, metric_from_output
 
 log = logging.getLogger(__name__)
@@ -220,6 +221,13 @@ class EvaluatorJudge(Judge):
     # ------------------------------------------------------------------ one metric
 
     async def _metric(self, metric: str, kwargs: Mapping[str, Any], episode_deadline: float) -> MetricScore:
+        name = type(self.evaluators[metric]).__name__
+        with span(SPAN_EVALUATOR, {"metric": metric, "evaluator": name}) as sp:
+            return await self._attempts(metric, kwargs, episode_deadline, sp)
+
+    async def _attempts(
+        self, metric: str, kwargs: Mapping[str, Any], episode_deadline: float, sp: Any
+    ) -> MetricScore:
         lim = self.limits
         loop = asyncio.get_running_loop()
         deadline = min(episode_deadline, loop.time() + lim.evaluator_deadline)
@@ -232,6 +240,7 @@ class EvaluatorJudge(Judge):
                 break
             with self.stats_lock:
                 self.attempts[metric] += 1
+            sp.set_attribute("attempts", attempt)
             retry_after: float | None = None
             try:
                 # A deep copy per attempt: the evaluators rewrite message lists in place.

@@ -20,6 +20,12 @@ Semantics every adapter keeps:
   by ``(seq, id)`` after a cursor, so a re-scored episode is never read twice.
 * ``replace_current_policy`` is compare-and-swap on the ETag; ``create_policy_version`` is
   create-only (an identical existing version is accepted, a different one conflicts).
+* Feedback: ``put_feedback`` creates or overwrites (the id is per episode and source).
+  ``mark_feedback_waiting`` leaves a marker in an episode's score slot when it has no score
+  yet; the first write of that score replaces the marker atomically and comes back with
+  ``feedback_pending=True``, so the scorer knows to apply the feedback. Markers are never
+  returned by ``get_score`` or ``read_scores``. This costs nothing for episodes without
+  feedback, and no feedback can slip between the scorer's write and the feedback's.
 """
 
 from __future__ import annotations
@@ -29,7 +35,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from ..documents import Episode, PolicyDocument, Score, ScoreCursor, TrainingRun
+from ..documents import Episode, Feedback, PolicyDocument, Score, ScoreCursor, TrainingRun
 
 RawDoc = dict[str, Any]
 
@@ -94,11 +100,13 @@ class Store(ABC):
     @abstractmethod
     def add_score(self, score: Score) -> Score:
         """Create the score of an episode; returns it with its ``seq``. Raises
-        :class:`ConcurrencyConflict` if the episode already has a score (the first stays)."""
+        :class:`ConcurrencyConflict` if the episode already has a score (the first stays).
+        A feedback marker is replaced; the result then has ``feedback_pending=True``."""
 
     @abstractmethod
     def put_score(self, score: Score) -> Score:
-        """Create or overwrite the score of an episode (re-scoring); keeps an existing ``seq``."""
+        """Create or overwrite the score of an episode (re-scoring); keeps an existing ``seq``
+        (a feedback marker is replaced as by :meth:`add_score`)."""
 
     @abstractmethod
     def get_score(self, episode_id: str) -> RawDoc | None:
@@ -110,6 +118,21 @@ class Store(ABC):
 
         Every returned item has an int ``seq`` and a str ``id`` even if the rest is invalid.
         """
+
+    # ------------------------------------------------------------------ feedback
+
+    @abstractmethod
+    def put_feedback(self, feedback: Feedback) -> None:
+        """Create or overwrite one feedback document (its id is per episode and source)."""
+
+    @abstractmethod
+    def list_feedback(self, episode_id: str) -> list[RawDoc]:
+        """Every feedback document of an episode, ordered by id."""
+
+    @abstractmethod
+    def mark_feedback_waiting(self, episode_id: str, agent_id: str) -> bool:
+        """If the episode has no score yet, leave a marker in its score slot and return True
+        (its scorer will apply the feedback); return False if the episode is scored."""
 
     # ------------------------------------------------------------------ policies
 

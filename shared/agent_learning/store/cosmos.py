@@ -15,6 +15,8 @@ policies      ``/agent_id``   every version of an agent together: the current do
                               version per training run stays far below the 20 GB cap
 runs          ``/agent_id``   as policies; also holds the local runner's checkpoints under
                               the reserved partition ``_checkpoints``
+feedback      ``/episode_id`` all feedback of one episode together (a handful of documents):
+                              listing it is a single-partition query
 leases        ``/id``         the change-feed trigger's leases (never touched here)
 ============  ==============  ==========================================================
 
@@ -25,6 +27,10 @@ written by another instance cannot land behind a cursor that has already passed 
 as writes finish within the settle window and instance clocks agree to within it (the
 defaults, 10 s and 60 s, leave a wide margin). Re-scoring keeps ``seq``; SQLite and the
 memory store assign ``seq`` atomically and need no window.
+
+Feedback markers are small documents of type ``feedback_marker`` at an episode's score id
+(without ``seq``, so the trainer's query never sees them); the score's create conflicts with
+one, and the marker is then replaced by the score with an ETag condition.
 """
 
 from __future__ import annotations
@@ -39,7 +45,7 @@ from azure.cosmos import ContainerProxy, CosmosClient, DatabaseProxy, PartitionK
 from azure.cosmos import exceptions as cosmos_errors
 
 from ..clock import SYSTEM_CLOCK, Clock
-from ..documents import Episode, PolicyDocument, Score, ScoreCursor, TrainingRun, policy_doc_id
+from ..documents import Episode, Feedback, PolicyDocument, Score, ScoreCursor, TrainingRun, policy_doc_id
 from ..errors import ConcurrencyConflict, TransientError
 from .base import NOT_MODIFIED, FeedPage, NotModified, RawDoc, Store, Tagged, same_document
 
@@ -82,7 +88,9 @@ CONTAINERS: dict[str, ContainerSpec] = {
     ),
     "policies": ContainerSpec("policies", "/agent_id"),
     "runs": ContainerSpec("runs", "/agent_id"),
+    "feedback": ContainerSpec("feedback", "/episode_id"),
 }
+MARKER = "feedback_marker"
 LEASES = ContainerSpec("leases", "/id")
 
 
@@ -239,7 +247,10 @@ class CosmosStore(Store):
         try:
             self._c["scores"].create_item(stored.to_dict(), timeout=self.write_timeout)
         except cosmos_errors.CosmosResourceExistsError:
-            raise ConcurrencyConflict(f"episode {score.id!r} already has a score") from None
+            replaced = self._replace_marker(score, None)
+            if replaced is None:
+                raise ConcurrencyConflict(f"episode {score.id!r} already has a score") from None
+            return replaced
         except cosmos_errors.CosmosHttpResponseError as exc:
             raise _translate(exc) from exc
         return stored
@@ -253,22 +264,42 @@ class CosmosStore(Store):
                     return self.add_score(score)
                 except ConcurrencyConflict:
                     continue  # created meanwhile: overwrite it, keeping its seq
+            if existing.get("type") == MARKER:
+                replaced = self._replace_marker(score, existing)
+                if replaced is not None:
+                    return replaced
+                continue
             stored = score.model_copy(update={"seq": existing.get("seq")})
-            try:
-                self._c["scores"].replace_item(
-                    score.id,
-                    stored.to_dict(),
-                    etag=existing["_etag"],
-                    match_condition=MatchConditions.IfNotModified,
-                    timeout=self.write_timeout,
-                )
+            if self._replace_if_unchanged(stored, existing["_etag"]):
                 return stored
-            except (cosmos_errors.CosmosAccessConditionFailedError, cosmos_errors.CosmosResourceNotFoundError):
-                continue  # changed meanwhile: read again
         raise TransientError(f"score {score.id!r} kept changing while it was being re-scored")
 
+    def _replace_marker(self, score: Score, existing: RawDoc | None) -> Score | None:
+        """Replace a feedback marker by ``score``; ``None`` if the slot holds a real score."""
+        if existing is None:
+            existing = self._c["scores"].read_item(score.id, partition_key=score.id)
+        if existing.get("type") != MARKER:
+            return None
+        stored = score.model_copy(update={"seq": self._next_seq(), "feedback_pending": True})
+        return stored if self._replace_if_unchanged(stored, existing["_etag"]) else None
+
+    def _replace_if_unchanged(self, score: Score, etag: str) -> bool:
+        """Replace a score document if its ETag is still ``etag``; False if it changed meanwhile."""
+        try:
+            self._c["scores"].replace_item(
+                score.id,
+                score.to_dict(),
+                etag=etag,
+                match_condition=MatchConditions.IfNotModified,
+                timeout=self.write_timeout,
+            )
+        except (cosmos_errors.CosmosAccessConditionFailedError, cosmos_errors.CosmosResourceNotFoundError):
+            return False
+        return True
+
     def get_score(self, episode_id: str) -> RawDoc | None:
-        return self._read("scores", episode_id, episode_id)
+        doc = self._read("scores", episode_id, episode_id)
+        return None if doc is None or doc.get("type") == MARKER else doc
 
     def read_scores(self, agent_id: str, after: ScoreCursor | None, limit: int) -> list[RawDoc]:
         if limit <= 0:
@@ -287,6 +318,34 @@ class CosmosStore(Store):
                 {"name": "@id", "value": sid},
             ],
         )
+
+    # ------------------------------------------------------------------ feedback
+
+    def put_feedback(self, feedback: Feedback) -> None:
+        try:
+            self._c["feedback"].upsert_item(feedback.to_dict())
+        except cosmos_errors.CosmosHttpResponseError as exc:
+            raise _translate(exc) from exc
+
+    def list_feedback(self, episode_id: str) -> list[RawDoc]:
+        rows = self._query(
+            "feedback",
+            "SELECT * FROM c WHERE c.episode_id = @episode",
+            [{"name": "@episode", "value": episode_id}],
+            partition_key=episode_id,
+        )
+        return sorted(rows, key=lambda d: str(d.get("id")))
+
+    def mark_feedback_waiting(self, episode_id: str, agent_id: str) -> bool:
+        marker = {"id": episode_id, "type": MARKER, "episode_id": episode_id, "agent_id": agent_id}
+        try:
+            self._c["scores"].create_item(marker, timeout=self.write_timeout)
+            return True
+        except cosmos_errors.CosmosResourceExistsError:
+            existing = self._read("scores", episode_id, episode_id)
+            return existing is not None and existing.get("type") == MARKER
+        except cosmos_errors.CosmosHttpResponseError as exc:
+            raise _translate(exc) from exc
 
     # ------------------------------------------------------------------ policies
 

@@ -6,7 +6,7 @@ import copy
 import threading
 import uuid
 
-from ..documents import Episode, PolicyDocument, Score, ScoreCursor, TrainingRun, policy_doc_id
+from ..documents import Episode, Feedback, PolicyDocument, Score, ScoreCursor, TrainingRun, policy_doc_id
 from ..errors import ConcurrencyConflict
 from .base import FeedPage, RawDoc, Store, Tagged, same_document
 
@@ -23,6 +23,8 @@ class MemoryStore(Store):
         self._policies: dict[str, Tagged] = {}
         self._runs: dict[str, RawDoc] = {}
         self._checkpoints: dict[str, str] = {}
+        self._feedback: dict[str, RawDoc] = {}
+        self._markers: set[str] = set()
 
     # episodes
     def add_episode(self, episode: Episode) -> None:
@@ -69,12 +71,16 @@ class MemoryStore(Store):
     def put_score(self, score: Score) -> Score:
         with self._lock:
             existing = self._scores.get(score.id)
+            update: dict[str, object] = {}
             if existing is not None and isinstance(existing.get("seq"), int):
-                seq = existing["seq"]
+                update["seq"] = existing["seq"]
             else:
-                seq = self._next_seq
+                update["seq"] = self._next_seq
                 self._next_seq += 1
-            stored = score.model_copy(update={"seq": seq})
+            if score.id in self._markers:
+                self._markers.discard(score.id)
+                update["feedback_pending"] = True
+            stored = score.model_copy(update=update)
             self._scores[score.id] = stored.to_dict()
             return stored
 
@@ -95,6 +101,23 @@ class MemoryStore(Store):
             ]
             rows.sort(key=lambda d: (d["seq"], d["id"]))
             return copy.deepcopy(rows[:limit])
+
+    # feedback
+    def put_feedback(self, feedback: Feedback) -> None:
+        with self._lock:
+            self._feedback[feedback.id] = feedback.to_dict()
+
+    def list_feedback(self, episode_id: str) -> list[RawDoc]:
+        with self._lock:
+            docs = [copy.deepcopy(d) for d in self._feedback.values() if d.get("episode_id") == episode_id]
+        return sorted(docs, key=lambda d: d["id"])
+
+    def mark_feedback_waiting(self, episode_id: str, agent_id: str) -> bool:
+        with self._lock:
+            if episode_id in self._scores:
+                return False
+            self._markers.add(episode_id)
+            return True
 
     # policies
     def get_current_policy(self, agent_id: str) -> Tagged | None:

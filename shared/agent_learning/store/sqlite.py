@@ -17,7 +17,7 @@ from collections.abc import Iterator
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 from pathlib import Path
 
-from ..documents import Episode, PolicyDocument, Score, ScoreCursor, TrainingRun, policy_doc_id
+from ..documents import Episode, Feedback, PolicyDocument, Score, ScoreCursor, TrainingRun, policy_doc_id
 from ..errors import ConcurrencyConflict
 from .base import FeedPage, RawDoc, Store, Tagged, same_document
 
@@ -52,6 +52,15 @@ CREATE TABLE IF NOT EXISTS runs (
     doc TEXT NOT NULL
 );
 CREATE INDEX IF NOT EXISTS runs_agent ON runs (agent_id, policy_version);
+CREATE TABLE IF NOT EXISTS feedback (
+    id TEXT PRIMARY KEY,
+    episode_id TEXT NOT NULL,
+    doc TEXT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS feedback_episode ON feedback (episode_id, id);
+CREATE TABLE IF NOT EXISTS feedback_markers (
+    id TEXT PRIMARY KEY
+);
 CREATE TABLE IF NOT EXISTS checkpoints (
     name TEXT PRIMARY KEY,
     value TEXT NOT NULL
@@ -185,6 +194,8 @@ class SQLiteStore(Store):
             row = conn.execute("SELECT seq FROM scores WHERE id = ?", (score.id,)).fetchone()
             if row is not None and not overwrite:
                 raise ConcurrencyConflict(f"episode {score.id!r} already has a score")
+            if conn.execute("DELETE FROM feedback_markers WHERE id = ?", (score.id,)).rowcount:
+                score = score.model_copy(update={"feedback_pending": True})
             if row is not None:
                 stored = score.model_copy(update={"seq": row[0]})
                 conn.execute(
@@ -231,6 +242,26 @@ class SQLiteStore(Store):
                 "INSERT OR REPLACE INTO scores (id, agent_id, seq, doc) VALUES (?, ?, ?, ?)",
                 (str(doc["id"]), str(doc["agent_id"]), top + 1, json.dumps(doc)),
             )
+
+    # ------------------------------------------------------------------ feedback
+
+    def put_feedback(self, feedback: Feedback) -> None:
+        with self._tx() as conn:
+            conn.execute(
+                "INSERT OR REPLACE INTO feedback (id, episode_id, doc) VALUES (?, ?, ?)",
+                (feedback.id, feedback.episode_id, feedback.to_json()),
+            )
+
+    def list_feedback(self, episode_id: str) -> list[RawDoc]:
+        rows = self._query("SELECT doc FROM feedback WHERE episode_id = ? ORDER BY id", (episode_id,))
+        return [json.loads(r[0]) for r in rows]  # type: ignore[arg-type]
+
+    def mark_feedback_waiting(self, episode_id: str, agent_id: str) -> bool:
+        with self._tx() as conn:
+            if conn.execute("SELECT 1 FROM scores WHERE id = ?", (episode_id,)).fetchone():
+                return False
+            conn.execute("INSERT OR IGNORE INTO feedback_markers (id) VALUES (?)", (episode_id,))
+            return True
 
     # ------------------------------------------------------------------ policies
 

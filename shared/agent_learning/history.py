@@ -1,0 +1,65 @@
+"""An agent's policy over its versions: probabilities, mean reward and entropy per version.
+
+Read from the immutable version documents, each of which embeds the training run that
+produced it; the CLI's ``policy history`` and ``report`` and the demo's chart use it.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+from .documents import PolicyDocument
+from .policy import mix_floor, softmax
+
+
+@dataclass
+class AgentHistory:
+    """One agent's policy over its versions."""
+
+    agent_id: str
+    action_ids: list[str]
+    versions: list[int] = field(default_factory=list)
+    probabilities: list[list[float]] = field(default_factory=list)
+    mean_reward: list[float | None] = field(default_factory=list)
+    entropy: list[float | None] = field(default_factory=list)
+    expected_rewards: dict[str, float] = field(default_factory=dict)
+    documents: list[PolicyDocument] = field(default_factory=list)
+
+    @property
+    def best_action(self) -> str:
+        return max(self.expected_rewards, key=self.expected_rewards.__getitem__)
+
+    @property
+    def final(self) -> dict[str, float]:
+        return dict(zip(self.action_ids, self.probabilities[-1], strict=True))
+
+
+def policy_probabilities(doc: PolicyDocument) -> list[float]:
+    """π(a) of every action of a policy document, exploration floor included."""
+    return mix_floor(softmax(doc.logits, doc.temperature), doc.exploration_floor)
+
+
+def policy_entropy(probabilities: list[float]) -> float:
+    """Entropy in nats."""
+    return -math.fsum(p * math.log(p) for p in probabilities if p > 0)
+
+
+def history(store: Any, agent_id: str) -> AgentHistory:
+    """Probabilities, mean reward and entropy of every version of an agent's policy.
+
+    The mean reward of a version is that of the batch its training run learned from (none
+    for ``init`` and ``rollback`` versions); the entropy is that of the policy agents draw
+    from, exploration floor included.
+    """
+    docs = [PolicyDocument.from_dict(d) for d in store.list_policy_versions(agent_id)]
+    h = AgentHistory(agent_id, docs[0].action_ids if docs else [])
+    for doc in docs:
+        probs = policy_probabilities(doc)
+        h.versions.append(doc.version)
+        h.probabilities.append(probs)
+        h.mean_reward.append(doc.run.metrics.get("mean_reward") if doc.run and doc.run.episodes else None)
+        h.entropy.append(policy_entropy(probs))
+        h.documents.append(doc)
+    return h

@@ -1,0 +1,84 @@
+"""``agent-learn report``: the policy charts as a PNG and as a self-contained HTML page.
+
+Both show the same figure (:func:`agent_learning.plots.history_figure`): action probabilities
+over versions, mean reward and entropy per version, one row per agent. The page embeds the
+PNG as a data URI and adds a table of every version, so it needs no network and no other
+file.
+"""
+
+from __future__ import annotations
+
+import base64
+import html
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+
+from .history import AgentHistory
+from .plots import close, history_figure, png_bytes
+
+CSS = """
+body { font-family: system-ui, sans-serif; margin: 2em; color: #222; }
+table { border-collapse: collapse; margin: 1em 0 2em; font-size: 0.85em; }
+th, td { border: 1px solid #ccc; padding: 0.25em 0.6em; text-align: right; }
+th:first-child, td:first-child { text-align: left; }
+img { max-width: 100%; }
+"""
+
+
+@dataclass(frozen=True)
+class ReportFiles:
+    png: Path
+    html: Path
+    series: dict[str, list[int]]
+    """Lines per panel and agent (probabilities, mean reward, entropy)."""
+
+
+def write_report(
+    histories: Sequence[AgentHistory], png_path: str | Path, html_path: str | Path, title: str = "agent-learning"
+) -> ReportFiles:
+    """Write the PNG and the HTML page; returns where, and how many series each panel holds."""
+    fig = history_figure(histories, title)
+    try:
+        png = png_bytes(fig)
+        series = {h.agent_id: [len(ax.get_lines()) for ax in fig.axes[3 * i : 3 * i + 3]]
+                  for i, h in enumerate(histories)}
+    finally:
+        close(fig)
+    png_out, html_out = Path(png_path), Path(html_path)
+    for out in (png_out, html_out):
+        out.parent.mkdir(parents=True, exist_ok=True)
+    png_out.write_bytes(png)
+    html_out.write_text(render_html(histories, png, title), encoding="utf-8")
+    return ReportFiles(png_out, html_out, series)
+
+
+def render_html(histories: Sequence[AgentHistory], png: bytes, title: str) -> str:
+    """The page: the chart as a data URI and one table of versions per agent."""
+    esc = html.escape
+    parts = [
+        "<!doctype html>",
+        '<html lang="en"><head><meta charset="utf-8">',
+        f"<title>{esc(title)}</title><style>{CSS}</style></head><body>",
+        f"<h1>{esc(title)}</h1>",
+        f"<p>Generated {datetime.now(UTC).strftime('%Y-%m-%d %H:%M UTC')}.</p>",
+        f'<img alt="action probabilities, mean reward and entropy per policy version" '
+        f'src="data:image/png;base64,{base64.b64encode(png).decode()}">',
+    ]
+    for h in histories:
+        parts.append(f"<h2>{esc(h.agent_id)}</h2><table><tr><th>version</th><th>source</th>")
+        parts.extend(f"<th>{esc(a)}</th>" for a in h.action_ids)
+        parts.append("<th>mean reward</th><th>entropy</th></tr>")
+        for i, version in enumerate(h.versions):
+            source = h.documents[i].source if i < len(h.documents) else ""
+            reward = h.mean_reward[i]
+            entropy = h.entropy[i]
+            cells = [f"<td>{version}</td><td>{esc(source)}</td>"]
+            cells.extend(f"<td>{p:.3f}</td>" for p in h.probabilities[i])
+            cells.append(f"<td>{'' if reward is None else f'{reward:.3f}'}</td>")
+            cells.append(f"<td>{'' if entropy is None else f'{entropy:.3f}'}</td>")
+            parts.append("<tr>" + "".join(cells) + "</tr>")
+        parts.append("</table>")
+    parts.append("</body></html>")
+    return "\n".join(parts)

@@ -1,0 +1,205 @@
+"""Rollback, pin/unpin and the exploration-collapse and reward-drop warnings, on every store."""
+
+from __future__ import annotations
+
+import math
+import random
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from factories import make_policy_doc
+
+from agent_learning.admin import rollback, set_pinned
+from agent_learning.clock import ManualClock
+from agent_learning.documents import PolicyDocument
+from agent_learning.drift import DriftConfig, assess
+from agent_learning.errors import ConcurrencyConflict, NotFound
+from agent_learning.judges.offline import OfflineJudge
+from agent_learning.learner import Reinforce
+from agent_learning.local import LocalPipeline
+from agent_learning.pipeline import create_policy, load_current
+from agent_learning.policy import SoftmaxPolicy
+from agent_learning.queue.sqlite import SQLiteQueue
+from agent_learning.rewards import RewardFunction
+from agent_learning.simulate import math_tutor
+from agent_learning.store import MemoryStore, SQLiteStore, Store
+
+AGENT = "math-tutor"
+
+
+@pytest.fixture(params=["memory", "sqlite", "cosmos"])
+def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Store]:
+    if request.param == "cosmos":
+        from agent_learning.store.cosmos import CosmosStore
+
+        s: Store = CosmosStore(request.getfixturevalue("cosmos_database"), settle_seconds=0)
+        s.ensure_containers()  # type: ignore[attr-defined]
+    else:
+        s = MemoryStore() if request.param == "memory" else SQLiteStore(tmp_path / "store.db")
+    yield s
+    s.close()
+
+
+class Agent:
+    """A simulated agent learning through the embedded runner on the given store."""
+
+    def __init__(self, store: Store, tmp_path: Path, drift: DriftConfig | None = None) -> None:
+        self.clock = ManualClock()
+        self.scenario = math_tutor(AGENT)
+        self.rng = random.Random(5)
+        self.store = store
+        self.pipeline = LocalPipeline(store, SQLiteQueue(":memory:", clock=self.clock), OfflineJudge(),
+                                      RewardFunction(), Reinforce(), clock=self.clock, drift=drift)
+        create_policy(store, SoftmaxPolicy.from_actions(AGENT, self.scenario.actions, exploration_floor=0.01)
+                      .to_document(created_at=self.clock.now()))
+
+    def round(self, n: int = 30) -> Any:
+        policy = SoftmaxPolicy.from_document(load_current(self.store, AGENT), rng=self.rng)  # type: ignore[arg-type]
+        for _ in range(n):
+            self.scenario.run_episode(self.store, policy.choose(), self.rng, self.clock)
+        self.clock.advance(60)
+        return self.pipeline.run_once()
+
+
+def test_rollback_publishes_the_old_logits_as_a_new_version_and_keeps_history(store: Store, tmp_path: Path) -> None:
+    agent = Agent(store, tmp_path)
+    for _ in range(3):
+        agent.round()
+    before = load_current(store, AGENT)
+    assert before is not None and before.version == 4
+    history_before = store.list_policy_versions(AGENT)
+
+    change = rollback(store, AGENT, 2, clock=agent.clock, note="v3 answers too long")
+    new = change.policy
+    v2 = PolicyDocument.from_dict(store.get_policy_version(AGENT, 2))
+    assert change.changed and new.version == 5 and new.source == "rollback" and new.parent_version == 2
+    assert new.logits == v2.logits and new.cursor == before.cursor and new.run is None
+    assert "v3 answers too long" in new.note
+    versions = store.list_policy_versions(AGENT)
+    assert versions[:4] == history_before  # history is never rewritten
+    assert [v["version"] for v in versions] == [1, 2, 3, 4, 5] and versions[4]["logits"] == v2.logits
+
+    again = rollback(store, AGENT, 2, clock=agent.clock)
+    assert not again.changed and load_current(store, AGENT).version == 5  # type: ignore[union-attr]
+
+    report = agent.round()  # training goes on from the rolled-back logits, from the same cursor
+    assert [t.status for t in report.trained] == ["published"]
+    trained = load_current(store, AGENT)
+    assert trained is not None and trained.version == 6 and trained.run is not None
+    assert trained.run.base_version == 5 and trained.run.cursor_from == before.cursor
+
+
+def test_rollback_rejects_unknown_and_current_versions(store: Store, tmp_path: Path) -> None:
+    agent = Agent(store, tmp_path)
+    agent.round()
+    with pytest.raises(NotFound, match=r"VERSION: .*no version 9 .*versions 1 to 2"):
+        rollback(store, AGENT, 9)
+    with pytest.raises(ValueError, match="VERSION: v2 is the current version"):
+        rollback(store, AGENT, 2)
+    with pytest.raises(NotFound, match="agent_id"):
+        rollback(store, "nobody", 1)
+
+
+def test_pin_freezes_learning_and_unpin_learns_what_arrived_meanwhile(store: Store, tmp_path: Path) -> None:
+    agent = Agent(store, tmp_path)
+    agent.round()
+    pinned = set_pinned(store, AGENT, True, "investigating a complaint")
+    assert pinned.changed and pinned.policy.pinned and pinned.policy.version == 2
+    assert not set_pinned(store, AGENT, True).changed  # idempotent
+    cursor = pinned.policy.cursor
+    report = agent.round(20)
+    assert [t.status for t in report.trained] == ["pinned"]
+    assert "investigating a complaint" in report.trained[0].reason
+    current = load_current(store, AGENT)
+    assert current is not None and (current.version, current.cursor, current.pinned) == (2, cursor, True)
+    assert store.get_policy_version(AGENT, 2)["pinned"] is False  # type: ignore[index]  # versions are never pinned
+
+    unpinned = set_pinned(store, AGENT, False)
+    assert unpinned.changed and not unpinned.policy.pinned and unpinned.policy.pin_reason == ""
+    trained = agent.pipeline.train()
+    assert [t.status for t in trained] == ["published"] and trained[0].run is not None
+    assert trained[0].run.episodes == 20 and trained[0].run.cursor_from == cursor
+    assert not set_pinned(store, AGENT, False).changed
+
+
+def test_an_intervention_retries_when_a_trainer_publishes_in_between(tmp_path: Path) -> None:
+    store = MemoryStore()
+    agent = Agent(store, tmp_path)
+    agent.round()
+    policy = SoftmaxPolicy.from_document(load_current(store, AGENT), rng=agent.rng)  # type: ignore[arg-type]
+    for _ in range(10):
+        agent.scenario.run_episode(store, policy.choose(), agent.rng, agent.clock)
+    agent.pipeline.pump()
+    agent.pipeline.score_pending()  # scored, not yet trained
+    original = store.replace_current_policy
+    raced: list[bool] = []
+
+    def racing(doc: PolicyDocument, etag: str | None) -> str:
+        if not raced:  # a trainer publishes v3 between our read of v2 and our swap
+            raced.append(True)
+            assert [t.status for t in agent.pipeline.train()] == ["published"]
+        return original(doc, etag)
+
+    store.replace_current_policy = racing  # type: ignore[method-assign]
+    change = set_pinned(store, AGENT, True)
+    assert raced and change.changed
+    current = load_current(store, AGENT)
+    assert current is not None and current.pinned and current.version == 3  # pinned the trainer's v3
+
+    store.replace_current_policy = lambda doc, etag: (_ for _ in ()).throw(ConcurrencyConflict("stale"))  # type: ignore[method-assign]
+    with pytest.raises(ConcurrencyConflict, match="kept changing"):
+        set_pinned(store, AGENT, False)
+
+
+# --------------------------------------------------------------------------- warnings
+
+
+def test_assess_warns_on_a_sharp_reward_drop() -> None:
+    config = DriftConfig(reward_drop=0.25)
+    (w,) = assess("a", 7, [0.5, 0.8, 0.8], entropy=1.0, n_actions=4, config=config)
+    assert w.kind == "reward_drop" and "0.300" in w.message and "v7" in w.message
+    assert assess("a", 7, [0.6, 0.8], 1.0, 4, config) == []  # a drop of 0.2 is within the noise allowed
+    assert assess("a", 2, [0.1], 1.0, 4, config) == []  # nothing to compare with
+
+
+def test_assess_warns_on_collapse_only_when_reward_falls_too() -> None:
+    config = DriftConfig(collapse_entropy=0.1, collapse_reward_fall=0.1, reward_drop=0.5)
+    collapsed = 0.05 * math.log(4)
+    (w,) = assess("a", 9, [0.6, 0.75, 0.72, 0.78, 0.1], collapsed, 4, config)  # window: the 3 runs before
+    assert w.kind == "exploration_collapse" and "stopped exploring" in w.message
+    assert assess("a", 9, [0.74, 0.75, 0.72, 0.78], collapsed, 4, config) == []  # converged, reward steady
+    assert assess("a", 9, [0.6, 0.75, 0.72, 0.78], 0.5 * math.log(4), 4, config) == []  # still exploring
+
+
+def test_a_warning_pins_the_agent_when_auto_pin_is_on(store: Store, tmp_path: Path, caplog: Any) -> None:
+    agent = Agent(store, tmp_path, drift=DriftConfig(reward_drop=0.2, auto_pin=True))
+    agent.round()
+    agent.round()
+    # The judge turns harsh: every later episode gets a much lower reward.
+    agent.pipeline.scorer.reward = HarshReward(agent.pipeline.scorer.reward)
+    with caplog.at_level("WARNING", logger="agent_learning.drift"):
+        report = agent.round()
+    assert [t.status for t in report.trained] == ["published"]
+    assert any("reward_drop" in r.getMessage() for r in caplog.records)
+    current = load_current(store, AGENT)
+    assert current is not None and current.pinned and "mean reward dropped" in current.pin_reason
+    assert [t.status for t in agent.round().trained] == ["pinned"]
+
+
+class HarshReward:
+    def __init__(self, inner: RewardFunction) -> None:
+        self.inner = inner
+
+    def __call__(self, metrics: Any, episode: Any) -> Any:
+        reward, info = self.inner(metrics, episode)
+        return max(-1.0, reward - 0.6), info
+
+
+def test_pinned_reason_is_kept_off_version_documents() -> None:
+    doc = make_policy_doc(kind="current", pinned=True, pin_reason="why")
+    version = doc.as_kind("version")
+    assert (version.pinned, version.pin_reason) == (False, "")
+    with pytest.raises(ValueError, match="pinned"):
+        make_policy_doc(pin_reason="why")

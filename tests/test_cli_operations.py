@@ -1,0 +1,261 @@
+"""Every operations command of ``agent-learn`` on the embedded store and on Cosmos DB (the real
+azure-cosmos SDK against the local Cosmos server), chosen by configuration as in production;
+``dlq`` also against Service Bus (the real azure-servicebus SDK against the AMQP test broker)."""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import struct
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from click.testing import CliRunner, Result
+
+from agent_learning.cli import main
+from agent_learning.clock import ManualClock
+from agent_learning.config import load_settings
+from agent_learning.local import open_local
+from agent_learning.pipeline import load_current
+from agent_learning.policy import SoftmaxPolicy
+from agent_learning.queue.base import OutgoingMessage
+from agent_learning.simulate import math_tutor
+
+AGENT = "math-tutor"
+ACTIONS = ["direct", "step-by-step", "calculator", "few-shot"]
+
+
+@pytest.fixture(autouse=True)
+def clean_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in list(os.environ):
+        if name.startswith("AGENT_LEARNING_") or name.startswith("CosmosDBConnection") or name == "COLUMNS":
+            monkeypatch.delenv(name)
+
+
+def cli(*args: str) -> Result:
+    return CliRunner().invoke(main, list(args))
+
+
+def ok(*args: str) -> Result:
+    result = cli(*args)
+    assert result.exit_code == 0, (args, result.output)
+    return result
+
+
+def as_json(*args: str) -> Any:
+    return json.loads(ok(*args, "--json").stdout)
+
+
+class Deployment:
+    """Settings in the environment, a policy made with the CLI, and three trained versions."""
+
+    def __init__(self, kind: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, request: Any) -> None:
+        monkeypatch.setenv("AGENT_LEARNING_SQLITE_PATH", str(tmp_path / "local.db"))
+        self.kind = kind
+        self.cleanup: Any = None
+        if kind == "cosmos":
+            from cosmos_fixture import CLIENT_KWARGS
+
+            from agent_learning.store.cosmos import CosmosStore
+
+            server = request.getfixturevalue("cosmos_server")
+            database = f"cli-{uuid.uuid4().hex[:8]}"
+            setup = CosmosStore.connect(server.endpoint, database, key=server.key, create_containers=True,
+                                        client_kwargs=CLIENT_KWARGS)
+            for name, value in {"STORE": "cosmos", "COSMOS_ENDPOINT": server.endpoint, "COSMOS_KEY": server.key,
+                                "COSMOS_DATABASE": database, "SCORE_SETTLE_SECONDS": "0"}.items():
+                monkeypatch.setenv(f"AGENT_LEARNING_{name}", value)
+
+            def cleanup() -> None:
+                setup._client.delete_database(database)  # type: ignore[union-attr]
+                setup.close()
+
+            self.cleanup = cleanup
+        actions = tmp_path / "actions.json"
+        actions.write_text(json.dumps(ACTIONS))
+        ok("init-policy", "--agent-id", AGENT, "--actions", str(actions), "--exploration-floor", "0.01")
+        self.pipeline = open_local(load_settings())
+        self.clock, self.rng, self.scenario = ManualClock(), random.Random(3), math_tutor(AGENT)
+        self.episodes: list[str] = []
+        for _ in range(3):
+            self.round()
+
+    def round(self, n: int = 20) -> Any:
+        policy = SoftmaxPolicy.from_document(load_current(self.pipeline.store, AGENT), rng=self.rng)  # type: ignore[arg-type]
+        for _ in range(n):
+            self.episodes.append(self.scenario.run_episode(self.pipeline.store, policy.choose(), self.rng,
+                                                           self.clock).id)
+        return self.pipeline.run_once()
+
+    def close(self) -> None:
+        self.pipeline.store.close()
+        self.pipeline.queue.close()
+        if self.cleanup:
+            self.cleanup()
+
+
+@pytest.fixture(params=["sqlite", "cosmos"])
+def deployment(request: pytest.FixtureRequest, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Deployment]:
+    d = Deployment(request.param, tmp_path, monkeypatch, request)
+    yield d
+    d.close()
+
+
+def test_policy_show_and_history(deployment: Deployment) -> None:
+    doc = as_json("policy", "show", "--agent-id", AGENT)
+    assert doc["version"] == 4 and doc["kind"] == "current" and doc["source"] == "train"
+    assert json.loads(ok("policy", "--agent-id", AGENT, "--json").stdout) == doc  # the old form still works
+    table = ok("policy", "show", "--agent-id", AGENT).stdout
+    assert f"{AGENT} v4 (train)" in table and "few-shot" in table and "last run" in table
+
+    history = as_json("policy", "history", "--agent-id", AGENT)
+    assert [h["version"] for h in history] == [1, 2, 3, 4]
+    assert [h["source"] for h in history] == ["init", "train", "train", "train"]
+    assert history[0]["mean_reward"] is None and history[0]["run"] is None
+    for h in history:
+        assert list(h["probabilities"]) == ACTIONS and sum(h["probabilities"].values()) == pytest.approx(1, abs=1e-5)
+    for h in history[1:]:
+        assert h["run"] == f"{AGENT}:run:v{h['version']}" and h["episodes"] == 20 and 0 < h["mean_reward"] <= 1
+    assert history[0]["entropy"] == pytest.approx(1.386, abs=1e-3)  # uniform over 4 actions
+    assert as_json("policy", "history", "--agent-id", AGENT, "--limit", "2") == history[-2:]
+    text = ok("policy", "history", "--agent-id", AGENT).stdout
+    assert "4 policy versions" in text and "run:v4" in text
+
+
+def test_rollback_pin_and_unpin(deployment: Deployment) -> None:
+    v2 = as_json("policy", "history", "--agent-id", AGENT)[1]
+    rolled = as_json("policy", "rollback", "--agent-id", AGENT, "2", "--note", "v3 regressed")
+    assert rolled["changed"] and rolled["policy"]["version"] == 5 and rolled["policy"]["source"] == "rollback"
+    assert as_json("policy", "history", "--agent-id", AGENT)[-1]["probabilities"] == v2["probabilities"]
+    assert "already a rollback to v2" in ok("policy", "rollback", "--agent-id", AGENT, "2").stdout
+    assert [h["version"] for h in as_json("policy", "history", "--agent-id", AGENT)] == [1, 2, 3, 4, 5]
+
+    missing = cli("policy", "rollback", "--agent-id", AGENT, "9")
+    assert missing.exit_code == 2 and "no version 9" in missing.stderr and "VERSION" in missing.stderr
+
+    assert "is pinned" in ok("policy", "pin", "--agent-id", AGENT, "--reason", "checking complaints").stdout
+    assert "already pinned" in ok("policy", "pin", "--agent-id", AGENT).stdout
+    shown = ok("policy", "show", "--agent-id", AGENT).stdout
+    assert "pinned" in shown and "checking complaints" in shown
+    assert [t.status for t in deployment.round().trained] == ["pinned"]
+    trained = json.loads(ok("train", "--json").stdout)
+    assert trained["training"][0]["status"] == "pinned"
+    assert "unpinned" in ok("policy", "unpin", "--agent-id", AGENT).stdout
+    trained = json.loads(ok("train", "--json").stdout)
+    assert trained["training"] == [{"agent_id": AGENT, "status": "published", "version": 6, "reason": ""}]
+
+
+def test_runs_list_and_show(deployment: Deployment) -> None:
+    runs = as_json("runs", "list", "--agent-id", AGENT)
+    assert [r["id"] for r in runs] == [f"{AGENT}:run:v{v}" for v in (4, 3, 2)]
+    assert as_json("runs", "list", "--agent-id", AGENT, "--limit", "1") == runs[:1]
+    run = as_json("runs", "show", f"{AGENT}:run:v3")
+    assert run == runs[1] and run["episodes"] == 20 and run["cursor_to"]["seq"] > run["cursor_from"]["seq"]
+    assert "run:v3" in ok("runs", "list", "--agent-id", AGENT).stdout
+    assert "metrics.mean_reward" in ok("runs", "show", f"{AGENT}:run:v3").stdout
+    bad = cli("runs", "show", "v3")
+    assert bad.exit_code == 2 and "RUN_ID" in bad.stderr and ":run:v" in bad.stderr
+    gone = cli("runs", "show", f"{AGENT}:run:v99")
+    assert gone.exit_code == 2 and "no run" in gone.stderr
+
+
+def test_episodes_list_show_and_feedback(deployment: Deployment) -> None:
+    listed = as_json("episodes", "list", "--agent-id", AGENT, "--limit", "5")
+    assert len(listed) == 5 and all(e["agent_id"] == AGENT and e["reward"] is not None for e in listed)
+    assert {e["id"] for e in listed} <= set(deployment.episodes)
+    eid = listed[0]["id"]
+    shown = as_json("episodes", "show", eid)
+    assert shown["episode"]["id"] == eid and len(shown["scores"]) == 1 and shown["feedback"] == []
+    metrics = shown["scores"][0]["metrics"]
+    assert set(metrics) == {"intent_resolution", "task_adherence", "task_completion"}
+    assert all(m["reason"] for m in metrics.values())  # the judges' reasons are shown
+
+    result = as_json("feedback", eid, "--down", "--comment", "wrong answer")
+    assert result["status"] == "corrected" and result["correction_id"] == f"{eid}:r1"
+    assert as_json("feedback", eid, "--down", "--comment", "wrong answer")["status"] == "unchanged"
+    shown = as_json("episodes", "show", eid)
+    assert [s["revision"] for s in shown["scores"]] == [0, 1]
+    assert shown["feedback"][0]["comment"] == "wrong answer" and shown["feedback"][0]["value"] == 0.0
+    text = ok("episodes", "show", eid).stdout
+    assert "correction r1" in text and "feedback from user: thumb down" in text and "intent_resolution" in text
+    row = next(e for e in as_json("episodes", "list", "--agent-id", AGENT) if e["id"] == eid)
+    assert row["corrections"] == 1 and row["reward"] == pytest.approx(shown["scores"][1]["reward"])
+
+    assert cli("feedback", eid).exit_code == 2  # neither --up, --down nor --score
+    unknown = cli("feedback", "no-such-episode", "--up")
+    assert unknown.exit_code == 2 and "does not exist" in unknown.stderr
+    bad = cli("feedback", eid, "--score", "3")
+    assert bad.exit_code == 2 and "score" in bad.stderr
+    missing = cli("episodes", "show", "no-such-episode")
+    assert missing.exit_code == 2 and "EPISODE_ID" in missing.stderr
+
+
+def test_dlq_list_and_replay_on_the_embedded_queue(deployment: Deployment) -> None:
+    deployment.pipeline.queue.send([OutgoingMessage("ghost-1", json.dumps({"episode_id": "ghost-1"}))])
+    assert deployment.pipeline.score_pending() == {"dead_letter": 1}
+    (dead,) = as_json("dlq", "list")
+    assert dead["message_id"] == "ghost-1" and dead["reason"] == "EpisodeNotFound" and "ghost-1" in dead["body"]
+    assert "EpisodeNotFound" in ok("dlq", "list").stdout
+    refused = cli("dlq", "replay")
+    assert refused.exit_code == 2 and "--all" in refused.stderr
+    assert as_json("dlq", "replay", "--id", "ghost-1") == {"replayed": 1}
+    assert as_json("dlq", "list") == []
+    assert deployment.pipeline.queue.counts().active == 1
+
+
+def test_report_writes_a_png_and_an_html_page(deployment: Deployment, tmp_path: Path) -> None:
+    png, html = tmp_path / "out" / "report.png", tmp_path / "out" / "report.html"
+    summary = as_json("report", "--png", str(png), "--html", str(html))
+    assert summary["agents"] == {AGENT: {"versions": 4, "series": [4, 1, 1]}}
+    data = png.read_bytes()
+    assert data[:8] == b"\x89PNG\r\n\x1a\n" and struct.unpack(">II", data[16:24])[0] > 800
+    page = html.read_text()
+    assert page.startswith("<!doctype html>") and "data:image/png;base64," in page and "http" not in page
+    assert page.count("<tr>") == 5 and "few-shot" in page  # a header and one row per version
+    text = ok("report", "--agent-id", AGENT, "--png", str(png), "--html", str(html)).stdout
+    assert "wrote" in text and "[4, 1, 1]" in text
+    nobody = cli("report", "--agent-id", "nobody", "--png", str(png), "--html", str(html))
+    assert nobody.exit_code == 2 and "nobody" in nobody.stderr and AGENT in nobody.stderr
+
+
+def test_unknown_agent_errors_name_the_option_and_list_the_agents(deployment: Deployment) -> None:
+    for command in (["policy", "show"], ["policy", "history"], ["policy", "pin"], ["runs", "list"]):
+        result = cli(*command, "--agent-id", "ghost")
+        assert result.exit_code == 2, command
+        assert "--agent-id: 'ghost' has no policy" in result.stderr and AGENT in result.stderr
+
+
+def test_dlq_list_and_replay_on_service_bus(amqp_broker: Any, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    from agent_learning.queue.servicebus import ServiceBusQueue
+
+    amqp_broker.queue("score-episodes", max_delivery_count=3, lock_duration=30.0)
+    monkeypatch.setenv("AGENT_LEARNING_QUEUE", "servicebus")
+    monkeypatch.setenv("AGENT_LEARNING_SERVICEBUS_CONNECTION_STRING", amqp_broker.connection_string)
+    queue = ServiceBusQueue.from_connection_string(amqp_broker.connection_string, "score-episodes", max_wait_time=1)
+    try:
+        queue.send([OutgoingMessage(f"ep-{i}", json.dumps({"episode_id": f"ep-{i}"})) for i in range(3)])
+        received = []
+        while len(received) < 3:
+            received.extend(queue.receive(3))
+        for m in received:
+            queue.dead_letter(m, "InvalidEpisode", f"{m.message_id}: probability: must be in (0, 1]")
+        dead = as_json("dlq", "list")
+        assert [d["message_id"] for d in dead] == ["ep-0", "ep-1", "ep-2"]
+        assert dead[1]["reason"] == "InvalidEpisode" and "probability" in dead[1]["description"]
+        assert as_json("dlq", "replay", "--id", "ep-1") == {"replayed": 1}
+        assert [d["message_id"] for d in as_json("dlq", "list")] == ["ep-0", "ep-2"]
+        assert "replayed 2" in ok("dlq", "replay", "--all").stdout
+        assert as_json("dlq", "list") == []
+        back = []
+        while len(back) < 3:
+            back.extend(queue.receive(3))
+        assert sorted(m.message_id for m in back) == ["ep-0", "ep-1", "ep-2"]
+    finally:
+        queue.close()
+
+
+from amqp_broker import amqp_broker  # noqa: E402, F401  (the fixture; needs python-qpid-proton)

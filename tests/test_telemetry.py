@@ -1,0 +1,274 @@
+"""Spans and metrics, captured with the OpenTelemetry SDK's in-memory exporters, and the exporter setup."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import random
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from opentelemetry.sdk.metrics import MeterProvider
+from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+from agent_learning import telemetry
+from agent_learning.clock import ManualClock
+from agent_learning.config import load_settings
+from agent_learning.drift import DriftConfig
+from agent_learning.errors import ConfigurationError, TransientError
+from agent_learning.feedback import record_feedback
+from agent_learning.judges.offline import OfflineJudge
+from agent_learning.learner import Reinforce
+from agent_learning.local import LocalPipeline
+from agent_learning.pipeline import create_policy, load_current
+from agent_learning.policy import SoftmaxPolicy
+from agent_learning.queue.base import OutgoingMessage
+from agent_learning.queue.sqlite import SQLiteQueue
+from agent_learning.rewards import RewardFunction
+from agent_learning.simulate import support_bot
+from agent_learning.store import SQLiteStore
+
+AGENT = "support-bot"
+ROOT = Path(__file__).resolve().parents[1]
+
+
+class Captured:
+    def __init__(self) -> None:
+        self.spans = InMemorySpanExporter()
+        tracer_provider = TracerProvider()
+        tracer_provider.add_span_processor(SimpleSpanProcessor(self.spans))
+        self.reader = InMemoryMetricReader()
+        telemetry.install(tracer_provider, MeterProvider(metric_readers=[self.reader]))
+
+    def span_names(self) -> list[str]:
+        return [s.name for s in self.spans.get_finished_spans()]
+
+    def points(self, name: str) -> list[Any]:
+        data = self.reader.get_metrics_data()
+        out = []
+        for rm in data.resource_metrics if data else []:
+            for sm in rm.scope_metrics:
+                for metric in sm.metrics:
+                    if metric.name == name:
+                        out.extend(metric.data.data_points)
+        return out
+
+    def total(self, name: str, **attrs: Any) -> float:
+        return sum(p.value for p in self.points(name) if all(p.attributes.get(k) == v for k, v in attrs.items()))
+
+
+@pytest.fixture
+def captured() -> Iterator[Captured]:
+    c = Captured()
+    yield c
+    telemetry.install()
+
+
+@pytest.fixture
+def pipeline(tmp_path: Path) -> Iterator[LocalPipeline]:
+    clock = ManualClock()
+    store = SQLiteStore(tmp_path / "t.db")
+    queue = SQLiteQueue(tmp_path / "t.db", clock=clock, max_deliveries=2)
+    p = LocalPipeline(store, queue, OfflineJudge(), RewardFunction(), Reinforce(), clock=clock,
+                      drift=DriftConfig(reward_drop=0.01))
+    create_policy(store, SoftmaxPolicy.from_actions(AGENT, support_bot().actions).to_document(created_at=clock.now()))
+    yield p
+    store.close()
+    queue.close()
+
+
+def run_episodes(p: LocalPipeline, n: int, seed: int) -> list[str]:
+    rng, scenario = random.Random(seed), support_bot()
+    policy = SoftmaxPolicy.from_document(load_current(p.store, AGENT), rng=rng)  # type: ignore[arg-type]
+    ids = []
+    for _ in range(n):
+        p.clock.advance(1.5)  # type: ignore[attr-defined]
+        ids.append(scenario.run_episode(p.store, policy.choose(), rng, p.clock).id)
+    return ids
+
+
+def test_every_stage_has_a_span_and_the_judge_span_is_inside_the_score_span(
+    captured: Captured, pipeline: LocalPipeline
+) -> None:
+    run_episodes(pipeline, 5, seed=1)
+    pipeline.clock.advance(30)  # type: ignore[attr-defined]
+    pipeline.run_once()
+    spans = captured.spans.get_finished_spans()
+    names = [s.name for s in spans]
+    assert names.count(telemetry.SPAN_ENQUEUE) == 1
+    assert names.count(telemetry.SPAN_SCORE) == 5 and names.count(telemetry.SPAN_JUDGE) == 5
+    assert names.count(telemetry.SPAN_TRAIN) == 1
+    by_id = {s.context.span_id: s for s in spans}
+    for judge in (s for s in spans if s.name == telemetry.SPAN_JUDGE):
+        parent = by_id[judge.parent.span_id]
+        assert parent.name == telemetry.SPAN_SCORE
+        assert parent.attributes["episode_id"] == judge.attributes["episode_id"]
+        assert parent.attributes["outcome"] == "scored" and judge.attributes["judge"] == "offline"
+    enqueue = next(s for s in spans if s.name == telemetry.SPAN_ENQUEUE)
+    assert (enqueue.attributes["received"], enqueue.attributes["sent"]) == (5, 5)
+    train = next(s for s in spans if s.name == telemetry.SPAN_TRAIN)
+    assert train.attributes["status"] == "published" and train.attributes["version"] == 2
+
+
+def test_pipeline_metrics(captured: Captured, pipeline: LocalPipeline) -> None:
+    ids = run_episodes(pipeline, 8, seed=2)
+    pipeline.clock.advance(30)  # type: ignore[attr-defined]
+    pipeline.run_once()
+    assert captured.total("agent_learning.episodes.enqueued") == 8
+    assert captured.total("agent_learning.episodes.scored", agent_id=AGENT) == 8
+    (duration,) = captured.points("agent_learning.judge.duration")
+    assert duration.count == 8 and duration.attributes["outcome"] == "ok" and duration.sum > 0
+    (reward,) = captured.points("agent_learning.reward")
+    assert reward.count == 8 and 0 < reward.sum <= 8
+    (lag,) = captured.points("agent_learning.queue.lag")
+    assert lag.count == 8 and lag.min >= 30  # scored at least 30 simulated seconds after each episode ended
+    run = load_current(pipeline.store, AGENT).run  # type: ignore[union-attr]
+    assert captured.points("agent_learning.policy.mean_reward")[0].value == pytest.approx(run.metrics["mean_reward"])
+    assert 0 < captured.points("agent_learning.policy.entropy")[0].value <= 1.3863
+    assert captured.total("agent_learning.training.runs", status="published") == 1
+
+    record_feedback(pipeline.store, ids[0], thumb="down", clock=pipeline.clock)
+    assert captured.total("agent_learning.feedback.received", kind="thumb") == 1
+    assert captured.total("agent_learning.feedback.corrections") == 1
+    assert telemetry.SPAN_FEEDBACK in captured.span_names()
+
+
+def test_judge_failures_and_dead_letters_are_counted(
+    captured: Captured, pipeline: LocalPipeline, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    pipeline.queue.send([OutgoingMessage("ghost", json.dumps({"episode_id": "ghost"}))])
+    pipeline.score_pending()
+    assert captured.total("agent_learning.episodes.dead_lettered", reason="EpisodeNotFound") == 1
+
+    def unavailable(episode: Any) -> Any:
+        raise TransientError("judge answered 503")
+
+    monkeypatch.setattr(pipeline.scorer.judge, "judge", unavailable)
+    run_episodes(pipeline, 1, seed=3)
+    pipeline.pump()
+    for _ in range(2):  # the queue allows 2 deliveries: the second failure dead-letters it
+        pipeline.score_pending()
+        pipeline.clock.advance(61)  # type: ignore[attr-defined]
+    assert captured.total("agent_learning.judge.failures", kind="transient") == 2
+    assert captured.total("agent_learning.episodes.dead_lettered", reason="MaxDeliveryCountExceeded") == 1
+    assert pipeline.queue.counts().dead_letter == 2
+    failed = [p for p in captured.points("agent_learning.judge.duration") if p.attributes["outcome"] == "transient"]
+    assert failed[0].count == 2
+
+
+def test_a_drift_warning_is_a_metric_and_a_span_event(captured: Captured, pipeline: LocalPipeline) -> None:
+    for seed in range(3):
+        run_episodes(pipeline, 30, seed=seed)
+        pipeline.clock.advance(30)  # type: ignore[attr-defined]
+        pipeline.run_once()
+    runs = pipeline.store.list_runs(AGENT)
+    means = [r["metrics"]["mean_reward"] for r in runs]
+    drops = sum(1 for newer, older in itertools.pairwise(means) if older - newer >= 0.01)
+    assert drops >= 1  # the 0.01 threshold makes an ordinary dip a warning
+    assert captured.total("agent_learning.policy.warnings", kind="reward_drop") == drops
+    events = [e for s in captured.spans.get_finished_spans() if s.name == telemetry.SPAN_TRAIN for e in s.events]
+    assert [e.name for e in events].count("reward_drop") == drops
+
+
+def test_names_are_unique_and_documented() -> None:
+    names = [m.name for m in telemetry.METRICS]
+    assert len(set(names)) == len(names) and len(set(telemetry.SPANS)) == len(telemetry.SPANS)
+    readme = (ROOT / "README.md").read_text()
+    for name in (*names, *telemetry.SPANS):
+        assert f"`{name}`" in readme, name
+    for m in telemetry.METRICS:
+        assert f"`{m.unit}`" in readme
+
+
+def test_without_a_provider_nothing_is_recorded_and_nothing_fails(pipeline: LocalPipeline) -> None:
+    telemetry.install()
+    run_episodes(pipeline, 3, seed=4)
+    report = pipeline.run_once()
+    assert report.outcomes == {"scored": 3}
+
+
+def test_mode_follows_the_settings(monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in ("AGENT_LEARNING_TELEMETRY", "APPLICATIONINSIGHTS_CONNECTION_STRING"):
+        monkeypatch.delenv(name, raising=False)
+    assert telemetry.mode(load_settings()) == "off"
+    assert telemetry.configure(load_settings()) == "off"
+    key = "InstrumentationKey=00000000-0000-0000-0000-000000000000"
+    monkeypatch.setenv("APPLICATIONINSIGHTS_CONNECTION_STRING", key)
+    assert telemetry.mode(load_settings()) == "azure-monitor"
+    assert telemetry.mode(load_settings(telemetry="off")) == "off"
+    monkeypatch.delenv("APPLICATIONINSIGHTS_CONNECTION_STRING")
+    with pytest.raises(ConfigurationError, match="APPLICATIONINSIGHTS_CONNECTION_STRING"):
+        load_settings(telemetry="azure-monitor")
+    with pytest.raises(ConfigurationError, match="AGENT_LEARNING_TELEMETRY"):
+        load_settings(telemetry="loud")
+
+
+def run_python(code: str, **env: str) -> subprocess.CompletedProcess[str]:
+    import os
+
+    clean = {k: v for k, v in os.environ.items() if not k.startswith(("AGENT_LEARNING_", "APPLICATIONINSIGHTS_"))}
+    return subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120,
+                          env={**clean, "PYTHONPATH": str(ROOT / "shared"), **env}, check=False)
+
+
+def test_console_mode_prints_spans_and_metrics() -> None:
+    code = """
+from agent_learning import telemetry
+from agent_learning.config import load_settings
+from opentelemetry import metrics, trace
+assert telemetry.configure(load_settings()) == "console"
+assert telemetry.configure(load_settings()) == "console"  # once per process
+with telemetry.span(telemetry.SPAN_TRAIN, {"agent_id": "a"}):
+    telemetry.count(telemetry.TRAINING_RUNS, 1, {"status": "published"})
+trace.get_tracer_provider().force_flush()
+metrics.get_meter_provider().force_flush()
+"""
+    result = run_python(code, AGENT_LEARNING_TELEMETRY="console")
+    assert result.returncode == 0, result.stderr
+    assert '"name": "agent_learning.train"' in result.stdout
+    assert '"name": "agent_learning.training.runs"' in result.stdout
+
+
+def test_azure_monitor_mode_hands_the_connection_string_to_the_distro() -> None:
+    """The exporter itself sends to Azure, which these tests cannot reach: the distro's
+    configure function is replaced by a recorder at the import boundary."""
+    code = """
+import json, azure.monitor.opentelemetry as distro
+calls = []
+distro.configure_azure_monitor = lambda **kw: calls.append(kw)
+from agent_learning import telemetry
+from agent_learning.config import load_settings
+mode = telemetry.configure(load_settings())
+seen = [{"connection_string": c["connection_string"], "service": c["resource"].attributes["service.name"]}
+        for c in calls]
+print(json.dumps({"mode": mode, "calls": seen}))
+"""
+    conn = "InstrumentationKey=00000000-0000-0000-0000-000000000000;IngestionEndpoint=https://127.0.0.1:9/"
+    result = run_python(code, APPLICATIONINSIGHTS_CONNECTION_STRING=conn)
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout) == {"mode": "azure-monitor",
+                                         "calls": [{"connection_string": conn, "service": "agent-learning"}]}
+
+
+def test_the_functions_runtime_counts_a_poison_message_on_its_last_delivery(captured: Captured, tmp_path: Path) -> None:
+    from agent_learning import functions as handlers
+
+    settings = load_settings(sqlite_path=str(tmp_path / "f.db"), queue_max_deliveries=3)
+    store = SQLiteStore(settings.sqlite_path)
+    rt = handlers.Runtime(settings, store, lambda messages: len(messages))
+    body = json.dumps({"type": "score_request", "episode_id": "ghost"})
+    try:
+        for delivery in (1, 2, 3):
+            with pytest.raises(handlers.PoisonMessage):
+                handlers.score(body, delivery, "ghost", rt)
+            expected = 1 if delivery == 3 else 0  # Service Bus dead-letters it after the last delivery
+            assert captured.total("agent_learning.episodes.dead_lettered", reason="EpisodeNotFound") == expected
+    finally:
+        store.close()
