@@ -164,13 +164,15 @@ def test_judge_failures_and_dead_letters_are_counted(
 
 
 def test_a_drift_warning_is_a_metric_and_a_span_event(captured: Captured, pipeline: LocalPipeline) -> None:
-    for seed in range(3):
+    drops = 0
+    for seed in range(12):  # until the batches' mean reward has dipped at least once
         run_episodes(pipeline, 30, seed=seed)
         pipeline.clock.advance(30)  # type: ignore[attr-defined]
         pipeline.run_once()
-    runs = pipeline.store.list_runs(AGENT)
-    means = [r["metrics"]["mean_reward"] for r in runs]
-    drops = sum(1 for newer, older in itertools.pairwise(means) if older - newer >= 0.01)
+        means = [r["metrics"]["mean_reward"] for r in pipeline.store.list_runs(AGENT)]
+        drops = sum(1 for newer, older in itertools.pairwise(means) if older - newer >= 0.01)
+        if drops:
+            break
     assert drops >= 1  # the 0.01 threshold makes an ordinary dip a warning
     assert captured.total("agent_learning.policy.warnings", kind="reward_drop") == drops
     events = [e for s in captured.spans.get_finished_spans() if s.name == telemetry.SPAN_TRAIN for e in s.events]
