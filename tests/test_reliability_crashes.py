@@ -1,0 +1,116 @@
+"""Reliability: a crash at every step boundary of every handler, then a restart or redelivery.
+
+The host retries what Azure retries: a change-feed batch whose function did not finish is
+delivered again (the lease had not moved), a message whose function crashed comes back when
+its lock expires, and a training tick that crashed runs again (the timer's past-due run after
+the host restarts). Afterwards no episode may be lost, none learned from twice, and, because
+the data and the math are the same, the final policy must equal a crash-free run's.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from faults import (
+    AGENT,
+    Agent,
+    Crash,
+    FunctionsHost,
+    Injector,
+    account,
+    dead_lettered,
+    reference,
+    run_rounds,
+    start_policy,
+)
+from reliability_report import Backend, record
+
+from agent_learning.clock import ManualClock
+from agent_learning.pipeline import load_current
+from agent_learning.queue.sqlite import SQLiteQueue
+
+ROUNDS, PER_ROUND = 3, 20
+
+CRASH_POINTS = {
+    # enqueue: the Cosmos DB change-feed trigger
+    "enqueue: before sending the batch": "send:before",
+    "enqueue: mid-batch, half of it sent": "send:mid",
+    "enqueue: batch sent, lease not moved": "send:after",
+    # score: the Service Bus trigger
+    "score: before judging": "judge:before",
+    "score: reading the episode's policy version": "get_policy_version:before",
+    "score: judged, score not stored": "judge:after",
+    "score: storing the score": "add_score:before",
+    "score: score stored, message not acknowledged": "add_score:after",
+    "score: function returned, completion lost": "complete:before",
+    # train: the timer
+    "train: reading the current policy": "get_current_policy:before",
+    "train: repairing the last version's records": "create_policy_version:before",
+    "train: scores read, nothing published": "read_scores:after",
+    "train: before the compare-and-swap publish": "replace_current_policy:before",
+    "train: published, version record not written": "replace_current_policy:after",
+    "train: version record written, run record not": "create_policy_version:after",
+    "train: writing the run record": "put_run:before",
+    "train: run record written": "put_run:after",
+}
+
+
+def run_with_crashes(backend: Backend, points: dict[str, int], scenario: str) -> None:
+    clock = ManualClock()
+    start_policy(backend.store, clock)
+    queue = SQLiteQueue(backend.path / "queue.db", clock=clock)
+    injector = Injector(points)
+    host = FunctionsHost(backend.store, queue, clock, injector=injector)
+    agent = Agent(backend.store, clock)
+    run_rounds(host, agent, ROUNDS, PER_ROUND)
+
+    books = account(backend.store, agent.written, dead_lettered(queue))
+    record(scenario, backend.kind, faults=host.faults, episodes=len(agent.written), lost=len(books.lost),
+           double=len(books.double), kept=len(books.kept))
+    assert injector.total >= 2, f"crash points {sorted(points)} were reached only {dict(injector.calls)} times"
+    assert books.lost == set() and books.double == set()
+    assert books.kept == set()  # nothing was bad: a crash never makes an episode look poisonous
+    assert books.versions == ROUNDS + 1
+    current = load_current(backend.store, AGENT)
+    assert current is not None
+    np.testing.assert_allclose(current.logits, reference(ROUNDS, PER_ROUND).logits, rtol=0, atol=1e-9)
+    queue.close()
+
+
+@pytest.mark.parametrize("point", list(CRASH_POINTS.values()), ids=list(CRASH_POINTS))
+def test_a_crash_at_each_step_boundary_loses_nothing_and_counts_nothing_twice(backend: Backend, point: str) -> None:
+    run_with_crashes(backend, {point: 2}, "crashes")
+
+
+def test_crashes_at_every_boundary_at_once(backend: Backend) -> None:
+    run_with_crashes(backend, dict.fromkeys(CRASH_POINTS.values(), 3), "crashes (all points at once)")
+
+
+def test_episodes_under_a_version_whose_record_a_crash_left_unwritten_are_scored(backend: Backend) -> None:
+    """The trainer publishes the current document first and writes the version record after it.
+    Agents read the current document, so they can log episodes under the new version before its
+    record exists, for as long as a crash leaves it unwritten (until the next tick repairs it)."""
+    clock = ManualClock()
+    start_policy(backend.store, clock)
+    queue = SQLiteQueue(backend.path / "queue.db", clock=clock)
+    injector = Injector({"replace_current_policy:after": 2})
+    host = FunctionsHost(backend.store, queue, clock, injector=injector)
+    agent = Agent(backend.store, clock)
+    agent.run(PER_ROUND)
+    host.pump()
+    host.score()
+    with pytest.raises(Crash):
+        host.tick(retry=False)
+    assert backend.store.get_policy_version(AGENT, 2) is None
+
+    episodes = agent.run(PER_ROUND)  # the agent already uses version 2
+    assert {e.policy_version for e in episodes} == {2}
+    host.pump()
+    host.score()
+    host.tick()  # the next tick repairs version 2's records and trains on the new episodes
+
+    books = account(backend.store, agent.written, dead_lettered(queue))
+    record("crashes", backend.kind, faults=injector.total, episodes=len(agent.written), lost=len(books.lost),
+           double=len(books.double), kept=len(books.kept))
+    assert dead_lettered(queue) == set(), [(d.reason, d.description) for d in queue.dead_letters()]
+    assert books.lost == set() and books.double == set() and books.versions == 3
