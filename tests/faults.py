@@ -401,13 +401,19 @@ class Accounting:
     """What the store says happened to the episodes an agent wrote."""
 
     written: list[str]
-    consumed: Counter[str]  # score id → how many published updates consumed it
+    consumed: Counter[str]  # score id → how many published updates' ranges hold it
     kept: set[str] = field(default_factory=set)  # rejected, but held for inspection (e.g. dead-lettered)
     versions: int = 0
+    late: int = 0  # scores that landed inside a range after its run had read it: never learned from
 
     @property
-    def lost(self) -> set[str]:
+    def missing(self) -> set[str]:
+        """Episodes in no published update's range, and not kept aside."""
         return set(self.written) - set(self.consumed) - self.kept
+
+    @property
+    def lost(self) -> int:
+        return len(self.missing) + self.late
 
     @property
     def double(self) -> set[str]:
@@ -420,7 +426,8 @@ def account(store: Store, written: Iterable[str], kept: Iterable[str] = (), agen
     Versions must be 1..N with no gap, the current document the last of them, and every
     version v >= 2 produced by exactly one run that started at version v-1's cursor and ended
     at version v's. The scores a run consumed are the ones between its two cursors in the
-    ``(seq, id)`` order; their number must match the run's own count.
+    ``(seq, id)`` order. A range holding more scores than its run counted had scores land in it
+    after the run read it: those were never learned from (``late``).
     """
     versions = [PolicyDocument.from_dict(v) for v in store.list_policy_versions(agent_id)]
     current = load_current(store, agent_id)
@@ -430,6 +437,7 @@ def account(store: Store, written: Iterable[str], kept: Iterable[str] = (), agen
     assert sorted(runs) == list(range(2, len(versions) + 1)), "a version has no run record, or a run no version"
     scores = sorted((s["seq"], s["id"]) for s in store.read_scores(agent_id, None, 1_000_000))
     consumed: Counter[str] = Counter()
+    late = 0
     for previous, version in pairwise(versions):
         run = runs[version.version]
         assert version.run == run and run.base_version == previous.version
@@ -437,9 +445,9 @@ def account(store: Store, written: Iterable[str], kept: Iterable[str] = (), agen
         low = (run.cursor_from.seq, run.cursor_from.id) if run.cursor_from else (-1, "")
         high = (run.cursor_to.seq, run.cursor_to.id)
         ids = [sid for seq, sid in scores if low < (seq, sid) <= high]
-        assert len(ids) == run.episodes + run.rejected, f"run {run.id} counts differ from its range"
+        late += len(ids) - run.episodes - run.rejected
         consumed.update(ids)
-    return Accounting(list(written), consumed, set(kept), len(versions))
+    return Accounting(list(written), consumed, set(kept), len(versions), late)
 
 
 def dead_lettered(queue: Any) -> set[str]:
