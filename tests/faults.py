@@ -23,6 +23,7 @@ from __future__ import annotations
 import math
 import random
 import threading
+import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -36,16 +37,18 @@ from app_functions import functions, sb_message
 from azure.functions.timer import TimerRequest
 
 from agent_learning import functions as handlers
+from agent_learning.capture import EpisodeCapture
 from agent_learning.client import PolicyClient
 from agent_learning.clock import ManualClock
 from agent_learning.config import load_settings
 from agent_learning.documents import Episode, PolicyDocument, TrainingRun
+from agent_learning.errors import PermanentError, TransientError
 from agent_learning.judges.base import Judge, Judgement
 from agent_learning.judges.offline import OfflineJudge
 from agent_learning.learner import Reinforce
 from agent_learning.pipeline import Scorer, create_policy, load_current
 from agent_learning.policy import SoftmaxPolicy
-from agent_learning.queue.base import OutgoingMessage
+from agent_learning.queue.base import OutgoingMessage, WorkQueue
 from agent_learning.queue.sqlite import SQLiteQueue
 from agent_learning.rewards import RewardFunction
 from agent_learning.simulate import math_tutor
@@ -141,18 +144,49 @@ class FaultySend:
 
 
 class FaultyJudge(Judge):
-    """A judge that may crash before judging (``judge:before``) or after (``judge:after``)."""
+    """A judge that may crash before judging (``judge:before``) or after (``judge:after``).
 
-    def __init__(self, inner: Judge, injector: Injector) -> None:
-        self.inner, self.injector = inner, injector
-        self.calls = 0
+    It also times every call of the judge it wraps (``durations``, seconds, failures included)."""
+
+    def __init__(self, inner: Judge, injector: Injector | None = None) -> None:
+        self.inner, self.injector = inner, injector or Injector()
+        self.durations: list[float] = []
+        self._lock = threading.Lock()
+
+    @property
+    def calls(self) -> int:
+        return len(self.durations)
 
     def judge(self, episode: Episode) -> Judgement:
         self.injector.check("judge:before")
-        judgement = self.inner.judge(episode)
-        self.calls += 1
+        started = time.perf_counter()
+        try:
+            judgement = self.inner.judge(episode)
+        finally:
+            with self._lock:
+                self.durations.append(time.perf_counter() - started)
         self.injector.check("judge:after")
         return judgement
+
+
+class OutageJudge(Judge):
+    """The offline judge behind a switchable outage. ``mode``: ``"up"``; ``"unavailable"``
+    (what the evaluator adapter raises once its retries of 5xx, 429s or timeouts ran out); or
+    ``"garbage"`` (its error for output still invalid after every attempt)."""
+
+    def __init__(self) -> None:
+        self.inner = OfflineJudge()
+        self.mode = "up"
+        self.failures = 0
+
+    def judge(self, episode: Episode) -> Judgement:
+        if self.mode == "unavailable":
+            self.failures += 1
+            raise TransientError("judge unavailable: IntentResolutionEvaluator: HTTP 503")
+        if self.mode == "garbage":
+            self.failures += 1
+            raise PermanentError("judge failed permanently: intent_resolution: the reply is not a valid evaluation")
+        return self.inner.judge(episode)
 
 
 # --------------------------------------------------------------------------- agents
@@ -186,6 +220,14 @@ class Agent:
         self.written.extend(e.id for e in episodes)
         return episodes
 
+    def answer(self, output: str, episode_id: str, question: str = "What is 2 + 2?") -> Episode:
+        """One episode with this exact output (e.g. carrying a judge-server marker)."""
+        capture = EpisodeCapture(self.store, self.client.policy().choose(), input=question,
+                                 instructions=self.scenario.instructions, episode_id=episode_id, clock=self.clock)
+        episode = capture.end(output)
+        self.written.append(episode.id)
+        return episode
+
 
 # --------------------------------------------------------------------------- the Functions host
 
@@ -209,7 +251,7 @@ class FunctionsHost:
     def __init__(
         self,
         store: Store,
-        queue: SQLiteQueue,
+        queue: WorkQueue,
         clock: ManualClock,
         *,
         injector: Injector | None = None,
@@ -285,7 +327,8 @@ class FunctionsHost:
             for _ in range(10_000):
                 messages = self.queue.receive(32)
                 if not messages:
-                    if self.queue.counts().active == 0:
+                    # Service Bus reports no per-lock counts; this host leaves nothing locked there.
+                    if not isinstance(self.queue, SQLiteQueue) or self.queue.counts().active == 0:
                         return
                     self.clock.advance(self.queue.lock_seconds + 1)  # unsettled locks expire: redelivery
                     continue
