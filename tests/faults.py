@@ -306,12 +306,15 @@ class FunctionsHost:
                     return
                 batch = func.DocumentList([func.Document.from_dict(d) for d in page.items])
                 delivered = 0
-                for _ in range(100):
+                for _ in range(50):
                     try:
                         FUNCTIONS["enqueue"](batch)
                     except Crash:
                         self._event("enqueue crashed")
                         continue  # the host restarts; the trigger's retry policy delivers the batch again
+                    except Exception:
+                        self._event("enqueue failed")
+                        continue  # the function failed: the retry policy delivers the batch again
                     delivered += 1
                     if delivered == self.deliveries.feed:
                         break

@@ -73,9 +73,12 @@ def score_request_message(doc: Mapping[str, Any], embed_limit: int = EMBED_LIMIT
         raise InvalidDocument("episode", [("id", "missing or not a string; the document cannot be referenced")])
     body: dict[str, Any] = {"type": "score_request", "episode_id": episode_id}
     props: dict[str, str | int | float | bool] = {}
-    if isinstance(doc.get("agent_id"), str):
-        body["agent_id"] = doc["agent_id"]
-        props["agent_id"] = doc["agent_id"][:128]
+    agent_id = doc.get("agent_id")
+    # Only an id of a plausible length (agent ids have at most 128 characters): a document may
+    # hold anything up to 2 MB, and a message Service Bus cannot take would block the batch.
+    if isinstance(agent_id, str) and len(agent_id) <= 128:
+        body["agent_id"] = agent_id
+        props["agent_id"] = agent_id
     episode = {k: v for k, v in doc.items() if not (isinstance(k, str) and k.startswith("_"))}
     try:
         text = json.dumps(episode, allow_nan=True)
