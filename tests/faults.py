@@ -20,8 +20,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import math
 import random
+import socket
 import threading
 import time
 from collections import Counter
@@ -189,6 +191,65 @@ class OutageJudge(Judge):
         return self.inner.judge(episode)
 
 
+class NetworkCut:
+    """A TCP proxy in front of a server that a test can cut and restore: while cut, open
+    connections are dropped and new ones are closed as soon as they are accepted, as when the
+    network to a service fails. Clients connect to ``port`` instead of ``target_port``."""
+
+    def __init__(self, target_port: int, host: str = "127.0.0.1") -> None:
+        self.host, self.target_port = host, target_port
+        self._listener = socket.create_server((host, 0))
+        self.port = int(self._listener.getsockname()[1])
+        self._cut = threading.Event()
+        self._open: set[socket.socket] = set()
+        self._lock = threading.Lock()
+        self.refused = 0
+        threading.Thread(target=self._accept, name="network-cut", daemon=True).start()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                client, _ = self._listener.accept()
+            except OSError:
+                return  # closed
+            if self._cut.is_set():
+                self.refused += 1
+                client.close()
+                continue
+            upstream = socket.create_connection((self.host, self.target_port))
+            with self._lock:
+                self._open.update((client, upstream))
+            for a, b in ((client, upstream), (upstream, client)):
+                threading.Thread(target=self._pipe, args=(a, b), daemon=True).start()
+
+    def _pipe(self, source: socket.socket, sink: socket.socket) -> None:
+        try:
+            while data := source.recv(65536):
+                sink.sendall(data)
+        except OSError:
+            pass
+        finally:
+            for s in (source, sink):
+                with contextlib.suppress(OSError):
+                    s.shutdown(socket.SHUT_RDWR)
+
+    def cut(self) -> None:
+        self._cut.set()
+        with self._lock:
+            connections, self._open = list(self._open), set()
+        for s in connections:
+            with contextlib.suppress(OSError):
+                s.shutdown(socket.SHUT_RDWR)
+            s.close()
+
+    def restore(self) -> None:
+        self._cut.clear()
+
+    def close(self) -> None:
+        self.cut()
+        self._listener.close()
+
+
 # --------------------------------------------------------------------------- agents
 
 
@@ -324,10 +385,11 @@ class FunctionsHost:
                     raise AssertionError("a change-feed batch never succeeded")
                 self.lease = page.continuation
 
-    def score(self) -> None:
-        """The Service Bus trigger, until the queue is empty (expired locks are waited out)."""
+    def score(self, passes: int | None = None) -> None:
+        """The Service Bus trigger, until the queue is empty (expired locks are waited out), or
+        for ``passes`` receive calls."""
         with self._active(), ThreadPoolExecutor(self.workers) as pool:
-            for _ in range(10_000):
+            for _ in range(passes or 10_000):
                 messages = self.queue.receive(32)
                 if not messages:
                     # Service Bus reports no per-lock counts; this host leaves nothing locked there.
@@ -336,7 +398,8 @@ class FunctionsHost:
                     self.clock.advance(self.queue.lock_seconds + 1)  # unsettled locks expire: redelivery
                     continue
                 list(pool.map(self._deliver, messages))
-            raise AssertionError("the queue never emptied")
+            if passes is None:
+                raise AssertionError("the queue never emptied")
 
     def _deliver(self, message: Any) -> None:
         try:
@@ -367,6 +430,9 @@ class FunctionsHost:
                     if not retry:
                         raise
                     continue
+                except Exception:
+                    self._event("train failed")  # the function failed: the next tick tries again
+                    return
                 done += 1
                 if done == self.deliveries.timer:
                     return
