@@ -35,6 +35,7 @@ from agent_learning.pipeline import Scorer, load_current, score_message, train_a
 from agent_learning.policy import SoftmaxPolicy
 from agent_learning.queue.base import OutgoingMessage
 from agent_learning.queue.sqlite import SQLiteQueue
+from agent_learning.recovery import replay_dead_letters
 from agent_learning.rewards import RewardFunction
 from agent_learning.simulate import math_tutor
 
@@ -425,6 +426,10 @@ def test_an_oversized_episode_does_not_block_the_change_feed_on_service_bus(
         host.score()
         host.tick()
         letters = queue.dead_letters(100)
+        # Replaying it (the recovery tool on the Service Bus adapter) changes nothing: it is poison.
+        assert replay_dead_letters(queue).replayed == ["huge"]
+        host.score()
+        assert [d.message_id for d in queue.dead_letters(100)] == ["huge"]
     finally:
         queue.close()
 

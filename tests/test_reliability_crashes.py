@@ -15,6 +15,7 @@ from faults import (
     AGENT,
     Agent,
     Crash,
+    FaultyStore,
     FunctionsHost,
     Injector,
     account,
@@ -26,8 +27,12 @@ from faults import (
 from reliability_report import Backend, record
 
 from agent_learning.clock import ManualClock
+from agent_learning.judges.offline import OfflineJudge
+from agent_learning.learner import Reinforce
+from agent_learning.local import LocalPipeline
 from agent_learning.pipeline import load_current
 from agent_learning.queue.sqlite import SQLiteQueue
+from agent_learning.rewards import RewardFunction
 
 ROUNDS, PER_ROUND = 3, 20
 
@@ -114,3 +119,54 @@ def test_episodes_under_a_version_whose_record_a_crash_left_unwritten_are_scored
            double=len(books.double), kept=len(books.kept))
     assert dead_lettered(queue) == set(), [(d.reason, d.description) for d in queue.dead_letters()]
     assert books.lost == 0 and books.double == set() and books.versions == 3
+
+
+# A restarted runner receives again every message the dead one held locked (a batch of up to
+# 100), one more delivery each, so crashing on every other score would exhaust MaxDeliveryCount
+# for messages never even tried: the scoring crash points fire every 8th time.
+EMBEDDED_CRASH_POINTS = {
+    "pump: batch read, nothing sent": {"read_episodes:after": 2},
+    "pump: batch sent, checkpoint not saved": {"set_checkpoint:before": 2},
+    "score: score stored, message not settled": {"add_score:after": 8},
+    "score: checking a redelivered message": {"add_score:after": 8, "get_score:before": 8},
+    "train: published, records not written": {"replace_current_policy:after": 2},
+    "train: writing the run record": {"put_run:before": 2},
+}
+
+
+@pytest.mark.parametrize("points", list(EMBEDDED_CRASH_POINTS.values()), ids=list(EMBEDDED_CRASH_POINTS))
+def test_the_embedded_runner_restarted_after_a_crash_loses_nothing(backend: Backend, points: dict[str, int]) -> None:
+    """The local runner (``agent-learn train``) crashes and is started again on the same files:
+    its feed checkpoint, the queue's locks and the idempotent handlers carry it through."""
+    clock = ManualClock()
+    start_policy(backend.store, clock)
+    queue = SQLiteQueue(backend.path / "queue.db", clock=clock)
+    injector = Injector(points)
+    agent = Agent(backend.store, clock)
+
+    def start() -> LocalPipeline:
+        return LocalPipeline(FaultyStore(backend.store, injector), queue, OfflineJudge(), RewardFunction(),
+                             Reinforce(), clock=clock)
+
+    pipeline = start()
+    restarts = 0
+    for _ in range(ROUNDS):
+        agent.run(PER_ROUND)
+        while True:
+            try:
+                pipeline.run_once()
+                break
+            except Crash:
+                restarts += 1
+                clock.advance(queue.lock_seconds + 1)  # what the dead process held is released
+                pipeline = start()
+    pipeline.train()
+
+    books = account(backend.store, agent.written, dead_lettered(queue))
+    record("crashes (embedded runner)", backend.kind, faults=injector.total, episodes=len(agent.written),
+           lost=books.lost, double=len(books.double), kept=len(books.kept))
+    assert restarts == injector.total >= 2
+    assert books.lost == 0 and books.double == set() and books.kept == set() and books.versions == ROUNDS + 1
+    current = load_current(backend.store, AGENT)
+    assert current is not None
+    np.testing.assert_allclose(current.logits, reference(ROUNDS, PER_ROUND).logits, rtol=0, atol=1e-9)
