@@ -13,6 +13,8 @@
   times), the Service Bus trigger (complete on success, abandon on an exception, nothing
   after a crash, so the lock expires and the message comes back; optionally every message
   delivered several times) and the timer (optionally several times per tick).
+* :class:`OutageJudge` fails like the evaluator adapter during an outage; :class:`NetworkCut`
+  cuts the network between a client and its server (a TCP proxy).
 * :func:`account` reconstructs, from the store alone, which score each published policy
   version consumed (the runs' cursor ranges), and so which episodes were lost or learned from
   more than once.
@@ -350,7 +352,8 @@ class FunctionsHost:
             self.events[name] += 1
 
     @contextmanager
-    def _active(self) -> Iterator[None]:
+    def active(self) -> Iterator[None]:
+        """The app's functions use this host's runtime (its store, queue and judge) meanwhile."""
         previous, handlers._runtime = handlers._runtime, self.runtime
         try:
             yield
@@ -359,7 +362,7 @@ class FunctionsHost:
 
     def pump(self) -> None:
         """The Cosmos DB trigger: every new change-feed batch to ``enqueue``; the lease moves on success."""
-        with self._active():
+        with self.active():
             while True:
                 page = self.store.read_episodes(self.lease, self.page_size)
                 if not page.items:
@@ -388,7 +391,7 @@ class FunctionsHost:
     def score(self, passes: int | None = None) -> None:
         """The Service Bus trigger, until the queue is empty (expired locks are waited out), or
         for ``passes`` receive calls."""
-        with self._active(), ThreadPoolExecutor(self.workers) as pool:
+        with self.active(), ThreadPoolExecutor(self.workers) as pool:
             for _ in range(passes or 10_000):
                 messages = self.queue.receive(32)
                 if not messages:
@@ -420,7 +423,7 @@ class FunctionsHost:
         """The timer: one training tick (delivered ``deliveries.timer`` times). A crashed tick runs
         again at once (the past-due run after the host restarts), or, without ``retry``, the
         :class:`Crash` propagates."""
-        with self._active():
+        with self.active():
             done = 0
             for _ in range(100):
                 try:
