@@ -435,3 +435,40 @@ def test_an_oversized_episode_does_not_block_the_change_feed_on_service_bus(
            double=len(books.double), kept=len(books.kept))
     assert books.lost == 0 and books.double == set() and books.kept == {"huge"}
     assert backend.store.get_episode("huge") is not None
+
+
+# --------------------------------------------------------------------------- regressions of what the fuzzing found
+
+
+@pytest.mark.parametrize("depth", [5_000, 100_000])
+def test_a_message_nested_too_deeply_is_dead_lettered_not_a_recursion_error(depth: int, tmp_path: Any) -> None:
+    from agent_learning.store.sqlite import SQLiteStore
+
+    scorer = Scorer(SQLiteStore(tmp_path / "s.db"), OfflineJudge(), RewardFunction(), ManualClock())
+    outcome = score_message(_nested(depth).encode(), scorer)
+    assert (outcome.status, outcome.reason) == ("dead_letter", "InvalidMessage")
+    assert "nested too deeply" in outcome.description
+
+
+def test_a_current_policy_whose_logits_over_temperature_overflow_is_invalid_everywhere(backend: Backend) -> None:
+    """Schema-valid numbers (a tiny temperature, large logits) whose probabilities are NaN."""
+    import azure.functions as func
+
+    clock = ManualClock()
+    start_policy(backend.store, clock)
+    agent = Agent(backend.store, clock)
+    good = agent.client.policy()
+    doc = {k: v for k, v in backend.store.get_current_policy(AGENT).doc.items()  # type: ignore[union-attr]
+           if not k.startswith("_")}
+    backend.put_raw("policies", {**doc, "temperature": 5e-324, "logits": [1.0, -1.0, 0.0, 0.0]})
+
+    assert agent.client.refresh().probabilities == good.probabilities  # the agent keeps the last good one
+    assert "temperature" in (agent.client.last_error or "")
+    outcome = train_agent(AGENT, backend.store, Reinforce(), clock=clock)
+    assert outcome.status == "invalid_policy" and "temperature" in outcome.reason
+    host = FunctionsHost(backend.store, SQLiteQueue(backend.path / "queue.db", clock=clock), clock)
+    request = func.HttpRequest(method="GET", url=f"/api/policies/{AGENT}", route_params={"agent_id": AGENT},
+                               headers={}, body=b"")
+    with host.active():
+        response = FUNCTIONS["policy"](request)
+    assert response.status_code == 503 and "temperature" in json.loads(response.get_body())["error"]
