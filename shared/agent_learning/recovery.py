@@ -64,6 +64,8 @@ def replay_dead_letters(
     after a judge outage, ``"JudgeFailed"`` after a judge fix), ``message_ids`` by message id
     (the episode id); both given, a dead letter must match both. Neither given, every dead
     letter (up to ``limit``) is replayed. ``dry_run`` only reports what would be replayed.
+    Queues replay by message id, so a dead letter that shares its id with a chosen one (another
+    copy of the same message) goes back with it.
     """
     if isinstance(reasons, str) or isinstance(message_ids, str):
         raise TypeError("reasons and message_ids take an iterable of strings, not a single string")
