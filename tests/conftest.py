@@ -6,7 +6,8 @@ import pytest
 
 from agent_learning.clock import ManualClock
 
-pytest_plugins = ["cosmos_fixture", "judge_server"]  # the AMQP broker is imported by the tests that use it
+# The AMQP broker is imported by the tests that use it.
+pytest_plugins = ["cosmos_fixture", "judge_server", "reliability_report"]
 
 
 @pytest.fixture

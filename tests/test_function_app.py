@@ -12,7 +12,7 @@ from typing import Any
 
 import azure.functions as func
 import pytest
-from app_functions import functions
+from app_functions import document_list, functions, sb_message
 from azure.functions.servicebus import ServiceBusMessage
 from azure.functions.timer import TimerRequest
 
@@ -160,22 +160,6 @@ def env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Env]:
     yield e
     e.store.close()
     e.queue.close()
-
-
-def document_list(docs: list[dict[str, Any]]) -> func.DocumentList:
-    return func.DocumentList([func.Document.from_dict(d) for d in docs])
-
-
-def sb_message(received: Any) -> ServiceBusMessage:
-    """The trigger's message type, built from an embedded-queue delivery."""
-    return ServiceBusMessage(
-        body=received.body,
-        message_id=received.message_id,
-        delivery_count=received.delivery_count,
-        application_properties=dict(received.properties),
-        user_properties=dict(received.properties),
-        content_type="application/json",
-    )
 
 
 def test_enqueue_sends_one_message_per_episode_and_skips_unsendable_documents(env: Env) -> None:

@@ -2,9 +2,9 @@
 
 :class:`PolicyClient` re-reads the current policy document at most every
 ``refresh_seconds`` with a conditional read (``If-None-Match`` on Cosmos DB), so an unchanged
-policy costs no document transfer and no parsing. If the document cannot be read or fails validation, it keeps serving
-the last good policy (and logs why) rather than failing the agent; only the very first read
-must succeed.
+policy costs no document transfer and no parsing. If the document cannot be read (the store
+unreachable or answering with errors) or fails validation, it keeps serving the last good
+policy (and logs why) rather than failing the agent; only the very first read must succeed.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ import threading
 
 from .clock import SYSTEM_CLOCK, Clock
 from .documents import PolicyDocument
-from .errors import InvalidDocument, NotFound
+from .errors import NotFound
 from .policy import Decision, SoftmaxPolicy
 from .store.base import Store, Tagged
 
@@ -77,8 +77,8 @@ class PolicyClient:
                 else:
                     self.reads_not_modified += 1
                 self.last_error = None
-            except (InvalidDocument, NotFound, OSError, ConnectionError, TimeoutError) as exc:
-                self.last_error = str(exc)
+            except Exception as exc:  # invalid, deleted, or the store unreachable (an SDK error of any type)
+                self.last_error = str(exc) or type(exc).__name__
                 if self._policy is None:
                     raise
                 log.warning("keeping policy %s v%d: %s", self.agent_id, self._policy.version, exc)

@@ -134,6 +134,8 @@ class Document(BaseModel):
             data = json.loads(text)
         except (ValueError, UnicodeDecodeError) as exc:
             raise InvalidDocument(cls._doc_kind(), [("(document)", f"is not valid JSON ({exc})")]) from None
+        except RecursionError:
+            raise InvalidDocument(cls._doc_kind(), [("(document)", "is nested too deeply to parse")]) from None
         return cls.from_dict(data)
 
     def to_dict(self) -> dict[str, Any]:
@@ -348,6 +350,11 @@ class PolicyDocument(Document):
         if len(set(ids)) != len(ids):
             dupes = sorted({i for i in ids if ids.count(i) > 1})
             raise ValueError(f"actions: duplicate action ids {dupes}")
+        if not all(math.isfinite(x / self.temperature) for x in self.logits):
+            raise ValueError(
+                f"temperature: {self.temperature!r} is too small for logits up to {max(map(abs, self.logits))!r} "
+                "(logits / temperature overflow, so the action probabilities are undefined)"
+            )
         if self.exploration_floor * len(self.actions) >= 1:
             raise ValueError(
                 f"exploration_floor: {self.exploration_floor} x {len(self.actions)} actions must be below 1"

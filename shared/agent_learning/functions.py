@@ -194,7 +194,8 @@ def get_policy(agent_id: str, if_none_match: str | None, rt: Runtime) -> HttpAns
     """HTTP GET ``/api/policies/{agent_id}``: the agent's current policy document (ETag-aware)."""
     from pydantic import TypeAdapter, ValidationError
 
-    from .documents import AgentId
+    from .documents import AgentId, PolicyDocument
+    from .errors import InvalidDocument
     from .store.base import NotModified
 
     try:
@@ -208,6 +209,11 @@ def get_policy(agent_id: str, if_none_match: str | None, rt: Runtime) -> HttpAns
     if isinstance(tagged, NotModified):
         return HttpAnswer(304, "", {"ETag": f'"{etag}"'})
     doc = {k: v for k, v in tagged.doc.items() if not k.startswith("_")}
+    try:
+        PolicyDocument.from_dict(doc)
+    except InvalidDocument as exc:  # never hand agents a corrupt policy; they keep their last good one
+        log.error("policy %s: the current document is invalid and is not served: %s", agent_id, exc)
+        return _json_answer(503, {"error": f"the current policy of {agent_id!r} is invalid: {exc}"})
     return HttpAnswer(
         200,
         json.dumps(doc),

@@ -21,6 +21,7 @@ from typing import Any
 
 from .clock import SYSTEM_CLOCK, Clock
 from .config import Settings, load_settings
+from .errors import ConcurrencyConflict
 from .judges.base import Judge
 from .pipeline import EnqueueResult, Scorer, TrainOutcome, enqueue_episodes, score_message, settle, train_agent
 from .queue.base import WorkQueue
@@ -98,7 +99,13 @@ class LocalPipeline:
                 break
             for message in messages:
                 outcome = score_message(message.body, self.scorer, delivery_count=message.delivery_count)
-                settle(self.queue, message, outcome)
+                try:
+                    settle(self.queue, message, outcome)
+                except ConcurrencyConflict:
+                    # The lock expired while the episode was being judged (a slow judge, or a long
+                    # batch): the message comes back, and what this delivery stored makes the
+                    # next one a duplicate.
+                    outcomes["lock_lost"] += 1
                 outcomes[outcome.status] += 1
                 handled += 1
                 if progress:

@@ -96,9 +96,12 @@ def score_request_message(doc: Mapping[str, Any], embed_limit: int = EMBED_LIMIT
         raise InvalidDocument("episode", [("id", "missing or not a string; the document cannot be referenced")])
     body: dict[str, Any] = {"type": "score_request", "episode_id": episode_id}
     props: dict[str, str | int | float | bool] = {}
-    if isinstance(doc.get("agent_id"), str):
-        body["agent_id"] = doc["agent_id"]
-        props["agent_id"] = doc["agent_id"][:128]
+    agent_id = doc.get("agent_id")
+    # Only an id of a plausible length (agent ids have at most 128 characters): a document may
+    # hold anything up to 2 MB, and a message Service Bus cannot take would block the batch.
+    if isinstance(agent_id, str) and len(agent_id) <= 128:
+        body["agent_id"] = agent_id
+        props["agent_id"] = agent_id
     episode = {k: v for k, v in doc.items() if not (isinstance(k, str) and k.startswith("_"))}
     try:
         text = json.dumps(episode, allow_nan=True)
@@ -168,11 +171,30 @@ class Scorer:
     clock: Clock = SYSTEM_CLOCK
 
     def __post_init__(self) -> None:
-        self.policy_version = lru_cache(maxsize=1024)(self._load_policy_version)
+        self._cached_version = lru_cache(maxsize=1024)(self._load_policy_version)
 
-    def _load_policy_version(self, agent_id: str, version: int) -> PolicyDocument | None:
+    def policy_version(self, agent_id: str, version: int) -> PolicyDocument | None:
+        """The policy version an episode was drawn from, or ``None`` if there is no such version.
+
+        The trainer publishes the current document before it writes the version record, so
+        agents can log episodes under a version whose record does not exist yet (for as long
+        as a crash in between leaves it unwritten). The current document is a copy of the
+        latest version, so it stands in for that record. A missing version is not cached.
+        """
+        try:
+            return self._cached_version(agent_id, version)
+        except LookupError:
+            return None
+
+    def _load_policy_version(self, agent_id: str, version: int) -> PolicyDocument:
         raw = self.store.get_policy_version(agent_id, version)
-        return None if raw is None else PolicyDocument.from_dict(raw)
+        if raw is not None:
+            return PolicyDocument.from_dict(raw)
+        tagged = self.store.get_current_policy(agent_id)
+        current = None if tagged is None else PolicyDocument.from_dict(tagged.doc)
+        if current is None or current.version != version:
+            raise LookupError(f"agent {agent_id!r} has no policy version {version}")
+        return current.as_kind("version")
 
 
 def score_message(body: bytes | str, scorer: Scorer, *, delivery_count: int = 1, force: bool = False) -> ScoreOutcome:

@@ -1,0 +1,189 @@
+"""Recovery tools: replay dead-lettered scoring messages, and re-score episodes.
+
+An operator (or the ``agent-learn`` CLI) runs these after the cause of a failure is fixed.
+Neither can make an episode count twice in learning:
+
+* :func:`replay_dead_letters` sends dead-lettered messages back to the scoring queue. The
+  scorer is idempotent: an episode that has a score by now (a copy of its message got through)
+  keeps that score, one that does not is judged and scored once, and a message whose cause is
+  not fixed goes back to the dead-letter queue with its reason.
+* :func:`rescore` overwrites the scores of a range of an agent's episodes, e.g. after the
+  reward weights or the judge changed. A score keeps its ``seq`` when it is overwritten, and
+  the trainer's cursor moves along ``(seq, id)``:
+
+  - an episode that a published policy version has already learned from is **not learned
+    from again**: its new score is recorded (with its new reward-function version) for
+    inspection and reporting, and the policy keeps the update it made with the old reward;
+  - an episode scored but not trained yet is learned from **once, with the new reward**.
+
+  To make new rewards change the policy for episodes already learned from, roll the policy
+  back to a version before them or start a new one; re-feeding them on top of the updates
+  they already made would count them twice.
+
+Episodes that never got a score (dead-lettered) are not re-scored by :func:`rescore`: replay
+their messages.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field, replace
+
+from .documents import Episode, Score, ScoreCursor
+from .errors import InvalidDocument
+from .judges.base import Judge, Judgement
+from .pipeline import Scorer, load_current, score_episode
+from .queue.base import WorkQueue
+from .store.base import RawDoc, Store
+
+# --------------------------------------------------------------------------- dead letters
+
+
+@dataclass(frozen=True)
+class ReplayResult:
+    """What :func:`replay_dead_letters` did (or, with ``dry_run``, would do)."""
+
+    replayed: list[str]
+    """Message ids sent back to the queue."""
+    left: Counter[str] = field(default_factory=Counter)
+    """Dead letters left where they are, by reason."""
+
+
+def replay_dead_letters(
+    queue: WorkQueue,
+    *,
+    reasons: Iterable[str] | None = None,
+    message_ids: Iterable[str] | None = None,
+    limit: int = 10_000,
+    dry_run: bool = False,
+) -> ReplayResult:
+    """Send dead-lettered messages back to the queue, with their delivery count reset.
+
+    ``reasons`` selects dead letters by dead-letter reason (e.g. ``"MaxDeliveryCountExceeded"``
+    after a judge outage, ``"JudgeFailed"`` after a judge fix), ``message_ids`` by message id
+    (the episode id); both given, a dead letter must match both. Neither given, every dead
+    letter (up to ``limit``) is replayed. ``dry_run`` only reports what would be replayed.
+    Queues replay by message id, so a dead letter that shares its id with a chosen one (another
+    copy of the same message) goes back with it.
+    """
+    if isinstance(reasons, str) or isinstance(message_ids, str):
+        raise TypeError("reasons and message_ids take an iterable of strings, not a single string")
+    wanted_reasons = None if reasons is None else set(reasons)
+    wanted_ids = None if message_ids is None else set(message_ids)
+    chosen: list[str] = []
+    left: Counter[str] = Counter()
+    for letter in queue.dead_letters(limit):
+        if (wanted_reasons is None or letter.reason in wanted_reasons) and (
+            wanted_ids is None or letter.message_id in wanted_ids
+        ):
+            chosen.append(letter.message_id)
+        else:
+            left[letter.reason] += 1
+    ids = list(dict.fromkeys(chosen))
+    if ids and not dry_run:
+        queue.replay_dead_letters(ids)
+    return ReplayResult(ids, left)
+
+
+# --------------------------------------------------------------------------- re-scoring
+
+
+@dataclass
+class RescoreResult:
+    """What :func:`rescore` did. Ids are episode ids."""
+
+    already_trained: list[str] = field(default_factory=list)
+    """Re-scored; a published version had learned from them: not learned from again."""
+    pending: list[str] = field(default_factory=list)
+    """Re-scored before any training run read them: learned from once, with the new score."""
+    failed: list[tuple[str, str, str]] = field(default_factory=list)
+    """``(episode id, reason, description)``: not re-scored; the old score stays."""
+
+    @property
+    def rescored(self) -> int:
+        return len(self.already_trained) + len(self.pending)
+
+
+class _StoredJudgement(Judge):
+    """The judgement a score already holds: re-shaping a reward needs no judge call."""
+
+    def __init__(self, score: Score) -> None:
+        self._judgement = Judgement(dict(score.metrics), score.judge)
+
+    def judge(self, episode: Episode) -> Judgement:
+        return self._judgement
+
+
+def rescore(
+    store: Store,
+    scorer: Scorer,
+    agent_id: str,
+    *,
+    after: ScoreCursor | None = None,
+    until: ScoreCursor | None = None,
+    episode_ids: Iterable[str] | None = None,
+    rejudge: bool = False,
+    page_size: int = 500,
+) -> RescoreResult:
+    """Re-score an agent's scored episodes with ``scorer``'s reward function (and judge).
+
+    The range is the agent's scores after ``after`` up to and including ``until``, in the
+    trainer's ``(seq, id)`` order (both ``None``: all of them; on Cosmos DB only scores older
+    than the settle window are visible), or exactly ``episode_ids``. Without ``rejudge`` the
+    stored judge metrics are kept and only the reward is shaped again (no judge call: the way
+    to apply new reward weights); with it, ``scorer.judge`` judges every episode again.
+
+    Each score is overwritten in place and keeps its ``seq``; see the module docstring for what
+    that means for learning. An episode that fails (expired, invalid, the judge unavailable)
+    keeps its old score and is listed in ``failed``.
+    """
+    if isinstance(episode_ids, str):
+        raise TypeError("episode_ids takes an iterable of ids, not a single string")
+    current = load_current(store, agent_id)
+    trained_to = None if current is None or current.cursor is None else current.cursor
+    result = RescoreResult()
+    if episode_ids is not None:
+        rows = _rows_by_id(store, agent_id, episode_ids)
+    else:
+        rows = _rows_in_range(store, agent_id, after, until, page_size)
+    for episode_id, row in rows:
+        if row is None:
+            result.failed.append((episode_id, "NotScored", f"{episode_id!r} has no score of agent {agent_id!r}"))
+            continue
+        try:
+            old = Score.from_dict(row)
+        except InvalidDocument as exc:
+            result.failed.append((episode_id, "InvalidScore", str(exc)))
+            continue
+        judge = scorer.judge if rejudge else _StoredJudgement(old)
+        outcome = score_episode(episode_id, replace(scorer, judge=judge), force=True)
+        if outcome.status != "scored":
+            result.failed.append((episode_id, outcome.reason, outcome.description))
+        elif trained_to is not None and not trained_to < old.cursor:
+            result.already_trained.append(episode_id)
+        else:
+            result.pending.append(episode_id)
+    return result
+
+
+def _rows_in_range(
+    store: Store, agent_id: str, after: ScoreCursor | None, until: ScoreCursor | None, page_size: int
+) -> Iterator[tuple[str, RawDoc | None]]:
+    cursor = after
+    while True:
+        page = store.read_scores(agent_id, cursor, page_size)
+        for row in page:
+            position = ScoreCursor(seq=int(row["seq"]), id=str(row["id"]))
+            if until is not None and until < position:
+                return
+            yield position.id, row
+            cursor = position
+        if len(page) < page_size:
+            return
+
+
+def _rows_by_id(store: Store, agent_id: str, episode_ids: Iterable[str]) -> Iterator[tuple[str, RawDoc | None]]:
+    for episode_id in dict.fromkeys(episode_ids):
+        row = store.get_score(episode_id)
+        yield episode_id, row if row is not None and row.get("agent_id") == agent_id else None

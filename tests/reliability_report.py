@@ -1,0 +1,124 @@
+"""Pytest plugin: the reliability report, and the store each reliability scenario runs on.
+
+Registered in ``tests/conftest.py``. The reliability tests (``tests/test_reliability_*.py``)
+record what each scenario did with :func:`record`: how many faults they injected, how many
+episodes the agents wrote, and how many of those the audit found lost or learned from more
+than once (see ``faults.account``). At the end of the session a table of these counts is
+printed, one row per scenario and store; nothing is printed when no reliability test ran.
+
+The ``backend`` fixture gives a reliability test a fresh store of each kind in turn: the
+embedded SQLite store, and the Cosmos DB adapter (the real azure-cosmos SDK) against the
+patched local Cosmos server, in a new database.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+
+@dataclass
+class Row:
+    """Counts of one scenario on one store, summed over its tests."""
+
+    tests: int = 0
+    faults: int = 0
+    episodes: int = 0
+    lost: int = 0
+    double: int = 0
+    kept: int = 0
+
+
+_ROWS: dict[tuple[str, str], Row] = {}
+_LOCK = threading.Lock()
+
+
+def record(scenario: str, store: str, *, faults: int, episodes: int, lost: int, double: int, kept: int = 0) -> None:
+    """Add one test's counts to the report (call it before asserting, so failures show too)."""
+    with _LOCK:
+        row = _ROWS.setdefault((scenario, store), Row())
+        row.tests += 1
+        row.faults += faults
+        row.episodes += episodes
+        row.lost += lost
+        row.double += double
+        row.kept += kept
+
+
+def rows() -> dict[tuple[str, str], Row]:
+    """A copy of the counts so far."""
+    with _LOCK:
+        return {k: Row(**vars(v)) for k, v in _ROWS.items()}
+
+
+def format_report(table: dict[tuple[str, str], Row]) -> list[str]:
+    """The report as text lines."""
+    header = ("scenario", "store", "tests", "faults injected", "episodes", "lost", "double-counted", "kept aside")
+    body = [
+        (s, st, str(r.tests), str(r.faults), str(r.episodes), str(r.lost), str(r.double), str(r.kept))
+        for (s, st), r in sorted(table.items())
+    ]
+    total = Row()
+    for r in table.values():
+        for name in vars(total):
+            setattr(total, name, getattr(total, name) + getattr(r, name))
+    body.append(("total", "", *(str(getattr(total, n)) for n in ("tests", "faults", "episodes", "lost", "double",
+                                                                   "kept"))))
+    widths = [max(len(line[i]) for line in (header, *body)) for i in range(len(header))]
+    fmt = "  ".join(f"{{:<{w}}}" if i < 2 else f"{{:>{w}}}" for i, w in enumerate(widths))
+    return [fmt.format(*header), fmt.format(*("-" * w for w in widths)), *(fmt.format(*line) for line in body)]
+
+
+def pytest_terminal_summary(terminalreporter: Any) -> None:
+    table = rows()
+    if not table:
+        return
+    terminalreporter.section("reliability report")
+    for line in format_report(table):
+        terminalreporter.write_line(line)
+    terminalreporter.write_line(
+        "kept aside: rejected input held for inspection (dead-lettered or never sendable), not lost"
+    )
+
+
+@dataclass
+class Backend:
+    """A store for one reliability test, with what the test needs to know about it."""
+
+    kind: str  # "sqlite" or "cosmos"
+    store: Any
+    path: Path  # a folder for this test's SQLite files (the queue's, and the store's on sqlite)
+
+    def put_raw(self, container: str, doc: dict[str, Any]) -> None:
+        """Write a document as it is, unvalidated, the way a foreign or buggy writer could."""
+        if self.kind == "cosmos":
+            self.store.database.get_container_client(container).upsert_item(doc)
+        elif container == "episodes":
+            self.store.add_raw_episode(doc)
+        elif container == "scores":
+            self.store.put_raw_score(doc)
+        elif container == "policies":
+            self.store.put_raw_current_policy(str(doc.get("agent_id")), doc)
+        else:
+            raise ValueError(f"no raw write for container {container!r}")
+
+
+@pytest.fixture(params=["sqlite", "cosmos"])
+def backend(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Backend]:
+    """A fresh store of each kind: embedded SQLite, then Cosmos DB over the wire."""
+    if request.param == "cosmos":
+        from agent_learning.store.cosmos import CosmosStore
+
+        store: Any = CosmosStore(request.getfixturevalue("cosmos_database"), settle_seconds=0)
+        store.ensure_containers()
+    else:
+        from agent_learning.store.sqlite import SQLiteStore
+
+        store = SQLiteStore(tmp_path / "store.db")
+    yield Backend(request.param, store, tmp_path)
+    store.close()
