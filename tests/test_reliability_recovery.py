@@ -117,9 +117,10 @@ def test_rescoring_trained_episodes_does_not_relearn_them_and_untrained_ones_lea
         new = after[episode_id]
         assert new["seq"] == old["seq"] and new["metrics"] == old["metrics"]
         assert new["reward_function"]["version"] == NEW_WEIGHTS.version != old["reward_function"]["version"]
-        parts = new["reward_function"]["components"]  # the weighted metrics and the (negative) penalties
+        components = new["reward_function"]["components"]
+        parts = {k: v for k, v in components.items() if k != "judged"}  # weighted metrics, (negative) penalties
         assert parts["weighted"] == pytest.approx(new["metrics"]["intent_resolution"]["normalised"])
-        assert new["reward"] == pytest.approx(max(-1.0, min(1.0, sum(parts.values()))))
+        assert new["reward"] == components["judged"] == pytest.approx(max(-1.0, min(1.0, sum(parts.values()))))
     (outcome,) = s.pipeline.train()
     assert outcome.status == "published" and outcome.run is not None
     assert outcome.run.episodes == len(pending)  # the trained ones are not fed again
