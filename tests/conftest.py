@@ -2,12 +2,36 @@
 
 from __future__ import annotations
 
+import os
+
 import pytest
 
 from agent_learning.clock import ManualClock
 
 # The AMQP broker is imported by the tests that use it.
 pytest_plugins = ["cosmos_fixture", "judge_server", "reliability_report"]
+
+
+MISSING_MODULE = "could not import"  # how pytest.importorskip words its skip
+
+
+def _fail_missing_modules(report: pytest.CollectReport | pytest.TestReport) -> None:
+    """Where every dependency must be installed (``make test`` sets REQUIRE_TEST_DEPENDENCIES),
+    a test skipped because a module is missing fails instead: an install step is missing."""
+    if report.skipped and os.environ.get("REQUIRE_TEST_DEPENDENCIES") and MISSING_MODULE in str(report.longrepr):
+        report.outcome = "failed"
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_make_collect_report(collector: pytest.Collector):  # type: ignore[no-untyped-def]
+    outcome = yield
+    _fail_missing_modules(outcome.get_result())
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]):  # type: ignore[no-untyped-def]
+    outcome = yield
+    _fail_missing_modules(outcome.get_result())
 
 
 @pytest.fixture

@@ -282,6 +282,7 @@ def pytest_configure(config: pytest.Config) -> None:
 @pytest.fixture(scope="session")
 def cosmos_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[CosmosServer]:
     """The patched Cosmos-compatible server, one per test session."""
+    pytest.importorskip("azure.cosmos")
     node = _require_tool("node")
     npm = _require_tool("npm")
     ensure_installed(npm)
@@ -314,3 +315,16 @@ def cosmos_database(cosmos_client: Any) -> Iterator[Any]:
     finally:
         with contextlib.suppress(exceptions.CosmosResourceNotFoundError):
             cosmos_client.delete_database(database.id)
+
+
+def new_cosmos_store(request: pytest.FixtureRequest) -> Any:
+    """A ``CosmosStore`` with its containers in this test's new database (no settle window).
+
+    For store fixtures parametrised over adapters: the database is requested first, so a run
+    without the Azure SDK skips the Cosmos case instead of failing on the import."""
+    database = request.getfixturevalue("cosmos_database")
+    from agent_learning.store.cosmos import CosmosStore
+
+    store = CosmosStore(database, settle_seconds=0)
+    store.ensure_containers()
+    return store

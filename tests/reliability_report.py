@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from cosmos_fixture import new_cosmos_store
 
 
 @dataclass
@@ -112,10 +113,7 @@ class Backend:
 def backend(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Backend]:
     """A fresh store of each kind: embedded SQLite, then Cosmos DB over the wire."""
     if request.param == "cosmos":
-        from agent_learning.store.cosmos import CosmosStore
-
-        store: Any = CosmosStore(request.getfixturevalue("cosmos_database"), settle_seconds=0)
-        store.ensure_containers()
+        store: Any = new_cosmos_store(request)
     else:
         from agent_learning.store.sqlite import SQLiteStore
 

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from cosmos_fixture import new_cosmos_store
 from factories import make_policy_doc
 
 from agent_learning.admin import rollback, set_pinned
@@ -32,10 +33,7 @@ AGENT = "math-tutor"
 @pytest.fixture(params=["memory", "sqlite", "cosmos"])
 def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Store]:
     if request.param == "cosmos":
-        from agent_learning.store.cosmos import CosmosStore
-
-        s: Store = CosmosStore(request.getfixturevalue("cosmos_database"), settle_seconds=0)
-        s.ensure_containers()  # type: ignore[attr-defined]
+        s: Store = new_cosmos_store(request)
     else:
         s = MemoryStore() if request.param == "memory" else SQLiteStore(tmp_path / "store.db")
     yield s

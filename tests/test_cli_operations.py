@@ -14,6 +14,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
+pytest.importorskip("rich")
+pytest.importorskip("azure.servicebus")
+pytest.importorskip("proton")
 from click.testing import CliRunner, Result
 
 from agent_learning.cli import main

@@ -16,6 +16,8 @@ import urllib.request
 from typing import Any
 
 import pytest
+
+pytest.importorskip("azure.cosmos")
 from azure.core import MatchConditions
 from azure.cosmos import PartitionKey, exceptions
 from cosmos_fixture import CLIENT_KWARGS, CosmosServer, read_change_feed

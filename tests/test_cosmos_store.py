@@ -9,6 +9,8 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+
+pytest.importorskip("azure.cosmos")
 from cosmos_fixture import CLIENT_KWARGS
 from factories import make_episode, make_score
 

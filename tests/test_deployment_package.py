@@ -9,8 +9,11 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pathspec
 import pytest
+
+pytest.importorskip("pathspec")
+
+import pathspec
 
 ROOT = Path(__file__).resolve().parents[1]
 

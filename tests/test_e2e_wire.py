@@ -12,8 +12,14 @@ import uuid
 from collections.abc import Iterator
 from typing import Any
 
-import azure.functions as func
 import pytest
+
+pytest.importorskip("azure.functions")
+pytest.importorskip("azure.cosmos")
+pytest.importorskip("azure.servicebus")
+pytest.importorskip("proton")
+
+import azure.functions as func
 from amqp_broker import amqp_broker  # noqa: F401  (the fixture; needs python-qpid-proton)
 from app_functions import functions
 from azure.functions.servicebus import ServiceBusMessage

@@ -15,6 +15,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from cosmos_fixture import new_cosmos_store
 from factories import make_episode, make_policy_doc
 
 from agent_learning.clock import ManualClock
@@ -33,10 +34,7 @@ AGENT = "agent-a"
 @pytest.fixture(params=["memory", "sqlite", "cosmos"])
 def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Store]:
     if request.param == "cosmos":
-        from agent_learning.store.cosmos import CosmosStore
-
-        s: Store = CosmosStore(request.getfixturevalue("cosmos_database"), settle_seconds=0)
-        s.ensure_containers()  # type: ignore[attr-defined]
+        s: Store = new_cosmos_store(request)
     else:
         s = MemoryStore() if request.param == "memory" else SQLiteStore(tmp_path / "store.db")
     create_policy(s, make_policy_doc(AGENT))

@@ -10,8 +10,11 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import azure.functions as func
 import pytest
+
+pytest.importorskip("azure.functions")
+
+import azure.functions as func
 from app_functions import document_list, functions, sb_message
 from azure.functions.servicebus import ServiceBusMessage
 from azure.functions.timer import TimerRequest

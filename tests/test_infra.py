@@ -14,6 +14,9 @@ from typing import Any
 
 import checkov_gate
 import pytest
+
+pytest.importorskip("azure.functions")
+pytest.importorskip("pycep")
 from app_functions import functions
 from azure.cosmos import exceptions as cosmos_errors
 from pycep import BicepParser

@@ -5,9 +5,15 @@ from __future__ import annotations
 import json
 from datetime import UTC, datetime, timedelta
 
+import pytest
+
+pytest.importorskip("openai")
+pytest.importorskip("httpx")
+pytest.importorskip("aiohttp")
+pytest.importorskip("rich")
+
 import httpx
 import openai
-import pytest
 
 from agent_learning.documents import Episode, Step
 from agent_learning.errors import ConfigurationError, PermanentError, TransientError

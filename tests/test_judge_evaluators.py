@@ -14,6 +14,8 @@ from typing import Any
 
 import pytest
 
+pytest.importorskip("azure.ai.evaluation")
+
 from agent_learning.clock import ManualClock
 from agent_learning.documents import Episode, Step
 from agent_learning.errors import PermanentError, TransientError

@@ -17,8 +17,12 @@ import threading
 import time
 from typing import Any
 
-import openai
 import pytest
+
+pytest.importorskip("openai")
+pytest.importorskip("aiohttp")
+
+import openai
 from judge_server import (
     CONTENT_FILTER_MESSAGE,
     EVALUATORS,

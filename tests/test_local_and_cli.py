@@ -8,6 +8,8 @@ import struct
 from pathlib import Path
 
 import pytest
+
+pytest.importorskip("rich")
 from click.testing import CliRunner
 
 from agent_learning.cli import main

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import math
+import os
 import random
 import subprocess
 import sys
 from collections import Counter
 from datetime import UTC, datetime
+from pathlib import Path
 
 import pytest
 from hypothesis import given, settings
@@ -293,5 +295,7 @@ def test_agent_side_does_not_import_numpy_or_judges() -> None:
         "import sys, agent_learning.policy, agent_learning.capture, agent_learning.client; "
         "print('numpy' in sys.modules, 'azure.ai.evaluation' in sys.modules)"
     )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60)
+    shared = str(Path(__file__).resolve().parents[1] / "shared")  # the library, installed or not
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [shared, os.environ.get("PYTHONPATH")]))}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60, env=env)
     assert out.stdout.split() == ["False", "False"]

@@ -15,6 +15,10 @@ from collections import Counter
 from typing import Any
 
 import pytest
+
+pytest.importorskip("azure.functions")
+pytest.importorskip("azure.servicebus")
+pytest.importorskip("proton")
 from amqp_broker import amqp_broker  # noqa: F401  (the fixture; needs python-qpid-proton)
 from app_functions import sb_message
 from factories import make_episode

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+
+pytest.importorskip("azure.functions")
 from faults import (
     AGENT,
     Agent,

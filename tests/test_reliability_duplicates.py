@@ -9,6 +9,10 @@ must feed exactly one policy update.
 
 from __future__ import annotations
 
+import pytest
+
+pytest.importorskip("azure.functions")
+
 import numpy as np
 from faults import (
     AGENT,

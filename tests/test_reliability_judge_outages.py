@@ -16,6 +16,8 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+
+pytest.importorskip("azure.functions")
 from faults import AGENT, Agent, FaultyJudge, FunctionsHost, OutageJudge, account, dead_lettered, start_policy
 from reliability_report import Backend, record
 

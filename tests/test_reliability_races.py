@@ -13,6 +13,8 @@ from collections import Counter
 from typing import Any
 
 import pytest
+
+pytest.importorskip("azure.functions")
 from faults import AGENT, Agent, FunctionsHost, account, dead_lettered, start_policy
 from reliability_report import Backend, record
 

@@ -14,6 +14,8 @@ import statistics
 import threading
 
 import pytest
+
+pytest.importorskip("azure.functions")
 from faults import AGENT, Agent, FaultyJudge, OutageJudge, account, dead_lettered, start_policy
 from reliability_report import Backend, record
 

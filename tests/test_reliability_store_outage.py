@@ -12,6 +12,9 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+
+pytest.importorskip("azure.functions")
+pytest.importorskip("azure.cosmos")
 from cosmos_fixture import CLIENT_KWARGS
 from faults import AGENT, Agent, FunctionsHost, NetworkCut, account, dead_lettered, start_policy
 from reliability_report import record

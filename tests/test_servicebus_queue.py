@@ -17,12 +17,11 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
-from amqp_broker import amqp_broker  # noqa: F401  (the fixture; needs python-qpid-proton)
 
 pytest.importorskip("azure.servicebus")
 pytest.importorskip("proton")
 
-from amqp_broker import Broker
+from amqp_broker import Broker, amqp_broker  # noqa: F401  (amqp_broker is the fixture)
 
 from agent_learning.errors import ConcurrencyConflict, InvalidDocument, TransientError
 from agent_learning.queue import (

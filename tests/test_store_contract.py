@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from cosmos_fixture import new_cosmos_store
 from factories import BASE_TIME, make_episode, make_policy_doc, make_run, make_score
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -44,10 +45,7 @@ def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Store]:
     """A fresh, empty store of each adapter in turn; ``cosmos`` is the real azure-cosmos SDK
     against the patched local Cosmos server, in a new database per test."""
     if request.param == "cosmos":
-        from agent_learning.store.cosmos import CosmosStore
-
-        s: Store = CosmosStore(request.getfixturevalue("cosmos_database"), settle_seconds=0)
-        s.ensure_containers()  # type: ignore[attr-defined]
+        s: Store = new_cosmos_store(request)
     else:
         s = ADAPTERS[request.param](tmp_path)
     yield s

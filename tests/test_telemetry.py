@@ -12,6 +12,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
+pytest.importorskip("opentelemetry.sdk")
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 from opentelemetry.sdk.trace import TracerProvider
