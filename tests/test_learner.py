@@ -126,6 +126,15 @@ def test_one_lucky_episode_of_a_rare_action_moves_it_little() -> None:
     assert evidence[2] - evidence[1] < (natural[2] - natural[1]) / 2
 
 
+def test_evidence_direction_is_finite_for_unseen_actions_and_corrections_alone() -> None:
+    """With c = 0, an action never drawn, or seen only through a feedback correction, must not
+    divide by zero."""
+    batch = Batch.from_arrays([0, 0, 1, 2], [1.0, 0.0, 0.5, 0.2], [0.25] * 4, 4, corrections=[0, 0, 0, 1])
+    new = Reinforce(LearnerConfig(evidence_prior=0.0, max_kl=None)).update(np.zeros(4), batch).logits
+    assert np.all(np.isfinite(new))
+    assert new[2] > new[3]  # the positive correction raised action 2 above the unseen action 3
+
+
 def test_max_logit_gap_keeps_actions_recoverable() -> None:
     """No logit falls more than max_logit_gap below the largest, however strong the evidence."""
     batch = Batch.from_arrays([0] * 30 + [1] * 30 + [2] * 30, [1.0] * 30 + [0.0] * 60, [1 / 3] * 90, 3)

@@ -323,13 +323,15 @@ class Reinforce:
         if cfg.direction == "plain":
             return g.copy()
         s = np.maximum(softmax(logits, temperature), 1e-12)
-        natural = temperature**2 * g / s  # F⁺g, entropy term included
         if cfg.direction == "natural":
+            natural = temperature**2 * g / s  # F⁺g, entropy term included
             return natural - natural.mean()
         k = len(logits)
         n_a = np.bincount(batch.actions, weights=batch.regular, minlength=k)  # corrections are no evidence
         sums = np.bincount(batch.actions, weights=adv, minlength=k)
-        evidence = temperature * sums / np.sqrt(n_a + cfg.evidence_prior)
+        # At least 1 under the root: an action with only feedback corrections (n_a = 0) moves by
+        # their advantage sum, and c = 0 never divides by zero.
+        evidence = temperature * sums / np.sqrt(np.maximum(n_a + cfg.evidence_prior, 1.0))
         # The entropy bonus's natural gradient: T²·β·∇H / s = −β·T·(log s + H).
         log_s = np.log(s)
         d = evidence - cfg.entropy_coef * temperature * (log_s - (s * log_s).sum())
