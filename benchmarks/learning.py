@@ -27,8 +27,11 @@ from pathlib import Path
 
 import numpy as np
 
+from agent_learning.config import Settings
 from agent_learning.learner import Batch, LearnerConfig, Reinforce, softmax
 from agent_learning.policy import mix_floor
+
+DEFAULT_FLOOR = Settings.model_fields["exploration_floor"].default  # what new policies get
 
 Rng = np.random.Generator
 
@@ -48,11 +51,12 @@ class Problem:
     high: float = 1.0
     batch: int = 50
 
-    def sample(self, rng: Rng, actions: np.ndarray) -> np.ndarray:
-        mu = self.means[actions]
+    def draw(self, rng: Rng, pulls: int) -> np.ndarray:
+        """``pulls`` rewards of every arm, shape (K, pulls)."""
+        mu = self.means[:, None]
         if self.kind == "bernoulli":
-            return (rng.random(len(actions)) < mu).astype(float)
-        return np.clip(rng.normal(mu, self.sigma), self.low, self.high)
+            return (rng.random((len(self.means), pulls)) < mu).astype(float)
+        return np.clip(rng.normal(mu, self.sigma, (len(self.means), pulls)), self.low, self.high)
 
     @property
     def best(self) -> int:
@@ -85,6 +89,27 @@ PROBLEMS: list[Problem] = [
 ]
 
 
+class Environment:
+    """One realisation of a problem. Every arm's rewards are drawn in advance from the seed, so
+    the j-th pull of arm a pays the same whichever algorithm pulls it: the algorithms are
+    compared on the same luck (common random numbers), which makes their ratios much less
+    noisy than independent draws would at the same number of seeds."""
+
+    def __init__(self, problem: Problem, seed: int, pulls: int) -> None:
+        self.problem = problem
+        self.table = problem.draw(np.random.default_rng(seed), pulls)
+        self.pulled = np.zeros(len(problem.means), dtype=np.int64)
+
+    def pull(self, actions: np.ndarray) -> np.ndarray:
+        rewards = np.empty(len(actions))
+        for arm in np.unique(actions):
+            where = np.flatnonzero(actions == arm)
+            start = self.pulled[arm]
+            rewards[where] = self.table[arm, start : start + len(where)]
+            self.pulled[arm] += len(where)
+        return rewards
+
+
 # --------------------------------------------------------------------------- algorithms
 
 
@@ -100,11 +125,11 @@ class Algorithm:
         """The probability of choosing each action now."""
         raise NotImplementedError
 
-    def run_batch(self, problem: Problem, n: int) -> tuple[np.ndarray, np.ndarray]:
+    def run_batch(self, env: Environment, n: int) -> tuple[np.ndarray, np.ndarray]:
         """Choose ``n`` actions with the current (frozen) policy, observe, update once."""
         p = self.probs()
         actions = self.rng.choice(self.k, size=n, p=p)
-        rewards = problem.sample(self.rng, actions)
+        rewards = env.pull(actions)
         self.update(actions, rewards, p[actions])
         return actions, rewards
 
@@ -113,21 +138,24 @@ class Algorithm:
 
 
 class Ours(Algorithm):
-    """agent_learning's learner with its defaults, exploration floor included."""
+    """agent_learning's learner with its defaults, the default exploration floor included; the
+    learner state rides from update to update as it does in the policy documents."""
 
     name = "REINFORCE (ours)"
 
-    def __init__(self, k: int, rng: Rng, config: LearnerConfig | None = None, floor: float = 0.005) -> None:
+    def __init__(self, k: int, rng: Rng, config: LearnerConfig | None = None, floor: float = DEFAULT_FLOOR) -> None:
         super().__init__(k, rng)
         self.learner = Reinforce(config)
         self.theta = np.zeros(k)
+        self.state: dict = {}
         self.floor = floor if floor * k < 1 else 0.5 / k / k
 
     def probs(self) -> np.ndarray:
         return np.asarray(mix_floor(list(softmax(self.theta)), self.floor))
 
     def update(self, actions: np.ndarray, rewards: np.ndarray, logged: np.ndarray) -> None:
-        self.theta = self.learner.update(self.theta, Batch.from_arrays(actions, rewards, logged, self.k)).logits
+        update = self.learner.update(self.theta, Batch.from_arrays(actions, rewards, logged, self.k), state=self.state)
+        self.theta, self.state = update.logits, update.state
 
 
 class BatchedThompson(Algorithm):
@@ -144,10 +172,10 @@ class BatchedThompson(Algorithm):
         draws = self.rng.beta(self.a, self.b, size=(samples, self.k))
         return np.bincount(draws.argmax(axis=1), minlength=self.k) / samples
 
-    def run_batch(self, problem: Problem, n: int) -> tuple[np.ndarray, np.ndarray]:
+    def run_batch(self, env: Environment, n: int) -> tuple[np.ndarray, np.ndarray]:
         draws = self.rng.beta(self.a, self.b, size=(n, self.k))
         actions = draws.argmax(axis=1)
-        rewards = problem.sample(self.rng, actions)
+        rewards = env.pull(actions)
         self.update(actions, rewards, np.ones(n))
         return actions, rewards
 
@@ -177,11 +205,11 @@ class UCB1(Algorithm):
         p[self._index()] = 1.0
         return p
 
-    def run_batch(self, problem: Problem, n: int) -> tuple[np.ndarray, np.ndarray]:
+    def run_batch(self, env: Environment, n: int) -> tuple[np.ndarray, np.ndarray]:
         actions, rewards = np.empty(n, dtype=int), np.empty(n)
         for i in range(n):
             a = self._index()
-            r = problem.sample(self.rng, np.array([a]))[0]
+            r = env.pull(np.array([a]))[0]
             self.n[a] += 1
             self.s[a] += r
             actions[i], rewards[i] = a, r
@@ -234,13 +262,13 @@ class Result:
 def run(
     problem: Problem, make: Callable[[int, Rng], Algorithm], seed: int, horizon: int
 ) -> tuple[float, float, int | None, np.ndarray]:
-    rng = np.random.default_rng(seed)
-    algo = make(len(problem.means), rng)
+    env = Environment(problem, seed, horizon)
+    algo = make(len(problem.means), np.random.default_rng([seed, 1]))
     gap = problem.means[problem.best] - problem.means
     curve, total, done, reach = [], 0.0, 0, None
     while done < horizon:
         n = min(problem.batch, horizon - done)
-        actions, _ = algo.run_batch(problem, n)
+        actions, _ = algo.run_batch(env, n)
         total += gap[actions].sum()
         done += n
         curve.append((done, total))
@@ -255,14 +283,14 @@ SHIFT_CAP = 20_000
 
 def recovery(make: Callable[[int, Rng], Algorithm], seed: int, horizon: int, batch: int = 50) -> int | None:
     """Episodes after the best arm changes until P(new best) ≥ 0.5 (None: not within the cap)."""
-    rng = np.random.default_rng(seed)
-    before, after = Problem("before", K4, batch=batch), Problem("after", SHIFT_AFTER, batch=batch)
-    algo = make(len(K4), rng)
+    before = Environment(Problem("before", K4, batch=batch), seed, horizon)
+    after = Environment(Problem("after", SHIFT_AFTER, batch=batch), seed + 10_000, SHIFT_CAP)
+    algo = make(len(K4), np.random.default_rng([seed, 1]))
     for _ in range(0, horizon, batch):
         algo.run_batch(before, batch)
     for done in range(batch, SHIFT_CAP + 1, batch):
         algo.run_batch(after, batch)
-        if algo.probs()[after.best] >= 0.5:
+        if algo.probs()[after.problem.best] >= 0.5:
             return done
     return None
 

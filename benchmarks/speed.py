@@ -29,7 +29,7 @@ from agent_learning.policy import SoftmaxPolicy
 def choose_median_us(k: int = 4, calls: int = 200_000, repeats: int = 7) -> float:
     """Median over ``repeats`` runs of the mean time of one ``choose()`` call, in µs."""
     actions = [Action(id=f"a{i}") for i in range(k)]
-    policy = SoftmaxPolicy("bench", actions, [0.3 * i for i in range(k)], exploration_floor=0.005, rng=random.Random(1))
+    policy = SoftmaxPolicy("bench", actions, [0.3 * i for i in range(k)], exploration_floor=0.001, rng=random.Random(1))
     choose = policy.choose
     runs = []
     for _ in range(repeats):
@@ -41,14 +41,16 @@ def choose_median_us(k: int = 4, calls: int = 200_000, repeats: int = 7) -> floa
 
 
 def update_ms(k: int = 4, n: int = 100_000, repeats: int = 15) -> float:
-    """Median time of one :meth:`Reinforce.update` over ``n`` episodes, batch validation included."""
+    """Median time of one :meth:`Reinforce.update` over ``n`` episodes, batch validation and the
+    learner state (read, faded, extended, written) included."""
     rng = np.random.default_rng(0)
     actions, rewards, probs = rng.integers(0, k, n), rng.random(n), rng.uniform(0.05, 1.0, n)
     learner, theta = Reinforce(), rng.normal(size=k)
+    state = learner.update(theta, Batch.from_arrays(actions, rewards, probs, k)).state
     runs = []
     for _ in range(repeats):
         t0 = time.perf_counter()
-        learner.update(theta, Batch.from_arrays(actions, rewards, probs, k))
+        learner.update(theta, Batch.from_arrays(actions, rewards, probs, k), state=state)
         runs.append((time.perf_counter() - t0) * 1e3)
     return statistics.median(runs)
 

@@ -74,6 +74,7 @@ def test_rollback_publishes_the_old_logits_as_a_new_version_and_keeps_history(st
     v2 = PolicyDocument.from_dict(store.get_policy_version(AGENT, 2))
     assert change.changed and new.version == 5 and new.source == "rollback" and new.parent_version == 2
     assert new.logits == v2.logits and new.cursor == before.cursor and new.run is None
+    assert new.learner_state == before.learner_state != v2.learner_state  # the evidence up to the cursor
     assert "v3 answers too long" in new.note
     versions = store.list_policy_versions(AGENT)
     assert versions[:4] == history_before  # history is never rewritten

@@ -33,7 +33,7 @@ def test_defaults() -> None:
     )
     assert (s.queue_max_deliveries, s.queue_lock_seconds) == (10, 60.0)
     assert (s.w_intent, s.w_adherence, s.w_completion) == (0.4, 0.3, 0.3)
-    assert (s.temperature, s.exploration_floor, s.policy_refresh_seconds) == (1.0, 0.005, 30.0)
+    assert (s.temperature, s.exploration_floor, s.policy_refresh_seconds) == (1.0, 0.001, 30.0)
     assert (s.train_max_batch, s.train_min_batch) == (10_000, 1)
     assert s.reward_config() == RewardConfig()
     learner = s.learner_config()

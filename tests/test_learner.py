@@ -7,6 +7,7 @@ import pytest
 
 from agent_learning.learner import (
     Batch,
+    Evidence,
     LearnerConfig,
     Reinforce,
     entropy,
@@ -120,8 +121,9 @@ def test_one_lucky_episode_of_a_rare_action_moves_it_little() -> None:
     actions = [0] * 49 + [2]
     rewards = [1.0, 1.0, 0.0] * 16 + [1.0] + [1.0]  # the common action: about 0.7 on average
     batch = Batch.from_arrays(actions, rewards, s[actions], 3)
-    evidence = Reinforce(LearnerConfig(max_kl=None)).update(theta, batch).logits
-    natural = Reinforce(LearnerConfig(max_kl=None, direction="natural")).update(theta, batch).logits
+    memoryless = dict(max_kl=None, gap_per_evidence=None)  # the step alone
+    evidence = Reinforce(LearnerConfig(**memoryless)).update(theta, batch).logits
+    natural = Reinforce(LearnerConfig(**memoryless, direction="natural")).update(theta, batch).logits
     assert 0 < evidence[2] - evidence[1] < 0.5
     assert evidence[2] - evidence[1] < (natural[2] - natural[1]) / 2
 
@@ -145,6 +147,105 @@ def test_max_logit_gap_keeps_actions_recoverable() -> None:
     assert theta.max() - theta.min() == pytest.approx(6.0)
     unbounded = Reinforce(LearnerConfig(learning_rate=50.0, max_kl=None, max_logit_gap=None))
     assert np.ptp(unbounded.update(np.zeros(3), batch).logits) > 6.0
+
+
+def test_evidence_fades_by_the_half_life_and_corrections_shift_sums_only() -> None:
+    first = Batch.from_arrays([0, 0, 1], [1.0, 0.5, 0.2], [0.5] * 3, 3)
+    ev = Evidence.empty(3).add(first, half_life=4.0)
+    np.testing.assert_allclose(ev.count, [2, 1, 0])
+    np.testing.assert_allclose(ev.reward_sum, [1.5, 0.2, 0])
+    np.testing.assert_allclose(ev.reward_sq_sum, [1.25, 0.04, 0])
+    # Four regular episodes (one half-life) halve the old evidence; the correction (δ = −0.3 on
+    # action 0) moves its reward sum but is no new episode.
+    second = Batch.from_arrays([2, 2, 2, 2, 0], [1.0] * 4 + [-0.3], [0.5] * 5, 3, corrections=[0, 0, 0, 0, 1])
+    ev = ev.add(second, half_life=4.0)
+    np.testing.assert_allclose(ev.count, [1, 0.5, 4])
+    np.testing.assert_allclose(ev.reward_sum, [0.75 - 0.3, 0.1, 4])
+    np.testing.assert_allclose(ev.reward_sq_sum, [0.625, 0.02, 4])
+    assert Evidence.from_state(ev.to_state(), 3)[0].count.tolist() == ev.count.tolist()
+
+
+@pytest.mark.parametrize(
+    ("state", "problem"),
+    [
+        ({"count": [1, 2]}, "unreadable"),
+        ({"count": [1, 2], "reward_sum": [1, 1], "reward_sq_sum": [1, 1]}, "count: 2 entries for 3 actions"),
+        ({"count": [1, -2, 0], "reward_sum": [1, 1, 0], "reward_sq_sum": [1, 1, 0]}, "count: non-finite or negative"),
+        ({"count": [1, 2, 0], "reward_sum": [1, "x", 0], "reward_sq_sum": [1, 1, 0]}, "unreadable"),
+        ({"count": [1, 2, 0], "reward_sum": [1, 1, 0], "reward_sq_sum": [1, float("nan"), 0]}, "reward_sq_sum"),
+    ],
+)
+def test_an_unusable_learner_state_restarts_the_evidence_and_says_so(state: dict, problem: str) -> None:
+    evidence, reason = Evidence.from_state(state, 3)
+    assert reason is not None and problem in reason
+    assert evidence.count.tolist() == [0, 0, 0]
+    batch = Batch.from_arrays([0, 1, 2], [1.0, 0.0, 0.5], [1 / 3] * 3, 3)
+    update = Reinforce().update(np.zeros(3), batch, state=state)
+    assert update.metrics["state_reset"] == 1.0
+    assert update.state["count"] == [1.0, 1.0, 1.0]  # the new state holds this batch only
+    assert np.all(np.isfinite(update.logits))
+
+
+def test_evidence_bound_lifts_actions_only_as_far_as_the_evidence_allows() -> None:
+    """θ_a ≥ θ_L − (g₀ + κ·max(z_a, 0)) with z_a computed from shrunk means and variances."""
+    cfg = LearnerConfig(gap_per_evidence=2.0, gap_slack=0.5, evidence_prior=1.0)
+    n = np.array([200.0, 4.0, 300.0, 0.0])
+    mean = np.array([0.75, 0.6, 0.3, 0.0])
+    var = np.array([0.04, 0.09, 0.01, 0.0])
+    ev = Evidence(n, n * mean, n * (var + mean**2))
+    logits = np.array([6.0, -3.0, 0.5, -4.0])
+    new, raised = Reinforce(cfg).bound_by_evidence(logits, ev)
+    # z by hand: pooled mean and variance, then c = 1 pseudo-episode of them
+    pooled_mean = (n * mean).sum() / n.sum()
+    pooled_var = (n * (var + mean**2)).sum() / n.sum() - pooled_mean**2
+    m = (n * mean + pooled_mean) / (n + 1)
+    v = (n * var + pooled_var) / (n + 1)
+    z = (m[0] - m) / np.sqrt(v[0] / (n[0] + 1) + v / (n + 1))
+    floor = 6.0 - (0.5 + 2.0 * np.maximum(z, 0))
+    expected = np.maximum(logits, floor)
+    np.testing.assert_allclose(new, expected - expected.mean(), atol=1e-12)
+    assert raised == 2 and z[1] < 2 < z[2]  # the rarely tried action is lifted, the clearly worse one not
+    assert new[3] - new[0] == pytest.approx(floor[3] - 6.0)  # never tried: lifted to the pooled-prior gap
+    assert int(np.argmax(new)) == 0
+
+
+def test_evidence_bound_never_lowers_an_action_or_changes_the_leader() -> None:
+    rng = np.random.default_rng(8)
+    learner = Reinforce()
+    for _ in range(200):
+        k = int(rng.integers(2, 9))
+        n = rng.integers(0, 50, k).astype(float)
+        means = rng.random(k)
+        ev = Evidence(n, n * means, n * means**2 + n * 0.01)
+        logits = rng.normal(scale=4.0, size=k)
+        new, _ = learner.bound_by_evidence(logits, ev)
+        leader = int(np.argmax(logits))
+        assert int(np.argmax(new)) == leader
+        assert np.all((new - new[leader]) >= (logits - logits[leader]) - 1e-12)
+
+
+def test_the_learner_state_keeps_noisy_early_batches_from_locking_in() -> None:
+    """K=16 (one arm at 0.8, fifteen in [0.5, 0.7]), 2,000 episodes in batches of 50, 30 fixed
+    seeds: the memoryless learner locks onto a worse arm in several seeds, the default learner
+    (evidence bound, state carried between updates) in at most two."""
+    means = np.concatenate([[0.8], np.random.default_rng(16).uniform(0.5, 0.7, 15)])
+
+    def final_p_best(config: LearnerConfig, seed: int) -> float:
+        rng = np.random.default_rng(seed)
+        learner, theta, state = Reinforce(config), np.zeros(16), {}
+        for _ in range(40):
+            p = np.array(mix_floor(list(softmax(theta)), 0.001))
+            a = rng.choice(16, size=50, p=p)
+            r = (rng.random(50) < means[a]).astype(float)
+            update = learner.update(theta, Batch.from_arrays(a, r, p[a], 16), state=state)
+            theta, state = update.logits, update.state
+        return float(softmax(theta)[0])
+
+    locked = {
+        name: sum(final_p_best(cfg, seed) < 0.5 for seed in range(30))
+        for name, cfg in (("default", LearnerConfig()), ("memoryless", LearnerConfig(gap_per_evidence=None)))
+    }
+    assert locked["default"] <= 2 < 4 <= locked["memoryless"], locked
 
 
 def test_step_and_trust_region_scale_with_the_batch_size() -> None:
@@ -265,17 +366,18 @@ def test_numpy_softmax_equals_agent_side_softmax() -> None:
 def test_learns_a_bernoulli_bandit() -> None:
     """Batched updates on a 4-armed bandit put most probability on the best arm."""
     means = np.array([0.8, 0.7, 0.6, 0.5])
-    floor = 0.005
+    floor = 0.001
     learner = Reinforce()
     finals = []
     for seed in range(5):
         rng = np.random.default_rng(seed)
-        theta = np.zeros(4)
+        theta, state = np.zeros(4), {}
         for _ in range(40):  # 2,000 episodes in batches of 50
             p = np.array(mix_floor(list(softmax(theta)), floor))
             a = rng.choice(4, size=50, p=p)
             r = (rng.random(50) < means[a]).astype(float)
-            theta = learner.update(theta, Batch.from_arrays(a, r, p[a], 4)).logits
+            update = learner.update(theta, Batch.from_arrays(a, r, p[a], 4), state=state)
+            theta, state = update.logits, update.state
         finals.append(softmax(theta)[0])
     assert np.mean(finals) > 0.85
     assert min(finals) > 0.6
@@ -299,12 +401,13 @@ def test_default_learner_beats_uniform_by_a_wide_margin() -> None:
     learner = Reinforce()
     ours, uniform = [], []
     for seed in range(8):
-        state = {"theta": np.zeros(4)}
+        state = {"theta": np.zeros(4), "learner": {}}
 
         def learn(a, r, p, state=state):
-            state["theta"] = learner.update(state["theta"], Batch.from_arrays(a, r, p, 4)).logits
+            update = learner.update(state["theta"], Batch.from_arrays(a, r, p, 4), state=state["learner"])
+            state["theta"], state["learner"] = update.logits, update.state
 
-        ours.append(_regret(lambda s=state: np.array(mix_floor(list(softmax(s["theta"])), 0.005)), learn, means, seed))
+        ours.append(_regret(lambda s=state: np.array(mix_floor(list(softmax(s["theta"])), 0.001)), learn, means, seed))
         uniform.append(_regret(lambda: np.full(4, 0.25), lambda *_: None, means, seed))
     assert np.mean(ours) < np.mean(uniform) / 3
     assert max(ours) < np.mean(uniform) / 2

@@ -17,7 +17,7 @@ from agent_learning.documents import Episode, PolicyDocument, Score, TrainingRun
 from agent_learning.errors import ConcurrencyConflict, PermanentError, TransientError
 from agent_learning.judges.base import Judge, Judgement
 from agent_learning.judges.offline import OfflineJudge
-from agent_learning.learner import Reinforce
+from agent_learning.learner import LearnerConfig, Reinforce
 from agent_learning.local import LocalPipeline
 from agent_learning.pipeline import (
     Scorer,
@@ -174,6 +174,23 @@ def test_training_publishes_a_new_immutable_version_with_its_run(env: Env) -> No
     current = load_current(env.store, AGENT)
     assert current is not None and current.as_kind("version") == v2
     consumed_ranges_are_exact(env.store, 60)
+
+
+def test_the_learner_state_rides_with_each_version_into_the_next_update(env: Env) -> None:
+    """Each version stores the evidence of every episode learned so far; the next update starts
+    from it (faded by the half-life) and adds its own batch."""
+    env.episodes(60)
+    env.pipeline.run_once()
+    v2 = PolicyDocument.from_dict(env.store.get_policy_version(AGENT, 2))
+    assert sum(v2.learner_state["count"]) == pytest.approx(60)
+    env.episodes(40)
+    env.pipeline.run_once()
+    v3 = PolicyDocument.from_dict(env.store.get_policy_version(AGENT, 3))
+    fade = 0.5 ** (40 / LearnerConfig().evidence_half_life)
+    rewards = [s["reward"] for s in env.store.read_scores(AGENT, None, 1000)]  # in the order learned
+    assert len(rewards) == 100 and sum(v2.learner_state["reward_sum"]) == pytest.approx(sum(rewards[:60]))
+    assert sum(v3.learner_state["count"]) == pytest.approx(60 * fade + 40)
+    assert sum(v3.learner_state["reward_sum"]) == pytest.approx(fade * sum(rewards[:60]) + sum(rewards[60:]))
 
 
 class StaleReader(Store):

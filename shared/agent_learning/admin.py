@@ -2,7 +2,9 @@
 
 History is never rewritten. A rollback publishes the logits (and temperature and exploration
 floor) of an earlier version as a *new* version with ``source="rollback"``; the training
-cursor stays where it is, so no score is learned twice and none is forgotten. Pinning freezes
+cursor stays where it is, so no score is learned twice and none is forgotten, and so does the
+learner state (the reward evidence gathered up to that cursor: what the episodes showed is
+still true after a rollback). Pinning freezes
 learning: it sets ``pinned`` on the current document only (no new version), the trainer then
 leaves the agent alone and its cursor stays put, and unpinning resumes learning from there, so
 scores that arrived meanwhile are learned then. Every change is an ETag compare-and-swap on the
@@ -86,7 +88,6 @@ def rollback(store: Store, agent_id: str, version: int, *, clock: Clock = SYSTEM
                 "logits": list(target.logits),
                 "temperature": target.temperature,
                 "exploration_floor": target.exploration_floor,
-                "learner_state": dict(target.learner_state),
                 "source": "rollback",
                 "parent_version": version,
                 "run": None,

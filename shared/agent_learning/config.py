@@ -104,6 +104,9 @@ class Settings(BaseSettings):
     evidence_prior: float = Field(3.0, ge=0)
     reference_batch: int = Field(50, ge=0, description="0: the same step whatever the batch size")
     max_logit_gap: float = Field(8.0, ge=0, description="0 turns the limit off")
+    gap_per_evidence: float = Field(4.0, ge=0, description="0 turns the evidence bound off")
+    gap_slack: float = Field(1.0, ge=0)
+    evidence_half_life: float = Field(3000.0, ge=0, description="episodes; 0: evidence never fades")
     logit_bound: float = Field(20.0, gt=0, le=1000)
     train_max_batch: int = Field(10_000, ge=1)
     train_min_batch: int = Field(1, ge=1)
@@ -126,7 +129,7 @@ class Settings(BaseSettings):
 
     # New policies and agents.
     temperature: float = Field(1.0, gt=0, le=100)
-    exploration_floor: float = Field(0.005, ge=0, lt=1)
+    exploration_floor: float = Field(0.001, ge=0, lt=1)
     policy_refresh_seconds: float = Field(30.0, ge=0)
 
     def reward_config(self) -> Any:
@@ -177,6 +180,8 @@ class Settings(BaseSettings):
             "max_kl": self.max_kl or None,
             "reference_batch": self.reference_batch or None,
             "max_logit_gap": self.max_logit_gap or None,
+            "gap_per_evidence": self.gap_per_evidence or None,
+            "evidence_half_life": self.evidence_half_life or None,
         }
         return _build(LearnerConfig, self, overrides)
 

@@ -60,24 +60,52 @@ policy further, as it should, and the same episodes split into smaller, more fre
 move it about as far in all.
 
 The step ``η·d`` is then shrunk (halved up to 20 times) until KL(s_old ‖ s_new) ≤ the trust
-region, in the spirit of TRPO (Schulman et al. 2015). Finally no logit may fall more than
+region, in the spirit of TRPO (Schulman et al. 2015). No logit may fall more than
 ``max_logit_gap`` below the largest: below the exploration floor a lower logit changes nothing
 the agents do, but it would take that much more evidence to raise the action again when the
-world changes (non-stationarity). The logits are centred and clipped to ±``logit_bound`` so
-that they stay finite and the policy document stays readable.
+world changes (non-stationarity).
+
+Evidence bound (an adaptive exploration floor). A batch's step forgets what earlier batches
+saw, so a noisy early batch can push the best action so far down that it is hardly tried
+again, and the policy locks onto the second best. The learner therefore keeps, across
+updates, a small *state* (stored with each policy version): per action the discounted count,
+reward sum and sum of squares of the episodes it has learned from,
+
+    n_a ← 2^(−N/H)·n_a + #{i: a_i = a}      (likewise S_a, Q_a)     H = evidence_half_life
+
+and after the step bounds how far any action may trail the leader L = argmax θ::
+
+    θ_a ≥ θ_L − (g₀ + κ·max(z_a, 0)),   z_a = (m_L − m_a) / √(v_L/(n_L + c) + v_a/(n_a + c))
+
+with m_a, v_a the action's mean and variance shrunk towards the pooled ones by c =
+``evidence_prior`` pseudo-episodes, κ = ``gap_per_evidence`` and g₀ = ``gap_slack``. z_a is
+the z-statistic of the evidence that a is worse than L; under Gaussian posteriors a beats L
+with probability ≈ Φ(−z_a). So the policy may be confident that an action is worse only as far
+as the evidence says: an action with an unlucky start keeps being tried until the evidence
+against it is real, while an action that is clearly worse (z of 3 or more) is bounded only
+loosely (π(a)/π(L) ≥ e^(−g₀−3κ)) and the learner drives it down as before. The half-life lets
+old evidence fade, so an action not tried for a while is tried again when the world may have
+changed. The bound moves logits only upwards, never changes which action leads, and uses no
+information the batches did not hold; it is a constraint on the REINFORCE step, not a
+replacement for it (with κ → ∞ the learner is the memoryless one above).
+
+The logits are finally centred and clipped to ±``logit_bound`` so that they stay finite and
+the policy document stays readable.
 
 Feedback corrections. A batch may hold corrections (``Batch.corrections``): rows whose
 "reward" is the change δ that late user feedback made to an episode already counted (see
 :mod:`agent_learning.feedback`). The episode's missing contribution to the gradient is
 ``w (r_new − b) − w (r_old − b) = w δ``, so a correction's advantage is δ itself (divided by
 σ when advantages are normalised): no baseline is subtracted. Corrections take no part in the
-baseline, the reward std, the mean reward or the evidence counts.
+baseline, the reward std, the mean reward or the evidence counts; in the learner state they
+shift the action's reward sum S_a by δ (not n_a or Q_a).
 
 Rewards must be finite; :class:`Batch` rejects anything else before it reaches the math.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
@@ -105,6 +133,11 @@ class LearnerConfig:
       (None: the same step whatever the batch size).
     * ``max_logit_gap``: no logit falls further below the largest (None: no limit); keeps
       the policy able to recover when the best action changes.
+    * ``gap_per_evidence`` κ: log-odds an action may trail the leader per unit of the
+      z-statistic against it (None: no evidence bound, the learner keeps no state).
+    * ``gap_slack`` g₀: log-odds an action may trail the leader with no evidence against it.
+    * ``evidence_half_life`` H: episodes after which the learner state's evidence counts half
+      (None: never fades).
     * ``logit_bound``: logits are kept in [−bound, bound] after centring.
 
     Defaults were chosen on ``benchmarks/learning.py`` (README: Learning benchmark).
@@ -120,6 +153,9 @@ class LearnerConfig:
     evidence_prior: float = 3.0
     reference_batch: int | None = 50
     max_logit_gap: float | None = 8.0
+    gap_per_evidence: float | None = 4.0
+    gap_slack: float = 1.0
+    evidence_half_life: float | None = 3000.0
     logit_bound: float = 20.0
 
     def __post_init__(self) -> None:
@@ -133,6 +169,9 @@ class LearnerConfig:
             "evidence_prior": self.evidence_prior >= 0,
             "reference_batch": self.reference_batch is None or self.reference_batch >= 1,
             "max_logit_gap": self.max_logit_gap is None or self.max_logit_gap > 0,
+            "gap_per_evidence": self.gap_per_evidence is None or self.gap_per_evidence > 0,
+            "gap_slack": self.gap_slack >= 0,
+            "evidence_half_life": self.evidence_half_life is None or self.evidence_half_life > 0,
             "logit_bound": self.logit_bound > 0,
         }
         for name, ok in checks.items():
@@ -190,6 +229,70 @@ class Update:
 
     logits: Array
     metrics: dict[str, float] = field(default_factory=dict)
+    state: dict[str, Any] = field(default_factory=dict)
+    """The learner state to store with the new policy version and pass to the next update."""
+
+
+@dataclass(frozen=True)
+class Evidence:
+    """The learner state: per action the discounted count, reward sum and sum of squares of
+    the episodes learned from (module docstring: Evidence bound)."""
+
+    count: Array
+    reward_sum: Array
+    reward_sq_sum: Array
+
+    KEYS = ("count", "reward_sum", "reward_sq_sum")
+
+    @classmethod
+    def empty(cls, k: int) -> Evidence:
+        return cls(np.zeros(k), np.zeros(k), np.zeros(k))
+
+    @classmethod
+    def from_state(cls, state: Mapping[str, Any] | None, k: int) -> tuple[Evidence, str | None]:
+        """The evidence in ``state``, or none and the reason it could not be used."""
+        if not state:
+            return cls.empty(k), None
+        try:
+            arrays = [np.asarray(state[key], dtype=np.float64) for key in cls.KEYS]
+        except (KeyError, TypeError, ValueError) as exc:
+            return cls.empty(k), f"learner state unreadable ({type(exc).__name__}: {exc}); evidence restarts"
+        for key, values in zip(cls.KEYS, arrays, strict=True):
+            if values.shape != (k,):
+                return cls.empty(k), f"learner state {key}: {values.size} entries for {k} actions; evidence restarts"
+            if not np.isfinite(values).all() or (key != "reward_sum" and (values < 0).any()):
+                return cls.empty(k), f"learner state {key}: non-finite or negative entries; evidence restarts"
+        return cls(*arrays), None
+
+    def to_state(self) -> dict[str, Any]:
+        return {key: [round(float(x), 9) for x in getattr(self, key)] for key in self.KEYS}
+
+    def add(self, batch: Batch, half_life: float | None) -> Evidence:
+        """Fade the old evidence by 2^(−N/H) and add the batch's (corrections shift sums only)."""
+        k = len(self.count)
+        fade = 0.5 ** (int(batch.regular.sum()) / half_life) if half_life else 1.0
+        regular = batch.regular.astype(np.float64)
+        return Evidence(
+            fade * self.count + np.bincount(batch.actions, weights=regular, minlength=k),
+            fade * self.reward_sum + np.bincount(batch.actions, weights=batch.rewards, minlength=k),
+            fade * self.reward_sq_sum + np.bincount(batch.actions, weights=regular * batch.rewards**2, minlength=k),
+        )
+
+    def z_against(self, leader: int, prior: float) -> Array:
+        """z_a: the evidence that each action's mean reward is below the leader's."""
+        n = self.count
+        total = n.sum()
+        if total <= 0:
+            return np.zeros_like(n)
+        pooled_mean = self.reward_sum.sum() / total
+        pooled_var = max(self.reward_sq_sum.sum() / total - pooled_mean**2, 0.0)
+        safe = np.maximum(n, 1e-12)
+        own_var = np.where(n > 0, np.maximum(self.reward_sq_sum / safe - (self.reward_sum / safe) ** 2, 0.0), 0.0)
+        c = max(prior, 1e-6)  # at least a trace of the prior: an action never tried has finite z
+        mean = (self.reward_sum + c * pooled_mean) / (n + c)
+        var = (n * own_var + c * pooled_var) / (n + c)
+        se = np.sqrt(var[leader] / (n[leader] + c) + var / (n + c))
+        return np.where(se > 0, (mean[leader] - mean) / np.maximum(se, 1e-12), 0.0)
 
 
 def softmax(logits: Array, temperature: float = 1.0) -> Array:
@@ -270,8 +373,11 @@ class Reinforce:
         entropy_term = -s * (log_s + h) / temperature
         return score_term + self.config.entropy_coef * entropy_term
 
-    def update(self, logits: ArrayLike, batch: Batch, temperature: float = 1.0) -> Update:
-        """One training step on ``batch``; returns the new logits and metrics."""
+    def update(
+        self, logits: ArrayLike, batch: Batch, temperature: float = 1.0, state: Mapping[str, Any] | None = None
+    ) -> Update:
+        """One training step on ``batch`` from the learner ``state`` the previous update returned
+        (None or {} for a new policy); returns the new logits, metrics and state."""
         cfg = self.config
         theta = np.asarray(logits, dtype=np.float64)
         s_old = softmax(theta, temperature)
@@ -280,6 +386,9 @@ class Reinforce:
             "corrections": float(len(batch) - batch.regular.sum()),
             "entropy_before": entropy(s_old),
         }
+        evidence, state_problem = Evidence.from_state(state, len(theta))
+        if state_problem:
+            base_metrics["state_reset"] = 1.0
         if len(batch) == 0:
             return Update(
                 theta.copy(),
@@ -290,6 +399,7 @@ class Reinforce:
                     "step_scale": 0.0,
                     "grad_norm": 0.0,
                 },
+                dict(state or {}) if not state_problem else {},
             )
         w, adv, stats = self.weights_and_advantages(theta, batch, temperature)
         g = self._gradient(theta, batch, w, adv, temperature)
@@ -304,6 +414,13 @@ class Reinforce:
                     break
                 scale /= 2
                 new, kl = self._step(theta, direction, scale, temperature, s_old)
+        new_state: dict[str, Any] = {}
+        if cfg.gap_per_evidence is not None:
+            evidence = evidence.add(batch, cfg.evidence_half_life)
+            new, raised = self.bound_by_evidence(new, evidence)
+            kl = kl_divergence(s_old, softmax(new, temperature))
+            base_metrics["raised_by_evidence"] = float(raised)
+            new_state = evidence.to_state()
         s_new = softmax(new, temperature)
         metrics = {
             **base_metrics,
@@ -314,7 +431,21 @@ class Reinforce:
             "step_scale": scale,
             "grad_norm": float(np.linalg.norm(g)),
         }
-        return Update(new, metrics)
+        return Update(new, metrics, new_state)
+
+    def bound_by_evidence(self, logits: Array, evidence: Evidence) -> tuple[Array, int]:
+        """Raise every logit to at least θ_L − (g₀ + κ·max(z_a, 0)) (module docstring: Evidence
+        bound); returns the new centred logits and how many were raised."""
+        cfg = self.config
+        assert cfg.gap_per_evidence is not None
+        leader = int(np.argmax(logits))
+        z = evidence.z_against(leader, cfg.evidence_prior)
+        floor = logits[leader] - (cfg.gap_slack + cfg.gap_per_evidence * np.maximum(z, 0.0))
+        raised = int((logits < floor).sum())
+        new = np.maximum(logits, floor)
+        new -= new.mean()
+        np.clip(new, -cfg.logit_bound, cfg.logit_bound, out=new)
+        return new, raised
 
     def direction(self, logits: Array, batch: Batch, g: Array, adv: Array, temperature: float = 1.0) -> Array:
         """The update direction ``d`` of the module docstring (centred unless ``"plain"``), from

@@ -467,7 +467,11 @@ def _train_agent(
     from .learner import Batch  # numpy only where training runs
 
     batch = Batch.from_arrays(actions, rewards, probs, len(index), corrections)
-    update = learner.update(current.logits, batch, current.temperature)
+    update = learner.update(current.logits, batch, current.temperature, state=current.learner_state)
+    if update.metrics.get("state_reset"):
+        log.warning(
+            "training %s: the learner state of v%d was unusable; its evidence restarts", agent_id, current.version
+        )
     logits = [float(x) for x in update.logits]
     new_version = current.version + 1
     cursor_to = ScoreCursor(seq=int(rows[-1]["seq"]), id=str(rows[-1]["id"]))
@@ -501,6 +505,7 @@ def _train_agent(
             "run": run,
             "created_at": clock.now(),
             "note": note,
+            "learner_state": update.state,
         }
     )
     new_current = PolicyDocument.from_dict(new_current.to_dict())  # re-validate the whole document
