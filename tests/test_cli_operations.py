@@ -115,6 +115,8 @@ def test_policy_show_and_history(deployment: Deployment) -> None:
     assert json.loads(ok("policy", "--agent-id", AGENT, "--json").stdout) == doc  # the old form still works
     table = ok("policy", "show", "--agent-id", AGENT).stdout
     assert f"{AGENT} v4 (train)" in table and "few-shot" in table and "last run" in table
+    counts, sums = doc["learner_state"]["count"], doc["learner_state"]["reward_sum"]
+    assert "mean reward" in table and f"{sums[0] / counts[0]:.3f}" in table  # the per-action evidence
 
     history = as_json("policy", "history", "--agent-id", AGENT)
     assert [h["version"] for h in history] == [1, 2, 3, 4]

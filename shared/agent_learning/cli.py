@@ -317,10 +317,12 @@ def policy_show(agent_id: str, as_json: bool, db: str | None) -> None:
         return
     state = f"{doc.source}{', pinned' if doc.pinned else ''}"
     table = Table(title=f"{agent_id} v{doc.version} ({state})", title_justify="left")
-    for col in ("action", "probability", "logit"):
+    evidence = _evidence_columns(doc)
+    columns = ("action", "probability", "logit") + (("episodes (faded)", "mean reward") if evidence else ())
+    for col in columns:
         table.add_column(col, justify="left" if col == "action" else "right")
-    for a, p, logit in zip(doc.action_ids, policy_probabilities(doc), doc.logits, strict=True):
-        table.add_row(a, f"{p:.4f}", f"{logit:+.3f}")
+    for i, (a, p, logit) in enumerate(zip(doc.action_ids, policy_probabilities(doc), doc.logits, strict=True)):
+        table.add_row(a, f"{p:.4f}", f"{logit:+.3f}", *(evidence[i] if evidence else ()))
     out.print(table)
     if doc.pinned:
         out.print(f"learning is paused{': ' + doc.pin_reason if doc.pin_reason else ''} (agent-learn policy unpin)")
@@ -331,6 +333,19 @@ def policy_show(agent_id: str, as_json: bool, db: str | None) -> None:
             f"last run {doc.run.id}: {doc.run.episodes} episodes, mean reward "
             f"{m.get('mean_reward', float('nan')):.3f}, KL {m.get('kl', float('nan')):.4f}"
         )
+
+
+def _evidence_columns(doc: Any) -> list[tuple[str, str]] | None:
+    """Per action, the learner state's faded episode count and mean reward (None: no usable state)."""
+    counts, sums = doc.learner_state.get("count"), doc.learner_state.get("reward_sum")
+    k = len(doc.action_ids)
+    if not (isinstance(counts, list) and isinstance(sums, list) and len(counts) == len(sums) == k):
+        return None
+    try:
+        pairs = [(float(n), float(s)) for n, s in zip(counts, sums, strict=True)]
+    except (TypeError, ValueError):
+        return None
+    return [(f"{n:,.1f}", f"{s / n:.3f}" if n > 0 else "—") for n, s in pairs]
 
 
 def _history_rows(h: Any) -> list[dict[str, Any]]:
