@@ -222,6 +222,30 @@ def run_python(code: str, **env: str) -> subprocess.CompletedProcess[str]:
                           env={**clean, "PYTHONPATH": str(ROOT / "shared"), **env}, check=False)
 
 
+def test_spans_are_skipped_until_a_provider_is_installed_and_recorded_after() -> None:
+    code = """
+from agent_learning import telemetry
+from opentelemetry import trace
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+with telemetry.span(telemetry.SPAN_TRAIN) as sp:
+    sp.set_attribute("agent_id", "a")
+    print("before:", type(sp).__name__)
+exporter = InMemorySpanExporter()
+provider = TracerProvider()
+provider.add_span_processor(SimpleSpanProcessor(exporter))
+trace.set_tracer_provider(provider)
+with telemetry.span(telemetry.SPAN_TRAIN, {"agent_id": "a"}) as sp:
+    print("after:", type(sp).__name__)
+print("recorded:", [s.name for s in exporter.get_finished_spans()])
+"""
+    result = run_python(code)
+    assert result.returncode == 0, result.stderr
+    assert "before: _NoSpan" in result.stdout  # the global proxy would record nothing: no span is made
+    assert "recorded: ['agent_learning.train']" in result.stdout  # a provider installed later is used
+
+
 def test_console_mode_prints_spans_and_metrics() -> None:
     code = """
 from agent_learning import telemetry
