@@ -27,11 +27,8 @@ from pathlib import Path
 
 import numpy as np
 
-from agent_learning.config import Settings
 from agent_learning.learner import Batch, LearnerConfig, Reinforce, softmax
-from agent_learning.policy import mix_floor
-
-DEFAULT_FLOOR = Settings.model_fields["exploration_floor"].default  # what new policies get
+from agent_learning.policy import DEFAULT_EXPLORATION_FLOOR, mix_floor
 
 Rng = np.random.Generator
 
@@ -143,7 +140,9 @@ class Ours(Algorithm):
 
     name = "REINFORCE (ours)"
 
-    def __init__(self, k: int, rng: Rng, config: LearnerConfig | None = None, floor: float = DEFAULT_FLOOR) -> None:
+    def __init__(
+        self, k: int, rng: Rng, config: LearnerConfig | None = None, floor: float = DEFAULT_EXPLORATION_FLOOR
+    ) -> None:
         super().__init__(k, rng)
         self.learner = Reinforce(config)
         self.theta = np.zeros(k)

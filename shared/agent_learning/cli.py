@@ -337,15 +337,15 @@ def policy_show(agent_id: str, as_json: bool, db: str | None) -> None:
 
 def _evidence_columns(doc: Any) -> list[tuple[str, str]] | None:
     """Per action, the learner state's faded episode count and mean reward (None: no usable state)."""
-    counts, sums = doc.learner_state.get("count"), doc.learner_state.get("reward_sum")
-    k = len(doc.action_ids)
-    if not (isinstance(counts, list) and isinstance(sums, list) and len(counts) == len(sums) == k):
+    from .learner import Evidence
+
+    evidence, problem = Evidence.from_state(doc.learner_state, len(doc.action_ids))
+    if problem or not doc.learner_state:
         return None
-    try:
-        pairs = [(float(n), float(s)) for n, s in zip(counts, sums, strict=True)]
-    except (TypeError, ValueError):
-        return None
-    return [(f"{n:,.1f}", f"{s / n:.3f}" if n > 0 else "—") for n, s in pairs]
+    return [
+        (f"{n:,.1f}", f"{s / n:.3f}" if n > 0 else "—")
+        for n, s in zip(evidence.count.tolist(), evidence.reward_sum.tolist(), strict=True)
+    ]
 
 
 def _history_rows(h: Any) -> list[dict[str, Any]]:

@@ -16,6 +16,7 @@ from pydantic import AliasChoices, Field, SecretStr, ValidationError
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from .errors import ConfigurationError
+from .policy import DEFAULT_EXPLORATION_FLOOR
 
 PREFIX = "AGENT_LEARNING_"
 
@@ -129,7 +130,7 @@ class Settings(BaseSettings):
 
     # New policies and agents.
     temperature: float = Field(1.0, gt=0, le=100)
-    exploration_floor: float = Field(0.001, ge=0, lt=1)
+    exploration_floor: float = Field(DEFAULT_EXPLORATION_FLOOR, ge=0, lt=1)
     policy_refresh_seconds: float = Field(30.0, ge=0)
 
     def reward_config(self) -> Any:

@@ -31,6 +31,9 @@ from pydantic import ValidationError
 from .documents import Action, PolicyDocument, ScoreCursor, invalid_from_pydantic, policy_doc_id
 from .errors import InvalidDocument
 
+DEFAULT_EXPLORATION_FLOOR = 0.001
+"""The floor new policies get unless configured otherwise (README: Learning benchmark)."""
+
 
 @dataclass(frozen=True, slots=True)
 class Decision:

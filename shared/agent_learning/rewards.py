@@ -144,7 +144,7 @@ class RewardFunction:
         info = RewardInfo(
             version=self.version,
             weights={**weights, FEEDBACK: cfg.feedback_weight},
-            penalties=dict(self._penalties),
+            penalties=self._penalties,  # validation copies it
             components={
                 "weighted": weighted,
                 "tool_failures": -tool_pen,
