@@ -570,6 +570,8 @@ class TrainingRun(Document):
     cursor_from: ScoreCursor | None
     cursor_to: ScoreCursor
     episodes: Count
+    corrections: Count = 0
+    """Feedback correction rows consumed (0 in runs written before this field existed)."""
     rejected: Count = 0
     rejected_samples: Annotated[list[Rejected], Field(max_length=20)] = []
     metrics: dict[str, Finite]

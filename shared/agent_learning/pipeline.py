@@ -483,6 +483,7 @@ def _train_agent(
         cursor_from=current.cursor,
         cursor_to=cursor_to,
         episodes=episodes,
+        corrections=len(actions) - episodes,
         rejected=len(rejected),
         rejected_samples=rejected[:20],
         metrics=update.metrics,
