@@ -181,7 +181,7 @@ def test_episodes_list_show_and_feedback(deployment: Deployment) -> None:
     assert all(m["reason"] for m in metrics.values())  # the judges' reasons are shown
 
     result = as_json("feedback", eid, "--down", "--comment", "wrong answer")
-    assert result["status"] == "corrected" and result["correction_id"] == f"{eid}:r1"
+    assert result["status"] == "corrected" and result["correction_id"] == f"{eid}~r1"
     assert as_json("feedback", eid, "--down", "--comment", "wrong answer")["status"] == "unchanged"
     shown = as_json("episodes", "show", eid)
     assert [s["revision"] for s in shown["scores"]] == [0, 1]
