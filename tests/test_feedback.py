@@ -30,7 +30,7 @@ from agent_learning.documents import (
     legacy_correction_doc_id,
 )
 from agent_learning.errors import InvalidDocument, NotFound
-from agent_learning.feedback import reconcile, record_feedback, score_rows
+from agent_learning.feedback import reconcile, record_feedback, score_rows, sweep
 from agent_learning.judges.base import Judge, Judgement
 from agent_learning.judges.offline import OfflineJudge
 from agent_learning.learner import Batch, LearnerConfig, Reinforce
@@ -423,3 +423,31 @@ def test_rescoring_a_trained_episode_writes_no_correction_and_its_feedback_stays
     assert reconcile(store, eid, clock=clock).status == "unchanged"
     learned_deltas = sum(r["reward_delta"] for r in score_rows(store, eid)[1:])
     assert 0.5 + learned_deltas == pytest.approx(0.25)
+
+
+def test_the_sweep_applies_stored_feedback_once_and_leaves_unscored_episodes_their_marker(
+    store: Store, scorer: Scorer, clock: ManualClock
+) -> None:
+    from agent_learning.local import LocalPipeline
+    from agent_learning.queue.sqlite import SQLiteQueue
+
+    scored, unscored = add_episodes(store, 2)
+    score_episode(scored, scorer, check_existing=False)
+    for eid in (scored, unscored):  # stored by a feedback call that died right after
+        store.put_feedback(Feedback.from_dict({"episode_id": eid, "agent_id": AGENT, "source": "user",
+                                               "thumb": "down", "received_at": clock.now()}))
+    result = sweep(store, clock=clock)
+    assert result.read == 2 and result.outcomes == {"corrected": 1, "waiting": 1}
+    assert sweep(store, clock=clock).read == 0  # nothing new: one read of the feed
+    outcome = score_episode(unscored, scorer, check_existing=False)
+    assert outcome.score is not None and outcome.score.feedback_pending  # the marker the sweep left
+    for eid in (scored, unscored):
+        assert len(score_rows(store, eid)) == 2
+        assert learned(store, eid) == pytest.approx(expected(store, eid, [0.0]))
+
+    record_feedback(store, scored, thumb="up", clock=clock)  # applied by its own call
+    pipeline = LocalPipeline(store, SQLiteQueue(":memory:", clock=clock), OfflineJudge(), RewardFunction(),
+                             Reinforce(), clock=clock)
+    report = pipeline.run_once()  # the embedded runner sweeps before training, too
+    assert report.feedback is not None and report.feedback.outcomes == {"unchanged": 1}
+    assert len(score_rows(store, scored)) == 3

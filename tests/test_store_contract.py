@@ -910,3 +910,19 @@ def test_sqlite_a_corrupt_score_row_is_still_returned_with_seq_and_id(db_path: P
             Score.from_dict(rows[1])
         # The corrupt rows can be skipped by cursor like any other.
         assert ids(store.read_scores("agent-a", cursor_of(rows[2]), 10)) == ["ep-2"]
+
+
+def test_sqlite_a_file_from_before_the_feedback_feed_puts_its_feedback_in_the_feed_once(db_path: Path) -> None:
+    import sqlite3
+
+    with SQLiteStore(db_path) as store:
+        store.put_feedback(make_feedback("ep-2", "user"))
+        store.put_feedback(make_feedback("ep-1", "user"))
+    with sqlite3.connect(db_path) as conn:  # the file as a version without the feed left it
+        conn.execute("DROP TABLE feedback_feed")
+        conn.execute("DROP TABLE correction_ledgers")
+    expected = [make_feedback("ep-2", "user").id, make_feedback("ep-1", "user").id]
+    for _ in range(2):  # opened once more: nothing enters the feed twice
+        with SQLiteStore(db_path) as store:
+            assert ids(store.read_feedback_changes(None, 10).items) == expected
+            assert store.get_correction_ledger("ep-1") is None
