@@ -789,7 +789,9 @@ def report(agent_ids: tuple[str, ...], png_path: str, html_path: str, title: str
 @db_option
 @_handle_errors
 def train(agent_id: str | None, as_json: bool, db: str | None) -> None:
-    """Enqueue and score new episodes, then run one training step (what the timer does)."""
+    """Enqueue and score new episodes, apply feedback left unapplied, then run one training step
+    (what the timer does)."""
+    from .feedback import sweep
     from .local import open_local
 
     settings = _settings(db)
@@ -799,6 +801,7 @@ def train(agent_id: str | None, as_json: bool, db: str | None) -> None:
         with _progress("scoring", as_json) as bar:
             task = bar.add_task("score", total=enqueued or None)
             outcomes = pipeline.score_pending(progress=lambda n: bar.update(task, completed=n))
+        sweep(pipeline.store, clock=pipeline.clock)
         results = pipeline.train([agent_id] if agent_id else None)
     finally:
         pipeline.store.close()
