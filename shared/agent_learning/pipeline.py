@@ -253,8 +253,8 @@ def _score_episode(
     store = scorer.store
     if check_existing or force:
         existing = store.get_score(episode_id)
-        if existing is not None and existing.get("episode_id") != episode_id:
-            return _id_taken(episode_id, existing)
+        if taken := _slot_taken(episode_id, existing):
+            return taken
         if existing is not None and not force:
             if existing.get("feedback_pending"):  # a crash may have come between the score and its feedback
                 reconcile(store, episode_id, clock=scorer.clock)
@@ -313,23 +313,26 @@ def _score_episode(
     try:
         stored = store.put_score(score) if force else store.add_score(score)
     except ConcurrencyConflict:
-        existing = store.get_score(episode_id)
-        if existing is not None and existing.get("episode_id") != episode_id:
-            return _id_taken(episode_id, existing)
-        return ScoreOutcome("duplicate", episode_id, "AlreadyScored")
+        return _slot_taken(episode_id, store.get_score(episode_id)) or ScoreOutcome(
+            "duplicate", episode_id, "AlreadyScored"
+        )
     record(QUEUE_LAG, max(0.0, (stored.scored_at - episode.ended_at).total_seconds()), {"agent_id": episode.agent_id})
     if stored.feedback_pending:
         reconcile(store, episode_id, clock=scorer.clock)
     return ScoreOutcome("scored", episode_id, score=stored)
 
 
-def _id_taken(episode_id: str, existing: Mapping[str, Any]) -> ScoreOutcome:
+def _slot_taken(episode_id: str, existing: Mapping[str, Any] | None) -> ScoreOutcome | None:
+    """The dead letter for an episode whose score slot holds a row of another episode, else ``None``."""
+    other = existing.get("episode_id") if existing is not None else None
+    if existing is None or not isinstance(other, str) or other == episode_id:
+        return None
     return ScoreOutcome(
         "dead_letter",
         episode_id,
         "ScoreIdTaken",
         f"the score id {episode_id!r} holds feedback correction {existing.get('revision')!r} of episode "
-        f"{existing.get('episode_id')!r} (an id corrections had before they got the form '{{episode_id}}~r{{k}}'); "
+        f"{other!r} (an id corrections had before they got the form '{{episode_id}}~r{{k}}'); "
         "write the episode again under another id",
     )
 
