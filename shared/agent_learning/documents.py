@@ -568,7 +568,8 @@ class Feedback(Document):
     """A user's verdict on one episode: thumbs up/down or a score in [0, 1].
 
     ``id`` is :func:`feedback_doc_id` of the episode and the source, so one source has one
-    feedback per episode: posting again replaces it. ``value`` is the verdict on [0, 1]
+    feedback per episode: posting again replaces it. Over HTTP the source is the caller's
+    identity (:mod:`agent_learning.callers`), never a field of the request. ``value`` is the verdict on [0, 1]
     (thumbs up 1, thumbs down 0), which the reward rule blends with the judges' reward.
     """
 
