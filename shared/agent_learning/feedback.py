@@ -282,17 +282,21 @@ def _advance(store: Store, base: Score, state: Learned, revision: int, delta_sum
     whoever won moved it, and a ledger that is behind only costs its readers a read more."""
     if state.ledger is not None and state.ledger.revision == revision:
         return
-    ledger = CorrectionLedger(
-        id=correction_ledger_id(base.episode_id),
-        episode_id=base.episode_id,
-        agent_id=base.agent_id,
+    kept = state.ledger.learned_base if state.ledger else None
+    with contextlib.suppress(ConcurrencyConflict):
+        store.put_correction_ledger(_ledger(base, revision, delta_sum, kept, clock), state.etag)
+
+
+def _ledger(score: Score, revision: int, delta_sum: float, kept: LearnedBase | None, clock: Clock) -> CorrectionLedger:
+    return CorrectionLedger(
+        id=correction_ledger_id(score.episode_id),
+        episode_id=score.episode_id,
+        agent_id=score.agent_id,
         revision=revision,
         delta_sum=delta_sum,
-        learned_base=state.ledger.learned_base if state.ledger else None,
+        learned_base=kept,
         updated_at=clock.now(),
     )
-    with contextlib.suppress(ConcurrencyConflict):
-        store.put_correction_ledger(ledger, state.etag)
 
 
 def keep_learned_base(store: Store, score: Score, *, clock: Clock = SYSTEM_CLOCK) -> None:
@@ -303,17 +307,9 @@ def keep_learned_base(store: Store, score: Score, *, clock: Clock = SYSTEM_CLOCK
         state = learned(store, score)
         if state.ledger is not None and state.ledger.learned_base is not None:
             return
-        ledger = CorrectionLedger(
-            id=correction_ledger_id(score.episode_id),
-            episode_id=score.episode_id,
-            agent_id=score.agent_id,
-            revision=state.revision,
-            delta_sum=state.delta_sum,
-            learned_base=LearnedBase(reward=score.reward, reward_function=score.reward_function),
-            updated_at=clock.now(),
-        )
+        kept = LearnedBase(reward=score.reward, reward_function=score.reward_function)
         try:
-            store.put_correction_ledger(ledger, state.etag)
+            store.put_correction_ledger(_ledger(score, state.revision, state.delta_sum, kept, clock), state.etag)
             return
         except ConcurrencyConflict:
             continue
