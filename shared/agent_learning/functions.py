@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 import threading
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -202,23 +203,36 @@ def get_policy(agent_id: str, if_none_match: str | None, rt: Runtime) -> HttpAns
         TypeAdapter(AgentId).validate_python(agent_id)
     except ValidationError:
         return _json_answer(400, {"error": f"agent_id: {agent_id!r} is not a valid agent id"})
-    etag = if_none_match.strip().strip('"') if if_none_match else None
-    tagged = rt.store.get_current_policy_if_changed(agent_id, etag)
+    cached = _cached_etag(if_none_match)
+    # Cosmos ETags carry their quotes; the conditional read saves the transfer there, and the
+    # comparison below answers 304 on stores whose ETags do not.
+    tagged = rt.store.get_current_policy_if_changed(agent_id, f'"{cached}"' if cached else None)
     if tagged is None:
         return _json_answer(404, {"error": f"agent {agent_id!r} has no policy"})
-    if isinstance(tagged, NotModified):
-        return HttpAnswer(304, "", {"ETag": f'"{etag}"'})
+    if isinstance(tagged, NotModified) or (cached and tagged.etag in (cached, f'"{cached}"')):
+        return HttpAnswer(304, "", {"ETag": f'"{cached}"'})
     doc = {k: v for k, v in tagged.doc.items() if not k.startswith("_")}
     try:
         PolicyDocument.from_dict(doc)
     except InvalidDocument as exc:  # never hand agents a corrupt policy; they keep their last good one
         log.error("policy %s: the current document is invalid and is not served: %s", agent_id, exc)
         return _json_answer(503, {"error": f"the current policy of {agent_id!r} is invalid: {exc}"})
+    etag = tagged.etag.strip('"')
     return HttpAnswer(
-        200,
-        json.dumps(doc),
-        {"ETag": f'"{tagged.etag}"', "Content-Type": "application/json", "Cache-Control": "no-cache"},
+        200, json.dumps(doc), {"ETag": f'"{etag}"', "Content-Type": "application/json", "Cache-Control": "no-cache"}
     )
+
+
+def _cached_etag(if_none_match: str | None) -> str | None:
+    """The opaque tag of an ``If-None-Match`` header holding one entity tag (``"x"`` or
+    ``W/"x"``: the comparison is weak); ``None`` for anything else (absent, empty, ``*``,
+    several tags, malformed), which means no cached copy: the client gets the document."""
+    match = _ENTITY_TAG.fullmatch((if_none_match or "").strip())
+    return match.group(1) if match else None
+
+
+_ENTITY_TAG = re.compile(r'(?:W/)?"([\x21\x23-\x7e]+)"')
+"""One entity tag (RFC 9110): visible ASCII other than the quote, between quotes."""
 
 
 MAX_FEEDBACK_BYTES = 16_384
