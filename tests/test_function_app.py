@@ -47,8 +47,8 @@ def call(name: str, *args: Any) -> Any:
 # --------------------------------------------------------------------------- wiring
 
 
-def test_the_app_has_exactly_the_five_functions() -> None:
-    assert set(FUNCTIONS) == {"enqueue", "score", "train", "policy", "feedback"}
+def test_the_app_has_exactly_the_six_functions() -> None:
+    assert set(FUNCTIONS) == {"enqueue", "score", "train", "policy", "feedback", "ingest"}
 
 
 def test_enqueue_is_a_cosmos_trigger_on_episodes_with_an_existing_lease_container() -> None:

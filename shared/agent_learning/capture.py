@@ -35,7 +35,7 @@ import uuid
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Literal, Protocol
 
 from .clock import SYSTEM_CLOCK, Clock
 from .documents import (
@@ -49,9 +49,15 @@ from .documents import (
     json_bytes,
 )
 from .policy import Decision
-from .store.base import Store
 
 _MARK = " …[truncated]"
+
+
+class EpisodeWriter(Protocol):
+    """Where :class:`EpisodeCapture` writes: a store, or an :class:`~agent_learning.client.HttpEpisodeWriter`
+    (which may also offer ``add_episode_async``, as the Cosmos store does)."""
+
+    def add_episode(self, episode: Episode) -> None: ...
 
 
 @dataclass
@@ -62,11 +68,11 @@ class ToolCall:
 
 
 class EpisodeCapture:
-    """Collects one agent run and stores it through the store port when it ends."""
+    """Collects one agent run and writes it (to a store or an ingestion route) when it ends."""
 
     def __init__(
         self,
-        store: Store,
+        store: EpisodeWriter,
         decision: Decision,
         *,
         input: str,

@@ -1,21 +1,38 @@
-"""Agent side: read an agent's current policy, cached, and choose from it.
+"""Agent side: read an agent's current policy, cached, and choose from it; write episodes over HTTP.
 
 :class:`PolicyClient` re-reads the current policy document at most every
 ``refresh_seconds`` with a conditional read (``If-None-Match`` on Cosmos DB), so an unchanged
 policy costs no document transfer and no parsing. If the document cannot be read (the store
 unreachable or answering with errors) or fails validation, it keeps serving the last good
 policy (and logs why) rather than failing the agent; only the very first read must succeed.
+
+:class:`HttpEpisodeWriter` is what :class:`~agent_learning.capture.EpisodeCapture` writes to
+in deployments that isolate agents (:mod:`agent_learning.ingestion`): the Function app's
+ingestion route instead of Cosmos DB. It needs only the standard library.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import random
 import threading
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+from collections.abc import Callable, Mapping
 
 from .clock import SYSTEM_CLOCK, Clock
-from .documents import PolicyDocument
-from .errors import NotFound
+from .documents import Episode, PolicyDocument
+from .errors import (
+    ConcurrencyConflict,
+    ConfigurationError,
+    InvalidDocument,
+    NotFound,
+    PermanentError,
+    TransientError,
+)
 from .policy import Decision, SoftmaxPolicy
 from .store.base import Store, Tagged
 
@@ -83,3 +100,104 @@ class PolicyClient:
                     raise
                 log.warning("keeping policy %s v%d: %s", self.agent_id, self._policy.version, exc)
             return self._policy
+
+
+RETRY_AFTER_CAP_SECONDS = 30.0
+"""The longest pause :class:`HttpEpisodeWriter` takes for a ``Retry-After`` answer."""
+
+
+class HttpEpisodeWriter:
+    """Writes episodes with ``POST {base_url}/api/agents/{agent_id}/episodes`` (the Function
+    app's URL, ``FUNCTION_APP_URL``), authenticated with a function ``key`` of the agent's own
+    (``x-functions-key``; ``headers`` may add e.g. an ``Authorization`` bearer token)::
+
+        writer = HttpEpisodeWriter(os.environ["FUNCTION_APP_URL"], os.environ["AGENT_FUNCTION_KEY"])
+        with EpisodeCapture(writer, decision, input=question) as run:
+            ...
+
+    The write is idempotent, so a connection failure, a timeout, a 429 or a 5xx is retried,
+    ``attempts`` tries in all with pauses of ``backoff`` seconds doubling each time (or the
+    answer's ``Retry-After``); then :class:`TransientError`. A 409 raises
+    :class:`ConcurrencyConflict` (the id holds another episode), a 400 or 413
+    :class:`InvalidDocument`, a 401, 403 or 404 :class:`ConfigurationError` (a wrong key, a
+    caller not allowed to write the agent, ingestion off), any other answer :class:`PermanentError`.
+    """
+
+    def __init__(
+        self,
+        base_url: str,
+        key: str | None = None,
+        *,
+        timeout: float = 10.0,
+        attempts: int = 3,
+        backoff: float = 0.5,
+        headers: Mapping[str, str] | None = None,
+        sleep: Callable[[float], None] = time.sleep,
+    ) -> None:
+        if attempts < 1:
+            raise ValueError("attempts must be at least 1")
+        self.base_url = base_url.rstrip("/")
+        self.timeout = timeout
+        self.attempts = attempts
+        self.backoff = backoff
+        self._headers = {"Content-Type": "application/json", **(headers or {})}
+        if key:
+            self._headers["x-functions-key"] = key
+        self._sleep = sleep
+
+    def __repr__(self) -> str:  # never the key
+        return f"HttpEpisodeWriter({self.base_url!r})"
+
+    def url(self, agent_id: str) -> str:
+        return f"{self.base_url}/api/agents/{urllib.parse.quote(agent_id, safe='')}/episodes"
+
+    def add_episode(self, episode: Episode) -> None:
+        """Write ``episode``; a retry of one already written is a no-op (200)."""
+        url, body = self.url(episode.agent_id), episode.to_json().encode()
+        problem = ""
+        for attempt in range(self.attempts):
+            pause = self.backoff * 2**attempt
+            try:
+                request = urllib.request.Request(url, body, self._headers, method="POST")
+                with urllib.request.urlopen(request, timeout=self.timeout) as response:
+                    response.read()
+                    return
+            except urllib.error.HTTPError as exc:
+                status, message = exc.code, _error_text(exc)
+                if status == 409:
+                    raise ConcurrencyConflict(f"episode {episode.id!r}: {message}") from None
+                if status in (400, 413):
+                    field, _, detail = message.partition(": ")
+                    raise InvalidDocument("episode", [(field, detail) if detail else ("(document)", message)]) from None
+                if status in (401, 403, 404):
+                    raise ConfigurationError(f"{url} answered {status}: {message}") from None
+                if status != 429 and status < 500:
+                    raise PermanentError(f"{url} answered {status}: {message}") from None
+                problem = f"answered {status}: {message}"
+                pause = _retry_after(exc.headers.get("Retry-After"), pause)
+            except OSError as exc:  # refused, reset, DNS, timeout (URLError is an OSError)
+                problem = f"failed: {getattr(exc, 'reason', exc)}"
+            if attempt + 1 < self.attempts:
+                log.warning("episode %s: %s %s; retrying", episode.id, url, problem)
+                self._sleep(pause)
+        raise TransientError(f"episode {episode.id!r}: {url} {problem} ({self.attempts} attempts)")
+
+
+def _error_text(exc: urllib.error.HTTPError) -> str:
+    """The ``error`` of a JSON answer, else the answer's text (shortened)."""
+    try:
+        text = exc.read().decode("utf-8", errors="replace")
+    except OSError:
+        return exc.reason or ""
+    try:
+        data = json.loads(text)
+    except ValueError:
+        return text[:500] or str(exc.reason)
+    return str(data.get("error", text))[:500] if isinstance(data, dict) else text[:500]
+
+
+def _retry_after(header: str | None, default: float) -> float:
+    try:
+        return min(max(0.0, float(header)), RETRY_AFTER_CAP_SECONDS) if header else default
+    except ValueError:
+        return default

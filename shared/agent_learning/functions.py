@@ -19,6 +19,8 @@ Failure semantics per trigger:
   every published version is checked for exploration collapse and reward drops.
 * ``feedback`` (HTTP POST) stores a user's feedback on an episode and reconciles its reward;
   bad input is a 400 naming the field, an unknown episode a 404, and posting again is a no-op.
+* ``ingest`` (HTTP POST) writes an agent's episode for a caller allowed to write that agent
+  (:mod:`agent_learning.ingestion`); posting the same episode again is a no-op.
 
 :func:`build_runtime` also installs the telemetry exporters the settings choose.
 """
@@ -36,6 +38,7 @@ from typing import TYPE_CHECKING, Any
 from .errors import AgentLearningError
 
 if TYPE_CHECKING:  # imported lazily at run time: the app's cold start stays short
+    from .callers import Caller
     from .config import Settings
     from .pipeline import EnqueueResult, Scorer, TrainOutcome
     from .store.base import Store
@@ -287,6 +290,56 @@ def post_feedback(episode_id: str, body: bytes, rt: Runtime) -> HttpAnswer:
         return _json_answer(404, {"error": str(exc)})
     answer = result.to_dict()
     return _json_answer(202 if answer["status"] == "waiting" else 200, answer)
+
+
+def post_episode(agent_id: str, body: bytes, caller: Caller, rt: Runtime) -> HttpAnswer:
+    """HTTP POST ``/api/agents/{agent_id}/episodes``: an agent's episode, written for a caller
+    that ``AGENT_LEARNING_EPISODE_WRITERS`` allows to write ``agent_id``.
+
+    Body: the episode document (``Episode.to_json()``), whose ``agent_id`` must be the path's.
+    Answers 201 when written, 200 when the same episode is already stored (a retry), 400
+    naming the bad field, 403 when the caller may not write this agent, 404 when the setting
+    is empty (ingestion is off), 409 when the id holds a different episode (whichever agent's:
+    its content is not revealed), 413 for a body over ``MAX_EPISODE_BYTES``.
+    """
+    from pydantic import TypeAdapter, ValidationError
+
+    from .documents import MAX_EPISODE_BYTES, AgentId, Episode
+    from .errors import ConcurrencyConflict, InvalidDocument
+    from .ingestion import may_write
+    from .store.base import same_document
+
+    writers = rt.settings.episode_writers
+    if not writers:
+        return _json_answer(404, {"error": "episode ingestion is off: AGENT_LEARNING_EPISODE_WRITERS is empty"})
+    try:
+        TypeAdapter(AgentId).validate_python(agent_id)
+    except ValidationError:
+        return _json_answer(400, {"error": f"agent_id: {agent_id!r} is not a valid agent id"})
+    if not may_write(writers, caller.id, agent_id):
+        log.warning("ingest: %s may not write episodes of %s", caller.id, agent_id)
+        refused = f"caller {caller.id} may not write episodes of agent {agent_id!r} (AGENT_LEARNING_EPISODE_WRITERS)"
+        return _json_answer(403, {"error": refused})
+    if len(body) > MAX_EPISODE_BYTES:
+        return _json_answer(413, {"error": f"body: {len(body):,} bytes; the limit is {MAX_EPISODE_BYTES:,}"})
+    try:
+        episode = Episode.from_json(body)
+    except InvalidDocument as exc:
+        return _json_answer(400, {"error": str(exc).removeprefix("invalid episode: ")})
+    if episode.agent_id != agent_id:
+        mismatch = f"agent_id: the episode's {episode.agent_id!r} is not the path's {agent_id!r}"
+        return _json_answer(400, {"error": mismatch})
+    conflict = _json_answer(409, {"error": f"id: episode {episode.id!r} already exists with different content"})
+    existing = rt.store.get_episode(episode.id)
+    if existing is not None and same_document(existing, episode.to_dict()):
+        return _json_answer(200, {"id": episode.id, "status": "exists"})
+    if existing is not None:
+        return conflict
+    try:
+        rt.store.add_episode(episode)
+    except ConcurrencyConflict:
+        return conflict
+    return _json_answer(201, {"id": episode.id, "status": "created"})
 
 
 def _json_answer(status: int, body: Mapping[str, Any]) -> HttpAnswer:
