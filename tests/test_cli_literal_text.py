@@ -58,10 +58,17 @@ def test_user_text_is_printed_literally_by_every_command(tmp_path: Path) -> None
     db = str(tmp_path / "local.db")
     store = SQLiteStore(db)
     episode = Episode(
-        id="ep-markup", agent_id=AGENT, policy_version=1, action_id=ACTION, probability=0.5, logprob=math.log(0.5),
-        input=f"question {TEXT}", output=f"answer {TEXT}",
+        id="ep-markup",
+        agent_id=AGENT,
+        policy_version=1,
+        action_id=ACTION,
+        probability=0.5,
+        logprob=math.log(0.5),
+        input=f"question {TEXT}",
+        output=f"answer {TEXT}",
         steps=[Step(name=f"search {TEXT}", status="error", latency_ms=5.0, error=f"failed {TEXT}", result=TEXT)],
-        started_at="2026-01-01T00:00:00Z", ended_at="2026-01-01T00:00:01Z",
+        started_at="2026-01-01T00:00:00Z",
+        ended_at="2026-01-01T00:00:01Z",
     )
     store.add_episode(episode)
     store.put_run(make_run(AGENT, 99, rejected=1, rejected_samples=[Rejected(id="ep-x", error=f"bad {TEXT}")]))

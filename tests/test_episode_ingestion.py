@@ -26,16 +26,18 @@ from factories import make_episode
 from agent_learning import functions as handlers
 from agent_learning.callers import key_identity, principal_identity
 from agent_learning.capture import EpisodeCapture
-from agent_learning.client import HttpEpisodeWriter
+from agent_learning.client import HttpEpisodeWriter, HttpPolicySource, PolicyClient
 from agent_learning.config import load_settings
 from agent_learning.documents import MAX_EPISODE_BYTES, Episode
 from agent_learning.errors import (
     ConcurrencyConflict,
     ConfigurationError,
     InvalidDocument,
+    NotFound,
     PermanentError,
     TransientError,
 )
+from agent_learning.pipeline import create_policy
 from agent_learning.policy import SoftmaxPolicy
 from agent_learning.store.sqlite import SQLiteStore
 
@@ -183,8 +185,9 @@ def test_the_writers_setting_is_validated_at_start_naming_the_variable(monkeypat
 
 
 class IngestServer:
-    """A local HTTP server in front of the app's ingest function, checking function keys as the
-    Functions host does (401 without a known key). ``faults`` are statuses answered first."""
+    """A local HTTP server in front of the app's ingest and policy functions, checking function
+    keys as the Functions host does (401 without a known key). ``faults`` are statuses answered
+    first."""
 
     def __init__(self, keys: set[str]) -> None:
         self.faults: list[tuple[int, dict[str, str]]] = []
@@ -215,8 +218,25 @@ class IngestServer:
                 response = functions()["ingest"].get_user_function()(request)
                 self.answer(response.status_code, json.loads(response.get_body()))
 
-            def answer(self, status: int, data: dict[str, Any], headers: dict[str, str] | None = None) -> None:
-                raw = json.dumps(data).encode()
+            def do_GET(self) -> None:
+                match = re.fullmatch(r"/api/policies/([^/]+)", self.path)
+                if match is None or self.headers.get("x-functions-key") not in keys:
+                    return self.answer(401, {"error": "unauthorized"})
+                agent_id = urllib.parse.unquote(match.group(1))
+                request = func.HttpRequest(
+                    method="GET",
+                    url=self.path,
+                    headers=dict(self.headers.items()),
+                    params={},
+                    route_params={"agent_id": agent_id},
+                    body=b"",
+                )
+                response = functions()["policy"].get_user_function()(request)
+                body = response.get_body()
+                self.answer(response.status_code, json.loads(body) if body else None, dict(response.headers))
+
+            def answer(self, status: int, data: Any, headers: dict[str, str] | None = None) -> None:
+                raw = b"" if data is None else json.dumps(data).encode()
                 self.send_response(status)
                 for name, value in {"Content-Type": "application/json", **(headers or {})}.items():
                     self.send_header(name, value)
@@ -244,10 +264,16 @@ def server(app: App) -> Iterator[IngestServer]:
     s.close()
 
 
-def test_episode_capture_writes_through_the_http_writer(app: App, server: IngestServer) -> None:
-    writer = HttpEpisodeWriter(server.url, SUPPORT_KEY)
-    assert SUPPORT_KEY not in repr(writer)
-    decision = SoftmaxPolicy.from_actions("support-eu", ["brief", "thorough"], seed=1).choose()
+def test_an_isolated_agent_reads_its_policy_and_writes_episodes_over_http(app: App, server: IngestServer) -> None:
+    """No store on the agent side: PolicyClient reads through HttpPolicySource (conditionally),
+    EpisodeCapture writes through HttpEpisodeWriter (sync and async)."""
+    policy = SoftmaxPolicy.from_actions("support-eu", ["brief", "thorough"]).to_document(created_at=None)
+    create_policy(app.store, policy)
+    source, writer = HttpPolicySource(server.url, SUPPORT_KEY), HttpEpisodeWriter(server.url, SUPPORT_KEY)
+    assert SUPPORT_KEY not in repr(writer) + repr(source)
+    client = PolicyClient(source, "support-eu", refresh_seconds=0)
+    decision = client.choose()
+    assert client.choose().version == 1 and client.reads_with_transfer == 1 and client.reads_not_modified == 1
     with EpisodeCapture(writer, decision, input="Where is my order?", episode_id="ep-sync") as run:
         with run.tool("lookup", arguments={"order": "A-1"}) as call:
             call.result = "shipped"
@@ -263,6 +289,16 @@ def test_episode_capture_writes_through_the_http_writer(app: App, server: Ingest
     writer.add_episode(written)  # a retry after a lost answer: a no-op
     with pytest.raises(ConcurrencyConflict, match="ep-sync"):
         writer.add_episode(written.model_copy(update={"output": "changed"}))
+
+
+def test_the_http_policy_source_reports_what_went_wrong(app: App, server: IngestServer) -> None:
+    with pytest.raises(NotFound, match="init-policy"):
+        PolicyClient(HttpPolicySource(server.url, SUPPORT_KEY), "nobody").choose()
+    with pytest.raises(ConfigurationError, match="401"):
+        HttpPolicySource(server.url, "wrong-key").get_current_policy_if_changed("support-eu", None)
+    server.close()
+    with pytest.raises(TransientError, match="failed"):
+        HttpPolicySource(server.url, SUPPORT_KEY).get_current_policy_if_changed("support-eu", None)
 
 
 def test_the_http_writer_maps_refusals_to_errors(app: App, server: IngestServer) -> None:

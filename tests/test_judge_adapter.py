@@ -127,8 +127,13 @@ def test_the_judge_api_key_is_in_no_repr(tmp_path: Any) -> None:
     model = JudgeModel(base_url="http://127.0.0.1:9/v1", model="qwen3", api_key=secret)
     judge = EvaluatorJudge(model)
     scorer = Scorer(MemoryStore(), judge, RewardFunction(RewardConfig()))
-    settings = load_settings(judge="evaluators", judge_base_url="http://127.0.0.1:9/v1", judge_model="qwen3",
-                             judge_api_key=secret, sqlite_path=str(tmp_path / "x.db"))
+    settings = load_settings(
+        judge="evaluators",
+        judge_base_url="http://127.0.0.1:9/v1",
+        judge_model="qwen3",
+        judge_api_key=secret,
+        sqlite_path=str(tmp_path / "x.db"),
+    )
     for holder in (model, judge, scorer, [model], {"model": model}, settings, settings.judge_model_config()):
         assert secret not in repr(holder) and secret not in str(holder), type(holder).__name__
     assert model.model_config()["api_key"] == secret  # still handed to the evaluators

@@ -6,9 +6,11 @@ policy costs no document transfer and no parsing. If the document cannot be read
 unreachable or answering with errors) or fails validation, it keeps serving the last good
 policy (and logs why) rather than failing the agent; only the very first read must succeed.
 
-:class:`HttpEpisodeWriter` is what :class:`~agent_learning.capture.EpisodeCapture` writes to
-in deployments that isolate agents (:mod:`agent_learning.ingestion`): the Function app's
-ingestion route instead of Cosmos DB. It needs only the standard library.
+In deployments that isolate agents (:mod:`agent_learning.ingestion`) agents have no Cosmos DB
+access and go through the Function app instead: :class:`HttpPolicySource` is what
+:class:`PolicyClient` reads from (``GET /api/policies/{agent_id}``, conditional) and
+:class:`HttpEpisodeWriter` what :class:`~agent_learning.capture.EpisodeCapture` writes to
+(``POST /api/agents/{agent_id}/episodes``). Both need only the standard library.
 """
 
 from __future__ import annotations
@@ -34,17 +36,18 @@ from .errors import (
     TransientError,
 )
 from .policy import Decision, SoftmaxPolicy
-from .store.base import Store, Tagged
+from .store.base import NOT_MODIFIED, NotModified, Store, Tagged
 
 log = logging.getLogger(__name__)
 
 
 class PolicyClient:
-    """The agent's handle on its policy: ``client.choose()`` → :class:`Decision`."""
+    """The agent's handle on its policy: ``client.choose()`` → :class:`Decision`. It reads from
+    a store or from an :class:`HttpPolicySource`."""
 
     def __init__(
         self,
-        store: Store,
+        store: Store | HttpPolicySource,
         agent_id: str,
         *,
         refresh_seconds: float = 30.0,
@@ -100,6 +103,52 @@ class PolicyClient:
                     raise
                 log.warning("keeping policy %s v%d: %s", self.agent_id, self._policy.version, exc)
             return self._policy
+
+
+class HttpPolicySource:
+    """Reads an agent's current policy from ``GET {base_url}/api/policies/{agent_id}`` (the
+    Function app's URL) with a function ``key``, for :class:`PolicyClient`::
+
+        client = PolicyClient(HttpPolicySource(os.environ["FUNCTION_APP_URL"], key), "support-eu")
+
+    A known ETag is sent as ``If-None-Match``, so an unchanged policy answers 304 with no body.
+    Failures raise (:class:`PolicyClient` keeps its last good policy): a 401 or 403, or a 404
+    that is not "no policy", :class:`ConfigurationError`; anything else :class:`TransientError`.
+    """
+
+    def __init__(
+        self, base_url: str, key: str | None = None, *, timeout: float = 10.0, headers: Mapping[str, str] | None = None
+    ) -> None:
+        self.base_url = base_url.rstrip("/")
+        self.timeout = timeout
+        self._headers = {"Accept": "application/json", **(headers or {})}
+        if key:
+            self._headers["x-functions-key"] = key
+
+    def __repr__(self) -> str:  # never the key
+        return f"HttpPolicySource({self.base_url!r})"
+
+    def url(self, agent_id: str) -> str:
+        return f"{self.base_url}/api/policies/{urllib.parse.quote(agent_id, safe='')}"
+
+    def get_current_policy_if_changed(self, agent_id: str, etag: str | None) -> Tagged | NotModified | None:
+        """The current policy and its ETag, ``NOT_MODIFIED`` if it still has ``etag``, or ``None``."""
+        url, headers = self.url(agent_id), dict(self._headers)
+        if etag:
+            headers["If-None-Match"] = f'"{etag}"'
+        try:
+            with urllib.request.urlopen(urllib.request.Request(url, headers=headers), timeout=self.timeout) as answer:
+                return Tagged(json.loads(answer.read()), answer.headers.get("ETag", "").strip('"'))
+        except urllib.error.HTTPError as exc:
+            if exc.code == 304:
+                return NOT_MODIFIED
+            message = _error_text(exc)
+            if exc.code == 404 and "has no policy" in message:
+                return None
+            error = ConfigurationError if exc.code in (401, 403, 404) else TransientError
+            raise error(f"{url} answered {exc.code}: {message}") from None
+        except OSError as exc:
+            raise TransientError(f"{url} failed: {getattr(exc, 'reason', exc)}") from None
 
 
 RETRY_AFTER_CAP_SECONDS = 30.0
