@@ -200,8 +200,9 @@ class EpisodeCapture:
         }
         size = json_bytes(Episode.model_construct(**fields).model_dump(mode="json"))
         if size > MAX_EPISODE_BYTES:
-            fields["steps"], cut = _fit_steps(fields["steps"], size - MAX_EPISODE_BYTES)
-            fields["truncated"] = [*truncated, *(f"steps.{f}" for f in cut if f"steps.{f}" not in truncated)]
+            names = [f"steps.{f}" for f in _CUT_FIELDS]  # recorded in `truncated`: room for them too
+            fields["steps"], cut = _fit_steps(fields["steps"], size - MAX_EPISODE_BYTES + json_bytes(names))
+            fields["truncated"] = [*truncated, *(f"steps.{f}" for f in cut)]
         return Episode(**fields)
 
     def end(self, output: str) -> Episode:
