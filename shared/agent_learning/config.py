@@ -16,10 +16,11 @@ from pydantic import AliasChoices, Field, SecretStr, ValidationError, field_vali
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from .errors import ConfigurationError
+from .ingestion import parse_episode_writers
 from .policy import DEFAULT_EXPLORATION_FLOOR
 
 PREFIX = "AGENT_LEARNING_"
-NOT_ECHOED = {("episode_writers",)}
+NOT_ECHOED = frozenset({"episode_writers"})
 """Settings whose rejected value is not repeated in errors (it may hold a key pasted by mistake)."""
 
 
@@ -143,8 +144,6 @@ class Settings(BaseSettings):
     @field_validator("episode_writers", mode="before")
     @classmethod
     def _episode_writers(cls, value: Any) -> dict[str, list[str]]:
-        from .ingestion import parse_episode_writers
-
         return parse_episode_writers(value)
 
     def reward_config(self) -> Any:
@@ -209,7 +208,7 @@ def load_settings(**overrides: Any) -> Settings:
         problems = []
         for err in exc.errors(include_url=False):
             name = PREFIX + ".".join(str(p) for p in err["loc"]).upper()
-            got = "" if err["loc"][:1] in NOT_ECHOED else f" (got {err.get('input')!r})"
+            got = "" if err["loc"] and err["loc"][0] in NOT_ECHOED else f" (got {err.get('input')!r})"
             problems.append(f"{name}: {err['msg']}{got}")
         raise ConfigurationError("invalid configuration: " + "; ".join(problems)) from None
     settings.reward_config()  # settings that are only invalid together fail now, not later
