@@ -12,11 +12,12 @@ import pytest
 
 pytest.importorskip("azure.cosmos")
 from cosmos_fixture import CLIENT_KWARGS
-from factories import make_episode, make_score
+from factories import make_episode, make_score, record_steps_at_the_caps
 
 from agent_learning.capture import EpisodeCapture
 from agent_learning.client import PolicyClient
 from agent_learning.clock import ManualClock
+from agent_learning.documents import MAX_EPISODE_BYTES, MAX_TEXT_CHARS, Episode, json_bytes
 from agent_learning.pipeline import create_policy
 from agent_learning.policy import SoftmaxPolicy
 from agent_learning.store.base import NOT_MODIFIED, Tagged
@@ -120,6 +121,35 @@ def test_async_episode_writes(cosmos_server: Any) -> None:
         for eid in ids:
             assert store.get_episode(eid)["output"].startswith("answer")  # type: ignore[index]
         assert len(store.read_episodes(None, 100).items) == 4
+    finally:
+        store._client.delete_database(database)  # type: ignore[union-attr]
+        store.close()
+
+
+def test_an_episode_cut_to_the_item_limit_round_trips_over_the_wire(cosmos_server: Any) -> None:
+    """256 steps with every text at its cap, written sync and async: both fit and read back whole."""
+    database = f"large-{uuid.uuid4().hex[:8]}"
+    store = CosmosStore.connect(
+        cosmos_server.endpoint, database, key=cosmos_server.key, create_containers=True, client_kwargs=CLIENT_KWARGS
+    )
+    decision = SoftmaxPolicy.from_actions("agent-a", ["x", "y"], seed=2).choose()
+
+    def large_run(episode_id: str) -> EpisodeCapture:
+        run = EpisodeCapture(store, decision, input="q" * MAX_TEXT_CHARS, episode_id=episode_id)
+        record_steps_at_the_caps(run)
+        return run
+
+    async def agent() -> Episode:
+        episode = await large_run("large-async").aend("a" * MAX_TEXT_CHARS)
+        await store.aclose()
+        return episode
+
+    try:
+        written = [large_run("large-sync").end("a" * MAX_TEXT_CHARS), asyncio.run(agent())]
+        for episode in written:
+            assert json_bytes(episode.to_dict()) <= MAX_EPISODE_BYTES and "steps.result" in episode.truncated
+            stored = store.get_episode(episode.id)
+            assert stored is not None and Episode.from_dict(stored) == episode
     finally:
         store._client.delete_database(database)  # type: ignore[union-attr]
         store.close()

@@ -23,15 +23,20 @@ import click
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
+from rich.text import Text
 
 from .errors import AgentLearningError, ConcurrencyConflict, ConfigurationError, InvalidDocument, NotFound
 
 
 def _console(stderr: bool = False) -> Console:
-    """A console; output that is not a terminal gets 160 columns (unless COLUMNS says otherwise)."""
-    console = Console(stderr=stderr)
+    """A console that prints strings literally: episodes, comments, dead-letter descriptions and
+    action descriptions are user text, so neither Rich markup (``[bold]``, ``[/]``) nor emoji
+    codes (``:smile:``) are interpreted, in lines or in table cells; styled parts are
+    :class:`~rich.text.Text` objects. Output that is not a terminal gets 160 columns (unless
+    COLUMNS says otherwise)."""
+    console = Console(stderr=stderr, markup=False, emoji=False)
     if not console.is_terminal and "COLUMNS" not in os.environ:
-        console = Console(stderr=stderr, width=160)
+        console = Console(stderr=stderr, width=160, markup=False, emoji=False)
     return console
 
 
@@ -46,7 +51,7 @@ def _settings(db: str | None) -> Any:
 
 
 def _fail(message: str, code: int) -> None:
-    err.print(f"[bold red]error:[/] {message}", highlight=False)
+    err.print(Text.assemble(("error:", "bold red"), f" {message}"), highlight=False)
     sys.exit(code)
 
 
@@ -205,7 +210,7 @@ def demo(
         try:
             summary["plot"] = str(plot_histories(result.agents, plot_path, title="agent-learning demo"))
         except RuntimeError as exc:
-            err.print(f"[yellow]no plot:[/] {exc}")
+            err.print(Text.assemble(("no plot:", "yellow"), f" {exc}"))
     if as_json:
         click.echo(json.dumps(summary, indent=2))
         return
@@ -226,9 +231,14 @@ def demo(
         if trend:
             k = max(1, len(trend) // 5)
             out.print(
-                f"  reward trend (first {k} runs → last {k}): {sum(trend[:k]) / k:.3f} → {sum(trend[-k:]) / k:.3f}; "
-                f"true best action [bold]{h.best_action}[/] ({h.expected_rewards[h.best_action]:.3f}) "
-                f"now has probability [bold]{h.final[h.best_action]:.3f}[/]  (* = true best)"
+                Text.assemble(
+                    f"  reward trend (first {k} runs → last {k}): {sum(trend[:k]) / k:.3f} → "
+                    f"{sum(trend[-k:]) / k:.3f}; true best action ",
+                    (h.best_action, "bold"),
+                    f" ({h.expected_rewards[h.best_action]:.3f}) now has probability ",
+                    (f"{h.final[h.best_action]:.3f}", "bold"),
+                    "  (* = true best)",
+                )
             )
     out.print(
         f"{summary['episodes']} episodes in {summary['seconds']:.1f} s "
@@ -318,11 +328,14 @@ def policy_show(agent_id: str, as_json: bool, db: str | None) -> None:
     state = f"{doc.source}{', pinned' if doc.pinned else ''}"
     table = Table(title=f"{agent_id} v{doc.version} ({state})", title_justify="left")
     evidence = _evidence_columns(doc)
-    columns = ("action", "probability", "logit") + (("episodes (faded)", "mean reward") if evidence else ())
+    described = any(a.description for a in doc.actions)
+    columns = (("action",) + (("description",) if described else ()) + ("probability", "logit")
+               + (("episodes (faded)", "mean reward") if evidence else ()))
     for col in columns:
-        table.add_column(col, justify="left" if col == "action" else "right")
-    for i, (a, p, logit) in enumerate(zip(doc.action_ids, policy_probabilities(doc), doc.logits, strict=True)):
-        table.add_row(a, f"{p:.4f}", f"{logit:+.3f}", *(evidence[i] if evidence else ()))
+        table.add_column(col, justify="left" if col in ("action", "description") else "right")
+    for i, (a, p, logit) in enumerate(zip(doc.actions, policy_probabilities(doc), doc.logits, strict=True)):
+        table.add_row(a.id, *((a.description,) if described else ()), f"{p:.4f}", f"{logit:+.3f}",
+                      *(evidence[i] if evidence else ()))
     out.print(table)
     if doc.pinned:
         out.print(f"learning is paused{': ' + doc.pin_reason if doc.pin_reason else ''} (agent-learn policy unpin)")
@@ -601,8 +614,9 @@ def episodes_show(episode_id: str, as_json: bool, db: str | None) -> None:
     if as_json:
         _echo_json({"episode": episode, "scores": scores, "feedback": feedback})
         return
-    out.print(f"[bold]{episode_id}[/]: agent {episode.get('agent_id')}, action {episode.get('action_id')} "
-              f"(p={episode.get('probability')}) under v{episode.get('policy_version')}, {episode.get('ended_at')}")
+    out.print(Text.assemble((episode_id, "bold"), f": agent {episode.get('agent_id')}, action "
+                            f"{episode.get('action_id')} (p={episode.get('probability')}) under "
+                            f"v{episode.get('policy_version')}, {episode.get('ended_at')}"))
     out.print(f"input: {str(episode.get('input', ''))[:300]}", highlight=False)
     out.print(f"output: {str(episode.get('output', ''))[:300]}", highlight=False)
     for step in episode.get("steps", []):

@@ -10,15 +10,18 @@ from __future__ import annotations
 
 import re
 from dataclasses import fields
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import AliasChoices, Field, SecretStr, ValidationError
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic import AliasChoices, Field, SecretStr, ValidationError, field_validator
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from .errors import ConfigurationError
+from .ingestion import parse_episode_writers
 from .policy import DEFAULT_EXPLORATION_FLOOR
 
 PREFIX = "AGENT_LEARNING_"
+NOT_ECHOED = frozenset({"episode_writers"})
+"""Settings whose rejected value is not repeated in errors (it may hold a key pasted by mistake)."""
 
 
 class Settings(BaseSettings):
@@ -133,6 +136,16 @@ class Settings(BaseSettings):
     exploration_floor: float = Field(DEFAULT_EXPLORATION_FLOOR, ge=0, lt=1)
     policy_refresh_seconds: float = Field(30.0, ge=0)
 
+    # Episode ingestion over HTTP for deployments that isolate agents (see agent_learning.ingestion).
+    episode_writers: Annotated[dict[str, list[str]], NoDecode] = Field(
+        {}, description="JSON: caller identity → agent ids or patterns it may write; empty: the route is off"
+    )
+
+    @field_validator("episode_writers", mode="before")
+    @classmethod
+    def _episode_writers(cls, value: Any) -> dict[str, list[str]]:
+        return parse_episode_writers(value)
+
     def reward_config(self) -> Any:
         from .rewards import RewardConfig
 
@@ -195,7 +208,8 @@ def load_settings(**overrides: Any) -> Settings:
         problems = []
         for err in exc.errors(include_url=False):
             name = PREFIX + ".".join(str(p) for p in err["loc"]).upper()
-            problems.append(f"{name}: {err['msg']} (got {err.get('input')!r})")
+            got = "" if err["loc"] and err["loc"][0] in NOT_ECHOED else f" (got {err.get('input')!r})"
+            problems.append(f"{name}: {err['msg']}{got}")
         raise ConfigurationError("invalid configuration: " + "; ".join(problems)) from None
     settings.reward_config()  # settings that are only invalid together fail now, not later
     settings.learner_config()

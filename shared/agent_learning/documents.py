@@ -46,8 +46,9 @@ from .errors import InvalidDocument
 SCHEMA_VERSION = 1
 """The newest schema this library writes and understands."""
 
-# Size caps. Cosmos allows 2 MB per item; these keep an episode far below that and keep
-# judge prompts bounded. `EpisodeCapture` truncates to them; parsing rejects anything longer.
+# Size caps: they keep judge prompts bounded. `EpisodeCapture` truncates to them; parsing
+# rejects anything longer. Together they admit about 4 MB per episode (256 steps of up to
+# ~16,000 characters each), so the whole episode has its own bound, MAX_EPISODE_BYTES.
 MAX_TEXT_CHARS = 20_000
 MAX_STEP_TEXT_CHARS = 4_000
 MAX_STEPS = 256
@@ -72,7 +73,21 @@ Version = Annotated[int, Field(strict=True, ge=1)]
 Count = Annotated[int, Field(strict=True, ge=0)]
 MAX_METADATA_VALUE_CHARS = 256
 
+MAX_EPISODE_BYTES = 2_000_000
+"""The largest episode, in bytes of its compact JSON as azure-cosmos sends it (non-ASCII characters
+escaped as ``\\uXXXX``, so never less than its UTF-8 length; see :func:`json_bytes`). Cosmos DB
+items are limited to 2 MB (2,097,152 bytes, the properties Cosmos adds included) and a larger write
+fails with 413, which no retry cures; the remaining ~97 KB are room for those system properties
+(``_rid``, ``_self``, ``_etag``, ``_ts``, ...: well under 1 KB). :class:`Episode` rejects a larger
+document; :class:`~agent_learning.capture.EpisodeCapture` cuts step texts to stay below it."""
+
 D = TypeVar("D", bound="Document")
+
+
+def json_bytes(value: Any) -> int:
+    """The size of ``value`` as compact JSON with non-ASCII characters escaped (all ASCII, so
+    characters are bytes): the measure :data:`MAX_EPISODE_BYTES` bounds."""
+    return len(json.dumps(value, separators=(",", ":")))
 
 
 def _json_size(value: Any, field: str, limit: int = MAX_JSON_CHARS) -> Any:
@@ -253,6 +268,12 @@ class Episode(Document):
             raise ValueError("ended_at: is before started_at")
         if abs(self.logprob - math.log(self.probability)) > 1e-6:
             raise ValueError(f"logprob: {self.logprob} is not log(probability) = {math.log(self.probability)}")
+        size = json_bytes(self.model_dump(mode="json"))
+        if size > MAX_EPISODE_BYTES:
+            raise ValueError(
+                f"is {size:,} bytes as JSON; the limit is {MAX_EPISODE_BYTES:,} (MAX_EPISODE_BYTES: the 2 MB "
+                "Cosmos DB item limit less room for system properties)"
+            )
         return self
 
     @property

@@ -19,6 +19,8 @@ Failure semantics per trigger:
   every published version is checked for exploration collapse and reward drops.
 * ``feedback`` (HTTP POST) stores a user's feedback on an episode and reconciles its reward;
   bad input is a 400 naming the field, an unknown episode a 404, and posting again is a no-op.
+* ``ingest`` (HTTP POST) writes an agent's episode for a caller allowed to write that agent
+  (:mod:`agent_learning.ingestion`); posting the same episode again is a no-op.
 
 :func:`build_runtime` also installs the telemetry exporters the settings choose.
 """
@@ -27,6 +29,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 import threading
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -35,6 +38,7 @@ from typing import TYPE_CHECKING, Any
 from .errors import AgentLearningError
 
 if TYPE_CHECKING:  # imported lazily at run time: the app's cold start stays short
+    from .callers import Caller
     from .config import Settings
     from .pipeline import EnqueueResult, Scorer, TrainOutcome
     from .store.base import Store
@@ -202,23 +206,36 @@ def get_policy(agent_id: str, if_none_match: str | None, rt: Runtime) -> HttpAns
         TypeAdapter(AgentId).validate_python(agent_id)
     except ValidationError:
         return _json_answer(400, {"error": f"agent_id: {agent_id!r} is not a valid agent id"})
-    etag = if_none_match.strip().strip('"') if if_none_match else None
-    tagged = rt.store.get_current_policy_if_changed(agent_id, etag)
+    cached = _cached_etag(if_none_match)
+    # Cosmos ETags carry their quotes; the conditional read saves the transfer there, and the
+    # comparison below answers 304 on stores whose ETags do not.
+    tagged = rt.store.get_current_policy_if_changed(agent_id, f'"{cached}"' if cached else None)
     if tagged is None:
         return _json_answer(404, {"error": f"agent {agent_id!r} has no policy"})
-    if isinstance(tagged, NotModified):
-        return HttpAnswer(304, "", {"ETag": f'"{etag}"'})
+    if isinstance(tagged, NotModified) or (cached and tagged.etag in (cached, f'"{cached}"')):
+        return HttpAnswer(304, "", {"ETag": f'"{cached}"'})
     doc = {k: v for k, v in tagged.doc.items() if not k.startswith("_")}
     try:
         PolicyDocument.from_dict(doc)
     except InvalidDocument as exc:  # never hand agents a corrupt policy; they keep their last good one
         log.error("policy %s: the current document is invalid and is not served: %s", agent_id, exc)
         return _json_answer(503, {"error": f"the current policy of {agent_id!r} is invalid: {exc}"})
+    etag = tagged.etag.strip('"')
     return HttpAnswer(
-        200,
-        json.dumps(doc),
-        {"ETag": f'"{tagged.etag}"', "Content-Type": "application/json", "Cache-Control": "no-cache"},
+        200, json.dumps(doc), {"ETag": f'"{etag}"', "Content-Type": "application/json", "Cache-Control": "no-cache"}
     )
+
+
+def _cached_etag(if_none_match: str | None) -> str | None:
+    """The opaque tag of an ``If-None-Match`` header holding one entity tag (``"x"`` or
+    ``W/"x"``: the comparison is weak); ``None`` for anything else (absent, empty, ``*``,
+    several tags, malformed), which means no cached copy: the client gets the document."""
+    match = _ENTITY_TAG.fullmatch((if_none_match or "").strip())
+    return match.group(1) if match else None
+
+
+_ENTITY_TAG = re.compile(r'(?:W/)?"([\x21\x23-\x7e]+)"')
+"""One entity tag (RFC 9110): visible ASCII other than the quote, between quotes."""
 
 
 MAX_FEEDBACK_BYTES = 16_384
@@ -273,6 +290,56 @@ def post_feedback(episode_id: str, body: bytes, rt: Runtime) -> HttpAnswer:
         return _json_answer(404, {"error": str(exc)})
     answer = result.to_dict()
     return _json_answer(202 if answer["status"] == "waiting" else 200, answer)
+
+
+def post_episode(agent_id: str, body: bytes, caller: Caller, rt: Runtime) -> HttpAnswer:
+    """HTTP POST ``/api/agents/{agent_id}/episodes``: an agent's episode, written for a caller
+    that ``AGENT_LEARNING_EPISODE_WRITERS`` allows to write ``agent_id``.
+
+    Body: the episode document (``Episode.to_json()``), whose ``agent_id`` must be the path's.
+    Answers 201 when written, 200 when the same episode is already stored (a retry), 400
+    naming the bad field, 403 when the caller may not write this agent, 404 when the setting
+    is empty (ingestion is off), 409 when the id holds a different episode (whichever agent's:
+    its content is not revealed), 413 for a body over ``MAX_EPISODE_BYTES``.
+    """
+    from pydantic import TypeAdapter, ValidationError
+
+    from .documents import MAX_EPISODE_BYTES, AgentId, Episode
+    from .errors import ConcurrencyConflict, InvalidDocument
+    from .ingestion import may_write
+    from .store.base import same_document
+
+    writers = rt.settings.episode_writers
+    if not writers:
+        return _json_answer(404, {"error": "episode ingestion is off: AGENT_LEARNING_EPISODE_WRITERS is empty"})
+    try:
+        TypeAdapter(AgentId).validate_python(agent_id)
+    except ValidationError:
+        return _json_answer(400, {"error": f"agent_id: {agent_id!r} is not a valid agent id"})
+    if not may_write(writers, caller.id, agent_id):
+        log.warning("ingest: %s may not write episodes of %s", caller.id, agent_id)
+        refused = f"caller {caller.id} may not write episodes of agent {agent_id!r} (AGENT_LEARNING_EPISODE_WRITERS)"
+        return _json_answer(403, {"error": refused})
+    if len(body) > MAX_EPISODE_BYTES:
+        return _json_answer(413, {"error": f"body: {len(body):,} bytes; the limit is {MAX_EPISODE_BYTES:,}"})
+    try:
+        episode = Episode.from_json(body)
+    except InvalidDocument as exc:
+        return _json_answer(400, {"error": str(exc).removeprefix("invalid episode: ")})
+    if episode.agent_id != agent_id:
+        mismatch = f"agent_id: the episode's {episode.agent_id!r} is not the path's {agent_id!r}"
+        return _json_answer(400, {"error": mismatch})
+    conflict = _json_answer(409, {"error": f"id: episode {episode.id!r} already exists with different content"})
+    existing = rt.store.get_episode(episode.id)
+    if existing is not None and same_document(existing, episode.to_dict()):
+        return _json_answer(200, {"id": episode.id, "status": "exists"})
+    if existing is not None:
+        return conflict
+    try:
+        rt.store.add_episode(episode)
+    except ConcurrencyConflict:
+        return conflict
+    return _json_answer(201, {"id": episode.id, "status": "created"})
 
 
 def _json_answer(status: int, body: Mapping[str, Any]) -> HttpAnswer:

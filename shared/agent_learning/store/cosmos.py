@@ -355,8 +355,9 @@ class CosmosStore(Store):
 
     def get_current_policy_if_changed(self, agent_id: str, etag: str | None) -> Tagged | NotModified | None:
         """A conditional point read (``If-None-Match``): an unchanged document answers 304 and
-        costs no transfer. azure-cosmos returns an empty dict for a 304 rather than raising."""
-        if etag is None:
+        costs no transfer. azure-cosmos returns an empty dict for a 304 rather than raising, and
+        raises ValueError for an empty ETag, which is therefore a full read."""
+        if not etag:
             return self.get_current_policy(agent_id)
         try:
             doc = self._c["policies"].read_item(
