@@ -15,6 +15,7 @@ import pytest
 from agent_learning.clock import ManualClock
 from agent_learning.documents import Episode, PolicyDocument, Score, TrainingRun
 from agent_learning.errors import ConcurrencyConflict, PermanentError, TransientError
+from agent_learning.feedback import record_feedback
 from agent_learning.judges.base import Judge, Judgement
 from agent_learning.judges.offline import OfflineJudge
 from agent_learning.learner import LearnerConfig, Reinforce
@@ -366,6 +367,78 @@ def test_max_batch_splits_a_backlog_across_runs(env: Env) -> None:
         sizes.append(o.run.episodes)
     assert sizes == [10, 10, 5]
     consumed_ranges_are_exact(env.store, 25)
+
+
+# --------------------------------------------------------------------------- feedback corrections
+
+
+def toggle_thumbs(env: Env, episodes: list[Episode], rounds: range) -> int:
+    """Every episode gets thumbs up in even rounds and down in odd ones; returns the corrections."""
+    statuses = [
+        record_feedback(env.store, e.id, thumb="up" if r % 2 == 0 else "down", clock=env.clock).reconciled.status
+        for r in rounds
+        for e in episodes
+    ]
+    return statuses.count("corrected")
+
+
+def undecided(env: Env, episodes: list[Episode]) -> list[Episode]:
+    """The episodes whose judged reward both a thumb up and a thumb down change."""
+    rewards = {e.id: env.store.get_score(e.id)["reward"] for e in episodes}  # type: ignore[index]
+    return [e for e in episodes if 0.01 < rewards[e.id] < 0.99]
+
+
+def score_new(env: Env, n: int) -> list[Episode]:
+    episodes = env.episodes(n)
+    env.pipeline.pump()
+    assert env.pipeline.score_pending() == {"scored": n}
+    return episodes
+
+
+def test_corrections_never_block_the_episodes_behind_them(env: Env) -> None:
+    """A full page of feedback corrections is learned rather than waited on: 200 thumbs on
+    learned episodes, read 50 at a time, do not keep the 3 new episodes behind them unlearned
+    (before the fix: ``too_few_scores`` on every tick, for good)."""
+    learned = undecided(env, score_new(env, 20))[:5]
+    assert len(learned) == 5
+    assert train_agent(AGENT, env.store, Reinforce(), clock=env.clock).status == "published"
+    assert toggle_thumbs(env, learned, range(40)) == 200  # each page of 50 holds 10 rounds
+    score_new(env, 3)
+
+    outcomes = [train_agent(AGENT, env.store, Reinforce(), clock=env.clock, max_batch=50) for _ in range(6)]
+    assert [o.status for o in outcomes] == ["published"] * 5 + ["no_new_scores"]
+    runs = [o.run for o in outcomes[:5]]
+    assert [(r.episodes, r.corrections) for r in runs if r] == [(0, 50)] * 4 + [(3, 0)]
+    # The first page ends on thumbs down for every episode: learned, the policy moves. The next
+    # pages each toggle back to down: they net to zero, and the policy stays exactly where it was.
+    logits = [env.store.get_policy_version(AGENT, v)["logits"] for v in range(2, 7)]  # type: ignore[index]
+    assert logits[1] != logits[0]
+    assert logits[1] == logits[2] == logits[3] == logits[4]
+    assert [r.metrics["corrections"] for r in runs if r] == [5, 0, 0, 0, 0]  # corrected episodes in the update
+    assert sum(r.episodes + r.corrections + r.rejected for r in runs if r) == 203  # every row once
+
+
+def test_feedback_that_nets_to_zero_changes_nothing(tmp_path: Path) -> None:
+    """The issue's measure: 50 episodes plus 2,000 thumb toggles that net to zero. The toggles
+    must not grow the step or the trust region (before the fix: KL 0.39 without them, 2.93 with)."""
+    runs = []
+    for toggles in (False, True):
+        env = Env(tmp_path / f"{toggles}.db", ManualClock())
+        learned = undecided(env, score_new(env, 120))[:50]
+        assert len(learned) == 50
+        toggle_thumbs(env, learned, range(1))  # thumbs up on every episode, learned with it
+        assert train_agent(AGENT, env.store, Reinforce(), clock=env.clock).status == "published"
+        if toggles:  # down, up, ... up: 2,000 corrections netting to zero
+            assert toggle_thumbs(env, learned, range(1, 41)) == 2000
+        score_new(env, 50)
+        outcome = train_agent(AGENT, env.store, Reinforce(), clock=env.clock)
+        assert outcome.status == "published" and outcome.run is not None
+        runs.append((outcome.run, load_current(env.store, AGENT)))
+    (plain, plain_doc), (toggled, toggled_doc) = runs
+    assert (plain.episodes, plain.corrections, toggled.episodes, toggled.corrections) == (50, 0, 50, 2000)
+    assert toggled.metrics["kl"] == pytest.approx(plain.metrics["kl"], abs=1e-9)
+    assert toggled.metrics["step_scale"] == plain.metrics["step_scale"]
+    assert toggled_doc.logits == plain_doc.logits and toggled_doc.learner_state == plain_doc.learner_state  # type: ignore[union-attr]
 
 
 # --------------------------------------------------------------------------- bad input
