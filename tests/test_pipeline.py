@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import math
 import random
 import threading
@@ -12,7 +13,9 @@ from typing import Any
 
 import pytest
 
+from agent_learning import functions as handlers
 from agent_learning.clock import ManualClock
+from agent_learning.config import load_settings
 from agent_learning.documents import Episode, PolicyDocument, Score, TrainingRun
 from agent_learning.errors import ConcurrencyConflict, PermanentError, TransientError
 from agent_learning.feedback import record_feedback
@@ -21,6 +24,7 @@ from agent_learning.judges.offline import OfflineJudge
 from agent_learning.learner import LearnerConfig, Reinforce
 from agent_learning.local import LocalPipeline
 from agent_learning.pipeline import (
+    MAX_TRAIN_BATCH,
     Scorer,
     create_policy,
     enqueue_episodes,
@@ -535,6 +539,59 @@ def test_a_corrupt_current_policy_stops_training_without_damage(env: Env) -> Non
     outcome = train_agent(AGENT, env.store, Reinforce(), clock=env.clock)
     assert outcome.status == "invalid_policy" and "logits" in outcome.reason
     assert [v["version"] for v in env.store.list_policy_versions(AGENT)] == [1]
+
+
+class FailingFor(SQLiteStore):
+    """A SQLite store whose score reads fail for one agent (a partition that is down, a bug)."""
+
+    def __init__(self, path: Path, agent_id: str, error: Exception) -> None:
+        super().__init__(path)
+        self.failing, self.error = agent_id, error
+
+    def read_scores(self, agent_id: str, after: Any, limit: int) -> list[dict[str, Any]]:
+        if agent_id == self.failing:
+            raise self.error
+        return super().read_scores(agent_id, after, limit)
+
+
+@pytest.mark.parametrize(
+    ("error", "status", "level"),
+    [
+        (TransientError("Cosmos DB answered 503: service unavailable"), "unavailable", logging.WARNING),
+        (RuntimeError("a bug"), "failed", logging.ERROR),
+    ],
+)
+def test_one_agent_failing_does_not_stop_the_others_in_either_runner(
+    tmp_path: Path, clock: ManualClock, caplog: pytest.LogCaptureFixture, error: Exception, status: str, level: int
+) -> None:
+    """The local runner isolates agents as the timer does (before the fix, `LocalPipeline.train`
+    raised and trained nobody after the failing agent), and a store outage is ``unavailable``
+    (before: every exception was labelled ``invalid_policy``, as if the document were corrupt)."""
+    store = FailingFor(tmp_path / "f.db", "alpha", error)
+    for agent_id in ("alpha", "beta"):
+        create_policy(store, SoftmaxPolicy.from_actions(agent_id, ["x", "y"]).to_document(created_at=clock.now()))
+    pipeline = LocalPipeline(store, SQLiteQueue(":memory:", clock=clock), OfflineJudge(), RewardFunction(),
+                             Reinforce(), clock=clock)
+    outcomes = pipeline.train()
+    assert [(o.agent_id, o.status) for o in outcomes] == [("alpha", status), ("beta", "no_new_scores")]
+    assert type(error).__name__ in outcomes[0].reason and str(error) in outcomes[0].reason
+    assert [o.agent_id for o in pipeline.train(["beta"])] == ["beta"]
+
+    settings = load_settings(store="memory", queue="sqlite")
+    caplog.clear()
+    with caplog.at_level(logging.INFO, logger="agent_learning.functions"):
+        handlers.train(handlers.Runtime(settings, store, None, learner=Reinforce()))
+    (record,) = [r for r in caplog.records if "train alpha" in r.getMessage()]
+    assert record.levelno == level and status in record.getMessage() and str(error) in record.getMessage()
+
+
+def test_max_batch_is_bounded_by_the_memory_budget(env: Env) -> None:
+    """A run holds its whole batch in memory: more than MAX_TRAIN_BATCH rows is refused
+    (before the fix any size was accepted; 190,000 rows held 1.1 GB)."""
+    with pytest.raises(ValueError, match="max_batch"):
+        train_agent(AGENT, env.store, Reinforce(), clock=env.clock, max_batch=MAX_TRAIN_BATCH + 1)
+    assert train_agent(AGENT, env.store, Reinforce(), clock=env.clock, max_batch=MAX_TRAIN_BATCH).status == (
+        "no_new_scores")
 
 
 # --------------------------------------------------------------------------- judge failures

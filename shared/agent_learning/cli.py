@@ -24,6 +24,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from .documents import MAX_TEMPERATURE, MIN_TEMPERATURE
 from .errors import AgentLearningError, ConcurrencyConflict, ConfigurationError, InvalidDocument, NotFound
 
 
@@ -257,7 +258,12 @@ def _sample_rows(n: int, limit: int) -> list[int]:
     type=click.Path(exists=True, dir_okay=False),
     help="JSON file: a list of action ids or of {id, description, config} objects.",
 )
-@click.option("--temperature", type=float, default=None, help="Default: AGENT_LEARNING_TEMPERATURE.")
+@click.option(
+    "--temperature",
+    type=click.FloatRange(MIN_TEMPERATURE, MAX_TEMPERATURE),
+    default=None,
+    help="Default: AGENT_LEARNING_TEMPERATURE.",
+)
 @click.option("--exploration-floor", type=float, default=None, help="Minimum probability of every action.")
 @db_option
 @_handle_errors
@@ -821,7 +827,7 @@ def train(agent_id: str | None, as_json: bool, db: str | None) -> None:
     out.print(f"enqueued {enqueued}; scoring outcomes {dict(outcomes) or 'none'}")
     for r in results:
         line = f"{r.agent_id}: {r.status}" + (f" → v{r.version}" if r.status == "published" else "")
-        if r.run:
+        if r.run and r.run.episodes:
             line += f" ({r.run.episodes} episodes, mean reward {r.run.metrics['mean_reward']:.3f})"
         if r.reason and r.status != "published":
             line += f" — {r.reason}"
