@@ -16,7 +16,6 @@ from typing import Any
 import pytest
 
 pytest.importorskip("azure.functions")
-from cosmos_fixture import SteppingClock
 from faults import AGENT, Agent, FunctionsHost, account, dead_lettered, start_policy
 from reliability_report import Backend, record
 
@@ -38,7 +37,7 @@ def second_instance(backend: Backend) -> Store:
     if backend.kind == "cosmos":
         from agent_learning.store.cosmos import CosmosStore
 
-        return CosmosStore(backend.store.database, clock=SteppingClock())
+        return CosmosStore(backend.store.database, clock=backend.store.clock)  # one (stepping) time for both
     from agent_learning.store.sqlite import SQLiteStore
 
     return SQLiteStore(backend.store.path)
