@@ -789,13 +789,19 @@ def report(agent_ids: tuple[str, ...], png_path: str, html_path: str, title: str
     out.print(f"wrote {files.png} and {files.html}")
 
 
+TRAINING_FAILED = ("invalid_policy", "unavailable", "failed")
+"""Training outcomes that make ``agent-learn train`` exit with 1."""
+
+
 @main.command()
 @click.option("--agent-id", default=None, help="Train one agent (default: every agent).")
 @click.option("--json", "as_json", is_flag=True)
 @db_option
 @_handle_errors
 def train(agent_id: str | None, as_json: bool, db: str | None) -> None:
-    """Enqueue and score new episodes, then run one training step (what the timer does)."""
+    """Enqueue and score new episodes, then run one training step (what the timer does).
+
+    Exits with 1 if an agent could not be trained (the others are trained all the same)."""
     from .local import open_local
 
     settings = _settings(db)
@@ -823,15 +829,17 @@ def train(agent_id: str | None, as_json: bool, db: str | None) -> None:
                 indent=2,
             )
         )
-        return
-    out.print(f"enqueued {enqueued}; scoring outcomes {dict(outcomes) or 'none'}")
-    for r in results:
-        line = f"{r.agent_id}: {r.status}" + (f" → v{r.version}" if r.status == "published" else "")
-        if r.run and r.run.episodes:
-            line += f" ({r.run.episodes} episodes, mean reward {r.run.metrics['mean_reward']:.3f})"
-        if r.reason and r.status != "published":
-            line += f" — {r.reason}"
-        out.print(line)
+    else:
+        out.print(f"enqueued {enqueued}; scoring outcomes {dict(outcomes) or 'none'}")
+        for r in results:
+            line = f"{r.agent_id}: {r.status}" + (f" → v{r.version}" if r.status == "published" else "")
+            if r.run and r.run.episodes:
+                line += f" ({r.run.episodes} episodes, mean reward {r.run.metrics['mean_reward']:.3f})"
+            if r.reason and r.status != "published":
+                line += f" — {r.reason}"
+            out.print(line)
+    if any(r.status in TRAINING_FAILED for r in results):
+        sys.exit(1)  # every agent was tried; the ones that could not be trained are listed above
 
 
 if __name__ == "__main__":  # pragma: no cover
