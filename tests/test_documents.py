@@ -268,6 +268,7 @@ INVALID_CASES = [
     (PolicyDocument, policy_dict, _set(["actions", 1, "extra"], 1), "actions[1].extra"),
     (PolicyDocument, policy_dict, _set(["actions"], []), "actions"),
     (PolicyDocument, policy_dict, _set(["temperature"], 0.0), "temperature"),
+    (PolicyDocument, policy_dict, _set(["temperature"], 1e-310), "temperature"),  # below MIN_TEMPERATURE
     (PolicyDocument, policy_dict, _set(["pinned"], True), "pinned"),
     (PolicyDocument, policy_dict, _set(["pinned"], "yes"), "pinned"),
     (PolicyDocument, policy_dict, _set(["cursor", "seq"], -1), "cursor.seq"),

@@ -25,6 +25,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 from rich.text import Text
 
+from .documents import MAX_TEMPERATURE, MIN_TEMPERATURE
 from .errors import AgentLearningError, ConcurrencyConflict, ConfigurationError, InvalidDocument, NotFound
 
 
@@ -267,7 +268,12 @@ def _sample_rows(n: int, limit: int) -> list[int]:
     type=click.Path(exists=True, dir_okay=False),
     help="JSON file: a list of action ids or of {id, description, config} objects.",
 )
-@click.option("--temperature", type=float, default=None, help="Default: AGENT_LEARNING_TEMPERATURE.")
+@click.option(
+    "--temperature",
+    type=click.FloatRange(MIN_TEMPERATURE, MAX_TEMPERATURE),
+    default=None,
+    help="Default: AGENT_LEARNING_TEMPERATURE.",
+)
 @click.option("--exploration-floor", type=float, default=None, help="Minimum probability of every action.")
 @db_option
 @_handle_errors
@@ -797,13 +803,19 @@ def report(agent_ids: tuple[str, ...], png_path: str, html_path: str, title: str
     out.print(f"wrote {files.png} and {files.html}")
 
 
+TRAINING_FAILED = ("invalid_policy", "unavailable", "failed")
+"""Training outcomes that make ``agent-learn train`` exit with 1."""
+
+
 @main.command()
 @click.option("--agent-id", default=None, help="Train one agent (default: every agent).")
 @click.option("--json", "as_json", is_flag=True)
 @db_option
 @_handle_errors
 def train(agent_id: str | None, as_json: bool, db: str | None) -> None:
-    """Enqueue and score new episodes, then run one training step (what the timer does)."""
+    """Enqueue and score new episodes, then run one training step (what the timer does).
+
+    Exits with 1 if an agent could not be trained (the others are trained all the same)."""
     from .local import open_local
 
     settings = _settings(db)
@@ -831,15 +843,17 @@ def train(agent_id: str | None, as_json: bool, db: str | None) -> None:
                 indent=2,
             )
         )
-        return
-    out.print(f"enqueued {enqueued}; scoring outcomes {dict(outcomes) or 'none'}")
-    for r in results:
-        line = f"{r.agent_id}: {r.status}" + (f" → v{r.version}" if r.status == "published" else "")
-        if r.run:
-            line += f" ({r.run.episodes} episodes, mean reward {r.run.metrics['mean_reward']:.3f})"
-        if r.reason and r.status != "published":
-            line += f" — {r.reason}"
-        out.print(line)
+    else:
+        out.print(f"enqueued {enqueued}; scoring outcomes {dict(outcomes) or 'none'}")
+        for r in results:
+            line = f"{r.agent_id}: {r.status}" + (f" → v{r.version}" if r.status == "published" else "")
+            if r.run and r.run.episodes:
+                line += f" ({r.run.episodes} episodes, mean reward {r.run.metrics['mean_reward']:.3f})"
+            if r.reason and r.status != "published":
+                line += f" — {r.reason}"
+            out.print(line)
+    if any(r.status in TRAINING_FAILED for r in results):
+        sys.exit(1)  # every agent was tried; the ones that could not be trained are listed above
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -56,6 +56,14 @@ MAX_JSON_CHARS = 8_000
 MAX_METADATA_KEYS = 32
 MAX_ACTIONS = 1_024
 MAX_LOGIT = 1_000.0
+MIN_TEMPERATURE = 0.01
+"""The lowest policy temperature. A policy is already greedy well above it (a logit gap of 0.5
+is odds of e^50 at T = 0.01), so lower values only shrink the numbers the math works with:
+the learner's gradient grows as 1/T and overflows near T = 1e-300, and logits / T must stay
+finite for logits up to ``MAX_LOGIT``. A document below it fails validation, so a policy that
+could never be trained is refused when it is created, not at every training run."""
+MAX_TEMPERATURE = 100.0
+"""The highest policy temperature: above it every policy is practically uniform."""
 
 _ID = r"^[A-Za-z0-9][A-Za-z0-9._\-]{0,127}$"
 AgentId = Annotated[str, StringConstraints(strict=True, pattern=_ID)]
@@ -346,7 +354,9 @@ class PolicyDocument(Document):
     version: Version
     actions: Annotated[list[Action], Field(min_length=1, max_length=MAX_ACTIONS)]
     logits: list[Annotated[float, Field(strict=True, allow_inf_nan=False, ge=-MAX_LOGIT, le=MAX_LOGIT)]]
-    temperature: Annotated[float, Field(strict=True, allow_inf_nan=False, gt=0, le=100)] = 1.0
+    temperature: Annotated[
+        float, Field(strict=True, allow_inf_nan=False, ge=MIN_TEMPERATURE, le=MAX_TEMPERATURE)
+    ] = 1.0
     exploration_floor: Annotated[float, Field(strict=True, allow_inf_nan=False, ge=0, lt=1)] = 0.0
     pinned: bool = False
     pin_reason: ShortText = ""
@@ -371,11 +381,6 @@ class PolicyDocument(Document):
         if len(set(ids)) != len(ids):
             dupes = sorted({i for i in ids if ids.count(i) > 1})
             raise ValueError(f"actions: duplicate action ids {dupes}")
-        if not all(math.isfinite(x / self.temperature) for x in self.logits):
-            raise ValueError(
-                f"temperature: {self.temperature!r} is too small for logits up to {max(map(abs, self.logits))!r} "
-                "(logits / temperature overflow, so the action probabilities are undefined)"
-            )
         if self.exploration_floor * len(self.actions) >= 1:
             raise ValueError(
                 f"exploration_floor: {self.exploration_floor} x {len(self.actions)} actions must be below 1"
@@ -456,6 +461,8 @@ class Score(Document):
     ``seq`` is assigned by the store on first write and kept on every overwrite, so the
     training cursor ``(seq, id)`` never sees a re-scored episode twice. ``feedback_pending``
     says that feedback arrived before the judges' score, so the scorer reconciled it.
+    ``late_write`` says the store saw the write complete later than ``seq`` plus its settle
+    window allows (Cosmos DB), so a trainer may have passed it (see :mod:`agent_learning.store.cosmos`).
     """
 
     id: DocId
@@ -474,6 +481,7 @@ class Score(Document):
     revision: Count = 0
     reward_delta: Annotated[float, Field(strict=True, allow_inf_nan=False, ge=-2, le=2)] | None = None
     feedback_pending: bool = False
+    late_write: bool = False
 
     @model_validator(mode="after")
     def _id_is_episode(self) -> Score:

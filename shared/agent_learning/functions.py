@@ -15,8 +15,9 @@ Failure semantics per trigger:
   raises :class:`TransientScoringError` to have it redelivered, and raises
   :class:`PoisonMessage` for bad input: the reason is logged on every delivery, each of which
   fails fast, and Service Bus dead-letters the message after MaxDeliveryCount deliveries.
-* ``train`` (timer) trains every agent; one agent's failure does not stop the others, and
-  every published version is checked for exploration collapse and reward drops.
+* ``train`` (timer) trains every agent; one agent's failure does not stop the others (a store
+  outage is logged as a warning, ``unavailable``; a corrupt policy or anything else as an
+  error), and every published version is checked for exploration collapse and reward drops.
 * ``feedback`` (HTTP POST) stores a user's feedback on an episode and reconciles its reward;
   bad input is a 400 naming the field, an unknown episode a 404, and posting again is a no-op.
 * ``ingest`` (HTTP POST) writes an agent's episode for a caller allowed to write that agent
@@ -171,6 +172,10 @@ def score(body: bytes | str, delivery_count: int, message_id: str | None, rt: Ru
     return outcome.status
 
 
+TRAIN_LOG_LEVELS = {"invalid_policy": logging.ERROR, "failed": logging.ERROR, "unavailable": logging.WARNING}
+"""How loud each training outcome is logged (anything else: INFO)."""
+
+
 def train(rt: Runtime) -> list[TrainOutcome]:
     """Timer trigger: one training run for every agent with a policy."""
     from .pipeline import train_all
@@ -180,8 +185,9 @@ def train(rt: Runtime) -> list[TrainOutcome]:
         rt.store, learner_of(rt), max_batch=s.train_max_batch, min_batch=s.train_min_batch, drift=s.drift_config()
     )
     for o in outcomes:
-        level = logging.ERROR if o.status == "invalid_policy" else logging.INFO
-        log.log(level, "train %s: %s%s", o.agent_id, o.status, f" v{o.version}" if o.status == "published" else "")
+        level = TRAIN_LOG_LEVELS.get(o.status, logging.INFO)
+        detail = f" v{o.version}" if o.status == "published" else f": {o.reason}" if level > logging.INFO else ""
+        log.log(level, "train %s: %s%s", o.agent_id, o.status, detail)
     return outcomes
 
 
