@@ -6,6 +6,7 @@
     train    timer (AGENT_LEARNING_TRAIN_SCHEDULE) → REINFORCE update → new policy version
     policy   HTTP GET /api/policies/{agent_id}    → the agent's current policy (function key)
     feedback HTTP POST /api/episodes/{episode_id}/feedback → the caller's verdict, merged into the reward
+    ingest   HTTP POST /api/agents/{agent_id}/episodes  → an agent's episode, for callers allowed to write it
 
 Connections are identity-based: `CosmosDBConnection__accountEndpoint` and
 `ServiceBusConnection__fullyQualifiedNamespace` (plus `__credential`/`__clientId`).
@@ -14,6 +15,7 @@ Connections are identity-based: `CosmosDBConnection__accountEndpoint` and
 import azure.functions as func
 
 from agent_learning import functions as handlers
+from agent_learning.callers import identify
 
 app = func.FunctionApp(http_auth_level=func.AuthLevel.FUNCTION)
 
@@ -60,10 +62,17 @@ def policy(req: func.HttpRequest) -> func.HttpResponse:
 
 @app.route(route="episodes/{episode_id}/feedback", methods=["POST"], auth_level=func.AuthLevel.FUNCTION)
 def feedback(req: func.HttpRequest) -> func.HttpResponse:
+    caller = identify(req.headers, req.params)
     return _response(
-        handlers.post_feedback(
-            req.route_params.get("episode_id", ""), req.get_body(), req.headers, req.params, handlers.runtime()
-        )
+        handlers.post_feedback(req.route_params.get("episode_id", ""), req.get_body(), caller, handlers.runtime())
+    )
+
+
+@app.route(route="agents/{agent_id}/episodes", methods=["POST"], auth_level=func.AuthLevel.FUNCTION)
+def ingest(req: func.HttpRequest) -> func.HttpResponse:
+    caller = identify(req.headers, req.params)
+    return _response(
+        handlers.post_episode(req.route_params.get("agent_id", ""), req.get_body(), caller, handlers.runtime())
     )
 
 

@@ -42,6 +42,12 @@ param principalType string = 'User'
 @description('Object id of the identity agents run as; it may read policies and write episodes (empty: assign later).')
 param agentPrincipalId string = ''
 
+@description('Agents read policies and write episodes straight to Cosmos DB (true), where one role covers every agent id; false gives agentPrincipalId no Cosmos DB role: agents use GET /api/policies and POST /api/agents/{agent_id}/episodes, which writes only the agents episodeWriters allows each caller.')
+param agentDirectCosmosAccess bool = true
+
+@description('Caller identity -> agent ids or fnmatch patterns it may write through POST /api/agents/{agent_id}/episodes (AGENT_LEARNING_EPISODE_WRITERS), e.g. {"key-0123456789abcdef": ["support-*"]}; key-<16 hex> is agent_learning.callers.key_identity of a function key. Empty: the route is off.')
+param episodeWriters object = {}
+
 @description('Serverless (billed per request and GB, nothing at rest beyond storage) or Provisioned (shared autoscale throughput).')
 @allowed([
   'Serverless'
@@ -190,6 +196,7 @@ module cosmos 'modules/cosmos.bicep' = {
     functionPrincipalId: identity.outputs.principalId
     userPrincipalId: principalId
     agentPrincipalId: agentPrincipalId
+    agentDirectCosmosAccess: agentDirectCosmosAccess
   }
 }
 
@@ -255,6 +262,8 @@ var connectionSettings = {
   AGENT_LEARNING_JUDGE_CLIENT_ID: identity.outputs.clientId
   AGENT_LEARNING_JUDGE_BASE_URL: ''
   AGENT_LEARNING_JUDGE_MODEL: ''
+  // Who may write which agent's episodes through the ingestion route.
+  AGENT_LEARNING_EPISODE_WRITERS: string(episodeWriters)
 }
 
 // The library's defaults, stated so that a deployment shows every value it runs with and each

@@ -65,9 +65,11 @@ import ssl
 import subprocess
 import tempfile
 import threading
+import time
 import urllib.request
 import uuid
 from collections.abc import Iterator
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Final
 
@@ -317,14 +319,38 @@ def cosmos_database(cosmos_client: Any) -> Iterator[Any]:
             cosmos_client.delete_database(database.id)
 
 
+class SteppingClock:
+    """A clock that starts now and moves on by ``step`` seconds every time it is read.
+
+    A store on it sees a settle window (60 s by default) pass between any two of its operations,
+    so a score is readable by the store's next read, as on the embedded stores: for tests that
+    write and read back at once, with one writer at a time. It runs ahead of the server, so
+    the store's server-clock correction (which only moves a lagging clock forward) stays off.
+    """
+
+    def __init__(self, step: float = 61.0) -> None:
+        self.step = step
+        self._t = time.time()
+        self._lock = threading.Lock()
+
+    def time(self) -> float:
+        with self._lock:
+            self._t += self.step
+            return self._t
+
+    def now(self) -> datetime:
+        return datetime.fromtimestamp(self.time(), tz=UTC)
+
+
 def new_cosmos_store(request: pytest.FixtureRequest) -> Any:
-    """A ``CosmosStore`` with its containers in this test's new database (no settle window).
+    """A ``CosmosStore`` with its containers in this test's new database, on a :class:`SteppingClock`
+    (every score settled by the next read).
 
     For store fixtures parametrised over adapters: the database is requested first, so a run
     without the Azure SDK skips the Cosmos case instead of failing on the import."""
     database = request.getfixturevalue("cosmos_database")
     from agent_learning.store.cosmos import CosmosStore
 
-    store = CosmosStore(database, settle_seconds=0)
+    store = CosmosStore(database, clock=SteppingClock())
     store.ensure_containers()
     return store

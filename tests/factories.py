@@ -154,6 +154,31 @@ def make_run(agent_id: str = DEFAULT_AGENT, policy_version: int = 2, **overrides
     return TrainingRun(**fields)
 
 
+def record_steps_at_the_caps(run: Any, char: str = "é", short_every: int = 2) -> list[tuple[str, str, float]]:
+    """Record ``MAX_STEPS`` steps on an ``EpisodeCapture`` whose result, error and arguments are
+    at their caps in ``char`` (every ``short_every``-th step has short texts instead, which a
+    longest-first cut keeps whole). Returns each step's (name, status, latency_ms)."""
+    from agent_learning.documents import MAX_JSON_CHARS, MAX_STEP_TEXT_CHARS, MAX_STEPS, json_bytes
+
+    arguments = {"query": char * MAX_JSON_CHARS}
+    while json_bytes(arguments) > MAX_JSON_CHARS:  # the cap counts JSON bytes, non-ASCII escaped
+        arguments["query"] = arguments["query"][: -max(1, (json_bytes(arguments) - MAX_JSON_CHARS) // 12)]
+    recorded = []
+    for i in range(MAX_STEPS):
+        short = short_every and i % short_every == 0
+        status = "error" if i % 3 == 0 else "ok"
+        run.step(
+            f"tool-{i}",
+            latency_ms=float(i),
+            status=status,
+            error=f"short error {i}" if short else char * MAX_STEP_TEXT_CHARS,
+            arguments={"n": i} if short else arguments,
+            result=f"short result {i}" if short else char * MAX_STEP_TEXT_CHARS,
+        )
+        recorded.append((f"tool-{i}", status, float(i)))
+    return recorded
+
+
 class CountingStore(Store):
     """Every call of the wrapped store, counted by method name."""
 

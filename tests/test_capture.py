@@ -3,18 +3,31 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import math
 import random
 from pathlib import Path
 
 import pytest
+from factories import record_steps_at_the_caps
 
-from agent_learning.capture import EpisodeCapture
+from agent_learning.capture import _MARK, EpisodeCapture
 from agent_learning.client import PolicyClient
 from agent_learning.clock import ManualClock
-from agent_learning.documents import MAX_STEP_TEXT_CHARS, MAX_STEPS, MAX_TEXT_CHARS, Action, Episode
+from agent_learning.documents import (
+    MAX_EPISODE_BYTES,
+    MAX_JSON_CHARS,
+    MAX_METADATA_KEYS,
+    MAX_METADATA_VALUE_CHARS,
+    MAX_STEP_TEXT_CHARS,
+    MAX_STEPS,
+    MAX_TEXT_CHARS,
+    Action,
+    Episode,
+    json_bytes,
+)
 from agent_learning.errors import ConcurrencyConflict, NotFound
-from agent_learning.pipeline import create_policy
+from agent_learning.pipeline import create_policy, score_request_message
 from agent_learning.policy import Decision, SoftmaxPolicy
 from agent_learning.store.memory import MemoryStore
 from agent_learning.store.sqlite import SQLiteStore
@@ -162,6 +175,58 @@ def test_steps_beyond_the_cap_are_dropped(store: MemoryStore, decision: Decision
     assert len(episode.steps) == MAX_STEPS
     assert episode.steps[-1].name == f"s{MAX_STEPS - 1}"
     assert episode.truncated == ["steps"]
+
+
+def assert_fits(episode: Episode) -> None:
+    doc = episode.to_dict()
+    assert json_bytes(doc) <= MAX_EPISODE_BYTES
+    assert len(json.dumps(doc, ensure_ascii=False).encode()) <= MAX_EPISODE_BYTES  # UTF-8, unescaped
+
+
+@pytest.mark.parametrize("ending", ["end", "aend"])
+def test_an_episode_over_the_cosmos_item_limit_is_cut_to_fit(
+    store: MemoryStore, decision: Decision, clock: ManualClock, ending: str
+) -> None:
+    """256 steps, half of them with every text at its cap, come to 7.2 MB as the SDK sends them
+    (2.5 MB in UTF-8): Cosmos DB refuses such an item (413). The longest step texts are cut to one size."""
+    question = "q" * MAX_TEXT_CHARS
+    run = capture(store, decision, clock, input=question)
+    recorded = record_steps_at_the_caps(run)
+    assert sum(json_bytes(s.model_dump()) for s in run.steps) > 3.5 * MAX_EPISODE_BYTES
+    episode = run.end("a" * MAX_TEXT_CHARS) if ending == "end" else asyncio.run(run.aend("a" * MAX_TEXT_CHARS))
+
+    assert_fits(episode)
+    assert episode.truncated == ["steps.result", "steps.arguments", "steps.error"]
+    assert episode.input == question and episode.output == "a" * MAX_TEXT_CHARS  # kept whole
+    assert [(s.name, s.status, s.latency_ms) for s in episode.steps] == recorded  # what the reward needs
+    short, long = episode.steps[0], episode.steps[1]
+    assert short.result == "short result 0" and short.error == "short error 0" and short.arguments == {"n": 0}
+    assert long.result and long.result.endswith(_MARK) and long.result.startswith("é" * 100)
+    assert long.error and long.error.endswith(_MARK)
+    assert long.arguments is not None and set(long.arguments) == {"truncated"}
+    assert long.arguments["truncated"].startswith('{"query":"éé') and long.arguments["truncated"].endswith(_MARK)
+    assert Episode.from_dict(store.get_episode("ep-1")) == episode
+    # Too large to travel in the scoring message: the scorer reads it from the store.
+    message = json.loads(score_request_message(episode.to_dict()).body)
+    assert "episode" not in message and message["episode_id"] == "ep-1"
+
+
+def test_the_cut_always_fits_even_with_every_field_at_its_cap_in_4_byte_characters(
+    store: MemoryStore, decision: Decision, clock: ManualClock
+) -> None:
+    """Everything but the step texts stays below the limit by the caps alone, so no step is dropped."""
+    wide = "😀"  # 4 bytes in UTF-8, 12 as the SDK escapes it
+    text = wide * MAX_TEXT_CHARS
+    run = capture(
+        store, decision, clock, input=text, instructions=text,
+        metadata={f"{wide * 60}{i:04d}": wide * MAX_METADATA_VALUE_CHARS for i in range(MAX_METADATA_KEYS)},
+        tool_definitions=[{"name": "x" * (4 * MAX_JSON_CHARS - 20)}],
+    )
+    record_steps_at_the_caps(run, char=wide, short_every=0)
+    run.steps = [s.model_copy(update={"name": wide * 128, "call_id": wide * 128}) for s in run.steps]
+    episode = run.end(text)
+    assert_fits(episode)
+    assert len(episode.steps) == MAX_STEPS and episode.input == episode.output == episode.instructions == text
 
 
 def test_build_does_not_change_what_end_stores(store: MemoryStore, decision: Decision, clock: ManualClock) -> None:

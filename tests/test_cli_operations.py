@@ -62,8 +62,9 @@ class Deployment:
         self.kind = kind
         self.cleanup: Any = None
         if kind == "cosmos":
-            from cosmos_fixture import CLIENT_KWARGS
+            from cosmos_fixture import CLIENT_KWARGS, SteppingClock
 
+            from agent_learning import local
             from agent_learning.store.cosmos import CosmosStore
 
             server = request.getfixturevalue("cosmos_server")
@@ -71,8 +72,13 @@ class Deployment:
             setup = CosmosStore.connect(server.endpoint, database, key=server.key, create_containers=True,
                                         client_kwargs=CLIENT_KWARGS)
             for name, value in {"STORE": "cosmos", "COSMOS_ENDPOINT": server.endpoint, "COSMOS_KEY": server.key,
-                                "COSMOS_DATABASE": database, "SCORE_SETTLE_SECONDS": "0"}.items():
+                                "COSMOS_DATABASE": database}.items():
                 monkeypatch.setenv(f"AGENT_LEARNING_{name}", value)
+            # Every store the commands open runs on one stepping clock: a settle window passes
+            # between any two operations, so what one command scored the next one can train.
+            opener, stepping = local.open_store, SteppingClock()
+            monkeypatch.setattr(local, "open_store", lambda settings, *, path=None, clock=None: opener(
+                settings, path=path, clock=stepping))
 
             def cleanup() -> None:
                 setup._client.delete_database(database)  # type: ignore[union-attr]

@@ -9,6 +9,7 @@ import pytest
 from agent_learning.config import PREFIX, Settings, load_settings
 from agent_learning.errors import ConfigurationError
 from agent_learning.learner import LearnerConfig
+from agent_learning.pipeline import MAX_TRAIN_BATCH
 from agent_learning.rewards import RewardConfig
 
 
@@ -82,6 +83,10 @@ def test_unrelated_env_vars_are_ignored(clean_env: pytest.MonkeyPatch) -> None:
         ("DIRECTION", "sideways"),
         ("EXPLORATION_FLOOR", "1"),
         ("TEMPERATURE", "0"),
+        ("TEMPERATURE", "1e-310"),  # below MIN_TEMPERATURE: every training would fail
+        ("SCORE_SETTLE_SECONDS", "0"),  # no settle window: scores could land behind the cursor
+        ("SCORE_SETTLE_SECONDS", "15"),  # not more than the write timeout plus the clock-skew allowance
+        ("TRAIN_MAX_BATCH", "190000"),  # beyond MAX_TRAIN_BATCH's memory budget
         ("LATENCY_BUDGET_MS", "0"),
         ("QUEUE_NAME", "x" * 261),
     ],
@@ -139,6 +144,17 @@ def test_zero_max_kl_turns_the_trust_region_off(clean_env: pytest.MonkeyPatch) -
     assert load_settings().learner_config().max_kl is None
     clean_env.setenv("AGENT_LEARNING_MAX_KL", "0.1")
     assert load_settings().learner_config().max_kl == 0.1
+
+
+def test_settings_that_cannot_work_together_are_refused(clean_env: pytest.MonkeyPatch) -> None:
+    clean_env.setenv("AGENT_LEARNING_TRAIN_MIN_BATCH", "500")
+    clean_env.setenv("AGENT_LEARNING_TRAIN_MAX_BATCH", "100")
+    with pytest.raises(ConfigurationError, match=r"AGENT_LEARNING_TRAIN_MIN_BATCH .*must not exceed"):
+        load_settings()
+    settle = load_settings(score_settle_seconds=15.5, train_max_batch=MAX_TRAIN_BATCH, train_min_batch=1)
+    assert (settle.score_settle_seconds, settle.train_max_batch) == (15.5, MAX_TRAIN_BATCH)
+    with pytest.raises(ConfigurationError, match=r"write timeout .*plus the clock-skew allowance"):
+        load_settings(score_settle_seconds=0)
 
 
 def test_infinite_weight_rejected_at_load(clean_env: pytest.MonkeyPatch) -> None:

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 import random
+import time
 import uuid
 from collections.abc import Iterator
 from typing import Any
@@ -12,11 +14,12 @@ import pytest
 
 pytest.importorskip("azure.cosmos")
 from cosmos_fixture import CLIENT_KWARGS
-from factories import make_episode, make_score
+from factories import make_episode, make_score, record_steps_at_the_caps
 
 from agent_learning.capture import EpisodeCapture
 from agent_learning.client import PolicyClient
 from agent_learning.clock import ManualClock
+from agent_learning.documents import MAX_EPISODE_BYTES, MAX_TEXT_CHARS, Episode, json_bytes
 from agent_learning.pipeline import create_policy
 from agent_learning.policy import SoftmaxPolicy
 from agent_learning.store.base import NOT_MODIFIED, Tagged
@@ -25,9 +28,9 @@ from agent_learning.store.cosmos import CONTAINERS, CosmosStore
 
 @pytest.fixture
 def clock() -> ManualClock:
-    import time
-
-    return ManualClock(start=time.time())
+    """Half a minute ahead of the server's clock, so the store's server-clock correction (which
+    only moves a lagging clock forward) stays off and the test alone moves time."""
+    return ManualClock(start=time.time() + 30)
 
 
 @pytest.fixture
@@ -125,6 +128,35 @@ def test_async_episode_writes(cosmos_server: Any) -> None:
         store.close()
 
 
+def test_an_episode_cut_to_the_item_limit_round_trips_over_the_wire(cosmos_server: Any) -> None:
+    """256 steps with every text at its cap, written sync and async: both fit and read back whole."""
+    database = f"large-{uuid.uuid4().hex[:8]}"
+    store = CosmosStore.connect(
+        cosmos_server.endpoint, database, key=cosmos_server.key, create_containers=True, client_kwargs=CLIENT_KWARGS
+    )
+    decision = SoftmaxPolicy.from_actions("agent-a", ["x", "y"], seed=2).choose()
+
+    def large_run(episode_id: str) -> EpisodeCapture:
+        run = EpisodeCapture(store, decision, input="q" * MAX_TEXT_CHARS, episode_id=episode_id)
+        record_steps_at_the_caps(run)
+        return run
+
+    async def agent() -> Episode:
+        episode = await large_run("large-async").aend("a" * MAX_TEXT_CHARS)
+        await store.aclose()
+        return episode
+
+    try:
+        written = [large_run("large-sync").end("a" * MAX_TEXT_CHARS), asyncio.run(agent())]
+        for episode in written:
+            assert json_bytes(episode.to_dict()) <= MAX_EPISODE_BYTES and "steps.result" in episode.truncated
+            stored = store.get_episode(episode.id)
+            assert stored is not None and Episode.from_dict(stored) == episode
+    finally:
+        store._client.delete_database(database)  # type: ignore[union-attr]
+        store.close()
+
+
 def test_change_feed_is_incremental_and_resumable(store: CosmosStore) -> None:
     for i in range(5):
         store.add_episode(make_episode(f"ep-{i}"))
@@ -150,8 +182,9 @@ def test_the_local_runner_runs_against_cosmos(cosmos_server: Any, tmp_path: Any)
     setup = CosmosStore.connect(cosmos_server.endpoint, database, key=cosmos_server.key, create_containers=True,
                                 client_kwargs=CLIENT_KWARGS)
     settings = load_settings(store="cosmos", cosmos_endpoint=cosmos_server.endpoint, cosmos_key=cosmos_server.key,
-                             cosmos_database=database, score_settle_seconds=0)
-    pipeline = open_local(settings, path=tmp_path / "queue.db")
+                             cosmos_database=database)
+    runner_clock = ManualClock(start=time.time() + 30)  # ahead of the server's: the test alone moves time
+    pipeline = open_local(settings, path=tmp_path / "queue.db", clock=runner_clock)
     try:
         assert isinstance(pipeline.store, CosmosStore)
         scenario = math_tutor()
@@ -164,12 +197,54 @@ def test_the_local_runner_runs_against_cosmos(cosmos_server: Any, tmp_path: Any)
             policy = SoftmaxPolicy.from_document(doc, rng=rng)
             for _ in range(15):
                 scenario.run_episode(pipeline.store, policy.choose(), rng, clock)
-            report = pipeline.run_once()
-            assert report.enqueued == 15 and report.outcomes == {"scored": 15}
-            assert [t.status for t in report.trained] == ["published"]
+            assert pipeline.pump() == 15 and pipeline.score_pending() == {"scored": 15}
+            runner_clock.advance(settings.score_settle_seconds + 1)  # the scores settle
+            assert [t.status for t in pipeline.train()] == ["published"]
         assert pipeline.pump() == 0  # the checkpoint (a Cosmos document) remembers the feed position
     finally:
         pipeline.queue.close()
         setup._client.delete_database(database)  # type: ignore[union-attr]
         setup.close()
         pipeline.store.close()
+
+
+# --------------------------------------------------------------------------- the settle window
+
+
+def test_a_settle_window_that_cannot_work_is_refused(cosmos_database: Any) -> None:
+    """The window must exceed the write timeout plus the clock-skew allowance (10 s + 5 s by
+    default). Before the fix a window of 0 was accepted and scores could be skipped silently."""
+    for settle, timeout in [(0, 10.0), (15, 10.0), (30, 25.0)]:
+        with pytest.raises(ValueError, match=r"AGENT_LEARNING_SCORE_SETTLE_SECONDS.* of \d+ s must exceed"):
+            CosmosStore(cosmos_database, settle_seconds=settle, write_timeout=timeout)
+    assert CosmosStore(cosmos_database, settle_seconds=15.5).settle_seconds == 15.5
+
+
+class SettableClock(ManualClock):
+    """A clock that can be set back, as an NTP step or a resumed virtual machine does."""
+
+    def set(self, t: float) -> None:
+        with self._lock:
+            self._t = t
+
+
+def test_a_score_that_completed_after_its_settle_window_is_logged_and_marked(
+    cosmos_database: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A write whose ``seq`` is older than the server's time of the write by more than the
+    settle window may have landed behind a consumed cursor: it is never skipped silently. Here
+    the instance's clock steps back 2 minutes after it learned the server's time (a write that
+    stalled that long looks the same); its next score is flagged, and the one after it, taken
+    from the clock corrected by that write's answer, is on time again."""
+    clock = SettableClock(start=time.time())
+    store = CosmosStore(cosmos_database, clock=clock)
+    store.ensure_containers()
+    create_policy(store, SoftmaxPolicy.from_actions("agent-a", ["x", "y"]).to_document(created_at=None))
+    assert store.server_clock.observed  # the policy write's answer carried the server's time
+    clock.set(clock.time() - 120)
+    with caplog.at_level(logging.ERROR, logger="agent_learning.store.cosmos"):
+        late = store.add_score(make_score("ep-late"))
+    assert late.late_write and store.get_score("ep-late")["late_write"] is True  # type: ignore[index]
+    assert any("ep-late" in r.getMessage() and "settle window" in r.getMessage() for r in caplog.records)
+    on_time = store.add_score(make_score("ep-next"))
+    assert not on_time.late_write and on_time.seq > late.seq + 100e6  # type: ignore[operator]

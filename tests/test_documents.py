@@ -5,6 +5,7 @@ from __future__ import annotations
 import copy
 import json
 import math
+import re
 from collections.abc import Callable
 from typing import Any
 
@@ -13,13 +14,16 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from agent_learning.documents import (
+    MAX_EPISODE_BYTES,
     MAX_STEP_TEXT_CHARS,
+    MAX_STEPS,
     MAX_TEXT_CHARS,
     SCHEMA_VERSION,
     Episode,
     PolicyDocument,
     Score,
     TrainingRun,
+    json_bytes,
 )
 from agent_learning.errors import InvalidDocument
 
@@ -264,6 +268,7 @@ INVALID_CASES = [
     (PolicyDocument, policy_dict, _set(["actions", 1, "extra"], 1), "actions[1].extra"),
     (PolicyDocument, policy_dict, _set(["actions"], []), "actions"),
     (PolicyDocument, policy_dict, _set(["temperature"], 0.0), "temperature"),
+    (PolicyDocument, policy_dict, _set(["temperature"], 1e-310), "temperature"),  # below MIN_TEMPERATURE
     (PolicyDocument, policy_dict, _set(["pinned"], True), "pinned"),
     (PolicyDocument, policy_dict, _set(["pinned"], "yes"), "pinned"),
     (PolicyDocument, policy_dict, _set(["cursor", "seq"], -1), "cursor.seq"),
@@ -406,6 +411,19 @@ def test_oversize_text_rejected_but_limit_accepted() -> None:
     err = invalid(Episode, episode_dict() | {"output": "x" * (MAX_TEXT_CHARS + 1)})
     assert err.fields == ["output"]
     assert str(MAX_TEXT_CHARS) in str(err)
+
+
+def test_an_episode_over_the_document_limit_is_rejected_naming_its_size_and_the_limit() -> None:
+    """Each field within its cap, the whole over what a Cosmos DB item may hold (accepted before)."""
+    step = {"name": "search", "status": "ok", "latency_ms": 1.0, "result": "é" * MAX_STEP_TEXT_CHARS}
+    data = episode_dict() | {"steps": [step] * MAX_STEPS}
+    assert len(json.dumps(data, ensure_ascii=False)) < MAX_EPISODE_BYTES  # in characters it would fit
+    err = invalid(Episode, data)
+    assert err.fields == ["(document)"]
+    size = re.search(rf"is ([\d,]+) bytes as JSON; the limit is {MAX_EPISODE_BYTES:,} \(MAX_EPISODE_BYTES", str(err))
+    assert size and int(size.group(1).replace(",", "")) > json_bytes(data) > MAX_EPISODE_BYTES, str(err)
+    fitting = data | {"steps": [step] * (MAX_EPISODE_BYTES // json_bytes(step) - 1)}
+    assert len(Episode.from_dict(fitting).steps) == len(fitting["steps"])
 
 
 @pytest.mark.parametrize("text", ["{not json", "", '{"id": ', b"\xff\xfe\x00", "[1, 2"])

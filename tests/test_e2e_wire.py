@@ -24,7 +24,7 @@ from amqp_broker import amqp_broker  # noqa: F401  (the fixture; needs python-qp
 from app_functions import functions
 from azure.functions.servicebus import ServiceBusMessage
 from azure.functions.timer import TimerRequest
-from cosmos_fixture import CLIENT_KWARGS
+from cosmos_fixture import CLIENT_KWARGS, SteppingClock
 
 from agent_learning import functions as handlers
 from agent_learning.client import PolicyClient
@@ -86,7 +86,7 @@ class Pipeline:
 def pipeline(cosmos_server: Any, amqp_broker: Any, monkeypatch: pytest.MonkeyPatch) -> Iterator[Pipeline]:
     database = f"e2e-{uuid.uuid4().hex[:8]}"
     store = CosmosStore.connect(cosmos_server.endpoint, database, key=cosmos_server.key, create_containers=True,
-                                client_kwargs=CLIENT_KWARGS, settle_seconds=0)
+                                client_kwargs=CLIENT_KWARGS, clock=SteppingClock())
     queue = ServiceBusQueue.from_connection_string(amqp_broker.connection_string, QUEUE, max_wait_time=1)
     settings = load_settings(store="cosmos", queue="servicebus", cosmos_endpoint=cosmos_server.endpoint,
                              cosmos_database=database, servicebus_connection_string=amqp_broker.connection_string)

@@ -18,6 +18,7 @@ import azure.functions as func
 from app_functions import document_list, functions, sb_message
 from azure.functions.servicebus import ServiceBusMessage
 from azure.functions.timer import TimerRequest
+from cosmos_fixture import new_cosmos_store
 
 from agent_learning import functions as handlers
 from agent_learning.callers import key_identity, principal_identity
@@ -28,6 +29,7 @@ from agent_learning.pipeline import create_policy, load_current
 from agent_learning.policy import SoftmaxPolicy
 from agent_learning.queue.sqlite import SQLiteQueue
 from agent_learning.simulate import math_tutor
+from agent_learning.store.base import Tagged
 from agent_learning.store.sqlite import SQLiteStore
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -46,8 +48,8 @@ def call(name: str, *args: Any) -> Any:
 # --------------------------------------------------------------------------- wiring
 
 
-def test_the_app_has_exactly_the_five_functions() -> None:
-    assert set(FUNCTIONS) == {"enqueue", "score", "train", "policy", "feedback"}
+def test_the_app_has_exactly_the_six_functions() -> None:
+    assert set(FUNCTIONS) == {"enqueue", "score", "train", "policy", "feedback", "ingest"}
 
 
 def test_enqueue_is_a_cosmos_trigger_on_episodes_with_an_existing_lease_container() -> None:
@@ -261,8 +263,8 @@ def test_train_publishes_for_every_agent_with_new_scores(env: Env) -> None:
     assert load_current(env.store, AGENT).version == 2  # type: ignore[union-attr]
 
 
-def http_get(agent_id: str, etag: str | None = None) -> func.HttpResponse:
-    headers = {"If-None-Match": etag} if etag else {}
+def http_get(agent_id: str, etag: str | None = None, always: bool = False) -> func.HttpResponse:
+    headers = {"If-None-Match": etag} if etag or (always and etag is not None) else {}
     req = func.HttpRequest(
         method="GET", url=f"/api/policies/{agent_id}", route_params={"agent_id": agent_id}, headers=headers, body=b""
     )
@@ -279,6 +281,61 @@ def test_http_policy_returns_the_document_with_an_etag_and_honours_if_none_match
     unchanged = http_get(AGENT, etag)
     assert unchanged.status_code == 304 and unchanged.get_body() == b""
     assert http_get(AGENT, '"stale"').status_code == 200
+
+
+@pytest.fixture(params=["sqlite", "cosmos"])
+def policy_runtime(request: pytest.FixtureRequest, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
+    """The app's runtime on a store of each kind (Cosmos over the wire) holding one policy."""
+    if request.param == "cosmos":
+        store: Any = new_cosmos_store(request)
+    else:
+        store = SQLiteStore(str(tmp_path / "policy.db"))
+    create_policy(store, SoftmaxPolicy.from_actions(AGENT, ["a", "b"]).to_document(created_at=ManualClock().now()))
+    settings = load_settings(sqlite_path=str(tmp_path / "unused.db"), store="sqlite", queue="sqlite")
+    monkeypatch.setattr(handlers, "_runtime", handlers.Runtime(settings, store, send=None))
+    yield store
+    store.close()
+
+
+@pytest.mark.parametrize(
+    "header", ['"', '""', " ", 'W/""', "*", '"a", "b"', 'x"', '"unterminated', 'W/"', '"a b"', '"€"']
+)
+def test_http_policy_with_an_empty_or_malformed_if_none_match_answers_the_document(
+    policy_runtime: Any, header: str
+) -> None:
+    """An empty or malformed ETag means "no cached copy": a full 200, never a 500 (on Cosmos the
+    SDK raised ValueError for an empty ETag)."""
+    resp = http_get(AGENT, header, always=True)
+    assert resp.status_code == 200, resp.get_body()
+    assert json.loads(resp.get_body())["agent_id"] == AGENT and resp.headers["ETag"]
+
+
+def test_http_policy_etag_round_trips_on_every_store(policy_runtime: Any) -> None:
+    etag = http_get(AGENT).headers["ETag"]
+    assert http_get(AGENT, etag).status_code == 304
+    assert http_get(AGENT, f"W/{etag}").status_code == 304  # If-None-Match compares weakly
+    assert http_get(AGENT, '"stale"').status_code == 200
+
+
+class QuotedETagStore(SQLiteStore):
+    """ETags as Azure Cosmos DB writes them: the quotes are part of the value (``"\"0a1b...\""``)."""
+
+    def get_current_policy(self, agent_id: str) -> Any:
+        tagged = super().get_current_policy(agent_id)
+        return tagged and Tagged(tagged.doc, f'"{tagged.etag}"')
+
+
+def test_http_policy_etag_is_one_entity_tag_when_the_store_quotes_its_etags(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = QuotedETagStore(str(tmp_path / "quoted.db"))
+    create_policy(store, SoftmaxPolicy.from_actions(AGENT, ["a", "b"]).to_document(created_at=ManualClock().now()))
+    settings = load_settings(sqlite_path=str(tmp_path / "unused.db"), store="sqlite", queue="sqlite")
+    monkeypatch.setattr(handlers, "_runtime", handlers.Runtime(settings, store, send=None))
+    etag = http_get(AGENT).headers["ETag"]
+    assert re.fullmatch(r'"[0-9a-f]{32}"', etag), etag  # not ""..."" (a malformed header)
+    assert http_get(AGENT, etag).status_code == 304
+    store.close()
 
 
 def test_http_policy_404_and_400(env: Env) -> None:

@@ -455,8 +455,31 @@ def test_user_roles_are_granted_only_when_a_user_is_given() -> None:
             principal = body(resource).get("properties", {}).get("principalId")
             if principal in {"userPrincipalId", "agentPrincipalId"}:
                 condition = resource["config"]["condition"]["operator"]
+                if principal == "agentPrincipalId":  # agentDirectCosmosAccess && !empty(agentPrincipalId)
+                    assert condition["type"] == "and", f"{path.name} {symbol}"
+                    assert condition["operands"]["operand_1"] == "agentDirectCosmosAccess"
+                    condition = condition["operands"]["operand_2"]["operator"]
                 assert condition["type"] == "not", f"{path.name} {symbol}"
                 assert function_args(condition["operands"]["bool_value"], "empty") == [principal]
+
+
+def test_isolated_deployments_give_agents_no_cosmos_role_and_configure_the_ingestion_route() -> None:
+    """agentDirectCosmosAccess=false: the agent roles are not assigned (agents go through the app),
+    and episodeWriters becomes AGENT_LEARNING_EPISODE_WRITERS, which the library parses."""
+    for name in ("main", "cosmos"):
+        param = bicep(name)["parameters"]["agentDirectCosmosAccess"]
+        assert param["type"] == "bool" and param["default"] is True, name
+    assert body(bicep("main")["modules"]["cosmos"])["params"]["agentDirectCosmosAccess"] == "agentDirectCosmosAccess"
+    assignments = resources("cosmos", f"{COSMOS}/sqlRoleAssignments")
+    agent_roles = {s for s, a in assignments.items() if a["properties"]["principalId"] == "agentPrincipalId"}
+    assert agent_roles == {"agentPolicyReader", "agentEpisodeWriter"}
+    for symbol in agent_roles:
+        condition = bicep("cosmos")["resources"][symbol]["config"]["condition"]["operator"]
+        assert condition["type"] == "and" and condition["operands"]["operand_1"] == "agentDirectCosmosAccess"
+    writers = bicep("main")["parameters"]["episodeWriters"]
+    assert writers["type"] == "object" and writers["default"] == {}
+    assert function_args(app_settings()["AGENT_LEARNING_EPISODE_WRITERS"], "string") == ["episodeWriters"]
+    assert Settings(episode_writers=json.dumps(writers["default"])).episode_writers == {}  # Bicep's string({})
 
 
 def sql_roles() -> tuple[dict[str, dict[str, Any]], set[tuple[str, str, str]]]:

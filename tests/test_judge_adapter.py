@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import pytest
 
@@ -113,6 +114,29 @@ def test_judge_model_needs_one_complete_endpoint() -> None:
     }
     local = JudgeModel(base_url="http://localhost:11434/v1", model="qwen3")
     assert local.model_config()["type"] == "openai" and local.name == "qwen3"
+
+
+def test_the_judge_api_key_is_in_no_repr(tmp_path: Any) -> None:
+    from agent_learning.config import load_settings
+    from agent_learning.judges.evaluators import EvaluatorJudge
+    from agent_learning.pipeline import Scorer
+    from agent_learning.rewards import RewardConfig, RewardFunction
+    from agent_learning.store import MemoryStore
+
+    secret = "sk-do-not-print-0123456789"
+    model = JudgeModel(base_url="http://127.0.0.1:9/v1", model="qwen3", api_key=secret)
+    judge = EvaluatorJudge(model)
+    scorer = Scorer(MemoryStore(), judge, RewardFunction(RewardConfig()))
+    settings = load_settings(
+        judge="evaluators",
+        judge_base_url="http://127.0.0.1:9/v1",
+        judge_model="qwen3",
+        judge_api_key=secret,
+        sqlite_path=str(tmp_path / "x.db"),
+    )
+    for holder in (model, judge, scorer, [model], {"model": model}, settings, settings.judge_model_config()):
+        assert secret not in repr(holder) and secret not in str(holder), type(holder).__name__
+    assert model.model_config()["api_key"] == secret  # still handed to the evaluators
 
 
 def test_judge_limits_reject_nonsense() -> None:

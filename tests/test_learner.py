@@ -137,6 +137,26 @@ def test_evidence_direction_is_finite_for_unseen_actions_and_corrections_alone()
     assert new[2] > new[3]  # the positive correction raised action 2 above the unseen action 3
 
 
+def test_a_batch_of_corrections_alone_moves_the_policy_by_the_state_reward_std() -> None:
+    """Corrections whose episodes were learned in earlier batches are learned on their own:
+    σ is then the pooled reward std of the learner state (1 without one), never a zero step
+    (before the fix the update left the logits unchanged, and the feedback was lost)."""
+    learner = Reinforce()
+    earlier = Batch.from_arrays([0, 1, 2, 0, 1, 2], [0.2, 0.4, 0.6, 0.4, 0.6, 0.8], [1 / 3] * 6, 3)
+    state = learner.update(np.zeros(3), earlier).state
+    evidence, _ = Evidence.from_state(state, 3)
+    assert evidence.pooled_std() == pytest.approx(np.std([0.2, 0.4, 0.6, 0.4, 0.6, 0.8]), rel=1e-6)
+    corrections = Batch.from_arrays([1], [0.3], [1 / 3], 3, corrections=[1])
+    theta = np.array([0.1, -0.2, 0.1])
+    _, adv, _ = learner.weights_and_advantages(theta, corrections, fallback_std=evidence.pooled_std())
+    assert adv[0] == pytest.approx(0.3 / evidence.pooled_std())
+    for with_state in (state, None):
+        update = learner.update(theta, corrections, state=with_state)
+        assert update.logits[1] - theta[1] > 0.01  # the positive correction raised action 1 (before: by 3e-5)
+        assert update.metrics["episodes"] == 0 and update.metrics["corrections"] == 1
+    assert Evidence.empty(3).pooled_std() == 1.0
+
+
 def test_max_logit_gap_keeps_actions_recoverable() -> None:
     """No logit falls more than max_logit_gap below the largest, however strong the evidence."""
     batch = Batch.from_arrays([0] * 30 + [1] * 30 + [2] * 30, [1.0] * 30 + [0.0] * 60, [1 / 3] * 90, 3)

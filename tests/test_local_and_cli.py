@@ -173,6 +173,33 @@ def test_cli_init_policy_reports_bad_action_files(tmp_path: Path, content: str, 
     assert message in result.stderr
 
 
+def test_cli_init_policy_refuses_a_temperature_no_training_could_use(tmp_path: Path) -> None:
+    """Before the fix `--temperature 1e-310` created the policy, and every training of it failed."""
+    actions = tmp_path / "actions.json"
+    actions.write_text('["a", "b"]')
+    args = ["init-policy", "--agent-id", "a", "--actions", str(actions), "--db", str(tmp_path / "x.db")]
+    result = CliRunner().invoke(main, [*args, "--temperature", "1e-310"])
+    assert result.exit_code == 2 and "--temperature" in result.stderr and "0.01" in result.stderr
+    assert CliRunner().invoke(main, [*args, "--temperature", "0.01"]).exit_code == 0
+
+
+def test_cli_train_trains_every_agent_and_exits_1_if_one_could_not_be(tmp_path: Path) -> None:
+    from agent_learning.store.sqlite import SQLiteStore
+
+    db = str(tmp_path / "x.db")
+    actions = tmp_path / "actions.json"
+    actions.write_text('["a", "b"]')
+    for agent_id in ("alpha", "beta"):
+        assert CliRunner().invoke(main, ["init-policy", "--agent-id", agent_id, "--actions", str(actions),
+                                         "--db", db]).exit_code == 0
+    with SQLiteStore(db) as store:
+        store.put_raw_current_policy("alpha", {"id": "alpha:current", "logits": ["NaN"]})
+    result = CliRunner().invoke(main, ["train", "--db", db, "--json"])
+    assert result.exit_code == 1
+    assert [(t["agent_id"], t["status"]) for t in json.loads(result.stdout)["training"]] == [
+        ("alpha", "invalid_policy"), ("beta", "no_new_scores")]
+
+
 def test_cli_policy_for_unknown_agent(tmp_path: Path) -> None:
     result = CliRunner().invoke(main, ["policy", "--agent-id", "ghost", "--db", str(tmp_path / "x.db")])
     assert result.exit_code == 2 and "ghost" in result.stderr

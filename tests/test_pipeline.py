@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import math
 import random
 import threading
@@ -12,14 +13,18 @@ from typing import Any
 
 import pytest
 
+from agent_learning import functions as handlers
 from agent_learning.clock import ManualClock
+from agent_learning.config import load_settings
 from agent_learning.documents import Episode, PolicyDocument, Score, TrainingRun
 from agent_learning.errors import ConcurrencyConflict, PermanentError, TransientError
+from agent_learning.feedback import record_feedback
 from agent_learning.judges.base import Judge, Judgement
 from agent_learning.judges.offline import OfflineJudge
 from agent_learning.learner import LearnerConfig, Reinforce
 from agent_learning.local import LocalPipeline
 from agent_learning.pipeline import (
+    MAX_TRAIN_BATCH,
     Scorer,
     create_policy,
     enqueue_episodes,
@@ -368,6 +373,78 @@ def test_max_batch_splits_a_backlog_across_runs(env: Env) -> None:
     consumed_ranges_are_exact(env.store, 25)
 
 
+# --------------------------------------------------------------------------- feedback corrections
+
+
+def toggle_thumbs(env: Env, episodes: list[Episode], rounds: range) -> int:
+    """Every episode gets thumbs up in even rounds and down in odd ones; returns the corrections."""
+    statuses = [
+        record_feedback(env.store, e.id, thumb="up" if r % 2 == 0 else "down", clock=env.clock).reconciled.status
+        for r in rounds
+        for e in episodes
+    ]
+    return statuses.count("corrected")
+
+
+def undecided(env: Env, episodes: list[Episode]) -> list[Episode]:
+    """The episodes whose judged reward both a thumb up and a thumb down change."""
+    rewards = {e.id: env.store.get_score(e.id)["reward"] for e in episodes}  # type: ignore[index]
+    return [e for e in episodes if 0.01 < rewards[e.id] < 0.99]
+
+
+def score_new(env: Env, n: int) -> list[Episode]:
+    episodes = env.episodes(n)
+    env.pipeline.pump()
+    assert env.pipeline.score_pending() == {"scored": n}
+    return episodes
+
+
+def test_corrections_never_block_the_episodes_behind_them(env: Env) -> None:
+    """A full page of feedback corrections is learned rather than waited on: 200 thumbs on
+    learned episodes, read 50 at a time, do not keep the 3 new episodes behind them unlearned
+    (before the fix: ``too_few_scores`` on every tick, for good)."""
+    learned = undecided(env, score_new(env, 20))[:5]
+    assert len(learned) == 5
+    assert train_agent(AGENT, env.store, Reinforce(), clock=env.clock).status == "published"
+    assert toggle_thumbs(env, learned, range(40)) == 200  # each page of 50 holds 10 rounds
+    score_new(env, 3)
+
+    outcomes = [train_agent(AGENT, env.store, Reinforce(), clock=env.clock, max_batch=50) for _ in range(6)]
+    assert [o.status for o in outcomes] == ["published"] * 5 + ["no_new_scores"]
+    runs = [o.run for o in outcomes[:5]]
+    assert [(r.episodes, r.corrections) for r in runs if r] == [(0, 50)] * 4 + [(3, 0)]
+    # The first page ends on thumbs down for every episode: learned, the policy moves. The next
+    # pages each toggle back to down: they net to zero, and the policy stays exactly where it was.
+    logits = [env.store.get_policy_version(AGENT, v)["logits"] for v in range(2, 7)]  # type: ignore[index]
+    assert logits[1] != logits[0]
+    assert logits[1] == logits[2] == logits[3] == logits[4]
+    assert [r.metrics["corrections"] for r in runs if r] == [5, 0, 0, 0, 0]  # corrected episodes in the update
+    assert sum(r.episodes + r.corrections + r.rejected for r in runs if r) == 203  # every row once
+
+
+def test_feedback_that_nets_to_zero_changes_nothing(tmp_path: Path) -> None:
+    """The issue's measure: 50 episodes plus 2,000 thumb toggles that net to zero. The toggles
+    must not grow the step or the trust region (before the fix: KL 0.39 without them, 2.93 with)."""
+    runs = []
+    for toggles in (False, True):
+        env = Env(tmp_path / f"{toggles}.db", ManualClock())
+        learned = undecided(env, score_new(env, 120))[:50]
+        assert len(learned) == 50
+        toggle_thumbs(env, learned, range(1))  # thumbs up on every episode, learned with it
+        assert train_agent(AGENT, env.store, Reinforce(), clock=env.clock).status == "published"
+        if toggles:  # down, up, ... up: 2,000 corrections netting to zero
+            assert toggle_thumbs(env, learned, range(1, 41)) == 2000
+        score_new(env, 50)
+        outcome = train_agent(AGENT, env.store, Reinforce(), clock=env.clock)
+        assert outcome.status == "published" and outcome.run is not None
+        runs.append((outcome.run, load_current(env.store, AGENT)))
+    (plain, plain_doc), (toggled, toggled_doc) = runs
+    assert (plain.episodes, plain.corrections, toggled.episodes, toggled.corrections) == (50, 0, 50, 2000)
+    assert toggled.metrics["kl"] == pytest.approx(plain.metrics["kl"], abs=1e-9)
+    assert toggled.metrics["step_scale"] == plain.metrics["step_scale"]
+    assert toggled_doc.logits == plain_doc.logits and toggled_doc.learner_state == plain_doc.learner_state  # type: ignore[union-attr]
+
+
 # --------------------------------------------------------------------------- bad input
 
 
@@ -462,6 +539,59 @@ def test_a_corrupt_current_policy_stops_training_without_damage(env: Env) -> Non
     outcome = train_agent(AGENT, env.store, Reinforce(), clock=env.clock)
     assert outcome.status == "invalid_policy" and "logits" in outcome.reason
     assert [v["version"] for v in env.store.list_policy_versions(AGENT)] == [1]
+
+
+class FailingFor(SQLiteStore):
+    """A SQLite store whose score reads fail for one agent (a partition that is down, a bug)."""
+
+    def __init__(self, path: Path, agent_id: str, error: Exception) -> None:
+        super().__init__(path)
+        self.failing, self.error = agent_id, error
+
+    def read_scores(self, agent_id: str, after: Any, limit: int) -> list[dict[str, Any]]:
+        if agent_id == self.failing:
+            raise self.error
+        return super().read_scores(agent_id, after, limit)
+
+
+@pytest.mark.parametrize(
+    ("error", "status", "level"),
+    [
+        (TransientError("Cosmos DB answered 503: service unavailable"), "unavailable", logging.WARNING),
+        (RuntimeError("a bug"), "failed", logging.ERROR),
+    ],
+)
+def test_one_agent_failing_does_not_stop_the_others_in_either_runner(
+    tmp_path: Path, clock: ManualClock, caplog: pytest.LogCaptureFixture, error: Exception, status: str, level: int
+) -> None:
+    """The local runner isolates agents as the timer does (before the fix, `LocalPipeline.train`
+    raised and trained nobody after the failing agent), and a store outage is ``unavailable``
+    (before: every exception was labelled ``invalid_policy``, as if the document were corrupt)."""
+    store = FailingFor(tmp_path / "f.db", "alpha", error)
+    for agent_id in ("alpha", "beta"):
+        create_policy(store, SoftmaxPolicy.from_actions(agent_id, ["x", "y"]).to_document(created_at=clock.now()))
+    pipeline = LocalPipeline(store, SQLiteQueue(":memory:", clock=clock), OfflineJudge(), RewardFunction(),
+                             Reinforce(), clock=clock)
+    outcomes = pipeline.train()
+    assert [(o.agent_id, o.status) for o in outcomes] == [("alpha", status), ("beta", "no_new_scores")]
+    assert type(error).__name__ in outcomes[0].reason and str(error) in outcomes[0].reason
+    assert [o.agent_id for o in pipeline.train(["beta"])] == ["beta"]
+
+    settings = load_settings(store="memory", queue="sqlite")
+    caplog.clear()
+    with caplog.at_level(logging.INFO, logger="agent_learning.functions"):
+        handlers.train(handlers.Runtime(settings, store, None, learner=Reinforce()))
+    (record,) = [r for r in caplog.records if "train alpha" in r.getMessage()]
+    assert record.levelno == level and status in record.getMessage() and str(error) in record.getMessage()
+
+
+def test_max_batch_is_bounded_by_the_memory_budget(env: Env) -> None:
+    """A run holds its whole batch in memory: more than MAX_TRAIN_BATCH rows is refused
+    (before the fix any size was accepted; 190,000 rows held 1.1 GB)."""
+    with pytest.raises(ValueError, match="max_batch"):
+        train_agent(AGENT, env.store, Reinforce(), clock=env.clock, max_batch=MAX_TRAIN_BATCH + 1)
+    assert train_agent(AGENT, env.store, Reinforce(), clock=env.clock, max_batch=MAX_TRAIN_BATCH).status == (
+        "no_new_scores")
 
 
 # --------------------------------------------------------------------------- judge failures

@@ -28,8 +28,9 @@ from faults import (
 )
 from reliability_report import Backend, record
 
+from agent_learning.admin import rollback, set_pinned
 from agent_learning.clock import ManualClock
-from agent_learning.documents import Score
+from agent_learning.documents import PolicyDocument, Score, TrainingRun, run_doc_id
 from agent_learning.feedback import score_rows
 from agent_learning.judges.offline import OfflineJudge
 from agent_learning.learner import Reinforce
@@ -95,15 +96,13 @@ def test_crashes_at_every_boundary_at_once(backend: Backend) -> None:
     run_with_crashes(backend, dict.fromkeys(CRASH_POINTS.values(), 3), "crashes (all points at once)")
 
 
-def test_episodes_under_a_version_whose_record_a_crash_left_unwritten_are_scored(backend: Backend) -> None:
-    """The trainer publishes the current document first and writes the version record after it.
-    Agents read the current document, so they can log episodes under the new version before its
-    record exists, for as long as a crash leaves it unwritten (until the next tick repairs it)."""
+def crash_after_publishing_v2(backend: Backend) -> tuple[ManualClock, SQLiteQueue, FunctionsHost, Agent]:
+    """The trainer publishes v2 and dies before writing its records; the agent then logs a
+    round of episodes under v2 (it reads the current document)."""
     clock = ManualClock()
     start_policy(backend.store, clock)
     queue = SQLiteQueue(backend.path / "queue.db", clock=clock)
-    injector = Injector({"replace_current_policy:after": 2})
-    host = FunctionsHost(backend.store, queue, clock, injector=injector)
+    host = FunctionsHost(backend.store, queue, clock, injector=Injector({"replace_current_policy:after": 2}))
     agent = Agent(backend.store, clock)
     agent.run(PER_ROUND)
     host.pump()
@@ -111,18 +110,55 @@ def test_episodes_under_a_version_whose_record_a_crash_left_unwritten_are_scored
     with pytest.raises(Crash):
         host.tick(retry=False)
     assert backend.store.get_policy_version(AGENT, 2) is None
-
-    episodes = agent.run(PER_ROUND)  # the agent already uses version 2
+    episodes = agent.run(PER_ROUND)
     assert {e.policy_version for e in episodes} == {2}
+    return clock, queue, host, agent
+
+
+def test_episodes_under_a_version_whose_record_a_crash_left_unwritten_are_scored(backend: Backend) -> None:
+    """The trainer publishes the current document first and writes the version record after it.
+    Agents read the current document, so they can log episodes under the new version before its
+    record exists, for as long as a crash leaves it unwritten (until the next tick repairs it)."""
+    _, queue, host, agent = crash_after_publishing_v2(backend)
     host.pump()
     host.score()
     host.tick()  # the next tick repairs version 2's records and trains on the new episodes
 
     books = account(backend.store, agent.written, dead_lettered(queue))
-    record("crashes", backend.kind, faults=injector.total, episodes=len(agent.written), lost=books.lost,
+    record("crashes", backend.kind, faults=host.injector.total, episodes=len(agent.written), lost=books.lost,
            double=len(books.double), kept=len(books.kept))
     assert dead_lettered(queue) == set(), [(d.reason, d.description) for d in queue.dead_letters()]
     assert books.lost == 0 and books.double == set() and books.versions == 3
+
+
+@pytest.mark.parametrize("intervention", ["rollback", "pin"])
+def test_a_rollback_or_pin_after_a_crash_before_the_records_keeps_the_crashed_version(
+    backend: Backend, intervention: str
+) -> None:
+    """The trainer dies after publishing v2, before writing its records; agents log episodes
+    under v2; an operator rolls back (or pins) before the next tick. The intervention writes
+    v2's records before it replaces v2, so those episodes score and are learned. Before the fix
+    the rollback published v3 over v2, v2 was never written, and its episodes were
+    dead-lettered ``UnknownPolicyVersion``. (A pin keeps the version, and wrote v2's records
+    after its swap already; it is checked here as the other writer of the current document.)"""
+    clock, queue, host, _ = crash_after_publishing_v2(backend)
+    if intervention == "rollback":
+        assert rollback(backend.store, AGENT, 1, clock=clock).policy.version == 3
+    else:
+        assert set_pinned(backend.store, AGENT, True, "investigating").policy.version == 2
+    raw = backend.store.get_policy_version(AGENT, 2)
+    assert raw is not None
+    v2 = PolicyDocument.from_dict(raw)
+    assert v2.run is not None and TrainingRun.from_dict(backend.store.get_run(run_doc_id(AGENT, 2))) == v2.run
+    host.pump()
+    host.score()
+    assert dead_lettered(queue) == set(), [(d.reason, d.description) for d in queue.dead_letters()]
+    if intervention == "pin":
+        set_pinned(backend.store, AGENT, False)
+    host.tick()
+    current = load_current(backend.store, AGENT)
+    assert current is not None and current.run is not None
+    assert current.run.episodes == PER_ROUND and current.run.cursor_from == v2.cursor  # the v2 episodes, once
 
 
 # A restarted runner receives again every message the dead one held locked (a batch of up to

@@ -15,7 +15,7 @@ import pytest
 
 pytest.importorskip("azure.functions")
 pytest.importorskip("azure.cosmos")
-from cosmos_fixture import CLIENT_KWARGS
+from cosmos_fixture import CLIENT_KWARGS, SteppingClock
 from faults import AGENT, Agent, FunctionsHost, NetworkCut, account, dead_lettered, start_policy
 from reliability_report import record
 
@@ -35,7 +35,7 @@ def network(cosmos_server: Any) -> Iterator[NetworkCut]:
 @pytest.fixture
 def direct(cosmos_database: Any) -> CosmosStore:
     """The store as the agents reach it (their network is not cut)."""
-    store = CosmosStore(cosmos_database, settle_seconds=0)
+    store = CosmosStore(cosmos_database, clock=SteppingClock())
     store.ensure_containers()
     return store
 
@@ -44,7 +44,7 @@ def through(network: NetworkCut, cosmos_server: Any, database: Any) -> CosmosSto
     """The same database, reached through the network that the test cuts."""
     kwargs = {**CLIENT_KWARGS, "enable_endpoint_discovery": False}
     return CosmosStore.connect(f"https://127.0.0.1:{network.port}/", database.id, key=cosmos_server.key,
-                               client_kwargs=kwargs, settle_seconds=0)
+                               client_kwargs=kwargs, clock=SteppingClock())
 
 
 def test_agents_keep_serving_the_last_good_policy_while_the_store_is_unreachable(

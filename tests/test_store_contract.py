@@ -32,7 +32,7 @@ from agent_learning.documents import (
 from agent_learning.errors import ConcurrencyConflict, InvalidDocument
 from agent_learning.pipeline import create_policy, materialise
 from agent_learning.store import MemoryStore, SQLiteStore, Store
-from agent_learning.store.base import RawDoc
+from agent_learning.store.base import NOT_MODIFIED, RawDoc, Tagged
 
 # --------------------------------------------------------------------------- adapters
 
@@ -428,6 +428,15 @@ def test_replace_current_policy_with_no_etag_creates_it(store: Store) -> None:
     assert tagged.etag == etag
     assert user_fields(tagged.doc) == doc.to_dict()
     assert store.get_current_policy("agent-b") is None
+
+
+def test_a_conditional_read_with_an_empty_or_unknown_etag_is_a_full_read(store: Store) -> None:
+    assert store.get_current_policy_if_changed("agent-a", "") is None
+    etag = store.replace_current_policy(make_policy_doc(kind="current"), None)
+    for cached in ("", "not-an-etag", None):  # "" raised ValueError in azure-cosmos
+        tagged = store.get_current_policy_if_changed("agent-a", cached)
+        assert isinstance(tagged, Tagged) and tagged.etag == etag
+    assert store.get_current_policy_if_changed("agent-a", etag) is NOT_MODIFIED
 
 
 def test_a_second_create_with_no_etag_conflicts(store: Store) -> None:

@@ -40,6 +40,9 @@ param userPrincipalId string = ''
 @description('Principal id of the identity agents run as (empty: the agent roles are defined but not assigned).')
 param agentPrincipalId string = ''
 
+@description('Assign agentPrincipalId the agent roles (false: agents reach Cosmos DB only through the Function app).')
+param agentDirectCosmosAccess bool = true
+
 var serverless = capacityMode == 'Serverless'
 
 // Every container indexes everything except the ETag (CosmosStore's ContainerSpec.indexing_policy).
@@ -198,6 +201,9 @@ var builtInDataContributor = '${account.id}/sqlRoleDefinitions/00000000-0000-000
 // What an agent needs, and no more: point-read its current policy, and create (and re-read, to
 // recognise a retried write) its episodes. Built-in roles grant every container they are
 // assigned on the same rights, so each right is its own custom role assignable on one container.
+// Data-plane roles stop at the container: these let an agent write episodes under any agent id
+// and read any agent's policy. Deployments that isolate agents from each other set
+// agentDirectCosmosAccess to false and send agents through the Function app's routes instead.
 resource policyReaderRole 'Microsoft.DocumentDB/databaseAccounts/sqlRoleDefinitions@2024-11-15' = {
   parent: account
   name: guid(account.id, databaseName, 'policy-reader')
@@ -266,7 +272,7 @@ resource userDataContributor 'Microsoft.DocumentDB/databaseAccounts/sqlRoleAssig
   }
 }
 
-resource agentPolicyReader 'Microsoft.DocumentDB/databaseAccounts/sqlRoleAssignments@2024-11-15' = if (!empty(agentPrincipalId)) {
+resource agentPolicyReader 'Microsoft.DocumentDB/databaseAccounts/sqlRoleAssignments@2024-11-15' = if (agentDirectCosmosAccess && !empty(agentPrincipalId)) {
   parent: account
   name: guid(account.id, policiesScope, agentPrincipalId, 'policy-reader')
   dependsOn: [
@@ -279,7 +285,7 @@ resource agentPolicyReader 'Microsoft.DocumentDB/databaseAccounts/sqlRoleAssignm
   }
 }
 
-resource agentEpisodeWriter 'Microsoft.DocumentDB/databaseAccounts/sqlRoleAssignments@2024-11-15' = if (!empty(agentPrincipalId)) {
+resource agentEpisodeWriter 'Microsoft.DocumentDB/databaseAccounts/sqlRoleAssignments@2024-11-15' = if (agentDirectCosmosAccess && !empty(agentPrincipalId)) {
   parent: account
   name: guid(account.id, episodesScope, agentPrincipalId, 'episode-writer')
   dependsOn: [

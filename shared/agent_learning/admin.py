@@ -10,6 +10,11 @@ leaves the agent alone and its cursor stays put, and unpinning resumes learning 
 scores that arrived meanwhile are learned then. Every change is an ETag compare-and-swap on the
 current document, retried when a trainer published in between, and every call is idempotent:
 pinning a pinned policy or repeating a rollback changes nothing.
+
+Before it replaces the current document, every intervention writes the version and run records
+of the version it replaces (:func:`~agent_learning.pipeline.materialise`): a trainer that died
+between publishing a version and writing its records leaves only the current document holding
+it, and agents may already have logged episodes under it.
 """
 
 from __future__ import annotations
@@ -45,6 +50,7 @@ def _swap(store: Store, agent_id: str, change: Callable[[PolicyDocument], Policy
         if new is None:
             return Change(current, False)
         new = PolicyDocument.from_dict(new.to_dict())
+        materialise(store, current)  # the version being replaced must not be lost with it
         try:
             store.replace_current_policy(new, tagged.etag)
         except ConcurrencyConflict:

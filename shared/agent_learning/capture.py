@@ -14,24 +14,50 @@ truncated (and the field named in ``episode.truncated``) rather than failing the
 run; user input goes through the ``redact`` hook before it is stored. If the block raises
 before ``end()``, the episode is still written, with an empty output and an ``agent`` step in
 error, so a crashing configuration is learned from too; the exception propagates.
+
+``episode.truncated`` names what was cut: ``input``, ``output``, ``instructions`` (over
+their caps), ``steps`` (a step's text or arguments over their caps, or steps beyond
+``MAX_STEPS``), and ``steps.result``, ``steps.arguments``, ``steps.error`` when step texts
+were cut to keep the whole episode under ``MAX_EPISODE_BYTES`` (Cosmos DB's item limit; the
+per-field caps alone admit about 4 MB). That cut takes the longest of those texts first,
+down to a common length, and keeps everything the reward and the judges need besides: the
+input, the output, the instructions and every step's name, status and latency. The other
+fields' caps bound them to well under the limit (under 1.8 MB even in the worst case:
+every text at its cap in 4-byte characters), so no step is ever dropped to fit.
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 import uuid
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Literal, Protocol
 
 from .clock import SYSTEM_CLOCK, Clock
-from .documents import MAX_STEP_TEXT_CHARS, MAX_STEPS, MAX_TEXT_CHARS, Episode, Step
+from .documents import (
+    MAX_EPISODE_BYTES,
+    MAX_JSON_CHARS,
+    MAX_STEP_TEXT_CHARS,
+    MAX_STEPS,
+    MAX_TEXT_CHARS,
+    Episode,
+    Step,
+    json_bytes,
+)
 from .policy import Decision
-from .store.base import Store
 
 _MARK = " …[truncated]"
+
+
+class EpisodeWriter(Protocol):
+    """Where :class:`EpisodeCapture` writes: a store, or an :class:`~agent_learning.client.HttpEpisodeWriter`
+    (which may also offer ``add_episode_async``, as the Cosmos store does)."""
+
+    def add_episode(self, episode: Episode) -> None: ...
 
 
 @dataclass
@@ -42,11 +68,11 @@ class ToolCall:
 
 
 class EpisodeCapture:
-    """Collects one agent run and stores it through the store port when it ends."""
+    """Collects one agent run and writes it (to a store or an ingestion route) when it ends."""
 
     def __init__(
         self,
-        store: Store,
+        store: EpisodeWriter,
         decision: Decision,
         *,
         input: str,
@@ -88,10 +114,16 @@ class EpisodeCapture:
     ) -> None:
         """Record a finished step or tool call."""
         if len(self.steps) >= MAX_STEPS:
-            if "steps" not in self._truncated:
-                self._truncated.append("steps")
+            self._note("steps")
             return
         n = len(self.steps)
+        try:
+            oversized = arguments is not None and json_bytes(arguments) > MAX_JSON_CHARS
+        except (TypeError, ValueError):
+            oversized = False  # not JSON: the Step says so, naming the field
+        if oversized:
+            arguments = _shrink_arguments(arguments, MAX_JSON_CHARS)
+            self._note("steps")
         self.steps.append(
             Step(
                 name=name[:128],
@@ -148,24 +180,30 @@ class EpisodeCapture:
         d = self.decision
         capped = _truncate(output, MAX_TEXT_CHARS)
         truncated = [*self._truncated, "output"] if capped != output else list(self._truncated)
-        return Episode(
-            id=self.episode_id,
-            agent_id=d.agent_id,
-            policy_version=d.version,
-            action_id=d.action_id,
-            probability=d.probability,
-            logprob=d.logprob,
-            input=self.input,
-            output=capped or "",
-            instructions=self.instructions,
-            tool_definitions=self.tool_definitions,
-            steps=list(self.steps),
-            started_at=self.started_at,
-            ended_at=max(self.clock.now(), self.started_at),
-            metadata=self.metadata,
-            truncated=truncated,
-            ttl=self.ttl,
-        )
+        fields: dict[str, Any] = {
+            "id": self.episode_id,
+            "agent_id": d.agent_id,
+            "policy_version": d.version,
+            "action_id": d.action_id,
+            "probability": d.probability,
+            "logprob": d.logprob,
+            "input": self.input,
+            "output": capped or "",
+            "instructions": self.instructions,
+            "tool_definitions": self.tool_definitions,
+            "steps": list(self.steps),
+            "started_at": self.started_at,
+            "ended_at": max(self.clock.now(), self.started_at),
+            "metadata": self.metadata,
+            "truncated": truncated,
+            "ttl": self.ttl,
+        }
+        size = json_bytes(Episode.model_construct(**fields).model_dump(mode="json"))
+        if size > MAX_EPISODE_BYTES:
+            names = [f"steps.{f}" for f in _CUT_FIELDS]  # recorded in `truncated`: room for them too
+            fields["steps"], cut = _fit_steps(fields["steps"], size - MAX_EPISODE_BYTES + json_bytes(names))
+            fields["truncated"] = [*truncated, *(f"steps.{f}" for f in cut)]
+        return Episode(**fields)
 
     def end(self, output: str) -> Episode:
         """Finish the run and write the episode; returns the stored episode."""
@@ -214,13 +252,69 @@ class EpisodeCapture:
     def _cap(self, field: str, text: str | None, limit: int) -> str | None:
         """Truncate ``text`` and note the field (``steps`` for any step's text), once."""
         capped = _truncate(text, limit)
-        name = "steps" if field.startswith("steps") else field
-        if capped != text and name not in self._truncated:
-            self._truncated.append(name)
+        if capped != text:
+            self._note("steps" if field.startswith("steps") else field)
         return capped
+
+    def _note(self, name: str) -> None:
+        """Record once that ``name`` was truncated."""
+        if name not in self._truncated:
+            self._truncated.append(name)
 
 
 def _truncate(text: str | None, limit: int) -> str | None:
     if text is None or len(text) <= limit:
         return text
     return text[: limit - len(_MARK)] + _MARK
+
+
+_CUT_FIELDS = ("result", "arguments", "error")
+"""The step fields cut to fit an episode under MAX_EPISODE_BYTES; names, statuses and latencies stay."""
+
+
+def _fit_steps(steps: list[Step], excess: int) -> tuple[list[Step], list[str]]:
+    """``steps`` with their longest texts cut to one common size so that they shrink by at
+    least ``excess`` bytes (as :func:`json_bytes` counts), and which fields were cut.
+
+    The common size is the largest that frees enough: every text longer than it is cut to it
+    (or to its marker alone, for a size below that), every shorter text is kept whole.
+    """
+    sizes = [(i, f, json_bytes(getattr(s, f))) for i, s in enumerate(steps) for f in _CUT_FIELDS if getattr(s, f)]
+    floors = {f: json_bytes(_shrink(f, "x", 0)) for f in _CUT_FIELDS}
+
+    def freed(cap: int) -> int:
+        return sum(size - max(cap, floors[f]) for _, f, size in sizes if size > max(cap, floors[f]))
+
+    low, high = 0, max((size for *_, size in sizes), default=0)
+    while low < high:  # the largest cap that frees at least `excess`
+        mid = (low + high + 1) // 2
+        low, high = (mid, high) if freed(mid) >= excess else (low, mid - 1)
+    cuts: dict[int, dict[str, Any]] = {}
+    for i, f, size in sizes:
+        if size > max(low, floors[f]):
+            cuts.setdefault(i, {})[f] = _shrink(f, getattr(steps[i], f), low)
+    cut = sorted({f for update in cuts.values() for f in update}, key=_CUT_FIELDS.index)
+    return [s.model_copy(update=cuts[i]) if i in cuts else s for i, s in enumerate(steps)], cut
+
+
+def _shrink(field: str, value: Any, budget: int) -> Any:
+    """``value`` (a step's text or arguments) cut so that it takes at most ``budget`` bytes as
+    JSON, marked as truncated; never less than the marker (a failed step keeps an error text)."""
+    if field == "arguments":
+        return _shrink_arguments(value, budget)
+    return _longest_prefix(value, lambda prefix: prefix + _MARK, budget)
+
+
+def _shrink_arguments(arguments: Any, budget: int) -> dict[str, str]:
+    """Arguments too large to keep, as ``{"truncated": <the start of their JSON>}``."""
+    text = json.dumps(arguments, ensure_ascii=False, separators=(",", ":"), default=str)
+    return _longest_prefix(text, lambda prefix: {"truncated": prefix + _MARK}, budget)
+
+
+def _longest_prefix(text: str, wrap: Callable[[str], Any], budget: int) -> Any:
+    """``wrap`` of the longest prefix of ``text`` that fits ``budget`` (``wrap("")`` at least)."""
+    low, high = 0, len(text)
+    while low < high:
+        mid = (low + high + 1) // 2
+        low, high = (mid, high) if json_bytes(wrap(text[:mid])) <= budget else (low, mid - 1)
+    return wrap(text[:low])

@@ -23,15 +23,21 @@ import click
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
+from rich.text import Text
 
+from .documents import MAX_TEMPERATURE, MIN_TEMPERATURE
 from .errors import AgentLearningError, ConcurrencyConflict, ConfigurationError, InvalidDocument, NotFound
 
 
 def _console(stderr: bool = False) -> Console:
-    """A console; output that is not a terminal gets 160 columns (unless COLUMNS says otherwise)."""
-    console = Console(stderr=stderr)
+    """A console that prints strings literally: episodes, comments, dead-letter descriptions and
+    action descriptions are user text, so neither Rich markup (``[bold]``, ``[/]``) nor emoji
+    codes (``:smile:``) are interpreted, in lines or in table cells; styled parts are
+    :class:`~rich.text.Text` objects. Output that is not a terminal gets 160 columns (unless
+    COLUMNS says otherwise)."""
+    console = Console(stderr=stderr, markup=False, emoji=False)
     if not console.is_terminal and "COLUMNS" not in os.environ:
-        console = Console(stderr=stderr, width=160)
+        console = Console(stderr=stderr, width=160, markup=False, emoji=False)
     return console
 
 
@@ -46,7 +52,7 @@ def _settings(db: str | None) -> Any:
 
 
 def _fail(message: str, code: int) -> None:
-    err.print(f"[bold red]error:[/] {message}", highlight=False)
+    err.print(Text.assemble(("error:", "bold red"), f" {message}"), highlight=False)
     sys.exit(code)
 
 
@@ -205,7 +211,7 @@ def demo(
         try:
             summary["plot"] = str(plot_histories(result.agents, plot_path, title="agent-learning demo"))
         except RuntimeError as exc:
-            err.print(f"[yellow]no plot:[/] {exc}")
+            err.print(Text.assemble(("no plot:", "yellow"), f" {exc}"))
     if as_json:
         click.echo(json.dumps(summary, indent=2))
         return
@@ -226,9 +232,14 @@ def demo(
         if trend:
             k = max(1, len(trend) // 5)
             out.print(
-                f"  reward trend (first {k} runs → last {k}): {sum(trend[:k]) / k:.3f} → {sum(trend[-k:]) / k:.3f}; "
-                f"true best action [bold]{h.best_action}[/] ({h.expected_rewards[h.best_action]:.3f}) "
-                f"now has probability [bold]{h.final[h.best_action]:.3f}[/]  (* = true best)"
+                Text.assemble(
+                    f"  reward trend (first {k} runs → last {k}): {sum(trend[:k]) / k:.3f} → "
+                    f"{sum(trend[-k:]) / k:.3f}; true best action ",
+                    (h.best_action, "bold"),
+                    f" ({h.expected_rewards[h.best_action]:.3f}) now has probability ",
+                    (f"{h.final[h.best_action]:.3f}", "bold"),
+                    "  (* = true best)",
+                )
             )
     out.print(
         f"{summary['episodes']} episodes in {summary['seconds']:.1f} s "
@@ -257,7 +268,12 @@ def _sample_rows(n: int, limit: int) -> list[int]:
     type=click.Path(exists=True, dir_okay=False),
     help="JSON file: a list of action ids or of {id, description, config} objects.",
 )
-@click.option("--temperature", type=float, default=None, help="Default: AGENT_LEARNING_TEMPERATURE.")
+@click.option(
+    "--temperature",
+    type=click.FloatRange(MIN_TEMPERATURE, MAX_TEMPERATURE),
+    default=None,
+    help="Default: AGENT_LEARNING_TEMPERATURE.",
+)
 @click.option("--exploration-floor", type=float, default=None, help="Minimum probability of every action.")
 @db_option
 @_handle_errors
@@ -318,11 +334,14 @@ def policy_show(agent_id: str, as_json: bool, db: str | None) -> None:
     state = f"{doc.source}{', pinned' if doc.pinned else ''}"
     table = Table(title=f"{agent_id} v{doc.version} ({state})", title_justify="left")
     evidence = _evidence_columns(doc)
-    columns = ("action", "probability", "logit") + (("episodes (faded)", "mean reward") if evidence else ())
+    described = any(a.description for a in doc.actions)
+    columns = (("action",) + (("description",) if described else ()) + ("probability", "logit")
+               + (("episodes (faded)", "mean reward") if evidence else ()))
     for col in columns:
-        table.add_column(col, justify="left" if col == "action" else "right")
-    for i, (a, p, logit) in enumerate(zip(doc.action_ids, policy_probabilities(doc), doc.logits, strict=True)):
-        table.add_row(a, f"{p:.4f}", f"{logit:+.3f}", *(evidence[i] if evidence else ()))
+        table.add_column(col, justify="left" if col in ("action", "description") else "right")
+    for i, (a, p, logit) in enumerate(zip(doc.actions, policy_probabilities(doc), doc.logits, strict=True)):
+        table.add_row(a.id, *((a.description,) if described else ()), f"{p:.4f}", f"{logit:+.3f}",
+                      *(evidence[i] if evidence else ()))
     out.print(table)
     if doc.pinned:
         out.print(f"learning is paused{': ' + doc.pin_reason if doc.pin_reason else ''} (agent-learn policy unpin)")
@@ -601,8 +620,9 @@ def episodes_show(episode_id: str, as_json: bool, db: str | None) -> None:
     if as_json:
         _echo_json({"episode": episode, "scores": scores, "feedback": feedback})
         return
-    out.print(f"[bold]{episode_id}[/]: agent {episode.get('agent_id')}, action {episode.get('action_id')} "
-              f"(p={episode.get('probability')}) under v{episode.get('policy_version')}, {episode.get('ended_at')}")
+    out.print(Text.assemble((episode_id, "bold"), f": agent {episode.get('agent_id')}, action "
+                            f"{episode.get('action_id')} (p={episode.get('probability')}) under "
+                            f"v{episode.get('policy_version')}, {episode.get('ended_at')}"))
     out.print(f"input: {str(episode.get('input', ''))[:300]}", highlight=False)
     out.print(f"output: {str(episode.get('output', ''))[:300]}", highlight=False)
     for step in episode.get("steps", []):
@@ -783,6 +803,10 @@ def report(agent_ids: tuple[str, ...], png_path: str, html_path: str, title: str
     out.print(f"wrote {files.png} and {files.html}")
 
 
+TRAINING_FAILED = ("invalid_policy", "unavailable", "failed")
+"""Training outcomes that make ``agent-learn train`` exit with 1."""
+
+
 @main.command()
 @click.option("--agent-id", default=None, help="Train one agent (default: every agent).")
 @click.option("--json", "as_json", is_flag=True)
@@ -790,7 +814,9 @@ def report(agent_ids: tuple[str, ...], png_path: str, html_path: str, title: str
 @_handle_errors
 def train(agent_id: str | None, as_json: bool, db: str | None) -> None:
     """Enqueue and score new episodes, apply feedback left unapplied, then run one training step
-    (what the timer does)."""
+    (what the timer does).
+
+    Exits with 1 if an agent could not be trained (the others are trained all the same)."""
     from .feedback import sweep
     from .local import open_local
 
@@ -820,15 +846,17 @@ def train(agent_id: str | None, as_json: bool, db: str | None) -> None:
                 indent=2,
             )
         )
-        return
-    out.print(f"enqueued {enqueued}; scoring outcomes {dict(outcomes) or 'none'}")
-    for r in results:
-        line = f"{r.agent_id}: {r.status}" + (f" → v{r.version}" if r.status == "published" else "")
-        if r.run:
-            line += f" ({r.run.episodes} episodes, mean reward {r.run.metrics['mean_reward']:.3f})"
-        if r.reason and r.status != "published":
-            line += f" — {r.reason}"
-        out.print(line)
+    else:
+        out.print(f"enqueued {enqueued}; scoring outcomes {dict(outcomes) or 'none'}")
+        for r in results:
+            line = f"{r.agent_id}: {r.status}" + (f" → v{r.version}" if r.status == "published" else "")
+            if r.run and r.run.episodes:
+                line += f" ({r.run.episodes} episodes, mean reward {r.run.metrics['mean_reward']:.3f})"
+            if r.reason and r.status != "published":
+                line += f" — {r.reason}"
+            out.print(line)
+    if any(r.status in TRAINING_FAILED for r in results):
+        sys.exit(1)  # every agent was tried; the ones that could not be trained are listed above
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -1,33 +1,53 @@
-"""Agent side: read an agent's current policy, cached, and choose from it.
+"""Agent side: read an agent's current policy, cached, and choose from it; write episodes over HTTP.
 
 :class:`PolicyClient` re-reads the current policy document at most every
 ``refresh_seconds`` with a conditional read (``If-None-Match`` on Cosmos DB), so an unchanged
 policy costs no document transfer and no parsing. If the document cannot be read (the store
 unreachable or answering with errors) or fails validation, it keeps serving the last good
 policy (and logs why) rather than failing the agent; only the very first read must succeed.
+
+In deployments that isolate agents (:mod:`agent_learning.ingestion`) agents have no Cosmos DB
+access and go through the Function app instead: :class:`HttpPolicySource` is what
+:class:`PolicyClient` reads from (``GET /api/policies/{agent_id}``, conditional) and
+:class:`HttpEpisodeWriter` what :class:`~agent_learning.capture.EpisodeCapture` writes to
+(``POST /api/agents/{agent_id}/episodes``). Both need only the standard library.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import random
 import threading
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+from collections.abc import Callable, Mapping
 
 from .clock import SYSTEM_CLOCK, Clock
-from .documents import PolicyDocument
-from .errors import NotFound
+from .documents import Episode, PolicyDocument
+from .errors import (
+    ConcurrencyConflict,
+    ConfigurationError,
+    InvalidDocument,
+    NotFound,
+    PermanentError,
+    TransientError,
+)
 from .policy import Decision, SoftmaxPolicy
-from .store.base import Store, Tagged
+from .store.base import NOT_MODIFIED, NotModified, Store, Tagged
 
 log = logging.getLogger(__name__)
 
 
 class PolicyClient:
-    """The agent's handle on its policy: ``client.choose()`` → :class:`Decision`."""
+    """The agent's handle on its policy: ``client.choose()`` → :class:`Decision`. It reads from
+    a store or from an :class:`HttpPolicySource`."""
 
     def __init__(
         self,
-        store: Store,
+        store: Store | HttpPolicySource,
         agent_id: str,
         *,
         refresh_seconds: float = 30.0,
@@ -83,3 +103,150 @@ class PolicyClient:
                     raise
                 log.warning("keeping policy %s v%d: %s", self.agent_id, self._policy.version, exc)
             return self._policy
+
+
+class HttpPolicySource:
+    """Reads an agent's current policy from ``GET {base_url}/api/policies/{agent_id}`` (the
+    Function app's URL) with a function ``key``, for :class:`PolicyClient`::
+
+        client = PolicyClient(HttpPolicySource(os.environ["FUNCTION_APP_URL"], key), "support-eu")
+
+    A known ETag is sent as ``If-None-Match``, so an unchanged policy answers 304 with no body.
+    Failures raise (:class:`PolicyClient` keeps its last good policy): a 401 or 403, or a 404
+    that is not "no policy", :class:`ConfigurationError`; anything else :class:`TransientError`.
+    """
+
+    def __init__(
+        self, base_url: str, key: str | None = None, *, timeout: float = 10.0, headers: Mapping[str, str] | None = None
+    ) -> None:
+        self.base_url = base_url.rstrip("/")
+        self.timeout = timeout
+        self._headers = {"Accept": "application/json", **(headers or {})}
+        if key:
+            self._headers["x-functions-key"] = key
+
+    def __repr__(self) -> str:  # never the key
+        return f"HttpPolicySource({self.base_url!r})"
+
+    def url(self, agent_id: str) -> str:
+        return f"{self.base_url}/api/policies/{urllib.parse.quote(agent_id, safe='')}"
+
+    def get_current_policy_if_changed(self, agent_id: str, etag: str | None) -> Tagged | NotModified | None:
+        """The current policy and its ETag, ``NOT_MODIFIED`` if it still has ``etag``, or ``None``."""
+        url, headers = self.url(agent_id), dict(self._headers)
+        if etag:
+            headers["If-None-Match"] = f'"{etag}"'
+        try:
+            with urllib.request.urlopen(urllib.request.Request(url, headers=headers), timeout=self.timeout) as answer:
+                return Tagged(json.loads(answer.read()), answer.headers.get("ETag", "").strip('"'))
+        except urllib.error.HTTPError as exc:
+            if exc.code == 304:
+                return NOT_MODIFIED
+            message = _error_text(exc)
+            if exc.code == 404 and "has no policy" in message:
+                return None
+            error = ConfigurationError if exc.code in (401, 403, 404) else TransientError
+            raise error(f"{url} answered {exc.code}: {message}") from None
+        except OSError as exc:
+            raise TransientError(f"{url} failed: {getattr(exc, 'reason', exc)}") from None
+
+
+RETRY_AFTER_CAP_SECONDS = 30.0
+"""The longest pause :class:`HttpEpisodeWriter` takes for a ``Retry-After`` answer."""
+
+
+class HttpEpisodeWriter:
+    """Writes episodes with ``POST {base_url}/api/agents/{agent_id}/episodes`` (the Function
+    app's URL, ``FUNCTION_APP_URL``), authenticated with a function ``key`` of the agent's own
+    (``x-functions-key``; ``headers`` may add e.g. an ``Authorization`` bearer token)::
+
+        writer = HttpEpisodeWriter(os.environ["FUNCTION_APP_URL"], os.environ["AGENT_FUNCTION_KEY"])
+        with EpisodeCapture(writer, decision, input=question) as run:
+            ...
+
+    The write is idempotent, so a connection failure, a timeout, a 429 or a 5xx is retried,
+    ``attempts`` tries in all with pauses of ``backoff`` seconds doubling each time (or the
+    answer's ``Retry-After``); then :class:`TransientError`. A 409 raises
+    :class:`ConcurrencyConflict` (the id holds another episode), a 400 or 413
+    :class:`InvalidDocument`, a 401, 403 or 404 :class:`ConfigurationError` (a wrong key, a
+    caller not allowed to write the agent, ingestion off), any other answer :class:`PermanentError`.
+    """
+
+    def __init__(
+        self,
+        base_url: str,
+        key: str | None = None,
+        *,
+        timeout: float = 10.0,
+        attempts: int = 3,
+        backoff: float = 0.5,
+        headers: Mapping[str, str] | None = None,
+        sleep: Callable[[float], None] = time.sleep,
+    ) -> None:
+        if attempts < 1:
+            raise ValueError("attempts must be at least 1")
+        self.base_url = base_url.rstrip("/")
+        self.timeout = timeout
+        self.attempts = attempts
+        self.backoff = backoff
+        self._headers = {"Content-Type": "application/json", **(headers or {})}
+        if key:
+            self._headers["x-functions-key"] = key
+        self._sleep = sleep
+
+    def __repr__(self) -> str:  # never the key
+        return f"HttpEpisodeWriter({self.base_url!r})"
+
+    def url(self, agent_id: str) -> str:
+        return f"{self.base_url}/api/agents/{urllib.parse.quote(agent_id, safe='')}/episodes"
+
+    def add_episode(self, episode: Episode) -> None:
+        """Write ``episode``; a retry of one already written is a no-op (200)."""
+        url, body = self.url(episode.agent_id), episode.to_json().encode()
+        problem = ""
+        for attempt in range(self.attempts):
+            pause = self.backoff * 2**attempt
+            try:
+                request = urllib.request.Request(url, body, self._headers, method="POST")
+                with urllib.request.urlopen(request, timeout=self.timeout) as response:
+                    response.read()
+                    return
+            except urllib.error.HTTPError as exc:
+                status, message = exc.code, _error_text(exc)
+                if status == 409:
+                    raise ConcurrencyConflict(f"episode {episode.id!r}: {message}") from None
+                if status in (400, 413):
+                    field, _, detail = message.partition(": ")
+                    raise InvalidDocument("episode", [(field, detail) if detail else ("(document)", message)]) from None
+                if status in (401, 403, 404):
+                    raise ConfigurationError(f"{url} answered {status}: {message}") from None
+                if status != 429 and status < 500:
+                    raise PermanentError(f"{url} answered {status}: {message}") from None
+                problem = f"answered {status}: {message}"
+                pause = _retry_after(exc.headers.get("Retry-After"), pause)
+            except OSError as exc:  # refused, reset, DNS, timeout (URLError is an OSError)
+                problem = f"failed: {getattr(exc, 'reason', exc)}"
+            if attempt + 1 < self.attempts:
+                log.warning("episode %s: %s %s; retrying", episode.id, url, problem)
+                self._sleep(pause)
+        raise TransientError(f"episode {episode.id!r}: {url} {problem} ({self.attempts} attempts)")
+
+
+def _error_text(exc: urllib.error.HTTPError) -> str:
+    """The ``error`` of a JSON answer, else the answer's text (shortened)."""
+    try:
+        text = exc.read().decode("utf-8", errors="replace")
+    except OSError:
+        return exc.reason or ""
+    try:
+        data = json.loads(text)
+    except ValueError:
+        return text[:500] or str(exc.reason)
+    return str(data.get("error", text))[:500] if isinstance(data, dict) else text[:500]
+
+
+def _retry_after(header: str | None, default: float) -> float:
+    try:
+        return min(max(0.0, float(header)), RETRY_AFTER_CAP_SECONDS) if header else default
+    except ValueError:
+        return default

@@ -10,15 +10,21 @@ from __future__ import annotations
 
 import re
 from dataclasses import fields
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import AliasChoices, Field, SecretStr, ValidationError
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic import AliasChoices, Field, SecretStr, ValidationError, field_validator
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
+from .clock import check_settle_window
+from .documents import MAX_TEMPERATURE, MIN_TEMPERATURE
 from .errors import ConfigurationError
+from .ingestion import parse_episode_writers
+from .pipeline import MAX_TRAIN_BATCH
 from .policy import DEFAULT_EXPLORATION_FLOOR
 
 PREFIX = "AGENT_LEARNING_"
+NOT_ECHOED = frozenset({"episode_writers"})
+"""Settings whose rejected value is not repeated in errors (it may hold a key pasted by mistake)."""
 
 
 class Settings(BaseSettings):
@@ -67,7 +73,9 @@ class Settings(BaseSettings):
     cosmos_client_id: str | None = Field(
         None, validation_alias=AliasChoices(f"{PREFIX}COSMOS_CLIENT_ID", "CosmosDBConnection__clientId")
     )
-    score_settle_seconds: float = Field(60.0, ge=0, le=3600)
+    score_settle_seconds: float = Field(
+        60.0, le=3600, description="more than the score write timeout plus the clock-skew allowance (clock.py)"
+    )
     lease_prefix: str = Field("", max_length=64, description="lease prefix of the change-feed trigger")
 
     # Service Bus: identity-based (namespace) in Azure, a connection string for local brokers.
@@ -109,7 +117,7 @@ class Settings(BaseSettings):
     gap_slack: float = Field(1.0, ge=0)
     evidence_half_life: float = Field(3000.0, ge=0, description="episodes; 0: evidence never fades")
     logit_bound: float = Field(20.0, gt=0, le=1000)
-    train_max_batch: int = Field(10_000, ge=1)
+    train_max_batch: int = Field(10_000, ge=1, le=MAX_TRAIN_BATCH, description="bounded by memory, see MAX_TRAIN_BATCH")
     train_min_batch: int = Field(1, ge=1)
 
     # Exploration-collapse and reward-drop warnings (see agent_learning.drift).
@@ -129,9 +137,25 @@ class Settings(BaseSettings):
     )
 
     # New policies and agents.
-    temperature: float = Field(1.0, gt=0, le=100)
+    temperature: float = Field(1.0, ge=MIN_TEMPERATURE, le=MAX_TEMPERATURE)
     exploration_floor: float = Field(DEFAULT_EXPLORATION_FLOOR, ge=0, lt=1)
     policy_refresh_seconds: float = Field(30.0, ge=0)
+
+    # Episode ingestion over HTTP for deployments that isolate agents (see agent_learning.ingestion).
+    episode_writers: Annotated[dict[str, list[str]], NoDecode] = Field(
+        {}, description="JSON: caller identity → agent ids or patterns it may write; empty: the route is off"
+    )
+
+    @field_validator("episode_writers", mode="before")
+    @classmethod
+    def _episode_writers(cls, value: Any) -> dict[str, list[str]]:
+        return parse_episode_writers(value)
+
+    @field_validator("score_settle_seconds")
+    @classmethod
+    def _settle_window_can_work(cls, value: float) -> float:
+        check_settle_window(value)
+        return value
 
     def reward_config(self) -> Any:
         from .rewards import RewardConfig
@@ -195,10 +219,16 @@ def load_settings(**overrides: Any) -> Settings:
         problems = []
         for err in exc.errors(include_url=False):
             name = PREFIX + ".".join(str(p) for p in err["loc"]).upper()
-            problems.append(f"{name}: {err['msg']} (got {err.get('input')!r})")
+            got = "" if err["loc"] and err["loc"][0] in NOT_ECHOED else f" (got {err.get('input')!r})"
+            problems.append(f"{name}: {err['msg'].removeprefix('Value error, ')}{got}")
         raise ConfigurationError("invalid configuration: " + "; ".join(problems)) from None
     settings.reward_config()  # settings that are only invalid together fail now, not later
     settings.learner_config()
+    if settings.train_min_batch > settings.train_max_batch:
+        raise ConfigurationError(
+            f"invalid configuration: {PREFIX}TRAIN_MIN_BATCH ({settings.train_min_batch}) must not exceed "
+            f"{PREFIX}TRAIN_MAX_BATCH ({settings.train_max_batch}): a training run never reads more scores than that"
+        )
     missing = []
     if settings.store == "cosmos" and not settings.cosmos_endpoint:
         missing.append(f"{PREFIX}COSMOS_ENDPOINT (or CosmosDBConnection__accountEndpoint)")

@@ -53,8 +53,9 @@ from .errors import InvalidDocument
 SCHEMA_VERSION = 1
 """The newest schema this library writes and understands."""
 
-# Size caps. Cosmos allows 2 MB per item; these keep an episode far below that and keep
-# judge prompts bounded. `EpisodeCapture` truncates to them; parsing rejects anything longer.
+# Size caps: they keep judge prompts bounded. `EpisodeCapture` truncates to them; parsing
+# rejects anything longer. Together they admit about 4 MB per episode (256 steps of up to
+# ~16,000 characters each), so the whole episode has its own bound, MAX_EPISODE_BYTES.
 MAX_TEXT_CHARS = 20_000
 MAX_STEP_TEXT_CHARS = 4_000
 MAX_STEPS = 256
@@ -62,6 +63,14 @@ MAX_JSON_CHARS = 8_000
 MAX_METADATA_KEYS = 32
 MAX_ACTIONS = 1_024
 MAX_LOGIT = 1_000.0
+MIN_TEMPERATURE = 0.01
+"""The lowest policy temperature. A policy is already greedy well above it (a logit gap of 0.5
+is odds of e^50 at T = 0.01), so lower values only shrink the numbers the math works with:
+the learner's gradient grows as 1/T and overflows near T = 1e-300, and logits / T must stay
+finite for logits up to ``MAX_LOGIT``. A document below it fails validation, so a policy that
+could never be trained is refused when it is created, not at every training run."""
+MAX_TEMPERATURE = 100.0
+"""The highest policy temperature: above it every policy is practically uniform."""
 
 _ID = r"^[A-Za-z0-9][A-Za-z0-9._\-]{0,127}$"
 AgentId = Annotated[str, StringConstraints(strict=True, pattern=_ID)]
@@ -89,7 +98,21 @@ Version = Annotated[int, Field(strict=True, ge=1)]
 Count = Annotated[int, Field(strict=True, ge=0)]
 MAX_METADATA_VALUE_CHARS = 256
 
+MAX_EPISODE_BYTES = 2_000_000
+"""The largest episode, in bytes of its compact JSON as azure-cosmos sends it (non-ASCII characters
+escaped as ``\\uXXXX``, so never less than its UTF-8 length; see :func:`json_bytes`). Cosmos DB
+items are limited to 2 MB (2,097,152 bytes, the properties Cosmos adds included) and a larger write
+fails with 413, which no retry cures; the remaining ~97 KB are room for those system properties
+(``_rid``, ``_self``, ``_etag``, ``_ts``, ...: well under 1 KB). :class:`Episode` rejects a larger
+document; :class:`~agent_learning.capture.EpisodeCapture` cuts step texts to stay below it."""
+
 D = TypeVar("D", bound="Document")
+
+
+def json_bytes(value: Any) -> int:
+    """The size of ``value`` as compact JSON with non-ASCII characters escaped (all ASCII, so
+    characters are bytes): the measure :data:`MAX_EPISODE_BYTES` bounds."""
+    return len(json.dumps(value, separators=(",", ":")))
 
 
 def _json_size(value: Any, field: str, limit: int = MAX_JSON_CHARS) -> Any:
@@ -270,6 +293,12 @@ class Episode(Document):
             raise ValueError("ended_at: is before started_at")
         if abs(self.logprob - math.log(self.probability)) > 1e-6:
             raise ValueError(f"logprob: {self.logprob} is not log(probability) = {math.log(self.probability)}")
+        size = json_bytes(self.model_dump(mode="json"))
+        if size > MAX_EPISODE_BYTES:
+            raise ValueError(
+                f"is {size:,} bytes as JSON; the limit is {MAX_EPISODE_BYTES:,} (MAX_EPISODE_BYTES: the 2 MB "
+                "Cosmos DB item limit less room for system properties)"
+            )
         return self
 
     @property
@@ -342,7 +371,9 @@ class PolicyDocument(Document):
     version: Version
     actions: Annotated[list[Action], Field(min_length=1, max_length=MAX_ACTIONS)]
     logits: list[Annotated[float, Field(strict=True, allow_inf_nan=False, ge=-MAX_LOGIT, le=MAX_LOGIT)]]
-    temperature: Annotated[float, Field(strict=True, allow_inf_nan=False, gt=0, le=100)] = 1.0
+    temperature: Annotated[
+        float, Field(strict=True, allow_inf_nan=False, ge=MIN_TEMPERATURE, le=MAX_TEMPERATURE)
+    ] = 1.0
     exploration_floor: Annotated[float, Field(strict=True, allow_inf_nan=False, ge=0, lt=1)] = 0.0
     pinned: bool = False
     pin_reason: ShortText = ""
@@ -367,11 +398,6 @@ class PolicyDocument(Document):
         if len(set(ids)) != len(ids):
             dupes = sorted({i for i in ids if ids.count(i) > 1})
             raise ValueError(f"actions: duplicate action ids {dupes}")
-        if not all(math.isfinite(x / self.temperature) for x in self.logits):
-            raise ValueError(
-                f"temperature: {self.temperature!r} is too small for logits up to {max(map(abs, self.logits))!r} "
-                "(logits / temperature overflow, so the action probabilities are undefined)"
-            )
         if self.exploration_floor * len(self.actions) >= 1:
             raise ValueError(
                 f"exploration_floor: {self.exploration_floor} x {len(self.actions)} actions must be below 1"
@@ -453,6 +479,8 @@ class Score(Document):
     ``seq`` is assigned by the store on first write and kept on every overwrite, so the
     training cursor ``(seq, id)`` never sees a re-scored episode twice. ``feedback_pending``
     says that feedback arrived before the judges' score, so the scorer reconciled it.
+    ``late_write`` says the store saw the write complete later than ``seq`` plus its settle
+    window allows (Cosmos DB), so a trainer may have passed it (see :mod:`agent_learning.store.cosmos`).
     """
 
     id: ScoreId
@@ -471,6 +499,7 @@ class Score(Document):
     revision: Count = 0
     reward_delta: Annotated[float, Field(strict=True, allow_inf_nan=False, ge=-2, le=2)] | None = None
     feedback_pending: bool = False
+    late_write: bool = False
 
     @model_validator(mode="after")
     def _id_is_episode(self) -> Score:

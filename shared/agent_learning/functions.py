@@ -15,11 +15,14 @@ Failure semantics per trigger:
   raises :class:`TransientScoringError` to have it redelivered, and raises
   :class:`PoisonMessage` for bad input: the reason is logged on every delivery, each of which
   fails fast, and Service Bus dead-letters the message after MaxDeliveryCount deliveries.
-* ``train`` (timer) trains every agent; one agent's failure does not stop the others, and
-  every published version is checked for exploration collapse and reward drops.
+* ``train`` (timer) first applies feedback whose handler died before applying it, then trains
+  every agent; one agent's failure does not stop the others (a store outage is logged as a
+  warning, ``unavailable``; a corrupt policy or anything else as an error), and every
+  published version is checked for exploration collapse and reward drops.
 * ``feedback`` (HTTP POST) stores a caller's feedback on an episode and reconciles its reward;
   bad input is a 400 naming the field, an unknown episode a 404, and posting again is a no-op.
-  The timer's tick first applies feedback whose handler died before applying it.
+* ``ingest`` (HTTP POST) writes an agent's episode for a caller allowed to write that agent
+  (:mod:`agent_learning.ingestion`); posting the same episode again is a no-op.
 
 :func:`build_runtime` also installs the telemetry exporters the settings choose.
 """
@@ -28,6 +31,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 import threading
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -36,6 +40,7 @@ from typing import TYPE_CHECKING, Any
 from .errors import AgentLearningError
 
 if TYPE_CHECKING:  # imported lazily at run time: the app's cold start stays short
+    from .callers import Caller
     from .config import Settings
     from .pipeline import EnqueueResult, Scorer, TrainOutcome
     from .store.base import Store
@@ -168,6 +173,10 @@ def score(body: bytes | str, delivery_count: int, message_id: str | None, rt: Ru
     return outcome.status
 
 
+TRAIN_LOG_LEVELS = {"invalid_policy": logging.ERROR, "failed": logging.ERROR, "unavailable": logging.WARNING}
+"""How loud each training outcome is logged (anything else: INFO)."""
+
+
 def train(rt: Runtime) -> list[TrainOutcome]:
     """Timer trigger: apply feedback left unapplied (:func:`agent_learning.feedback.sweep`; its
     failure is logged and does not stop training), then one training run for every agent."""
@@ -183,8 +192,9 @@ def train(rt: Runtime) -> list[TrainOutcome]:
         rt.store, learner_of(rt), max_batch=s.train_max_batch, min_batch=s.train_min_batch, drift=s.drift_config()
     )
     for o in outcomes:
-        level = logging.ERROR if o.status == "invalid_policy" else logging.INFO
-        log.log(level, "train %s: %s%s", o.agent_id, o.status, f" v{o.version}" if o.status == "published" else "")
+        level = TRAIN_LOG_LEVELS.get(o.status, logging.INFO)
+        detail = f" v{o.version}" if o.status == "published" else f": {o.reason}" if level > logging.INFO else ""
+        log.log(level, "train %s: %s%s", o.agent_id, o.status, detail)
     return outcomes
 
 
@@ -209,39 +219,50 @@ def get_policy(agent_id: str, if_none_match: str | None, rt: Runtime) -> HttpAns
         TypeAdapter(AgentId).validate_python(agent_id)
     except ValidationError:
         return _json_answer(400, {"error": f"agent_id: {agent_id!r} is not a valid agent id"})
-    etag = if_none_match.strip().strip('"') if if_none_match else None
-    tagged = rt.store.get_current_policy_if_changed(agent_id, etag)
+    cached = _cached_etag(if_none_match)
+    # Cosmos ETags carry their quotes; the conditional read saves the transfer there, and the
+    # comparison below answers 304 on stores whose ETags do not.
+    tagged = rt.store.get_current_policy_if_changed(agent_id, f'"{cached}"' if cached else None)
     if tagged is None:
         return _json_answer(404, {"error": f"agent {agent_id!r} has no policy"})
-    if isinstance(tagged, NotModified):
-        return HttpAnswer(304, "", {"ETag": f'"{etag}"'})
+    if isinstance(tagged, NotModified) or (cached and tagged.etag in (cached, f'"{cached}"')):
+        return HttpAnswer(304, "", {"ETag": f'"{cached}"'})
     doc = {k: v for k, v in tagged.doc.items() if not k.startswith("_")}
     try:
         PolicyDocument.from_dict(doc)
     except InvalidDocument as exc:  # never hand agents a corrupt policy; they keep their last good one
         log.error("policy %s: the current document is invalid and is not served: %s", agent_id, exc)
         return _json_answer(503, {"error": f"the current policy of {agent_id!r} is invalid: {exc}"})
+    etag = tagged.etag.strip('"')
     return HttpAnswer(
-        200,
-        json.dumps(doc),
-        {"ETag": f'"{tagged.etag}"', "Content-Type": "application/json", "Cache-Control": "no-cache"},
+        200, json.dumps(doc), {"ETag": f'"{etag}"', "Content-Type": "application/json", "Cache-Control": "no-cache"}
     )
+
+
+def _cached_etag(if_none_match: str | None) -> str | None:
+    """The opaque tag of an ``If-None-Match`` header holding one entity tag (``"x"`` or
+    ``W/"x"``: the comparison is weak); ``None`` for anything else (absent, empty, ``*``,
+    several tags, malformed), which means no cached copy: the client gets the document."""
+    match = _ENTITY_TAG.fullmatch((if_none_match or "").strip())
+    return match.group(1) if match else None
+
+
+_ENTITY_TAG = re.compile(r'(?:W/)?"([\x21\x23-\x7e]+)"')
+"""One entity tag (RFC 9110): visible ASCII other than the quote, between quotes."""
 
 
 MAX_FEEDBACK_BYTES = 16_384
 FEEDBACK_FIELDS = ("thumb", "score", "comment")
 
 
-def post_feedback(
-    episode_id: str, body: bytes, headers: Mapping[str, str], params: Mapping[str, str] | None, rt: Runtime
-) -> HttpAnswer:
+def post_feedback(episode_id: str, body: bytes, caller: Caller, rt: Runtime) -> HttpAnswer:
     """HTTP POST ``/api/episodes/{episode_id}/feedback``: a user's verdict on an episode.
 
     Body: ``{"thumb": "up"|"down"}`` or ``{"score": 0.0-1.0}``, with an optional ``comment``.
-    The feedback's source is the caller (:func:`agent_learning.callers.identify` on the
-    request's ``headers`` and query ``params``: its Entra ID principal or its function key),
-    never the body, so nobody can overwrite another caller's verdict: one feedback per caller
-    and episode, and a caller posting again replaces its own. Answers 200 with what changed
+    The feedback's source is the ``caller`` (:func:`agent_learning.callers.identify`: its Entra
+    ID principal or its function key), never the body, so nobody can overwrite another
+    caller's verdict: one feedback per caller and episode, and a caller posting again replaces
+    its own. Answers 200 with what changed
     (``status`` ``corrected`` or ``unchanged``), 202 when the episode is not scored yet (its
     scorer applies the feedback), 400 naming the bad field (a ``source`` field included), 404
     for an unknown episode, 409 for a new source beyond
@@ -249,7 +270,6 @@ def post_feedback(
     """
     from pydantic import TypeAdapter, ValidationError
 
-    from .callers import identify
     from .documents import DocId
     from .errors import InvalidDocument, LimitExceeded, NotFound
     from .feedback import record_feedback
@@ -282,7 +302,7 @@ def post_feedback(
             episode_id,
             thumb=data.get("thumb"),
             score=data.get("score"),
-            source=identify(headers, params).id,
+            source=caller.id,
             comment=data.get("comment", ""),
         )
     except InvalidDocument as exc:
@@ -293,6 +313,56 @@ def post_feedback(
         return _json_answer(409, {"error": str(exc)})
     answer = result.to_dict()
     return _json_answer(202 if answer["status"] == "waiting" else 200, answer)
+
+
+def post_episode(agent_id: str, body: bytes, caller: Caller, rt: Runtime) -> HttpAnswer:
+    """HTTP POST ``/api/agents/{agent_id}/episodes``: an agent's episode, written for a caller
+    that ``AGENT_LEARNING_EPISODE_WRITERS`` allows to write ``agent_id``.
+
+    Body: the episode document (``Episode.to_json()``), whose ``agent_id`` must be the path's.
+    Answers 201 when written, 200 when the same episode is already stored (a retry), 400
+    naming the bad field, 403 when the caller may not write this agent, 404 when the setting
+    is empty (ingestion is off), 409 when the id holds a different episode (whichever agent's:
+    its content is not revealed), 413 for a body over ``MAX_EPISODE_BYTES``.
+    """
+    from pydantic import TypeAdapter, ValidationError
+
+    from .documents import MAX_EPISODE_BYTES, AgentId, Episode
+    from .errors import ConcurrencyConflict, InvalidDocument
+    from .ingestion import may_write
+    from .store.base import same_document
+
+    writers = rt.settings.episode_writers
+    if not writers:
+        return _json_answer(404, {"error": "episode ingestion is off: AGENT_LEARNING_EPISODE_WRITERS is empty"})
+    try:
+        TypeAdapter(AgentId).validate_python(agent_id)
+    except ValidationError:
+        return _json_answer(400, {"error": f"agent_id: {agent_id!r} is not a valid agent id"})
+    if not may_write(writers, caller.id, agent_id):
+        log.warning("ingest: %s may not write episodes of %s", caller.id, agent_id)
+        refused = f"caller {caller.id} may not write episodes of agent {agent_id!r} (AGENT_LEARNING_EPISODE_WRITERS)"
+        return _json_answer(403, {"error": refused})
+    if len(body) > MAX_EPISODE_BYTES:
+        return _json_answer(413, {"error": f"body: {len(body):,} bytes; the limit is {MAX_EPISODE_BYTES:,}"})
+    try:
+        episode = Episode.from_json(body)
+    except InvalidDocument as exc:
+        return _json_answer(400, {"error": str(exc).removeprefix("invalid episode: ")})
+    if episode.agent_id != agent_id:
+        mismatch = f"agent_id: the episode's {episode.agent_id!r} is not the path's {agent_id!r}"
+        return _json_answer(400, {"error": mismatch})
+    conflict = _json_answer(409, {"error": f"id: episode {episode.id!r} already exists with different content"})
+    existing = rt.store.get_episode(episode.id)
+    if existing is not None and same_document(existing, episode.to_dict()):
+        return _json_answer(200, {"id": episode.id, "status": "exists"})
+    if existing is not None:
+        return conflict
+    try:
+        rt.store.add_episode(episode)
+    except ConcurrencyConflict:
+        return conflict
+    return _json_answer(201, {"id": episode.id, "status": "created"})
 
 
 def _json_answer(status: int, body: Mapping[str, Any]) -> HttpAnswer:

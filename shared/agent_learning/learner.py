@@ -57,7 +57,9 @@ Scale. Step size and trust region are stated per ``reference_batch`` episodes N_
 with the batch size N: the step by N/N_ref (``"plain"``, ``"natural"``) or √(N/N_ref)
 (``"evidence"``), the trust region by N/N_ref. A batch with ten times the evidence moves the
 policy further, as it should, and the same episodes split into smaller, more frequent batches
-move it about as far in all.
+move it about as far in all. N is the number of rows of the batch: its episodes plus its
+corrected episodes (the caller passes one correction row per episode, its net reward change,
+and none for an episode whose corrections net to zero; see Feedback corrections below).
 
 The step ``η·d`` is then shrunk (halved up to 20 times) until KL(s_old ‖ s_new) ≤ the trust
 region, in the spirit of TRPO (Schulman et al. 2015). No logit may fall more than
@@ -98,7 +100,17 @@ Feedback corrections. A batch may hold corrections (``Batch.corrections``): rows
 ``w (r_new − b) − w (r_old − b) = w δ``, so a correction's advantage is δ itself (divided by
 σ when advantages are normalised): no baseline is subtracted. Corrections take no part in the
 baseline, the reward std, the mean reward or the evidence counts; in the learner state they
-shift the action's reward sum S_a by δ (not n_a or Q_a).
+shift the action's reward sum S_a by δ (not n_a or Q_a). A batch of corrections alone (their
+episodes were learned in earlier batches) has no episodes to estimate σ from: σ is then the
+pooled reward std of the learner state's evidence, or 1 (the largest std a reward in [−1, 1]
+can have) without any, so such a batch moves the policy too and no feedback is lost.
+
+The gradient is linear in the corrections' δ, so the corrections of one episode (same action,
+same logged probability) summed into one row move the policy as the separate rows would; only
+N differs. The trainer (:func:`agent_learning.pipeline.train_agent`) therefore passes one row
+per corrected episode and drops those whose corrections net to zero: a thumb toggled up and
+down two thousand times is one episode's worth of information, or none, not two thousand
+episodes' worth, and feedback that nets to zero changes nothing at all.
 
 Rewards must be finite; :class:`Batch` rejects anything else before it reaches the math.
 """
@@ -278,14 +290,26 @@ class Evidence:
             fade * self.reward_sq_sum + np.bincount(batch.actions, weights=regular * batch.rewards**2, minlength=k),
         )
 
+    def pooled(self) -> tuple[float, float] | None:
+        """Mean and variance of every reward in the evidence, actions pooled (None if empty)."""
+        total = self.count.sum()
+        if total <= 0:
+            return None
+        mean = float(self.reward_sum.sum() / total)
+        return mean, max(float(self.reward_sq_sum.sum() / total) - mean**2, 0.0)
+
+    def pooled_std(self) -> float:
+        """The pooled reward std of the evidence, or 1 (the largest a reward in [−1, 1] has) if empty."""
+        pooled = self.pooled()
+        return 1.0 if pooled is None else float(np.sqrt(pooled[1]))
+
     def z_against(self, leader: int, prior: float) -> Array:
         """z_a: the evidence that each action's mean reward is below the leader's."""
         n = self.count
-        total = n.sum()
-        if total <= 0:
+        pooled = self.pooled()
+        if pooled is None:
             return np.zeros_like(n)
-        pooled_mean = self.reward_sum.sum() / total
-        pooled_var = max(self.reward_sq_sum.sum() / total - pooled_mean**2, 0.0)
+        pooled_mean, pooled_var = pooled
         safe = np.maximum(n, 1e-12)
         own_var = np.where(n > 0, np.maximum(self.reward_sq_sum / safe - (self.reward_sum / safe) ** 2, 0.0), 0.0)
         c = max(prior, 1e-6)  # at least a trace of the prior: an action never tried has finite z
@@ -332,9 +356,12 @@ class Reinforce:
         self.config = config or LearnerConfig()
 
     def weights_and_advantages(
-        self, logits: Array, batch: Batch, temperature: float = 1.0
+        self, logits: Array, batch: Batch, temperature: float = 1.0, fallback_std: float = 1.0
     ) -> tuple[Array, Array, dict[str, float]]:
-        """Clipped importance weights w, advantages A and the statistics behind them."""
+        """Clipped importance weights w, advantages A and the statistics behind them.
+
+        ``fallback_std`` is σ when no episode of the batch carries weight (a batch of feedback
+        corrections alone; module docstring: Feedback corrections)."""
         cfg = self.config
         s = softmax(logits, temperature)
         ratio = s[batch.actions] / batch.logged_probs
@@ -342,11 +369,11 @@ class Reinforce:
         regular = batch.regular
         wr = w * regular
         wsum = wr.sum()
-        if wsum <= 0:  # every weight underflowed (or only corrections): nothing to learn from
+        if wsum <= 0 and regular.all():  # every weight underflowed: nothing to learn from
             return np.zeros_like(w), np.zeros_like(w), {"baseline": 0.0, "reward_std": 0.0}
-        baseline = float((wr * batch.rewards).sum() / wsum)
+        baseline = float((wr * batch.rewards).sum() / wsum) if wsum > 0 else 0.0
         centred = np.where(regular, batch.rewards - baseline, batch.rewards)
-        std = float(np.sqrt((wr * centred**2).sum() / wsum))
+        std = float(np.sqrt((wr * centred**2).sum() / wsum)) if wsum > 0 else fallback_std
         adv = centred / max(std, cfg.min_reward_std) if cfg.normalize_advantages else centred
         stats = {
             "baseline": baseline,
@@ -401,7 +428,7 @@ class Reinforce:
                 },
                 dict(state or {}) if not state_problem else {},
             )
-        w, adv, stats = self.weights_and_advantages(theta, batch, temperature)
+        w, adv, stats = self.weights_and_advantages(theta, batch, temperature, evidence.pooled_std())
         g = self._gradient(theta, batch, w, adv, temperature)
         direction = self.direction(theta, batch, g, adv, temperature)
         size = len(batch) / cfg.reference_batch if cfg.reference_batch else 1.0

@@ -24,7 +24,7 @@ from .config import Settings, load_settings
 from .errors import ConcurrencyConflict
 from .feedback import SweepResult, sweep
 from .judges.base import Judge
-from .pipeline import EnqueueResult, Scorer, TrainOutcome, enqueue_episodes, score_message, settle, train_agent
+from .pipeline import EnqueueResult, Scorer, TrainOutcome, enqueue_episodes, score_message, settle, train_all
 from .queue.base import WorkQueue
 from .rewards import RewardFunction
 from .store.base import Store
@@ -116,20 +116,17 @@ class LocalPipeline:
         return outcomes
 
     def train(self, agent_ids: Iterable[str] | None = None) -> list[TrainOutcome]:
-        """One training run per agent (every agent with a policy by default)."""
-        agents = list(agent_ids) if agent_ids is not None else self.store.list_agents()
-        return [
-            train_agent(
-                a,
-                self.store,
-                self.learner,
-                clock=self.clock,
-                max_batch=self.max_batch,
-                min_batch=self.min_batch,
-                drift=self.drift,
-            )
-            for a in agents
-        ]
+        """One training run per agent (every agent with a policy by default); one agent's
+        failure does not stop the others (:func:`~agent_learning.pipeline.train_all`, as the timer)."""
+        return train_all(
+            self.store,
+            self.learner,
+            agent_ids=agent_ids,
+            clock=self.clock,
+            max_batch=self.max_batch,
+            min_batch=self.min_batch,
+            drift=self.drift,
+        )
 
     def run_once(self, agent_ids: Iterable[str] | None = None) -> CycleReport:
         """Pump, score everything available, apply unapplied feedback, then train: one timer period's work."""

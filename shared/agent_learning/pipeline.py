@@ -41,7 +41,7 @@ from .documents import (
     run_doc_id,
 )
 from .errors import ConcurrencyConflict, InvalidDocument, PermanentError, TransientError
-from .feedback import reconcile
+from .feedback import TOLERANCE, reconcile
 from .judges.base import Judge
 from .queue.base import OutgoingMessage, WorkQueue
 from .rewards import RewardFunction
@@ -384,13 +384,32 @@ def settle(queue: WorkQueue, message: Any, outcome: ScoreOutcome) -> None:
 # --------------------------------------------------------------------------- train
 
 
+MAX_TRAIN_BATCH = 20_000
+"""The most score rows one training run reads (``AGENT_LEARNING_TRAIN_MAX_BATCH``'s bound). A
+run holds its whole batch in memory; measured at 11.3 KB per row (tracemalloc peak of
+:func:`train_agent` on SQLite, rows with three judge metrics carrying 500-character reasons;
+8.5 KB with the offline judge's), so a full batch stays within a 256 MB budget (about 225 MB).
+A larger backlog is learned over several runs."""
+
+
 @dataclass(frozen=True)
 class TrainOutcome:
     """The result of :func:`train_agent`."""
 
     status: Literal[
-        "published", "no_new_scores", "too_few_scores", "pinned", "lost_race", "no_policy", "invalid_policy"
+        "published",
+        "no_new_scores",
+        "too_few_scores",
+        "pinned",
+        "lost_race",
+        "no_policy",
+        "invalid_policy",
+        "unavailable",
+        "failed",
     ]
+    """``invalid_policy``: the current document does not validate (an operator must fix it);
+    ``unavailable``: the store (or another dependency) failed transiently, the next tick retries;
+    ``failed``: anything else went wrong (``reason`` names the exception)."""
     agent_id: str
     version: int | None = None
     run: TrainingRun | None = None
@@ -411,10 +430,18 @@ def train_agent(
 ) -> TrainOutcome:
     """Fold an agent's new scores into its policy and publish the next version.
 
+    A run reads at most ``max_batch`` score rows after the cursor. While fewer than
+    ``min_batch`` of them are new episodes it waits (``too_few_scores``), unless the page is
+    full: then more rows wait behind it, and what was read is learned, so that feedback
+    corrections never block the episodes behind them. An episode's corrections in one batch
+    enter the update as one row, their net reward change (none if it nets to zero).
+
     ``learner`` is a :class:`~agent_learning.learner.Reinforce` (imported by the caller, so
     that importing this module does not import numpy). ``drift`` (a
     :class:`~agent_learning.drift.DriftConfig`) turns on the warnings of :mod:`agent_learning.drift`.
     """
+    if not 1 <= max_batch <= MAX_TRAIN_BATCH:
+        raise ValueError(f"max_batch: {max_batch} is not between 1 and {MAX_TRAIN_BATCH} (MAX_TRAIN_BATCH)")
     with span(SPAN_TRAIN, {"agent_id": agent_id}) as sp:
         outcome = _train_agent(agent_id, store, learner, clock, max_batch, min_batch)
         sp.set_attribute("status", outcome.status)
@@ -458,7 +485,8 @@ def _train_agent(
     actions: list[int] = []
     rewards: list[float] = []
     probs: list[float] = []
-    corrections: list[bool] = []
+    corrected: dict[str, tuple[int, float, float]] = {}  # episode id → (action, probability, net delta)
+    correction_rows = 0
     rejected: list[Rejected] = []
     for row in rows:
         try:
@@ -470,28 +498,41 @@ def _train_agent(
         except InvalidDocument as exc:
             rejected.append(Rejected(id=str(row.get("id")), error=str(exc)[:4000]))
             continue
+        if score.is_correction:
+            correction_rows += 1
+            _, _, net = corrected.get(score.episode_id, (0, 0.0, 0.0))
+            corrected[score.episode_id] = (index[score.action_id], score.probability, net + (score.reward_delta or 0.0))
+            continue
         actions.append(index[score.action_id])
-        rewards.append(score.reward_delta if score.reward_delta is not None else score.reward)
+        rewards.append(score.reward)
         probs.append(score.probability)
-        corrections.append(score.is_correction)
     if rejected:
         log.error(
             "training %s: %d invalid score documents skipped (first: %s)", agent_id, len(rejected), rejected[0].error
         )
-    episodes = corrections.count(False)
-    if actions and episodes < min_batch and not rejected:
-        # Feedback corrections alone wait for new episodes: they are learned together with them.
+    episodes = len(actions)
+    if (episodes or correction_rows) and episodes < min_batch and not rejected and len(rows) < max_batch:
+        # Feedback corrections alone wait for new episodes, to be learned together with them; but
+        # only while nothing is queued behind them (a full page), or they would block the episodes.
         return TrainOutcome(
             "too_few_scores",
             agent_id,
             current.version,
-            reason=f"{episodes} new scores and {len(actions) - episodes} feedback corrections; "
+            reason=f"{episodes} new scores and {correction_rows} feedback corrections; "
             f"training waits for {min_batch} new scores",
         )
+    # One row per corrected episode, with the net change of its reward: the learner's step grows
+    # with its rows, and feedback that nets to zero (a thumb toggled back) must change nothing.
+    for action, probability, net in corrected.values():
+        if abs(net) > TOLERANCE:
+            actions.append(action)
+            rewards.append(net)
+            probs.append(probability)
+    flags = [False] * episodes + [True] * (len(actions) - episodes)
 
     from .learner import Batch  # numpy only where training runs
 
-    batch = Batch.from_arrays(actions, rewards, probs, len(index), corrections)
+    batch = Batch.from_arrays(actions, rewards, probs, len(index), flags)
     update = learner.update(current.logits, batch, current.temperature, state=current.learner_state)
     if update.metrics.get("state_reset"):
         log.warning(
@@ -508,7 +549,7 @@ def _train_agent(
         cursor_from=current.cursor,
         cursor_to=cursor_to,
         episodes=episodes,
-        corrections=len(actions) - episodes,
+        corrections=correction_rows,
         rejected=len(rejected),
         rejected_samples=rejected[:20],
         metrics=update.metrics,
@@ -517,8 +558,8 @@ def _train_agent(
         finished_at=clock.now(),
     )
     note = f"trained on {episodes} episodes"
-    if len(actions) > episodes:
-        note += f" and {len(actions) - episodes} feedback corrections"
+    if correction_rows:
+        note += f" and {correction_rows} feedback corrections"
     if rejected:
         note += f", skipped {len(rejected)} invalid"
     new_current = current.model_copy(
@@ -556,23 +597,29 @@ def train_all(
     store: Store,
     learner: Any,
     *,
+    agent_ids: Iterable[str] | None = None,
     clock: Clock = SYSTEM_CLOCK,
     max_batch: int = 10_000,
     min_batch: int = 1,
     drift: Any = None,
 ) -> list[TrainOutcome]:
-    """:func:`train_agent` for every agent with a policy; one agent's failure does not stop the rest."""
+    """:func:`train_agent` for ``agent_ids`` (default: every agent with a policy); one agent's
+    failure does not stop the rest. A transient failure (a store outage) is ``unavailable`` and
+    logged as a warning, anything else ``failed`` and logged as an error with its traceback."""
     outcomes = []
-    for agent_id in store.list_agents():
+    for agent_id in store.list_agents() if agent_ids is None else agent_ids:
         try:
             outcomes.append(
                 train_agent(
                     agent_id, store, learner, clock=clock, max_batch=max_batch, min_batch=min_batch, drift=drift
                 )
             )
+        except TransientError as exc:
+            log.warning("training %s: unavailable, the next run retries: %s", agent_id, exc)
+            outcomes.append(TrainOutcome("unavailable", agent_id, reason=f"{type(exc).__name__}: {exc}"))
         except Exception as exc:
             log.exception("training %s failed", agent_id)
-            outcomes.append(TrainOutcome("invalid_policy", agent_id, reason=f"{type(exc).__name__}: {exc}"))
+            outcomes.append(TrainOutcome("failed", agent_id, reason=f"{type(exc).__name__}: {exc}"))
     return outcomes
 
 

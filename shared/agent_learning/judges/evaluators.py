@@ -38,7 +38,7 @@ import random
 import threading
 from collections.abc import Awaitable, Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from ..documents import Episode, JudgeInfo, MetricScore
@@ -87,7 +87,7 @@ class JudgeModel:
     api_version: str = "2024-10-21"
     base_url: str | None = None
     model: str | None = None
-    api_key: str | None = None
+    api_key: str | None = field(default=None, repr=False)  # a secret: never in logs or tracebacks
     client_id: str | None = None
 
     def __post_init__(self) -> None:

@@ -163,10 +163,11 @@ class Store(ABC):
     def get_current_policy_if_changed(self, agent_id: str, etag: str | None) -> Tagged | NotModified | None:
         """Like :meth:`get_current_policy`, but ``NOT_MODIFIED`` when its ETag is still ``etag``.
 
-        Cosmos answers such a read with 304 and no document; embedded stores compare.
+        ``None`` or an empty ``etag`` means no cached copy: a full read. Cosmos answers a
+        matching read with 304 and no document; embedded stores compare.
         """
         tagged = self.get_current_policy(agent_id)
-        if tagged is not None and etag is not None and tagged.etag == etag:
+        if tagged is not None and etag and tagged.etag == etag:
             return NOT_MODIFIED
         return tagged
 

@@ -20,13 +20,27 @@ feedback      ``/episode_id`` all feedback of one episode together (a handful of
 leases        ``/id``         the change-feed trigger's leases (never touched here)
 ============  ==============  ==========================================================
 
-Training cursor. A score's ``seq`` is the scorer's clock in microseconds, taken right
+Training cursor. A score's ``seq`` is the writer's clock in microseconds, taken right
 before a create that must finish within ``write_timeout`` seconds (strictly increasing per
 process). :meth:`read_scores` returns only scores older than ``settle_seconds``, so a score
 written by another instance cannot land behind a cursor that has already passed it as long
-as writes finish within the settle window and instance clocks agree to within it (the
-defaults, 10 s and 60 s, leave a wide margin). Re-scoring keeps ``seq``; SQLite and the
-memory store assign ``seq`` atomically and need no window.
+as writes finish within the settle window and instance clocks agree to within it. Both are
+checked rather than assumed:
+
+* the window must exceed the write timeout plus a clock-skew allowance
+  (:func:`~agent_learning.clock.check_settle_window`; the defaults, 10 s + 5 s and 60 s,
+  leave a wide margin), or the store refuses to start;
+* the clock is the server's where it is ahead of the local one
+  (:class:`~agent_learning.clock.ServerClock`): every write's answer carries the server's time
+  of the write (``_ts``), and before its first score an instance makes one small write to learn
+  it, so a scorer whose clock lags cannot push ``seq`` behind the cursor;
+* a score whose create completed later (by ``_ts``) than its ``seq`` plus the settle window (a
+  write or a process that stalled that long) may have landed behind a cursor: it is logged as
+  an error naming the episode and marked ``late_write`` on the stored score, never skipped
+  silently (``agent-learn audit`` counts a score behind a consumed cursor as lost).
+
+Re-scoring keeps ``seq``; SQLite and the memory store assign ``seq`` atomically and need no
+window.
 
 Feedback markers are small documents of type ``feedback_marker`` at an episode's score id
 (without ``seq``, so the trainer's query never sees them); the score's create conflicts with
@@ -38,6 +52,7 @@ which :meth:`CosmosStore.read_feedback_changes` reads like the episodes' one.
 
 from __future__ import annotations
 
+import logging
 import threading
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -47,7 +62,7 @@ from azure.core import MatchConditions
 from azure.cosmos import ContainerProxy, CosmosClient, DatabaseProxy, PartitionKey
 from azure.cosmos import exceptions as cosmos_errors
 
-from ..clock import SYSTEM_CLOCK, Clock
+from ..clock import SCORE_WRITE_TIMEOUT_SECONDS, SYSTEM_CLOCK, Clock, ServerClock, check_settle_window
 from ..documents import (
     CorrectionLedger,
     Episode,
@@ -62,7 +77,11 @@ from ..documents import (
 from ..errors import ConcurrencyConflict, TransientError
 from .base import NOT_MODIFIED, FeedPage, NotModified, RawDoc, Store, Tagged, same_document
 
+log = logging.getLogger(__name__)
+
 CHECKPOINT_PARTITION = "_checkpoints"
+CLOCK_PROBE = {"id": "clock-probe", "agent_id": CHECKPOINT_PARTITION, "type": "clock_probe"}
+"""The document an instance writes before its first score to learn the server's time."""
 TRANSIENT_STATUS = {408, 429, 449, 500, 502, 503}
 
 
@@ -116,16 +135,18 @@ class CosmosStore(Store):
         database: DatabaseProxy,
         *,
         settle_seconds: float = 60.0,
-        write_timeout: float = 10.0,
+        write_timeout: float = SCORE_WRITE_TIMEOUT_SECONDS,
         clock: Clock = SYSTEM_CLOCK,
         async_factory: Any = None,
     ) -> None:
-        if settle_seconds < 0 or write_timeout <= 0:
-            raise ValueError("settle_seconds must be >= 0 and write_timeout > 0")
+        if not write_timeout > 0:
+            raise ValueError(f"write_timeout: {write_timeout} must be > 0")
+        check_settle_window(settle_seconds, write_timeout)
         self.database = database
         self.settle_seconds = settle_seconds
         self.write_timeout = write_timeout
         self.clock = clock
+        self.server_clock = ServerClock(clock)
         self._async_factory = async_factory
         self._async_db: Any = None
         self._async_client: Any = None
@@ -255,14 +276,38 @@ class CosmosStore(Store):
     # ------------------------------------------------------------------ scores
 
     def _next_seq(self) -> int:
+        if not self.server_clock.observed:  # learn the server's time before the first seq
+            try:
+                self._observe(self._c["runs"].upsert_item(dict(CLOCK_PROBE), timeout=self.write_timeout))
+            except cosmos_errors.CosmosHttpResponseError as exc:
+                raise _translate(exc) from exc
         with self._seq_lock:
-            self._last_seq = max(int(self.clock.time() * 1_000_000), self._last_seq + 1)
+            self._last_seq = max(int(self.server_clock.time() * 1_000_000), self._last_seq + 1)
             return self._last_seq
 
+    def _observe(self, written: Mapping[str, Any]) -> Mapping[str, Any]:
+        """A write's answer: its server time (``_ts``) corrects the clock."""
+        self.server_clock.observe(written.get("_ts"))
+        return written
+
+    def _check_late(self, stored: Score, written: Mapping[str, Any]) -> Score:
+        """Flag a score whose create completed later than its ``seq`` plus the settle window
+        allows (``_ts`` is whole seconds, so it may have completed up to 1 s after it)."""
+        ts = written.get("_ts")
+        if stored.seq is None or not isinstance(ts, int | float) or ts + 1 <= stored.seq / 1e6 + self.settle_seconds:
+            return stored
+        log.error(
+            "score %s (episode %s, agent %s) completed %.1f s after its seq, beyond the %g s settle window: a trainer "
+            "may already have passed it, and then it is never learned (marked late_write; see agent-learn audit)",
+            stored.id, stored.episode_id, stored.agent_id, ts - stored.seq / 1e6, self.settle_seconds,
+        )
+        late = stored.model_copy(update={"late_write": True})
+        return late if self._replace_if_unchanged(late, str(written.get("_etag"))) else stored
+
     def add_score(self, score: Score) -> Score:
-        stored = score.model_copy(update={"seq": self._next_seq()})
+        stored = score.model_copy(update={"seq": self._next_seq(), "late_write": False})
         try:
-            self._c["scores"].create_item(stored.to_dict(), timeout=self.write_timeout)
+            written = self._observe(self._c["scores"].create_item(stored.to_dict(), timeout=self.write_timeout))
         except cosmos_errors.CosmosResourceExistsError:
             replaced = self._replace_marker(score, None)
             if replaced is None:
@@ -270,7 +315,7 @@ class CosmosStore(Store):
             return replaced
         except cosmos_errors.CosmosHttpResponseError as exc:
             raise _translate(exc) from exc
-        return stored
+        return self._check_late(stored, written)
 
     def put_score(self, score: Score) -> Score:
         for _ in range(10):
@@ -287,7 +332,7 @@ class CosmosStore(Store):
                     return replaced
                 continue
             stored = score.model_copy(update={"seq": existing.get("seq")})
-            if self._replace_if_unchanged(stored, existing["_etag"]):
+            if self._replace_if_unchanged(stored, existing["_etag"]) is not None:
                 return stored
         raise TransientError(f"score {score.id!r} kept changing while it was being re-scored")
 
@@ -297,22 +342,24 @@ class CosmosStore(Store):
             existing = self._c["scores"].read_item(score.id, partition_key=score.id)
         if existing.get("type") != MARKER:
             return None
-        stored = score.model_copy(update={"seq": self._next_seq(), "feedback_pending": True})
-        return stored if self._replace_if_unchanged(stored, existing["_etag"]) else None
+        stored = score.model_copy(update={"seq": self._next_seq(), "feedback_pending": True, "late_write": False})
+        written = self._replace_if_unchanged(stored, existing["_etag"])
+        return None if written is None else self._check_late(stored, written)
 
-    def _replace_if_unchanged(self, score: Score, etag: str) -> bool:
-        """Replace a score document if its ETag is still ``etag``; False if it changed meanwhile."""
+    def _replace_if_unchanged(self, score: Score, etag: str) -> Mapping[str, Any] | None:
+        """Replace a score document if its ETag is still ``etag``; None if it changed meanwhile."""
         try:
-            self._c["scores"].replace_item(
-                score.id,
-                score.to_dict(),
-                etag=etag,
-                match_condition=MatchConditions.IfNotModified,
-                timeout=self.write_timeout,
+            return self._observe(
+                self._c["scores"].replace_item(
+                    score.id,
+                    score.to_dict(),
+                    etag=etag,
+                    match_condition=MatchConditions.IfNotModified,
+                    timeout=self.write_timeout,
+                )
             )
         except (cosmos_errors.CosmosAccessConditionFailedError, cosmos_errors.CosmosResourceNotFoundError):
-            return False
-        return True
+            return None
 
     def get_score(self, episode_id: str) -> RawDoc | None:
         doc = self._read("scores", episode_id, episode_id)
@@ -321,7 +368,7 @@ class CosmosStore(Store):
     def read_scores(self, agent_id: str, after: ScoreCursor | None, limit: int) -> list[RawDoc]:
         if limit <= 0:
             return []
-        cutoff = int((self.clock.time() - self.settle_seconds) * 1_000_000)
+        cutoff = int((self.server_clock.time() - self.settle_seconds) * 1_000_000)
         seq, sid = (after.seq, after.id) if after else (-1, "")
         return self._query(
             "scores",
@@ -356,7 +403,7 @@ class CosmosStore(Store):
     def mark_feedback_waiting(self, episode_id: str, agent_id: str) -> bool:
         marker = {"id": episode_id, "type": MARKER, "episode_id": episode_id, "agent_id": agent_id}
         try:
-            self._c["scores"].create_item(marker, timeout=self.write_timeout)
+            self._observe(self._c["scores"].create_item(marker, timeout=self.write_timeout))
             return True
         except cosmos_errors.CosmosResourceExistsError:
             existing = self._read("scores", episode_id, episode_id)
@@ -404,8 +451,9 @@ class CosmosStore(Store):
 
     def get_current_policy_if_changed(self, agent_id: str, etag: str | None) -> Tagged | NotModified | None:
         """A conditional point read (``If-None-Match``): an unchanged document answers 304 and
-        costs no transfer. azure-cosmos returns an empty dict for a 304 rather than raising."""
-        if etag is None:
+        costs no transfer. azure-cosmos returns an empty dict for a 304 rather than raising, and
+        raises ValueError for an empty ETag, which is therefore a full read."""
+        if not etag:
             return self.get_current_policy(agent_id)
         try:
             doc = self._c["policies"].read_item(
@@ -442,6 +490,7 @@ class CosmosStore(Store):
             raise ConcurrencyConflict(f"current policy of {doc.agent_id!r} changed (stale ETag)") from None
         except cosmos_errors.CosmosHttpResponseError as exc:
             raise _translate(exc) from exc
+        self._observe(result)
         return str(result["_etag"])
 
     def create_policy_version(self, doc: PolicyDocument) -> None:
