@@ -5,7 +5,7 @@
     score    Service Bus queue                    → judges → shaped reward → `scores`
     train    timer (AGENT_LEARNING_TRAIN_SCHEDULE) → REINFORCE update → new policy version
     policy   HTTP GET /api/policies/{agent_id}    → the agent's current policy (function key)
-    feedback HTTP POST /api/episodes/{episode_id}/feedback → a user's verdict, merged into the reward
+    feedback HTTP POST /api/episodes/{episode_id}/feedback → the caller's verdict, merged into the reward
     ingest   HTTP POST /api/agents/{agent_id}/episodes  → an agent's episode, for callers allowed to write it
 
 Connections are identity-based: `CosmosDBConnection__accountEndpoint` and
@@ -62,7 +62,10 @@ def policy(req: func.HttpRequest) -> func.HttpResponse:
 
 @app.route(route="episodes/{episode_id}/feedback", methods=["POST"], auth_level=func.AuthLevel.FUNCTION)
 def feedback(req: func.HttpRequest) -> func.HttpResponse:
-    return _response(handlers.post_feedback(req.route_params.get("episode_id", ""), req.get_body(), handlers.runtime()))
+    caller = identify(req.headers, req.params)
+    return _response(
+        handlers.post_feedback(req.route_params.get("episode_id", ""), req.get_body(), caller, handlers.runtime())
+    )
 
 
 @app.route(route="agents/{agent_id}/episodes", methods=["POST"], auth_level=func.AuthLevel.FUNCTION)

@@ -4,12 +4,14 @@ Every builder returns a fully validated document with sensible defaults; pass ke
 arguments to override any field. Derived fields follow their sources unless overridden
 (an episode's ``logprob`` is ``math.log(probability)``, a policy's ``id`` follows its
 ``agent_id``/``kind``/``version``, a run's ``id`` follows its ``agent_id``/``policy_version``).
-All datetimes are timezone-aware.
+All datetimes are timezone-aware. :class:`CountingStore` wraps a store and counts the calls
+that reach it, for tests of what an operation costs.
 """
 
 from __future__ import annotations
 
 import math
+from collections import Counter
 from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -28,6 +30,7 @@ from agent_learning.documents import (
     policy_doc_id,
     run_doc_id,
 )
+from agent_learning.store.base import Store
 
 BASE_TIME = datetime(2026, 1, 1, tzinfo=UTC)
 """The default timestamp of every factory-built document (2026-01-01T00:00:00Z)."""
@@ -174,3 +177,32 @@ def record_steps_at_the_caps(run: Any, char: str = "é", short_every: int = 2) -
         )
         recorded.append((f"tool-{i}", status, float(i)))
     return recorded
+
+
+class CountingStore(Store):
+    """Every call of the wrapped store, counted by method name."""
+
+    def __init__(self, inner: Store) -> None:
+        self.inner, self.calls = inner, Counter[str]()
+
+    @property
+    def reads(self) -> int:
+        """Calls that read (``get_*``, ``list_*`` and ``read_*``)."""
+        return sum(n for name, n in self.calls.items() if name.startswith(("get_", "list_", "read_")))
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+
+def _counted(name: str) -> Any:
+    def call(self: CountingStore, *args: Any, **kwargs: Any) -> Any:
+        self.calls[name] += 1
+        return getattr(self.inner, name)(*args, **kwargs)
+
+    call.__name__ = name
+    return call
+
+
+for _name in Store.__abstractmethods__:
+    setattr(CountingStore, _name, _counted(_name))
+CountingStore.__abstractmethods__ = frozenset()

@@ -10,7 +10,7 @@
 * :class:`FunctionsHost` plays the Azure Functions host around the app's own functions,
   called with the real ``azure.functions`` types: the change-feed trigger (a lease that moves
   only after a batch succeeded, retried without limit, optionally each batch delivered several
-  times), the Service Bus trigger (complete on success, abandon on an exception, nothing
+  times), the HTTP feedback function, the Service Bus trigger (complete on success, abandon on an exception, nothing
   after a crash, so the lock expires and the message comes back; optionally every message
   delivered several times) and the timer (optionally several times per tick).
 * :class:`OutageJudge` fails like the evaluator adapter during an outage; :class:`NetworkCut`
@@ -23,6 +23,7 @@
 from __future__ import annotations
 
 import contextlib
+import json
 import math
 import random
 import socket
@@ -442,6 +443,15 @@ class FunctionsHost:
                 self._event("repeated tick")
             raise AssertionError("a training tick never finished")
 
+    def post_feedback(self, episode_id: str, body: dict[str, Any], key: str = "user-key") -> int:
+        """The HTTP trigger: POST ``body`` as feedback on an episode, as the holder of function key
+        ``key``; returns the status code (a :class:`Crash` propagates: the request just fails)."""
+        req = func.HttpRequest(method="POST", url=f"/api/episodes/{episode_id}/feedback",
+                               route_params={"episode_id": episode_id}, headers={"x-functions-key": key},
+                               params={}, body=json.dumps(body).encode())
+        with self.active():
+            return int(FUNCTIONS["feedback"](req).status_code)
+
     def cycle(self) -> None:
         self.pump()
         self.score()
@@ -541,8 +551,9 @@ def account(store: Store, written: Iterable[str], kept: Iterable[str] = (), agen
     Versions must be 1..N with no gap, the current document the last of them, and every
     version v >= 2 produced by exactly one run that started at version v-1's cursor and ended
     at version v's. The scores a run consumed are the ones between its two cursors in the
-    ``(seq, id)`` order. A range holding more scores than its run counted had scores land in it
-    after the run read it: those were never learned from (``late``).
+    ``(seq, id)`` order. A range holding more scores than its run counted (episodes, feedback
+    corrections and rejected rows) had scores land in it after the run read it: those were never
+    learned from (``late``).
     """
     versions = [PolicyDocument.from_dict(v) for v in store.list_policy_versions(agent_id)]
     current = load_current(store, agent_id)
@@ -560,7 +571,7 @@ def account(store: Store, written: Iterable[str], kept: Iterable[str] = (), agen
         low = (run.cursor_from.seq, run.cursor_from.id) if run.cursor_from else (-1, "")
         high = (run.cursor_to.seq, run.cursor_to.id)
         ids = [sid for seq, sid in scores if low < (seq, sid) <= high]
-        late += len(ids) - run.episodes - run.rejected
+        late += len(ids) - run.episodes - run.corrections - run.rejected
         consumed.update(ids)
     return Accounting(list(written), consumed, set(kept), len(versions), late)
 

@@ -175,6 +175,20 @@ def test_runs_list_and_show(deployment: Deployment) -> None:
     assert gone.exit_code == 2 and "no run" in gone.stderr
 
 
+def test_train_applies_feedback_whose_call_died_before_applying_it(deployment: Deployment) -> None:
+    from agent_learning.documents import Feedback
+
+    eid = deployment.episodes[0]
+    (score,) = as_json("episodes", "show", eid)["scores"]
+    verdict = 0.0 if score["reward"] > 0.5 else 1.0  # a verdict that changes the reward
+    deployment.pipeline.store.put_feedback(Feedback.from_dict({  # stored; the call died before applying it
+        "episode_id": eid, "agent_id": AGENT, "source": "user", "score": verdict,
+        "received_at": deployment.clock.now()}))
+    ok("train")
+    ok("train")
+    assert [s["revision"] for s in as_json("episodes", "show", eid)["scores"]] == [0, 1]
+
+
 def test_episodes_list_show_and_feedback(deployment: Deployment) -> None:
     listed = as_json("episodes", "list", "--agent-id", AGENT, "--limit", "5")
     assert len(listed) == 5 and all(e["agent_id"] == AGENT and e["reward"] is not None for e in listed)
@@ -187,7 +201,7 @@ def test_episodes_list_show_and_feedback(deployment: Deployment) -> None:
     assert all(m["reason"] for m in metrics.values())  # the judges' reasons are shown
 
     result = as_json("feedback", eid, "--down", "--comment", "wrong answer")
-    assert result["status"] == "corrected" and result["correction_id"] == f"{eid}:r1"
+    assert result["status"] == "corrected" and result["correction_id"] == f"{eid}~r1"
     assert as_json("feedback", eid, "--down", "--comment", "wrong answer")["status"] == "unchanged"
     shown = as_json("episodes", "show", eid)
     assert [s["revision"] for s in shown["scores"]] == [0, 1]

@@ -130,7 +130,9 @@ def test_agents_learn_through_cosmos_and_service_bus(pipeline: Pipeline, cosmos_
     per_episode = stats["total"] / episodes
     print(f"\nCosmos requests per episode through the whole pipeline: {per_episode:.2f} "
           f"({stats['total']} requests for {episodes} episodes: {stats['by_operation']})")
-    assert per_episode <= 3.0
+    # Writing the episode and its score, and one point read per delivery that looks for a stored
+    # score before any judge is called (a copy of a message must not be judged again).
+    assert per_episode <= 3.5
 
 
 def test_a_redelivered_change_feed_batch_and_message_change_nothing(pipeline: Pipeline, amqp_broker: Any) -> None:

@@ -7,6 +7,7 @@ actually consumed.
 
 from __future__ import annotations
 
+import json
 import math
 import threading
 from collections.abc import Iterator
@@ -16,16 +17,34 @@ from typing import Any
 import numpy as np
 import pytest
 from cosmos_fixture import new_cosmos_store
-from factories import make_episode, make_policy_doc
+from factories import CountingStore, make_episode, make_policy_doc
 
 from agent_learning.clock import ManualClock
-from agent_learning.documents import Score, correction_doc_id
+from agent_learning.documents import (
+    Episode,
+    Feedback,
+    JudgeInfo,
+    MetricScore,
+    Score,
+    correction_doc_id,
+    legacy_correction_doc_id,
+)
 from agent_learning.errors import InvalidDocument, NotFound
-from agent_learning.feedback import reconcile, record_feedback, score_rows
+from agent_learning.feedback import reconcile, record_feedback, score_rows, sweep
+from agent_learning.judges.base import Judge, Judgement
 from agent_learning.judges.offline import OfflineJudge
 from agent_learning.learner import Batch, LearnerConfig, Reinforce
-from agent_learning.pipeline import Scorer, create_policy, load_current, score_episode, train_agent
-from agent_learning.rewards import RewardConfig, RewardFunction, judged_reward, with_feedback
+from agent_learning.pipeline import Scorer, create_policy, load_current, score_episode, score_message, train_agent
+from agent_learning.recovery import rescore
+from agent_learning.rewards import (
+    INTENT_RESOLUTION,
+    TASK_ADHERENCE,
+    TASK_COMPLETION,
+    RewardConfig,
+    RewardFunction,
+    judged_reward,
+    with_feedback,
+)
 from agent_learning.store import MemoryStore, SQLiteStore, Store
 
 AGENT = "agent-a"
@@ -47,8 +66,8 @@ def scorer(store: Store, clock: ManualClock) -> Scorer:
     return Scorer(store, OfflineJudge(), RewardFunction(RewardConfig(feedback_weight=0.5)), clock)
 
 
-def add_episodes(store: Store, n: int, start: int = 0) -> list[str]:
-    ids = [f"ep-{i}" for i in range(start, start + n)]
+def add_episodes(store: Store, n: int, start: int = 0, ids: list[str] | None = None) -> list[str]:
+    ids = ids or [f"ep-{i}" for i in range(start, start + n)]
     for i, eid in zip(range(start, start + n), ids, strict=True):
         store.add_episode(make_episode(eid, action_id=["direct", "step-by-step", "calculator"][i % 3],
                                        probability=1 / 3, output="4" if i % 2 else "The answer is 4."))
@@ -67,6 +86,32 @@ def expected(store: Store, episode_id: str, values: list[float]) -> float:
 
 def train(store: Store, clock: ManualClock) -> Any:
     return train_agent(AGENT, store, Reinforce(), clock=clock)
+
+
+def consumed(store: Store) -> dict[str, float]:
+    """Per episode, what the trainer learns from its score rows: the judges' reward plus the deltas."""
+    totals: dict[str, float] = {}
+    for row in store.read_scores(AGENT, None, 100_000):
+        value = row["reward_delta"] if row["revision"] else row["reward"]
+        totals[row["episode_id"]] = totals.get(row["episode_id"], 0.0) + value
+    return totals
+
+
+class ConstantJudge(Judge):
+    """Every metric normalised to ``value``: without penalties, the judged reward is exactly that."""
+
+    def __init__(self, value: float) -> None:
+        self.value = value
+
+    def judge(self, episode: Episode) -> Judgement:
+        metric = MetricScore(raw=3.0, normalised=self.value, evaluator="constant", evaluator_version="1")
+        return Judgement(dict.fromkeys((INTENT_RESOLUTION, TASK_ADHERENCE, TASK_COMPLETION), metric),
+                         JudgeInfo(name="constant", model="none"))
+
+
+def constant_scorer(store: Store, clock: ManualClock, judged: float, feedback_weight: float) -> Scorer:
+    """A scorer whose judged reward is ``judged`` and whose rule blends feedback in with ``feedback_weight``."""
+    return Scorer(store, ConstantJudge(judged), RewardFunction(RewardConfig(feedback_weight=feedback_weight)), clock)
 
 
 def test_the_rule_blends_feedback_with_the_judged_reward_using_the_stored_weight() -> None:
@@ -234,3 +279,175 @@ def test_a_correction_moves_the_gradient_by_its_delta_alone() -> None:
     update = Reinforce().update(theta, both)
     assert update.metrics["episodes"] == 40 and update.metrics["corrections"] == 1
     assert update.metrics["mean_reward"] == pytest.approx(rewards.mean())
+
+
+# --------------------------------------------------------------------------- issue 13
+
+
+def test_an_episode_named_like_a_correction_of_another_is_scored_and_rescoring_it_keeps_the_correction(
+    store: Store, scorer: Scorer, clock: ManualClock
+) -> None:
+    """Correction ids have a form no episode id can have: an episode named ``sess-42:r1`` (what
+    correction 1 of ``sess-42`` used to be called) is its own episode."""
+    (first,) = add_episodes(store, 1, ids=["sess-42"])
+    score_episode(first, scorer, check_existing=False)
+    result = record_feedback(store, first, thumb="down", clock=clock)
+    assert result.reconciled.correction is not None
+    correction = store.get_score(result.reconciled.correction.id)
+
+    (second,) = add_episodes(store, 1, start=1, ids=["sess-42:r1"])
+    outcome = score_message(json.dumps({"type": "score_request", "episode_id": second}), scorer)
+    assert outcome.status == "scored" and outcome.score is not None and outcome.score.episode_id == second
+
+    assert rescore(store, scorer, AGENT, episode_ids=[second]).pending == [second]
+    everything = rescore(store, scorer, AGENT)
+    assert store.get_score(result.reconciled.correction.id) == correction  # no re-score touched the correction
+    assert everything.failed == [] and sorted(everything.pending) == sorted([first, second])
+    assert result.reconciled.correction.id == "sess-42~r1"
+    assert learned(store, first) == pytest.approx(expected(store, first, [0.0]))
+    run = train(store, clock).run
+    assert run is not None and (run.episodes, run.corrections) == (2, 1)
+
+
+def test_corrections_stored_under_their_old_ids_still_count(store: Store, scorer: Scorer, clock: ManualClock) -> None:
+    """Corrections written before correction ids had their own form (``{episode_id}:r{k}``) are
+    read and counted; new ones take the next revision in the new form; an episode written under
+    such an id is dead-lettered with the reason, never completed as a duplicate."""
+    (eid,) = add_episodes(store, 1)
+    score_episode(eid, scorer, check_existing=False)
+    base = Score.from_dict(store.get_score(eid))  # type: ignore[arg-type]
+    up, down = with_feedback(base.reward_function, [1.0])[0], with_feedback(base.reward_function, [0.0])[0]
+    previous = base.reward
+    for revision, reward in ((1, up), (2, down)):  # a thumb up, then down, under the old ids
+        store.add_score(base.model_copy(update={"id": legacy_correction_doc_id(eid, revision), "revision": revision,
+                                                "reward": reward, "reward_delta": reward - previous, "seq": None}))
+        previous = reward
+    store.put_feedback(Feedback.from_dict({"episode_id": eid, "agent_id": AGENT, "source": "user", "thumb": "down",
+                                           "received_at": clock.now()}))
+    assert reconcile(store, eid, clock=clock).status == "unchanged"
+    assert [r["id"] for r in score_rows(store, eid)] == [eid, f"{eid}:r1", f"{eid}:r2"]
+
+    result = record_feedback(store, eid, score=0.5, source="reviewer", clock=clock)
+    assert result.reconciled.correction is not None and result.reconciled.correction.id == f"{eid}~r3"
+    assert learned(store, eid) == pytest.approx(expected(store, eid, [0.0, 0.5]))
+    assert record_feedback(store, eid, score=0.5, source="reviewer", clock=clock).reconciled.status == "unchanged"
+
+    (clash,) = add_episodes(store, 1, start=1, ids=[f"{eid}:r1"])
+    outcome = score_message(json.dumps({"type": "score_request", "episode_id": clash}), scorer)
+    assert outcome.status == "dead_letter" and outcome.reason == "ScoreIdTaken"
+    assert eid in outcome.description and "~r" in outcome.description
+    assert store.get_score(clash)["episode_id"] == eid  # type: ignore[index]
+
+
+def test_a_post_costs_the_same_reads_however_many_corrections_came_before(
+    store: Store, scorer: Scorer, clock: ManualClock
+) -> None:
+    (eid,) = add_episodes(store, 1)
+    score_episode(eid, scorer, check_existing=False)
+    counting = CountingStore(store)
+    reads, writes = [], []
+    for i in range(40):
+        before = counting.calls.copy()
+        result = record_feedback(counting, eid, thumb="up" if i % 2 == 0 else "down", clock=clock)
+        assert result.reconciled.status == "corrected"
+        spent = counting.calls - before
+        reads.append(sum(n for m, n in spent.items() if m.startswith(("get_", "list_", "read_"))))
+        writes.append(sum(spent.values()) - reads[-1])
+    assert len(score_rows(store, eid)) == 41
+    assert set(reads[1:]) == {reads[1]} and reads[0] <= reads[1] + 1  # the first post finds no ledger yet
+    assert set(writes) == {writes[0]}
+    assert learned(store, eid) == pytest.approx(expected(store, eid, [0.0]))
+    assert sum(consumed(store).values()) == pytest.approx(learned(store, eid))
+
+
+def test_a_ledger_left_behind_by_a_crash_is_read_past_and_repaired(
+    store: Store, scorer: Scorer, clock: ManualClock
+) -> None:
+    (eid,) = add_episodes(store, 1)
+    score_episode(eid, scorer, check_existing=False)
+    record_feedback(store, eid, thumb="up", clock=clock)
+    ledger = store.get_correction_ledger(eid)
+    assert ledger is not None and ledger.doc["revision"] == 1
+
+    class NoLedgerWrites(CountingStore):
+        def put_correction_ledger(self, *args: Any, **kwargs: Any) -> str:
+            raise RuntimeError("crash after the correction, before the ledger")
+
+    with pytest.raises(RuntimeError, match="before the ledger"):
+        record_feedback(NoLedgerWrites(store), eid, thumb="down", clock=clock)
+    assert store.get_correction_ledger(eid) == ledger and len(score_rows(store, eid)) == 3
+    assert reconcile(store, eid, clock=clock).status == "unchanged"  # correction 2 is counted
+    repaired = store.get_correction_ledger(eid)
+    assert repaired is not None and repaired.doc["revision"] == 2
+    assert learned(store, eid) == pytest.approx(expected(store, eid, [0.0]))
+    assert repaired.doc["delta_sum"] == pytest.approx(learned(store, eid) - store.get_score(eid)["reward"])  # type: ignore[index]
+
+
+def test_rescoring_an_untrained_episode_reconciles_its_feedback_with_the_new_reward(
+    store: Store, clock: ManualClock
+) -> None:
+    """Judged 0.5 and a thumb up at feedback weight 0.5: 0.75 is learned. Re-scored under a rule
+    that gives 0.5 for the same judgement and feedback, 0.5 is learned, not 0.75."""
+    (eid,) = add_episodes(store, 1)
+    score_episode(eid, constant_scorer(store, clock, 0.5, feedback_weight=0.5), check_existing=False)
+    record_feedback(store, eid, thumb="up", clock=clock)
+    assert learned(store, eid) == pytest.approx(0.75)
+
+    result = rescore(store, constant_scorer(store, clock, 0.5, feedback_weight=0.0), AGENT)
+    assert expected(store, eid, [1.0]) == pytest.approx(0.5)
+    assert learned(store, eid) == pytest.approx(0.5)
+    assert result.pending == [eid] and result.failed == []
+    run = train(store, clock).run
+    assert run is not None and run.episodes == 1
+    assert consumed(store) == {eid: pytest.approx(0.5)}
+
+
+def test_rescoring_a_trained_episode_writes_no_correction_and_its_feedback_stays_on_the_learned_score(
+    store: Store, clock: ManualClock
+) -> None:
+    (eid,) = add_episodes(store, 1)
+    score_episode(eid, constant_scorer(store, clock, 0.5, feedback_weight=0.5), check_existing=False)
+    record_feedback(store, eid, thumb="up", clock=clock)
+    assert train(store, clock).status == "published"  # 0.5 + 0.25 learned
+    rows = score_rows(store, eid)
+
+    result = rescore(store, constant_scorer(store, clock, 0.9, feedback_weight=0.5), AGENT, rejudge=True)
+    assert result.already_trained == [eid]
+    assert store.get_score(eid)["reward"] == pytest.approx(0.9)  # type: ignore[index]  # recorded for inspection
+    # Nothing applies the re-score to the learned reward: not a redelivery, not the sweep, not the next post.
+    assert reconcile(store, eid, clock=clock).status == "unchanged"
+    assert [r["id"] for r in score_rows(store, eid)] == [r["id"] for r in rows]
+    changed = record_feedback(store, eid, thumb="down", clock=clock)  # the user changes their mind
+    assert changed.reconciled.delta == pytest.approx(0.25 - 0.75)  # what the rule gives for the learned score
+    rescore(store, constant_scorer(store, clock, 0.1, feedback_weight=0.5), AGENT, rejudge=True)  # once more
+    assert reconcile(store, eid, clock=clock).status == "unchanged"
+    learned_deltas = sum(r["reward_delta"] for r in score_rows(store, eid)[1:])
+    assert 0.5 + learned_deltas == pytest.approx(0.25)
+
+
+def test_the_sweep_applies_stored_feedback_once_and_leaves_unscored_episodes_their_marker(
+    store: Store, scorer: Scorer, clock: ManualClock
+) -> None:
+    from agent_learning.local import LocalPipeline
+    from agent_learning.queue.sqlite import SQLiteQueue
+
+    scored, unscored = add_episodes(store, 2)
+    score_episode(scored, scorer, check_existing=False)
+    for eid in (scored, unscored):  # stored by a feedback call that died right after
+        store.put_feedback(Feedback.from_dict({"episode_id": eid, "agent_id": AGENT, "source": "user",
+                                               "thumb": "down", "received_at": clock.now()}))
+    result = sweep(store, clock=clock)
+    assert result.read == 2 and result.outcomes == {"corrected": 1, "waiting": 1}
+    assert sweep(store, clock=clock).read == 0  # nothing new: one read of the feed
+    outcome = score_episode(unscored, scorer, check_existing=False)
+    assert outcome.score is not None and outcome.score.feedback_pending  # the marker the sweep left
+    for eid in (scored, unscored):
+        assert len(score_rows(store, eid)) == 2
+        assert learned(store, eid) == pytest.approx(expected(store, eid, [0.0]))
+
+    record_feedback(store, scored, thumb="up", clock=clock)  # applied by its own call
+    pipeline = LocalPipeline(store, SQLiteQueue(":memory:", clock=clock), OfflineJudge(), RewardFunction(),
+                             Reinforce(), clock=clock)
+    report = pipeline.run_once()  # the embedded runner sweeps before training, too
+    assert report.feedback is not None and report.feedback.outcomes == {"unchanged": 1}
+    assert len(score_rows(store, scored)) == 3

@@ -21,6 +21,7 @@ from azure.functions.timer import TimerRequest
 from cosmos_fixture import new_cosmos_store
 
 from agent_learning import functions as handlers
+from agent_learning.callers import key_identity, principal_identity
 from agent_learning.clock import ManualClock
 from agent_learning.config import environment_names, load_settings
 from agent_learning.documents import Episode
@@ -354,11 +355,18 @@ def test_feedback_is_an_http_post_with_function_key_auth() -> None:
     assert output["type"] == "http"
 
 
-def http_feedback(episode_id: str, body: Any) -> tuple[int, dict[str, Any]]:
+KEY = "function-key-of-the-app"
+
+
+def http_feedback(
+    episode_id: str, body: Any, key: str | None = KEY, headers: dict[str, str] | None = None,
+    params: dict[str, str] | None = None,
+) -> tuple[int, dict[str, Any]]:
+    """POST feedback as the holder of function key ``key`` (in the ``x-functions-key`` header)."""
     raw = body if isinstance(body, bytes) else json.dumps(body).encode()
+    sent = {"Content-Type": "application/json", **({"x-functions-key": key} if key else {}), **(headers or {})}
     req = func.HttpRequest(method="POST", url=f"/api/episodes/{episode_id}/feedback",
-                           route_params={"episode_id": episode_id}, headers={"Content-Type": "application/json"},
-                           body=raw)
+                           route_params={"episode_id": episode_id}, headers=sent, params=params or {}, body=raw)
     resp = call("feedback", req)
     assert resp.mimetype == "application/json"
     return resp.status_code, json.loads(resp.get_body())
@@ -369,22 +377,67 @@ def test_http_feedback_before_and_after_scoring(env: Env) -> None:
     env.store.add_episode(Episode.from_dict(early))
     env.store.add_episode(Episode.from_dict(late))
     status, body = http_feedback(early["id"], {"thumb": "down", "comment": "did not help"})
-    assert status == 202 and body["status"] == "waiting" and body["feedback_id"] == f"{early['id']}:fb:user"
+    assert status == 202 and body["status"] == "waiting"
+    assert body["feedback_id"] == f"{early['id']}:fb:{key_identity(KEY)}" and body["source"] == key_identity(KEY)
 
     call("enqueue", document_list([early, late]))
     for m in env.queue.receive(2):
         call("score", sb_message(m))
     rows = env.store.read_scores(AGENT, None, 10)
-    assert sorted(r["id"] for r in rows) == sorted([early["id"], f"{early['id']}:r1", late["id"]])
+    assert sorted(r["id"] for r in rows) == sorted([early["id"], f"{early['id']}~r1", late["id"]])
 
-    status, body = http_feedback(late["id"], {"score": 0.9, "source": "reviewer"})
-    assert status == 200 and body["status"] == "corrected" and body["correction_id"] == f"{late['id']}:r1"
-    status, again = http_feedback(late["id"], {"score": 0.9, "source": "reviewer"})  # posted twice
+    status, body = http_feedback(late["id"], {"score": 0.9}, key="reviewer-key")
+    assert status == 200 and body["status"] == "corrected" and body["correction_id"] == f"{late['id']}~r1"
+    status, again = http_feedback(late["id"], {"score": 0.9}, key="reviewer-key")  # posted twice
     assert status == 200 and again["status"] == "unchanged" and again["reward"] == pytest.approx(body["reward"])
     assert len(env.store.read_scores(AGENT, None, 10)) == 4
     call("train", TimerRequest(past_due=False))
     run = load_current(env.store, AGENT).run  # type: ignore[union-attr]
     assert run is not None and run.episodes == 2 and run.metrics["corrections"] == 2
+
+
+def test_http_feedback_sources_are_the_callers_not_the_body(env: Env) -> None:
+    (doc,) = env.episodes(1)
+    env.store.add_episode(Episode.from_dict(doc))
+    assert http_feedback(doc["id"], {"thumb": "up"}, key="key-of-alice")[0] == 202
+    assert http_feedback(doc["id"], {"thumb": "down"}, key=None, params={"code": "key-of-bob"})[0] == 202
+    principal = "4f1c2a3b-0000-4000-8000-00000000abcd"
+    assert http_feedback(doc["id"], {"thumb": "up"}, headers={"X-MS-CLIENT-PRINCIPAL-ID": principal})[0] == 202
+    by_source = {f["source"]: f["value"] for f in env.store.list_feedback(doc["id"])}
+    assert by_source == {key_identity("key-of-alice"): 1.0, key_identity("key-of-bob"): 0.0,
+                         principal_identity(principal): 1.0}
+
+    # The same key posting again replaces its own verdict; it cannot touch another caller's.
+    assert http_feedback(doc["id"], {"thumb": "down"}, key="key-of-alice")[0] == 202
+    by_source = {f["source"]: f["value"] for f in env.store.list_feedback(doc["id"])}
+    assert len(by_source) == 3 and by_source[key_identity("key-of-alice")] == 0.0
+
+    status, body = http_feedback(doc["id"], {"thumb": "up", "source": key_identity("key-of-bob")}, key="key-of-eve")
+    assert status == 400 and body["error"].startswith("source:") and "caller" in body["error"]
+    assert {f["source"]: f["value"] for f in env.store.list_feedback(doc["id"])} == by_source
+
+
+def test_http_feedback_takes_a_bounded_number_of_sources(env: Env) -> None:
+    from agent_learning.feedback import MAX_FEEDBACK_SOURCES
+
+    (doc,) = env.episodes(1)
+    env.store.add_episode(Episode.from_dict(doc))
+    for i in range(MAX_FEEDBACK_SOURCES):
+        assert http_feedback(doc["id"], {"thumb": "up"}, key=f"key-{i}")[0] == 202
+    status, body = http_feedback(doc["id"], {"thumb": "down"}, key="one-key-too-many")
+    assert status == 409 and body["error"].startswith("source:")
+    assert f"{MAX_FEEDBACK_SOURCES} sources" in body["error"] and "MAX_FEEDBACK_SOURCES" in body["error"]
+    assert len(env.store.list_feedback(doc["id"])) == MAX_FEEDBACK_SOURCES
+    assert http_feedback(doc["id"], {"thumb": "down"}, key="key-3")[0] == 202  # an existing source may change
+    assert {f["value"] for f in env.store.list_feedback(doc["id"])} == {0.0, 1.0}
+
+
+def test_http_feedback_nested_too_deeply_is_a_400_naming_the_body(env: Env) -> None:
+    (doc,) = env.episodes(1)
+    env.store.add_episode(Episode.from_dict(doc))
+    status, body = http_feedback(doc["id"], b'{"thumb": ' + b"[" * 8_000 + b"]" * 8_000 + b"}")
+    assert status == 400 and body["error"].startswith("body:") and "nested" in body["error"]
+    assert env.store.list_feedback(doc["id"]) == []
 
 
 @pytest.mark.parametrize(
@@ -398,6 +451,7 @@ def test_http_feedback_before_and_after_scoring(env: Env) -> None:
         ({}, 400, "thumb"),
         ({"thumb": "up", "stars": 5}, 400, "stars"),
         ({"thumb": "up", "source": 3}, 400, "source"),
+        ({"thumb": "up", "source": "reviewer"}, 400, "source"),
         ({"thumb": "up", "comment": "x" * 2000}, 400, "comment"),
         ({"thumb": "up", "comment": "x" * 20_000}, 413, "body"),
     ],

@@ -30,13 +30,14 @@ from reliability_report import Backend, record
 
 from agent_learning.admin import rollback, set_pinned
 from agent_learning.clock import ManualClock
-from agent_learning.documents import PolicyDocument, TrainingRun, run_doc_id
+from agent_learning.documents import PolicyDocument, Score, TrainingRun, run_doc_id
+from agent_learning.feedback import score_rows
 from agent_learning.judges.offline import OfflineJudge
 from agent_learning.learner import Reinforce
 from agent_learning.local import LocalPipeline
 from agent_learning.pipeline import load_current
 from agent_learning.queue.sqlite import SQLiteQueue
-from agent_learning.rewards import RewardFunction
+from agent_learning.rewards import RewardFunction, with_feedback
 
 ROUNDS, PER_ROUND = 3, 20
 
@@ -209,3 +210,42 @@ def test_the_embedded_runner_restarted_after_a_crash_loses_nothing(backend: Back
     current = load_current(backend.store, AGENT)
     assert current is not None
     np.testing.assert_allclose(current.logits, reference(ROUNDS, PER_ROUND).logits, rtol=0, atol=1e-9)
+
+
+def test_feedback_whose_handler_died_after_storing_it_is_applied_once_by_the_next_tick(backend: Backend) -> None:
+    """The feedback function stores the feedback, then dies before applying it (before the reward
+    is reconciled, or the unscored episode's marker is left). The next training tick's sweep
+    applies it, once, on an episode already learned from and on one not scored yet alike."""
+    clock = ManualClock()
+    start_policy(backend.store, clock)
+    queue = SQLiteQueue(backend.path / "queue.db", clock=clock)
+    injector = Injector({"put_feedback:after": 2})  # the 1st and 3rd post die after storing
+    host = FunctionsHost(backend.store, queue, clock, injector=injector)
+    agent = Agent(backend.store, clock)
+    agent.run(PER_ROUND)
+    host.cycle()
+    learned_from = agent.written[0]
+    unscored, other = (e.id for e in agent.run(PER_ROUND)[:2])
+    with pytest.raises(Crash):
+        host.post_feedback(learned_from, {"thumb": "down"})
+    assert host.post_feedback(other, {"thumb": "down"}, key="another-key") == 202  # a post that does not die
+    with pytest.raises(Crash):
+        host.post_feedback(unscored, {"thumb": "down"})
+    assert injector.total == 2
+
+    host.cycle()  # pump, score, then the tick: sweep, train
+    for _ in range(2):
+        host.tick()  # later sweeps find nothing left to do
+    for episode_id in (learned_from, other, unscored):
+        rows = score_rows(backend.store, episode_id)
+        assert [r["revision"] for r in rows] == [0, 1], episode_id
+        expected = with_feedback(Score.from_dict(rows[0]).reward_function, [0.0])[0]
+        assert rows[0]["reward"] + rows[1]["reward_delta"] == pytest.approx(expected)
+    current = load_current(backend.store, AGENT)
+    assert current is not None and current.run is not None
+    assert (current.run.episodes, current.run.corrections) == (PER_ROUND, 3)
+
+    books = account(backend.store, agent.written, dead_lettered(queue))
+    record("crashes: feedback stored, not applied", backend.kind, faults=injector.total,
+           episodes=len(agent.written), lost=books.lost, double=len(books.double), kept=len(books.kept))
+    assert books.lost == 0 and books.double == set() and books.versions == 3

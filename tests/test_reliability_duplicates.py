@@ -63,3 +63,22 @@ def test_triple_deliveries_give_identical_scores_and_one_update_per_episode(back
     np.testing.assert_allclose(current.logits, clean.logits, rtol=0, atol=1e-9)
     # Copies judged concurrently may each call the judge; redeliveries find the stored score.
     assert episodes <= host.judge.calls <= 3 * episodes
+
+
+def test_a_replay_storm_judges_each_episode_once(backend: Backend) -> None:
+    """Every message reaches the queue twice, each copy as a first delivery (the duplicate-detection
+    window had passed, as after a dead-letter replay or a change-feed rewind): the copy finds the
+    stored score before any judge is called."""
+    clock = ManualClock()
+    start_policy(backend.store, clock)
+    queue = SQLiteQueue(backend.path / "queue.db", clock=clock, duplicate_window_seconds=0.5)
+    host = FunctionsHost(backend.store, queue, clock, deliveries=Deliveries(feed=2))
+    agent = Agent(backend.store, clock)
+    run_rounds(host, agent, ROUNDS, PER_ROUND)
+
+    books = account(backend.store, agent.written, dead_lettered(queue))
+    record("duplicates: replay storm", backend.kind, faults=host.faults, episodes=len(agent.written),
+           lost=books.lost, double=len(books.double), kept=len(books.kept))
+    assert host.events["redelivered batch"] >= ROUNDS and host.events["ack lost"] == 0
+    assert host.judge.calls == len(agent.written)
+    assert books.lost == 0 and books.double == set() and books.versions == ROUNDS + 1

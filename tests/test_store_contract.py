@@ -21,7 +21,14 @@ from factories import BASE_TIME, make_episode, make_policy_doc, make_run, make_s
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from agent_learning.documents import Feedback, Score, ScoreCursor
+from agent_learning.documents import (
+    CorrectionLedger,
+    Feedback,
+    Score,
+    ScoreCursor,
+    correction_doc_id,
+    correction_ledger_id,
+)
 from agent_learning.errors import ConcurrencyConflict, InvalidDocument
 from agent_learning.pipeline import create_policy, materialise
 from agent_learning.store import MemoryStore, SQLiteStore, Store
@@ -705,6 +712,82 @@ def test_a_score_without_a_marker_is_not_pending_and_put_score_replaces_a_marker
     assert ids(store.read_scores("agent-a", None, 10)) == ["ep-1", "ep-2"]
 
 
+def test_the_feedback_feed_pages_through_every_write_once_and_an_overwrite_comes_again(store: Store) -> None:
+    empty = store.read_feedback_changes(None, 10)
+    assert empty.items == [] and store.read_feedback_changes(empty.continuation, 10).items == []
+    written = [("ep-2", "user"), ("ep-1", "user"), ("ep-1", "reviewer"), ("ep-3", "user"), ("ep-2", "bot")]
+    for episode_id, source in written:
+        store.put_feedback(make_feedback(episode_id, source))
+    pages: list[list[str]] = []
+    continuation = empty.continuation
+    while (page := store.read_feedback_changes(continuation, 2)).items:
+        assert page.continuation is not None
+        pages.append(ids(page.items))
+        continuation = page.continuation
+    assert [len(p) for p in pages] == [2, 2, 1]
+    assert [i for p in pages for i in p] == [make_feedback(e, s).id for e, s in written]
+    first = store.read_feedback_changes(None, 1).items[0]
+    assert user_fields(first) == make_feedback("ep-2", "user").to_dict()
+
+    changed = make_feedback("ep-1", "user", thumb="down")
+    store.put_feedback(changed)  # an overwrite comes again, after the continuation, as it is now
+    (again,) = store.read_feedback_changes(continuation, 10).items
+    assert user_fields(again) == changed.to_dict()
+    everything = ids(store.read_feedback_changes(None, 100).items)
+    assert sorted(everything) == sorted(make_feedback(e, s).id for e, s in written)  # each document once
+
+
+def make_ledger(episode_id: str = "ep-1", revision: int = 1, delta_sum: float = -0.25) -> CorrectionLedger:
+    return CorrectionLedger(id=correction_ledger_id(episode_id), episode_id=episode_id, agent_id="agent-a",
+                            revision=revision, delta_sum=delta_sum, updated_at=BASE_TIME)
+
+
+def test_a_correction_ledger_is_created_once_and_replaced_by_etag(store: Store) -> None:
+    assert store.get_correction_ledger("ep-1") is None
+    etag = store.put_correction_ledger(make_ledger(revision=1), None)
+    tagged = store.get_correction_ledger("ep-1")
+    assert tagged is not None and tagged.etag == etag and user_fields(tagged.doc) == make_ledger(revision=1).to_dict()
+    with pytest.raises(ConcurrencyConflict):
+        store.put_correction_ledger(make_ledger(revision=2), None)  # create only
+    with pytest.raises(ConcurrencyConflict):
+        store.put_correction_ledger(make_ledger(revision=2), "stale")
+    newer = store.put_correction_ledger(make_ledger(revision=2, delta_sum=0.5), etag)
+    assert newer != etag
+    with pytest.raises(ConcurrencyConflict):
+        store.put_correction_ledger(make_ledger(revision=3), etag)  # the ETag read before the last write
+    tagged = store.get_correction_ledger("ep-1")
+    assert tagged is not None and (tagged.doc["revision"], tagged.doc["delta_sum"]) == (2, 0.5)
+    assert store.get_correction_ledger("ep-2") is None
+    with pytest.raises(ConcurrencyConflict):
+        store.put_correction_ledger(make_ledger("ep-2"), "an etag of nothing")
+
+
+def test_a_correction_ledger_is_no_score_and_no_feedback(store: Store) -> None:
+    feed = store.read_feedback_changes(None, 10)
+    store.put_correction_ledger(make_ledger("ep-1"), None)
+    assert store.get_score("ep-1") is None and store.get_score(correction_ledger_id("ep-1")) is None
+    assert store.read_scores("agent-a", None, 10) == []
+    assert store.list_feedback("ep-1") == [] and store.read_feedback_changes(feed.continuation, 10).items == []
+    assert store.mark_feedback_waiting("ep-1", "agent-a") is True  # the episode is still unscored
+    stored = store.add_score(make_score("ep-1"))
+    assert stored.feedback_pending is True
+    assert ids(store.read_scores("agent-a", None, 10)) == ["ep-1"]
+    assert store.get_correction_ledger("ep-1") is not None
+
+
+def test_correction_ids_are_scores_of_their_own_next_to_an_episode_with_the_old_form(store: Store) -> None:
+    first = store.add_score(make_score("sess-42"))
+    correction = make_score("sess-42", id=correction_doc_id("sess-42", 1), revision=1, reward_delta=0.25)
+    assert correction.id == "sess-42~r1"
+    store.add_score(correction)
+    store.add_score(make_score("sess-42:r1"))  # an episode whose id is what correction 1 once was
+    rows = store.read_scores("agent-a", None, 10)
+    assert ids(rows) == ["sess-42", "sess-42~r1", "sess-42:r1"]
+    last = cursor_of(rows[1])
+    assert ids(store.read_scores("agent-a", last, 10)) == ["sess-42:r1"]
+    assert store.get_score("sess-42")["seq"] == first.seq  # type: ignore[index]
+
+
 # =========================================================================== SQLite only
 
 
@@ -836,3 +919,19 @@ def test_sqlite_a_corrupt_score_row_is_still_returned_with_seq_and_id(db_path: P
             Score.from_dict(rows[1])
         # The corrupt rows can be skipped by cursor like any other.
         assert ids(store.read_scores("agent-a", cursor_of(rows[2]), 10)) == ["ep-2"]
+
+
+def test_sqlite_a_file_from_before_the_feedback_feed_puts_its_feedback_in_the_feed_once(db_path: Path) -> None:
+    import sqlite3
+
+    with SQLiteStore(db_path) as store:
+        store.put_feedback(make_feedback("ep-2", "user"))
+        store.put_feedback(make_feedback("ep-1", "user"))
+    with sqlite3.connect(db_path) as conn:  # the file as a version without the feed left it
+        conn.execute("DROP TABLE feedback_feed")
+        conn.execute("DROP TABLE correction_ledgers")
+    expected = [make_feedback("ep-2", "user").id, make_feedback("ep-1", "user").id]
+    for _ in range(2):  # opened once more: nothing enters the feed twice
+        with SQLiteStore(db_path) as store:
+            assert ids(store.read_feedback_changes(None, 10).items) == expected
+            assert store.get_correction_ledger("ep-1") is None

@@ -813,9 +813,11 @@ TRAINING_FAILED = ("invalid_policy", "unavailable", "failed")
 @db_option
 @_handle_errors
 def train(agent_id: str | None, as_json: bool, db: str | None) -> None:
-    """Enqueue and score new episodes, then run one training step (what the timer does).
+    """Enqueue and score new episodes, apply feedback left unapplied, then run one training step
+    (what the timer does).
 
     Exits with 1 if an agent could not be trained (the others are trained all the same)."""
+    from .feedback import sweep
     from .local import open_local
 
     settings = _settings(db)
@@ -825,6 +827,7 @@ def train(agent_id: str | None, as_json: bool, db: str | None) -> None:
         with _progress("scoring", as_json) as bar:
             task = bar.add_task("score", total=enqueued or None)
             outcomes = pipeline.score_pending(progress=lambda n: bar.update(task, completed=n))
+        sweep(pipeline.store, clock=pipeline.clock)
         results = pipeline.train([agent_id] if agent_id else None)
     finally:
         pipeline.store.close()

@@ -1,10 +1,12 @@
 """The data contract: every document the pipeline stores, with its validation.
 
-Five document types live in five containers (Cosmos) or tables (SQLite):
+These document types live in five containers (Cosmos) or in tables (SQLite):
 
 * :class:`Episode` (``episodes``) — one agent run. Written by agents only, never updated.
 * :class:`Score` (``scores``) — the judges' metrics and the shaped reward of one episode.
   Its id is the episode id, so re-scoring overwrites instead of duplicating.
+* :class:`CorrectionLedger` (``scores`` on Cosmos, its own table elsewhere) — how far an
+  episode's feedback corrections go; never read by the trainer.
 * :class:`PolicyDocument` (``policies``) — an immutable version (``kind="version"``, id
   ``{agent_id}:v{version}``) or the per-agent current document (``kind="current"``, id
   ``{agent_id}:current``) that agents point-read and trainers replace with an ETag check.
@@ -12,9 +14,14 @@ Five document types live in five containers (Cosmos) or tables (SQLite):
 * :class:`Feedback` (``feedback``) — a user's verdict on one episode (thumbs or a 0–1 score),
   one document per episode and source, so posting the same feedback again overwrites it.
 
-A score with ``revision`` k ≥ 1 is a *feedback correction* (id ``{episode_id}:r{k}``): it
+A score with ``revision`` k ≥ 1 is a *feedback correction* (id ``{episode_id}~r{k}``): it
 carries the change of the episode's reward that feedback caused, so that feedback arriving
 after the episode was learned from is learned exactly once (see :mod:`agent_learning.feedback`).
+Episode ids may not contain ``~``, so no episode id is ever a correction id. Corrections written
+before this form existed have ids ``{episode_id}:r{k}``; they are still read and counted
+(:func:`legacy_correction_doc_id`), and none are written any more. A :class:`CorrectionLedger`
+(id ``{episode_id}~ledger``, stored with the scores) says how far an episode's corrections go,
+so that applying feedback never walks them.
 
 Every document carries ``schema_version``. Parsing is strict (no string-to-number coercion,
 no unknown fields, no NaN/inf) and reports every problem with the field path, e.g.
@@ -70,6 +77,16 @@ AgentId = Annotated[str, StringConstraints(strict=True, pattern=_ID)]
 ActionId = Annotated[str, StringConstraints(strict=True, pattern=r"^[A-Za-z0-9][A-Za-z0-9._:=\-]{0,127}$")]
 # Cosmos ids may not contain / \ ? # and are at most 255 characters.
 DocId = Annotated[str, StringConstraints(strict=True, pattern=r"^[A-Za-z0-9][A-Za-z0-9._:\-]{0,199}$")]
+MAX_ID_CHARS = 200
+"""The longest document id written (Cosmos allows 255)."""
+# A score's id: an episode id (the judges' score) or a correction id, ``~r{k}`` after a DocId.
+ScoreId = Annotated[
+    str,
+    StringConstraints(strict=True, max_length=MAX_ID_CHARS, pattern=r"^[A-Za-z0-9][A-Za-z0-9._:\-]*(~r[1-9][0-9]*)?$"),
+]
+LedgerId = Annotated[
+    str, StringConstraints(strict=True, max_length=MAX_ID_CHARS, pattern=r"^[A-Za-z0-9][A-Za-z0-9._:\-]*~ledger$")
+]
 Name = Annotated[str, StringConstraints(strict=True, min_length=1, max_length=128)]
 Text = Annotated[str, StringConstraints(strict=True, max_length=MAX_TEXT_CHARS)]
 StepText = Annotated[str, StringConstraints(strict=True, max_length=MAX_STEP_TEXT_CHARS)]
@@ -330,7 +347,7 @@ class ScoreCursor(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     seq: Count
-    id: DocId
+    id: ScoreId
 
     def __lt__(self, other: ScoreCursor) -> bool:
         return (self.seq, self.id) < (other.seq, other.id)
@@ -454,7 +471,8 @@ class Score(Document):
     """The judged and shaped outcome of one episode, or a feedback correction of it.
 
     ``revision`` 0 is the judges' score: its ``id`` equals the episode id. ``revision`` k ≥ 1
-    is the k-th feedback correction (id ``{episode_id}:r{k}``): ``reward`` is the episode's
+    is the k-th feedback correction (id ``{episode_id}~r{k}``, or ``{episode_id}:r{k}`` when it
+    was written before that form existed): ``reward`` is the episode's
     reward after that feedback and ``reward_delta`` what it adds to everything learned
     before, which is what the trainer learns from it.
 
@@ -465,7 +483,7 @@ class Score(Document):
     window allows (Cosmos DB), so a trainer may have passed it (see :mod:`agent_learning.store.cosmos`).
     """
 
-    id: DocId
+    id: ScoreId
     type: Literal["score"] = "score"
     episode_id: DocId
     agent_id: AgentId
@@ -486,7 +504,8 @@ class Score(Document):
     @model_validator(mode="after")
     def _id_is_episode(self) -> Score:
         expected = correction_doc_id(self.episode_id, self.revision)
-        if self.id != expected:
+        legacy = self.revision > 0 and self.id == legacy_correction_doc_id(self.episode_id, self.revision)
+        if self.id != expected and not legacy:
             what = "episode_id" if self.revision == 0 else f"the id of correction {self.revision}"
             raise ValueError(f"id: must equal {what} {expected!r}")
         if (self.reward_delta is None) != (self.revision == 0):
@@ -505,16 +524,68 @@ class Score(Document):
 
 
 def correction_doc_id(episode_id: str, revision: int) -> str:
-    """The id of an episode's score (``revision`` 0) or of its k-th feedback correction.
+    """The id of an episode's score (``revision`` 0) or of its k-th feedback correction
+    (``{episode_id}~r{k}``: ``~`` is not allowed in episode ids, so the two never meet).
 
-    Ids stay within the 200 characters of :data:`DocId`: a long episode id is replaced by
-    its hash in correction ids.
+    Ids stay within :data:`MAX_ID_CHARS`: a long episode id is replaced by its hash in
+    correction ids.
     """
-    if revision == 0:
-        return episode_id
-    suffix = f":r{revision}"
-    base = episode_id if len(episode_id) + len(suffix) <= 200 else hashlib.sha256(episode_id.encode()).hexdigest()
-    return base + suffix
+    return episode_id if revision == 0 else _with_suffix(episode_id, f"~r{revision}")
+
+
+def legacy_correction_doc_id(episode_id: str, revision: int) -> str:
+    """The id correction ``revision`` got before correction ids had their own form
+    (``{episode_id}:r{k}``, which is also a valid episode id). Read, never written."""
+    return _with_suffix(episode_id, f":r{revision}")
+
+
+def correction_ledger_id(episode_id: str) -> str:
+    """The id of an episode's :class:`CorrectionLedger`."""
+    return _with_suffix(episode_id, "~ledger")
+
+
+def _with_suffix(episode_id: str, suffix: str) -> str:
+    if len(episode_id) + len(suffix) <= MAX_ID_CHARS:
+        return episode_id + suffix
+    return hashlib.sha256(episode_id.encode()).hexdigest() + suffix
+
+
+class LearnedBase(BaseModel):
+    """The judges' score an episode was learned with, kept when a re-score replaced it."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+
+    reward: Annotated[float, Field(strict=True, allow_inf_nan=False, ge=-1, le=1)]
+    reward_function: RewardInfo
+
+
+class CorrectionLedger(Document):
+    """How far an episode's feedback corrections go: applying feedback reads this, not every row.
+
+    ``revision`` is the last correction it accounts for and ``delta_sum`` the sum of the
+    ``reward_delta`` of corrections 1..``revision``, so the reward learned for the episode is
+    its judges' reward plus ``delta_sum`` (plus the deltas of any correction after
+    ``revision``: a crash between writing a correction and advancing the ledger leaves it
+    behind, and readers read on from it). ``learned_base`` is set when an episode that a policy
+    version had already learned from was re-scored: the judges' score it was learned with,
+    which its feedback keeps being applied to (the re-score itself is not learned).
+    Stored with the scores (the trainer never reads it); replaced with an ETag check.
+    """
+
+    id: LedgerId
+    type: Literal["correction_ledger"] = "correction_ledger"
+    episode_id: DocId
+    agent_id: AgentId
+    revision: Count = 0
+    delta_sum: Finite = 0.0
+    learned_base: LearnedBase | None = None
+    updated_at: AwareDatetime
+
+    @model_validator(mode="after")
+    def _id_of_episode(self) -> CorrectionLedger:
+        if self.id != correction_ledger_id(self.episode_id):
+            raise ValueError(f"id: expected {correction_ledger_id(self.episode_id)!r}")
+        return self
 
 
 # --------------------------------------------------------------------------- feedback
@@ -526,7 +597,8 @@ class Feedback(Document):
     """A user's verdict on one episode: thumbs up/down or a score in [0, 1].
 
     ``id`` is :func:`feedback_doc_id` of the episode and the source, so one source has one
-    feedback per episode: posting again replaces it. ``value`` is the verdict on [0, 1]
+    feedback per episode: posting again replaces it. Over HTTP the source is the caller's
+    identity (:mod:`agent_learning.callers`), never a field of the request. ``value`` is the verdict on [0, 1]
     (thumbs up 1, thumbs down 0), which the reward rule blends with the judges' reward.
     """
 

@@ -9,6 +9,7 @@ The pipeline decides what to do with a failure by its class, never by its messag
   episode that references an unknown policy version).
 * :class:`ConcurrencyConflict` — an optimistic-concurrency write lost its race (stale ETag,
   or the document already exists).
+* :class:`LimitExceeded` — the request would grow something past a documented bound.
 """
 
 from __future__ import annotations
@@ -49,6 +50,10 @@ class PermanentError(AgentLearningError):
 
 class ConcurrencyConflict(AgentLearningError):
     """An optimistic-concurrency write was rejected (stale ETag or existing document)."""
+
+
+class LimitExceeded(AgentLearningError):
+    """A request would grow something past a documented bound; the message names the bound."""
 
 
 class NotFound(AgentLearningError, KeyError):

@@ -15,10 +15,11 @@ Failure semantics per trigger:
   raises :class:`TransientScoringError` to have it redelivered, and raises
   :class:`PoisonMessage` for bad input: the reason is logged on every delivery, each of which
   fails fast, and Service Bus dead-letters the message after MaxDeliveryCount deliveries.
-* ``train`` (timer) trains every agent; one agent's failure does not stop the others (a store
-  outage is logged as a warning, ``unavailable``; a corrupt policy or anything else as an
-  error), and every published version is checked for exploration collapse and reward drops.
-* ``feedback`` (HTTP POST) stores a user's feedback on an episode and reconciles its reward;
+* ``train`` (timer) first applies feedback whose handler died before applying it, then trains
+  every agent; one agent's failure does not stop the others (a store outage is logged as a
+  warning, ``unavailable``; a corrupt policy or anything else as an error), and every
+  published version is checked for exploration collapse and reward drops.
+* ``feedback`` (HTTP POST) stores a caller's feedback on an episode and reconciles its reward;
   bad input is a 400 naming the field, an unknown episode a 404, and posting again is a no-op.
 * ``ingest`` (HTTP POST) writes an agent's episode for a caller allowed to write that agent
   (:mod:`agent_learning.ingestion`); posting the same episode again is a no-op.
@@ -177,9 +178,15 @@ TRAIN_LOG_LEVELS = {"invalid_policy": logging.ERROR, "failed": logging.ERROR, "u
 
 
 def train(rt: Runtime) -> list[TrainOutcome]:
-    """Timer trigger: one training run for every agent with a policy."""
+    """Timer trigger: apply feedback left unapplied (:func:`agent_learning.feedback.sweep`; its
+    failure is logged and does not stop training), then one training run for every agent."""
+    from .feedback import sweep
     from .pipeline import train_all
 
+    try:
+        sweep(rt.store)
+    except Exception:
+        log.exception("feedback sweep failed; the next tick tries again")
     s = rt.settings
     outcomes = train_all(
         rt.store, learner_of(rt), max_batch=s.train_max_batch, min_batch=s.train_min_batch, drift=s.drift_config()
@@ -245,22 +252,26 @@ _ENTITY_TAG = re.compile(r'(?:W/)?"([\x21\x23-\x7e]+)"')
 
 
 MAX_FEEDBACK_BYTES = 16_384
-FEEDBACK_FIELDS = ("source", "thumb", "score", "comment")
+FEEDBACK_FIELDS = ("thumb", "score", "comment")
 
 
-def post_feedback(episode_id: str, body: bytes, rt: Runtime) -> HttpAnswer:
+def post_feedback(episode_id: str, body: bytes, caller: Caller, rt: Runtime) -> HttpAnswer:
     """HTTP POST ``/api/episodes/{episode_id}/feedback``: a user's verdict on an episode.
 
-    Body: ``{"thumb": "up"|"down"}`` or ``{"score": 0.0-1.0}``, with optional ``source``
-    (default ``"user"``; one feedback per source and episode) and ``comment``. Answers 200 with
-    what changed (``status`` ``corrected`` or ``unchanged``), 202 when the episode is not
-    scored yet (its scorer applies the feedback), 400 naming the bad field, 404 for an
-    unknown episode, 413 for a body over 16 KiB.
+    Body: ``{"thumb": "up"|"down"}`` or ``{"score": 0.0-1.0}``, with an optional ``comment``.
+    The feedback's source is the ``caller`` (:func:`agent_learning.callers.identify`: its Entra
+    ID principal or its function key), never the body, so nobody can overwrite another
+    caller's verdict: one feedback per caller and episode, and a caller posting again replaces
+    its own. Answers 200 with what changed
+    (``status`` ``corrected`` or ``unchanged``), 202 when the episode is not scored yet (its
+    scorer applies the feedback), 400 naming the bad field (a ``source`` field included), 404
+    for an unknown episode, 409 for a new source beyond
+    :data:`~agent_learning.feedback.MAX_FEEDBACK_SOURCES`, 413 for a body over 16 KiB.
     """
     from pydantic import TypeAdapter, ValidationError
 
     from .documents import DocId
-    from .errors import InvalidDocument, NotFound
+    from .errors import InvalidDocument, LimitExceeded, NotFound
     from .feedback import record_feedback
 
     try:
@@ -273,27 +284,33 @@ def post_feedback(episode_id: str, body: bytes, rt: Runtime) -> HttpAnswer:
         data = json.loads(body or b"null")
     except (ValueError, UnicodeDecodeError):
         return _json_answer(400, {"error": "body: is not valid JSON"})
+    except RecursionError:
+        return _json_answer(400, {"error": "body: is nested too deeply to parse"})
     if not isinstance(data, dict):
         return _json_answer(400, {"error": "body: must be a JSON object with thumb or score"})
+    if "source" in data:
+        return _json_answer(400, {"error": "source: is not accepted; the source of feedback is the caller "
+                                           "(its Entra ID principal or function key), not the body"})
     unknown = sorted(set(data) - set(FEEDBACK_FIELDS))
     if unknown:
         return _json_answer(400, {"error": f"{unknown[0]}: unknown field (known: {', '.join(FEEDBACK_FIELDS)})"})
-    if not isinstance(data.get("source", "user"), str) or not isinstance(data.get("comment", ""), str):
-        field = "source" if not isinstance(data.get("source", "user"), str) else "comment"
-        return _json_answer(400, {"error": f"{field}: must be a string"})
+    if not isinstance(data.get("comment", ""), str):
+        return _json_answer(400, {"error": "comment: must be a string"})
     try:
         result = record_feedback(
             rt.store,
             episode_id,
             thumb=data.get("thumb"),
             score=data.get("score"),
-            source=data.get("source", "user"),
+            source=caller.id,
             comment=data.get("comment", ""),
         )
     except InvalidDocument as exc:
         return _json_answer(400, {"error": str(exc).removeprefix("invalid feedback: ")})
     except NotFound as exc:
         return _json_answer(404, {"error": str(exc)})
+    except LimitExceeded as exc:
+        return _json_answer(409, {"error": str(exc)})
     answer = result.to_dict()
     return _json_answer(202 if answer["status"] == "waiting" else 200, answer)
 

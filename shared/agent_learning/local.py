@@ -22,6 +22,7 @@ from typing import Any
 from .clock import SYSTEM_CLOCK, Clock
 from .config import Settings, load_settings
 from .errors import ConcurrencyConflict
+from .feedback import SweepResult, sweep
 from .judges.base import Judge
 from .pipeline import EnqueueResult, Scorer, TrainOutcome, enqueue_episodes, score_message, settle, train_all
 from .queue.base import WorkQueue
@@ -38,6 +39,8 @@ class CycleReport:
     enqueued: int = 0
     outcomes: Counter[str] = field(default_factory=Counter)
     trained: list[TrainOutcome] = field(default_factory=list)
+    feedback: SweepResult | None = None
+    """What the feedback sweep before training did."""
 
 
 class LocalPipeline:
@@ -126,10 +129,11 @@ class LocalPipeline:
         )
 
     def run_once(self, agent_ids: Iterable[str] | None = None) -> CycleReport:
-        """Pump, score everything available, then train: one timer period's work."""
+        """Pump, score everything available, apply unapplied feedback, then train: one timer period's work."""
         report = CycleReport()
         report.enqueued = self.pump()
         report.outcomes = self.score_pending()
+        report.feedback = sweep(self.store, clock=self.clock)
         report.trained = self.train(agent_ids)
         return report
 

@@ -200,9 +200,11 @@ class Scorer:
 def score_message(body: bytes | str, scorer: Scorer, *, delivery_count: int = 1, force: bool = False) -> ScoreOutcome:
     """Judge the episode a message names, shape its reward and store the score.
 
-    On a first delivery the score is simply created (a duplicate message finds the first
-    score in place and changes nothing); on a redelivery the handler first checks whether an
-    earlier attempt already stored it, so that a crash after storing costs no second judging.
+    Every delivery first checks for a stored score (one point read): a redelivery after a
+    crash, and a copy of the message that arrives as a first delivery (after the queue's
+    duplicate-detection window, a dead-letter replay or a change-feed rewind), cost no second
+    judging (``delivery_count`` is accepted for compatibility: every delivery is checked alike).
+    ``force`` re-scores (see :func:`score_episode`).
     """
     try:
         request = ScoreRequest.from_json(body)
@@ -211,8 +213,7 @@ def score_message(body: bytes | str, scorer: Scorer, *, delivery_count: int = 1,
     if request.episode is not None and request.episode.get("id") != request.episode_id:
         return ScoreOutcome("dead_letter", request.episode_id, "InvalidMessage",
                             "invalid score_request: episode.id: does not match episode_id")
-    return score_episode(request.episode_id, scorer, episode=request.episode,
-                         check_existing=delivery_count > 1, force=force)
+    return score_episode(request.episode_id, scorer, episode=request.episode, force=force)
 
 
 def score_episode(
@@ -224,6 +225,11 @@ def score_episode(
     force: bool = False,
 ) -> ScoreOutcome:
     """Score one episode (``episode`` is its document if the caller has it; else it is read).
+
+    ``check_existing`` looks for a stored score first (a duplicate is not judged again);
+    ``force`` judges and overwrites it (re-scoring). A score slot held by another episode's
+    feedback correction (ids ``{episode_id}:r{k}`` written before corrections had ids of their
+    own) is dead-lettered as ``ScoreIdTaken``, never taken for a duplicate or overwritten.
 
     Feedback that arrived before the score left a marker that the score's write replaces;
     the written score then says ``feedback_pending`` and the feedback is reconciled here.
@@ -245,9 +251,11 @@ def _score_episode(
     episode_id: str, scorer: Scorer, episode: Mapping[str, Any] | None, check_existing: bool, force: bool
 ) -> ScoreOutcome:
     store = scorer.store
-    if check_existing and not force:
+    if check_existing or force:
         existing = store.get_score(episode_id)
-        if existing is not None:
+        if taken := _slot_taken(episode_id, existing):
+            return taken
+        if existing is not None and not force:
             if existing.get("feedback_pending"):  # a crash may have come between the score and its feedback
                 reconcile(store, episode_id, clock=scorer.clock)
             return ScoreOutcome("duplicate", episode_id, "AlreadyScored")
@@ -305,11 +313,28 @@ def _score_episode(
     try:
         stored = store.put_score(score) if force else store.add_score(score)
     except ConcurrencyConflict:
-        return ScoreOutcome("duplicate", episode_id, "AlreadyScored")
+        return _slot_taken(episode_id, store.get_score(episode_id)) or ScoreOutcome(
+            "duplicate", episode_id, "AlreadyScored"
+        )
     record(QUEUE_LAG, max(0.0, (stored.scored_at - episode.ended_at).total_seconds()), {"agent_id": episode.agent_id})
     if stored.feedback_pending:
         reconcile(store, episode_id, clock=scorer.clock)
     return ScoreOutcome("scored", episode_id, score=stored)
+
+
+def _slot_taken(episode_id: str, existing: Mapping[str, Any] | None) -> ScoreOutcome | None:
+    """The dead letter for an episode whose score slot holds a row of another episode, else ``None``."""
+    other = existing.get("episode_id") if existing is not None else None
+    if existing is None or not isinstance(other, str) or other == episode_id:
+        return None
+    return ScoreOutcome(
+        "dead_letter",
+        episode_id,
+        "ScoreIdTaken",
+        f"the score id {episode_id!r} holds feedback correction {existing.get('revision')!r} of episode "
+        f"{other!r} (an id corrections had before they got the form '{{episode_id}}~r{{k}}'); "
+        "write the episode again under another id",
+    )
 
 
 def run_judge(judge: Judge, episode: Episode) -> Any:

@@ -20,6 +20,14 @@ Neither can make an episode count twice in learning:
   back to a version before them or start a new one; re-feeding them on top of the updates
   they already made would count them twice.
 
+  Feedback stays exact across a re-score (see :mod:`agent_learning.feedback`): a pending
+  episode's feedback is reconciled against its new judges' reward right after, so that what is
+  learned is what the reward rule gives for the new score and the feedback (a correction makes
+  up the difference). An already-learned episode gets no correction: before its score is
+  overwritten, the score it was learned with is kept in its correction ledger, and its feedback,
+  now and later, is applied to that score, so the re-score is not learned, in whole or in part.
+  Feedback correction rows are not episodes and are not re-scored.
+
 Episodes that never got a score (dead-lettered) are not re-scored by :func:`rescore`: replay
 their messages.
 """
@@ -32,6 +40,7 @@ from dataclasses import dataclass, field, replace
 
 from .documents import Episode, Score, ScoreCursor
 from .errors import InvalidDocument
+from .feedback import keep_learned_base, reconcile
 from .judges.base import Judge, Judgement
 from .pipeline import Scorer, load_current, score_episode
 from .queue.base import WorkQueue
@@ -156,13 +165,22 @@ def rescore(
         except InvalidDocument as exc:
             result.failed.append((episode_id, "InvalidScore", str(exc)))
             continue
+        if old.is_correction:
+            if episode_ids is not None:
+                result.failed.append((episode_id, "NotAnEpisode",
+                                      f"{episode_id!r} is feedback correction {old.revision} of {old.episode_id!r}"))
+            continue
+        trained = trained_to is not None and not trained_to < old.cursor
+        if trained:
+            keep_learned_base(store, old, clock=scorer.clock)
         judge = scorer.judge if rejudge else _StoredJudgement(old)
         outcome = score_episode(episode_id, replace(scorer, judge=judge), force=True)
         if outcome.status != "scored":
             result.failed.append((episode_id, outcome.reason, outcome.description))
-        elif trained_to is not None and not trained_to < old.cursor:
+        elif trained:
             result.already_trained.append(episode_id)
         else:
+            reconcile(store, episode_id, clock=scorer.clock)
             result.pending.append(episode_id)
     return result
 

@@ -26,6 +26,12 @@ Semantics every adapter keeps:
   ``feedback_pending=True``, so the scorer knows to apply the feedback. Markers are never
   returned by ``get_score`` or ``read_scores``. This costs nothing for episodes without
   feedback, and no feedback can slip between the scorer's write and the feedback's.
+  ``read_feedback_changes`` is a change feed of feedback documents like ``read_episodes``
+  (an overwritten document comes again, at its new position), so feedback whose handler
+  died before applying it can be found without scanning.
+* Correction ledgers (one per episode with feedback corrections): ``get_correction_ledger`` is
+  a point read, ``put_correction_ledger`` a compare-and-swap on the ETag (``None``: create
+  only). Ledgers are never returned by ``get_score``, ``read_scores`` or ``list_feedback``.
 """
 
 from __future__ import annotations
@@ -35,7 +41,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from ..documents import Episode, Feedback, PolicyDocument, Score, ScoreCursor, TrainingRun
+from ..documents import CorrectionLedger, Episode, Feedback, PolicyDocument, Score, ScoreCursor, TrainingRun
 
 RawDoc = dict[str, Any]
 
@@ -133,6 +139,20 @@ class Store(ABC):
     def mark_feedback_waiting(self, episode_id: str, agent_id: str) -> bool:
         """If the episode has no score yet, leave a marker in its score slot and return True
         (its scorer will apply the feedback); return False if the episode is scored."""
+
+    @abstractmethod
+    def read_feedback_changes(self, continuation: str | None, max_items: int = 100) -> FeedPage:
+        """Up to ``max_items`` feedback documents written or overwritten after ``continuation``
+        (``None``: from the start), in write order; resumable like :meth:`read_episodes`."""
+
+    @abstractmethod
+    def get_correction_ledger(self, episode_id: str) -> Tagged | None:
+        """An episode's correction ledger and its ETag, or ``None``."""
+
+    @abstractmethod
+    def put_correction_ledger(self, ledger: CorrectionLedger, etag: str | None) -> str:
+        """Write the ledger if its ETag is still ``etag`` (``None``: it must not exist yet).
+        Returns the new ETag; raises :class:`ConcurrencyConflict` otherwise."""
 
     # ------------------------------------------------------------------ policies
 

@@ -44,7 +44,10 @@ window.
 
 Feedback markers are small documents of type ``feedback_marker`` at an episode's score id
 (without ``seq``, so the trainer's query never sees them); the score's create conflicts with
-one, and the marker is then replaced by the score with an ETag condition.
+one, and the marker is then replaced by the score with an ETag condition. Correction ledgers
+(type ``correction_ledger``, id ``{episode_id}~ledger``) live in ``scores`` too, also without
+``seq``: a point read next to the score they describe, and not in the feedback change feed,
+which :meth:`CosmosStore.read_feedback_changes` reads like the episodes' one.
 """
 
 from __future__ import annotations
@@ -60,7 +63,17 @@ from azure.cosmos import ContainerProxy, CosmosClient, DatabaseProxy, PartitionK
 from azure.cosmos import exceptions as cosmos_errors
 
 from ..clock import SCORE_WRITE_TIMEOUT_SECONDS, SYSTEM_CLOCK, Clock, ServerClock, check_settle_window
-from ..documents import Episode, Feedback, PolicyDocument, Score, ScoreCursor, TrainingRun, policy_doc_id
+from ..documents import (
+    CorrectionLedger,
+    Episode,
+    Feedback,
+    PolicyDocument,
+    Score,
+    ScoreCursor,
+    TrainingRun,
+    correction_ledger_id,
+    policy_doc_id,
+)
 from ..errors import ConcurrencyConflict, TransientError
 from .base import NOT_MODIFIED, FeedPage, NotModified, RawDoc, Store, Tagged, same_document
 
@@ -110,6 +123,7 @@ CONTAINERS: dict[str, ContainerSpec] = {
     "feedback": ContainerSpec("feedback", "/episode_id"),
 }
 MARKER = "feedback_marker"
+LEDGER = "correction_ledger"
 LEASES = ContainerSpec("leases", "/id")
 
 
@@ -232,7 +246,10 @@ class CosmosStore(Store):
 
     def read_episodes(self, continuation: str | None, max_items: int = 100) -> FeedPage:
         """One page of the change feed (latest version of each episode), resumable."""
-        container = self._c["episodes"]
+        return self._read_feed("episodes", continuation, max_items)
+
+    def _read_feed(self, name: str, continuation: str | None, max_items: int) -> FeedPage:
+        container = self._c[name]
         kwargs: dict[str, Any] = {"max_item_count": max_items}
         if continuation:
             kwargs["continuation"] = continuation
@@ -346,7 +363,7 @@ class CosmosStore(Store):
 
     def get_score(self, episode_id: str) -> RawDoc | None:
         doc = self._read("scores", episode_id, episode_id)
-        return None if doc is None or doc.get("type") == MARKER else doc
+        return None if doc is None or doc.get("type") in (MARKER, LEDGER) else doc
 
     def read_scores(self, agent_id: str, after: ScoreCursor | None, limit: int) -> list[RawDoc]:
         if limit <= 0:
@@ -393,6 +410,38 @@ class CosmosStore(Store):
             return existing is not None and existing.get("type") == MARKER
         except cosmos_errors.CosmosHttpResponseError as exc:
             raise _translate(exc) from exc
+
+    def read_feedback_changes(self, continuation: str | None, max_items: int = 100) -> FeedPage:
+        """One page of the feedback container's change feed (latest version of each document)."""
+        return self._read_feed("feedback", continuation, max_items)
+
+    def get_correction_ledger(self, episode_id: str) -> Tagged | None:
+        ledger_id = correction_ledger_id(episode_id)
+        doc = self._read("scores", ledger_id, ledger_id)
+        return None if doc is None or doc.get("type") != LEDGER else Tagged(doc, str(doc.get("_etag")))
+
+    def put_correction_ledger(self, ledger: CorrectionLedger, etag: str | None) -> str:
+        container = self._c["scores"]
+        try:
+            if etag is None:
+                result = container.create_item(ledger.to_dict(), timeout=self.write_timeout)
+            else:
+                result = container.replace_item(
+                    ledger.id,
+                    ledger.to_dict(),
+                    etag=etag,
+                    match_condition=MatchConditions.IfNotModified,
+                    timeout=self.write_timeout,
+                )
+        except (
+            cosmos_errors.CosmosResourceExistsError,
+            cosmos_errors.CosmosAccessConditionFailedError,
+            cosmos_errors.CosmosResourceNotFoundError,
+        ):
+            raise ConcurrencyConflict(f"the correction ledger of {ledger.episode_id!r} changed (stale ETag)") from None
+        except cosmos_errors.CosmosHttpResponseError as exc:
+            raise _translate(exc) from exc
+        return str(result["_etag"])
 
     # ------------------------------------------------------------------ policies
 

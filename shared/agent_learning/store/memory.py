@@ -6,7 +6,16 @@ import copy
 import threading
 import uuid
 
-from ..documents import Episode, Feedback, PolicyDocument, Score, ScoreCursor, TrainingRun, policy_doc_id
+from ..documents import (
+    CorrectionLedger,
+    Episode,
+    Feedback,
+    PolicyDocument,
+    Score,
+    ScoreCursor,
+    TrainingRun,
+    policy_doc_id,
+)
 from ..errors import ConcurrencyConflict
 from .base import FeedPage, RawDoc, Store, Tagged, same_document
 
@@ -24,7 +33,10 @@ class MemoryStore(Store):
         self._runs: dict[str, RawDoc] = {}
         self._checkpoints: dict[str, str] = {}
         self._feedback: dict[str, RawDoc] = {}
+        self._feedback_lsn: dict[str, int] = {}
+        self._next_feedback_lsn = 1
         self._markers: set[str] = set()
+        self._ledgers: dict[str, Tagged] = {}
 
     # episodes
     def add_episode(self, episode: Episode) -> None:
@@ -106,6 +118,8 @@ class MemoryStore(Store):
     def put_feedback(self, feedback: Feedback) -> None:
         with self._lock:
             self._feedback[feedback.id] = feedback.to_dict()
+            self._feedback_lsn[feedback.id] = self._next_feedback_lsn
+            self._next_feedback_lsn += 1
 
     def list_feedback(self, episode_id: str) -> list[RawDoc]:
         with self._lock:
@@ -118,6 +132,27 @@ class MemoryStore(Store):
                 return False
             self._markers.add(episode_id)
             return True
+
+    def read_feedback_changes(self, continuation: str | None, max_items: int = 100) -> FeedPage:
+        after = int(continuation) if continuation else 0
+        with self._lock:
+            changed = sorted((lsn, fid) for fid, lsn in self._feedback_lsn.items() if lsn > after)[:max_items]
+            items = [copy.deepcopy(self._feedback[fid]) for _, fid in changed]
+        return FeedPage(items, str(changed[-1][0] if changed else after))
+
+    def get_correction_ledger(self, episode_id: str) -> Tagged | None:
+        with self._lock:
+            tagged = self._ledgers.get(episode_id)
+            return Tagged(copy.deepcopy(tagged.doc), tagged.etag) if tagged else None
+
+    def put_correction_ledger(self, ledger: CorrectionLedger, etag: str | None) -> str:
+        with self._lock:
+            existing = self._ledgers.get(ledger.episode_id)
+            if (existing.etag if existing else None) != etag:
+                raise ConcurrencyConflict(f"the correction ledger of {ledger.episode_id!r} changed (stale ETag)")
+            new_etag = uuid.uuid4().hex
+            self._ledgers[ledger.episode_id] = Tagged(ledger.to_dict(), new_etag)
+            return new_etag
 
     # policies
     def get_current_policy(self, agent_id: str) -> Tagged | None:

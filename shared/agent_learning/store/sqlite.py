@@ -3,7 +3,9 @@
 Documents are stored as JSON text next to the few columns queries need. WAL journaling lets
 readers run while one writer commits; writes that must be atomic (assigning a score's
 ``seq``, the current-policy compare-and-swap) run in ``BEGIN IMMEDIATE`` transactions, so
-SQLite serialises them. The episode change feed is the table's autoincrement ``lsn``.
+SQLite serialises them. The episode change feed is the table's autoincrement ``lsn``; the
+feedback change feed is the ``feedback_feed`` table, whose row for a feedback document is
+replaced (with a new ``lsn``) in the transaction that writes the document.
 """
 
 from __future__ import annotations
@@ -17,7 +19,16 @@ from collections.abc import Iterator
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 from pathlib import Path
 
-from ..documents import Episode, Feedback, PolicyDocument, Score, ScoreCursor, TrainingRun, policy_doc_id
+from ..documents import (
+    CorrectionLedger,
+    Episode,
+    Feedback,
+    PolicyDocument,
+    Score,
+    ScoreCursor,
+    TrainingRun,
+    policy_doc_id,
+)
 from ..errors import ConcurrencyConflict
 from .base import FeedPage, RawDoc, Store, Tagged, same_document
 
@@ -61,6 +72,15 @@ CREATE INDEX IF NOT EXISTS feedback_episode ON feedback (episode_id, id);
 CREATE TABLE IF NOT EXISTS feedback_markers (
     id TEXT PRIMARY KEY
 );
+CREATE TABLE IF NOT EXISTS feedback_feed (
+    lsn INTEGER PRIMARY KEY AUTOINCREMENT,
+    feedback_id TEXT NOT NULL UNIQUE
+);
+CREATE TABLE IF NOT EXISTS correction_ledgers (
+    episode_id TEXT PRIMARY KEY,
+    etag TEXT NOT NULL,
+    doc TEXT NOT NULL
+);
 CREATE TABLE IF NOT EXISTS checkpoints (
     name TEXT PRIMARY KEY,
     value TEXT NOT NULL
@@ -93,7 +113,11 @@ class SQLiteStore(Store):
         if self.path == ":memory:":  # one database: share one connection behind a lock
             self._shared = connect(self.path)
         with self._lock():
-            self._conn().executescript(SCHEMA)
+            conn = self._conn()
+            new_feed = not conn.execute("SELECT 1 FROM sqlite_master WHERE name = 'feedback_feed'").fetchone()
+            conn.executescript(SCHEMA)
+            if new_feed:  # a file from before the feedback feed existed: its feedback enters the feed once
+                conn.execute("INSERT OR IGNORE INTO feedback_feed (feedback_id) SELECT id FROM feedback ORDER BY rowid")
 
     # ------------------------------------------------------------------ plumbing
 
@@ -251,6 +275,7 @@ class SQLiteStore(Store):
                 "INSERT OR REPLACE INTO feedback (id, episode_id, doc) VALUES (?, ?, ?)",
                 (feedback.id, feedback.episode_id, feedback.to_json()),
             )
+            conn.execute("INSERT OR REPLACE INTO feedback_feed (feedback_id) VALUES (?)", (feedback.id,))
 
     def list_feedback(self, episode_id: str) -> list[RawDoc]:
         rows = self._query("SELECT doc FROM feedback WHERE episode_id = ? ORDER BY id", (episode_id,))
@@ -262,6 +287,34 @@ class SQLiteStore(Store):
                 return False
             conn.execute("INSERT OR IGNORE INTO feedback_markers (id) VALUES (?)", (episode_id,))
             return True
+
+    def read_feedback_changes(self, continuation: str | None, max_items: int = 100) -> FeedPage:
+        after = int(continuation) if continuation else 0
+        rows = self._query(
+            "SELECT f.lsn, d.doc FROM feedback_feed f JOIN feedback d ON d.id = f.feedback_id "
+            "WHERE f.lsn > ? ORDER BY f.lsn LIMIT ?",
+            (after, max_items),
+        )
+        last = rows[-1][0] if rows else after
+        return FeedPage([json.loads(r[1]) for r in rows], str(last))  # type: ignore[arg-type]
+
+    def get_correction_ledger(self, episode_id: str) -> Tagged | None:
+        rows = self._query("SELECT doc, etag FROM correction_ledgers WHERE episode_id = ?", (episode_id,))
+        return Tagged(json.loads(rows[0][0]), str(rows[0][1])) if rows else None  # type: ignore[arg-type]
+
+    def put_correction_ledger(self, ledger: CorrectionLedger, etag: str | None) -> str:
+        new_etag = uuid.uuid4().hex
+        with self._tx() as conn:
+            row = conn.execute(
+                "SELECT etag FROM correction_ledgers WHERE episode_id = ?", (ledger.episode_id,)
+            ).fetchone()
+            if (row[0] if row else None) != etag:
+                raise ConcurrencyConflict(f"the correction ledger of {ledger.episode_id!r} changed (stale ETag)")
+            conn.execute(
+                "INSERT OR REPLACE INTO correction_ledgers (episode_id, etag, doc) VALUES (?, ?, ?)",
+                (ledger.episode_id, new_etag, ledger.to_json()),
+            )
+        return new_etag
 
     # ------------------------------------------------------------------ policies
 
