@@ -9,7 +9,7 @@ import pytest
 from agent_learning.clock import ManualClock
 
 # The AMQP broker is imported by the tests that use it.
-pytest_plugins = ["cosmos_fixture", "judge_server", "reliability_report"]
+pytest_plugins = ["cosmos_fixture", "judge_server", "reliability_report", "telemetry_capture"]
 
 
 MISSING_MODULE = "could not import"  # how pytest.importorskip words its skip

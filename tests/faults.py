@@ -42,6 +42,7 @@ from app_functions import functions, sb_message
 from azure.functions.timer import TimerRequest
 
 from agent_learning import functions as handlers
+from agent_learning.audit import AgentAudit, audit_agent
 from agent_learning.capture import EpisodeCapture
 from agent_learning.client import PolicyClient
 from agent_learning.clock import ManualClock
@@ -530,6 +531,7 @@ class Accounting:
     kept: set[str] = field(default_factory=set)  # rejected, but held for inspection (e.g. dead-lettered)
     versions: int = 0
     late: int = 0  # scores that landed inside a range after its run had read it: never learned from
+    operators: AgentAudit | None = None  # what `agent-learn audit` reads from the same store
 
     @property
     def missing(self) -> set[str]:
@@ -538,11 +540,17 @@ class Accounting:
 
     @property
     def lost(self) -> int:
-        return len(self.missing) + self.late
+        """Lost by these books or by the operators' audit, whichever finds more."""
+        return max(len(self.missing) + self.late, self.operators.lost if self.operators else 0)
 
     @property
     def double(self) -> set[str]:
-        return {k for k, n in self.consumed.items() if n > 1}
+        """Learned from twice; the operators' audit counts episodes, so its finding stands in
+        when these books found none."""
+        twice = {k for k, n in self.consumed.items() if n > 1}
+        if not twice and self.operators is not None and self.operators.learned_twice:
+            twice = {f"(audit: {self.operators.learned_twice} episodes learned twice)"}
+        return twice
 
 
 def account(store: Store, written: Iterable[str], kept: Iterable[str] = (), agent_id: str = AGENT) -> Accounting:
@@ -561,7 +569,7 @@ def account(store: Store, written: Iterable[str], kept: Iterable[str] = (), agen
     assert current is not None and current.as_kind("version") == versions[-1], "current is not the last version"
     runs = {r["policy_version"]: TrainingRun.from_dict(r) for r in store.list_runs(agent_id, 100_000)}
     assert sorted(runs) == list(range(2, len(versions) + 1)), "a version has no run record, or a run no version"
-    scores = sorted((s["seq"], s["id"]) for s in store.read_scores(agent_id, None, 1_000_000))
+    scores = sorted((s["seq"], s["id"]) for s in store.read_scores(agent_id, None, 1_000_000, settled=False))
     consumed: Counter[str] = Counter()
     late = 0
     for previous, version in pairwise(versions):
@@ -573,7 +581,9 @@ def account(store: Store, written: Iterable[str], kept: Iterable[str] = (), agen
         ids = [sid for seq, sid in scores if low < (seq, sid) <= high]
         late += len(ids) - run.episodes - run.corrections - run.rejected
         consumed.update(ids)
-    return Accounting(list(written), consumed, set(kept), len(versions), late)
+    operators = audit_agent(store, agent_id)
+    assert not operators.problems, f"agent-learn audit found problems: {operators.problems}"
+    return Accounting(list(written), consumed, set(kept), len(versions), late, operators)
 
 
 def dead_lettered(queue: Any) -> set[str]:

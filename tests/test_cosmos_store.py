@@ -63,6 +63,12 @@ def test_scores_become_readable_only_after_the_settle_window(store: CosmosStore,
     assert [r["id"] for r in rows] == ["ep-2"] and rows[0]["seq"] == second.seq
 
 
+def test_an_audit_reads_scores_however_recent(store: CosmosStore) -> None:
+    first = store.add_score(make_score("ep-1"))
+    assert store.read_scores(first.agent_id, None, 10) == []  # the trainer waits for the window
+    assert [r["id"] for r in store.read_scores(first.agent_id, None, 10, settled=False)] == ["ep-1"]
+
+
 def test_seq_is_strictly_increasing_even_within_one_microsecond(store: CosmosStore) -> None:
     seqs = [store.add_score(make_score(f"ep-{i}")).seq for i in range(20)]  # the manual clock does not move
     assert seqs == sorted(seqs) and len(set(seqs)) == 20
@@ -228,8 +234,8 @@ class SettableClock(ManualClock):
             self._t = t
 
 
-def test_a_score_that_completed_after_its_settle_window_is_logged_and_marked(
-    cosmos_database: Any, caplog: pytest.LogCaptureFixture
+def test_a_score_that_completed_after_its_settle_window_is_logged_marked_and_counted(
+    cosmos_database: Any, caplog: pytest.LogCaptureFixture, captured: Any
 ) -> None:
     """A write whose ``seq`` is older than the server's time of the write by more than the
     settle window may have landed behind a consumed cursor: it is never skipped silently. Here
@@ -246,5 +252,6 @@ def test_a_score_that_completed_after_its_settle_window_is_logged_and_marked(
         late = store.add_score(make_score("ep-late"))
     assert late.late_write and store.get_score("ep-late")["late_write"] is True  # type: ignore[index]
     assert any("ep-late" in r.getMessage() and "settle window" in r.getMessage() for r in caplog.records)
+    assert captured.total("agent_learning.scores.late", agent_id="agent-a") == 1
     on_time = store.add_score(make_score("ep-next"))
     assert not on_time.late_write and on_time.seq > late.seq + 100e6  # type: ignore[operator]

@@ -548,10 +548,10 @@ class FailingFor(SQLiteStore):
         super().__init__(path)
         self.failing, self.error = agent_id, error
 
-    def read_scores(self, agent_id: str, after: Any, limit: int) -> list[dict[str, Any]]:
+    def read_scores(self, agent_id: str, after: Any, limit: int, *, settled: bool = True) -> list[dict[str, Any]]:
         if agent_id == self.failing:
             raise self.error
-        return super().read_scores(agent_id, after, limit)
+        return super().read_scores(agent_id, after, limit, settled=settled)
 
 
 @pytest.mark.parametrize(

@@ -234,6 +234,16 @@ def test_cosmos_lists_episodes_by_write_second(store: Store, request: pytest.Fix
     assert len(store.list_episodes("agent-a", limit=2)) == 2
 
 
+def test_episode_ids_streams_every_episode_of_one_agent(store: Store, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr("agent_learning.store.sqlite.ID_PAGE", 2)  # several pages on SQLite
+    for i, eid in enumerate(SHUFFLED_IDS[:9]):
+        store.add_episode(make_episode(eid, agent_id="agent-a" if i % 3 else "agent-b"))
+    of_a = [eid for i, eid in enumerate(SHUFFLED_IDS[:9]) if i % 3]
+    assert sorted(store.episode_ids("agent-a")) == sorted(of_a)
+    assert sorted(store.episode_ids("agent-b")) == sorted(set(SHUFFLED_IDS[:9]) - set(of_a))
+    assert list(store.episode_ids("agent-unknown")) == []
+
+
 def test_list_episodes_with_limit_zero_returns_nothing(store: Store) -> None:
     store.add_episode(make_episode("ep-1"))
     store.add_episode(make_episode("ep-2"))

@@ -14,11 +14,8 @@ from typing import Any
 import pytest
 
 pytest.importorskip("opentelemetry.sdk")
-from opentelemetry.sdk.metrics import MeterProvider
-from opentelemetry.sdk.metrics.export import InMemoryMetricReader
-from opentelemetry.sdk.trace import TracerProvider
-from opentelemetry.sdk.trace.export import SimpleSpanProcessor
-from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+from telemetry_capture import Captured
 
 from agent_learning import telemetry
 from agent_learning.clock import ManualClock
@@ -41,36 +38,6 @@ AGENT = "support-bot"
 ROOT = Path(__file__).resolve().parents[1]
 
 
-class Captured:
-    def __init__(self) -> None:
-        self.spans = InMemorySpanExporter()
-        tracer_provider = TracerProvider()
-        tracer_provider.add_span_processor(SimpleSpanProcessor(self.spans))
-        self.reader = InMemoryMetricReader()
-        telemetry.install(tracer_provider, MeterProvider(metric_readers=[self.reader]))
-
-    def span_names(self) -> list[str]:
-        return [s.name for s in self.spans.get_finished_spans()]
-
-    def points(self, name: str) -> list[Any]:
-        data = self.reader.get_metrics_data()
-        out = []
-        for rm in data.resource_metrics if data else []:
-            for sm in rm.scope_metrics:
-                for metric in sm.metrics:
-                    if metric.name == name:
-                        out.extend(metric.data.data_points)
-        return out
-
-    def total(self, name: str, **attrs: Any) -> float:
-        return sum(p.value for p in self.points(name) if all(p.attributes.get(k) == v for k, v in attrs.items()))
-
-
-@pytest.fixture
-def captured() -> Iterator[Captured]:
-    c = Captured()
-    yield c
-    telemetry.install()
 
 
 @pytest.fixture

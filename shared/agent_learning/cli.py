@@ -859,5 +859,67 @@ def train(agent_id: str | None, as_json: bool, db: str | None) -> None:
         sys.exit(1)  # every agent was tried; the ones that could not be trained are listed above
 
 
+AUDIT_COLUMNS = (
+    ("episodes", "episodes"),
+    ("learned", "learned"),
+    ("twice", "learned_twice"),
+    ("lost", "lost"),
+    ("pending", "pending"),
+    ("dead-lettered", "dead_lettered"),
+    ("feedback", "feedback_episodes"),
+    ("unapplied", "feedback_unapplied"),
+    ("versions", "versions"),
+)
+
+
+@main.command()
+@click.option("--agent-id", default=None, help="Audit one agent (default: every agent with a policy).")
+@json_option
+@db_option
+@_handle_errors
+def audit(agent_id: str | None, as_json: bool, db: str | None) -> None:
+    """Where every episode is: learned once, learned twice, lost, pending or dead-lettered.
+
+    Rebuilt from the store (and the queue's dead letters); exits with 1 when an episode is lost
+    or learned more than once, or the chain of versions and runs is broken."""
+    from .audit import audit as run_audit
+
+    with _store(db) as (store, settings), _queue(db) as (queue, _):
+        if agent_id is not None:
+            _current(store, settings, agent_id)  # an unknown agent is bad input
+        result = run_audit(store, queue, [agent_id] if agent_id else None)
+    if as_json:
+        _echo_json(result.to_dict())
+    else:
+        table = Table(title=f"audit of {_where(settings)}", title_justify="left")
+        table.add_column("agent")
+        for title, _ in AUDIT_COLUMNS:
+            table.add_column(title, justify="right")
+        table.add_column("ok")
+        for a in result.agents:
+            row = a.to_dict()
+            table.add_row(a.agent_id, *(str(row[key]) for _, key in AUDIT_COLUMNS), "yes" if a.ok else "NO")
+        out.print(table)
+        for a in result.agents:
+            if a.pending:
+                waiting = f"{a.pending_scoring} not scored yet, {a.pending_training} not learned yet"
+                out.print(f"{a.agent_id}: pending {waiting}")
+            if a.dead_lettered_by_reason:
+                reasons = ", ".join(f"{r} {n}" for r, n in a.dead_lettered_by_reason.items())
+                out.print(f"{a.agent_id}: dead-lettered by reason: {reasons} (agent-learn dlq list)")
+            if a.late:
+                out.print(f"{a.agent_id}: {a.late} score rows landed after their run read the range (never learned)")
+            if a.scores_without_episode or a.invalid_scores:
+                out.print(f"{a.agent_id}: {a.scores_without_episode} scores whose episode expired, "
+                          f"{a.invalid_scores} invalid score documents")
+            for problem in a.problems:
+                out.print(f"{a.agent_id}: problem: {problem}")
+        for note in result.notes:
+            out.print(f"note: {note}")
+        out.print("ok: nothing lost or learned twice" if result.ok else "NOT OK: see above")
+    if not result.ok:
+        sys.exit(1)
+
+
 if __name__ == "__main__":  # pragma: no cover
     main()

@@ -234,6 +234,25 @@ def _correction(store: Store, episode_id: str, revision: int, *, legacy: bool) -
     return row
 
 
+def called_for(store: Store, episode_id: str, info: RewardInfo) -> tuple[float, RewardInfo]:
+    """The reward an episode's stored feedback calls for, given the judges' reward ``info``."""
+    values = []
+    for doc in store.list_feedback(episode_id):
+        try:
+            values.append(Feedback.from_dict(doc).value)
+        except InvalidDocument as exc:
+            log.error("feedback %s ignored: %s", doc.get("id"), exc)
+    return with_feedback(info, values)
+
+
+def unapplied(store: Store, base: Score) -> float:
+    """How far the reward learned for ``base``'s episode is from what its feedback calls for
+    (0.0 when the feedback is applied). Reads only; for audits."""
+    state = learned(store, base)
+    gap = called_for(store, base.episode_id, state.info)[0] - state.reward
+    return 0.0 if abs(gap) <= TOLERANCE else gap
+
+
 def reconcile(store: Store, episode_id: str, *, clock: Clock = SYSTEM_CLOCK) -> Reconciled:
     """Bring an episode's learned reward in line with its feedback (idempotent, race-safe)."""
     for _ in range(MAX_ATTEMPTS):
@@ -242,13 +261,7 @@ def reconcile(store: Store, episode_id: str, *, clock: Clock = SYSTEM_CLOCK) -> 
             return Reconciled("waiting", episode_id)
         base = Score.from_dict(raw)
         state = learned(store, base)
-        values = []
-        for doc in store.list_feedback(episode_id):
-            try:
-                values.append(Feedback.from_dict(doc).value)
-            except InvalidDocument as exc:
-                log.error("feedback %s ignored: %s", doc.get("id"), exc)
-        target, info = with_feedback(state.info, values)
+        target, info = called_for(store, episode_id, state.info)
         delta = target - state.reward
         if abs(delta) <= TOLERANCE:
             _advance(store, base, state, state.revision, state.delta_sum, clock)

@@ -109,9 +109,14 @@ def score_request_message(doc: Mapping[str, Any], embed_limit: int = EMBED_LIMIT
         text = None
     if text is not None and len(text) <= embed_limit:
         body["episode"] = episode
-    # Service Bus message ids are at most 128 characters; Cosmos ids at most 255.
-    message_id = episode_id if len(episode_id) <= 128 else hashlib.sha256(episode_id.encode()).hexdigest()
-    return OutgoingMessage(message_id=message_id, body=json.dumps(body, allow_nan=True), properties=props)
+    payload = json.dumps(body, allow_nan=True)
+    return OutgoingMessage(message_id=message_id_of(episode_id), body=payload, properties=props)
+
+
+def message_id_of(episode_id: str) -> str:
+    """The scoring message id of an episode: its id, or the id's SHA-256 when longer than the
+    128 characters Service Bus allows (Cosmos ids may have 255)."""
+    return episode_id if len(episode_id) <= 128 else hashlib.sha256(episode_id.encode()).hexdigest()
 
 
 def enqueue_episodes(docs: Iterable[Mapping[str, Any]], send: Callable[[list[OutgoingMessage]], int]) -> EnqueueResult:

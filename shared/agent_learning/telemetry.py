@@ -78,6 +78,12 @@ FEEDBACK_RECEIVED = Metric("agent_learning.feedback.received", "counter", "{feed
 FEEDBACK_CORRECTIONS = Metric(
     "agent_learning.feedback.corrections", "counter", "{correction}", "reward corrections written for feedback"
 )
+SCORES_LATE = Metric(
+    "agent_learning.scores.late",
+    "counter",
+    "{score}",
+    "scores whose write completed beyond the settle window (Cosmos DB): a trainer may have passed them",
+)
 POLICY_WARNINGS = Metric(
     "agent_learning.policy.warnings", "counter", "{warning}", "exploration-collapse and reward-drop warnings"
 )
@@ -95,6 +101,7 @@ METRICS = (
     TRAINING_RUNS,
     FEEDBACK_RECEIVED,
     FEEDBACK_CORRECTIONS,
+    SCORES_LATE,
     POLICY_WARNINGS,
 )
 

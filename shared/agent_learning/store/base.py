@@ -37,7 +37,7 @@ Semantics every adapter keeps:
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -101,6 +101,11 @@ class Store(ABC):
     def list_episodes(self, agent_id: str | None = None, limit: int = 100) -> list[RawDoc]:
         """The newest episodes first, optionally of one agent."""
 
+    @abstractmethod
+    def episode_ids(self, agent_id: str) -> Iterator[str]:
+        """The id of every episode of ``agent_id``, in no particular order, streamed in pages
+        (for audits: memory stays bounded by what the caller keeps)."""
+
     # ------------------------------------------------------------------ scores
 
     @abstractmethod
@@ -119,10 +124,14 @@ class Store(ABC):
         """The raw score document of an episode, or ``None``."""
 
     @abstractmethod
-    def read_scores(self, agent_id: str, after: ScoreCursor | None, limit: int) -> list[RawDoc]:
+    def read_scores(
+        self, agent_id: str, after: ScoreCursor | None, limit: int, *, settled: bool = True
+    ) -> list[RawDoc]:
         """Scores of ``agent_id`` ordered by ``(seq, id)`` strictly after ``after``.
 
         Every returned item has an int ``seq`` and a str ``id`` even if the rest is invalid.
+        On Cosmos DB only scores older than the settle window are returned, unless ``settled``
+        is False (audits: every score, however recent); other stores have no window.
         """
 
     # ------------------------------------------------------------------ feedback

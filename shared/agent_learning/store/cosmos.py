@@ -54,7 +54,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -75,6 +75,7 @@ from ..documents import (
     policy_doc_id,
 )
 from ..errors import ConcurrencyConflict, TransientError
+from ..telemetry import SCORES_LATE, count
 from .base import NOT_MODIFIED, FeedPage, NotModified, RawDoc, Store, Tagged, same_document
 
 log = logging.getLogger(__name__)
@@ -273,6 +274,20 @@ class CosmosStore(Store):
             params.append({"name": "@agent", "value": agent_id})
         return self._query("episodes", f"SELECT TOP @n * FROM c{where} ORDER BY c._ts DESC", params)
 
+    def episode_ids(self, agent_id: str) -> Iterator[str]:
+        """A cross-partition query (episodes are partitioned by id), read page by page."""
+        pages = self._c["episodes"].query_items(
+            "SELECT c.id FROM c WHERE c.agent_id = @agent",
+            parameters=[{"name": "@agent", "value": agent_id}],
+            enable_cross_partition_query=True,
+            max_item_count=1000,
+        )
+        try:
+            for row in pages:
+                yield str(row["id"])
+        except cosmos_errors.CosmosHttpResponseError as exc:
+            raise _translate(exc) from exc
+
     # ------------------------------------------------------------------ scores
 
     def _next_seq(self) -> int:
@@ -301,6 +316,7 @@ class CosmosStore(Store):
             "may already have passed it, and then it is never learned (marked late_write; see agent-learn audit)",
             stored.id, stored.episode_id, stored.agent_id, ts - stored.seq / 1e6, self.settle_seconds,
         )
+        count(SCORES_LATE, 1, {"agent_id": stored.agent_id})
         late = stored.model_copy(update={"late_write": True})
         return late if self._replace_if_unchanged(late, str(written.get("_etag"))) else stored
 
@@ -365,10 +381,12 @@ class CosmosStore(Store):
         doc = self._read("scores", episode_id, episode_id)
         return None if doc is None or doc.get("type") in (MARKER, LEDGER) else doc
 
-    def read_scores(self, agent_id: str, after: ScoreCursor | None, limit: int) -> list[RawDoc]:
+    def read_scores(
+        self, agent_id: str, after: ScoreCursor | None, limit: int, *, settled: bool = True
+    ) -> list[RawDoc]:
         if limit <= 0:
             return []
-        cutoff = int((self.server_clock.time() - self.settle_seconds) * 1_000_000)
+        cutoff = int((self.server_clock.time() - self.settle_seconds) * 1_000_000) if settled else 2**62
         seq, sid = (after.seq, after.id) if after else (-1, "")
         return self._query(
             "scores",

@@ -5,6 +5,7 @@ from __future__ import annotations
 import copy
 import threading
 import uuid
+from collections.abc import Iterator
 
 from ..documents import (
     CorrectionLedger,
@@ -73,6 +74,11 @@ class MemoryStore(Store):
                     out.append(copy.deepcopy(doc))
             return out
 
+    def episode_ids(self, agent_id: str) -> Iterator[str]:
+        with self._lock:
+            ids = [eid for eid in self._feed if self._episodes[eid].get("agent_id") == agent_id]
+        yield from ids
+
     # scores
     def add_score(self, score: Score) -> Score:
         with self._lock:
@@ -101,7 +107,9 @@ class MemoryStore(Store):
             doc = self._scores.get(episode_id)
             return copy.deepcopy(doc) if doc is not None else None
 
-    def read_scores(self, agent_id: str, after: ScoreCursor | None, limit: int) -> list[RawDoc]:
+    def read_scores(
+        self, agent_id: str, after: ScoreCursor | None, limit: int, *, settled: bool = True
+    ) -> list[RawDoc]:
         key = (after.seq, after.id) if after else None
         with self._lock:
             rows = [

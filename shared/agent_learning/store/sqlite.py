@@ -32,6 +32,9 @@ from ..documents import (
 from ..errors import ConcurrencyConflict
 from .base import FeedPage, RawDoc, Store, Tagged, same_document
 
+ID_PAGE = 1_000
+"""Rows per query when ids are streamed."""
+
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS episodes (
     lsn INTEGER PRIMARY KEY AUTOINCREMENT,
@@ -205,6 +208,19 @@ class SQLiteStore(Store):
             )
         return [json.loads(r[0]) for r in rows]  # type: ignore[arg-type]
 
+    def episode_ids(self, agent_id: str) -> Iterator[str]:
+        after = 0
+        while True:
+            rows = self._query(
+                "SELECT lsn, id FROM episodes WHERE agent_id = ? AND lsn > ? ORDER BY lsn LIMIT ?",
+                (agent_id, after, ID_PAGE),
+            )
+            for _, episode_id in rows:
+                yield str(episode_id)
+            if len(rows) < ID_PAGE:
+                return
+            after = int(rows[-1][0])  # type: ignore[call-overload]
+
     # ------------------------------------------------------------------ scores
 
     def add_score(self, score: Score) -> Score:
@@ -239,7 +255,9 @@ class SQLiteStore(Store):
         rows = self._query("SELECT doc FROM scores WHERE id = ?", (episode_id,))
         return json.loads(rows[0][0]) if rows else None  # type: ignore[arg-type]
 
-    def read_scores(self, agent_id: str, after: ScoreCursor | None, limit: int) -> list[RawDoc]:
+    def read_scores(
+        self, agent_id: str, after: ScoreCursor | None, limit: int, *, settled: bool = True
+    ) -> list[RawDoc]:
         seq, sid = (after.seq, after.id) if after else (-1, "")
         rows = self._query(
             "SELECT seq, id, doc FROM scores WHERE agent_id = ? AND (seq > ? OR (seq = ? AND id > ?)) "

@@ -1,0 +1,346 @@
+"""The books of learning: for each agent, where every episode it wrote is, rebuilt from the store.
+
+The trainer records what it consumed as cursor ranges, not id lists: version v ≥ 2 that a
+training run published consumed the agent's scores in ``(cursor_from, cursor_to]`` of the
+``(seq, id)`` order, and counted them (``episodes`` + ``corrections`` + ``rejected`` rows).
+The audit reads every score row of the agent once, in that order, and every run, and decides
+for each episode the agent wrote:
+
+``learned``
+    its judges' score lies in exactly one consumed range, and that range holds no more rows
+    than its run counted.
+``learned_twice``
+    its score lies in two or more consumed ranges (ranges overlap: the chain of versions is
+    broken, a cursor went backwards).
+``lost``
+    written and in none of the other states: its score lies behind the current cursor but in
+    no consumed range, or in a range that holds more rows than its run counted — a score that
+    landed after the run read the range (a late write on Cosmos DB, see ``late_write``), which
+    no run will ever read. Such surplus rows are charged to the range's rows marked
+    ``late_write`` first, then to its judges' scores.
+``pending``
+    not scored yet (and not dead-lettered: ``pending_scoring``), or scored after the current
+    cursor (``pending_training``): the next ticks take care of it.
+``dead_lettered``
+    not scored, and its scoring message is in the dead-letter queue (by reason). An episode
+    that was dead-lettered and later scored (replayed) counts as scored.
+
+Every episode is in exactly one of these states, so ``episodes = learned + learned_twice +
+lost + pending + dead_lettered``. Feedback is audited per episode: ``feedback_unapplied`` counts
+scored episodes whose learned reward (judges' score + correction deltas) is not what their
+stored feedback calls for (see :func:`agent_learning.feedback.unapplied`); a sweep on the next
+tick applies it. Versions and runs are checked as a chain: versions 1..N without gaps, each
+published by training backed by a run starting where the previous version's cursor was;
+anything else is listed in ``problems``. An audit is ``ok`` when nothing is lost or learned
+twice and there are no problems.
+
+Memory: the audit keeps a few sets of ids and one tuple per score row, streamed from the store.
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_left, bisect_right
+from collections import Counter
+from collections.abc import Iterable
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from .documents import PolicyDocument, Score, ScoreCursor, TrainingRun
+from .errors import InvalidDocument
+from .feedback import unapplied
+from .pipeline import message_id_of
+from .queue.base import WorkQueue
+from .store.base import Store
+
+PAGE = 1_000
+"""Score rows read per store call."""
+
+DEAD_LETTER_LIMIT = 100_000
+"""Most dead letters read from the queue (the audit says when it hit this)."""
+
+Key = tuple[int, str]
+
+
+@dataclass
+class AgentAudit:
+    """The books of one agent (see the module docstring for each state)."""
+
+    agent_id: str
+    episodes: int = 0
+    scored: int = 0
+    learned: int = 0
+    learned_twice: int = 0
+    lost: int = 0
+    pending: int = 0
+    pending_scoring: int = 0
+    pending_training: int = 0
+    dead_lettered: int = 0
+    dead_lettered_by_reason: dict[str, int] = field(default_factory=dict)
+    late: int = 0
+    """Score rows (judges' scores or corrections) in consumed ranges beyond what their runs counted."""
+    corrections: int = 0
+    feedback_episodes: int = 0
+    """Episodes with stored feedback."""
+    feedback_unapplied: int = 0
+    invalid_scores: int = 0
+    scores_without_episode: int = 0
+    """Judges' scores whose episode is gone (expired by its TTL); not in ``episodes``."""
+    versions: int = 0
+    current_version: int | None = None
+    runs: int = 0
+    problems: list[str] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return self.lost == 0 and self.learned_twice == 0 and not self.problems
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**asdict(self), "ok": self.ok}
+
+
+@dataclass
+class Audit:
+    """The audit of every agent asked for."""
+
+    agents: list[AgentAudit]
+    dead_letters_read: bool = True
+    """False when the queue could not list its dead letters (they then count as pending)."""
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return all(a.ok for a in self.agents)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "ok": self.ok,
+            "dead_letters_read": self.dead_letters_read,
+            "notes": list(self.notes),
+            "agents": {a.agent_id: a.to_dict() for a in self.agents},
+        }
+
+
+def audit(store: Store, queue: WorkQueue | None = None, agent_ids: Iterable[str] | None = None) -> Audit:
+    """Audit ``agent_ids`` (every agent with a policy by default); ``queue`` supplies dead letters."""
+    notes: list[str] = []
+    letters: dict[str, str] = {}
+    read = queue is not None
+    if queue is not None:
+        try:
+            found = queue.dead_letters(DEAD_LETTER_LIMIT)
+        except Exception as exc:  # a queue that cannot list them: say so, do not fail the audit
+            read = False
+            notes.append(f"dead letters could not be read ({type(exc).__name__}: {exc}); they count as pending")
+        else:
+            letters = {d.message_id: d.reason for d in found}
+            if len(found) >= DEAD_LETTER_LIMIT:
+                notes.append(f"only the first {DEAD_LETTER_LIMIT} dead letters were read")
+    else:
+        notes.append("no queue given: dead-lettered episodes count as pending")
+    agents = list(agent_ids) if agent_ids is not None else store.list_agents()
+    return Audit([audit_agent(store, a, letters) for a in agents], read, notes)
+
+
+def audit_agent(store: Store, agent_id: str, dead_letters: dict[str, str] | None = None) -> AgentAudit:
+    """The books of one agent. ``dead_letters`` maps message ids to dead-letter reasons."""
+    result = AgentAudit(agent_id)
+    ranges = _consumed_ranges(store, agent_id, result)
+    lows = sorted(r.low for r in ranges)
+    highs = sorted(r.high for r in ranges)
+    cursor = max((r.high for r in ranges), default=None)
+    current = _current_cursor(store, agent_id)
+    if current is not None:
+        cursor = current if cursor is None else max(cursor, current)
+
+    # One pass over the agent's score rows, in the trainer's order.
+    rows: list[tuple[Key, int, bool, str]] = []  # (key, revision, late_write, episode id)
+    after = None
+    while True:
+        page = store.read_scores(agent_id, after, PAGE, settled=False)
+        for row in page:
+            key = (int(row["seq"]), str(row["id"]))
+            try:
+                score = Score.from_dict(row)
+            except InvalidDocument:
+                result.invalid_scores += 1
+                rows.append((key, -1, False, ""))
+                continue
+            rows.append((key, score.revision, score.late_write, score.episode_id))
+        if len(page) < PAGE:
+            break
+        after = ScoreCursor(seq=int(page[-1]["seq"]), id=str(page[-1]["id"]))
+
+    # Surplus rows per range (scores that landed after the run read it), charged to late
+    # writes first, then to judges' scores, then to anything else.
+    keys = [row[0] for row in rows]  # sorted: read_scores returns the trainer's order
+    unlearned: set[Key] = set()
+    for r in ranges:
+        inside = rows[bisect_right(keys, r.low) : bisect_right(keys, r.high)]
+        counted = r.counted
+        if r.corrections_unknown:  # a run from before runs counted their corrections
+            counted += sum(1 for row in inside if row[1] > 0)
+        surplus = len(inside) - counted
+        if surplus < 0:
+            result.problems.append(
+                f"the run of v{r.version} counted {counted} score rows but its range holds {len(inside)}"
+            )
+        elif surplus:
+            result.late += surplus
+            ranked = sorted(inside, key=lambda row: (not row[2], row[1] != 0))
+            unlearned.update(row[0] for row in ranked[:surplus])
+
+    episodes = set(store.episode_ids(agent_id))
+    result.episodes = len(episodes)
+    scored: set[str] = set()
+    for key, revision, _late, episode_id in rows:
+        if revision != 0:
+            result.corrections += revision > 0
+            continue
+        if episode_id not in episodes:
+            result.scores_without_episode += 1
+            continue
+        scored.add(episode_id)
+        covered = bisect_left(lows, key) - bisect_left(highs, key)  # ranges with low < key <= high
+        if cursor is None or key > cursor:
+            result.pending_training += 1
+        elif covered == 0 or key in unlearned:
+            result.lost += 1
+        elif covered == 1:
+            result.learned += 1
+        else:
+            result.learned_twice += 1
+    result.scored = len(scored)
+
+    reasons: Counter[str] = Counter()
+    for episode_id in episodes - scored:
+        reason = (dead_letters or {}).get(message_id_of(episode_id))
+        if reason is None:
+            result.pending_scoring += 1
+        else:
+            reasons[reason] += 1
+    result.dead_lettered = sum(reasons.values())
+    result.dead_lettered_by_reason = dict(sorted(reasons.items()))
+    result.pending = result.pending_scoring + result.pending_training
+    _audit_feedback(store, scored, result)
+    return result
+
+
+@dataclass(frozen=True)
+class _Range:
+    version: int
+    low: Key
+    high: Key
+    counted: int
+    """Rows the run says it consumed."""
+    corrections_unknown: bool
+    """The run counted no corrections: it may predate ``TrainingRun.corrections``, so the
+    range's correction rows are taken as consumed (a late correction there goes unnoticed)."""
+
+
+def _current_cursor(store: Store, agent_id: str) -> Key | None:
+    tagged = store.get_current_policy(agent_id)
+    if tagged is None:
+        return None
+    try:
+        doc = PolicyDocument.from_dict(tagged.doc)
+    except InvalidDocument:
+        return None
+    return None if doc.cursor is None else (doc.cursor.seq, doc.cursor.id)
+
+
+def _consumed_ranges(store: Store, agent_id: str, result: AgentAudit) -> list[_Range]:
+    """The score ranges the published versions consumed, with the chain's problems noted."""
+    versions: list[PolicyDocument] = []
+    for raw in store.list_policy_versions(agent_id):
+        try:
+            versions.append(PolicyDocument.from_dict(raw))
+        except InvalidDocument as exc:
+            result.problems.append(f"version {raw.get('id')!r} is invalid: {exc}")
+    tagged = store.get_current_policy(agent_id)
+    current = None
+    if tagged is None:
+        result.problems.append("the agent has no current policy")
+    else:
+        try:
+            current = PolicyDocument.from_dict(tagged.doc)
+        except InvalidDocument as exc:
+            result.problems.append(f"the current policy document is invalid: {exc}")
+    numbers = [v.version for v in versions]
+    if current is not None:
+        result.current_version = current.version
+        if current.version not in numbers:
+            # A trainer crashed between its swap and the records: the next tick writes them.
+            versions.append(current.as_kind("version"))
+            numbers.append(current.version)
+    versions.sort(key=lambda v: v.version)
+    numbers = [v.version for v in versions]
+    result.versions = len(versions)
+    if numbers and numbers != list(range(1, numbers[-1] + 1)):
+        missing = sorted(set(range(1, numbers[-1] + 1)) - set(numbers))
+        result.problems.append(f"versions {missing} are missing")
+
+    runs: dict[int, TrainingRun] = {}
+    for raw in store.list_runs(agent_id, 1_000_000):
+        try:
+            run = TrainingRun.from_dict(raw)
+        except InvalidDocument as exc:
+            result.problems.append(f"run {raw.get('id')!r} is invalid: {exc}")
+            continue
+        runs[run.policy_version] = run
+    result.runs = len(runs)
+
+    ranges: list[_Range] = []
+    previous: PolicyDocument | None = None
+    for version in versions:
+        run = version.run or runs.get(version.version)
+        if version.source == "train":
+            if run is None:
+                result.problems.append(f"v{version.version} was trained but has no run record")
+            elif previous is not None and (
+                run.base_version != previous.version or run.cursor_from != previous.cursor
+            ):
+                result.problems.append(
+                    f"the run of v{version.version} starts at v{run.base_version}'s cursor {_fmt(run.cursor_from)}, "
+                    f"not at v{previous.version}'s {_fmt(previous.cursor)}"
+                )
+        elif previous is not None and version.cursor != previous.cursor:
+            result.problems.append(f"v{version.version} ({version.source}) moved the cursor without a run")
+        if run is not None and version.source == "train":
+            low = (run.cursor_from.seq, run.cursor_from.id) if run.cursor_from else (-1, "")
+            high = (run.cursor_to.seq, run.cursor_to.id)
+            if high < low:
+                result.problems.append(f"the run of v{version.version} ends before it starts")
+            counted = run.episodes + run.corrections + run.rejected
+            ranges.append(_Range(version.version, low, high, counted, run.corrections == 0))
+        previous = version
+    orphans = sorted(set(runs) - set(numbers))
+    if orphans:
+        result.problems.append(f"runs for versions {orphans} that were never published")
+    return ranges
+
+
+def _audit_feedback(store: Store, scored: set[str], result: AgentAudit) -> None:
+    """Episodes with feedback, and how many of the scored ones do not have it applied yet."""
+    with_feedback: set[str] = set()
+    continuation = None
+    while True:
+        page = store.read_feedback_changes(continuation, PAGE)
+        for doc in page.items:
+            if doc.get("agent_id") == result.agent_id and isinstance(doc.get("episode_id"), str):
+                with_feedback.add(doc["episode_id"])
+        if not page.items or page.continuation in (None, continuation):
+            break
+        continuation = page.continuation
+    result.feedback_episodes = len(with_feedback)
+    for episode_id in sorted(with_feedback & scored):
+        raw = store.get_score(episode_id)
+        try:
+            base = Score.from_dict(raw)
+        except InvalidDocument:
+            continue
+        if unapplied(store, base):
+            result.feedback_unapplied += 1
+
+
+def _fmt(cursor: Any) -> str:
+    return "start" if cursor is None else f"({cursor.seq}, {cursor.id})"

@@ -1,0 +1,217 @@
+"""`agent-learn audit`: where every episode is, rebuilt from the store, on SQLite and on Cosmos DB
+over the wire; damaged books (a late score, overlapping runs) are found and fail the command."""
+
+from __future__ import annotations
+
+import json
+import random
+import sqlite3
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytest.importorskip("rich")
+from click.testing import CliRunner, Result
+from factories import make_score
+
+from agent_learning.audit import audit, audit_agent
+from agent_learning.cli import main
+from agent_learning.clock import ManualClock
+from agent_learning.config import load_settings
+from agent_learning.documents import Feedback, PolicyDocument, TrainingRun
+from agent_learning.feedback import sweep
+from agent_learning.local import LocalPipeline, open_local
+from agent_learning.pipeline import create_policy, load_current
+from agent_learning.policy import SoftmaxPolicy
+from agent_learning.simulate import math_tutor
+from agent_learning.store.base import Store
+
+AGENT = "math-tutor"
+ACTIONS = ["direct", "step-by-step", "calculator", "few-shot"]
+
+
+class Setup:
+    """An embedded pipeline with the math tutor's policy and ``rounds`` trained rounds."""
+
+    def __init__(self, pipeline: LocalPipeline) -> None:
+        self.pipeline, self.store = pipeline, pipeline.store
+        self.clock, self.rng, self.scenario = ManualClock(), random.Random(5), math_tutor(AGENT)
+        create_policy(self.store, SoftmaxPolicy.from_actions(AGENT, ACTIONS).to_document(created_at=self.clock.now()))
+
+    def write(self, n: int, prefix: str = "ep") -> list[str]:
+        current = load_current(self.store, AGENT)
+        assert current is not None
+        policy = SoftmaxPolicy.from_document(current, rng=self.rng)
+        start = sum(1 for _ in self.store.episode_ids(AGENT))
+        return [
+            self.scenario.run_episode(self.store, policy.choose(), self.rng, self.clock,
+                                      episode_id=f"{prefix}-{start + i:04d}").id
+            for i in range(n)
+        ]
+
+    def round(self, n: int = 10) -> None:
+        self.write(n)
+        self.pipeline.run_once()
+
+
+@pytest.fixture(params=["sqlite", "cosmos"])
+def setup(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Setup]:
+    settings = load_settings(sqlite_path=str(tmp_path / "local.db"))
+    pipeline = open_local(settings)
+    if request.param == "cosmos":
+        from cosmos_fixture import new_cosmos_store
+
+        pipeline = LocalPipeline(new_cosmos_store(request), pipeline.queue, pipeline.scorer.judge,
+                                 pipeline.scorer.reward, pipeline.learner)
+    s = Setup(pipeline)
+    yield s
+    pipeline.queue.close()
+
+
+def test_healthy_books_and_every_state_counted(setup: Setup) -> None:
+    for _ in range(3):
+        setup.round()
+    unscored = setup.write(2)  # written, not enqueued yet
+    setup.pipeline.pump()
+    setup.pipeline.score_pending()  # scored, not trained yet
+    setup.write(1)
+    books = audit_agent(setup.store, AGENT)
+    assert (books.episodes, books.learned, books.pending_training, books.pending_scoring) == (33, 30, 2, 1)
+    assert (books.lost, books.learned_twice, books.dead_lettered, books.pending) == (0, 0, 0, 3)
+    assert books.versions == 4 and books.runs == 3 and books.problems == [] and books.ok
+    assert books.episodes == books.learned + books.learned_twice + books.lost + books.pending + books.dead_lettered
+    assert unscored  # (the two written before scoring were scored by then)
+
+
+def test_feedback_stored_but_not_applied_is_reported_until_the_sweep_applies_it(setup: Setup) -> None:
+    setup.round()
+    episode_id = next(iter(sorted(setup.store.episode_ids(AGENT))))
+    setup.store.put_feedback(Feedback.from_dict({  # what a feedback call that died next left behind
+        "episode_id": episode_id, "agent_id": AGENT, "source": "user", "thumb": "down",
+        "received_at": setup.clock.now().isoformat()}))
+    books = audit_agent(setup.store, AGENT)
+    assert (books.feedback_episodes, books.feedback_unapplied) == (1, 1)
+    sweep(setup.store, clock=setup.clock)
+    books = audit_agent(setup.store, AGENT)
+    assert (books.feedback_episodes, books.feedback_unapplied, books.corrections) == (1, 0, 1)
+
+
+def test_dead_letters_are_counted_by_reason(tmp_path: Path) -> None:
+    pipeline = open_local(load_settings(sqlite_path=str(tmp_path / "local.db")))
+    s = Setup(pipeline)
+    s.round()
+    raw = s.store.get_episode(next(iter(s.store.episode_ids(AGENT))))
+    assert raw is not None
+    s.store.add_raw_episode({**raw, "id": "bad-action", "action_id": "not-an-action"})  # type: ignore[attr-defined]
+    s.pipeline.run_once()
+    books = audit(s.store, pipeline.queue, [AGENT]).agents[0]
+    assert books.dead_lettered == 1 and books.dead_lettered_by_reason == {"UnknownAction": 1}
+    assert books.lost == 0 and books.ok
+    without_queue = audit(s.store, None, [AGENT])
+    assert without_queue.agents[0].pending_scoring == 1 and "no queue" in without_queue.notes[0]
+    pipeline.queue.close()
+
+
+def sqlite_file(store: Store) -> sqlite3.Connection:
+    return sqlite3.connect(store.path, isolation_level=None)  # type: ignore[attr-defined]
+
+
+def test_a_score_that_landed_behind_the_cursor_is_lost(tmp_path: Path) -> None:
+    """A score written inside a range that a run had already read (as a late write on Cosmos DB
+    does) is never learned: the audit finds it by the range holding more rows than its run counted."""
+    pipeline = open_local(load_settings(sqlite_path=str(tmp_path / "local.db")))
+    s = Setup(pipeline)
+    s.write(10)
+    s.pipeline.pump()
+    s.pipeline.score_pending()
+    with sqlite_file(s.store) as conn:  # leave room between the seqs
+        conn.execute("UPDATE scores SET seq = -seq")  # (seqs are unique at every row's update)
+        conn.execute("UPDATE scores SET seq = -seq * 10")
+    s.pipeline.train()
+    late_episode = s.write(1)[0]
+    template = make_score(late_episode, agent_id=AGENT, action_id=ACTIONS[0], policy_version=2)
+    with sqlite_file(s.store) as conn:  # its seq lies in v2's consumed range
+        conn.execute("INSERT INTO scores (id, agent_id, seq, doc) VALUES (?, ?, ?, ?)",
+                     (late_episode, AGENT, 15, template.model_copy(update={"seq": 15}).to_json()))
+    books = audit_agent(s.store, AGENT)
+    assert (books.lost, books.late, books.learned, books.learned_twice) == (1, 1, 10, 0) and not books.ok
+    pipeline.queue.close()
+
+
+def test_overlapping_runs_are_learned_twice(tmp_path: Path) -> None:
+    """v3's run claims to have started where v1 ended: the first batch lies in two ranges."""
+    pipeline = open_local(load_settings(sqlite_path=str(tmp_path / "local.db")))
+    s = Setup(pipeline)
+    s.round(10)
+    s.round(10)
+    v3 = PolicyDocument.from_dict(s.store.get_policy_version(AGENT, 3))
+    assert v3.run is not None
+    run = v3.run.model_copy(update={"cursor_from": None, "episodes": 20})
+    with sqlite_file(s.store) as conn:
+        conn.execute("UPDATE runs SET doc = ? WHERE id = ?", (run.to_json(), run.id))
+        conn.execute("UPDATE policies SET doc = ? WHERE id = ?",
+                     (v3.model_copy(update={"run": run}).to_json(), v3.id))
+        current = load_current(s.store, AGENT)
+        assert current is not None
+        conn.execute("UPDATE policies SET doc = ? WHERE id = ?",
+                     (current.model_copy(update={"run": run}).to_json(), current.id))
+    books = audit_agent(s.store, AGENT)
+    assert (books.learned_twice, books.learned, books.lost) == (10, 10, 0)
+    assert any("starts at" in p for p in books.problems) and not books.ok
+    assert TrainingRun.from_dict(s.store.get_run(run.id)).cursor_from is None
+    pipeline.queue.close()
+
+
+# --------------------------------------------------------------------------- the command
+
+
+def cli(*args: str) -> Result:
+    return CliRunner().invoke(main, list(args))
+
+
+@pytest.fixture
+def db(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    for name in ("AGENT_LEARNING_STORE", "AGENT_LEARNING_QUEUE", "AGENT_LEARNING_SQLITE_PATH"):
+        monkeypatch.delenv(name, raising=False)
+    return tmp_path / "local.db"
+
+
+def test_the_command_exits_0_on_healthy_books_with_the_documented_json(db: Path) -> None:
+    pipeline = open_local(load_settings(sqlite_path=str(db)))
+    s = Setup(pipeline)
+    s.round(12)
+    s.write(3)
+    pipeline.store.close()
+    pipeline.queue.close()
+    result = cli("audit", "--db", str(db), "--json")
+    assert result.exit_code == 0, result.output
+    data: dict[str, Any] = json.loads(result.stdout)
+    assert data["ok"] is True
+    books = data["agents"][AGENT]
+    for key in ("episodes", "learned", "learned_twice", "dead_lettered", "pending", "lost"):
+        assert isinstance(books[key], int)
+    assert (books["episodes"], books["learned"], books["pending"], books["lost"]) == (15, 12, 3, 0)
+    text = cli("audit", "--db", str(db), "--agent-id", AGENT)
+    assert text.exit_code == 0 and "nothing lost or learned twice" in text.stdout
+    assert "3 not scored yet" in text.stdout
+
+
+def test_the_command_exits_1_when_an_episode_is_lost_and_2_for_an_unknown_agent(db: Path) -> None:
+    pipeline = open_local(load_settings(sqlite_path=str(db)))
+    s = Setup(pipeline)
+    s.round(5)
+    with sqlite_file(s.store) as conn:  # a published version whose run went missing
+        conn.execute("DELETE FROM runs")
+        conn.execute("UPDATE policies SET doc = json_set(doc, '$.run', NULL) WHERE kind = 'version'")
+        conn.execute("UPDATE policies SET doc = json_set(doc, '$.run', NULL) WHERE kind = 'current'")
+    pipeline.store.close()
+    pipeline.queue.close()
+    result = cli("audit", "--db", str(db), "--json")
+    assert result.exit_code == 1, result.output
+    books = json.loads(result.stdout)["agents"][AGENT]
+    assert books["lost"] == 5 and books["ok"] is False
+    assert any("no run record" in p for p in books["problems"])
+    unknown = cli("audit", "--db", str(db), "--agent-id", "nobody")
+    assert unknown.exit_code == 2 and "nobody" in unknown.output and "Traceback" not in unknown.output
