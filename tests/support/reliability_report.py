@@ -1,6 +1,6 @@
 """Pytest plugin: the reliability report, and the store each reliability scenario runs on.
 
-Registered in ``tests/conftest.py``. The reliability tests (``tests/test_reliability_*.py``)
+Registered in ``tests/conftest.py``. The reliability tests (``tests/reliability/``)
 record what each scenario did with :func:`record`: how many faults they injected, how many
 episodes the agents wrote, and how many of those the audit found lost or learned from more
 than once (see ``faults.account``). At the end of the session a table of these counts is

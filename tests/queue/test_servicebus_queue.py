@@ -1,4 +1,4 @@
-"""ServiceBusQueue against the in-process AMQP broker (tests/amqp_broker.py) with the real SDK.
+"""ServiceBusQueue against the in-process AMQP broker (tests/fakes/amqp_broker.py) with the real SDK.
 
 The broker is a pytest plugin (``amqp_broker`` fixture). Every SDK call is bounded: receives by
 ``max_wait_time``, sends by ``send_timeout``, settlement and management calls by the client's

@@ -32,7 +32,7 @@ from agent_learning.simulate import math_tutor
 from agent_learning.store.base import Tagged
 from agent_learning.store.sqlite import SQLiteStore
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 FUNCTIONS = functions()
 AGENT = "math-tutor"
 
