@@ -8,8 +8,9 @@ import pytest
 
 from agent_learning.clock import ManualClock
 
+# Local servers from tests/fakes/, helpers from tests/support/ (both on pytest.ini's pythonpath).
 # The AMQP broker is imported by the tests that use it.
-pytest_plugins = ["cosmos_fixture", "judge_server", "reliability_report", "telemetry_capture"]
+pytest_plugins = ["cosmos_fixture", "judge_server", "adapters", "reliability_report", "telemetry_capture"]
 
 
 MISSING_MODULE = "could not import"  # how pytest.importorskip words its skip
