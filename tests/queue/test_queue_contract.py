@@ -78,6 +78,20 @@ def test_receive_and_send_validate(queue: QueueUnderTest) -> None:
     assert q.send([]) == 0
 
 
+def test_close_is_idempotent_and_the_queue_refuses_use_afterwards(queue: QueueUnderTest) -> None:
+    q = queue.queue
+    q.send([msg("a")])
+    [m] = q.receive()
+    with q:
+        pass
+    q.close()
+    for call in (lambda: q.receive(), lambda: q.send([msg("b")]), lambda: q.dead_letters()):
+        with pytest.raises(RuntimeError, match="closed"):
+            call()
+    with pytest.raises(RuntimeError, match="closed"):
+        q.complete(m)
+
+
 # -- settling ----------------------------------------------------------------------------------
 
 

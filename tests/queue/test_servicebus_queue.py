@@ -201,16 +201,12 @@ def test_broker_rejects_a_settlement_whose_lock_it_no_longer_holds(
 
 
 def test_dead_letter_with_reason_is_listed_then_replayed(queue: ServiceBusQueue, amqp_broker: Broker) -> None:
+    """What Service Bus adds to the contract's dead letter: the reason on the wire, the enqueue time
+    kept, and a replayed copy under a fresh id that names the original."""
     queue.send([msg("a", '{"episode": "é"}', agent="x", n=3, ok=True, w=0.5)])
     [m] = queue.receive()
     queue.dead_letter(m, "InvalidDocument", "steps[2].latency_ms: not a number")
-    assert queue.receive() == []
     [dead] = queue.dead_letters()
-    assert dead.message_id == "a"
-    assert dead.body == '{"episode": "é"}'.encode()
-    assert dead.properties == {"agent": "x", "n": 3, "ok": True, "w": 0.5}
-    assert (dead.reason, dead.description) == ("InvalidDocument", "steps[2].latency_ms: not a number")
-    assert dead.delivery_count == 1
     assert dead.dead_lettered_at == pytest.approx(m.enqueued_at, abs=0.01)  # Service Bus keeps it
     stored = amqp_broker.queue(QUEUE).dead_letters()[0]
     assert stored.application_properties["DeadLetterReason"] == "InvalidDocument"
@@ -295,19 +291,6 @@ def test_connection_failure_is_a_transient_error(amqp_broker: Broker) -> None:
     with queue, pytest.raises(TransientError) as error:
         queue.send([msg("a")])
     assert error.value.__cause__ is not None
-
-
-def test_close_is_idempotent_and_the_queue_refuses_use_afterwards(queue: ServiceBusQueue) -> None:
-    queue.send([msg("a")])
-    [m] = queue.receive()
-    with queue:
-        pass
-    queue.close()
-    for call in (lambda: queue.receive(), lambda: queue.send([msg("b")]), lambda: queue.dead_letters()):
-        with pytest.raises(RuntimeError, match="closed"):
-            call()
-    with pytest.raises(RuntimeError, match="closed"):
-        queue.complete(m)
 
 
 def test_two_queue_objects_in_threads_never_get_the_same_message(
