@@ -17,10 +17,11 @@ The ``cosmos`` case is the real azure-cosmos SDK against the patched local Cosmo
 (``tests/fakes/cosmos_fixture.py``), in a new database per test. The ``servicebus`` case is the real
 azure-servicebus SDK against the in-process AMQP broker (``tests/fakes/amqp_broker.py``), with an
 administration client read from the broker so that ``counts()`` works as on Azure; it is skipped
-without the SDK or proton. External adapters carry a mark, so
-``pytest -m "not cosmos"`` runs everything else without Node, and ``-m "not servicebus"`` without the
-AMQP broker; a test that takes a fake's fixture directly (``cosmos_server``, ``amqp_broker``, ...) gets
-the mark at collection (:func:`pytest_collection_modifyitems`).
+without the SDK or proton.
+
+External adapters carry a mark, so ``pytest -m "not cosmos"`` runs everything else without Node, and
+``-m "not servicebus"`` without the AMQP broker; a test that takes a fake's fixture directly
+(``cosmos_server``, ``amqp_broker``, ...) gets the mark at collection (:func:`pytest_collection_modifyitems`).
 """
 
 from __future__ import annotations
@@ -56,12 +57,12 @@ FAKE_FIXTURES: Final = {
 """Fixtures of the local servers, and the mark a test that takes one of them gets."""
 
 
-# --------------------------------------------------------------------------- store
-
-
 def adapter_params(*adapters: str) -> list[Any]:
     """``pytest.param`` per adapter, with the adapter's mark when it is an external one."""
     return [pytest.param(a, id=a, marks=[EXTERNAL_MARKS[a]] if a in EXTERNAL_MARKS else []) for a in adapters]
+
+
+# --------------------------------------------------------------------------- store
 
 
 def open_store(adapter: str, request: pytest.FixtureRequest, tmp_path: Path) -> Store:
