@@ -22,10 +22,10 @@ $(VENV)/.demo-installed: $(BIN)/python shared/pyproject.toml
 
 # Everything the Functions app needs (requirements.txt, minus the library itself, which is
 # installed editable) plus the test tools.
-$(VENV)/.test-installed: $(BIN)/python shared/pyproject.toml requirements.txt tests/cosmos_server/package-lock.json
+$(VENV)/.test-installed: $(BIN)/python shared/pyproject.toml requirements.txt tests/fakes/cosmos_server/package-lock.json
 	grep -v -e '^\./shared' -e '^#' -e '^$$' requirements.txt > $(VENV)/app-requirements.txt
 	$(PIP) install --quiet --disable-pip-version-check -r $(VENV)/app-requirements.txt -e './shared[azure,judges,plot,dev]'
-	cd tests/cosmos_server && npm ci --no-audit --no-fund --loglevel=error
+	cd tests/fakes/cosmos_server && npm ci --no-audit --no-fund --loglevel=error
 	@touch $(VENV)/.demo-installed $@
 
 demo: $(VENV)/.demo-installed
@@ -45,7 +45,7 @@ $(CHECKOV_VENV)/.installed: $(BIN)/python Makefile
 infra-check: $(CHECKOV_VENV)/.installed
 	$(CHECKOV_VENV)/bin/checkov --directory infra --framework bicep --skip-download --soft-fail \
 		-o json --output-file-path $(CHECKOV_VENV)/report > /dev/null
-	$(CHECKOV_VENV)/bin/python tests/checkov_gate.py $(CHECKOV_VENV)/report/results_json.json
+	$(CHECKOV_VENV)/bin/python tests/support/checkov_gate.py $(CHECKOV_VENV)/report/results_json.json
 
 # Everything is installed here, so a test skipped for a missing module is a failed install step.
 test: lint infra-check

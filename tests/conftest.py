@@ -1,4 +1,13 @@
-"""Shared fixtures."""
+"""Shared fixtures.
+
+The tests mirror the package: ``store/``, ``queue/``, ``pipeline/``, ``judges/``, ``app/`` (the Functions
+app, its deployment package and ``infra/``), ``cli/``, ``reliability/``, and the top-level modules of
+the library here. ``fakes/`` holds the local servers and broker the wire tests run against (with the
+tests of those fakes), ``support/`` the factories, fault injection and pytest plugins; both folders are
+on ``pytest.ini``'s ``pythonpath`` (``from factories import make_episode``). The folders are not
+packages: pytest imports each test module by its file name, so file names stay unique across folders
+(pytest refuses a duplicate); as packages, ``queue/`` would shadow the standard library's ``queue``.
+"""
 
 from __future__ import annotations
 
@@ -8,8 +17,9 @@ import pytest
 
 from agent_learning.clock import ManualClock
 
+# Local servers from tests/fakes/, helpers from tests/support/ (both on pytest.ini's pythonpath).
 # The AMQP broker is imported by the tests that use it.
-pytest_plugins = ["cosmos_fixture", "judge_server", "reliability_report", "telemetry_capture"]
+pytest_plugins = ["cosmos_fixture", "judge_server", "adapters", "reliability_report", "telemetry_capture"]
 
 
 MISSING_MODULE = "could not import"  # how pytest.importorskip words its skip

@@ -2,7 +2,7 @@
 
 checkov already exits non-zero on a failed check. This also fails when a file could not be
 parsed (checkov then scans nothing in it and reports no failure) and when a check is skipped
-without a reason. Usage: ``python tests/checkov_gate.py results_json.json``.
+without a reason. Usage: ``python tests/support/checkov_gate.py results_json.json``.
 """
 
 from __future__ import annotations

@@ -18,6 +18,7 @@ import pytest
 pytest.importorskip("rich")
 pytest.importorskip("azure.servicebus")
 pytest.importorskip("proton")
+from adapters import DURABLE_STORE_ADAPTERS, adapter_params
 from click.testing import CliRunner, Result
 
 from agent_learning.cli import main
@@ -108,7 +109,7 @@ class Deployment:
             self.cleanup()
 
 
-@pytest.fixture(params=["sqlite", "cosmos"])
+@pytest.fixture(params=adapter_params(*DURABLE_STORE_ADAPTERS))
 def deployment(request: pytest.FixtureRequest, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Deployment]:
     d = Deployment(request.param, tmp_path, monkeypatch, request)
     yield d

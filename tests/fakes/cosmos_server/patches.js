@@ -22,7 +22,7 @@
  * for the pkranges feed, which our change-feed handler turns off by deleting the
  * `a-im` header of its own requests.
  *
- * Behaviours added or fixed (each covered by tests/test_cosmos_server.py):
+ * Behaviours added or fixed (each covered by tests/fakes/test_cosmos_server.py):
  *   1. point read of a missing item -> 404 NotFound (stock: 500 TypeError, which
  *      the SDK retries); all 404s get a Cosmos-style {code: "NotFound"} body.
  *   2. a query sent with x-ms-documentdb-partitionkey is scoped to that value

@@ -56,15 +56,12 @@ class Setup:
         self.pipeline.run_once()
 
 
-@pytest.fixture(params=["sqlite", "cosmos"])
-def setup(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Setup]:
-    settings = load_settings(sqlite_path=str(tmp_path / "local.db"))
-    pipeline = open_local(settings)
-    if request.param == "cosmos":
-        from cosmos_fixture import new_cosmos_store
-
-        pipeline = LocalPipeline(new_cosmos_store(request), pipeline.queue, pipeline.scorer.judge,
-                                 pipeline.scorer.reward, pipeline.learner)
+@pytest.fixture
+def setup(durable_store: Store, tmp_path: Path) -> Iterator[Setup]:
+    """The embedded pipeline as configured, on each store a deployment runs on (tests/support/adapters.py)."""
+    local = open_local(load_settings(sqlite_path=str(tmp_path / "local.db")))
+    local.store.close()
+    pipeline = LocalPipeline(durable_store, local.queue, local.scorer.judge, local.scorer.reward, local.learner)
     s = Setup(pipeline)
     yield s
     pipeline.queue.close()

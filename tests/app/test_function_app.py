@@ -18,7 +18,6 @@ import azure.functions as func
 from app_functions import document_list, functions, sb_message
 from azure.functions.servicebus import ServiceBusMessage
 from azure.functions.timer import TimerRequest
-from cosmos_fixture import new_cosmos_store
 
 from agent_learning import functions as handlers
 from agent_learning.callers import key_identity, principal_identity
@@ -29,10 +28,10 @@ from agent_learning.pipeline import create_policy, load_current
 from agent_learning.policy import SoftmaxPolicy
 from agent_learning.queue.sqlite import SQLiteQueue
 from agent_learning.simulate import math_tutor
-from agent_learning.store.base import Tagged
+from agent_learning.store.base import Store, Tagged
 from agent_learning.store.sqlite import SQLiteStore
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 FUNCTIONS = functions()
 AGENT = "math-tutor"
 
@@ -283,18 +282,14 @@ def test_http_policy_returns_the_document_with_an_etag_and_honours_if_none_match
     assert http_get(AGENT, '"stale"').status_code == 200
 
 
-@pytest.fixture(params=["sqlite", "cosmos"])
-def policy_runtime(request: pytest.FixtureRequest, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
+@pytest.fixture
+def policy_runtime(durable_store: Store, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Store:
     """The app's runtime on a store of each kind (Cosmos over the wire) holding one policy."""
-    if request.param == "cosmos":
-        store: Any = new_cosmos_store(request)
-    else:
-        store = SQLiteStore(str(tmp_path / "policy.db"))
-    create_policy(store, SoftmaxPolicy.from_actions(AGENT, ["a", "b"]).to_document(created_at=ManualClock().now()))
+    create_policy(durable_store,
+                  SoftmaxPolicy.from_actions(AGENT, ["a", "b"]).to_document(created_at=ManualClock().now()))
     settings = load_settings(sqlite_path=str(tmp_path / "unused.db"), store="sqlite", queue="sqlite")
-    monkeypatch.setattr(handlers, "_runtime", handlers.Runtime(settings, store, send=None))
-    yield store
-    store.close()
+    monkeypatch.setattr(handlers, "_runtime", handlers.Runtime(settings, durable_store, send=None))
+    return durable_store
 
 
 @pytest.mark.parametrize(

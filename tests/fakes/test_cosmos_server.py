@@ -1,7 +1,7 @@
 """Wire tests of the patched local Cosmos server with the real azure-cosmos SDK.
 
 Each test pins one behaviour that real Cosmos DB has and ``@vercel/cosmosdb-server`` 1.0.1 lacked or that the
-project relies on, so a regression in ``tests/cosmos_server/patches.js`` (or an SDK upgrade that changes the
+project relies on, so a regression in ``tests/fakes/cosmos_server/patches.js`` (or an SDK upgrade that changes the
 call patterns documented in ``cosmos_fixture``) fails here.
 """
 

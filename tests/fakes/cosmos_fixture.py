@@ -3,7 +3,7 @@
 Register with ``pytest_plugins = ["cosmos_fixture"]`` in ``tests/conftest.py``. Fixtures:
 
 - ``cosmos_server`` (session): installs ``@vercel/cosmosdb-server`` 1.0.1 with ``npm ci`` in
-  ``tests/cosmos_server`` when ``node_modules`` is missing, starts ``node server.js`` (HTTPS, keep-alive, the
+  ``tests/fakes/cosmos_server`` when ``node_modules`` is missing, starts ``node server.js`` (HTTPS, keep-alive, the
   patches in ``patches.js``) on a free 127.0.0.1 port and stops it at session end. It has ``.endpoint``,
   ``.key``, ``.stats()``, ``.reset_stats()``, ``.client()`` and ``.log_path`` (server output). Without
   ``node``/``npm`` it skips, except under CI (``CI`` set), where it fails.
@@ -208,7 +208,7 @@ def _install_lock() -> Iterator[None]:
 
 
 def ensure_installed(npm: str) -> None:
-    """Run ``npm ci`` in ``tests/cosmos_server`` unless the pinned package is already installed."""
+    """Run ``npm ci`` in ``tests/fakes/cosmos_server`` unless the pinned package is already installed."""
     with _install_lock():
         if _installed_version() == PINNED_VERSION:
             return

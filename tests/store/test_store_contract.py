@@ -9,14 +9,13 @@ from __future__ import annotations
 
 import threading
 import uuid
-from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from datetime import timedelta, timezone
 from pathlib import Path
 from typing import Any
 
 import pytest
-from cosmos_fixture import new_cosmos_store
+from adapters import store_adapter
 from factories import BASE_TIME, make_episode, make_policy_doc, make_run, make_score
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -31,38 +30,14 @@ from agent_learning.documents import (
 )
 from agent_learning.errors import ConcurrencyConflict, InvalidDocument
 from agent_learning.pipeline import create_policy, materialise
-from agent_learning.store import MemoryStore, SQLiteStore, Store
+from agent_learning.store import SQLiteStore, Store
 from agent_learning.store.base import NOT_MODIFIED, RawDoc, Tagged
 
 # --------------------------------------------------------------------------- adapters
 
-StoreFactory = Callable[[Path], Store]
-
-# Every adapter of the store port, by name; each contract test runs once per entry. The Cosmos
-# DB adapter joins the whole contract by adding one more entry here (e.g. "cosmos": a factory
-# that creates a fresh database on the emulator and calls pytest.skip() when none is configured).
-ADAPTERS: dict[str, StoreFactory] = {
-    "memory": lambda tmp_path: MemoryStore(),
-    "sqlite": lambda tmp_path: SQLiteStore(tmp_path / "store.db"),
-}
-
-
-@pytest.fixture(params=[*ADAPTERS, "cosmos"])
-def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Store]:
-    """A fresh, empty store of each adapter in turn; ``cosmos`` is the real azure-cosmos SDK
-    against the patched local Cosmos server, in a new database per test."""
-    if request.param == "cosmos":
-        s: Store = new_cosmos_store(request)
-    else:
-        s = ADAPTERS[request.param](tmp_path)
-    yield s
-    s.close()
-
-
-def adapter_name(request: pytest.FixtureRequest) -> str:
-    """The ``store`` param the running test got ("memory", "sqlite", ...)."""
-    return str(request.node.callspec.params["store"])
-
+# Each contract test takes the ``store`` fixture (tests/support/adapters.py): a fresh, empty store of
+# every adapter in turn (memory, sqlite, and cosmos: the real azure-cosmos SDK against the patched
+# local Cosmos server, in a new database per test).
 
 # --------------------------------------------------------------------------- helpers
 
@@ -202,7 +177,7 @@ def test_an_empty_page_returns_a_continuation_that_can_be_passed_again(store: St
 def test_list_episodes_is_newest_first_with_agent_filter_and_limit(
     store: Store, request: pytest.FixtureRequest
 ) -> None:
-    if adapter_name(request) == "cosmos":
+    if store_adapter(request) == "cosmos":
         pytest.skip("Cosmos orders by _ts (1 s resolution); see test_cosmos_lists_episodes_by_write_second")
     written = []
     for i, eid in enumerate(SHUFFLED_IDS[:9]):
@@ -222,7 +197,7 @@ def test_list_episodes_is_newest_first_with_agent_filter_and_limit(
 
 def test_cosmos_lists_episodes_by_write_second(store: Store, request: pytest.FixtureRequest) -> None:
     """Cosmos stamps writes with whole seconds (``_ts``): newest first, ties in any order."""
-    if adapter_name(request) != "cosmos":
+    if store_adapter(request) != "cosmos":
         pytest.skip("Cosmos only")
     for i, eid in enumerate(SHUFFLED_IDS[:6]):
         store.add_episode(make_episode(eid, agent_id="agent-a" if i % 2 else "agent-b"))

@@ -15,7 +15,7 @@ pytest.importorskip("pathspec")
 
 import pathspec
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 pytestmark = pytest.mark.timeout(900)
 

@@ -1,6 +1,6 @@
 """Pytest plugin: the reliability report, and the store each reliability scenario runs on.
 
-Registered in ``tests/conftest.py``. The reliability tests (``tests/test_reliability_*.py``)
+Registered in ``tests/conftest.py``. The reliability tests (``tests/reliability/``)
 record what each scenario did with :func:`record`: how many faults they injected, how many
 episodes the agents wrote, and how many of those the audit found lost or learned from more
 than once (see ``faults.account``). At the end of the session a table of these counts is
@@ -14,13 +14,12 @@ patched local Cosmos server, in a new database.
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
-from cosmos_fixture import new_cosmos_store
+from adapters import store_adapter
 
 
 @dataclass
@@ -109,14 +108,8 @@ class Backend:
             raise ValueError(f"no raw write for container {container!r}")
 
 
-@pytest.fixture(params=["sqlite", "cosmos"])
-def backend(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Backend]:
-    """A fresh store of each kind: embedded SQLite, then Cosmos DB over the wire."""
-    if request.param == "cosmos":
-        store: Any = new_cosmos_store(request)
-    else:
-        from agent_learning.store.sqlite import SQLiteStore
-
-        store = SQLiteStore(tmp_path / "store.db")
-    yield Backend(request.param, store, tmp_path)
-    store.close()
+@pytest.fixture
+def backend(durable_store: Any, request: pytest.FixtureRequest, tmp_path: Path) -> Backend:
+    """A fresh store of each kind (``durable_store``, tests/support/adapters.py): embedded SQLite, then
+    Cosmos DB over the wire."""
+    return Backend(store_adapter(request), durable_store, tmp_path)

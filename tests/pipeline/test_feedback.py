@@ -10,13 +10,10 @@ from __future__ import annotations
 import json
 import math
 import threading
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
-from cosmos_fixture import new_cosmos_store
 from factories import CountingStore, make_episode, make_policy_doc
 
 from agent_learning.clock import ManualClock
@@ -45,20 +42,16 @@ from agent_learning.rewards import (
     judged_reward,
     with_feedback,
 )
-from agent_learning.store import MemoryStore, SQLiteStore, Store
+from agent_learning.store import Store
 
 AGENT = "agent-a"
 
 
-@pytest.fixture(params=["memory", "sqlite", "cosmos"])
-def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Store]:
-    if request.param == "cosmos":
-        s: Store = new_cosmos_store(request)
-    else:
-        s = MemoryStore() if request.param == "memory" else SQLiteStore(tmp_path / "store.db")
-    create_policy(s, make_policy_doc(AGENT))
-    yield s
-    s.close()
+@pytest.fixture
+def store(store: Store) -> Store:
+    """Every store adapter in turn (tests/support/adapters.py), holding the agent's policy."""
+    create_policy(store, make_policy_doc(AGENT))
+    return store
 
 
 @pytest.fixture

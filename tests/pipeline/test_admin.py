@@ -4,12 +4,10 @@ from __future__ import annotations
 
 import math
 import random
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from cosmos_fixture import new_cosmos_store
 from factories import make_policy_doc
 
 from agent_learning.admin import rollback, set_pinned
@@ -25,19 +23,12 @@ from agent_learning.policy import SoftmaxPolicy
 from agent_learning.queue.sqlite import SQLiteQueue
 from agent_learning.rewards import RewardFunction
 from agent_learning.simulate import math_tutor
-from agent_learning.store import MemoryStore, SQLiteStore, Store
+from agent_learning.store import MemoryStore, Store
 
 AGENT = "math-tutor"
 
 
-@pytest.fixture(params=["memory", "sqlite", "cosmos"])
-def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Store]:
-    if request.param == "cosmos":
-        s: Store = new_cosmos_store(request)
-    else:
-        s = MemoryStore() if request.param == "memory" else SQLiteStore(tmp_path / "store.db")
-    yield s
-    s.close()
+# ``store``: every store adapter in turn (tests/support/adapters.py).
 
 
 class Agent:

@@ -19,6 +19,7 @@ import pytest
 pytest.importorskip("azure.functions")
 pytest.importorskip("azure.servicebus")
 pytest.importorskip("proton")
+from adapters import adapter_params
 from amqp_broker import amqp_broker  # noqa: F401  (the fixture; needs python-qpid-proton)
 from app_functions import sb_message
 from factories import make_episode
@@ -403,7 +404,8 @@ def test_fuzzed_settings_are_rejected_naming_the_variable(name: str, value: str)
 # --------------------------------------------------------------------------- oversized documents on Service Bus
 
 
-@pytest.mark.parametrize("backend", ["cosmos"], indirect=True)  # the deployed pair: Cosmos DB and Service Bus
+# The deployed pair: Cosmos DB and Service Bus.
+@pytest.mark.parametrize("durable_store", adapter_params("cosmos"), indirect=True)
 def test_an_oversized_episode_does_not_block_the_change_feed_on_service_bus(
     backend: Backend, amqp_broker: Any
 ) -> None:

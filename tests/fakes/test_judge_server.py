@@ -1,4 +1,5 @@
-"""The judge test server (tests/judge_server.py), with the real azure-ai-evaluation judges and a plain OpenAI client.
+"""The judge test server (tests/fakes/judge_server.py), with the real azure-ai-evaluation judges and a
+plain OpenAI client.
 
 The evaluator tests pin what a judge adapter relies on in azure-ai-evaluation 1.18.10: the scores
 and ``<metric>_result`` each marker produces, the request each configuration style sends, the agent

@@ -29,7 +29,7 @@ from agent_learning.config import PREFIX, Settings, environment_names
 from agent_learning.policy import SoftmaxPolicy
 from agent_learning.store.cosmos import CONTAINERS, LEASES, CosmosStore
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 INFRA = ROOT / "infra"
 MODULES = INFRA / "modules"
 
