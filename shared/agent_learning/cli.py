@@ -324,7 +324,7 @@ def policy(ctx: click.Context, agent_id: str | None, as_json: bool, db: str | No
 @_handle_errors
 def policy_show(agent_id: str, as_json: bool, db: str | None) -> None:
     """An agent's current policy: probabilities, logits and the last training run."""
-    from .history import policy_entropy, policy_probabilities
+    from .policy import policy_entropy, policy_probabilities
 
     with _store(db) as (store, settings):
         doc = _current(store, settings, agent_id)
@@ -436,7 +436,7 @@ def policy_history(agent_id: str, limit: int | None, as_json: bool, db: str | No
 @_handle_errors
 def policy_rollback(agent_id: str, version: int, note: str, as_json: bool, db: str | None) -> None:
     """Publish VERSION's logits as a new version (history is never rewritten)."""
-    from .admin import rollback
+    from .pipeline import rollback
 
     with _store(db) as (store, settings):
         _current(store, settings, agent_id)
@@ -453,7 +453,7 @@ def policy_rollback(agent_id: str, version: int, note: str, as_json: bool, db: s
 @_handle_errors
 def policy_pin(agent_id: str, reason: str, as_json: bool, db: str | None) -> None:
     """Freeze learning for an agent: the trainer leaves its policy alone until unpinned."""
-    from .admin import set_pinned
+    from .pipeline import set_pinned
 
     with _store(db) as (store, settings):
         _current(store, settings, agent_id)
@@ -469,7 +469,7 @@ def policy_pin(agent_id: str, reason: str, as_json: bool, db: str | None) -> Non
 @_handle_errors
 def policy_unpin(agent_id: str, as_json: bool, db: str | None) -> None:
     """Resume learning; scores that arrived while pinned are learned on the next run."""
-    from .admin import set_pinned
+    from .pipeline import set_pinned
 
     with _store(db) as (store, settings):
         _current(store, settings, agent_id)

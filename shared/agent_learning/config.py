@@ -16,10 +16,9 @@ from pydantic import AliasChoices, Field, SecretStr, ValidationError, field_vali
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from .clock import check_settle_window
-from .documents import MAX_TEMPERATURE, MIN_TEMPERATURE
+from .documents import MAX_TEMPERATURE, MAX_TRAIN_BATCH, MIN_TEMPERATURE
 from .errors import ConfigurationError
 from .ingestion import parse_episode_writers
-from .pipeline import MAX_TRAIN_BATCH
 from .policy import DEFAULT_EXPLORATION_FLOOR
 
 PREFIX = "AGENT_LEARNING_"

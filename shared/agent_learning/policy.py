@@ -73,6 +73,16 @@ def mix_floor(probs: Sequence[float], floor: float) -> list[float]:
     return [floor + scale * p for p in probs]
 
 
+def policy_probabilities(doc: PolicyDocument) -> list[float]:
+    """π(a) of every action of a policy document, exploration floor included."""
+    return mix_floor(softmax(doc.logits, doc.temperature), doc.exploration_floor)
+
+
+def policy_entropy(probabilities: list[float]) -> float:
+    """Entropy in nats."""
+    return -math.fsum(p * math.log(p) for p in probabilities if p > 0)
+
+
 class SoftmaxPolicy:
     """An immutable softmax policy over a fixed list of actions.
 
