@@ -11,6 +11,7 @@ for bad input and 1 for anything else.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import sys
@@ -25,8 +26,19 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 from rich.text import Text
 
+from .audit import audit as run_audit
+from .config import load_settings
+from .demo import run_demo
 from .documents import MAX_TEMPERATURE, MIN_TEMPERATURE
 from .errors import AgentLearningError, ConcurrencyConflict, ConfigurationError, InvalidDocument, NotFound
+from .feedback import record_feedback, score_rows, sweep
+from .history import history
+from .local import open_local, open_queue, open_store
+from .pipeline import create_policy, load_current, rollback, set_pinned
+from .plots import plot_histories
+from .policy import SoftmaxPolicy, policy_entropy, policy_probabilities
+from .report import write_report
+from .simulate import SCENARIOS
 
 
 def _console(stderr: bool = False) -> Console:
@@ -46,8 +58,6 @@ out = _console()
 
 
 def _settings(db: str | None) -> Any:
-    from .config import load_settings
-
     return load_settings(**({"sqlite_path": db} if db else {}))
 
 
@@ -60,8 +70,6 @@ BAD_INPUT = (InvalidDocument, ConfigurationError, ConcurrencyConflict, NotFound,
 
 
 def _handle_errors(fn: Callable[..., Any]) -> Callable[..., Any]:
-    import functools
-
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         try:
@@ -91,8 +99,6 @@ agent_option = click.option("--agent-id", required=True, help="The agent whose p
 @contextmanager
 def _store(db: str | None) -> Iterator[tuple[Any, Any]]:
     """The store the settings choose, and the settings."""
-    from .local import open_store
-
     settings = _settings(db)
     store = open_store(settings)
     try:
@@ -108,8 +114,6 @@ def _where(settings: Any) -> str:
 
 
 def _current(store: Any, settings: Any, agent_id: str) -> Any:
-    from .pipeline import load_current
-
     doc = load_current(store, agent_id)
     if doc is None:
         agents = store.list_agents()
@@ -177,10 +181,6 @@ def demo(
     episodes: int, batch: int, seed: int, agents: str, db: str, plot_path: str, no_plot: bool, as_json: bool
 ) -> None:
     """Simulated agents learn through the embedded pipeline (SQLite store and queue, offline judge)."""
-    from .config import load_settings
-    from .demo import run_demo
-    from .simulate import SCENARIOS
-
     names = [a.strip() for a in agents.split(",") if a.strip()]
     unknown = [n for n in names if n not in SCENARIOS]
     if unknown:
@@ -206,8 +206,6 @@ def demo(
         )
     summary = result.summary()
     if not no_plot:
-        from .plots import plot_histories
-
         try:
             summary["plot"] = str(plot_histories(result.agents, plot_path, title="agent-learning demo"))
         except RuntimeError as exc:
@@ -281,9 +279,6 @@ def init_policy(
     agent_id: str, actions_file: str, temperature: float | None, exploration_floor: float | None, db: str | None
 ) -> None:
     """Create version 1 (uniform) of an agent's policy."""
-    from .pipeline import create_policy
-    from .policy import SoftmaxPolicy
-
     settings = _settings(db)
     try:
         actions = json.loads(Path(actions_file).read_text())
@@ -324,8 +319,6 @@ def policy(ctx: click.Context, agent_id: str | None, as_json: bool, db: str | No
 @_handle_errors
 def policy_show(agent_id: str, as_json: bool, db: str | None) -> None:
     """An agent's current policy: probabilities, logits and the last training run."""
-    from .policy import policy_entropy, policy_probabilities
-
     with _store(db) as (store, settings):
         doc = _current(store, settings, agent_id)
     if as_json:
@@ -356,7 +349,7 @@ def policy_show(agent_id: str, as_json: bool, db: str | None) -> None:
 
 def _evidence_columns(doc: Any) -> list[tuple[str, str]] | None:
     """Per action, the learner state's faded episode count and mean reward (None: no usable state)."""
-    from .learner import Evidence
+    from .learner import Evidence  # numpy: only the commands that show a learner state load it
 
     evidence, problem = Evidence.from_state(doc.learner_state, len(doc.action_ids))
     if problem or not doc.learner_state:
@@ -395,8 +388,6 @@ def _history_rows(h: Any) -> list[dict[str, Any]]:
 @_handle_errors
 def policy_history(agent_id: str, limit: int | None, as_json: bool, db: str | None) -> None:
     """Every version: its probabilities, the mean reward and the run that produced it."""
-    from .history import history
-
     with _store(db) as (store, settings):
         _current(store, settings, agent_id)
         rows = _history_rows(history(store, agent_id))
@@ -436,8 +427,6 @@ def policy_history(agent_id: str, limit: int | None, as_json: bool, db: str | No
 @_handle_errors
 def policy_rollback(agent_id: str, version: int, note: str, as_json: bool, db: str | None) -> None:
     """Publish VERSION's logits as a new version (history is never rewritten)."""
-    from .pipeline import rollback
-
     with _store(db) as (store, settings):
         _current(store, settings, agent_id)
         change = rollback(store, agent_id, version, note=note)
@@ -453,8 +442,6 @@ def policy_rollback(agent_id: str, version: int, note: str, as_json: bool, db: s
 @_handle_errors
 def policy_pin(agent_id: str, reason: str, as_json: bool, db: str | None) -> None:
     """Freeze learning for an agent: the trainer leaves its policy alone until unpinned."""
-    from .pipeline import set_pinned
-
     with _store(db) as (store, settings):
         _current(store, settings, agent_id)
         change = set_pinned(store, agent_id, True, reason)
@@ -469,8 +456,6 @@ def policy_pin(agent_id: str, reason: str, as_json: bool, db: str | None) -> Non
 @_handle_errors
 def policy_unpin(agent_id: str, as_json: bool, db: str | None) -> None:
     """Resume learning; scores that arrived while pinned are learned on the next run."""
-    from .pipeline import set_pinned
-
     with _store(db) as (store, settings):
         _current(store, settings, agent_id)
         change = set_pinned(store, agent_id, False)
@@ -566,8 +551,6 @@ def episodes() -> None:
 @_handle_errors
 def episodes_list(agent_id: str | None, limit: int, as_json: bool, db: str | None) -> None:
     """The newest episodes and their rewards."""
-    from .feedback import score_rows
-
     with _store(db) as (store, _):
         docs = store.list_episodes(agent_id, limit)
         rows = []
@@ -608,8 +591,6 @@ def episodes_list(agent_id: str | None, limit: int, as_json: bool, db: str | Non
 @_handle_errors
 def episodes_show(episode_id: str, as_json: bool, db: str | None) -> None:
     """One episode, its score with every judge's reason, its corrections and feedback."""
-    from .feedback import score_rows
-
     with _store(db) as (store, settings):
         doc = store.get_episode(episode_id)
         if doc is None:
@@ -664,8 +645,6 @@ def feedback(
     episode_id: str, thumb: str | None, score: float | None, source: str, comment: str, as_json: bool, db: str | None
 ) -> None:
     """Attach a user's feedback to an episode; its reward is corrected exactly once."""
-    from .feedback import record_feedback
-
     if (thumb is None) == (score is None):
         raise ValueError("give exactly one of --up, --down and --score")
     with _store(db) as (store, _):
@@ -688,8 +667,6 @@ def feedback(
 
 @contextmanager
 def _queue(db: str | None) -> Iterator[tuple[Any, Any]]:
-    from .local import open_queue
-
     settings = _settings(db)
     queue = open_queue(settings)
     try:
@@ -772,9 +749,6 @@ def dlq_replay(ids: tuple[str, ...], replay_all: bool, as_json: bool, db: str | 
 def report(agent_ids: tuple[str, ...], png_path: str, html_path: str, title: str, as_json: bool, db: str | None
            ) -> None:
     """Charts of every policy version (PNG and a self-contained HTML page)."""
-    from .history import history
-    from .report import write_report
-
     with _store(db) as (store, settings):
         agents = list(agent_ids) or store.list_agents()
         if not agents:
@@ -817,9 +791,6 @@ def train(agent_id: str | None, as_json: bool, db: str | None) -> None:
     (what the timer does).
 
     Exits with 1 if an agent could not be trained (the others are trained all the same)."""
-    from .feedback import sweep
-    from .local import open_local
-
     settings = _settings(db)
     pipeline = open_local(settings)
     try:
@@ -882,8 +853,6 @@ def audit(agent_id: str | None, as_json: bool, db: str | None) -> None:
 
     Rebuilt from the store (and the queue's dead letters); exits with 1 when an episode is lost
     or learned more than once, or the chain of versions and runs is broken."""
-    from .audit import audit as run_audit
-
     with _store(db) as (store, settings), _queue(db) as (queue, _):
         if agent_id is not None:
             _current(store, settings, agent_id)  # an unknown agent is bad input

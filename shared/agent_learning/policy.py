@@ -28,6 +28,7 @@ from typing import Any, Literal
 
 from pydantic import ValidationError
 
+from .clock import SYSTEM_CLOCK
 from .documents import Action, PolicyDocument, ScoreCursor, invalid_from_pydantic, policy_doc_id
 from .errors import InvalidDocument
 
@@ -204,8 +205,6 @@ class SoftmaxPolicy:
         learner_state: Mapping[str, Any] | None = None,
     ) -> PolicyDocument:
         """This policy as a validated :class:`PolicyDocument`."""
-        from .clock import SYSTEM_CLOCK
-
         data = {
             "id": policy_doc_id(self.agent_id, self.version if kind == "version" else None),
             "kind": kind,
