@@ -26,6 +26,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 from rich.text import Text
 
+from . import wiring
 from .audit import audit as run_audit
 from .config import load_settings
 from .demo import run_demo
@@ -33,7 +34,7 @@ from .documents import MAX_TEMPERATURE, MIN_TEMPERATURE
 from .errors import AgentLearningError, ConcurrencyConflict, ConfigurationError, InvalidDocument, NotFound
 from .feedback import record_feedback, score_rows, sweep
 from .history import history
-from .local import open_local, open_queue, open_store
+from .local import open_local
 from .pipeline import create_policy, load_current, rollback, set_pinned
 from .plots import plot_histories
 from .policy import SoftmaxPolicy, policy_entropy, policy_probabilities
@@ -100,7 +101,7 @@ agent_option = click.option("--agent-id", required=True, help="The agent whose p
 def _store(db: str | None) -> Iterator[tuple[Any, Any]]:
     """The store the settings choose, and the settings."""
     settings = _settings(db)
-    store = open_store(settings)
+    store = wiring.open_store(settings)
     try:
         yield store, settings
     finally:
@@ -668,7 +669,7 @@ def feedback(
 @contextmanager
 def _queue(db: str | None) -> Iterator[tuple[Any, Any]]:
     settings = _settings(db)
-    queue = open_queue(settings)
+    queue = wiring.open_queue(settings)
     try:
         yield queue, settings
     finally:

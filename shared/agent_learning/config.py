@@ -8,9 +8,12 @@ configuration table lists them all.
 
 from __future__ import annotations
 
+import importlib
 import re
-from dataclasses import fields
-from typing import Annotated, Any, Literal
+from collections.abc import Mapping
+from dataclasses import dataclass, fields
+from dataclasses import field as dataclass_field
+from typing import Annotated, Any, Literal, TypeVar
 
 from pydantic import AliasChoices, Field, SecretStr, ValidationError, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
@@ -20,6 +23,8 @@ from .documents import MAX_TEMPERATURE, MAX_TRAIN_BATCH, MIN_TEMPERATURE
 from .errors import ConfigurationError
 from .ingestion import parse_episode_writers
 from .policy import DEFAULT_EXPLORATION_FLOOR
+
+T = TypeVar("T")
 
 PREFIX = "AGENT_LEARNING_"
 NOT_ECHOED = frozenset({"episode_writers"})
@@ -156,58 +161,21 @@ class Settings(BaseSettings):
         check_settle_window(value)
         return value
 
+    # Kept for compatibility: the library builds its components in :mod:`agent_learning.wiring`.
     def reward_config(self) -> Any:
-        from .rewards import RewardConfig
-
-        return _build(RewardConfig, self)
-
-    def judge_model_config(self) -> Any:
-        from .judges.evaluators import JudgeModel
-
-        key = self.judge_api_key.get_secret_value() if self.judge_api_key else None
-        return JudgeModel(
-            azure_endpoint=self.judge_azure_endpoint,
-            deployment=self.judge_deployment,
-            api_version=self.judge_api_version,
-            base_url=self.judge_base_url,
-            model=self.judge_model,
-            api_key=key,
-            client_id=self.judge_client_id,
-        )
-
-    def judge_limits(self) -> Any:
-        from .judges.evaluators import JudgeLimits
-
-        return JudgeLimits(
-            attempt_timeout=self.judge_attempt_timeout,
-            evaluator_deadline=self.judge_evaluator_deadline,
-            episode_deadline=self.judge_episode_deadline,
-            max_attempts=self.judge_max_attempts,
-            retry_after_cap=self.judge_retry_after_cap,
-        )
-
-    def drift_config(self) -> Any:
-        from .drift import DriftConfig
-
-        return DriftConfig(
-            collapse_entropy=self.collapse_entropy,
-            collapse_reward_fall=self.collapse_reward_fall,
-            reward_drop=self.reward_drop,
-            window=self.drift_window,
-            auto_pin=self.auto_pin,
-        )
+        return component(self, _component_class("RewardConfig"))
 
     def learner_config(self) -> Any:
-        from .learner import LearnerConfig
+        return component(self, _component_class("LearnerConfig"))
 
-        overrides = {
-            "max_kl": self.max_kl or None,
-            "reference_batch": self.reference_batch or None,
-            "max_logit_gap": self.max_logit_gap or None,
-            "gap_per_evidence": self.gap_per_evidence or None,
-            "evidence_half_life": self.evidence_half_life or None,
-        }
-        return _build(LearnerConfig, self, overrides)
+    def judge_model_config(self) -> Any:
+        return component(self, _component_class("JudgeModel"))
+
+    def judge_limits(self) -> Any:
+        return component(self, _component_class("JudgeLimits"))
+
+    def drift_config(self) -> Any:
+        return component(self, _component_class("DriftConfig"))
 
 
 def load_settings(**overrides: Any) -> Settings:
@@ -221,8 +189,9 @@ def load_settings(**overrides: Any) -> Settings:
             got = "" if err["loc"] and err["loc"][0] in NOT_ECHOED else f" (got {err.get('input')!r})"
             problems.append(f"{name}: {err['msg'].removeprefix('Value error, ')}{got}")
         raise ConfigurationError("invalid configuration: " + "; ".join(problems)) from None
-    settings.reward_config()  # settings that are only invalid together fail now, not later
-    settings.learner_config()
+    # Settings that are only invalid together fail now, not later.
+    component(settings, _component_class("RewardConfig"))
+    component(settings, _component_class("LearnerConfig"))
     if settings.train_min_batch > settings.train_max_batch:
         raise ConfigurationError(
             f"invalid configuration: {PREFIX}TRAIN_MIN_BATCH ({settings.train_min_batch}) must not exceed "
@@ -241,7 +210,7 @@ def load_settings(**overrides: Any) -> Settings:
     if missing:
         raise ConfigurationError("invalid configuration: missing " + " and ".join(missing))
     if settings.judge == "evaluators":
-        settings.judge_model_config()  # raises ConfigurationError naming the missing variables
+        component(settings, _component_class("JudgeModel"))  # raises ConfigurationError naming the missing variables
     return settings
 
 
@@ -257,12 +226,67 @@ def environment_names() -> dict[str, str]:
     return names
 
 
-def _build(cls: Any, settings: Settings, overrides: dict[str, Any] | None = None) -> Any:
-    values = {f.name: getattr(settings, f.name) for f in fields(cls)}
-    values.update(overrides or {})
+@dataclass(frozen=True)
+class ComponentSettings:
+    """How a component's configuration dataclass reads its fields from :class:`Settings`."""
+
+    prefix: str = ""
+    """Settings field = prefix + component field (``judge_`` + ``attempt_timeout``)."""
+    renames: Mapping[str, str] = dataclass_field(default_factory=dict)
+    """Component field → settings field, where the name differs otherwise."""
+    zero_is_none: frozenset[str] = frozenset()
+    """Fields whose ``None`` (off) is 0 in the environment."""
+
+    def setting(self, name: str) -> str:
+        return self.renames.get(name, self.prefix + name)
+
+
+COMPONENTS: dict[str, tuple[str, ComponentSettings]] = {
+    "RewardConfig": ("agent_learning.rewards", ComponentSettings()),
+    "LearnerConfig": (
+        "agent_learning.learner",
+        ComponentSettings(
+            zero_is_none=frozenset(
+                {"max_kl", "reference_batch", "max_logit_gap", "gap_per_evidence", "evidence_half_life"}
+            )
+        ),
+    ),
+    "DriftConfig": ("agent_learning.drift", ComponentSettings(renames={"window": "drift_window"})),
+    "JudgeModel": ("agent_learning.judges.evaluators", ComponentSettings(prefix="judge_")),
+    "JudgeLimits": ("agent_learning.judges.evaluators", ComponentSettings(prefix="judge_")),
+}
+"""Every component configured from settings: its class's module and how its fields are named."""
+
+
+def _component_class(name: str) -> type:
+    # By name: the learner's module imports numpy, which reading settings does not need.
+    module, _ = COMPONENTS[name]
+    return getattr(importlib.import_module(module), name)  # type: ignore[no-any-return]
+
+
+def component(settings: Settings, cls: type[T]) -> T:
+    """``cls`` (a component's configuration dataclass) with the values of ``settings``.
+
+    Fields without a setting keep their defaults. A value the component rejects raises
+    :class:`~agent_learning.errors.ConfigurationError` naming the environment variables.
+    """
+    spec = COMPONENTS[cls.__name__][1]
+    values: dict[str, Any] = {}
+    for f in fields(cls):  # type: ignore[arg-type]
+        name = spec.setting(f.name)
+        if name not in Settings.model_fields:
+            continue
+        value = getattr(settings, name)
+        if isinstance(value, SecretStr):
+            value = value.get_secret_value()
+        values[f.name] = None if f.name in spec.zero_is_none and not value else value
     try:
         return cls(**values)
+    except ConfigurationError:
+        raise
     except ValueError as exc:
         # Name the environment variables, not the Python fields.
-        message = re.sub(r"\b(" + "|".join(values) + r")\b", lambda m: PREFIX + m.group(1).upper(), str(exc))
+        message = re.sub(
+            r"\b(" + "|".join(values) + r")\b", lambda m: PREFIX + spec.setting(m.group(1)).upper(), str(exc)
+        )
         raise ConfigurationError(f"invalid configuration: {message}") from None
