@@ -37,10 +37,15 @@ class DriftConfig:
     """Thresholds of the warnings (``AGENT_LEARNING_COLLAPSE_ENTROPY`` and friends)."""
 
     collapse_entropy: float = 0.1
+    """Normalised entropy H/log K at or below which a policy has collapsed."""
     collapse_reward_fall: float = 0.1
+    """Reward fall that, with a collapse, warns."""
     reward_drop: float = 0.25
+    """Reward drop between two runs that warns."""
     window: int = 3
+    """Earlier runs the latest is compared with."""
     auto_pin: bool = False
+    """Pin an agent's policy when a warning fires."""
 
 
 @dataclass(frozen=True)

@@ -58,12 +58,19 @@ class JudgeLimits:
     """Time bounds of one judgement. Every call finishes within ``episode_deadline``."""
 
     attempt_timeout: float = 60.0
+    """Seconds one HTTP attempt of an evaluator may take."""
     evaluator_deadline: float = 150.0
+    """Seconds one evaluator may take, retries included."""
     episode_deadline: float = 180.0
+    """Seconds the judgement of one episode may take."""
     max_attempts: int = 4
+    """Attempts per evaluator before the judgement fails transiently."""
     backoff_base: float = 1.0
+    """First retry delay in seconds (doubling, with jitter)."""
     backoff_max: float = 20.0
+    """Longest retry delay in seconds."""
     retry_after_cap: float = 30.0
+    """Longest wait a server's Retry-After may ask for, in seconds."""
 
     def __post_init__(self) -> None:
         for name in ("attempt_timeout", "evaluator_deadline", "episode_deadline", "backoff_max", "retry_after_cap"):
@@ -85,6 +92,7 @@ class JudgeModel:
     azure_endpoint: str | None = None
     deployment: str | None = None
     api_version: str = "2024-10-21"
+    """The Azure OpenAI API version."""
     base_url: str | None = None
     model: str | None = None
     api_key: str | None = field(default=None, repr=False)  # a secret: never in logs or tracebacks
