@@ -56,7 +56,9 @@ def train(timer: func.TimerRequest) -> None:
 @app.route(route="policies/{agent_id}", methods=["GET"], auth_level=func.AuthLevel.FUNCTION)
 def policy(req: func.HttpRequest) -> func.HttpResponse:
     return _response(
-        functions.get_policy(req.route_params.get("agent_id", ""), req.headers.get("If-None-Match"), functions.runtime())
+        functions.get_policy(
+            req.route_params.get("agent_id", ""), req.headers.get("If-None-Match"), functions.runtime()
+        )
     )
 
 

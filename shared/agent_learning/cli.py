@@ -38,6 +38,8 @@ from .local import open_local
 from .pipeline import create_policy, load_current, rollback, set_pinned
 from .plots import plot_histories
 from .policy import SoftmaxPolicy, policy_entropy, policy_probabilities
+from .recovery import replay_dead_letters
+from .recovery import rescore as run_rescore
 from .report import write_report
 from .simulate import SCENARIOS
 
@@ -715,23 +717,91 @@ def dlq_list(limit: int, as_json: bool, db: str | None) -> None:
 
 @dlq.command("replay")
 @click.option("--id", "ids", multiple=True, help="A dead letter's message id (repeatable).")
+@click.option(
+    "--reason", "reasons", multiple=True, help="Only dead letters with this reason, e.g. JudgeFailed (repeatable)."
+)
 @click.option("--all", "replay_all", is_flag=True, help="Replay every dead letter.")
+@click.option("--dry-run", is_flag=True, help="Show what would be replayed; change nothing.")
 @json_option
 @db_option
 @_handle_errors
-def dlq_replay(ids: tuple[str, ...], replay_all: bool, as_json: bool, db: str | None) -> None:
-    """Send dead letters back to the queue to be scored again (after fixing their cause)."""
-    if bool(ids) == replay_all:
-        raise ValueError("give --all or one or more --id MESSAGE_ID (agent-learn dlq list shows them)")
+def dlq_replay(
+    ids: tuple[str, ...], reasons: tuple[str, ...], replay_all: bool, dry_run: bool, as_json: bool, db: str | None
+) -> None:
+    """Send dead letters back to the queue to be scored again (after fixing their cause).
+
+    Choose them with --all, or with --id and/or --reason (given both, a dead letter must match both)."""
+    if bool(ids or reasons) == replay_all:
+        raise ValueError(
+            "give --all, or --id MESSAGE_ID and/or --reason REASON (agent-learn dlq list shows them)"
+        )
     with _queue(db) as (queue, settings), _progress("replaying", as_json) as bar:
         task = bar.add_task("replay", total=None)
-        replayed = queue.replay_dead_letters(None if replay_all else list(ids))
+        if replay_all and not dry_run:
+            replayed, chosen, left = queue.replay_dead_letters(None), None, None
+        else:
+            result = replay_dead_letters(
+                queue, reasons=reasons or None, message_ids=ids or None, dry_run=dry_run
+            )
+            replayed, chosen, left = len(result.replayed), result.replayed, result.left
         bar.update(task, total=replayed, completed=replayed)
     if as_json:
-        _echo_json({"replayed": replayed})
+        data: dict[str, Any] = {"would_replay" if dry_run else "replayed": replayed}
+        if chosen is not None and (dry_run or reasons):
+            data.update(message_ids=chosen, left=dict(left or {}))
+        _echo_json(data)
         return
-    missing = "" if replay_all or replayed == len(set(ids)) else f" ({len(set(ids)) - replayed} ids not found)"
-    out.print(f"replayed {replayed} dead letters to {settings.queue_name}{missing}")
+    if dry_run:
+        out.print(f"would replay {replayed} dead letters to {settings.queue_name}: {', '.join(chosen or []) or '-'}")
+    else:
+        not_found = len(set(ids) - set(chosen or [])) if ids and not reasons else 0
+        missing = f" ({not_found} ids not found)" if not_found else ""
+        out.print(f"replayed {replayed} dead letters to {settings.queue_name}{missing}")
+    if left:
+        out.print("left in the dead-letter queue: " + ", ".join(f"{n} {r}" for r, n in sorted(left.items())))
+
+
+# --------------------------------------------------------------------------- rescore
+
+
+@main.command()
+@agent_option
+@click.option("--episode-id", "episode_ids", multiple=True, help="Only this episode (repeatable; default: all).")
+@click.option("--rejudge", is_flag=True, help="Judge them again (default: keep the metrics, reshape the reward).")
+@json_option
+@db_option
+@_handle_errors
+def rescore(agent_id: str, episode_ids: tuple[str, ...], rejudge: bool, as_json: bool, db: str | None) -> None:
+    """Score an agent's episodes again with the settings' reward function (and judge, with --rejudge).
+
+    Episodes a published version already learned from keep the update they made: their new
+    score is recorded, not learned again. Episodes not trained yet are learned once, with their
+    new score. Exits with 1 when an episode could not be re-scored (it keeps its old score)."""
+    with _store(db) as (store, settings):
+        _current(store, settings, agent_id)
+        result = run_rescore(
+            store,
+            wiring.open_scorer(settings, store),
+            agent_id,
+            episode_ids=list(episode_ids) if episode_ids else None,
+            rejudge=rejudge,
+        )
+    failed = [{"episode_id": e, "reason": r, "description": d} for e, r, d in result.failed]
+    if as_json:
+        _echo_json({"already_trained": result.already_trained, "pending": result.pending, "failed": failed})
+    else:
+        out.print(f"re-scored {result.rescored} episodes of {agent_id}")
+        out.print(
+            f"already trained ({len(result.already_trained)}; recorded, not learned again): "
+            + (", ".join(result.already_trained) or "-")
+        )
+        out.print(
+            f"pending ({len(result.pending)}; learned once, with the new score): " + (", ".join(result.pending) or "-")
+        )
+        for f in failed:
+            out.print(f"failed: {f['episode_id']}: {f['reason']}: {f['description']}")
+    if failed:
+        sys.exit(1)
 
 
 # --------------------------------------------------------------------------- report
