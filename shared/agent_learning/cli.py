@@ -34,6 +34,7 @@ from .documents import MAX_TEMPERATURE, MIN_TEMPERATURE
 from .errors import AgentLearningError, ConcurrencyConflict, ConfigurationError, InvalidDocument, NotFound
 from .feedback import record_feedback, score_rows, sweep
 from .history import history
+from .learner import Evidence
 from .local import open_local
 from .pipeline import create_policy, load_current, rollback, set_pinned
 from .plots import plot_histories
@@ -352,8 +353,6 @@ def policy_show(agent_id: str, as_json: bool, db: str | None) -> None:
 
 def _evidence_columns(doc: Any) -> list[tuple[str, str]] | None:
     """Per action, the learner state's faded episode count and mean reward (None: no usable state)."""
-    from .learner import Evidence  # numpy: only the commands that show a learner state load it
-
     evidence, problem = Evidence.from_state(doc.learner_state, len(doc.action_ids))
     if problem or not doc.learner_state:
         return None

@@ -91,6 +91,7 @@ def runtime() -> Runtime:
     global _runtime
     with _runtime_lock:
         if _runtime is None:
+            # lazy: pydantic (see the module docstring)
             from .config import load_settings
 
             _runtime = build_runtime(load_settings())
@@ -104,6 +105,7 @@ def build_runtime(settings: Settings, environ: Mapping[str, str] | None = None) 
     ``AGENT_LEARNING_ALLOW_OFFLINE_JUDGE`` says otherwise: a scorer without a judge model
     configuration fails loudly instead of producing made-up rewards.
     """
+    # lazy: pydantic (see the module docstring)
     from .wiring import configure, open_queue, open_store
 
     env = os.environ if environ is None else environ
@@ -122,6 +124,7 @@ def build_runtime(settings: Settings, environ: Mapping[str, str] | None = None) 
 def scorer_of(rt: Runtime) -> Scorer:
     """The runtime's scorer, built on first use (the judge may be a remote model)."""
     if rt.scorer is None:
+        # lazy: pydantic (see the module docstring)
         from .wiring import open_scorer
 
         rt.scorer = open_scorer(rt.settings, rt.store)
@@ -131,6 +134,7 @@ def scorer_of(rt: Runtime) -> Scorer:
 def learner_of(rt: Runtime) -> Any:
     """The runtime's learner, built on first use (it imports numpy)."""
     if rt.learner is None:
+        # lazy: pydantic (see the module docstring)
         from .wiring import open_learner
 
         rt.learner = open_learner(rt.settings)
@@ -142,6 +146,7 @@ def learner_of(rt: Runtime) -> Any:
 
 def enqueue(documents: Iterable[Mapping[str, Any]], rt: Runtime) -> EnqueueResult:
     """Cosmos DB trigger on ``episodes``: one scoring message per new episode."""
+    # lazy: pydantic (see the module docstring)
     from .pipeline import enqueue_episodes
 
     docs = [_as_dict(d) for d in documents]
@@ -158,6 +163,7 @@ def enqueue(documents: Iterable[Mapping[str, Any]], rt: Runtime) -> EnqueueResul
 
 def score(body: bytes | str, delivery_count: int, message_id: str | None, rt: Runtime) -> str:
     """Service Bus trigger: judge and store one episode's score; returns the outcome status."""
+    # lazy: pydantic (see the module docstring)
     from .pipeline import count_settled, score_message
 
     outcome = score_message(body, scorer_of(rt), delivery_count=delivery_count)
@@ -184,6 +190,7 @@ TRAIN_LOG_LEVELS = {"invalid_policy": logging.ERROR, "failed": logging.ERROR, "u
 def train(rt: Runtime) -> list[TrainOutcome]:
     """Timer trigger: apply feedback left unapplied (:func:`agent_learning.feedback.sweep`; its
     failure is logged and does not stop training), then one training run for every agent."""
+    # lazy: pydantic (see the module docstring)
     from .feedback import sweep
     from .pipeline import train_all
     from .wiring import drift_config
@@ -214,6 +221,7 @@ class HttpAnswer:
 
 def get_policy(agent_id: str, if_none_match: str | None, rt: Runtime) -> HttpAnswer:
     """HTTP GET ``/api/policies/{agent_id}``: the agent's current policy document (ETag-aware)."""
+    # lazy: pydantic (see the module docstring)
     from pydantic import TypeAdapter, ValidationError
 
     from .documents import AgentId, PolicyDocument
@@ -272,6 +280,7 @@ def post_feedback(episode_id: str, body: bytes, caller: Caller, rt: Runtime) -> 
     for an unknown episode, 409 for a new source beyond
     :data:`~agent_learning.feedback.MAX_FEEDBACK_SOURCES`, 413 for a body over 16 KiB.
     """
+    # lazy: pydantic (see the module docstring)
     from pydantic import TypeAdapter, ValidationError
 
     from .documents import DocId
@@ -328,6 +337,7 @@ def post_episode(agent_id: str, body: bytes, caller: Caller, rt: Runtime) -> Htt
     is empty (ingestion is off), 409 when the id holds a different episode (whichever agent's:
     its content is not revealed), 413 for a body over ``MAX_EPISODE_BYTES``.
     """
+    # lazy: pydantic (see the module docstring)
     from pydantic import TypeAdapter, ValidationError
 
     from .documents import MAX_EPISODE_BYTES, AgentId, Episode

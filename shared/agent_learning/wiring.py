@@ -3,22 +3,22 @@
 The Functions app (:mod:`agent_learning.functions`), the embedded runner
 (:mod:`agent_learning.local`) and the CLI build their store, queue, judge, reward function,
 learner, telemetry and drift configuration here, from one :class:`~agent_learning.config.Settings`,
-so they are wired alike. Adapters of Azure services (Cosmos DB, Service Bus,
-azure-ai-evaluation) and the learner (numpy) are imported only when the settings choose them:
-the Functions app's cold start loads none of them.
+so they are wired alike. The adapters of Cosmos DB and Service Bus are imported
+only when the settings choose them (the evaluators import azure-ai-evaluation only when built);
+the Functions app imports this module on its first invocation, not at start-up.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from .clock import SYSTEM_CLOCK, Clock
 from .config import Settings, component
 from .drift import DriftConfig
 from .judges.base import Judge
-from .judges.evaluators import JudgeLimits, JudgeModel
+from .judges.evaluators import EvaluatorJudge, JudgeLimits, JudgeModel
 from .judges.offline import OfflineJudge
+from .learner import LearnerConfig, Reinforce
 from .pipeline import Scorer
 from .queue.base import WorkQueue
 from .queue.sqlite import SQLiteQueue
@@ -27,9 +27,6 @@ from .store.base import Store
 from .store.memory import MemoryStore
 from .store.sqlite import SQLiteStore
 from .telemetry import configure
-
-if TYPE_CHECKING:
-    from .learner import LearnerConfig, Reinforce
 
 __all__ = [
     "configure",
@@ -54,8 +51,6 @@ def reward_config(settings: Settings) -> RewardConfig:
 
 def learner_config(settings: Settings) -> LearnerConfig:
     """The learner's configuration."""
-    from .learner import LearnerConfig  # numpy: only where a learner is built
-
     return component(settings, LearnerConfig)
 
 
@@ -77,8 +72,6 @@ def judge_limits(settings: Settings) -> JudgeLimits:
 def open_judge(settings: Settings) -> Judge:
     """The judge ``settings`` choose: the offline rules judge or the azure-ai-evaluation evaluators."""
     if settings.judge == "evaluators":
-        from .judges.evaluators import EvaluatorJudge
-
         return EvaluatorJudge(judge_model_config(settings), judge_limits(settings))
     return OfflineJudge()
 
@@ -90,8 +83,6 @@ def open_reward(settings: Settings) -> RewardFunction:
 
 def open_learner(settings: Settings) -> Reinforce:
     """The learner the settings configure."""
-    from .learner import Reinforce  # numpy: only where training runs
-
     return Reinforce(learner_config(settings))
 
 

@@ -141,7 +141,7 @@ class JudgeModel:
         """An Entra ID credential for Azure OpenAI without a key, else ``None``."""
         if not self.azure_endpoint or self.api_key:
             return None
-        from azure.identity import DefaultAzureCredential
+        from azure.identity import DefaultAzureCredential  # lazy: only without an API key
 
         return DefaultAzureCredential(managed_identity_client_id=self.client_id)
 
@@ -149,7 +149,7 @@ class JudgeModel:
 def _evaluator_classes() -> dict[str, type]:
     """The three evaluator classes; raises a clear error if a version moved them."""
     try:
-        from azure.ai.evaluation import IntentResolutionEvaluator, TaskAdherenceEvaluator
+        from azure.ai.evaluation import IntentResolutionEvaluator, TaskAdherenceEvaluator  # lazy: seconds to import
     except ImportError as exc:  # pragma: no cover - depends on the installed version
         raise ConfigurationError(f"azure-ai-evaluation is not installed or too old: {exc}") from exc
     try:
@@ -176,7 +176,7 @@ class EvaluatorJudge(Judge):
         *,
         sleep: Callable[[float], Awaitable[None]] | None = None,
     ) -> None:
-        from importlib.metadata import version
+        from importlib.metadata import version  # lazy: only to name the judge
 
         self.model = model
         self.limits = limits or JudgeLimits()

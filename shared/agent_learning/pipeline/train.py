@@ -213,7 +213,7 @@ def collect(agent_id: str, rows: Sequence[RawDoc], action_ids: Sequence[str]) ->
 
 def learn(learner: Any, current: PolicyDocument, batch: Collected) -> Any:
     """One learner update of ``current`` on ``batch`` (a :class:`~agent_learning.learner.Update`)."""
-    # numpy is imported only where training runs: the Functions app's cold start does not load it.
+    # numpy only where training runs: enqueueing and scoring import this package without it.
     from ..learner import Batch
 
     arrays = Batch.from_arrays(
