@@ -23,7 +23,7 @@ from pydantic import AliasChoices, Field, SecretStr, ValidationError, field_vali
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from .clock import check_settle_window
-from .documents import MAX_TEMPERATURE, MAX_TRAIN_BATCH, MIN_TEMPERATURE
+from .documents import MAX_TEMPERATURE, MAX_TRAIN_BATCH, MIN_TEMPERATURE, TRAIN_BATCH
 from .drift import DriftConfig
 from .errors import ConfigurationError
 from .ingestion import parse_episode_writers
@@ -187,7 +187,9 @@ class Settings(BaseSettings):
     gap_slack: float = tunable(LearnerConfig, "gap_slack", ge=0)
     evidence_half_life: float = tunable(LearnerConfig, "evidence_half_life", ge=0)
     logit_bound: float = tunable(LearnerConfig, "logit_bound", gt=0, le=1000)
-    train_max_batch: int = Field(10_000, ge=1, le=MAX_TRAIN_BATCH, description="bounded by memory, see MAX_TRAIN_BATCH")
+    train_max_batch: int = Field(
+        TRAIN_BATCH, ge=1, le=MAX_TRAIN_BATCH, description="bounded by memory, see MAX_TRAIN_BATCH"
+    )
     train_min_batch: int = Field(1, ge=1)
 
     # Exploration-collapse and reward-drop warnings (see agent_learning.drift).

@@ -113,6 +113,9 @@ run holds its whole batch in memory; measured at 11.3 KB per row (tracemalloc pe
 500-character reasons; 8.5 KB with the offline judge's), so a full batch stays within a 256 MB
 budget (about 225 MB). A larger backlog is learned over several runs."""
 
+TRAIN_BATCH = 10_000
+"""The score rows one training run reads by default (``AGENT_LEARNING_TRAIN_MAX_BATCH``)."""
+
 D = TypeVar("D", bound="Document")
 
 

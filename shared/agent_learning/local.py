@@ -24,6 +24,7 @@ from typing import Any
 from . import wiring
 from .clock import SYSTEM_CLOCK, Clock
 from .config import Settings, load_settings
+from .documents import TRAIN_BATCH
 from .errors import ConcurrencyConflict
 from .feedback import SweepResult, sweep
 from .judges.base import Judge
@@ -63,7 +64,7 @@ class LocalPipeline:
         learner: Any,
         *,
         clock: Clock = SYSTEM_CLOCK,
-        max_batch: int = 10_000,
+        max_batch: int = TRAIN_BATCH,
         min_batch: int = 1,
         feed_checkpoint: str = FEED_CHECKPOINT,
         page_size: int = 500,

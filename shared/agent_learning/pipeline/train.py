@@ -23,7 +23,16 @@ from datetime import datetime
 from typing import Any, Literal
 
 from ..clock import SYSTEM_CLOCK, Clock
-from ..documents import MAX_TRAIN_BATCH, PolicyDocument, Rejected, Score, ScoreCursor, TrainingRun, run_doc_id
+from ..documents import (
+    MAX_TRAIN_BATCH,
+    TRAIN_BATCH,
+    PolicyDocument,
+    Rejected,
+    Score,
+    ScoreCursor,
+    TrainingRun,
+    run_doc_id,
+)
 from ..drift import DriftConfig, review
 from ..errors import ConcurrencyConflict, InvalidDocument, TransientError
 from ..feedback import TOLERANCE
@@ -67,7 +76,7 @@ def train_agent(
     learner: Any,
     *,
     clock: Clock = SYSTEM_CLOCK,
-    max_batch: int = 10_000,
+    max_batch: int = TRAIN_BATCH,
     min_batch: int = 1,
     drift: DriftConfig | None = None,
 ) -> TrainOutcome:
@@ -282,7 +291,7 @@ def train_all(
     *,
     agent_ids: Iterable[str] | None = None,
     clock: Clock = SYSTEM_CLOCK,
-    max_batch: int = 10_000,
+    max_batch: int = TRAIN_BATCH,
     min_batch: int = 1,
     drift: DriftConfig | None = None,
 ) -> list[TrainOutcome]:
