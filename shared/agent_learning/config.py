@@ -11,7 +11,6 @@ from __future__ import annotations
 import ast
 import inspect
 import re
-import textwrap
 from collections.abc import Mapping
 from dataclasses import MISSING, dataclass, fields
 from dataclasses import field as dataclass_field
@@ -67,14 +66,20 @@ COMPONENTS: dict[type, ComponentSettings] = {
 
 
 @cache
+def _module_tree(path: str) -> ast.Module:
+    with open(path, encoding="utf-8") as f:
+        return ast.parse(f.read(), path)
+
+
 def field_docs(cls: type) -> dict[str, str]:
     """The docstring under each field of a dataclass (the string literal after its annotation)."""
-    body = ast.parse(textwrap.dedent(inspect.getsource(cls))).body[0].body  # type: ignore[attr-defined]
+    tree = _module_tree(inspect.getfile(cls))
+    (node,) = (n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == cls.__name__)
     return {
-        node.target.id: " ".join(doc.value.value.split())
-        for node, doc in pairwise(body)
-        if isinstance(node, ast.AnnAssign)
-        and isinstance(node.target, ast.Name)
+        field.target.id: " ".join(doc.value.value.split())
+        for field, doc in pairwise(node.body)
+        if isinstance(field, ast.AnnAssign)
+        and isinstance(field.target, ast.Name)
         and isinstance(doc, ast.Expr)
         and isinstance(doc.value, ast.Constant)
         and isinstance(doc.value.value, str)
