@@ -14,7 +14,7 @@ Connections are identity-based: `CosmosDBConnection__accountEndpoint` and
 
 import azure.functions as func
 
-from agent_learning import functions as handlers
+from agent_learning import functions
 from agent_learning.callers import identify
 
 app = func.FunctionApp(http_auth_level=func.AuthLevel.FUNCTION)
@@ -36,7 +36,7 @@ app = func.FunctionApp(http_auth_level=func.AuthLevel.FUNCTION)
     create_lease_container_if_not_exists=False,
 )
 def enqueue(documents: func.DocumentList) -> None:
-    handlers.enqueue(documents, handlers.runtime())
+    functions.enqueue(documents, functions.runtime())
 
 
 @app.service_bus_queue_trigger(
@@ -45,18 +45,20 @@ def enqueue(documents: func.DocumentList) -> None:
     queue_name="%AGENT_LEARNING_QUEUE_NAME%",
 )
 def score(message: func.ServiceBusMessage) -> None:
-    handlers.score(message.get_body(), message.delivery_count or 1, message.message_id, handlers.runtime())
+    functions.score(message.get_body(), message.delivery_count or 1, message.message_id, functions.runtime())
 
 
 @app.timer_trigger(arg_name="timer", schedule="%AGENT_LEARNING_TRAIN_SCHEDULE%", run_on_startup=False, use_monitor=True)
 def train(timer: func.TimerRequest) -> None:
-    handlers.train(handlers.runtime())
+    functions.train(functions.runtime())
 
 
 @app.route(route="policies/{agent_id}", methods=["GET"], auth_level=func.AuthLevel.FUNCTION)
 def policy(req: func.HttpRequest) -> func.HttpResponse:
     return _response(
-        handlers.get_policy(req.route_params.get("agent_id", ""), req.headers.get("If-None-Match"), handlers.runtime())
+        functions.get_policy(
+            req.route_params.get("agent_id", ""), req.headers.get("If-None-Match"), functions.runtime()
+        )
     )
 
 
@@ -64,7 +66,7 @@ def policy(req: func.HttpRequest) -> func.HttpResponse:
 def feedback(req: func.HttpRequest) -> func.HttpResponse:
     caller = identify(req.headers, req.params)
     return _response(
-        handlers.post_feedback(req.route_params.get("episode_id", ""), req.get_body(), caller, handlers.runtime())
+        functions.post_feedback(req.route_params.get("episode_id", ""), req.get_body(), caller, functions.runtime())
     )
 
 
@@ -72,11 +74,11 @@ def feedback(req: func.HttpRequest) -> func.HttpResponse:
 def ingest(req: func.HttpRequest) -> func.HttpResponse:
     caller = identify(req.headers, req.params)
     return _response(
-        handlers.post_episode(req.route_params.get("agent_id", ""), req.get_body(), caller, handlers.runtime())
+        functions.post_episode(req.route_params.get("agent_id", ""), req.get_body(), caller, functions.runtime())
     )
 
 
-def _response(answer: handlers.HttpAnswer) -> func.HttpResponse:
+def _response(answer: functions.HttpAnswer) -> func.HttpResponse:
     headers = dict(answer.headers or {})
     return func.HttpResponse(
         answer.body, status_code=answer.status, headers=headers, mimetype=headers.pop("Content-Type", "text/plain")

@@ -48,7 +48,7 @@ from typing import Any
 from .documents import PolicyDocument, Score, ScoreCursor, TrainingRun
 from .errors import InvalidDocument
 from .feedback import unapplied
-from .pipeline import message_id_of
+from .pipeline import load_current, message_id_of
 from .queue.base import WorkQueue
 from .store.base import Store
 
@@ -238,14 +238,11 @@ class _Range:
 
 
 def _current_cursor(store: Store, agent_id: str) -> Key | None:
-    tagged = store.get_current_policy(agent_id)
-    if tagged is None:
-        return None
     try:
-        doc = PolicyDocument.from_dict(tagged.doc)
+        doc = load_current(store, agent_id)
     except InvalidDocument:
         return None
-    return None if doc.cursor is None else (doc.cursor.seq, doc.cursor.id)
+    return None if doc is None or doc.cursor is None else (doc.cursor.seq, doc.cursor.id)
 
 
 def _consumed_ranges(store: Store, agent_id: str, result: AgentAudit) -> list[_Range]:
@@ -256,15 +253,13 @@ def _consumed_ranges(store: Store, agent_id: str, result: AgentAudit) -> list[_R
             versions.append(PolicyDocument.from_dict(raw))
         except InvalidDocument as exc:
             result.problems.append(f"version {raw.get('id')!r} is invalid: {exc}")
-    tagged = store.get_current_policy(agent_id)
     current = None
-    if tagged is None:
-        result.problems.append("the agent has no current policy")
-    else:
-        try:
-            current = PolicyDocument.from_dict(tagged.doc)
-        except InvalidDocument as exc:
-            result.problems.append(f"the current policy document is invalid: {exc}")
+    try:
+        current = load_current(store, agent_id)
+        if current is None:
+            result.problems.append("the agent has no current policy")
+    except InvalidDocument as exc:
+        result.problems.append(f"the current policy document is invalid: {exc}")
     numbers = [v.version for v in versions]
     if current is not None:
         result.current_version = current.version

@@ -11,6 +11,7 @@ for bad input and 1 for anything else.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import sys
@@ -25,8 +26,23 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 from rich.text import Text
 
+from . import wiring
+from .audit import audit as run_audit
+from .config import load_settings
+from .demo import run_demo
 from .documents import MAX_TEMPERATURE, MIN_TEMPERATURE
 from .errors import AgentLearningError, ConcurrencyConflict, ConfigurationError, InvalidDocument, NotFound
+from .feedback import record_feedback, score_rows, sweep
+from .history import history
+from .learner import Evidence
+from .local import open_local
+from .pipeline import create_policy, load_current, rollback, set_pinned
+from .plots import plot_histories
+from .policy import SoftmaxPolicy, policy_entropy, policy_probabilities
+from .recovery import replay_dead_letters
+from .recovery import rescore as run_rescore
+from .report import write_report
+from .simulate import SCENARIOS
 
 
 def _console(stderr: bool = False) -> Console:
@@ -46,8 +62,6 @@ out = _console()
 
 
 def _settings(db: str | None) -> Any:
-    from .config import load_settings
-
     return load_settings(**({"sqlite_path": db} if db else {}))
 
 
@@ -60,8 +74,6 @@ BAD_INPUT = (InvalidDocument, ConfigurationError, ConcurrencyConflict, NotFound,
 
 
 def _handle_errors(fn: Callable[..., Any]) -> Callable[..., Any]:
-    import functools
-
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         try:
@@ -91,10 +103,8 @@ agent_option = click.option("--agent-id", required=True, help="The agent whose p
 @contextmanager
 def _store(db: str | None) -> Iterator[tuple[Any, Any]]:
     """The store the settings choose, and the settings."""
-    from .local import open_store
-
     settings = _settings(db)
-    store = open_store(settings)
+    store = wiring.open_store(settings)
     try:
         yield store, settings
     finally:
@@ -108,8 +118,6 @@ def _where(settings: Any) -> str:
 
 
 def _current(store: Any, settings: Any, agent_id: str) -> Any:
-    from .pipeline import load_current
-
     doc = load_current(store, agent_id)
     if doc is None:
         agents = store.list_agents()
@@ -177,10 +185,6 @@ def demo(
     episodes: int, batch: int, seed: int, agents: str, db: str, plot_path: str, no_plot: bool, as_json: bool
 ) -> None:
     """Simulated agents learn through the embedded pipeline (SQLite store and queue, offline judge)."""
-    from .config import load_settings
-    from .demo import run_demo
-    from .simulate import SCENARIOS
-
     names = [a.strip() for a in agents.split(",") if a.strip()]
     unknown = [n for n in names if n not in SCENARIOS]
     if unknown:
@@ -206,8 +210,6 @@ def demo(
         )
     summary = result.summary()
     if not no_plot:
-        from .plots import plot_histories
-
         try:
             summary["plot"] = str(plot_histories(result.agents, plot_path, title="agent-learning demo"))
         except RuntimeError as exc:
@@ -281,9 +283,6 @@ def init_policy(
     agent_id: str, actions_file: str, temperature: float | None, exploration_floor: float | None, db: str | None
 ) -> None:
     """Create version 1 (uniform) of an agent's policy."""
-    from .pipeline import create_policy
-    from .policy import SoftmaxPolicy
-
     settings = _settings(db)
     try:
         actions = json.loads(Path(actions_file).read_text())
@@ -324,8 +323,6 @@ def policy(ctx: click.Context, agent_id: str | None, as_json: bool, db: str | No
 @_handle_errors
 def policy_show(agent_id: str, as_json: bool, db: str | None) -> None:
     """An agent's current policy: probabilities, logits and the last training run."""
-    from .history import policy_entropy, policy_probabilities
-
     with _store(db) as (store, settings):
         doc = _current(store, settings, agent_id)
     if as_json:
@@ -356,8 +353,6 @@ def policy_show(agent_id: str, as_json: bool, db: str | None) -> None:
 
 def _evidence_columns(doc: Any) -> list[tuple[str, str]] | None:
     """Per action, the learner state's faded episode count and mean reward (None: no usable state)."""
-    from .learner import Evidence
-
     evidence, problem = Evidence.from_state(doc.learner_state, len(doc.action_ids))
     if problem or not doc.learner_state:
         return None
@@ -395,8 +390,6 @@ def _history_rows(h: Any) -> list[dict[str, Any]]:
 @_handle_errors
 def policy_history(agent_id: str, limit: int | None, as_json: bool, db: str | None) -> None:
     """Every version: its probabilities, the mean reward and the run that produced it."""
-    from .history import history
-
     with _store(db) as (store, settings):
         _current(store, settings, agent_id)
         rows = _history_rows(history(store, agent_id))
@@ -436,8 +429,6 @@ def policy_history(agent_id: str, limit: int | None, as_json: bool, db: str | No
 @_handle_errors
 def policy_rollback(agent_id: str, version: int, note: str, as_json: bool, db: str | None) -> None:
     """Publish VERSION's logits as a new version (history is never rewritten)."""
-    from .admin import rollback
-
     with _store(db) as (store, settings):
         _current(store, settings, agent_id)
         change = rollback(store, agent_id, version, note=note)
@@ -453,8 +444,6 @@ def policy_rollback(agent_id: str, version: int, note: str, as_json: bool, db: s
 @_handle_errors
 def policy_pin(agent_id: str, reason: str, as_json: bool, db: str | None) -> None:
     """Freeze learning for an agent: the trainer leaves its policy alone until unpinned."""
-    from .admin import set_pinned
-
     with _store(db) as (store, settings):
         _current(store, settings, agent_id)
         change = set_pinned(store, agent_id, True, reason)
@@ -469,8 +458,6 @@ def policy_pin(agent_id: str, reason: str, as_json: bool, db: str | None) -> Non
 @_handle_errors
 def policy_unpin(agent_id: str, as_json: bool, db: str | None) -> None:
     """Resume learning; scores that arrived while pinned are learned on the next run."""
-    from .admin import set_pinned
-
     with _store(db) as (store, settings):
         _current(store, settings, agent_id)
         change = set_pinned(store, agent_id, False)
@@ -566,8 +553,6 @@ def episodes() -> None:
 @_handle_errors
 def episodes_list(agent_id: str | None, limit: int, as_json: bool, db: str | None) -> None:
     """The newest episodes and their rewards."""
-    from .feedback import score_rows
-
     with _store(db) as (store, _):
         docs = store.list_episodes(agent_id, limit)
         rows = []
@@ -608,8 +593,6 @@ def episodes_list(agent_id: str | None, limit: int, as_json: bool, db: str | Non
 @_handle_errors
 def episodes_show(episode_id: str, as_json: bool, db: str | None) -> None:
     """One episode, its score with every judge's reason, its corrections and feedback."""
-    from .feedback import score_rows
-
     with _store(db) as (store, settings):
         doc = store.get_episode(episode_id)
         if doc is None:
@@ -664,8 +647,6 @@ def feedback(
     episode_id: str, thumb: str | None, score: float | None, source: str, comment: str, as_json: bool, db: str | None
 ) -> None:
     """Attach a user's feedback to an episode; its reward is corrected exactly once."""
-    from .feedback import record_feedback
-
     if (thumb is None) == (score is None):
         raise ValueError("give exactly one of --up, --down and --score")
     with _store(db) as (store, _):
@@ -688,10 +669,8 @@ def feedback(
 
 @contextmanager
 def _queue(db: str | None) -> Iterator[tuple[Any, Any]]:
-    from .local import open_queue
-
     settings = _settings(db)
-    queue = open_queue(settings)
+    queue = wiring.open_queue(settings)
     try:
         yield queue, settings
     finally:
@@ -737,23 +716,91 @@ def dlq_list(limit: int, as_json: bool, db: str | None) -> None:
 
 @dlq.command("replay")
 @click.option("--id", "ids", multiple=True, help="A dead letter's message id (repeatable).")
+@click.option(
+    "--reason", "reasons", multiple=True, help="Only dead letters with this reason, e.g. JudgeFailed (repeatable)."
+)
 @click.option("--all", "replay_all", is_flag=True, help="Replay every dead letter.")
+@click.option("--dry-run", is_flag=True, help="Show what would be replayed; change nothing.")
 @json_option
 @db_option
 @_handle_errors
-def dlq_replay(ids: tuple[str, ...], replay_all: bool, as_json: bool, db: str | None) -> None:
-    """Send dead letters back to the queue to be scored again (after fixing their cause)."""
-    if bool(ids) == replay_all:
-        raise ValueError("give --all or one or more --id MESSAGE_ID (agent-learn dlq list shows them)")
+def dlq_replay(
+    ids: tuple[str, ...], reasons: tuple[str, ...], replay_all: bool, dry_run: bool, as_json: bool, db: str | None
+) -> None:
+    """Send dead letters back to the queue to be scored again (after fixing their cause).
+
+    Choose them with --all, or with --id and/or --reason (given both, a dead letter must match both)."""
+    if bool(ids or reasons) == replay_all:
+        raise ValueError(
+            "give --all, or --id MESSAGE_ID and/or --reason REASON (agent-learn dlq list shows them)"
+        )
     with _queue(db) as (queue, settings), _progress("replaying", as_json) as bar:
         task = bar.add_task("replay", total=None)
-        replayed = queue.replay_dead_letters(None if replay_all else list(ids))
+        if replay_all and not dry_run:
+            replayed, chosen, left = queue.replay_dead_letters(None), None, None
+        else:
+            result = replay_dead_letters(
+                queue, reasons=reasons or None, message_ids=ids or None, dry_run=dry_run
+            )
+            replayed, chosen, left = len(result.replayed), result.replayed, result.left
         bar.update(task, total=replayed, completed=replayed)
     if as_json:
-        _echo_json({"replayed": replayed})
+        data: dict[str, Any] = {"would_replay" if dry_run else "replayed": replayed}
+        if chosen is not None and (dry_run or reasons):
+            data.update(message_ids=chosen, left=dict(left or {}))
+        _echo_json(data)
         return
-    missing = "" if replay_all or replayed == len(set(ids)) else f" ({len(set(ids)) - replayed} ids not found)"
-    out.print(f"replayed {replayed} dead letters to {settings.queue_name}{missing}")
+    if dry_run:
+        out.print(f"would replay {replayed} dead letters to {settings.queue_name}: {', '.join(chosen or []) or '-'}")
+    else:
+        not_found = len(set(ids) - set(chosen or [])) if ids and not reasons else 0
+        missing = f" ({not_found} ids not found)" if not_found else ""
+        out.print(f"replayed {replayed} dead letters to {settings.queue_name}{missing}")
+    if left:
+        out.print("left in the dead-letter queue: " + ", ".join(f"{n} {r}" for r, n in sorted(left.items())))
+
+
+# --------------------------------------------------------------------------- rescore
+
+
+@main.command()
+@agent_option
+@click.option("--episode-id", "episode_ids", multiple=True, help="Only this episode (repeatable; default: all).")
+@click.option("--rejudge", is_flag=True, help="Judge them again (default: keep the metrics, reshape the reward).")
+@json_option
+@db_option
+@_handle_errors
+def rescore(agent_id: str, episode_ids: tuple[str, ...], rejudge: bool, as_json: bool, db: str | None) -> None:
+    """Score an agent's episodes again with the settings' reward function (and judge, with --rejudge).
+
+    Episodes a published version already learned from keep the update they made: their new
+    score is recorded, not learned again. Episodes not trained yet are learned once, with their
+    new score. Exits with 1 when an episode could not be re-scored (it keeps its old score)."""
+    with _store(db) as (store, settings):
+        _current(store, settings, agent_id)
+        result = run_rescore(
+            store,
+            wiring.open_scorer(settings, store),
+            agent_id,
+            episode_ids=list(episode_ids) if episode_ids else None,
+            rejudge=rejudge,
+        )
+    failed = [{"episode_id": e, "reason": r, "description": d} for e, r, d in result.failed]
+    if as_json:
+        _echo_json({"already_trained": result.already_trained, "pending": result.pending, "failed": failed})
+    else:
+        out.print(f"re-scored {result.rescored} episodes of {agent_id}")
+        out.print(
+            f"already trained ({len(result.already_trained)}; recorded, not learned again): "
+            + (", ".join(result.already_trained) or "-")
+        )
+        out.print(
+            f"pending ({len(result.pending)}; learned once, with the new score): " + (", ".join(result.pending) or "-")
+        )
+        for f in failed:
+            out.print(f"failed: {f['episode_id']}: {f['reason']}: {f['description']}")
+    if failed:
+        sys.exit(1)
 
 
 # --------------------------------------------------------------------------- report
@@ -772,9 +819,6 @@ def dlq_replay(ids: tuple[str, ...], replay_all: bool, as_json: bool, db: str | 
 def report(agent_ids: tuple[str, ...], png_path: str, html_path: str, title: str, as_json: bool, db: str | None
            ) -> None:
     """Charts of every policy version (PNG and a self-contained HTML page)."""
-    from .history import history
-    from .report import write_report
-
     with _store(db) as (store, settings):
         agents = list(agent_ids) or store.list_agents()
         if not agents:
@@ -817,9 +861,6 @@ def train(agent_id: str | None, as_json: bool, db: str | None) -> None:
     (what the timer does).
 
     Exits with 1 if an agent could not be trained (the others are trained all the same)."""
-    from .feedback import sweep
-    from .local import open_local
-
     settings = _settings(db)
     pipeline = open_local(settings)
     try:
@@ -882,8 +923,6 @@ def audit(agent_id: str | None, as_json: bool, db: str | None) -> None:
 
     Rebuilt from the store (and the queue's dead letters); exits with 1 when an episode is lost
     or learned more than once, or the chain of versions and runs is broken."""
-    from .audit import audit as run_audit
-
     with _store(db) as (store, settings), _queue(db) as (queue, _):
         if agent_id is not None:
             _current(store, settings, agent_id)  # an unknown agent is bad input

@@ -8,23 +8,97 @@ configuration table lists them all.
 
 from __future__ import annotations
 
+import ast
+import inspect
 import re
-from dataclasses import fields
-from typing import Annotated, Any, Literal
+from collections.abc import Mapping
+from dataclasses import MISSING, dataclass, fields
+from dataclasses import field as dataclass_field
+from functools import cache
+from itertools import pairwise
+from typing import Annotated, Any, Literal, TypeVar
 
 from pydantic import AliasChoices, Field, SecretStr, ValidationError, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from .clock import check_settle_window
-from .documents import MAX_TEMPERATURE, MIN_TEMPERATURE
+from .documents import MAX_TEMPERATURE, MAX_TRAIN_BATCH, MIN_TEMPERATURE, TRAIN_BATCH
+from .drift import DriftConfig
 from .errors import ConfigurationError
 from .ingestion import parse_episode_writers
-from .pipeline import MAX_TRAIN_BATCH
+from .judges.evaluators import JudgeLimits, JudgeModel
+from .learner import LearnerConfig
 from .policy import DEFAULT_EXPLORATION_FLOOR
+from .rewards import RewardConfig
+
+T = TypeVar("T")
 
 PREFIX = "AGENT_LEARNING_"
 NOT_ECHOED = frozenset({"episode_writers"})
 """Settings whose rejected value is not repeated in errors (it may hold a key pasted by mistake)."""
+
+
+@dataclass(frozen=True)
+class ComponentSettings:
+    """How a component's configuration dataclass reads its fields from :class:`Settings`."""
+
+    prefix: str = ""
+    """Settings field = prefix + component field (``judge_`` + ``attempt_timeout``)."""
+    renames: Mapping[str, str] = dataclass_field(default_factory=dict)
+    """Component field → settings field, where the name differs otherwise."""
+    zero_is_none: frozenset[str] = frozenset()
+    """Fields whose ``None`` (off) is 0 in the environment."""
+
+    def setting(self, name: str) -> str:
+        return self.renames.get(name, self.prefix + name)
+
+
+COMPONENTS: dict[type, ComponentSettings] = {
+    RewardConfig: ComponentSettings(),
+    LearnerConfig: ComponentSettings(
+        zero_is_none=frozenset({"max_kl", "reference_batch", "max_logit_gap", "gap_per_evidence", "evidence_half_life"})
+    ),
+    DriftConfig: ComponentSettings(renames={"window": "drift_window"}),
+    JudgeModel: ComponentSettings(prefix="judge_"),
+    JudgeLimits: ComponentSettings(prefix="judge_"),
+}
+"""Every component configured from settings, and how its fields are named there."""
+
+
+@cache
+def _module_tree(path: str) -> ast.Module:
+    with open(path, encoding="utf-8") as f:
+        return ast.parse(f.read(), path)
+
+
+def field_docs(cls: type) -> dict[str, str]:
+    """The docstring under each field of a dataclass (the string literal after its annotation)."""
+    tree = _module_tree(inspect.getfile(cls))
+    (node,) = (n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == cls.__name__)
+    return {
+        field.target.id: " ".join(doc.value.value.split())
+        for field, doc in pairwise(node.body)
+        if isinstance(field, ast.AnnAssign)
+        and isinstance(field.target, ast.Name)
+        and isinstance(doc, ast.Expr)
+        and isinstance(doc.value, ast.Constant)
+        and isinstance(doc.value.value, str)
+    }
+
+
+def tunable(cls: type, name: str, **constraints: Any) -> Any:
+    """A :class:`Settings` field stating nothing twice: its default and description are those of
+    the field ``name`` of the component dataclass ``cls`` (a ``None`` default, meaning off, is 0 in
+    the environment); ``constraints`` are pydantic's (``ge=0``...), checked when settings are read."""
+    spec = COMPONENTS[cls]
+    (f,) = (f for f in fields(cls) if f.name == name)
+    default = f.default if f.default is not MISSING else f.default_factory()  # type: ignore[misc]
+    description = field_docs(cls).get(name)
+    if name in spec.zero_is_none:
+        default = 0 if default is None else default
+        description = f"{description} In the environment, 0 is None."
+    return Field(default, description=description, **constraints)
+
 
 
 class Settings(BaseSettings):
@@ -52,16 +126,16 @@ class Settings(BaseSettings):
     # The judge model of the azure-ai-evaluation evaluators: Azure OpenAI or OpenAI-compatible.
     judge_azure_endpoint: str | None = None
     judge_deployment: str | None = None
-    judge_api_version: str = "2024-10-21"
+    judge_api_version: str = tunable(JudgeModel, "api_version")
     judge_base_url: str | None = None
     judge_model: str | None = None
     judge_api_key: SecretStr | None = Field(None, description="Azure OpenAI without a key uses Entra ID")
     judge_client_id: str | None = Field(None, description="user-assigned managed identity for Azure OpenAI")
-    judge_attempt_timeout: float = Field(60.0, gt=0, le=600)
-    judge_evaluator_deadline: float = Field(150.0, gt=0, le=3600)
-    judge_episode_deadline: float = Field(180.0, gt=0, le=3600)
-    judge_max_attempts: int = Field(4, ge=1, le=20)
-    judge_retry_after_cap: float = Field(30.0, gt=0, le=600)
+    judge_attempt_timeout: float = tunable(JudgeLimits, "attempt_timeout", gt=0, le=600)
+    judge_evaluator_deadline: float = tunable(JudgeLimits, "evaluator_deadline", gt=0, le=3600)
+    judge_episode_deadline: float = tunable(JudgeLimits, "episode_deadline", gt=0, le=3600)
+    judge_max_attempts: int = tunable(JudgeLimits, "max_attempts", ge=1, le=20)
+    judge_retry_after_cap: float = tunable(JudgeLimits, "retry_after_cap", gt=0, le=600)
 
     # Cosmos DB. The endpoint and identity are read from the same identity-based connection
     # settings the Functions host uses for its Cosmos trigger, so nothing is configured twice.
@@ -92,40 +166,43 @@ class Settings(BaseSettings):
     train_schedule: str = Field("0 */5 * * * *", min_length=11)
 
     # Reward (see agent_learning.rewards).
-    w_intent: float = Field(0.4, ge=0)
-    w_adherence: float = Field(0.3, ge=0)
-    w_completion: float = Field(0.3, ge=0)
-    tool_failure_penalty: float = Field(0.1, ge=0)
-    max_tool_failure_penalty: float = Field(0.3, ge=0)
-    latency_budget_ms: float = Field(30_000.0, gt=0)
-    latency_penalty: float = Field(0.1, ge=0)
-    empty_output_penalty: float = Field(0.5, ge=0)
-    feedback_weight: float = Field(0.5, ge=0, le=1, description="weight of user feedback in the reward")
+    w_intent: float = tunable(RewardConfig, "w_intent", ge=0)
+    w_adherence: float = tunable(RewardConfig, "w_adherence", ge=0)
+    w_completion: float = tunable(RewardConfig, "w_completion", ge=0)
+    tool_failure_penalty: float = tunable(RewardConfig, "tool_failure_penalty", ge=0)
+    max_tool_failure_penalty: float = tunable(RewardConfig, "max_tool_failure_penalty", ge=0)
+    latency_budget_ms: float = tunable(RewardConfig, "latency_budget_ms", gt=0)
+    latency_penalty: float = tunable(RewardConfig, "latency_penalty", ge=0)
+    empty_output_penalty: float = tunable(RewardConfig, "empty_output_penalty", ge=0)
+    feedback_weight: float = tunable(RewardConfig, "feedback_weight", ge=0, le=1)
 
     # Learner (see agent_learning.learner).
-    learning_rate: float = Field(1.2, gt=0)
-    direction: Literal["evidence", "natural", "plain"] = "evidence"
-    normalize_advantages: bool = True
-    min_reward_std: float = Field(0.05, gt=0)
-    entropy_coef: float = Field(0.001, ge=0)
-    importance_clip: float = Field(5.0, ge=1)
-    max_kl: float = Field(1.0, ge=0, description="0 turns the trust region off")
-    evidence_prior: float = Field(3.0, ge=0)
-    reference_batch: int = Field(50, ge=0, description="0: the same step whatever the batch size")
-    max_logit_gap: float = Field(8.0, ge=0, description="0 turns the limit off")
-    gap_per_evidence: float = Field(4.0, ge=0, description="0 turns the evidence bound off")
-    gap_slack: float = Field(1.0, ge=0)
-    evidence_half_life: float = Field(3000.0, ge=0, description="episodes; 0: evidence never fades")
-    logit_bound: float = Field(20.0, gt=0, le=1000)
-    train_max_batch: int = Field(10_000, ge=1, le=MAX_TRAIN_BATCH, description="bounded by memory, see MAX_TRAIN_BATCH")
+    # A learner setting whose off is None in LearnerConfig is turned off with 0 here.
+    learning_rate: float = tunable(LearnerConfig, "learning_rate", gt=0)
+    direction: Literal["evidence", "natural", "plain"] = tunable(LearnerConfig, "direction")
+    normalize_advantages: bool = tunable(LearnerConfig, "normalize_advantages")
+    min_reward_std: float = tunable(LearnerConfig, "min_reward_std", gt=0)
+    entropy_coef: float = tunable(LearnerConfig, "entropy_coef", ge=0)
+    importance_clip: float = tunable(LearnerConfig, "importance_clip", ge=1)
+    max_kl: float = tunable(LearnerConfig, "max_kl", ge=0)
+    evidence_prior: float = tunable(LearnerConfig, "evidence_prior", ge=0)
+    reference_batch: int = tunable(LearnerConfig, "reference_batch", ge=0)
+    max_logit_gap: float = tunable(LearnerConfig, "max_logit_gap", ge=0)
+    gap_per_evidence: float = tunable(LearnerConfig, "gap_per_evidence", ge=0)
+    gap_slack: float = tunable(LearnerConfig, "gap_slack", ge=0)
+    evidence_half_life: float = tunable(LearnerConfig, "evidence_half_life", ge=0)
+    logit_bound: float = tunable(LearnerConfig, "logit_bound", gt=0, le=1000)
+    train_max_batch: int = Field(
+        TRAIN_BATCH, ge=1, le=MAX_TRAIN_BATCH, description="bounded by memory, see MAX_TRAIN_BATCH"
+    )
     train_min_batch: int = Field(1, ge=1)
 
     # Exploration-collapse and reward-drop warnings (see agent_learning.drift).
-    collapse_entropy: float = Field(0.1, ge=0, le=1, description="normalised entropy H/log K of a collapsed policy")
-    collapse_reward_fall: float = Field(0.1, ge=0, description="reward fall that, with collapse, warns")
-    reward_drop: float = Field(0.25, gt=0, description="reward drop between two runs that warns")
-    drift_window: int = Field(3, ge=1, le=100, description="earlier runs the latest is compared with")
-    auto_pin: bool = Field(False, description="pin an agent's policy when a warning fires")
+    collapse_entropy: float = tunable(DriftConfig, "collapse_entropy", ge=0, le=1)
+    collapse_reward_fall: float = tunable(DriftConfig, "collapse_reward_fall", ge=0)
+    reward_drop: float = tunable(DriftConfig, "reward_drop", gt=0)
+    drift_window: int = tunable(DriftConfig, "window", ge=1, le=100)
+    auto_pin: bool = tunable(DriftConfig, "auto_pin")
 
     # Telemetry (see agent_learning.telemetry).
     telemetry: Literal["auto", "off", "console", "azure-monitor"] = "auto"
@@ -157,58 +234,21 @@ class Settings(BaseSettings):
         check_settle_window(value)
         return value
 
-    def reward_config(self) -> Any:
-        from .rewards import RewardConfig
+    # Kept for compatibility: the library builds its components in :mod:`agent_learning.wiring`.
+    def reward_config(self) -> RewardConfig:
+        return component(self, RewardConfig)
 
-        return _build(RewardConfig, self)
+    def learner_config(self) -> LearnerConfig:
+        return component(self, LearnerConfig)
 
-    def judge_model_config(self) -> Any:
-        from .judges.evaluators import JudgeModel
+    def judge_model_config(self) -> JudgeModel:
+        return component(self, JudgeModel)
 
-        key = self.judge_api_key.get_secret_value() if self.judge_api_key else None
-        return JudgeModel(
-            azure_endpoint=self.judge_azure_endpoint,
-            deployment=self.judge_deployment,
-            api_version=self.judge_api_version,
-            base_url=self.judge_base_url,
-            model=self.judge_model,
-            api_key=key,
-            client_id=self.judge_client_id,
-        )
+    def judge_limits(self) -> JudgeLimits:
+        return component(self, JudgeLimits)
 
-    def judge_limits(self) -> Any:
-        from .judges.evaluators import JudgeLimits
-
-        return JudgeLimits(
-            attempt_timeout=self.judge_attempt_timeout,
-            evaluator_deadline=self.judge_evaluator_deadline,
-            episode_deadline=self.judge_episode_deadline,
-            max_attempts=self.judge_max_attempts,
-            retry_after_cap=self.judge_retry_after_cap,
-        )
-
-    def drift_config(self) -> Any:
-        from .drift import DriftConfig
-
-        return DriftConfig(
-            collapse_entropy=self.collapse_entropy,
-            collapse_reward_fall=self.collapse_reward_fall,
-            reward_drop=self.reward_drop,
-            window=self.drift_window,
-            auto_pin=self.auto_pin,
-        )
-
-    def learner_config(self) -> Any:
-        from .learner import LearnerConfig
-
-        overrides = {
-            "max_kl": self.max_kl or None,
-            "reference_batch": self.reference_batch or None,
-            "max_logit_gap": self.max_logit_gap or None,
-            "gap_per_evidence": self.gap_per_evidence or None,
-            "evidence_half_life": self.evidence_half_life or None,
-        }
-        return _build(LearnerConfig, self, overrides)
+    def drift_config(self) -> DriftConfig:
+        return component(self, DriftConfig)
 
 
 def load_settings(**overrides: Any) -> Settings:
@@ -222,8 +262,9 @@ def load_settings(**overrides: Any) -> Settings:
             got = "" if err["loc"] and err["loc"][0] in NOT_ECHOED else f" (got {err.get('input')!r})"
             problems.append(f"{name}: {err['msg'].removeprefix('Value error, ')}{got}")
         raise ConfigurationError("invalid configuration: " + "; ".join(problems)) from None
-    settings.reward_config()  # settings that are only invalid together fail now, not later
-    settings.learner_config()
+    # Settings that are only invalid together fail now, not later.
+    component(settings, RewardConfig)
+    component(settings, LearnerConfig)
     if settings.train_min_batch > settings.train_max_batch:
         raise ConfigurationError(
             f"invalid configuration: {PREFIX}TRAIN_MIN_BATCH ({settings.train_min_batch}) must not exceed "
@@ -242,7 +283,7 @@ def load_settings(**overrides: Any) -> Settings:
     if missing:
         raise ConfigurationError("invalid configuration: missing " + " and ".join(missing))
     if settings.judge == "evaluators":
-        settings.judge_model_config()  # raises ConfigurationError naming the missing variables
+        component(settings, JudgeModel)  # raises ConfigurationError naming the missing variables
     return settings
 
 
@@ -258,12 +299,29 @@ def environment_names() -> dict[str, str]:
     return names
 
 
-def _build(cls: Any, settings: Settings, overrides: dict[str, Any] | None = None) -> Any:
-    values = {f.name: getattr(settings, f.name) for f in fields(cls)}
-    values.update(overrides or {})
+def component(settings: Settings, cls: type[T]) -> T:
+    """``cls`` (a component's configuration dataclass) with the values of ``settings``.
+
+    Fields without a setting keep their defaults. A value the component rejects raises
+    :class:`~agent_learning.errors.ConfigurationError` naming the environment variables.
+    """
+    spec = COMPONENTS[cls]
+    values: dict[str, Any] = {}
+    for f in fields(cls):  # type: ignore[arg-type]
+        name = spec.setting(f.name)
+        if name not in Settings.model_fields:
+            continue
+        value = getattr(settings, name)
+        if isinstance(value, SecretStr):
+            value = value.get_secret_value()
+        values[f.name] = None if f.name in spec.zero_is_none and not value else value
     try:
         return cls(**values)
+    except ConfigurationError:
+        raise
     except ValueError as exc:
         # Name the environment variables, not the Python fields.
-        message = re.sub(r"\b(" + "|".join(values) + r")\b", lambda m: PREFIX + m.group(1).upper(), str(exc))
+        message = re.sub(
+            r"\b(" + "|".join(values) + r")\b", lambda m: PREFIX + spec.setting(m.group(1)).upper(), str(exc)
+        )
         raise ConfigurationError(f"invalid configuration: {message}") from None

@@ -18,10 +18,10 @@ from typing import Any
 from .client import PolicyClient
 from .clock import ManualClock
 from .config import Settings, load_settings
-from .history import AgentHistory, history, policy_probabilities
+from .history import AgentHistory, history
 from .local import open_local
 from .pipeline import create_policy
-from .policy import SoftmaxPolicy
+from .policy import SoftmaxPolicy, policy_probabilities
 from .simulate import SCENARIOS, Scenario
 
 __all__ = ["AgentHistory", "DemoResult", "history", "policy_probabilities", "run_demo"]

@@ -106,6 +106,16 @@ fails with 413, which no retry cures; the remaining ~97 KB are room for those sy
 (``_rid``, ``_self``, ``_etag``, ``_ts``, ...: well under 1 KB). :class:`Episode` rejects a larger
 document; :class:`~agent_learning.capture.EpisodeCapture` cuts step texts to stay below it."""
 
+MAX_TRAIN_BATCH = 20_000
+"""The most score rows one training run reads (``AGENT_LEARNING_TRAIN_MAX_BATCH``'s bound). A
+run holds its whole batch in memory; measured at 11.3 KB per row (tracemalloc peak of
+:func:`~agent_learning.pipeline.train_agent` on SQLite, rows with three judge metrics carrying
+500-character reasons; 8.5 KB with the offline judge's), so a full batch stays within a 256 MB
+budget (about 225 MB). A larger backlog is learned over several runs."""
+
+TRAIN_BATCH = 10_000
+"""The score rows one training run reads by default (``AGENT_LEARNING_TRAIN_MAX_BATCH``)."""
+
 D = TypeVar("D", bound="Document")
 
 

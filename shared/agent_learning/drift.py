@@ -12,8 +12,9 @@ mostly under the version before it):
   so it may not notice a better action again.
 
 Each warning is logged, counted in the ``agent_learning.policy.warnings`` metric and added
-to the training span as an event; with ``auto_pin`` the agent's policy is pinned (learning
-frozen) with the warning as the reason, for an operator to inspect, roll back or unpin.
+to the training span as an event. :func:`review` only reports: with ``auto_pin`` the trainer
+(:func:`~agent_learning.pipeline.train_agent`) pins the agent's policy (learning frozen) with
+the warnings as the reason, for an operator to inspect, roll back or unpin.
 """
 
 from __future__ import annotations
@@ -24,6 +25,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from .policy import policy_entropy
+from .store.base import Store
 from .telemetry import POLICY_WARNINGS, count
 
 log = logging.getLogger(__name__)
@@ -34,10 +37,15 @@ class DriftConfig:
     """Thresholds of the warnings (``AGENT_LEARNING_COLLAPSE_ENTROPY`` and friends)."""
 
     collapse_entropy: float = 0.1
+    """Normalised entropy H/log K at or below which a policy has collapsed."""
     collapse_reward_fall: float = 0.1
+    """Reward fall that, with a collapse, warns."""
     reward_drop: float = 0.25
+    """Reward drop between two runs that warns."""
     window: int = 3
+    """Earlier runs the latest is compared with."""
     auto_pin: bool = False
+    """Pin an agent's policy when a warning fires."""
 
 
 @dataclass(frozen=True)
@@ -92,16 +100,15 @@ def assess(
 
 
 def review(
-    store: Any,
+    store: Store,
     agent_id: str,
     version: int,
     probabilities: Sequence[float],
     config: DriftConfig,
     span: Any = None,
 ) -> list[DriftWarning]:
-    """Check a freshly published version; log, count and (with ``auto_pin``) pin on a warning."""
-    from .history import policy_entropy
-
+    """Check a freshly published version: log, count and return its warnings (the caller
+    decides whether to pin)."""
     runs: list[Mapping[str, Any]] = store.list_runs(agent_id, limit=config.window + 1)
     means = [float(r["metrics"]["mean_reward"]) for r in runs if r.get("episodes") and "mean_reward" in r["metrics"]]
     warnings = assess(agent_id, version, means, policy_entropy(list(probabilities)), len(probabilities), config)
@@ -110,9 +117,4 @@ def review(
         count(POLICY_WARNINGS, 1, {"agent_id": agent_id, "kind": w.kind})
         if span is not None:
             span.add_event(w.kind, {"message": w.message})
-    if warnings and config.auto_pin:
-        from .admin import set_pinned
-
-        set_pinned(store, agent_id, True, reason="; ".join(w.message for w in warnings))
-        log.warning("policy of %s pinned automatically; unpin with `agent-learn policy unpin`", agent_id)
     return warnings

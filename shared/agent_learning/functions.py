@@ -3,8 +3,10 @@
 ``function_app.py`` only declares triggers and forwards to these functions; each takes its
 dependencies as an argument (a :class:`Runtime`), so tests call them with the real
 ``azure.functions`` types and local stores. :func:`runtime` builds the production
-dependencies once per worker process, from settings, on first use: importing this module
-imports neither the Azure SDKs nor numpy, which keeps the app's start-up fast.
+dependencies once per worker process, from settings (:mod:`agent_learning.wiring`), on first
+use: importing this module imports neither the Azure SDKs, numpy nor pydantic, which keeps the
+app's start-up fast (``tests/test_function_app.py`` checks it). That is why the library's
+modules are imported inside the functions here: each of them reaches pydantic (the documents).
 
 Failure semantics per trigger:
 
@@ -31,13 +33,21 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import re
 import threading
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from .errors import AgentLearningError
+from .errors import (
+    AgentLearningError,
+    ConcurrencyConflict,
+    ConfigurationError,
+    InvalidDocument,
+    LimitExceeded,
+    NotFound,
+)
 
 if TYPE_CHECKING:  # imported lazily at run time: the app's cold start stays short
     from .callers import Caller
@@ -81,6 +91,7 @@ def runtime() -> Runtime:
     global _runtime
     with _runtime_lock:
         if _runtime is None:
+            # lazy: pydantic (see the module docstring)
             from .config import load_settings
 
             _runtime = build_runtime(load_settings())
@@ -94,11 +105,8 @@ def build_runtime(settings: Settings, environ: Mapping[str, str] | None = None) 
     ``AGENT_LEARNING_ALLOW_OFFLINE_JUDGE`` says otherwise: a scorer without a judge model
     configuration fails loudly instead of producing made-up rewards.
     """
-    import os
-
-    from .errors import ConfigurationError
-    from .local import open_queue, open_store
-    from .telemetry import configure
+    # lazy: pydantic (see the module docstring)
+    from .wiring import configure, open_queue, open_store
 
     env = os.environ if environ is None else environ
     if env.get("WEBSITE_INSTANCE_ID") and settings.judge == "offline" and not settings.allow_offline_judge:
@@ -110,26 +118,26 @@ def build_runtime(settings: Settings, environ: Mapping[str, str] | None = None) 
         )
 
     configure(settings)
-    store = open_store(settings)
-    queue = open_queue(settings)
-    return Runtime(settings, store, queue.send)
+    return Runtime(settings, open_store(settings), open_queue(settings).send)
 
 
 def scorer_of(rt: Runtime) -> Scorer:
+    """The runtime's scorer, built on first use (the judge may be a remote model)."""
     if rt.scorer is None:
-        from .local import open_judge
-        from .pipeline import Scorer
-        from .rewards import RewardFunction
+        # lazy: pydantic (see the module docstring)
+        from .wiring import open_scorer
 
-        rt.scorer = Scorer(rt.store, open_judge(rt.settings), RewardFunction(rt.settings.reward_config()))
+        rt.scorer = open_scorer(rt.settings, rt.store)
     return rt.scorer
 
 
 def learner_of(rt: Runtime) -> Any:
+    """The runtime's learner, built on first use (it imports numpy)."""
     if rt.learner is None:
-        from .learner import Reinforce
+        # lazy: pydantic (see the module docstring)
+        from .wiring import open_learner
 
-        rt.learner = Reinforce(rt.settings.learner_config())
+        rt.learner = open_learner(rt.settings)
     return rt.learner
 
 
@@ -138,6 +146,7 @@ def learner_of(rt: Runtime) -> Any:
 
 def enqueue(documents: Iterable[Mapping[str, Any]], rt: Runtime) -> EnqueueResult:
     """Cosmos DB trigger on ``episodes``: one scoring message per new episode."""
+    # lazy: pydantic (see the module docstring)
     from .pipeline import enqueue_episodes
 
     docs = [_as_dict(d) for d in documents]
@@ -154,6 +163,7 @@ def enqueue(documents: Iterable[Mapping[str, Any]], rt: Runtime) -> EnqueueResul
 
 def score(body: bytes | str, delivery_count: int, message_id: str | None, rt: Runtime) -> str:
     """Service Bus trigger: judge and store one episode's score; returns the outcome status."""
+    # lazy: pydantic (see the module docstring)
     from .pipeline import count_settled, score_message
 
     outcome = score_message(body, scorer_of(rt), delivery_count=delivery_count)
@@ -180,8 +190,10 @@ TRAIN_LOG_LEVELS = {"invalid_policy": logging.ERROR, "failed": logging.ERROR, "u
 def train(rt: Runtime) -> list[TrainOutcome]:
     """Timer trigger: apply feedback left unapplied (:func:`agent_learning.feedback.sweep`; its
     failure is logged and does not stop training), then one training run for every agent."""
+    # lazy: pydantic (see the module docstring)
     from .feedback import sweep
     from .pipeline import train_all
+    from .wiring import drift_config
 
     try:
         sweep(rt.store)
@@ -189,7 +201,7 @@ def train(rt: Runtime) -> list[TrainOutcome]:
         log.exception("feedback sweep failed; the next tick tries again")
     s = rt.settings
     outcomes = train_all(
-        rt.store, learner_of(rt), max_batch=s.train_max_batch, min_batch=s.train_min_batch, drift=s.drift_config()
+        rt.store, learner_of(rt), max_batch=s.train_max_batch, min_batch=s.train_min_batch, drift=drift_config(s)
     )
     for o in outcomes:
         level = TRAIN_LOG_LEVELS.get(o.status, logging.INFO)
@@ -209,10 +221,10 @@ class HttpAnswer:
 
 def get_policy(agent_id: str, if_none_match: str | None, rt: Runtime) -> HttpAnswer:
     """HTTP GET ``/api/policies/{agent_id}``: the agent's current policy document (ETag-aware)."""
+    # lazy: pydantic (see the module docstring)
     from pydantic import TypeAdapter, ValidationError
 
     from .documents import AgentId, PolicyDocument
-    from .errors import InvalidDocument
     from .store.base import NotModified
 
     try:
@@ -268,10 +280,10 @@ def post_feedback(episode_id: str, body: bytes, caller: Caller, rt: Runtime) -> 
     for an unknown episode, 409 for a new source beyond
     :data:`~agent_learning.feedback.MAX_FEEDBACK_SOURCES`, 413 for a body over 16 KiB.
     """
+    # lazy: pydantic (see the module docstring)
     from pydantic import TypeAdapter, ValidationError
 
     from .documents import DocId
-    from .errors import InvalidDocument, LimitExceeded, NotFound
     from .feedback import record_feedback
 
     try:
@@ -325,10 +337,10 @@ def post_episode(agent_id: str, body: bytes, caller: Caller, rt: Runtime) -> Htt
     is empty (ingestion is off), 409 when the id holds a different episode (whichever agent's:
     its content is not revealed), 413 for a body over ``MAX_EPISODE_BYTES``.
     """
+    # lazy: pydantic (see the module docstring)
     from pydantic import TypeAdapter, ValidationError
 
     from .documents import MAX_EPISODE_BYTES, AgentId, Episode
-    from .errors import ConcurrencyConflict, InvalidDocument
     from .ingestion import may_write
     from .store.base import same_document
 

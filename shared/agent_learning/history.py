@@ -6,12 +6,13 @@ produced it; the CLI's ``policy history`` and ``report`` and the demo's chart us
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 from typing import Any
 
 from .documents import PolicyDocument
-from .policy import mix_floor, softmax
+from .policy import policy_entropy, policy_probabilities
+
+__all__ = ["AgentHistory", "history", "policy_entropy", "policy_probabilities"]
 
 
 @dataclass
@@ -34,16 +35,6 @@ class AgentHistory:
     @property
     def final(self) -> dict[str, float]:
         return dict(zip(self.action_ids, self.probabilities[-1], strict=True))
-
-
-def policy_probabilities(doc: PolicyDocument) -> list[float]:
-    """π(a) of every action of a policy document, exploration floor included."""
-    return mix_floor(softmax(doc.logits, doc.temperature), doc.exploration_floor)
-
-
-def policy_entropy(probabilities: list[float]) -> float:
-    """Entropy in nats."""
-    return -math.fsum(p * math.log(p) for p in probabilities if p > 0)
 
 
 def history(store: Any, agent_id: str) -> AgentHistory:

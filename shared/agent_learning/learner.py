@@ -129,46 +129,37 @@ Array = NDArray[np.float64]
 
 @dataclass(frozen=True)
 class LearnerConfig:
-    """Settings of :class:`Reinforce`. Every default is explained in the module docstring.
-
-    * ``learning_rate`` η: scale of one step before the trust region shrinks it.
-    * ``direction``: ``"evidence"`` (recommended), ``"natural"`` or ``"plain"`` gradient.
-    * ``normalize_advantages``: divide advantages by the batch's weighted reward std, so the
-      step does not depend on the reward scale (judge scores often sit in a narrow band).
-    * ``min_reward_std`` σ_min: floor of that std, so a batch of near-identical rewards does
-      not produce a huge step.
-    * ``entropy_coef`` β: entropy bonus; keeps the policy from collapsing on noise.
-    * ``importance_clip`` c: cap on s(a)/μ(a) for episodes logged under older versions.
-    * ``max_kl``: trust region, the largest KL(old ‖ new) one update may move the policy.
-    * ``evidence_prior`` c: pseudo-count that damps the steps of actions seen once or twice.
-    * ``reference_batch``: the batch size ``learning_rate`` and ``max_kl`` are stated for
-      (None: the same step whatever the batch size).
-    * ``max_logit_gap``: no logit falls further below the largest (None: no limit); keeps
-      the policy able to recover when the best action changes.
-    * ``gap_per_evidence`` κ: log-odds an action may trail the leader per unit of the
-      z-statistic against it (None: no evidence bound, the learner keeps no state).
-    * ``gap_slack`` g₀: log-odds an action may trail the leader with no evidence against it.
-    * ``evidence_half_life`` H: episodes after which the learner state's evidence counts half
-      (None: never fades).
-    * ``logit_bound``: logits are kept in [−bound, bound] after centring.
-
-    Defaults were chosen on ``benchmarks/learning.py`` (README: Learning benchmark).
-    """
+    """Settings of :class:`Reinforce`. Every default is explained in the module docstring;
+    defaults were chosen on ``benchmarks/learning.py`` (README: Learning benchmark)."""
 
     learning_rate: float = 1.2
+    """η: scale of one step before the trust region shrinks it."""
     direction: Literal["evidence", "natural", "plain"] = "evidence"
+    """``"evidence"`` (recommended), ``"natural"`` or ``"plain"`` gradient."""
     normalize_advantages: bool = True
+    """Divide advantages by the batch's weighted reward std (a step independent of the reward scale)."""
     min_reward_std: float = 0.05
+    """σ_min: floor of that std, so a batch of near-identical rewards does not make a huge step."""
     entropy_coef: float = 0.001
+    """β: entropy bonus; keeps the policy from collapsing on noise."""
     importance_clip: float = 5.0
+    """c: cap on s(a)/μ(a) for episodes logged under older versions."""
     max_kl: float | None = 1.0
+    """Trust region: the largest KL(old ‖ new) one update may move the policy (None: off)."""
     evidence_prior: float = 3.0
+    """Pseudo-count that damps the steps of actions seen once or twice."""
     reference_batch: int | None = 50
+    """Batch size ``learning_rate`` and ``max_kl`` are stated for (None: the same step whatever the batch size)."""
     max_logit_gap: float | None = 8.0
+    """No logit falls further below the largest (None: no limit); the policy can recover when the best changes."""
     gap_per_evidence: float | None = 4.0
+    """κ: log-odds an action may trail the leader per unit of z against it (None: no evidence bound, no state)."""
     gap_slack: float = 1.0
+    """g₀: log-odds an action may trail the leader with no evidence against it."""
     evidence_half_life: float | None = 3000.0
+    """H: episodes after which the learner state's evidence counts half (None: it never fades)."""
     logit_bound: float = 20.0
+    """Logits are kept in [−bound, bound] after centring."""
 
     def __post_init__(self) -> None:
         checks = {

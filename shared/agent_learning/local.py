@@ -4,11 +4,13 @@
 
     episodes (store) ──pump──► queue ──score──► scores (store) ──train──► policies (store)
 
-``pump`` plays the Cosmos change-feed trigger (it reads the store's episode feed from a
-durable checkpoint), ``score_pending`` plays the Service Bus trigger (it receives, scores and
-settles messages), ``train`` plays the timer. They call the same handlers as the Functions
-app. The checkpoint is saved after the messages are sent, so a crash in between resends
-them, and duplicate detection plus the idempotent scorer absorb that.
+Its parts are built from settings in :mod:`agent_learning.wiring` (``open_store``,
+``open_queue`` and ``open_judge`` are importable from here too). ``pump`` plays the Cosmos
+change-feed trigger (it reads the store's episode feed from a durable checkpoint),
+``score_pending`` plays the Service Bus trigger (it receives, scores and settles messages),
+``train`` plays the timer. They call the same handlers as the Functions app. The checkpoint
+is saved after the messages are sent, so a crash in between resends them, and duplicate
+detection plus the idempotent scorer absorb that.
 """
 
 from __future__ import annotations
@@ -19,8 +21,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from . import wiring
 from .clock import SYSTEM_CLOCK, Clock
 from .config import Settings, load_settings
+from .documents import TRAIN_BATCH
 from .errors import ConcurrencyConflict
 from .feedback import SweepResult, sweep
 from .judges.base import Judge
@@ -28,6 +32,11 @@ from .pipeline import EnqueueResult, Scorer, TrainOutcome, enqueue_episodes, sco
 from .queue.base import WorkQueue
 from .rewards import RewardFunction
 from .store.base import Store
+from .telemetry import configure
+from .wiring import open_judge, open_queue, open_store
+
+# ``open_store``, ``open_queue`` and ``open_judge`` moved to :mod:`agent_learning.wiring`; importable here too.
+__all__ = ["FEED_CHECKPOINT", "CycleReport", "LocalPipeline", "open_judge", "open_local", "open_queue", "open_store"]
 
 FEED_CHECKPOINT = "episodes-feed"
 
@@ -55,7 +64,7 @@ class LocalPipeline:
         learner: Any,
         *,
         clock: Clock = SYSTEM_CLOCK,
-        max_batch: int = 10_000,
+        max_batch: int = TRAIN_BATCH,
         min_batch: int = 1,
         feed_checkpoint: str = FEED_CHECKPOINT,
         page_size: int = 500,
@@ -138,66 +147,6 @@ class LocalPipeline:
         return report
 
 
-def open_judge(settings: Settings) -> Judge:
-    """The judge ``settings`` choose: the offline rules judge or the azure-ai-evaluation evaluators."""
-    if settings.judge == "evaluators":
-        from .judges.evaluators import EvaluatorJudge
-
-        return EvaluatorJudge(settings.judge_model_config(), settings.judge_limits())
-    from .judges.offline import OfflineJudge
-
-    return OfflineJudge()
-
-
-def open_store(settings: Settings, *, path: str | Path | None = None, clock: Clock = SYSTEM_CLOCK) -> Store:
-    """The store ``settings`` choose: SQLite (default), memory, or Cosmos DB."""
-    if settings.store == "memory":
-        from .store.memory import MemoryStore
-
-        return MemoryStore()
-    if settings.store == "cosmos":
-        from .store.cosmos import CosmosStore
-
-        assert settings.cosmos_endpoint is not None  # load_settings checks it
-        key = settings.cosmos_key.get_secret_value() if settings.cosmos_key else None
-        return CosmosStore.connect(
-            settings.cosmos_endpoint,
-            settings.cosmos_database,
-            key=key,
-            managed_identity_client_id=settings.cosmos_client_id,
-            settle_seconds=settings.score_settle_seconds,
-            clock=clock,
-        )
-    from .store.sqlite import SQLiteStore
-
-    return SQLiteStore(path or settings.sqlite_path)
-
-
-def open_queue(settings: Settings, *, path: str | Path | None = None, clock: Clock = SYSTEM_CLOCK) -> WorkQueue:
-    """The scoring queue ``settings`` choose: the embedded SQLite queue or Service Bus."""
-    if settings.queue == "servicebus":
-        from .queue.servicebus import ServiceBusQueue
-
-        if settings.servicebus_connection_string:
-            return ServiceBusQueue.from_connection_string(
-                settings.servicebus_connection_string.get_secret_value(), settings.queue_name
-            )
-        assert settings.servicebus_namespace is not None  # load_settings checks it
-        return ServiceBusQueue.from_namespace(
-            settings.servicebus_namespace, settings.queue_name, managed_identity_client_id=settings.servicebus_client_id
-        )
-    from .queue.sqlite import SQLiteQueue
-
-    queue_path = ":memory:" if settings.store == "memory" else str(path or settings.sqlite_path)
-    return SQLiteQueue(
-        queue_path,
-        name=settings.queue_name,
-        lock_seconds=settings.queue_lock_seconds,
-        max_deliveries=settings.queue_max_deliveries,
-        clock=clock,
-    )
-
-
 def open_local(
     settings: Settings | None = None,
     *,
@@ -206,19 +155,16 @@ def open_local(
     clock: Clock = SYSTEM_CLOCK,
 ) -> LocalPipeline:
     """A :class:`LocalPipeline` on the store and queue chosen by ``settings`` (embedded by default)."""
-    from .learner import Reinforce
-    from .telemetry import configure
-
     settings = settings or load_settings()
     configure(settings)
     return LocalPipeline(
-        open_store(settings, path=path, clock=clock),
-        open_queue(settings, path=path, clock=clock),
-        judge or open_judge(settings),
-        RewardFunction(settings.reward_config()),
-        Reinforce(settings.learner_config()),
+        wiring.open_store(settings, path=path, clock=clock),
+        wiring.open_queue(settings, path=path, clock=clock),
+        judge or wiring.open_judge(settings),
+        wiring.open_reward(settings),
+        wiring.open_learner(settings),
         clock=clock,
         max_batch=settings.train_max_batch,
         min_batch=settings.train_min_batch,
-        drift=settings.drift_config(),
+        drift=wiring.drift_config(settings),
     )

@@ -14,7 +14,7 @@ from typing import Any
 
 def _pyplot() -> Any:
     try:
-        import matplotlib
+        import matplotlib  # lazy: an optional extra, and slow to import
     except ImportError as exc:  # pragma: no cover - depends on the environment
         raise RuntimeError("plots need matplotlib: pip install 'agent-learning[plot]'") from exc
     matplotlib.use("Agg")

@@ -28,6 +28,7 @@ from typing import Any, Literal
 
 from pydantic import ValidationError
 
+from .clock import SYSTEM_CLOCK
 from .documents import Action, PolicyDocument, ScoreCursor, invalid_from_pydantic, policy_doc_id
 from .errors import InvalidDocument
 
@@ -71,6 +72,16 @@ def mix_floor(probs: Sequence[float], floor: float) -> list[float]:
         raise ValueError(f"exploration_floor must satisfy 0 <= f and f x {k} actions < 1, got {floor}")
     scale = 1.0 - k * floor
     return [floor + scale * p for p in probs]
+
+
+def policy_probabilities(doc: PolicyDocument) -> list[float]:
+    """π(a) of every action of a policy document, exploration floor included."""
+    return mix_floor(softmax(doc.logits, doc.temperature), doc.exploration_floor)
+
+
+def policy_entropy(probabilities: list[float]) -> float:
+    """Entropy in nats."""
+    return -math.fsum(p * math.log(p) for p in probabilities if p > 0)
 
 
 class SoftmaxPolicy:
@@ -194,8 +205,6 @@ class SoftmaxPolicy:
         learner_state: Mapping[str, Any] | None = None,
     ) -> PolicyDocument:
         """This policy as a validated :class:`PolicyDocument`."""
-        from .clock import SYSTEM_CLOCK
-
         data = {
             "id": policy_doc_id(self.agent_id, self.version if kind == "version" else None),
             "kind": kind,

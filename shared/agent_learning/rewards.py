@@ -84,14 +84,23 @@ class RewardConfig:
     :class:`agent_learning.config.Settings` (``AGENT_LEARNING_W_INTENT`` and friends)."""
 
     w_intent: float = 0.4
+    """Weight of intent resolution (1–5, normalised to [0, 1])."""
     w_adherence: float = 0.3
+    """Weight of task adherence (0/1)."""
     w_completion: float = 0.3
+    """Weight of task completion (0/1)."""
     tool_failure_penalty: float = 0.1
+    """Penalty per failed tool call."""
     max_tool_failure_penalty: float = 0.3
+    """Cap of the tool-failure penalty."""
     latency_budget_ms: float = 30_000.0
+    """Latency without penalty, in milliseconds."""
     latency_penalty: float = 0.1
+    """Penalty at twice the latency budget (linear above the budget)."""
     empty_output_penalty: float = 0.5
+    """Penalty for an empty output."""
     feedback_weight: float = DEFAULT_FEEDBACK_WEIGHT
+    """Weight of user feedback in the reward."""
 
     def __post_init__(self) -> None:
         for name, value in asdict(self).items():

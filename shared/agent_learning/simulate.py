@@ -31,6 +31,7 @@ from .clock import Clock, ManualClock
 from .documents import Action, Episode
 from .policy import Decision, SoftmaxPolicy
 from .store.base import Store
+from .store.memory import MemoryStore
 
 
 @dataclass(frozen=True)
@@ -115,8 +116,6 @@ class Scenario:
 
     def expected_rewards(self, judge: Any, reward: Any, n: int = 2_000, seed: int = 0) -> dict[str, float]:
         """The true mean reward of each action, by simulation with the given judge and reward."""
-        from .store.memory import MemoryStore
-
         rng = random.Random(seed)
         clock = ManualClock()
         out = {}

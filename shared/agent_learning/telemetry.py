@@ -24,6 +24,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
+from .errors import ConfigurationError
+
 if TYPE_CHECKING:
     from .config import Settings
 
@@ -124,7 +126,7 @@ class _Bound:
 
     def __init__(self, tracer_provider: Any = None, meter_provider: Any = None) -> None:
         try:
-            from opentelemetry import metrics, trace
+            from opentelemetry import metrics, trace  # lazy: the Functions app starts without opentelemetry
         except ImportError:  # pragma: no cover - opentelemetry-api is a dependency
             self.tracer = None
             self.instruments: dict[str, Any] = {}
@@ -216,8 +218,6 @@ def configure(settings: Settings) -> str:
     with _lock:
         if _configured is not None or chosen == "off":
             return _configured or chosen
-        from .errors import ConfigurationError
-
         try:
             if chosen == "azure-monitor":
                 _azure_monitor(settings)
@@ -233,18 +233,16 @@ def configure(settings: Settings) -> str:
 
 
 def _resource() -> Any:
-    from opentelemetry.sdk.resources import Resource
+    from opentelemetry.sdk.resources import Resource  # lazy: only when exporters are configured
 
     return Resource.create({"service.name": os.environ.get("OTEL_SERVICE_NAME", "agent-learning")})
 
 
 def _azure_monitor(settings: Settings) -> None:
-    from azure.monitor.opentelemetry import configure_azure_monitor
+    from azure.monitor.opentelemetry import configure_azure_monitor  # lazy: an optional extra
 
     secret = settings.applicationinsights_connection_string
     if secret is None:
-        from .errors import ConfigurationError
-
         raise ConfigurationError(
             "AGENT_LEARNING_TELEMETRY=azure-monitor needs APPLICATIONINSIGHTS_CONNECTION_STRING"
         )
@@ -252,6 +250,7 @@ def _azure_monitor(settings: Settings) -> None:
 
 
 def _console() -> None:
+    # lazy: the SDK only when console exporters are chosen
     from opentelemetry import metrics, trace
     from opentelemetry.sdk.metrics import MeterProvider
     from opentelemetry.sdk.metrics.export import ConsoleMetricExporter, PeriodicExportingMetricReader

@@ -40,7 +40,7 @@ def test_funcignore_keeps_the_app_and_the_library_only() -> None:
         "host.json",
         "requirements.txt",
         "shared/pyproject.toml",
-        "shared/agent_learning/pipeline.py",
+        "shared/agent_learning/pipeline/__init__.py",
     } <= rel
     assert not any(r.startswith(("tests/", ".ci/", "docs/", ".git")) for r in rel)
     assert "local.settings.json" not in rel

@@ -65,7 +65,7 @@ class Deployment:
         if kind == "cosmos":
             from cosmos_fixture import CLIENT_KWARGS, SteppingClock
 
-            from agent_learning import local
+            from agent_learning import wiring
             from agent_learning.store.cosmos import CosmosStore
 
             server = request.getfixturevalue("cosmos_server")
@@ -77,8 +77,8 @@ class Deployment:
                 monkeypatch.setenv(f"AGENT_LEARNING_{name}", value)
             # Every store the commands open runs on one stepping clock: a settle window passes
             # between any two operations, so what one command scored the next one can train.
-            opener, stepping = local.open_store, SteppingClock()
-            monkeypatch.setattr(local, "open_store", lambda settings, *, path=None, clock=None: opener(
+            opener, stepping = wiring.open_store, SteppingClock()
+            monkeypatch.setattr(wiring, "open_store", lambda settings, *, path=None, clock=None: opener(
                 settings, path=path, clock=stepping))
 
             def cleanup() -> None:

@@ -58,12 +58,19 @@ class JudgeLimits:
     """Time bounds of one judgement. Every call finishes within ``episode_deadline``."""
 
     attempt_timeout: float = 60.0
+    """Seconds one HTTP attempt of an evaluator may take."""
     evaluator_deadline: float = 150.0
+    """Seconds one evaluator may take, retries included."""
     episode_deadline: float = 180.0
+    """Seconds the judgement of one episode may take."""
     max_attempts: int = 4
+    """Attempts per evaluator before the judgement fails transiently."""
     backoff_base: float = 1.0
+    """First retry delay in seconds (doubling, with jitter)."""
     backoff_max: float = 20.0
+    """Longest retry delay in seconds."""
     retry_after_cap: float = 30.0
+    """Longest wait a server's Retry-After may ask for, in seconds."""
 
     def __post_init__(self) -> None:
         for name in ("attempt_timeout", "evaluator_deadline", "episode_deadline", "backoff_max", "retry_after_cap"):
@@ -85,6 +92,7 @@ class JudgeModel:
     azure_endpoint: str | None = None
     deployment: str | None = None
     api_version: str = "2024-10-21"
+    """The Azure OpenAI API version."""
     base_url: str | None = None
     model: str | None = None
     api_key: str | None = field(default=None, repr=False)  # a secret: never in logs or tracebacks
@@ -133,7 +141,7 @@ class JudgeModel:
         """An Entra ID credential for Azure OpenAI without a key, else ``None``."""
         if not self.azure_endpoint or self.api_key:
             return None
-        from azure.identity import DefaultAzureCredential
+        from azure.identity import DefaultAzureCredential  # lazy: only without an API key
 
         return DefaultAzureCredential(managed_identity_client_id=self.client_id)
 
@@ -141,7 +149,7 @@ class JudgeModel:
 def _evaluator_classes() -> dict[str, type]:
     """The three evaluator classes; raises a clear error if a version moved them."""
     try:
-        from azure.ai.evaluation import IntentResolutionEvaluator, TaskAdherenceEvaluator
+        from azure.ai.evaluation import IntentResolutionEvaluator, TaskAdherenceEvaluator  # lazy: seconds to import
     except ImportError as exc:  # pragma: no cover - depends on the installed version
         raise ConfigurationError(f"azure-ai-evaluation is not installed or too old: {exc}") from exc
     try:
@@ -168,7 +176,7 @@ class EvaluatorJudge(Judge):
         *,
         sleep: Callable[[float], Awaitable[None]] | None = None,
     ) -> None:
-        from importlib.metadata import version
+        from importlib.metadata import version  # lazy: only to name the judge
 
         self.model = model
         self.limits = limits or JudgeLimits()

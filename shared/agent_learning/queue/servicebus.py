@@ -206,7 +206,7 @@ class ServiceBusQueue(WorkQueue):
         role for :meth:`counts`. Other keywords are split as in :meth:`from_connection_string`.
         """
         if credential is None:
-            from azure.identity import DefaultAzureCredential
+            from azure.identity import DefaultAzureCredential  # lazy: only with Entra ID
 
             if managed_identity_client_id:
                 credential = DefaultAzureCredential(managed_identity_client_id=managed_identity_client_id)
@@ -653,6 +653,7 @@ def _to_dead_letter(message: ServiceBusReceivedMessage) -> DeadLetter:
 
 def _transient_http_error(exc: BaseException) -> bool:
     """True for the administration API's connection failures and 408/429/5xx responses."""
+    # lazy: azure.core's errors matter only with the administration client
     from azure.core.exceptions import HttpResponseError, ServiceRequestError, ServiceResponseError
 
     if isinstance(exc, ServiceRequestError | ServiceResponseError):
@@ -685,12 +686,12 @@ class _LazyAdmin:
 
 
 def _admin_from_connection_string(conn_str: str) -> ServiceBusAdministrationClient:
-    from azure.servicebus.management import ServiceBusAdministrationClient
+    from azure.servicebus.management import ServiceBusAdministrationClient  # lazy: most queues never count
 
     return ServiceBusAdministrationClient.from_connection_string(conn_str)
 
 
 def _admin_from_namespace(namespace: str, credential: Any) -> ServiceBusAdministrationClient:
-    from azure.servicebus.management import ServiceBusAdministrationClient
+    from azure.servicebus.management import ServiceBusAdministrationClient  # lazy: most queues never count
 
     return ServiceBusAdministrationClient(namespace, credential)

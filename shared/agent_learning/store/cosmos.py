@@ -183,7 +183,7 @@ class CosmosStore(Store):
         )
 
         def async_factory() -> Any:
-            from azure.cosmos.aio import CosmosClient as AsyncCosmosClient
+            from azure.cosmos.aio import CosmosClient as AsyncCosmosClient  # lazy: only for async episode writes
 
             aio_credential = key if key else _default_credential(managed_identity_client_id, aio=True)
             return AsyncCosmosClient(endpoint, credential=aio_credential, **kwargs), database
@@ -602,9 +602,9 @@ def _translate(exc: cosmos_errors.CosmosHttpResponseError) -> Exception:
 
 def _default_credential(client_id: str | None, aio: bool = False) -> Any:
     if aio:
-        from azure.identity.aio import DefaultAzureCredential as AsyncDefaultAzureCredential
+        from azure.identity.aio import DefaultAzureCredential as AsyncDefaultAzureCredential  # lazy: only with Entra ID
 
         return AsyncDefaultAzureCredential(managed_identity_client_id=client_id)
-    from azure.identity import DefaultAzureCredential
+    from azure.identity import DefaultAzureCredential  # lazy: only with Entra ID
 
     return DefaultAzureCredential(managed_identity_client_id=client_id)

@@ -1,0 +1,167 @@
+"""Publish: every write of an agent's current policy document, and its one validated loader.
+
+The current document is the agent's policy and the training cursor over its scores. It
+changes only here, always by an ETag compare-and-swap, and each change is idempotent:
+
+* :func:`create_policy` — the first version; never overwrites an existing policy.
+* :func:`publish` — the swap the trainer makes to publish the next version.
+* :func:`set_pinned`, :func:`rollback` — operators' interventions (below).
+
+History is never rewritten. A rollback publishes the logits (and temperature and exploration
+floor) of an earlier version as a *new* version with ``source="rollback"``; the training
+cursor stays where it is, so no score is learned twice and none is forgotten, and so does the
+learner state (the reward evidence gathered up to that cursor: what the episodes showed is
+still true after a rollback). Pinning freezes learning: it sets ``pinned`` on the current
+document only (no new version), the trainer then leaves the agent alone and its cursor stays
+put, and unpinning resumes learning from there, so scores that arrived meanwhile are learned
+then. Every intervention is a compare-and-swap retried when a trainer published in between,
+and repeating one changes nothing: pinning a pinned policy or repeating a rollback.
+
+Before it replaces the current document, every intervention writes the version and run
+records of the version it replaces (:func:`materialise`): a trainer that died between
+publishing a version and writing its records leaves only the current document holding it,
+and agents may already have logged episodes under it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from ..clock import SYSTEM_CLOCK, Clock
+from ..documents import PolicyDocument
+from ..errors import ConcurrencyConflict, NotFound
+from ..store.base import Store
+
+ATTEMPTS = 5
+"""How often an intervention re-reads and retries when a trainer publishes in between."""
+
+
+@dataclass(frozen=True)
+class Current:
+    """The validated current policy document and the ETag it was read with."""
+
+    policy: PolicyDocument
+    etag: str
+
+
+def load_current_tagged(store: Store, agent_id: str) -> Current | None:
+    """The agent's current policy document, validated, with its ETag; ``None`` if it has none.
+
+    Raises :class:`~agent_learning.errors.InvalidDocument` if the document does not validate.
+    """
+    tagged = store.get_current_policy(agent_id)
+    return None if tagged is None else Current(PolicyDocument.from_dict(tagged.doc), tagged.etag)
+
+
+def load_current(store: Store, agent_id: str) -> PolicyDocument | None:
+    """The agent's current policy document, validated, or ``None``."""
+    current = load_current_tagged(store, agent_id)
+    return None if current is None else current.policy
+
+
+def materialise(store: Store, current: PolicyDocument) -> None:
+    """Make sure the version and run records of ``current`` exist (idempotent)."""
+    store.create_policy_version(current.as_kind("version"))
+    if current.run is not None and store.get_run(current.run.id) is None:
+        store.put_run(current.run)
+
+
+def publish(store: Store, new: PolicyDocument, etag: str | None) -> PolicyDocument:
+    """Make ``new`` the current document if it still has ``etag`` (``None``: if there is none),
+    then write its version and run records. The whole document is validated again first.
+
+    Raises :class:`~agent_learning.errors.ConcurrencyConflict` when another writer got there first.
+    """
+    new = PolicyDocument.from_dict(new.to_dict())
+    store.replace_current_policy(new, etag)
+    materialise(store, new)
+    return new
+
+
+def create_policy(store: Store, policy_doc: PolicyDocument) -> PolicyDocument:
+    """Publish the first version of an agent's policy; refuses to overwrite an existing one."""
+    if policy_doc.version != 1 or policy_doc.source != "init":
+        raise ValueError("a new policy starts at version 1 with source 'init'")
+    try:
+        return publish(store, policy_doc.as_kind("current"), None)
+    except ConcurrencyConflict:
+        raise ConcurrencyConflict(
+            f"agent {policy_doc.agent_id!r} already has a policy; it is never overwritten (roll back or pin it instead)"
+        ) from None
+
+
+# --------------------------------------------------------------------------- interventions
+
+
+@dataclass(frozen=True)
+class Change:
+    """The current policy after an intervention, and whether it changed anything."""
+
+    policy: PolicyDocument
+    changed: bool
+
+
+def swap(store: Store, agent_id: str, change: Callable[[PolicyDocument], PolicyDocument | None]) -> Change:
+    """Apply ``change`` to the current document with compare-and-swap, re-reading on a lost race.
+
+    ``change`` returns the new document, or ``None`` when there is nothing to change.
+    """
+    for _ in range(ATTEMPTS):
+        loaded = load_current_tagged(store, agent_id)
+        if loaded is None:
+            raise NotFound(f"agent_id: {agent_id!r} has no policy")
+        new = change(loaded.policy)
+        if new is None:
+            return Change(loaded.policy, False)
+        materialise(store, loaded.policy)  # the version being replaced must not be lost with it
+        try:
+            return Change(publish(store, new, loaded.etag), True)
+        except ConcurrencyConflict:
+            continue
+    raise ConcurrencyConflict(f"the policy of {agent_id!r} kept changing; try again")
+
+
+def set_pinned(store: Store, agent_id: str, pinned: bool, reason: str = "") -> Change:
+    """Pin (freeze learning) or unpin an agent's policy. Idempotent."""
+
+    def change(current: PolicyDocument) -> PolicyDocument | None:
+        if current.pinned == pinned:
+            return None
+        return current.model_copy(update={"pinned": pinned, "pin_reason": reason[:1000] if pinned else ""})
+
+    return swap(store, agent_id, change)
+
+
+def rollback(store: Store, agent_id: str, version: int, *, clock: Clock = SYSTEM_CLOCK, note: str = "") -> Change:
+    """Publish version ``version``'s logits as the next version. Repeating it changes nothing."""
+    raw = store.get_policy_version(agent_id, version)
+    if raw is None:
+        known = [d.get("version") for d in store.list_policy_versions(agent_id)]
+        if not known:
+            raise NotFound(f"agent_id: {agent_id!r} has no policy")
+        raise NotFound(f"VERSION: {agent_id!r} has no version {version} (versions {known[0]} to {known[-1]})")
+    target = PolicyDocument.from_dict(raw)
+
+    def change(current: PolicyDocument) -> PolicyDocument | None:
+        if current.source == "rollback" and current.parent_version == version:
+            return None  # already rolled back to it
+        if current.version == version:
+            raise ValueError(f"VERSION: v{version} is the current version of {agent_id!r}; nothing to roll back")
+        if target.action_ids != current.action_ids:
+            raise ValueError(f"VERSION: v{version} has other actions than the current policy")
+        return current.model_copy(
+            update={
+                "version": current.version + 1,
+                "logits": list(target.logits),
+                "temperature": target.temperature,
+                "exploration_floor": target.exploration_floor,
+                "source": "rollback",
+                "parent_version": version,
+                "run": None,
+                "created_at": clock.now(),
+                "note": (f"rollback from v{current.version} to v{version}" + (f": {note}" if note else ""))[:1000],
+            }
+        )
+
+    return swap(store, agent_id, change)

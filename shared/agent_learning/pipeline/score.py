@@ -1,0 +1,274 @@
+"""Score: judge the episode a message names, shape its reward and store the score.
+
+Idempotent, because every trigger delivers at least once: an episode that already has a
+score is not judged again (unless ``force``); scores have the episode's id, so even a
+concurrent duplicate overwrites. :func:`settle` and :func:`count_settled` apply an outcome to
+the queue message that carried it.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import Any, Literal
+
+from ..clock import SYSTEM_CLOCK, Clock
+from ..documents import Episode, PolicyDocument, Score, ScoreRequest
+from ..errors import ConcurrencyConflict, InvalidDocument, PermanentError, TransientError
+from ..feedback import reconcile
+from ..judges.base import Judge
+from ..queue.base import WorkQueue
+from ..rewards import RewardFunction
+from ..store.base import Store
+from ..telemetry import (
+    EPISODES_DEAD_LETTERED,
+    EPISODES_SCORED,
+    JUDGE_DURATION,
+    JUDGE_FAILURES,
+    QUEUE_LAG,
+    REWARD,
+    SPAN_JUDGE,
+    SPAN_SCORE,
+    count,
+    record,
+    span,
+)
+from .publish import load_current
+
+
+@dataclass(frozen=True)
+class ScoreOutcome:
+    """What happened to one scoring message, and what the caller must do with it.
+
+    ``scored``/``duplicate`` → complete; ``retry`` → abandon (redeliver later);
+    ``dead_letter`` → dead-letter with ``reason`` and ``description``.
+    """
+
+    status: Literal["scored", "duplicate", "retry", "dead_letter"]
+    episode_id: str | None
+    reason: str = ""
+    description: str = ""
+    score: Score | None = None
+
+
+@dataclass
+class Scorer:
+    """Everything the score handler needs. Policy versions are immutable, so cached."""
+
+    store: Store
+    judge: Judge
+    reward: RewardFunction
+    clock: Clock = SYSTEM_CLOCK
+
+    def __post_init__(self) -> None:
+        self._cached_version = lru_cache(maxsize=1024)(self._load_policy_version)
+
+    def policy_version(self, agent_id: str, version: int) -> PolicyDocument | None:
+        """The policy version an episode was drawn from, or ``None`` if there is no such version.
+
+        The trainer publishes the current document before it writes the version record, so
+        agents can log episodes under a version whose record does not exist yet (for as long
+        as a crash in between leaves it unwritten). The current document is a copy of the
+        latest version, so it stands in for that record. A missing version is not cached.
+        """
+        try:
+            return self._cached_version(agent_id, version)
+        except LookupError:
+            return None
+
+    def _load_policy_version(self, agent_id: str, version: int) -> PolicyDocument:
+        raw = self.store.get_policy_version(agent_id, version)
+        if raw is not None:
+            return PolicyDocument.from_dict(raw)
+        current = load_current(self.store, agent_id)
+        if current is None or current.version != version:
+            raise LookupError(f"agent {agent_id!r} has no policy version {version}")
+        return current.as_kind("version")
+
+
+def score_message(body: bytes | str, scorer: Scorer, *, delivery_count: int = 1, force: bool = False) -> ScoreOutcome:
+    """Judge the episode a message names, shape its reward and store the score.
+
+    Every delivery first checks for a stored score (one point read): a redelivery after a
+    crash, and a copy of the message that arrives as a first delivery (after the queue's
+    duplicate-detection window, a dead-letter replay or a change-feed rewind), cost no second
+    judging (``delivery_count`` is accepted for compatibility: every delivery is checked alike).
+    ``force`` re-scores (see :func:`score_episode`).
+    """
+    try:
+        request = ScoreRequest.from_json(body)
+    except InvalidDocument as exc:
+        return ScoreOutcome("dead_letter", None, "InvalidMessage", str(exc))
+    if request.episode is not None and request.episode.get("id") != request.episode_id:
+        return ScoreOutcome("dead_letter", request.episode_id, "InvalidMessage",
+                            "invalid score_request: episode.id: does not match episode_id")
+    return score_episode(request.episode_id, scorer, episode=request.episode, force=force)
+
+
+def score_episode(
+    episode_id: str,
+    scorer: Scorer,
+    *,
+    episode: Mapping[str, Any] | None = None,
+    check_existing: bool = True,
+    force: bool = False,
+) -> ScoreOutcome:
+    """Score one episode (``episode`` is its document if the caller has it; else it is read).
+
+    ``check_existing`` looks for a stored score first (a duplicate is not judged again);
+    ``force`` judges and overwrites it (re-scoring). A score slot held by another episode's
+    feedback correction (ids ``{episode_id}:r{k}`` written before corrections had ids of their
+    own) is dead-lettered as ``ScoreIdTaken``, never taken for a duplicate or overwritten.
+
+    Feedback that arrived before the score left a marker that the score's write replaces;
+    the written score then says ``feedback_pending`` and the feedback is reconciled here.
+    """
+    with span(SPAN_SCORE, {"episode_id": episode_id}) as sp:
+        outcome = _score_episode(episode_id, scorer, episode, check_existing, force)
+        sp.set_attribute("outcome", outcome.status)
+        if outcome.reason:
+            sp.set_attribute("reason", outcome.reason)
+        if outcome.score is not None:
+            attrs = {"agent_id": outcome.score.agent_id}
+            sp.set_attribute("agent_id", outcome.score.agent_id)
+            count(EPISODES_SCORED, 1, attrs)
+            record(REWARD, outcome.score.reward, attrs)
+        return outcome
+
+
+def _score_episode(
+    episode_id: str, scorer: Scorer, episode: Mapping[str, Any] | None, check_existing: bool, force: bool
+) -> ScoreOutcome:
+    store = scorer.store
+    if check_existing or force:
+        existing = store.get_score(episode_id)
+        if taken := _slot_taken(episode_id, existing):
+            return taken
+        if existing is not None and not force:
+            if existing.get("feedback_pending"):  # a crash may have come between the score and its feedback
+                reconcile(store, episode_id, clock=scorer.clock)
+            return ScoreOutcome("duplicate", episode_id, "AlreadyScored")
+    raw = dict(episode) if episode is not None else store.get_episode(episode_id)
+    if raw is None:
+        return ScoreOutcome(
+            "dead_letter",
+            episode_id,
+            "EpisodeNotFound",
+            f"episode {episode_id!r} does not exist (expired by TTL or never written)",
+        )
+    try:
+        episode = Episode.from_dict(raw)
+    except InvalidDocument as exc:
+        return ScoreOutcome("dead_letter", episode_id, "InvalidEpisode", str(exc))
+    try:
+        policy = scorer.policy_version(episode.agent_id, episode.policy_version)
+    except InvalidDocument as exc:
+        return ScoreOutcome("dead_letter", episode_id, "InvalidPolicy", str(exc))
+    if policy is None:
+        return ScoreOutcome(
+            "dead_letter",
+            episode_id,
+            "UnknownPolicyVersion",
+            f"invalid episode: policy_version: agent {episode.agent_id!r} has no version {episode.policy_version}",
+        )
+    if episode.action_id not in policy.action_ids:
+        return ScoreOutcome(
+            "dead_letter",
+            episode_id,
+            "UnknownAction",
+            f"invalid episode: action_id: {episode.action_id!r} is not an action of "
+            f"{policy.id} (known: {policy.action_ids})",
+        )
+    try:
+        judgement = run_judge(scorer.judge, episode)
+        reward, info = scorer.reward(judgement.metrics, episode)
+    except TransientError as exc:
+        return ScoreOutcome("retry", episode_id, "JudgeUnavailable", str(exc))
+    except PermanentError as exc:
+        return ScoreOutcome("dead_letter", episode_id, "JudgeFailed", str(exc))
+    score = Score(
+        id=episode.id,
+        episode_id=episode.id,
+        agent_id=episode.agent_id,
+        action_id=episode.action_id,
+        policy_version=episode.policy_version,
+        probability=episode.probability,
+        metrics=judgement.metrics,
+        judge=judgement.judge,
+        reward=reward,
+        reward_function=info,
+        scored_at=scorer.clock.now(),
+    )
+    try:
+        stored = store.put_score(score) if force else store.add_score(score)
+    except ConcurrencyConflict:
+        return _slot_taken(episode_id, store.get_score(episode_id)) or ScoreOutcome(
+            "duplicate", episode_id, "AlreadyScored"
+        )
+    record(QUEUE_LAG, max(0.0, (stored.scored_at - episode.ended_at).total_seconds()), {"agent_id": episode.agent_id})
+    if stored.feedback_pending:
+        reconcile(store, episode_id, clock=scorer.clock)
+    return ScoreOutcome("scored", episode_id, score=stored)
+
+
+def _slot_taken(episode_id: str, existing: Mapping[str, Any] | None) -> ScoreOutcome | None:
+    """The dead letter for an episode whose score slot holds a row of another episode, else ``None``."""
+    other = existing.get("episode_id") if existing is not None else None
+    if existing is None or not isinstance(other, str) or other == episode_id:
+        return None
+    return ScoreOutcome(
+        "dead_letter",
+        episode_id,
+        "ScoreIdTaken",
+        f"the score id {episode_id!r} holds feedback correction {existing.get('revision')!r} of episode "
+        f"{other!r} (an id corrections had before they got the form '{{episode_id}}~r{{k}}'); "
+        "write the episode again under another id",
+    )
+
+
+def run_judge(judge: Judge, episode: Episode) -> Any:
+    """One judge call, in its own span, with its duration and failures recorded."""
+    name = getattr(judge, "info", None)
+    attrs = {"judge": name.name if name is not None else type(judge).__name__, "agent_id": episode.agent_id}
+    started = time.perf_counter()
+    outcome = "ok"
+    try:
+        with span(SPAN_JUDGE, {**attrs, "episode_id": episode.id}):
+            return judge.judge(episode)
+    except TransientError:
+        outcome = "transient"
+        raise
+    except PermanentError:
+        outcome = "permanent"
+        raise
+    finally:
+        record(JUDGE_DURATION, time.perf_counter() - started, {**attrs, "outcome": outcome})
+        if outcome != "ok":
+            count(JUDGE_FAILURES, 1, {**attrs, "kind": outcome})
+
+
+def count_settled(
+    outcome: ScoreOutcome, delivery_count: int, max_deliveries: int | None, *, explicit: bool = True
+) -> None:
+    """Count a message that is dead-lettered now: explicitly (``explicit``: the caller can
+    dead-letter, as the embedded runner does), or by failing its last allowed delivery (as under
+    Azure Functions, which cannot dead-letter a message itself)."""
+    last = max_deliveries is not None and delivery_count >= max_deliveries
+    if (outcome.status == "dead_letter" and (explicit or last)) or (outcome.status == "retry" and last):
+        reason = outcome.reason if outcome.status == "dead_letter" else "MaxDeliveryCountExceeded"
+        count(EPISODES_DEAD_LETTERED, 1, {"reason": reason})
+
+
+def settle(queue: WorkQueue, message: Any, outcome: ScoreOutcome) -> None:
+    """Apply a score outcome to a received queue message."""
+    count_settled(outcome, getattr(message, "delivery_count", 1), getattr(queue, "max_deliveries", None))
+    if outcome.status in ("scored", "duplicate"):
+        queue.complete(message)
+    elif outcome.status == "retry":
+        queue.abandon(message)
+    else:
+        queue.dead_letter(message, outcome.reason, outcome.description)
+
+

@@ -1,0 +1,315 @@
+"""Train: fold an agent's new scores into its policy and publish the next version.
+
+The current policy document holds the logits and the cursor of the last score folded into
+them; a run reads the scores after that cursor and publishes the next version with one
+compare-and-swap on the document's ETag (:func:`~agent_learning.pipeline.publish.publish`). A
+second trainer (or a replay) that read the same version loses the swap and changes nothing,
+so every score is learned from exactly once. Version and run records are written after the
+swap and re-created from the current document if a crash interrupted that.
+
+One run, step by step (:func:`_train_agent`): load the current document, :func:`collect` the
+score rows after its cursor, :func:`learn` from them, :func:`next_version` builds the new
+document with its :class:`~agent_learning.documents.TrainingRun`, and it is published. After a
+published version, :func:`train_agent` reviews it for drift warnings and pins the agent when
+the drift settings ask for it.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any, Literal
+
+from ..clock import SYSTEM_CLOCK, Clock
+from ..documents import (
+    MAX_TRAIN_BATCH,
+    TRAIN_BATCH,
+    PolicyDocument,
+    Rejected,
+    Score,
+    ScoreCursor,
+    TrainingRun,
+    run_doc_id,
+)
+from ..drift import DriftConfig, review
+from ..errors import ConcurrencyConflict, InvalidDocument, TransientError
+from ..feedback import TOLERANCE
+from ..policy import policy_entropy, policy_probabilities
+from ..store.base import RawDoc, Store
+from ..telemetry import MEAN_REWARD, POLICY_ENTROPY, SPAN_TRAIN, TRAINING_RUNS, count, record, span
+from .publish import load_current_tagged, materialise, publish, set_pinned
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class TrainOutcome:
+    """The result of :func:`train_agent`."""
+
+    status: Literal[
+        "published",
+        "no_new_scores",
+        "too_few_scores",
+        "pinned",
+        "lost_race",
+        "no_policy",
+        "invalid_policy",
+        "unavailable",
+        "failed",
+    ]
+    """``invalid_policy``: the current document does not validate (an operator must fix it);
+    ``unavailable``: the store (or another dependency) failed transiently, the next tick retries;
+    ``failed``: anything else went wrong (``reason`` names the exception)."""
+    agent_id: str
+    version: int | None = None
+    run: TrainingRun | None = None
+    reason: str = ""
+    probabilities: list[float] | None = None
+    """π of the published version (exploration floor included)."""
+
+
+def train_agent(
+    agent_id: str,
+    store: Store,
+    learner: Any,
+    *,
+    clock: Clock = SYSTEM_CLOCK,
+    max_batch: int = TRAIN_BATCH,
+    min_batch: int = 1,
+    drift: DriftConfig | None = None,
+) -> TrainOutcome:
+    """Fold an agent's new scores into its policy and publish the next version.
+
+    A run reads at most ``max_batch`` score rows after the cursor. While fewer than
+    ``min_batch`` of them are new episodes it waits (``too_few_scores``), unless the page is
+    full: then more rows wait behind it, and what was read is learned, so that feedback
+    corrections never block the episodes behind them. An episode's corrections in one batch
+    enter the update as one row, their net reward change (none if it nets to zero).
+
+    ``learner`` is a :class:`~agent_learning.learner.Reinforce` (imported by the caller, so
+    that importing this module does not import numpy). ``drift`` turns on the warnings of
+    :mod:`agent_learning.drift`; with its ``auto_pin`` a warning pins the agent's policy.
+    """
+    if not 1 <= max_batch <= MAX_TRAIN_BATCH:
+        raise ValueError(f"max_batch: {max_batch} is not between 1 and {MAX_TRAIN_BATCH} (MAX_TRAIN_BATCH)")
+    with span(SPAN_TRAIN, {"agent_id": agent_id}) as sp:
+        outcome = _train_agent(agent_id, store, learner, clock, max_batch, min_batch)
+        sp.set_attribute("status", outcome.status)
+        count(TRAINING_RUNS, 1, {"agent_id": agent_id, "status": outcome.status})
+        if outcome.status == "published" and outcome.run is not None and outcome.probabilities is not None:
+            attrs = {"agent_id": agent_id}
+            sp.set_attribute("version", outcome.version or 0)
+            if outcome.run.episodes:
+                record(MEAN_REWARD, outcome.run.metrics["mean_reward"], attrs)
+            record(POLICY_ENTROPY, policy_entropy(outcome.probabilities), attrs)
+            if drift is not None:
+                warnings = review(store, agent_id, outcome.version or 0, outcome.probabilities, drift, sp)
+                if warnings and drift.auto_pin:
+                    set_pinned(store, agent_id, True, reason="; ".join(w.message for w in warnings))
+                    log.warning("policy of %s pinned automatically; unpin with `agent-learn policy unpin`", agent_id)
+        return outcome
+
+
+def _train_agent(
+    agent_id: str, store: Store, learner: Any, clock: Clock, max_batch: int, min_batch: int
+) -> TrainOutcome:
+    started = clock.now()
+    try:
+        loaded = load_current_tagged(store, agent_id)
+    except InvalidDocument as exc:
+        log.error("not training %s: its current policy document is invalid: %s", agent_id, exc)
+        return TrainOutcome("invalid_policy", agent_id, reason=str(exc))
+    if loaded is None:
+        return TrainOutcome("no_policy", agent_id, reason="the agent has no current policy")
+    current = loaded.policy
+    materialise(store, current)
+    if current.pinned:
+        reason = "learning is paused for this agent" + (f": {current.pin_reason}" if current.pin_reason else "")
+        return TrainOutcome("pinned", agent_id, current.version, reason=reason)
+
+    rows = store.read_scores(agent_id, current.cursor, max_batch)
+    if not rows:
+        return TrainOutcome("no_new_scores", agent_id, current.version)
+    batch = collect(agent_id, rows, current.action_ids)
+    if batch.waits(min_batch, page_full=len(rows) >= max_batch):
+        return TrainOutcome(
+            "too_few_scores",
+            agent_id,
+            current.version,
+            reason=f"{batch.episodes} new scores and {batch.corrections} feedback corrections; "
+            f"training waits for {min_batch} new scores",
+        )
+    update = learn(learner, current, batch)
+    cursor_to = ScoreCursor(seq=int(rows[-1]["seq"]), id=str(rows[-1]["id"]))
+    new = next_version(current, learner, update, batch, cursor_to, started, clock.now())
+    try:
+        new = publish(store, new, loaded.etag)
+    except ConcurrencyConflict as exc:
+        return TrainOutcome("lost_race", agent_id, current.version, reason=str(exc))
+    return TrainOutcome("published", agent_id, new.version, new.run, probabilities=policy_probabilities(new))
+
+
+@dataclass
+class Collected:
+    """A page of score rows sorted into what the learner takes: one row per new episode, then
+    one per corrected episode with its net reward change (``flags`` marks those)."""
+
+    actions: list[int] = field(default_factory=list)
+    rewards: list[float] = field(default_factory=list)
+    probabilities: list[float] = field(default_factory=list)
+    flags: list[bool] = field(default_factory=list)
+    episodes: int = 0
+    """New episodes (rows of revision 0)."""
+    corrections: int = 0
+    """Feedback correction rows read (their episodes enter as one row each, netted)."""
+    rejected: list[Rejected] = field(default_factory=list)
+    """Rows that do not validate: skipped, and counted in the run."""
+
+    def waits(self, min_batch: int, *, page_full: bool) -> bool:
+        """Whether training waits for more new episodes. Feedback corrections alone wait too, to
+        be learned together with them; but only while nothing is queued behind them (a full
+        page), or they would block the episodes."""
+        return bool(
+            (self.episodes or self.corrections) and self.episodes < min_batch and not self.rejected and not page_full
+        )
+
+
+def collect(agent_id: str, rows: Sequence[RawDoc], action_ids: Sequence[str]) -> Collected:
+    """Validate ``rows`` and sort them into a :class:`Collected` batch.
+
+    One row per corrected episode, with the net change of its reward: the learner's step grows
+    with its rows, and feedback that nets to zero (a thumb toggled back) must change nothing.
+    """
+    index = {a: i for i, a in enumerate(action_ids)}
+    out = Collected()
+    corrected: dict[str, tuple[int, float, float]] = {}  # episode id → (action, probability, net delta)
+    for row in rows:
+        try:
+            score = Score.from_dict(row)
+            if score.agent_id != agent_id:
+                raise InvalidDocument("score", [("agent_id", f"{score.agent_id!r} is not {agent_id!r}")])
+            if score.action_id not in index:
+                raise InvalidDocument("score", [("action_id", f"{score.action_id!r} is not an action of {agent_id!r}")])
+        except InvalidDocument as exc:
+            out.rejected.append(Rejected(id=str(row.get("id")), error=str(exc)[:4000]))
+            continue
+        if score.is_correction:
+            out.corrections += 1
+            _, _, net = corrected.get(score.episode_id, (0, 0.0, 0.0))
+            corrected[score.episode_id] = (index[score.action_id], score.probability, net + (score.reward_delta or 0.0))
+            continue
+        out.actions.append(index[score.action_id])
+        out.rewards.append(score.reward)
+        out.probabilities.append(score.probability)
+    if out.rejected:
+        log.error(
+            "training %s: %d invalid score documents skipped (first: %s)",
+            agent_id,
+            len(out.rejected),
+            out.rejected[0].error,
+        )
+    out.episodes = len(out.actions)
+    for action, probability, net in corrected.values():
+        if abs(net) > TOLERANCE:
+            out.actions.append(action)
+            out.rewards.append(net)
+            out.probabilities.append(probability)
+    out.flags = [False] * out.episodes + [True] * (len(out.actions) - out.episodes)
+    return out
+
+
+def learn(learner: Any, current: PolicyDocument, batch: Collected) -> Any:
+    """One learner update of ``current`` on ``batch`` (a :class:`~agent_learning.learner.Update`)."""
+    # numpy only where training runs: enqueueing and scoring import this package without it.
+    from ..learner import Batch
+
+    arrays = Batch.from_arrays(
+        batch.actions, batch.rewards, batch.probabilities, len(current.action_ids), batch.flags
+    )
+    update = learner.update(current.logits, arrays, current.temperature, state=current.learner_state)
+    if update.metrics.get("state_reset"):
+        log.warning(
+            "training %s: the learner state of v%d was unusable; its evidence restarts",
+            current.agent_id,
+            current.version,
+        )
+    return update
+
+
+def next_version(
+    current: PolicyDocument,
+    learner: Any,
+    update: Any,
+    batch: Collected,
+    cursor_to: ScoreCursor,
+    started: datetime,
+    finished: datetime,
+) -> PolicyDocument:
+    """The document that publishes ``update`` as the version after ``current``, with its run."""
+    new_version = current.version + 1
+    run = TrainingRun(
+        id=run_doc_id(current.agent_id, new_version),
+        agent_id=current.agent_id,
+        base_version=current.version,
+        policy_version=new_version,
+        cursor_from=current.cursor,
+        cursor_to=cursor_to,
+        episodes=batch.episodes,
+        corrections=batch.corrections,
+        rejected=len(batch.rejected),
+        rejected_samples=batch.rejected[:20],
+        metrics=update.metrics,
+        learner={"name": getattr(learner, "name", type(learner).__name__), **learner.config.to_dict()},
+        started_at=started,
+        finished_at=finished,
+    )
+    note = f"trained on {batch.episodes} episodes"
+    if batch.corrections:
+        note += f" and {batch.corrections} feedback corrections"
+    if batch.rejected:
+        note += f", skipped {len(batch.rejected)} invalid"
+    return current.model_copy(
+        update={
+            "version": new_version,
+            "logits": [float(x) for x in update.logits],
+            "source": "train",
+            "parent_version": current.version,
+            "cursor": cursor_to,
+            "run": run,
+            "created_at": finished,
+            "note": note,
+            "learner_state": update.state,
+        }
+    )
+
+
+def train_all(
+    store: Store,
+    learner: Any,
+    *,
+    agent_ids: Iterable[str] | None = None,
+    clock: Clock = SYSTEM_CLOCK,
+    max_batch: int = TRAIN_BATCH,
+    min_batch: int = 1,
+    drift: DriftConfig | None = None,
+) -> list[TrainOutcome]:
+    """:func:`train_agent` for ``agent_ids`` (default: every agent with a policy); one agent's
+    failure does not stop the rest. A transient failure (a store outage) is ``unavailable`` and
+    logged as a warning, anything else ``failed`` and logged as an error with its traceback."""
+    outcomes = []
+    for agent_id in store.list_agents() if agent_ids is None else agent_ids:
+        try:
+            outcomes.append(
+                train_agent(
+                    agent_id, store, learner, clock=clock, max_batch=max_batch, min_batch=min_batch, drift=drift
+                )
+            )
+        except TransientError as exc:
+            log.warning("training %s: unavailable, the next run retries: %s", agent_id, exc)
+            outcomes.append(TrainOutcome("unavailable", agent_id, reason=f"{type(exc).__name__}: {exc}"))
+        except Exception as exc:
+            log.exception("training %s failed", agent_id)
+            outcomes.append(TrainOutcome("failed", agent_id, reason=f"{type(exc).__name__}: {exc}"))
+    return outcomes

@@ -1,0 +1,134 @@
+"""Settings → objects: the one composition root.
+
+The Functions app (:mod:`agent_learning.functions`), the embedded runner
+(:mod:`agent_learning.local`) and the CLI build their store, queue, judge, reward function,
+learner, telemetry and drift configuration here, from one :class:`~agent_learning.config.Settings`,
+so they are wired alike. The adapters of Cosmos DB and Service Bus are imported
+only when the settings choose them (the evaluators import azure-ai-evaluation only when built);
+the Functions app imports this module on its first invocation, not at start-up.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from .clock import SYSTEM_CLOCK, Clock
+from .config import Settings, component
+from .drift import DriftConfig
+from .judges.base import Judge
+from .judges.evaluators import EvaluatorJudge, JudgeLimits, JudgeModel
+from .judges.offline import OfflineJudge
+from .learner import LearnerConfig, Reinforce
+from .pipeline import Scorer
+from .queue.base import WorkQueue
+from .queue.sqlite import SQLiteQueue
+from .rewards import RewardConfig, RewardFunction
+from .store.base import Store
+from .store.memory import MemoryStore
+from .store.sqlite import SQLiteStore
+from .telemetry import configure
+
+__all__ = [
+    "configure",
+    "drift_config",
+    "judge_limits",
+    "judge_model_config",
+    "learner_config",
+    "open_judge",
+    "open_learner",
+    "open_queue",
+    "open_reward",
+    "open_scorer",
+    "open_store",
+    "reward_config",
+]
+
+
+def reward_config(settings: Settings) -> RewardConfig:
+    """The reward shaping the settings configure."""
+    return component(settings, RewardConfig)
+
+
+def learner_config(settings: Settings) -> LearnerConfig:
+    """The learner's configuration."""
+    return component(settings, LearnerConfig)
+
+
+def drift_config(settings: Settings) -> DriftConfig:
+    """The thresholds of the drift warnings, and whether a warning pins."""
+    return component(settings, DriftConfig)
+
+
+def judge_model_config(settings: Settings) -> JudgeModel:
+    """The judge model of the azure-ai-evaluation evaluators."""
+    return component(settings, JudgeModel)
+
+
+def judge_limits(settings: Settings) -> JudgeLimits:
+    """Timeouts and retries of the evaluators' calls."""
+    return component(settings, JudgeLimits)
+
+
+def open_judge(settings: Settings) -> Judge:
+    """The judge ``settings`` choose: the offline rules judge or the azure-ai-evaluation evaluators."""
+    if settings.judge == "evaluators":
+        return EvaluatorJudge(judge_model_config(settings), judge_limits(settings))
+    return OfflineJudge()
+
+
+def open_reward(settings: Settings) -> RewardFunction:
+    """The reward function the settings configure."""
+    return RewardFunction(reward_config(settings))
+
+
+def open_learner(settings: Settings) -> Reinforce:
+    """The learner the settings configure."""
+    return Reinforce(learner_config(settings))
+
+
+def open_scorer(settings: Settings, store: Store, *, judge: Judge | None = None, clock: Clock = SYSTEM_CLOCK) -> Scorer:
+    """The score stage's dependencies: ``store``, the judge (``judge`` or the settings'), the reward."""
+    return Scorer(store, judge or open_judge(settings), open_reward(settings), clock)
+
+
+def open_store(settings: Settings, *, path: str | Path | None = None, clock: Clock = SYSTEM_CLOCK) -> Store:
+    """The store ``settings`` choose: SQLite (default), memory, or Cosmos DB."""
+    if settings.store == "memory":
+        return MemoryStore()
+    if settings.store == "cosmos":
+        from .store.cosmos import CosmosStore  # azure-cosmos: only when the settings choose it
+
+        assert settings.cosmos_endpoint is not None  # load_settings checks it
+        key = settings.cosmos_key.get_secret_value() if settings.cosmos_key else None
+        return CosmosStore.connect(
+            settings.cosmos_endpoint,
+            settings.cosmos_database,
+            key=key,
+            managed_identity_client_id=settings.cosmos_client_id,
+            settle_seconds=settings.score_settle_seconds,
+            clock=clock,
+        )
+    return SQLiteStore(path or settings.sqlite_path)
+
+
+def open_queue(settings: Settings, *, path: str | Path | None = None, clock: Clock = SYSTEM_CLOCK) -> WorkQueue:
+    """The scoring queue ``settings`` choose: the embedded SQLite queue or Service Bus."""
+    if settings.queue == "servicebus":
+        from .queue.servicebus import ServiceBusQueue  # azure-servicebus: only when the settings choose it
+
+        if settings.servicebus_connection_string:
+            return ServiceBusQueue.from_connection_string(
+                settings.servicebus_connection_string.get_secret_value(), settings.queue_name
+            )
+        assert settings.servicebus_namespace is not None  # load_settings checks it
+        return ServiceBusQueue.from_namespace(
+            settings.servicebus_namespace, settings.queue_name, managed_identity_client_id=settings.servicebus_client_id
+        )
+    queue_path = ":memory:" if settings.store == "memory" else str(path or settings.sqlite_path)
+    return SQLiteQueue(
+        queue_path,
+        name=settings.queue_name,
+        lock_seconds=settings.queue_lock_seconds,
+        max_deliveries=settings.queue_max_deliveries,
+        clock=clock,
+    )

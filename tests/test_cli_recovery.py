@@ -1,0 +1,112 @@
+"""``agent-learn dlq replay --reason/--dry-run`` and ``agent-learn rescore`` on the embedded store
+and queue, through the CLI as an operator runs them (:mod:`agent_learning.recovery` underneath)."""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytest.importorskip("rich")
+from click.testing import CliRunner, Result
+
+from agent_learning.cli import main
+from agent_learning.clock import ManualClock
+from agent_learning.config import load_settings
+from agent_learning.local import LocalPipeline, open_local
+from agent_learning.pipeline import create_policy, load_current
+from agent_learning.policy import SoftmaxPolicy
+from agent_learning.queue.base import OutgoingMessage
+from agent_learning.simulate import math_tutor
+
+AGENT = "math-tutor"
+
+
+def cli(*args: str) -> Result:
+    return CliRunner().invoke(main, list(args))
+
+
+def as_json(*args: str, code: int = 0) -> Any:
+    result = cli(*args, "--json")
+    assert result.exit_code == code, (args, result.output)
+    return json.loads(result.stdout)
+
+
+@pytest.fixture
+def pipeline(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[LocalPipeline]:
+    for name in list(os.environ):
+        if name.startswith("AGENT_LEARNING_"):
+            monkeypatch.delenv(name)
+    monkeypatch.setenv("AGENT_LEARNING_SQLITE_PATH", str(tmp_path / "local.db"))
+    p = open_local(load_settings(), clock=ManualClock())
+    scenario = math_tutor(AGENT)
+    create_policy(p.store, SoftmaxPolicy.from_actions(AGENT, scenario.actions).to_document(created_at=p.clock.now()))
+    yield p
+    p.store.close()
+    p.queue.close()
+
+
+def episodes(p: LocalPipeline, n: int, seed: int = 1) -> list[str]:
+    scenario, rng = math_tutor(AGENT), random.Random(seed)
+    policy = SoftmaxPolicy.from_document(load_current(p.store, AGENT), rng=rng)  # type: ignore[arg-type]
+    return [scenario.run_episode(p.store, policy.choose(), rng, p.clock).id for _ in range(n)]
+
+
+def dead_letter(p: LocalPipeline, ids: list[str], body: dict[str, Any] | None = None) -> None:
+    p.queue.send([OutgoingMessage(i, json.dumps(body or {"episode_id": i})) for i in ids])
+    assert p.score_pending()["dead_letter"] == len(ids)
+
+
+def test_dlq_replay_by_reason_with_a_dry_run_first(pipeline: LocalPipeline) -> None:
+    dead_letter(pipeline, ["ghost-1", "ghost-2"])  # EpisodeNotFound
+    dead_letter(pipeline, ["bad-1"], {"type": "score_request"})  # InvalidMessage: no episode id
+    reasons = sorted(d["reason"] for d in as_json("dlq", "list"))
+    assert reasons == ["EpisodeNotFound", "EpisodeNotFound", "InvalidMessage"]
+
+    preview = as_json("dlq", "replay", "--reason", "EpisodeNotFound", "--dry-run")
+    assert preview == {"would_replay": 2, "message_ids": ["ghost-1", "ghost-2"], "left": {"InvalidMessage": 1}}
+    assert len(as_json("dlq", "list")) == 3  # nothing changed
+    text = cli("dlq", "replay", "--reason", "EpisodeNotFound", "--dry-run").stdout
+    assert "would replay 2" in text and "ghost-1" in text and "1 InvalidMessage" in text
+
+    done = as_json("dlq", "replay", "--reason", "EpisodeNotFound", "--reason", "NoSuchReason")
+    assert done == {"replayed": 2, "message_ids": ["ghost-1", "ghost-2"], "left": {"InvalidMessage": 1}}
+    assert [d["message_id"] for d in as_json("dlq", "list")] == ["bad-1"]
+    assert pipeline.queue.counts().active == 2
+
+    both = as_json("dlq", "replay", "--reason", "InvalidMessage", "--id", "ghost-1")  # must match both
+    assert both == {"replayed": 0, "message_ids": [], "left": {"InvalidMessage": 1}}
+    refused = cli("dlq", "replay", "--all", "--reason", "InvalidMessage")
+    assert refused.exit_code == 2 and "--reason" in refused.stderr
+
+
+def test_rescore_reports_trained_pending_and_failed_episodes(pipeline: LocalPipeline) -> None:
+    trained = episodes(pipeline, 6)
+    pipeline.run_once()
+    pending = episodes(pipeline, 3, seed=2)
+    pipeline.pump()
+    pipeline.score_pending()
+    before = load_current(pipeline.store, AGENT)
+    assert before is not None and before.version == 2
+
+    result = as_json("rescore", "--agent-id", AGENT)
+    assert sorted(result["already_trained"]) == sorted(trained)
+    assert sorted(result["pending"]) == sorted(pending)
+    assert result["failed"] == []
+    assert load_current(pipeline.store, AGENT) == before  # re-scoring publishes nothing
+
+    some = as_json("rescore", "--agent-id", AGENT, "--episode-id", pending[0], "--episode-id", "nope", "--rejudge",
+                   code=1)
+    assert some["pending"] == [pending[0]] and some["already_trained"] == []
+    assert [(f["episode_id"], f["reason"]) for f in some["failed"]] == [("nope", "NotScored")]
+    text = cli("rescore", "--agent-id", AGENT, "--episode-id", trained[0]).stdout
+    assert "re-scored 1 episodes" in text and f"already trained (1; recorded, not learned again): {trained[0]}" in text
+
+    unknown = cli("rescore", "--agent-id", "nobody")
+    assert unknown.exit_code == 2 and "nobody" in unknown.stderr
+    assert [o.status for o in pipeline.train()] == ["published"]  # the pending episodes, learned once

@@ -1,0 +1,55 @@
+"""Settings → components: each tunable is stated once, on its component's dataclass, and
+:mod:`agent_learning.wiring` builds every component from settings."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import pytest
+
+from agent_learning import wiring
+from agent_learning.config import COMPONENTS, Settings, field_docs, load_settings
+from agent_learning.drift import DriftConfig
+from agent_learning.judges.offline import OfflineJudge
+from agent_learning.learner import LearnerConfig, Reinforce
+from agent_learning.pipeline import Scorer
+from agent_learning.queue.sqlite import SQLiteQueue
+from agent_learning.rewards import RewardConfig, RewardFunction
+from agent_learning.store.sqlite import SQLiteStore
+
+
+@pytest.mark.parametrize("cls", list(COMPONENTS), ids=lambda c: c.__name__)
+def test_every_setting_of_a_component_takes_its_default_and_meaning_from_the_component(cls: type) -> None:
+    spec = COMPONENTS[cls]
+    docs = field_docs(cls)
+    for f in dataclasses.fields(cls):
+        name = spec.setting(f.name)
+        if name not in Settings.model_fields or f.default is None:
+            continue  # no setting, or a setting with nothing to tune (a judge model's address)
+        assert f.name in docs, f"{cls.__name__}.{f.name} has no docstring"
+        setting = Settings.model_fields[name]
+        assert setting.default == f.default, name
+        assert setting.description is not None and setting.description.startswith(docs[f.name]), name
+
+
+def test_tunables_are_the_components_own_fields() -> None:
+    tuned = {spec.setting(f.name) for cls, spec in COMPONENTS.items() for f in dataclasses.fields(cls)}
+    assert {"w_intent", "learning_rate", "drift_window", "judge_attempt_timeout", "max_kl"} <= tuned
+    assert Settings.model_fields["max_kl"].default == LearnerConfig().max_kl
+    assert "0 is None" in (Settings.model_fields["evidence_half_life"].description or "")
+
+
+def test_wiring_builds_every_component_from_settings(tmp_path: Path) -> None:
+    settings = load_settings(sqlite_path=str(tmp_path / "w.db"), store="sqlite", queue="sqlite", drift_window=5)
+    assert wiring.reward_config(settings) == RewardConfig()
+    assert wiring.learner_config(settings) == LearnerConfig()
+    assert wiring.drift_config(settings) == DriftConfig(window=5)
+    store = wiring.open_store(settings)
+    assert isinstance(store, SQLiteStore)
+    assert isinstance(wiring.open_queue(settings), SQLiteQueue)
+    assert isinstance(wiring.open_judge(settings), OfflineJudge)
+    assert isinstance(wiring.open_reward(settings), RewardFunction)
+    assert isinstance(wiring.open_learner(settings), Reinforce)
+    scorer = wiring.open_scorer(settings, store)
+    assert isinstance(scorer, Scorer) and scorer.store is store
