@@ -2,8 +2,8 @@
 
 Every setting is an environment variable named ``AGENT_LEARNING_`` + the field name in
 upper case (``w_intent`` → ``AGENT_LEARNING_W_INTENT``). A bad value raises
-:class:`~agent_learning.errors.ConfigurationError` naming the variable. The README's
-configuration table lists them all.
+:class:`~agent_learning.errors.ConfigurationError` naming the variable. The configuration
+reference (``docs/configuration.md``) lists them all.
 """
 
 from __future__ import annotations
@@ -288,7 +288,7 @@ def load_settings(**overrides: Any) -> Settings:
 
 
 def environment_names() -> dict[str, str]:
-    """Field name → the environment variable the README documents for it."""
+    """Field name → the environment variable ``docs/configuration.md`` documents for it."""
     names = {}
     for name, info in Settings.model_fields.items():
         alias = info.validation_alias

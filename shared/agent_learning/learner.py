@@ -130,7 +130,7 @@ Array = NDArray[np.float64]
 @dataclass(frozen=True)
 class LearnerConfig:
     """Settings of :class:`Reinforce`. Every default is explained in the module docstring;
-    defaults were chosen on ``benchmarks/learning.py`` (README: Learning benchmark)."""
+    defaults were chosen on ``benchmarks/learning.py`` (docs/benchmarks.md: Learning benchmark)."""
 
     learning_rate: float = 1.2
     """η: scale of one step before the trust region shrinks it."""

@@ -33,7 +33,7 @@ from .documents import Action, PolicyDocument, ScoreCursor, invalid_from_pydanti
 from .errors import InvalidDocument
 
 DEFAULT_EXPLORATION_FLOOR = 0.001
-"""The floor new policies get unless configured otherwise (README: Learning benchmark)."""
+"""The floor new policies get unless configured otherwise (docs/benchmarks.md: Learning benchmark)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -2,7 +2,7 @@
 
 Adapters: :class:`~agent_learning.store.memory.MemoryStore` (unit tests),
 :class:`~agent_learning.store.sqlite.SQLiteStore` (the local default, one file) and the Cosmos
-DB adapter. All of them pass the same contract tests (``tests/test_store_contract.py``).
+DB adapter. All of them pass the same contract tests (``tests/store/test_store_contract.py``).
 
 Reads return raw dicts (Cosmos items) rather than parsed documents, so that a corrupt or
 foreign document reaches the caller that knows how to reject it and keep going, instead of
