@@ -23,7 +23,7 @@ from agent_learning.config import load_settings
 from agent_learning.documents import Feedback, PolicyDocument, TrainingRun
 from agent_learning.feedback import sweep
 from agent_learning.local import LocalPipeline, open_local
-from agent_learning.pipeline import create_policy, load_current
+from agent_learning.pipeline import create_policy, load_current, rollback, set_pinned
 from agent_learning.policy import SoftmaxPolicy
 from agent_learning.simulate import math_tutor
 from agent_learning.store.base import Store
@@ -80,6 +80,23 @@ def test_healthy_books_and_every_state_counted(setup: Setup) -> None:
     assert books.versions == 4 and books.runs == 3 and books.problems == [] and books.ok
     assert books.episodes == books.learned + books.learned_twice + books.lost + books.pending + books.dead_lettered
     assert unscored  # (the two written before scoring were scored by then)
+
+
+def test_rollbacks_and_pins_keep_the_books_whole(setup: Setup) -> None:
+    """A rollback publishes a version without a run and keeps the cursor; a pin publishes none:
+    the chain stays intact and every episode is learned once, before and after them."""
+    setup.round()
+    setup.round()
+    rollback(setup.store, AGENT, 2, clock=setup.clock)
+    set_pinned(setup.store, AGENT, True, "checking")
+    setup.round()  # scored while pinned: pending, not lost
+    books = audit_agent(setup.store, AGENT)
+    assert (books.learned, books.pending_training, books.lost, books.problems) == (20, 10, 0, [])
+    set_pinned(setup.store, AGENT, False)
+    setup.round()
+    books = audit_agent(setup.store, AGENT)
+    assert (books.episodes, books.learned, books.pending, books.lost, books.learned_twice) == (40, 40, 0, 0, 0)
+    assert books.versions == 5 and books.runs == 3 and books.ok  # init, 2 runs, rollback, 1 run of 20
 
 
 def test_feedback_stored_but_not_applied_is_reported_until_the_sweep_applies_it(setup: Setup) -> None:
