@@ -66,7 +66,8 @@ def _settings(db: str | None) -> Any:
 
 
 def _fail(message: str, code: int) -> None:
-    err.print(Text.assemble(("error:", "bold red"), f" {message}"), highlight=False)
+    # One line however long: a wrapped message reads as two.
+    err.print(Text.assemble(("error:", "bold red"), f" {message}"), highlight=False, soft_wrap=True)
     sys.exit(code)
 
 
@@ -290,6 +291,12 @@ def init_policy(
         raise ValueError(f"--actions: {actions_file} is not valid JSON ({exc})") from None
     if not isinstance(actions, list) or not actions:
         raise ValueError(f"--actions: {actions_file} must hold a non-empty JSON list")
+    for i, action in enumerate(actions):
+        if not isinstance(action, str | dict):
+            raise ValueError(
+                f"--actions: item {i} of {actions_file} is {json.dumps(action)}; an action is an id (a string) "
+                'or an object such as {"id": "k=5", "config": {"retrieval_k": 5}}'
+            )
     policy = SoftmaxPolicy.from_actions(
         agent_id,
         actions,
@@ -635,8 +642,8 @@ def episodes_show(episode_id: str, as_json: bool, db: str | None) -> None:
 
 @main.command()
 @click.argument("episode_id")
-@click.option("--up", "thumb", flag_value="up", help="Thumbs up.")
-@click.option("--down", "thumb", flag_value="down", help="Thumbs down.")
+@click.option("--up", is_flag=True, help="Thumbs up.")
+@click.option("--down", is_flag=True, help="Thumbs down.")
 @click.option("--score", type=float, default=None, help="A score from 0 to 1 instead of a thumb.")
 @click.option("--source", default="user", show_default=True, help="Who gives it: one feedback per source.")
 @click.option("--comment", default="")
@@ -644,11 +651,13 @@ def episodes_show(episode_id: str, as_json: bool, db: str | None) -> None:
 @db_option
 @_handle_errors
 def feedback(
-    episode_id: str, thumb: str | None, score: float | None, source: str, comment: str, as_json: bool, db: str | None
+    episode_id: str, up: bool, down: bool, score: float | None, source: str, comment: str, as_json: bool,
+    db: str | None,
 ) -> None:
     """Attach a user's feedback to an episode; its reward is corrected exactly once."""
-    if (thumb is None) == (score is None):
+    if up + down + (score is not None) != 1:
         raise ValueError("give exactly one of --up, --down and --score")
+    thumb = "up" if up else "down" if down else None
     with _store(db) as (store, _):
         result = record_feedback(store, episode_id, thumb=thumb, score=score, source=source, comment=comment)
     data = result.to_dict()

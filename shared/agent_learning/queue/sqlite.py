@@ -31,6 +31,7 @@ from typing import Any
 
 from ..clock import SYSTEM_CLOCK, Clock
 from ..errors import ConcurrencyConflict
+from ..store.sqlite import not_a_database
 from .base import (
     MAX_DELIVERY_COUNT_EXCEEDED,
     DeadLetter,
@@ -140,7 +141,7 @@ class SQLiteQueue(WorkQueue):
         self._pid = os.getpid()
         self._closed = False
         self._inherited: list[sqlite3.Connection] = []
-        with self._write() as (conn, _):
+        with not_a_database(self.path), self._write() as (conn, _):
             for statement in _SCHEMA.split(";"):
                 if statement.strip():
                     conn.execute(statement)

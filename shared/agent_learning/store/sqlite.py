@@ -29,7 +29,7 @@ from ..documents import (
     TrainingRun,
     policy_doc_id,
 )
-from ..errors import ConcurrencyConflict
+from ..errors import ConcurrencyConflict, ConfigurationError
 from .base import FeedPage, RawDoc, Store, Tagged, same_document
 
 ID_PAGE = 1_000
@@ -101,6 +101,20 @@ def connect(path: str | os.PathLike[str]) -> sqlite3.Connection:
     return conn
 
 
+@contextmanager
+def not_a_database(path: str) -> Iterator[None]:
+    """Report a file that is not an SQLite database as a configuration error naming it (a
+    locked or busy database is an ``OperationalError`` and passes through unchanged)."""
+    try:
+        yield
+    except sqlite3.DatabaseError as exc:
+        if isinstance(exc, sqlite3.OperationalError):
+            raise
+        raise ConfigurationError(
+            f"AGENT_LEARNING_SQLITE_PATH (--db): {path} is not an SQLite database this library can use ({exc})"
+        ) from None
+
+
 class SQLiteStore(Store):
     """The local default store. ``path`` is created (with its folder) if missing."""
 
@@ -115,7 +129,7 @@ class SQLiteStore(Store):
         self._shared_lock = threading.RLock()
         if self.path == ":memory:":  # one database: share one connection behind a lock
             self._shared = connect(self.path)
-        with self._lock():
+        with self._lock(), not_a_database(self.path):
             conn = self._conn()
             new_feed = not conn.execute("SELECT 1 FROM sqlite_master WHERE name = 'feedback_feed'").fetchone()
             conn.executescript(SCHEMA)
