@@ -1,0 +1,100 @@
+"""Every code block in README.md and docs/ runs, in order, against the embedded default.
+
+Per Markdown file, in a fresh folder: ``bash`` blocks run with ``agent-learn`` on the PATH,
+``python`` blocks with the library importable, and the ``$ agent-learn ...`` lines of a
+transcript block run on the demo's data (the demo is run first, as its page says). A block
+that needs Azure, or is one of the two top-level commands, is marked ``<!-- not run: reason -->``
+on the line before it, and is the only kind that does not run. Every block must exit 0 and
+print no traceback.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("matplotlib")  # the report command in the transcripts draws charts
+
+ROOT = Path(__file__).resolve().parents[1]
+PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+FENCE = re.compile(r"^```(\S*)[^\n]*\n(.*?)^```", re.S | re.M)
+NOT_RUN = re.compile(r"<!-- not run: [^>]+ -->\s*$")
+
+
+@dataclass(frozen=True)
+class Block:
+    page: Path
+    line: int
+    language: str
+    code: str
+
+    @property
+    def commands(self) -> list[str]:
+        """The commands of a transcript: its ``$ agent-learn ...`` lines."""
+        return [line[2:] for line in self.code.splitlines() if line.startswith("$ agent-learn ")]
+
+
+def blocks(page: Path) -> list[Block]:
+    text = page.read_text(encoding="utf-8")
+    found = []
+    for match in FENCE.finditer(text):
+        before = text[: match.start()].rstrip("\n").splitlines()
+        if before and NOT_RUN.search(before[-1]):
+            continue
+        block = Block(page, text[: match.start()].count("\n") + 1, match.group(1), match.group(2))
+        if block.language in ("bash", "python") or block.commands:
+            found.append(block)
+    return found
+
+
+def environment() -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("AGENT_LEARNING_", "CosmosDBConnection"))}
+    env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
+    env["PYTHONPATH"] = str(ROOT / "shared")
+    env["COLUMNS"] = "160"
+    return env
+
+
+def run(block: Block, argv: list[str], cwd: Path) -> None:
+    done = subprocess.run(argv, cwd=cwd, env=environment(), capture_output=True, text=True, timeout=300, check=False)
+    where = f"{block.page.relative_to(ROOT)}:{block.line}"
+    assert done.returncode == 0, f"{where} exited {done.returncode}:\n{done.stdout[-2000:]}\n{done.stderr[-2000:]}"
+    assert "Traceback" not in done.stdout + done.stderr, f"{where} printed a traceback:\n{done.stderr[-2000:]}"
+
+
+def demo_data(cwd: Path) -> None:
+    """What the pages' transcripts run on: the demo's store, where the transcripts say it is."""
+    agent_learn = str(Path(sys.executable).parent / "agent-learn")
+    done = subprocess.run([agent_learn, "demo", "--no-plot", "--episodes", "400", "--db", "demo.db"], cwd=cwd,
+                          env=environment(), capture_output=True, text=True, timeout=300, check=False)
+    assert done.returncode == 0, done.stderr
+    (cwd / ".agent-learning").mkdir(exist_ok=True)
+    shutil.copy(cwd / "demo.db", cwd / ".agent-learning" / "demo.db")
+
+
+def test_the_pages_have_runnable_blocks() -> None:
+    """The README's quick start is among them (a guard against a parser that finds nothing)."""
+    languages = [b.language for b in blocks(ROOT / "README.md")]
+    assert languages.count("python") >= 1 and languages.count("bash") >= 1
+
+
+@pytest.mark.parametrize("page", [p for p in PAGES if blocks(p)], ids=lambda p: str(p.relative_to(ROOT)))
+def test_every_block_of_a_page_runs(page: Path, tmp_path: Path) -> None:
+    page_blocks = blocks(page)
+    if any(b.commands for b in page_blocks):
+        demo_data(tmp_path)
+    for block in page_blocks:
+        if block.language == "python":
+            run(block, [sys.executable, "-c", block.code], tmp_path)
+        elif block.language == "bash":
+            run(block, ["bash", "-euo", "pipefail", "-c", block.code], tmp_path)
+        else:
+            for command in block.commands:
+                run(block, ["bash", "-c", command], tmp_path)
