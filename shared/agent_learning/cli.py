@@ -43,6 +43,7 @@ from .recovery import replay_dead_letters
 from .recovery import rescore as run_rescore
 from .report import write_report
 from .simulate import SCENARIOS
+from .store.sqlite import SQLiteStore
 
 
 def _console(stderr: bool = False) -> Console:
@@ -101,10 +102,21 @@ json_option = click.option("--json", "as_json", is_flag=True, help="Print JSON i
 agent_option = click.option("--agent-id", required=True, help="The agent whose policy to use.")
 
 
+def _existing(settings: Any) -> Any:
+    """``settings`` if their embedded store exists; commands other than ``init-policy`` (and the
+    demo, which writes its own) never create one at a mistyped path."""
+    if settings.store == "sqlite" and not Path(settings.sqlite_path).exists():
+        raise NotFound(
+            f"--db: there is no store at {settings.sqlite_path} (AGENT_LEARNING_SQLITE_PATH); "
+            "agent-learn init-policy creates one, and the demo writes .agent-learning/demo.db"
+        )
+    return settings
+
+
 @contextmanager
-def _store(db: str | None) -> Iterator[tuple[Any, Any]]:
-    """The store the settings choose, and the settings."""
-    settings = _settings(db)
+def _store(db: str | None, *, create: bool = False) -> Iterator[tuple[Any, Any]]:
+    """The store the settings choose, and the settings; an embedded one must exist unless ``create``."""
+    settings = _settings(db) if create else _existing(_settings(db))
     store = wiring.open_store(settings)
     try:
         yield store, settings
@@ -181,15 +193,25 @@ def main() -> None:
 )
 @click.option("--no-plot", is_flag=True, help="Skip the chart.")
 @click.option("--json", "as_json", is_flag=True, help="Print a machine-readable summary instead of tables.")
+@click.option("--force", is_flag=True, help="Replace --db even if it holds agents other than the demo's.")
 @_handle_errors
 def demo(
-    episodes: int, batch: int, seed: int, agents: str, db: str, plot_path: str, no_plot: bool, as_json: bool
+    episodes: int, batch: int, seed: int, agents: str, db: str, plot_path: str, no_plot: bool, as_json: bool,
+    force: bool,
 ) -> None:
     """Simulated agents learn through the embedded pipeline (SQLite store and queue, offline judge)."""
     names = [a.strip() for a in agents.split(",") if a.strip()]
     unknown = [n for n in names if n not in SCENARIOS]
     if unknown:
         raise ValueError(f"--agents: unknown simulated agent(s) {unknown}; choose from {sorted(SCENARIOS)}")
+    if Path(db).exists() and not force:
+        with SQLiteStore(db) as existing:
+            others = sorted(set(existing.list_agents()) - set(SCENARIOS))
+        if others:
+            raise ValueError(
+                f"--db: {db} holds the policies of {', '.join(others)}, and the demo replaces the whole file; "
+                "pass --force to replace it, or choose another --db"
+            )
     settings = load_settings()
     with Progress(
         TextColumn("[bold]training rounds"),
@@ -303,7 +325,7 @@ def init_policy(
         temperature=settings.temperature if temperature is None else temperature,
         exploration_floor=settings.exploration_floor if exploration_floor is None else exploration_floor,
     )
-    with _store(db) as (store, _):
+    with _store(db, create=True) as (store, _):
         doc = create_policy(store, policy.to_document(created_at=None))
     out.print(f"created {doc.agent_id} v{doc.version} with actions {doc.action_ids} in {_where(settings)}")
 
@@ -679,6 +701,8 @@ def feedback(
 @contextmanager
 def _queue(db: str | None) -> Iterator[tuple[Any, Any]]:
     settings = _settings(db)
+    if settings.queue == "sqlite" and not Path(settings.sqlite_path).exists():
+        _existing(settings.model_copy(update={"store": "sqlite"}))  # the embedded queue lives in that file
     queue = wiring.open_queue(settings)
     try:
         yield queue, settings
@@ -870,7 +894,7 @@ def train(agent_id: str | None, as_json: bool, db: str | None) -> None:
     (what the timer does).
 
     Exits with 1 if an agent could not be trained (the others are trained all the same)."""
-    settings = _settings(db)
+    settings = _existing(_settings(db))
     pipeline = open_local(settings)
     try:
         enqueued = pipeline.pump()

@@ -93,7 +93,8 @@ def test_user_text_is_printed_literally_by_every_command(tmp_path: Path) -> None
     assert_literal(ok("policy", "history", "--agent-id", AGENT), ACTION)
 
 
-def test_errors_quote_user_input_literally() -> None:
+def test_errors_quote_user_input_literally(tmp_path: Path) -> None:
+    SQLiteStore(tmp_path / "local.db").close()  # an empty store: reads never create one
     result = cli("episodes", "show", "ghost[/]:smile:")
     assert result.exit_code == 2 and "ghost[/]:smile:" in result.stderr, result.output
     result = cli("runs", "show", "x:run:v[bold]1[/bold]")

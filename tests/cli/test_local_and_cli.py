@@ -20,6 +20,7 @@ from agent_learning.local import FEED_CHECKPOINT, open_local
 from agent_learning.pipeline import create_policy, load_current
 from agent_learning.policy import SoftmaxPolicy
 from agent_learning.simulate import support_bot
+from agent_learning.store.sqlite import SQLiteStore
 
 
 @pytest.fixture(autouse=True)
@@ -201,8 +202,18 @@ def test_cli_train_trains_every_agent_and_exits_1_if_one_could_not_be(tmp_path: 
 
 
 def test_cli_policy_for_unknown_agent(tmp_path: Path) -> None:
+    SQLiteStore(tmp_path / "x.db").close()
     result = CliRunner().invoke(main, ["policy", "--agent-id", "ghost", "--db", str(tmp_path / "x.db")])
     assert result.exit_code == 2 and "ghost" in result.stderr
+
+
+def test_cli_reads_never_create_a_store_at_a_mistyped_path(tmp_path: Path) -> None:
+    mistyped = tmp_path / "lcoal.db"
+    for args in (["policy", "show", "--agent-id", "a"], ["episodes", "list"], ["dlq", "list"], ["audit"],
+                 ["train"], ["runs", "list", "--agent-id", "a"], ["report"]):
+        result = CliRunner().invoke(main, [*args, "--db", str(mistyped)])
+        assert result.exit_code == 2 and "no store at" in result.stderr, (args, result.output)
+    assert not mistyped.exists()
 
 
 def test_cli_reports_bad_configuration(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -216,3 +227,18 @@ def test_console_script_is_installed() -> None:
 
     (script,) = [e for e in entry_points(group="console_scripts") if e.name == "agent-learn"]
     assert script.value == "agent_learning.cli:main"
+
+
+def test_the_demo_replaces_only_its_own_store_unless_forced(tmp_path: Path) -> None:
+    db = str(tmp_path / "mine.db")
+    with SQLiteStore(db) as store:
+        create_policy(store, SoftmaxPolicy.from_actions("my-agent", ["a", "b"]).to_document(created_at=None))
+    args = ["demo", "--db", db, "--episodes", "100", "--agents", "support-bot", "--no-plot", "--json"]
+    refused = CliRunner().invoke(main, args)
+    assert refused.exit_code == 2 and "my-agent" in refused.stderr and "--force" in refused.stderr
+    with SQLiteStore(db) as store:
+        assert store.list_agents() == ["my-agent"]  # untouched
+    assert CliRunner().invoke(main, [*args, "--force"]).exit_code == 0
+    assert CliRunner().invoke(main, args).exit_code == 0  # a demo's own store is replaced without asking
+    with SQLiteStore(db) as store:
+        assert store.list_agents() == ["support-bot"]
