@@ -321,8 +321,8 @@ def test_update_improves_expected_reward_and_reports_metrics() -> None:
     for key in (
         "mean_reward",
         "baseline",
-        "entropy_before",
-        "entropy_after",
+        "softmax_entropy_before",
+        "softmax_entropy_after",
         "kl",
         "step_scale",
         "grad_norm",

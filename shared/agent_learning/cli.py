@@ -422,11 +422,13 @@ def policy_history(agent_id: str, limit: int | None, as_json: bool, db: str | No
     with _store(db) as (store, settings):
         _current(store, settings, agent_id)
         rows = _history_rows(history(store, agent_id))
+    total = len(rows)
     rows = rows[-limit:] if limit else rows
     if as_json:
         _echo_json(rows)
         return
-    table = Table(title=f"{agent_id}: {len(rows)} policy versions", title_justify="left")
+    shown = f"{total} policy versions" + (f", the newest {len(rows)} shown" if len(rows) < total else "")
+    table = Table(title=f"{agent_id}: {shown}", title_justify="left")
     table.add_column("version", justify="right")
     table.add_column("source")
     actions = list(rows[0]["probabilities"]) if rows else []
@@ -564,6 +566,8 @@ def runs_show(run_id: str, as_json: bool, db: str | None) -> None:
     for sample in doc.get("rejected_samples", []):
         table.add_row("rejected", f"{sample['id']}: {sample['error']}")
     out.print(table)
+    out.print("softmax_entropy: of softmax(logits / T), without the exploration floor; "
+              "policy show and policy history give the entropy of the policy agents draw from (floor included)")
 
 
 # --------------------------------------------------------------------------- episodes
@@ -690,7 +694,7 @@ def feedback(
         "waiting": "stored; it is applied when the episode is scored",
         "unchanged": "stored; the reward already reflects it",
         "corrected": f"stored; reward now {data['reward']:.3f} ({data['reward_delta']:+.3f}), "
-        f"learned from on the next training run",
+        "learned from by the next training run that has new episodes (or a full batch of corrections)",
     }
     out.print(f"feedback {data['feedback_id']}: {messages[data['status']]}")
 

@@ -232,6 +232,9 @@ class Update:
 
     logits: Array
     metrics: dict[str, float] = field(default_factory=dict)
+    """Among them ``softmax_entropy_before``/``_after``: the entropy of softmax(θ/T), the part the
+    learner moves, without the exploration floor (the entropy of the policy agents draw from,
+    floor included, is :func:`agent_learning.policy.policy_entropy`)."""
     state: dict[str, Any] = field(default_factory=dict)
     """The learner state to store with the new policy version and pass to the next update."""
 
@@ -402,7 +405,7 @@ class Reinforce:
         base_metrics = {
             "episodes": float(batch.regular.sum()),
             "corrections": float(len(batch) - batch.regular.sum()),
-            "entropy_before": entropy(s_old),
+            "softmax_entropy_before": entropy(s_old),
         }
         evidence, state_problem = Evidence.from_state(state, len(theta))
         if state_problem:
@@ -412,7 +415,7 @@ class Reinforce:
                 theta.copy(),
                 {
                     **base_metrics,
-                    "entropy_after": base_metrics["entropy_before"],
+                    "softmax_entropy_after": base_metrics["softmax_entropy_before"],
                     "kl": 0.0,
                     "step_scale": 0.0,
                     "grad_norm": 0.0,
@@ -444,7 +447,7 @@ class Reinforce:
             **base_metrics,
             **stats,
             "mean_reward": float(batch.rewards[batch.regular].mean()) if batch.regular.any() else 0.0,
-            "entropy_after": entropy(s_new),
+            "softmax_entropy_after": entropy(s_new),
             "kl": kl,
             "step_scale": scale,
             "grad_norm": float(np.linalg.norm(g)),

@@ -136,7 +136,9 @@ def test_policy_show_and_history(deployment: Deployment) -> None:
     assert history[0]["entropy"] == pytest.approx(1.386, abs=1e-3)  # uniform over 4 actions
     assert as_json("policy", "history", "--agent-id", AGENT, "--limit", "2") == history[-2:]
     text = ok("policy", "history", "--agent-id", AGENT).stdout
-    assert "4 policy versions" in text and "run:v4" in text
+    assert "4 policy versions" in text and "run:v4" in text and "shown" not in text
+    limited = ok("policy", "history", "--agent-id", AGENT, "--limit", "2").stdout
+    assert "4 policy versions, the newest 2 shown" in limited  # the count is the agent's, not the page's
 
 
 def test_rollback_pin_and_unpin(deployment: Deployment) -> None:
