@@ -138,17 +138,23 @@ def audit(store: Store, queue: WorkQueue | None = None, agent_ids: Iterable[str]
     else:
         notes.append("no queue given: dead-lettered episodes count as pending")
     agents = list(agent_ids) if agent_ids is not None else store.list_agents()
-    return Audit([audit_agent(store, a, letters) for a in agents], read, notes)
+    feedback = episodes_with_feedback(store)  # one pass over the feedback feed, for every agent
+    return Audit([audit_agent(store, a, letters, feedback.get(a, set())) for a in agents], read, notes)
 
 
-def audit_agent(store: Store, agent_id: str, dead_letters: dict[str, str] | None = None) -> AgentAudit:
-    """The books of one agent. ``dead_letters`` maps message ids to dead-letter reasons."""
+def audit_agent(
+    store: Store,
+    agent_id: str,
+    dead_letters: dict[str, str] | None = None,
+    with_feedback: set[str] | None = None,
+) -> AgentAudit:
+    """The books of one agent. ``dead_letters`` maps message ids to dead-letter reasons;
+    ``with_feedback`` is the agent's episodes with feedback (read from the store if not given)."""
     result = AgentAudit(agent_id)
-    ranges = _consumed_ranges(store, agent_id, result)
+    ranges, current = _consumed_ranges(store, agent_id, result)
     lows = sorted(r.low for r in ranges)
     highs = sorted(r.high for r in ranges)
     cursor = max((r.high for r in ranges), default=None)
-    current = _current_cursor(store, agent_id)
     if current is not None:
         cursor = current if cursor is None else max(cursor, current)
 
@@ -221,7 +227,9 @@ def audit_agent(store: Store, agent_id: str, dead_letters: dict[str, str] | None
     result.dead_lettered = sum(reasons.values())
     result.dead_lettered_by_reason = dict(sorted(reasons.items()))
     result.pending = result.pending_scoring + result.pending_training
-    _audit_feedback(store, scored, result)
+    if with_feedback is None:
+        with_feedback = episodes_with_feedback(store).get(agent_id, set())
+    _audit_feedback(store, scored, with_feedback, result)
     return result
 
 
@@ -237,16 +245,9 @@ class _Range:
     range's correction rows are taken as consumed (a late correction there goes unnoticed)."""
 
 
-def _current_cursor(store: Store, agent_id: str) -> Key | None:
-    try:
-        doc = load_current(store, agent_id)
-    except InvalidDocument:
-        return None
-    return None if doc is None or doc.cursor is None else (doc.cursor.seq, doc.cursor.id)
-
-
-def _consumed_ranges(store: Store, agent_id: str, result: AgentAudit) -> list[_Range]:
-    """The score ranges the published versions consumed, with the chain's problems noted."""
+def _consumed_ranges(store: Store, agent_id: str, result: AgentAudit) -> tuple[list[_Range], Key | None]:
+    """The score ranges the published versions consumed, and the current cursor, with the
+    chain's problems noted."""
     versions: list[PolicyDocument] = []
     for raw in store.list_policy_versions(agent_id):
         try:
@@ -311,21 +312,27 @@ def _consumed_ranges(store: Store, agent_id: str, result: AgentAudit) -> list[_R
     orphans = sorted(set(runs) - set(numbers))
     if orphans:
         result.problems.append(f"runs for versions {orphans} that were never published")
-    return ranges
+    cursor = None if current is None or current.cursor is None else (current.cursor.seq, current.cursor.id)
+    return ranges, cursor
 
 
-def _audit_feedback(store: Store, scored: set[str], result: AgentAudit) -> None:
-    """Episodes with feedback, and how many of the scored ones do not have it applied yet."""
-    with_feedback: set[str] = set()
+def episodes_with_feedback(store: Store) -> dict[str, set[str]]:
+    """Agent id → its episodes with stored feedback, from one pass over the feedback feed."""
+    found: dict[str, set[str]] = {}
     continuation = None
     while True:
         page = store.read_feedback_changes(continuation, PAGE)
         for doc in page.items:
-            if doc.get("agent_id") == result.agent_id and isinstance(doc.get("episode_id"), str):
-                with_feedback.add(doc["episode_id"])
+            agent_id, episode_id = doc.get("agent_id"), doc.get("episode_id")
+            if isinstance(agent_id, str) and isinstance(episode_id, str):
+                found.setdefault(agent_id, set()).add(episode_id)
         if not page.items or page.continuation in (None, continuation):
-            break
+            return found
         continuation = page.continuation
+
+
+def _audit_feedback(store: Store, scored: set[str], with_feedback: set[str], result: AgentAudit) -> None:
+    """Episodes with feedback, and how many of the scored ones do not have it applied yet."""
     result.feedback_episodes = len(with_feedback)
     for episode_id in sorted(with_feedback & scored):
         raw = store.get_score(episode_id)

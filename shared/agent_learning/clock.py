@@ -55,6 +55,9 @@ SYSTEM_CLOCK = SystemClock()
 
 # --------------------------------------------------------------------------- the settle window
 
+SCORE_SETTLE_SECONDS = 60.0
+"""The default settle window on Cosmos DB: the trainer reads only scores older than this."""
+
 SCORE_WRITE_TIMEOUT_SECONDS = 10.0
 """How long a score write to Cosmos DB may take before the store gives up on it (its
 ``write_timeout``); a score's ``seq`` is taken just before the write."""

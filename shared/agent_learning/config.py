@@ -21,7 +21,7 @@ from typing import Annotated, Any, Literal, TypeVar
 from pydantic import AliasChoices, Field, SecretStr, ValidationError, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
-from .clock import check_settle_window
+from .clock import SCORE_SETTLE_SECONDS, check_settle_window
 from .documents import MAX_TEMPERATURE, MAX_TRAIN_BATCH, MIN_TEMPERATURE, TRAIN_BATCH
 from .drift import DriftConfig
 from .errors import ConfigurationError
@@ -148,7 +148,9 @@ class Settings(BaseSettings):
         None, validation_alias=AliasChoices(f"{PREFIX}COSMOS_CLIENT_ID", "CosmosDBConnection__clientId")
     )
     score_settle_seconds: float = Field(
-        60.0, le=3600, description="more than the score write timeout plus the clock-skew allowance (clock.py)"
+        SCORE_SETTLE_SECONDS,
+        le=3600,
+        description="more than the score write timeout plus the clock-skew allowance (clock.py)",
     )
     lease_prefix: str = Field("", max_length=64, description="lease prefix of the change-feed trigger")
 

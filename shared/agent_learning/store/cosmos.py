@@ -62,7 +62,14 @@ from azure.core import MatchConditions
 from azure.cosmos import ContainerProxy, CosmosClient, DatabaseProxy, PartitionKey
 from azure.cosmos import exceptions as cosmos_errors
 
-from ..clock import SCORE_WRITE_TIMEOUT_SECONDS, SYSTEM_CLOCK, Clock, ServerClock, check_settle_window
+from ..clock import (
+    SCORE_SETTLE_SECONDS,
+    SCORE_WRITE_TIMEOUT_SECONDS,
+    SYSTEM_CLOCK,
+    Clock,
+    ServerClock,
+    check_settle_window,
+)
 from ..documents import (
     CorrectionLedger,
     Episode,
@@ -135,7 +142,7 @@ class CosmosStore(Store):
         self,
         database: DatabaseProxy,
         *,
-        settle_seconds: float = 60.0,
+        settle_seconds: float = SCORE_SETTLE_SECONDS,
         write_timeout: float = SCORE_WRITE_TIMEOUT_SECONDS,
         clock: Clock = SYSTEM_CLOCK,
         async_factory: Any = None,
