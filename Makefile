@@ -9,7 +9,7 @@ PIP    := $(BIN)/python -m pip
 CHECKOV_VENV    := .venv-checkov
 CHECKOV_VERSION := 3.3.30
 
-.PHONY: demo test lint infra-check clean
+.PHONY: demo test lint infra-check local-settings clean
 
 $(BIN)/python:
 	@$(PYTHON) -c 'import sys; assert sys.version_info >= (3, 11), "Python 3.11 or newer is needed, found " + sys.version' \
@@ -32,6 +32,10 @@ demo: $(VENV)/.demo-installed
 	$(BIN)/agent-learn demo
 	@echo "next: $(BIN)/agent-learn audit --db .agent-learning/demo.db, or policy show --agent-id math-tutor --db .agent-learning/demo.db"
 	@echo "      (agent-learn is in $(BIN); 'source $(BIN)/activate' puts it on your PATH)"
+
+# local.settings.json for `func start` against the resources `azd up` created (docs/deploying.md).
+local-settings: $(VENV)/.test-installed
+	$(BIN)/python infra/local_settings.py
 
 lint: $(VENV)/.test-installed
 	$(BIN)/ruff check .

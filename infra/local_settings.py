@@ -1,0 +1,104 @@
+"""Write ``local.settings.json`` for ``func start`` against the resources ``azd up`` created.
+
+    python infra/local_settings.py                 # reads `azd env get-values`
+    python infra/local_settings.py --values FILE   # or a saved copy of its output
+
+Starts from ``local.settings.sample.json`` (every setting the app reads, with its default) and
+fills in where things are from the azd environment's outputs: the Cosmos DB endpoint and
+database, the Service Bus namespace and queue, the judge. No key is written: the host and the
+library connect with your identity (``az login``), to which ``azd up`` gave the data roles. The
+change-feed lease prefix becomes ``local-<user>-``, so a host on your machine keeps its own
+leases and never takes over the deployed app's. Standard library only.
+"""
+
+from __future__ import annotations
+
+import argparse
+import getpass
+import json
+import re
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+FROM_AZD = {
+    "AGENT_LEARNING_STORE": "AGENT_LEARNING_STORE",
+    "AGENT_LEARNING_COSMOS_ENDPOINT": "CosmosDBConnection__accountEndpoint",
+    "AGENT_LEARNING_COSMOS_DATABASE": "AGENT_LEARNING_COSMOS_DATABASE",
+    "AGENT_LEARNING_QUEUE": "AGENT_LEARNING_QUEUE",
+    "AGENT_LEARNING_SERVICEBUS_NAMESPACE": "ServiceBusConnection__fullyQualifiedNamespace",
+    "AGENT_LEARNING_QUEUE_NAME": "AGENT_LEARNING_QUEUE_NAME",
+    "AGENT_LEARNING_JUDGE": "AGENT_LEARNING_JUDGE",
+    "AGENT_LEARNING_JUDGE_AZURE_ENDPOINT": "AGENT_LEARNING_JUDGE_AZURE_ENDPOINT",
+    "AGENT_LEARNING_JUDGE_DEPLOYMENT": "AGENT_LEARNING_JUDGE_DEPLOYMENT",
+}
+"""azd output → the setting it fills (``infra/main.bicep`` declares the outputs)."""
+
+USER_IDENTITY = ("CosmosDBConnection__clientId", "ServiceBusConnection__clientId", "AGENT_LEARNING_JUDGE_CLIENT_ID")
+"""Settings that select a user-assigned managed identity in Azure; left out locally, so your
+own identity (``az login``) is used."""
+
+
+def parse_env(text: str) -> dict[str, str]:
+    """``KEY="value"`` lines, as ``azd env get-values`` prints them."""
+    values = {}
+    for number, line in enumerate(text.splitlines(), 1):
+        line = line.strip()
+        if not line or line.startswith("#"):
+            continue
+        match = re.fullmatch(r"([A-Za-z_][A-Za-z0-9_]*)=(.*)", line)
+        if not match:
+            raise ValueError(f"line {number}: expected KEY=value, found {line[:60]!r}")
+        parts = shlex.split(match.group(2)) or [""]
+        values[match.group(1)] = parts[0]
+    return values
+
+
+def local_settings(sample: dict, azd: dict[str, str], user: str) -> dict:
+    """The sample with the azd environment's values filled in."""
+    missing = [name for name in FROM_AZD if name not in azd]
+    if missing:
+        raise ValueError(f"the azd environment has no {', '.join(missing)}: run `azd up` (or `azd env refresh`) first")
+    values = dict(sample["Values"])
+    for output, setting in FROM_AZD.items():
+        values[setting] = azd[output]
+    for setting in USER_IDENTITY:
+        values.pop(setting, None)
+    values["AGENT_LEARNING_LEASE_PREFIX"] = f"local-{re.sub(r'[^A-Za-z0-9]', '', user)[:20] or 'dev'}-"
+    return {**sample, "Values": values}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--values", type=Path, help="a saved `azd env get-values` output (default: run azd)")
+    parser.add_argument("--out", type=Path, default=ROOT / "local.settings.json", help="where to write")
+    parser.add_argument("--force", action="store_true", help="replace an existing file")
+    args = parser.parse_args(argv)
+    try:
+        if args.out.exists() and not args.force:
+            raise ValueError(f"{args.out} exists; pass --force to replace it")
+        if args.values:
+            text = args.values.read_text()
+        else:
+            try:
+                text = subprocess.run(["azd", "env", "get-values"], check=True, capture_output=True, text=True).stdout
+            except FileNotFoundError:
+                raise ValueError("azd is not installed (https://aka.ms/azd-install); or pass --values FILE") from None
+        sample = json.loads((ROOT / "local.settings.sample.json").read_text())
+        settings = local_settings(sample, parse_env(text), getpass.getuser())
+    except (OSError, ValueError, subprocess.CalledProcessError) as exc:
+        detail = exc.stderr.strip() if isinstance(exc, subprocess.CalledProcessError) else exc
+        print(f"error: {detail}", file=sys.stderr)
+        return 2
+    args.out.write_text(json.dumps(settings, indent=2) + "\n")
+    print(f"wrote {args.out}: Cosmos DB {settings['Values']['CosmosDBConnection__accountEndpoint']}, "
+          f"Service Bus {settings['Values']['ServiceBusConnection__fullyQualifiedNamespace']}, "
+          f"judge {settings['Values']['AGENT_LEARNING_JUDGE']}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,70 @@
+"""``infra/local_settings.py``: local.settings.json for ``func start`` from an azd environment."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("azure.functions")
+
+from app_functions import functions
+
+ROOT = Path(__file__).resolve().parents[2]
+SCRIPT = ROOT / "infra" / "local_settings.py"
+
+AZD_VALUES = """\
+AGENT_LEARNING_COSMOS_DATABASE="agent-learning"
+AGENT_LEARNING_COSMOS_ENDPOINT="https://cosmos-abc.documents.azure.com:443/"
+AGENT_LEARNING_JUDGE="evaluators"
+AGENT_LEARNING_JUDGE_AZURE_ENDPOINT="https://oai-abc.openai.azure.com/"
+AGENT_LEARNING_JUDGE_DEPLOYMENT="judge"
+AGENT_LEARNING_QUEUE="servicebus"
+AGENT_LEARNING_QUEUE_NAME="score-episodes"
+AGENT_LEARNING_SERVICEBUS_NAMESPACE="sb-abc.servicebus.windows.net"
+AGENT_LEARNING_STORE="cosmos"
+AZURE_RESOURCE_GROUP="rg-dev"
+"""
+
+
+def run(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, str(SCRIPT), *args], capture_output=True, text=True, timeout=60)
+
+
+def test_the_settings_come_from_the_azd_outputs_and_select_the_users_identity(tmp_path: Path) -> None:
+    values = tmp_path / "azd.env"
+    values.write_text(AZD_VALUES)
+    out = tmp_path / "local.settings.json"
+    done = run("--values", str(values), "--out", str(out))
+    assert done.returncode == 0, done.stderr
+    written = json.loads(out.read_text())["Values"]
+    assert written["CosmosDBConnection__accountEndpoint"] == "https://cosmos-abc.documents.azure.com:443/"
+    assert written["ServiceBusConnection__fullyQualifiedNamespace"] == "sb-abc.servicebus.windows.net"
+    assert written["AGENT_LEARNING_JUDGE_AZURE_ENDPOINT"] == "https://oai-abc.openai.azure.com/"
+    assert not [v for v in written.values() if "<" in v], "a placeholder was left in"
+    assert not [k for k in written if k.endswith("clientId") or k == "AGENT_LEARNING_JUDGE_CLIENT_ID"]
+    assert re.fullmatch(r"local-[A-Za-z0-9]{1,20}-", written["AGENT_LEARNING_LEASE_PREFIX"])
+    # Every %NAME% a binding reads is set, so the host can index the functions.
+    for name, function in functions().items():
+        for binding in json.loads(function.get_function_json())["bindings"]:
+            for setting in re.findall(r"%([^%]+)%", json.dumps(binding)):
+                assert written.get(setting), f"{name} reads %{setting}%, which is empty"
+    assert "Cosmos DB https://cosmos-abc" in done.stdout
+
+
+def test_it_refuses_to_replace_a_file_or_to_guess_a_missing_output(tmp_path: Path) -> None:
+    values = tmp_path / "azd.env"
+    values.write_text("AGENT_LEARNING_STORE=cosmos\n")
+    out = tmp_path / "local.settings.json"
+    done = run("--values", str(values), "--out", str(out))
+    assert done.returncode == 2 and "AGENT_LEARNING_COSMOS_ENDPOINT" in done.stderr and "azd up" in done.stderr
+    assert "Traceback" not in done.stderr and not out.exists()
+    out.write_text("{}")
+    values.write_text(AZD_VALUES)
+    done = run("--values", str(values), "--out", str(out))
+    assert done.returncode == 2 and "--force" in done.stderr and out.read_text() == "{}"
+    assert run("--values", str(values), "--out", str(out), "--force").returncode == 0
