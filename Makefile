@@ -30,8 +30,7 @@ $(VENV)/.test-installed: $(BIN)/python shared/pyproject.toml requirements.txt te
 
 demo: $(VENV)/.demo-installed
 	$(BIN)/agent-learn demo
-	@echo "next: $(BIN)/agent-learn audit --db .agent-learning/demo.db, or policy show --agent-id math-tutor --db .agent-learning/demo.db"
-	@echo "      (agent-learn is in $(BIN); 'source $(BIN)/activate' puts it on your PATH)"
+	@echo "agent-learn is in $(BIN): 'source $(BIN)/activate' puts it on your PATH for the next commands"
 
 # local.settings.json for `func start` against the resources `azd up` created (docs/deploying.md).
 local-settings: $(VENV)/.test-installed

@@ -29,7 +29,7 @@ from rich.text import Text
 from . import wiring
 from .audit import audit as run_audit
 from .config import load_settings
-from .demo import run_demo
+from .demo import reward_trend, run_demo
 from .documents import MAX_TEMPERATURE, MIN_TEMPERATURE
 from .errors import AgentLearningError, ConcurrencyConflict, ConfigurationError, InvalidDocument, NotFound
 from .feedback import record_feedback, score_rows, sweep
@@ -253,13 +253,12 @@ def demo(
                 str(h.versions[i]), *(f"{p:.3f}" for p in h.probabilities[i]), "" if reward is None else f"{reward:.3f}"
             )
         out.print(table)
-        trend = [m for m in h.mean_reward if m is not None]
+        trend = reward_trend(h)
         if trend:
-            k = max(1, len(trend) // 5)
             out.print(
                 Text.assemble(
-                    f"  reward trend (first {k} runs → last {k}): {sum(trend[:k]) / k:.3f} → "
-                    f"{sum(trend[-k:]) / k:.3f}; true best action ",
+                    f"  mean reward of the first {trend.runs} training runs → the last {trend.runs}: "
+                    f"{trend.first:.3f} → {trend.last:.3f}; true best action ",
                     (h.best_action, "bold"),
                     f" ({h.expected_rewards[h.best_action]:.3f}) now has probability ",
                     (f"{h.final[h.best_action]:.3f}", "bold"),
@@ -272,6 +271,8 @@ def demo(
     )
     if "plot" in summary:
         out.print(f"chart: {summary['plot']}")
+    for command in summary["next"]:
+        out.print(f"next: {command}")
 
 
 def _sample_rows(n: int, limit: int) -> list[int]:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import random
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -24,7 +24,46 @@ from .pipeline import create_policy
 from .policy import SoftmaxPolicy, policy_probabilities
 from .simulate import SCENARIOS, Scenario
 
-__all__ = ["AgentHistory", "DemoResult", "history", "policy_probabilities", "run_demo"]
+__all__ = [
+    "AgentHistory",
+    "DemoResult",
+    "RewardTrend",
+    "history",
+    "next_commands",
+    "policy_probabilities",
+    "reward_trend",
+    "run_demo",
+]
+
+
+@dataclass(frozen=True)
+class RewardTrend:
+    """The mean reward of an agent's first ``runs`` training runs and of its last ``runs``
+    (``runs`` = a fifth of its runs, at least one): what the demo's text and JSON both report."""
+
+    runs: int
+    first: float
+    last: float
+
+
+def reward_trend(h: AgentHistory) -> RewardTrend | None:
+    """The reward trend of ``h``'s training runs (None before its first run)."""
+    means = [m for m in h.mean_reward if m is not None]
+    if not means:
+        return None
+    k = max(1, len(means) // 5)
+    return RewardTrend(k, sum(means[:k]) / k, sum(means[-k:]) / k)
+
+
+def next_commands(db_path: str, agent_id: str) -> list[str]:
+    """What to run after the demo, on its data."""
+    db = f"--db {db_path}"
+    return [
+        f"agent-learn policy show --agent-id {agent_id} {db}",
+        f"agent-learn policy history --agent-id {agent_id} --limit 5 {db}",
+        f"agent-learn audit {db}",
+        f"agent-learn report {db}",
+    ]
 
 
 @dataclass
@@ -51,11 +90,11 @@ class DemoResult:
                     "true_best_action": a.best_action,
                     "best_action_probability": round(a.final[a.best_action], 4),
                     "expected_rewards": {k: round(v, 4) for k, v in a.expected_rewards.items()},
-                    "mean_reward_first": a.mean_reward[1] if len(a.mean_reward) > 1 else None,
-                    "mean_reward_last": a.mean_reward[-1],
+                    "reward_trend": asdict(trend) if (trend := reward_trend(a)) else None,
                 }
                 for a in self.agents
             },
+            "next": next_commands(self.db_path, self.agents[0].agent_id) if self.agents else [],
         }
 
 

@@ -80,7 +80,7 @@ def test_demo_reaches_the_best_action_and_writes_a_plot(tmp_path: Path) -> None:
         assert info["final_version"] == 21
         assert info["true_best_action"] == {"math-tutor": "step-by-step", "support-bot": "k=5"}[agent]
         assert info["best_action_probability"] >= 0.9
-        assert info["mean_reward_last"] > info["mean_reward_first"] - 0.02
+        assert info["reward_trend"]["last"] > info["reward_trend"]["first"] - 0.02
 
     from agent_learning.plots import plot_histories
 
@@ -107,6 +107,29 @@ def test_cli_demo_tables(tmp_path: Path) -> None:
     assert result.exit_code == 0, result.output
     assert "math-tutor: action probabilities by policy version" in result.stdout
     assert "true best action" in result.stdout and "episodes in" in result.stdout
+
+
+def test_the_demo_text_and_json_report_one_reward_trend_and_its_next_commands_run(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    runner = CliRunner()
+    args = ["demo", "--episodes", "1000", "--batch", "100", "--no-plot", "--agents", "support-bot", "--db", "my.db"]
+    text = runner.invoke(main, args)
+    assert text.exit_code == 0, text.output
+    summary = json.loads(runner.invoke(main, [*args, "--json"]).stdout)  # same seed: the same run
+    trend = summary["agents"]["support-bot"]["reward_trend"]
+    assert trend["runs"] == 2  # a fifth of the 10 runs
+    assert f"first {trend['runs']} training runs → the last {trend['runs']}: " \
+           f"{trend['first']:.3f} → {trend['last']:.3f}" in text.stdout
+
+    printed = [line.removeprefix("next: ") for line in text.stdout.splitlines() if line.startswith("next: ")]
+    assert printed == summary["next"] and len(printed) == 4
+    for command in printed:
+        argv = command.split()
+        assert argv[0] == "agent-learn" and argv[-2:] == ["--db", "my.db"]
+        ran = runner.invoke(main, argv[1:])
+        assert ran.exit_code == 0, f"{command}: {ran.output}"
 
 
 def test_cli_rejects_unknown_demo_agent(tmp_path: Path) -> None:
