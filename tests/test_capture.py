@@ -480,3 +480,55 @@ def test_client_keeps_last_good_policy_when_current_is_not_an_object(tmp_path: P
         assert "must be a JSON object" in (client.last_error or "")
     finally:
         store.close()
+
+
+def test_an_exception_in_a_tool_call_is_recorded_and_aborts_the_run(
+    store: MemoryStore, decision: Decision, clock: ManualClock
+) -> None:
+    with pytest.raises(TimeoutError), capture(store, decision, clock) as run, run.tool("search", arguments={"q": "x"}):
+        raise TimeoutError("search took too long")
+    episode = Episode.from_dict(store.get_episode("ep-1"))
+    assert [(s.name, s.status, s.error) for s in episode.steps] == [
+        ("search", "error", "TimeoutError: search took too long"),
+        ("agent", "error", "TimeoutError: search took too long"),
+    ]
+    assert episode.output == "" and episode.failed_steps == 2
+
+
+def test_a_failed_tool_call_can_be_recorded_without_aborting_the_run(
+    store: MemoryStore, decision: Decision, clock: ManualClock
+) -> None:
+    with capture(store, decision, clock) as run:
+        with run.tool("search") as call:
+            call.fail("timeout after 10 s")
+        with run.tool("lookup", reraise=False) as call:
+            raise ConnectionError("refused")
+        assert call.result is None and call.error == "ConnectionError: refused"
+        with run.tool("fallback") as call:
+            call.result = "found"
+        run.end("answered from the fallback")
+    episode = Episode.from_dict(store.get_episode("ep-1"))
+    assert [(s.name, s.status, s.error, s.result) for s in episode.steps] == [
+        ("search", "error", "timeout after 10 s", None),
+        ("lookup", "error", "ConnectionError: refused", None),
+        ("fallback", "ok", None, "found"),
+    ]
+    assert episode.output == "answered from the fallback" and episode.failed_steps == 2
+
+
+def test_reraise_false_never_swallows_an_interrupt(store: MemoryStore, decision: Decision, clock: ManualClock) -> None:
+    with pytest.raises(KeyboardInterrupt), capture(store, decision, clock) as run, run.tool("x", reraise=False):
+        raise KeyboardInterrupt
+    assert [s.status for s in Episode.from_dict(store.get_episode("ep-1")).steps] == ["error", "error"]
+
+
+def test_a_discarded_run_writes_nothing_even_when_it_raises(
+    store: MemoryStore, decision: Decision, clock: ManualClock
+) -> None:
+    with pytest.raises(ConnectionError), capture(store, decision, clock) as run:
+        run.discard("model provider down")
+        raise ConnectionError("provider down")
+    assert store.get_episode("ep-1") is None and run.discarded == "model provider down"
+    with pytest.raises(RuntimeError, match="discarded"):
+        run.end("late")
+    assert store.list_episodes() == []

@@ -11,9 +11,20 @@
 The episode records the decision's action, probability and policy version, which the
 learner needs to weigh it correctly. Free text longer than the contract's caps is
 truncated (and the field named in ``episode.truncated``) rather than failing the agent's
-run; user input goes through the ``redact`` hook before it is stored. If the block raises
-before ``end()``, the episode is still written, with an empty output and an ``agent`` step in
-error, so a crashing configuration is learned from too; the exception propagates.
+run; user input goes through the ``redact`` hook before it is stored.
+
+Failures, and what they cost the action drawn:
+
+* An exception inside ``run.tool(...)`` records the call as failed (status ``error``, the
+  exception as its error text, its latency) and propagates. To record a failed call and go on,
+  call ``call.fail("timeout")`` inside the block, or pass ``reraise=False`` so that an exception
+  is recorded and swallowed (``call.result`` stays ``None``). A failed call costs the episode's
+  reward the tool-failure penalty (:mod:`agent_learning.rewards`).
+* If the run's block raises before ``end()``, the episode is still written, with an empty output
+  and an ``agent`` step in error, so a crashing configuration is learned from too (the empty
+  output is penalised); the exception propagates.
+* ``run.discard(reason)`` writes nothing: for failures that say nothing about the configuration
+  drawn (the model provider is down, the user went away), so that they are not charged to it.
 
 ``episode.truncated`` names what was cut: ``input``, ``output``, ``instructions`` (over
 their caps), ``steps`` (a step's text or arguments over their caps, or steps beyond
@@ -62,9 +73,16 @@ class EpisodeWriter(Protocol):
 
 @dataclass
 class ToolCall:
-    """Handle yielded by :meth:`EpisodeCapture.tool`; set ``result`` to record the output."""
+    """Handle yielded by :meth:`EpisodeCapture.tool`; set ``result`` to record the output, or
+    call :meth:`fail` to record the call as failed without raising."""
 
     result: Any = None
+    error: str | None = None
+    """Set by :meth:`fail`: the call is recorded as failed with this text."""
+
+    def fail(self, error: str | BaseException) -> None:
+        """Record this call as failed (e.g. ``call.fail("timeout after 10 s")``); the run goes on."""
+        self.error = f"{type(error).__name__}: {error}" if isinstance(error, BaseException) else str(error) or "error"
 
 
 class EpisodeCapture:
@@ -97,6 +115,8 @@ class EpisodeCapture:
         self.started_at = clock.now()
         self.steps: list[Step] = []
         self.episode: Episode | None = None
+        self.discarded: str | None = None
+        """Why the run was discarded (:meth:`discard`), or None."""
 
     # ------------------------------------------------------------------ recording
 
@@ -147,31 +167,42 @@ class EpisodeCapture:
         arguments: dict[str, Any] | None = None,
         kind: Literal["tool", "llm", "retrieval", "step"] = "tool",
         call_id: str | None = None,
+        reraise: bool = True,
     ) -> Iterator[ToolCall]:
-        """Time a tool call; an exception marks it as failed and propagates."""
+        """Time a tool call. An exception marks it as failed and propagates (with ``reraise=False``
+        it is recorded and swallowed: an ``Exception``, never ``KeyboardInterrupt`` and the like);
+        :meth:`ToolCall.fail` marks it as failed without one."""
         call = ToolCall()
         t0 = time.perf_counter()
         try:
             yield call
         except BaseException as exc:
-            self.step(
-                name,
-                latency_ms=(time.perf_counter() - t0) * 1000,
-                status="error",
-                error=f"{type(exc).__name__}: {exc}",
-                kind=kind,
-                arguments=arguments,
-                call_id=call_id,
-            )
-            raise
+            call.fail(exc)
+            self._record_call(name, call, t0, kind, arguments, call_id)
+            if reraise or not isinstance(exc, Exception):
+                raise
+            return
+        self._record_call(name, call, t0, kind, arguments, call_id)
+
+    def _record_call(
+        self, name: str, call: ToolCall, t0: float, kind: Any, arguments: dict[str, Any] | None, call_id: str | None
+    ) -> None:
         self.step(
             name,
             latency_ms=(time.perf_counter() - t0) * 1000,
+            status="error" if call.error is not None else "ok",
+            error=call.error,
             kind=kind,
             arguments=arguments,
             result=call.result,
             call_id=call_id,
         )
+
+    def discard(self, reason: str = "") -> None:
+        """Write no episode for this run (module docstring: Failures); ``end()`` then refuses."""
+        if self.episode is not None:
+            raise RuntimeError(f"episode {self.episode_id} has already been written")
+        self.discarded = reason or "discarded"
 
     # ------------------------------------------------------------------ ending
 
@@ -205,10 +236,15 @@ class EpisodeCapture:
             fields["truncated"] = [*truncated, *(f"steps.{f}" for f in cut)]
         return Episode(**fields)
 
-    def end(self, output: str) -> Episode:
-        """Finish the run and write the episode; returns the stored episode."""
+    def _check_open(self) -> None:
         if self.episode is not None:
             raise RuntimeError(f"episode {self.episode_id} has already ended")
+        if self.discarded is not None:
+            raise RuntimeError(f"episode {self.episode_id} was discarded ({self.discarded}); nothing is written")
+
+    def end(self, output: str) -> Episode:
+        """Finish the run and write the episode; returns the stored episode."""
+        self._check_open()
         episode = self.build(output)
         self.store.add_episode(episode)
         self.episode = episode
@@ -216,8 +252,7 @@ class EpisodeCapture:
 
     async def aend(self, output: str) -> Episode:
         """``end()`` for async agents: uses the store's async write if it has one."""
-        if self.episode is not None:
-            raise RuntimeError(f"episode {self.episode_id} has already ended")
+        self._check_open()
         episode = self.build(output)
         writer = getattr(self.store, "add_episode_async", None)
         if writer is not None:
@@ -231,7 +266,7 @@ class EpisodeCapture:
         return self
 
     def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: object) -> None:
-        if exc is not None and self.episode is None:
+        if exc is not None and self.episode is None and self.discarded is None:
             self._record_crash(exc)
             self.end("")
 
@@ -239,7 +274,7 @@ class EpisodeCapture:
         return self
 
     async def __aexit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: object) -> None:
-        if exc is not None and self.episode is None:
+        if exc is not None and self.episode is None and self.discarded is None:
             self._record_crash(exc)
             await self.aend("")
 
