@@ -1,7 +1,8 @@
 """Agent side: read an agent's current policy, cached, and choose from it; write episodes over HTTP.
 
 :class:`PolicyClient` re-reads the current policy document at most every
-``refresh_seconds`` with a conditional read (``If-None-Match`` on Cosmos DB), so an unchanged
+``refresh_seconds`` (and at once after a version was published in its own process:
+:mod:`agent_learning.notices`) with a conditional read (``If-None-Match`` on Cosmos DB), so an unchanged
 policy costs no document transfer and no parsing. If the document cannot be read (the store
 unreachable or answering with errors) or fails validation, it keeps serving the last good
 policy (and logs why) rather than failing the agent; only the very first read must succeed.
@@ -25,6 +26,7 @@ import urllib.parse
 import urllib.request
 from collections.abc import Callable, Mapping
 
+from . import notices
 from .clock import SYSTEM_CLOCK, Clock
 from .documents import Episode, PolicyDocument
 from .errors import (
@@ -62,25 +64,32 @@ class PolicyClient:
         self._policy: SoftmaxPolicy | None = None
         self._etag: str | None = None
         self._checked_at = -float("inf")
+        self._notices = -1
         self._lock = threading.Lock()
         self.last_error: str | None = None
         self.reads_with_transfer = 0
         self.reads_not_modified = 0
 
     def policy(self) -> SoftmaxPolicy:
-        """The current policy, refreshed if older than ``refresh_seconds``."""
-        if self._policy is None or self.clock.time() - self._checked_at >= self.refresh_seconds:
+        """The current policy, refreshed if older than ``refresh_seconds`` or replaced in this process."""
+        if (
+            self._policy is None
+            or self.clock.time() - self._checked_at >= self.refresh_seconds
+            or notices.generation(self.agent_id) != self._notices
+        ):
             self.refresh()
         assert self._policy is not None
         return self._policy
 
     def choose(self) -> Decision:
+        """Draw a configuration from the current policy (:meth:`policy`)."""
         return self.policy().choose()
 
     def refresh(self) -> SoftmaxPolicy:
         """Read the current document now; keep the last good policy on any failure."""
         with self._lock:
             self._checked_at = self.clock.time()
+            self._notices = notices.generation(self.agent_id)
             try:
                 known = self._etag if self._policy is not None else None
                 tagged = self.store.get_current_policy_if_changed(self.agent_id, known)

@@ -4,6 +4,16 @@
 
     episodes (store) ──pump──► queue ──score──► scores (store) ──train──► policies (store)
 
+The loop in a script, on the embedded default (``.agent-learning/local.db``, the offline
+judge; ``path=`` picks another file)::
+
+    with open_local() as pipeline:
+        report = pipeline.run_once()     # what `agent-learn train` does
+    report.published                     # {"support-bot": 2}: the versions it published
+
+A :class:`~agent_learning.client.PolicyClient` in the same process chooses from a version
+published here at its next choice (:mod:`agent_learning.notices`).
+
 Its parts are built from settings in :mod:`agent_learning.wiring` (``open_store``,
 ``open_queue`` and ``open_judge`` are importable from here too). ``pump`` plays the Cosmos
 change-feed trigger (it reads the store's episode feed from a durable checkpoint),
@@ -51,6 +61,11 @@ class CycleReport:
     feedback: SweepResult | None = None
     """What the feedback sweep before training did."""
 
+    @property
+    def published(self) -> dict[str, int]:
+        """Agent id → the version this cycle published (agents it published nothing for are left out)."""
+        return {r.agent_id: r.version for r in self.trained if r.status == "published" and r.version is not None}
+
 
 class LocalPipeline:
     """Runs enqueue → score → train over a store and a queue."""
@@ -80,6 +95,17 @@ class LocalPipeline:
         self.feed_checkpoint = feed_checkpoint
         self.page_size = page_size
         self.drift = drift
+
+    def close(self) -> None:
+        """Close the store and the queue."""
+        self.store.close()
+        self.queue.close()
+
+    def __enter__(self) -> LocalPipeline:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
     def pump(self) -> int:
         """Enqueue every episode written since the checkpoint; returns how many were sent."""

@@ -28,6 +28,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from .. import notices
 from ..clock import SYSTEM_CLOCK, Clock
 from ..documents import PolicyDocument
 from ..errors import ConcurrencyConflict, NotFound
@@ -75,6 +76,7 @@ def publish(store: Store, new: PolicyDocument, etag: str | None) -> PolicyDocume
     """
     new = PolicyDocument.from_dict(new.to_dict())
     store.replace_current_policy(new, etag)
+    notices.policy_changed(new.agent_id)  # clients in this process pick it up at their next choice
     materialise(store, new)
     return new
 

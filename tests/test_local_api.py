@@ -1,0 +1,50 @@
+"""The loop in-process: ``open_local()`` as a user's script uses it, and a ``PolicyClient`` in the
+same process that picks up what it publishes at its next choice."""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+
+from agent_learning.capture import EpisodeCapture
+from agent_learning.client import PolicyClient
+from agent_learning.clock import ManualClock
+from agent_learning.config import load_settings
+from agent_learning.local import open_local
+from agent_learning.pipeline import create_policy, load_current
+from agent_learning.policy import SoftmaxPolicy
+from agent_learning.store.sqlite import SQLiteStore
+
+
+def write_episodes(client: PolicyClient, store: SQLiteStore, clock: ManualClock, n: int) -> None:
+    for i in range(n):
+        decision = client.choose()
+        with EpisodeCapture(store, decision, input=f"question {i}", clock=clock) as run:
+            clock.advance(0.2)
+            run.end("an answer" if decision.action_id == "good" else "")
+
+
+def test_run_once_publishes_and_a_client_in_the_process_chooses_from_it_at_once(tmp_path: Path) -> None:
+    clock = ManualClock()
+    db = tmp_path / "local.db"
+    store = SQLiteStore(db)
+    create_policy(store, SoftmaxPolicy.from_actions("bot", ["good", "bad"]).to_document(created_at=clock.now()))
+    client = PolicyClient(store, "bot", refresh_seconds=30, rng=random.Random(1), clock=clock)
+    assert client.choose().version == 1
+    write_episodes(client, store, clock, 40)
+
+    with open_local(load_settings(), path=db, clock=clock) as pipeline:
+        report = pipeline.run_once()
+    assert report.published == {"bot": 2}
+    assert client.choose().version == 2  # no clock advance: the notice made it re-read
+    assert client.reads_with_transfer == 2
+
+    # A version published elsewhere (another process: no notice here) waits for refresh_seconds.
+    current = load_current(store, "bot")
+    assert current is not None
+    elsewhere = current.model_copy(update={"version": 3, "note": "published by another process"})
+    store.replace_current_policy(elsewhere, store.get_current_policy("bot").etag)
+    assert client.choose().version == 2
+    clock.advance(30)
+    assert client.choose().version == 3
+    store.close()
