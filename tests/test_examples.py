@@ -1,0 +1,68 @@
+"""The shipped example: ``examples/support_agent.py`` runs as a user runs it and its policy learns."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from agent_learning.pipeline import load_current
+from agent_learning.policy import SoftmaxPolicy
+from agent_learning.store.sqlite import SQLiteStore
+
+ROOT = Path(__file__).resolve().parents[1]
+SCRIPT = ROOT / "examples" / "support_agent.py"
+
+
+def run(cwd: Path, *args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    base = {k: v for k, v in os.environ.items() if not k.startswith(("AGENT_LEARNING_", "OPENAI_"))}
+    base["PYTHONPATH"] = str(ROOT / "shared")
+    return subprocess.run([sys.executable, str(SCRIPT), *args], cwd=cwd, env={**base, **(env or {})},
+                          capture_output=True, text=True, timeout=300, check=False)
+
+
+def test_the_example_actions_are_valid_configurations() -> None:
+    policy = SoftmaxPolicy.from_actions("example", json.loads((ROOT / "examples" / "actions.json").read_text()))
+    assert len(policy.actions) >= 4
+    for action in policy.actions:
+        assert set(action.config) == {"prompt", "retrieval_k", "tools"}, action.id
+
+
+def test_the_example_agent_learns_with_a_simulated_model(tmp_path: Path) -> None:
+    done = run(tmp_path, "--episodes", "400")
+    assert done.returncode == 0 and "Traceback" not in done.stderr, done.stderr
+    assert "simulated model" in done.stdout and "after 400 episodes: v9" in done.stdout
+    with SQLiteStore(tmp_path / ".agent-learning" / "local.db") as store:
+        current = load_current(store, "example-agent")
+        episodes = store.list_episodes()
+    assert current is not None and current.version == 9
+    probabilities = SoftmaxPolicy.from_document(current).probabilities
+    assert probabilities["concise-k1-search"] > 0.9  # the simulated model's best configuration
+    failed = [s for e in episodes for s in e["steps"] if s["status"] == "error"]
+    assert failed and {s["error"] for s in failed} == {"search timed out"}  # recorded, the run went on
+
+    again = run(tmp_path, "--episodes", "50")  # the policy exists: it goes on from v9
+    assert again.returncode == 0 and "created" not in again.stdout and "v10" in again.stdout
+
+
+def test_the_example_agent_calls_an_openai_compatible_model(tmp_path: Path, judge_server) -> None:
+    pytest.importorskip("openai")
+    done = run(tmp_path, "--episodes", "20", "--train-every", "10",
+               env={"OPENAI_BASE_URL": judge_server.base_url, "OPENAI_API_KEY": judge_server.api_key or "x",
+                    "OPENAI_MODEL": judge_server.model})
+    assert done.returncode == 0 and "Traceback" not in done.stderr, done.stderr
+    assert f"{judge_server.model} at {judge_server.base_url}" in done.stdout
+    assert len(judge_server.requests) == 20  # one model call per episode
+
+
+def test_without_openai_installed_the_example_says_so(tmp_path: Path) -> None:
+    blocker = tmp_path / "blocker"
+    blocker.mkdir()
+    (blocker / "openai.py").write_text("raise ImportError('no openai here')\n")
+    path = f"{blocker}{os.pathsep}{ROOT / 'shared'}"
+    done = run(tmp_path, "--episodes", "1", env={"OPENAI_BASE_URL": "http://127.0.0.1:9/v1", "PYTHONPATH": path})
+    assert done.returncode == 1 and "pip install openai" in done.stderr and "Traceback" not in done.stderr
