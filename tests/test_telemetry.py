@@ -46,7 +46,7 @@ def pipeline(tmp_path: Path) -> Iterator[LocalPipeline]:
     store = SQLiteStore(tmp_path / "t.db")
     queue = SQLiteQueue(tmp_path / "t.db", clock=clock, max_deliveries=2)
     p = LocalPipeline(store, queue, OfflineJudge(), RewardFunction(), Reinforce(), clock=clock,
-                      drift=DriftConfig(reward_drop=0.01))
+                      drift=DriftConfig(reward_drop=0.01, window=1, evidence_z=0.0))
     create_policy(store, SoftmaxPolicy.from_actions(AGENT, support_bot().actions).to_document(created_at=clock.now()))
     yield p
     store.close()

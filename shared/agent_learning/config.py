@@ -58,7 +58,7 @@ COMPONENTS: dict[type, ComponentSettings] = {
     LearnerConfig: ComponentSettings(
         zero_is_none=frozenset({"max_kl", "reference_batch", "max_logit_gap", "gap_per_evidence", "evidence_half_life"})
     ),
-    DriftConfig: ComponentSettings(renames={"window": "drift_window"}),
+    DriftConfig: ComponentSettings(renames={"window": "drift_window", "evidence_z": "drift_z"}),
     JudgeModel: ComponentSettings(prefix="judge_"),
     JudgeLimits: ComponentSettings(prefix="judge_"),
 }
@@ -203,7 +203,8 @@ class Settings(BaseSettings):
     collapse_entropy: float = tunable(DriftConfig, "collapse_entropy", ge=0, le=1)
     collapse_reward_fall: float = tunable(DriftConfig, "collapse_reward_fall", ge=0)
     reward_drop: float = tunable(DriftConfig, "reward_drop", gt=0)
-    drift_window: int = tunable(DriftConfig, "window", ge=1, le=100)
+    drift_window: int = tunable(DriftConfig, "window", ge=1, le=100_000)
+    drift_z: float = tunable(DriftConfig, "evidence_z", ge=0, le=10)
     auto_pin: bool = tunable(DriftConfig, "auto_pin")
 
     # Telemetry (see agent_learning.telemetry).

@@ -1,15 +1,24 @@
-"""Warnings when a policy stops exploring while its reward falls, or its reward drops sharply.
+"""Warnings when a policy's reward falls, on evidence: a sharp drop, or a collapse of exploration.
 
-After every published version the trainer compares the latest training run with the runs
-before it (each run's mean reward is that of the episodes it learned from, which were chosen
-mostly under the version before it):
+After every published version the trainer compares the latest runs with the runs before them
+(a run's mean reward is that of the episodes it learned from, which were chosen mostly under
+the version before it). One small batch's swing is noise, so both sides pool whole runs,
+newest first, until each holds at least ``window`` episodes: the *recent* side (the latest run
+and as many before it as needed) and the *earlier* side (the runs before those). With n, m
+and v each side's episodes, mean reward and reward variance (within runs, from each run's
+reward std, plus between runs), the fall and its standard error are::
 
-* ``reward_drop`` — the mean reward fell by at least ``reward_drop`` from the previous run:
-  the version published before the latest run does worse than the one before it.
+    fall = m_earlier − m_recent        se = √(v_recent / n_recent + v_earlier / n_earlier)
+
+* ``reward_drop`` — ``fall ≥ reward_drop`` and ``fall ≥ z·se``: the reward fell by at least
+  the threshold, and by more than ``z`` standard errors (``evidence_z``, 3 by default: about
+  one false alarm in 700 comparisons of the same reward distribution).
 * ``exploration_collapse`` — the new policy's normalised entropy H(π)/log K is at most
-  ``collapse_entropy`` *and* the mean reward is at least ``collapse_reward_fall`` below the
-  mean of the previous ``window`` runs: the policy has stopped exploring while doing worse,
-  so it may not notice a better action again.
+  ``collapse_entropy``, and ``fall ≥ collapse_reward_fall`` and ``fall ≥ z·se``: the policy has
+  stopped exploring while doing worse, so it may not notice a better action again.
+
+No warning until both sides hold ``window`` episodes. A fall that lasts warns at every run
+until the earlier side is made of runs after it.
 
 Each warning is logged, counted in the ``agent_learning.policy.warnings`` metric and added
 to the training span as an event. :func:`review` only reports: with ``auto_pin`` the trainer
@@ -41,11 +50,57 @@ class DriftConfig:
     collapse_reward_fall: float = 0.1
     """Reward fall that, with a collapse, warns."""
     reward_drop: float = 0.25
-    """Reward drop between two runs that warns."""
-    window: int = 3
-    """Earlier runs the latest is compared with."""
+    """Reward drop that warns."""
+    window: int = 200
+    """Episodes each side of the comparison pools at least (whole runs)."""
+    evidence_z: float = 3.0
+    """Standard errors a fall must exceed to warn."""
     auto_pin: bool = False
     """Pin an agent's policy when a warning fires."""
+
+
+MAX_RUNS_READ = 200
+"""The most runs :func:`review` reads per published version (both sides of the comparison)."""
+
+
+@dataclass(frozen=True)
+class RunReward:
+    """What a drift comparison needs of one training run."""
+
+    episodes: int
+    mean: float
+    std: float
+
+
+@dataclass(frozen=True)
+class Side:
+    """Runs pooled: episodes, mean reward and reward variance (within and between runs)."""
+
+    episodes: int
+    mean: float
+    variance: float
+
+    @classmethod
+    def pool(cls, runs: Sequence[RunReward]) -> Side:
+        n = sum(r.episodes for r in runs)
+        mean = sum(r.episodes * r.mean for r in runs) / n
+        variance = sum(r.episodes * (r.std**2 + (r.mean - mean) ** 2) for r in runs) / n
+        return cls(n, mean, variance)
+
+
+def split(runs: Sequence[RunReward], window: int) -> tuple[Side, Side] | None:
+    """The recent and the earlier side of ``runs`` (newest first), or None if either holds
+    fewer than ``window`` episodes."""
+    sides: list[Side] = []
+    taken: list[RunReward] = []
+    for run in runs:
+        taken.append(run)
+        if sum(r.episodes for r in taken) >= window:
+            sides.append(Side.pool(taken))
+            taken = []
+            if len(sides) == 2:
+                return sides[0], sides[1]
+    return None
 
 
 @dataclass(frozen=True)
@@ -59,33 +114,39 @@ class DriftWarning:
 def assess(
     agent_id: str,
     version: int,
-    mean_rewards: Sequence[float],
+    runs: Sequence[RunReward],
     entropy: float,
     n_actions: int,
     config: DriftConfig,
 ) -> list[DriftWarning]:
     """Warnings for the run that published ``version``.
 
-    ``mean_rewards`` are the mean rewards of the agent's latest runs, newest first (the run
-    that published ``version`` first); ``entropy`` is that of the new policy, in nats.
+    ``runs`` are the agent's latest runs with episodes, newest first (the run that published
+    ``version`` first); ``entropy`` is that of the new policy, in nats.
     """
-    if len(mean_rewards) < 2:
+    sides = split(runs, config.window)
+    if sides is None:
         return []
-    latest, previous = mean_rewards[0], list(mean_rewards[1 : config.window + 1])
+    recent, earlier = sides
+    fall = earlier.mean - recent.mean
+    se = math.sqrt(recent.variance / recent.episodes + earlier.variance / earlier.episodes)
+    if fall < config.evidence_z * se:
+        return []
+    evidence = (
+        f"{earlier.mean:.3f} over {earlier.episodes} episodes → {recent.mean:.3f} over the latest "
+        f"{recent.episodes}, {fall / se if se > 0 else math.inf:.1f} standard errors"
+    )
     warnings = []
-    drop = previous[0] - latest
-    if drop >= config.reward_drop:
+    if fall >= config.reward_drop:
         warnings.append(
             DriftWarning(
                 "reward_drop",
                 agent_id,
                 version,
-                f"{agent_id}: mean reward dropped by {drop:.3f} ({previous[0]:.3f} → {latest:.3f}) "
-                f"in the run that published v{version}",
+                f"{agent_id}: mean reward dropped by {fall:.3f} ({evidence}) up to the run that published v{version}",
             )
         )
     normalised = entropy / math.log(n_actions) if n_actions > 1 else 0.0
-    fall = sum(previous) / len(previous) - latest
     if normalised <= config.collapse_entropy and fall >= config.collapse_reward_fall:
         warnings.append(
             DriftWarning(
@@ -93,7 +154,7 @@ def assess(
                 agent_id,
                 version,
                 f"{agent_id}: v{version} has stopped exploring (entropy {normalised:.3f} of its maximum) while "
-                f"its mean reward fell by {fall:.3f} below the previous {len(previous)} runs",
+                f"its mean reward fell by {fall:.3f} ({evidence})",
             )
         )
     return warnings
@@ -109,12 +170,24 @@ def review(
 ) -> list[DriftWarning]:
     """Check a freshly published version: log, count and return its warnings (the caller
     decides whether to pin)."""
-    runs: list[Mapping[str, Any]] = store.list_runs(agent_id, limit=config.window + 1)
-    means = [float(r["metrics"]["mean_reward"]) for r in runs if r.get("episodes") and "mean_reward" in r["metrics"]]
-    warnings = assess(agent_id, version, means, policy_entropy(list(probabilities)), len(probabilities), config)
+    runs = [reward_of(r) for r in store.list_runs(agent_id, limit=MAX_RUNS_READ)]
+    known = [r for r in runs if r is not None]
+    warnings = assess(agent_id, version, known, policy_entropy(list(probabilities)), len(probabilities), config)
     for w in warnings:
         log.warning("policy warning (%s): %s", w.kind, w.message)
         count(POLICY_WARNINGS, 1, {"agent_id": agent_id, "kind": w.kind})
         if span is not None:
             span.add_event(w.kind, {"message": w.message})
     return warnings
+
+
+def reward_of(run: Mapping[str, Any]) -> RunReward | None:
+    """A stored run's episodes, mean reward and reward std (None for a run without episodes)."""
+    metrics = run.get("metrics") or {}
+    episodes = int(run.get("episodes") or 0)
+    if episodes <= 0 or "mean_reward" not in metrics:
+        return None
+    # episode_reward_std: the std of the episodes' rewards (runs before it was recorded: the
+    # learner's importance-weighted reward_std, close to it).
+    std = metrics.get("episode_reward_std", metrics.get("reward_std", 0.0))
+    return RunReward(episodes, float(metrics["mean_reward"]), float(std))

@@ -447,6 +447,7 @@ class Reinforce:
             **base_metrics,
             **stats,
             "mean_reward": float(batch.rewards[batch.regular].mean()) if batch.regular.any() else 0.0,
+            "episode_reward_std": float(batch.rewards[batch.regular].std()) if batch.regular.any() else 0.0,
             "softmax_entropy_after": entropy(s_new),
             "kl": kl,
             "step_scale": scale,

@@ -13,7 +13,7 @@ from factories import make_policy_doc
 from agent_learning.admin import rollback, set_pinned
 from agent_learning.clock import ManualClock
 from agent_learning.documents import PolicyDocument
-from agent_learning.drift import DriftConfig, assess
+from agent_learning.drift import DriftConfig, RunReward, assess
 from agent_learning.errors import ConcurrencyConflict, NotFound
 from agent_learning.judges.offline import OfflineJudge
 from agent_learning.learner import Reinforce
@@ -146,25 +146,57 @@ def test_an_intervention_retries_when_a_trainer_publishes_in_between(tmp_path: P
 # --------------------------------------------------------------------------- warnings
 
 
-def test_assess_warns_on_a_sharp_reward_drop() -> None:
-    config = DriftConfig(reward_drop=0.25)
-    (w,) = assess("a", 7, [0.5, 0.8, 0.8], entropy=1.0, n_actions=4, config=config)
-    assert w.kind == "reward_drop" and "0.300" in w.message and "v7" in w.message
-    assert assess("a", 7, [0.6, 0.8], 1.0, 4, config) == []  # a drop of 0.2 is within the noise allowed
-    assert assess("a", 2, [0.1], 1.0, 4, config) == []  # nothing to compare with
+def runs(*means: float, episodes: int = 100, std: float = 0.2) -> list[RunReward]:
+    """Runs newest first with these mean rewards."""
+    return [RunReward(episodes, m, std) for m in means]
+
+
+def test_assess_warns_on_a_sharp_reward_drop_backed_by_evidence() -> None:
+    config = DriftConfig(reward_drop=0.25, window=200)
+    (w,) = assess("a", 7, runs(0.5, 0.5, 0.8, 0.8), entropy=1.0, n_actions=4, config=config)
+    assert w.kind == "reward_drop" and "0.300" in w.message and "v7" in w.message and "standard errors" in w.message
+    assert assess("a", 7, runs(0.6, 0.6, 0.8, 0.8), 1.0, 4, config) == []  # a drop of 0.2 is within the threshold
+    assert assess("a", 7, runs(0.5, 0.8, 0.8, 0.8), 1.0, 4, config) == []  # one run: the recent side pools two
+    assert assess("a", 7, runs(0.5, 0.5, 0.8), 1.0, 4, config) == []  # the earlier side is too small
+    few = runs(0.4, 0.4, 0.8, 0.8, episodes=10, std=0.5)  # as large a drop, too few episodes to be sure
+    assert assess("a", 7, few, 1.0, 4, DriftConfig(window=20)) == []
 
 
 def test_assess_warns_on_collapse_only_when_reward_falls_too() -> None:
-    config = DriftConfig(collapse_entropy=0.1, collapse_reward_fall=0.1, reward_drop=0.5)
+    config = DriftConfig(collapse_entropy=0.1, collapse_reward_fall=0.1, reward_drop=0.5, window=100)
     collapsed = 0.05 * math.log(4)
-    (w,) = assess("a", 9, [0.6, 0.75, 0.72, 0.78, 0.1], collapsed, 4, config)  # window: the 3 runs before
+    (w,) = assess("a", 9, runs(0.6, 0.75, 0.72), collapsed, 4, config)
     assert w.kind == "exploration_collapse" and "stopped exploring" in w.message
-    assert assess("a", 9, [0.74, 0.75, 0.72, 0.78], collapsed, 4, config) == []  # converged, reward steady
-    assert assess("a", 9, [0.6, 0.75, 0.72, 0.78], 0.5 * math.log(4), 4, config) == []  # still exploring
+    assert assess("a", 9, runs(0.74, 0.75, 0.72), collapsed, 4, config) == []  # converged, reward steady
+    assert assess("a", 9, runs(0.6, 0.75, 0.72), 0.5 * math.log(4), 4, config) == []  # still exploring
 
 
+def simulate(means: list[float], batch: int, seed: int, config: DriftConfig) -> list[int]:
+    """Runs of ``batch`` Bernoulli rewards with these means, oldest first; the runs that warn."""
+    rng = random.Random(seed)
+    history: list[RunReward] = []
+    warned = []
+    for i, p in enumerate(means):
+        rewards = [1.0 if rng.random() < p else 0.0 for _ in range(batch)]
+        mean = sum(rewards) / batch
+        history.insert(0, RunReward(batch, mean, math.sqrt(mean * (1 - mean))))
+        if assess("a", i + 2, history[:200], entropy=1.0, n_actions=4, config=config):
+            warned.append(i)
+    return warned
+
+
+def test_small_batches_of_a_steady_reward_do_not_warn_and_a_real_drop_does() -> None:
+    config = DriftConfig(reward_drop=0.25)
+    # 1,000 runs of 10 episodes, reward steady at 0.8: a 0.25 swing between two batches of 10 is
+    # common (the old rule warned on it), evidence for it over 200 episodes is not.
+    false_alarms = sum(len(simulate([0.8] * 1000, 10, seed, config)) for seed in range(5))
+    assert false_alarms <= 5  # at most one per 1,000 runs
+    # The reward falls from 0.8 to 0.45 for good: caught within 400 episodes of the change.
+    for seed in range(5):
+        warned = simulate([0.8] * 100 + [0.45] * 100, 10, seed, config)
+        assert warned and 100 <= warned[0] < 140, warned
 def test_a_warning_pins_the_agent_when_auto_pin_is_on(store: Store, tmp_path: Path, caplog: Any) -> None:
-    agent = Agent(store, tmp_path, drift=DriftConfig(reward_drop=0.2, auto_pin=True))
+    agent = Agent(store, tmp_path, drift=DriftConfig(reward_drop=0.2, window=30, auto_pin=True))
     agent.round()
     agent.round()
     # The judge turns harsh: every later episode gets a much lower reward.
