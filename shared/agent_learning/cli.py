@@ -14,9 +14,11 @@ from __future__ import annotations
 import functools
 import json
 import os
+import re
 import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -99,7 +101,24 @@ db_option = click.option(
     help="SQLite file of the embedded store and queue (default: AGENT_LEARNING_SQLITE_PATH).",
 )
 json_option = click.option("--json", "as_json", is_flag=True, help="Print JSON instead of tables.")
-agent_option = click.option("--agent-id", required=True, help="The agent whose policy to use.")
+AGENT_ID_RULE = "letters, digits, '.', '_' and '-', starting with a letter or digit, at most 128 characters"
+
+
+def _agent_id(ctx: click.Context, param: click.Parameter, value: Any) -> Any:
+    """Check ``--agent-id`` values here, so that a bad one gets one plain sentence, not a pattern."""
+    for item in value if isinstance(value, tuple) else [value]:
+        if item is None:
+            continue
+        if not item:
+            raise click.BadParameter("agent id must not be empty")
+        if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._\-]{0,127}", item):
+            raise click.BadParameter(f"{item!r} is not an agent id: use {AGENT_ID_RULE}")
+    return value
+
+
+agent_option = click.option(
+    "--agent-id", required=True, callback=_agent_id, help="The agent whose policy to use."
+)
 
 
 def _existing(settings: Any) -> Any:
@@ -139,8 +158,21 @@ def _current(store: Any, settings: Any, agent_id: str) -> Any:
     return doc
 
 
+def _iso(value: datetime) -> str:
+    """ISO 8601, UTC as ``Z``: the one form of a time in ``--json`` output (as documents store it)."""
+    return value.isoformat().replace("+00:00", "Z")
+
+
+def _json_default(value: Any) -> Any:
+    if isinstance(value, datetime):
+        return _iso(value)
+    if hasattr(value, "to_dict"):
+        return value.to_dict()
+    return str(value)
+
+
 def _echo_json(data: Any) -> None:
-    click.echo(json.dumps(data, indent=2, default=str))
+    click.echo(json.dumps(data, indent=2, default=_json_default))
 
 
 def _user_fields(doc: dict[str, Any]) -> dict[str, Any]:
@@ -149,6 +181,15 @@ def _user_fields(doc: dict[str, Any]) -> dict[str, Any]:
 
 def _fmt(value: float | None, digits: int = 3) -> str:
     return "" if value is None else f"{value:.{digits}f}"
+
+
+def _ms(value: float | None) -> str:
+    """A latency for people: ``628.7 ms``, ``0.002 ms``, ``12.3 s``."""
+    if value is None:
+        return ""
+    if value >= 10_000:
+        return f"{value / 1000:.1f} s"
+    return f"{value:.1f} ms" if value >= 1 else f"{value:.3g} ms"
 
 
 def _progress(label: str, transient: bool) -> Progress:
@@ -162,7 +203,28 @@ def _progress(label: str, transient: bool) -> Progress:
     )
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+class OneLineErrors(click.Group):
+    """Usage errors (a bad option value, a missing option, an unknown command) in the CLI's one
+    error style: ``error: <option>: <problem>`` on one line, exit code 2."""
+
+    def main(self, *args: Any, **kwargs: Any) -> Any:
+        kwargs["standalone_mode"] = False
+        try:
+            code = super().main(*args, **kwargs)
+        except click.BadParameter as exc:
+            param = exc.param
+            name = (param.human_readable_name if isinstance(param, click.Argument) else param.opts[0]) if param else ""
+            problem = "is required" if isinstance(exc, click.MissingParameter) else exc.message
+            _fail(f"{name}: {problem}" if name else problem, 2)
+        except click.UsageError as exc:
+            command = exc.ctx.command_path if exc.ctx else "agent-learn"
+            _fail(f"{exc.format_message().rstrip('.')} ({command} --help)", 2)
+        except click.Abort:
+            _fail("aborted", 1)
+        sys.exit(code if isinstance(code, int) else 0)
+
+
+@click.group(cls=OneLineErrors, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(package_name="agent-learning")
 def main() -> None:
     """Agents learn which configuration to use from judged experience."""
@@ -174,7 +236,7 @@ def main() -> None:
 @main.command()
 @click.option("--episodes", "episodes", default=4_000, show_default=True, help="Episodes per simulated agent.")
 @click.option("--batch", default=100, show_default=True, help="Episodes per agent between training runs.")
-@click.option("--seed", default=7, show_default=True)
+@click.option("--seed", default=7, show_default=True, help="Random seed: the same seed gives the same run.")
 @click.option("--agents", default="math-tutor,support-bot", show_default=True, help="Comma-separated simulated agents.")
 @click.option(
     "--db",
@@ -286,7 +348,7 @@ def _sample_rows(n: int, limit: int) -> list[int]:
 
 
 @main.command("init-policy")
-@click.option("--agent-id", required=True)
+@click.option("--agent-id", required=True, callback=_agent_id, help="The new agent's id.")
 @click.option(
     "--actions",
     "actions_file",
@@ -356,7 +418,8 @@ def policy_show(agent_id: str, as_json: bool, db: str | None) -> None:
     with _store(db) as (store, settings):
         doc = _current(store, settings, agent_id)
     if as_json:
-        _echo_json(doc.to_dict())
+        probabilities = dict(zip(doc.action_ids, policy_probabilities(doc), strict=True))
+        _echo_json({**doc.to_dict(), "probabilities": probabilities})
         return
     state = f"{doc.source}{', pinned' if doc.pinned else ''}"
     table = Table(title=f"{agent_id} v{doc.version} ({state})", title_justify="left")
@@ -400,7 +463,7 @@ def _history_rows(h: Any) -> list[dict[str, Any]]:
                 "version": doc.version,
                 "source": doc.source,
                 "parent_version": doc.parent_version,
-                "created_at": doc.created_at.isoformat(),
+                "created_at": _iso(doc.created_at),
                 "probabilities": dict(zip(h.action_ids, (round(p, 6) for p in h.probabilities[i]), strict=True)),
                 "mean_reward": h.mean_reward[i],
                 "entropy": h.entropy[i],
@@ -513,7 +576,7 @@ def runs() -> None:
 
 @runs.command("list")
 @agent_option
-@click.option("--limit", type=click.IntRange(min=1), default=20, show_default=True)
+@click.option("--limit", type=click.IntRange(min=1), default=20, show_default=True, help="The newest N runs.")
 @json_option
 @db_option
 @_handle_errors
@@ -561,7 +624,10 @@ def runs_show(run_id: str, as_json: bool, db: str | None) -> None:
     table.add_column("value")
     for key in ("base_version", "policy_version", "episodes", "rejected", "cursor_from", "cursor_to",
                 "started_at", "finished_at"):
-        table.add_row(key, str(doc.get(key)))
+        value = doc.get(key)
+        if isinstance(value, dict) and {"seq", "id"} <= set(value):
+            value = f"score {value['id']} (seq {value['seq']})"
+        table.add_row(key, "—" if value is None else str(value))
     for key, value in sorted(doc.get("metrics", {}).items()):
         table.add_row(f"metrics.{key}", f"{value:.6g}")
     for sample in doc.get("rejected_samples", []):
@@ -580,8 +646,8 @@ def episodes() -> None:
 
 
 @episodes.command("list")
-@click.option("--agent-id", default=None, help="Only this agent's episodes.")
-@click.option("--limit", type=click.IntRange(min=1), default=20, show_default=True)
+@click.option("--agent-id", default=None, callback=_agent_id, help="Only this agent's episodes.")
+@click.option("--limit", type=click.IntRange(min=1), default=20, show_default=True, help="The newest N episodes.")
 @json_option
 @db_option
 @_handle_errors
@@ -638,14 +704,14 @@ def episodes_show(episode_id: str, as_json: bool, db: str | None) -> None:
         _echo_json({"episode": episode, "scores": scores, "feedback": feedback})
         return
     out.print(Text.assemble((episode_id, "bold"), f": agent {episode.get('agent_id')}, action "
-                            f"{episode.get('action_id')} (p={episode.get('probability')}) under "
-                            f"v{episode.get('policy_version')}, {episode.get('ended_at')}"))
+                            f"{episode.get('action_id')} (p={_fmt(episode.get('probability'), 4)}) under "
+                            f"v{episode.get('policy_version')}, {str(episode.get('ended_at'))[:19]}"))
     out.print(f"input: {str(episode.get('input', ''))[:300]}", highlight=False)
     out.print(f"output: {str(episode.get('output', ''))[:300]}", highlight=False)
     for step in episode.get("steps", []):
         error = f" — {step.get('error')}" if step.get("error") else ""
         out.print(f"  step {step.get('name')} ({step.get('kind')}): {step.get('status')}, "
-                  f"{step.get('latency_ms')} ms{error}", highlight=False)
+                  f"{_ms(step.get('latency_ms'))}{error}", highlight=False)
     if not scores:
         out.print("not scored yet")
     else:
@@ -660,7 +726,7 @@ def episodes_show(episode_id: str, as_json: bool, db: str | None) -> None:
         out.print(table)
         for c in scores[1:]:
             out.print(f"correction r{c['revision']}: reward {c['reward']:.3f} ({c['reward_delta']:+.3f}), "
-                      f"{c['scored_at']}")
+                      f"{str(c['scored_at'])[:19]}")
     for f in feedback:
         verdict = f"thumb {f['thumb']}" if f.get("thumb") else f"score {f.get('score')}"
         out.print(f"feedback from {f['source']}: {verdict}{' — ' + f['comment'] if f.get('comment') else ''}",
@@ -673,7 +739,7 @@ def episodes_show(episode_id: str, as_json: bool, db: str | None) -> None:
 @click.option("--down", is_flag=True, help="Thumbs down.")
 @click.option("--score", type=float, default=None, help="A score from 0 to 1 instead of a thumb.")
 @click.option("--source", default="user", show_default=True, help="Who gives it: one feedback per source.")
-@click.option("--comment", default="")
+@click.option("--comment", default="", help="Why, in the user's words (stored with the feedback).")
 @json_option
 @db_option
 @_handle_errors
@@ -721,7 +787,7 @@ def dlq() -> None:
 
 
 @dlq.command("list")
-@click.option("--limit", type=click.IntRange(min=1), default=100, show_default=True)
+@click.option("--limit", type=click.IntRange(min=1), default=100, show_default=True, help="At most N dead letters.")
 @json_option
 @db_option
 @_handle_errors
@@ -845,12 +911,13 @@ def rescore(agent_id: str, episode_ids: tuple[str, ...], rejudge: bool, as_json:
 
 
 @main.command()
-@click.option("--agent-id", "agent_ids", multiple=True, help="Agents to chart (repeatable; default: every agent).")
+@click.option("--agent-id", "agent_ids", multiple=True, callback=_agent_id,
+              help="Agents to chart (repeatable; default: every agent).")
 @click.option("--png", "png_path", type=click.Path(dir_okay=False), default="agent-learning-report.png",
-              show_default=True)
+              show_default=True, help="Where to write the chart.")
 @click.option("--html", "html_path", type=click.Path(dir_okay=False), default="agent-learning-report.html",
-              show_default=True)
-@click.option("--title", default="agent-learning report", show_default=True)
+              show_default=True, help="Where to write the page (the chart and a table of every version).")
+@click.option("--title", default="agent-learning report", show_default=True, help="Title of the chart and page.")
 @json_option
 @db_option
 @_handle_errors
@@ -890,8 +957,8 @@ TRAINING_FAILED = ("invalid_policy", "unavailable", "failed")
 
 
 @main.command()
-@click.option("--agent-id", default=None, help="Train one agent (default: every agent).")
-@click.option("--json", "as_json", is_flag=True)
+@click.option("--agent-id", default=None, callback=_agent_id, help="Train one agent (default: every agent).")
+@json_option
 @db_option
 @_handle_errors
 def train(agent_id: str | None, as_json: bool, db: str | None) -> None:
@@ -952,7 +1019,8 @@ AUDIT_COLUMNS = (
 
 
 @main.command()
-@click.option("--agent-id", default=None, help="Audit one agent (default: every agent with a policy).")
+@click.option("--agent-id", default=None, callback=_agent_id,
+              help="Audit one agent (default: every agent with a policy).")
 @json_option
 @db_option
 @_handle_errors

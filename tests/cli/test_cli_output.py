@@ -1,0 +1,69 @@
+"""What `agent-learn` prints: numbers rounded for people, one form of time in --json, the
+probabilities agents draw from in `policy show --json`."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("rich")
+from click.testing import CliRunner
+
+from agent_learning.capture import EpisodeCapture
+from agent_learning.cli import main
+from agent_learning.clock import ManualClock
+from agent_learning.local import open_local
+from agent_learning.pipeline import create_policy
+from agent_learning.policy import SoftmaxPolicy
+from agent_learning.store.sqlite import SQLiteStore
+
+ISO_Z = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?Z$")
+
+
+@pytest.fixture
+def db(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> str:
+    for name in list(os.environ):
+        if name.startswith("AGENT_LEARNING_"):
+            monkeypatch.delenv(name)
+    path = tmp_path / "out.db"
+    clock = ManualClock()
+    with SQLiteStore(path) as store:
+        policy = SoftmaxPolicy("bot", SoftmaxPolicy.from_actions("bot", ["a", "b", "c"]).actions, [0.3, 0.1, -0.2])
+        create_policy(store, policy.to_document(created_at=clock.now()))
+        with EpisodeCapture(store, policy.decision_for("a"), input="What is 2 + 2?", episode_id="ep-1",
+                            clock=clock) as run:
+            run.step("calc", latency_ms=0.0022029998945072293)
+            run.step("search", latency_ms=628.68208)
+            clock.advance(0.5)
+            run.end("4")
+    with open_local(path=path, clock=clock) as pipeline:
+        pipeline.run_once()
+    return str(path)
+
+
+def test_text_output_rounds_probabilities_and_latencies(db: str) -> None:
+    shown = CliRunner().invoke(main, ["episodes", "show", "ep-1", "--db", db])
+    assert shown.exit_code == 0, shown.output
+    assert re.search(r"\(p=0\.\d{4}\)", shown.stdout) and "0.0022 ms" in shown.stdout and "628.7 ms" in shown.stdout
+    assert not re.search(r"\d\.\d{6,}", shown.stdout), shown.stdout
+
+
+def test_every_time_in_json_is_iso_8601_utc(db: str) -> None:
+    runner = CliRunner()
+    history = json.loads(runner.invoke(main, ["policy", "history", "--agent-id", "bot", "--json", "--db", db]).stdout)
+    episode = json.loads(runner.invoke(main, ["episodes", "show", "ep-1", "--json", "--db", db]).stdout)
+    runs = json.loads(runner.invoke(main, ["runs", "list", "--agent-id", "bot", "--json", "--db", db]).stdout)
+    times = [row["created_at"] for row in history] + [episode["episode"]["started_at"], episode["episode"]["ended_at"]]
+    times += [episode["scores"][0]["scored_at"]] + [r[k] for r in runs for k in ("started_at", "finished_at")]
+    assert times and all(ISO_Z.match(t) for t in times), times
+
+
+def test_policy_show_json_has_the_probabilities_agents_draw_from(db: str) -> None:
+    shown = json.loads(CliRunner().invoke(main, ["policy", "show", "--agent-id", "bot", "--json", "--db", db]).stdout)
+    probabilities = shown["probabilities"]
+    assert list(probabilities) == ["a", "b", "c"] and abs(sum(probabilities.values()) - 1) < 1e-12
+    assert probabilities["a"] > probabilities["b"] > probabilities["c"]
