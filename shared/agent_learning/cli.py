@@ -38,7 +38,7 @@ from .feedback import record_feedback, score_rows, sweep
 from .history import history
 from .learner import Evidence
 from .local import open_local
-from .pipeline import create_policy, load_current, rollback, set_pinned
+from .pipeline import create_policy, load_current, revise, rollback, set_pinned
 from .plots import plot_histories
 from .policy import SoftmaxPolicy, policy_entropy, policy_probabilities
 from .recovery import replay_dead_letters
@@ -312,7 +312,7 @@ def demo(
         for i in rows:
             reward = h.mean_reward[i]
             table.add_row(
-                str(h.versions[i]), *(f"{p:.3f}" for p in h.probabilities[i]), "" if reward is None else f"{reward:.3f}"
+                str(h.versions[i]), *(_fmt(p) or "—" for p in h.probabilities[i]), _fmt(reward)
             )
         out.print(table)
         trend = reward_trend(h)
@@ -347,6 +347,23 @@ def _sample_rows(n: int, limit: int) -> list[int]:
 # --------------------------------------------------------------------------- policies
 
 
+def _read_actions(actions_file: str) -> list[Any]:
+    """The list of actions in an ``--actions`` file, checked item by item."""
+    try:
+        actions = json.loads(Path(actions_file).read_text())
+    except ValueError as exc:
+        raise ValueError(f"--actions: {actions_file} is not valid JSON ({exc})") from None
+    if not isinstance(actions, list) or not actions:
+        raise ValueError(f"--actions: {actions_file} must hold a non-empty JSON list")
+    for i, action in enumerate(actions):
+        if not isinstance(action, str | dict):
+            raise ValueError(
+                f"--actions: item {i} of {actions_file} is {json.dumps(action)}; an action is an id (a string) "
+                'or an object such as {"id": "k=5", "config": {"retrieval_k": 5}}'
+            )
+    return actions
+
+
 @main.command("init-policy")
 @click.option("--agent-id", required=True, callback=_agent_id, help="The new agent's id.")
 @click.option(
@@ -370,18 +387,7 @@ def init_policy(
 ) -> None:
     """Create version 1 (uniform) of an agent's policy."""
     settings = _settings(db)
-    try:
-        actions = json.loads(Path(actions_file).read_text())
-    except ValueError as exc:
-        raise ValueError(f"--actions: {actions_file} is not valid JSON ({exc})") from None
-    if not isinstance(actions, list) or not actions:
-        raise ValueError(f"--actions: {actions_file} must hold a non-empty JSON list")
-    for i, action in enumerate(actions):
-        if not isinstance(action, str | dict):
-            raise ValueError(
-                f"--actions: item {i} of {actions_file} is {json.dumps(action)}; an action is an id (a string) "
-                'or an object such as {"id": "k=5", "config": {"retrieval_k": 5}}'
-            )
+    actions = _read_actions(actions_file)
     policy = SoftmaxPolicy.from_actions(
         agent_id,
         actions,
@@ -464,7 +470,8 @@ def _history_rows(h: Any) -> list[dict[str, Any]]:
                 "source": doc.source,
                 "parent_version": doc.parent_version,
                 "created_at": _iso(doc.created_at),
-                "probabilities": dict(zip(h.action_ids, (round(p, 6) for p in h.probabilities[i]), strict=True)),
+                "probabilities": {a: round(p, 6) for a, p in zip(h.action_ids, h.probabilities[i], strict=True)
+                                  if p is not None},
                 "mean_reward": h.mean_reward[i],
                 "entropy": h.entropy[i],
                 "run": doc.run.id if doc.run else None,
@@ -495,7 +502,7 @@ def policy_history(agent_id: str, limit: int | None, as_json: bool, db: str | No
     table = Table(title=f"{agent_id}: {shown}", title_justify="left")
     table.add_column("version", justify="right")
     table.add_column("source")
-    actions = list(rows[0]["probabilities"]) if rows else []
+    actions = list(dict.fromkeys(a for r in rows for a in r["probabilities"]))
     for a in actions:
         table.add_column(a, justify="right")
     for col in ("reward", "entropy", "run", "episodes"):
@@ -505,7 +512,7 @@ def policy_history(agent_id: str, limit: int | None, as_json: bool, db: str | No
         table.add_row(
             str(r["version"]),
             source,
-            *(f"{r['probabilities'][a]:.3f}" for a in actions),
+            *(_fmt(r["probabilities"].get(a)) or "—" for a in actions),
             _fmt(r["mean_reward"]),
             _fmt(r["entropy"]),
             r["run"].removeprefix(f"{agent_id}:") if r["run"] else "",
@@ -529,6 +536,33 @@ def policy_rollback(agent_id: str, version: int, note: str, as_json: bool, db: s
         change = rollback(store, agent_id, version, note=note)
     _report_change(change, as_json, f"{agent_id} is now v{change.policy.version}, a copy of v{version}",
                    f"{agent_id} v{change.policy.version} is already a rollback to v{version}; nothing changed")
+
+
+@policy.command("revise")
+@agent_option
+@click.option(
+    "--actions",
+    "actions_file",
+    required=True,
+    type=click.Path(exists=True, dir_okay=False),
+    help="JSON file: the complete new list of actions (ids or {id, description, config} objects).",
+)
+@click.option("--rename", "renames", multiple=True, nargs=2, metavar="OLD NEW",
+              help="An action renamed: NEW keeps OLD's logit and evidence (repeatable).")
+@click.option("--note", default="", help="Why (stored with the new version).")
+@json_option
+@db_option
+@_handle_errors
+def policy_revise(agent_id: str, actions_file: str, renames: tuple[tuple[str, str], ...], note: str, as_json: bool,
+                  db: str | None) -> None:
+    """Change an agent's actions (add, remove, rename) as a new version; history is kept."""
+    pairs = dict(renames)
+    actions = SoftmaxPolicy.from_actions(agent_id, _read_actions(actions_file)).actions
+    with _store(db) as (store, settings):
+        _current(store, settings, agent_id)
+        change = revise(store, agent_id, list(actions), renames=pairs, note=note)
+    _report_change(change, as_json, f"{agent_id} is now v{change.policy.version}: {change.policy.note}",
+                   f"{agent_id} v{change.policy.version} already has these actions; nothing changed")
 
 
 @policy.command("pin")
@@ -567,6 +601,58 @@ def _report_change(change: Any, as_json: bool, done: str, unchanged: str) -> Non
 
 
 # --------------------------------------------------------------------------- runs
+
+
+@main.group()
+def agent() -> None:
+    """List and delete agents."""
+
+
+@agent.command("list")
+@json_option
+@db_option
+@_handle_errors
+def agent_list(as_json: bool, db: str | None) -> None:
+    """Every agent with a policy, its current version and whether learning is paused."""
+    with _store(db) as (store, settings):
+        docs = [_current(store, settings, a) for a in store.list_agents()]
+    rows = [{"agent_id": d.agent_id, "version": d.version, "actions": len(d.actions), "pinned": d.pinned,
+             "created_at": _iso(d.created_at)} for d in docs]
+    if as_json:
+        _echo_json(rows)
+        return
+    if not rows:
+        out.print(f"no agent has a policy in {_where(settings)} (agent-learn init-policy)")
+        return
+    table = Table(title=f"{len(rows)} agents in {_where(settings)}", title_justify="left")
+    for col in ("agent", "version", "actions", "pinned", "since"):
+        table.add_column(col, justify="right" if col in ("version", "actions") else "left")
+    for r in rows:
+        table.add_row(r["agent_id"], str(r["version"]), str(r["actions"]), "yes" if r["pinned"] else "",
+                      r["created_at"][:19])
+    out.print(table)
+
+
+@agent.command("delete")
+@agent_option
+@click.option("--yes", is_flag=True, help="Delete without asking.")
+@json_option
+@db_option
+@_handle_errors
+def agent_delete(agent_id: str, yes: bool, as_json: bool, db: str | None) -> None:
+    """Delete an agent and everything it has: policy versions, runs, episodes, scores, feedback."""
+    with _store(db) as (store, settings):
+        _current(store, settings, agent_id)
+        if not yes:
+            if not sys.stdin.isatty():
+                raise ValueError(f"--yes: deleting {agent_id!r} cannot be undone; pass --yes to confirm")
+            click.confirm(f"delete {agent_id} and all its episodes, scores, runs and versions from "
+                          f"{_where(settings)}?", abort=True, err=True)
+        deleted = store.delete_agent(agent_id)
+    if as_json:
+        _echo_json({"agent_id": agent_id, "deleted": deleted})
+        return
+    out.print(f"deleted {agent_id}: " + ", ".join(f"{n} {kind}" for kind, n in deleted.items()))
 
 
 @main.group()

@@ -387,7 +387,7 @@ class PolicyDocument(Document):
     exploration_floor: Annotated[float, Field(strict=True, allow_inf_nan=False, ge=0, lt=1)] = 0.0
     pinned: bool = False
     pin_reason: ShortText = ""
-    source: Literal["init", "train", "rollback", "import"]
+    source: Literal["init", "train", "rollback", "import", "revise"]
     parent_version: Version | None = None
     cursor: ScoreCursor | None = None
     run: TrainingRun | None = None

@@ -22,7 +22,9 @@ class AgentHistory:
     agent_id: str
     action_ids: list[str]
     versions: list[int] = field(default_factory=list)
-    probabilities: list[list[float]] = field(default_factory=list)
+    probabilities: list[list[float | None]] = field(default_factory=list)
+    """Per version, the probability of each of ``action_ids`` (every action any version had);
+    None where that version did not have the action (``agent-learn policy revise``)."""
     mean_reward: list[float | None] = field(default_factory=list)
     entropy: list[float | None] = field(default_factory=list)
     expected_rewards: dict[str, float] = field(default_factory=dict)
@@ -34,7 +36,8 @@ class AgentHistory:
 
     @property
     def final(self) -> dict[str, float]:
-        return dict(zip(self.action_ids, self.probabilities[-1], strict=True))
+        """The latest version's probabilities, of its own actions."""
+        return {a: p for a, p in zip(self.action_ids, self.probabilities[-1], strict=True) if p is not None}
 
 
 def history(store: Any, agent_id: str) -> AgentHistory:
@@ -45,11 +48,12 @@ def history(store: Any, agent_id: str) -> AgentHistory:
     from, exploration floor included.
     """
     docs = [PolicyDocument.from_dict(d) for d in store.list_policy_versions(agent_id)]
-    h = AgentHistory(agent_id, docs[0].action_ids if docs else [])
+    h = AgentHistory(agent_id, list(dict.fromkeys(a for doc in docs for a in doc.action_ids)))
     for doc in docs:
         probs = policy_probabilities(doc)
+        own = dict(zip(doc.action_ids, probs, strict=True))
         h.versions.append(doc.version)
-        h.probabilities.append(probs)
+        h.probabilities.append([own.get(a) for a in h.action_ids])
         h.mean_reward.append(doc.run.metrics.get("mean_reward") if doc.run and doc.run.episodes else None)
         h.entropy.append(policy_entropy(probs))
         h.documents.append(doc)

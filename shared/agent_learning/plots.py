@@ -7,6 +7,7 @@ imported only here, with the non-interactive Agg backend.
 from __future__ import annotations
 
 import io
+import math
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -38,7 +39,7 @@ def history_figure(histories: Sequence[Any], title: str = "agent-learning") -> A
         ax_p, ax_r, ax_h = row
         best = h.best_action if getattr(h, "expected_rewards", None) else None
         for j, action in enumerate(h.action_ids):
-            series = [p[j] for p in h.probabilities]
+            series = [math.nan if p[j] is None else p[j] for p in h.probabilities]  # a gap where it was absent
             label = f"{action} (best)" if action == best else action
             ax_p.plot(h.versions, series, label=label, linewidth=2.4 if action == best else 1.4)
         ax_p.set_ylim(0, 1)

@@ -75,7 +75,7 @@ def render_html(histories: Sequence[AgentHistory], png: bytes, title: str) -> st
             reward = h.mean_reward[i]
             entropy = h.entropy[i]
             cells = [f"<td>{version}</td><td>{esc(source)}</td>"]
-            cells.extend(f"<td>{p:.3f}</td>" for p in h.probabilities[i])
+            cells.extend(f"<td>{'—' if p is None else f'{p:.3f}'}</td>" for p in h.probabilities[i])
             cells.append(f"<td>{'' if reward is None else f'{reward:.3f}'}</td>")
             cells.append(f"<td>{'' if entropy is None else f'{entropy:.3f}'}</td>")
             parts.append("<tr>" + "".join(cells) + "</tr>")

@@ -920,3 +920,35 @@ def test_sqlite_a_file_from_before_the_feedback_feed_puts_its_feedback_in_the_fe
         with SQLiteStore(db_path) as store:
             assert ids(store.read_feedback_changes(None, 10).items) == expected
             assert store.get_correction_ledger("ep-1") is None
+
+
+def test_deleting_an_agent_removes_all_of_its_documents_and_nothing_else(store: Store) -> None:
+    for agent in ("agent-a", "agent-b"):
+        store.replace_current_policy(make_policy_doc(agent, version=2, kind="current"), None)
+        store.create_policy_version(make_policy_doc(agent, version=1))
+        store.create_policy_version(make_policy_doc(agent, version=2))
+        store.put_run(make_run(agent, 2))
+        for n in (1, 2):
+            episode = make_episode(f"{agent}-ep-{n}", agent_id=agent)
+            store.add_episode(episode)
+            store.add_score(make_score(episode=episode))
+            store.put_feedback(make_feedback(episode.id, "user", agent_id=agent))
+    store.put_correction_ledger(make_ledger("agent-a-ep-1"), None)
+    store.add_episode(make_episode("agent-a-ep-3", agent_id="agent-a"))
+    store.mark_feedback_waiting("agent-a-ep-3", "agent-a")
+
+    deleted = store.delete_agent("agent-a")
+    assert deleted["policies"] == 3 and deleted["runs"] == 1 and deleted["episodes"] == 3
+    assert deleted["feedback"] == 2 and deleted["scores"] >= 3  # 2 scores, the ledger (and the marker on Cosmos)
+    assert store.list_agents() == ["agent-b"]
+    assert store.get_current_policy("agent-a") is None and store.list_policy_versions("agent-a") == []
+    assert store.list_runs("agent-a") == [] and store.list_episodes("agent-a") == []
+    assert store.get_score("agent-a-ep-1") is None and store.list_feedback("agent-a-ep-1") == []
+    assert store.get_correction_ledger("agent-a-ep-1") is None
+    assert [e["id"] for e in store.read_episodes(None, 100).items] == ["agent-b-ep-1", "agent-b-ep-2"]
+    assert len(store.list_policy_versions("agent-b")) == 2 and store.get_score("agent-b-ep-2") is not None
+    assert len(store.list_feedback("agent-b-ep-1")) == 1 and len(store.list_runs("agent-b")) == 1
+    assert set(store.delete_agent("agent-a").values()) == {0}  # again: nothing left to delete
+    # The same id can start afresh.
+    store.replace_current_policy(make_policy_doc("agent-a", version=1, kind="current"), None)
+    assert store.list_agents() == ["agent-a", "agent-b"]

@@ -27,6 +27,7 @@ from .publish import (
     load_current_tagged,
     materialise,
     publish,
+    revise,
     rollback,
     set_pinned,
 )
@@ -50,6 +51,7 @@ __all__ = [
     "materialise",
     "message_id_of",
     "publish",
+    "revise",
     "rollback",
     "run_judge",
     "score_episode",

@@ -5,7 +5,7 @@ changes only here, always by an ETag compare-and-swap, and each change is idempo
 
 * :func:`create_policy` — the first version; never overwrites an existing policy.
 * :func:`publish` — the swap the trainer makes to publish the next version.
-* :func:`set_pinned`, :func:`rollback` — operators' interventions (below).
+* :func:`set_pinned`, :func:`rollback`, :func:`revise` — operators' interventions (below).
 
 History is never rewritten. A rollback publishes the logits (and temperature and exploration
 floor) of an earlier version as a *new* version with ``source="rollback"``; the training
@@ -14,8 +14,15 @@ learner state (the reward evidence gathered up to that cursor: what the episodes
 still true after a rollback). Pinning freezes learning: it sets ``pinned`` on the current
 document only (no new version), the trainer then leaves the agent alone and its cursor stays
 put, and unpinning resumes learning from there, so scores that arrived meanwhile are learned
-then. Every intervention is a compare-and-swap retried when a trainer published in between,
-and repeating one changes nothing: pinning a pinned policy or repeating a rollback.
+then. A revision changes the actions themselves (adds, removes, renames) as a new version with
+``source="revise"``: an action that stays keeps its logit and its evidence in the learner
+state, a renamed one keeps those of its old id, and an added one starts at the mean logit of
+those that stay (neither favoured nor starved) with no evidence. Scores of an action the
+revision removed, or renamed, are skipped by later training runs (the new policy never draws
+that id, so its importance weight is 0) and listed among the run's rejected rows. A rollback
+to a version with other actions restores those actions too. Every intervention is a
+compare-and-swap retried when a trainer published in between, and repeating one changes
+nothing: pinning a pinned policy, repeating a rollback or a revision.
 
 Before it replaces the current document, every intervention writes the version and run
 records of the version it replaces (:func:`materialise`): a trainer that died between
@@ -30,7 +37,7 @@ from dataclasses import dataclass
 
 from .. import notices
 from ..clock import SYSTEM_CLOCK, Clock
-from ..documents import PolicyDocument
+from ..documents import Action, PolicyDocument
 from ..errors import ConcurrencyConflict, NotFound
 from ..store.base import Store
 
@@ -150,11 +157,11 @@ def rollback(store: Store, agent_id: str, version: int, *, clock: Clock = SYSTEM
             return None  # already rolled back to it
         if current.version == version:
             raise ValueError(f"VERSION: v{version} is the current version of {agent_id!r}; nothing to roll back")
-        if target.action_ids != current.action_ids:
-            raise ValueError(f"VERSION: v{version} has other actions than the current policy")
         return current.model_copy(
             update={
                 "version": current.version + 1,
+                "actions": list(target.actions),
+                "learner_state": remap_state(current.learner_state, current.action_ids, target.action_ids, {}),
                 "logits": list(target.logits),
                 "temperature": target.temperature,
                 "exploration_floor": target.exploration_floor,
@@ -167,3 +174,78 @@ def rollback(store: Store, agent_id: str, version: int, *, clock: Clock = SYSTEM
         )
 
     return swap(store, agent_id, change)
+
+
+def revise(
+    store: Store,
+    agent_id: str,
+    actions: list[Action],
+    *,
+    renames: dict[str, str] | None = None,
+    clock: Clock = SYSTEM_CLOCK,
+    note: str = "",
+) -> Change:
+    """Publish ``actions`` as the agent's actions in a new version (module docstring: a revision).
+
+    ``renames`` maps an old action id to its new id in ``actions``. Repeating a revision
+    changes nothing.
+    """
+    renames = dict(renames or {})
+    new_ids = [a.id for a in actions]
+    if not actions:
+        raise ValueError("--actions: a policy needs at least one action")
+    if len(set(new_ids)) != len(new_ids):
+        raise ValueError(f"--actions: duplicate action ids {sorted({i for i in new_ids if new_ids.count(i) > 1})}")
+    for old, new in renames.items():
+        if new not in new_ids:
+            raise ValueError(f"--rename: {old} {new}: {new!r} is not among the new actions")
+        if old in new_ids:
+            raise ValueError(f"--rename: {old} {new}: {old!r} is still among the new actions")
+
+    def change(current: PolicyDocument) -> PolicyDocument | None:
+        if list(current.actions) == list(actions):
+            return None  # already these actions (a repeated revision: its renames are done)
+        unknown = sorted(set(renames) - set(current.action_ids))
+        if unknown:
+            raise ValueError(f"--rename: {unknown} are not actions of {agent_id!r} (actions: {current.action_ids})")
+        source = {new: old for old, new in renames.items()}
+        logit = dict(zip(current.action_ids, current.logits, strict=True))
+        kept = [logit[source.get(i, i)] for i in new_ids if source.get(i, i) in logit]
+        start = sum(kept) / len(kept) if kept else 0.0
+        logits = [logit.get(source.get(i, i), start) for i in new_ids]
+        mean = sum(logits) / len(logits)
+        added = [i for i in new_ids if source.get(i, i) not in logit]
+        removed = [i for i in current.action_ids if i not in new_ids and i not in renames]
+        parts = [f"added {added}" if added else "", f"removed {removed}" if removed else "",
+                 f"renamed {', '.join(f'{o}→{n}' for o, n in renames.items())}" if renames else ""]
+        summary = "; ".join(p for p in parts if p) or "descriptions or configs changed"
+        return current.model_copy(
+            update={
+                "version": current.version + 1,
+                "actions": list(actions),
+                "logits": [x - mean for x in logits],
+                "learner_state": remap_state(current.learner_state, current.action_ids, new_ids, source),
+                "source": "revise",
+                "parent_version": current.version,
+                "run": None,
+                "created_at": clock.now(),
+                "note": (f"revised actions: {summary}" + (f": {note}" if note else ""))[:1000],
+            }
+        )
+
+    return swap(store, agent_id, change)
+
+
+def remap_state(state: dict, old_ids: list[str], new_ids: list[str], source: dict[str, str]) -> dict:
+    """The learner state for another list of actions: every per-action list (one entry per old
+    action) is reordered to ``new_ids`` (``source`` maps a new id to the old id it was renamed
+    from); a new action gets 0, which is "no evidence" for every per-action quantity the learner
+    keeps. Entries that are not per-action lists are kept as they are."""
+    position = {a: i for i, a in enumerate(old_ids)}
+    out = {}
+    for key, value in state.items():
+        if isinstance(value, list) and len(value) == len(old_ids):
+            out[key] = [value[position[source.get(i, i)]] if source.get(i, i) in position else 0.0 for i in new_ids]
+        else:
+            out[key] = value
+    return out

@@ -191,7 +191,8 @@ def collect(agent_id: str, rows: Sequence[RawDoc], action_ids: Sequence[str]) ->
             if score.agent_id != agent_id:
                 raise InvalidDocument("score", [("agent_id", f"{score.agent_id!r} is not {agent_id!r}")])
             if score.action_id not in index:
-                raise InvalidDocument("score", [("action_id", f"{score.action_id!r} is not an action of {agent_id!r}")])
+                raise InvalidDocument("score", [("action_id", f"{score.action_id!r} is not an action of {agent_id!r}'s "
+                                                 "current policy (a revision removed or renamed it)")])
         except InvalidDocument as exc:
             out.rejected.append(Rejected(id=str(row.get("id")), error=str(exc)[:4000]))
             continue

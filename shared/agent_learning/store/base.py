@@ -202,6 +202,12 @@ class Store(ABC):
     def list_agents(self) -> list[str]:
         """Ids of the agents that have a current policy, sorted."""
 
+    @abstractmethod
+    def delete_agent(self, agent_id: str) -> dict[str, int]:
+        """Delete everything of an agent: its current policy first (so that it stops being trained
+        and chosen from), then its versions, runs, scores (corrections and ledgers included),
+        feedback and episodes. Returns how many documents of each kind were deleted. Idempotent."""
+
     # ------------------------------------------------------------------ runs
 
     @abstractmethod

@@ -545,6 +545,29 @@ class CosmosStore(Store):
 
     # ------------------------------------------------------------------ runs
 
+    def delete_agent(self, agent_id: str) -> dict[str, int]:
+        """Queries each container for the agent's documents and deletes them one by one (the
+        current policy first); a document already gone counts as deleted by someone else."""
+        by_agent = "SELECT c.id, c.{key} AS pk FROM c WHERE c.agent_id = @agent"
+        params = [{"name": "@agent", "value": agent_id}]
+        deleted: dict[str, int] = {}
+        plan = (("policies", "agent_id", agent_id), ("runs", "agent_id", agent_id), ("scores", "id", None),
+                ("feedback", "episode_id", None), ("episodes", "id", None))
+        for container, key, partition in plan:
+            rows = self._query(container, by_agent.format(key=key), params, partition_key=partition)
+            rows.sort(key=lambda r: not str(r["id"]).endswith(":current"))
+            count = 0
+            for row in rows:
+                try:
+                    self._c[container].delete_item(row["id"], partition_key=row["pk"])
+                    count += 1
+                except cosmos_errors.CosmosResourceNotFoundError:
+                    continue
+                except cosmos_errors.CosmosHttpResponseError as exc:
+                    raise _translate(exc) from exc
+            deleted[container] = count
+        return deleted
+
     def put_run(self, run: TrainingRun) -> None:
         try:
             self._c["runs"].upsert_item(run.to_dict())

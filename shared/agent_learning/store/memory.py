@@ -6,6 +6,7 @@ import copy
 import threading
 import uuid
 from collections.abc import Iterator
+from typing import Any
 
 from ..documents import (
     CorrectionLedger,
@@ -60,7 +61,7 @@ class MemoryStore(Store):
         start = int(continuation) if continuation else 0
         with self._lock:
             ids = self._feed[start : start + max_items]
-            items = [copy.deepcopy(self._episodes[i]) for i in ids]
+            items = [copy.deepcopy(self._episodes[i]) for i in ids if i in self._episodes]  # deleted: skipped
         return FeedPage(items, str(start + len(ids)))
 
     def list_episodes(self, agent_id: str | None = None, limit: int = 100) -> list[RawDoc]:
@@ -69,8 +70,8 @@ class MemoryStore(Store):
             for eid in reversed(self._feed):
                 if len(out) >= limit:
                     break
-                doc = self._episodes[eid]
-                if agent_id is None or doc.get("agent_id") == agent_id:
+                doc = self._episodes.get(eid)
+                if doc is not None and (agent_id is None or doc.get("agent_id") == agent_id):
                     out.append(copy.deepcopy(doc))
             return out
 
@@ -212,6 +213,28 @@ class MemoryStore(Store):
             return sorted(t.doc["agent_id"] for t in self._policies.values() if t.doc.get("kind") == "current")
 
     # runs
+    def delete_agent(self, agent_id: str) -> dict[str, int]:
+        with self._lock:
+            policies = [k for k, v in self._policies.items() if v.doc.get("agent_id") == agent_id]
+            policies.sort(key=lambda k: not k.endswith(":current"))  # the current document first
+            episodes = {k for k, d in self._episodes.items() if d.get("agent_id") == agent_id}
+            def mine(table: dict[str, RawDoc]) -> list[str]:
+                return [k for k, d in table.items() if d.get("agent_id") == agent_id]
+
+            deleted = {
+                "policies": _drop(self._policies, policies),
+                "runs": _drop(self._runs, mine(self._runs)),
+                "scores": _drop(self._scores, mine(self._scores)),
+                "feedback": _drop(self._feedback, mine(self._feedback)),
+                "episodes": _drop(self._episodes, list(episodes)),
+            }
+            ledgers = [k for k, tagged in self._ledgers.items() if tagged.doc.get("agent_id") == agent_id]
+            deleted["scores"] += _drop(self._ledgers, ledgers)
+            for fid in [f for f in self._feedback_lsn if f not in self._feedback]:
+                del self._feedback_lsn[fid]
+            self._markers -= episodes
+            return deleted
+
     def put_run(self, run: TrainingRun) -> None:
         with self._lock:
             self._runs[run.id] = run.to_dict()
@@ -235,3 +258,9 @@ class MemoryStore(Store):
     def set_checkpoint(self, name: str, value: str) -> None:
         with self._lock:
             self._checkpoints[name] = value
+
+
+def _drop(table: dict[str, Any], keys: list[str]) -> int:
+    for key in keys:
+        del table[key]
+    return len(keys)

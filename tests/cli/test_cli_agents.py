@@ -1,0 +1,150 @@
+"""Fixing a mistaken init-policy (`policy revise`), and listing and deleting agents, as a user does."""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("rich")
+from click.testing import CliRunner
+
+from agent_learning.audit import audit
+from agent_learning.cli import main
+from agent_learning.clock import ManualClock
+from agent_learning.config import load_settings
+from agent_learning.history import history
+from agent_learning.local import open_local
+from agent_learning.pipeline import load_current
+from agent_learning.policy import SoftmaxPolicy
+from agent_learning.simulate import support_bot
+
+
+@pytest.fixture
+def db(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> str:
+    for name in list(os.environ):
+        if name.startswith("AGENT_LEARNING_"):
+            monkeypatch.delenv(name)
+    return str(tmp_path / "agents.db")
+
+
+def cli(*args: str) -> str:
+    result = CliRunner().invoke(main, list(args))
+    assert result.exit_code == 0, result.output
+    return result.stdout
+
+
+def actions_file(tmp_path: Path, name: str, actions: list[object]) -> str:
+    path = tmp_path / name
+    path.write_text(json.dumps(actions))
+    return str(path)
+
+
+def learn(db: str, clock: ManualClock, rounds: int, seed: int) -> None:
+    """Episodes of the simulated support bot under the current policy, then a training cycle, per round."""
+    rng, scenario = random.Random(seed), support_bot()
+    with open_local(load_settings(), path=db, clock=clock) as pipeline:
+        for _ in range(rounds):
+            policy = SoftmaxPolicy.from_document(load_current(pipeline.store, "support-bot"), rng=rng)
+            for _ in range(40):
+                scenario.run_episode(pipeline.store, policy.choose(), rng, clock)
+            clock.advance(120)
+            pipeline.run_once()
+
+
+def test_a_revision_adds_removes_and_renames_actions_as_a_new_version(tmp_path: Path, db: str) -> None:
+    clock = ManualClock()
+    cli("init-policy", "--agent-id", "support-bot", "--db", db,
+        "--actions", actions_file(tmp_path, "v1.json", ["k=1", "k=3", "k=5", "k=10"]))
+    learn(db, clock, rounds=3, seed=1)
+    with open_local(load_settings(), path=db, clock=clock) as pipeline:
+        before = load_current(pipeline.store, "support-bot")
+        # Episodes logged under the old actions, scored after the revision: one round not yet trained.
+        policy, rng = SoftmaxPolicy.from_document(before, rng=random.Random(2)), random.Random(3)
+        for _ in range(40):
+            support_bot().run_episode(pipeline.store, policy.choose(), rng, clock)
+    assert before is not None
+    logits = dict(zip(before.action_ids, before.logits, strict=True))
+
+    new = actions_file(tmp_path, "v2.json", ["k=1", "k=5", "five-passages", "k=20"])
+    out = cli("policy", "revise", "--agent-id", "support-bot", "--actions", new, "--rename", "k=10", "five-passages",
+              "--note", "k=3 was a typo", "--db", db)
+    assert f"support-bot is now v{before.version + 1}" in out and "removed ['k=3']" in out
+    again = cli("policy", "revise", "--agent-id", "support-bot", "--actions", new, "--rename", "k=10", "five-passages",
+                "--db", db)
+    assert "nothing changed" in again  # repeating it is a no-op
+
+    with open_local(load_settings(), path=db, clock=clock) as pipeline:
+        revised = load_current(pipeline.store, "support-bot")
+        assert revised is not None and revised.source == "revise" and revised.action_ids == [
+            "k=1", "k=5", "five-passages", "k=20"]
+        got = dict(zip(revised.action_ids, revised.logits, strict=True))
+        shift = got["k=1"] - logits["k=1"]  # logits are re-centred
+        assert got["k=5"] - shift == pytest.approx(logits["k=5"])
+        assert got["five-passages"] - shift == pytest.approx(logits["k=10"])  # renamed: keeps its logit
+        kept = [logits[a] for a in ("k=1", "k=5", "k=10")]
+        assert got["k=20"] - shift == pytest.approx(sum(kept) / 3)  # added: the mean of those that stay
+        assert revised.learner_state["count"][2] == before.learner_state["count"][3]  # and its evidence
+        assert revised.learner_state["count"][3] == 0
+
+        clock.advance(120)
+        report = pipeline.run_once()  # the old-action episodes: scored, then learned or skipped, never lost
+        assert report.published == {"support-bot": revised.version + 1}
+        result = audit(pipeline.store, pipeline.queue, ["support-bot"])
+        assert result.ok and result.agents[0].lost == 0 and result.agents[0].learned_twice == 0
+        run = report.trained[0].run
+        assert run is not None and run.rejected > 0
+        assert "removed or renamed" in run.rejected_samples[0].error
+
+        h = history(pipeline.store, "support-bot")  # versions with different actions, side by side
+        assert h.action_ids == ["k=1", "k=3", "k=5", "k=10", "five-passages", "k=20"]
+        assert h.probabilities[0][4] is None and h.probabilities[-1][1] is None
+    shown = cli("policy", "history", "--agent-id", "support-bot", "--db", db)
+    assert "revise" in shown and "—" in shown
+    cli("report", "--db", db, "--png", str(tmp_path / "r.png"), "--html", str(tmp_path / "r.html"))
+
+    back = cli("policy", "rollback", "--agent-id", "support-bot", "1", "--db", db)  # to the old actions
+    assert "a copy of v1" in back
+    with open_local(load_settings(), path=db, clock=clock) as pipeline:
+        current = load_current(pipeline.store, "support-bot")
+        assert current is not None and current.action_ids == ["k=1", "k=3", "k=5", "k=10"]
+
+
+def test_bad_revisions_are_refused_in_one_line(tmp_path: Path, db: str) -> None:
+    cli("init-policy", "--agent-id", "a", "--db", db, "--actions", actions_file(tmp_path, "a.json", ["x", "y"]))
+    runner = CliRunner()
+    cases = {
+        "a rename to an id not in the list": ["--actions", actions_file(tmp_path, "b.json", ["x", "z"]),
+                                              "--rename", "y", "w"],
+        "a rename of an unknown action": ["--actions", actions_file(tmp_path, "c.json", ["x", "z"]),
+                                          "--rename", "q", "z"],
+        "duplicate ids": ["--actions", actions_file(tmp_path, "d.json", ["x", "x"])],
+    }
+    for case, args in cases.items():
+        result = runner.invoke(main, ["policy", "revise", "--agent-id", "a", "--db", db, *args])
+        lines = result.output.strip().splitlines()
+        assert result.exit_code == 2 and len(lines) == 1 and lines[0].startswith("error: "), (case, result.output)
+
+
+def test_deleting_an_agent_asks_first_and_then_the_id_is_free(tmp_path: Path, db: str) -> None:
+    clock = ManualClock()
+    cli("init-policy", "--agent-id", "support-bot", "--db", db,
+        "--actions", actions_file(tmp_path, "v1.json", ["k=1", "k=3", "k=5", "k=10"]))
+    cli("init-policy", "--agent-id", "other", "--db", db, "--actions", actions_file(tmp_path, "o.json", ["a", "b"]))
+    learn(db, clock, rounds=2, seed=4)
+    listed = json.loads(cli("agent", "list", "--json", "--db", db))
+    assert [(a["agent_id"], a["version"]) for a in listed] == [("other", 1), ("support-bot", 3)]
+
+    refused = CliRunner().invoke(main, ["agent", "delete", "--agent-id", "support-bot", "--db", db], input="n\n")
+    assert refused.exit_code != 0 and len(json.loads(cli("agent", "list", "--json", "--db", db))) == 2
+
+    deleted = json.loads(cli("agent", "delete", "--agent-id", "support-bot", "--yes", "--json", "--db", db))
+    assert deleted["deleted"]["episodes"] == 80 and deleted["deleted"]["policies"] == 4  # current + 3 versions
+    assert [a["agent_id"] for a in json.loads(cli("agent", "list", "--json", "--db", db))] == ["other"]
+    assert "support-bot" not in cli("episodes", "list", "--db", db)
+    cli("init-policy", "--agent-id", "support-bot", "--db", db,  # the id starts afresh, no old scores learned
+        "--actions", actions_file(tmp_path, "v1.json", ["k=1", "k=3", "k=5", "k=10"]))
+    assert "no_new_scores" in cli("train", "--db", db)
