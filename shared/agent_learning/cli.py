@@ -18,7 +18,7 @@ import re
 import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from datetime import datetime
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -156,6 +156,10 @@ def _current(store: Any, settings: Any, agent_id: str) -> Any:
         known = f"agents: {', '.join(agents)}" if agents else "no agent has a policy yet (agent-learn init-policy)"
         raise NotFound(f"--agent-id: {agent_id!r} has no policy in {_where(settings)}; {known}")
     return doc
+
+
+TIME_FORMATS = ["%Y-%m-%d", "%Y-%m-%dT%H:%M:%S", "%Y-%m-%d %H:%M:%S", "%Y-%m-%dT%H:%M"]
+"""The forms ``--since`` and ``--until`` accept (UTC)."""
 
 
 def _iso(value: datetime) -> str:
@@ -1004,12 +1008,25 @@ def rescore(agent_id: str, episode_ids: tuple[str, ...], rejudge: bool, as_json:
 @click.option("--html", "html_path", type=click.Path(dir_okay=False), default="agent-learning-report.html",
               show_default=True, help="Where to write the page (the chart and a table of every version).")
 @click.option("--title", default="agent-learning report", show_default=True, help="Title of the chart and page.")
+@click.option("--last", type=click.IntRange(min=1), default=None, help="Only the newest N versions of each agent.")
+@click.option("--since", type=click.DateTime(TIME_FORMATS), default=None,
+              help="Only versions created at or after this UTC date or time (2026-11-01 or 2026-11-01T08:00:00).")
+@click.option("--until", type=click.DateTime(TIME_FORMATS), default=None,
+              help="Only versions created at or before this UTC date or time.")
+@click.option("--smooth", type=click.IntRange(min=1), default=None,
+              help="Draw reward and entropy as means over N versions (default: none up to 100 versions, "
+                   "then a fiftieth of them).")
 @json_option
 @db_option
 @_handle_errors
-def report(agent_ids: tuple[str, ...], png_path: str, html_path: str, title: str, as_json: bool, db: str | None
+def report(agent_ids: tuple[str, ...], png_path: str, html_path: str, title: str, last: int | None,
+           since: datetime | None, until: datetime | None, smooth: int | None, as_json: bool, db: str | None
            ) -> None:
-    """Charts of every policy version (PNG and a self-contained HTML page)."""
+    """Charts of every policy version (PNG and a self-contained HTML page); rollbacks, revisions
+    and a pin are marked."""
+    since, until = (t.replace(tzinfo=UTC) if t else None for t in (since, until))
+    if since and until and since > until:
+        raise ValueError(f"--since: {_iso(since)} is after --until {_iso(until)}")
     with _store(db) as (store, settings):
         agents = list(agent_ids) or store.list_agents()
         if not agents:
@@ -1020,10 +1037,13 @@ def report(agent_ids: tuple[str, ...], png_path: str, html_path: str, title: str
         with _progress("reading policy versions", as_json) as bar:
             task = bar.add_task("agents", total=len(agents))
             for agent_id in agents:
-                histories.append(history(store, agent_id))
+                histories.append(history(store, agent_id).window(last=last, since=since, until=until))
                 bar.advance(task)
+    empty = [h.agent_id for h in histories if not h.versions]
+    if empty:
+        raise NotFound(f"--since/--until: no versions of {', '.join(empty)} were created in that time")
     try:
-        files = write_report(histories, png_path, html_path, title)
+        files = write_report(histories, png_path, html_path, title, smooth)
     except RuntimeError as exc:  # matplotlib missing
         raise ConfigurationError(str(exc)) from None
     summary = {"png": str(files.png), "html": str(files.html),

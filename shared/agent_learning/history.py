@@ -7,6 +7,7 @@ produced it; the CLI's ``policy history`` and ``report`` and the demo's chart us
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any
 
 from .documents import PolicyDocument
@@ -29,6 +30,30 @@ class AgentHistory:
     entropy: list[float | None] = field(default_factory=list)
     expected_rewards: dict[str, float] = field(default_factory=dict)
     documents: list[PolicyDocument] = field(default_factory=list)
+    pinned: bool = False
+    """Whether learning is paused now (a pin makes no version: it is state of the current document)."""
+
+    def window(
+        self, *, last: int | None = None, since: datetime | None = None, until: datetime | None = None
+    ) -> AgentHistory:
+        """The versions created from ``since`` to ``until`` (inclusive), of those the newest ``last``."""
+        keep = [
+            i for i, doc in enumerate(self.documents)
+            if (since is None or doc.created_at >= since) and (until is None or doc.created_at <= until)
+        ]
+        if last is not None:
+            keep = keep[-last:]
+        return AgentHistory(
+            self.agent_id,
+            self.action_ids,
+            [self.versions[i] for i in keep],
+            [self.probabilities[i] for i in keep],
+            [self.mean_reward[i] for i in keep],
+            [self.entropy[i] for i in keep],
+            self.expected_rewards,
+            [self.documents[i] for i in keep],
+            self.pinned,
+        )
 
     @property
     def best_action(self) -> str:
@@ -57,4 +82,6 @@ def history(store: Any, agent_id: str) -> AgentHistory:
         h.mean_reward.append(doc.run.metrics.get("mean_reward") if doc.run and doc.run.episodes else None)
         h.entropy.append(policy_entropy(probs))
         h.documents.append(doc)
+    current = store.get_current_policy(agent_id)
+    h.pinned = bool(current and current.doc.get("pinned"))
     return h

@@ -24,19 +24,50 @@ def _pyplot() -> Any:
     return plt
 
 
-def history_figure(histories: Sequence[Any], title: str = "agent-learning") -> Any:
+MARKS = {
+    "rollback": {"color": "tab:red", "linestyle": "--", "label": "rollback"},
+    "revise": {"color": "tab:orange", "linestyle": ":", "label": "actions revised"},
+}
+"""How versions made by an operator are marked on every panel (by the version's ``source``)."""
+
+MARK = "mark"
+"""The ``gid`` of a mark's line, so that counts of data series leave marks out."""
+
+
+def auto_smooth(versions: int) -> int:
+    """The smoothing window for this many versions: none up to 100, then about 50 points' worth."""
+    return 1 if versions <= 100 else max(2, versions // 50)
+
+
+def rolling_mean(values: Sequence[float], window: int) -> list[float]:
+    """The trailing mean of the last ``window`` values at each point (fewer at the start)."""
+    out, total = [], 0.0
+    for i, value in enumerate(values):
+        total += value
+        if i >= window:
+            total -= values[i - window]
+        out.append(total / min(i + 1, window))
+    return out
+
+
+def history_figure(histories: Sequence[Any], title: str = "agent-learning", smooth: int | None = None) -> Any:
     """One row per agent: action probabilities, mean reward and entropy per version.
 
     ``histories`` are :class:`agent_learning.history.AgentHistory` objects. The probability
     panel has one line per action; the reward panel one line (plus a dashed line at the best
     action's true mean when the history knows it, as the demo's do); the entropy panel one
-    line. Returns the matplotlib figure (close it with :func:`close`).
+    line. With ``smooth`` > 1 (default: :func:`auto_smooth`) the reward and entropy lines are
+    trailing means over that many versions, drawn over the raw values (faint, unlabelled).
+    Rollbacks and revisions are vertical lines on every panel (:data:`MARKS`), and a pinned
+    policy a dash-dot line at its latest version. Returns the matplotlib figure (close it with
+    :func:`close`).
     """
     plt = _pyplot()
     rows = max(1, len(histories))
     fig, axes = plt.subplots(rows, 3, figsize=(16, 3.6 * rows), squeeze=False)
     for row, h in zip(axes, histories, strict=False):
         ax_p, ax_r, ax_h = row
+        window = smooth or auto_smooth(len(h.versions))
         best = h.best_action if getattr(h, "expected_rewards", None) else None
         for j, action in enumerate(h.action_ids):
             series = [math.nan if p[j] is None else p[j] for p in h.probabilities]  # a gap where it was absent
@@ -44,10 +75,9 @@ def history_figure(histories: Sequence[Any], title: str = "agent-learning") -> A
             ax_p.plot(h.versions, series, label=label, linewidth=2.4 if action == best else 1.4)
         ax_p.set_ylim(0, 1)
         _decorate(ax_p, "probability", f"{h.agent_id}: action probabilities")
-        ax_p.legend(loc="center right", fontsize=8)
 
         points = [(v, m) for v, m in zip(h.versions, h.mean_reward, strict=True) if m is not None]
-        ax_r.plot([v for v, _ in points], [m for _, m in points], color="tab:green", marker=".", label="mean reward")
+        _series(ax_r, [v for v, _ in points], [m for _, m in points], window, "tab:green", "mean reward")
         if best is not None:
             ax_r.axhline(
                 h.expected_rewards[best],
@@ -57,14 +87,42 @@ def history_figure(histories: Sequence[Any], title: str = "agent-learning") -> A
                 label=f"best action's true mean ({best})",
             )
         _decorate(ax_r, "mean reward of the batch", f"{h.agent_id}: mean reward per training run")
-        ax_r.legend(loc="lower right", fontsize=8)
 
-        ax_h.plot(h.versions, h.entropy, color="tab:purple", marker=".", label="entropy")
+        entropy = [(v, e) for v, e in zip(h.versions, h.entropy, strict=True) if e is not None]
+        _series(ax_h, [v for v, _ in entropy], [e for _, e in entropy], window, "tab:purple", "entropy")
         _decorate(ax_h, "entropy (nats)", f"{h.agent_id}: policy entropy")
         ax_h.set_ylim(bottom=0)
+        for ax in row:
+            _marks(ax, h)
+        ax_p.legend(loc="center right", fontsize=8)
+        ax_r.legend(loc="lower right", fontsize=8)
+        ax_h.legend(loc="upper right", fontsize=8)
     fig.suptitle(title)
     fig.tight_layout()
     return fig
+
+
+def _series(ax: Any, x: list[Any], y: list[float], window: int, color: str, label: str) -> None:
+    if window <= 1:
+        ax.plot(x, y, color=color, marker=".", label=label)
+        return
+    ax.plot(x, y, color=color, alpha=0.25, linewidth=0.8)
+    ax.plot(x, rolling_mean(y, window), color=color, linewidth=2, label=f"{label}, mean of {window} versions")
+
+
+def _marks(ax: Any, h: Any) -> None:
+    """Vertical lines at the versions operators made, and at a pinned policy; one legend entry each."""
+    labelled: set[str] = set()
+    for version, doc in zip(h.versions, h.documents, strict=False):
+        style = MARKS.get(doc.source)
+        if style is None:
+            continue
+        label = style["label"] if style["label"] not in labelled else None
+        labelled.add(style["label"])
+        ax.axvline(version, color=style["color"], linestyle=style["linestyle"], linewidth=1, label=label, gid=MARK)
+    if getattr(h, "pinned", False) and h.versions:
+        ax.axvline(h.versions[-1], color="black", linestyle="-.", linewidth=1, label="pinned: learning paused",
+                   gid=MARK)
 
 
 def _decorate(ax: Any, ylabel: str, title: str) -> None:
@@ -91,6 +149,11 @@ def png_bytes(fig: Any) -> bytes:
 
 def close(fig: Any) -> None:
     _pyplot().close(fig)
+
+
+def data_lines(ax: Any) -> list[Any]:
+    """The lines of a panel that are data, not marks."""
+    return [line for line in ax.get_lines() if line.get_gid() != MARK]
 
 
 def plot_histories(histories: Sequence[Any], path: str | Path, title: str = "agent-learning") -> Path:

@@ -16,7 +16,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from .history import AgentHistory
-from .plots import close, history_figure, png_bytes
+from .plots import close, data_lines, history_figure, png_bytes
 
 CSS = """
 body { font-family: system-ui, sans-serif; margin: 2em; color: #222; }
@@ -36,13 +36,17 @@ class ReportFiles:
 
 
 def write_report(
-    histories: Sequence[AgentHistory], png_path: str | Path, html_path: str | Path, title: str = "agent-learning"
+    histories: Sequence[AgentHistory],
+    png_path: str | Path,
+    html_path: str | Path,
+    title: str = "agent-learning",
+    smooth: int | None = None,
 ) -> ReportFiles:
-    """Write the PNG and the HTML page; returns where, and how many series each panel holds."""
-    fig = history_figure(histories, title)
+    """Write the PNG and the HTML page; returns where, and how many data series each panel holds."""
+    fig = history_figure(histories, title, smooth)
     try:
         png = png_bytes(fig)
-        series = {h.agent_id: [len(ax.get_lines()) for ax in fig.axes[3 * i : 3 * i + 3]]
+        series = {h.agent_id: [len(data_lines(ax)) for ax in fig.axes[3 * i : 3 * i + 3]]
                   for i, h in enumerate(histories)}
     finally:
         close(fig)

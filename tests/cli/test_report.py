@@ -1,0 +1,112 @@
+"""`agent-learn report` at scale: a window of versions, smoothing, and marks where operators acted."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import random
+from datetime import datetime, timedelta
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+pytest.importorskip("matplotlib")
+from click.testing import CliRunner
+
+from agent_learning.cli import main
+from agent_learning.history import AgentHistory
+from agent_learning.plots import MARK, close, data_lines, history_figure, rolling_mean
+
+
+def long_history(n: int) -> AgentHistory:
+    rng = random.Random(0)
+    sources = ["init"] + ["train"] * (n - 1)
+    sources[n // 2] = "rollback"
+    sources[n // 4] = "revise"
+    return AgentHistory(
+        "bot",
+        ["a", "b"],
+        versions=list(range(1, n + 1)),
+        probabilities=[[0.5, 0.5]] * n,
+        mean_reward=[None] + [0.7 + rng.gauss(0, 0.1) for _ in range(n - 1)],
+        entropy=[0.69] * n,
+        documents=[SimpleNamespace(source=s) for s in sources],  # type: ignore[misc]
+        pinned=True,
+    )
+
+
+def test_a_thousand_versions_are_drawn_smoothed_with_their_marks() -> None:
+    h = long_history(1_000)
+    fig = history_figure([h], "t")
+    try:
+        _, ax_r, _ = fig.axes[:3]
+        smoothed = [line for line in data_lines(ax_r) if "mean of 20 versions" in str(line.get_label())]
+        assert len(smoothed) == 1  # 1,000 versions: a mean over 20
+        y = list(smoothed[0].get_ydata())
+        rewards = [m for m in h.mean_reward if m is not None]
+        assert y[-1] == pytest.approx(sum(rewards[-20:]) / 20) and len(y) == 999
+        marks = [line for line in ax_r.get_lines() if line.get_gid() == MARK]
+        assert sorted(line.get_xdata()[0] for line in marks) == [251, 501, 1000]  # revise, rollback, pin
+        labels = ax_r.get_legend_handles_labels()[1]
+        assert {"rollback", "actions revised", "pinned: learning paused"} <= set(labels)
+    finally:
+        close(fig)
+    few = history_figure([long_history(50)], "t")
+    try:
+        assert [len(data_lines(ax)) for ax in few.axes[:3]] == [2, 1, 1]  # 50 versions: drawn as they are
+    finally:
+        close(few)
+
+
+def test_rolling_mean_is_the_trailing_mean() -> None:
+    assert rolling_mean([1, 2, 3, 4], 2) == [1, 1.5, 2.5, 3.5]
+    assert rolling_mean([2.0], 5) == [2.0] and not any(math.isnan(x) for x in rolling_mean([0.0] * 9, 3))
+
+
+@pytest.fixture
+def db(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> str:
+    for name in list(os.environ):
+        if name.startswith("AGENT_LEARNING_"):
+            monkeypatch.delenv(name)
+    path = str(tmp_path / "r.db")
+    result = CliRunner().invoke(main, ["demo", "--db", path, "--episodes", "600", "--batch", "10", "--no-plot",
+                                       "--agents", "support-bot"])
+    assert result.exit_code == 0, result.output
+    return path
+
+
+def test_report_draws_the_newest_versions_or_a_time_window(db: str, tmp_path: Path) -> None:
+    runner = CliRunner()
+    files = ["--png", str(tmp_path / "r.png"), "--html", str(tmp_path / "r.html"), "--db", db]
+    assert runner.invoke(main, ["policy", "rollback", "--agent-id", "support-bot", "30", "--db", db]).exit_code == 0
+    last = json.loads(runner.invoke(main, ["report", "--last", "50", "--json", *files]).stdout)
+    assert last["agents"]["support-bot"]["versions"] == 50
+    html = (tmp_path / "r.html").read_text()
+    assert html.count("<tr><td>") == 50 and "<td>12</td>" not in html and "<td>62</td>" in html
+    smooth = json.loads(runner.invoke(main, ["report", "--smooth", "5", "--json", *files]).stdout)
+    assert smooth["agents"]["support-bot"]["series"] == [4, 2, 2]  # raw and smoothed reward and entropy
+
+    rows = json.loads(runner.invoke(main, ["policy", "history", "--agent-id", "support-bot", "--json",
+                                           "--db", db]).stdout)
+    created = {r["version"]: datetime.fromisoformat(r["created_at"]) for r in rows}
+    since = created[10].replace(microsecond=0)
+    until = created[19].replace(microsecond=0) + timedelta(seconds=1)
+    expected = sum(1 for t in created.values() if since <= t <= until)
+    window = ["--since", since.strftime("%Y-%m-%dT%H:%M:%S"), "--until", until.strftime("%Y-%m-%dT%H:%M:%S")]
+    timed = json.loads(runner.invoke(main, ["report", *window, "--json", *files]).stdout)
+    assert timed["agents"]["support-bot"]["versions"] == expected >= 10
+
+
+@pytest.mark.parametrize("args, problem", [
+    (["--last", "0"], "--last"),
+    (["--since", "yesterday"], "--since"),
+    (["--since", "2026-02-01", "--until", "2026-01-01"], "is after --until"),
+    (["--since", "2099-01-01"], "no versions"),
+    (["--smooth", "0"], "--smooth"),
+])
+def test_bad_report_windows_are_one_line(db: str, tmp_path: Path, args: list[str], problem: str) -> None:
+    result = CliRunner().invoke(main, ["report", "--db", db, "--png", str(tmp_path / "x.png"), *args])
+    lines = [line for line in result.output.strip().splitlines() if not line.startswith("reading policy versions")]
+    assert result.exit_code == 2 and len(lines) == 1 and problem in lines[0], result.output
