@@ -228,6 +228,7 @@ class EpisodeCapture:
             "metadata": self.metadata,
             "truncated": truncated,
             "ttl": self.ttl,
+            "context": dict(d.context) if d.context is not None else None,
         }
         size = json_bytes(Episode.model_construct(**fields).model_dump(mode="json"))
         if size > MAX_EPISODE_BYTES:

@@ -25,6 +25,7 @@ import urllib.error
 import urllib.parse
 import urllib.request
 from collections.abc import Callable, Mapping
+from typing import Any
 
 from . import notices
 from .clock import SYSTEM_CLOCK, Clock
@@ -81,9 +82,10 @@ class PolicyClient:
         assert self._policy is not None
         return self._policy
 
-    def choose(self) -> Decision:
-        """Draw a configuration from the current policy (:meth:`policy`)."""
-        return self.policy().choose()
+    def choose(self, context: Mapping[str, Any] | None = None) -> Decision:
+        """Draw a configuration from the current policy (:meth:`policy`); ``context`` (the
+        request's features) is logged with the episode (:meth:`SoftmaxPolicy.choose`)."""
+        return self.policy().choose(context=context)
 
     def refresh(self) -> SoftmaxPolicy:
         """Read the current document now; keep the last good policy on any failure."""

@@ -98,6 +98,41 @@ Version = Annotated[int, Field(strict=True, ge=1)]
 Count = Annotated[int, Field(strict=True, ge=0)]
 MAX_METADATA_VALUE_CHARS = 256
 
+MAX_CONTEXT_FEATURES = 20
+"""Features one decision's context may carry (a request's task type, language, tier, length...)."""
+MAX_CONTEXT_VALUE_CHARS = 128
+"""The longest categorical context value: a segment name, not free text."""
+CONTEXT_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_.\-]{0,63}")
+"""A context feature's name: a letter or ``_`` first, then letters, digits, ``_``, ``.``, ``-``; at most 64."""
+
+
+def check_context(context: Any) -> dict[str, str | int | float | bool]:
+    """A decision's context, checked: at most :data:`MAX_CONTEXT_FEATURES` features, each named by
+    :data:`CONTEXT_NAME`, each a category (a string of at most :data:`MAX_CONTEXT_VALUE_CHARS`
+    characters, or a boolean) or a finite number. Raises ``ValueError`` naming the feature."""
+    if not isinstance(context, dict):
+        raise ValueError(f"must be an object of feature names to values, got {type(context).__name__}")
+    if len(context) > MAX_CONTEXT_FEATURES:
+        raise ValueError(f"has {len(context)} features; the limit is {MAX_CONTEXT_FEATURES}")
+    for name, value in context.items():
+        if not isinstance(name, str) or not CONTEXT_NAME.fullmatch(name):
+            raise ValueError(
+                f"{str(name)[:80]!r} is not a feature name: use a letter or '_' first, then letters, digits, "
+                "'_', '.' or '-', at most 64 characters"
+            )
+        ok = (
+            isinstance(value, bool)
+            or (isinstance(value, int) and abs(value) < 2**53)
+            or (isinstance(value, float) and math.isfinite(value))
+            or (isinstance(value, str) and 0 < len(value) <= MAX_CONTEXT_VALUE_CHARS)
+        )
+        if not ok:
+            raise ValueError(
+                f"{name}: must be a category (a non-empty string of at most {MAX_CONTEXT_VALUE_CHARS} characters, "
+                f"or a boolean) or a finite number, got {value!r:.80}"
+            )
+    return dict(context)
+
 MAX_EPISODE_BYTES = 2_000_000
 """The largest episode, in bytes of its compact JSON as azure-cosmos sends it (non-ASCII characters
 escaped as ``\\uXXXX``, so never less than its UTF-8 length; see :func:`json_bytes`). Cosmos DB
@@ -272,6 +307,23 @@ class Episode(Document):
     metadata: dict[Annotated[str, StringConstraints(strict=True, min_length=1, max_length=64)], Any] = {}
     truncated: list[Name] = []
     ttl: Annotated[int, Field(strict=True, ge=-1)] | None = None
+    context: dict[str, Any] | None = None
+    """The request's features the action was chosen for (:func:`check_context`); absent when the
+    agent gave none, so that episodes without context are stored exactly as before."""
+
+    @field_validator("context")
+    @classmethod
+    def _context(cls, value: dict[str, Any] | None) -> dict[str, Any] | None:
+        return None if value is None else check_context(value)
+
+    def to_dict(self) -> dict[str, Any]:
+        data = super().to_dict()
+        if data.get("context") is None:
+            data.pop("context", None)
+        return data
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), separators=(",", ":"), ensure_ascii=False)
 
     @field_validator("tool_definitions")
     @classmethod

@@ -21,7 +21,7 @@ import math
 import random
 from bisect import bisect_right
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from itertools import accumulate
 from typing import Any, Literal
@@ -29,7 +29,7 @@ from typing import Any, Literal
 from pydantic import ValidationError
 
 from .clock import SYSTEM_CLOCK
-from .documents import Action, PolicyDocument, ScoreCursor, invalid_from_pydantic, policy_doc_id
+from .documents import Action, PolicyDocument, ScoreCursor, check_context, invalid_from_pydantic, policy_doc_id
 from .errors import InvalidDocument
 
 DEFAULT_EXPLORATION_FLOOR = 0.001
@@ -47,6 +47,8 @@ class Decision:
     logprob: float
     version: int
     config: Mapping[str, Any] = field(default_factory=dict)
+    context: Mapping[str, Any] | None = None
+    """The request's features it was chosen for (``choose(context=...)``), logged with the episode."""
 
     @property
     def policy_id(self) -> str:
@@ -227,10 +229,17 @@ class SoftmaxPolicy:
 
     # ------------------------------------------------------------------ use
 
-    def choose(self, rng: random.Random | None = None) -> Decision:
-        """Draw an action. Pass ``rng`` to override the policy's generator for this draw."""
+    def choose(self, rng: random.Random | None = None, *, context: Mapping[str, Any] | None = None) -> Decision:
+        """Draw an action. Pass ``rng`` to override the policy's generator for this draw.
+
+        ``context`` (the request's features: ``{"task": "billing", "tokens": 812}``) is checked
+        (:func:`~agent_learning.documents.check_context`) and logged with the episode; this
+        policy's probabilities do not depend on it."""
         u = rng.random() if rng is not None else self._random()
-        return self._decisions[bisect_right(self._cum, u)]
+        decision = self._decisions[bisect_right(self._cum, u)]
+        if context is None:
+            return decision
+        return replace(decision, context=validated_context(context))
 
     def decision_for(self, action_id: str) -> Decision:
         """The decision record of a given action (for replaying a logged choice)."""
@@ -279,3 +288,13 @@ def _as_action(value: str | Action | Mapping[str, Any]) -> Action:
         except ValidationError as exc:
             raise invalid_from_pydantic("action", exc) from None
     raise TypeError(f"an action must be an id, an Action or a mapping, got {type(value).__name__}")
+
+
+def validated_context(context: Any) -> dict[str, Any]:
+    """``context`` checked, or :class:`InvalidDocument` naming the feature and the problem."""
+    try:
+        return check_context(context)
+    except ValueError as exc:
+        name, sep, problem = str(exc).partition(": ")
+        field = f"context.{name}" if sep and isinstance(context, dict) and name in context else "context"
+        raise InvalidDocument("context", [(field, problem if field != "context" else str(exc))]) from None

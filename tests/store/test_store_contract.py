@@ -22,6 +22,7 @@ from hypothesis import strategies as st
 
 from agent_learning.documents import (
     CorrectionLedger,
+    Episode,
     Feedback,
     Score,
     ScoreCursor,
@@ -952,3 +953,17 @@ def test_deleting_an_agent_removes_all_of_its_documents_and_nothing_else(store: 
     # The same id can start afresh.
     store.replace_current_policy(make_policy_doc("agent-a", version=1, kind="current"), None)
     assert store.list_agents() == ["agent-a", "agent-b"]
+
+
+def test_an_episode_keeps_its_context_and_one_without_stores_none(store: Store) -> None:
+    context = {"task": "billing", "tokens": 812, "score": 0.25, "returning": True}
+    store.add_episode(make_episode("ep-ctx", context=context))
+    store.add_episode(make_episode("ep-plain"))
+    with_context = store.get_episode("ep-ctx")
+    plain = store.get_episode("ep-plain")
+    assert with_context is not None and with_context["context"] == context
+    assert plain is not None and "context" not in plain
+    assert Episode.from_dict(with_context).context == context
+    store.add_episode(make_episode("ep-ctx", context=context))  # the same again: a no-op
+    with pytest.raises(ConcurrencyConflict):
+        store.add_episode(make_episode("ep-ctx", context={**context, "task": "tech"}))

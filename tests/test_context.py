@@ -1,0 +1,74 @@
+"""A decision's context: the request's features, checked at choose time and logged with the episode."""
+
+from __future__ import annotations
+
+import json
+import math
+import random
+
+import pytest
+
+from agent_learning.capture import EpisodeCapture
+from agent_learning.client import PolicyClient
+from agent_learning.clock import ManualClock
+from agent_learning.documents import MAX_CONTEXT_FEATURES, Episode
+from agent_learning.errors import InvalidDocument
+from agent_learning.pipeline import create_policy
+from agent_learning.policy import SoftmaxPolicy
+from agent_learning.store.memory import MemoryStore
+
+CONTEXT = {"task": "billing", "language": "de", "tier": "gold", "tokens": 812, "score": 0.25, "returning": True}
+
+
+@pytest.fixture
+def client() -> PolicyClient:
+    store = MemoryStore()
+    clock = ManualClock()
+    create_policy(store, SoftmaxPolicy.from_actions("bot", ["a", "b"]).to_document(created_at=clock.now()))
+    return PolicyClient(store, "bot", rng=random.Random(1), clock=clock)
+
+
+def test_the_context_is_logged_with_the_episode_and_changes_no_probability(client: PolicyClient) -> None:
+    plain = client.choose()
+    decision = client.choose(context=CONTEXT)
+    assert decision.context == CONTEXT and plain.context is None
+    assert decision.probability == client.policy().probability(decision.action_id)
+    with EpisodeCapture(client.store, decision, input="q", episode_id="ep-1") as run:
+        episode = run.end("answer")
+    assert episode.context == CONTEXT
+    stored = client.store.get_episode("ep-1")
+    assert stored is not None and stored["context"] == CONTEXT and Episode.from_dict(stored) == episode
+
+
+def test_an_episode_without_context_is_stored_exactly_as_before(client: PolicyClient) -> None:
+    with EpisodeCapture(client.store, client.choose(), input="q", episode_id="ep-2") as run:
+        episode = run.end("answer")
+    assert "context" not in episode.to_dict() and "context" not in json.loads(episode.to_json())
+    assert "context" not in client.store.get_episode("ep-2")
+
+
+@pytest.mark.parametrize("context, problem", [
+    ({f"f{i}": i for i in range(MAX_CONTEXT_FEATURES + 1)}, "has 21 features; the limit is 20"),
+    ({"task type": "x"}, "'task type' is not a feature name"),
+    ({"9lives": "x"}, "'9lives' is not a feature name"),
+    ({"tokens": math.nan}, "tokens: must be a category"),
+    ({"tokens": math.inf}, "tokens: must be a category"),
+    ({"task": ""}, "task: must be a category"),
+    ({"task": "x" * 129}, "task: must be a category (a non-empty string of at most 128 characters"),
+    ({"task": {"nested": 1}}, "task: must be a category"),
+    ({"task": ["a"]}, "task: must be a category"),
+    (["task"], "must be an object of feature names to values"),
+])
+def test_bad_context_is_refused_naming_the_feature(client: PolicyClient, context: object, problem: str) -> None:
+    with pytest.raises(InvalidDocument) as info:
+        client.choose(context=context)  # type: ignore[arg-type]
+    assert problem.removeprefix("tokens: ").removeprefix("task: ") in str(info.value)
+    named = next((k for k in ("tokens", "task") if problem.startswith(f"{k}:")), None)
+    assert f"context.{named}: " in str(info.value) if named else "context: " in str(info.value)
+
+
+def test_a_stored_episode_with_bad_context_is_invalid_naming_the_field(client: PolicyClient) -> None:
+    with EpisodeCapture(client.store, client.choose(context={"task": "x"}), input="q", episode_id="ep-3") as run:
+        good = run.end("answer").to_dict()
+    with pytest.raises(InvalidDocument, match=r"context\.tokens: must be a category"):
+        Episode.from_dict({**good, "context": {"tokens": "x" * 500}})
