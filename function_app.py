@@ -7,6 +7,7 @@
     policy   HTTP GET /api/policies/{agent_id}    → the agent's current policy (function key)
     feedback HTTP POST /api/episodes/{episode_id}/feedback → the caller's verdict, merged into the reward
     ingest   HTTP POST /api/agents/{agent_id}/episodes  → an agent's episode, for callers allowed to write it
+    choose   HTTP POST /api/agents/{agent_id}/choose    → a configuration drawn from the agent's policy
 
 Connections are identity-based: `CosmosDBConnection__accountEndpoint` and
 `ServiceBusConnection__fullyQualifiedNamespace` (plus `__credential`/`__clientId`).
@@ -76,6 +77,11 @@ def ingest(req: func.HttpRequest) -> func.HttpResponse:
     return _response(
         functions.post_episode(req.route_params.get("agent_id", ""), req.get_body(), caller, functions.runtime())
     )
+
+
+@app.route(route="agents/{agent_id}/choose", methods=["POST"], auth_level=func.AuthLevel.FUNCTION)
+def choose(req: func.HttpRequest) -> func.HttpResponse:
+    return _response(functions.choose(req.route_params.get("agent_id", ""), req.get_body(), functions.runtime()))
 
 
 def _response(answer: functions.HttpAnswer) -> func.HttpResponse:

@@ -506,3 +506,18 @@ def test_valid_episodes_round_trip(probability: float, latency: float, text: str
     assert again == ep
     assert again.steps[0].latency_ms == latency
     assert again.output == text
+
+
+def test_the_published_policy_schema_is_the_documents_own() -> None:
+    """docs/policy.schema.json is what other languages validate a policy document against: it
+    must be the schema of :class:`PolicyDocument` as it is now."""
+    import json
+    from pathlib import Path
+
+    from agent_learning.documents import PolicyDocument
+
+    published = json.loads((Path(__file__).resolve().parents[1] / "docs" / "policy.schema.json").read_text())
+    current = PolicyDocument.model_json_schema(mode="serialization")
+    assert {k: v for k, v in published.items() if k != "$schema"} == current, (
+        "regenerate docs/policy.schema.json from PolicyDocument.model_json_schema(mode='serialization')"
+    )

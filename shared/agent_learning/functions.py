@@ -23,6 +23,9 @@ Failure semantics per trigger:
   published version is checked for exploration collapse and reward drops.
 * ``feedback`` (HTTP POST) stores a caller's feedback on an episode and reconciles its reward;
   bad input is a 400 naming the field, an unknown episode a 404, and posting again is a no-op.
+* ``choose`` (HTTP POST) draws a configuration for a caller in another language, from the
+  current policy as a :class:`~agent_learning.client.PolicyClient` caches it; bad input is a
+  400 naming the field, an unknown agent a 404.
 * ``ingest`` (HTTP POST) writes an agent's episode for a caller allowed to write that agent
   (:mod:`agent_learning.ingestion`); posting the same episode again is a no-op.
 
@@ -37,7 +40,7 @@ import os
 import re
 import threading
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from .errors import (
@@ -80,6 +83,8 @@ class Runtime:
     send: Any
     scorer: Scorer | None = None
     learner: Any = None
+    clients: dict[str, Any] = field(default_factory=dict)
+    """Agent id → the :class:`~agent_learning.client.PolicyClient` the choose route draws from."""
 
 
 _runtime: Runtime | None = None
@@ -325,6 +330,72 @@ def post_feedback(episode_id: str, body: bytes, caller: Caller, rt: Runtime) -> 
         return _json_answer(409, {"error": str(exc)})
     answer = result.to_dict()
     return _json_answer(202 if answer["status"] == "waiting" else 200, answer)
+
+
+MAX_CHOOSE_BYTES = 16_384
+"""The largest body of a choose request (a context of 20 features is well under 4 KiB)."""
+
+
+def choose(agent_id: str, body: bytes, rt: Runtime) -> HttpAnswer:
+    """HTTP POST ``/api/agents/{agent_id}/choose``: a configuration drawn from the agent's policy.
+
+    Body: ``{}`` or ``{"context": {...}}`` (the request's features, as ``choose(context=...)``
+    takes them). Answers 200 with ``action_id``, ``config``, ``probability``, ``logprob``,
+    ``policy_version``, ``context`` and a fresh ``episode_id`` for the episode the caller then
+    writes (``POST /api/agents/{agent_id}/episodes`` or the ``episodes`` container), with these
+    values; 400 naming the bad field, 404 for an agent without a policy, 413 over 16 KiB, 503 when
+    the current policy cannot be read and none was read before.
+    """
+    # lazy: pydantic (see the module docstring)
+    import uuid
+
+    from pydantic import TypeAdapter, ValidationError
+
+    from .client import PolicyClient
+    from .documents import AgentId
+
+    try:
+        TypeAdapter(AgentId).validate_python(agent_id)
+    except ValidationError:
+        return _json_answer(400, {"error": f"agent_id: {agent_id!r} is not a valid agent id"})
+    if len(body) > MAX_CHOOSE_BYTES:
+        return _json_answer(413, {"error": f"body: {len(body)} bytes; the limit is {MAX_CHOOSE_BYTES}"})
+    try:
+        data = json.loads(body or b"{}")
+    except (ValueError, UnicodeDecodeError, RecursionError):
+        return _json_answer(400, {"error": "body: is not a JSON object"})
+    if not isinstance(data, dict):
+        return _json_answer(400, {"error": "body: must be a JSON object, {} or {\"context\": {...}}"})
+    unknown = sorted(set(data) - {"context"})
+    if unknown:
+        return _json_answer(400, {"error": f"{unknown[0]}: unknown field (known: context)"})
+    client = rt.clients.get(agent_id)
+    if client is None:
+        client = rt.clients.setdefault(
+            agent_id, PolicyClient(rt.store, agent_id, refresh_seconds=rt.settings.policy_refresh_seconds)
+        )
+    try:
+        decision = client.choose(context=data.get("context"))
+    except InvalidDocument as exc:
+        if str(exc).startswith("invalid context"):
+            return _json_answer(400, {"error": str(exc).removeprefix("invalid context: ")})
+        return _json_answer(503, {"error": f"the current policy of {agent_id!r} is invalid: {exc}"})
+    except NotFound:
+        rt.clients.pop(agent_id, None)
+        return _json_answer(404, {"error": f"agent {agent_id!r} has no policy"})
+    return _json_answer(
+        200,
+        {
+            "agent_id": agent_id,
+            "action_id": decision.action_id,
+            "config": dict(decision.config),
+            "probability": decision.probability,
+            "logprob": decision.logprob,
+            "policy_version": decision.version,
+            "context": decision.context,
+            "episode_id": uuid.uuid4().hex,
+        },
+    )
 
 
 def post_episode(agent_id: str, body: bytes, caller: Caller, rt: Runtime) -> HttpAnswer:

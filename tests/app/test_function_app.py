@@ -48,7 +48,7 @@ def call(name: str, *args: Any) -> Any:
 
 
 def test_the_app_has_exactly_the_six_functions() -> None:
-    assert set(FUNCTIONS) == {"enqueue", "score", "train", "policy", "feedback", "ingest"}
+    assert set(FUNCTIONS) == {"enqueue", "score", "train", "policy", "feedback", "ingest", "choose"}
 
 
 def test_enqueue_is_a_cosmos_trigger_on_episodes_with_an_existing_lease_container() -> None:

@@ -1,0 +1,90 @@
+"""``POST /api/agents/{agent_id}/choose``: agents in other languages draw a configuration over HTTP,
+then write the episode back with the values it returned (the real ``azure.functions`` types)."""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytest.importorskip("azure.functions")
+
+import azure.functions as func
+from app_functions import functions
+from test_episode_ingestion import SUPPORT_KEY, WRITERS, App
+
+from agent_learning.documents import Episode
+from agent_learning.pipeline import create_policy
+from agent_learning.policy import SoftmaxPolicy
+
+
+def choose(agent_id: str, body: Any) -> tuple[int, dict[str, Any]]:
+    raw = body if isinstance(body, bytes) else json.dumps(body).encode()
+    request = func.HttpRequest(method="POST", url=f"/api/agents/{agent_id}/choose", route_params={"agent_id": agent_id},
+                               headers={"x-functions-key": SUPPORT_KEY}, body=raw)
+    response = functions()["choose"].get_user_function()(request)
+    assert response.mimetype == "application/json"
+    return response.status_code, json.loads(response.get_body())
+
+
+@pytest.fixture
+def app(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> App:
+    a = App(tmp_path, monkeypatch, WRITERS)
+    policy = SoftmaxPolicy("support-eu", SoftmaxPolicy.from_actions("support-eu", [
+        {"id": "k=1", "config": {"retrieval_k": 1}}, {"id": "k=5", "config": {"retrieval_k": 5}}]).actions, [1.0, 0.0])
+    create_policy(a.store, policy.to_document(created_at=None))
+    return a
+
+
+def test_choose_is_an_http_post_with_function_key_auth() -> None:
+    trigger, output = json.loads(functions()["choose"].get_function_json())["bindings"]
+    assert trigger["type"] == "httpTrigger" and trigger["authLevel"] == "FUNCTION"
+    assert trigger["methods"] == ["POST"] and trigger["route"] == "agents/{agent_id}/choose"
+    assert output["type"] == "http"
+
+
+def test_a_choice_over_http_follows_the_policy_and_its_episode_is_accepted_back(app: App) -> None:
+    drawn = Counter()
+    for _ in range(400):
+        status, answer = choose("support-eu", {})
+        assert status == 200
+        drawn[answer["action_id"]] += 1
+    expected = SoftmaxPolicy.from_document(app.store.get_current_policy("support-eu").doc).probabilities
+    assert abs(drawn["k=1"] / 400 - expected["k=1"]) < 0.08  # 0.731: about 4.5 standard errors of room
+
+    status, answer = choose("support-eu", {"context": {"task": "billing", "tokens": 812}})
+    assert status == 200 and answer["context"] == {"task": "billing", "tokens": 812}
+    assert answer["probability"] == pytest.approx(expected[answer["action_id"]])
+    assert answer["config"] == {"retrieval_k": int(answer["action_id"].split("=")[1])}
+    now = datetime.now(UTC).isoformat()
+    episode = {"id": answer["episode_id"], "agent_id": "support-eu", "policy_version": answer["policy_version"],
+               "action_id": answer["action_id"], "probability": answer["probability"], "logprob": answer["logprob"],
+               "context": answer["context"], "input": "How do I reset my password?", "output": "Settings.",
+               "started_at": now, "ended_at": now}
+    assert app.post("support-eu", episode) == (201, {"id": answer["episode_id"], "status": "created"})
+    stored = app.store.get_episode(answer["episode_id"])
+    assert stored is not None and Episode.from_dict(stored).context == {"task": "billing", "tokens": 812}
+
+
+@pytest.mark.parametrize("body, status, problem", [
+    (b'{"context": {"tokens": 1e400}}', 400, "context.tokens: must be a category"),
+    (b'{"context": {"tokens": NaN}}', 400, "context.tokens: must be a category"),
+    ({"context": {"task type": "x"}}, 400, "is not a feature name"),
+    ({"context": "billing"}, 400, "context: must be an object"),
+    ({"contxt": {}}, 400, "contxt: unknown field"),
+    ([1], 400, "body: must be a JSON object"),
+    (b"x" * 20_000, 413, "body: 20000 bytes"),
+])
+def test_bad_requests_name_the_field(app: App, body: Any, status: int, problem: str) -> None:
+    got, answer = choose("support-eu", body)
+    assert got == status and problem in answer["error"], answer
+
+
+def test_an_unknown_agent_is_404_and_a_bad_id_400(app: App) -> None:
+    assert choose("nobody", {}) == (404, {"error": "agent 'nobody' has no policy"})
+    status, answer = choose("a/b", {})
+    assert status == 400 and "agent_id" in answer["error"]
