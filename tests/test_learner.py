@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from agent_learning.learner import (
     Batch,
@@ -431,3 +433,62 @@ def test_default_learner_beats_uniform_by_a_wide_margin() -> None:
         uniform.append(_regret(lambda: np.full(4, 0.25), lambda *_: None, means, seed))
     assert np.mean(ours) < np.mean(uniform) / 3
     assert max(ours) < np.mean(uniform) / 2
+
+
+def thompson_floor(ev: Evidence, leader: int, cfg: LearnerConfig) -> np.ndarray:
+    """e^(−c)·Φ(−z_a): the least π(a)/π(L) the calibration allows."""
+    from math import erfc, exp, sqrt
+
+    z = ev.z_against(leader, cfg.evidence_prior)
+    assert cfg.calibration is not None
+    return np.array([exp(-cfg.calibration) * 0.5 * erfc(max(x, 0.0) / sqrt(2)) for x in z])
+
+
+def test_weak_evidence_never_pushes_an_action_far_below_the_leader() -> None:
+    """The case that motivated the calibration: 30 episodes a little worse than the leader's
+    (z ≈ 1.8) let the linear bound keep the action 8 logits down (drawn 0.03% as often as the
+    leader, so never corrected); calibrated, it is drawn at least e^(−2)·Φ(−z) as often (0.5%)."""
+    rng = np.random.default_rng(3)
+    leader_rewards = np.clip(rng.normal(0.72, 0.25, 300), 0, 1)
+    weak_rewards = np.clip(rng.normal(0.70, 0.25, 30), 0, 1)
+    state = Evidence(np.array([300.0, 30.0, 300.0]),
+                     np.array([leader_rewards.sum(), weak_rewards.sum(), 210.0]),
+                     np.array([(leader_rewards**2).sum(), (weak_rewards**2).sum(), 160.0])).to_state()
+    theta = np.array([4.0, -4.0, -4.0])  # an earlier noisy batch pushed the weak action 8 down
+    batch = Batch.from_arrays([0] * 40, np.clip(rng.normal(0.72, 0.25, 40), 0, 1), [0.9] * 40, 3)
+    for cfg in (LearnerConfig(), LearnerConfig(calibration=None)):
+        update = Reinforce(cfg).update(theta, batch, state=state)
+        ev, _ = Evidence.from_state(update.state, 3)
+        z = ev.z_against(0, cfg.evidence_prior)[1]
+        assert 1.0 < z < 2.0
+        ratio = float(np.exp(update.logits[1] - update.logits[0]))
+        if cfg.calibration is None:
+            assert ratio < 5e-4  # before: eight logits down (e^-8), and it stays there
+        else:
+            assert ratio >= thompson_floor(ev, 0, cfg)[1] * (1 - 1e-9) and ratio > 4e-3
+
+
+@given(
+    st.integers(2, 8),
+    st.integers(0, 2**32 - 1),
+    st.sampled_from([0.0, 1.0, 2.0, 4.0]),
+)
+@settings(max_examples=150, deadline=None)
+def test_the_policy_is_never_much_surer_than_its_evidence(k: int, seed: int, calibration: float) -> None:
+    """For every action a and the leader L after any update: softmax(θ)_a / softmax(θ)_L ≥
+    e^(−c)·Φ(−z_a), z_a the evidence against a in the state the update returns."""
+    rng = np.random.default_rng(seed)
+    cfg = LearnerConfig(calibration=calibration)
+    n = rng.integers(0, 400, k).astype(float)
+    means = rng.random(k)
+    state = Evidence(n, n * means, n * (means**2 + rng.random(k) * 0.05)).to_state()
+    theta = rng.normal(scale=5.0, size=k)
+    size = int(rng.integers(1, 200))
+    actions = rng.integers(0, k, size)
+    rewards = np.clip(rng.normal(means[actions], 0.2), -1, 1)
+    update = Reinforce(cfg).update(theta, Batch.from_arrays(actions, rewards, rng.uniform(0.05, 1, size), k),
+                                   state=state)
+    ev, _ = Evidence.from_state(update.state, k)
+    leader = int(np.argmax(update.logits))
+    ratio = np.exp(update.logits - update.logits[leader])
+    assert np.all(ratio >= thompson_floor(ev, leader, cfg) * (1 - 1e-9))

@@ -192,6 +192,7 @@ class Settings(BaseSettings):
     max_logit_gap: float = tunable(LearnerConfig, "max_logit_gap", ge=0)
     gap_per_evidence: float = tunable(LearnerConfig, "gap_per_evidence", ge=0)
     gap_slack: float = tunable(LearnerConfig, "gap_slack", ge=0)
+    calibration: float = tunable(LearnerConfig, "calibration", ge=0, le=1000)
     evidence_half_life: float = tunable(LearnerConfig, "evidence_half_life", ge=0)
     logit_bound: float = tunable(LearnerConfig, "logit_bound", gt=0, le=1000)
     train_max_batch: int = Field(

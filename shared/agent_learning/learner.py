@@ -117,6 +117,7 @@ Rewards must be finite; :class:`Batch` rejects anything else before it reaches t
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
@@ -156,6 +157,9 @@ class LearnerConfig:
     """κ: log-odds an action may trail the leader per unit of z against it (None: no evidence bound, no state)."""
     gap_slack: float = 1.0
     """g₀: log-odds an action may trail the leader with no evidence against it."""
+    calibration: float | None = 2.0
+    """c: no action trails the leader by more than c − ln Φ(−z_a), so that π(a)/π(L) ≥ e^(−c)·Φ(−z_a):
+    never much surer than the evidence (None: the linear bound alone)."""
     evidence_half_life: float | None = 3000.0
     """H: episodes after which the learner state's evidence counts half (None: it never fades)."""
     logit_bound: float = 20.0
@@ -174,6 +178,7 @@ class LearnerConfig:
             "max_logit_gap": self.max_logit_gap is None or self.max_logit_gap > 0,
             "gap_per_evidence": self.gap_per_evidence is None or self.gap_per_evidence > 0,
             "gap_slack": self.gap_slack >= 0,
+            "calibration": self.calibration is None or self.calibration >= 0,
             "evidence_half_life": self.evidence_half_life is None or self.evidence_half_life > 0,
             "logit_bound": self.logit_bound > 0,
         }
@@ -311,6 +316,12 @@ class Evidence:
         var = (n * own_var + c * pooled_var) / (n + c)
         se = np.sqrt(var[leader] / (n[leader] + c) + var / (n + c))
         return np.where(se > 0, (mean[leader] - mean) / np.maximum(se, 1e-12), 0.0)
+
+
+def log_thompson(z: Array) -> Array:
+    """ln Φ(−z⁺): the log of the Gaussian-posterior probability that an action whose evidence
+    against it is z (z ≤ 0 counts as 0) beats the leader; floored at ln 1e−300."""
+    return np.array([math.log(max(0.5 * math.erfc(max(float(x), 0.0) / math.sqrt(2.0)), 1e-300)) for x in z])
 
 
 def softmax(logits: Array, temperature: float = 1.0) -> Array:
@@ -462,7 +473,10 @@ class Reinforce:
         assert cfg.gap_per_evidence is not None
         leader = int(np.argmax(logits))
         z = evidence.z_against(leader, cfg.evidence_prior)
-        floor = logits[leader] - (cfg.gap_slack + cfg.gap_per_evidence * np.maximum(z, 0.0))
+        gap = cfg.gap_slack + cfg.gap_per_evidence * np.maximum(z, 0.0)
+        if cfg.calibration is not None:
+            gap = np.minimum(gap, cfg.calibration - log_thompson(z))
+        floor = logits[leader] - gap
         raised = int((logits < floor).sum())
         new = np.maximum(logits, floor)
         new -= new.mean()

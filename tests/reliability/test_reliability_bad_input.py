@@ -155,6 +155,11 @@ def test_fuzzed_episode_documents_are_dead_lettered_with_the_field_named(backend
         assert store.get_score(episode_id) is None
 
     write_one()
+    # A valid episode among the fuzzed ones, whatever the strategies drew: it is learned, they are kept aside.
+    backend.put_raw("episodes", make_episode("fuzz-valid", agent_id=AGENT, action_id="direct").to_dict())
+    pipeline.pump()
+    pipeline.score_pending()
+    good.append("fuzz-valid")
     outcomes = pipeline.train()
     books = account(store, good, dead_lettered(queue))
     record("bad input: episodes", backend.kind, faults=len(rejected), episodes=len(good) + len(rejected),
