@@ -72,3 +72,23 @@ def test_a_stored_episode_with_bad_context_is_invalid_naming_the_field(client: P
         good = run.end("answer").to_dict()
     with pytest.raises(InvalidDocument, match=r"context\.tokens: must be a category"):
         Episode.from_dict({**good, "context": {"tokens": "x" * 500}})
+
+
+def test_the_score_carries_the_episodes_context_for_the_trainer(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    from agent_learning.config import load_settings
+    from agent_learning.local import open_local
+
+    clock = ManualClock()
+    with open_local(load_settings(), path=tmp_path / "ctx.db", clock=clock) as pipeline:
+        create_policy(pipeline.store, SoftmaxPolicy.from_actions("bot", ["a", "b"]).to_document(created_at=clock.now()))
+        client = PolicyClient(pipeline.store, "bot", rng=random.Random(2), clock=clock)
+        for episode_id, context in (("with", CONTEXT), ("without", None)):
+            with EpisodeCapture(pipeline.store, client.choose(context=context), input="What is 2 + 2?",
+                                episode_id=episode_id, clock=clock) as run:
+                run.end("4")
+        clock.advance(120)
+        assert pipeline.run_once().published == {"bot": 2}
+        scored = pipeline.store.get_score("with")
+        plain = pipeline.store.get_score("without")
+    assert scored is not None and scored["context"] == CONTEXT
+    assert plain is not None and "context" not in plain

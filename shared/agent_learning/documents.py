@@ -35,7 +35,7 @@ import hashlib
 import json
 import math
 import re
-from typing import Annotated, Any, Literal, TypeVar
+from typing import Annotated, Any, ClassVar, Literal, TypeVar
 
 from pydantic import (
     AwareDatetime,
@@ -223,12 +223,23 @@ class Document(BaseModel):
             raise InvalidDocument(cls._doc_kind(), [("(document)", "is nested too deeply to parse")]) from None
         return cls.from_dict(data)
 
+    OMIT_WHEN_NONE: ClassVar[tuple[str, ...]] = ()
+    """Fields written only when set: fields added after documents without them were stored, so
+    that a document that does not use one is written exactly as before (and older readers,
+    which refuse unknown fields, still read it)."""
+
     def to_dict(self) -> dict[str, Any]:
         """A JSON-ready dict (datetimes as ISO 8601 strings)."""
-        return self.model_dump(mode="json", exclude_none=False)
+        data = self.model_dump(mode="json", exclude_none=False)
+        for name in self.OMIT_WHEN_NONE:
+            if data.get(name) is None:
+                data.pop(name, None)
+        return data
 
     def to_json(self) -> str:
-        return self.model_dump_json()
+        if not self.OMIT_WHEN_NONE:
+            return self.model_dump_json()
+        return json.dumps(self.to_dict(), separators=(",", ":"), ensure_ascii=False)
 
     @classmethod
     def _doc_kind(cls) -> str:
@@ -309,21 +320,14 @@ class Episode(Document):
     ttl: Annotated[int, Field(strict=True, ge=-1)] | None = None
     context: dict[str, Any] | None = None
     """The request's features the action was chosen for (:func:`check_context`); absent when the
-    agent gave none, so that episodes without context are stored exactly as before."""
+    agent gave none."""
+
+    OMIT_WHEN_NONE = ("context",)
 
     @field_validator("context")
     @classmethod
     def _context(cls, value: dict[str, Any] | None) -> dict[str, Any] | None:
         return None if value is None else check_context(value)
-
-    def to_dict(self) -> dict[str, Any]:
-        data = super().to_dict()
-        if data.get("context") is None:
-            data.pop("context", None)
-        return data
-
-    def to_json(self) -> str:
-        return json.dumps(self.to_dict(), separators=(",", ":"), ensure_ascii=False)
 
     @field_validator("tool_definitions")
     @classmethod
@@ -562,6 +566,15 @@ class Score(Document):
     reward_delta: Annotated[float, Field(strict=True, allow_inf_nan=False, ge=-2, le=2)] | None = None
     feedback_pending: bool = False
     late_write: bool = False
+    context: dict[str, Any] | None = None
+    """The episode's context, copied by the scorer so that the trainer reads it with the reward."""
+
+    OMIT_WHEN_NONE = ("context",)
+
+    @field_validator("context")
+    @classmethod
+    def _context(cls, value: dict[str, Any] | None) -> dict[str, Any] | None:
+        return None if value is None else check_context(value)
 
     @model_validator(mode="after")
     def _id_is_episode(self) -> Score:

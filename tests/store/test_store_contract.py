@@ -967,3 +967,16 @@ def test_an_episode_keeps_its_context_and_one_without_stores_none(store: Store) 
     store.add_episode(make_episode("ep-ctx", context=context))  # the same again: a no-op
     with pytest.raises(ConcurrencyConflict):
         store.add_episode(make_episode("ep-ctx", context={**context, "task": "tech"}))
+
+
+def test_a_score_keeps_its_context(store: Store) -> None:
+    context = {"task": "billing", "tokens": 812}
+    episode = make_episode("ep-ctx", context=context)
+    store.add_episode(episode)
+    store.add_score(make_score(episode=episode, context=context))
+    store.add_score(make_score("ep-plain"))
+    scored, plain = store.get_score("ep-ctx"), store.get_score("ep-plain")
+    assert scored is not None and scored["context"] == context and Score.from_dict(scored).context == context
+    assert plain is not None and "context" not in plain
+    rows = {r["id"]: r for r in store.read_scores("agent-a", None, 10, settled=False)}  # what the trainer reads
+    assert rows["ep-ctx"]["context"] == context and "context" not in rows["ep-plain"]

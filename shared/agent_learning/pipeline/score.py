@@ -200,6 +200,7 @@ def _score_episode(
         reward=reward,
         reward_function=info,
         scored_at=scorer.clock.now(),
+        context=episode.context,
     )
     try:
         stored = store.put_score(score) if force else store.add_score(score)
