@@ -521,3 +521,20 @@ def test_the_published_policy_schema_is_the_documents_own() -> None:
     assert {k: v for k, v in published.items() if k != "$schema"} == current, (
         "regenerate docs/policy.schema.json from PolicyDocument.model_json_schema(mode='serialization')"
     )
+
+
+def test_fields_added_later_are_written_only_when_set() -> None:
+    """A document that does not use ``context`` (episodes, scores) or ``skipped`` (runs, also
+    inside a policy version) is written exactly as before, so that older readers still read it."""
+    from factories import make_episode, make_policy_doc, make_run, make_score
+
+    from agent_learning.documents import TrainingRun
+
+    assert "context" not in make_episode().to_dict() and '"context"' not in make_episode().to_json()
+    assert "context" not in make_score().to_dict()
+    run = make_run()
+    assert "skipped" not in run.to_dict() and '"skipped"' not in run.to_json()
+    with_run = make_policy_doc(version=2, run=run)
+    assert "skipped" not in with_run.to_dict()["run"] and '"skipped"' not in with_run.to_json()
+    skipped = TrainingRun.from_dict({**run.to_dict(), "skipped": 3})
+    assert skipped.to_dict()["skipped"] == 3 and TrainingRun.from_dict(skipped.to_dict()).skipped == 3

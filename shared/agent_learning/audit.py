@@ -2,7 +2,7 @@
 
 The trainer records what it consumed as cursor ranges, not id lists: version v ≥ 2 that a
 training run published consumed the agent's scores in ``(cursor_from, cursor_to]`` of the
-``(seq, id)`` order, and counted them (``episodes`` + ``corrections`` + ``rejected`` rows).
+``(seq, id)`` order, and counted them (``episodes`` + ``corrections`` + ``rejected`` + ``skipped`` rows).
 The audit reads every score row of the agent once, in that order, and every run, and decides
 for each episode the agent wrote:
 
@@ -306,7 +306,7 @@ def _consumed_ranges(store: Store, agent_id: str, result: AgentAudit) -> tuple[l
             high = (run.cursor_to.seq, run.cursor_to.id)
             if high < low:
                 result.problems.append(f"the run of v{version.version} ends before it starts")
-            counted = run.episodes + run.corrections + run.rejected
+            counted = run.episodes + run.corrections + run.rejected + (run.skipped or 0)
             ranges.append(_Range(version.version, low, high, counted, run.corrections == 0))
         previous = version
     orphans = sorted(set(runs) - set(numbers))

@@ -712,7 +712,7 @@ def runs_show(run_id: str, as_json: bool, db: str | None) -> None:
     table = Table(title=f"run {run_id}", title_justify="left", show_header=False)
     table.add_column("field")
     table.add_column("value")
-    for key in ("base_version", "policy_version", "episodes", "rejected", "cursor_from", "cursor_to",
+    for key in ("base_version", "policy_version", "episodes", "rejected", "skipped", "cursor_from", "cursor_to",
                 "started_at", "finished_at"):
         value = doc.get(key)
         if isinstance(value, dict) and {"seq", "id"} <= set(value):
@@ -1101,7 +1101,9 @@ def train(agent_id: str | None, as_json: bool, db: str | None) -> None:
     else:
         out.print(f"enqueued {enqueued}; scoring outcomes {dict(outcomes) or 'none'}")
         for r in results:
-            line = f"{r.agent_id}: {r.status}" + (f" → v{r.version}" if r.status == "published" else "")
+            line = f"{r.agent_id}: {r.status}" + (
+                f" → v{r.version}" if r.status == "published" else f" (v{r.version} stays current)" if r.version else ""
+            )
             if r.run and r.run.episodes:
                 line += f" ({r.run.episodes} episodes, mean reward {r.run.metrics['mean_reward']:.3f})"
             if r.reason and r.status != "published":

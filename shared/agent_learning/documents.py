@@ -35,7 +35,7 @@ import hashlib
 import json
 import math
 import re
-from typing import Annotated, Any, ClassVar, Literal, TypeVar
+from typing import Annotated, Any, Literal, TypeVar
 
 from pydantic import (
     AwareDatetime,
@@ -104,6 +104,13 @@ MAX_CONTEXT_VALUE_CHARS = 128
 """The longest categorical context value: a segment name, not free text."""
 CONTEXT_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_.\-]{0,63}")
 """A context feature's name: a letter or ``_`` first, then letters, digits, ``_``, ``.``, ``-``; at most 64."""
+
+
+def _unset(value: Any) -> bool:
+    """Fields added after documents without them were stored are written only when set, so that a
+    document that does not use one is written exactly as before (older readers, which refuse
+    unknown fields, still read it)."""
+    return value is None
 
 
 def check_context(context: Any) -> dict[str, str | int | float | bool]:
@@ -223,23 +230,12 @@ class Document(BaseModel):
             raise InvalidDocument(cls._doc_kind(), [("(document)", "is nested too deeply to parse")]) from None
         return cls.from_dict(data)
 
-    OMIT_WHEN_NONE: ClassVar[tuple[str, ...]] = ()
-    """Fields written only when set: fields added after documents without them were stored, so
-    that a document that does not use one is written exactly as before (and older readers,
-    which refuse unknown fields, still read it)."""
-
     def to_dict(self) -> dict[str, Any]:
         """A JSON-ready dict (datetimes as ISO 8601 strings)."""
-        data = self.model_dump(mode="json", exclude_none=False)
-        for name in self.OMIT_WHEN_NONE:
-            if data.get(name) is None:
-                data.pop(name, None)
-        return data
+        return self.model_dump(mode="json", exclude_none=False)
 
     def to_json(self) -> str:
-        if not self.OMIT_WHEN_NONE:
-            return self.model_dump_json()
-        return json.dumps(self.to_dict(), separators=(",", ":"), ensure_ascii=False)
+        return self.model_dump_json()
 
     @classmethod
     def _doc_kind(cls) -> str:
@@ -318,11 +314,9 @@ class Episode(Document):
     metadata: dict[Annotated[str, StringConstraints(strict=True, min_length=1, max_length=64)], Any] = {}
     truncated: list[Name] = []
     ttl: Annotated[int, Field(strict=True, ge=-1)] | None = None
-    context: dict[str, Any] | None = None
+    context: dict[str, Any] | None = Field(None, exclude_if=_unset)
     """The request's features the action was chosen for (:func:`check_context`); absent when the
     agent gave none."""
-
-    OMIT_WHEN_NONE = ("context",)
 
     @field_validator("context")
     @classmethod
@@ -566,10 +560,8 @@ class Score(Document):
     reward_delta: Annotated[float, Field(strict=True, allow_inf_nan=False, ge=-2, le=2)] | None = None
     feedback_pending: bool = False
     late_write: bool = False
-    context: dict[str, Any] | None = None
+    context: dict[str, Any] | None = Field(None, exclude_if=_unset)
     """The episode's context, copied by the scorer so that the trainer reads it with the reward."""
-
-    OMIT_WHEN_NONE = ("context",)
 
     @field_validator("context")
     @classmethod
@@ -750,6 +742,8 @@ class TrainingRun(Document):
     """Feedback correction rows consumed (0 in runs written before this field existed)."""
     rejected: Count = 0
     rejected_samples: Annotated[list[Rejected], Field(max_length=20)] = []
+    skipped: Count | None = Field(None, exclude_if=_unset)
+    """Scores of actions the policy no longer has (revised away): counted, not learned."""
     metrics: dict[str, Finite]
     learner: dict[str, Any]
     started_at: AwareDatetime

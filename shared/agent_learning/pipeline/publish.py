@@ -19,7 +19,7 @@ then. A revision changes the actions themselves (adds, removes, renames) as a ne
 state, a renamed one keeps those of its old id, and an added one starts at the mean logit of
 those that stay (neither favoured nor starved) with no evidence. Scores of an action the
 revision removed, or renamed, are skipped by later training runs (the new policy never draws
-that id, so its importance weight is 0) and listed among the run's rejected rows. A rollback
+that id, so its importance weight is 0) and counted as the run's ``skipped`` rows. A rollback
 to a version with other actions restores those actions too. Every intervention is a
 compare-and-swap retried when a trainer published in between, and repeating one changes
 nothing: pinning a pinned policy, repeating a rollback or a revision.

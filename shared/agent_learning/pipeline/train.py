@@ -165,14 +165,22 @@ class Collected:
     corrections: int = 0
     """Feedback correction rows read (their episodes enter as one row each, netted)."""
     rejected: list[Rejected] = field(default_factory=list)
-    """Rows that do not validate: skipped, and counted in the run."""
+    """Rows that do not validate: not learned, counted in the run."""
+    skipped: list[Rejected] = field(default_factory=list)
+    """Valid scores of actions the current policy no longer has (``agent-learn policy revise``
+    removed or renamed them): not learned (the policy never draws them, so their importance
+    weight is 0), counted in the run."""
 
     def waits(self, min_batch: int, *, page_full: bool) -> bool:
         """Whether training waits for more new episodes. Feedback corrections alone wait too, to
         be learned together with them; but only while nothing is queued behind them (a full
         page), or they would block the episodes."""
         return bool(
-            (self.episodes or self.corrections) and self.episodes < min_batch and not self.rejected and not page_full
+            (self.episodes or self.corrections)
+            and self.episodes < min_batch
+            and not self.rejected
+            and not self.skipped
+            and not page_full
         )
 
 
@@ -190,11 +198,12 @@ def collect(agent_id: str, rows: Sequence[RawDoc], action_ids: Sequence[str]) ->
             score = Score.from_dict(row)
             if score.agent_id != agent_id:
                 raise InvalidDocument("score", [("agent_id", f"{score.agent_id!r} is not {agent_id!r}")])
-            if score.action_id not in index:
-                raise InvalidDocument("score", [("action_id", f"{score.action_id!r} is not an action of {agent_id!r}'s "
-                                                 "current policy (a revision removed or renamed it)")])
         except InvalidDocument as exc:
             out.rejected.append(Rejected(id=str(row.get("id")), error=str(exc)[:4000]))
+            continue
+        if score.action_id not in index:
+            out.skipped.append(Rejected(id=score.id, error=f"action {score.action_id!r} is not in the current policy "
+                                                           "(a revision removed or renamed it)"))
             continue
         if score.is_correction:
             out.corrections += 1
@@ -204,6 +213,8 @@ def collect(agent_id: str, rows: Sequence[RawDoc], action_ids: Sequence[str]) ->
         out.actions.append(index[score.action_id])
         out.rewards.append(score.reward)
         out.probabilities.append(score.probability)
+    if out.skipped:
+        log.info("training %s: %d scores of actions a revision removed are not learned", agent_id, len(out.skipped))
     if out.rejected:
         log.error(
             "training %s: %d invalid score documents skipped (first: %s)",
@@ -261,6 +272,7 @@ def next_version(
         corrections=batch.corrections,
         rejected=len(batch.rejected),
         rejected_samples=batch.rejected[:20],
+        skipped=len(batch.skipped) or None,
         metrics=update.metrics,
         learner={"name": getattr(learner, "name", type(learner).__name__), **learner.config.to_dict()},
         started_at=started,
@@ -270,7 +282,9 @@ def next_version(
     if batch.corrections:
         note += f" and {batch.corrections} feedback corrections"
     if batch.rejected:
-        note += f", skipped {len(batch.rejected)} invalid"
+        note += f", rejected {len(batch.rejected)} invalid"
+    if batch.skipped:
+        note += f", skipped {len(batch.skipped)} of removed actions"
     return current.model_copy(
         update={
             "version": new_version,
