@@ -35,6 +35,7 @@ import hashlib
 import json
 import math
 import re
+from itertools import product
 from typing import Annotated, Any, Literal, TypeVar
 
 from pydantic import (
@@ -50,8 +51,13 @@ from pydantic import (
 
 from .errors import InvalidDocument
 
-SCHEMA_VERSION = 1
-"""The newest schema this library writes and understands."""
+SCHEMA_VERSION = 2
+"""The newest schema this library understands. Documents are written with the oldest schema
+that holds them: 1, except policies with dimensions, exclusions or context features (2), so
+that a library that knows only schema 1 keeps reading every document it could read before and
+refuses a structured policy with "upgrade agent-learning" instead of misreading it."""
+STRUCTURED_SCHEMA = 2
+"""The schema of a policy with ``dimensions``, ``excluded`` or ``features``."""
 
 # Size caps: they keep judge prompts bounded. `EpisodeCapture` truncates to them; parsing
 # rejects anything longer. Together they admit about 4 MB per episode (256 steps of up to
@@ -194,7 +200,7 @@ class Document(BaseModel):
     """Base of every stored document: strict, immutable, JSON round-trippable."""
 
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False, validate_default=True)
-    schema_version: Annotated[int, Field(strict=True, ge=1)] = SCHEMA_VERSION
+    schema_version: Annotated[int, Field(strict=True, ge=1)] = 1
 
     @field_validator("schema_version")
     @classmethod
@@ -413,6 +419,53 @@ class ScoreCursor(BaseModel):
         return (self.seq, self.id) < (other.seq, other.id)
 
 
+MAX_DIMENSIONS = 8
+"""Named dimensions one structured policy may have."""
+MAX_SEGMENTS = 32
+"""Segments (values) of one categorical context feature a policy learns offsets for; further
+values seen in training share the global logits."""
+MAX_EXCLUDED = 4_096
+"""Configurations the exclusion rules of one policy may exclude in all (each draw checks them)."""
+DimensionName = Annotated[str, StringConstraints(strict=True, pattern=r"^[A-Za-z_][A-Za-z0-9_]{0,31}$")]
+Offsets = list[Annotated[float, Field(strict=True, allow_inf_nan=False, ge=-MAX_LOGIT, le=MAX_LOGIT)]]
+
+
+class Dimension(BaseModel):
+    """A named dimension of a structured policy: the next ``size`` entries of ``actions``."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    name: DimensionName
+    size: Annotated[int, Field(strict=True, ge=1, le=MAX_ACTIONS)]
+
+
+class ContextFeature(BaseModel):
+    """A context feature a policy learns from (:mod:`agent_learning.structured`).
+
+    ``category``: ``segments`` maps each learned segment to one logit offset per action.
+    ``number``: one ``weights`` entry per action, applied to ``(x − center) / scale``; the
+    trainer sets ``center`` and ``scale`` from the first batch that carries the feature."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    name: Annotated[str, StringConstraints(strict=True, pattern=CONTEXT_NAME.pattern)]
+    kind: Literal["category", "number"]
+    segments: dict[Annotated[str, StringConstraints(strict=True, min_length=1, max_length=MAX_CONTEXT_VALUE_CHARS)], Offsets] | None = Field(None, exclude_if=_unset)
+    weights: Offsets | None = Field(None, exclude_if=_unset)
+    center: Annotated[float, Field(strict=True, allow_inf_nan=False)] = 0.0
+    scale: Annotated[float, Field(strict=True, allow_inf_nan=False, gt=0)] = 1.0
+
+    @model_validator(mode="after")
+    def _kind_fields(self) -> ContextFeature:
+        if self.kind == "category" and self.weights is not None:
+            raise ValueError("weights: only a number feature has weights")
+        if self.kind == "number" and self.segments is not None:
+            raise ValueError("segments: only a category feature has segments")
+        if self.segments is not None and len(self.segments) > MAX_SEGMENTS:
+            raise ValueError(f"segments: {len(self.segments)} segments; the limit is {MAX_SEGMENTS}")
+        return self
+
+
 class PolicyDocument(Document):
     """A softmax policy over discrete actions.
 
@@ -444,6 +497,27 @@ class PolicyDocument(Document):
     created_at: AwareDatetime
     note: ShortText = ""
     learner_state: dict[str, Any] = {}
+    dimensions: Annotated[list[Dimension], Field(min_length=1, max_length=MAX_DIMENSIONS)] | None = Field(
+        None, exclude_if=_unset
+    )
+    """Named dimensions (schema 2): ``actions`` are their values, dimension after dimension."""
+    excluded: list[dict[DimensionName, Annotated[str, StringConstraints(strict=True, max_length=128)]]] | None = Field(
+        None, exclude_if=_unset
+    )
+    """Rules of configurations never chosen: the values (ids after ``=``) of some dimensions."""
+    features: Annotated[list[ContextFeature], Field(max_length=MAX_CONTEXT_FEATURES)] | None = Field(
+        None, exclude_if=_unset
+    )
+    """Context features the policy's choice depends on (schema 2)."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _structured_schema(cls, data: Any) -> Any:
+        if isinstance(data, dict) and "schema_version" not in data and any(
+            data.get(k) is not None for k in ("dimensions", "excluded", "features")
+        ):
+            return {**data, "schema_version": STRUCTURED_SCHEMA}
+        return data
 
     @field_validator("learner_state")
     @classmethod
@@ -458,10 +532,10 @@ class PolicyDocument(Document):
         if len(set(ids)) != len(ids):
             dupes = sorted({i for i in ids if ids.count(i) > 1})
             raise ValueError(f"actions: duplicate action ids {dupes}")
-        if self.exploration_floor * len(self.actions) >= 1:
-            raise ValueError(
-                f"exploration_floor: {self.exploration_floor} x {len(self.actions)} actions must be below 1"
-            )
+        largest = max(d.size for d in self.dimensions) if self.dimensions else len(self.actions)
+        if self.exploration_floor * largest >= 1:
+            raise ValueError(f"exploration_floor: {self.exploration_floor} x {largest} actions must be below 1")
+        self._check_structure()
         if self.kind == "version" and (self.pinned or self.pin_reason):
             raise ValueError("pinned: only the current document can be pinned")
         expected = policy_doc_id(self.agent_id, self.version if self.kind == "version" else None)
@@ -469,9 +543,65 @@ class PolicyDocument(Document):
             raise ValueError(f"id: expected {expected!r} for a {self.kind} document")
         return self
 
+    def _check_structure(self) -> None:
+        structured = self.dimensions is not None or self.excluded is not None or self.features is not None
+        if structured and self.schema_version < STRUCTURED_SCHEMA:
+            raise ValueError(f"schema_version: a policy with dimensions, exclusions or features is schema {STRUCTURED_SCHEMA}")
+        names = [d.name for d in self.dimensions or []]
+        if len(set(names)) != len(names):
+            raise ValueError(f"dimensions: duplicate names {sorted({n for n in names if names.count(n) > 1})}")
+        if self.dimensions is not None:
+            if sum(d.size for d in self.dimensions) != len(self.actions):
+                raise ValueError(
+                    f"dimensions: sizes add up to {sum(d.size for d in self.dimensions)}, "
+                    f"but there are {len(self.actions)} actions"
+                )
+            start = 0
+            longest = 0
+            for d in self.dimensions:
+                ids = [a.id for a in self.actions[start : start + d.size]]
+                for action_id in ids:
+                    if not action_id.startswith(f"{d.name}=") or ":" in action_id:
+                        raise ValueError(f"actions: {action_id!r} must be {d.name}=<value> (no ':')")
+                longest += max(len(i) for i in ids) + 1
+                start += d.size
+            if longest - 1 > 128:
+                raise ValueError(f"dimensions: a configuration id may be {longest - 1} characters; the limit is 128")
+        for i, rule in enumerate(self.excluded or []):
+            if not rule:
+                raise ValueError(f"excluded[{i}]: an empty rule would exclude everything")
+            for name, value in rule.items():
+                if name not in names:
+                    raise ValueError(f"excluded[{i}]: {name!r} is not a dimension (dimensions: {names})")
+                if f"{name}={value}" not in self.action_ids:
+                    raise ValueError(f"excluded[{i}].{name}: {value!r} is not one of its values")
+        if self.excluded:
+            sizes = {d.name: d.size for d in self.dimensions or []}
+            joint = math.prod(sizes.values())
+            bound = sum(joint // math.prod(sizes[n] for n in rule) for rule in self.excluded)
+            if bound > MAX_EXCLUDED:
+                raise ValueError(f"excluded: the rules exclude up to {bound} configurations; the limit is {MAX_EXCLUDED}")
+            if bound >= joint and len(excluded_configurations(self)) >= joint:
+                raise ValueError("excluded: the rules exclude every configuration")
+        seen = set()
+        for feature in self.features or []:
+            if feature.name in seen:
+                raise ValueError(f"features: {feature.name!r} appears twice")
+            seen.add(feature.name)
+            for segment, offsets in (feature.segments or {}).items():
+                if len(offsets) != len(self.actions):
+                    raise ValueError(f"features.{feature.name}.segments.{segment}: needs one offset per action")
+            if feature.weights is not None and len(feature.weights) != len(self.actions):
+                raise ValueError(f"features.{feature.name}.weights: needs one weight per action")
+
     @property
     def action_ids(self) -> list[str]:
         return [a.id for a in self.actions]
+
+    @property
+    def structured(self) -> bool:
+        """Whether choosing needs :class:`~agent_learning.structured.StructuredPolicy`."""
+        return self.dimensions is not None or self.excluded is not None or self.features is not None
 
     def as_kind(self, kind: Literal["version", "current"]) -> PolicyDocument:
         """The same policy as a version document or as the current document.
@@ -485,6 +615,26 @@ class PolicyDocument(Document):
             update["pinned"] = False
             update["pin_reason"] = ""
         return self.model_copy(update=update)
+
+
+def excluded_configurations(doc: PolicyDocument) -> list[tuple[int, ...]]:
+    """Every configuration ``doc.excluded`` excludes, as per-dimension value indices, each once,
+    sorted. A rule names values of some dimensions (``{"prompt": "concise", "retrieval_k": "10"}``:
+    value ids without the ``name=`` prefix); every configuration that has them is excluded."""
+    if not doc.excluded or not doc.dimensions:
+        return []
+    found: set[tuple[int, ...]] = set()
+    start = 0
+    index: list[dict[str, int]] = []
+    for d in doc.dimensions:
+        index.append({a.id.partition("=")[2]: i for i, a in enumerate(doc.actions[start : start + d.size])})
+        start += d.size
+    for rule in doc.excluded:
+        choices = [
+            [index[k][rule[d.name]]] if d.name in rule else range(d.size) for k, d in enumerate(doc.dimensions)
+        ]
+        found.update(product(*choices))
+    return sorted(found)
 
 
 def policy_doc_id(agent_id: str, version: int | None) -> str:

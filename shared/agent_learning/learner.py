@@ -164,6 +164,10 @@ class LearnerConfig:
     """H: episodes after which the learner state's evidence counts half (None: it never fades)."""
     logit_bound: float = 20.0
     """Logits are kept in [−bound, bound] after centring."""
+    baseline_prior: float = 10.0
+    """m: pseudo-episodes that shrink a context's baseline towards the batch's (structured policies)."""
+    segment_prior: float = 10.0
+    """m_s: pseudo-episodes that shrink a segment's offsets towards the global logits (structured policies)."""
 
     def __post_init__(self) -> None:
         checks = {
@@ -181,6 +185,8 @@ class LearnerConfig:
             "calibration": self.calibration is None or self.calibration >= 0,
             "evidence_half_life": self.evidence_half_life is None or self.evidence_half_life > 0,
             "logit_bound": self.logit_bound > 0,
+            "baseline_prior": self.baseline_prior >= 0,
+            "segment_prior": self.segment_prior >= 0,
         }
         for name, ok in checks.items():
             value = getattr(self, name)

@@ -1,0 +1,412 @@
+"""Structured and contextual policies: named dimensions, excluded combinations, context features.
+
+Pure Python, like :mod:`agent_learning.policy`: agents choose without numpy.
+
+A structured policy declares its configuration as named dimensions, each a short list of
+values (``{"prompt": ["concise", "detailed"], "retrieval_k": [1, 3, 5, 10]}``), and may declare
+context features (``{"task": "category", "tokens": "number"}``) that its choice depends on. Its
+document keeps the flat fields' meaning: ``actions`` are the values, dimension after dimension
+(ids ``{dimension}={value}``), and ``logits`` their global logits θ. Context adds, per
+categorical feature f and segment c (a value of f seen in training), offsets δ_{f,c}, and per
+numeric feature j weights β_j with a centre m_j and scale s_j. For a context x, dimension d's
+value v has the logit ::
+
+    ℓ_d(v | x) = θ_v + Σ_f δ_{f, x_f, v} + Σ_j β_{j,v} · (x_j − m_j) / s_j
+
+(a feature missing from x, or a segment the policy has not learned, adds nothing), and ::
+
+    p_d(v | x) = f + (1 − K_d·f) · softmax(ℓ_d(· | x) / T)_v           floor f per dimension
+    π(a | x)   = Π_d p_d(a_d | x) / Z(x),   Z(x) = 1 − Σ_{e ∈ E} Π_d p_d(e_d | x)
+
+for a configuration a = (a_1, …, a_D), where E is the set of excluded configurations (Z = 1
+without exclusions). One dimension without context or exclusions is exactly the flat policy
+of :mod:`agent_learning.policy`. A configuration's id joins its values' ids with ``:``
+(``prompt=concise:retrieval_k=3``); episodes log that id, π(a | x) and the context.
+
+Drawing is exact: each dimension is drawn from p_d, and a draw that lands on an excluded
+configuration is drawn again, which samples Π_d p_d conditioned on a ∉ E, i.e. π.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from bisect import bisect_right
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from itertools import accumulate, product
+from typing import Any
+
+from .documents import (
+    Action,
+    ContextFeature,
+    Dimension,
+    PolicyDocument,
+    check_context,
+    excluded_configurations,
+    policy_doc_id,
+)
+from .errors import InvalidDocument
+
+JOINT_SEPARATOR = ":"
+"""Joins the values' ids into a configuration's id: ``prompt=concise:retrieval_k=3``."""
+MAX_DRAWS = 10_000
+"""Rejection draws before choose() gives up (only if excluded configurations hold ~all the mass)."""
+NUMBER_CLIP = 4.0
+"""A numeric feature enters as (x − centre) / scale, clipped to ±4: an outlier cannot swing the policy."""
+CACHE_SIZE = 4_096
+"""Contexts whose per-dimension probabilities a policy keeps ready (cleared when full)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Layout:
+    """Where each dimension's values sit in a structured document's ``actions``."""
+
+    names: tuple[str, ...]
+    starts: tuple[int, ...]
+    sizes: tuple[int, ...]
+    value_ids: tuple[tuple[str, ...], ...]
+    """Per dimension, its values' action ids (``prompt=concise``)."""
+
+    @classmethod
+    def of(cls, doc: PolicyDocument) -> Layout:
+        dims = doc.dimensions or [Dimension.model_construct(name="", size=len(doc.actions))]
+        starts = tuple(accumulate([0] + [d.size for d in dims]))[:-1]
+        ids = tuple(tuple(a.id for a in doc.actions[s : s + d.size]) for s, d in zip(starts, dims, strict=True))
+        return cls(tuple(d.name for d in dims), starts, tuple(d.size for d in dims), ids)
+
+    def joint_id(self, local: Sequence[int]) -> str:
+        return JOINT_SEPARATOR.join(self.value_ids[d][i] for d, i in enumerate(local))
+
+    def parse(self, joint_id: str) -> tuple[int, ...] | None:
+        """Per dimension, the index of a configuration's value (None if it is not one of these)."""
+        parts = joint_id.split(JOINT_SEPARATOR) if len(self.names) > 1 else [joint_id]
+        if len(parts) != len(self.names):
+            return None
+        out = []
+        for d, part in enumerate(parts):
+            try:
+                out.append(self.value_ids[d].index(part))
+            except ValueError:
+                return None
+        return tuple(out)
+
+    @property
+    def joint_size(self) -> int:
+        return math.prod(self.sizes)
+
+
+def feature_logits(doc: PolicyDocument, context: Mapping[str, Any] | None) -> list[float]:
+    """ℓ(· | x) for every value (all dimensions, in ``actions`` order)."""
+    logits = list(doc.logits)
+    if not doc.features or not context:
+        return logits
+    for feature in doc.features:
+        if feature.name not in context:
+            continue
+        value = context[feature.name]
+        if feature.kind == "category":
+            offsets = (feature.segments or {}).get(segment_name(value))
+            if offsets is not None:
+                logits = [x + o for x, o in zip(logits, offsets, strict=True)]
+        elif feature.weights is not None:
+            x = max(-NUMBER_CLIP, min(NUMBER_CLIP, (float(value) - feature.center) / feature.scale))
+            logits = [v + w * x for v, w in zip(logits, feature.weights, strict=True)]
+    return logits
+
+
+def segment_name(value: Any) -> str:
+    """The segment a categorical value names: the string itself, ``true``/``false`` for booleans,
+    and a number's decimal form (a category given as a number)."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return value if isinstance(value, str) else repr(value)
+
+
+def dimension_probabilities(
+    logits: Sequence[float], layout: Layout, temperature: float, floor: float
+) -> list[list[float]]:
+    """p_d(· | x) of every dimension from the values' logits ℓ(· | x)."""
+    out = []
+    for start, size in zip(layout.starts, layout.sizes, strict=True):
+        scaled = [x / temperature for x in logits[start : start + size]]
+        top = max(scaled)
+        exps = [math.exp(x - top) for x in scaled]
+        total = math.fsum(exps)
+        scale = 1.0 - size * floor
+        out.append([floor + scale * e / total for e in exps])
+    return out
+
+
+def joint_probability(
+    probs: Sequence[Sequence[float]], local: Sequence[int], excluded: Sequence[tuple[int, ...]]
+) -> float:
+    """π(a | x) from the per-dimension probabilities (0 for an excluded configuration)."""
+    if excluded and tuple(local) in set(excluded):
+        return 0.0
+    product_ = math.prod(p[i] for p, i in zip(probs, local, strict=True))
+    return product_ / normaliser(probs, excluded)
+
+
+def normaliser(probs: Sequence[Sequence[float]], excluded: Sequence[tuple[int, ...]]) -> float:
+    """Z(x) = 1 − Σ_{e ∈ E} Π_d p_d(e_d | x)."""
+    if not excluded:
+        return 1.0
+    return 1.0 - math.fsum(math.prod(p[i] for p, i in zip(probs, e, strict=True)) for e in excluded)
+
+
+class _Table:
+    """One context's per-dimension probabilities, ready to draw from."""
+
+    __slots__ = ("cum", "probs", "z")
+
+    def __init__(self, probs: list[list[float]], excluded: Sequence[tuple[int, ...]]) -> None:
+        self.probs = probs
+        self.z = normaliser(probs, excluded)
+        cum = []
+        for p in probs:
+            c = list(accumulate(p))
+            c[-1] = 1.0  # every uniform draw in [0, 1) lands on a value
+            cum.append(c)
+        self.cum = cum
+
+
+class StructuredPolicy:
+    """A policy over named dimensions whose probabilities may depend on the request's context.
+
+    Build one with :meth:`create` (uniform, version 1) or :meth:`from_document`; ``choose()``
+    returns a :class:`~agent_learning.policy.Decision` whose ``config`` holds one value per
+    dimension and whose probability is the joint π(a | x) of the module docstring.
+    """
+
+    def __init__(self, document: PolicyDocument, *, rng: random.Random | None = None) -> None:
+        self.document = document
+        self.agent_id = document.agent_id
+        self.version = document.version
+        self.pinned = document.pinned
+        self.temperature = document.temperature
+        self.exploration_floor = document.exploration_floor
+        self.layout = Layout.of(document)
+        self.actions = tuple(document.actions)
+        self.excluded = excluded_configurations(document)
+        self._excluded_set = frozenset(self.excluded)
+        self._random = (rng or random.Random()).random
+        self._features = {f.name: f for f in document.features or []}
+        self._categorical = tuple(f.name for f in document.features or [] if f.kind == "category")
+        self._numeric = tuple(f.name for f in document.features or [] if f.kind == "number")
+        self._cache: dict[tuple[Any, ...], _Table] = {}
+        self._flat = document.dimensions is None
+        self._values = tuple(
+            tuple(self.actions[s + i].config.get(name, self.actions[s + i].id.partition("=")[2]) for i in range(k))
+            for name, s, k in zip(self.layout.names, self.layout.starts, self.layout.sizes, strict=True)
+        )
+
+    # ------------------------------------------------------------------ construction
+
+    @classmethod
+    def create(
+        cls,
+        agent_id: str,
+        dimensions: Mapping[str, Sequence[Any]],
+        *,
+        context: Mapping[str, str] | None = None,
+        excluded: Sequence[Mapping[str, Any]] = (),
+        temperature: float = 1.0,
+        exploration_floor: float = 0.0,
+        rng: random.Random | None = None,
+        seed: int | None = None,
+        created_at: Any = None,
+    ) -> StructuredPolicy:
+        """A uniform version-1 policy over ``dimensions`` (name → its values: strings, numbers or
+        booleans), learning from the ``context`` features named (name → ``"category"`` or
+        ``"number"``), never choosing a configuration that matches a rule of ``excluded``."""
+        from .clock import SYSTEM_CLOCK
+
+        doc = PolicyDocument.from_dict(
+            {
+                "id": policy_doc_id(agent_id, 1),
+                "kind": "version",
+                "agent_id": agent_id,
+                "version": 1,
+                **structure_fields(dimensions, context, excluded),
+                "temperature": temperature,
+                "exploration_floor": exploration_floor,
+                "source": "init",
+                "created_at": (created_at or SYSTEM_CLOCK.now()).isoformat(),
+            }
+        )
+        if rng is None and seed is not None:
+            rng = random.Random(seed)
+        return cls(doc, rng=rng)
+
+    @classmethod
+    def from_document(
+        cls, document: PolicyDocument | Mapping[str, Any], *, rng: random.Random | None = None, seed: int | None = None
+    ) -> StructuredPolicy:
+        doc = document if isinstance(document, PolicyDocument) else PolicyDocument.from_dict(dict(document))
+        if rng is None and seed is not None:
+            rng = random.Random(seed)
+        return cls(doc, rng=rng)
+
+    def to_document(self, **_: Any) -> PolicyDocument:
+        return self.document
+
+    # ------------------------------------------------------------------ use
+
+    def _table(self, context: Mapping[str, Any] | None) -> _Table:
+        if not context or not self._features:
+            key: tuple[Any, ...] = ()
+        elif self._numeric and any(n in context for n in self._numeric):
+            return self._build(context)
+        else:
+            key = tuple(context.get(name) for name in self._categorical)
+        table = self._cache.get(key)
+        if table is None:
+            if len(self._cache) >= CACHE_SIZE:
+                self._cache.clear()
+            table = self._cache[key] = self._build(context)
+        return table
+
+    def _build(self, context: Mapping[str, Any] | None) -> _Table:
+        logits = feature_logits(self.document, context)
+        return _Table(
+            dimension_probabilities(logits, self.layout, self.temperature, self.exploration_floor), self.excluded
+        )
+
+    def choose(self, rng: random.Random | None = None, *, context: Mapping[str, Any] | None = None) -> Any:
+        """Draw a configuration for ``context`` (checked and logged with the episode)."""
+        from .policy import Decision, validated_context
+
+        if context is not None:
+            context = validated_context(context)
+            self._check_kinds(context)
+        table = self._table(context)
+        draw = rng.random if rng is not None else self._random
+        excluded = self._excluded_set
+        for _ in range(MAX_DRAWS):
+            local = tuple(bisect_right(c, draw()) for c in table.cum)
+            if local not in excluded:
+                break
+        else:  # pragma: no cover - only when exclusions hold ~all the probability
+            raise RuntimeError(f"{self.agent_id}: no allowed configuration drawn in {MAX_DRAWS} tries")
+        p = math.prod(probs[i] for probs, i in zip(table.probs, local, strict=True)) / table.z
+        if self._flat:
+            config: Mapping[str, Any] = self.actions[local[0]].config
+        else:
+            config = {name: self._values[d][i] for d, (name, i) in enumerate(zip(self.layout.names, local, strict=True))}
+        return Decision(
+            self.agent_id,
+            self.layout.joint_id(local),
+            joint_index(local, self.layout.sizes),
+            p,
+            math.log(p),
+            self.version,
+            config,
+            context,
+        )
+
+    def _check_kinds(self, context: Mapping[str, Any]) -> None:
+        for name, value in context.items():
+            feature = self._features.get(name)
+            if feature is not None and feature.kind == "number" and (isinstance(value, bool | str)):
+                raise InvalidDocument("context", [(f"context.{name}", f"must be a number (got {value!r:.80})")])
+
+    def probability(self, action_id: str, context: Mapping[str, Any] | None = None) -> float:
+        """π(a | x) of a configuration id (0 if excluded); :class:`InvalidDocument` if unknown."""
+        local = self.layout.parse(action_id)
+        if local is None:
+            raise InvalidDocument(
+                "decision", [("action_id", f"{action_id!r} is not a configuration of policy {self.agent_id!r}")]
+            )
+        table = self._table(context)
+        return joint_probability(table.probs, local, self.excluded)
+
+    def marginals(self, context: Mapping[str, Any] | None = None) -> dict[str, dict[str, float]]:
+        """Per dimension, each value's probability of being chosen for ``context`` (exclusions
+        included: the marginals of π, not the p_d)."""
+        table = self._table(context)
+        if not self.excluded:
+            return {
+                name: dict(zip(self.layout.value_ids[d], table.probs[d], strict=True))
+                for d, name in enumerate(self.layout.names)
+            }
+        out = [[0.0] * k for k in self.layout.sizes]
+        for local in product(*(range(k) for k in self.layout.sizes)):
+            p = joint_probability(table.probs, local, self.excluded)
+            for d, i in enumerate(local):
+                out[d][i] += p
+        return {name: dict(zip(self.layout.value_ids[d], out[d], strict=True)) for d, name in enumerate(self.layout.names)}
+
+    @property
+    def action_ids(self) -> list[str]:
+        """The values' ids, dimension after dimension (as in the document's ``actions``)."""
+        return [a.id for a in self.actions]
+
+    def __repr__(self) -> str:
+        dims = ", ".join(f"{n}[{k}]" for n, k in zip(self.layout.names, self.layout.sizes, strict=True))
+        return f"StructuredPolicy({self.agent_id!r}, v{self.version}: {dims})"
+
+
+def joint_index(local: Sequence[int], sizes: Sequence[int]) -> int:
+    """The configuration's position in the joint space (mixed radix, first dimension slowest)."""
+    index = 0
+    for i, k in zip(local, sizes, strict=True):
+        index = index * k + i
+    return index
+
+
+def structure_fields(
+    dimensions: Mapping[str, Sequence[Any]],
+    context: Mapping[str, str] | None = None,
+    excluded: Sequence[Mapping[str, Any]] = (),
+) -> dict[str, Any]:
+    """The document fields (``actions``, ``logits``, ``dimensions``, ``features``, ``excluded``)
+    of a uniform policy over ``dimensions``; problems raise :class:`InvalidDocument`."""
+    if not isinstance(dimensions, Mapping) or not dimensions:
+        raise InvalidDocument("policy", [("dimensions", "must name at least one dimension and its values")])
+    actions: list[dict[str, Any]] = []
+    dims = []
+    for name, values in dimensions.items():
+        if isinstance(values, str | bytes) or not isinstance(values, Sequence) or not values:
+            raise InvalidDocument("policy", [(f"dimensions.{name}", "must be a non-empty list of values")])
+        for value in values:
+            if not (isinstance(value, str | bool) or (isinstance(value, int | float) and math.isfinite(value))):
+                raise InvalidDocument(
+                    "policy", [(f"dimensions.{name}", f"values must be strings, numbers or booleans, got {value!r:.80}")]
+                )
+            actions.append({"id": f"{name}={value_id(value)}", "config": {name: value}})
+        dims.append({"name": name, "size": len(values)})
+    fields: dict[str, Any] = {"actions": actions, "logits": [0.0] * len(actions), "dimensions": dims}
+    if context:
+        try:
+            check_context({name: 0 for name in context})
+        except ValueError as exc:
+            raise InvalidDocument("policy", [("context", str(exc))]) from None
+        fields["features"] = [{"name": name, "kind": kind} for name, kind in context.items()]
+    if excluded:
+        fields["excluded"] = [{str(k): value_id(v) for k, v in rule.items()} for rule in excluded]
+    return fields
+
+
+def value_id(value: Any) -> str:
+    """A dimension value's id: booleans as ``true``/``false``, numbers and strings as written."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value)
+
+
+def is_structured(doc: PolicyDocument) -> bool:
+    """Whether ``doc`` needs :class:`StructuredPolicy` (dimensions, exclusions or context features)."""
+    return bool(doc.dimensions or doc.features or doc.excluded)
+
+
+__all__ = [
+    "Action",
+    "ContextFeature",
+    "Layout",
+    "NUMBER_CLIP",
+    "StructuredPolicy",
+    "feature_logits",
+    "is_structured",
+    "structure_fields",
+]

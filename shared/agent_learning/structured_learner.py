@@ -1,0 +1,749 @@
+"""REINFORCE with a baseline for structured and contextual policies. One file.
+
+The policy (:mod:`agent_learning.structured`): dimensions d = 1..D with K_d values each, all V
+values in one vector; for the context x_i of episode i the values' logits are ::
+
+    ℓ_i = θ + Σ_f δ_{f, c_if} + Σ_j β_j x̃_ij          x̃_ij = clip((x_ij − m_j) / s_j, ±4)
+
+(θ global logits, δ_{f,c} the offsets of segment c of categorical feature f — zero when the
+episode has no learned segment of f —, β_j the weights of numeric feature j). Per dimension
+s_d(· | x_i) = softmax(ℓ_i[d] / T) is the part the learner moves (the exploration floor is
+exploration on top, as in :mod:`agent_learning.learner`), and the learned joint distribution is
+q(a | x) = Π_d s_d(a_d | x) / Z_s(x), Z_s = 1 − Σ_{e ∈ E} Π_d s_d(e_d | x) over the excluded
+configurations E.
+
+Per batch (N rows: episodes, then one row per corrected episode with its net reward change)::
+
+    w_i = min(q(a_i | x_i) / μ_i, c)                 clipped importance weight; μ_i is the logged
+                                                     joint probability π(a_i | x_i)
+    b_i = (Σ_{k ∈ S(i)} w_k r_k + m·b) / (Σ_{k ∈ S(i)} w_k + m)
+                                                     context baseline: the weighted mean reward of
+                                                     the episodes with i's segments S(i) (all its
+                                                     categorical features), shrunk towards the
+                                                     batch's b = Σ w r / Σ w by m = baseline_prior
+    A_i = (r_i − b_i) / max(σ, σ_min)                σ² = Σ w (r − b_i)² / Σ w;  a correction's A is δ/σ
+
+The score function of the joint choice is exact (``gradient`` returns it and :func:`surrogate`
+lets a test check it by finite differences)::
+
+    ∇_{ℓ_i} log q(a_i | x_i) = ⊕_d (e_{a_id} − s_d(x_i)) / T  −  ∇_{ℓ_i} log Z_s(x_i)
+    ∂Z_s/∂ℓ_{i,dv} = −Σ_{e ∈ E} Π_d' s_d'(e_d' | x_i) · (1[e_d = v] − s_d(v | x_i)) / T
+
+and, with G_i = (w_i A_i / N) ∇_{ℓ_i} log q(a_i | x_i), the gradient of the surrogate
+L = 1/N Σ_i w_i A_i log q(a_i | x_i) + β Σ_d H(s_d(θ)) is Σ_i G_i for θ (plus the entropy term),
+Σ_{i: c_if = c} G_i for δ_{f,c} and Σ_i x̃_ij G_i for β_j.
+
+Direction (``direction="evidence"``, the default; ``"plain"`` follows the gradient). Every block
+moves by the evidence behind it, as the flat learner's evidence direction does, dimension by
+dimension (the joint log-probability is a sum over dimensions, so each dimension is a bandit on
+the shared advantage)::
+
+    θ:        d_v = T · Σ_{i: a_id = v} A_i / √(n_v + c₀)                       (the flat formula)
+    δ_{f,c}:  d_v = T · Σ_{i ∈ c, a_id = v} R_i / √(n_{c,v} + c₀ + m_s)
+    β_j:      d_v = T · Σ_{i: a_id = v} R_i x̃_ij / √(Σ_{i: a_id = v} x̃_ij² + c₀ + m_s)
+    R_i = A_i − Ā_{d, a_id}           the advantage left after the global logits' share: Ā_{d,v}
+                                      is the batch's mean A over rows with a_d = v
+
+each centred within its dimension, c₀ = ``evidence_prior``. A segment's offset thus moves by the
+z-statistic of how much better or worse a value does in the segment than overall, and
+m_s = ``segment_prior`` pseudo-episodes shrink it towards the global logits while the segment's
+evidence is thin. The entropy bonus adds its natural gradient −β·T·(log s_d − Σ s_d log s_d) to
+θ, as in the flat learner.
+
+Step and trust region: η·√(N/N_ref) times the direction, halved until the mean over the batch's
+contexts of Σ_d KL(s_d,old(x) ‖ s_d,new(x)) ≤ max_kl·N/N_ref; θ keeps ``max_logit_gap`` per
+dimension; every block is centred per dimension and clipped to ±``logit_bound``.
+
+Evidence bound, per dimension and segment: the learner state holds, per value, the discounted
+count, reward sum and sum of squares of every episode (``count``/``reward_sum``/``reward_sq_sum``,
+the flat learner's state) and, per segment of each categorical feature, the count and reward sum
+of its episodes. After the step each dimension's θ is bounded exactly as in the flat learner
+(z against its leader, within the dimension), and in each segment the logits θ + δ_{f,c} are
+bounded the same way by the segment's evidence (means shrunk towards the dimension's by c₀
+pseudo-episodes, the dimension's pooled variance), raising δ only. So no dimension, and no
+segment, is surer than its evidence.
+
+One dimension without context or exclusions gives exactly the flat learner's update
+(:class:`agent_learning.learner.Reinforce`); a test checks it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+from numpy.typing import NDArray
+
+from .documents import MAX_SEGMENTS, PolicyDocument, excluded_configurations
+from .learner import Evidence, LearnerConfig, _first_bad, entropy, log_thompson
+from .structured import NUMBER_CLIP, Layout, segment_name
+
+Array = NDArray[np.float64]
+
+
+@dataclass(frozen=True)
+class ContextBatch:
+    """Scored episodes of a structured policy as arrays."""
+
+    actions: NDArray[np.int64]
+    """(N, D) value index per dimension."""
+    rewards: Array
+    logged_probs: Array
+    corrections: NDArray[np.bool_]
+    categories: NDArray[np.int64]
+    """(N, F_c) segment index per categorical feature; −1 where the episode has none learned."""
+    numbers: Array
+    """(N, F_n) standardised numeric features x̃ (0 where missing)."""
+
+    @property
+    def regular(self) -> NDArray[np.bool_]:
+        return ~self.corrections
+
+    def __len__(self) -> int:
+        return len(self.rewards)
+
+
+@dataclass
+class Params:
+    """The learnable arrays of a structured policy (module docstring: θ, δ, β)."""
+
+    theta: Array
+    offsets: list[Array]
+    """Per categorical feature, (S_f, V): one row per segment."""
+    weights: Array
+    """(F_n, V)."""
+
+    def copy(self) -> Params:
+        return Params(self.theta.copy(), [o.copy() for o in self.offsets], self.weights.copy())
+
+    def add(self, other: Params, scale: float) -> Params:
+        return Params(
+            self.theta + scale * other.theta,
+            [o + scale * p for o, p in zip(self.offsets, other.offsets, strict=True)],
+            self.weights + scale * other.weights,
+        )
+
+    def flat(self) -> Array:
+        return np.concatenate([self.theta, *(o.ravel() for o in self.offsets), self.weights.ravel()])
+
+    def with_flat(self, values: Array) -> Params:
+        out = self.copy()
+        v = len(self.theta)
+        out.theta = values[:v].copy()
+        at = v
+        for k, o in enumerate(self.offsets):
+            out.offsets[k] = values[at : at + o.size].reshape(o.shape).copy()
+            at += o.size
+        out.weights = values[at:].reshape(self.weights.shape).copy()
+        return out
+
+
+@dataclass
+class Model:
+    """A structured policy document's shape: layout, exclusions, features and segments."""
+
+    layout: Layout
+    excluded: NDArray[np.int64]
+    """(|E|, D) excluded configurations."""
+    categorical: list[str]
+    segments: list[list[str]]
+    """Per categorical feature, its segments' names, in ``offsets`` row order."""
+    numeric: list[str]
+    centers: list[float]
+    scales: list[float]
+    temperature: float
+
+    @property
+    def slices(self) -> list[slice]:
+        return [slice(s, s + k) for s, k in zip(self.layout.starts, self.layout.sizes, strict=True)]
+
+
+@dataclass(frozen=True)
+class StructuredUpdate:
+    """New logits and features of a structured policy, with metrics and learner state."""
+
+    logits: Array
+    features: list[dict[str, Any]] | None
+    metrics: dict[str, float] = field(default_factory=dict)
+    state: dict[str, Any] = field(default_factory=dict)
+
+
+# --------------------------------------------------------------------------- batch from documents
+
+
+def prepare(
+    doc: PolicyDocument,
+    actions: Sequence[Sequence[int]],
+    rewards: Sequence[float],
+    logged_probs: Sequence[float],
+    corrections: Sequence[bool],
+    contexts: Sequence[Mapping[str, Any] | None],
+) -> tuple[Model, Params, ContextBatch]:
+    """The model, parameters and batch of ``doc`` and these rows. Segments first seen here are
+    added (the most frequent first, up to :data:`MAX_SEGMENTS` per feature) with zero offsets;
+    a numeric feature's centre and scale are set from the first batch that carries it."""
+    layout = Layout.of(doc)
+    v = len(doc.actions)
+    categorical, segments, offsets = [], [], []
+    numeric, centers, scales, weights = [], [], [], []
+    for feature in doc.features or []:
+        values = [c.get(feature.name) if c else None for c in contexts]
+        if feature.kind == "category":
+            known = dict(feature.segments or {})
+            counts: dict[str, int] = {}
+            for value in values:
+                if value is not None:
+                    name = segment_name(value)
+                    counts[name] = counts.get(name, 0) + 1
+            for name, _ in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])):
+                if name not in known and len(known) < MAX_SEGMENTS:
+                    known[name] = [0.0] * v
+            categorical.append(feature.name)
+            segments.append(list(known))
+            offsets.append(np.array(list(known.values()), dtype=np.float64).reshape(len(known), v))
+        else:
+            center, scale = feature.center, feature.scale
+            present = np.array([float(x) for x in values if isinstance(x, int | float) and not isinstance(x, bool)])
+            if feature.weights is None and present.size:
+                center = float(present.mean())
+                scale = float(present.std()) or 1.0
+            numeric.append(feature.name)
+            centers.append(center)
+            scales.append(scale)
+            weights.append(np.asarray(feature.weights if feature.weights is not None else [0.0] * v, dtype=np.float64))
+    model = Model(
+        layout,
+        np.array(excluded_configurations(doc), dtype=np.int64).reshape(-1, len(layout.sizes)),
+        categorical,
+        segments,
+        numeric,
+        centers,
+        scales,
+        doc.temperature,
+    )
+    params = Params(
+        np.asarray(doc.logits, dtype=np.float64), offsets, np.array(weights, dtype=np.float64).reshape(len(numeric), v)
+    )
+    n = len(rewards)
+    cats = np.full((n, len(categorical)), -1, dtype=np.int64)
+    nums = np.zeros((n, len(numeric)), dtype=np.float64)
+    seg_index = [{name: k for k, name in enumerate(names)} for names in segments]
+    for i, context in enumerate(contexts):
+        if not context:
+            continue
+        for f, name in enumerate(categorical):
+            if name in context:
+                cats[i, f] = seg_index[f].get(segment_name(context[name]), -1)
+        for j, name in enumerate(numeric):
+            x = context.get(name)
+            if isinstance(x, int | float) and not isinstance(x, bool):
+                nums[i, j] = standardise(float(x), centers[j], scales[j])
+    batch = ContextBatch(
+        np.asarray(actions, dtype=np.int64).reshape(n, len(layout.sizes)),
+        np.asarray(rewards, dtype=np.float64),
+        np.asarray(logged_probs, dtype=np.float64),
+        np.asarray(corrections, dtype=bool),
+        cats,
+        nums,
+    )
+    return model, params, batch
+
+
+def standardise(x: float, center: float, scale: float) -> float:
+    """x̃ = clip((x − m) / s, ±NUMBER_CLIP), as the policy computes it at choose time."""
+    return max(-NUMBER_CLIP, min(NUMBER_CLIP, (x - center) / scale))
+
+
+def features_out(doc: PolicyDocument, model: Model, params: Params) -> list[dict[str, Any]] | None:
+    """The document's ``features`` with the learned segments, offsets and weights."""
+    if doc.features is None:
+        return None
+    out = []
+    for feature in doc.features:
+        if feature.kind == "category":
+            f = model.categorical.index(feature.name)
+            segments = {name: _rounded(params.offsets[f][k]) for k, name in enumerate(model.segments[f])}
+            out.append({"name": feature.name, "kind": "category", **({"segments": segments} if segments else {})})
+        else:
+            j = model.numeric.index(feature.name)
+            out.append(
+                {
+                    "name": feature.name,
+                    "kind": "number",
+                    "weights": _rounded(params.weights[j]),
+                    "center": round(model.centers[j], 9),
+                    "scale": round(model.scales[j], 9),
+                }
+            )
+    return out
+
+
+def _rounded(values: Array) -> list[float]:
+    return [round(float(x), 6) for x in values]
+
+
+# --------------------------------------------------------------------------- the math
+
+
+class Contexts:
+    """The distinct contexts of a batch (rows with equal features share their probabilities)."""
+
+    def __init__(self, batch: ContextBatch) -> None:
+        n = len(batch)
+        if batch.numbers.shape[1] and np.any(batch.numbers):  # numeric features: every row its own
+            first, inverse, counts = np.arange(n), np.arange(n), np.ones(n)
+        elif batch.categories.shape[1]:
+            _, first, inverse, counts = np.unique(
+                batch.categories, axis=0, return_index=True, return_inverse=True, return_counts=True
+            )
+        else:  # no features: one context
+            first, inverse, counts = np.zeros(min(n, 1), dtype=np.int64), np.zeros(n, dtype=np.int64), np.array([n])
+        self.categories = batch.categories[first]
+        self.numbers = batch.numbers[first]
+        self.inverse = np.asarray(inverse, dtype=np.int64).reshape(-1)
+        self.counts = np.asarray(counts, dtype=np.float64)
+
+    def logits(self, params: Params) -> Array:
+        """ℓ for each distinct context, (U, V)."""
+        out = np.broadcast_to(params.theta, (len(self.categories), len(params.theta))).copy()
+        for f, offsets in enumerate(params.offsets):
+            rows = self.categories[:, f]
+            has = rows >= 0
+            out[has] += offsets[rows[has]]
+        if params.weights.size:
+            out += self.numbers @ params.weights
+        return out
+
+
+def dimension_softmax(logits: Array, model: Model) -> Array:
+    """s_d(· | x) for every row of ``logits``, dimension by dimension, (rows, V)."""
+    out = np.empty_like(logits)
+    for sl in model.slices:
+        z = logits[:, sl] / model.temperature
+        z = z - z.max(axis=1, keepdims=True)
+        e = np.exp(z)
+        out[:, sl] = e / e.sum(axis=1, keepdims=True)
+    return out
+
+
+def excluded_mass(s: Array, model: Model) -> Array:
+    """Σ_{e ∈ E} Π_d s_d(e_d), per row (0 without exclusions)."""
+    if not len(model.excluded):
+        return np.zeros(len(s))
+    cols = model.excluded + np.array(model.layout.starts)
+    return s[:, cols].prod(axis=2).sum(axis=1)
+
+
+def log_q(s: Array, model: Model, batch: ContextBatch, inverse: NDArray[np.int64]) -> Array:
+    """log q(a_i | x_i) of every row."""
+    cols = batch.actions + np.array(model.layout.starts)
+    rows = s[inverse]
+    out = np.log(np.maximum(np.take_along_axis(rows, cols, axis=1), 1e-300)).sum(axis=1)
+    if len(model.excluded):
+        out -= np.log(np.maximum(1.0 - excluded_mass(s, model)[inverse], 1e-300))
+    return out
+
+
+def score_function(s: Array, model: Model, batch: ContextBatch, inverse: NDArray[np.int64]) -> Array:
+    """∇_ℓ log q(a_i | x_i) for every row, (N, V) (module docstring)."""
+    t = model.temperature
+    rows = s[inverse]
+    grad = -rows.copy()
+    cols = batch.actions + np.array(model.layout.starts)
+    np.put_along_axis(grad, cols, np.take_along_axis(grad, cols, axis=1) + 1.0, axis=1)
+    grad /= t
+    if len(model.excluded):
+        ecols = model.excluded + np.array(model.layout.starts)
+        masses = s[:, ecols].prod(axis=2)  # (U, |E|)
+        dz = np.zeros_like(s)
+        for k in range(len(model.excluded)):
+            indicator = np.zeros(s.shape[1])
+            indicator[ecols[k]] = 1.0
+            dz -= masses[:, k : k + 1] * (indicator - s) / t  # per dimension: 1[e_d = v] − s_d(v)
+        z = 1.0 - masses.sum(axis=1)
+        grad -= (dz / z[:, None])[inverse]
+    return grad
+
+
+def surrogate(params: Params, model: Model, batch: ContextBatch, weights: Array, advantages: Array, beta: float) -> float:
+    """L = 1/N Σ w_i A_i log q(a_i | x_i) + β Σ_d H(s_d(θ)); its gradient is :func:`gradient`."""
+    contexts = Contexts(batch)
+    s = dimension_softmax(contexts.logits(params), model)
+    value = float((weights * advantages * log_q(s, model, batch, contexts.inverse)).mean())
+    g = dimension_softmax(params.theta[None, :], model)[0]
+    return value + beta * sum(entropy(g[sl]) for sl in model.slices)
+
+
+def gradient(
+    params: Params, model: Model, batch: ContextBatch, weights: Array, advantages: Array, beta: float
+) -> Params:
+    """The exact gradient of :func:`surrogate` with respect to θ, every δ and every β."""
+    contexts = Contexts(batch)
+    s = dimension_softmax(contexts.logits(params), model)
+    per_row = score_function(s, model, batch, contexts.inverse) * (weights * advantages / len(batch))[:, None]
+    theta = per_row.sum(axis=0)
+    g = dimension_softmax(params.theta[None, :], model)[0]
+    log_g = np.log(np.maximum(g, np.finfo(float).tiny))
+    for sl in model.slices:
+        h = -(g[sl] * log_g[sl]).sum()
+        theta[sl] += beta * (-g[sl] * (log_g[sl] + h) / model.temperature)
+    offsets = []
+    for f, o in enumerate(params.offsets):
+        rows = batch.categories[:, f]
+        has = rows >= 0
+        acc = np.zeros_like(o)
+        np.add.at(acc, rows[has], per_row[has])
+        offsets.append(acc)
+    weights_g = batch.numbers.T @ per_row if params.weights.size else np.zeros_like(params.weights)
+    return Params(theta, offsets, weights_g)
+
+
+class StructuredReinforce:
+    """REINFORCE with a context baseline for structured policies (module docstring)."""
+
+    name = "reinforce"
+
+    def __init__(self, config: LearnerConfig | None = None) -> None:
+        self.config = config or LearnerConfig()
+        if self.config.direction == "natural":
+            raise ValueError("learner setting direction='natural' is for flat policies; use 'evidence' or 'plain'")
+
+    # -- statistics
+
+    def weights_and_advantages(
+        self, params: Params, model: Model, batch: ContextBatch, fallback_std: float = 1.0
+    ) -> tuple[Array, Array, dict[str, float]]:
+        """Clipped importance weights w, context-baseline advantages A and their statistics."""
+        cfg = self.config
+        contexts = Contexts(batch)
+        s = dimension_softmax(contexts.logits(params), model)
+        ratio = np.exp(log_q(s, model, batch, contexts.inverse)) / batch.logged_probs
+        w = np.minimum(ratio, cfg.importance_clip)
+        regular = batch.regular
+        wr = w * regular
+        wsum = wr.sum()
+        if wsum <= 0 and regular.all():
+            return np.zeros_like(w), np.zeros_like(w), {"baseline": 0.0, "reward_std": 0.0}
+        global_b = float((wr * batch.rewards).sum() / wsum) if wsum > 0 else 0.0
+        b = np.full(len(batch), global_b)
+        if batch.categories.shape[1] and wsum > 0:
+            _, inverse = np.unique(batch.categories, axis=0, return_inverse=True)
+            inverse = np.asarray(inverse).reshape(-1)
+            sw = np.bincount(inverse, weights=wr)
+            swr = np.bincount(inverse, weights=wr * batch.rewards)
+            m = cfg.baseline_prior
+            b = ((swr + m * global_b) / (sw + m))[inverse]
+        centred = np.where(regular, batch.rewards - b, batch.rewards)
+        std = float(np.sqrt((wr * centred**2).sum() / wsum)) if wsum > 0 else fallback_std
+        adv = centred / max(std, cfg.min_reward_std) if cfg.normalize_advantages else centred
+        stats = {
+            "baseline": global_b,
+            "reward_std": std,
+            "max_importance_weight": float(ratio.max()),
+            "clipped_fraction": float((ratio > cfg.importance_clip).mean()),
+        }
+        return w, adv, stats
+
+    # -- direction
+
+    def direction(self, params: Params, model: Model, batch: ContextBatch, adv: Array) -> Params:
+        """The evidence direction of the module docstring, each block centred per dimension."""
+        cfg = self.config
+        t = model.temperature
+        v = len(params.theta)
+        cols = batch.actions + np.array(model.layout.starts)  # (N, D) value columns
+        regular = batch.regular.astype(np.float64)
+        flat_cols = cols.ravel()
+        rep = np.repeat  # each row contributes once per dimension
+        d_count = len(model.layout.sizes)
+        adv_rep = rep(adv, d_count)
+        n_v = np.bincount(flat_cols, weights=rep(regular, d_count), minlength=v)
+        sums = np.bincount(flat_cols, weights=adv_rep, minlength=v)
+        theta = t * sums / np.sqrt(np.maximum(n_v + cfg.evidence_prior, 1.0))
+        s = np.maximum(dimension_softmax(params.theta[None, :], model)[0], 1e-12)
+        log_s = np.log(s)
+        for sl in model.slices:
+            theta[sl] -= cfg.entropy_coef * t * (log_s[sl] - (s[sl] * log_s[sl]).sum())
+        rows_all = np.maximum(np.bincount(flat_cols, minlength=v), 1)
+        mean_adv = sums / rows_all
+        residual = adv[:, None] - mean_adv[cols]  # (N, D): A_i − Ā_{d, a_id}
+        prior = cfg.evidence_prior + cfg.segment_prior
+        offsets = []
+        for f, o in enumerate(params.offsets):
+            rows = batch.categories[:, f]
+            has = rows >= 0
+            keys = (rows[has, None] * v + cols[has]).ravel()
+            size = o.size
+            sum_r = np.bincount(keys, weights=residual[has].ravel(), minlength=size).reshape(o.shape)
+            n_r = np.bincount(keys, weights=rep(regular[has], d_count), minlength=size).reshape(o.shape)
+            offsets.append(t * sum_r / np.sqrt(n_r + prior))
+        weights = np.zeros_like(params.weights)
+        for j in range(params.weights.shape[0]):
+            x = batch.numbers[:, j]
+            sum_x = np.bincount(flat_cols, weights=(residual * x[:, None]).ravel(), minlength=v)
+            sq = np.bincount(flat_cols, weights=rep(x**2 * regular, d_count), minlength=v)
+            weights[j] = t * sum_x / np.sqrt(sq + prior)
+        out = Params(theta, offsets, weights)
+        return centre(out, model)
+
+    # -- update
+
+    def update(
+        self, params: Params, model: Model, batch: ContextBatch, state: Mapping[str, Any] | None = None
+    ) -> tuple[Params, dict[str, float], dict[str, Any]]:
+        """One training step; returns the new parameters, metrics and learner state."""
+        cfg = self.config
+        v = len(params.theta)
+        contexts = Contexts(batch)
+        s_old = dimension_softmax(contexts.logits(params), model)
+        g_old = dimension_softmax(params.theta[None, :], model)[0]
+        metrics: dict[str, float] = {
+            "episodes": float(batch.regular.sum()),
+            "corrections": float(len(batch) - batch.regular.sum()),
+            "softmax_entropy_before": sum(entropy(g_old[sl]) for sl in model.slices),
+        }
+        evidence, problem = Evidence.from_state(state, v)
+        if problem:
+            metrics["state_reset"] = 1.0
+        segments_state = _segment_state(state if not problem else None, model, v)
+        if len(batch) == 0:
+            metrics.update(softmax_entropy_after=metrics["softmax_entropy_before"], kl=0.0, step_scale=0.0, grad_norm=0.0)
+            return params.copy(), metrics, dict(state or {}) if not problem else {}
+        w, adv, stats = self.weights_and_advantages(params, model, batch, evidence.pooled_std())
+        g = gradient(params, model, batch, w, adv, cfg.entropy_coef)
+        direction = g if cfg.direction == "plain" else self.direction(params, model, batch, adv)
+        size = len(batch) / cfg.reference_batch if cfg.reference_batch else 1.0
+        scale = cfg.learning_rate * (np.sqrt(size) if cfg.direction == "evidence" else size)
+        max_kl = cfg.max_kl * size if cfg.max_kl is not None else None
+        weights_u = np.bincount(contexts.inverse, weights=batch.regular.astype(float), minlength=len(contexts.counts))
+        if weights_u.sum() <= 0:
+            weights_u = contexts.counts
+        new, kl = self._step(params, direction, scale, model, contexts, s_old, weights_u)
+        if max_kl is not None:
+            for _ in range(20):
+                if kl <= max_kl:
+                    break
+                scale /= 2
+                new, kl = self._step(params, direction, scale, model, contexts, s_old, weights_u)
+        new_state: dict[str, Any] = {}
+        if cfg.gap_per_evidence is not None:
+            flat_actions = (batch.actions + np.array(model.layout.starts)).ravel()
+            evidence, segments_state = _add_evidence(
+                evidence, segments_state, batch, flat_actions, model, v, cfg.evidence_half_life
+            )
+            raised = self.bound_by_evidence(new, model, evidence, segments_state)
+            metrics["raised_by_evidence"] = float(raised)
+            kl = _mean_kl(s_old, dimension_softmax(contexts.logits(new), model), model, weights_u)
+            new_state = {**evidence.to_state(), **_segment_state_out(segments_state, model)}
+        g_new = dimension_softmax(new.theta[None, :], model)[0]
+        regular = batch.regular
+        metrics.update(
+            stats,
+            mean_reward=float(batch.rewards[regular].mean()) if regular.any() else 0.0,
+            episode_reward_std=float(batch.rewards[regular].std()) if regular.any() else 0.0,
+            softmax_entropy_after=sum(entropy(g_new[sl]) for sl in model.slices),
+            kl=kl,
+            step_scale=float(scale),
+            grad_norm=float(np.linalg.norm(g.flat())),
+        )
+        return new, metrics, new_state
+
+    def _step(
+        self,
+        params: Params,
+        direction: Params,
+        scale: float,
+        model: Model,
+        contexts: Contexts,
+        s_old: Array,
+        weights_u: Array,
+    ) -> tuple[Params, float]:
+        cfg = self.config
+        new = params.add(direction, scale)
+        if cfg.max_logit_gap is not None:
+            for sl in model.slices:
+                block = new.theta[sl]
+                np.maximum(block, block.max() - cfg.max_logit_gap, out=block)
+        new = centre(new, model)
+        _clip(new, cfg.logit_bound)
+        return new, _mean_kl(s_old, dimension_softmax(contexts.logits(new), model), model, weights_u)
+
+    def bound_by_evidence(
+        self, params: Params, model: Model, evidence: Evidence, segments: list[list[tuple[Array, Array]]]
+    ) -> int:
+        """Raise logits (in place) to at least the leader's minus the evidence gap, per dimension
+        for θ and per dimension and segment for θ + δ (module docstring); returns how many."""
+        cfg = self.config
+        raised = 0
+        for sl in model.slices:
+            sub = Evidence(evidence.count[sl], evidence.reward_sum[sl], evidence.reward_sq_sum[sl])
+            block = params.theta[sl]
+            floor = self._floor(block, sub)
+            raised += int((block < floor).sum())
+            np.maximum(block, floor, out=block)
+        for f, offsets in enumerate(params.offsets):
+            for k in range(offsets.shape[0]):
+                count, total = segments[f][k]
+                for sl in model.slices:
+                    sub = Evidence(evidence.count[sl], evidence.reward_sum[sl], evidence.reward_sq_sum[sl])
+                    pooled = sub.pooled()
+                    if pooled is None or count[sl].sum() <= 0:
+                        continue
+                    mean, var = pooled
+                    # the segment's evidence, with the dimension's pooled variance for its spread
+                    seg = Evidence(count[sl], total[sl], count[sl] * (var + (total[sl] / np.maximum(count[sl], 1e-12)) ** 2))
+                    logits = params.theta[sl] + offsets[k, sl]
+                    floor = self._floor(logits, seg)
+                    raised += int((logits < floor).sum())
+                    offsets[k, sl] += np.maximum(floor - logits, 0.0)
+        centred = centre(params, model)
+        params.theta, params.offsets, params.weights = centred.theta, centred.offsets, centred.weights
+        _clip(params, cfg.logit_bound)
+        return raised
+
+    def _floor(self, logits: Array, evidence: Evidence) -> Array:
+        cfg = self.config
+        assert cfg.gap_per_evidence is not None
+        leader = int(np.argmax(logits))
+        z = evidence.z_against(leader, cfg.evidence_prior)
+        gap = cfg.gap_slack + cfg.gap_per_evidence * np.maximum(z, 0.0)
+        if cfg.calibration is not None:
+            gap = np.minimum(gap, cfg.calibration - log_thompson(z))
+        return logits[leader] - gap
+
+
+def centre(params: Params, model: Model) -> Params:
+    """Every block with mean zero within each dimension."""
+    out = params.copy()
+    for sl in model.slices:
+        out.theta[sl] -= out.theta[sl].mean()
+        for o in out.offsets:
+            if o.size:
+                o[:, sl] -= o[:, sl].mean(axis=1, keepdims=True)
+        if out.weights.size:
+            out.weights[:, sl] -= out.weights[:, sl].mean(axis=1, keepdims=True)
+    return out
+
+
+def _clip(params: Params, bound: float) -> None:
+    np.clip(params.theta, -bound, bound, out=params.theta)
+    for o in params.offsets:
+        np.clip(o, -bound, bound, out=o)
+    np.clip(params.weights, -bound, bound, out=params.weights)
+
+
+def _mean_kl(old: Array, new: Array, model: Model, weights: Array) -> float:
+    """Weighted mean over contexts of Σ_d KL(old_d ‖ new_d)."""
+    with np.errstate(divide="ignore", invalid="ignore"):
+        terms = np.where(old > 0, old * (np.log(np.maximum(old, 1e-300)) - np.log(np.maximum(new, 1e-300))), 0.0)
+    per_context = terms.sum(axis=1)
+    return float((per_context * weights).sum() / weights.sum())
+
+
+def _segment_state(state: Mapping[str, Any] | None, model: Model, v: int) -> list[list[tuple[Array, Array]]]:
+    """Per categorical feature and segment: the discounted count and reward sum per value."""
+    stored = (state or {}).get("segments") or {}
+    out = []
+    for name, names in zip(model.categorical, model.segments, strict=True):
+        feature = stored.get(name) or {}
+        rows = []
+        for seg in names:
+            pair = feature.get(seg)
+            try:
+                count = np.asarray(pair[0], dtype=np.float64)
+                total = np.asarray(pair[1], dtype=np.float64)
+                if count.shape != (v,) or total.shape != (v,) or not (np.isfinite(count).all() and np.isfinite(total).all()):
+                    raise ValueError
+            except (TypeError, ValueError, IndexError):
+                count, total = np.zeros(v), np.zeros(v)
+            rows.append((count, total))
+        out.append(rows)
+    return out
+
+
+def _segment_state_out(segments: list[list[tuple[Array, Array]]], model: Model) -> dict[str, Any]:
+    if not model.categorical:
+        return {}
+    return {
+        "segments": {
+            name: {
+                seg: [[round(float(x), 4) for x in count], [round(float(x), 4) for x in total]]
+                for seg, (count, total) in zip(names, rows, strict=True)
+            }
+            for name, names, rows in zip(model.categorical, model.segments, segments, strict=True)
+        }
+    }
+
+
+def _add_evidence(
+    evidence: Evidence,
+    segments: list[list[tuple[Array, Array]]],
+    batch: ContextBatch,
+    flat_actions: NDArray[np.int64],
+    model: Model,
+    v: int,
+    half_life: float | None,
+) -> tuple[Evidence, list[list[tuple[Array, Array]]]]:
+    d = len(model.layout.sizes)
+    regular = batch.regular.astype(np.float64)
+    fade = 0.5 ** (float(regular.sum()) / half_life) if half_life else 1.0
+    reg = np.repeat(regular, d)
+    rew = np.repeat(batch.rewards, d)
+    new = Evidence(
+        fade * evidence.count + np.bincount(flat_actions, weights=reg, minlength=v),
+        fade * evidence.reward_sum + np.bincount(flat_actions, weights=rew, minlength=v),
+        fade * evidence.reward_sq_sum + np.bincount(flat_actions, weights=reg * rew**2, minlength=v),
+    )
+    out = []
+    for f, rows in enumerate(segments):
+        cats = np.repeat(batch.categories[:, f], d)
+        updated = []
+        for k, (count, total) in enumerate(rows):
+            mask = cats == k
+            updated.append(
+                (
+                    fade * count + np.bincount(flat_actions[mask], weights=reg[mask], minlength=v),
+                    fade * total + np.bincount(flat_actions[mask], weights=rew[mask], minlength=v),
+                )
+            )
+        out.append(updated)
+    return new, out
+
+
+def learn_structured(
+    config: LearnerConfig,
+    doc: PolicyDocument,
+    actions: Sequence[Sequence[int]],
+    rewards: Sequence[float],
+    logged_probs: Sequence[float],
+    corrections: Sequence[bool],
+    contexts: Sequence[Mapping[str, Any] | None],
+) -> StructuredUpdate:
+    """One update of a structured policy document on scored rows (the trainer's entry point)."""
+    model, params, batch = prepare(doc, actions, rewards, logged_probs, corrections, contexts)
+    _check(batch, model)
+    new, metrics, state = StructuredReinforce(config).update(params, model, batch, doc.learner_state)
+    return StructuredUpdate(new.theta, features_out(doc, model, new), metrics, state)
+
+
+def _check(batch: ContextBatch, model: Model) -> None:
+    _first_bad("rewards", ~np.isfinite(batch.rewards), batch.rewards, "must be finite")
+    p = batch.logged_probs
+    _first_bad("logged_probs", ~((p > 0) & (p <= 1)), p, "must be in (0, 1]")
+    for d, k in enumerate(model.layout.sizes):
+        a = batch.actions[:, d]
+        _first_bad(f"actions[:, {d}]", (a < 0) | (a >= k), a, f"must be a value index in [0, {k})")
+
+
+__all__ = [
+    "ContextBatch",
+    "Model",
+    "Params",
+    "StructuredReinforce",
+    "StructuredUpdate",
+    "gradient",
+    "learn_structured",
+    "surrogate",
+]
