@@ -38,7 +38,8 @@ from .errors import (
     PermanentError,
     TransientError,
 )
-from .policy import Decision, SoftmaxPolicy
+from .policy import Decision, SoftmaxPolicy, load_policy
+from .structured import StructuredPolicy
 from .store.base import NOT_MODIFIED, NotModified, Store, Tagged
 
 log = logging.getLogger(__name__)
@@ -62,7 +63,7 @@ class PolicyClient:
         self.refresh_seconds = refresh_seconds
         self.rng = rng or random.Random()
         self.clock = clock
-        self._policy: SoftmaxPolicy | None = None
+        self._policy: SoftmaxPolicy | StructuredPolicy | None = None
         self._etag: str | None = None
         self._checked_at = -float("inf")
         self._notices = -1
@@ -71,7 +72,7 @@ class PolicyClient:
         self.reads_with_transfer = 0
         self.reads_not_modified = 0
 
-    def policy(self) -> SoftmaxPolicy:
+    def policy(self) -> SoftmaxPolicy | StructuredPolicy:
         """The current policy, refreshed if older than ``refresh_seconds`` or replaced in this process."""
         if (
             self._policy is None
@@ -87,7 +88,7 @@ class PolicyClient:
         request's features) is logged with the episode (:meth:`SoftmaxPolicy.choose`)."""
         return self.policy().choose(context=context)
 
-    def refresh(self) -> SoftmaxPolicy:
+    def refresh(self) -> SoftmaxPolicy | StructuredPolicy:
         """Read the current document now; keep the last good policy on any failure."""
         with self._lock:
             self._checked_at = self.clock.time()
@@ -102,7 +103,7 @@ class PolicyClient:
                     )
                 if isinstance(tagged, Tagged):
                     doc = PolicyDocument.from_dict(tagged.doc)
-                    self._policy = SoftmaxPolicy.from_document(doc, rng=self.rng)
+                    self._policy = load_policy(doc, rng=self.rng)
                     self._etag = tagged.etag
                     self.reads_with_transfer += 1
                 else:

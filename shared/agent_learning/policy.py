@@ -21,7 +21,7 @@ import math
 import random
 from bisect import bisect_right
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from datetime import datetime
 from itertools import accumulate
 from typing import Any, Literal
@@ -29,31 +29,13 @@ from typing import Any, Literal
 from pydantic import ValidationError
 
 from .clock import SYSTEM_CLOCK
-from .documents import Action, PolicyDocument, ScoreCursor, check_context, invalid_from_pydantic, policy_doc_id
+from .decision import Decision, validated_context
+from .documents import Action, PolicyDocument, ScoreCursor, invalid_from_pydantic, policy_doc_id
 from .errors import InvalidDocument
+from .structured import StructuredPolicy
 
 DEFAULT_EXPLORATION_FLOOR = 0.001
 """The floor new policies get unless configured otherwise (docs/benchmarks.md: Learning benchmark)."""
-
-
-@dataclass(frozen=True, slots=True)
-class Decision:
-    """The outcome of :meth:`SoftmaxPolicy.choose`: what to run and how likely it was."""
-
-    agent_id: str
-    action_id: str
-    index: int
-    probability: float
-    logprob: float
-    version: int
-    config: Mapping[str, Any] = field(default_factory=dict)
-    context: Mapping[str, Any] | None = None
-    """The request's features it was chosen for (``choose(context=...)``), logged with the episode."""
-
-    @property
-    def policy_id(self) -> str:
-        """The id of the policy version document the action was drawn from."""
-        return policy_doc_id(self.agent_id, self.version)
 
 
 def softmax(logits: Sequence[float], temperature: float = 1.0) -> list[float]:
@@ -77,8 +59,23 @@ def mix_floor(probs: Sequence[float], floor: float) -> list[float]:
 
 
 def policy_probabilities(doc: PolicyDocument) -> list[float]:
-    """π(a) of every action of a policy document, exploration floor included."""
+    """π(a) of every action of a policy document, exploration floor included. For a structured
+    policy, each value's probability of being chosen in its dimension when no context is given
+    (so the list sums to the number of dimensions, and its entropy is the joint choice's when
+    nothing is excluded)."""
+    if doc.structured:
+        marginals = StructuredPolicy(doc).marginals()
+        return [p for values in marginals.values() for p in values.values()]
     return mix_floor(softmax(doc.logits, doc.temperature), doc.exploration_floor)
+
+
+def load_policy(
+    document: PolicyDocument | Mapping[str, Any], *, rng: random.Random | None = None
+) -> SoftmaxPolicy | StructuredPolicy:
+    """The policy a stored document describes: :class:`SoftmaxPolicy` for a flat list of actions,
+    :class:`~agent_learning.structured.StructuredPolicy` for dimensions, exclusions or context features."""
+    doc = document if isinstance(document, PolicyDocument) else PolicyDocument.from_dict(dict(document))
+    return StructuredPolicy(doc, rng=rng) if doc.structured else SoftmaxPolicy.from_document(doc, rng=rng)
 
 
 def policy_entropy(probabilities: list[float]) -> float:
@@ -288,13 +285,3 @@ def _as_action(value: str | Action | Mapping[str, Any]) -> Action:
         except ValidationError as exc:
             raise invalid_from_pydantic("action", exc) from None
     raise TypeError(f"an action must be an id, an Action or a mapping, got {type(value).__name__}")
-
-
-def validated_context(context: Any) -> dict[str, Any]:
-    """``context`` checked, or :class:`InvalidDocument` naming the feature and the problem."""
-    try:
-        return check_context(context)
-    except ValueError as exc:
-        name, sep, problem = str(exc).partition(": ")
-        field = f"context.{name}" if sep and isinstance(context, dict) and name in context else "context"
-        raise InvalidDocument("context", [(field, problem if field != "context" else str(exc))]) from None

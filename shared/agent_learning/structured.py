@@ -46,6 +46,7 @@ from .documents import (
     excluded_configurations,
     policy_doc_id,
 )
+from .decision import Decision, validated_context
 from .errors import InvalidDocument
 
 JOINT_SEPARATOR = ":"
@@ -275,8 +276,6 @@ class StructuredPolicy:
 
     def choose(self, rng: random.Random | None = None, *, context: Mapping[str, Any] | None = None) -> Any:
         """Draw a configuration for ``context`` (checked and logged with the episode)."""
-        from .policy import Decision, validated_context
-
         if context is not None:
             context = validated_context(context)
             self._check_kinds(context)
@@ -408,5 +407,15 @@ __all__ = [
     "StructuredPolicy",
     "feature_logits",
     "is_structured",
+    "knows_action",
     "structure_fields",
 ]
+
+
+def knows_action(doc: PolicyDocument, action_id: str) -> bool:
+    """Whether ``action_id`` is something ``doc`` can choose: one of its actions, or for a
+    policy with dimensions one of its configurations that no rule excludes."""
+    if not doc.dimensions:
+        return action_id in doc.action_ids
+    local = Layout.of(doc).parse(action_id)
+    return local is not None and local not in set(excluded_configurations(doc))

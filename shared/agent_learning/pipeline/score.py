@@ -22,6 +22,7 @@ from ..judges.base import Judge
 from ..queue.base import WorkQueue
 from ..rewards import RewardFunction
 from ..store.base import Store
+from ..structured import knows_action
 from ..telemetry import (
     EPISODES_DEAD_LETTERED,
     EPISODES_SCORED,
@@ -173,7 +174,7 @@ def _score_episode(
             "UnknownPolicyVersion",
             f"invalid episode: policy_version: agent {episode.agent_id!r} has no version {episode.policy_version}",
         )
-    if episode.action_id not in policy.action_ids:
+    if not knows_action(policy, episode.action_id):
         return ScoreOutcome(
             "dead_letter",
             episode_id,

@@ -17,13 +17,14 @@ the drift settings ask for it.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Literal
 
 from ..clock import SYSTEM_CLOCK, Clock
 from ..documents import (
+    ContextFeature,
     MAX_TRAIN_BATCH,
     TRAIN_BATCH,
     PolicyDocument,
@@ -38,6 +39,7 @@ from ..errors import ConcurrencyConflict, InvalidDocument, TransientError
 from ..feedback import TOLERANCE
 from ..policy import policy_entropy, policy_probabilities
 from ..store.base import RawDoc, Store
+from ..structured import Layout
 from ..telemetry import MEAN_REWARD, POLICY_ENTROPY, SPAN_TRAIN, TRAINING_RUNS, count, record, span
 from .publish import load_current_tagged, materialise, publish, set_pinned
 
@@ -132,7 +134,7 @@ def _train_agent(
     rows = store.read_scores(agent_id, current.cursor, max_batch)
     if not rows:
         return TrainOutcome("no_new_scores", agent_id, current.version)
-    batch = collect(agent_id, rows, current.action_ids)
+    batch = collect(agent_id, rows, current)
     if batch.waits(min_batch, page_full=len(rows) >= max_batch):
         return TrainOutcome(
             "too_few_scores",
@@ -156,10 +158,13 @@ class Collected:
     """A page of score rows sorted into what the learner takes: one row per new episode, then
     one per corrected episode with its net reward change (``flags`` marks those)."""
 
-    actions: list[int] = field(default_factory=list)
+    actions: list[Any] = field(default_factory=list)
+    """Action indices (flat policies) or per-dimension value indices (structured ones)."""
     rewards: list[float] = field(default_factory=list)
     probabilities: list[float] = field(default_factory=list)
     flags: list[bool] = field(default_factory=list)
+    contexts: list[dict[str, Any] | None] = field(default_factory=list)
+    """Each row's context (structured policies learn from it)."""
     episodes: int = 0
     """New episodes (rows of revision 0)."""
     corrections: int = 0
@@ -184,15 +189,21 @@ class Collected:
         )
 
 
-def collect(agent_id: str, rows: Sequence[RawDoc], action_ids: Sequence[str]) -> Collected:
-    """Validate ``rows`` and sort them into a :class:`Collected` batch.
+def collect(agent_id: str, rows: Sequence[RawDoc], policy: PolicyDocument | Sequence[str]) -> Collected:
+    """Validate ``rows`` and sort them into a :class:`Collected` batch for ``policy`` (the current
+    document, or a flat policy's action ids).
 
     One row per corrected episode, with the net change of its reward: the learner's step grows
     with its rows, and feedback that nets to zero (a thumb toggled back) must change nothing.
     """
-    index = {a: i for i, a in enumerate(action_ids)}
+    if isinstance(policy, PolicyDocument) and policy.structured:
+        layout = Layout.of(policy)
+        parse: Callable[[str], Any] = layout.parse
+    else:
+        ids = policy.action_ids if isinstance(policy, PolicyDocument) else policy
+        parse = {a: i for i, a in enumerate(ids)}.get
     out = Collected()
-    corrected: dict[str, tuple[int, float, float]] = {}  # episode id → (action, probability, net delta)
+    corrected: dict[str, tuple[Any, float, float, Any]] = {}  # episode id → (action, probability, net delta, context)
     for row in rows:
         try:
             score = Score.from_dict(row)
@@ -201,18 +212,21 @@ def collect(agent_id: str, rows: Sequence[RawDoc], action_ids: Sequence[str]) ->
         except InvalidDocument as exc:
             out.rejected.append(Rejected(id=str(row.get("id")), error=str(exc)[:4000]))
             continue
-        if score.action_id not in index:
+        action = parse(score.action_id)
+        if action is None:
             out.skipped.append(Rejected(id=score.id, error=f"action {score.action_id!r} is not in the current policy "
                                                            "(a revision removed or renamed it)"))
             continue
         if score.is_correction:
             out.corrections += 1
-            _, _, net = corrected.get(score.episode_id, (0, 0.0, 0.0))
-            corrected[score.episode_id] = (index[score.action_id], score.probability, net + (score.reward_delta or 0.0))
+            _, _, net, _ = corrected.get(score.episode_id, (0, 0.0, 0.0, None))
+            delta = net + (score.reward_delta or 0.0)
+            corrected[score.episode_id] = (action, score.probability, delta, score.context)
             continue
-        out.actions.append(index[score.action_id])
+        out.actions.append(action)
         out.rewards.append(score.reward)
         out.probabilities.append(score.probability)
+        out.contexts.append(score.context)
     if out.skipped:
         log.info("training %s: %d scores of actions a revision removed are not learned", agent_id, len(out.skipped))
     if out.rejected:
@@ -223,11 +237,12 @@ def collect(agent_id: str, rows: Sequence[RawDoc], action_ids: Sequence[str]) ->
             out.rejected[0].error,
         )
     out.episodes = len(out.actions)
-    for action, probability, net in corrected.values():
+    for action, probability, net, context in corrected.values():
         if abs(net) > TOLERANCE:
             out.actions.append(action)
             out.rewards.append(net)
             out.probabilities.append(probability)
+            out.contexts.append(context)
     out.flags = [False] * out.episodes + [True] * (len(out.actions) - out.episodes)
     return out
 
@@ -236,18 +251,29 @@ def learn(learner: Any, current: PolicyDocument, batch: Collected) -> Any:
     """One learner update of ``current`` on ``batch`` (a :class:`~agent_learning.learner.Update`)."""
     # numpy only where training runs: enqueueing and scoring import this package without it.
     from ..learner import Batch
+    from ..structured_learner import learn_structured
 
+    if current.structured:
+        update = learn_structured(
+            learner.config, current, batch.actions, batch.rewards, batch.probabilities, batch.flags, batch.contexts
+        )
+        _warn_state_reset(update, current)
+        return update
     arrays = Batch.from_arrays(
         batch.actions, batch.rewards, batch.probabilities, len(current.action_ids), batch.flags
     )
     update = learner.update(current.logits, arrays, current.temperature, state=current.learner_state)
+    _warn_state_reset(update, current)
+    return update
+
+
+def _warn_state_reset(update: Any, current: PolicyDocument) -> None:
     if update.metrics.get("state_reset"):
         log.warning(
             "training %s: the learner state of v%d was unusable; its evidence restarts",
             current.agent_id,
             current.version,
         )
-    return update
 
 
 def next_version(
@@ -296,6 +322,11 @@ def next_version(
             "created_at": finished,
             "note": note,
             "learner_state": update.state,
+            **(
+                {"features": [ContextFeature.model_validate(f) for f in update.features]}
+                if getattr(update, "features", None) is not None
+                else {}
+            ),
         }
     )
 

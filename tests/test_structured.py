@@ -1,0 +1,294 @@
+"""Structured and contextual policies: the document, choose, the learner's math and training."""
+
+from __future__ import annotations
+
+import json
+import math
+import random
+from collections import Counter
+from typing import Any
+
+import numpy as np
+import pytest
+from support.factories import make_score
+
+from agent_learning.client import PolicyClient
+from agent_learning.documents import MAX_CONTEXT_FEATURES, PolicyDocument
+from agent_learning.errors import InvalidDocument
+from agent_learning.learner import Batch, LearnerConfig, Reinforce
+from agent_learning.pipeline import create_policy, train_agent
+from agent_learning.policy import SoftmaxPolicy, load_policy, policy_probabilities
+from agent_learning.store.base import Store
+from agent_learning.structured import StructuredPolicy, knows_action
+from agent_learning.structured_learner import (
+    StructuredReinforce,
+    gradient,
+    learn_structured,
+    prepare,
+    surrogate,
+)
+
+DIMENSIONS = {"prompt": ["concise", "detailed", "steps"], "retrieval_k": [1, 3, 5, 10]}
+
+
+def policy(**kwargs: Any) -> StructuredPolicy:
+    return StructuredPolicy.create("bot", DIMENSIONS, seed=3, **kwargs)
+
+
+def trained(doc: PolicyDocument, rng: np.random.Generator, n: int = 400) -> PolicyDocument:
+    """``doc`` after one update on random rows (so that offsets and weights are not zero)."""
+    layout_sizes = [d.size for d in doc.dimensions or []]
+    actions = np.stack([rng.integers(0, k, n) for k in layout_sizes], axis=1)
+    contexts = [{"task": str(rng.choice(["billing", "tech", "sales"])), "tokens": float(rng.normal(500, 200))}
+                for _ in range(n)]
+    rewards = rng.normal(0.0, 1.0, n) + 0.5 * (actions[:, 0] == 1)
+    update = learn_structured(LearnerConfig(), doc, actions, rewards, rng.uniform(0.02, 0.2, n), [False] * n, contexts)
+    return PolicyDocument.from_dict(
+        {**doc.to_dict(), "logits": list(update.logits), "features": update.features, "learner_state": update.state}
+    )
+
+
+# --------------------------------------------------------------------------- the document
+
+
+def test_a_structured_policy_is_schema_2_and_a_flat_one_stays_schema_1_without_new_fields() -> None:
+    doc = policy(context={"task": "category"}).document
+    data = json.loads(doc.to_json())
+    assert data["schema_version"] == 2
+    assert [a["id"] for a in data["actions"]][:4] == ["prompt=concise", "prompt=detailed", "prompt=steps", "retrieval_k=1"]
+    assert data["dimensions"] == [{"name": "prompt", "size": 3}, {"name": "retrieval_k", "size": 4}]
+    assert PolicyDocument.from_json(doc.to_json()) == doc
+    flat = json.loads(SoftmaxPolicy.from_actions("bot", ["a", "b"]).to_document(created_at=None).to_json())
+    assert flat["schema_version"] == 1 and not {"dimensions", "features", "excluded"} & set(flat)
+
+
+@pytest.mark.parametrize("change, field", [
+    (lambda d: d.update(dimensions=[{"name": "prompt", "size": 3}]), "dimensions"),
+    (lambda d: d.update(excluded=[{"prompt": "long"}]), "excluded[0].prompt"),
+    (lambda d: d.update(excluded=[{"model": "x"}]), "excluded[0]"),
+    (lambda d: d.update(excluded=[{}]), "excluded[0]"),
+    (lambda d: d.update(excluded=[{"prompt": p} for p in ("concise", "detailed", "steps")]), "excluded"),
+    (lambda d: d.update(schema_version=1), "schema_version"),
+    (lambda d: d.update(exploration_floor=0.25), "exploration_floor"),
+    (lambda d: d.update(features=[{"name": "task", "kind": "category", "segments": {"x": [0.0]}}]),
+     "features.task.segments.x"),
+    (lambda d: d.update(features=[{"name": "task", "kind": "category", "weights": [0.0] * 7}]), "features[0].weights"),
+])
+def test_inconsistent_structured_documents_are_refused_naming_the_field(change: Any, field: str) -> None:
+    data = policy().document.to_dict()
+    change(data)
+    with pytest.raises(InvalidDocument) as err:
+        PolicyDocument.from_dict(data)
+    assert any(path == field for path, _ in err.value.problems), err.value.problems
+
+
+def test_create_names_the_bad_dimension_or_context() -> None:
+    with pytest.raises(InvalidDocument, match="dimensions.prompt"):
+        StructuredPolicy.create("bot", {"prompt": []})
+    with pytest.raises(InvalidDocument, match="dimensions.k"):
+        StructuredPolicy.create("bot", {"k": [1, math.nan]})
+    with pytest.raises(InvalidDocument, match="is not a feature name"):
+        StructuredPolicy.create("bot", DIMENSIONS, context={"task type": "category"})
+
+
+def test_4_dimensions_of_10_values_and_20_features_fit_in_64_kb_after_training() -> None:
+    dims = {f"d{i}": [f"value-{j}" for j in range(10)] for i in range(4)}
+    context = {f"c{i}": "category" for i in range(MAX_CONTEXT_FEATURES // 2)}
+    context |= {f"n{i}": "number" for i in range(MAX_CONTEXT_FEATURES // 2)}
+    doc = StructuredPolicy.create("bot", dims, context=context).document
+    rng = np.random.default_rng(0)
+    n = 4000
+    contexts = [{**{f"c{i}": f"seg-{rng.integers(4)}" for i in range(10)}, **{f"n{i}": float(rng.normal()) for i in range(10)}}
+                for _ in range(n)]
+    actions = rng.integers(0, 10, (n, 4))
+    update = learn_structured(LearnerConfig(), doc, actions, rng.normal(size=n), np.full(n, 1e-4), [False] * n, contexts)
+    new = PolicyDocument.from_dict(
+        {**doc.to_dict(), "logits": list(update.logits), "features": update.features, "learner_state": update.state}
+    )
+    assert all(len(f.segments or {}) == 4 for f in new.features or [] if f.kind == "category")
+    size = len(new.to_json().encode())
+    assert size < 64 * 1024, size
+
+
+# --------------------------------------------------------------------------- choosing
+
+
+def chi_square_threshold(df: int) -> float:
+    """The 0.999 quantile of chi-square with ``df`` degrees of freedom (Wilson-Hilferty)."""
+    z = 3.090232
+    return df * (1 - 2 / (9 * df) + z * math.sqrt(2 / (9 * df))) ** 3
+
+
+@pytest.mark.parametrize("context", [None, {"task": "billing", "tokens": 900.0}, {"task": "tech"}])
+def test_choose_draws_each_configuration_with_its_stated_probability(context: dict[str, Any] | None) -> None:
+    doc = trained(policy(context={"task": "category", "tokens": "number"},
+                         excluded=[{"prompt": "concise", "retrieval_k": 10}]).document, np.random.default_rng(1))
+    chooser = StructuredPolicy(doc, rng=random.Random(7))
+    n = 60_000
+    counts = Counter(chooser.choose(context=context).action_id for _ in range(n))
+    assert "prompt=concise:retrieval_k=10" not in counts
+    allowed = [f"prompt={p}:retrieval_k={k}" for p in DIMENSIONS["prompt"] for k in DIMENSIONS["retrieval_k"]]
+    allowed.remove("prompt=concise:retrieval_k=10")
+    probs = {a: chooser.probability(a, context) for a in allowed}
+    assert math.isclose(sum(probs.values()), 1.0, rel_tol=1e-12)
+    stat = sum((counts[a] - n * p) ** 2 / (n * p) for a, p in probs.items())
+    assert stat < chi_square_threshold(len(allowed) - 1), (stat, counts, probs)
+    decision = chooser.choose(context=context)
+    assert decision.probability == pytest.approx(probs[decision.action_id], rel=1e-12)
+    assert decision.config == {"prompt": decision.action_id.split(":")[0][7:], "retrieval_k": int(decision.action_id.split("=")[-1])}
+
+
+def test_the_context_changes_the_choice_only_through_learned_segments_and_weights() -> None:
+    doc = trained(policy(context={"task": "category", "tokens": "number"}).document, np.random.default_rng(2))
+    chooser = StructuredPolicy(doc)
+    base = chooser.marginals()
+    assert chooser.marginals({"task": "never-seen"}) == base
+    assert chooser.marginals({"task": "billing"}) != base
+    assert chooser.marginals({"tokens": 5_000.0}) == chooser.marginals({"tokens": 1e9})  # clipped at ±4 scales
+    with pytest.raises(InvalidDocument, match="context.tokens"):
+        chooser.choose(context={"tokens": "many"})
+
+
+def test_a_one_dimension_policy_without_context_chooses_as_the_flat_policy() -> None:
+    flat = SoftmaxPolicy.from_actions("bot", ["a", "b", "c"]).to_document(created_at=None)
+    flat = PolicyDocument.from_dict({**flat.to_dict(), "logits": [0.5, -1.0, 0.5], "exploration_floor": 0.01})
+    as_context = PolicyDocument.from_dict({**flat.to_dict(), "schema_version": 2, "features": [{"name": "task", "kind": "category"}]})
+    structured = load_policy(as_context, rng=random.Random(5))
+    plain = load_policy(flat, rng=random.Random(5))
+    assert isinstance(structured, StructuredPolicy) and isinstance(plain, SoftmaxPolicy)
+    for _ in range(200):
+        a, b = structured.choose(context={"task": "x"}), plain.choose()
+        assert (a.action_id, a.config) == (b.action_id, b.config)
+        assert a.probability == pytest.approx(b.probability, rel=1e-12)
+    assert policy_probabilities(as_context) == pytest.approx(policy_probabilities(flat), rel=1e-12)
+
+
+def test_configurations_an_agent_can_write_back() -> None:
+    doc = policy(excluded=[{"prompt": "steps"}]).document
+    assert knows_action(doc, "prompt=concise:retrieval_k=3")
+    assert not knows_action(doc, "prompt=steps:retrieval_k=3")
+    assert not knows_action(doc, "prompt=concise")
+    assert not knows_action(doc, "retrieval_k=3:prompt=concise")
+
+
+# --------------------------------------------------------------------------- the learner's math
+
+
+def test_one_dimension_without_context_learns_exactly_as_the_flat_learner() -> None:
+    rng = np.random.default_rng(4)
+    flat = SoftmaxPolicy.from_actions("bot", ["a", "b", "c", "d"]).to_document(created_at=None)
+    doc = PolicyDocument.from_dict({**flat.to_dict(), "logits": [0.3, -0.2, 0.5, -0.6]})
+    as_structured = PolicyDocument.from_dict({**doc.to_dict(), "schema_version": 2, "features": []})
+    learner = Reinforce()
+    logits, state = np.array(doc.logits), None
+    for step in range(4):
+        n = 150
+        acts, rew, mu = rng.integers(0, 4, n), rng.normal(0.5, 0.3, n), rng.uniform(0.05, 0.6, n)
+        flags = np.arange(n) >= n - 5 * (step % 2)  # some batches carry feedback corrections
+        flat_update = learner.update(logits, Batch.from_arrays(acts, rew, mu, 4, flags), 1.0, state=state)
+        structured = learn_structured(learner.config, as_structured, acts[:, None], rew, mu, flags, [None] * n)
+        np.testing.assert_allclose(structured.logits, flat_update.logits, rtol=0, atol=1e-12)
+        assert structured.state == flat_update.state
+        assert structured.metrics["kl"] == pytest.approx(flat_update.metrics["kl"], rel=1e-9)
+        logits, state = flat_update.logits, flat_update.state
+        as_structured = PolicyDocument.from_dict(
+            {**as_structured.to_dict(), "logits": list(logits), "learner_state": state}
+        )
+
+
+@pytest.mark.parametrize("excluded", [[], [{"prompt": "concise", "retrieval_k": "10"}, {"prompt": "steps", "retrieval_k": "1"}]])
+def test_the_gradient_is_exact_by_finite_differences(excluded: list[dict[str, str]]) -> None:
+    rng = np.random.default_rng(5)
+    doc = PolicyDocument.from_dict(
+        {**policy(context={"task": "category", "tokens": "number"}).document.to_dict(), "excluded": excluded or None,
+         "temperature": 0.7}
+    )
+    n = 250
+    actions = np.stack([rng.integers(0, 3, n), rng.integers(0, 4, n)], axis=1)
+    contexts = [{"task": str(rng.choice(["x", "y", "z"])), "tokens": float(rng.normal(100, 30))} for _ in range(n)]
+    model, params, batch = prepare(doc, actions, rng.normal(size=n), rng.uniform(0.05, 0.3, n), [False] * n, contexts)
+    params = params.with_flat(rng.normal(0, 0.5, params.flat().size))
+    w, adv = rng.uniform(0.5, 2.0, n), rng.normal(size=n)
+    analytic = gradient(params, model, batch, w, adv, 0.01).flat()
+    x0, eps = params.flat(), 1e-6
+    numeric = np.array([
+        (surrogate(params.with_flat(x0 + eps * e), model, batch, w, adv, 0.01)
+         - surrogate(params.with_flat(x0 - eps * e), model, batch, w, adv, 0.01)) / (2 * eps)
+        for e in np.eye(len(x0))
+    ])
+    np.testing.assert_allclose(analytic, numeric, atol=1e-8)
+    assert np.abs(analytic).max() > 1e-3  # not trivially zero
+
+
+def test_importance_weights_divide_the_learned_joint_probability_by_the_logged_one() -> None:
+    rng = np.random.default_rng(6)
+    doc = trained(policy(context={"task": "category", "tokens": "number"},
+                         excluded=[{"prompt": "detailed", "retrieval_k": 5}]).document, rng)
+    doc = PolicyDocument.from_dict({**doc.to_dict(), "exploration_floor": 0.0})  # q is π without the floor
+    chooser = StructuredPolicy(doc, rng=random.Random(1))
+    contexts = [{"task": t, "tokens": x} for t, x in zip(rng.choice(["billing", "tech", "new"], 50), rng.normal(500, 200, 50))]
+    decisions = [chooser.choose(context=c) for c in contexts]
+    logged = rng.uniform(0.01, 0.5, 50)
+    actions = [chooser.layout.parse(d.action_id) for d in decisions]
+    model, params, batch = prepare(doc, actions, np.zeros(50), logged, [False] * 50, contexts)
+    cfg = LearnerConfig(importance_clip=3.0)
+    w, _, stats = StructuredReinforce(cfg).weights_and_advantages(params, model, batch)
+    expected = np.minimum([d.probability / mu for d, mu in zip(decisions, logged)], 3.0)
+    np.testing.assert_allclose(w, expected, rtol=1e-9)
+    assert stats["clipped_fraction"] == pytest.approx(float(np.mean(expected >= 3.0)))
+
+
+def test_the_evidence_bound_keeps_each_segment_no_surer_than_its_evidence() -> None:
+    """Twenty noisy episodes in a segment cannot make it sure of a prompt; without the bound,
+    the same step would all but rule two prompts out there."""
+    doc = policy(context={"task": "category"}).document
+    rng = np.random.default_rng(8)
+    n = 20
+    actions = np.stack([rng.integers(0, 3, n), rng.integers(0, 4, n)], axis=1)
+    rewards = 0.3 * (actions[:, 0] == 0) + rng.normal(0, 1.0, n)
+    contexts = [{"task": "rare"}] * n
+
+    def segment_odds(cfg: LearnerConfig) -> float:
+        update = learn_structured(cfg, doc, actions, rewards, np.full(n, 1 / 12), [False] * n, contexts)
+        new = PolicyDocument.from_dict({**doc.to_dict(), "logits": list(update.logits), "features": update.features,
+                                         "learner_state": update.state})
+        prompt = StructuredPolicy(new).marginals({"task": "rare"})["prompt"]
+        return min(prompt.values()) / max(prompt.values())
+
+    loose = {"learning_rate": 50.0, "max_kl": None, "max_logit_gap": None}
+    unbounded, bounded = segment_odds(LearnerConfig(**loose, gap_per_evidence=None)), segment_odds(LearnerConfig(**loose))
+    assert unbounded < 1e-3 and bounded > 0.005 and bounded > 10 * unbounded, (unbounded, bounded)
+
+
+# --------------------------------------------------------------------------- training end to end
+
+
+def best_prompt(task: str) -> str:
+    return {"billing": "concise", "tech": "steps"}[task]
+
+
+def test_the_trainer_learns_a_different_best_prompt_per_task_over_every_store(store: Store) -> None:
+    start = policy(context={"task": "category"}, exploration_floor=0.01).document
+    create_policy(store, start)
+    client = PolicyClient(store, "bot", rng=random.Random(11), refresh_seconds=0)
+    rng = random.Random(12)
+    n = 0
+    for _ in range(12):
+        for _ in range(100):
+            task = rng.choice(["billing", "tech"])
+            decision = client.choose(context={"task": task})
+            good = decision.config["prompt"] == best_prompt(task)
+            reward = 0.9 * float(rng.random() < (0.8 if good else 0.3)) + 0.1 * (decision.config["retrieval_k"] == 3)
+            n += 1
+            store.add_score(make_score(f"ep-{n}", agent_id="bot", action_id=decision.action_id,
+                                       probability=decision.probability, reward=reward, context={"task": task}))
+        outcome = train_agent("bot", store, Reinforce())
+        assert outcome.status == "published", outcome.reason
+    final = load_policy(PolicyDocument.from_dict(store.get_current_policy("bot").doc))
+    assert isinstance(final, StructuredPolicy)
+    for task in ("billing", "tech"):
+        marginal = final.marginals({"task": task})["prompt"]
+        assert marginal[f"prompt={best_prompt(task)}"] > 0.7, (task, marginal)
+    features = final.document.features or []
+    assert set((features[0].segments or {})) == {"billing", "tech"}
+    assert final.document.run is not None and final.document.run.episodes == 100
