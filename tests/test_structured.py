@@ -39,8 +39,9 @@ def trained(doc: PolicyDocument, rng: np.random.Generator, n: int = 400) -> Poli
     """``doc`` after one update on random rows (so that offsets and weights are not zero)."""
     layout_sizes = [d.size for d in doc.dimensions or []]
     actions = np.stack([rng.integers(0, k, n) for k in layout_sizes], axis=1)
-    contexts = [{"task": str(rng.choice(["billing", "tech", "sales"])), "tokens": float(rng.normal(500, 200))}
-                for _ in range(n)]
+    contexts = [
+        {"task": str(rng.choice(["billing", "tech", "sales"])), "tokens": float(rng.normal(500, 200))} for _ in range(n)
+    ]
     rewards = rng.normal(0.0, 1.0, n) + 0.5 * (actions[:, 0] == 1)
     update = learn_structured(LearnerConfig(), doc, actions, rewards, rng.uniform(0.02, 0.2, n), [False] * n, contexts)
     return PolicyDocument.from_dict(
@@ -55,25 +56,38 @@ def test_a_structured_policy_is_schema_2_and_a_flat_one_stays_schema_1_without_n
     doc = policy(context={"task": "category"}).document
     data = json.loads(doc.to_json())
     assert data["schema_version"] == 2
-    assert [a["id"] for a in data["actions"]][:4] == ["prompt=concise", "prompt=detailed", "prompt=steps", "retrieval_k=1"]
+    assert [a["id"] for a in data["actions"]][:4] == [
+        "prompt=concise",
+        "prompt=detailed",
+        "prompt=steps",
+        "retrieval_k=1",
+    ]
     assert data["dimensions"] == [{"name": "prompt", "size": 3}, {"name": "retrieval_k", "size": 4}]
     assert PolicyDocument.from_json(doc.to_json()) == doc
     flat = json.loads(SoftmaxPolicy.from_actions("bot", ["a", "b"]).to_document(created_at=None).to_json())
     assert flat["schema_version"] == 1 and not {"dimensions", "features", "excluded"} & set(flat)
 
 
-@pytest.mark.parametrize("change, field", [
-    (lambda d: d.update(dimensions=[{"name": "prompt", "size": 3}]), "dimensions"),
-    (lambda d: d.update(excluded=[{"prompt": "long"}]), "excluded[0].prompt"),
-    (lambda d: d.update(excluded=[{"model": "x"}]), "excluded[0]"),
-    (lambda d: d.update(excluded=[{}]), "excluded[0]"),
-    (lambda d: d.update(excluded=[{"prompt": p} for p in ("concise", "detailed", "steps")]), "excluded"),
-    (lambda d: d.update(schema_version=1), "schema_version"),
-    (lambda d: d.update(exploration_floor=0.25), "exploration_floor"),
-    (lambda d: d.update(features=[{"name": "task", "kind": "category", "segments": {"x": [0.0]}}]),
-     "features.task.segments.x"),
-    (lambda d: d.update(features=[{"name": "task", "kind": "category", "weights": [0.0] * 7}]), "features[0].weights"),
-])
+@pytest.mark.parametrize(
+    "change, field",
+    [
+        (lambda d: d.update(dimensions=[{"name": "prompt", "size": 3}]), "dimensions"),
+        (lambda d: d.update(excluded=[{"prompt": "long"}]), "excluded[0].prompt"),
+        (lambda d: d.update(excluded=[{"model": "x"}]), "excluded[0]"),
+        (lambda d: d.update(excluded=[{}]), "excluded[0]"),
+        (lambda d: d.update(excluded=[{"prompt": p} for p in ("concise", "detailed", "steps")]), "excluded"),
+        (lambda d: d.update(schema_version=1), "schema_version"),
+        (lambda d: d.update(exploration_floor=0.25), "exploration_floor"),
+        (
+            lambda d: d.update(features=[{"name": "task", "kind": "category", "segments": {"x": [0.0]}}]),
+            "features.task.segments.x",
+        ),
+        (
+            lambda d: d.update(features=[{"name": "task", "kind": "category", "weights": [0.0] * 7}]),
+            "features[0].weights",
+        ),
+    ],
+)
 def test_inconsistent_structured_documents_are_refused_naming_the_field(change: Any, field: str) -> None:
     data = policy().document.to_dict()
     change(data)
@@ -83,9 +97,9 @@ def test_inconsistent_structured_documents_are_refused_naming_the_field(change: 
 
 
 def test_create_names_the_bad_dimension_or_context() -> None:
-    with pytest.raises(InvalidDocument, match="dimensions.prompt"):
+    with pytest.raises(InvalidDocument, match=r"dimensions\.prompt"):
         StructuredPolicy.create("bot", {"prompt": []})
-    with pytest.raises(InvalidDocument, match="dimensions.k"):
+    with pytest.raises(InvalidDocument, match=r"dimensions\.k"):
         StructuredPolicy.create("bot", {"k": [1, math.nan]})
     with pytest.raises(InvalidDocument, match="is not a feature name"):
         StructuredPolicy.create("bot", DIMENSIONS, context={"task type": "category"})
@@ -98,10 +112,14 @@ def test_4_dimensions_of_10_values_and_20_features_fit_in_64_kb_after_training()
     doc = StructuredPolicy.create("bot", dims, context=context).document
     rng = np.random.default_rng(0)
     n = 4000
-    contexts = [{**{f"c{i}": f"seg-{rng.integers(4)}" for i in range(10)}, **{f"n{i}": float(rng.normal()) for i in range(10)}}
-                for _ in range(n)]
+    contexts = [
+        {**{f"c{i}": f"seg-{rng.integers(4)}" for i in range(10)}, **{f"n{i}": float(rng.normal()) for i in range(10)}}
+        for _ in range(n)
+    ]
     actions = rng.integers(0, 10, (n, 4))
-    update = learn_structured(LearnerConfig(), doc, actions, rng.normal(size=n), np.full(n, 1e-4), [False] * n, contexts)
+    update = learn_structured(
+        LearnerConfig(), doc, actions, rng.normal(size=n), np.full(n, 1e-4), [False] * n, contexts
+    )
     new = PolicyDocument.from_dict(
         {**doc.to_dict(), "logits": list(update.logits), "features": update.features, "learner_state": update.state}
     )
@@ -121,8 +139,12 @@ def chi_square_threshold(df: int) -> float:
 
 @pytest.mark.parametrize("context", [None, {"task": "billing", "tokens": 900.0}, {"task": "tech"}])
 def test_choose_draws_each_configuration_with_its_stated_probability(context: dict[str, Any] | None) -> None:
-    doc = trained(policy(context={"task": "category", "tokens": "number"},
-                         excluded=[{"prompt": "concise", "retrieval_k": 10}]).document, np.random.default_rng(1))
+    doc = trained(
+        policy(
+            context={"task": "category", "tokens": "number"}, excluded=[{"prompt": "concise", "retrieval_k": 10}]
+        ).document,
+        np.random.default_rng(1),
+    )
     chooser = StructuredPolicy(doc, rng=random.Random(7))
     n = 60_000
     counts = Counter(chooser.choose(context=context).action_id for _ in range(n))
@@ -135,7 +157,10 @@ def test_choose_draws_each_configuration_with_its_stated_probability(context: di
     assert stat < chi_square_threshold(len(allowed) - 1), (stat, counts, probs)
     decision = chooser.choose(context=context)
     assert decision.probability == pytest.approx(probs[decision.action_id], rel=1e-12)
-    assert decision.config == {"prompt": decision.action_id.split(":")[0][7:], "retrieval_k": int(decision.action_id.split("=")[-1])}
+    assert decision.config == {
+        "prompt": decision.action_id.split(":")[0][7:],
+        "retrieval_k": int(decision.action_id.split("=")[-1]),
+    }
 
 
 def test_the_context_changes_the_choice_only_through_learned_segments_and_weights() -> None:
@@ -145,14 +170,16 @@ def test_the_context_changes_the_choice_only_through_learned_segments_and_weight
     assert chooser.marginals({"task": "never-seen"}) == base
     assert chooser.marginals({"task": "billing"}) != base
     assert chooser.marginals({"tokens": 5_000.0}) == chooser.marginals({"tokens": 1e9})  # clipped at ±4 scales
-    with pytest.raises(InvalidDocument, match="context.tokens"):
+    with pytest.raises(InvalidDocument, match=r"context\.tokens"):
         chooser.choose(context={"tokens": "many"})
 
 
 def test_a_one_dimension_policy_without_context_chooses_as_the_flat_policy() -> None:
     flat = SoftmaxPolicy.from_actions("bot", ["a", "b", "c"]).to_document(created_at=None)
     flat = PolicyDocument.from_dict({**flat.to_dict(), "logits": [0.5, -1.0, 0.5], "exploration_floor": 0.01})
-    as_context = PolicyDocument.from_dict({**flat.to_dict(), "schema_version": 2, "features": [{"name": "task", "kind": "category"}]})
+    as_context = PolicyDocument.from_dict(
+        {**flat.to_dict(), "schema_version": 2, "features": [{"name": "task", "kind": "category"}]}
+    )
     structured = load_policy(as_context, rng=random.Random(5))
     plain = load_policy(flat, rng=random.Random(5))
     assert isinstance(structured, StructuredPolicy) and isinstance(plain, SoftmaxPolicy)
@@ -196,12 +223,17 @@ def test_one_dimension_without_context_learns_exactly_as_the_flat_learner() -> N
         )
 
 
-@pytest.mark.parametrize("excluded", [[], [{"prompt": "concise", "retrieval_k": "10"}, {"prompt": "steps", "retrieval_k": "1"}]])
+@pytest.mark.parametrize(
+    "excluded", [[], [{"prompt": "concise", "retrieval_k": "10"}, {"prompt": "steps", "retrieval_k": "1"}]]
+)
 def test_the_gradient_is_exact_by_finite_differences(excluded: list[dict[str, str]]) -> None:
     rng = np.random.default_rng(5)
     doc = PolicyDocument.from_dict(
-        {**policy(context={"task": "category", "tokens": "number"}).document.to_dict(), "excluded": excluded or None,
-         "temperature": 0.7}
+        {
+            **policy(context={"task": "category", "tokens": "number"}).document.to_dict(),
+            "excluded": excluded or None,
+            "temperature": 0.7,
+        }
     )
     n = 250
     actions = np.stack([rng.integers(0, 3, n), rng.integers(0, 4, n)], axis=1)
@@ -211,29 +243,41 @@ def test_the_gradient_is_exact_by_finite_differences(excluded: list[dict[str, st
     w, adv = rng.uniform(0.5, 2.0, n), rng.normal(size=n)
     analytic = gradient(params, model, batch, w, adv, 0.01).flat()
     x0, eps = params.flat(), 1e-6
-    numeric = np.array([
-        (surrogate(params.with_flat(x0 + eps * e), model, batch, w, adv, 0.01)
-         - surrogate(params.with_flat(x0 - eps * e), model, batch, w, adv, 0.01)) / (2 * eps)
-        for e in np.eye(len(x0))
-    ])
+    numeric = np.array(
+        [
+            (
+                surrogate(params.with_flat(x0 + eps * e), model, batch, w, adv, 0.01)
+                - surrogate(params.with_flat(x0 - eps * e), model, batch, w, adv, 0.01)
+            )
+            / (2 * eps)
+            for e in np.eye(len(x0))
+        ]
+    )
     np.testing.assert_allclose(analytic, numeric, atol=1e-8)
     assert np.abs(analytic).max() > 1e-3  # not trivially zero
 
 
 def test_importance_weights_divide_the_learned_joint_probability_by_the_logged_one() -> None:
     rng = np.random.default_rng(6)
-    doc = trained(policy(context={"task": "category", "tokens": "number"},
-                         excluded=[{"prompt": "detailed", "retrieval_k": 5}]).document, rng)
+    doc = trained(
+        policy(
+            context={"task": "category", "tokens": "number"}, excluded=[{"prompt": "detailed", "retrieval_k": 5}]
+        ).document,
+        rng,
+    )
     doc = PolicyDocument.from_dict({**doc.to_dict(), "exploration_floor": 0.0})  # q is π without the floor
     chooser = StructuredPolicy(doc, rng=random.Random(1))
-    contexts = [{"task": t, "tokens": x} for t, x in zip(rng.choice(["billing", "tech", "new"], 50), rng.normal(500, 200, 50))]
+    contexts = [
+        {"task": t, "tokens": x}
+        for t, x in zip(rng.choice(["billing", "tech", "new"], 50), rng.normal(500, 200, 50), strict=True)
+    ]
     decisions = [chooser.choose(context=c) for c in contexts]
     logged = rng.uniform(0.01, 0.5, 50)
     actions = [chooser.layout.parse(d.action_id) for d in decisions]
     model, params, batch = prepare(doc, actions, np.zeros(50), logged, [False] * 50, contexts)
     cfg = LearnerConfig(importance_clip=3.0)
     w, _, stats = StructuredReinforce(cfg).weights_and_advantages(params, model, batch)
-    expected = np.minimum([d.probability / mu for d, mu in zip(decisions, logged)], 3.0)
+    expected = np.minimum([d.probability / mu for d, mu in zip(decisions, logged, strict=True)], 3.0)
     np.testing.assert_allclose(w, expected, rtol=1e-9)
     assert stats["clipped_fraction"] == pytest.approx(float(np.mean(expected >= 3.0)))
 
@@ -250,13 +294,17 @@ def test_the_evidence_bound_keeps_each_segment_no_surer_than_its_evidence() -> N
 
     def segment_odds(cfg: LearnerConfig) -> float:
         update = learn_structured(cfg, doc, actions, rewards, np.full(n, 1 / 12), [False] * n, contexts)
-        new = PolicyDocument.from_dict({**doc.to_dict(), "logits": list(update.logits), "features": update.features,
-                                         "learner_state": update.state})
+        new = PolicyDocument.from_dict(
+            {**doc.to_dict(), "logits": list(update.logits), "features": update.features, "learner_state": update.state}
+        )
         prompt = StructuredPolicy(new).marginals({"task": "rare"})["prompt"]
         return min(prompt.values()) / max(prompt.values())
 
     loose = {"learning_rate": 50.0, "max_kl": None, "max_logit_gap": None}
-    unbounded, bounded = segment_odds(LearnerConfig(**loose, gap_per_evidence=None)), segment_odds(LearnerConfig(**loose))
+    unbounded, bounded = (
+        segment_odds(LearnerConfig(**loose, gap_per_evidence=None)),
+        segment_odds(LearnerConfig(**loose)),
+    )
     assert unbounded < 1e-3 and bounded > 0.005 and bounded > 10 * unbounded, (unbounded, bounded)
 
 
@@ -280,8 +328,16 @@ def test_the_trainer_learns_a_different_best_prompt_per_task_over_every_store(st
             good = decision.config["prompt"] == best_prompt(task)
             reward = 0.9 * float(rng.random() < (0.8 if good else 0.3)) + 0.1 * (decision.config["retrieval_k"] == 3)
             n += 1
-            store.add_score(make_score(f"ep-{n}", agent_id="bot", action_id=decision.action_id,
-                                       probability=decision.probability, reward=reward, context={"task": task}))
+            store.add_score(
+                make_score(
+                    f"ep-{n}",
+                    agent_id="bot",
+                    action_id=decision.action_id,
+                    probability=decision.probability,
+                    reward=reward,
+                    context={"task": task},
+                )
+            )
         outcome = train_agent("bot", store, Reinforce())
         assert outcome.status == "published", outcome.reason
     final = load_policy(PolicyDocument.from_dict(store.get_current_policy("bot").doc))
@@ -290,5 +346,5 @@ def test_the_trainer_learns_a_different_best_prompt_per_task_over_every_store(st
         marginal = final.marginals({"task": task})["prompt"]
         assert marginal[f"prompt={best_prompt(task)}"] > 0.7, (task, marginal)
     features = final.document.features or []
-    assert set((features[0].segments or {})) == {"billing", "tech"}
+    assert set(features[0].segments or {}) == {"billing", "tech"}
     assert final.document.run is not None and final.document.run.episodes == 100

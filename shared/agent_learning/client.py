@@ -39,8 +39,8 @@ from .errors import (
     TransientError,
 )
 from .policy import Decision, SoftmaxPolicy, load_policy
-from .structured import StructuredPolicy
 from .store.base import NOT_MODIFIED, NotModified, Store, Tagged
+from .structured import StructuredPolicy
 
 log = logging.getLogger(__name__)
 

@@ -427,6 +427,7 @@ values seen in training share the global logits."""
 MAX_EXCLUDED = 4_096
 """Configurations the exclusion rules of one policy may exclude in all (each draw checks them)."""
 DimensionName = Annotated[str, StringConstraints(strict=True, pattern=r"^[A-Za-z_][A-Za-z0-9_]{0,31}$")]
+SegmentName = Annotated[str, StringConstraints(strict=True, min_length=1, max_length=MAX_CONTEXT_VALUE_CHARS)]
 Offsets = list[Annotated[float, Field(strict=True, allow_inf_nan=False, ge=-MAX_LOGIT, le=MAX_LOGIT)]]
 
 
@@ -450,7 +451,7 @@ class ContextFeature(BaseModel):
 
     name: Annotated[str, StringConstraints(strict=True, pattern=CONTEXT_NAME.pattern)]
     kind: Literal["category", "number"]
-    segments: dict[Annotated[str, StringConstraints(strict=True, min_length=1, max_length=MAX_CONTEXT_VALUE_CHARS)], Offsets] | None = Field(None, exclude_if=_unset)
+    segments: dict[SegmentName, Offsets] | None = Field(None, exclude_if=_unset)
     weights: Offsets | None = Field(None, exclude_if=_unset)
     center: Annotated[float, Field(strict=True, allow_inf_nan=False)] = 0.0
     scale: Annotated[float, Field(strict=True, allow_inf_nan=False, gt=0)] = 1.0
@@ -546,7 +547,9 @@ class PolicyDocument(Document):
     def _check_structure(self) -> None:
         structured = self.dimensions is not None or self.excluded is not None or self.features is not None
         if structured and self.schema_version < STRUCTURED_SCHEMA:
-            raise ValueError(f"schema_version: a policy with dimensions, exclusions or features is schema {STRUCTURED_SCHEMA}")
+            raise ValueError(
+                f"schema_version: a policy with dimensions, exclusions or features is schema {STRUCTURED_SCHEMA}"
+            )
         names = [d.name for d in self.dimensions or []]
         if len(set(names)) != len(names):
             raise ValueError(f"dimensions: duplicate names {sorted({n for n in names if names.count(n) > 1})}")
@@ -580,7 +583,9 @@ class PolicyDocument(Document):
             joint = math.prod(sizes.values())
             bound = sum(joint // math.prod(sizes[n] for n in rule) for rule in self.excluded)
             if bound > MAX_EXCLUDED:
-                raise ValueError(f"excluded: the rules exclude up to {bound} configurations; the limit is {MAX_EXCLUDED}")
+                raise ValueError(
+                    f"excluded: the rules exclude up to {bound} configurations; the limit is {MAX_EXCLUDED}"
+                )
             if bound >= joint and len(excluded_configurations(self)) >= joint:
                 raise ValueError("excluded: the rules exclude every configuration")
         seen = set()

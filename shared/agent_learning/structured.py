@@ -37,6 +37,7 @@ from dataclasses import dataclass
 from itertools import accumulate, product
 from typing import Any
 
+from .decision import Decision, validated_context
 from .documents import (
     Action,
     ContextFeature,
@@ -46,7 +47,6 @@ from .documents import (
     excluded_configurations,
     policy_doc_id,
 )
-from .decision import Decision, validated_context
 from .errors import InvalidDocument
 
 JOINT_SEPARATOR = ":"
@@ -292,7 +292,9 @@ class StructuredPolicy:
         if self._flat:
             config: Mapping[str, Any] = self.actions[local[0]].config
         else:
-            config = {name: self._values[d][i] for d, (name, i) in enumerate(zip(self.layout.names, local, strict=True))}
+            config = {
+                name: self._values[d][i] for d, (name, i) in enumerate(zip(self.layout.names, local, strict=True))
+            }
         return Decision(
             self.agent_id,
             self.layout.joint_id(local),
@@ -334,7 +336,9 @@ class StructuredPolicy:
             p = joint_probability(table.probs, local, self.excluded)
             for d, i in enumerate(local):
                 out[d][i] += p
-        return {name: dict(zip(self.layout.value_ids[d], out[d], strict=True)) for d, name in enumerate(self.layout.names)}
+        return {
+            name: dict(zip(self.layout.value_ids[d], out[d], strict=True)) for d, name in enumerate(self.layout.names)
+        }
 
     @property
     def action_ids(self) -> list[str]:
@@ -371,7 +375,8 @@ def structure_fields(
         for value in values:
             if not (isinstance(value, str | bool) or (isinstance(value, int | float) and math.isfinite(value))):
                 raise InvalidDocument(
-                    "policy", [(f"dimensions.{name}", f"values must be strings, numbers or booleans, got {value!r:.80}")]
+                    "policy",
+                    [(f"dimensions.{name}", f"values must be strings, numbers or booleans, got {value!r:.80}")],
                 )
             actions.append({"id": f"{name}={value_id(value)}", "config": {name: value}})
         dims.append({"name": name, "size": len(values)})
@@ -400,10 +405,10 @@ def is_structured(doc: PolicyDocument) -> bool:
 
 
 __all__ = [
+    "NUMBER_CLIP",
     "Action",
     "ContextFeature",
     "Layout",
-    "NUMBER_CLIP",
     "StructuredPolicy",
     "feature_logits",
     "is_structured",

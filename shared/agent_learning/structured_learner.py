@@ -367,7 +367,9 @@ def score_function(s: Array, model: Model, batch: ContextBatch, inverse: NDArray
     return grad
 
 
-def surrogate(params: Params, model: Model, batch: ContextBatch, weights: Array, advantages: Array, beta: float) -> float:
+def surrogate(
+    params: Params, model: Model, batch: ContextBatch, weights: Array, advantages: Array, beta: float
+) -> float:
     """L = 1/N Σ w_i A_i log q(a_i | x_i) + β Σ_d H(s_d(θ)); its gradient is :func:`gradient`."""
     contexts = Contexts(batch)
     s = dimension_softmax(contexts.logits(params), model)
@@ -509,7 +511,9 @@ class StructuredReinforce:
             metrics["state_reset"] = 1.0
         segments_state = _segment_state(state if not problem else None, model, v)
         if len(batch) == 0:
-            metrics.update(softmax_entropy_after=metrics["softmax_entropy_before"], kl=0.0, step_scale=0.0, grad_norm=0.0)
+            metrics.update(
+                softmax_entropy_after=metrics["softmax_entropy_before"], kl=0.0, step_scale=0.0, grad_norm=0.0
+            )
             return params.copy(), metrics, dict(state or {}) if not problem else {}
         w, adv, stats = self.weights_and_advantages(params, model, batch, evidence.pooled_std())
         g = gradient(params, model, batch, w, adv, cfg.entropy_coef)
@@ -591,9 +595,11 @@ class StructuredReinforce:
                     pooled = sub.pooled()
                     if pooled is None or count[sl].sum() <= 0:
                         continue
-                    mean, var = pooled
+                    var = pooled[1]
                     # the segment's evidence, with the dimension's pooled variance for its spread
-                    seg = Evidence(count[sl], total[sl], count[sl] * (var + (total[sl] / np.maximum(count[sl], 1e-12)) ** 2))
+                    seg = Evidence(
+                        count[sl], total[sl], count[sl] * (var + (total[sl] / np.maximum(count[sl], 1e-12)) ** 2)
+                    )
                     logits = params.theta[sl] + offsets[k, sl]
                     floor = self._floor(logits, seg)
                     raised += int((logits < floor).sum())
@@ -654,7 +660,11 @@ def _segment_state(state: Mapping[str, Any] | None, model: Model, v: int) -> lis
             try:
                 count = np.asarray(pair[0], dtype=np.float64)
                 total = np.asarray(pair[1], dtype=np.float64)
-                if count.shape != (v,) or total.shape != (v,) or not (np.isfinite(count).all() and np.isfinite(total).all()):
+                if (
+                    count.shape != (v,)
+                    or total.shape != (v,)
+                    or not (np.isfinite(count).all() and np.isfinite(total).all())
+                ):
                     raise ValueError
             except (TypeError, ValueError, IndexError):
                 count, total = np.zeros(v), np.zeros(v)

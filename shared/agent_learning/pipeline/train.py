@@ -24,9 +24,9 @@ from typing import Any, Literal
 
 from ..clock import SYSTEM_CLOCK, Clock
 from ..documents import (
-    ContextFeature,
     MAX_TRAIN_BATCH,
     TRAIN_BATCH,
+    ContextFeature,
     PolicyDocument,
     Rejected,
     Score,
