@@ -348,3 +348,14 @@ def test_the_trainer_learns_a_different_best_prompt_per_task_over_every_store(st
     features = final.document.features or []
     assert set(features[0].segments or {}) == {"billing", "tech"}
     assert final.document.run is not None and final.document.run.episodes == 100
+
+
+def test_a_cached_context_skips_no_check_a_new_feature_or_value_needs() -> None:
+    chooser = policy(context={"task": "category", "tier": "category"})
+    assert chooser.choose(context={"task": "billing"}).context == {"task": "billing"}
+    with pytest.raises(InvalidDocument, match=r"context\.score"):
+        chooser.choose(context={"task": "billing", "score": math.nan})
+    with pytest.raises(InvalidDocument, match=r"context\.task"):
+        chooser.choose(context={"task": ""})
+    with pytest.raises(InvalidDocument, match=r"context\.tier"):
+        chooser.choose(context={"task": "billing", "tier": None})

@@ -3,16 +3,18 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
-from typing import Any
+from types import MappingProxyType
+from typing import Any, NamedTuple
 
 from .documents import check_context, policy_doc_id
 from .errors import InvalidDocument
 
 
-@dataclass(frozen=True, slots=True)
-class Decision:
-    """The outcome of :meth:`SoftmaxPolicy.choose`: what to run and how likely it was."""
+class Decision(NamedTuple):
+    """The outcome of a policy's ``choose()``: what to run and how likely it was.
+
+    Immutable; a named tuple because agents make one per request and it is the cheapest
+    immutable record Python builds (``choose`` stays within a few microseconds)."""
 
     agent_id: str
     action_id: str
@@ -20,7 +22,8 @@ class Decision:
     probability: float
     logprob: float
     version: int
-    config: Mapping[str, Any] = field(default_factory=dict)
+    config: Mapping[str, Any] = MappingProxyType({})
+    """What to run: the action's settings, or one value per dimension of a structured policy."""
     context: Mapping[str, Any] | None = None
     """The request's features it was chosen for (``choose(context=...)``), logged with the episode."""
 

@@ -122,29 +122,49 @@ def _unset(value: Any) -> bool:
 def check_context(context: Any) -> dict[str, str | int | float | bool]:
     """A decision's context, checked: at most :data:`MAX_CONTEXT_FEATURES` features, each named by
     :data:`CONTEXT_NAME`, each a category (a string of at most :data:`MAX_CONTEXT_VALUE_CHARS`
-    characters, or a boolean) or a finite number. Raises ``ValueError`` naming the feature."""
+    characters, or a boolean) or a finite number. Raises ``ValueError`` naming the feature.
+
+    It runs on every ``choose(context=...)``, so the common types are checked first and names
+    already found valid are remembered (:data:`_VALID_NAMES`)."""
     if not isinstance(context, dict):
         raise ValueError(f"must be an object of feature names to values, got {type(context).__name__}")
     if len(context) > MAX_CONTEXT_FEATURES:
         raise ValueError(f"has {len(context)} features; the limit is {MAX_CONTEXT_FEATURES}")
     for name, value in context.items():
-        if not isinstance(name, str) or not CONTEXT_NAME.fullmatch(name):
-            raise ValueError(
-                f"{str(name)[:80]!r} is not a feature name: use a letter or '_' first, then letters, digits, "
-                "'_', '.' or '-', at most 64 characters"
+        if name not in _VALID_NAMES:
+            if not isinstance(name, str) or not CONTEXT_NAME.fullmatch(name):
+                raise ValueError(
+                    f"{str(name)[:80]!r} is not a feature name: use a letter or '_' first, then letters, digits, "
+                    "'_', '.' or '-', at most 64 characters"
+                )
+            if len(_VALID_NAMES) < 4_096:
+                _VALID_NAMES.add(name)
+        kind = type(value)
+        if kind is str:
+            ok = 0 < len(value) <= MAX_CONTEXT_VALUE_CHARS
+        elif kind is bool:
+            ok = True
+        elif kind is float:
+            ok = math.isfinite(value)
+        elif kind is int:
+            ok = abs(value) < 2**53
+        else:
+            ok = (
+                isinstance(value, bool)
+                or (isinstance(value, int) and abs(value) < 2**53)
+                or (isinstance(value, float) and math.isfinite(value))
+                or (isinstance(value, str) and 0 < len(value) <= MAX_CONTEXT_VALUE_CHARS)
             )
-        ok = (
-            isinstance(value, bool)
-            or (isinstance(value, int) and abs(value) < 2**53)
-            or (isinstance(value, float) and math.isfinite(value))
-            or (isinstance(value, str) and 0 < len(value) <= MAX_CONTEXT_VALUE_CHARS)
-        )
         if not ok:
             raise ValueError(
                 f"{name}: must be a category (a non-empty string of at most {MAX_CONTEXT_VALUE_CHARS} characters, "
                 f"or a boolean) or a finite number, got {value!r:.80}"
             )
     return dict(context)
+
+
+_VALID_NAMES: set[str] = set()
+"""Context feature names that passed :data:`CONTEXT_NAME` (bounded: at most 4,096 are kept)."""
 
 MAX_EPISODE_BYTES = 2_000_000
 """The largest episode, in bytes of its compact JSON as azure-cosmos sends it (non-ASCII characters

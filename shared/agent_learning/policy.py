@@ -21,7 +21,6 @@ import math
 import random
 from bisect import bisect_right
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import replace
 from datetime import datetime
 from itertools import accumulate
 from typing import Any, Literal
@@ -236,7 +235,7 @@ class SoftmaxPolicy:
         decision = self._decisions[bisect_right(self._cum, u)]
         if context is None:
             return decision
-        return replace(decision, context=validated_context(context))
+        return decision._replace(context=validated_context(context))
 
     def decision_for(self, action_id: str) -> Decision:
         """The decision record of a given action (for replaying a logged choice)."""

@@ -55,6 +55,8 @@ MAX_DRAWS = 10_000
 """Rejection draws before choose() gives up (only if excluded configurations hold ~all the mass)."""
 NUMBER_CLIP = 4.0
 """A numeric feature enters as (x − centre) / scale, clipped to ±4: an outlier cannot swing the policy."""
+JOINT_TABLE_SIZE = 1_024
+"""Joint spaces up to this size are drawn from one cumulative table per context (one uniform draw)."""
 CACHE_SIZE = 4_096
 """Contexts whose per-dimension probabilities a policy keeps ready (cleared when full)."""
 
@@ -157,19 +159,39 @@ def normaliser(probs: Sequence[Sequence[float]], excluded: Sequence[tuple[int, .
 
 
 class _Table:
-    """One context's per-dimension probabilities, ready to draw from."""
+    """One context's probabilities, ready to draw from: the joint distribution's cumulative sums
+    when the joint space has at most :data:`JOINT_TABLE_SIZE` configurations (one uniform draw,
+    exclusions have zero width), else each dimension's (a draw per dimension, rejecting
+    excluded configurations)."""
 
-    __slots__ = ("cum", "probs", "z")
+    __slots__ = ("cum", "drawn", "joint", "probs", "z")
 
-    def __init__(self, probs: list[list[float]], excluded: Sequence[tuple[int, ...]]) -> None:
+    def __init__(self, probs: list[list[float]], excluded: Sequence[tuple[int, ...]], sizes: Sequence[int]) -> None:
         self.probs = probs
         self.z = normaliser(probs, excluded)
-        cum = []
-        for p in probs:
-            c = list(accumulate(p))
-            c[-1] = 1.0  # every uniform draw in [0, 1) lands on a value
-            cum.append(c)
-        self.cum = cum
+        self.drawn: dict[Any, Any] = {}
+        """Configurations drawn so far (by joint index or value indices) → their Decision without a context."""
+        self.joint = math.prod(sizes) <= JOINT_TABLE_SIZE
+        if self.joint:
+            blocked = set(excluded)
+            joint = [
+                0.0 if local in blocked else math.prod(p[i] for p, i in zip(probs, local, strict=True))
+                for local in product(*(range(k) for k in sizes))
+            ]
+            self.cum: Any = _cumulative(joint)
+        else:
+            self.cum = [_cumulative(p) for p in probs]
+
+
+def _cumulative(probs: Sequence[float]) -> list[float]:
+    """Cumulative sums normalised so that every uniform draw in [0, 1) lands on a positive entry."""
+    cum = list(accumulate(probs))
+    total = cum[-1]
+    cum = [c / total for c in cum]
+    last = max(i for i, p in enumerate(probs) if p > 0)
+    for i in range(last, len(cum)):
+        cum[i] = 1.0
+    return cum
 
 
 class StructuredPolicy:
@@ -260,7 +282,7 @@ class StructuredPolicy:
         elif self._numeric and any(n in context for n in self._numeric):
             return self._build(context)
         else:
-            key = tuple(context.get(name) for name in self._categorical)
+            key = tuple(map(context.get, self._categorical))
         table = self._cache.get(key)
         if table is None:
             if len(self._cache) >= CACHE_SIZE:
@@ -271,23 +293,69 @@ class StructuredPolicy:
     def _build(self, context: Mapping[str, Any] | None) -> _Table:
         logits = feature_logits(self.document, context)
         return _Table(
-            dimension_probabilities(logits, self.layout, self.temperature, self.exploration_floor), self.excluded
+            dimension_probabilities(logits, self.layout, self.temperature, self.exploration_floor),
+            self.excluded,
+            self.layout.sizes,
         )
 
     def choose(self, rng: random.Random | None = None, *, context: Mapping[str, Any] | None = None) -> Any:
         """Draw a configuration for ``context`` (checked and logged with the episode)."""
-        if context is not None:
-            context = validated_context(context)
-            self._check_kinds(context)
-        table = self._table(context)
+        if context is None:
+            table = self._table(None)
+        else:
+            table, context = self._checked(context)
         draw = rng.random if rng is not None else self._random
-        excluded = self._excluded_set
-        for _ in range(MAX_DRAWS):
-            local = tuple(bisect_right(c, draw()) for c in table.cum)
-            if local not in excluded:
-                break
-        else:  # pragma: no cover - only when exclusions hold ~all the probability
-            raise RuntimeError(f"{self.agent_id}: no allowed configuration drawn in {MAX_DRAWS} tries")
+        if table.joint:
+            index = bisect_right(table.cum, draw())
+            decision = table.drawn.get(index)
+            if decision is None:
+                decision = table.drawn[index] = self._decision(table, self._local(index))
+        else:
+            excluded = self._excluded_set
+            for _ in range(MAX_DRAWS):
+                local = tuple([bisect_right(c, draw()) for c in table.cum])
+                if local not in excluded:
+                    break
+            else:  # pragma: no cover - only when exclusions hold ~all the probability
+                raise RuntimeError(f"{self.agent_id}: no allowed configuration drawn in {MAX_DRAWS} tries")
+            decision = table.drawn.get(local)
+            if decision is None:
+                decision = table.drawn[local] = self._decision(table, local)
+        if context is None:
+            return decision
+        return Decision(
+            self.agent_id,
+            decision.action_id,
+            decision.index,
+            decision.probability,
+            decision.logprob,
+            self.version,
+            decision.config,
+            context,
+        )
+
+    def _checked(self, context: Mapping[str, Any]) -> tuple[_Table, dict[str, Any]]:
+        """The table for ``context``, and ``context`` checked. A context made only of categorical
+        features whose values built a cached table was checked then: it is not checked again."""
+        if self._categorical and not self._numeric and type(context) is dict:
+            key = tuple(map(context.get, self._categorical))
+            table = self._cache.get(key)
+            if table is not None and len(context) == len(key) - key.count(None):
+                return table, dict(context)
+        checked = validated_context(context)
+        if self._numeric:
+            self._check_kinds(checked)
+        return self._table(checked), checked
+
+    def _local(self, index: int) -> tuple[int, ...]:
+        """The value indices of the configuration at ``index`` (:func:`joint_index` inverted)."""
+        local = []
+        for k in reversed(self.layout.sizes):
+            index, i = divmod(index, k)
+            local.append(i)
+        return tuple(reversed(local))
+
+    def _decision(self, table: _Table, local: tuple[int, ...]) -> Decision:
         p = math.prod(probs[i] for probs, i in zip(table.probs, local, strict=True)) / table.z
         if self._flat:
             config: Mapping[str, Any] = self.actions[local[0]].config
@@ -303,7 +371,6 @@ class StructuredPolicy:
             math.log(p),
             self.version,
             config,
-            context,
         )
 
     def _check_kinds(self, context: Mapping[str, Any]) -> None:

@@ -288,7 +288,8 @@ def _rounded(values: Array) -> list[float]:
 
 
 class Contexts:
-    """The distinct contexts of a batch (rows with equal features share their probabilities)."""
+    """The distinct contexts of a batch: rows with the same features share their probabilities,
+    so the math runs once per context (U of them) and rows only gather and scatter."""
 
     def __init__(self, batch: ContextBatch) -> None:
         n = len(batch)
@@ -296,7 +297,7 @@ class Contexts:
             first, inverse, counts = np.arange(n), np.arange(n), np.ones(n)
         elif batch.categories.shape[1]:
             _, first, inverse, counts = np.unique(
-                batch.categories, axis=0, return_index=True, return_inverse=True, return_counts=True
+                segment_keys(batch.categories), return_index=True, return_inverse=True, return_counts=True
             )
         else:  # no features: one context
             first, inverse, counts = np.zeros(min(n, 1), dtype=np.int64), np.zeros(n, dtype=np.int64), np.array([n])
@@ -304,6 +305,9 @@ class Contexts:
         self.numbers = batch.numbers[first]
         self.inverse = np.asarray(inverse, dtype=np.int64).reshape(-1)
         self.counts = np.asarray(counts, dtype=np.float64)
+
+    def __len__(self) -> int:
+        return len(self.counts)
 
     def logits(self, params: Params) -> Array:
         """ℓ for each distinct context, (U, V)."""
@@ -314,6 +318,47 @@ class Contexts:
             out[has] += offsets[rows[has]]
         if params.weights.size:
             out += self.numbers @ params.weights
+        return out
+
+
+def segment_keys(categories: NDArray[np.int64]) -> NDArray[np.int64]:
+    """One integer per row naming its segments of every categorical feature (mixed radix)."""
+    keys = np.zeros(len(categories), dtype=np.int64)
+    for f in range(categories.shape[1]):
+        column = categories[:, f] + 1  # −1 (no segment) → 0
+        keys = keys * (int(column.max(initial=0)) + 1) + column
+    return keys
+
+
+class Tallies:
+    """Per distinct context u and value v, sums over the rows of u that chose v (in its
+    dimension): rows, regular episodes, advantages, rewards and squared rewards of regular
+    episodes. Everything the direction and the evidence need is a sum of these."""
+
+    def __init__(self, contexts: Contexts, model: Model, batch: ContextBatch, advantages: Array) -> None:
+        u, v = len(contexts), sum(model.layout.sizes)
+        d = len(model.layout.sizes)
+        cols = batch.actions + np.array(model.layout.starts)
+        keys = (contexts.inverse[:, None] * v + cols).ravel()
+        regular = batch.regular.astype(np.float64)
+
+        def tally(values: Array) -> Array:
+            return np.bincount(keys, weights=np.repeat(values, d), minlength=u * v).reshape(u, v)
+
+        self.rows = np.bincount(keys, minlength=u * v).reshape(u, v).astype(np.float64)
+        self.regular = tally(regular)
+        self.advantage = tally(advantages)
+        self.reward = tally(batch.rewards)
+        self.reward_sq = tally(regular * batch.rewards**2)
+        self.categories = contexts.categories
+        self.numbers = contexts.numbers
+
+    def by_segment(self, table: Array, feature: int, segments: int) -> Array:
+        """``table`` summed over the contexts of each segment of a categorical feature, (S, V)."""
+        rows = self.categories[:, feature]
+        has = rows >= 0
+        out = np.zeros((segments, table.shape[1]))
+        np.add.at(out, rows[has], table[has])
         return out
 
 
@@ -337,33 +382,35 @@ def excluded_mass(s: Array, model: Model) -> Array:
 
 
 def log_q(s: Array, model: Model, batch: ContextBatch, inverse: NDArray[np.int64]) -> Array:
-    """log q(a_i | x_i) of every row."""
+    """log q(a_i | x_i) of every row, from the per-context probabilities ``s``."""
     cols = batch.actions + np.array(model.layout.starts)
-    rows = s[inverse]
-    out = np.log(np.maximum(np.take_along_axis(rows, cols, axis=1), 1e-300)).sum(axis=1)
+    log_s = np.log(np.maximum(s, 1e-300))
+    out = log_s[inverse[:, None], cols].sum(axis=1)
     if len(model.excluded):
-        out -= np.log(np.maximum(1.0 - excluded_mass(s, model)[inverse], 1e-300))
+        out -= np.log(np.maximum(1.0 - excluded_mass(s, model), 1e-300))[inverse]
     return out
 
 
-def score_function(s: Array, model: Model, batch: ContextBatch, inverse: NDArray[np.int64]) -> Array:
-    """∇_ℓ log q(a_i | x_i) for every row, (N, V) (module docstring)."""
+def context_gradient(s: Array, model: Model, batch: ContextBatch, inverse: NDArray[np.int64], coef: Array) -> Array:
+    """Σ_{i in context u} coef_i ∇_ℓ log q(a_i | x_u) for every context u, (U, V) (module
+    docstring): the rows' one-hot part is scattered with one bincount, the rest is per context."""
     t = model.temperature
-    rows = s[inverse]
-    grad = -rows.copy()
+    u, v = s.shape
     cols = batch.actions + np.array(model.layout.starts)
-    np.put_along_axis(grad, cols, np.take_along_axis(grad, cols, axis=1) + 1.0, axis=1)
-    grad /= t
+    keys = (inverse[:, None] * v + cols).ravel()
+    chosen = np.bincount(keys, weights=np.repeat(coef, cols.shape[1]), minlength=u * v).reshape(u, v)
+    total = np.bincount(inverse, weights=coef, minlength=u)[:, None]
+    grad = (chosen - total * s) / t
     if len(model.excluded):
         ecols = model.excluded + np.array(model.layout.starts)
         masses = s[:, ecols].prod(axis=2)  # (U, |E|)
         dz = np.zeros_like(s)
         for k in range(len(model.excluded)):
-            indicator = np.zeros(s.shape[1])
+            indicator = np.zeros(v)
             indicator[ecols[k]] = 1.0
             dz -= masses[:, k : k + 1] * (indicator - s) / t  # per dimension: 1[e_d = v] − s_d(v)
         z = 1.0 - masses.sum(axis=1)
-        grad -= (dz / z[:, None])[inverse]
+        grad -= total * dz / z[:, None]
     return grad
 
 
@@ -379,13 +426,19 @@ def surrogate(
 
 
 def gradient(
-    params: Params, model: Model, batch: ContextBatch, weights: Array, advantages: Array, beta: float
+    params: Params,
+    model: Model,
+    batch: ContextBatch,
+    weights: Array,
+    advantages: Array,
+    beta: float,
+    contexts: Contexts | None = None,
 ) -> Params:
     """The exact gradient of :func:`surrogate` with respect to θ, every δ and every β."""
-    contexts = Contexts(batch)
+    contexts = contexts or Contexts(batch)
     s = dimension_softmax(contexts.logits(params), model)
-    per_row = score_function(s, model, batch, contexts.inverse) * (weights * advantages / len(batch))[:, None]
-    theta = per_row.sum(axis=0)
+    per_context = context_gradient(s, model, batch, contexts.inverse, weights * advantages / len(batch))
+    theta = per_context.sum(axis=0)
     g = dimension_softmax(params.theta[None, :], model)[0]
     log_g = np.log(np.maximum(g, np.finfo(float).tiny))
     for sl in model.slices:
@@ -393,12 +446,12 @@ def gradient(
         theta[sl] += beta * (-g[sl] * (log_g[sl] + h) / model.temperature)
     offsets = []
     for f, o in enumerate(params.offsets):
-        rows = batch.categories[:, f]
+        rows = contexts.categories[:, f]
         has = rows >= 0
         acc = np.zeros_like(o)
-        np.add.at(acc, rows[has], per_row[has])
+        np.add.at(acc, rows[has], per_context[has])
         offsets.append(acc)
-    weights_g = batch.numbers.T @ per_row if params.weights.size else np.zeros_like(params.weights)
+    weights_g = contexts.numbers.T @ per_context if params.weights.size else np.zeros_like(params.weights)
     return Params(theta, offsets, weights_g)
 
 
@@ -415,11 +468,16 @@ class StructuredReinforce:
     # -- statistics
 
     def weights_and_advantages(
-        self, params: Params, model: Model, batch: ContextBatch, fallback_std: float = 1.0
+        self,
+        params: Params,
+        model: Model,
+        batch: ContextBatch,
+        fallback_std: float = 1.0,
+        contexts: Contexts | None = None,
     ) -> tuple[Array, Array, dict[str, float]]:
         """Clipped importance weights w, context-baseline advantages A and their statistics."""
         cfg = self.config
-        contexts = Contexts(batch)
+        contexts = contexts or Contexts(batch)
         s = dimension_softmax(contexts.logits(params), model)
         ratio = np.exp(log_q(s, model, batch, contexts.inverse)) / batch.logged_probs
         w = np.minimum(ratio, cfg.importance_clip)
@@ -431,8 +489,10 @@ class StructuredReinforce:
         global_b = float((wr * batch.rewards).sum() / wsum) if wsum > 0 else 0.0
         b = np.full(len(batch), global_b)
         if batch.categories.shape[1] and wsum > 0:
-            _, inverse = np.unique(batch.categories, axis=0, return_inverse=True)
-            inverse = np.asarray(inverse).reshape(-1)
+            if batch.numbers.shape[1] and np.any(batch.numbers):
+                _, inverse = np.unique(segment_keys(batch.categories), return_inverse=True)
+            else:
+                inverse = contexts.inverse  # the contexts are the segments
             sw = np.bincount(inverse, weights=wr)
             swr = np.bincount(inverse, weights=wr * batch.rewards)
             m = cfg.baseline_prior
@@ -450,45 +510,31 @@ class StructuredReinforce:
 
     # -- direction
 
-    def direction(self, params: Params, model: Model, batch: ContextBatch, adv: Array) -> Params:
+    def direction(self, params: Params, model: Model, tallies: Tallies) -> Params:
         """The evidence direction of the module docstring, each block centred per dimension."""
         cfg = self.config
         t = model.temperature
-        v = len(params.theta)
-        cols = batch.actions + np.array(model.layout.starts)  # (N, D) value columns
-        regular = batch.regular.astype(np.float64)
-        flat_cols = cols.ravel()
-        rep = np.repeat  # each row contributes once per dimension
-        d_count = len(model.layout.sizes)
-        adv_rep = rep(adv, d_count)
-        n_v = np.bincount(flat_cols, weights=rep(regular, d_count), minlength=v)
-        sums = np.bincount(flat_cols, weights=adv_rep, minlength=v)
+        n_v = tallies.regular.sum(axis=0)
+        sums = tallies.advantage.sum(axis=0)
         theta = t * sums / np.sqrt(np.maximum(n_v + cfg.evidence_prior, 1.0))
         s = np.maximum(dimension_softmax(params.theta[None, :], model)[0], 1e-12)
         log_s = np.log(s)
         for sl in model.slices:
             theta[sl] -= cfg.entropy_coef * t * (log_s[sl] - (s[sl] * log_s[sl]).sum())
-        rows_all = np.maximum(np.bincount(flat_cols, minlength=v), 1)
-        mean_adv = sums / rows_all
-        residual = adv[:, None] - mean_adv[cols]  # (N, D): A_i − Ā_{d, a_id}
+        mean_adv = sums / np.maximum(tallies.rows.sum(axis=0), 1)  # Ā_{d,v}
+        residual = tallies.advantage - tallies.rows * mean_adv  # per context: Σ R_i over its rows with a_d = v
         prior = cfg.evidence_prior + cfg.segment_prior
-        offsets = []
-        for f, o in enumerate(params.offsets):
-            rows = batch.categories[:, f]
-            has = rows >= 0
-            keys = (rows[has, None] * v + cols[has]).ravel()
-            size = o.size
-            sum_r = np.bincount(keys, weights=residual[has].ravel(), minlength=size).reshape(o.shape)
-            n_r = np.bincount(keys, weights=rep(regular[has], d_count), minlength=size).reshape(o.shape)
-            offsets.append(t * sum_r / np.sqrt(n_r + prior))
+        offsets = [
+            t
+            * tallies.by_segment(residual, f, o.shape[0])
+            / np.sqrt(tallies.by_segment(tallies.regular, f, o.shape[0]) + prior)
+            for f, o in enumerate(params.offsets)
+        ]
         weights = np.zeros_like(params.weights)
         for j in range(params.weights.shape[0]):
-            x = batch.numbers[:, j]
-            sum_x = np.bincount(flat_cols, weights=(residual * x[:, None]).ravel(), minlength=v)
-            sq = np.bincount(flat_cols, weights=rep(x**2 * regular, d_count), minlength=v)
-            weights[j] = t * sum_x / np.sqrt(sq + prior)
-        out = Params(theta, offsets, weights)
-        return centre(out, model)
+            x = tallies.numbers[:, j : j + 1]
+            weights[j] = t * (residual * x).sum(axis=0) / np.sqrt((tallies.regular * x**2).sum(axis=0) + prior)
+        return centre(Params(theta, offsets, weights), model)
 
     # -- update
 
@@ -515,9 +561,10 @@ class StructuredReinforce:
                 softmax_entropy_after=metrics["softmax_entropy_before"], kl=0.0, step_scale=0.0, grad_norm=0.0
             )
             return params.copy(), metrics, dict(state or {}) if not problem else {}
-        w, adv, stats = self.weights_and_advantages(params, model, batch, evidence.pooled_std())
-        g = gradient(params, model, batch, w, adv, cfg.entropy_coef)
-        direction = g if cfg.direction == "plain" else self.direction(params, model, batch, adv)
+        w, adv, stats = self.weights_and_advantages(params, model, batch, evidence.pooled_std(), contexts)
+        g = gradient(params, model, batch, w, adv, cfg.entropy_coef, contexts)
+        tallies = Tallies(contexts, model, batch, adv)
+        direction = g if cfg.direction == "plain" else self.direction(params, model, tallies)
         size = len(batch) / cfg.reference_batch if cfg.reference_batch else 1.0
         scale = cfg.learning_rate * (np.sqrt(size) if cfg.direction == "evidence" else size)
         max_kl = cfg.max_kl * size if cfg.max_kl is not None else None
@@ -533,9 +580,8 @@ class StructuredReinforce:
                 new, kl = self._step(params, direction, scale, model, contexts, s_old, weights_u)
         new_state: dict[str, Any] = {}
         if cfg.gap_per_evidence is not None:
-            flat_actions = (batch.actions + np.array(model.layout.starts)).ravel()
             evidence, segments_state = _add_evidence(
-                evidence, segments_state, batch, flat_actions, model, v, cfg.evidence_half_life
+                evidence, segments_state, tallies, int(batch.regular.sum()), cfg.evidence_half_life
             )
             raised = self.bound_by_evidence(new, model, evidence, segments_state)
             metrics["raised_by_evidence"] = float(raised)
@@ -690,35 +736,23 @@ def _segment_state_out(segments: list[list[tuple[Array, Array]]], model: Model) 
 def _add_evidence(
     evidence: Evidence,
     segments: list[list[tuple[Array, Array]]],
-    batch: ContextBatch,
-    flat_actions: NDArray[np.int64],
-    model: Model,
-    v: int,
+    tallies: Tallies,
+    episodes: int,
     half_life: float | None,
 ) -> tuple[Evidence, list[list[tuple[Array, Array]]]]:
-    d = len(model.layout.sizes)
-    regular = batch.regular.astype(np.float64)
-    fade = 0.5 ** (float(regular.sum()) / half_life) if half_life else 1.0
-    reg = np.repeat(regular, d)
-    rew = np.repeat(batch.rewards, d)
+    """Fade the state's evidence by 2^(−N/H) and add the batch's, globally and per segment
+    (corrections shift reward sums only, as in the flat learner)."""
+    fade = 0.5 ** (episodes / half_life) if half_life else 1.0
     new = Evidence(
-        fade * evidence.count + np.bincount(flat_actions, weights=reg, minlength=v),
-        fade * evidence.reward_sum + np.bincount(flat_actions, weights=rew, minlength=v),
-        fade * evidence.reward_sq_sum + np.bincount(flat_actions, weights=reg * rew**2, minlength=v),
+        fade * evidence.count + tallies.regular.sum(axis=0),
+        fade * evidence.reward_sum + tallies.reward.sum(axis=0),
+        fade * evidence.reward_sq_sum + tallies.reward_sq.sum(axis=0),
     )
     out = []
     for f, rows in enumerate(segments):
-        cats = np.repeat(batch.categories[:, f], d)
-        updated = []
-        for k, (count, total) in enumerate(rows):
-            mask = cats == k
-            updated.append(
-                (
-                    fade * count + np.bincount(flat_actions[mask], weights=reg[mask], minlength=v),
-                    fade * total + np.bincount(flat_actions[mask], weights=rew[mask], minlength=v),
-                )
-            )
-        out.append(updated)
+        counts = tallies.by_segment(tallies.regular, f, len(rows))
+        totals = tallies.by_segment(tallies.reward, f, len(rows))
+        out.append([(fade * c + counts[k], fade * r + totals[k]) for k, (c, r) in enumerate(rows)])
     return new, out
 
 
