@@ -46,6 +46,7 @@ from .recovery import rescore as run_rescore
 from .report import write_report
 from .simulate import SCENARIOS
 from .store.sqlite import SQLiteStore
+from .structured import StructuredPolicy, segment_views
 
 
 def _console(stderr: bool = False) -> Console:
@@ -351,14 +352,27 @@ def _sample_rows(n: int, limit: int) -> list[int]:
 # --------------------------------------------------------------------------- policies
 
 
-def _read_actions(actions_file: str) -> list[Any]:
-    """The list of actions in an ``--actions`` file, checked item by item."""
+STRUCTURE_KEYS = ("dimensions", "context", "excluded")
+"""The keys of an ``--actions`` file that declares a structured policy (an object, not a list)."""
+
+
+def _read_actions(actions_file: str) -> list[Any] | dict[str, Any]:
+    """The actions in an ``--actions`` file, checked item by item: a list of actions, or an
+    object with ``dimensions`` (and optionally ``context`` and ``excluded``)."""
     try:
         actions = json.loads(Path(actions_file).read_text())
     except ValueError as exc:
         raise ValueError(f"--actions: {actions_file} is not valid JSON ({exc})") from None
+    if isinstance(actions, dict):
+        unknown = sorted(set(actions) - set(STRUCTURE_KEYS))
+        if unknown or "dimensions" not in actions:
+            raise ValueError(
+                f"--actions: {actions_file} holds an object; it needs \"dimensions\" and may have "
+                f"\"context\" and \"excluded\"" + (f" (unknown: {unknown})" if unknown else "")
+            )
+        return actions
     if not isinstance(actions, list) or not actions:
-        raise ValueError(f"--actions: {actions_file} must hold a non-empty JSON list")
+        raise ValueError(f"--actions: {actions_file} must hold a non-empty JSON list, or an object with dimensions")
     for i, action in enumerate(actions):
         if not isinstance(action, str | dict):
             raise ValueError(
@@ -375,7 +389,8 @@ def _read_actions(actions_file: str) -> list[Any]:
     "actions_file",
     required=True,
     type=click.Path(exists=True, dir_okay=False),
-    help="JSON file: a list of action ids or of {id, description, config} objects.",
+    help="JSON file: a list of action ids or of {id, description, config} objects; or an object "
+    '{"dimensions": {"prompt": [...], "retrieval_k": [...]}, "context": {"task": "category"}, "excluded": [...]}.',
 )
 @click.option(
     "--temperature",
@@ -392,15 +407,28 @@ def init_policy(
     """Create version 1 (uniform) of an agent's policy."""
     settings = _settings(db)
     actions = _read_actions(actions_file)
-    policy = SoftmaxPolicy.from_actions(
-        agent_id,
-        actions,
-        temperature=settings.temperature if temperature is None else temperature,
-        exploration_floor=settings.exploration_floor if exploration_floor is None else exploration_floor,
-    )
+    options = {
+        "temperature": settings.temperature if temperature is None else temperature,
+        "exploration_floor": settings.exploration_floor if exploration_floor is None else exploration_floor,
+    }
+    if isinstance(actions, dict):
+        first = StructuredPolicy.create(
+            agent_id,
+            actions["dimensions"],
+            context=actions.get("context"),
+            excluded=actions.get("excluded") or (),
+            **options,
+        ).document
+    else:
+        first = SoftmaxPolicy.from_actions(agent_id, actions, **options).to_document(created_at=None)
     with _store(db, create=True) as (store, _):
-        doc = create_policy(store, policy.to_document(created_at=None))
-    out.print(f"created {doc.agent_id} v{doc.version} with actions {doc.action_ids} in {_where(settings)}")
+        doc = create_policy(store, first)
+    if doc.dimensions:
+        dims = ", ".join(f"{d.name} ({d.size})" for d in doc.dimensions)
+        features = f" learning from {[f.name for f in doc.features]}" if doc.features else ""
+        out.print(f"created {doc.agent_id} v{doc.version} with dimensions {dims}{features} in {_where(settings)}")
+    else:
+        out.print(f"created {doc.agent_id} v{doc.version} with actions {doc.action_ids} in {_where(settings)}")
 
 
 @main.group(invoke_without_command=True)
@@ -427,6 +455,9 @@ def policy_show(agent_id: str, as_json: bool, db: str | None) -> None:
     """An agent's current policy: probabilities, logits and the last training run."""
     with _store(db) as (store, settings):
         doc = _current(store, settings, agent_id)
+    if doc.structured:
+        _show_structured(doc, as_json)
+        return
     if as_json:
         probabilities = dict(zip(doc.action_ids, policy_probabilities(doc), strict=True))
         _echo_json({**doc.to_dict(), "probabilities": probabilities})
@@ -446,6 +477,49 @@ def policy_show(agent_id: str, as_json: bool, db: str | None) -> None:
     if doc.pinned:
         out.print(f"learning is paused{': ' + doc.pin_reason if doc.pin_reason else ''} (agent-learn policy unpin)")
     out.print(f"entropy {policy_entropy(policy_probabilities(doc)):.3f} nats")
+    if doc.run:
+        m = doc.run.metrics
+        out.print(
+            f"last run {doc.run.id}: {doc.run.episodes} episodes, mean reward "
+            f"{m.get('mean_reward', float('nan')):.3f}, KL {m.get('kl', float('nan')):.4f}"
+        )
+
+
+def _show_structured(doc: Any, as_json: bool) -> None:
+    """``policy show`` of a structured policy: per dimension, each value's probability with no
+    context and in each segment of each categorical feature, its logit and its evidence."""
+    views = segment_views(doc)
+    if as_json:
+        _echo_json({**doc.to_dict(), "probabilities": views})
+        return
+    state = f"{doc.source}{', pinned' if doc.pinned else ''}"
+    out.print(f"{doc.agent_id} v{doc.version} ({state})")
+    evidence = _evidence_columns(doc)
+    logits = dict(zip(doc.action_ids, doc.logits, strict=True))
+    rows = dict(zip(doc.action_ids, evidence or [], strict=False))
+    segments = [k for k in views if k != "overall"]
+    for name, values in views["overall"].items():
+        table = Table(title=f"{name}", title_justify="left")
+        columns = ["value", "overall", *segments, "logit", *(("episodes (faded)", "mean reward") if evidence else ())]
+        for col in columns:
+            table.add_column(col, justify="left" if col == "value" else "right")
+        for value_id, p in values.items():
+            table.add_row(
+                value_id.partition("=")[2],
+                f"{p:.4f}",
+                *(f"{views[seg][name][value_id]:.4f}" for seg in segments),
+                f"{logits[value_id]:+.3f}",
+                *(rows.get(value_id, ()) if evidence else ()),
+            )
+        out.print(table)
+    for feature in doc.features or []:
+        if feature.kind == "number":
+            out.print(f"numeric feature {feature.name}: centre {feature.center:.4g}, scale {feature.scale:.4g}"
+                      + ("" if feature.weights else " (not learned yet)"))
+        elif not feature.segments:
+            out.print(f"categorical feature {feature.name}: no segments learned yet")
+    if doc.pinned:
+        out.print(f"learning is paused{': ' + doc.pin_reason if doc.pin_reason else ''} (agent-learn policy unpin)")
     if doc.run:
         m = doc.run.metrics
         out.print(

@@ -164,10 +164,11 @@ class LearnerConfig:
     """H: episodes after which the learner state's evidence counts half (None: it never fades)."""
     logit_bound: float = 20.0
     """Logits are kept in [−bound, bound] after centring."""
-    baseline_prior: float = 10.0
+    baseline_prior: float = 3.0
     """m: pseudo-episodes that shrink a context's baseline towards the batch's (structured policies)."""
-    segment_prior: float = 10.0
-    """m_s: pseudo-episodes that shrink a segment's offsets towards the global logits (structured policies)."""
+    segment_prior: float = 0.0
+    """m_s: extra pseudo-episodes that shrink a segment's offsets towards the global logits, on top of
+    ``evidence_prior`` (structured policies; 0 was best on ``benchmarks/learning.py``'s contextual rows)."""
 
     def __post_init__(self) -> None:
         checks = {

@@ -480,6 +480,7 @@ __all__ = [
     "feature_logits",
     "is_structured",
     "knows_action",
+    "segment_views",
     "structure_fields",
 ]
 
@@ -491,3 +492,20 @@ def knows_action(doc: PolicyDocument, action_id: str) -> bool:
         return action_id in doc.action_ids
     local = Layout.of(doc).parse(action_id)
     return local is not None and local not in set(excluded_configurations(doc))
+
+
+def segment_views(doc: PolicyDocument) -> dict[str, dict[str, dict[str, float]]]:
+    """Per dimension, each value's probability of being chosen: ``"overall"`` (no context, i.e.
+    the global logits) and, for each learned segment of each categorical feature, in a context
+    with that segment alone (``"task=billing"``)."""
+    chooser = StructuredPolicy(doc)
+    names = chooser.layout.names if doc.dimensions else ("action",)
+
+    def view(context: Mapping[str, Any] | None) -> dict[str, dict[str, float]]:
+        return dict(zip(names, chooser.marginals(context).values(), strict=True))
+
+    out = {"overall": view(None)}
+    for feature in doc.features or []:
+        for segment in feature.segments or {}:
+            out[f"{feature.name}={segment}"] = view({feature.name: segment})
+    return out

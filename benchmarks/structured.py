@@ -1,0 +1,488 @@
+"""Learning quality on contextual and factorized problems (run by ``benchmarks/learning.py``).
+
+Contextual: each episode comes with a context; the arm means depend on it.
+
+* ``S segments``: a categorical feature with S equally likely values (2, 4, 8); K = 4 arms whose
+  means are 0.8/0.7/0.6/0.5, rotated so that segment s's best arm is s mod 4.
+* ``numeric feature``: x uniform in [−1, 1]; arm a's mean is 0.6 + 0.2·c_a·x with
+  c = (1, −1, 0, 0.5): arm 0 is best for x > 0, arm 1 for x < 0.
+
+References: batched Thompson sampling per segment (told the segment; for the numeric problem,
+told which of 4 equal bins of x the episode falls in), context-free batched Thompson, and
+Vowpal Wabbit's contextual bandit (``--cb_explore_adf`` with ``--squarecb`` and with
+``--epsilon 0.05``, the context crossed with the action), learning after every episode
+("online") and, like the timer-driven learner, once per batch ("per batch").
+
+Factorized: a configuration has several dimensions; its mean is 0.55 + the sum of one effect
+per dimension value (the best value of each dimension adds 0.05–0.08, the others spread below
+it) + a small interaction of the first two dimensions (±0.02). References: batched Thompson over
+the joint space (every configuration an arm) and independent Thompson per dimension (each
+dimension's value drawn from its own Beta posteriors, all updated with the episode's reward).
+
+Every algorithm meets the same luck (common random numbers): episode t's context, and the
+uniform number that decides whether the j-th pull of arm a in a context pays, are drawn from
+the seed in advance. Regret is expected regret (the best mean in the episode's context minus
+the chosen arm's). "best < 0.5" counts the seeds whose final policy gives the best arm less
+than probability 0.5 in some segment (numeric: at x = −0.5 or 0.5; factorized: the best
+configuration).
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from agent_learning.documents import PolicyDocument
+from agent_learning.learner import LearnerConfig
+from agent_learning.policy import DEFAULT_EXPLORATION_FLOOR
+from agent_learning.structured import StructuredPolicy
+from agent_learning.structured_learner import learn_structured
+
+Rng = np.random.Generator
+BATCH = 50
+BASE = np.array([0.8, 0.7, 0.6, 0.5])
+
+
+# --------------------------------------------------------------------------- problems
+
+
+@dataclass(frozen=True)
+class ContextProblem:
+    """Arms whose means depend on the episode's context (a segment or a number)."""
+
+    name: str
+    k: int
+    segments: int | None
+    """S for a categorical problem; None for the numeric one."""
+    horizon: int
+
+    def contexts(self, rng: Rng, n: int) -> np.ndarray:
+        if self.segments is not None:
+            return rng.integers(0, self.segments, n).astype(float)
+        return rng.uniform(-1.0, 1.0, n)
+
+    def means(self, x: np.ndarray) -> np.ndarray:
+        """(n, K) arm means in the contexts ``x``."""
+        if self.segments is not None:
+            s = x.astype(int)
+            return np.stack([np.roll(BASE, seg % self.k) for seg in range(self.segments)])[s]
+        c = np.array([1.0, -1.0, 0.0, 0.5])
+        return 0.6 + 0.2 * x[:, None] * c[None, :]
+
+    def probes(self) -> np.ndarray:
+        """The contexts at which the final policy is checked for "best < 0.5"."""
+        return np.arange(self.segments, dtype=float) if self.segments is not None else np.array([-0.5, 0.5])
+
+    def feature(self, x: float) -> dict[str, Any]:
+        return {"segment": f"s{int(x)}"} if self.segments is not None else {"x": float(x)}
+
+    def bin(self, x: np.ndarray) -> np.ndarray:
+        """The segment an oracle is told: the segment itself, or one of 4 bins of x."""
+        if self.segments is not None:
+            return x.astype(int)
+        return np.minimum(((x + 1.0) / 2.0 * 4).astype(int), 3)
+
+    @property
+    def bins(self) -> int:
+        return self.segments if self.segments is not None else 4
+
+
+@dataclass(frozen=True)
+class FactorProblem:
+    """Configurations over several dimensions with mostly additive effects."""
+
+    name: str
+    sizes: tuple[int, ...]
+    horizon: int
+    seed: int = 0
+
+    def table(self) -> np.ndarray:
+        """The mean of every configuration, shape ``sizes``."""
+        rng = np.random.default_rng(1_000 + self.seed)
+        total = np.full(self.sizes, 0.55)
+        for d, k in enumerate(self.sizes):
+            effect = np.concatenate([[rng.uniform(0.05, 0.08)], rng.uniform(-0.06, 0.02, k - 1)])
+            shape = [1] * len(self.sizes)
+            shape[d] = k
+            total = total + rng.permutation(effect).reshape(shape)
+        shape2 = list(self.sizes[:2]) + [1] * (len(self.sizes) - 2)
+        total = total + rng.uniform(-0.02, 0.02, self.sizes[:2]).reshape(shape2)
+        return np.clip(total, 0.02, 0.98)
+
+
+CONTEXT_PROBLEMS = [
+    ContextProblem("2 segments", 4, 2, 4_000),
+    ContextProblem("4 segments", 4, 4, 4_000),
+    ContextProblem("8 segments", 4, 8, 4_000),
+    ContextProblem("numeric feature", 4, None, 4_000),
+]
+FACTOR_PROBLEMS = [FactorProblem("3×4×2 = 24", (3, 4, 2), 4_000), FactorProblem("5×5×4×3 = 300", (5, 5, 4, 3), 4_000)]
+
+
+class Luck:
+    """Common random numbers: the contexts, and per (context cell, arm) a stream of uniforms
+    consumed in order, so every algorithm's j-th pull of an arm in a cell meets the same luck."""
+
+    def __init__(self, seed: int, horizon: int, cells: int, arms: int, contexts: np.ndarray | None = None) -> None:
+        rng = np.random.default_rng([seed, 7])
+        self.contexts = contexts
+        self.uniforms = rng.random((cells, arms, horizon))
+        self.used = np.zeros((cells, arms), dtype=np.int64)
+
+    def pay(self, cells: np.ndarray, arms: np.ndarray, means: np.ndarray) -> np.ndarray:
+        out = np.empty(len(arms))
+        for i, (c, a) in enumerate(zip(cells, arms, strict=True)):
+            out[i] = float(self.uniforms[c, a, self.used[c, a]] < means[i])
+            self.used[c, a] += 1
+        return out
+
+
+# --------------------------------------------------------------------------- algorithms
+
+
+class Chooser:
+    """An algorithm: probabilities for contexts, and an update from a batch."""
+
+    name = "?"
+    per_episode = False
+
+    def probs(self, x: np.ndarray) -> np.ndarray:
+        raise NotImplementedError
+
+    def update(self, x: np.ndarray, arms: np.ndarray, rewards: np.ndarray, logged: np.ndarray) -> None:
+        raise NotImplementedError
+
+
+class OursContextual(Chooser):
+    """The structured learner: one dimension of K arms and the context as a feature."""
+
+    name = "REINFORCE (ours)"
+
+    def __init__(self, problem: ContextProblem, rng: Rng) -> None:
+        kind = "category" if problem.segments is not None else "number"
+        name = "segment" if problem.segments is not None else "x"
+        self.problem, self.rng = problem, rng
+        self.doc = StructuredPolicy.create(
+            "bench", {"arm": list(range(problem.k))}, context={name: kind}, exploration_floor=DEFAULT_EXPLORATION_FLOOR
+        ).document
+        self.config = LearnerConfig()
+        self.policy = StructuredPolicy(self.doc)
+
+    def probs(self, x: np.ndarray) -> np.ndarray:
+        return np.array([list(self.policy.marginals(self.problem.feature(v))["arm"].values()) for v in x])
+
+    def update(self, x: np.ndarray, arms: np.ndarray, rewards: np.ndarray, logged: np.ndarray) -> None:
+        contexts = [self.problem.feature(v) for v in x]
+        update = learn_structured(
+            self.config, self.doc, arms[:, None], rewards, logged, [False] * len(arms), contexts
+        )
+        self.doc = _next(self.doc, update)
+        self.policy = StructuredPolicy(self.doc)
+
+
+def _next(doc: PolicyDocument, update: Any) -> PolicyDocument:
+    return PolicyDocument.from_dict(
+        {**doc.to_dict(), "logits": list(update.logits), "features": update.features, "learner_state": update.state}
+    )
+
+
+class ThompsonCells(Chooser):
+    """Beta-Bernoulli Thompson sampling with one posterior per cell (segment or bin); one cell is
+    the context-free version. Updated once per batch."""
+
+    def __init__(self, k: int, cells: int, cell_of: Callable[[np.ndarray], np.ndarray], rng: Rng, name: str) -> None:
+        self.k, self.cell_of, self.rng, self.name = k, cell_of, rng, name
+        self.a, self.b = np.ones((cells, k)), np.ones((cells, k))
+
+    def draw(self, x: np.ndarray) -> np.ndarray:
+        c = self.cell_of(x)
+        return self.rng.beta(self.a[c], self.b[c]).argmax(axis=1)
+
+    def probs(self, x: np.ndarray, samples: int = 2_000) -> np.ndarray:
+        out = []
+        for c in self.cell_of(x):
+            draws = self.rng.beta(self.a[c], self.b[c], size=(samples, self.k))
+            out.append(np.bincount(draws.argmax(axis=1), minlength=self.k) / samples)
+        return np.array(out)
+
+    def update(self, x: np.ndarray, arms: np.ndarray, rewards: np.ndarray, logged: np.ndarray) -> None:
+        c = self.cell_of(x)
+        np.add.at(self.a, (c, arms), rewards)
+        np.add.at(self.b, (c, arms), 1 - rewards)
+
+
+class VowpalWabbit(Chooser):
+    """Vowpal Wabbit's ``--cb_explore_adf`` (context crossed with the action), learning after
+    every episode or once per batch."""
+
+    def __init__(self, problem: ContextProblem, explore: str, per_episode: bool, seed: int) -> None:
+        from vowpalwabbit import Workspace  # imported only where this reference runs
+
+        self.problem, self.per_episode = problem, per_episode
+        self.name = f"VW {explore} ({'online' if per_episode else 'per batch'})"
+        self.vw = Workspace(f"--cb_explore_adf {explore} -q ca --quiet --random_seed {seed}")
+
+    def _lines(self, x: float, label: tuple[int, float, float] | None = None) -> list[str]:
+        feature = (
+            f"segment=s{int(x)}" if self.problem.segments is not None else f"x:{x:.6f} pos:{max(x, 0):.6f}"
+        )
+        lines = [f"shared |c {feature} bias"]
+        for a in range(self.problem.k):
+            prefix = ""
+            if label is not None and label[0] == a:
+                prefix = f"0:{-label[1]:.6f}:{label[2]:.6f} "  # cost = −reward, as in VW's contextual bandit tutorial
+            lines.append(f"{prefix}|a arm{a}")
+        return lines
+
+    def probs(self, x: np.ndarray) -> np.ndarray:
+        out = []
+        for v in x:
+            pmf = self.vw.predict(self._lines(v))
+            out.append(np.asarray(pmf, dtype=float))
+        return np.array(out)
+
+    def learn(self, x: float, arm: int, reward: float, p: float) -> None:
+        self.vw.learn(self._lines(x, (arm, reward, p)))
+
+    def update(self, x: np.ndarray, arms: np.ndarray, rewards: np.ndarray, logged: np.ndarray) -> None:
+        for v, a, r, p in zip(x, arms, rewards, logged, strict=True):
+            self.learn(v, int(a), float(r), float(p))
+
+
+@dataclass
+class Row:
+    regret: list[float] = field(default_factory=list)
+    below_half: int = 0
+
+
+def run_contextual(problem: ContextProblem, make: Callable[[Rng, int], Chooser], seed: int) -> tuple[float, bool]:
+    rng = np.random.default_rng([seed, 1])
+    contexts = problem.contexts(np.random.default_rng([seed, 2]), problem.horizon)
+    luck = Luck(seed, problem.horizon, problem.bins, problem.k)
+    algo = make(rng, seed)
+    total = 0.0
+    for start in range(0, problem.horizon, BATCH):
+        x = contexts[start : start + BATCH]
+        means = problem.means(x)
+        if isinstance(algo, ThompsonCells):
+            arms = algo.draw(x)
+            logged = np.ones(len(x))
+        elif isinstance(algo, VowpalWabbit) and algo.per_episode:
+            arms, logged = np.empty(len(x), dtype=int), np.empty(len(x))
+            for i, v in enumerate(x):
+                p = algo.probs(np.array([v]))[0]
+                arms[i] = rng.choice(problem.k, p=p / p.sum())
+                logged[i] = p[arms[i]]
+                reward = luck.pay(problem.bin(np.array([v])), arms[i : i + 1], means[i : i + 1, arms[i]])[0]
+                algo.learn(v, int(arms[i]), reward, logged[i])
+            total += float((means.max(axis=1) - means[np.arange(len(x)), arms]).sum())
+            continue
+        else:
+            p = algo.probs(x)
+            p = p / p.sum(axis=1, keepdims=True)
+            arms = np.array([rng.choice(problem.k, p=row) for row in p])
+            logged = p[np.arange(len(x)), arms]
+        rewards = luck.pay(problem.bin(x), arms, means[np.arange(len(x)), arms])
+        algo.update(x, arms, rewards, logged)
+        total += float((means.max(axis=1) - means[np.arange(len(x)), arms]).sum())
+    probes = problem.probes()
+    final = algo.probs(probes)
+    best = problem.means(probes).argmax(axis=1)
+    return total, bool((final[np.arange(len(probes)), best] < 0.5).any())
+
+
+def contextual_algorithms(problem: ContextProblem) -> list[Callable[[Rng, int], Chooser]]:
+    out: list[Callable[[Rng, int], Chooser]] = [
+        lambda rng, seed: OursContextual(problem, rng),
+        lambda rng, seed: ThompsonCells(problem.k, problem.bins, problem.bin, rng, "Thompson per segment (told it)"),
+        lambda rng, seed: ThompsonCells(
+            problem.k, 1, lambda x: np.zeros(len(x), dtype=int), rng, "Thompson (context-free)"
+        ),
+    ]
+    for explore in ("--squarecb", "--epsilon 0.05"):
+        for online in (True, False):
+            out.append(lambda rng, seed, e=explore, o=online: VowpalWabbit(problem, e, o, seed))
+    return out
+
+
+# --------------------------------------------------------------------------- factorized
+
+
+class OursFactorized(Chooser):
+    name = "REINFORCE (ours)"
+
+    def __init__(self, sizes: Sequence[int], rng: Rng) -> None:
+        self.sizes, self.rng = tuple(sizes), rng
+        self.doc = StructuredPolicy.create(
+            "bench", {f"d{d}": list(range(k)) for d, k in enumerate(sizes)}, exploration_floor=DEFAULT_EXPLORATION_FLOOR
+        ).document
+        self.config = LearnerConfig()
+        self._refresh()
+
+    def _refresh(self) -> None:
+        self.marginals = [np.array(list(m.values())) for m in StructuredPolicy(self.doc).marginals().values()]
+
+    def draw(self, n: int) -> tuple[np.ndarray, np.ndarray]:
+        local = np.stack([self.rng.choice(len(p), size=n, p=p / p.sum()) for p in self.marginals], axis=1)
+        logged = np.prod([p[local[:, d]] for d, p in enumerate(self.marginals)], axis=0)
+        return local, logged
+
+    def p_best(self, best: tuple[int, ...]) -> float:
+        return float(np.prod([p[b] for p, b in zip(self.marginals, best, strict=True)]))
+
+    def update_local(self, local: np.ndarray, rewards: np.ndarray, logged: np.ndarray) -> None:
+        n = len(rewards)
+        update = learn_structured(self.config, self.doc, local, rewards, logged, [False] * n, [None] * n)
+        self.doc = _next(self.doc, update)
+        self._refresh()
+
+
+class JointThompson:
+    name = "Thompson (joint, batched)"
+
+    def __init__(self, sizes: Sequence[int], rng: Rng) -> None:
+        self.sizes, self.rng = tuple(sizes), rng
+        j = math.prod(sizes)
+        self.a, self.b = np.ones(j), np.ones(j)
+
+    def draw(self, n: int) -> tuple[np.ndarray, np.ndarray]:
+        flat = self.rng.beta(self.a, self.b, size=(n, len(self.a))).argmax(axis=1)
+        return np.stack(np.unravel_index(flat, self.sizes), axis=1), np.ones(n)
+
+    def p_best(self, best: tuple[int, ...], samples: int = 2_000) -> float:
+        flat = self.rng.beta(self.a, self.b, size=(samples, len(self.a))).argmax(axis=1)
+        return float(np.mean(flat == np.ravel_multi_index(best, self.sizes)))
+
+    def update_local(self, local: np.ndarray, rewards: np.ndarray, logged: np.ndarray) -> None:
+        flat = np.ravel_multi_index(local.T, self.sizes)
+        np.add.at(self.a, flat, rewards)
+        np.add.at(self.b, flat, 1 - rewards)
+
+
+class DimensionThompson:
+    name = "Thompson (per dimension, batched)"
+
+    def __init__(self, sizes: Sequence[int], rng: Rng) -> None:
+        self.sizes, self.rng = tuple(sizes), rng
+        self.a = [np.ones(k) for k in sizes]
+        self.b = [np.ones(k) for k in sizes]
+
+    def draw(self, n: int) -> tuple[np.ndarray, np.ndarray]:
+        cols = [self.rng.beta(a, b, size=(n, len(a))).argmax(axis=1) for a, b in zip(self.a, self.b, strict=True)]
+        return np.stack(cols, axis=1), np.ones(n)
+
+    def p_best(self, best: tuple[int, ...], samples: int = 2_000) -> float:
+        out = 1.0
+        for a, b, v in zip(self.a, self.b, best, strict=True):
+            out *= float(np.mean(self.rng.beta(a, b, size=(samples, len(a))).argmax(axis=1) == v))
+        return out
+
+    def update_local(self, local: np.ndarray, rewards: np.ndarray, logged: np.ndarray) -> None:
+        for d in range(len(self.sizes)):
+            np.add.at(self.a[d], local[:, d], rewards)
+            np.add.at(self.b[d], local[:, d], 1 - rewards)
+
+
+FACTOR_ALGORITHMS: list[Callable[[Sequence[int], Rng], Any]] = [OursFactorized, JointThompson, DimensionThompson]
+
+
+def run_factorized(problem: FactorProblem, make: Callable[[Sequence[int], Rng], Any], seed: int) -> tuple[float, bool]:
+    table = problem.table()
+    flat_means = table.ravel()
+    best = tuple(int(i) for i in np.unravel_index(int(flat_means.argmax()), problem.sizes))
+    luck = Luck(seed, problem.horizon, 1, len(flat_means))
+    algo = make(problem.sizes, np.random.default_rng([seed, 1]))
+    total = 0.0
+    for _ in range(0, problem.horizon, BATCH):
+        local, logged = algo.draw(BATCH)
+        flat = np.ravel_multi_index(local.T, problem.sizes)
+        rewards = luck.pay(np.zeros(BATCH, dtype=int), flat, flat_means[flat])
+        algo.update_local(local, rewards, logged)
+        total += float((flat_means.max() - flat_means[flat]).sum())
+    return total, algo.p_best(best) < 0.5
+
+
+# --------------------------------------------------------------------------- tables
+
+
+def tables(seeds: int, t0: float) -> tuple[list[str], dict[str, Any]]:
+    """The contextual and factorized tables (markdown lines) and their figures."""
+    out: dict[str, Any] = {"contextual": {}, "factorized": {}}
+    lines = [
+        "| contextual problem | algorithm | regret (mean ± sd) | vs Thompson per segment | best < 0.5 (seeds) |",
+        "|---|---|---:|---:|---:|",
+    ]
+    for problem in CONTEXT_PROBLEMS:
+        rows: dict[str, Row] = {}
+        for make in contextual_algorithms(problem):
+            row = Row()
+            name = make(np.random.default_rng(0), 0).name
+            for seed in range(seeds):
+                regret, below = run_contextual(problem, make, seed)
+                row.regret.append(regret)
+                row.below_half += below
+            rows[name] = row
+            _progress(t0, f"{problem.name}: {name}")
+        _table_rows(lines, out["contextual"], problem.name, rows, "Thompson per segment (told it)", seeds)
+    lines += [
+        "",
+        "| factorized problem | algorithm | regret (mean ± sd) | vs joint Thompson | vs per-dimension Thompson | "
+        "best < 0.5 (seeds) |",
+        "|---|---|---:|---:|---:|---:|",
+    ]
+    for problem in FACTOR_PROBLEMS:
+        rows = {}
+        for make in FACTOR_ALGORITHMS:
+            row = Row()
+            for seed in range(seeds):
+                regret, below = run_factorized(problem, make, seed)
+                row.regret.append(regret)
+                row.below_half += below
+            rows[make.name] = row  # type: ignore[attr-defined]
+            _progress(t0, f"{problem.name}: {make.name}")  # type: ignore[attr-defined]
+        joint = float(np.mean(rows["Thompson (joint, batched)"].regret))
+        per_dim = float(np.mean(rows["Thompson (per dimension, batched)"].regret))
+        out["factorized"][problem.name] = {}
+        for name, row in rows.items():
+            mean = float(np.mean(row.regret))
+            out["factorized"][problem.name][name] = {
+                "regret_mean": mean,
+                "regret_sd": float(np.std(row.regret)),
+                "vs_joint_thompson": mean / joint,
+                "vs_dimension_thompson": mean / per_dim,
+                "best_below_half": row.below_half,
+            }
+            lines.append(
+                f"| {problem.name} | {name} | {mean:.1f} ± {np.std(row.regret):.1f} | {mean / joint:.2f}× | "
+                f"{mean / per_dim:.2f}× | {row.below_half}/{seeds} |"
+            )
+    return lines, out
+
+
+def _table_rows(
+    lines: list[str], out: dict[str, Any], problem: str, rows: dict[str, Row], reference: str, seeds: int
+) -> None:
+    ref = float(np.mean(rows[reference].regret))
+    out[problem] = {}
+    for name, row in rows.items():
+        mean = float(np.mean(row.regret))
+        out[problem][name] = {
+            "regret_mean": mean,
+            "regret_sd": float(np.std(row.regret)),
+            "vs_reference": mean / ref,
+            "best_below_half": row.below_half,
+        }
+        lines.append(
+            f"| {problem} | {name} | {mean:.1f} ± {np.std(row.regret):.1f} | {mean / ref:.2f}× | "
+            f"{row.below_half}/{seeds} |"
+        )
+
+
+def _progress(t0: float, what: str) -> None:
+    print(f"[{time.perf_counter() - t0:6.1f} s] {what} done", file=sys.stderr, flush=True)
