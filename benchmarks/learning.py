@@ -12,6 +12,11 @@ Non-stationarity: on K=4 Bernoulli the best and the worst arm swap after ``horiz
 (0.8/0.7/0.6/0.5 becomes 0.5/0.7/0.6/0.8); reported are the episodes after the swap until the
 policy first puts ≥ 0.5 on the new best arm (checked after every update, up to 20,000).
 
+Contextual and factorized problems (``benchmarks/structured.py``) run in the same command unless
+``--no-structured``; they need ``vowpalwabbit`` (``pip install -e 'shared[bench]'``). Every row
+counts the seeds whose final policy gives the best action less than 0.5 ("best < 0.5").
+``--speed`` adds the structured policy's choose and update times.
+
 Progress goes to stderr; markdown tables (and JSON) to stdout.
 """
 
@@ -29,6 +34,9 @@ import numpy as np
 
 from agent_learning.learner import Batch, LearnerConfig, Reinforce, softmax
 from agent_learning.policy import DEFAULT_EXPLORATION_FLOOR, mix_floor
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import structured  # beside this file: the contextual and factorized problems
 
 Rng = np.random.Generator
 
@@ -319,6 +327,8 @@ def main() -> None:
     parser.add_argument("--json", type=Path, default=None)
     parser.add_argument("--problems", default="", help="comma-separated name prefixes (default: all)")
     parser.add_argument("--no-shift", action="store_true", help="skip the non-stationarity run")
+    parser.add_argument("--no-structured", action="store_true", help="skip the contextual and factorized problems")
+    parser.add_argument("--speed", action="store_true", help="time the structured policy's choose and update")
     args = parser.parse_args()
 
     chosen = [p for p in PROBLEMS if not args.problems or any(p.name.startswith(x) for x in args.problems.split(","))]
@@ -339,8 +349,8 @@ def main() -> None:
 
     lines = [
         "| problem | algorithm | regret (mean ± sd) | vs Thompson | P(best) at end | seeds reaching 0.9 | "
-        "episodes to 0.9 (median) |",
-        "|---|---|---:|---:|---:|---:|---:|",
+        "episodes to 0.9 (median) | best < 0.5 (seeds) |",
+        "|---|---|---:|---:|---:|---:|---:|---:|",
     ]
     out: dict[str, dict[str, dict[str, float | int | None]]] = {}
     for pname, algos in table.items():
@@ -356,12 +366,14 @@ def main() -> None:
                 "p_best_min": float(np.min(res.p_best)),
                 "reached": len(reached),
                 "reach_median": float(np.median(reached)) if reached else None,
+                "best_below_half": int(sum(p < 0.5 for p in res.p_best)),
             }
             out[pname][aname] = row
             lines.append(
                 f"| {pname} | {aname} | {row['regret_mean']:.1f} ± {row['regret_sd']:.1f} | "
                 f"{row['vs_thompson']:.2f}× | {row['p_best_mean']:.3f} | {row['reached']}/{args.seeds} | "
-                f"{'' if row['reach_median'] is None else int(row['reach_median'])} |"
+                f"{'' if row['reach_median'] is None else int(row['reach_median'])} | "
+                f"{row['best_below_half']}/{args.seeds} |"
             )
     print("\n".join(lines))
     results: dict[str, object] = {"problems": out}
@@ -369,11 +381,20 @@ def main() -> None:
         shift_lines, results["best_arm_changes"] = shift_table(args.seeds, args.horizon, t0)
         print("\nThe best arm changes after", args.horizon, "episodes (K=4 Bernoulli, best and worst swap):\n")
         print("\n".join(shift_lines))
+    if not args.no_structured:
+        structured_lines, results["structured"] = structured.tables(args.seeds, t0)
+        print("\nContextual and factorized problems (" + str(args.seeds) + " seeds):\n")
+        print("\n".join(structured_lines))
+    if args.speed:
+        results["speed"] = structured.speed()
+        print("\n" + structured.speed_lines(results["speed"]))
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(json.dumps(results, indent=2) + "\n")
     if args.plot:
         plot(table, args.plot)
+        if "structured" in results:
+            structured.plot(results["structured"], args.plot.with_name(args.plot.stem + "_structured.png"))
 
 
 def plot(table: dict[str, dict[str, Result]], path: Path) -> None:

@@ -179,9 +179,7 @@ class OursContextual(Chooser):
 
     def update(self, x: np.ndarray, arms: np.ndarray, rewards: np.ndarray, logged: np.ndarray) -> None:
         contexts = [self.problem.feature(v) for v in x]
-        update = learn_structured(
-            self.config, self.doc, arms[:, None], rewards, logged, [False] * len(arms), contexts
-        )
+        update = learn_structured(self.config, self.doc, arms[:, None], rewards, logged, [False] * len(arms), contexts)
         self.doc = _next(self.doc, update)
         self.policy = StructuredPolicy(self.doc)
 
@@ -229,9 +227,7 @@ class VowpalWabbit(Chooser):
         self.vw = Workspace(f"--cb_explore_adf {explore} -q ca --quiet --random_seed {seed}")
 
     def _lines(self, x: float, label: tuple[int, float, float] | None = None) -> list[str]:
-        feature = (
-            f"segment=s{int(x)}" if self.problem.segments is not None else f"x:{x:.6f} pos:{max(x, 0):.6f}"
-        )
+        feature = f"segment=s{int(x)}" if self.problem.segments is not None else f"x:{x:.6f} pos:{max(x, 0):.6f}"
         lines = [f"shared |c {feature} bias"]
         for a in range(self.problem.k):
             prefix = ""
@@ -486,3 +482,94 @@ def _table_rows(
 
 def _progress(t0: float, what: str) -> None:
     print(f"[{time.perf_counter() - t0:6.1f} s] {what} done", file=sys.stderr, flush=True)
+
+
+# --------------------------------------------------------------------------- speed
+
+
+def speed(repeats: int = 50) -> dict[str, float]:
+    """Median ``choose(context)`` time (3 dimensions × 4 values, 5 categorical features) and the
+    median time of one learner update over 100,000 such episodes (arrays prepared beforehand)."""
+    import random
+    import statistics
+
+    from agent_learning.structured_learner import StructuredReinforce, prepare
+
+    policy = StructuredPolicy.create(
+        "speed",
+        {"prompt": ["a", "b", "c", "d"], "retrieval_k": [1, 3, 5, 10], "tools": ["none", "search", "code", "all"]},
+        context={f"f{i}": "category" for i in range(5)},
+        rng=random.Random(0),
+    )
+    rng = np.random.default_rng(0)
+    n = 100_000
+    contexts = [{f"f{i}": f"s{rng.integers(3)}" for i in range(5)} for _ in range(n)]
+    actions = rng.integers(0, 4, (n, 3))
+    rewards = 0.5 + 0.2 * (actions[:, 0] == 1) + rng.normal(0, 0.2, n)
+    model, params, batch = prepare(policy.document, actions, rewards, np.full(n, 1 / 64), [False] * n, contexts)
+    learner = StructuredReinforce(LearnerConfig())
+    update_ms = []
+    for _ in range(5):
+        t = time.perf_counter()
+        params, _, _ = learner.update(params, model, batch, None)
+        update_ms.append((time.perf_counter() - t) * 1e3)
+    trained = learn_structured(
+        LearnerConfig(),
+        policy.document,
+        actions[:5000],
+        rewards[:5000],
+        np.full(5000, 1 / 64),
+        [False] * 5000,
+        contexts[:5000],
+    )
+    chooser = StructuredPolicy(_next(policy.document, trained), rng=random.Random(1))
+    context = contexts[0]
+    for _ in range(2_000):
+        chooser.choose(context=context)
+    per_call = []
+    for _ in range(repeats):
+        t = time.perf_counter()
+        for _ in range(2_000):
+            chooser.choose(context=context)
+        per_call.append((time.perf_counter() - t) / 2_000 * 1e6)
+    return {"choose_us_median": statistics.median(per_call), "update_ms_median": statistics.median(update_ms)}
+
+
+def speed_lines(figures: dict[str, float]) -> str:
+    return (
+        "| structured policy, 3 dimensions × 4 values, 5 categorical features | median |\n|---|---:|\n"
+        f"| choose(context), pure Python | {figures['choose_us_median']:.2f} µs |\n"
+        f"| one update over 100,000 episodes | {figures['update_ms_median']:.1f} ms |"
+    )
+
+
+def plot(figures: dict[str, Any], path: Any) -> None:
+    """Regret of every algorithm on every contextual and factorized problem, as bars."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 2, figsize=(14, 4.5), gridspec_kw={"width_ratios": [2, 1]})
+    for ax, kind in zip(axes, ("contextual", "factorized"), strict=True):
+        problems = list(figures[kind])
+        algorithms = list(figures[kind][problems[0]])
+        width = 0.8 / len(algorithms)
+        for j, name in enumerate(algorithms):
+            values = [figures[kind][p][name]["regret_mean"] for p in problems]
+            ax.bar(
+                np.arange(len(problems)) + j * width,
+                values,
+                width,
+                label=name,
+                edgecolor="black" if "ours" in name else None,
+                linewidth=1.5 if "ours" in name else 0,
+            )
+        ax.set_xticks(np.arange(len(problems)) + 0.4 - width / 2, problems)
+        ax.set_ylabel("regret (mean of seeds)")
+        ax.set_title(f"{kind} problems")
+        ax.grid(axis="y", alpha=0.3)
+        ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
