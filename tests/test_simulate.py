@@ -9,10 +9,11 @@ import pytest
 from agent_learning.clock import ManualClock
 from agent_learning.documents import Episode
 from agent_learning.judges.offline import OfflineJudge
-from agent_learning.policy import SoftmaxPolicy
+from agent_learning.policy import SoftmaxPolicy, load_policy
 from agent_learning.rewards import RewardFunction
-from agent_learning.simulate import SCENARIOS, math_tutor, simulate_round, support_bot
+from agent_learning.simulate import SCENARIOS, Scenario, math_tutor, simulate_round, support_bot, triage_bot
 from agent_learning.store.memory import MemoryStore
+from agent_learning.structured import StructuredPolicy
 
 
 @pytest.mark.parametrize("name", sorted(SCENARIOS))
@@ -20,7 +21,7 @@ def test_same_seed_same_episodes(name: str) -> None:
     def run() -> list[dict]:
         scenario = SCENARIOS[name]()
         store = MemoryStore()
-        policy = SoftmaxPolicy.from_actions(scenario.agent_id, scenario.actions, seed=5)
+        policy = first_policy(scenario, seed=5)
         episodes = simulate_round(scenario, policy, store, 30, random.Random(9), ManualClock())
         return [e.to_dict() for e in episodes]
 
@@ -33,13 +34,30 @@ def test_same_seed_same_episodes(name: str) -> None:
 def test_episodes_are_stored_valid_and_carry_the_decision(name: str) -> None:
     scenario = SCENARIOS[name]()
     store = MemoryStore()
-    policy = SoftmaxPolicy.from_actions(scenario.agent_id, scenario.actions, seed=1)
+    policy = first_policy(scenario, seed=1)
     episodes = simulate_round(scenario, policy, store, 50, random.Random(2), ManualClock())
     for episode in episodes:
         assert Episode.from_dict(store.get_episode(episode.id)) == episode
-        assert episode.probability == pytest.approx(policy.probability(episode.action_id))
+        if isinstance(policy, StructuredPolicy):
+            assert episode.context is not None and set(episode.context) == {"task"}
+            assert episode.probability == pytest.approx(policy.probability(episode.action_id, episode.context))
+        else:
+            assert episode.probability == pytest.approx(policy.probability(episode.action_id))
         assert episode.instructions == scenario.instructions
         assert episode.latency_ms > 0
+
+
+def first_policy(scenario: Scenario, seed: int) -> SoftmaxPolicy | StructuredPolicy:
+    doc = scenario.first_policy(temperature=1.0, exploration_floor=0.0, created_at=None)
+    return load_policy(doc, rng=random.Random(seed))
+
+
+def test_the_triage_bots_best_prompt_depends_on_the_task_type() -> None:
+    means = triage_bot().expected_by_segment(OfflineJudge(), RewardFunction(), n=150, seed=1)
+    best = {segment: max(m, key=m.__getitem__) for segment, m in means.items()}
+    assert best["task=billing"].startswith("prompt=concise:")
+    assert best["task=technical"].startswith("prompt=step-by-step:")
+    assert len(means["task=billing"]) == 9
 
 
 def test_expected_rewards_rank_the_actions_as_designed() -> None:

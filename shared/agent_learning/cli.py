@@ -46,7 +46,7 @@ from .recovery import rescore as run_rescore
 from .report import write_report
 from .simulate import SCENARIOS
 from .store.sqlite import SQLiteStore
-from .structured import StructuredPolicy, segment_views
+from .structured import NO_CONTEXT, StructuredPolicy, segment_views
 
 
 def _console(stderr: bool = False) -> Console:
@@ -242,7 +242,12 @@ def main() -> None:
 @click.option("--episodes", "episodes", default=4_000, show_default=True, help="Episodes per simulated agent.")
 @click.option("--batch", default=100, show_default=True, help="Episodes per agent between training runs.")
 @click.option("--seed", default=7, show_default=True, help="Random seed: the same seed gives the same run.")
-@click.option("--agents", default="math-tutor,support-bot", show_default=True, help="Comma-separated simulated agents.")
+@click.option(
+    "--agents",
+    default="math-tutor,support-bot,triage-bot",
+    show_default=True,
+    help="Comma-separated simulated agents.",
+)
 @click.option(
     "--db",
     type=click.Path(dir_okay=False),
@@ -308,7 +313,8 @@ def demo(
         click.echo(json.dumps(summary, indent=2))
         return
     for h in result.agents:
-        table = Table(title=f"{h.agent_id}: action probabilities by policy version", title_justify="left")
+        what = "each value's probability with no context" if h.segments else "action probabilities"
+        table = Table(title=f"{h.agent_id}: {what}, by policy version", title_justify="left")
         table.add_column("version", justify="right")
         for a in h.action_ids:
             table.add_column(f"{a}{' *' if a == h.best_action else ''}", justify="right")
@@ -321,7 +327,7 @@ def demo(
             )
         out.print(table)
         trend = reward_trend(h)
-        if trend:
+        if trend and h.best_action is not None:
             out.print(
                 Text.assemble(
                     f"  mean reward of the first {trend.runs} training runs → the last {trend.runs}: "
@@ -332,6 +338,20 @@ def demo(
                     "  (* = true best)",
                 )
             )
+        elif trend:
+            out.print(
+                f"  mean reward of the first {trend.runs} training runs → the last {trend.runs}: "
+                f"{trend.first:.3f} → {trend.last:.3f}; the values' probabilities above are with no context"
+            )
+            for segment, (config, mean, p) in h.best_by_segment().items():
+                out.print(
+                    Text.assemble(
+                        f"  {segment}: true best configuration ",
+                        (config, "bold"),
+                        f" ({mean:.3f}) now has probability ",
+                        (f"{p:.3f}", "bold"),
+                    )
+                )
     out.print(
         f"{summary['episodes']} episodes in {summary['seconds']:.1f} s "
         f"({summary['episodes_per_second']:.0f}/s); outcomes {summary['outcomes']}; store {result.db_path}"
@@ -497,10 +517,10 @@ def _show_structured(doc: Any, as_json: bool) -> None:
     evidence = _evidence_columns(doc)
     logits = dict(zip(doc.action_ids, doc.logits, strict=True))
     rows = dict(zip(doc.action_ids, evidence or [], strict=False))
-    segments = [k for k in views if k != "overall"]
-    for name, values in views["overall"].items():
+    segments = [k for k in views if k != NO_CONTEXT]
+    for name, values in views[NO_CONTEXT].items():
         table = Table(title=f"{name}", title_justify="left")
-        columns = ["value", "overall", *segments, "logit", *(("episodes (faded)", "mean reward") if evidence else ())]
+        columns = ["value", NO_CONTEXT, *segments, "logit", *(("episodes (faded)", "mean reward") if evidence else ())]
         for col in columns:
             table.add_column(col, justify="left" if col == "value" else "right")
         for value_id, p in values.items():

@@ -21,13 +21,14 @@ from .config import Settings, load_settings
 from .history import AgentHistory, history
 from .local import open_local
 from .pipeline import create_policy
-from .policy import SoftmaxPolicy, policy_probabilities
+from .policy import policy_probabilities
 from .simulate import SCENARIOS, Scenario
 
 __all__ = [
     "AgentHistory",
     "DemoResult",
     "RewardTrend",
+    "agent_summary",
     "history",
     "next_commands",
     "policy_probabilities",
@@ -55,15 +56,19 @@ def reward_trend(h: AgentHistory) -> RewardTrend | None:
     return RewardTrend(k, sum(means[:k]) / k, sum(means[-k:]) / k)
 
 
-def next_commands(db_path: str, agent_id: str) -> list[str]:
-    """What to run after the demo, on its data."""
+def next_commands(db_path: str, agent_ids: Sequence[str], structured: Sequence[str] = ()) -> list[str]:
+    """What to run after the demo, on its data: the first agent's policy and history, the
+    structured agent's policy per segment when it ran, the audit and the report."""
+    if not agent_ids:
+        return []
     db = f"--db {db_path}"
-    return [
-        f"agent-learn policy show --agent-id {agent_id} {db}",
-        f"agent-learn policy history --agent-id {agent_id} --limit 5 {db}",
-        f"agent-learn audit {db}",
-        f"agent-learn report {db}",
+    first = agent_ids[0]
+    out = [
+        f"agent-learn policy show --agent-id {first} {db}",
+        f"agent-learn policy history --agent-id {first} --limit 5 {db}",
     ]
+    out += [f"agent-learn policy show --agent-id {a} {db}" for a in structured if a != first]
+    return [*out, f"agent-learn audit {db}", f"agent-learn report {db}"]
 
 
 @dataclass
@@ -82,26 +87,41 @@ class DemoResult:
             "episodes_per_second": round(self.episodes / self.seconds, 1) if self.seconds else None,
             "outcomes": self.outcomes,
             "db_path": self.db_path,
-            "agents": {
-                a.agent_id: {
-                    "versions": len(a.versions),
-                    "final_version": a.versions[-1],
-                    "final_probabilities": {k: round(v, 4) for k, v in a.final.items()},
-                    "true_best_action": a.best_action,
-                    "best_action_probability": round(a.final[a.best_action], 4),
-                    "expected_rewards": {k: round(v, 4) for k, v in a.expected_rewards.items()},
-                    "reward_trend": asdict(trend) if (trend := reward_trend(a)) else None,
-                }
-                for a in self.agents
-            },
-            "next": next_commands(self.db_path, self.agents[0].agent_id) if self.agents else [],
+            "agents": {a.agent_id: agent_summary(a) for a in self.agents},
+            "next": next_commands(
+                self.db_path, [a.agent_id for a in self.agents], [a.agent_id for a in self.agents if a.segments]
+            ),
         }
+
+
+def agent_summary(a: AgentHistory) -> dict[str, Any]:
+    """One agent's part of :meth:`DemoResult.summary`. A structured agent (the triage bot) has
+    no single best action: it reports, per segment, the best configuration, its true mean and
+    the probability the final policy gives it there."""
+    out: dict[str, Any] = {
+        "versions": len(a.versions),
+        "final_version": a.versions[-1],
+        "final_probabilities": {k: round(v, 4) for k, v in a.final.items()},
+    }
+    if a.best_action is not None:
+        out["true_best_action"] = a.best_action
+        out["best_action_probability"] = round(a.final[a.best_action], 4)
+        out["expected_rewards"] = {k: round(v, 4) for k, v in a.expected_rewards.items()}
+    best = a.best_by_segment()
+    if best:
+        out["best_by_segment"] = {
+            segment: {"configuration": config, "true_mean": round(mean, 4), "probability": round(p, 4)}
+            for segment, (config, mean, p) in best.items()
+        }
+    trend = reward_trend(a)
+    out["reward_trend"] = asdict(trend) if trend else None
+    return out
 
 
 def run_demo(
     *,
     db_path: str | Path = ".agent-learning/demo.db",
-    scenarios: Sequence[str] = ("math-tutor", "support-bot"),
+    scenarios: Sequence[str] = ("math-tutor", "support-bot", "triage-bot"),
     episodes_per_agent: int = 4_000,
     batch: int = 100,
     seed: int = 7,
@@ -122,13 +142,10 @@ def run_demo(
     rng = random.Random(seed)
     clients = []
     for i, scenario in enumerate(chosen):
-        policy = SoftmaxPolicy.from_actions(
-            scenario.agent_id,
-            scenario.actions,
-            temperature=settings.temperature,
-            exploration_floor=settings.exploration_floor,
+        first = scenario.first_policy(
+            temperature=settings.temperature, exploration_floor=settings.exploration_floor, created_at=clock.now()
         )
-        create_policy(store, policy.to_document(created_at=clock.now()))
+        create_policy(store, first)
         clients.append(
             PolicyClient(store, scenario.agent_id, refresh_seconds=0, rng=random.Random(seed * 1000 + i), clock=clock)
         )
@@ -140,7 +157,7 @@ def run_demo(
         for scenario, client in zip(chosen, clients, strict=True):
             policy = client.policy()
             for _ in range(batch):
-                scenario.run_episode(store, policy.choose(), rng, clock)
+                scenario.step(store, policy, rng, clock)
         clock.advance(60)
         report = pipeline.run_once()
         for status, n in report.outcomes.items():
@@ -152,9 +169,14 @@ def run_demo(
     agents = []
     for scenario in chosen:
         h = history(store, scenario.agent_id)
-        h.expected_rewards = scenario.expected_rewards(
-            pipeline.scorer.judge, pipeline.scorer.reward, n=1_000, seed=seed
-        )
+        if scenario.dimensions is not None:
+            h.expected_by_segment = scenario.expected_by_segment(
+                pipeline.scorer.judge, pipeline.scorer.reward, n=300, seed=seed
+            )
+        else:
+            h.expected_rewards = scenario.expected_rewards(
+                pipeline.scorer.judge, pipeline.scorer.reward, n=1_000, seed=seed
+            )
         agents.append(h)
     store.close()
     pipeline.queue.close()

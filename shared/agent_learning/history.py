@@ -12,6 +12,7 @@ from typing import Any
 
 from .documents import PolicyDocument
 from .policy import policy_entropy, policy_probabilities
+from .structured import NO_CONTEXT, StructuredPolicy, segment_views
 
 __all__ = ["AgentHistory", "history", "policy_entropy", "policy_probabilities"]
 
@@ -32,6 +33,11 @@ class AgentHistory:
     documents: list[PolicyDocument] = field(default_factory=list)
     pinned: bool = False
     """Whether learning is paused now (a pin makes no version: it is state of the current document)."""
+    segments: dict[str, list[dict[str, float] | None]] = field(default_factory=dict)
+    """A structured policy's probabilities per segment (``"task=billing"``): per version, each value's
+    probability of being chosen in its dimension in that segment (None before the segment was learned)."""
+    expected_by_segment: dict[str, dict[str, float]] = field(default_factory=dict)
+    """A simulated structured agent's true mean reward of each configuration, per segment (the demo's)."""
 
     def window(
         self, *, last: int | None = None, since: datetime | None = None, until: datetime | None = None
@@ -53,11 +59,27 @@ class AgentHistory:
             self.expected_rewards,
             [self.documents[i] for i in keep],
             self.pinned,
+            {name: [series[i] for i in keep] for name, series in self.segments.items()},
+            self.expected_by_segment,
         )
 
     @property
-    def best_action(self) -> str:
-        return max(self.expected_rewards, key=self.expected_rewards.__getitem__)
+    def best_action(self) -> str | None:
+        """The action with the highest true mean reward (None unless the history knows them)."""
+        return max(self.expected_rewards, key=self.expected_rewards.__getitem__) if self.expected_rewards else None
+
+    def best_by_segment(self) -> dict[str, tuple[str, float, float]]:
+        """Per segment: the configuration with the highest true mean, that mean, and the probability
+        the latest version gives it in that segment (the demo's structured agent)."""
+        if not self.expected_by_segment or not self.documents:
+            return {}
+        policy = StructuredPolicy(self.documents[-1])
+        out = {}
+        for segment, means in self.expected_by_segment.items():
+            best = max(means, key=means.__getitem__)
+            name, _, value = segment.partition("=")
+            out[segment] = (best, means[best], policy.probability(best, {name: value}))
+        return out
 
     @property
     def final(self) -> dict[str, float]:
@@ -82,6 +104,14 @@ def history(store: Any, agent_id: str) -> AgentHistory:
         h.mean_reward.append(doc.run.metrics.get("mean_reward") if doc.run and doc.run.episodes else None)
         h.entropy.append(policy_entropy(probs))
         h.documents.append(doc)
+        if doc.structured:
+            views = segment_views(doc)
+            for name in views:
+                if name != NO_CONTEXT:
+                    h.segments.setdefault(name, [None] * (len(h.versions) - 1))
+            for name, series in h.segments.items():
+                view = views.get(name)
+                series.append({k: p for values in view.values() for k, p in values.items()} if view else None)
     current = store.get_current_policy(agent_id)
     h.pinned = bool(current and current.doc.get("pinned"))
     return h

@@ -69,12 +69,15 @@ def history_figure(histories: Sequence[Any], title: str = "agent-learning", smoo
         ax_p, ax_r, ax_h = row
         window = smooth or auto_smooth(len(h.versions))
         best = h.best_action if getattr(h, "expected_rewards", None) else None
-        for j, action in enumerate(h.action_ids):
-            series = [math.nan if p[j] is None else p[j] for p in h.probabilities]  # a gap where it was absent
-            label = f"{action} (best)" if action == best else action
-            ax_p.plot(h.versions, series, label=label, linewidth=2.4 if action == best else 1.4)
+        if getattr(h, "segments", None):
+            _segment_lines(ax_p, h)
+        else:
+            for j, action in enumerate(h.action_ids):
+                series = [math.nan if p[j] is None else p[j] for p in h.probabilities]  # a gap where it was absent
+                label = f"{action} (best)" if action == best else action
+                ax_p.plot(h.versions, series, label=label, linewidth=2.4 if action == best else 1.4)
+            _decorate(ax_p, "probability", f"{h.agent_id}: action probabilities")
         ax_p.set_ylim(0, 1)
-        _decorate(ax_p, "probability", f"{h.agent_id}: action probabilities")
 
         points = [(v, m) for v, m in zip(h.versions, h.mean_reward, strict=True) if m is not None]
         _series(ax_r, [v for v, _ in points], [m for _, m in points], window, "tab:green", "mean reward")
@@ -100,6 +103,26 @@ def history_figure(histories: Sequence[Any], title: str = "agent-learning", smoo
     fig.suptitle(title)
     fig.tight_layout()
     return fig
+
+
+SEGMENT_STYLES = ("-", "--", ":", "-.")
+"""Line styles that tell a structured agent's segments apart (colours tell the values apart)."""
+
+
+def _segment_lines(ax: Any, h: Any) -> None:
+    """A structured agent's first dimension: each value's probability in each segment (colour per
+    value, line style per segment), the segment's best value (when known) drawn thicker."""
+    first = h.documents[-1].dimensions[0].name if h.documents[-1].dimensions else None
+    values = [a for a in h.action_ids if first is None or a.startswith(f"{first}=")]
+    best = {segment: config for segment, (config, _, _) in h.best_by_segment().items()}
+    colours = {value: f"C{j}" for j, value in enumerate(values)}
+    for k, (segment, series) in enumerate(h.segments.items()):
+        for value in values:
+            ys = [math.nan if view is None else view.get(value, math.nan) for view in series]
+            is_best = value in best.get(segment, "").split(":")
+            ax.plot(h.versions, ys, color=colours[value], linestyle=SEGMENT_STYLES[k % len(SEGMENT_STYLES)],
+                    linewidth=2.4 if is_best else 1.2, label=f"{value.partition('=')[2]} | {segment}")
+    _decorate(ax, "probability", f"{h.agent_id}: {first or 'action'} probability per segment")
 
 
 def _series(ax: Any, x: list[Any], y: list[float], window: int, color: str, label: str) -> None:

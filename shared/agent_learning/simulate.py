@@ -8,7 +8,7 @@ exactly what it would see from a real agent. :meth:`Scenario.expected_rewards` m
 the true value of every action with the real judge and reward function, so the best action
 is known.
 
-Two scenarios ship:
+Three scenarios ship:
 
 * ``math-tutor`` — prompt variants for arithmetic questions; the instructions ask for an
   explanation. ``step-by-step`` is best; ``calculator`` is accurate when its tool works but
@@ -16,22 +16,29 @@ Two scenarios ship:
 * ``support-bot`` — retrieval depth k for a help-desk bot; deeper retrieval finds the right
   article more often but is slower, and k=10 stuffs so much context into the answer that it
   often breaks the "answer concisely" instruction. ``k=5`` is best.
+* ``triage-bot`` — a structured, contextual agent: its configuration has two dimensions
+  (prompt × retrieval k) and each request has a task type (``billing`` or ``technical``) that
+  it chooses by. The best prompt differs by task type (concise for billing, step-by-step for
+  technical questions); deeper retrieval helps both (k=5 just ahead of k=3, k=1 misses).
 """
 
 from __future__ import annotations
 
+import math
 import random
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import timedelta
+from itertools import product
 from typing import Any
 
 from .capture import EpisodeCapture
 from .clock import Clock, ManualClock
-from .documents import Action, Episode
+from .documents import Action, Episode, PolicyDocument
 from .policy import Decision, SoftmaxPolicy
 from .store.base import Store
 from .store.memory import MemoryStore
+from .structured import StructuredPolicy, value_id
 
 
 @dataclass(frozen=True)
@@ -41,6 +48,8 @@ class Task:
     """The right answer (a number or the key sentence of the right help article)."""
     wrong: str
     """A plausible wrong answer."""
+    context: Mapping[str, Any] | None = None
+    """The request's features a contextual agent chooses by (``{"task": "billing"}``)."""
 
 
 @dataclass(frozen=True)
@@ -68,10 +77,34 @@ class Scenario:
     explain: Callable[[Task, str], str]
     verbose_padding: str = ""
     metadata: dict[str, Any] = field(default_factory=dict)
+    dimensions: Mapping[str, Sequence[Any]] | None = None
+    """A structured agent's configuration: its policy is a
+    :class:`~agent_learning.structured.StructuredPolicy` and ``behave`` says how each
+    configuration behaves in each context (``behaviours`` is then empty)."""
+    context_features: Mapping[str, str] | None = None
+    behave: Callable[[Mapping[str, Any], Mapping[str, Any] | None], Behaviour] | None = None
+    make_typed_task: Callable[[random.Random, str], Task] | None = None
+    """A task of a given type (the value of the first context feature), for :meth:`expected_by_segment`."""
+    task_types: Sequence[str] = ()
 
     @property
     def actions(self) -> list[Action]:
         return [b.action for b in self.behaviours]
+
+    def first_policy(self, *, temperature: float, exploration_floor: float, created_at: Any) -> PolicyDocument:
+        """Version 1 of this agent's policy: uniform over its actions or configurations."""
+        if self.dimensions is not None:
+            return StructuredPolicy.create(
+                self.agent_id,
+                self.dimensions,
+                context=self.context_features,
+                temperature=temperature,
+                exploration_floor=exploration_floor,
+                created_at=created_at,
+            ).document
+        return SoftmaxPolicy.from_actions(
+            self.agent_id, self.actions, temperature=temperature, exploration_floor=exploration_floor
+        ).to_document(created_at=created_at)
 
     def behaviour(self, action_id: str) -> Behaviour:
         for b in self.behaviours:
@@ -79,12 +112,30 @@ class Scenario:
                 return b
         raise KeyError(action_id)
 
+    def behaviour_of(self, decision: Decision) -> Behaviour:
+        """How the decision's action (or configuration, in its context) behaves."""
+        if self.behave is not None:
+            return self.behave(decision.config, decision.context)
+        return self.behaviour(decision.action_id)
+
+    def step(self, store: Store, policy: Any, rng: random.Random, clock: ManualClock) -> Episode:
+        """One request: a task, the policy's choice for its context, the simulated run."""
+        task = self.make_task(rng)
+        decision = policy.choose(context=task.context) if task.context is not None else policy.choose()
+        return self.run_episode(store, decision, rng, clock, task=task)
+
     def run_episode(
-        self, store: Store, decision: Decision, rng: random.Random, clock: ManualClock, episode_id: str | None = None
+        self,
+        store: Store,
+        decision: Decision,
+        rng: random.Random,
+        clock: ManualClock,
+        episode_id: str | None = None,
+        task: Task | None = None,
     ) -> Episode:
         """Simulate one run of the chosen action and write it through ``EpisodeCapture``."""
-        b = self.behaviour(decision.action_id)
-        task = self.make_task(rng)
+        b = self.behaviour_of(decision)
+        task = task or self.make_task(rng)
         cap = EpisodeCapture(
             store,
             decision,
@@ -128,6 +179,32 @@ class Scenario:
                 ep = self.run_episode(store, decision, rng, clock, episode_id=f"x{i}")
                 total += reward(judge.judge(ep).metrics, ep)[0]
             out[b.action.id] = total / n
+        return out
+
+    def expected_by_segment(self, judge: Any, reward: Any, n: int = 300, seed: int = 0) -> dict[str, dict[str, float]]:
+        """A structured agent's true mean reward of every configuration, per task type
+        (``{"task=billing": {"prompt=concise:retrieval_k=3": 0.91, ...}}``), by simulation."""
+        assert self.dimensions is not None and self.make_typed_task is not None and self.context_features
+        feature = next(iter(self.context_features))
+        policy = StructuredPolicy.create(self.agent_id, self.dimensions)
+        rng = random.Random(seed)
+        clock = ManualClock()
+        out: dict[str, dict[str, float]] = {}
+        names = list(self.dimensions)
+        for task_type in self.task_types:
+            means = out[f"{feature}={task_type}"] = {}
+            for values in product(*self.dimensions.values()):
+                config = dict(zip(names, values, strict=True))
+                action_id = ":".join(f"{k}={value_id(v)}" for k, v in config.items())
+                p = policy.probability(action_id)
+                decision = Decision(self.agent_id, action_id, 0, p, math.log(p), 1, config, {feature: task_type})
+                store = MemoryStore()
+                total = 0.0
+                for i in range(n):
+                    task = self.make_typed_task(rng, task_type)
+                    ep = self.run_episode(store, decision, rng, clock, episode_id=f"x{i}", task=task)
+                    total += reward(judge.judge(ep).metrics, ep)[0]
+                means[action_id] = total / n
         return out
 
 
@@ -260,7 +337,60 @@ def support_bot(agent_id: str = "support-bot") -> Scenario:
     )
 
 
-SCENARIOS: dict[str, Callable[[], Scenario]] = {"math-tutor": math_tutor, "support-bot": support_bot}
+_BILLING = [a for a in _ARTICLES if any(w in a[0].lower() for w in ("billing", "invoice", "subscription", "payment"))]
+_TECHNICAL = [a for a in _ARTICLES if a not in _BILLING]
+TRIAGE_PROMPTS = {
+    # prompt → (correctness change on billing questions, on technical questions, explains, chance of padding)
+    "concise": (0.10, -0.25, False, 0.0),
+    "step-by-step": (-0.20, 0.10, True, 0.0),
+    "empathetic": (-0.05, -0.05, True, 0.5),
+}
+TRIAGE_RETRIEVAL = {1: (0.60, 1_200.0), 3: (0.80, 1_800.0), 5: (0.84, 3_500.0)}
+"""retrieval k → (chance of finding the right article, latency in ms)."""
+
+
+def _typed_help_desk(rng: random.Random, task_type: str) -> Task:
+    query, answer = rng.choice(_BILLING if task_type == "billing" else _TECHNICAL)
+    return Task(query, answer, _FALLBACK, {"task": task_type})
+
+
+def _triage_behaviour(config: Mapping[str, Any], context: Mapping[str, Any] | None) -> Behaviour:
+    billing, technical, explains, padding = TRIAGE_PROMPTS[config["prompt"]]
+    found, latency = TRIAGE_RETRIEVAL[config["retrieval_k"]]
+    task_type = (context or {}).get("task")
+    shift = billing if task_type == "billing" else technical
+    return Behaviour(
+        Action(id=f"prompt={config['prompt']}:retrieval_k={config['retrieval_k']}"),
+        p_correct=min(0.98, max(0.05, found + shift)),
+        explains=explains,
+        tool="search",
+        latency_ms=latency,
+        p_verbose=padding,
+    )
+
+
+def triage_bot(agent_id: str = "triage-bot") -> Scenario:
+    padding = "I completely understand how frustrating this must be, and I am here to help. " * 6
+    return Scenario(
+        agent_id=agent_id,
+        instructions="You are a help-desk assistant. Answer concisely from the knowledge base.",
+        behaviours=[],
+        make_task=lambda rng: _typed_help_desk(rng, rng.choice(("billing", "technical"))),
+        explain=lambda task, answer: f"First, find the right setting. Then follow these steps: {answer}",
+        verbose_padding=padding,
+        dimensions={"prompt": list(TRIAGE_PROMPTS), "retrieval_k": list(TRIAGE_RETRIEVAL)},
+        context_features={"task": "category"},
+        behave=_triage_behaviour,
+        make_typed_task=_typed_help_desk,
+        task_types=("billing", "technical"),
+    )
+
+
+SCENARIOS: dict[str, Callable[[], Scenario]] = {
+    "math-tutor": math_tutor,
+    "support-bot": support_bot,
+    "triage-bot": triage_bot,
+}
 
 
 def simulate_round(
@@ -270,6 +400,6 @@ def simulate_round(
     assert isinstance(clock, ManualClock)
     episodes = []
     for _ in range(n):
-        episodes.append(scenario.run_episode(store, policy.choose(), rng, clock))
+        episodes.append(scenario.step(store, policy, rng, clock))
     clock.advance(timedelta(seconds=1).total_seconds())
     return episodes

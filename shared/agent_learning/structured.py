@@ -55,6 +55,8 @@ MAX_DRAWS = 10_000
 """Rejection draws before choose() gives up (only if excluded configurations hold ~all the mass)."""
 NUMBER_CLIP = 4.0
 """A numeric feature enters as (x − centre) / scale, clipped to ±4: an outlier cannot swing the policy."""
+NO_CONTEXT = "no context"
+"""The name of the view of a policy's probabilities for a request without context features."""
 JOINT_TABLE_SIZE = 1_024
 """Joint spaces up to this size are drawn from one cumulative table per context (one uniform draw)."""
 CACHE_SIZE = 4_096
@@ -495,7 +497,7 @@ def knows_action(doc: PolicyDocument, action_id: str) -> bool:
 
 
 def segment_views(doc: PolicyDocument) -> dict[str, dict[str, dict[str, float]]]:
-    """Per dimension, each value's probability of being chosen: ``"overall"`` (no context, i.e.
+    """Per dimension, each value's probability of being chosen: :data:`NO_CONTEXT` (i.e.
     the global logits) and, for each learned segment of each categorical feature, in a context
     with that segment alone (``"task=billing"``)."""
     chooser = StructuredPolicy(doc)
@@ -504,7 +506,7 @@ def segment_views(doc: PolicyDocument) -> dict[str, dict[str, dict[str, float]]]
     def view(context: Mapping[str, Any] | None) -> dict[str, dict[str, float]]:
         return dict(zip(names, chooser.marginals(context).values(), strict=True))
 
-    out = {"overall": view(None)}
+    out = {NO_CONTEXT: view(None)}
     for feature in doc.features or []:
         for segment in feature.segments or {}:
             out[f"{feature.name}={segment}"] = view({feature.name: segment})

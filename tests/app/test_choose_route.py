@@ -88,3 +88,36 @@ def test_an_unknown_agent_is_404_and_a_bad_id_400(app: App) -> None:
     assert choose("nobody", {}) == (404, {"error": "agent 'nobody' has no policy"})
     status, answer = choose("a/b", {})
     assert status == 400 and "agent_id" in answer["error"]
+
+
+def test_a_structured_contextual_policy_answers_one_value_per_dimension_and_the_joint_probability(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from agent_learning.structured import StructuredPolicy
+
+    a = App(tmp_path, monkeypatch, WRITERS)
+    first = StructuredPolicy.create("support-eu", {"prompt": ["concise", "steps"], "retrieval_k": [1, 3, 5]},
+                                    context={"task": "category"}, excluded=[{"prompt": "concise", "retrieval_k": 5}])
+    create_policy(a.store, first.document)
+    seen = Counter()
+    for _ in range(200):
+        status, answer = choose("support-eu", {"context": {"task": "billing"}})
+        assert status == 200, answer
+        assert set(answer["config"]) == {"prompt", "retrieval_k"}
+        config = answer["config"]
+        assert answer["action_id"] == f"prompt={config['prompt']}:retrieval_k={config['retrieval_k']}"
+        assert answer["probability"] == pytest.approx(first.probability(answer["action_id"], {"task": "billing"}))
+        seen[answer["action_id"]] += 1
+    assert "prompt=concise:retrieval_k=5" not in seen and len(seen) == 5
+    now = datetime.now(UTC).isoformat()
+    episode = {"id": answer["episode_id"], "agent_id": "support-eu", "policy_version": 1,
+               "action_id": answer["action_id"], "probability": answer["probability"], "logprob": answer["logprob"],
+               "context": answer["context"], "input": "Why was I charged twice?", "output": "A refund is on its way.",
+               "started_at": now, "ended_at": now}
+    assert app_post_status(a, episode) == 201
+    status, answer = choose("support-eu", {"context": {"task": 3.5, "extra": "x"}})
+    assert status == 200 and answer["context"] == {"task": 3.5, "extra": "x"}
+
+
+def app_post_status(a: App, episode: dict[str, Any]) -> int:
+    return a.post("support-eu", episode)[0]

@@ -73,14 +73,21 @@ def test_local_pipeline_learns_and_its_checkpoint_survives_a_restart(tmp_path: P
 def test_demo_reaches_the_best_action_and_writes_a_plot(tmp_path: Path) -> None:
     result = run_demo(db_path=tmp_path / "demo.db", episodes_per_agent=2_000, batch=100, seed=3)
     summary = result.summary()
-    assert summary["episodes"] == 4_000
-    assert summary["outcomes"] == {"scored": 4_000}
+    assert summary["episodes"] == 6_000
+    assert summary["outcomes"] == {"scored": 6_000}
     for agent in ("math-tutor", "support-bot"):
         info = summary["agents"][agent]
         assert info["final_version"] == 21
         assert info["true_best_action"] == {"math-tutor": "step-by-step", "support-bot": "k=5"}[agent]
         assert info["best_action_probability"] >= 0.9
         assert info["reward_trend"]["last"] > info["reward_trend"]["first"] - 0.02
+    triage = summary["agents"]["triage-bot"]
+    assert "true_best_action" not in triage and triage["final_version"] == 21
+    best = triage["best_by_segment"]
+    assert best["task=billing"]["configuration"].startswith("prompt=concise:")
+    assert best["task=technical"]["configuration"].startswith("prompt=step-by-step:")
+    assert min(b["probability"] for b in best.values()) >= 0.6
+    assert "agent-learn policy show --agent-id triage-bot --db " + str(tmp_path / "demo.db") in summary["next"]
 
     from agent_learning.plots import plot_histories
 
@@ -102,11 +109,30 @@ def test_cli_demo_json(tmp_path: Path) -> None:
     assert summary["plot"] == str(tmp_path / "p.png") and png_size(tmp_path / "p.png")[0] > 0
 
 
+def test_cli_creates_and_shows_a_structured_contextual_policy(tmp_path: Path) -> None:
+    actions = tmp_path / "dims.json"
+    actions.write_text(json.dumps({"dimensions": {"prompt": ["concise", "steps"], "retrieval_k": [1, 3]},
+                                   "context": {"task": "category"},
+                                   "excluded": [{"prompt": "concise", "retrieval_k": 3}]}))
+    db = str(tmp_path / "s.db")
+    runner = CliRunner()
+    made = runner.invoke(main, ["init-policy", "--agent-id", "triage", "--actions", str(actions), "--db", db])
+    assert made.exit_code == 0, made.output
+    assert "dimensions prompt (2), retrieval_k (2) learning from ['task']" in made.stdout
+    shown = runner.invoke(main, ["policy", "show", "--agent-id", "triage", "--db", db, "--json"])
+    views = json.loads(shown.stdout)["probabilities"]
+    assert views["no context"]["prompt"] == pytest.approx({"prompt=concise": 1 / 3, "prompt=steps": 2 / 3})
+    text = runner.invoke(main, ["policy", "show", "--agent-id", "triage", "--db", db])
+    assert text.exit_code == 0 and "retrieval_k" in text.stdout and "no segments learned yet" in text.stdout
+
+
 def test_cli_demo_tables(tmp_path: Path) -> None:
     result = CliRunner().invoke(main, ["demo", "--episodes", "300", "--db", str(tmp_path / "d.db"), "--no-plot"])
     assert result.exit_code == 0, result.output
-    assert "math-tutor: action probabilities by policy version" in result.stdout
+    assert "math-tutor: action probabilities, by policy version" in result.stdout
     assert "true best action" in result.stdout and "episodes in" in result.stdout
+    assert "triage-bot: each value's probability with no context, by policy version" in result.stdout
+    assert "task=billing: true best configuration prompt=concise:" in result.stdout
 
 
 def test_the_demo_text_and_json_report_one_reward_trend_and_its_next_commands_run(
@@ -186,7 +212,15 @@ def test_cli_init_policy_then_policy_then_train(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize(
     ("content", "message"),
-    [("not json", "not valid JSON"), ("{}", "non-empty JSON list"), ('["ok", "bad id!"]', "id")],
+    [
+        ("not json", "not valid JSON"),
+        ("[]", "non-empty JSON list"),
+        ("{}", 'holds an object; it needs "dimensions"'),
+        ('{"dimensions": {"k": [1]}, "contexts": {}}', "(unknown: ['contexts'])"),
+        ('{"dimensions": {"k": []}}', "dimensions.k: must be a non-empty list of values"),
+        ('{"dimensions": {"k": [1, 2]}, "excluded": [{"k": 3}]}', "excluded[0].k"),
+        ('["ok", "bad id!"]', "id"),
+    ],
 )
 def test_cli_init_policy_reports_bad_action_files(tmp_path: Path, content: str, message: str) -> None:
     actions = tmp_path / "actions.json"
