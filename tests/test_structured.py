@@ -125,6 +125,7 @@ def test_4_dimensions_of_10_values_and_20_features_fit_in_64_kb_after_training()
     )
     assert all(len(f.segments or {}) == 4 for f in new.features or [] if f.kind == "category")
     size = len(new.to_json().encode())
+    print(f"document of 4 dimensions x 10 values, 20 features: {size:,} bytes")
     assert size < 64 * 1024, size
 
 
@@ -359,3 +360,34 @@ def test_a_cached_context_skips_no_check_a_new_feature_or_value_needs() -> None:
         chooser.choose(context={"task": ""})
     with pytest.raises(InvalidDocument, match=r"context\.tier"):
         chooser.choose(context={"task": "billing", "tier": None})
+
+
+def test_a_numeric_slope_is_bounded_by_the_evidence_on_each_side_of_its_centre() -> None:
+    """A few lucky episodes cannot make the policy sure of an arm at one scale from the centre;
+    the state keeps each side's evidence."""
+    doc = StructuredPolicy.create("bot", {"arm": [0, 1, 2]}, context={"x": "number"}).document
+    rng = np.random.default_rng(9)
+    n = 24
+    xs = rng.uniform(-1, 1, n)
+    actions = rng.integers(0, 3, (n, 1))
+    rewards = np.where((actions[:, 0] == 0) == (xs > 0), 1.0, 0.0) * 0.2 + rng.normal(0, 1.0, n)
+    contexts = [{"x": float(x)} for x in xs]
+
+    def odds_at_one_scale(cfg: LearnerConfig) -> float:
+        update = learn_structured(cfg, doc, actions, rewards, np.full(n, 1 / 3), [False] * n, contexts)
+        new = PolicyDocument.from_dict(
+            {**doc.to_dict(), "logits": list(update.logits), "features": update.features, "learner_state": update.state}
+        )
+        feature = (new.features or [])[0]
+        assert set(update.state.get("halves", {}).get("x", {})) == (
+            {"below", "above"} if cfg.gap_per_evidence else set()
+        )
+        probs = StructuredPolicy(new).marginals({"x": feature.center + feature.scale})["arm"]
+        return min(probs.values()) / max(probs.values())
+
+    loose = {"learning_rate": 50.0, "max_kl": None, "max_logit_gap": None}
+    unbounded, bounded = (
+        odds_at_one_scale(LearnerConfig(**loose, gap_per_evidence=None)),
+        odds_at_one_scale(LearnerConfig(**loose)),
+    )
+    assert unbounded < 1e-3 and bounded > 0.005 and bounded > 10 * unbounded, (unbounded, bounded)
