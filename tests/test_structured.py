@@ -13,7 +13,7 @@ import pytest
 from support.factories import make_score
 
 from agent_learning.client import PolicyClient
-from agent_learning.documents import MAX_CONTEXT_FEATURES, PolicyDocument
+from agent_learning.documents import MAX_CONTEXT_FEATURES, MAX_LEARNED_VALUES, PolicyDocument
 from agent_learning.errors import InvalidDocument
 from agent_learning.learner import Batch, LearnerConfig, Reinforce
 from agent_learning.pipeline import create_policy, train_agent
@@ -391,3 +391,30 @@ def test_a_numeric_slope_is_bounded_by_the_evidence_on_each_side_of_its_centre()
         odds_at_one_scale(LearnerConfig(**loose)),
     )
     assert unbounded < 1e-3 and bounded > 0.005 and bounded > 10 * unbounded, (unbounded, bounded)
+
+
+def test_segments_stop_being_added_when_the_budget_is_spent_and_training_goes_on() -> None:
+    """Many segments of many features: the document stays within its limits and valid."""
+    dims = {f"d{i}": [f"v{j}" for j in range(10)] for i in range(4)}
+    doc = StructuredPolicy.create("bot", dims, context={f"c{i}": "category" for i in range(20)}).document
+    rng = np.random.default_rng(3)
+    n = 3000
+    contexts = [{f"c{i}": f"s{rng.integers(40)}" for i in range(20)} for _ in range(n)]
+    for _ in range(2):
+        update = learn_structured(
+            LearnerConfig(),
+            doc,
+            rng.integers(0, 10, (n, 4)),
+            rng.normal(size=n),
+            np.full(n, 1e-4),
+            [False] * n,
+            contexts,
+        )
+        doc = PolicyDocument.from_dict(
+            {**doc.to_dict(), "logits": list(update.logits), "features": update.features, "learner_state": update.state}
+        )
+    learned = sum(len(f.segments or {}) for f in doc.features or [])
+    assert learned * 40 <= MAX_LEARNED_VALUES and learned == MAX_LEARNED_VALUES // 40
+    assert len(doc.to_json()) < 128 * 1024
+    with pytest.raises(InvalidDocument, match="the limit is 2048"):
+        StructuredPolicy.create("bot", {"d": list(range(300))}, context={f"n{i}": "number" for i in range(7)})

@@ -444,6 +444,11 @@ MAX_DIMENSIONS = 8
 MAX_SEGMENTS = 32
 """Segments (values) of one categorical context feature a policy learns offsets for; further
 values seen in training share the global logits."""
+MAX_LEARNED_VALUES = 2_048
+"""Context parameters one policy may hold, counted per action: (learned segments of all its
+categorical features + its numeric features) × actions. It keeps a policy document and its
+learner state small (about 50 KB at the limit for 40 actions); segments seen once the budget is
+spent share the global logits."""
 MAX_EXCLUDED = 4_096
 """Configurations the exclusion rules of one policy may exclude in all (each draw checks them)."""
 DimensionName = Annotated[str, StringConstraints(strict=True, pattern=r"^[A-Za-z_][A-Za-z0-9_]{0,31}$")]
@@ -618,6 +623,12 @@ class PolicyDocument(Document):
                     raise ValueError(f"features.{feature.name}.segments.{segment}: needs one offset per action")
             if feature.weights is not None and len(feature.weights) != len(self.actions):
                 raise ValueError(f"features.{feature.name}.weights: needs one weight per action")
+        learned = sum(len(f.segments or {}) if f.kind == "category" else 1 for f in self.features or [])
+        if learned * len(self.actions) > MAX_LEARNED_VALUES:
+            raise ValueError(
+                f"features: {learned} segments and numeric features × {len(self.actions)} actions is "
+                f"{learned * len(self.actions)} parameters; the limit is {MAX_LEARNED_VALUES}"
+            )
 
     @property
     def action_ids(self) -> list[str]:

@@ -78,7 +78,7 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
-from .documents import MAX_SEGMENTS, PolicyDocument, excluded_configurations
+from .documents import MAX_LEARNED_VALUES, MAX_SEGMENTS, PolicyDocument, excluded_configurations
 from .learner import Evidence, LearnerConfig, _first_bad, entropy, log_thompson
 from .structured import NUMBER_CLIP, Layout, segment_name
 
@@ -189,10 +189,14 @@ def prepare(
     contexts: Sequence[Mapping[str, Any] | None],
 ) -> tuple[Model, Params, ContextBatch]:
     """The model, parameters and batch of ``doc`` and these rows. Segments first seen here are
-    added (the most frequent first, up to :data:`MAX_SEGMENTS` per feature) with zero offsets;
+    added (the most frequent first, up to :data:`MAX_SEGMENTS` per feature and
+    :data:`MAX_LEARNED_VALUES` in all) with zero offsets;
     a numeric feature's centre and scale are set from the first batch that carries it."""
     layout = Layout.of(doc)
     v = len(doc.actions)
+    budget = MAX_LEARNED_VALUES // v - sum(
+        len(f.segments or {}) if f.kind == "category" else 1 for f in doc.features or []
+    )  # segments that may still be added
     categorical, segments, offsets = [], [], []
     numeric, centers, scales, weights = [], [], [], []
     for feature in doc.features or []:
@@ -205,8 +209,9 @@ def prepare(
                     name = segment_name(value)
                     counts[name] = counts.get(name, 0) + 1
             for name, _ in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])):
-                if name not in known and len(known) < MAX_SEGMENTS:
+                if name not in known and len(known) < MAX_SEGMENTS and budget > 0:
                     known[name] = [0.0] * v
+                    budget -= 1
             categorical.append(feature.name)
             segments.append(list(known))
             offsets.append(np.array(list(known.values()), dtype=np.float64).reshape(len(known), v))
