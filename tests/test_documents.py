@@ -538,3 +538,25 @@ def test_fields_added_later_are_written_only_when_set() -> None:
     assert "skipped" not in with_run.to_dict()["run"] and '"skipped"' not in with_run.to_json()
     skipped = TrainingRun.from_dict({**run.to_dict(), "skipped": 3})
     assert skipped.to_dict()["skipped"] == 3 and TrainingRun.from_dict(skipped.to_dict()).skipped == 3
+
+
+def test_documents_that_use_nothing_new_stay_readable_by_a_schema_1_library() -> None:
+    """tests/fixtures/policy.schema.v1.json is the policy schema the last schema-1 release
+    published (extra fields forbidden). A flat policy trained now, with its run and learner
+    state, still fits it; a structured policy says it is schema 2, which such a library refuses
+    by its schema check ("newer than this library understands")."""
+    import json
+    from pathlib import Path
+
+    from factories import make_policy_doc, make_run
+
+    from agent_learning.structured import StructuredPolicy
+
+    old = json.loads((Path(__file__).resolve().parent / "fixtures" / "policy.schema.v1.json").read_text())
+    flat = make_policy_doc(version=2, run=make_run(), learner_state={"count": [1.0, 2.0, 3.0]}).to_dict()
+    assert flat["schema_version"] == 1
+    assert set(flat) <= set(old["properties"])
+    assert set(flat["run"]) <= set(old["$defs"]["TrainingRun"]["properties"])
+    assert all(set(a) <= set(old["$defs"]["Action"]["properties"]) for a in flat["actions"])
+    structured = StructuredPolicy.create("bot", {"prompt": ["a", "b"]}, context={"task": "category"}).document
+    assert structured.to_dict()["schema_version"] == 2
