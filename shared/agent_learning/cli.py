@@ -577,6 +577,13 @@ def _history_rows(h: Any) -> list[dict[str, Any]]:
                 "note": doc.note,
             }
         )
+        segments = {  # a structured policy: "probabilities" is with no context; per learned segment here
+            name: {a: round(p, 6) for a, p in series[i].items()}
+            for name, series in h.segments.items()
+            if series[i] is not None
+        }
+        if segments:
+            rows[-1]["segments"] = segments
     return rows
 
 

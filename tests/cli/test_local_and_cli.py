@@ -299,3 +299,17 @@ def test_the_demo_replaces_only_its_own_store_unless_forced(tmp_path: Path) -> N
     assert CliRunner().invoke(main, args).exit_code == 0  # a demo's own store is replaced without asking
     with SQLiteStore(db) as store:
         assert store.list_agents() == ["support-bot"]
+
+
+def test_history_of_a_structured_agent_has_its_probabilities_per_segment(tmp_path: Path) -> None:
+    db = str(tmp_path / "t.db")
+    runner = CliRunner()
+    ran = runner.invoke(main, ["demo", "--episodes", "400", "--batch", "100", "--db", db, "--no-plot", "--json",
+                               "--agents", "triage-bot"])
+    assert ran.exit_code == 0, ran.output
+    shown = runner.invoke(main, ["policy", "history", "--agent-id", "triage-bot", "--db", db, "--json"])
+    rows = json.loads(shown.stdout)
+    assert "segments" not in rows[0]  # version 1 has learned no segment yet
+    last = rows[-1]["segments"]
+    assert set(last) == {"task=billing", "task=technical"}
+    assert sum(p for a, p in last["task=billing"].items() if a.startswith("prompt=")) == pytest.approx(1, abs=1e-5)
