@@ -195,6 +195,8 @@ class Settings(BaseSettings):
     calibration: float = tunable(LearnerConfig, "calibration", ge=0, le=1000)
     evidence_half_life: float = tunable(LearnerConfig, "evidence_half_life", ge=0)
     logit_bound: float = tunable(LearnerConfig, "logit_bound", gt=0, le=1000)
+    baseline_prior: float = tunable(LearnerConfig, "baseline_prior", ge=0)
+    segment_prior: float = tunable(LearnerConfig, "segment_prior", ge=0)
     train_max_batch: int = Field(
         TRAIN_BATCH, ge=1, le=MAX_TRAIN_BATCH, description="bounded by memory, see MAX_TRAIN_BATCH"
     )
