@@ -494,9 +494,15 @@ def policy_show(agent_id: str, as_json: bool, db: str | None) -> None:
         table.add_row(a.id, *((a.description,) if described else ()), f"{p:.4f}", f"{logit:+.3f}",
                       *(evidence[i] if evidence else ()))
     out.print(table)
+    _pinned_and_last_run(doc, f"entropy {policy_entropy(policy_probabilities(doc)):.3f} nats")
+
+
+def _pinned_and_last_run(doc: Any, entropy_line: str | None = None) -> None:
+    """The end of ``policy show``: whether learning is paused, the entropy, the last run."""
     if doc.pinned:
         out.print(f"learning is paused{': ' + doc.pin_reason if doc.pin_reason else ''} (agent-learn policy unpin)")
-    out.print(f"entropy {policy_entropy(policy_probabilities(doc)):.3f} nats")
+    if entropy_line:
+        out.print(entropy_line)
     if doc.run:
         m = doc.run.metrics
         out.print(
@@ -538,14 +544,7 @@ def _show_structured(doc: Any, as_json: bool) -> None:
                       + ("" if feature.weights else " (not learned yet)"))
         elif not feature.segments:
             out.print(f"categorical feature {feature.name}: no segments learned yet")
-    if doc.pinned:
-        out.print(f"learning is paused{': ' + doc.pin_reason if doc.pin_reason else ''} (agent-learn policy unpin)")
-    if doc.run:
-        m = doc.run.metrics
-        out.print(
-            f"last run {doc.run.id}: {doc.run.episodes} episodes, mean reward "
-            f"{m.get('mean_reward', float('nan')):.3f}, KL {m.get('kl', float('nan')):.4f}"
-        )
+    _pinned_and_last_run(doc)
 
 
 def _evidence_columns(doc: Any) -> list[tuple[str, str]] | None:

@@ -325,6 +325,32 @@ class Evidence:
         return np.where(se > 0, (mean[leader] - mean) / np.maximum(se, 1e-12), 0.0)
 
 
+def advantages(
+    cfg: LearnerConfig,
+    rewards: Array,
+    regular: NDArray[np.bool_],
+    wr: Array,
+    baseline: Array | float,
+    fallback_std: float,
+) -> tuple[Array, dict[str, float]]:
+    """A_i = (r_i − b_i) / max(σ, σ_min) (a correction's A is δ/σ), with σ² the weighted mean of
+    (r − b)² over the regular rows (weights ``wr``, zero for corrections); ``fallback_std`` when
+    no row carries weight."""
+    wsum = wr.sum()
+    centred = np.where(regular, rewards - baseline, rewards)
+    std = float(np.sqrt((wr * centred**2).sum() / wsum)) if wsum > 0 else fallback_std
+    adv = centred / max(std, cfg.min_reward_std) if cfg.normalize_advantages else centred
+    return adv, {"reward_std": std}
+
+
+def weight_stats(cfg: LearnerConfig, ratio: Array) -> dict[str, float]:
+    """The largest unclipped importance ratio and the share of rows the clip cut."""
+    return {
+        "max_importance_weight": float(ratio.max()),
+        "clipped_fraction": float((ratio > cfg.importance_clip).mean()),
+    }
+
+
 def log_thompson(z: Array) -> Array:
     """ln Φ(−z⁺): the log of the Gaussian-posterior probability that an action whose evidence
     against it is z (z ≤ 0 counts as 0) beats the leader; floored at ln 1e−300."""
@@ -384,16 +410,8 @@ class Reinforce:
         if wsum <= 0 and regular.all():  # every weight underflowed: nothing to learn from
             return np.zeros_like(w), np.zeros_like(w), {"baseline": 0.0, "reward_std": 0.0}
         baseline = float((wr * batch.rewards).sum() / wsum) if wsum > 0 else 0.0
-        centred = np.where(regular, batch.rewards - baseline, batch.rewards)
-        std = float(np.sqrt((wr * centred**2).sum() / wsum)) if wsum > 0 else fallback_std
-        adv = centred / max(std, cfg.min_reward_std) if cfg.normalize_advantages else centred
-        stats = {
-            "baseline": baseline,
-            "reward_std": std,
-            "max_importance_weight": float(ratio.max()),
-            "clipped_fraction": float((ratio > cfg.importance_clip).mean()),
-        }
-        return w, adv, stats
+        adv, stats = advantages(cfg, batch.rewards, regular, wr, baseline, fallback_std)
+        return w, adv, {"baseline": baseline, **stats, **weight_stats(cfg, ratio)}
 
     def gradient(self, logits: Array, batch: Batch, temperature: float = 1.0) -> tuple[Array, dict[str, float]]:
         """The gradient ``g`` of the module docstring (ascent direction) and its statistics."""

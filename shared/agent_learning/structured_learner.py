@@ -79,7 +79,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from .documents import MAX_LEARNED_VALUES, MAX_SEGMENTS, PolicyDocument, excluded_configurations
-from .learner import Evidence, LearnerConfig, _first_bad, entropy, log_thompson
+from .learner import Evidence, LearnerConfig, _first_bad, advantages, entropy, log_thompson, weight_stats
 from .structured import NUMBER_CLIP, Layout, segment_name
 
 Array = NDArray[np.float64]
@@ -513,16 +513,8 @@ class StructuredReinforce:
             swr = np.bincount(inverse, weights=wr * batch.rewards)
             m = cfg.baseline_prior
             b = ((swr + m * global_b) / (sw + m))[inverse]
-        centred = np.where(regular, batch.rewards - b, batch.rewards)
-        std = float(np.sqrt((wr * centred**2).sum() / wsum)) if wsum > 0 else fallback_std
-        adv = centred / max(std, cfg.min_reward_std) if cfg.normalize_advantages else centred
-        stats = {
-            "baseline": global_b,
-            "reward_std": std,
-            "max_importance_weight": float(ratio.max()),
-            "clipped_fraction": float((ratio > cfg.importance_clip).mean()),
-        }
-        return w, adv, stats
+        adv, stats = advantages(cfg, batch.rewards, regular, wr, b, fallback_std)
+        return w, adv, {"baseline": global_b, **stats, **weight_stats(cfg, ratio)}
 
     # -- direction
 
