@@ -418,3 +418,34 @@ def test_segments_stop_being_added_when_the_budget_is_spent_and_training_goes_on
     assert len(doc.to_json()) < 128 * 1024
     with pytest.raises(InvalidDocument, match="the limit is 2048"):
         StructuredPolicy.create("bot", {"d": list(range(300))}, context={f"n{i}": "number" for i in range(7)})
+
+
+def test_a_structured_policy_rolls_back_with_its_features_and_refuses_a_flat_revision() -> None:
+    from agent_learning.documents import Action
+    from agent_learning.pipeline import revise, rollback
+    from agent_learning.store.memory import MemoryStore
+
+    store = MemoryStore()
+    create_policy(store, policy(context={"task": "category"}).document)
+    client = PolicyClient(store, "bot", rng=random.Random(2), refresh_seconds=0)
+    for i in range(60):
+        decision = client.choose(context={"task": "billing"})
+        store.add_score(
+            make_score(
+                f"ep-{i}",
+                agent_id="bot",
+                action_id=decision.action_id,
+                probability=decision.probability,
+                reward=float(i % 2),
+                context={"task": "billing"},
+            )
+        )
+    assert train_agent("bot", store, Reinforce()).status == "published"
+    trained = PolicyDocument.from_dict(store.get_current_policy("bot").doc)
+    assert (trained.features or [])[0].segments
+    back = rollback(store, "bot", 1).policy
+    assert back.version == 3 and back.schema_version == 2 and back.dimensions == trained.dimensions
+    assert (back.features or [])[0].segments is None and back.logits == [0.0] * 7
+    assert back.learner_state.get("segments") == trained.learner_state.get("segments")  # the evidence stays
+    with pytest.raises(ValueError, match="has dimensions or context features"):
+        revise(store, "bot", [Action(id="a"), Action(id="b")])

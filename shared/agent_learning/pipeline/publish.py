@@ -165,6 +165,10 @@ def rollback(store: Store, agent_id: str, version: int, *, clock: Clock = SYSTEM
                 "logits": list(target.logits),
                 "temperature": target.temperature,
                 "exploration_floor": target.exploration_floor,
+                "dimensions": target.dimensions,
+                "excluded": target.excluded,
+                "features": target.features,
+                "schema_version": target.schema_version,
                 "source": "rollback",
                 "parent_version": version,
                 "run": None,
@@ -203,6 +207,11 @@ def revise(
             raise ValueError(f"--rename: {old} {new}: {old!r} is still among the new actions")
 
     def change(current: PolicyDocument) -> PolicyDocument | None:
+        if current.structured:
+            raise ValueError(
+                f"--actions: {agent_id!r} has dimensions or context features; revising them is not supported: "
+                "create a new agent with the new configuration and move traffic to it"
+            )
         if list(current.actions) == list(actions):
             return None  # already these actions (a repeated revision: its renames are done)
         unknown = sorted(set(renames) - set(current.action_ids))
