@@ -57,7 +57,8 @@ dimension; every block is centred per dimension and clipped to ±``logit_bound``
 Evidence bound, per dimension and segment: the learner state holds, per value, the discounted
 count, reward sum and sum of squares of every episode (``count``/``reward_sum``/``reward_sq_sum``,
 the flat learner's state) and, per segment of each categorical feature, the count and reward sum
-of its episodes. After the step each dimension's θ is bounded exactly as in the flat learner
+of its episodes, fading with the segment's own episodes (2^(−n_c/H)) rather than the batch's.
+After the step each dimension's θ is bounded exactly as in the flat learner
 (z against its leader, within the dimension), and in each segment the logits θ + δ_{f,c} are
 bounded the same way by the segment's evidence (means shrunk towards the dimension's by c₀
 pseudo-episodes, the dimension's pooled variance), raising δ only. A numeric feature's episodes
@@ -589,7 +590,7 @@ class StructuredReinforce:
         new_state: dict[str, Any] = {}
         if cfg.gap_per_evidence is not None:
             evidence, segments_state = _add_evidence(
-                evidence, segments_state, tallies, int(batch.regular.sum()), cfg.evidence_half_life
+                evidence, segments_state, tallies, model, int(batch.regular.sum()), cfg.evidence_half_life
             )
             raised = self.bound_by_evidence(new, model, evidence, segments_state)
             metrics["raised_by_evidence"] = float(raised)
@@ -766,22 +767,31 @@ def _add_evidence(
     evidence: Evidence,
     segments: list[list[tuple[Array, Array]]],
     tallies: Tallies,
+    model: Model,
     episodes: int,
     half_life: float | None,
 ) -> tuple[Evidence, list[list[tuple[Array, Array]]]]:
-    """Fade the state's evidence by 2^(−N/H) and add the batch's, globally and per segment
-    (corrections shift reward sums only, as in the flat learner)."""
+    """Fade the state's evidence and add the batch's, globally and per cell (corrections shift
+    reward sums only, as in the flat learner). The global evidence, and a numeric feature's
+    halves (which together see every episode that carries it), fade by 2^(−N/H) for the batch's
+    N episodes; a segment's by 2^(−n_c/H) for its own n_c, so that a segment with an eighth of
+    the traffic keeps its evidence as long, in its own episodes, as the whole policy does."""
     fade = 0.5 ** (episodes / half_life) if half_life else 1.0
     new = Evidence(
         fade * evidence.count + tallies.regular.sum(axis=0),
         fade * evidence.reward_sum + tallies.reward.sum(axis=0),
         fade * evidence.reward_sq_sum + tallies.reward_sq.sum(axis=0),
     )
+    first = model.slices[0]  # one column per value of the first dimension: a cell's episodes sum over it
     out = []
     for f, rows in enumerate(segments):
         counts = tallies.by_segment(tallies.regular, f, len(rows))
         totals = tallies.by_segment(tallies.reward, f, len(rows))
-        out.append([(fade * c + counts[k], fade * r + totals[k]) for k, (c, r) in enumerate(rows)])
+        if f < len(model.categorical) and half_life:
+            fades = 0.5 ** (counts[:, first].sum(axis=1) / half_life)
+        else:
+            fades = np.full(len(rows), fade)
+        out.append([(fades[k] * c + counts[k], fades[k] * r + totals[k]) for k, (c, r) in enumerate(rows)])
     return new, out
 
 
