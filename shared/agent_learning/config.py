@@ -197,6 +197,7 @@ class Settings(BaseSettings):
     logit_bound: float = tunable(LearnerConfig, "logit_bound", gt=0, le=1000)
     baseline_prior: float = tunable(LearnerConfig, "baseline_prior", ge=0)
     segment_prior: float = tunable(LearnerConfig, "segment_prior", ge=0)
+    segment_gap_slack: float = tunable(LearnerConfig, "segment_gap_slack", ge=0)
     train_max_batch: int = Field(
         TRAIN_BATCH, ge=1, le=MAX_TRAIN_BATCH, description="bounded by memory, see MAX_TRAIN_BATCH"
     )

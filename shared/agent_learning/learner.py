@@ -166,6 +166,10 @@ class LearnerConfig:
     """Logits are kept in [−bound, bound] after centring."""
     baseline_prior: float = 3.0
     """m: pseudo-episodes that shrink a context's baseline towards the batch's (structured policies)."""
+    segment_gap_slack: float = 0.25
+    """g₀ in a segment of a structured policy: log-odds a value may trail the segment's leader with no
+    evidence against it (smaller than ``gap_slack``: a segment's lead is mostly the global logits and
+    the noise of a few episodes; 0.25 was best on the benchmark's segment rows)."""
     segment_prior: float = 0.0
     """m_s: extra pseudo-episodes that shrink a segment's offsets towards the global logits, on top of
     ``evidence_prior`` (structured policies; 0 was best on ``benchmarks/learning.py``'s contextual rows)."""
@@ -188,6 +192,7 @@ class LearnerConfig:
             "logit_bound": self.logit_bound > 0,
             "baseline_prior": self.baseline_prior >= 0,
             "segment_prior": self.segment_prior >= 0,
+            "segment_gap_slack": self.segment_gap_slack >= 0,
         }
         for name, ok in checks.items():
             value = getattr(self, name)

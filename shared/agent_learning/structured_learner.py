@@ -61,10 +61,10 @@ of its episodes, fading with the segment's own episodes (2^(−n_c/H)) rather th
 After the step each dimension's θ is bounded exactly as in the flat learner
 (z against its leader, within the dimension), and in each segment the logits θ + δ_{f,c} are
 bounded the same way by the segment's evidence (means shrunk towards the dimension's by c₀
-pseudo-episodes, the dimension's pooled variance), raising δ only. A numeric feature's episodes
-fall in two halves, below and above its centre (``halves`` in the state); at x̃ = ±1 the logits
-θ ± β_j are bounded by the evidence of that half, moving β_j only. So no dimension, no segment
-and no side of a numeric feature is much surer than its evidence.
+pseudo-episodes, the dimension's pooled variance, g₀ = ``segment_gap_slack``), raising δ only.
+A numeric feature's episodes fall in two halves, below and above its centre (``halves`` in the
+state); at x̃ = ±1 the logits θ ± β_j are bounded by the evidence of that half, moving β_j only.
+So no dimension, no segment and no side of a numeric feature is much surer than its evidence.
 
 One dimension without context or exclusions gives exactly the flat learner's update
 (:class:`agent_learning.learner.Reinforce`); a test checks it.
@@ -656,7 +656,7 @@ class StructuredReinforce:
                         count[sl], total[sl], count[sl] * (var + (total[sl] / np.maximum(count[sl], 1e-12)) ** 2)
                     )
                     logits = params.theta[sl] + offsets[k, sl]
-                    floor = self._floor(logits, seg)
+                    floor = self._floor(logits, seg, cfg.segment_gap_slack)
                     raised += int((logits < floor).sum())
                     offsets[k, sl] += np.maximum(floor - logits, 0.0)
         for j in range(params.weights.shape[0]):
@@ -679,12 +679,13 @@ class StructuredReinforce:
         _clip(params, cfg.logit_bound)
         return raised
 
-    def _floor(self, logits: Array, evidence: Evidence) -> Array:
+    def _floor(self, logits: Array, evidence: Evidence, slack: float | None = None) -> Array:
+        """θ_L − gap(z): the lowest logit each action may have (``slack``: g₀, default ``gap_slack``)."""
         cfg = self.config
         assert cfg.gap_per_evidence is not None
         leader = int(np.argmax(logits))
         z = evidence.z_against(leader, cfg.evidence_prior)
-        gap = cfg.gap_slack + cfg.gap_per_evidence * np.maximum(z, 0.0)
+        gap = (cfg.gap_slack if slack is None else slack) + cfg.gap_per_evidence * np.maximum(z, 0.0)
         if cfg.calibration is not None:
             gap = np.minimum(gap, cfg.calibration - log_thompson(z))
         return logits[leader] - gap
