@@ -185,9 +185,7 @@ class OursContextual(Chooser):
 
 
 def _next(doc: PolicyDocument, update: Any) -> PolicyDocument:
-    return PolicyDocument.from_dict(
-        {**doc.to_dict(), "logits": list(update.logits), "features": update.features, "learner_state": update.state}
-    )
+    return update.applied_to(doc)
 
 
 class ThompsonCells(Chooser):

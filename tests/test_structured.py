@@ -44,9 +44,7 @@ def trained(doc: PolicyDocument, rng: np.random.Generator, n: int = 400) -> Poli
     ]
     rewards = rng.normal(0.0, 1.0, n) + 0.5 * (actions[:, 0] == 1)
     update = learn_structured(LearnerConfig(), doc, actions, rewards, rng.uniform(0.02, 0.2, n), [False] * n, contexts)
-    return PolicyDocument.from_dict(
-        {**doc.to_dict(), "logits": list(update.logits), "features": update.features, "learner_state": update.state}
-    )
+    return update.applied_to(doc)
 
 
 # --------------------------------------------------------------------------- the document
@@ -120,9 +118,7 @@ def test_4_dimensions_of_10_values_and_20_features_fit_in_64_kb_after_training()
     update = learn_structured(
         LearnerConfig(), doc, actions, rng.normal(size=n), np.full(n, 1e-4), [False] * n, contexts
     )
-    new = PolicyDocument.from_dict(
-        {**doc.to_dict(), "logits": list(update.logits), "features": update.features, "learner_state": update.state}
-    )
+    new = update.applied_to(doc)
     assert all(len(f.segments or {}) == 4 for f in new.features or [] if f.kind == "category")
     size = len(new.to_json().encode())
     print(f"document of 4 dimensions x 10 values, 20 features: {size:,} bytes")
@@ -283,6 +279,14 @@ def test_importance_weights_divide_the_learned_joint_probability_by_the_logged_o
     assert stats["clipped_fraction"] == pytest.approx(float(np.mean(expected >= 3.0)))
 
 
+def assert_bound_holds(odds: Any) -> None:
+    """A huge step without the evidence bound all but rules values out (odds below 1e-3); with
+    it, the weakest value keeps odds above 0.005 of the leader's, ten times the unbounded."""
+    loose = {"learning_rate": 50.0, "max_kl": None, "max_logit_gap": None}
+    unbounded, bounded = odds(LearnerConfig(**loose, gap_per_evidence=None)), odds(LearnerConfig(**loose))
+    assert unbounded < 1e-3 and bounded > 0.005 and bounded > 10 * unbounded, (unbounded, bounded)
+
+
 def test_the_evidence_bound_keeps_each_segment_no_surer_than_its_evidence() -> None:
     """Twenty noisy episodes in a segment cannot make it sure of a prompt; without the bound,
     the same step would all but rule two prompts out there."""
@@ -295,18 +299,11 @@ def test_the_evidence_bound_keeps_each_segment_no_surer_than_its_evidence() -> N
 
     def segment_odds(cfg: LearnerConfig) -> float:
         update = learn_structured(cfg, doc, actions, rewards, np.full(n, 1 / 12), [False] * n, contexts)
-        new = PolicyDocument.from_dict(
-            {**doc.to_dict(), "logits": list(update.logits), "features": update.features, "learner_state": update.state}
-        )
+        new = update.applied_to(doc)
         prompt = StructuredPolicy(new).marginals({"task": "rare"})["prompt"]
         return min(prompt.values()) / max(prompt.values())
 
-    loose = {"learning_rate": 50.0, "max_kl": None, "max_logit_gap": None}
-    unbounded, bounded = (
-        segment_odds(LearnerConfig(**loose, gap_per_evidence=None)),
-        segment_odds(LearnerConfig(**loose)),
-    )
-    assert unbounded < 1e-3 and bounded > 0.005 and bounded > 10 * unbounded, (unbounded, bounded)
+    assert_bound_holds(segment_odds)
 
 
 # --------------------------------------------------------------------------- training end to end
@@ -375,9 +372,7 @@ def test_a_numeric_slope_is_bounded_by_the_evidence_on_each_side_of_its_centre()
 
     def odds_at_one_scale(cfg: LearnerConfig) -> float:
         update = learn_structured(cfg, doc, actions, rewards, np.full(n, 1 / 3), [False] * n, contexts)
-        new = PolicyDocument.from_dict(
-            {**doc.to_dict(), "logits": list(update.logits), "features": update.features, "learner_state": update.state}
-        )
+        new = update.applied_to(doc)
         feature = (new.features or [])[0]
         assert set(update.state.get("halves", {}).get("x", {})) == (
             {"below", "above"} if cfg.gap_per_evidence else set()
@@ -385,12 +380,7 @@ def test_a_numeric_slope_is_bounded_by_the_evidence_on_each_side_of_its_centre()
         probs = StructuredPolicy(new).marginals({"x": feature.center + feature.scale})["arm"]
         return min(probs.values()) / max(probs.values())
 
-    loose = {"learning_rate": 50.0, "max_kl": None, "max_logit_gap": None}
-    unbounded, bounded = (
-        odds_at_one_scale(LearnerConfig(**loose, gap_per_evidence=None)),
-        odds_at_one_scale(LearnerConfig(**loose)),
-    )
-    assert unbounded < 1e-3 and bounded > 0.005 and bounded > 10 * unbounded, (unbounded, bounded)
+    assert_bound_holds(odds_at_one_scale)
 
 
 def test_segments_stop_being_added_when_the_budget_is_spent_and_training_goes_on() -> None:
@@ -410,9 +400,7 @@ def test_segments_stop_being_added_when_the_budget_is_spent_and_training_goes_on
             [False] * n,
             contexts,
         )
-        doc = PolicyDocument.from_dict(
-            {**doc.to_dict(), "logits": list(update.logits), "features": update.features, "learner_state": update.state}
-        )
+        doc = update.applied_to(doc)
     learned = sum(len(f.segments or {}) for f in doc.features or [])
     assert learned * 40 <= MAX_LEARNED_VALUES and learned == MAX_LEARNED_VALUES // 40
     assert len(doc.to_json()) < 128 * 1024

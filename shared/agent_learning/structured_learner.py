@@ -177,6 +177,13 @@ class StructuredUpdate:
     metrics: dict[str, float] = field(default_factory=dict)
     state: dict[str, Any] = field(default_factory=dict)
 
+    def applied_to(self, doc: PolicyDocument) -> PolicyDocument:
+        """``doc`` with this update's logits, features and learner state (validated; the same
+        version: the trainer's :func:`~agent_learning.pipeline.train.next_version` makes the next)."""
+        return PolicyDocument.from_dict(
+            {**doc.to_dict(), "logits": list(self.logits), "features": self.features, "learner_state": self.state}
+        )
+
 
 # --------------------------------------------------------------------------- batch from documents
 
