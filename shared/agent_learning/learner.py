@@ -85,7 +85,15 @@ the z-statistic of the evidence that a is worse than L; under Gaussian posterior
 with probability ≈ Φ(−z_a). So the policy may be confident that an action is worse only as far
 as the evidence says: an action with an unlucky start keeps being tried until the evidence
 against it is real, while an action that is clearly worse (z of 3 or more) is bounded only
-loosely (π(a)/π(L) ≥ e^(−g₀−3κ)) and the learner drives it down as before. The half-life lets
+loosely (π(a)/π(L) ≥ e^(−g₀−3κ)) and the learner drives it down as before. The gap is also
+capped by a calibration, c = ``calibration``::
+
+    θ_L − θ_a ≤ c − ln Φ(−z_a⁺) + ln(1 + Σ_{b≠L} Φ(−z_b⁺))
+
+i.e. π(a)/π(L) ≥ e^(−c)·Φ(−z_a)/(1 + Σ_{b≠L} Φ(−z_b)): never much less than the chance that a
+beats L, normalised over the actions that share that chance (with many weakly-evidenced
+actions their pairwise chances sum past 1, while the chance that any one of them is the best
+shrinks). The half-life lets
 old evidence fade, so an action not tried for a while is tried again when the world may have
 changed. The bound moves logits only upwards, never changes which action leads, and uses no
 information the batches did not hold; it is a constraint on the REINFORCE step, not a
@@ -158,7 +166,8 @@ class LearnerConfig:
     gap_slack: float = 1.0
     """g₀: log-odds an action may trail the leader with no evidence against it."""
     calibration: float | None = 2.0
-    """c: no action trails the leader by more than c − ln Φ(−z_a), so that π(a)/π(L) ≥ e^(−c)·Φ(−z_a):
+    """c: no action trails the leader by more than c − ln Φ(−z_a) + ln(1 + Σ_b Φ(−z_b)), so that
+    π(a)/π(L) ≥ e^(−c)·Φ(−z_a)/(1 + Σ_b Φ(−z_b)):
     never much surer than the evidence (None: the linear bound alone)."""
     evidence_half_life: float | None = 3000.0
     """H: episodes after which the learner state's evidence counts half (None: it never fades)."""
@@ -356,6 +365,24 @@ def weight_stats(cfg: LearnerConfig, ratio: Array) -> dict[str, float]:
     }
 
 
+def evidence_floor(cfg: LearnerConfig, logits: Array, evidence: Evidence, slack: float | None = None) -> Array:
+    """θ_L − gap_a: the lowest logit each action may have (module docstring: Evidence bound), with
+    gap_a = min(g₀ + κ·z_a⁺, c − ln Φ(−z_a⁺) + ln(1 + Σ_{b≠L} Φ(−z_b⁺))); ``slack`` replaces g₀.
+
+    The last term normalises the pairwise probabilities Φ(−z) that an action beats the leader:
+    with many actions they sum to more than 1, while the probability that any one of them is the
+    best (what Thompson sampling draws it with) shrinks as they share it."""
+    assert cfg.gap_per_evidence is not None
+    leader = int(np.argmax(logits))
+    z = evidence.z_against(leader, cfg.evidence_prior)
+    gap = (cfg.gap_slack if slack is None else slack) + cfg.gap_per_evidence * np.maximum(z, 0.0)
+    if cfg.calibration is not None:
+        log_beats = log_thompson(z)
+        others = float(np.exp(np.delete(log_beats, leader)).sum())
+        gap = np.minimum(gap, cfg.calibration - log_beats + math.log1p(others))
+    return logits[leader] - gap
+
+
 def log_thompson(z: Array) -> Array:
     """ln Φ(−z⁺): the log of the Gaussian-posterior probability that an action whose evidence
     against it is z (z ≤ 0 counts as 0) beats the leader; floored at ln 1e−300."""
@@ -500,13 +527,7 @@ class Reinforce:
         """Raise every logit to at least θ_L − (g₀ + κ·max(z_a, 0)) (module docstring: Evidence
         bound); returns the new centred logits and how many were raised."""
         cfg = self.config
-        assert cfg.gap_per_evidence is not None
-        leader = int(np.argmax(logits))
-        z = evidence.z_against(leader, cfg.evidence_prior)
-        gap = cfg.gap_slack + cfg.gap_per_evidence * np.maximum(z, 0.0)
-        if cfg.calibration is not None:
-            gap = np.minimum(gap, cfg.calibration - log_thompson(z))
-        floor = logits[leader] - gap
+        floor = evidence_floor(cfg, logits, evidence)
         raised = int((logits < floor).sum())
         new = np.maximum(logits, floor)
         new -= new.mean()

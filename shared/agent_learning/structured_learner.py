@@ -80,7 +80,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from .documents import MAX_LEARNED_VALUES, MAX_SEGMENTS, PolicyDocument, excluded_configurations
-from .learner import Evidence, LearnerConfig, _first_bad, advantages, entropy, log_thompson, weight_stats
+from .learner import Evidence, LearnerConfig, _first_bad, advantages, entropy, evidence_floor, weight_stats
 from .structured import NUMBER_CLIP, Layout, segment_name
 
 Array = NDArray[np.float64]
@@ -646,7 +646,7 @@ class StructuredReinforce:
         for sl in model.slices:
             sub = Evidence(evidence.count[sl], evidence.reward_sum[sl], evidence.reward_sq_sum[sl])
             block = params.theta[sl]
-            floor = self._floor(block, sub)
+            floor = evidence_floor(self.config, block, sub)
             raised += int((block < floor).sum())
             np.maximum(block, floor, out=block)
         for f, offsets in enumerate(params.offsets):
@@ -663,7 +663,7 @@ class StructuredReinforce:
                         count[sl], total[sl], count[sl] * (var + (total[sl] / np.maximum(count[sl], 1e-12)) ** 2)
                     )
                     logits = params.theta[sl] + offsets[k, sl]
-                    floor = self._floor(logits, seg, cfg.segment_gap_slack)
+                    floor = evidence_floor(cfg, logits, seg, cfg.segment_gap_slack)
                     raised += int((logits < floor).sum())
                     offsets[k, sl] += np.maximum(floor - logits, 0.0)
         for j in range(params.weights.shape[0]):
@@ -678,7 +678,7 @@ class StructuredReinforce:
                         count[sl], total[sl], count[sl] * (pooled[1] + (total[sl] / np.maximum(count[sl], 1e-12)) ** 2)
                     )
                     logits = params.theta[sl] + sign * NUMBER_PROBE * params.weights[j, sl]
-                    floor = self._floor(logits, half)
+                    floor = evidence_floor(cfg, logits, half)
                     raised += int((logits < floor).sum())
                     params.weights[j, sl] += sign * np.maximum(floor - logits, 0.0) / NUMBER_PROBE
         centred = centre(params, model)
@@ -686,16 +686,6 @@ class StructuredReinforce:
         _clip(params, cfg.logit_bound)
         return raised
 
-    def _floor(self, logits: Array, evidence: Evidence, slack: float | None = None) -> Array:
-        """θ_L − gap(z): the lowest logit each action may have (``slack``: g₀, default ``gap_slack``)."""
-        cfg = self.config
-        assert cfg.gap_per_evidence is not None
-        leader = int(np.argmax(logits))
-        z = evidence.z_against(leader, cfg.evidence_prior)
-        gap = (cfg.gap_slack if slack is None else slack) + cfg.gap_per_evidence * np.maximum(z, 0.0)
-        if cfg.calibration is not None:
-            gap = np.minimum(gap, cfg.calibration - log_thompson(z))
-        return logits[leader] - gap
 
 
 def centre(params: Params, model: Model) -> Params:
