@@ -365,9 +365,12 @@ def weight_stats(cfg: LearnerConfig, ratio: Array) -> dict[str, float]:
     }
 
 
-def evidence_floor(cfg: LearnerConfig, logits: Array, evidence: Evidence, slack: float | None = None) -> Array:
+def evidence_floor(
+    cfg: LearnerConfig, logits: Array, evidence: Evidence, slack: float | None = None, *, normalise: bool = True
+) -> Array:
     """θ_L − gap_a: the lowest logit each action may have (module docstring: Evidence bound), with
-    gap_a = min(g₀ + κ·z_a⁺, c − ln Φ(−z_a⁺) + ln(1 + Σ_{b≠L} Φ(−z_b⁺))); ``slack`` replaces g₀.
+    gap_a = min(g₀ + κ·z_a⁺, c − ln Φ(−z_a⁺) + ln(1 + Σ_{b≠L} Φ(−z_b⁺))); ``slack`` replaces g₀,
+    and ``normalise=False`` drops the last term.
 
     The last term normalises the pairwise probabilities Φ(−z) that an action beats the leader:
     with many actions they sum to more than 1, while the probability that any one of them is the
@@ -378,7 +381,7 @@ def evidence_floor(cfg: LearnerConfig, logits: Array, evidence: Evidence, slack:
     gap = (cfg.gap_slack if slack is None else slack) + cfg.gap_per_evidence * np.maximum(z, 0.0)
     if cfg.calibration is not None:
         log_beats = log_thompson(z)
-        others = float(np.exp(np.delete(log_beats, leader)).sum())
+        others = float(np.exp(np.delete(log_beats, leader)).sum()) if normalise else 0.0
         gap = np.minimum(gap, cfg.calibration - log_beats + math.log1p(others))
     return logits[leader] - gap
 

@@ -61,7 +61,8 @@ of its episodes, fading with the segment's own episodes (2^(−n_c/H)) rather th
 After the step each dimension's θ is bounded exactly as in the flat learner
 (z against its leader, within the dimension), and in each segment the logits θ + δ_{f,c} are
 bounded the same way by the segment's evidence (means shrunk towards the dimension's by c₀
-pseudo-episodes, the dimension's pooled variance, g₀ = ``segment_gap_slack``), raising δ only.
+pseudo-episodes, the dimension's pooled variance, g₀ = ``segment_gap_slack``, and the pairwise
+calibration without its normalisation over actions), raising δ only.
 A numeric feature's episodes fall in two halves, below and above its centre (``halves`` in the
 state); at x̃ = ±1 the logits θ ± β_j are bounded by the evidence of that half, moving β_j only.
 So no dimension, no segment and no side of a numeric feature is much surer than its evidence.
@@ -663,7 +664,7 @@ class StructuredReinforce:
                         count[sl], total[sl], count[sl] * (var + (total[sl] / np.maximum(count[sl], 1e-12)) ** 2)
                     )
                     logits = params.theta[sl] + offsets[k, sl]
-                    floor = evidence_floor(cfg, logits, seg, cfg.segment_gap_slack)
+                    floor = evidence_floor(cfg, logits, seg, cfg.segment_gap_slack, normalise=False)
                     raised += int((logits < floor).sum())
                     offsets[k, sl] += np.maximum(floor - logits, 0.0)
         for j in range(params.weights.shape[0]):
@@ -678,7 +679,7 @@ class StructuredReinforce:
                         count[sl], total[sl], count[sl] * (pooled[1] + (total[sl] / np.maximum(count[sl], 1e-12)) ** 2)
                     )
                     logits = params.theta[sl] + sign * NUMBER_PROBE * params.weights[j, sl]
-                    floor = evidence_floor(cfg, logits, half)
+                    floor = evidence_floor(cfg, logits, half, normalise=False)
                     raised += int((logits < floor).sum())
                     params.weights[j, sl] += sign * np.maximum(floor - logits, 0.0) / NUMBER_PROBE
         centred = centre(params, model)
