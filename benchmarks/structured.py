@@ -42,7 +42,7 @@ from agent_learning.documents import PolicyDocument
 from agent_learning.learner import LearnerConfig
 from agent_learning.policy import DEFAULT_EXPLORATION_FLOOR
 from agent_learning.structured import StructuredPolicy
-from agent_learning.structured_learner import learn_structured
+from agent_learning.structured_learner import Rows, learn_structured
 
 Rng = np.random.Generator
 BATCH = 50
@@ -179,7 +179,9 @@ class OursContextual(Chooser):
 
     def update(self, x: np.ndarray, arms: np.ndarray, rewards: np.ndarray, logged: np.ndarray) -> None:
         contexts = [self.problem.feature(v) for v in x]
-        update = learn_structured(self.config, self.doc, arms[:, None], rewards, logged, [False] * len(arms), contexts)
+        update = learn_structured(
+            self.config, self.doc, Rows(arms[:, None], rewards, logged, [False] * len(arms), contexts)
+        )
         self.doc = _next(self.doc, update)
         self.policy = StructuredPolicy(self.doc)
 
@@ -332,7 +334,7 @@ class OursFactorized(Chooser):
 
     def update_local(self, local: np.ndarray, rewards: np.ndarray, logged: np.ndarray) -> None:
         n = len(rewards)
-        update = learn_structured(self.config, self.doc, local, rewards, logged, [False] * n, [None] * n)
+        update = learn_structured(self.config, self.doc, Rows(local, rewards, logged, [False] * n, [None] * n))
         self.doc = _next(self.doc, update)
         self._refresh()
 
@@ -504,7 +506,7 @@ def speed(repeats: int = 50) -> dict[str, float]:
     contexts = [{f"f{i}": f"s{rng.integers(3)}" for i in range(5)} for _ in range(n)]
     actions = rng.integers(0, 4, (n, 3))
     rewards = 0.5 + 0.2 * (actions[:, 0] == 1) + rng.normal(0, 0.2, n)
-    model, params, batch = prepare(policy.document, actions, rewards, np.full(n, 1 / 64), [False] * n, contexts)
+    model, params, batch = prepare(policy.document, Rows(actions, rewards, np.full(n, 1 / 64), [False] * n, contexts))
     learner = StructuredReinforce(LearnerConfig())
     update_ms = []
     for _ in range(5):
@@ -514,11 +516,7 @@ def speed(repeats: int = 50) -> dict[str, float]:
     trained = learn_structured(
         LearnerConfig(),
         policy.document,
-        actions[:5000],
-        rewards[:5000],
-        np.full(5000, 1 / 64),
-        [False] * 5000,
-        contexts[:5000],
+        Rows(actions[:5000], rewards[:5000], np.full(5000, 1 / 64), [False] * 5000, contexts[:5000]),
     )
     chooser = StructuredPolicy(_next(policy.document, trained), rng=random.Random(1))
     context = contexts[0]

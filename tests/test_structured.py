@@ -21,6 +21,7 @@ from agent_learning.policy import SoftmaxPolicy, load_policy, policy_probabiliti
 from agent_learning.store.base import Store
 from agent_learning.structured import StructuredPolicy, knows_action
 from agent_learning.structured_learner import (
+    Rows,
     StructuredReinforce,
     gradient,
     learn_structured,
@@ -43,7 +44,9 @@ def trained(doc: PolicyDocument, rng: np.random.Generator, n: int = 400) -> Poli
         {"task": str(rng.choice(["billing", "tech", "sales"])), "tokens": float(rng.normal(500, 200))} for _ in range(n)
     ]
     rewards = rng.normal(0.0, 1.0, n) + 0.5 * (actions[:, 0] == 1)
-    update = learn_structured(LearnerConfig(), doc, actions, rewards, rng.uniform(0.02, 0.2, n), [False] * n, contexts)
+    update = learn_structured(
+        LearnerConfig(), doc, Rows(actions, rewards, rng.uniform(0.02, 0.2, n), [False] * n, contexts)
+    )
     return update.applied_to(doc)
 
 
@@ -116,7 +119,7 @@ def test_4_dimensions_of_10_values_and_20_features_fit_in_64_kb_after_training()
     ]
     actions = rng.integers(0, 10, (n, 4))
     update = learn_structured(
-        LearnerConfig(), doc, actions, rng.normal(size=n), np.full(n, 1e-4), [False] * n, contexts
+        LearnerConfig(), doc, Rows(actions, rng.normal(size=n), np.full(n, 1e-4), [False] * n, contexts)
     )
     new = update.applied_to(doc)
     assert all(len(f.segments or {}) == 4 for f in new.features or [] if f.kind == "category")
@@ -210,7 +213,7 @@ def test_one_dimension_without_context_learns_exactly_as_the_flat_learner() -> N
         acts, rew, mu = rng.integers(0, 4, n), rng.normal(0.5, 0.3, n), rng.uniform(0.05, 0.6, n)
         flags = np.arange(n) >= n - 5 * (step % 2)  # some batches carry feedback corrections
         flat_update = learner.update(logits, Batch.from_arrays(acts, rew, mu, 4, flags), 1.0, state=state)
-        structured = learn_structured(learner.config, as_structured, acts[:, None], rew, mu, flags, [None] * n)
+        structured = learn_structured(learner.config, as_structured, Rows(acts[:, None], rew, mu, flags, [None] * n))
         np.testing.assert_allclose(structured.logits, flat_update.logits, rtol=0, atol=1e-12)
         assert structured.state == flat_update.state
         assert structured.metrics["kl"] == pytest.approx(flat_update.metrics["kl"], rel=1e-9)
@@ -235,7 +238,9 @@ def test_the_gradient_is_exact_by_finite_differences(excluded: list[dict[str, st
     n = 250
     actions = np.stack([rng.integers(0, 3, n), rng.integers(0, 4, n)], axis=1)
     contexts = [{"task": str(rng.choice(["x", "y", "z"])), "tokens": float(rng.normal(100, 30))} for _ in range(n)]
-    model, params, batch = prepare(doc, actions, rng.normal(size=n), rng.uniform(0.05, 0.3, n), [False] * n, contexts)
+    model, params, batch = prepare(
+        doc, Rows(actions, rng.normal(size=n), rng.uniform(0.05, 0.3, n), [False] * n, contexts)
+    )
     params = params.with_flat(rng.normal(0, 0.5, params.flat().size))
     w, adv = rng.uniform(0.5, 2.0, n), rng.normal(size=n)
     analytic = gradient(params, model, batch, w, adv, 0.01).flat()
@@ -271,7 +276,7 @@ def test_importance_weights_divide_the_learned_joint_probability_by_the_logged_o
     decisions = [chooser.choose(context=c) for c in contexts]
     logged = rng.uniform(0.01, 0.5, 50)
     actions = [chooser.layout.parse(d.action_id) for d in decisions]
-    model, params, batch = prepare(doc, actions, np.zeros(50), logged, [False] * 50, contexts)
+    model, params, batch = prepare(doc, Rows(actions, np.zeros(50), logged, [False] * 50, contexts))
     cfg = LearnerConfig(importance_clip=3.0)
     w, _, stats = StructuredReinforce(cfg).weights_and_advantages(params, model, batch)
     expected = np.minimum([d.probability / mu for d, mu in zip(decisions, logged, strict=True)], 3.0)
@@ -298,7 +303,7 @@ def test_the_evidence_bound_keeps_each_segment_no_surer_than_its_evidence() -> N
     contexts = [{"task": "rare"}] * n
 
     def segment_odds(cfg: LearnerConfig) -> float:
-        update = learn_structured(cfg, doc, actions, rewards, np.full(n, 1 / 12), [False] * n, contexts)
+        update = learn_structured(cfg, doc, Rows(actions, rewards, np.full(n, 1 / 12), [False] * n, contexts))
         new = update.applied_to(doc)
         prompt = StructuredPolicy(new).marginals({"task": "rare"})["prompt"]
         return min(prompt.values()) / max(prompt.values())
@@ -371,7 +376,7 @@ def test_a_numeric_slope_is_bounded_by_the_evidence_on_each_side_of_its_centre()
     contexts = [{"x": float(x)} for x in xs]
 
     def odds_at_one_scale(cfg: LearnerConfig) -> float:
-        update = learn_structured(cfg, doc, actions, rewards, np.full(n, 1 / 3), [False] * n, contexts)
+        update = learn_structured(cfg, doc, Rows(actions, rewards, np.full(n, 1 / 3), [False] * n, contexts))
         new = update.applied_to(doc)
         feature = (new.features or [])[0]
         assert set(update.state.get("halves", {}).get("x", {})) == (
@@ -394,11 +399,7 @@ def test_segments_stop_being_added_when_the_budget_is_spent_and_training_goes_on
         update = learn_structured(
             LearnerConfig(),
             doc,
-            rng.integers(0, 10, (n, 4)),
-            rng.normal(size=n),
-            np.full(n, 1e-4),
-            [False] * n,
-            contexts,
+            Rows(rng.integers(0, 10, (n, 4)), rng.normal(size=n), np.full(n, 1e-4), [False] * n, contexts),
         )
         doc = update.applied_to(doc)
     learned = sum(len(f.segments or {}) for f in doc.features or [])

@@ -23,8 +23,11 @@ without exclusions). One dimension without context or exclusions is exactly the 
 of :mod:`agent_learning.policy`. A configuration's id joins its values' ids with ``:``
 (``prompt=concise:retrieval_k=3``); episodes log that id, π(a | x) and the context.
 
-Drawing is exact: each dimension is drawn from p_d, and a draw that lands on an excluded
-configuration is drawn again, which samples Π_d p_d conditioned on a ∉ E, i.e. π.
+Drawing is exact. For a context the policy keeps ready (every context without numeric
+features), a joint space of at most :data:`JOINT_TABLE_SIZE` configurations is drawn from one
+cumulative table of π (excluded configurations have zero width: one uniform number). Otherwise
+each dimension is drawn from p_d, and a draw that lands on an excluded configuration is drawn
+again, which samples Π_d p_d conditioned on a ∉ E, i.e. π.
 """
 
 from __future__ import annotations
@@ -37,10 +40,9 @@ from dataclasses import dataclass
 from itertools import accumulate, product
 from typing import Any
 
+from .clock import SYSTEM_CLOCK
 from .decision import Decision, validated_context
 from .documents import (
-    Action,
-    ContextFeature,
     Dimension,
     PolicyDocument,
     check_context,
@@ -95,10 +97,6 @@ class Layout:
             except ValueError:
                 return None
         return tuple(out)
-
-    @property
-    def joint_size(self) -> int:
-        return math.prod(self.sizes)
 
 
 def feature_logits(doc: PolicyDocument, context: Mapping[str, Any] | None) -> list[float]:
@@ -168,12 +166,16 @@ class _Table:
 
     __slots__ = ("cum", "drawn", "joint", "probs", "z")
 
-    def __init__(self, probs: list[list[float]], excluded: Sequence[tuple[int, ...]], sizes: Sequence[int]) -> None:
+    def __init__(
+        self, probs: list[list[float]], excluded: Sequence[tuple[int, ...]], sizes: Sequence[int], *, kept: bool
+    ) -> None:
         self.probs = probs
         self.z = normaliser(probs, excluded)
         self.drawn: dict[Any, Any] = {}
         """Configurations drawn so far (by joint index or value indices) → their Decision without a context."""
-        self.joint = math.prod(sizes) <= JOINT_TABLE_SIZE
+        self.joint = kept and math.prod(sizes) <= JOINT_TABLE_SIZE
+        """Whether to build the joint table: only for a table kept for later draws (building it
+        costs one product per configuration, which one draw does not repay)."""
         if self.joint:
             blocked = set(excluded)
             joint = [
@@ -245,8 +247,6 @@ class StructuredPolicy:
         """A uniform version-1 policy over ``dimensions`` (name → its values: strings, numbers or
         booleans), learning from the ``context`` features named (name → ``"category"`` or
         ``"number"``), never choosing a configuration that matches a rule of ``excluded``."""
-        from .clock import SYSTEM_CLOCK
-
         doc = PolicyDocument.from_dict(
             {
                 "id": policy_doc_id(agent_id, 1),
@@ -273,34 +273,32 @@ class StructuredPolicy:
             rng = random.Random(seed)
         return cls(doc, rng=rng)
 
-    def to_document(self, **_: Any) -> PolicyDocument:
-        return self.document
-
     # ------------------------------------------------------------------ use
 
     def _table(self, context: Mapping[str, Any] | None) -> _Table:
         if not context or not self._features:
             key: tuple[Any, ...] = ()
         elif self._numeric and any(n in context for n in self._numeric):
-            return self._build(context)
+            return self._build(context, kept=False)  # numbers rarely repeat: not kept
         else:
             key = tuple(map(context.get, self._categorical))
         table = self._cache.get(key)
         if table is None:
             if len(self._cache) >= CACHE_SIZE:
                 self._cache.clear()
-            table = self._cache[key] = self._build(context)
+            table = self._cache[key] = self._build(context, kept=True)
         return table
 
-    def _build(self, context: Mapping[str, Any] | None) -> _Table:
+    def _build(self, context: Mapping[str, Any] | None, *, kept: bool) -> _Table:
         logits = feature_logits(self.document, context)
         return _Table(
             dimension_probabilities(logits, self.layout, self.temperature, self.exploration_floor),
             self.excluded,
             self.layout.sizes,
+            kept=kept,
         )
 
-    def choose(self, rng: random.Random | None = None, *, context: Mapping[str, Any] | None = None) -> Any:
+    def choose(self, rng: random.Random | None = None, *, context: Mapping[str, Any] | None = None) -> Decision:
         """Draw a configuration for ``context`` (checked and logged with the episode)."""
         if context is None:
             table = self._table(None)
@@ -466,25 +464,6 @@ def value_id(value: Any) -> str:
     if isinstance(value, bool):
         return "true" if value else "false"
     return str(value)
-
-
-def is_structured(doc: PolicyDocument) -> bool:
-    """Whether ``doc`` needs :class:`StructuredPolicy` (dimensions, exclusions or context features)."""
-    return bool(doc.dimensions or doc.features or doc.excluded)
-
-
-__all__ = [
-    "NUMBER_CLIP",
-    "Action",
-    "ContextFeature",
-    "Layout",
-    "StructuredPolicy",
-    "feature_logits",
-    "is_structured",
-    "knows_action",
-    "segment_views",
-    "structure_fields",
-]
 
 
 def knows_action(doc: PolicyDocument, action_id: str) -> bool:

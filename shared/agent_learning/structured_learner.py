@@ -75,7 +75,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 from numpy.typing import NDArray
@@ -162,6 +162,8 @@ class Model:
     numeric: list[str]
     centers: list[float]
     scales: list[float]
+    fitted: list[bool]
+    """Per numeric feature, whether its centre and scale are set (it has been seen in training)."""
     temperature: float
 
     @property
@@ -189,25 +191,31 @@ class StructuredUpdate:
 # --------------------------------------------------------------------------- batch from documents
 
 
-def prepare(
-    doc: PolicyDocument,
-    actions: Sequence[Sequence[int]],
-    rewards: Sequence[float],
-    logged_probs: Sequence[float],
-    corrections: Sequence[bool],
-    contexts: Sequence[Mapping[str, Any] | None],
-) -> tuple[Model, Params, ContextBatch]:
+class Rows(NamedTuple):
+    """Scored rows of a structured policy as the trainer collects them: per row the value index
+    of each dimension, the reward (a correction's: its reward change), the logged joint
+    probability, whether it is a feedback correction, and the context it was chosen for."""
+
+    actions: Sequence[Sequence[int]] | NDArray[np.int64]
+    rewards: Sequence[float] | Array
+    logged_probs: Sequence[float] | Array
+    corrections: Sequence[bool] | NDArray[np.bool_]
+    contexts: Sequence[Mapping[str, Any] | None]
+
+
+def prepare(doc: PolicyDocument, rows: Rows) -> tuple[Model, Params, ContextBatch]:
     """The model, parameters and batch of ``doc`` and these rows. Segments first seen here are
     added (the most frequent first, up to :data:`MAX_SEGMENTS` per feature and
     :data:`MAX_LEARNED_VALUES` in all) with zero offsets;
     a numeric feature's centre and scale are set from the first batch that carries it."""
+    actions, rewards, logged_probs, corrections, contexts = rows
     layout = Layout.of(doc)
     v = len(doc.actions)
     budget = MAX_LEARNED_VALUES // v - sum(
         len(f.segments or {}) if f.kind == "category" else 1 for f in doc.features or []
     )  # segments that may still be added
     categorical, segments, offsets = [], [], []
-    numeric, centers, scales, weights = [], [], [], []
+    numeric, centers, scales, weights, fitted = [], [], [], [], []
     for feature in doc.features or []:
         values = [c.get(feature.name) if c else None for c in contexts]
         if feature.kind == "category":
@@ -230,6 +238,7 @@ def prepare(
             if feature.weights is None and present.size:
                 center = float(present.mean())
                 scale = float(present.std()) or 1.0
+            fitted.append(feature.weights is not None or bool(present.size))
             numeric.append(feature.name)
             centers.append(center)
             scales.append(scale)
@@ -242,6 +251,7 @@ def prepare(
         numeric,
         centers,
         scales,
+        fitted,
         doc.temperature,
     )
     params = Params(
@@ -287,6 +297,8 @@ def features_out(doc: PolicyDocument, model: Model, params: Params) -> list[dict
             f = model.categorical.index(feature.name)
             segments = {name: _rounded(params.offsets[f][k]) for k, name in enumerate(model.segments[f])}
             out.append({"name": feature.name, "kind": "category", **({"segments": segments} if segments else {})})
+        elif not model.fitted[model.numeric.index(feature.name)]:
+            out.append({"name": feature.name, "kind": "number"})  # not seen yet: its centre comes later
         else:
             j = model.numeric.index(feature.name)
             out.append(
@@ -458,10 +470,12 @@ def gradient(
     advantages: Array,
     beta: float,
     contexts: Contexts | None = None,
+    probabilities: Array | None = None,
 ) -> Params:
-    """The exact gradient of :func:`surrogate` with respect to θ, every δ and every β."""
+    """The exact gradient of :func:`surrogate` with respect to θ, every δ and every β
+    (``contexts`` and their per-dimension ``probabilities`` when the caller has them already)."""
     contexts = contexts or Contexts(batch)
-    s = dimension_softmax(contexts.logits(params), model)
+    s = dimension_softmax(contexts.logits(params), model) if probabilities is None else probabilities
     per_context = context_gradient(s, model, batch, contexts.inverse, weights * advantages / len(batch))
     theta = per_context.sum(axis=0)
     g = dimension_softmax(params.theta[None, :], model)[0]
@@ -499,11 +513,13 @@ class StructuredReinforce:
         batch: ContextBatch,
         fallback_std: float = 1.0,
         contexts: Contexts | None = None,
+        probabilities: Array | None = None,
     ) -> tuple[Array, Array, dict[str, float]]:
-        """Clipped importance weights w, context-baseline advantages A and their statistics."""
+        """Clipped importance weights w, context-baseline advantages A and their statistics
+        (``contexts`` and their per-dimension ``probabilities`` when the caller has them already)."""
         cfg = self.config
         contexts = contexts or Contexts(batch)
-        s = dimension_softmax(contexts.logits(params), model)
+        s = dimension_softmax(contexts.logits(params), model) if probabilities is None else probabilities
         ratio = np.exp(log_q(s, model, batch, contexts.inverse)) / batch.logged_probs
         w = np.minimum(ratio, cfg.importance_clip)
         regular = batch.regular
@@ -578,8 +594,8 @@ class StructuredReinforce:
                 softmax_entropy_after=metrics["softmax_entropy_before"], kl=0.0, step_scale=0.0, grad_norm=0.0
             )
             return params.copy(), metrics, dict(state or {}) if not problem else {}
-        w, adv, stats = self.weights_and_advantages(params, model, batch, evidence.pooled_std(), contexts)
-        g = gradient(params, model, batch, w, adv, cfg.entropy_coef, contexts)
+        w, adv, stats = self.weights_and_advantages(params, model, batch, evidence.pooled_std(), contexts, s_old)
+        g = gradient(params, model, batch, w, adv, cfg.entropy_coef, contexts, s_old)
         tallies = Tallies(contexts, model, batch, adv)
         direction = g if cfg.direction == "plain" else self.direction(params, model, tallies)
         size = len(batch) / cfg.reference_batch if cfg.reference_batch else 1.0
@@ -688,7 +704,6 @@ class StructuredReinforce:
         return raised
 
 
-
 def centre(params: Params, model: Model) -> Params:
     """Every block with mean zero within each dimension."""
     out = params.copy()
@@ -794,17 +809,9 @@ def _add_evidence(
     return new, out
 
 
-def learn_structured(
-    config: LearnerConfig,
-    doc: PolicyDocument,
-    actions: Sequence[Sequence[int]],
-    rewards: Sequence[float],
-    logged_probs: Sequence[float],
-    corrections: Sequence[bool],
-    contexts: Sequence[Mapping[str, Any] | None],
-) -> StructuredUpdate:
+def learn_structured(config: LearnerConfig, doc: PolicyDocument, rows: Rows) -> StructuredUpdate:
     """One update of a structured policy document on scored rows (the trainer's entry point)."""
-    model, params, batch = prepare(doc, actions, rewards, logged_probs, corrections, contexts)
+    model, params, batch = prepare(doc, rows)
     _check(batch, model)
     new, metrics, state = StructuredReinforce(config).update(params, model, batch, doc.learner_state)
     return StructuredUpdate(new.theta, features_out(doc, model, new), metrics, state)
@@ -823,6 +830,7 @@ __all__ = [
     "ContextBatch",
     "Model",
     "Params",
+    "Rows",
     "StructuredReinforce",
     "StructuredUpdate",
     "gradient",

@@ -251,12 +251,11 @@ def learn(learner: Any, current: PolicyDocument, batch: Collected) -> Any:
     """One learner update of ``current`` on ``batch`` (a :class:`~agent_learning.learner.Update`)."""
     # numpy only where training runs: enqueueing and scoring import this package without it.
     from ..learner import Batch
-    from ..structured_learner import learn_structured
+    from ..structured_learner import Rows, learn_structured
 
     if current.structured:
-        update = learn_structured(
-            learner.config, current, batch.actions, batch.rewards, batch.probabilities, batch.flags, batch.contexts
-        )
+        rows = Rows(batch.actions, batch.rewards, batch.probabilities, batch.flags, batch.contexts)
+        update = learn_structured(learner.config, current, rows)
         _warn_state_reset(update, current)
         return update
     arrays = Batch.from_arrays(
