@@ -438,3 +438,18 @@ def test_a_structured_policy_rolls_back_with_its_features_and_refuses_a_flat_rev
     assert back.learner_state.get("segments") == trained.learner_state.get("segments")  # the evidence stays
     with pytest.raises(ValueError, match="has dimensions or context features"):
         revise(store, "bot", [Action(id="a"), Action(id="b")])
+
+
+def test_a_numeric_feature_first_seen_after_the_first_update_still_gets_its_centre_and_scale() -> None:
+    doc = StructuredPolicy.create("bot", {"arm": [0, 1]}, context={"tokens": "number"}).document
+    n = 40
+    actions, rewards = np.zeros((n, 1), dtype=int), np.linspace(0, 1, n)
+    without = learn_structured(LearnerConfig(), doc, Rows(actions, rewards, np.full(n, 0.5), [False] * n, [None] * n))
+    doc = without.applied_to(doc)
+    assert (doc.features or [])[0].weights is None  # not seen: nothing fixed yet
+    tokens = [{"tokens": 1000.0 + 10 * i} for i in range(n)]
+    seen = learn_structured(LearnerConfig(), doc, Rows(actions, rewards, np.full(n, 0.5), [False] * n, tokens))
+    feature = (seen.applied_to(doc).features or [])[0]
+    assert feature.center == pytest.approx(1195.0) and feature.scale == pytest.approx(
+        np.std([10 * i for i in range(n)])
+    )

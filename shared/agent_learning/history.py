@@ -97,15 +97,16 @@ def history(store: Any, agent_id: str) -> AgentHistory:
     docs = [PolicyDocument.from_dict(d) for d in store.list_policy_versions(agent_id)]
     h = AgentHistory(agent_id, list(dict.fromkeys(a for doc in docs for a in doc.action_ids)))
     for doc in docs:
-        probs = policy_probabilities(doc)
+        views = segment_views(doc) if doc.structured else None
+        # a structured policy's probabilities with no context are its view of that name (computed once)
+        probs = [p for v in views[NO_CONTEXT].values() for p in v.values()] if views else policy_probabilities(doc)
         own = dict(zip(doc.action_ids, probs, strict=True))
         h.versions.append(doc.version)
         h.probabilities.append([own.get(a) for a in h.action_ids])
         h.mean_reward.append(doc.run.metrics.get("mean_reward") if doc.run and doc.run.episodes else None)
         h.entropy.append(policy_entropy(probs))
         h.documents.append(doc)
-        if doc.structured:
-            views = segment_views(doc)
+        if views:
             for name in views:
                 if name != NO_CONTEXT:
                     h.segments.setdefault(name, [None] * (len(h.versions) - 1))
