@@ -1,0 +1,150 @@
+"""Off-policy evaluation on simulated logs with known truth: bias, spread and interval coverage.
+
+Five actions, three context groups (shares 0.5/0.3/0.2), Bernoulli rewards with a known mean
+per group and action. Logs are drawn from a logging policy, then IPS, SNIPS and DR
+(:mod:`agent_learning.evaluation`) estimate a target policy's mean reward with a 95% interval;
+over ``--reps`` replications we report the bias (mean estimate − truth) with its standard
+error, the spread (standard deviation of the estimates), the mean interval width, the coverage
+(share of intervals holding the truth) and the mean effective sample size.
+
+    python benchmarks/evaluation.py [--reps 400] [--episodes 2000] [--json out.json] [--speed]
+
+Logging policies: uniform; a softmax per group (what a learning agent logs); and a
+near-deterministic one (0.96 on one action per group, 0.01 on the others). Targets: another
+per-group softmax (a candidate), and "always action 4" (what would every request on one
+configuration have earned). ``--speed`` times one candidate-vs-current comparison over 100,000
+episodes. Progress to stderr, a markdown table to stdout.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from dataclasses import dataclass
+
+import numpy as np
+
+from agent_learning.evaluation import ESTIMATORS, Logs, Target, compare, estimator_named, evaluate
+
+GROUP_SHARES = np.array([0.5, 0.3, 0.2])
+MEANS = np.array(  # true mean reward q(g, a)
+    [
+        [0.55, 0.70, 0.40, 0.60, 0.35],
+        [0.30, 0.45, 0.80, 0.50, 0.60],
+        [0.65, 0.25, 0.50, 0.35, 0.75],
+    ]
+)
+
+
+def _softmax(logits: np.ndarray) -> np.ndarray:
+    e = np.exp(logits - logits.max(axis=1, keepdims=True))
+    return e / e.sum(axis=1, keepdims=True)
+
+
+LOGGING = {
+    "uniform": np.full(MEANS.shape, 1 / MEANS.shape[1]),
+    "softmax": _softmax(4 * MEANS),
+    "near-deterministic": np.where(np.eye(3, 5, dtype=bool), 0.96, 0.01),
+}
+TARGETS = {
+    "candidate": _softmax(8 * MEANS),
+    "always action 4": np.tile(np.eye(5)[3], (3, 1)),
+}
+
+
+@dataclass(frozen=True)
+class Setting:
+    logging: str
+    target: str
+
+    @property
+    def truth(self) -> float:
+        return float(GROUP_SHARES @ (TARGETS[self.target] * MEANS).sum(axis=1))
+
+    def draw(self, rng: np.random.Generator, n: int) -> tuple[Logs, Target]:
+        """n logged episodes and the target's probabilities on them."""
+        groups = rng.choice(len(GROUP_SHARES), size=n, p=GROUP_SHARES)
+        mu = LOGGING[self.logging][groups]
+        actions = (mu.cumsum(axis=1) > rng.random(n)[:, None]).argmax(axis=1)
+        rewards = (rng.random(n) < MEANS[groups, actions]).astype(float)
+        logs = Logs.of(actions, rewards, mu[np.arange(n), actions], MEANS.shape[1], groups)
+        return logs, Target.of_table(TARGETS[self.target], groups)
+
+
+def settings() -> list[Setting]:
+    return [Setting(lg, t) for lg in LOGGING for t in TARGETS]
+
+
+def replicate(setting: Setting, estimator: str, reps: int, n: int, seed: int = 0) -> dict[str, float]:
+    """Bias, its standard error, spread, mean width, coverage and mean ESS over ``reps`` logs
+    (common random numbers: the same seed gives every estimator the same logs)."""
+    rng = np.random.default_rng(seed)
+    est = estimator_named(estimator)
+    values, widths, covered, ess = [], [], 0, []
+    for _ in range(reps):
+        logs, target = setting.draw(rng, n)
+        e = evaluate(logs, target, est)
+        values.append(e.value)
+        widths.append(e.high - e.low)
+        covered += e.low <= setting.truth <= e.high
+        ess.append(e.effective_sample_size)
+    v = np.array(values)
+    return {
+        "truth": setting.truth,
+        "bias": float(v.mean() - setting.truth),
+        "bias_se": float(v.std(ddof=1) / np.sqrt(reps)),
+        "std": float(v.std(ddof=1)),
+        "width": float(np.mean(widths)),
+        "coverage": covered / reps,
+        "ess": float(np.mean(ess)),
+    }
+
+
+def speed(n: int = 100_000, repeats: int = 20) -> float:
+    """Median ms of one candidate-vs-current SNIPS comparison over ``n`` episodes."""
+    rng = np.random.default_rng(1)
+    logs, current = Setting("softmax", "candidate").draw(rng, n)
+    candidate = Target.of_table(_softmax(5 * MEANS), current.rows)
+    est = estimator_named("snips")
+    times = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        compare(logs, candidate, current, est)
+        times.append((time.perf_counter() - t0) * 1000)
+    return float(np.median(times))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--reps", type=int, default=400, help="replications per setting (default 400)")
+    parser.add_argument("--episodes", type=int, default=2000, help="logged episodes per replication (default 2000)")
+    parser.add_argument("--json", help="also write the figures to this JSON file")
+    parser.add_argument("--speed", action="store_true", help="time a comparison over 100,000 episodes")
+    args = parser.parse_args()
+    rows = []
+    print("| logging | target | estimator | truth | bias ± se | std | width | coverage | ESS |")
+    print("|---|---|---|---:|---:|---:|---:|---:|---:|")
+    for setting in settings():
+        for name in ESTIMATORS:
+            print(f"{setting.logging} / {setting.target} / {name} ...", file=sys.stderr, flush=True)
+            r = replicate(setting, name, args.reps, args.episodes)
+            rows.append({"logging": setting.logging, "target": setting.target, "estimator": name, **r})
+            print(
+                f"| {setting.logging} | {setting.target} | {name} | {r['truth']:.3f} | "
+                f"{r['bias']:+.4f} ± {r['bias_se']:.4f} | {r['std']:.4f} | {r['width']:.4f} | "
+                f"{r['coverage']:.3f} | {r['ess']:.0f} |",
+                flush=True,
+            )
+    out: dict[str, object] = {"reps": args.reps, "episodes": args.episodes, "rows": rows}
+    if args.speed:
+        out["compare_ms_100k"] = ms = speed()
+        print(f"\ncandidate vs current (SNIPS, paired) over 100,000 episodes: {ms:.1f} ms median")
+    if args.json:
+        with open(args.json, "w") as fh:
+            json.dump(out, fh, indent=2)
+
+
+if __name__ == "__main__":
+    main()

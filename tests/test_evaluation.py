@@ -1,0 +1,138 @@
+"""Off-policy estimators: values against their formulas, intervals that cover a known truth,
+input errors that name the field."""
+
+from __future__ import annotations
+
+import importlib.util
+import math
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from agent_learning.evaluation import (
+    IPS,
+    SNIPS,
+    DoublyRobust,
+    Logs,
+    NoOverlap,
+    Target,
+    compare,
+    estimate,
+    t_quantile,
+)
+
+BENCH = Path(__file__).resolve().parent.parent / "benchmarks" / "evaluation.py"
+_spec = importlib.util.spec_from_file_location("evaluation_benchmark", BENCH)
+assert _spec is not None and _spec.loader is not None
+bench = importlib.util.module_from_spec(_spec)
+sys.modules[_spec.name] = bench  # dataclasses look their module up
+_spec.loader.exec_module(bench)
+
+ACTIONS = [0, 1, 1, 2, 0]
+REWARDS = [1.0, 0.0, 1.0, 0.5, 0.0]
+LOGGED = [0.5, 0.25, 0.25, 0.25, 0.5]
+TARGET = [[0.2, 0.6, 0.2]] * 5
+
+
+def test_ips_and_snips_are_their_formulas() -> None:
+    w = np.array([0.2 / 0.5, 0.6 / 0.25, 0.6 / 0.25, 0.2 / 0.25, 0.2 / 0.5])
+    r = np.array(REWARDS)
+    ips = estimate(ACTIONS, REWARDS, LOGGED, TARGET, estimator="ips")
+    snips = estimate(ACTIONS, REWARDS, LOGGED, TARGET, estimator="snips")
+    assert ips.value == pytest.approx((w * r).mean())
+    assert snips.value == pytest.approx((w * r).sum() / w.sum())
+    assert snips.effective_sample_size == pytest.approx(w.sum() ** 2 / (w**2).sum())
+    half = t_quantile(0.975, snips.effective_sample_size - 1) * (w * r).std(ddof=1) / math.sqrt(5)
+    assert ips.high - ips.value == pytest.approx(half)
+    assert ips.low < ips.value < ips.high
+
+
+def test_doubly_robust_is_the_model_plus_weighted_residuals_with_a_cross_fitted_model() -> None:
+    rng = np.random.default_rng(3)
+    n, k = 400, 3
+    groups = rng.integers(0, 2, n)
+    actions = rng.integers(0, k, n)
+    rewards = rng.random(n)
+    target = rng.dirichlet(np.ones(k), size=2)
+    logs = Logs.of(actions, rewards, np.full(n, 1 / k), k, groups)
+    dr = DoublyRobust(prior=0.0)
+    terms = dr.terms(logs, Target.of_table(target, groups))
+    fold = np.arange(n) % 2
+    i = 7  # an odd episode: predicted by the model of the even ones
+    fit = (fold == 0) & (groups == groups[i])
+    q = np.array([rewards[fit & (actions == a)].mean() for a in range(k)])
+    expected = target[groups[i]] @ q + target[groups[i], actions[i]] * k * (rewards[i] - q[actions[i]])
+    assert terms[i] == pytest.approx(expected)
+
+
+def test_the_paired_difference_of_two_close_policies_is_narrower_than_either_estimate() -> None:
+    rng = np.random.default_rng(5)
+    logs, current = bench.Setting("softmax", "candidate").draw(rng, 3000)
+    close = Target.of_table(0.9 * current.table + 0.1 * bench.LOGGING["uniform"], current.rows)
+    cand, cur, diff = compare(logs, close, current, SNIPS())
+    assert diff.value == pytest.approx(cand.value - cur.value)
+    assert diff.high - diff.low < 0.5 * min(cand.high - cand.low, cur.high - cur.low)
+    same = compare(logs, current, current, SNIPS())[2]
+    assert (same.value, same.low, same.high) == (0.0, 0.0, 0.0)
+
+
+def test_clipping_caps_the_weights_and_raises_the_effective_sample_size() -> None:
+    rng = np.random.default_rng(2)
+    logs, target = bench.Setting("near-deterministic", "candidate").draw(rng, 2000)
+    free = estimate(logs.actions, logs.rewards, logs.logged, target.table[target.rows], estimator="ips")
+    clipped = estimate(logs.actions, logs.rewards, logs.logged, target.table[target.rows], estimator="ips", clip=5)
+    assert clipped.effective_sample_size > free.effective_sample_size
+    assert clipped.value < free.value  # rewards ≥ 0: capped weights can only lower IPS
+    assert IPS(clip=5).terms(logs, target).max() <= 5 * logs.rewards.max()
+
+
+@pytest.mark.parametrize("setting", bench.settings(), ids=lambda s: f"{s.logging}/{s.target}")
+def test_intervals_cover_the_truth_and_the_bias_is_within_them(setting: object) -> None:
+    """400 replications of 2,000 logged episodes per setting (each a few hundred ms)."""
+    figures = {name: bench.replicate(setting, name, reps=400, n=2000, seed=11) for name in ("ips", "snips", "dr")}
+    for name, f in figures.items():
+        assert f["coverage"] >= 0.93, (name, f)
+        assert abs(f["bias"]) < f["width"] / 2, (name, f)
+    assert abs(figures["ips"]["bias"]) < 4 * figures["ips"]["bias_se"]  # unbiased
+    assert figures["dr"]["std"] <= figures["ips"]["std"]
+
+
+def test_t_quantiles_match_the_table() -> None:
+    for df, expected in [(1, 12.706), (2, 4.303), (3, 3.182), (5, 2.571), (19, 2.093), (120, 1.980)]:
+        assert t_quantile(0.975, df) == pytest.approx(expected, abs=4e-3)
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ({"actions": [0, 1, 1, 2]}, "rewards: has 5 entries but there are 4 episodes"),
+        ({"actions": [0, 1, 1, 3, 0]}, "actions[3]: 3 is not an action index in [0, 3)"),
+        ({"actions": [0, 1, 1.5, 2, 0]}, "actions: must be integer action indices"),
+        ({"actions": ["a", "b", "c", "d", "e"]}, "actions: must hold numbers"),
+        ({"actions": [0]}, "actions: an estimate needs at least 2 logged episodes"),
+        ({"rewards": [1.0, float("nan"), 0, 0, 0]}, "rewards[1]: nan is not a finite number"),
+        ({"logged_probabilities": [0.5, 0.0, 0.25, 0.25, 0.5]}, "logged_probabilities[1]: 0.0 is not a probability"),
+        ({"logged_probabilities": [0.5, 1.5, 0.25, 0.25, 0.5]}, "logged_probabilities[1]: 1.5 is not a probability"),
+        ({"target_probabilities": [[0.2, 0.6, 0.3]] * 5}, "target_probabilities[0]: sums to 1.1, not 1"),
+        ({"target_probabilities": [[0.2, 0.8]] * 5}, "actions[3]: 2 is not an action index in [0, 2)"),
+        ({"target_probabilities": [[0.2, 0.6, 0.2]] * 4}, "target_probabilities: shape (4, 3), expected (5, 3)"),
+        ({"target_probabilities": [[-0.2, 1.0, 0.2]] * 5}, "target_probabilities[0, 0]: -0.2 is not a probability"),
+        ({"estimator": "magic"}, "estimator: 'magic' is not one of ips, snips, dr"),
+        ({"confidence": 1.0}, "confidence: 1.0 must be between 0 and 1"),
+        ({"clip": 0}, "clip: 0 must be a positive number"),
+        ({"groups": [0, 1]}, "groups: needs one integer per episode (5)"),
+    ],
+)
+def test_bad_inputs_name_the_field(change: dict, message: str) -> None:
+    args = {"actions": ACTIONS, "rewards": REWARDS, "logged_probabilities": LOGGED, "target_probabilities": TARGET}
+    args.update(change)
+    with pytest.raises(ValueError) as err:
+        estimate(**args)
+    assert message in str(err.value)
+
+
+def test_a_target_that_never_chooses_a_logged_action_has_nothing_to_estimate_from() -> None:
+    with pytest.raises(NoOverlap, match="target_probabilities: the target gives probability 0 to every logged action"):
+        estimate([0, 0, 1], [1.0, 0.0, 1.0], [0.5, 0.5, 0.5], [[0.0, 0.0, 1.0]] * 3, estimator="dr")
