@@ -15,7 +15,9 @@ policy first puts ≥ 0.5 on the new best arm (checked after every update, up to
 Contextual and factorized problems (``benchmarks/structured.py``) run in the same command unless
 ``--no-structured``; they need ``vowpalwabbit`` (``pip install -e 'shared[bench]'``). Every row
 counts the seeds whose final policy gives the best action less than 0.5 ("best < 0.5").
-``--speed`` adds the structured policy's choose and update times.
+``--speed`` adds the structured policy's choose and update times; ``--guardrail`` the regret of
+ours behind the publish guardrail (a held update is not applied, its batch is learned again
+with the next one, as the trainer does) against ours without it.
 
 Progress goes to stderr; markdown tables (and JSON) to stdout.
 """
@@ -32,6 +34,7 @@ from pathlib import Path
 
 import numpy as np
 
+from agent_learning.evaluation import GuardrailConfig, judge
 from agent_learning.learner import Batch, LearnerConfig, Reinforce, softmax
 from agent_learning.policy import DEFAULT_EXPLORATION_FLOOR, mix_floor
 
@@ -163,6 +166,32 @@ class Ours(Algorithm):
     def update(self, actions: np.ndarray, rewards: np.ndarray, logged: np.ndarray) -> None:
         update = self.learner.update(self.theta, Batch.from_arrays(actions, rewards, logged, self.k), state=self.state)
         self.theta, self.state = update.logits, update.state
+
+
+class Guarded(Ours):
+    """Ours behind the publish guardrail (:func:`agent_learning.evaluation.judge`), as the trainer
+    runs it: a held candidate is not applied and its batch is learned again with the next one."""
+
+    name = "REINFORCE + guardrail"
+
+    def __init__(self, k: int, rng: Rng, guardrail: GuardrailConfig | None = None) -> None:
+        super().__init__(k, rng)
+        self.guardrail = guardrail or GuardrailConfig()
+        self.pending: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
+        self.held = 0
+        self.updates = 0
+
+    def update(self, actions: np.ndarray, rewards: np.ndarray, logged: np.ndarray) -> None:
+        self.pending.append((actions, rewards, logged))
+        a, r, mu = (np.concatenate(x) for x in zip(*self.pending, strict=True))
+        update = self.learner.update(self.theta, Batch.from_arrays(a, r, mu, self.k), state=self.state)
+        current = self.probs()
+        candidate = np.asarray(mix_floor(list(softmax(update.logits)), self.floor))
+        self.updates += 1
+        if judge(self.guardrail, r, mu, candidate[a], current[a]).verdict == "held":
+            self.held += 1
+            return
+        self.theta, self.state, self.pending = update.logits, update.state, []
 
 
 class BatchedThompson(Algorithm):
@@ -319,6 +348,40 @@ def shift_table(seeds: int, horizon: int, t0: float) -> tuple[list[str], dict[st
     return lines, out
 
 
+def guardrail_table(seeds: int, horizon: int, t0: float) -> tuple[list[str], dict[str, dict[str, float | int]]]:
+    """Regret of ours with the publish guardrail (defaults) against ours without it, same seeds,
+    and how many updates it held; then episodes to recover when the best arm changes."""
+    lines = [
+        "| problem | ours | ours + guardrail | ratio | updates held |",
+        "|---|---:|---:|---:|---:|",
+    ]
+    out: dict[str, dict[str, float | int]] = {}
+    for problem in PROBLEMS:
+        guarded: list[Guarded] = []
+
+        def make(k: int, rng: Rng, guarded: list[Guarded] = guarded) -> Guarded:
+            guarded.append(Guarded(k, rng))
+            return guarded[-1]
+
+        plain = [run(problem, Ours, seed, horizon)[0] for seed in range(seeds)]
+        on = [run(problem, make, seed, horizon)[0] for seed in range(seeds)]
+        held, updates = sum(g.held for g in guarded), sum(g.updates for g in guarded)
+        row = {"ours": float(np.mean(plain)), "guarded": float(np.mean(on)), "held": held, "updates": updates}
+        row["ratio"] = row["guarded"] / row["ours"]
+        out[problem.name] = row
+        lines.append(
+            f"| {problem.name} | {row['ours']:.1f} | {row['guarded']:.1f} | {row['ratio']:.3f}× | {held}/{updates} |"
+        )
+        print(f"[{time.perf_counter() - t0:6.1f} s] guardrail: {problem.name} done", file=sys.stderr, flush=True)
+    lines += ["", "| best arm changes | seeds recovering | episodes to recover: median | max |", "|---|---:|---:|---:|"]
+    for name, make_algo in (("ours", Ours), ("ours + guardrail", Guarded)):
+        ok = [t for t in (recovery(make_algo, seed, horizon) for seed in range(seeds)) if t is not None]
+        median, longest = (float(np.median(ok)), max(ok)) if ok else (-1.0, -1)
+        out[f"recovery: {name}"] = {"recovered": len(ok), "median": median, "max": longest}
+        lines.append(f"| {name} | {len(ok)}/{seeds} | {median:.0f} | {longest} |")
+    return lines, out
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--seeds", type=int, default=20)
@@ -329,6 +392,7 @@ def main() -> None:
     parser.add_argument("--no-shift", action="store_true", help="skip the non-stationarity run")
     parser.add_argument("--no-structured", action="store_true", help="skip the contextual and factorized problems")
     parser.add_argument("--speed", action="store_true", help="time the structured policy's choose and update")
+    parser.add_argument("--guardrail", action="store_true", help="regret with the publish guardrail on vs off")
     args = parser.parse_args()
 
     chosen = [p for p in PROBLEMS if not args.problems or any(p.name.startswith(x) for x in args.problems.split(","))]
@@ -385,6 +449,10 @@ def main() -> None:
         structured_lines, results["structured"] = structured.tables(args.seeds, t0)
         print("\nContextual and factorized problems (" + str(args.seeds) + " seeds):\n")
         print("\n".join(structured_lines))
+    if args.guardrail:
+        guard_lines, results["guardrail"] = guardrail_table(args.seeds, args.horizon, t0)
+        print(f"\nThe publish guardrail on vs off ({args.seeds} seeds, defaults):\n")
+        print("\n".join(guard_lines))
     if args.speed:
         results["speed"] = structured.speed()
         print("\n" + structured.speed_lines(results["speed"]))

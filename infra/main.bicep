@@ -78,6 +78,14 @@ param queueLockSeconds int = 60
 @description('NCRONTAB schedule of the training timer (AGENT_LEARNING_TRAIN_SCHEDULE).')
 param trainSchedule string = '0 */5 * * * *'
 
+@description('Publish guardrail (AGENT_LEARNING_GUARDRAIL): enforce holds a candidate policy confidently worse than the current one, warn only logs it, off skips the evaluation.')
+@allowed([
+  'off'
+  'warn'
+  'enforce'
+])
+param guardrail string = 'enforce'
+
 @description('Lease prefix of the change-feed trigger (AGENT_LEARNING_LEASE_PREFIX); local runs use their own.')
 @minLength(1)
 @maxLength(64)
@@ -313,6 +321,10 @@ var pipelineSettings = {
   AGENT_LEARNING_DRIFT_WINDOW: '200'
   AGENT_LEARNING_DRIFT_Z: '3.0'
   AGENT_LEARNING_AUTO_PIN: 'false'
+  AGENT_LEARNING_GUARDRAIL: guardrail
+  AGENT_LEARNING_GUARDRAIL_MARGIN: '0.01'
+  AGENT_LEARNING_GUARDRAIL_CONFIDENCE: '0.95'
+  AGENT_LEARNING_GUARDRAIL_MIN_EFFECTIVE_SAMPLES: '30'
   AGENT_LEARNING_TELEMETRY: 'auto'
 }
 

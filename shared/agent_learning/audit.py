@@ -31,8 +31,9 @@ scored episodes whose learned reward (judges' score + correction deltas) is not 
 stored feedback calls for (see :func:`agent_learning.feedback.unapplied`); a sweep on the next
 tick applies it. Versions and runs are checked as a chain: versions 1..N without gaps, each
 published by training backed by a run starting where the previous version's cursor was;
-anything else is listed in ``problems``. An audit is ``ok`` when nothing is lost or learned
-twice and there are no problems.
+anything else is listed in ``problems``. Runs the publish guardrail held consumed nothing
+(their scores are learned by a later run) and are only counted (``held_runs``). An audit is
+``ok`` when nothing is lost or learned twice and there are no problems.
 
 Memory: the audit keeps a few sets of ids and one tuple per score row, streamed from the store.
 """
@@ -88,6 +89,8 @@ class AgentAudit:
     versions: int = 0
     current_version: int | None = None
     runs: int = 0
+    held_runs: int = 0
+    """Candidates the publish guardrail held (their runs consumed nothing)."""
     problems: list[str] = field(default_factory=list)
 
     @property
@@ -282,6 +285,9 @@ def _consumed_ranges(store: Store, agent_id: str, result: AgentAudit) -> tuple[l
         except InvalidDocument as exc:
             result.problems.append(f"run {raw.get('id')!r} is invalid: {exc}")
             continue
+        if run.held:
+            result.held_runs += 1
+            continue
         runs[run.policy_version] = run
     result.runs = len(runs)
 
@@ -292,9 +298,7 @@ def _consumed_ranges(store: Store, agent_id: str, result: AgentAudit) -> tuple[l
         if version.source == "train":
             if run is None:
                 result.problems.append(f"v{version.version} was trained but has no run record")
-            elif previous is not None and (
-                run.base_version != previous.version or run.cursor_from != previous.cursor
-            ):
+            elif previous is not None and (run.base_version != previous.version or run.cursor_from != previous.cursor):
                 result.problems.append(
                     f"the run of v{version.version} starts at v{run.base_version}'s cursor {_fmt(run.cursor_from)}, "
                     f"not at v{previous.version}'s {_fmt(previous.cursor)}"

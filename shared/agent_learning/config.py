@@ -25,6 +25,7 @@ from .clock import SCORE_SETTLE_SECONDS, check_settle_window
 from .documents import MAX_TEMPERATURE, MAX_TRAIN_BATCH, MIN_TEMPERATURE, TRAIN_BATCH
 from .drift import DriftConfig
 from .errors import ConfigurationError
+from .evaluation import GuardrailConfig
 from .ingestion import parse_episode_writers
 from .judges.evaluators import JudgeLimits, JudgeModel
 from .learner import LearnerConfig
@@ -61,6 +62,7 @@ COMPONENTS: dict[type, ComponentSettings] = {
     DriftConfig: ComponentSettings(renames={"window": "drift_window", "evidence_z": "drift_z"}),
     JudgeModel: ComponentSettings(prefix="judge_"),
     JudgeLimits: ComponentSettings(prefix="judge_"),
+    GuardrailConfig: ComponentSettings(prefix="guardrail_", renames={"mode": "guardrail"}),
 }
 """Every component configured from settings, and how its fields are named there."""
 
@@ -98,7 +100,6 @@ def tunable(cls: type, name: str, **constraints: Any) -> Any:
         default = 0 if default is None else default
         description = f"{description} In the environment, 0 is None."
     return Field(default, description=description, **constraints)
-
 
 
 class Settings(BaseSettings):
@@ -211,6 +212,12 @@ class Settings(BaseSettings):
     drift_z: float = tunable(DriftConfig, "evidence_z", ge=0, le=10)
     auto_pin: bool = tunable(DriftConfig, "auto_pin")
 
+    # The publish guardrail: each candidate evaluated off-policy first (see agent_learning.evaluation).
+    guardrail: Literal["off", "warn", "enforce"] = tunable(GuardrailConfig, "mode")
+    guardrail_margin: float = tunable(GuardrailConfig, "margin", ge=0, le=2)
+    guardrail_confidence: float = tunable(GuardrailConfig, "confidence", gt=0, lt=1)
+    guardrail_min_effective_samples: float = tunable(GuardrailConfig, "min_effective_samples", ge=2)
+
     # Telemetry (see agent_learning.telemetry).
     telemetry: Literal["auto", "off", "console", "azure-monitor"] = "auto"
     applicationinsights_connection_string: SecretStr | None = Field(
@@ -256,6 +263,9 @@ class Settings(BaseSettings):
 
     def drift_config(self) -> DriftConfig:
         return component(self, DriftConfig)
+
+    def guardrail_config(self) -> GuardrailConfig:
+        return component(self, GuardrailConfig)
 
 
 def load_settings(**overrides: Any) -> Settings:

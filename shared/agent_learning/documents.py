@@ -35,6 +35,7 @@ import hashlib
 import json
 import math
 import re
+import zlib
 from itertools import product
 from typing import Annotated, Any, Literal, TypeVar
 
@@ -510,9 +511,7 @@ class PolicyDocument(Document):
     version: Version
     actions: Annotated[list[Action], Field(min_length=1, max_length=MAX_ACTIONS)]
     logits: list[Annotated[float, Field(strict=True, allow_inf_nan=False, ge=-MAX_LOGIT, le=MAX_LOGIT)]]
-    temperature: Annotated[
-        float, Field(strict=True, allow_inf_nan=False, ge=MIN_TEMPERATURE, le=MAX_TEMPERATURE)
-    ] = 1.0
+    temperature: Annotated[float, Field(strict=True, allow_inf_nan=False, ge=MIN_TEMPERATURE, le=MAX_TEMPERATURE)] = 1.0
     exploration_floor: Annotated[float, Field(strict=True, allow_inf_nan=False, ge=0, lt=1)] = 0.0
     pinned: bool = False
     pin_reason: ShortText = ""
@@ -539,8 +538,10 @@ class PolicyDocument(Document):
     @model_validator(mode="before")
     @classmethod
     def _structured_schema(cls, data: Any) -> Any:
-        if isinstance(data, dict) and "schema_version" not in data and any(
-            data.get(k) is not None for k in ("dimensions", "excluded", "features")
+        if (
+            isinstance(data, dict)
+            and "schema_version" not in data
+            and any(data.get(k) is not None for k in ("dimensions", "excluded", "features"))
         ):
             return {**data, "schema_version": STRUCTURED_SCHEMA}
         return data
@@ -666,9 +667,7 @@ def excluded_configurations(doc: PolicyDocument) -> list[tuple[int, ...]]:
         index.append({a.id.partition("=")[2]: i for i, a in enumerate(doc.actions[start : start + d.size])})
         start += d.size
     for rule in doc.excluded:
-        choices = [
-            [index[k][rule[d.name]]] if d.name in rule else range(d.size) for k, d in enumerate(doc.dimensions)
-        ]
+        choices = [[index[k][rule[d.name]]] if d.name in rule else range(d.size) for k, d in enumerate(doc.dimensions)]
         found.update(product(*choices))
     return sorted(found)
 
@@ -913,8 +912,45 @@ class Rejected(BaseModel):
     error: StepText
 
 
+class Interval(BaseModel):
+    """An off-policy estimate with its confidence interval (:mod:`agent_learning.evaluation`)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+
+    value: Finite
+    low: Finite
+    high: Finite
+
+
+class Evaluation(BaseModel):
+    """A trained candidate evaluated off-policy against the current version on the episodes of
+    its batch, before it is published (the publish guardrail, :mod:`agent_learning.evaluation`).
+
+    ``verdict``: ``published`` (not confidently worse), ``held`` (confidently worse: not
+    published), ``warned`` (confidently worse, published because the guardrail only warns) or
+    ``too_few_samples`` (published: too few effective samples to judge)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+
+    verdict: Literal["published", "held", "warned", "too_few_samples"]
+    reason: ShortText
+    estimator: Literal["ips", "snips", "dr"]
+    confidence: Annotated[float, Field(strict=True, gt=0, lt=1)]
+    margin: NonNegative
+    episodes: Count
+    effective_sample_size: NonNegative
+    candidate: Interval | None = None
+    current: Interval | None = None
+    difference: Interval | None = None
+    """candidate − current on the same episodes (paired)."""
+
+
 class TrainingRun(Document):
-    """One training run: the score range it consumed and the update it published."""
+    """One training run: the score range it consumed and the update it published.
+
+    A ``held`` run's candidate was not published (its :class:`Evaluation` says why): it consumed
+    nothing, the current version and its cursor stay, and the next run learns its scores again
+    together with the newer ones. Its ``policy_version`` is the version that stayed current."""
 
     id: DocId
     type: Literal["run"] = "run"
@@ -934,11 +970,24 @@ class TrainingRun(Document):
     learner: dict[str, Any]
     started_at: AwareDatetime
     finished_at: AwareDatetime
+    status: Literal["published", "held"] = Field("published", exclude_if=lambda v: v == "published")
+    evaluation: Evaluation | None = Field(None, exclude_if=_unset)
+    """The publish guardrail's evaluation of the candidate (absent when the guardrail is off)."""
+
+    @property
+    def held(self) -> bool:
+        return self.status == "held"
 
 
 def run_doc_id(agent_id: str, version: int) -> str:
     """The run that produced ``version`` of ``agent_id``: one per published version."""
     return f"{agent_id}:run:v{version}"
+
+
+def held_run_doc_id(agent_id: str, base_version: int, cursor_to: ScoreCursor) -> str:
+    """A held run: one per current version and last score read (a repeat of the same run
+    overwrites its record with the same content)."""
+    return f"{agent_id}:run:v{base_version}:held:{cursor_to.seq}-{zlib.crc32(cursor_to.id.encode()):08x}"
 
 
 PolicyDocument.model_rebuild()

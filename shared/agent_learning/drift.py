@@ -170,7 +170,7 @@ def review(
 ) -> list[DriftWarning]:
     """Check a freshly published version: log, count and return its warnings (the caller
     decides whether to pin)."""
-    runs = [reward_of(r) for r in store.list_runs(agent_id, limit=MAX_RUNS_READ)]
+    runs = [reward_of(r) for r in store.list_runs(agent_id, limit=MAX_RUNS_READ) if r.get("status") != "held"]
     known = [r for r in runs if r is not None]
     warnings = assess(agent_id, version, known, policy_entropy(list(probabilities)), len(probabilities), config)
     for w in warnings:

@@ -188,7 +188,12 @@ def score(body: bytes | str, delivery_count: int, message_id: str | None, rt: Ru
     return outcome.status
 
 
-TRAIN_LOG_LEVELS = {"invalid_policy": logging.ERROR, "failed": logging.ERROR, "unavailable": logging.WARNING}
+TRAIN_LOG_LEVELS = {
+    "invalid_policy": logging.ERROR,
+    "failed": logging.ERROR,
+    "unavailable": logging.WARNING,
+    "held": logging.WARNING,
+}
 """How loud each training outcome is logged (anything else: INFO)."""
 
 
@@ -198,7 +203,7 @@ def train(rt: Runtime) -> list[TrainOutcome]:
     # lazy: pydantic (see the module docstring)
     from .feedback import sweep
     from .pipeline import train_all
-    from .wiring import drift_config
+    from .wiring import drift_config, guardrail_config
 
     try:
         sweep(rt.store)
@@ -206,7 +211,12 @@ def train(rt: Runtime) -> list[TrainOutcome]:
         log.exception("feedback sweep failed; the next tick tries again")
     s = rt.settings
     outcomes = train_all(
-        rt.store, learner_of(rt), max_batch=s.train_max_batch, min_batch=s.train_min_batch, drift=drift_config(s)
+        rt.store,
+        learner_of(rt),
+        max_batch=s.train_max_batch,
+        min_batch=s.train_min_batch,
+        drift=drift_config(s),
+        guardrail=guardrail_config(s),
     )
     for o in outcomes:
         level = TRAIN_LOG_LEVELS.get(o.status, logging.INFO)
@@ -306,8 +316,13 @@ def post_feedback(episode_id: str, body: bytes, caller: Caller, rt: Runtime) -> 
     if not isinstance(data, dict):
         return _json_answer(400, {"error": "body: must be a JSON object with thumb or score"})
     if "source" in data:
-        return _json_answer(400, {"error": "source: is not accepted; the source of feedback is the caller "
-                                           "(its Entra ID principal or function key), not the body"})
+        return _json_answer(
+            400,
+            {
+                "error": "source: is not accepted; the source of feedback is the caller "
+                "(its Entra ID principal or function key), not the body"
+            },
+        )
     unknown = sorted(set(data) - set(FEEDBACK_FIELDS))
     if unknown:
         return _json_answer(400, {"error": f"{unknown[0]}: unknown field (known: {', '.join(FEEDBACK_FIELDS)})"})
@@ -365,7 +380,7 @@ def choose(agent_id: str, body: bytes, rt: Runtime) -> HttpAnswer:
     except (ValueError, UnicodeDecodeError, RecursionError):
         return _json_answer(400, {"error": "body: is not a JSON object"})
     if not isinstance(data, dict):
-        return _json_answer(400, {"error": "body: must be a JSON object, {} or {\"context\": {...}}"})
+        return _json_answer(400, {"error": 'body: must be a JSON object, {} or {"context": {...}}'})
     unknown = sorted(set(data) - {"context"})
     if unknown:
         return _json_answer(400, {"error": f"{unknown[0]}: unknown field (known: context)"})

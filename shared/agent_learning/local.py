@@ -84,6 +84,7 @@ class LocalPipeline:
         feed_checkpoint: str = FEED_CHECKPOINT,
         page_size: int = 500,
         drift: Any = None,
+        guardrail: Any = None,
     ) -> None:
         self.store = store
         self.queue = queue
@@ -95,6 +96,7 @@ class LocalPipeline:
         self.feed_checkpoint = feed_checkpoint
         self.page_size = page_size
         self.drift = drift
+        self.guardrail = guardrail
 
     def close(self) -> None:
         """Close the store and the queue."""
@@ -161,6 +163,7 @@ class LocalPipeline:
             max_batch=self.max_batch,
             min_batch=self.min_batch,
             drift=self.drift,
+            guardrail=self.guardrail,
         )
 
     def run_once(self, agent_ids: Iterable[str] | None = None) -> CycleReport:
@@ -193,4 +196,5 @@ def open_local(
         max_batch=settings.train_max_batch,
         min_batch=settings.train_min_batch,
         drift=wiring.drift_config(settings),
+        guardrail=wiring.guardrail_config(settings),
     )

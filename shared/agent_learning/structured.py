@@ -386,8 +386,11 @@ class StructuredPolicy:
             raise InvalidDocument(
                 "decision", [("action_id", f"{action_id!r} is not a configuration of policy {self.agent_id!r}")]
             )
-        table = self._table(context)
-        return joint_probability(table.probs, local, self.excluded)
+        return self.probability_at(local, context)
+
+    def probability_at(self, local: Sequence[int], context: Mapping[str, Any] | None = None) -> float:
+        """π(a | x) of a configuration given as one value index per dimension."""
+        return joint_probability(self._table(context).probs, local, self.excluded)
 
     def marginals(self, context: Mapping[str, Any] | None = None) -> dict[str, dict[str, float]]:
         """Per dimension, each value's probability of being chosen for ``context`` (exclusions

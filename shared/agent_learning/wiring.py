@@ -15,6 +15,7 @@ from pathlib import Path
 from .clock import SYSTEM_CLOCK, Clock
 from .config import Settings, component
 from .drift import DriftConfig
+from .evaluation import GuardrailConfig
 from .judges.base import Judge
 from .judges.evaluators import EvaluatorJudge, JudgeLimits, JudgeModel
 from .judges.offline import OfflineJudge
@@ -31,6 +32,7 @@ from .telemetry import configure
 __all__ = [
     "configure",
     "drift_config",
+    "guardrail_config",
     "judge_limits",
     "judge_model_config",
     "learner_config",
@@ -57,6 +59,12 @@ def learner_config(settings: Settings) -> LearnerConfig:
 def drift_config(settings: Settings) -> DriftConfig:
     """The thresholds of the drift warnings, and whether a warning pins."""
     return component(settings, DriftConfig)
+
+
+def guardrail_config(settings: Settings) -> GuardrailConfig | None:
+    """The publish guardrail (``None`` when it is off)."""
+    config = component(settings, GuardrailConfig)
+    return None if config.mode == "off" else config
 
 
 def judge_model_config(settings: Settings) -> JudgeModel:

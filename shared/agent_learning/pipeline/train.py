@@ -9,7 +9,11 @@ swap and re-created from the current document if a crash interrupted that.
 
 One run, step by step (:func:`_train_agent`): load the current document, :func:`collect` the
 score rows after its cursor, :func:`learn` from them, :func:`next_version` builds the new
-document with its :class:`~agent_learning.documents.TrainingRun`, and it is published. After a
+document with its :class:`~agent_learning.documents.TrainingRun`, the publish guardrail
+evaluates it against the current version on the batch's episodes
+(:func:`agent_learning.evaluation.review`), and it is published — or, when the guardrail holds
+it, only its run is recorded (``status="held"``): nothing is consumed, the current version and
+cursor stay, and the next run learns the same scores again with the newer ones. After a
 published version, :func:`train_agent` reviews it for drift warnings and pins the agent when
 the drift settings ask for it.
 """
@@ -32,6 +36,7 @@ from ..documents import (
     Score,
     ScoreCursor,
     TrainingRun,
+    held_run_doc_id,
     run_doc_id,
 )
 from ..drift import DriftConfig, review
@@ -52,6 +57,7 @@ class TrainOutcome:
 
     status: Literal[
         "published",
+        "held",
         "no_new_scores",
         "too_few_scores",
         "pinned",
@@ -61,7 +67,8 @@ class TrainOutcome:
         "unavailable",
         "failed",
     ]
-    """``invalid_policy``: the current document does not validate (an operator must fix it);
+    """``held``: the publish guardrail held the candidate (``run`` is the held run, ``reason`` why);
+    ``invalid_policy``: the current document does not validate (an operator must fix it);
     ``unavailable``: the store (or another dependency) failed transiently, the next tick retries;
     ``failed``: anything else went wrong (``reason`` names the exception)."""
     agent_id: str
@@ -81,6 +88,7 @@ def train_agent(
     max_batch: int = TRAIN_BATCH,
     min_batch: int = 1,
     drift: DriftConfig | None = None,
+    guardrail: Any = None,
 ) -> TrainOutcome:
     """Fold an agent's new scores into its policy and publish the next version.
 
@@ -93,11 +101,13 @@ def train_agent(
     ``learner`` is a :class:`~agent_learning.learner.Reinforce` (imported by the caller, so
     that importing this module does not import numpy). ``drift`` turns on the warnings of
     :mod:`agent_learning.drift`; with its ``auto_pin`` a warning pins the agent's policy.
+    ``guardrail`` (an :class:`~agent_learning.evaluation.GuardrailConfig`; ``None``: none)
+    evaluates each candidate before it is published.
     """
     if not 1 <= max_batch <= MAX_TRAIN_BATCH:
         raise ValueError(f"max_batch: {max_batch} is not between 1 and {MAX_TRAIN_BATCH} (MAX_TRAIN_BATCH)")
     with span(SPAN_TRAIN, {"agent_id": agent_id}) as sp:
-        outcome = _train_agent(agent_id, store, learner, clock, max_batch, min_batch)
+        outcome = _train_agent(agent_id, store, learner, clock, max_batch, min_batch, guardrail)
         sp.set_attribute("status", outcome.status)
         count(TRAINING_RUNS, 1, {"agent_id": agent_id, "status": outcome.status})
         if outcome.status == "published" and outcome.run is not None and outcome.probabilities is not None:
@@ -115,7 +125,7 @@ def train_agent(
 
 
 def _train_agent(
-    agent_id: str, store: Store, learner: Any, clock: Clock, max_batch: int, min_batch: int
+    agent_id: str, store: Store, learner: Any, clock: Clock, max_batch: int, min_batch: int, guardrail: Any
 ) -> TrainOutcome:
     started = clock.now()
     try:
@@ -146,11 +156,53 @@ def _train_agent(
     update = learn(learner, current, batch)
     cursor_to = ScoreCursor(seq=int(rows[-1]["seq"]), id=str(rows[-1]["id"]))
     new = next_version(current, learner, update, batch, cursor_to, started, clock.now())
+    if guardrail is not None:
+        new, held = _guard(guardrail, current, new, batch)
+        if held is not None:
+            store.put_run(held)
+            log.warning(
+                "training %s: candidate v%d held, v%d stays: %s",
+                agent_id,
+                current.version + 1,
+                current.version,
+                held.evaluation.reason if held.evaluation else "",
+            )
+            return TrainOutcome(
+                "held", agent_id, current.version, held, reason=held.evaluation.reason if held.evaluation else ""
+            )
     try:
         new = publish(store, new, loaded.etag)
     except ConcurrencyConflict as exc:
         return TrainOutcome("lost_race", agent_id, current.version, reason=str(exc))
     return TrainOutcome("published", agent_id, new.version, new.run, probabilities=policy_probabilities(new))
+
+
+def _guard(
+    guardrail: Any, current: PolicyDocument, new: PolicyDocument, batch: Collected
+) -> tuple[PolicyDocument, TrainingRun | None]:
+    """``new`` with the guardrail's evaluation on its run, and the held run if it is held."""
+    from ..evaluation import review  # numpy, like the learner: only where training runs
+
+    n = batch.episodes  # corrections are reward changes, not episodes: they are not evaluated
+    evaluation = review(
+        guardrail, current, new, batch.actions[:n], batch.rewards[:n], batch.probabilities[:n], batch.contexts[:n]
+    )
+    if evaluation is None or new.run is None:
+        return new, None
+    run = new.run.model_copy(update={"evaluation": evaluation})
+    if evaluation.verdict == "warned":
+        log.warning("training %s: v%d published although %s", new.agent_id, new.version, evaluation.reason)
+    if evaluation.verdict != "held":
+        return new.model_copy(update={"run": run}), None
+    assert new.cursor is not None
+    held = run.model_copy(
+        update={
+            "id": held_run_doc_id(new.agent_id, current.version, new.cursor),
+            "policy_version": current.version,
+            "status": "held",
+        }
+    )
+    return new, held
 
 
 @dataclass
@@ -214,8 +266,12 @@ def collect(agent_id: str, rows: Sequence[RawDoc], policy: PolicyDocument | Sequ
             continue
         action = parse(score.action_id)
         if action is None:
-            out.skipped.append(Rejected(id=score.id, error=f"action {score.action_id!r} is not in the current policy "
-                                                           "(a revision removed or renamed it)"))
+            out.skipped.append(
+                Rejected(
+                    id=score.id,
+                    error=f"action {score.action_id!r} is not in the current policy (a revision removed or renamed it)",
+                )
+            )
             continue
         if score.is_correction:
             out.corrections += 1
@@ -258,9 +314,7 @@ def learn(learner: Any, current: PolicyDocument, batch: Collected) -> Any:
         update = learn_structured(learner.config, current, rows)
         _warn_state_reset(update, current)
         return update
-    arrays = Batch.from_arrays(
-        batch.actions, batch.rewards, batch.probabilities, len(current.action_ids), batch.flags
-    )
+    arrays = Batch.from_arrays(batch.actions, batch.rewards, batch.probabilities, len(current.action_ids), batch.flags)
     update = learner.update(current.logits, arrays, current.temperature, state=current.learner_state)
     _warn_state_reset(update, current)
     return update
@@ -339,6 +393,7 @@ def train_all(
     max_batch: int = TRAIN_BATCH,
     min_batch: int = 1,
     drift: DriftConfig | None = None,
+    guardrail: Any = None,
 ) -> list[TrainOutcome]:
     """:func:`train_agent` for ``agent_ids`` (default: every agent with a policy); one agent's
     failure does not stop the rest. A transient failure (a store outage) is ``unavailable`` and
@@ -348,7 +403,14 @@ def train_all(
         try:
             outcomes.append(
                 train_agent(
-                    agent_id, store, learner, clock=clock, max_batch=max_batch, min_batch=min_batch, drift=drift
+                    agent_id,
+                    store,
+                    learner,
+                    clock=clock,
+                    max_batch=max_batch,
+                    min_batch=min_batch,
+                    drift=drift,
+                    guardrail=guardrail,
                 )
             )
         except TransientError as exc:

@@ -1,0 +1,172 @@
+"""The publish guardrail in the trainer: a bad candidate is held (and nothing is consumed), good
+ones are published with their estimate, too little evidence publishes and says so."""
+
+from __future__ import annotations
+
+import dataclasses
+import random
+from typing import Any
+
+import numpy as np
+import pytest
+from support.factories import make_episode, make_policy_doc, make_score
+
+from agent_learning.audit import audit_agent
+from agent_learning.documents import TrainingRun
+from agent_learning.evaluation import GuardrailConfig, chosen_probabilities
+from agent_learning.learner import Batch, Reinforce, Update
+from agent_learning.pipeline import create_policy, load_current, train_agent
+from agent_learning.policy import policy_probabilities
+from agent_learning.store.base import Store
+from agent_learning.structured import StructuredPolicy
+
+AGENT = "guarded"
+ACTIONS = ("good", "fair", "poor")
+MEANS = {"good": 0.8, "fair": 0.5, "poor": 0.2}
+ENFORCE = GuardrailConfig()
+
+
+class InvertedRewards(Reinforce):
+    """A broken learner: it learns from 1 − reward, so it moves towards the worst action."""
+
+    def update(self, logits: Any, batch: Batch, temperature: float = 1.0, state: Any = None) -> Update:
+        return super().update(logits, dataclasses.replace(batch, rewards=1.0 - batch.rewards), temperature, state)
+
+
+def start(store: Store) -> None:
+    doc = make_policy_doc(AGENT, kind="current", actions=ACTIONS, logits=[1.0, 0.5, 0.0], exploration_floor=0.01)
+    create_policy(store, doc)
+
+
+def log_episodes(store: Store, n: int, seed: int, first: int = 0) -> None:
+    """``n`` scored episodes drawn from the current policy, Bernoulli rewards of ``MEANS``."""
+    rng = random.Random(seed)
+    current = load_current(store, AGENT)
+    assert current is not None
+    probs = policy_probabilities(current)
+    for i in range(first, first + n):
+        k = rng.choices(range(len(ACTIONS)), probs)[0]
+        reward = 1.0 if rng.random() < MEANS[ACTIONS[k]] else 0.0
+        episode = make_episode(
+            f"ep-{i}", agent_id=AGENT, action_id=ACTIONS[k], probability=probs[k], policy_version=current.version
+        )
+        store.add_episode(episode)
+        store.put_score(make_score(episode=episode, reward=reward))
+
+
+def runs(store: Store) -> list[TrainingRun]:
+    return [TrainingRun.from_dict(r) for r in store.list_runs(AGENT, 100)]
+
+
+def test_a_broken_learner_is_held_and_a_sound_one_then_learns_the_same_scores(store: Store) -> None:
+    start(store)
+    log_episodes(store, 600, seed=1)
+    before = load_current(store, AGENT)
+
+    held = train_agent(AGENT, store, InvertedRewards(), guardrail=ENFORCE)
+    assert held.status == "held", held.reason
+    assert "confidently worse" in held.reason
+    after = load_current(store, AGENT)
+    assert after == before  # version, logits, learner state and cursor all stay
+    (run,) = runs(store)
+    assert run.held and run.policy_version == 1 and run.episodes == 600
+    ev = run.evaluation
+    assert ev is not None and ev.verdict == "held" and ev.estimator == "snips"
+    assert ev.difference is not None and ev.candidate is not None and ev.current is not None
+    assert ev.difference.high < 0 and ev.candidate.value < ev.current.value
+    assert ev.effective_sample_size >= ENFORCE.min_effective_samples
+
+    again = train_agent(AGENT, store, InvertedRewards(), guardrail=ENFORCE)  # the next tick, nothing new
+    assert again.status == "held" and again.run is not None and again.run.id == run.id
+    assert len(runs(store)) == 1
+
+    log_episodes(store, 100, seed=2, first=600)
+    published = train_agent(AGENT, store, Reinforce(), guardrail=ENFORCE)
+    assert published.status == "published" and published.version == 2
+    assert published.run is not None and published.run.episodes == 700  # the held scores too
+    assert published.run.evaluation is not None and published.run.evaluation.verdict == "published"
+    books = audit_agent(store, AGENT)
+    assert books.ok and books.learned == 700 and books.lost == 0 and books.held_runs == 1, books.problems
+
+
+def test_in_warn_mode_a_worse_candidate_is_published_with_its_verdict(store: Store) -> None:
+    start(store)
+    log_episodes(store, 600, seed=1)
+    outcome = train_agent(AGENT, store, InvertedRewards(), guardrail=GuardrailConfig(mode="warn"))
+    assert outcome.status == "published"
+    current = load_current(store, AGENT)
+    assert current is not None and current.run is not None and current.run.evaluation is not None
+    assert current.run.evaluation.verdict == "warned"
+    assert current.run.evaluation.difference is not None and current.run.evaluation.difference.high < 0
+
+
+def test_a_sound_candidate_is_published_with_its_estimate(tmp_path: Any) -> None:
+    from agent_learning.store.memory import MemoryStore
+
+    store = MemoryStore()
+    start(store)
+    log_episodes(store, 600, seed=3)
+    outcome = train_agent(AGENT, store, Reinforce(), guardrail=ENFORCE)
+    assert outcome.status == "published"
+    version = store.get_policy_version(AGENT, 2)
+    assert version is not None
+    evaluation = TrainingRun.from_dict(version["run"]).evaluation
+    assert evaluation is not None and evaluation.verdict == "published"
+    assert evaluation.difference is not None and evaluation.difference.high > 0
+    assert evaluation.episodes == 600 and "not confidently worse" in evaluation.reason
+
+
+def test_too_few_effective_samples_publish_and_say_so() -> None:
+    from agent_learning.store.memory import MemoryStore
+
+    store = MemoryStore()
+    start(store)
+    log_episodes(store, 20, seed=4)
+    outcome = train_agent(AGENT, store, InvertedRewards(), guardrail=ENFORCE)
+    assert outcome.status == "published"
+    assert outcome.run is not None and outcome.run.evaluation is not None
+    assert outcome.run.evaluation.verdict == "too_few_samples"
+    assert "effective samples, fewer than the 30 needed to judge" in outcome.run.evaluation.reason
+
+
+def test_without_a_guardrail_runs_carry_no_evaluation() -> None:
+    from agent_learning.store.memory import MemoryStore
+
+    store = MemoryStore()
+    start(store)
+    log_episodes(store, 50, seed=5)
+    outcome = train_agent(AGENT, store, Reinforce())
+    assert outcome.status == "published" and outcome.run is not None and outcome.run.evaluation is None
+    assert "evaluation" not in outcome.run.to_dict() and "status" not in outcome.run.to_dict()
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "message"),
+    [
+        ("mode", "strict", "mode: 'strict' is not one of off, warn, enforce"),
+        ("margin", -0.1, "margin: -0.1 must be a non-negative number"),
+        ("confidence", 1.5, "confidence: 1.5 must be between 0 and 1"),
+        ("min_effective_samples", 1, "min_effective_samples: 1 must be at least 2"),
+    ],
+)
+def test_guardrail_settings_are_checked(field: str, value: Any, message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        GuardrailConfig(**{field: value})
+
+
+def test_structured_candidates_are_evaluated_at_the_probability_of_each_logged_configuration() -> None:
+    policy = StructuredPolicy.create(
+        AGENT,
+        {"prompt": ["short", "long"], "k": [1, 3, 5]},
+        context={"task": "category"},
+        excluded=[{"k": "5", "prompt": "long"}],
+    )
+    doc = policy.document.model_copy(update={"logits": [0.4, -0.4, 0.3, 0.0, -0.3]})
+    rng = np.random.default_rng(0)
+    contexts = [None if i % 3 == 0 else {"task": ["billing", "tech"][i % 2]} for i in range(30)]
+    actions = [(int(rng.integers(2)), int(rng.integers(2))) for _ in range(30)]
+    got = chosen_probabilities(doc, actions, contexts)
+    reference = StructuredPolicy(doc)
+    ids = reference.layout
+    expected = [reference.probability(ids.joint_id(a), c) for a, c in zip(actions, contexts, strict=True)]
+    assert got == pytest.approx(expected)
