@@ -785,7 +785,10 @@ def runs_list(agent_id: str, limit: int, as_json: bool, db: str | None) -> None:
     for d in docs:
         m = d.get("metrics", {})
         table.add_row(
-            d["id"], f"v{d['base_version']}→v{d['policy_version']}", str(d["episodes"]),
+            d["id"],
+            (f"v{d['base_version']} held" if d.get("status") == "held"
+             else f"v{d['base_version']}→v{d['policy_version']}"),
+            str(d["episodes"]),
             str(int(m.get("corrections", 0))), str(d.get("rejected", 0)), _fmt(m.get("mean_reward")),
             _fmt(m.get("kl"), 4), str(d.get("finished_at", ""))[:19],
         )
@@ -812,9 +815,9 @@ def runs_show(run_id: str, as_json: bool, db: str | None) -> None:
     table = Table(title=f"run {run_id}", title_justify="left", show_header=False)
     table.add_column("field")
     table.add_column("value")
-    for key in ("base_version", "policy_version", "episodes", "rejected", "skipped", "cursor_from", "cursor_to",
-                "started_at", "finished_at"):
-        value = doc.get(key)
+    for key in ("status", "base_version", "policy_version", "episodes", "rejected", "skipped", "cursor_from",
+                "cursor_to", "started_at", "finished_at"):
+        value = doc.get(key, "published" if key == "status" else None)
         if isinstance(value, dict) and {"seq", "id"} <= set(value):
             value = f"score {value['id']} (seq {value['seq']})"
         table.add_row(key, "—" if value is None else str(value))
@@ -822,9 +825,82 @@ def runs_show(run_id: str, as_json: bool, db: str | None) -> None:
         table.add_row(f"metrics.{key}", f"{value:.6g}")
     for sample in doc.get("rejected_samples", []):
         table.add_row("rejected", f"{sample['id']}: {sample['error']}")
+    evaluation = doc.get("evaluation")
+    if evaluation:
+        table.add_row("guardrail", f"{evaluation['verdict']}: {evaluation['reason']}")
     out.print(table)
     out.print("softmax_entropy: of softmax(logits / T), without the exploration floor; "
               "policy show and policy history give the entropy of the policy agents draw from (floor included)")
+
+
+# --------------------------------------------------------------------------- evaluate
+
+
+@main.command()
+@agent_option
+@click.option("--version", "version", type=click.IntRange(min=1), default=None,
+              help="Evaluate this version of the agent's policy.")
+@click.option("--action", "action_id", default=None,
+              help="Evaluate always choosing this configuration (for dimensions: this value, e.g. prompt=concise, "
+                   "with the other dimensions as the current version chooses them).")
+@click.option("--uniform", is_flag=True, help="Evaluate choosing every configuration equally often.")
+@click.option("--candidate", is_flag=True, help="Evaluate the version the next training run would publish.")
+@click.option("--since", type=click.DateTime(TIME_FORMATS), default=None,
+              help="Only episodes scored at or after this UTC date or time (default: all, the newest 100,000).")
+@click.option("--confidence", type=click.FloatRange(0.5, 0.999), default=0.95, show_default=True,
+              help="Two-sided confidence of the intervals.")
+@json_option
+@db_option
+@_handle_errors
+def evaluate(agent_id: str, version: int | None, action_id: str | None, uniform: bool, candidate: bool,
+             since: datetime | None, confidence: float, as_json: bool, db: str | None) -> None:
+    """Estimate, from the logged episodes, what the mean reward would have been under another
+    policy, against the current version (IPS, self-normalised IPS and doubly robust, with intervals).
+    Without a target option, the current version is evaluated on its own logs."""
+    from . import counterfactual as cf  # numpy: only for this command
+
+    chosen = [name for name, given in (("--version", version is not None), ("--action", action_id is not None),
+                                       ("--uniform", uniform), ("--candidate", candidate)) if given]
+    if len(chosen) > 1:
+        raise ValueError(f"{chosen[1]}: choose one target of --version, --action, --uniform and --candidate")
+    with _store(db) as (store, settings):
+        current = _current(store, settings, agent_id)
+        logged = cf.read_logged(store, current, since=since.replace(tzinfo=UTC) if since else None)
+        if version is not None:
+            target, label = cf.version_target(store, current, version), f"v{version}"
+        elif action_id is not None:
+            target, label = cf.always(current, action_id), f"always {action_id}"
+        elif uniform:
+            target, label = cf.uniform(current), "uniform"
+        elif candidate:
+            target, new = cf.candidate_target(store, current, wiring.open_learner(settings))
+            label = f"the next candidate (v{current.version + 1}, from {new} new episodes)"
+        else:
+            target, label = cf.of_document(current), f"v{current.version} (current)"
+        result = cf.compare_to_current(logged, current, target, label, confidence)
+    if as_json:
+        _echo_json({**result.to_dict(), "confidence": confidence,
+                    "scored_from": logged.first, "scored_to": logged.last})
+        return
+    span = f"{_iso(logged.first)[:19]} to {_iso(logged.last)[:19]}" if logged.first and logged.last else ""
+    out.print(f"{agent_id}: {label} against v{current.version} (current) on {result.episodes:,} episodes "
+              f"scored {span} UTC")
+    table = Table(title=f"mean reward, {confidence:.0%} intervals", title_justify="left")
+    for col in ("estimator", "target", "current", "target − current", "ESS"):
+        table.add_column(col, justify="left" if col == "estimator" else "right")
+    for name, (t, c, d) in result.estimates.items():
+        table.add_row(name, _interval_text(t), _interval_text(c), _interval_text(d, signed=True),
+                      f"{t.effective_sample_size:,.0f}")
+    out.print(table)
+    for note in result.notes:
+        out.print(f"note: {note}")
+    out.print("ESS: effective sample size of the target's importance weights, (Σw)²/Σw²; "
+              "an interval resting on a few dozen is wide, on fewer it is rough")
+
+
+def _interval_text(e: Any, signed: bool = False) -> str:
+    f = "+.3f" if signed else ".3f"
+    return f"{e.value:{f}} [{e.low:{f}}, {e.high:{f}}]"
 
 
 # --------------------------------------------------------------------------- episodes

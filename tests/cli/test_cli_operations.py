@@ -178,6 +178,41 @@ def test_runs_list_and_show(deployment: Deployment) -> None:
     assert gone.exit_code == 2 and "no run" in gone.stderr
 
 
+def test_evaluate_every_target_against_the_current_version(deployment: Deployment) -> None:
+    own = as_json("evaluate", "--agent-id", AGENT)
+    assert own["episodes"] == 60 and own["current_version"] == 4 and own["target"] == "v4 (current)"
+    assert set(own["estimates"]) == {"ips", "snips", "dr"}
+    for e in own["estimates"].values():
+        assert e["target"] == e["current"] and e["difference"]["value"] == 0.0
+    uniform = as_json("evaluate", "--agent-id", AGENT, "--uniform")
+    first = as_json("evaluate", "--agent-id", AGENT, "--version", "1")  # v1 was uniform
+    for name in ("ips", "snips", "dr"):
+        u = uniform["estimates"][name]
+        assert first["estimates"][name]["target"]["value"] == pytest.approx(u["target"]["value"])
+        assert u["target"]["low"] <= u["target"]["value"] <= u["target"]["high"]
+        assert u["difference"]["value"] == pytest.approx(u["target"]["value"] - u["current"]["value"])
+    always = as_json("evaluate", "--agent-id", AGENT, "--action", "calculator", "--since", "2020-01-01")
+    assert always["target"] == "always calculator" and always["episodes"] == 60
+
+    # New scores that no run has learned yet: the candidate is what the next run would publish.
+    policy = SoftmaxPolicy.from_document(load_current(deployment.pipeline.store, AGENT), rng=deployment.rng)  # type: ignore[arg-type]
+    for _ in range(10):
+        deployment.scenario.run_episode(deployment.pipeline.store, policy.choose(), deployment.rng, deployment.clock)
+    deployment.pipeline.pump()
+    deployment.pipeline.score_pending()
+    candidate = as_json("evaluate", "--agent-id", AGENT, "--candidate")
+    assert candidate["target"] == "the next candidate (v5, from 10 new episodes)" and candidate["episodes"] == 70
+    text = ok("evaluate", "--agent-id", AGENT, "--uniform").stdout
+    assert "uniform against v4 (current) on 70 episodes" in text and "target − current" in text
+
+    two = cli("evaluate", "--agent-id", AGENT, "--uniform", "--candidate")
+    assert two.exit_code == 2 and "--candidate: choose one target" in two.stderr
+    unknown = cli("evaluate", "--agent-id", AGENT, "--action", "nope")
+    assert unknown.exit_code == 2 and "--action: 'nope' is not an action of 'math-tutor'" in unknown.stderr
+    future = cli("evaluate", "--agent-id", AGENT, "--since", "2999-01-01")
+    assert future.exit_code == 2 and "has 0 scored episodes since 2999-01-01" in future.stderr
+
+
 def test_train_applies_feedback_whose_call_died_before_applying_it(deployment: Deployment) -> None:
     from agent_learning.documents import Feedback
 

@@ -1,0 +1,306 @@
+"""What would an agent's reward have been under another policy? Off-policy estimates on its logs.
+
+``agent-learn evaluate`` runs on this module: it reads an agent's scored episodes (each with the
+probability its configuration was chosen with, its context and its reward after feedback), and
+estimates, with every estimator of :mod:`agent_learning.evaluation`, the mean reward of a
+*target* — a policy version, "always this configuration" (or, for dimensions, "always this
+value, the other dimensions as the current version chooses them"), uniform, or the candidate
+the next training run would publish — against the current version on the same episodes.
+
+Configurations are indexed in the joint space of the current version (mixed radix, the first
+dimension slowest); a target's probabilities are computed once per distinct context.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+import numpy as np
+from numpy.typing import NDArray
+
+from .documents import PolicyDocument, Score, ScoreCursor, excluded_configurations
+from .errors import InvalidDocument, NotFound
+from .evaluation import ESTIMATORS, Estimate, Logs, NoOverlap, Target, compare, estimator_named
+from .policy import policy_probabilities
+from .store.base import Store
+from .structured import Layout, dimension_probabilities, feature_logits, joint_index
+
+MAX_EPISODES = 100_000
+"""The most logged episodes one evaluation reads (the newest ones)."""
+MAX_TABLE_CELLS = 20_000_000
+"""Distinct contexts × configurations beyond which a target keeps only the probability of each
+logged configuration (IPS and SNIPS; the doubly robust estimate needs every configuration's)."""
+PAGE = 1_000
+"""Score rows read per store call."""
+
+Array = NDArray[np.float64]
+
+
+@dataclass
+class Logged:
+    """An agent's logged episodes as the estimators take them."""
+
+    logs: Logs
+    """Actions are configuration indices of the current version; groups the episode's segment
+    (its categorical context values), for the doubly robust reward model."""
+    local: list[tuple[int, ...]]
+    """Per episode, its value index in each dimension (one dimension for a flat policy)."""
+    contexts: list[Mapping[str, Any] | None]
+    """Distinct contexts, in first-seen order."""
+    rows: NDArray[np.int64]
+    """Per episode, the index of its context in ``contexts``."""
+    first: datetime | None = None
+    last: datetime | None = None
+    skipped: int = 0
+    """Scores of configurations the current version does not have (a revision removed them)."""
+    invalid: int = 0
+    truncated: bool = False
+    """More episodes matched than :data:`MAX_EPISODES`: the newest were kept."""
+
+
+def read_logged(
+    store: Store, current: PolicyDocument, *, since: datetime | None = None, limit: int = MAX_EPISODES
+) -> Logged:
+    """The agent's judged episodes scored at or after ``since`` (the newest ``limit``), each with
+    its reward after feedback. Raises :class:`NotFound` when there are fewer than two."""
+    layout = Layout.of(current)
+    episodes: dict[str, list[Any]] = {}  # episode id → [local, reward, probability, context, scored_at]
+    skipped = invalid = 0
+    after: ScoreCursor | None = None
+    while True:
+        page = store.read_scores(current.agent_id, after, PAGE, settled=False)
+        for raw in page:
+            try:
+                score = Score.from_dict(raw)
+            except InvalidDocument:
+                invalid += 1
+                continue
+            if score.is_correction:
+                if score.episode_id in episodes:
+                    episodes[score.episode_id][1] = score.reward  # the reward after this feedback
+                continue
+            if since is not None and score.scored_at < since:
+                continue
+            local = layout.parse(score.action_id)
+            if local is None:
+                skipped += 1
+                continue
+            episodes[score.episode_id] = [local, score.reward, score.probability, score.context, score.scored_at]
+        if len(page) < PAGE:
+            break
+        after = ScoreCursor(seq=int(page[-1]["seq"]), id=str(page[-1]["id"]))
+    values = list(episodes.values())
+    truncated = len(values) > limit
+    values = values[-limit:]
+    if len(values) < 2:
+        raise NotFound(
+            f"--agent-id: {current.agent_id!r} has {len(values)} scored episodes"
+            + (f" since {since.isoformat()}" if since else "")
+            + "; an estimate needs at least 2"
+        )
+    keys: dict[str, int] = {}
+    contexts: list[Mapping[str, Any] | None] = []
+    rows = np.empty(len(values), dtype=np.int64)
+    segments: dict[tuple[Any, ...], int] = {}
+    groups = np.empty(len(values), dtype=np.int64)
+    for i, (_, _, _, context, _) in enumerate(values):
+        key = json.dumps(context, sort_keys=True)
+        if key not in keys:
+            keys[key] = len(contexts)
+            contexts.append(context)
+        rows[i] = keys[key]
+        segment = tuple(sorted((k, v) for k, v in (context or {}).items() if isinstance(v, str | bool)))
+        groups[i] = segments.setdefault(segment, len(segments))
+    actions = [joint_index(v[0], layout.sizes) for v in values]
+    logs = Logs.of(
+        actions, [v[1] for v in values], [v[2] for v in values], math.prod(layout.sizes), groups
+    )
+    return Logged(
+        logs, [v[0] for v in values], contexts, rows, values[0][4], values[-1][4], skipped, invalid, truncated
+    )
+
+
+# --------------------------------------------------------------------------- targets
+
+
+Distribution = Callable[[Mapping[str, Any] | None], Array]
+"""A policy's probability of every configuration (joint index) in a context."""
+
+
+def joint(probs: Sequence[Sequence[float]], excluded: Sequence[tuple[int, ...]], sizes: Sequence[int]) -> Array:
+    """The joint distribution over configurations from per-dimension probabilities, excluded
+    configurations removed and the rest renormalised."""
+    out = np.ones(1)
+    for p in probs:
+        out = np.multiply.outer(out, np.asarray(p, dtype=np.float64)).ravel()
+    for local in excluded:
+        out[joint_index(local, sizes)] = 0.0
+    return out / out.sum()
+
+
+def of_document(doc: PolicyDocument) -> Distribution:
+    """What ``doc`` chooses in a context (exploration floor included)."""
+    if not doc.structured:
+        flat = np.asarray(policy_probabilities(doc))
+        return lambda context: flat
+    layout = Layout.of(doc)
+    excluded = excluded_configurations(doc)
+
+    def distribution(context: Mapping[str, Any] | None) -> Array:
+        logits = feature_logits(doc, context)
+        probs = dimension_probabilities(logits, layout, doc.temperature, doc.exploration_floor)
+        return joint(probs, excluded, layout.sizes)
+
+    return distribution
+
+
+def always(doc: PolicyDocument, action_id: str) -> Distribution:
+    """Always ``action_id``: a configuration (a flat policy's action, or one value per dimension),
+    or, for dimensions, one value (``prompt=concise``) with the other dimensions as ``doc``
+    chooses them."""
+    layout = Layout.of(doc)
+    excluded = excluded_configurations(doc)
+    local = layout.parse(action_id)
+    if local is not None:
+        if local in set(excluded):
+            raise ValueError(f"--action: {action_id!r} is an excluded configuration")
+        one = np.zeros(math.prod(layout.sizes))
+        one[joint_index(local, layout.sizes)] = 1.0
+        return lambda context: one
+    dims = [d for d, ids in enumerate(layout.value_ids) if action_id in ids]
+    if not dims or len(layout.sizes) == 1:
+        raise ValueError(
+            f"--action: {action_id!r} is not an action of {doc.agent_id!r}"
+            + (f" (actions: {', '.join(doc.action_ids)})" if len(doc.action_ids) <= 20 else "")
+        )
+    d, value = dims[0], layout.value_ids[dims[0]].index(action_id)
+    if sum(1 for e in excluded if e[d] == value) == math.prod(layout.sizes) // layout.sizes[d]:
+        raise ValueError(f"--action: every configuration with {action_id!r} is excluded")
+    fixed = np.zeros(layout.sizes[d])
+    fixed[value] = 1.0
+
+    def distribution(context: Mapping[str, Any] | None) -> Array:
+        logits = feature_logits(doc, context)
+        probs = dimension_probabilities(logits, layout, doc.temperature, doc.exploration_floor)
+        probs[d] = list(fixed)
+        return joint(probs, excluded, layout.sizes)
+
+    return distribution
+
+
+def uniform(doc: PolicyDocument) -> Distribution:
+    """Every configuration that is not excluded, equally likely."""
+    layout = Layout.of(doc)
+    out = joint([[1.0] * k for k in layout.sizes], excluded_configurations(doc), layout.sizes)
+    return lambda context: out
+
+
+def target_of(logged: Logged, distribution: Distribution) -> Target:
+    """A :class:`Target` on the logged episodes: the whole table when it fits
+    (:data:`MAX_TABLE_CELLS`), else the probability of each logged configuration only."""
+    first = distribution(logged.contexts[0])
+    k = len(first)
+    if len(logged.contexts) * k <= MAX_TABLE_CELLS:
+        table = np.vstack([first] + [distribution(c) for c in logged.contexts[1:]])
+        return Target.of_table(table, logged.rows)
+    chosen = np.fromiter(
+        (distribution(logged.contexts[u])[a] for u, a in zip(logged.rows, logged.logs.actions, strict=True)),
+        np.float64,
+        len(logged.rows),
+    )
+    return Target.of_chosen(chosen)
+
+
+# --------------------------------------------------------------------------- the comparison
+
+
+@dataclass
+class Comparison:
+    """A target against the current version, by every estimator that could run."""
+
+    target: str
+    current_version: int
+    episodes: int
+    estimates: dict[str, tuple[Estimate, Estimate, Estimate]] = field(default_factory=dict)
+    """Estimator name → (target, current, target − current)."""
+    notes: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "target": self.target,
+            "current_version": self.current_version,
+            "episodes": self.episodes,
+            "estimates": {
+                name: {
+                    "target": t._asdict(),
+                    "current": c._asdict(),
+                    "difference": d._asdict(),
+                }
+                for name, (t, c, d) in self.estimates.items()
+            },
+            "notes": list(self.notes),
+        }
+
+
+def compare_to_current(
+    logged: Logged, current: PolicyDocument, target: Distribution, label: str, confidence: float = 0.95
+) -> Comparison:
+    """``target`` against ``current`` on ``logged`` with IPS, SNIPS and DR."""
+    result = Comparison(label, current.version, len(logged.logs))
+    tgt, cur = target_of(logged, target), target_of(logged, of_document(current))
+    for name in ESTIMATORS:
+        if name == "dr" and (tgt.table is None or cur.table is None):
+            result.notes.append(
+                f"dr: not estimated: {len(logged.contexts)} distinct contexts × configurations exceed "
+                f"{MAX_TABLE_CELLS:,} (narrow the window with --since)"
+            )
+            continue
+        try:
+            result.estimates[name] = compare(logged.logs, tgt, cur, estimator_named(name), confidence)
+        except NoOverlap:
+            result.notes.append(f"{name}: the target never chooses a logged configuration; nothing to estimate from")
+    if logged.truncated:
+        result.notes.append(f"only the newest {len(logged.logs):,} episodes were read")
+    if logged.skipped:
+        result.notes.append(f"{logged.skipped} scores of configurations the current version lacks were left out")
+    if not result.estimates:
+        raise NotFound(f"--agent-id: {current.agent_id!r}: " + "; ".join(result.notes))
+    return result
+
+
+def version_target(store: Store, current: PolicyDocument, version: int) -> Distribution:
+    """Version ``version`` of the agent, which must have the current version's configurations."""
+    raw = store.get_policy_version(current.agent_id, version)
+    if raw is None:
+        raise NotFound(f"--version: {current.agent_id!r} has no version {version}")
+    doc = PolicyDocument.from_dict(raw)
+    if doc.action_ids != current.action_ids or doc.dimensions != current.dimensions or doc.excluded != current.excluded:
+        raise ValueError(
+            f"--version: v{version} has other configurations than the current v{current.version}; "
+            "estimates compare policies over the same configurations"
+        )
+    return of_document(doc)
+
+
+def candidate_target(store: Store, current: PolicyDocument, learner: Any) -> tuple[Distribution, int]:
+    """The candidate the next training run would publish (not published), and its new episodes."""
+    from .pipeline.train import collect, learn, next_version  # the learner: numpy, only here
+
+    rows = store.read_scores(current.agent_id, current.cursor, 10_000)
+    batch = collect(current.agent_id, rows, current)
+    if not batch.actions:
+        raise NotFound(
+            f"--candidate: {current.agent_id!r} has no new scores since v{current.version}; "
+            "the next candidate would be the current version"
+        )
+    update = learn(learner, current, batch)
+    cursor = ScoreCursor(seq=int(rows[-1]["seq"]), id=str(rows[-1]["id"]))
+    now = datetime.now().astimezone()
+    doc = next_version(current, learner, update, batch, cursor, now, now)
+    return of_document(doc), batch.episodes
+
