@@ -532,3 +532,22 @@ def test_a_discarded_run_writes_nothing_even_when_it_raises(
     with pytest.raises(RuntimeError, match="discarded"):
         run.end("late")
     assert store.list_episodes() == []
+
+
+def test_model_usage_adds_up_from_responses_and_numbers(clock: ManualClock) -> None:
+    class CompletionUsage:  # the shape of an OpenAI client's response.usage
+        prompt_tokens, completion_tokens = 1_200, 300
+
+    store = MemoryStore()
+    policy = SoftmaxPolicy.from_actions(AGENT, ["a", "b"], seed=1)
+    run = EpisodeCapture(store, policy.choose(), input="hi", clock=clock)
+    run.add_usage(CompletionUsage())
+    run.add_usage({"prompt_tokens": 800, "completion_tokens": 200})
+    run.add_usage(prompt_tokens=10, completion_tokens=5)
+    episode = run.end("hello")
+    assert episode.usage is not None and (episode.usage.prompt_tokens, episode.usage.completion_tokens) == (2_010, 505)
+    assert episode.usage.total == 2_515
+    with pytest.raises(ValueError, match="usage: token counts must not be negative"):
+        EpisodeCapture(store, policy.choose(), input="hi", clock=clock).add_usage(prompt_tokens=-1)
+    plain = EpisodeCapture(store, policy.choose(), input="hi", clock=clock).end("hello")
+    assert plain.usage is None and "usage" not in plain.to_dict()

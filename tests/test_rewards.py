@@ -277,3 +277,21 @@ def test_reward_config_rejects_all_zero_weights_and_zero_budget() -> None:
     with pytest.raises(ValueError, match="latency_budget_ms"):
         RewardConfig(latency_budget_ms=0)
     assert RewardConfig(w_intent=0, w_adherence=0, w_completion=1).weights[TASK_COMPLETION] == 1
+
+
+# --------------------------------------------------------------------------- token cost
+
+
+def test_a_token_cost_lowers_the_reward_and_without_one_the_version_is_the_previous_releases() -> None:
+    from agent_learning.documents import Usage
+
+    assert RewardFunction().version == "judges-feedback/2+8fa8f2cac4"  # as scored before the cost existed
+    spent = episode().model_copy(update={"usage": Usage(prompt_tokens=4_000, completion_tokens=1_000)})
+    free, free_info = RewardFunction()(metrics(), spent)
+    priced = RewardFunction(RewardConfig(cost_per_thousand_tokens=0.01))
+    reward, info = priced(metrics(), spent)
+    assert reward == pytest.approx(free - 0.05)
+    assert info.components["tokens"] == pytest.approx(-0.05) and "tokens" not in free_info.components
+    assert info.penalties["cost_per_thousand_tokens"] == 0.01 and "cost_per_thousand_tokens" not in free_info.penalties
+    assert priced.version != RewardFunction().version
+    assert priced(metrics(), episode())[0] == free  # no usage recorded: no cost

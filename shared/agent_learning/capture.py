@@ -57,6 +57,7 @@ from .documents import (
     MAX_TEXT_CHARS,
     Episode,
     Step,
+    Usage,
     json_bytes,
 )
 from .policy import Decision
@@ -114,6 +115,7 @@ class EpisodeCapture:
         self.clock = clock
         self.started_at = clock.now()
         self.steps: list[Step] = []
+        self.usage: Usage | None = None
         self.episode: Episode | None = None
         self.discarded: str | None = None
         """Why the run was discarded (:meth:`discard`), or None."""
@@ -198,6 +200,20 @@ class EpisodeCapture:
             call_id=call_id,
         )
 
+    def add_usage(self, usage: Any = None, *, prompt_tokens: int = 0, completion_tokens: int = 0) -> None:
+        """Count model tokens the run spent: a model response's ``usage`` (anything with
+        ``prompt_tokens`` and ``completion_tokens``, attributes or keys, as OpenAI's clients
+        return) or the two numbers. Calls add up; the episode records the sum."""
+        if usage is not None:
+            get = usage.get if isinstance(usage, Mapping) else lambda name, default: getattr(usage, name, default)
+            prompt_tokens += int(get("prompt_tokens", 0) or 0)
+            completion_tokens += int(get("completion_tokens", 0) or 0)
+        if prompt_tokens < 0 or completion_tokens < 0:
+            raise ValueError(f"usage: token counts must not be negative, got {prompt_tokens} and {completion_tokens}")
+        before = self.usage or Usage()
+        self.usage = Usage(prompt_tokens=before.prompt_tokens + prompt_tokens,
+                           completion_tokens=before.completion_tokens + completion_tokens)
+
     def discard(self, reason: str = "") -> None:
         """Write no episode for this run (module docstring: Failures); ``end()`` then refuses."""
         if self.episode is not None:
@@ -229,6 +245,7 @@ class EpisodeCapture:
             "truncated": truncated,
             "ttl": self.ttl,
             "context": dict(d.context) if d.context is not None else None,
+            "usage": self.usage,
         }
         size = json_bytes(Episode.model_construct(**fields).model_dump(mode="json"))
         if size > MAX_EPISODE_BYTES:

@@ -892,14 +892,26 @@ def evaluate(agent_id: str, version: int | None, action_id: str | None, uniform:
         table.add_row(name, _interval_text(t), _interval_text(c), _interval_text(d, signed=True),
                       f"{t.effective_sample_size:,.0f}")
     out.print(table)
+    if result.metrics:
+        metrics = Table(title="guardrail metrics, mean per episode (SNIPS)", title_justify="left")
+        for col in ("metric", "target", "current"):
+            metrics.add_column(col, justify="left" if col == "metric" else "right")
+        for name, (t, c) in result.metrics.items():
+            metrics.add_row(name, _interval_text(t, digits=METRIC_DIGITS.get(name, 0)),
+                            _interval_text(c, digits=METRIC_DIGITS.get(name, 0)))
+        out.print(metrics)
     for note in result.notes:
         out.print(f"note: {note}")
     out.print("ESS: effective sample size of the target's importance weights, (Σw)²/Σw²; "
               "an interval resting on a few dozen is wide, on fewer it is rough")
 
 
-def _interval_text(e: Any, signed: bool = False) -> str:
-    f = "+.3f" if signed else ".3f"
+METRIC_DIGITS = {"tool_failure_rate": 3, "latency_ms": 1}
+"""Decimals of each guardrail metric in `evaluate`'s table (token counts: none)."""
+
+
+def _interval_text(e: Any, signed: bool = False, digits: int = 3) -> str:
+    f = f"{'+' if signed else ''},.{digits}f"
     return f"{e.value:{f}} [{e.low:{f}}, {e.high:{f}}]"
 
 

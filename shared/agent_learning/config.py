@@ -62,7 +62,11 @@ COMPONENTS: dict[type, ComponentSettings] = {
     DriftConfig: ComponentSettings(renames={"window": "drift_window", "evidence_z": "drift_z"}),
     JudgeModel: ComponentSettings(prefix="judge_"),
     JudgeLimits: ComponentSettings(prefix="judge_"),
-    GuardrailConfig: ComponentSettings(prefix="guardrail_", renames={"mode": "guardrail"}),
+    GuardrailConfig: ComponentSettings(
+        prefix="guardrail_",
+        renames={"mode": "guardrail"},
+        zero_is_none=frozenset({"budget_latency_ms", "budget_tool_failure_rate", "budget_tokens"}),
+    ),
 }
 """Every component configured from settings, and how its fields are named there."""
 
@@ -177,6 +181,7 @@ class Settings(BaseSettings):
     latency_budget_ms: float = tunable(RewardConfig, "latency_budget_ms", gt=0)
     latency_penalty: float = tunable(RewardConfig, "latency_penalty", ge=0)
     empty_output_penalty: float = tunable(RewardConfig, "empty_output_penalty", ge=0)
+    cost_per_thousand_tokens: float = tunable(RewardConfig, "cost_per_thousand_tokens", ge=0, le=10)
     feedback_weight: float = tunable(RewardConfig, "feedback_weight", ge=0, le=1)
 
     # Learner (see agent_learning.learner).
@@ -217,6 +222,9 @@ class Settings(BaseSettings):
     guardrail_margin: float = tunable(GuardrailConfig, "margin", ge=0, le=2)
     guardrail_confidence: float = tunable(GuardrailConfig, "confidence", gt=0, lt=1)
     guardrail_min_effective_samples: float = tunable(GuardrailConfig, "min_effective_samples", ge=2)
+    guardrail_budget_latency_ms: float = tunable(GuardrailConfig, "budget_latency_ms", ge=0)
+    guardrail_budget_tool_failure_rate: float = tunable(GuardrailConfig, "budget_tool_failure_rate", ge=0, le=1)
+    guardrail_budget_tokens: float = tunable(GuardrailConfig, "budget_tokens", ge=0)
 
     # Telemetry (see agent_learning.telemetry).
     telemetry: Literal["auto", "off", "console", "azure-monitor"] = "auto"

@@ -25,7 +25,17 @@ from numpy.typing import NDArray
 
 from .documents import PolicyDocument, Score, ScoreCursor, excluded_configurations
 from .errors import InvalidDocument, NotFound
-from .evaluation import ESTIMATORS, Estimate, Logs, NoOverlap, Target, compare, estimator_named
+from .evaluation import (
+    ESTIMATORS,
+    Estimate,
+    Logs,
+    NoOverlap,
+    Target,
+    compare,
+    compare_metric,
+    estimator_named,
+    metric_values,
+)
 from .policy import policy_probabilities
 from .store.base import Store
 from .structured import Layout, dimension_probabilities, feature_logits, joint_index
@@ -54,6 +64,8 @@ class Logged:
     """Distinct contexts, in first-seen order."""
     rows: NDArray[np.int64]
     """Per episode, the index of its context in ``contexts``."""
+    metrics: dict[str, Array] = field(default_factory=dict)
+    """Guardrail metric → its value on each episode (NaN where the score does not record it)."""
     first: datetime | None = None
     last: datetime | None = None
     skipped: int = 0
@@ -90,7 +102,9 @@ def read_logged(
             if local is None:
                 skipped += 1
                 continue
-            episodes[score.episode_id] = [local, score.reward, score.probability, score.context, score.scored_at]
+            episodes[score.episode_id] = [
+                local, score.reward, score.probability, score.context, score.scored_at, score.measures
+            ]
         if len(page) < PAGE:
             break
         after = ScoreCursor(seq=int(page[-1]["seq"]), id=str(page[-1]["id"]))
@@ -108,7 +122,7 @@ def read_logged(
     rows = np.empty(len(values), dtype=np.int64)
     segments: dict[tuple[Any, ...], int] = {}
     groups = np.empty(len(values), dtype=np.int64)
-    for i, (_, _, _, context, _) in enumerate(values):
+    for i, (_, _, _, context, _, _) in enumerate(values):
         key = json.dumps(context, sort_keys=True)
         if key not in keys:
             keys[key] = len(contexts)
@@ -121,7 +135,16 @@ def read_logged(
         actions, [v[1] for v in values], [v[2] for v in values], math.prod(layout.sizes), groups
     )
     return Logged(
-        logs, [v[0] for v in values], contexts, rows, values[0][4], values[-1][4], skipped, invalid, truncated
+        logs,
+        [v[0] for v in values],
+        contexts,
+        rows,
+        metric_values([v[5] for v in values]),
+        values[0][4],
+        values[-1][4],
+        skipped,
+        invalid,
+        truncated,
     )
 
 
@@ -228,6 +251,8 @@ class Comparison:
     episodes: int
     estimates: dict[str, tuple[Estimate, Estimate, Estimate]] = field(default_factory=dict)
     """Estimator name → (target, current, target − current)."""
+    metrics: dict[str, tuple[Estimate, Estimate]] = field(default_factory=dict)
+    """Guardrail metric → its mean per episode under the target and the current version (SNIPS)."""
     notes: list[str] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
@@ -243,6 +268,7 @@ class Comparison:
                 }
                 for name, (t, c, d) in self.estimates.items()
             },
+            "metrics": {name: {"target": t._asdict(), "current": c._asdict()} for name, (t, c) in self.metrics.items()},
             "notes": list(self.notes),
         }
 
@@ -264,6 +290,11 @@ def compare_to_current(
             result.estimates[name] = compare(logged.logs, tgt, cur, estimator_named(name), confidence)
         except NoOverlap:
             result.notes.append(f"{name}: the target never chooses a logged configuration; nothing to estimate from")
+    chosen_target, chosen_current = tgt.chosen(logged.logs), cur.chosen(logged.logs)
+    for name, values in logged.metrics.items():
+        found = compare_metric(values, logged.logs.logged, chosen_target, chosen_current, confidence)
+        if found is not None:
+            result.metrics[name] = found
     if logged.truncated:
         result.notes.append(f"only the newest {len(logged.logs):,} episodes were read")
     if logged.skipped:

@@ -321,6 +321,19 @@ class Step(BaseModel):
         return self
 
 
+class Usage(BaseModel):
+    """Model tokens an agent run spent (summed over its model calls)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    prompt_tokens: Count = 0
+    completion_tokens: Count = 0
+
+    @property
+    def total(self) -> int:
+        return self.prompt_tokens + self.completion_tokens
+
+
 class Episode(Document):
     """One agent run under one policy decision. Written once by the agent; never updated."""
 
@@ -344,6 +357,8 @@ class Episode(Document):
     context: dict[str, Any] | None = Field(None, exclude_if=_unset)
     """The request's features the action was chosen for (:func:`check_context`); absent when the
     agent gave none."""
+    usage: Usage | None = Field(None, exclude_if=_unset)
+    """Model tokens the run spent, when the agent recorded them (:meth:`EpisodeCapture.add_usage`)."""
 
     @field_validator("context")
     @classmethod
@@ -692,6 +707,9 @@ class MetricScore(BaseModel):
     reason: StepText = ""
     evaluator: Name
     evaluator_version: Name
+    prompt_tokens: Count | None = Field(None, exclude_if=_unset)
+    """Tokens the evaluator sent to the judge model (as the evaluator reports them)."""
+    completion_tokens: Count | None = Field(None, exclude_if=_unset)
 
 
 class JudgeInfo(BaseModel):
@@ -710,6 +728,22 @@ class RewardInfo(BaseModel):
     weights: dict[str, NonNegative]
     penalties: dict[str, Finite]
     components: dict[str, Finite]
+
+
+class Measures(BaseModel):
+    """What an episode cost and how its tools fared, copied by the scorer next to its reward so
+    that guardrail metrics are estimated from the same rows (:mod:`agent_learning.evaluation`)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+
+    latency_ms: NonNegative
+    tool_calls: Count
+    tool_failures: Count
+    """Tool steps that failed."""
+    tokens: Count | None = None
+    """The agent's model tokens (prompt + completion); None when it did not record them."""
+    judge_tokens: Count | None = None
+    """Tokens the judges spent on the episode (prompt + completion), when they report them."""
 
 
 class Score(Document):
@@ -747,6 +781,8 @@ class Score(Document):
     late_write: bool = False
     context: dict[str, Any] | None = Field(None, exclude_if=_unset)
     """The episode's context, copied by the scorer so that the trainer reads it with the reward."""
+    measures: Measures | None = Field(None, exclude_if=_unset)
+    """Latency, tool outcomes and tokens of the episode (judges' scores written by this version)."""
 
     @field_validator("context")
     @classmethod
@@ -922,6 +958,18 @@ class Interval(BaseModel):
     high: Finite
 
 
+class MetricCheck(BaseModel):
+    """A guardrail metric of a candidate against its budget (mean per episode, SNIPS)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+
+    budget: NonNegative
+    candidate: Interval
+    current: Interval
+    over: bool
+    """Confidently over the budget (lower bound above it) and above the current version."""
+
+
 class Evaluation(BaseModel):
     """A trained candidate evaluated off-policy against the current version on the episodes of
     its batch, before it is published (the publish guardrail, :mod:`agent_learning.evaluation`).
@@ -943,6 +991,8 @@ class Evaluation(BaseModel):
     current: Interval | None = None
     difference: Interval | None = None
     """candidate − current on the same episodes (paired)."""
+    metrics: dict[str, MetricCheck] | None = Field(None, exclude_if=_unset)
+    """The guardrail metrics that have a budget."""
 
 
 class TrainingRun(Document):

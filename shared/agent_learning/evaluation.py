@@ -44,7 +44,7 @@ from typing import Any, ClassVar, Literal, NamedTuple, Protocol
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from .documents import Evaluation, Interval, PolicyDocument
+from .documents import Evaluation, Interval, Measures, MetricCheck, PolicyDocument
 from .policy import policy_probabilities
 from .structured import StructuredPolicy
 
@@ -379,6 +379,48 @@ def compare(
 # --------------------------------------------------------------------------- the publish guardrail
 
 
+LATENCY, TOOL_FAILURES, TOKENS, JUDGE_TOKENS = "latency_ms", "tool_failure_rate", "tokens", "judge_tokens"
+METRICS = (LATENCY, TOOL_FAILURES, TOKENS, JUDGE_TOKENS)
+"""Guardrail metrics, per episode: latency, whether a tool call failed (0/1), the agent's model tokens and the
+judges' tokens (:class:`~agent_learning.documents.Measures`)."""
+
+
+def metric_values(measures: Sequence[Measures | None]) -> dict[str, Array]:
+    """Each guardrail metric of every episode (NaN where its score does not say)."""
+    nan = math.nan
+    rows = [
+        (
+            m.latency_ms,
+            float(m.tool_failures > 0),
+            nan if m.tokens is None else m.tokens,
+            nan if m.judge_tokens is None else m.judge_tokens,
+        )
+        if m is not None
+        else (nan, nan, nan, nan)
+        for m in measures
+    ]
+    table = np.array(rows, dtype=np.float64).reshape(len(rows), len(METRICS))
+    return {name: table[:, i] for i, name in enumerate(METRICS)}
+
+
+def compare_metric(
+    values: Array, logged: Array, candidate: Array, current: Array, confidence: float
+) -> tuple[Estimate, Estimate] | None:
+    """SNIPS estimates of a metric's mean under the candidate and the current version, from the
+    episodes that record it (None with fewer than two)."""
+    known = np.isfinite(values)
+    if known.sum() < 2:
+        return None
+    logs = Logs.of(np.zeros(int(known.sum()), dtype=np.int64), values[known], logged[known], 1)
+    try:
+        cand, cur, _ = compare(
+            logs, Target.of_chosen(candidate[known]), Target.of_chosen(current[known]), SNIPS(), confidence
+        )
+    except NoOverlap:
+        return None
+    return cand, cur
+
+
 @dataclass(frozen=True)
 class GuardrailConfig:
     """Whether a trained candidate is published (``AGENT_LEARNING_GUARDRAIL`` and friends)."""
@@ -397,8 +439,28 @@ class GuardrailConfig:
     min_effective_samples: float = 30.0
     """Effective samples the comparison needs before it may hold a candidate; with fewer it is published and
     its run says so."""
+    budget_latency_ms: float | None = None
+    """Mean latency per episode, in milliseconds, that a candidate may not confidently exceed (None: no budget)."""
+    budget_tool_failure_rate: float | None = None
+    """Share of episodes with a failed tool call that a candidate may not confidently exceed (None: no budget)."""
+    budget_tokens: float | None = None
+    """Mean model tokens per episode (the agent's, prompt + completion) that a candidate may not confidently exceed
+    (None: no budget)."""
+
+    @property
+    def budgets(self) -> dict[str, float]:
+        """Guardrail metric → its budget, for the budgets that are set."""
+        given = {
+            LATENCY: self.budget_latency_ms,
+            TOOL_FAILURES: self.budget_tool_failure_rate,
+            TOKENS: self.budget_tokens,
+        }
+        return {name: value for name, value in given.items() if value is not None}
 
     def __post_init__(self) -> None:
+        for name, value in self.budgets.items():
+            if not (math.isfinite(value) and value > 0):
+                raise ValueError(f"budget of {name}: {value!r} must be a positive number")
         if self.mode not in ("off", "warn", "enforce"):
             raise ValueError(f"mode: {self.mode!r} is not one of off, warn, enforce")
         if not (math.isfinite(self.margin) and self.margin >= 0):
@@ -431,6 +493,7 @@ def review(
     rewards: Sequence[float],
     logged: Sequence[float],
     contexts: Sequence[Mapping[str, Any] | None],
+    measures: Sequence[Measures | None] | None = None,
 ) -> Evaluation | None:
     """The guardrail's evaluation of ``candidate`` against ``current`` on logged episodes
     (:func:`judge`; ``None`` when the guardrail is off)."""
@@ -442,18 +505,27 @@ def review(
         logged,
         chosen_probabilities(candidate, actions, contexts),
         chosen_probabilities(current, actions, contexts),
+        metric_values(measures) if measures is not None and config.budgets else None,
     )
 
 
 def judge(
-    config: GuardrailConfig, rewards: ArrayLike, logged: ArrayLike, candidate: ArrayLike, current: ArrayLike
+    config: GuardrailConfig,
+    rewards: ArrayLike,
+    logged: ArrayLike,
+    candidate: ArrayLike,
+    current: ArrayLike,
+    metrics: Mapping[str, Array] | None = None,
 ) -> Evaluation:
     """The verdict on a candidate from each logged episode's reward, logged probability and
     probability under the candidate and under the current version. SNIPS, paired: the
     difference candidate − current is estimated on the same episodes, so what they choose alike
-    cancels. ``held`` (``warned`` in warn mode) when its upper bound is below −margin,
-    ``too_few_samples`` when fewer effective samples than ``min_effective_samples`` (or fewer
-    than two episodes) carry it."""
+    cancels. ``held`` (``warned`` in warn mode) when its upper bound is below −margin, or when a
+    guardrail metric with a budget (``metrics``: per metric, its value on each episode, NaN
+    where unknown) is confidently over it — its lower bound above the budget — and the
+    candidate is not below the current version on it (so a candidate that moves towards the
+    budget is never held); ``too_few_samples`` when fewer effective samples than
+    ``min_effective_samples`` (or fewer than two episodes) carry the comparison."""
     est = SNIPS()
     r = np.asarray(rewards, dtype=np.float64)
     common = {"estimator": est.name, "confidence": config.confidence, "margin": config.margin, "episodes": len(r)}
@@ -478,6 +550,25 @@ def judge(
     ess = diff.effective_sample_size
     figures = {"candidate": _interval(cand), "current": _interval(cur), "difference": _interval(diff)}
     change = f"{diff.value:+.4f} reward ({config.confidence:.0%} interval {diff.low:+.4f} to {diff.high:+.4f})"
+    checks: dict[str, MetricCheck] = {}
+    mu, p_cand, p_cur = (np.asarray(x, dtype=np.float64) for x in (logged, candidate, current))
+    for name, budget in config.budgets.items():
+        found = (
+            None
+            if metrics is None or name not in metrics
+            else compare_metric(metrics[name], mu, p_cand, p_cur, config.confidence)
+        )
+        if found is not None:
+            c, k = found
+            checks[name] = MetricCheck(
+                budget=budget, candidate=_interval(c), current=_interval(k), over=c.low > budget and c.value > k.value
+            )
+    over = [
+        f"{name} {c.candidate.value:.4g} (lower bound {c.candidate.low:.4g}, current {c.current.value:.4g}) "
+        f"over its budget {c.budget:g}"
+        for name, c in checks.items()
+        if c.over
+    ]
     if ess < config.min_effective_samples:
         verdict = "too_few_samples"
         needed = f"{config.min_effective_samples:g}"
@@ -485,10 +576,15 @@ def judge(
     elif diff.high < -config.margin:
         verdict = "held" if config.mode == "enforce" else "warned"
         reason = f"confidently worse than the current version: {change}"
+    elif over:
+        verdict = "held" if config.mode == "enforce" else "warned"
+        reason = "confidently over budget: " + "; ".join(over)
     else:
         verdict = "published"
         reason = f"not confidently worse than the current version: {change}"
-    return Evaluation(verdict=verdict, reason=reason, effective_sample_size=ess, **figures, **common)
+    return Evaluation(
+        verdict=verdict, reason=reason, effective_sample_size=ess, metrics=checks or None, **figures, **common
+    )
 
 
 def _interval(e: Estimate) -> Interval:

@@ -7,6 +7,7 @@ Rule ``judges-feedback/2``. The judges' part (unchanged from ``weighted-penaltie
     penalty  = min(p_tool · failed_tool_calls, p_tool_max)
              + p_latency · min(1, (latency − budget) / budget)   if latency > budget
              + p_empty                                            if the output is empty
+             + c_tokens · tokens / 1000                           cost-aware: the agent's tokens
     judged   = clip(weighted − penalty, −1, 1)
 
 User feedback (:class:`~agent_learning.documents.Feedback`: thumbs up = 1, thumbs down = 0,
@@ -99,6 +100,9 @@ class RewardConfig:
     """Penalty at twice the latency budget (linear above the budget)."""
     empty_output_penalty: float = 0.5
     """Penalty for an empty output."""
+    cost_per_thousand_tokens: float = 0.0
+    """Penalty per 1,000 model tokens the agent spent on the episode (0: cost plays no part); makes learning
+    cost-aware, e.g. 0.01 makes 5,000 tokens cost 0.05 reward."""
     feedback_weight: float = DEFAULT_FEEDBACK_WEIGHT
     """Weight of user feedback in the reward."""
 
@@ -119,7 +123,12 @@ class RewardConfig:
 
     @property
     def penalties(self) -> dict[str, float]:
-        return {k: v for k, v in asdict(self).items() if not k.startswith("w_") and k != "feedback_weight"}
+        """The penalty settings; the token cost only when it is on (rewards without it keep their version)."""
+        return {
+            k: v
+            for k, v in asdict(self).items()
+            if not k.startswith("w_") and k != "feedback_weight" and not (k == "cost_per_thousand_tokens" and v == 0)
+        }
 
 
 class RewardFunction:
@@ -128,7 +137,10 @@ class RewardFunction:
     def __init__(self, config: RewardConfig | None = None) -> None:
         self.config = config or RewardConfig()
         digest = hashlib.sha256(
-            json.dumps({k: float(v) for k, v in asdict(self.config).items()}, sort_keys=True).encode()
+            json.dumps(
+                {k: float(v) for k, v in asdict(self.config).items() if k != "cost_per_thousand_tokens" or v},
+                sort_keys=True,
+            ).encode()
         ).hexdigest()
         self.version = f"{RULE}+{digest[:10]}"
         self._penalties = self.config.penalties  # asdict() per episode was 8% of the demo's time
@@ -149,7 +161,9 @@ class RewardFunction:
         over = episode.latency_ms - cfg.latency_budget_ms
         latency_pen = cfg.latency_penalty * min(1.0, over / cfg.latency_budget_ms) if over > 0 else 0.0
         empty_pen = cfg.empty_output_penalty if not episode.output.strip() else 0.0
-        reward = max(-1.0, min(1.0, weighted - tool_pen - latency_pen - empty_pen))
+        tokens = episode.usage.total if episode.usage is not None else 0
+        cost_pen = cfg.cost_per_thousand_tokens * tokens / 1000
+        reward = max(-1.0, min(1.0, weighted - tool_pen - latency_pen - empty_pen - cost_pen))
         info = RewardInfo(
             version=self.version,
             weights={**weights, FEEDBACK: cfg.feedback_weight},
@@ -159,6 +173,7 @@ class RewardFunction:
                 "tool_failures": -tool_pen,
                 "latency": -latency_pen,
                 "empty_output": -empty_pen,
+                **({"tokens": -cost_pen} if cfg.cost_per_thousand_tokens else {}),
                 "judged": reward,
             },
         )

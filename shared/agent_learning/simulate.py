@@ -40,6 +40,13 @@ from .store.base import Store
 from .store.memory import MemoryStore
 from .structured import StructuredPolicy, value_id
 
+CHARS_PER_TOKEN = 4
+"""The simulated agents' token count: a token per four characters, as English text averages."""
+ARTICLE_TOKENS = 250
+"""Prompt tokens one retrieved help article adds."""
+EXAMPLE_TOKENS = 120
+"""Prompt tokens one worked example adds."""
+
 
 @dataclass(frozen=True)
 class Task:
@@ -64,6 +71,8 @@ class Behaviour:
     p_correct_after_tool_error: float = 0.5
     latency_ms: float = 1_500.0
     p_verbose: float = 0.0
+    context_tokens: int = 0
+    """Prompt tokens the configuration adds (retrieved articles, worked examples)."""
 
 
 @dataclass
@@ -163,6 +172,8 @@ class Scenario:
         if b.p_verbose and rng.random() < b.p_verbose:
             output = f"{output} {self.verbose_padding}"
         clock.advance(max(0.05, rng.gauss(b.latency_ms, b.latency_ms * 0.2)) / 1000.0)
+        prompt = (len(self.instructions) + len(task.query)) // CHARS_PER_TOKEN + b.context_tokens
+        cap.add_usage(prompt_tokens=prompt, completion_tokens=max(1, len(output) // CHARS_PER_TOKEN))
         return cap.end(output)
 
     def expected_rewards(self, judge: Any, reward: Any, n: int = 2_000, seed: int = 0) -> dict[str, float]:
@@ -252,6 +263,7 @@ def math_tutor(agent_id: str = "math-tutor") -> Scenario:
             ),
             Behaviour(
                 Action(id="few-shot", description="Three worked examples", config={"prompt": "few-shot"}),
+                context_tokens=3 * EXAMPLE_TOKENS,
                 p_correct=0.75,
                 latency_ms=2_000,
             ),
@@ -307,24 +319,28 @@ def support_bot(agent_id: str = "support-bot") -> Scenario:
         behaviours=[
             Behaviour(
                 Action(id="k=1", description="Retrieve 1 article", config={"retrieval_k": 1}),
+                context_tokens=1 * ARTICLE_TOKENS,
                 p_correct=0.55,
                 tool="search",
                 latency_ms=1_200,
             ),
             Behaviour(
                 Action(id="k=3", description="Retrieve 3 articles", config={"retrieval_k": 3}),
+                context_tokens=3 * ARTICLE_TOKENS,
                 p_correct=0.80,
                 tool="search",
                 latency_ms=1_800,
             ),
             Behaviour(
                 Action(id="k=5", description="Retrieve 5 articles", config={"retrieval_k": 5}),
+                context_tokens=5 * ARTICLE_TOKENS,
                 p_correct=0.92,
                 tool="search",
                 latency_ms=2_500,
             ),
             Behaviour(
                 Action(id="k=10", description="Retrieve 10 articles", config={"retrieval_k": 10}),
+                context_tokens=10 * ARTICLE_TOKENS,
                 p_correct=0.94,
                 tool="search",
                 latency_ms=6_000,
@@ -366,6 +382,7 @@ def _triage_behaviour(config: Mapping[str, Any], context: Mapping[str, Any] | No
         tool="search",
         latency_ms=latency,
         p_verbose=padding,
+        context_tokens=config["retrieval_k"] * ARTICLE_TOKENS,
     )
 
 

@@ -117,6 +117,7 @@ def test_real_evaluators_score_episodes(judge_server: Any, style: str, marker: s
     )
     assert judgement.metrics["task_completion"].evaluator == "_TaskCompletionEvaluator"
     assert all(s.reason for s in judgement.metrics.values())
+    assert all(s.prompt_tokens and s.completion_tokens for s in judgement.metrics.values())  # the judge's usage
     assert judgement.judge.model == model.name
     requests = judge_server.requests
     assert len(requests) == 3 and {r.evaluator for r in requests} == set(expected)
@@ -268,6 +269,8 @@ def test_the_embedded_pipeline_scores_with_the_real_evaluators(judge_server: Any
         assert row["metrics"]["intent_resolution"]["raw"] == (5.0 if good else 1.0)
         assert row["judge"]["name"].startswith("azure-ai-evaluation")
         assert row["reward"] > 0.9 if good else row["reward"] < 0.1
+        judged = sum(m["prompt_tokens"] + m["completion_tokens"] for m in row["metrics"].values())
+        assert row["measures"]["judge_tokens"] == judged > 0 and row["measures"]["tool_calls"] == 0
     (dead,) = queue.dead_letters()
     assert dead.message_id == "ep-5" and dead.reason == "JudgeFailed" and "TaskCompletion" in dead.description
     assert store.get_score("ep-5") is None

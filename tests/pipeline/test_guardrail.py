@@ -13,7 +13,7 @@ from support.factories import make_episode, make_policy_doc, make_score
 
 from agent_learning.audit import audit_agent
 from agent_learning.documents import TrainingRun
-from agent_learning.evaluation import GuardrailConfig, chosen_probabilities
+from agent_learning.evaluation import GuardrailConfig, chosen_probabilities, judge
 from agent_learning.learner import Batch, Reinforce, Update
 from agent_learning.pipeline import create_policy, load_current, train_agent
 from agent_learning.policy import policy_probabilities
@@ -170,3 +170,69 @@ def test_structured_candidates_are_evaluated_at_the_probability_of_each_logged_c
     ids = reference.layout
     expected = [reference.probability(ids.joint_id(a), c) for a, c in zip(actions, contexts, strict=True)]
     assert got == pytest.approx(expected)
+
+
+# --------------------------------------------------------------------------- budgets
+
+BUDGETED = GuardrailConfig(budget_tokens=1_500, budget_latency_ms=2_000)
+
+
+def judged(config: GuardrailConfig, candidate_share: float, current_share: float, n: int = 2_000) -> Any:
+    """Episodes logged half on a cheap and half on a costly configuration (500 and 5,000 tokens,
+    equal rewards); the candidate and the current version put these shares on the costly one."""
+    rng = np.random.default_rng(7)
+    costly = np.arange(n) % 2 == 1
+    tokens = np.where(costly, 5_000.0, 500.0)
+    latency = np.full(n, 900.0)
+    rewards = (rng.random(n) < 0.7).astype(float)
+    shares = {True: candidate_share, False: 1 - candidate_share}
+    now = {True: current_share, False: 1 - current_share}
+    candidate = np.array([shares[bool(c)] for c in costly])
+    current = np.array([now[bool(c)] for c in costly])
+    metrics = {"tokens": tokens, "latency_ms": latency}
+    return judge(config, rewards, np.full(n, 0.5), candidate, current, metrics)
+
+
+def test_a_candidate_confidently_over_a_budget_is_held_and_one_moving_towards_it_is_not() -> None:
+    held = judged(BUDGETED, candidate_share=0.4, current_share=0.2)  # 2,300 tokens against 1,400
+    assert held.verdict == "held" and "tokens" in held.reason and "over its budget 1500" in held.reason
+    check = held.metrics["tokens"]
+    assert check.over and check.candidate.low > 1_500 and check.current.value == pytest.approx(1_400, rel=0.05)
+    assert not held.metrics["latency_ms"].over  # 900 ms everywhere, under its budget
+    better = judged(BUDGETED, candidate_share=0.4, current_share=0.6)  # over budget, but cheaper than now
+    assert better.verdict == "published" and not better.metrics["tokens"].over
+    warned = judged(dataclasses.replace(BUDGETED, mode="warn"), candidate_share=0.4, current_share=0.2)
+    assert warned.verdict == "warned"
+    unbudgeted = judged(GuardrailConfig(), candidate_share=0.4, current_share=0.2)
+    assert unbudgeted.verdict == "published" and unbudgeted.metrics is None
+    unknown = judge(BUDGETED, [1.0, 0.0, 1.0], [0.5] * 3, [0.5] * 3, [0.5] * 3, {"tokens": np.full(3, np.nan)})
+    assert unknown.metrics is None  # no episode recorded its tokens: nothing to hold on
+
+
+def test_scores_carry_the_episodes_latency_tool_outcomes_and_tokens(tmp_path: Any) -> None:
+    from agent_learning.capture import EpisodeCapture
+    from agent_learning.judges.offline import OfflineJudge
+    from agent_learning.local import LocalPipeline
+    from agent_learning.policy import SoftmaxPolicy
+    from agent_learning.queue.sqlite import SQLiteQueue
+    from agent_learning.rewards import RewardFunction
+    from agent_learning.store.sqlite import SQLiteStore
+
+    store, queue = SQLiteStore(tmp_path / "p.db"), SQLiteQueue(tmp_path / "p.db")
+    pipeline = LocalPipeline(store, queue, OfflineJudge(), RewardFunction(), Reinforce(), guardrail=BUDGETED)
+    start(store)
+    current = load_current(store, AGENT)
+    assert current is not None
+    decision = SoftmaxPolicy.from_document(current, seed=1).choose()
+    with EpisodeCapture(store, decision, input="What is 2 + 2?", episode_id="ep-1") as run:
+        run.step("calculator", latency_ms=3.0)
+        run.step("search", latency_ms=5.0, status="error", error="timeout")
+        run.step("think", latency_ms=1.0, kind="llm")
+        run.add_usage(prompt_tokens=1_000, completion_tokens=250)
+        run.end("4")
+    pipeline.run_once()
+    score = store.get_score("ep-1")
+    assert score is not None
+    measures = score["measures"]
+    assert (measures["tool_calls"], measures["tool_failures"], measures["tokens"]) == (2, 1, 1_250)
+    assert measures["latency_ms"] >= 0 and measures["judge_tokens"] is None  # the offline judge reports none

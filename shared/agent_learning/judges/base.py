@@ -46,6 +46,25 @@ class InvalidJudgeOutput(PermanentError):
     """An evaluator returned something that is not a valid score."""
 
 
+def _count(output: Mapping[str, Any], metric: str, part: str) -> int | None:
+    """The token count an evaluator reports for its judge call: ``prompt_tokens`` in the output's
+    ``<metric>_properties`` (azure-ai-evaluation 1.18), else a ``<key>_prompt_tokens`` field;
+    None without one."""
+    properties = output.get(f"{metric}_properties")
+    found = [properties.get(part)] if isinstance(properties, Mapping) else []
+    found += [value for key, value in output.items() if key.endswith(f"_{part}")]
+    for value in found:
+        if isinstance(value, bool):
+            continue
+        try:
+            count = int(value)
+        except (TypeError, ValueError):
+            continue
+        if count >= 0:
+            return count
+    return None
+
+
 def metric_from_output(metric: str, output: Mapping[str, Any], evaluator: str, evaluator_version: str) -> MetricScore:
     """Validate an evaluator's output dict for ``metric`` and build a :class:`MetricScore`.
 
@@ -72,7 +91,8 @@ def metric_from_output(metric: str, output: Mapping[str, Any], evaluator: str, e
     ):
         threshold = None
     reason = output.get(f"{metric}_reason") or ""
-    return MetricScore(
+    tokens = {part: _count(output, metric, part) for part in ("prompt_tokens", "completion_tokens")}
+    return MetricScore(**tokens,
         raw=float(raw),
         normalised=normalised,
         result=result,

@@ -15,7 +15,7 @@ from functools import lru_cache
 from typing import Any, Literal
 
 from ..clock import SYSTEM_CLOCK, Clock
-from ..documents import Episode, PolicyDocument, Score, ScoreRequest
+from ..documents import Episode, Measures, MetricScore, PolicyDocument, Score, ScoreRequest
 from ..errors import ConcurrencyConflict, InvalidDocument, PermanentError, TransientError
 from ..feedback import reconcile
 from ..judges.base import Judge
@@ -202,6 +202,7 @@ def _score_episode(
         reward_function=info,
         scored_at=scorer.clock.now(),
         context=episode.context,
+        measures=measures_of(episode, judgement.metrics),
     )
     try:
         stored = store.put_score(score) if force else store.add_score(score)
@@ -213,6 +214,19 @@ def _score_episode(
     if stored.feedback_pending:
         reconcile(store, episode_id, clock=scorer.clock)
     return ScoreOutcome("scored", episode_id, score=stored)
+
+
+def measures_of(episode: Episode, metrics: Mapping[str, MetricScore]) -> Measures:
+    """The episode's latency, tool outcomes and tokens, and the judges' tokens, for the score."""
+    tools = [s for s in episode.steps if s.kind == "tool"]
+    judged = [m.prompt_tokens + (m.completion_tokens or 0) for m in metrics.values() if m.prompt_tokens is not None]
+    return Measures(
+        latency_ms=episode.latency_ms,
+        tool_calls=len(tools),
+        tool_failures=sum(1 for s in tools if s.status == "error"),
+        tokens=episode.usage.total if episode.usage is not None else None,
+        judge_tokens=sum(judged) if judged else None,
+    )
 
 
 def _slot_taken(episode_id: str, existing: Mapping[str, Any] | None) -> ScoreOutcome | None:

@@ -31,6 +31,7 @@ from ..documents import (
     MAX_TRAIN_BATCH,
     TRAIN_BATCH,
     ContextFeature,
+    Measures,
     PolicyDocument,
     Rejected,
     Score,
@@ -185,7 +186,14 @@ def _guard(
 
     n = batch.episodes  # corrections are reward changes, not episodes: they are not evaluated
     evaluation = review(
-        guardrail, current, new, batch.actions[:n], batch.rewards[:n], batch.probabilities[:n], batch.contexts[:n]
+        guardrail,
+        current,
+        new,
+        batch.actions[:n],
+        batch.rewards[:n],
+        batch.probabilities[:n],
+        batch.contexts[:n],
+        batch.measures,
     )
     if evaluation is None or new.run is None:
         return new, None
@@ -217,6 +225,8 @@ class Collected:
     flags: list[bool] = field(default_factory=list)
     contexts: list[dict[str, Any] | None] = field(default_factory=list)
     """Each row's context (structured policies learn from it)."""
+    measures: list[Measures | None] = field(default_factory=list)
+    """Each new episode's latency, tool outcomes and tokens (the guardrail's metrics)."""
     episodes: int = 0
     """New episodes (rows of revision 0)."""
     corrections: int = 0
@@ -283,6 +293,7 @@ def collect(agent_id: str, rows: Sequence[RawDoc], policy: PolicyDocument | Sequ
         out.rewards.append(score.reward)
         out.probabilities.append(score.probability)
         out.contexts.append(score.context)
+        out.measures.append(score.measures)
     if out.skipped:
         log.info("training %s: %d scores of actions a revision removed are not learned", agent_id, len(out.skipped))
     if out.rejected:
