@@ -583,6 +583,10 @@ def _history_rows(h: Any) -> list[dict[str, Any]]:
         }
         if segments:
             rows[-1]["segments"] = segments
+        if doc.run and doc.run.evaluation:  # the publish guardrail's estimate and verdict
+            ev = doc.run.evaluation
+            rows[-1]["guardrail"] = {"verdict": ev.verdict, "estimate": ev.candidate.model_dump() if ev.candidate
+                                     else None, "difference": ev.difference.model_dump() if ev.difference else None}
     return rows
 
 

@@ -44,9 +44,9 @@ from typing import Any, ClassVar, Literal, NamedTuple, Protocol
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from .documents import Evaluation, Interval, Measures, MetricCheck, PolicyDocument
+from .documents import Evaluation, Interval, Measures, MetricCheck, PolicyDocument, excluded_configurations
 from .policy import policy_probabilities
-from .structured import StructuredPolicy
+from .structured import Layout, dimension_probabilities, feature_logits, normaliser
 
 Array = NDArray[np.float64]
 
@@ -477,12 +477,35 @@ def chosen_probabilities(
     """π(a_i | x_i) under ``doc``, exploration floor included: the probability an agent choosing
     from it would have given each logged action (a flat policy's action index, or a structured
     policy's value index per dimension) in its context."""
-    if doc.structured:
-        policy = StructuredPolicy(doc)
-        return np.fromiter(
-            (policy.probability_at(a, c) for a, c in zip(actions, contexts, strict=True)), np.float64, len(actions)
-        )
-    return np.asarray(policy_probabilities(doc))[np.asarray(actions, dtype=np.int64)]
+    if not doc.structured:
+        return np.asarray(policy_probabilities(doc))[np.asarray(actions, dtype=np.int64)]
+    # Once per distinct context (the features the document knows), then gathered per episode.
+    names = [f.name for f in doc.features or []]
+    keys: dict[tuple[Any, ...], int] = {}
+    first: list[Mapping[str, Any] | None] = []
+    rows = np.empty(len(contexts), dtype=np.int64)
+    for i, context in enumerate(contexts):
+        key = tuple(map(context.get, names)) if context and names else ()
+        u = keys.get(key)
+        if u is None:
+            u = keys[key] = len(first)
+            first.append(context)
+        rows[i] = u
+    layout = Layout.of(doc)
+    excluded = excluded_configurations(doc)
+    table, z = [], []
+    for context in first:
+        probs = dimension_probabilities(feature_logits(doc, context), layout, doc.temperature, doc.exploration_floor)
+        table.append([p for dim in probs for p in dim])
+        z.append(normaliser(probs, excluded))
+    values = np.asarray(table, dtype=np.float64)
+    local = np.asarray(actions, dtype=np.int64).reshape(len(contexts), len(layout.sizes))
+    chosen = np.prod(values[rows[:, None], local + np.asarray(layout.starts)], axis=1) / np.asarray(z)[rows]
+    if excluded:
+        radix = np.cumprod((*layout.sizes[1:], 1)[::-1])[::-1]  # mixed radix of the joint index
+        blocked = np.isin(local @ radix, np.asarray(excluded, dtype=np.int64) @ radix)
+        chosen[blocked] = 0.0
+    return chosen
 
 
 def review(

@@ -38,6 +38,9 @@ class AgentHistory:
     probability of being chosen in its dimension in that segment (None before the segment was learned)."""
     expected_by_segment: dict[str, dict[str, float]] = field(default_factory=dict)
     """A simulated structured agent's true mean reward of each configuration, per segment (the demo's)."""
+    estimates: list[tuple[float, float, float] | None] = field(default_factory=list)
+    """Per version, the publish guardrail's estimate of its mean reward before it was published
+    (value, low, high; None for versions published without one)."""
 
     def window(
         self, *, last: int | None = None, since: datetime | None = None, until: datetime | None = None
@@ -61,6 +64,7 @@ class AgentHistory:
             self.pinned,
             {name: [series[i] for i in keep] for name, series in self.segments.items()},
             self.expected_by_segment,
+            [self.estimates[i] for i in keep],
         )
 
     @property
@@ -106,6 +110,8 @@ def history(store: Any, agent_id: str) -> AgentHistory:
         h.mean_reward.append(doc.run.metrics.get("mean_reward") if doc.run and doc.run.episodes else None)
         h.entropy.append(policy_entropy(probs))
         h.documents.append(doc)
+        guess = doc.run.evaluation.candidate if doc.run and doc.run.evaluation else None
+        h.estimates.append((guess.value, guess.low, guess.high) if guess else None)
         if views:
             for name in views:
                 if name != NO_CONTEXT:

@@ -89,6 +89,7 @@ def history_figure(histories: Sequence[Any], title: str = "agent-learning", smoo
                 linewidth=1,
                 label=f"best action's true mean ({best})",
             )
+        _estimates(ax_r, h)
         _decorate(ax_r, "mean reward of the batch", f"{h.agent_id}: mean reward per training run")
 
         entropy = [(v, e) for v, e in zip(h.versions, h.entropy, strict=True) if e is not None]
@@ -103,6 +104,19 @@ def history_figure(histories: Sequence[Any], title: str = "agent-learning", smoo
     fig.suptitle(title)
     fig.tight_layout()
     return fig
+
+
+def _estimates(ax: Any, h: Any) -> None:
+    """Each version's off-policy estimate before it was published, with its interval."""
+    known = [(v, e) for v, e in zip(h.versions, getattr(h, "estimates", []) or [], strict=False) if e is not None]
+    if not known:
+        return
+    x = [v for v, _ in known]
+    y = [e[0] for _, e in known]
+    below = [e[0] - e[1] for _, e in known]
+    above = [e[2] - e[0] for _, e in known]
+    ax.errorbar(x, y, yerr=[below, above], fmt=".", color="tab:orange", alpha=0.6, elinewidth=0.8, markersize=3,
+                label="estimate before publishing (SNIPS, interval)")
 
 
 SEGMENT_STYLES = ("-", "--", ":", "-.")

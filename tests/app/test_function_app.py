@@ -258,8 +258,36 @@ def test_train_publishes_for_every_agent_with_new_scores(env: Env) -> None:
     assert call("train", TimerRequest(past_due=False)) is None
     current = load_current(env.store, AGENT)
     assert current is not None and current.version == 2 and current.run is not None and current.run.episodes == 20
+    evaluation = current.run.evaluation  # the guardrail is on by default: every run says what it found
+    assert evaluation is not None and evaluation.verdict == "too_few_samples" and evaluation.episodes == 20
     call("train", TimerRequest(past_due=True))
     assert load_current(env.store, AGENT).version == 2  # type: ignore[union-attr]
+
+
+def test_the_timer_holds_a_candidate_the_guardrail_finds_worse(env: Env, caplog: pytest.LogCaptureFixture) -> None:
+    import dataclasses
+
+    from agent_learning.learner import Reinforce
+
+    class InvertedRewards(Reinforce):
+        def update(self, logits: Any, batch: Any, temperature: float = 1.0, state: Any = None) -> Any:
+            return super().update(logits, dataclasses.replace(batch, rewards=1.0 - batch.rewards), temperature, state)
+
+    env.rt.learner = InvertedRewards()
+    call("enqueue", document_list(env.episodes(20)))
+    for m in env.queue.receive(20):
+        call("score", sb_message(m))
+    call("train", TimerRequest(past_due=False))  # too few samples to judge: published
+    call("enqueue", document_list(env.episodes(400)))
+    while received := env.queue.receive(100):
+        for m in received:
+            call("score", sb_message(m))
+    call("train", TimerRequest(past_due=False))
+    current = load_current(env.store, AGENT)
+    assert current is not None and current.version == 2  # held: v2 stays
+    (held,) = [r for r in env.store.list_runs(AGENT, 10) if r.get("status") == "held"]
+    assert held["episodes"] == 400 and held["evaluation"]["verdict"] == "held"
+    assert any("train math-tutor: held" in r.getMessage() for r in caplog.records)
 
 
 def http_get(agent_id: str, etag: str | None = None, always: bool = False) -> func.HttpResponse:

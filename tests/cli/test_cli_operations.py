@@ -274,14 +274,15 @@ def test_dlq_list_and_replay_on_the_embedded_queue(deployment: Deployment) -> No
 def test_report_writes_a_png_and_an_html_page(deployment: Deployment, tmp_path: Path) -> None:
     png, html = tmp_path / "out" / "report.png", tmp_path / "out" / "report.html"
     summary = as_json("report", "--png", str(png), "--html", str(html))
-    assert summary["agents"] == {AGENT: {"versions": 4, "series": [4, 1, 1]}}
+    # reward panel: the batches' mean reward and the guardrail's estimate of each version before publishing
+    assert summary["agents"] == {AGENT: {"versions": 4, "series": [4, 2, 1]}}
     data = png.read_bytes()
     assert data[:8] == b"\x89PNG\r\n\x1a\n" and struct.unpack(">II", data[16:24])[0] > 800
     page = html.read_text()
     assert page.startswith("<!doctype html>") and "data:image/png;base64," in page and "http" not in page
     assert page.count("<tr>") == 5 and "few-shot" in page  # a header and one row per version
     text = ok("report", "--agent-id", AGENT, "--png", str(png), "--html", str(html)).stdout
-    assert "wrote" in text and "[4, 1, 1]" in text
+    assert "wrote" in text and "[4, 2, 1]" in text
     nobody = cli("report", "--agent-id", "nobody", "--png", str(png), "--html", str(html))
     assert nobody.exit_code == 2 and "nobody" in nobody.stderr and AGENT in nobody.stderr
 

@@ -86,7 +86,8 @@ def test_report_draws_the_newest_versions_or_a_time_window(db: str, tmp_path: Pa
     html = (tmp_path / "r.html").read_text()
     assert html.count("<tr><td>") == 50 and "<td>12</td>" not in html and "<td>62</td>" in html
     smooth = json.loads(runner.invoke(main, ["report", "--smooth", "5", "--json", *files]).stdout)
-    assert smooth["agents"]["support-bot"]["series"] == [4, 2, 2]  # raw and smoothed reward and entropy
+    # raw and smoothed reward and entropy, and the guardrail's estimates
+    assert smooth["agents"]["support-bot"]["series"] == [4, 3, 2]
 
     rows = json.loads(runner.invoke(main, ["policy", "history", "--agent-id", "support-bot", "--json",
                                            "--db", db]).stdout)

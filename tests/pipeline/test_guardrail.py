@@ -164,7 +164,8 @@ def test_structured_candidates_are_evaluated_at_the_probability_of_each_logged_c
     doc = policy.document.model_copy(update={"logits": [0.4, -0.4, 0.3, 0.0, -0.3]})
     rng = np.random.default_rng(0)
     contexts = [None if i % 3 == 0 else {"task": ["billing", "tech"][i % 2]} for i in range(30)]
-    actions = [(int(rng.integers(2)), int(rng.integers(2))) for _ in range(30)]
+    actions = [(int(rng.integers(2)), int(rng.integers(3))) for _ in range(30)]
+    assert (1, 2) in actions  # an excluded configuration: probability 0
     got = chosen_probabilities(doc, actions, contexts)
     reference = StructuredPolicy(doc)
     ids = reference.layout
