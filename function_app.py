@@ -3,7 +3,8 @@
 
     enqueue  Cosmos DB change feed on `episodes`  → one Service Bus message per episode
     score    Service Bus queue                    → judges → shaped reward → `scores`
-    train    timer (AGENT_LEARNING_TRAIN_SCHEDULE) → REINFORCE update → new policy version
+    train    timer (AGENT_LEARNING_TRAIN_SCHEDULE) → one message per agent with new scores
+    train_agent  Service Bus training queue       → REINFORCE update → new policy version
     policy   HTTP GET /api/policies/{agent_id}    → the agent's current policy (function key)
     feedback HTTP POST /api/episodes/{episode_id}/feedback → the caller's verdict, merged into the reward
     ingest   HTTP POST /api/agents/{agent_id}/episodes  → an agent's episode, for callers allowed to write it
@@ -52,6 +53,15 @@ def score(message: func.ServiceBusMessage) -> None:
 @app.timer_trigger(arg_name="timer", schedule="%AGENT_LEARNING_TRAIN_SCHEDULE%", run_on_startup=False, use_monitor=True)
 def train(timer: func.TimerRequest) -> None:
     functions.train(functions.runtime())
+
+
+@app.service_bus_queue_trigger(
+    arg_name="message",
+    connection="ServiceBusConnection",
+    queue_name="%AGENT_LEARNING_TRAIN_QUEUE_NAME%",
+)
+def train_agent(message: func.ServiceBusMessage) -> None:
+    functions.train_agent(message.get_body(), message.delivery_count or 1, message.message_id, functions.runtime())
 
 
 @app.route(route="policies/{agent_id}", methods=["GET"], auth_level=func.AuthLevel.FUNCTION)

@@ -65,6 +65,9 @@ param episodeTtlSeconds int = -1
 @description('Scoring queue (AGENT_LEARNING_QUEUE_NAME).')
 param queueName string = 'score-episodes'
 
+@description('Training queue (AGENT_LEARNING_TRAIN_QUEUE_NAME): the timer sends one message per agent with new scores.')
+param trainQueueName string = 'train-agents'
+
 @description('Deliveries before a message is dead-lettered (queue MaxDeliveryCount and AGENT_LEARNING_QUEUE_MAX_DELIVERIES).')
 @minValue(1)
 @maxValue(2000)
@@ -214,6 +217,7 @@ module serviceBus 'modules/servicebus.bicep' = {
   params: {
     namespaceName: 'sb-${resourceToken}'
     queueName: queueName
+    trainQueueName: trainQueueName
     location: location
     tags: tags
     maxDeliveryCount: queueMaxDeliveryCount
@@ -261,6 +265,7 @@ var connectionSettings = {
   AGENT_LEARNING_QUEUE_NAME: serviceBus.outputs.queueName
   AGENT_LEARNING_QUEUE_MAX_DELIVERIES: string(queueMaxDeliveryCount)
   AGENT_LEARNING_QUEUE_LOCK_SECONDS: string(queueLockSeconds)
+  AGENT_LEARNING_TRAIN_QUEUE_NAME: serviceBus.outputs.trainQueueName
   AGENT_LEARNING_TRAIN_SCHEDULE: trainSchedule
   AGENT_LEARNING_JUDGE: judgeConfigured ? 'evaluators' : 'offline'
   AGENT_LEARNING_ALLOW_OFFLINE_JUDGE: allowOfflineJudge ? 'true' : 'false'
@@ -365,6 +370,7 @@ output AGENT_LEARNING_COSMOS_DATABASE string = cosmos.outputs.databaseName
 output AGENT_LEARNING_QUEUE string = 'servicebus'
 output AGENT_LEARNING_SERVICEBUS_NAMESPACE string = serviceBus.outputs.fullyQualifiedNamespace
 output AGENT_LEARNING_QUEUE_NAME string = serviceBus.outputs.queueName
+output AGENT_LEARNING_TRAIN_QUEUE_NAME string = serviceBus.outputs.trainQueueName
 output AGENT_LEARNING_JUDGE string = judgeConfigured ? 'evaluators' : 'offline'
 output AGENT_LEARNING_JUDGE_AZURE_ENDPOINT string = judgeEndpoint
 output AGENT_LEARNING_JUDGE_DEPLOYMENT string = judgeDeploymentName

@@ -1,5 +1,5 @@
-// The Service Bus namespace (Entra ID only) and the scoring queue. Standard tier: duplicate
-// detection, which drops episodes the change feed delivers twice, is not in Basic.
+// The Service Bus namespace (Entra ID only), the scoring queue and the training queue. Standard
+// tier: duplicate detection, which drops episodes the change feed delivers twice, is not in Basic.
 
 @description('Name of the namespace (6-50 letters, digits and hyphens).')
 @minLength(6)
@@ -8,6 +8,12 @@ param namespaceName string
 
 @description('Name of the scoring queue (AGENT_LEARNING_QUEUE_NAME).')
 param queueName string
+
+@description('Name of the training queue (AGENT_LEARNING_TRAIN_QUEUE_NAME): one message per agent to train.')
+param trainQueueName string
+
+@description('Duplicate-detection window of the training queue: shorter than the training schedule\'s interval, so that a re-run of one tick sends once while the next tick may ask again for an agent whose cursor has not moved (ISO 8601 duration).')
+param trainDuplicateDetectionWindow string = 'PT2M'
 
 @description('Azure region.')
 param location string
@@ -81,6 +87,44 @@ resource queue 'Microsoft.ServiceBus/namespaces/queues@2024-01-01' = {
   }
 }
 
+// The timer sends one message per agent with new scores; the train trigger trains that agent.
+resource trainQueue 'Microsoft.ServiceBus/namespaces/queues@2024-01-01' = {
+  parent: namespace
+  name: trainQueueName
+  properties: {
+    lockDuration: 'PT5M'
+    maxDeliveryCount: 5
+    deadLetteringOnMessageExpiration: true
+    defaultMessageTimeToLive: 'PT1H'
+    requiresDuplicateDetection: true
+    duplicateDetectionHistoryTimeWindow: trainDuplicateDetectionWindow
+    requiresSession: false
+    enablePartitioning: false
+    enableBatchedOperations: true
+    maxSizeInMegabytes: 1024
+  }
+}
+
+resource trainSender 'Microsoft.Authorization/roleAssignments@2022-04-01' = {
+  name: guid(trainQueue.id, functionPrincipalId, serviceBusDataSender)
+  scope: trainQueue
+  properties: {
+    roleDefinitionId: subscriptionResourceId('Microsoft.Authorization/roleDefinitions', serviceBusDataSender)
+    principalId: functionPrincipalId
+    principalType: 'ServicePrincipal'
+  }
+}
+
+resource trainReceiver 'Microsoft.Authorization/roleAssignments@2022-04-01' = {
+  name: guid(trainQueue.id, functionPrincipalId, serviceBusDataReceiver)
+  scope: trainQueue
+  properties: {
+    roleDefinitionId: subscriptionResourceId('Microsoft.Authorization/roleDefinitions', serviceBusDataReceiver)
+    principalId: functionPrincipalId
+    principalType: 'ServicePrincipal'
+  }
+}
+
 resource functionSender 'Microsoft.Authorization/roleAssignments@2022-04-01' = {
   name: guid(queue.id, functionPrincipalId, serviceBusDataSender)
   scope: queue
@@ -124,5 +168,6 @@ resource userReceiver 'Microsoft.Authorization/roleAssignments@2022-04-01' = if 
 
 output namespaceName string = namespace.name
 output queueName string = queue.name
+output trainQueueName string = trainQueue.name
 // serviceBusEndpoint is https://<name>.servicebus.windows.net:443/ (another suffix in sovereign clouds).
 output fullyQualifiedNamespace string = split(replace(namespace.properties.serviceBusEndpoint, 'https://', ''), ':')[0]

@@ -123,6 +123,9 @@ class Settings(BaseSettings):
     sqlite_path: str = ".agent-learning/local.db"
     queue: Literal["sqlite", "servicebus"] = "sqlite"
     queue_name: str = Field("score-episodes", min_length=1, max_length=260)
+    train_queue_name: str = Field(
+        "train-agents", min_length=1, max_length=260, description="the queue of one training message per agent"
+    )
     queue_max_deliveries: int = Field(10, ge=1, le=2000)
     queue_lock_seconds: float = Field(60.0, gt=0, le=300)
     judge: Literal["offline", "evaluators"] = "offline"

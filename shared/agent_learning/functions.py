@@ -17,10 +17,15 @@ Failure semantics per trigger:
   raises :class:`TransientScoringError` to have it redelivered, and raises
   :class:`PoisonMessage` for bad input: the reason is logged on every delivery, each of which
   fails fast, and Service Bus dead-letters the message after MaxDeliveryCount deliveries.
-* ``train`` (timer) first applies feedback whose handler died before applying it, then trains
-  every agent; one agent's failure does not stop the others (a store outage is logged as a
-  warning, ``unavailable``; a corrupt policy or anything else as an error), and every
-  published version is checked for exploration collapse and reward drops.
+* ``train`` (timer) first applies feedback whose handler died before applying it, then plans
+  the tick: one message per agent with new scores on the training queue
+  (:mod:`agent_learning.pipeline.fanout`); it raises only if sending fails (the next tick
+  plans again).
+* ``train_agent`` (Service Bus, the training queue) trains the agent a message names; every
+  outcome completes the message (a store outage is logged as a warning, ``unavailable``; a
+  corrupt policy or anything else as an error; the next tick asks again), except a body that
+  is not a training request, which is a :class:`PoisonMessage`. Every published version is
+  checked for exploration collapse and reward drops.
 * ``feedback`` (HTTP POST) stores a caller's feedback on an episode and reconciles its reward;
   bad input is a 400 naming the field, an unknown episode a 404, and posting again is a no-op.
 * ``choose`` (HTTP POST) draws a configuration for a caller in another language, from the
@@ -55,7 +60,7 @@ from .errors import (
 if TYPE_CHECKING:  # imported lazily at run time: the app's cold start stays short
     from .callers import Caller
     from .config import Settings
-    from .pipeline import EnqueueResult, Scorer, TrainOutcome
+    from .pipeline import EnqueueResult, Scorer, TrainingPlan, TrainOutcome
     from .store.base import Store
 
 log = logging.getLogger("agent_learning.functions")
@@ -76,7 +81,8 @@ class PoisonMessage(AgentLearningError):
 
 @dataclass
 class Runtime:
-    """The app's dependencies: a store, a way to send scoring messages, the scorer, the learner."""
+    """The app's dependencies: a store, ways to send scoring and training messages, the scorer,
+    the learner."""
 
     settings: Settings
     store: Store
@@ -85,6 +91,8 @@ class Runtime:
     learner: Any = None
     clients: dict[str, Any] = field(default_factory=dict)
     """Agent id → the :class:`~agent_learning.client.PolicyClient` the choose route draws from."""
+    send_train: Any = None
+    """Sends training messages (the timer's fan-out)."""
 
 
 _runtime: Runtime | None = None
@@ -111,7 +119,7 @@ def build_runtime(settings: Settings, environ: Mapping[str, str] | None = None) 
     configuration fails loudly instead of producing made-up rewards.
     """
     # lazy: pydantic (see the module docstring)
-    from .wiring import configure, open_queue, open_store
+    from .wiring import configure, open_queue, open_store, open_train_queue
 
     env = os.environ if environ is None else environ
     if env.get("WEBSITE_INSTANCE_ID") and settings.judge == "offline" and not settings.allow_offline_judge:
@@ -123,7 +131,8 @@ def build_runtime(settings: Settings, environ: Mapping[str, str] | None = None) 
         )
 
     configure(settings)
-    return Runtime(settings, open_store(settings), open_queue(settings).send)
+    store, send, send_train = open_store(settings), open_queue(settings).send, open_train_queue(settings).send
+    return Runtime(settings, store, send, send_train=send_train)
 
 
 def scorer_of(rt: Runtime) -> Scorer:
@@ -197,32 +206,53 @@ TRAIN_LOG_LEVELS = {
 """How loud each training outcome is logged (anything else: INFO)."""
 
 
-def train(rt: Runtime) -> list[TrainOutcome]:
+def train(rt: Runtime) -> TrainingPlan:
     """Timer trigger: apply feedback left unapplied (:func:`agent_learning.feedback.sweep`; its
-    failure is logged and does not stop training), then one training run for every agent."""
+    failure is logged and does not stop training), then send one training message per agent
+    with new scores (:func:`agent_learning.pipeline.plan_training`)."""
     # lazy: pydantic (see the module docstring)
     from .feedback import sweep
-    from .pipeline import train_all
-    from .wiring import drift_config, guardrail_config
+    from .pipeline import plan_training, send_plan
 
     try:
         sweep(rt.store)
     except Exception:
         log.exception("feedback sweep failed; the next tick tries again")
-    s = rt.settings
-    outcomes = train_all(
-        rt.store,
-        learner_of(rt),
-        max_batch=s.train_max_batch,
-        min_batch=s.train_min_batch,
-        drift=drift_config(s),
-        guardrail=guardrail_config(s),
+    plan = plan_training(rt.store)
+    sent = send_plan(plan, rt.send_train)
+    log.info(
+        "train: %d agents, %d with new scores (%d messages sent), %d idle, %d pinned, %d not checked",
+        plan.agents, len(plan.requests), sent, len(plan.idle), len(plan.pinned), len(plan.failed),
     )
-    for o in outcomes:
-        level = TRAIN_LOG_LEVELS.get(o.status, logging.INFO)
-        detail = f" v{o.version}" if o.status == "published" else f": {o.reason}" if level > logging.INFO else ""
-        log.log(level, "train %s: %s%s", o.agent_id, o.status, detail)
-    return outcomes
+    for o in plan.failed:
+        log.log(TRAIN_LOG_LEVELS.get(o.status, logging.INFO), "train %s: %s: %s", o.agent_id, o.status, o.reason)
+    return plan
+
+
+def train_agent(body: bytes | str, delivery_count: int, message_id: str | None, rt: Runtime) -> TrainOutcome:
+    """Service Bus trigger on the training queue: one training run of the agent the message names."""
+    # lazy: pydantic (see the module docstring)
+    from .pipeline import train_requested
+    from .wiring import drift_config, guardrail_config
+
+    s = rt.settings
+    try:
+        o = train_requested(
+            body,
+            rt.store,
+            learner_of(rt),
+            max_batch=s.train_max_batch,
+            min_batch=s.train_min_batch,
+            drift=drift_config(s),
+            guardrail=guardrail_config(s),
+        )
+    except InvalidDocument as exc:
+        log.error("train_agent %s: poison message (delivery %d): %s", message_id, delivery_count, exc)
+        raise PoisonMessage("InvalidMessage", str(exc)) from None
+    level = TRAIN_LOG_LEVELS.get(o.status, logging.INFO)
+    detail = f" v{o.version}" if o.status == "published" else f": {o.reason}" if level > logging.INFO else ""
+    log.log(level, "train %s: %s%s", o.agent_id, o.status, detail)
+    return o
 
 
 @dataclass(frozen=True)

@@ -2,7 +2,7 @@
 
 ::
 
-    episodes (store) ──pump──► queue ──score──► scores (store) ──train──► policies (store)
+    episodes (store) ──pump──► queue ──score──► scores (store) ──train──► train queue ──► policies (store)
 
 The loop in a script, on the embedded default (``.agent-learning/local.db``, the offline
 judge; ``path=`` picks another file)::
@@ -18,7 +18,9 @@ Its parts are built from settings in :mod:`agent_learning.wiring` (``open_store`
 ``open_queue`` and ``open_judge`` are importable from here too). ``pump`` plays the Cosmos
 change-feed trigger (it reads the store's episode feed from a durable checkpoint),
 ``score_pending`` plays the Service Bus trigger (it receives, scores and settles messages),
-``train`` plays the timer. They call the same handlers as the Functions app. The checkpoint
+``train`` plays the timer (it plans the tick and sends one message per agent with new scores
+to the training queue) and then the training trigger (it trains the agent each message
+names). They call the same handlers as the Functions app. The checkpoint
 is saved after the messages are sent, so a crash in between resends them, and duplicate
 detection plus the idempotent scorer absorb that.
 """
@@ -35,11 +37,22 @@ from . import wiring
 from .clock import SYSTEM_CLOCK, Clock
 from .config import Settings, load_settings
 from .documents import TRAIN_BATCH
-from .errors import ConcurrencyConflict
+from .errors import ConcurrencyConflict, InvalidDocument
 from .feedback import SweepResult, sweep
 from .judges.base import Judge
-from .pipeline import EnqueueResult, Scorer, TrainOutcome, enqueue_episodes, score_message, settle, train_all
+from .pipeline import (
+    EnqueueResult,
+    Scorer,
+    TrainOutcome,
+    enqueue_episodes,
+    plan_training,
+    score_message,
+    send_plan,
+    settle,
+    train_requested,
+)
 from .queue.base import WorkQueue
+from .queue.sqlite import SQLiteQueue
 from .rewards import RewardFunction
 from .store.base import Store
 from .telemetry import configure
@@ -49,6 +62,7 @@ from .wiring import open_judge, open_queue, open_store
 __all__ = ["FEED_CHECKPOINT", "CycleReport", "LocalPipeline", "open_judge", "open_local", "open_queue", "open_store"]
 
 FEED_CHECKPOINT = "episodes-feed"
+
 
 
 @dataclass
@@ -85,9 +99,11 @@ class LocalPipeline:
         page_size: int = 500,
         drift: Any = None,
         guardrail: Any = None,
+        train_queue: WorkQueue | None = None,
     ) -> None:
         self.store = store
         self.queue = queue
+        self.train_queue = train_queue if train_queue is not None else train_queue_beside(queue, clock)
         self.scorer = Scorer(store, judge, reward, clock)
         self.learner = learner
         self.clock = clock
@@ -99,9 +115,10 @@ class LocalPipeline:
         self.guardrail = guardrail
 
     def close(self) -> None:
-        """Close the store and the queue."""
+        """Close the store and the queues."""
         self.store.close()
         self.queue.close()
+        self.train_queue.close()
 
     def __enter__(self) -> LocalPipeline:
         return self
@@ -153,18 +170,39 @@ class LocalPipeline:
         return outcomes
 
     def train(self, agent_ids: Iterable[str] | None = None) -> list[TrainOutcome]:
-        """One training run per agent (every agent with a policy by default); one agent's
-        failure does not stop the others (:func:`~agent_learning.pipeline.train_all`, as the timer)."""
-        return train_all(
-            self.store,
-            self.learner,
-            agent_ids=agent_ids,
-            clock=self.clock,
-            max_batch=self.max_batch,
-            min_batch=self.min_batch,
-            drift=self.drift,
-            guardrail=self.guardrail,
-        )
+        """One training tick as in Azure: plan it, send one message per agent with new scores to
+        the training queue (:func:`~agent_learning.pipeline.fanout.plan_training`), then train the
+        agent of every message waiting there. Returns an outcome for every agent (``agent_ids``:
+        only those), ordered by agent id; one agent's failure does not stop the others."""
+        plan = plan_training(self.store, agent_ids=agent_ids)
+        send_plan(plan, self.train_queue.send)
+        outcomes = plan.untrained() + self.train_pending()
+        return sorted(outcomes, key=lambda o: o.agent_id)
+
+    def train_pending(self) -> list[TrainOutcome]:
+        """Train the agent of every message on the training queue (the training trigger's work):
+        each message is completed once trained, whatever the outcome (the next tick plans
+        again); one that is not a training request is dead-lettered with the reason."""
+        outcomes: list[TrainOutcome] = []
+        while messages := self.train_queue.receive(100):
+            for message in messages:
+                try:
+                    outcome = train_requested(
+                        message.body,
+                        self.store,
+                        self.learner,
+                        clock=self.clock,
+                        max_batch=self.max_batch,
+                        min_batch=self.min_batch,
+                        drift=self.drift,
+                        guardrail=self.guardrail,
+                    )
+                except InvalidDocument as exc:
+                    self.train_queue.dead_letter(message, "InvalidMessage", str(exc))
+                    continue
+                self.train_queue.complete(message)
+                outcomes.append(outcome)
+        return outcomes
 
     def run_once(self, agent_ids: Iterable[str] | None = None) -> CycleReport:
         """Pump, score everything available, apply unapplied feedback, then train: one timer period's work."""
@@ -197,4 +235,17 @@ def open_local(
         min_batch=settings.train_min_batch,
         drift=wiring.drift_config(settings),
         guardrail=wiring.guardrail_config(settings),
+        train_queue=wiring.open_train_queue(settings, path=path, clock=clock),
+    )
+
+
+def train_queue_beside(queue: WorkQueue, clock: Clock = SYSTEM_CLOCK) -> WorkQueue:
+    """The embedded training queue in the file of the embedded scoring ``queue`` (so that a
+    message a crashed runner held is trained after a restart), or in memory beside another queue."""
+    path = queue.path if isinstance(queue, SQLiteQueue) else ":memory:"
+    return SQLiteQueue(
+        path,
+        name=Settings.model_fields["train_queue_name"].default,
+        clock=clock,
+        duplicate_window_seconds=wiring.EMBEDDED_TRAIN_DUPLICATE_WINDOW,
     )

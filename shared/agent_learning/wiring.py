@@ -121,22 +121,40 @@ def open_store(settings: Settings, *, path: str | Path | None = None, clock: Clo
 
 def open_queue(settings: Settings, *, path: str | Path | None = None, clock: Clock = SYSTEM_CLOCK) -> WorkQueue:
     """The scoring queue ``settings`` choose: the embedded SQLite queue or Service Bus."""
+    return _open_queue(settings, settings.queue_name, path, clock)
+
+
+EMBEDDED_TRAIN_DUPLICATE_WINDOW = 0.001
+"""Seconds the embedded training queue remembers a message id. Embedded ticks run back to back
+and each drains the queue before the next, so an agent still at the same cursor (waiting for
+more scores, or its candidate held) must be sent again at the next tick, not dropped."""
+
+
+def open_train_queue(settings: Settings, *, path: str | Path | None = None, clock: Clock = SYSTEM_CLOCK) -> WorkQueue:
+    """The training queue (one message per agent to train): embedded SQLite or Service Bus."""
+    return _open_queue(settings, settings.train_queue_name, path, clock, EMBEDDED_TRAIN_DUPLICATE_WINDOW)
+
+
+def _open_queue(
+    settings: Settings, name: str, path: str | Path | None, clock: Clock, duplicate_window: float | None = None
+) -> WorkQueue:
     if settings.queue == "servicebus":
         from .queue.servicebus import ServiceBusQueue  # azure-servicebus: only when the settings choose it
 
         if settings.servicebus_connection_string:
-            return ServiceBusQueue.from_connection_string(
-                settings.servicebus_connection_string.get_secret_value(), settings.queue_name
-            )
+            secret = settings.servicebus_connection_string.get_secret_value()
+            return ServiceBusQueue.from_connection_string(secret, name)
         assert settings.servicebus_namespace is not None  # load_settings checks it
         return ServiceBusQueue.from_namespace(
-            settings.servicebus_namespace, settings.queue_name, managed_identity_client_id=settings.servicebus_client_id
+            settings.servicebus_namespace, name, managed_identity_client_id=settings.servicebus_client_id
         )
     queue_path = ":memory:" if settings.store == "memory" else str(path or settings.sqlite_path)
+    window = {} if duplicate_window is None else {"duplicate_window_seconds": duplicate_window}
     return SQLiteQueue(
         queue_path,
-        name=settings.queue_name,
+        name=name,
         lock_seconds=settings.queue_lock_seconds,
         max_deliveries=settings.queue_max_deliveries,
         clock=clock,
+        **window,
     )

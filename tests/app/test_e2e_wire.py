@@ -41,13 +41,14 @@ pytestmark = pytest.mark.timeout(300)
 FUNCTIONS = {name: f.get_user_function() for name, f in functions().items()}
 AGENT = "support-bot"
 QUEUE = "score-episodes"
+TRAIN_QUEUE = "train-agents"
 
 
 class Pipeline:
     """The deployed topology, with the Functions host's role played by this class."""
 
-    def __init__(self, store: CosmosStore, queue: ServiceBusQueue) -> None:
-        self.store, self.queue = store, queue
+    def __init__(self, store: CosmosStore, queue: ServiceBusQueue, train_queue: ServiceBusQueue) -> None:
+        self.store, self.queue, self.train_queue = store, queue, train_queue
         self.feed_token: str | None = None
 
     def pump(self) -> int:
@@ -66,11 +67,8 @@ class Pipeline:
         done = 0
         while messages := self.queue.receive(50):
             for m in messages:
-                msg = ServiceBusMessage(body=m.body, message_id=m.message_id, delivery_count=m.delivery_count,
-                                        application_properties=dict(m.properties),
-                                        user_properties=dict(m.properties))
                 try:
-                    FUNCTIONS["score"](msg)
+                    FUNCTIONS["score"](self._message(m))
                 except Exception:
                     self.queue.abandon(m)
                 else:
@@ -78,8 +76,21 @@ class Pipeline:
                     done += 1
         return done
 
-    def train(self) -> None:
+    def train(self) -> list[str]:
+        """The timer, then the training trigger on each message it sent; the agents trained."""
         FUNCTIONS["train"](TimerRequest(past_due=False))
+        trained = []
+        while messages := self.train_queue.receive(50):
+            for m in messages:
+                FUNCTIONS["train_agent"](self._message(m))
+                self.train_queue.complete(m)
+                trained.append(m.properties["agent_id"])
+        return trained
+
+    @staticmethod
+    def _message(m: Any) -> ServiceBusMessage:
+        return ServiceBusMessage(body=m.body, message_id=m.message_id, delivery_count=m.delivery_count,
+                                 application_properties=dict(m.properties), user_properties=dict(m.properties))
 
 
 @pytest.fixture
@@ -88,11 +99,14 @@ def pipeline(cosmos_server: Any, amqp_broker: Any, monkeypatch: pytest.MonkeyPat
     store = CosmosStore.connect(cosmos_server.endpoint, database, key=cosmos_server.key, create_containers=True,
                                 client_kwargs=CLIENT_KWARGS, clock=SteppingClock())
     queue = ServiceBusQueue.from_connection_string(amqp_broker.connection_string, QUEUE, max_wait_time=1)
+    train_queue = ServiceBusQueue.from_connection_string(amqp_broker.connection_string, TRAIN_QUEUE, max_wait_time=1)
     settings = load_settings(store="cosmos", queue="servicebus", cosmos_endpoint=cosmos_server.endpoint,
                              cosmos_database=database, servicebus_connection_string=amqp_broker.connection_string)
-    monkeypatch.setattr(handlers, "_runtime", handlers.Runtime(settings, store, queue.send))
-    yield Pipeline(store, queue)
+    rt = handlers.Runtime(settings, store, queue.send, send_train=train_queue.send)
+    monkeypatch.setattr(handlers, "_runtime", rt)
+    yield Pipeline(store, queue, train_queue)
     queue.close()
+    train_queue.close()
     store._client.delete_database(database)  # type: ignore[union-attr]
     store.close()
 
@@ -115,7 +129,7 @@ def test_agents_learn_through_cosmos_and_service_bus(pipeline: Pipeline, cosmos_
             scenario.run_episode(store, policy.choose(), rng, agent_clock)
         assert pipeline.pump() == per_round
         assert pipeline.score_all() == per_round
-        pipeline.train()
+        assert pipeline.train() == [AGENT]
     stats = cosmos_server.stats()
 
     final = client.policy()

@@ -48,7 +48,7 @@ def call(name: str, *args: Any) -> Any:
 
 
 def test_the_app_has_exactly_the_six_functions() -> None:
-    assert set(FUNCTIONS) == {"enqueue", "score", "train", "policy", "feedback", "ingest", "choose"}
+    assert set(FUNCTIONS) == {"enqueue", "score", "train", "train_agent", "policy", "feedback", "ingest", "choose"}
 
 
 def test_enqueue_is_a_cosmos_trigger_on_episodes_with_an_existing_lease_container() -> None:
@@ -69,6 +69,13 @@ def test_score_is_a_service_bus_queue_trigger() -> None:
     (trigger,) = bindings("score")
     assert trigger["type"] == "serviceBusTrigger" and trigger["direction"] == "IN"
     assert trigger["queueName"] == "%AGENT_LEARNING_QUEUE_NAME%"
+    assert trigger["connection"] == "ServiceBusConnection"
+
+
+def test_train_agent_is_a_service_bus_trigger_on_the_training_queue() -> None:
+    (trigger,) = bindings("train_agent")
+    assert trigger["type"] == "serviceBusTrigger" and trigger["direction"] == "IN"
+    assert trigger["queueName"] == "%AGENT_LEARNING_TRAIN_QUEUE_NAME%"
     assert trigger["connection"] == "ServiceBusConnection"
 
 
@@ -141,7 +148,8 @@ class Env:
         settings = load_settings(sqlite_path=str(tmp_path / "app.db"), store="sqlite", queue="sqlite")
         self.store = SQLiteStore(settings.sqlite_path)
         self.queue = SQLiteQueue(settings.sqlite_path, clock=self.clock)
-        self.rt = handlers.Runtime(settings, self.store, self.queue.send)
+        self.train_queue = SQLiteQueue(settings.sqlite_path, name=settings.train_queue_name, clock=self.clock)
+        self.rt = handlers.Runtime(settings, self.store, self.queue.send, send_train=self.train_queue.send)
         self.scenario = math_tutor(AGENT)
         create_policy(
             self.store,
@@ -165,6 +173,18 @@ def env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Env]:
     yield e
     e.store.close()
     e.queue.close()
+    e.train_queue.close()
+
+
+def tick(env: Env) -> list[str]:
+    """The timer, then the training trigger on each message it sent; the agents it trained."""
+    assert call("train", TimerRequest(past_due=False)) is None
+    trained = []
+    for m in env.train_queue.receive(100):
+        assert call("train_agent", sb_message(m)) is None
+        env.train_queue.complete(m)
+        trained.append(json.loads(m.body)["agent_id"])
+    return trained
 
 
 def test_enqueue_sends_one_message_per_episode_and_skips_unsendable_documents(env: Env) -> None:
@@ -255,13 +275,22 @@ def test_train_publishes_for_every_agent_with_new_scores(env: Env) -> None:
     call("enqueue", document_list(env.episodes(20)))
     for m in env.queue.receive(20):
         call("score", sb_message(m))
-    assert call("train", TimerRequest(past_due=False)) is None
+    assert tick(env) == [AGENT]
     current = load_current(env.store, AGENT)
     assert current is not None and current.version == 2 and current.run is not None and current.run.episodes == 20
     evaluation = current.run.evaluation  # the guardrail is on by default: every run says what it found
     assert evaluation is not None and evaluation.verdict == "too_few_samples" and evaluation.episodes == 20
-    call("train", TimerRequest(past_due=True))
+    assert call("train", TimerRequest(past_due=True)) is None
+    assert env.train_queue.receive(10) == []  # nothing new: no message
     assert load_current(env.store, AGENT).version == 2  # type: ignore[union-attr]
+
+
+def test_a_training_message_that_is_not_a_request_is_poison(env: Env) -> None:
+    bad = ServiceBusMessage(body=b'{"type": "train_request", "agent_id": "a b", "version": 1}', message_id="x",
+                            delivery_count=1, application_properties={}, user_properties={})
+    with pytest.raises(handlers.PoisonMessage) as info:
+        call("train_agent", bad)
+    assert info.value.reason == "InvalidMessage" and "agent_id" in info.value.description
 
 
 def test_the_timer_holds_a_candidate_the_guardrail_finds_worse(env: Env, caplog: pytest.LogCaptureFixture) -> None:
@@ -277,12 +306,12 @@ def test_the_timer_holds_a_candidate_the_guardrail_finds_worse(env: Env, caplog:
     call("enqueue", document_list(env.episodes(20)))
     for m in env.queue.receive(20):
         call("score", sb_message(m))
-    call("train", TimerRequest(past_due=False))  # too few samples to judge: published
+    tick(env)  # too few samples to judge: published
     call("enqueue", document_list(env.episodes(400)))
     while received := env.queue.receive(100):
         for m in received:
             call("score", sb_message(m))
-    call("train", TimerRequest(past_due=False))
+    tick(env)
     current = load_current(env.store, AGENT)
     assert current is not None and current.version == 2  # held: v2 stays
     (held,) = [r for r in env.store.list_runs(AGENT, 10) if r.get("status") == "held"]
@@ -414,7 +443,7 @@ def test_http_feedback_before_and_after_scoring(env: Env) -> None:
     status, again = http_feedback(late["id"], {"score": 0.9}, key="reviewer-key")  # posted twice
     assert status == 200 and again["status"] == "unchanged" and again["reward"] == pytest.approx(body["reward"])
     assert len(env.store.read_scores(AGENT, None, 10)) == 4
-    call("train", TimerRequest(past_due=False))
+    assert tick(env) == [AGENT]
     run = load_current(env.store, AGENT).run  # type: ignore[union-attr]
     assert run is not None and run.episodes == 2 and run.metrics["corrections"] == 2
 

@@ -580,7 +580,7 @@ def test_one_agent_failing_does_not_stop_the_others_in_either_runner(
     settings = load_settings(store="memory", queue="sqlite")
     caplog.clear()
     with caplog.at_level(logging.INFO, logger="agent_learning.functions"):
-        handlers.train(handlers.Runtime(settings, store, None, learner=Reinforce()))
+        handlers.train(handlers.Runtime(settings, store, None, learner=Reinforce(), send_train=len))
     (record,) = [r for r in caplog.records if "train alpha" in r.getMessage()]
     assert record.levelno == level and status in record.getMessage() and str(error) in record.getMessage()
 

@@ -51,7 +51,8 @@ def test_two_trainers_racing_for_100_ticks_publish_each_version_once(backend: Ba
     agent = Agent(backend.store, clock)
     settings = load_settings(store="memory", queue="sqlite")
     trainers = [
-        handlers.Runtime(settings, store, queue.send, learner=Reinforce(settings.learner_config()))
+        handlers.Runtime(settings, store, queue.send, learner=Reinforce(settings.learner_config()),
+                         send_train=lambda messages: len(messages))
         for store in (backend.store, second_instance(backend))
     ]
     outcomes: list[TrainOutcome] = []
@@ -59,7 +60,8 @@ def test_two_trainers_racing_for_100_ticks_publish_each_version_once(backend: Ba
 
     def train(rt: handlers.Runtime, start: threading.Barrier) -> None:
         start.wait()
-        result = handlers.train(rt)
+        plan = handlers.train(rt)  # both instances plan the tick, and each trains what it planned
+        result = [handlers.train_agent(r.to_message().body, 1, r.message_id, rt) for r in plan.requests]
         with lock:
             outcomes.extend(result)
 

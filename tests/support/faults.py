@@ -59,6 +59,7 @@ from agent_learning.queue.sqlite import SQLiteQueue
 from agent_learning.rewards import RewardFunction
 from agent_learning.simulate import math_tutor
 from agent_learning.store.base import Store
+from agent_learning.wiring import EMBEDDED_TRAIN_DUPLICATE_WINDOW
 
 AGENT = "math-tutor"
 FUNCTIONS = {name: f.get_user_function() for name, f in functions().items()}
@@ -332,12 +333,19 @@ class FunctionsHost:
         settings = load_settings(store="memory", queue="sqlite")
         faulty = FaultyStore(store, self.injector)
         self.judge = FaultyJudge(judge or OfflineJudge(), self.injector)
+        # The training queue: every tick's messages are delivered before the next tick, and a
+        # repeated tick's copies are delivered too (no duplicate detection), which the trainer
+        # absorbs. A crashed run's message is delivered again until it succeeds (in Azure, after
+        # MaxDeliveryCount, the next tick sends a new one).
+        self.train_queue = SQLiteQueue(":memory:", name="train-agents", clock=clock, max_deliveries=1_000,
+                                       duplicate_window_seconds=EMBEDDED_TRAIN_DUPLICATE_WINDOW)
         self.runtime = handlers.Runtime(
             settings,
             faulty,
             FaultySend(queue.send, self.injector),
             Scorer(faulty, self.judge, RewardFunction(settings.reward_config()), clock),
             Reinforce(settings.learner_config()),
+            send_train=FaultySend(self.train_queue.send, self.injector),
         )
         self.lease: str | None = None
         self.events: Counter[str] = Counter()
@@ -422,9 +430,10 @@ class FunctionsHost:
         self.queue.complete(message)
 
     def tick(self, *, retry: bool = True) -> None:
-        """The timer: one training tick (delivered ``deliveries.timer`` times). A crashed tick runs
-        again at once (the past-due run after the host restarts), or, without ``retry``, the
-        :class:`Crash` propagates."""
+        """The timer: one training tick (delivered ``deliveries.timer`` times), then the training
+        trigger on every message the tick sent. A crashed tick or training run runs again at once
+        (the past-due run after the host restarts; the message whose lock expired), or, without
+        ``retry``, the :class:`Crash` propagates."""
         with self.active():
             done = 0
             for _ in range(100):
@@ -440,9 +449,31 @@ class FunctionsHost:
                     return
                 done += 1
                 if done == self.deliveries.timer:
-                    return
+                    break
                 self._event("repeated tick")
-            raise AssertionError("a training tick never finished")
+            else:
+                raise AssertionError("a training tick never finished")
+            self._train_pending(retry)
+
+    def _train_pending(self, retry: bool) -> None:
+        """The training trigger, until the training queue is empty."""
+        for _ in range(1_000):
+            messages = self.train_queue.receive(32)
+            if not messages:
+                if self.train_queue.counts().active == 0:
+                    return
+                self.clock.advance(self.train_queue.lock_seconds + 1)  # a crashed run's message comes back
+                continue
+            for message in messages:
+                try:
+                    FUNCTIONS["train_agent"](sb_message(message))
+                except Crash:
+                    self._event("train crashed")  # nothing settles the message: its lock expires
+                    if not retry:
+                        raise
+                    continue
+                self.train_queue.complete(message)
+        raise AssertionError("the training queue never emptied")
 
     def post_feedback(self, episode_id: str, body: dict[str, Any], key: str = "user-key") -> int:
         """The HTTP trigger: POST ``body`` as feedback on an episode, as the holder of function key

@@ -10,6 +10,8 @@ trigger delivers at least once:
   score; an episode that already has a score is not judged again (unless ``force``).
 * :mod:`.train` — :func:`train_agent`: folds the scores after the current document's cursor
   into the next policy version.
+* :mod:`.fanout` — :func:`plan_training`: which agents a tick trains; one
+  :class:`TrainRequest` message per agent, trained by :func:`train_requested`.
 * :mod:`.publish` — every write of an agent's current policy document (the trainer's
   compare-and-swap, :func:`create_policy`, pin, unpin and rollback) and :func:`load_current`,
   its one validated loader.
@@ -19,6 +21,7 @@ Each stage runs in an OpenTelemetry span and records its metrics (:mod:`agent_le
 
 from ..documents import MAX_TRAIN_BATCH
 from .enqueue import EMBED_LIMIT_CHARS, EnqueueResult, enqueue_episodes, message_id_of, score_request_message
+from .fanout import TrainingPlan, TrainRequest, plan_training, send_plan, train_requested
 from .publish import (
     Change,
     Current,
@@ -32,7 +35,7 @@ from .publish import (
     set_pinned,
 )
 from .score import ScoreOutcome, Scorer, count_settled, run_judge, score_episode, score_message, settle
-from .train import TrainOutcome, train_agent, train_all
+from .train import TrainOutcome, train_agent, train_all, train_safely
 
 __all__ = [
     "EMBED_LIMIT_CHARS",
@@ -43,6 +46,8 @@ __all__ = [
     "ScoreOutcome",
     "Scorer",
     "TrainOutcome",
+    "TrainRequest",
+    "TrainingPlan",
     "count_settled",
     "create_policy",
     "enqueue_episodes",
@@ -50,6 +55,7 @@ __all__ = [
     "load_current_tagged",
     "materialise",
     "message_id_of",
+    "plan_training",
     "publish",
     "revise",
     "rollback",
@@ -57,8 +63,11 @@ __all__ = [
     "score_episode",
     "score_message",
     "score_request_message",
+    "send_plan",
     "set_pinned",
     "settle",
     "train_agent",
     "train_all",
+    "train_requested",
+    "train_safely",
 ]

@@ -406,28 +406,40 @@ def train_all(
     drift: DriftConfig | None = None,
     guardrail: Any = None,
 ) -> list[TrainOutcome]:
-    """:func:`train_agent` for ``agent_ids`` (default: every agent with a policy); one agent's
-    failure does not stop the rest. A transient failure (a store outage) is ``unavailable`` and
-    logged as a warning, anything else ``failed`` and logged as an error with its traceback."""
-    outcomes = []
-    for agent_id in store.list_agents() if agent_ids is None else agent_ids:
-        try:
-            outcomes.append(
-                train_agent(
-                    agent_id,
-                    store,
-                    learner,
-                    clock=clock,
-                    max_batch=max_batch,
-                    min_batch=min_batch,
-                    drift=drift,
-                    guardrail=guardrail,
-                )
-            )
-        except TransientError as exc:
-            log.warning("training %s: unavailable, the next run retries: %s", agent_id, exc)
-            outcomes.append(TrainOutcome("unavailable", agent_id, reason=f"{type(exc).__name__}: {exc}"))
-        except Exception as exc:
-            log.exception("training %s failed", agent_id)
-            outcomes.append(TrainOutcome("failed", agent_id, reason=f"{type(exc).__name__}: {exc}"))
-    return outcomes
+    """:func:`train_safely` for ``agent_ids`` (default: every agent with a policy), one after the
+    other in this process. The timer and the embedded runner fan out instead
+    (:mod:`agent_learning.pipeline.fanout`); this is the same work without a queue."""
+    return [
+        train_safely(
+            agent_id,
+            store,
+            learner,
+            clock=clock,
+            max_batch=max_batch,
+            min_batch=min_batch,
+            drift=drift,
+            guardrail=guardrail,
+        )
+        for agent_id in (store.list_agents() if agent_ids is None else agent_ids)
+    ]
+
+
+def train_safely(agent_id: str, store: Store, learner: Any, **train_kwargs: Any) -> TrainOutcome:
+    """:func:`train_agent` that never raises, so that one agent's failure does not stop the rest
+    (:func:`failure_outcome` says what the failure was)."""
+    try:
+        return train_agent(agent_id, store, learner, **train_kwargs)
+    except Exception as exc:
+        return failure_outcome(agent_id, exc)
+
+
+def failure_outcome(agent_id: str, exc: Exception) -> TrainOutcome:
+    """The outcome of a training step that raised: a transient failure (a store outage) is
+    ``unavailable`` and logged as a warning, anything else ``failed`` and logged as an error with
+    its traceback."""
+    reason = f"{type(exc).__name__}: {exc}"
+    if isinstance(exc, TransientError):
+        log.warning("training %s: unavailable, the next run retries: %s", agent_id, exc)
+        return TrainOutcome("unavailable", agent_id, reason=reason)
+    log.error("training %s failed", agent_id, exc_info=exc)
+    return TrainOutcome("failed", agent_id, reason=reason)

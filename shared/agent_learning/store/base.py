@@ -47,6 +47,35 @@ RawDoc = dict[str, Any]
 
 
 @dataclass(frozen=True)
+class AgentCursor:
+    """Where an agent's training stands: its current version, the cursor of the last score
+    folded into it, and whether learning is paused. Read without validating the whole policy
+    document (a corrupt one is reported by the trainer, which validates it)."""
+
+    agent_id: str
+    version: int
+    cursor: ScoreCursor | None
+    pinned: bool = False
+
+    @classmethod
+    def of(cls, doc: RawDoc) -> AgentCursor:
+        """From a current policy document, or a projection of its ``agent_id``, ``version``,
+        ``cursor`` and ``pinned`` fields; a cursor that does not parse counts as none."""
+        raw = doc.get("cursor")
+        try:
+            cursor = ScoreCursor.model_validate(raw) if raw is not None else None
+        except ValueError:
+            cursor = None
+        version = doc.get("version")
+        return cls(
+            str(doc.get("agent_id")),
+            version if isinstance(version, int) and not isinstance(version, bool) else 0,
+            cursor,
+            doc.get("pinned") is True,
+        )
+
+
+@dataclass(frozen=True)
 class FeedPage:
     """One page of the episode change feed."""
 
@@ -201,6 +230,15 @@ class Store(ABC):
     @abstractmethod
     def list_agents(self) -> list[str]:
         """Ids of the agents that have a current policy, sorted."""
+
+    def training_cursors(self) -> list[AgentCursor]:
+        """Where every agent with a current policy stands, ordered by agent id."""
+        found = ((a, self.get_current_policy(a)) for a in self.list_agents())
+        return [AgentCursor.of({**t.doc, "agent_id": a}) for a, t in found if t is not None]
+
+    def has_new_scores(self, agent_id: str, after: ScoreCursor | None) -> bool:
+        """Whether ``read_scores`` would return anything (a settled score after ``after``)."""
+        return bool(self.read_scores(agent_id, after, 1))
 
     @abstractmethod
     def delete_agent(self, agent_id: str) -> dict[str, int]:
