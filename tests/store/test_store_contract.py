@@ -907,6 +907,31 @@ def test_sqlite_a_corrupt_score_row_is_still_returned_with_seq_and_id(db_path: P
         assert ids(store.read_scores("agent-a", cursor_of(rows[2]), 10)) == ["ep-2"]
 
 
+def test_sqlite_read_scores_seeks_the_index_to_the_cursor_in_new_and_existing_files(db_path: Path) -> None:
+    """The trainer's query searches (agent_id, seq, id) from the cursor on; it never scans the
+    agent's history. A file whose index went missing gets it back when it is opened."""
+    import sqlite3
+
+    from agent_learning.store.sqlite import READ_SCORES
+
+    def plan(conn: sqlite3.Connection) -> list[str]:
+        return [row[3] for row in conn.execute(f"EXPLAIN QUERY PLAN {READ_SCORES}", ("agent-a", 5, "ep-1", 100))]
+
+    with SQLiteStore(db_path) as store:
+        for eid in SHUFFLED_IDS[:6]:
+            store.put_score(make_score(eid))
+    with sqlite3.connect(db_path, cached_statements=0) as conn:  # no cache: each plan is made anew
+        conn.execute("ANALYZE")  # statistics must not turn the planner to another index
+        assert plan(conn) == ["SEARCH scores USING INDEX scores_agent_seq (agent_id=? AND (seq,id)>(?,?))"]
+        conn.execute("DROP INDEX scores_agent_seq")  # a file written without the index
+        assert not any("scores_agent_seq" in step for step in plan(conn))
+    with SQLiteStore(db_path) as store:
+        rows = store.read_scores("agent-a", None, 100)
+        assert ids(store.read_scores("agent-a", cursor_of(rows[2]), 100)) == ids(rows[3:])
+    with sqlite3.connect(db_path, cached_statements=0) as conn:
+        assert plan(conn) == ["SEARCH scores USING INDEX scores_agent_seq (agent_id=? AND (seq,id)>(?,?))"]
+
+
 def test_sqlite_a_file_from_before_the_feedback_feed_puts_its_feedback_in_the_feed_once(db_path: Path) -> None:
     import sqlite3
 

@@ -35,6 +35,12 @@ from .base import FeedPage, RawDoc, Store, Tagged, same_document
 ID_PAGE = 1_000
 """Rows per query when ids are streamed."""
 
+AFTER_CURSOR = "agent_id = ? AND (seq, id) > (?, ?)"
+"""An agent's scores strictly after a cursor. The row-value comparison lets SQLite seek the
+``scores_agent_seq`` index (agent_id, seq, id) to the cursor; the equivalent ``seq > ? OR
+(seq = ? AND id > ?)`` uses only its agent_id column and walks the agent's whole history."""
+READ_SCORES = f"SELECT seq, id, doc FROM scores WHERE {AFTER_CURSOR} ORDER BY seq, id LIMIT ?"
+
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS episodes (
     lsn INTEGER PRIMARY KEY AUTOINCREMENT,
@@ -273,11 +279,7 @@ class SQLiteStore(Store):
         self, agent_id: str, after: ScoreCursor | None, limit: int, *, settled: bool = True
     ) -> list[RawDoc]:
         seq, sid = (after.seq, after.id) if after else (-1, "")
-        rows = self._query(
-            "SELECT seq, id, doc FROM scores WHERE agent_id = ? AND (seq > ? OR (seq = ? AND id > ?)) "
-            "ORDER BY seq, id LIMIT ?",
-            (agent_id, seq, seq, sid, limit),
-        )
+        rows = self._query(READ_SCORES, (agent_id, seq, sid, limit))
         out = []
         for s, i, text in rows:
             try:
