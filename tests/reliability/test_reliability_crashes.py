@@ -237,7 +237,7 @@ def test_feedback_whose_handler_died_after_storing_it_is_applied_once_by_the_nex
     for _ in range(2):
         host.tick()  # later sweeps find nothing left to do
     for episode_id in (learned_from, other, unscored):
-        rows = score_rows(backend.store, episode_id)
+        rows = score_rows(backend.store, episode_id, AGENT)
         assert [r["revision"] for r in rows] == [0, 1], episode_id
         expected = with_feedback(Score.from_dict(rows[0]).reward_function, [0.0])[0]
         assert rows[0]["reward"] + rows[1]["reward_delta"] == pytest.approx(expected)

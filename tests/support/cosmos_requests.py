@@ -35,6 +35,10 @@ class Request:
     metadata resource ("colls", "pkranges", "dbs", "account")."""
     container: str | None
     status: int
+    scope: str | None = None
+    """What the request was scoped to: its partition key header (``'["agent-a"]'``), or an
+    effective-partition-key range (``"epk 0F3A...-0F3A...FF"``, a query on a key prefix);
+    ``None``: not scoped (a cross-partition query, a metadata read)."""
 
     def __str__(self) -> str:
         return f"{self.operation} {self.container or '-'} {self.status}"
@@ -84,6 +88,15 @@ def classify(method: str, path: str, headers: Any) -> tuple[str, str | None]:
     return {"PUT": "replace", "PATCH": "patch", "DELETE": "delete"}.get(method, method.lower()), container
 
 
+def scope_of(headers: Any) -> str | None:
+    """The partition scope a request carries (see :attr:`Request.scope`)."""
+    key = headers.get("x-ms-documentdb-partitionkey")
+    if key:
+        return str(key)
+    start, end = headers.get("x-ms-start-epk"), headers.get("x-ms-end-epk")
+    return f"epk {start}-{end}" if start is not None and end is not None else None
+
+
 class RequestCounter:
     """An azure-core ``raw_response_hook`` that records every request a client sends."""
 
@@ -94,7 +107,7 @@ class RequestCounter:
     def __call__(self, response: Any) -> None:
         request = response.http_request
         operation, container = classify(request.method, urlparse(request.url).path, request.headers)
-        record = Request(operation, container, response.http_response.status_code)
+        record = Request(operation, container, response.http_response.status_code, scope_of(request.headers))
         with self._lock:
             for calls in self._open:
                 calls.requests.append(record)

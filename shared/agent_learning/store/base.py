@@ -32,6 +32,13 @@ Semantics every adapter keeps:
 * Correction ledgers (one per episode with feedback corrections): ``get_correction_ledger`` is
   a point read, ``put_correction_ledger`` a compare-and-swap on the ETag (``None``: create
   only). Ledgers are never returned by ``get_score``, ``read_scores`` or ``list_feedback``.
+* An episode's score slot (its score, feedback marker, correction rows and ledger) is addressed
+  by the episode's agent and the document's id together (``get_score(episode_id, agent_id)``):
+  on Cosmos DB that pair is the document's partition key, so every point read of the slot
+  needs both.
+* For a training fan-out: ``training_cursors`` lists every agent's current version, cursor and
+  pin in one pass over the current documents; ``has_new_scores`` says whether ``read_scores``
+  would return anything, at the cost of one small request.
 """
 
 from __future__ import annotations
@@ -70,6 +77,38 @@ class NotModified:
 
 
 NOT_MODIFIED = NotModified()
+
+
+@dataclass(frozen=True)
+class AgentCursor:
+    """Where an agent's training stands: read from its current policy document."""
+
+    agent_id: str
+    version: int
+    """The current version (0 when the document's version is unreadable)."""
+    cursor: ScoreCursor | None
+    """The last score learned (``None``: none yet, or the document's cursor is unreadable, which
+    the trainer then reports when it loads the document)."""
+    pinned: bool
+
+
+def agent_cursor(doc: RawDoc) -> AgentCursor:
+    """The :class:`AgentCursor` of a current policy document (or of its projection on
+    ``agent_id``, ``version``, ``cursor`` and ``pinned``), read leniently: a field that does not
+    validate is left at its "unknown" value instead of failing the listing of every agent."""
+    version, raw_cursor, pinned = doc.get("version"), doc.get("cursor"), doc.get("pinned")
+    cursor = None
+    if raw_cursor is not None:
+        try:
+            cursor = ScoreCursor.model_validate(raw_cursor)
+        except ValueError:
+            cursor = None
+    return AgentCursor(
+        agent_id=str(doc.get("agent_id")),
+        version=version if isinstance(version, int) and not isinstance(version, bool) else 0,
+        cursor=cursor,
+        pinned=pinned is True,
+    )
 
 
 @dataclass(frozen=True)
@@ -120,8 +159,9 @@ class Store(ABC):
         (a feedback marker is replaced as by :meth:`add_score`)."""
 
     @abstractmethod
-    def get_score(self, episode_id: str) -> RawDoc | None:
-        """The raw score document of an episode, or ``None``."""
+    def get_score(self, episode_id: str, agent_id: str) -> RawDoc | None:
+        """The raw score document ``episode_id`` (an episode's, or a correction's id) of the
+        agent ``agent_id``, or ``None``."""
 
     @abstractmethod
     def read_scores(
@@ -133,6 +173,11 @@ class Store(ABC):
         On Cosmos DB only scores older than the settle window are returned, unless ``settled``
         is False (audits: every score, however recent); other stores have no window.
         """
+
+    @abstractmethod
+    def has_new_scores(self, agent_id: str, after: ScoreCursor | None) -> bool:
+        """Whether ``read_scores(agent_id, after, 1)`` would return a score (settle window
+        included). On Cosmos DB one single-partition request."""
 
     # ------------------------------------------------------------------ feedback
 
@@ -155,8 +200,8 @@ class Store(ABC):
         (``None``: from the start), in write order; resumable like :meth:`read_episodes`."""
 
     @abstractmethod
-    def get_correction_ledger(self, episode_id: str) -> Tagged | None:
-        """An episode's correction ledger and its ETag, or ``None``."""
+    def get_correction_ledger(self, episode_id: str, agent_id: str) -> Tagged | None:
+        """The correction ledger of ``agent_id``'s episode ``episode_id`` and its ETag, or ``None``."""
 
     @abstractmethod
     def put_correction_ledger(self, ledger: CorrectionLedger, etag: str | None) -> str:
@@ -201,6 +246,11 @@ class Store(ABC):
     @abstractmethod
     def list_agents(self) -> list[str]:
         """Ids of the agents that have a current policy, sorted."""
+
+    @abstractmethod
+    def training_cursors(self) -> list[AgentCursor]:
+        """The :class:`AgentCursor` of every agent that has a current policy, sorted by agent id.
+        On Cosmos DB one cross-partition projection query, read in pages of a thousand."""
 
     @abstractmethod
     def delete_agent(self, agent_id: str) -> dict[str, int]:
