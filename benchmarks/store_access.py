@@ -15,6 +15,7 @@ every HTTP request counted as the client sends it (``tests/support/cosmos_reques
 training run of an agent with 50 new scores, and one of an agent without, after a first run
 of each (so each current version has a run record, and the SDK's metadata caches are warm).
 The local server answers every query by scanning, so only request counts mean anything there.
+The fan-out's two reads are counted too: ``has_new_scores`` and ``training_cursors``.
 """
 
 from __future__ import annotations
@@ -132,16 +133,22 @@ def cosmos_figures(new_scores: int = 50) -> dict[str, Any]:
             assert train_agent(agent, store, learner).status == "published", n
         for i in range(new_scores):
             store.add_score(make_score(f"{agents['with']}-new-{i}", agent_id=agents["with"]))
-        out: dict[str, Any] = {}
+        out: dict[str, Any] = {"runs": {}}
         for case, agent in agents.items():
             with counter.counting() as calls:
                 status = train_agent(agent, store, learner).status
-            out[case] = {
+            out["runs"][case] = {
                 "status": status,
                 "requests": calls.data,
                 "all_requests": calls.total,
                 "by_operation": calls.by_operation(),
             }
+        with counter.counting() as calls:
+            store.has_new_scores(agents["with"], None)
+        out["has_new_scores"] = calls.data
+        with counter.counting() as calls:
+            store.training_cursors()
+        out["training_cursors"] = calls.data
         store.close()
         return out
     finally:
@@ -168,8 +175,9 @@ def main(argv: list[str] | None = None) -> int:
     if not args.no_cosmos:
         c = results["cosmos"] = cosmos_figures()
         print("Cosmos requests per training run (documents; metadata cached by the SDK):")
-        for case, figures in c.items():
+        for case, figures in c["runs"].items():
             print(f"  agent {case} new scores: {figures['requests']} ({figures['status']}) {figures['by_operation']}")
+        print(f"  has_new_scores: {c['has_new_scores']}; training_cursors of 2 agents: {c['training_cursors']}")
     if args.json:
         args.json.write_text(json.dumps(results, indent=2) + "\n", encoding="utf-8")
     return 0

@@ -296,8 +296,9 @@ CrashOnce.__abstractmethods__ = frozenset()
     [
         ("replace_current_policy", False, 1, "published"),  # crash before the publish
         ("replace_current_policy", True, 1, "no_new_scores"),  # published, crashed before the version record
-        ("create_policy_version", False, 1, "published"),  # crashed repairing records before training
-        ("create_policy_version", True, 2, "no_new_scores"),  # version record written, crashed before the run's
+        ("get_policy_version", False, 1, "published"),  # crashed checking the last version's records
+        ("create_policy_version", False, 1, "no_new_scores"),  # published, crashed writing the version record
+        ("create_policy_version", True, 1, "no_new_scores"),  # version record written, crashed before the run's
         ("put_run", False, 1, "no_new_scores"),  # crashed writing the run record
     ],
 )

@@ -55,10 +55,11 @@ CRASH_POINTS = {
     "score: function returned, completion lost": "complete:before",
     # train: the timer
     "train: reading the current policy": "get_current_policy:before",
-    "train: repairing the last version's records": "create_policy_version:before",
+    "train: checking the last version's records": "get_run:before",
     "train: scores read, nothing published": "read_scores:after",
     "train: before the compare-and-swap publish": "replace_current_policy:before",
     "train: published, version record not written": "replace_current_policy:after",
+    "train: writing the version record": "create_policy_version:before",
     "train: version record written, run record not": "create_policy_version:after",
     "train: writing the run record": "put_run:before",
     "train: run record written": "put_run:after",

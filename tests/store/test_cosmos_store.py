@@ -128,6 +128,35 @@ def test_training_cursors_read_the_current_documents_in_pages(
     assert [(r.operation, r.container, r.scope) for r in calls.requests] == [("query", "policies", None)] * 3
 
 
+def test_a_training_run_costs_six_requests_with_new_scores_and_three_without(
+    counted: tuple[CosmosStore, RequestCounter], clock: ManualClock
+) -> None:
+    """Read the current document, check its run record, query the new scores; then swap, and
+    write the version and run records without reading them first."""
+    from agent_learning.learner import Reinforce
+    from agent_learning.pipeline import train_agent
+
+    store, counter = counted
+    for agent in ("busy", "idle"):
+        create_policy(store, SoftmaxPolicy.from_actions(agent, ["x", "y"]).to_document(created_at=None))
+        store.add_score(make_score(f"{agent}-0", agent_id=agent, action_id="x"))
+    clock.advance(61)
+    assert [train_agent(a, store, Reinforce(), clock=clock).status for a in ("busy", "idle")] == ["published"] * 2
+    store.add_score(make_score("busy-1", agent_id="busy", action_id="y"))
+    clock.advance(61)
+    with counter.counting() as busy:
+        assert train_agent("busy", store, Reinforce(), clock=clock).status == "published"
+    with counter.counting() as idle:
+        assert train_agent("idle", store, Reinforce(), clock=clock).status == "no_new_scores"
+    assert sorted(busy.by_operation()) == sorted([
+        "read policies 200", "read runs 200", f"query {SCORES} 200",
+        "replace policies 200", "create policies 201", "upsert runs 201",
+    ])
+    assert busy.data == 6
+    assert sorted(idle.by_operation()) == sorted(["read policies 200", "read runs 200", f"query {SCORES} 200"])
+    assert idle.data == 3
+
+
 # --------------------------------------------------------------------------- migrating the scores container
 
 
