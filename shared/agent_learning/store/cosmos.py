@@ -64,7 +64,7 @@ window.
 Feedback markers are small documents of type ``feedback_marker`` at an episode's score id
 (without ``seq``, so the trainer's query never sees them); the score's create conflicts with
 one, and the marker is then replaced by the score with an ETag condition. Correction ledgers
-(type ``correction_ledger``, id ``{episode_id}~ledger``) live in ``scores`` too, also without
+(type ``correction_ledger``, id ``{episode_id}~ledger``) live in ``agent-scores`` too, also without
 ``seq``: a point read next to the score they describe, and not in the feedback change feed,
 which :meth:`CosmosStore.read_feedback_changes` reads like the episodes' one.
 """
