@@ -3,7 +3,7 @@
 //   identity      user-assigned managed identity the Function app runs as
 //   monitoring    Log Analytics + Application Insights (Entra ID only)
 //   storage       host storage + deployment package container (no shared keys)
-//   cosmos        Cosmos DB (serverless, no keys): episodes, scores, policies, runs, leases
+//   cosmos        Cosmos DB (serverless, no keys): episodes, agent-scores, policies, runs, feedback, leases
 //   servicebus    Service Bus namespace (no keys) + the scoring queue
 //   judge         Azure OpenAI judge model (optional, no keys)
 //   functionApp   Flex Consumption Function app, Python 3.11, identity-based connections only

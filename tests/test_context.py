@@ -88,7 +88,7 @@ def test_the_score_carries_the_episodes_context_for_the_trainer(tmp_path) -> Non
                 run.end("4")
         clock.advance(120)
         assert pipeline.run_once().published == {"bot": 2}
-        scored = pipeline.store.get_score("with")
-        plain = pipeline.store.get_score("without")
+        scored = pipeline.store.get_score("with", "bot")
+        plain = pipeline.store.get_score("without", "bot")
     assert scored is not None and scored["context"] == CONTEXT
     assert plain is not None and "context" not in plain

@@ -52,7 +52,7 @@ def test_feedback_changes_the_reward_an_episode_is_evaluated_with() -> None:
 
     store = MemoryStore()
     logged_uniformly(store, 20)
-    first = Score.from_dict(store.get_score("ep-0"))  # type: ignore[arg-type]
+    first = Score.from_dict(store.get_score("ep-0", AGENT))  # type: ignore[arg-type]
     changed = 1.0 - first.reward
     store.put_score(make_score("ep-0", id="ep-0~r1", agent_id=AGENT, action_id=first.action_id,
                                probability=1 / 3, revision=1, reward=changed, reward_delta=changed - first.reward))

@@ -60,16 +60,35 @@ var includedPaths = [
 // name, partition key, time to live and composite indexes, as agent_learning.store.cosmos expects.
 // Only episodes expire (when an episode says so, or after episodeTtlSeconds); scores, policies and
 // runs and feedback are the learning record and leases belong to the change-feed trigger.
+// Every key keeps a logical partition (one value of the full key, capped at 20 GB) bounded
+// however long an agent runs. Score slots have a hierarchical key (MultiHash, version 2):
+// [agent_id, id] holds one document per logical partition, and the trainer's query on an agent's
+// new scores is scoped to its first level. The Hash keys keep the definition the containers were
+// created with: Cosmos cannot change a container's partition key. Deployments from before the
+// hierarchical key also have `scores` (key /id); this template no longer declares it and an
+// incremental deployment leaves it in place until its scores are copied (docs/operating.md).
 var containers = [
   {
     name: 'episodes'
-    partitionKey: '/id'
+    partitionKey: {
+      paths: [
+        '/id'
+      ]
+      kind: 'Hash'
+    }
     defaultTtl: episodeTtlSeconds
     compositeIndexes: []
   }
   {
-    name: 'scores'
-    partitionKey: '/id'
+    name: 'agent-scores'
+    partitionKey: {
+      paths: [
+        '/agent_id'
+        '/id'
+      ]
+      kind: 'MultiHash'
+      version: 2
+    }
     defaultTtl: null
     compositeIndexes: [
       [
@@ -90,25 +109,45 @@ var containers = [
   }
   {
     name: 'policies'
-    partitionKey: '/agent_id'
+    partitionKey: {
+      paths: [
+        '/agent_id'
+      ]
+      kind: 'Hash'
+    }
     defaultTtl: null
     compositeIndexes: []
   }
   {
     name: 'runs'
-    partitionKey: '/agent_id'
+    partitionKey: {
+      paths: [
+        '/agent_id'
+      ]
+      kind: 'Hash'
+    }
     defaultTtl: null
     compositeIndexes: []
   }
   {
     name: 'feedback'
-    partitionKey: '/episode_id'
+    partitionKey: {
+      paths: [
+        '/episode_id'
+      ]
+      kind: 'Hash'
+    }
     defaultTtl: null
     compositeIndexes: []
   }
   {
     name: 'leases'
-    partitionKey: '/id'
+    partitionKey: {
+      paths: [
+        '/id'
+      ]
+      kind: 'Hash'
+    }
     defaultTtl: null
     compositeIndexes: []
   }
@@ -167,12 +206,7 @@ resource container 'Microsoft.DocumentDB/databaseAccounts/sqlDatabases/container
   properties: {
     resource: {
       id: c.name
-      partitionKey: {
-        paths: [
-          c.partitionKey
-        ]
-        kind: 'Hash'
-      }
+      partitionKey: c.partitionKey
       defaultTtl: c.defaultTtl
       indexingPolicy: {
         indexingMode: 'consistent'

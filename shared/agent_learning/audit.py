@@ -339,7 +339,7 @@ def _audit_feedback(store: Store, scored: set[str], with_feedback: set[str], res
     """Episodes with feedback, and how many of the scored ones do not have it applied yet."""
     result.feedback_episodes = len(with_feedback)
     for episode_id in sorted(with_feedback & scored):
-        raw = store.get_score(episode_id)
+        raw = store.get_score(episode_id, result.agent_id)
         try:
             base = Score.from_dict(raw)
         except InvalidDocument:

@@ -939,7 +939,7 @@ def episodes_list(agent_id: str | None, limit: int, as_json: bool, db: str | Non
         docs = store.list_episodes(agent_id, limit)
         rows = []
         for d in docs:
-            scores = score_rows(store, str(d.get("id")))
+            scores = score_rows(store, str(d.get("id")), str(d.get("agent_id")))
             rows.append(
                 {
                     "id": d.get("id"),
@@ -979,7 +979,7 @@ def episodes_show(episode_id: str, as_json: bool, db: str | None) -> None:
         doc = store.get_episode(episode_id)
         if doc is None:
             raise NotFound(f"EPISODE_ID: no episode {episode_id!r} in {_where(settings)} (agent-learn episodes list)")
-        scores = [_user_fields(s) for s in score_rows(store, episode_id)]
+        scores = [_user_fields(s) for s in score_rows(store, episode_id, str(doc.get("agent_id")))]
         feedback = [_user_fields(f) for f in store.list_feedback(episode_id)]
     episode = _user_fields(doc)
     if as_json:
@@ -1316,6 +1316,49 @@ AUDIT_COLUMNS = (
     ("unapplied", "feedback_unapplied"),
     ("versions", "versions"),
 )
+
+
+@main.group("store")
+def store_group() -> None:
+    """Maintenance of the store itself."""
+
+
+@store_group.command("migrate-scores")
+@click.option("--source", default="scores", show_default=True,
+              help="The old scores container (partition key /id).")
+@click.option("--overwrite", is_flag=True,
+              help="Replace copies whose content differs with the old container's version.")
+@json_option
+@_handle_errors
+def store_migrate_scores(source: str, overwrite: bool, as_json: bool) -> None:
+    """Copy the scores of a Cosmos DB deployment from before hierarchical partition keys (container
+    `scores`, key /id) into `agent-scores` (key [agent_id, id]), keeping every field (seq too).
+
+    Idempotent: run it again to finish an interrupted copy. Exits with 1 when a copy differs
+    from the old document or a document without an agent id was left behind
+    (docs/operating.md: migrating the scores container)."""
+    with _store(None) as (store, settings):
+        if settings.store != "cosmos":
+            raise ValueError("AGENT_LEARNING_STORE: migrate-scores copies between Cosmos DB containers; "
+                             f"the {settings.store} store has one place for scores")
+        from .store.cosmos import copy_legacy_scores  # azure-cosmos: only on Cosmos DB
+
+        with _progress("copying scores", transient=as_json) as bar:
+            task = bar.add_task("copying scores", total=None)
+            result = copy_legacy_scores(store, source=source, overwrite=overwrite,
+                                        progress=lambda n: bar.update(task, completed=n))
+    if as_json:
+        _echo_json(result.to_dict())
+    else:
+        out.print(f"{result.read} read from {source!r}: {result.copied} copied, {result.already} already there, "
+                  f"{result.overwritten} overwritten, {len(result.differing)} differing, "
+                  f"{len(result.skipped)} without an agent id")
+        if result.differing:
+            out.print(f"differing (kept as they are; --overwrite copies the old ones): {result.differing[:20]}")
+        if result.skipped:
+            out.print(f"without an agent id (left in {source!r}): {result.skipped[:20]}")
+    if result.differing or result.skipped:
+        sys.exit(1)
 
 
 @main.command()

@@ -173,7 +173,7 @@ def apply(store: Store, episode_id: str, agent_id: str, *, clock: Clock = SYSTEM
     leave the marker that has its scorer do it."""
     if store.mark_feedback_waiting(episode_id, agent_id):
         return Reconciled("waiting", episode_id)
-    return reconcile(store, episode_id, clock=clock)
+    return reconcile(store, episode_id, agent_id, clock=clock)
 
 
 @dataclass(frozen=True)
@@ -197,8 +197,8 @@ class Learned:
 def learned(store: Store, base: Score) -> Learned:
     """The reward learned for ``base``'s episode: its ledger, then any correction written after
     the ledger's revision (left behind by a crash; without a ledger, from the start, old ids too)."""
-    episode_id = base.episode_id
-    tagged = store.get_correction_ledger(episode_id)
+    episode_id, agent_id = base.episode_id, base.agent_id
+    tagged = store.get_correction_ledger(episode_id, agent_id)
     ledger = None
     if tagged is not None:
         try:
@@ -207,7 +207,7 @@ def learned(store: Store, base: Score) -> Learned:
             log.error("the correction ledger of %s is rebuilt from its corrections: %s", episode_id, exc)
     revision = ledger.revision if ledger else 0
     delta_sum = ledger.delta_sum if ledger else 0.0
-    while (row := _correction(store, episode_id, revision + 1, legacy=ledger is None)) is not None:
+    while (row := _correction(store, episode_id, agent_id, revision + 1, legacy=ledger is None)) is not None:
         delta = row.get("reward_delta")
         delta_sum += float(delta) if isinstance(delta, int | float) and not isinstance(delta, bool) else 0.0
         revision += 1
@@ -222,13 +222,13 @@ def learned(store: Store, base: Score) -> Learned:
     )
 
 
-def _correction(store: Store, episode_id: str, revision: int, *, legacy: bool) -> RawDoc | None:
+def _correction(store: Store, episode_id: str, agent_id: str, revision: int, *, legacy: bool) -> RawDoc | None:
     """Correction ``revision`` of an episode, or ``None``. With ``legacy``, also under its old
     id (``{episode_id}:r{k}``), where a row only counts if it says it is that correction: an
     episode may have that id and its own score there."""
-    row = store.get_score(correction_doc_id(episode_id, revision))
+    row = store.get_score(correction_doc_id(episode_id, revision), agent_id)
     if row is None and legacy:
-        row = store.get_score(legacy_correction_doc_id(episode_id, revision))
+        row = store.get_score(legacy_correction_doc_id(episode_id, revision), agent_id)
         if row is not None and (row.get("episode_id") != episode_id or row.get("revision") != revision):
             return None
     return row
@@ -253,10 +253,10 @@ def unapplied(store: Store, base: Score) -> float:
     return 0.0 if abs(gap) <= TOLERANCE else gap
 
 
-def reconcile(store: Store, episode_id: str, *, clock: Clock = SYSTEM_CLOCK) -> Reconciled:
-    """Bring an episode's learned reward in line with its feedback (idempotent, race-safe)."""
+def reconcile(store: Store, episode_id: str, agent_id: str, *, clock: Clock = SYSTEM_CLOCK) -> Reconciled:
+    """Bring ``agent_id``'s episode's learned reward in line with its feedback (idempotent, race-safe)."""
     for _ in range(MAX_ATTEMPTS):
-        raw = store.get_score(episode_id)
+        raw = store.get_score(episode_id, agent_id)
         if raw is None:
             return Reconciled("waiting", episode_id)
         base = Score.from_dict(raw)
@@ -385,13 +385,13 @@ def sweep(
     return result
 
 
-def score_rows(store: Store, episode_id: str) -> list[dict[str, Any]]:
-    """An episode's score and its feedback corrections, oldest first (for inspection)."""
+def score_rows(store: Store, episode_id: str, agent_id: str) -> list[dict[str, Any]]:
+    """``agent_id``'s episode's score and its feedback corrections, oldest first (for inspection)."""
     rows = []
     revision = 0
-    row = store.get_score(episode_id)
+    row = store.get_score(episode_id, agent_id)
     while row is not None:
         rows.append(row)
         revision += 1
-        row = _correction(store, episode_id, revision, legacy=True)
+        row = _correction(store, episode_id, agent_id, revision, legacy=True)
     return rows

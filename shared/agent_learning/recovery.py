@@ -180,7 +180,7 @@ def rescore(
         elif trained:
             result.already_trained.append(episode_id)
         else:
-            reconcile(store, episode_id, clock=scorer.clock)
+            reconcile(store, episode_id, agent_id, clock=scorer.clock)
             result.pending.append(episode_id)
     return result
 
@@ -203,5 +203,4 @@ def _rows_in_range(
 
 def _rows_by_id(store: Store, agent_id: str, episode_ids: Iterable[str]) -> Iterator[tuple[str, RawDoc | None]]:
     for episode_id in dict.fromkeys(episode_ids):
-        row = store.get_score(episode_id)
-        yield episode_id, row if row is not None and row.get("agent_id") == agent_id else None
+        yield episode_id, store.get_score(episode_id, agent_id)

@@ -247,7 +247,7 @@ def test_score_raises_poison_for_bad_input_naming_the_field(env: Env) -> None:
     with pytest.raises(handlers.PoisonMessage) as info:
         call("score", bad)
     assert info.value.reason == "InvalidEpisode" and "probability" in info.value.description
-    assert env.store.get_score(doc["id"]) is None
+    assert env.store.get_score(doc["id"], AGENT) is None
 
 
 def test_score_raises_transient_so_the_message_is_redelivered(env: Env, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -359,13 +359,17 @@ def test_cosmos_containers_partition_keys_and_indexes_equal_the_store() -> None:
     declared = {c["name"]: c for c in variable("cosmos", "containers")}
     expected = {**CONTAINERS, LEASES.name: LEASES}
     assert set(declared) == set(expected)
-    assert declared["leases"]["partitionKey"] == "/id"
+    assert declared["leases"]["partitionKey"] == {"paths": ["/id"], "kind": "Hash"}
+    assert declared["agent-scores"]["partitionKey"] == {
+        "paths": ["/agent_id", "/id"], "kind": "MultiHash", "version": 2
+    }
     loop = bicep("cosmos")["resources"]["container"]["config"]["loop_type"]["detail"]
     assert loop == {"item_name": "c", "array_name": "containers"}
     resource = body(bicep("cosmos")["resources"]["container"])["properties"]["resource"]
+    assert dotted(resource["partitionKey"]) == "c.partitionKey"
     indexing = resource["indexingPolicy"]
     for name, spec in expected.items():
-        assert declared[name]["partitionKey"] == spec.partition_key, name
+        assert declared[name]["partitionKey"] == spec.partition_key_definition, name
         built = {
             "indexingMode": indexing["indexingMode"],
             "includedPaths": variable("cosmos", indexing["includedPaths"]),

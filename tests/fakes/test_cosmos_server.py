@@ -300,6 +300,115 @@ def test_stats_count_requests_by_method_resource_and_operation(
     assert cosmos_server.stats()["total"] == 0
 
 
+# 8. Hierarchical partition keys ---------------------------------------------------------------------------------
+
+AGENT_THEN_ID = PartitionKey(path=["/agent_id", "/id"], kind="MultiHash")
+BY_AGENT_SEQ_ID = {
+    "compositeIndexes": [
+        [
+            {"path": "/agent_id", "order": "ascending"},
+            {"path": "/seq", "order": "ascending"},
+            {"path": "/id", "order": "ascending"},
+        ]
+    ],
+}
+
+
+def hierarchical(database: Any, name: str = "slots") -> Any:
+    """A container keyed by [agent_id, id] (as the store's scores), with two agents' items e0..e3."""
+    container = database.create_container(name, partition_key=AGENT_THEN_ID, indexing_policy=BY_AGENT_SEQ_ID)
+    for agent in ("A", "B"):
+        for i in range(4):
+            container.create_item({"id": f"e{i}", "agent_id": agent, "seq": 10 - i})
+    return container
+
+
+def test_a_container_takes_a_hierarchical_key_of_two_or_three_levels_version_2(cosmos_database: Any) -> None:
+    container = hierarchical(cosmos_database)
+    assert container.read()["partitionKey"] == {"paths": ["/agent_id", "/id"], "kind": "MultiHash", "version": 2}
+    three = PartitionKey(path=["/tenant", "/agent_id", "/id"], kind="MultiHash")
+    assert cosmos_database.create_container("three", partition_key=three).read()["partitionKey"]["paths"] == [
+        "/tenant", "/agent_id", "/id"
+    ]
+    for name, key in {
+        "four levels": PartitionKey(path=["/a", "/b", "/c", "/d"], kind="MultiHash"),
+        "version 1": PartitionKey(path=["/a", "/b"], kind="MultiHash", version=1),
+    }.items():
+        with pytest.raises(exceptions.CosmosHttpResponseError) as caught:
+            cosmos_database.create_container(name.replace(" ", "-"), partition_key=key)
+        assert caught.value.status_code == 400, name
+
+
+def test_point_operations_on_a_hierarchical_key_take_the_full_key(cosmos_database: Any) -> None:
+    container = hierarchical(cosmos_database)
+    a1, b1 = container.read_item("e1", partition_key=["A", "e1"]), container.read_item("e1", partition_key=["B", "e1"])
+    assert (a1["agent_id"], b1["agent_id"]) == ("A", "B") and a1["_rid"] != b1["_rid"]  # one id, two items
+    with pytest.raises(exceptions.CosmosResourceExistsError):
+        container.create_item({"id": "e1", "agent_id": "A"})
+    with pytest.raises(exceptions.CosmosResourceNotFoundError):
+        container.read_item("e1", partition_key=["C", "e1"])
+    with pytest.raises(exceptions.CosmosHttpResponseError) as caught:  # a prefix is no key for a point read
+        container.read_item("e1", partition_key=["A"])
+    assert caught.value.status_code == 400
+
+    container.replace_item("e1", {**a1, "seq": 99}, etag=a1["_etag"], match_condition=MatchConditions.IfNotModified)
+    with pytest.raises(exceptions.CosmosAccessConditionFailedError):
+        container.replace_item("e1", {**a1, "seq": 98}, etag=a1["_etag"], match_condition=MatchConditions.IfNotModified)
+    container.upsert_item({"id": "e9", "agent_id": "B", "seq": 1})
+    container.patch_item("e9", partition_key=["B", "e9"], patch_operations=[{"op": "set", "path": "/seq", "value": 2}])
+    assert container.read_item("e9", partition_key=["B", "e9"])["seq"] == 2
+    container.delete_item("e1", partition_key=["A", "e1"])
+    assert container.read_item("e1", partition_key=["B", "e1"])["seq"] == 9  # B's e1 stays
+    with pytest.raises(exceptions.CosmosResourceNotFoundError):
+        container.read_item("e1", partition_key=["A", "e1"])
+
+
+def test_a_write_whose_key_header_is_not_the_documents_is_rejected(
+    cosmos_server: CosmosServer, cosmos_database: Any
+) -> None:
+    """At the HTTP level (the SDK derives the header from the document): Cosmos answers 400."""
+    hierarchical(cosmos_database)
+    context = ssl.create_default_context()
+    context.check_hostname = False
+    context.verify_mode = ssl.CERT_NONE
+    url = f"{cosmos_server.endpoint}dbs/{cosmos_database.id}/colls/slots/docs"
+    for header in ('["A", "other"]', '["A"]'):
+        request = urllib.request.Request(
+            url,
+            data=json.dumps({"id": "new", "agent_id": "A"}).encode(),
+            headers={"x-ms-documentdb-partitionkey": header, "content-type": "application/json"},
+            method="POST",
+        )
+        with pytest.raises(urllib.error.HTTPError) as caught:
+            urllib.request.urlopen(request, timeout=5, context=context)
+        assert caught.value.code == 400, header
+        assert "Partition key provided" in caught.value.read().decode()
+
+
+def test_a_query_or_change_feed_on_a_key_prefix_is_scoped_to_it(
+    cosmos_server: CosmosServer, cosmos_database: Any
+) -> None:
+    container = hierarchical(cosmos_database)
+    cosmos_server.reset_stats()
+    rows = container.query_items(
+        "SELECT TOP @n * FROM c WHERE c.seq > @seq ORDER BY c.agent_id, c.seq, c.id",
+        parameters=[{"name": "@n", "value": 2}, {"name": "@seq", "value": 7}],
+        partition_key=["A"],
+    )
+    assert [(d["agent_id"], d["id"]) for d in rows] == [("A", "e2"), ("A", "e1")]  # without B's, though unfiltered
+    assert cosmos_server.stats()["by_operation"]["query docs"] == 1  # one request, not one per key
+    everything = container.query_items("SELECT VALUE c.id FROM c", partition_key=["B"])
+    assert sorted(everything) == ["e0", "e1", "e2", "e3"]
+    assert list(container.query_items("SELECT VALUE c.agent_id FROM c", partition_key=["B", "e2"])) == ["B"]
+    pages = container.query_items("SELECT * FROM c ORDER BY c.agent_id, c.seq, c.id", partition_key=["A"],
+                                  max_item_count=3).by_page()
+    assert [len(list(page)) for page in pages] == [3, 1]
+    across = container.query_items("SELECT VALUE c.id FROM c", enable_cross_partition_query=True)
+    assert len(list(across)) == 8
+    feed = container.query_items_change_feed(start_time="Beginning", partition_key=["B"])  # a change feed too
+    assert [(d["agent_id"], d["id"]) for d in feed] == [("B", f"e{i}") for i in range(4)]
+
+
 # Behaviours of the stock server the project relies on --------------------------------------------------------
 
 

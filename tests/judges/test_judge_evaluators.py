@@ -273,7 +273,7 @@ def test_the_embedded_pipeline_scores_with_the_real_evaluators(judge_server: Any
         assert row["measures"]["judge_tokens"] == judged > 0 and row["measures"]["tool_calls"] == 0
     (dead,) = queue.dead_letters()
     assert dead.message_id == "ep-5" and dead.reason == "JudgeFailed" and "TaskCompletion" in dead.description
-    assert store.get_score("ep-5") is None
+    assert store.get_score("ep-5", "support-bot") is None
 
 
 def test_every_evaluator_call_has_a_span_inside_the_judge_span(judge_server: Any, judge: EvaluatorJudge) -> None:

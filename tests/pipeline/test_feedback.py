@@ -68,12 +68,12 @@ def add_episodes(store: Store, n: int, start: int = 0, ids: list[str] | None = N
 
 
 def learned(store: Store, episode_id: str) -> float:
-    rows = score_rows(store, episode_id)
+    rows = score_rows(store, episode_id, AGENT)
     return rows[0]["reward"] + math.fsum(r["reward_delta"] for r in rows[1:])
 
 
 def expected(store: Store, episode_id: str, values: list[float]) -> float:
-    base = Score.from_dict(store.get_score(episode_id))  # type: ignore[arg-type]
+    base = Score.from_dict(store.get_score(episode_id, AGENT))  # type: ignore[arg-type]
     return with_feedback(base.reward_function, values)[0]
 
 
@@ -130,10 +130,10 @@ def test_feedback_before_scoring_waits_for_the_scorer_which_applies_it(
     (eid,) = add_episodes(store, 1)
     result = record_feedback(store, eid, thumb="down", clock=clock)
     assert result.reconciled.status == "waiting"
-    assert store.get_score(eid) is None and store.read_scores(AGENT, None, 10) == []
+    assert store.get_score(eid, AGENT) is None and store.read_scores(AGENT, None, 10) == []
     outcome = score_episode(eid, scorer, check_existing=False)
     assert outcome.status == "scored" and outcome.score is not None and outcome.score.feedback_pending
-    rows = score_rows(store, eid)
+    rows = score_rows(store, eid, AGENT)
     assert [r["revision"] for r in rows] == [0, 1]
     assert learned(store, eid) == pytest.approx(expected(store, eid, [0.0]))
     assert rows[1]["reward_delta"] == pytest.approx(-0.5 * rows[0]["reward"])  # 0.5·judged + 0.5·0 − judged
@@ -180,17 +180,17 @@ def test_late_feedback_is_learned_once_with_the_next_episodes(store: Store, scor
 def test_repeated_and_changed_feedback_never_double_counts(store: Store, scorer: Scorer, clock: ManualClock) -> None:
     (eid,) = add_episodes(store, 1)
     score_episode(eid, scorer, check_existing=False)
-    judged = store.get_score(eid)["reward"]  # type: ignore[index]
+    judged = store.get_score(eid, AGENT)["reward"]  # type: ignore[index]
     assert record_feedback(store, eid, thumb="up", clock=clock).reconciled.status == "corrected"
     assert record_feedback(store, eid, thumb="up", clock=clock).reconciled.status == "unchanged"
-    assert len(score_rows(store, eid)) == 2
+    assert len(score_rows(store, eid, AGENT)) == 2
     assert learned(store, eid) == pytest.approx(0.5 * judged + 0.5)
 
     record_feedback(store, eid, thumb="down", clock=clock)  # the same source changes its mind
     record_feedback(store, eid, score=0.5, source="reviewer", clock=clock)  # a second source
-    assert [r["revision"] for r in score_rows(store, eid)] == [0, 1, 2, 3]
+    assert [r["revision"] for r in score_rows(store, eid, AGENT)] == [0, 1, 2, 3]
     assert learned(store, eid) == pytest.approx(0.5 * judged + 0.5 * 0.25)
-    assert reconcile(store, eid, clock=clock).status == "unchanged"
+    assert reconcile(store, eid, AGENT, clock=clock).status == "unchanged"
 
 
 def test_racing_reconcilers_write_one_correction(store: Store, scorer: Scorer, clock: ManualClock) -> None:
@@ -205,7 +205,7 @@ def test_racing_reconcilers_write_one_correction(store: Store, scorer: Scorer, c
 
     def run() -> None:
         barrier.wait(timeout=30)
-        results.append(reconcile(store, eid, clock=clock).status)
+        results.append(reconcile(store, eid, AGENT, clock=clock).status)
 
     threads = [threading.Thread(target=run) for _ in range(4)]
     for t in threads:
@@ -213,7 +213,7 @@ def test_racing_reconcilers_write_one_correction(store: Store, scorer: Scorer, c
     for t in threads:
         t.join(timeout=60)
     assert sorted(results).count("corrected") == 1 and len(results) == 4
-    assert len(score_rows(store, eid)) == 2
+    assert len(score_rows(store, eid, AGENT)) == 2
     assert learned(store, eid) == pytest.approx(expected(store, eid, [0.0]))
 
 
@@ -223,7 +223,7 @@ def test_a_redelivery_after_a_crash_before_reconciling_still_applies_the_feedbac
     (eid,) = add_episodes(store, 1)
     record_feedback(store, eid, thumb="down", clock=clock)
     store.add_score(score_episode_without_reconcile(eid, scorer))  # the scorer crashed after writing
-    assert len(score_rows(store, eid)) == 1
+    assert len(score_rows(store, eid, AGENT)) == 1
     outcome = score_episode(eid, scorer, check_existing=True)  # the redelivered message
     assert outcome.status == "duplicate"
     assert learned(store, eid) == pytest.approx(expected(store, eid, [0.0]))
@@ -286,7 +286,7 @@ def test_an_episode_named_like_a_correction_of_another_is_scored_and_rescoring_i
     score_episode(first, scorer, check_existing=False)
     result = record_feedback(store, first, thumb="down", clock=clock)
     assert result.reconciled.correction is not None
-    correction = store.get_score(result.reconciled.correction.id)
+    correction = store.get_score(result.reconciled.correction.id, AGENT)
 
     (second,) = add_episodes(store, 1, start=1, ids=["sess-42:r1"])
     outcome = score_message(json.dumps({"type": "score_request", "episode_id": second}), scorer)
@@ -294,7 +294,7 @@ def test_an_episode_named_like_a_correction_of_another_is_scored_and_rescoring_i
 
     assert rescore(store, scorer, AGENT, episode_ids=[second]).pending == [second]
     everything = rescore(store, scorer, AGENT)
-    assert store.get_score(result.reconciled.correction.id) == correction  # no re-score touched the correction
+    assert store.get_score(result.reconciled.correction.id, AGENT) == correction  # no re-score touched the correction
     assert everything.failed == [] and sorted(everything.pending) == sorted([first, second])
     assert result.reconciled.correction.id == "sess-42~r1"
     assert learned(store, first) == pytest.approx(expected(store, first, [0.0]))
@@ -308,7 +308,7 @@ def test_corrections_stored_under_their_old_ids_still_count(store: Store, scorer
     such an id is dead-lettered with the reason, never completed as a duplicate."""
     (eid,) = add_episodes(store, 1)
     score_episode(eid, scorer, check_existing=False)
-    base = Score.from_dict(store.get_score(eid))  # type: ignore[arg-type]
+    base = Score.from_dict(store.get_score(eid, AGENT))  # type: ignore[arg-type]
     up, down = with_feedback(base.reward_function, [1.0])[0], with_feedback(base.reward_function, [0.0])[0]
     previous = base.reward
     for revision, reward in ((1, up), (2, down)):  # a thumb up, then down, under the old ids
@@ -317,8 +317,8 @@ def test_corrections_stored_under_their_old_ids_still_count(store: Store, scorer
         previous = reward
     store.put_feedback(Feedback.from_dict({"episode_id": eid, "agent_id": AGENT, "source": "user", "thumb": "down",
                                            "received_at": clock.now()}))
-    assert reconcile(store, eid, clock=clock).status == "unchanged"
-    assert [r["id"] for r in score_rows(store, eid)] == [eid, f"{eid}:r1", f"{eid}:r2"]
+    assert reconcile(store, eid, AGENT, clock=clock).status == "unchanged"
+    assert [r["id"] for r in score_rows(store, eid, AGENT)] == [eid, f"{eid}:r1", f"{eid}:r2"]
 
     result = record_feedback(store, eid, score=0.5, source="reviewer", clock=clock)
     assert result.reconciled.correction is not None and result.reconciled.correction.id == f"{eid}~r3"
@@ -329,7 +329,7 @@ def test_corrections_stored_under_their_old_ids_still_count(store: Store, scorer
     outcome = score_message(json.dumps({"type": "score_request", "episode_id": clash}), scorer)
     assert outcome.status == "dead_letter" and outcome.reason == "ScoreIdTaken"
     assert eid in outcome.description and "~r" in outcome.description
-    assert store.get_score(clash)["episode_id"] == eid  # type: ignore[index]
+    assert store.get_score(clash, AGENT)["episode_id"] == eid  # type: ignore[index]
 
 
 def test_a_post_costs_the_same_reads_however_many_corrections_came_before(
@@ -346,7 +346,7 @@ def test_a_post_costs_the_same_reads_however_many_corrections_came_before(
         spent = counting.calls - before
         reads.append(sum(n for m, n in spent.items() if m.startswith(("get_", "list_", "read_"))))
         writes.append(sum(spent.values()) - reads[-1])
-    assert len(score_rows(store, eid)) == 41
+    assert len(score_rows(store, eid, AGENT)) == 41
     assert set(reads[1:]) == {reads[1]} and reads[0] <= reads[1] + 1  # the first post finds no ledger yet
     assert set(writes) == {writes[0]}
     assert learned(store, eid) == pytest.approx(expected(store, eid, [0.0]))
@@ -359,7 +359,7 @@ def test_a_ledger_left_behind_by_a_crash_is_read_past_and_repaired(
     (eid,) = add_episodes(store, 1)
     score_episode(eid, scorer, check_existing=False)
     record_feedback(store, eid, thumb="up", clock=clock)
-    ledger = store.get_correction_ledger(eid)
+    ledger = store.get_correction_ledger(eid, AGENT)
     assert ledger is not None and ledger.doc["revision"] == 1
 
     class NoLedgerWrites(CountingStore):
@@ -368,12 +368,12 @@ def test_a_ledger_left_behind_by_a_crash_is_read_past_and_repaired(
 
     with pytest.raises(RuntimeError, match="before the ledger"):
         record_feedback(NoLedgerWrites(store), eid, thumb="down", clock=clock)
-    assert store.get_correction_ledger(eid) == ledger and len(score_rows(store, eid)) == 3
-    assert reconcile(store, eid, clock=clock).status == "unchanged"  # correction 2 is counted
-    repaired = store.get_correction_ledger(eid)
+    assert store.get_correction_ledger(eid, AGENT) == ledger and len(score_rows(store, eid, AGENT)) == 3
+    assert reconcile(store, eid, AGENT, clock=clock).status == "unchanged"  # correction 2 is counted
+    repaired = store.get_correction_ledger(eid, AGENT)
     assert repaired is not None and repaired.doc["revision"] == 2
     assert learned(store, eid) == pytest.approx(expected(store, eid, [0.0]))
-    assert repaired.doc["delta_sum"] == pytest.approx(learned(store, eid) - store.get_score(eid)["reward"])  # type: ignore[index]
+    assert repaired.doc["delta_sum"] == pytest.approx(learned(store, eid) - store.get_score(eid, AGENT)["reward"])  # type: ignore[index]
 
 
 def test_rescoring_an_untrained_episode_reconciles_its_feedback_with_the_new_reward(
@@ -402,19 +402,19 @@ def test_rescoring_a_trained_episode_writes_no_correction_and_its_feedback_stays
     score_episode(eid, constant_scorer(store, clock, 0.5, feedback_weight=0.5), check_existing=False)
     record_feedback(store, eid, thumb="up", clock=clock)
     assert train(store, clock).status == "published"  # 0.5 + 0.25 learned
-    rows = score_rows(store, eid)
+    rows = score_rows(store, eid, AGENT)
 
     result = rescore(store, constant_scorer(store, clock, 0.9, feedback_weight=0.5), AGENT, rejudge=True)
     assert result.already_trained == [eid]
-    assert store.get_score(eid)["reward"] == pytest.approx(0.9)  # type: ignore[index]  # recorded for inspection
+    assert store.get_score(eid, AGENT)["reward"] == pytest.approx(0.9)  # type: ignore[index]  # recorded for inspection
     # Nothing applies the re-score to the learned reward: not a redelivery, not the sweep, not the next post.
-    assert reconcile(store, eid, clock=clock).status == "unchanged"
-    assert [r["id"] for r in score_rows(store, eid)] == [r["id"] for r in rows]
+    assert reconcile(store, eid, AGENT, clock=clock).status == "unchanged"
+    assert [r["id"] for r in score_rows(store, eid, AGENT)] == [r["id"] for r in rows]
     changed = record_feedback(store, eid, thumb="down", clock=clock)  # the user changes their mind
     assert changed.reconciled.delta == pytest.approx(0.25 - 0.75)  # what the rule gives for the learned score
     rescore(store, constant_scorer(store, clock, 0.1, feedback_weight=0.5), AGENT, rejudge=True)  # once more
-    assert reconcile(store, eid, clock=clock).status == "unchanged"
-    learned_deltas = sum(r["reward_delta"] for r in score_rows(store, eid)[1:])
+    assert reconcile(store, eid, AGENT, clock=clock).status == "unchanged"
+    learned_deltas = sum(r["reward_delta"] for r in score_rows(store, eid, AGENT)[1:])
     assert 0.5 + learned_deltas == pytest.approx(0.25)
 
 
@@ -435,7 +435,7 @@ def test_the_sweep_applies_stored_feedback_once_and_leaves_unscored_episodes_the
     outcome = score_episode(unscored, scorer, check_existing=False)
     assert outcome.score is not None and outcome.score.feedback_pending  # the marker the sweep left
     for eid in (scored, unscored):
-        assert len(score_rows(store, eid)) == 2
+        assert len(score_rows(store, eid, AGENT)) == 2
         assert learned(store, eid) == pytest.approx(expected(store, eid, [0.0]))
 
     record_feedback(store, scored, thumb="up", clock=clock)  # applied by its own call
@@ -443,4 +443,4 @@ def test_the_sweep_applies_stored_feedback_once_and_leaves_unscored_episodes_the
                              Reinforce(), clock=clock)
     report = pipeline.run_once()  # the embedded runner sweeps before training, too
     assert report.feedback is not None and report.feedback.outcomes == {"unchanged": 1}
-    assert len(score_rows(store, scored)) == 3
+    assert len(score_rows(store, scored, AGENT)) == 3

@@ -232,7 +232,7 @@ def test_scores_carry_the_episodes_latency_tool_outcomes_and_tokens(tmp_path: An
         run.add_usage(prompt_tokens=1_000, completion_tokens=250)
         run.end("4")
     pipeline.run_once()
-    score = store.get_score("ep-1")
+    score = store.get_score("ep-1", AGENT)
     assert score is not None
     measures = score["measures"]
     assert (measures["tool_calls"], measures["tool_failures"], measures["tokens"]) == (2, 1, 1_250)

@@ -122,11 +122,11 @@ def test_scoring_the_same_message_twice_keeps_the_first_score(env: Env) -> None:
     body = json.dumps({"type": "score_request", "episode_id": episode.id})
     first = score_message(body, scorer)
     assert first.status == "scored" and first.score is not None
-    stored = env.store.get_score(episode.id)
+    stored = env.store.get_score(episode.id, AGENT)
     env.clock.advance(5)
     second = score_message(body, scorer)
     assert second.status == "duplicate"
-    assert env.store.get_score(episode.id) == stored  # scored_at unchanged: nothing rewritten
+    assert env.store.get_score(episode.id, AGENT) == stored  # scored_at unchanged: nothing rewritten
 
 
 def test_forced_rescore_overwrites_in_place_and_is_not_learned_twice(env: Env) -> None:
@@ -296,8 +296,9 @@ CrashOnce.__abstractmethods__ = frozenset()
     [
         ("replace_current_policy", False, 1, "published"),  # crash before the publish
         ("replace_current_policy", True, 1, "no_new_scores"),  # published, crashed before the version record
-        ("create_policy_version", False, 1, "published"),  # crashed repairing records before training
-        ("create_policy_version", True, 2, "no_new_scores"),  # version record written, crashed before the run's
+        ("get_policy_version", False, 1, "published"),  # crashed checking the last version's records
+        ("create_policy_version", False, 1, "no_new_scores"),  # published, crashed writing the version record
+        ("create_policy_version", True, 1, "no_new_scores"),  # version record written, crashed before the run's
         ("put_run", False, 1, "no_new_scores"),  # crashed writing the run record
     ],
 )
@@ -388,7 +389,7 @@ def toggle_thumbs(env: Env, episodes: list[Episode], rounds: range) -> int:
 
 def undecided(env: Env, episodes: list[Episode]) -> list[Episode]:
     """The episodes whose judged reward both a thumb up and a thumb down change."""
-    rewards = {e.id: env.store.get_score(e.id)["reward"] for e in episodes}  # type: ignore[index]
+    rewards = {e.id: env.store.get_score(e.id, AGENT)["reward"] for e in episodes}  # type: ignore[index]
     return [e for e in episodes if 0.01 < rewards[e.id] < 0.99]
 
 
@@ -490,7 +491,7 @@ def test_invalid_episodes_are_dead_lettered_with_the_field_named_and_kept(env: E
     assert dead.reason == reason
     assert field in dead.description
     assert json.dumps(env.store.get_episode(bad["id"])) == json.dumps(bad)  # kept for inspection, untouched
-    assert env.store.get_score(bad["id"]) is None
+    assert env.store.get_score(bad["id"], AGENT) is None
     (trained,) = report.trained
     assert trained.run is not None and trained.run.episodes == len(good) and trained.run.rejected == 0
 
@@ -616,7 +617,7 @@ def test_a_transient_judge_outage_retries_until_scored(tmp_path: Path, clock: Ma
     env.pipeline.pump()
     outcomes = env.pipeline.score_pending()
     assert outcomes == {"retry": 3, "scored": 1}
-    assert Score.from_dict(env.store.get_score(episode.id)).reward > 0
+    assert Score.from_dict(env.store.get_score(episode.id, AGENT)).reward > 0
     assert env.queue.counts().dead_letter == 0
 
 
@@ -627,7 +628,7 @@ def test_a_judge_that_never_recovers_ends_in_the_dead_letter_queue(tmp_path: Pat
     assert env.pipeline.score_pending() == {"retry": 4}
     (dead,) = env.queue.dead_letters()
     assert dead.message_id == episode.id and dead.reason == "MaxDeliveryCountExceeded"
-    assert env.store.get_score(episode.id) is None  # never a made-up zero reward
+    assert env.store.get_score(episode.id, AGENT) is None  # never a made-up zero reward
 
 
 def test_a_permanent_judge_failure_is_dead_lettered_at_once(tmp_path: Path, clock: ManualClock) -> None:

@@ -142,7 +142,7 @@ def test_fuzzed_episode_documents_are_dead_lettered_with_the_field_named(backend
         pipeline.score_pending()
         if expected is None:
             good.append(episode_id)
-            assert store.get_score(episode_id) is not None
+            assert store.get_score(episode_id, AGENT) is not None
             return
         rejected[episode_id] = expected
         (letter,) = [d for d in queue.dead_letters(10_000) if d.message_id == episode_id]
@@ -152,7 +152,7 @@ def test_fuzzed_episode_documents_are_dead_lettered_with_the_field_named(backend
         named = [field, mutated, *RELATED.get(mutation[1], ())]
         assert any(name in letter.description for name in named), (mutation, letter.description)
         assert store.get_episode(episode_id) is not None  # kept for inspection
-        assert store.get_score(episode_id) is None
+        assert store.get_score(episode_id, AGENT) is None
 
     write_one()
     # A valid episode among the fuzzed ones, whatever the strategies drew: it is learned, they are kept aside.
@@ -351,7 +351,7 @@ def test_fuzzed_score_documents_are_skipped_and_counted_never_learned(backend: B
     write_one()
     outcome = train_agent(AGENT, store, Reinforce(), clock=clock)
     assert outcome.status == "published" and outcome.run is not None
-    valid = [i for i in corrupt if _valid_score(store.get_score(i))]
+    valid = [i for i in corrupt if _valid_score(store.get_score(i, AGENT))]
     assert outcome.run.episodes == len(agent.written) + len(valid)
     assert outcome.run.rejected == len(corrupt) - len(valid) and outcome.run.rejected_samples
     current = load_current(store, AGENT)

@@ -55,10 +55,11 @@ CRASH_POINTS = {
     "score: function returned, completion lost": "complete:before",
     # train: the timer
     "train: reading the current policy": "get_current_policy:before",
-    "train: repairing the last version's records": "create_policy_version:before",
+    "train: checking the last version's records": "get_run:before",
     "train: scores read, nothing published": "read_scores:after",
     "train: before the compare-and-swap publish": "replace_current_policy:before",
     "train: published, version record not written": "replace_current_policy:after",
+    "train: writing the version record": "create_policy_version:before",
     "train: version record written, run record not": "create_policy_version:after",
     "train: writing the run record": "put_run:before",
     "train: run record written": "put_run:after",
@@ -237,7 +238,7 @@ def test_feedback_whose_handler_died_after_storing_it_is_applied_once_by_the_nex
     for _ in range(2):
         host.tick()  # later sweeps find nothing left to do
     for episode_id in (learned_from, other, unscored):
-        rows = score_rows(backend.store, episode_id)
+        rows = score_rows(backend.store, episode_id, AGENT)
         assert [r["revision"] for r in rows] == [0, 1], episode_id
         expected = with_feedback(Score.from_dict(rows[0]).reward_function, [0.0])[0]
         assert rows[0]["reward"] + rows[1]["reward_delta"] == pytest.approx(expected)

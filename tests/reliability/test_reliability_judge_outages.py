@@ -79,7 +79,7 @@ def test_a_judge_outage_then_recovery_scores_every_episode_once(
         pipeline.score_pending(max_messages=deliveries, receive_batch=1)
     failed = dead_lettered(queue)
     assert [d.reason for d in queue.dead_letters()] == [MAX_DELIVERY_COUNT_EXCEEDED] * 2 + ["JudgeFailed"]
-    assert all(store.get_score(i) is None for i in failed)  # a failed judgement never becomes a score
+    assert all(store.get_score(i, AGENT) is None for i in failed)  # a failed judgement never becomes a score
 
     judge_server.reset()
     pipeline.score_pending()  # the judge is back: the rest is scored, the poison is dead-lettered

@@ -74,7 +74,7 @@ def test_replaying_dead_letters_after_the_fix_scores_each_episode_once(backend: 
     # A copy of one message got through meanwhile: that episode has its score already.
     early = s.agent.written[0]
     assert score_episode(early, s.pipeline.scorer).status == "scored"
-    before = s.store.get_score(early)
+    before = s.store.get_score(early, AGENT)
     planned = replay_dead_letters(s.queue, reasons=[MAX_DELIVERY_COUNT_EXCEEDED], dry_run=True)
     assert sorted(planned.replayed) == sorted(s.agent.written) and planned.left == {"UnknownAction": 1}
     assert s.queue.counts().dead_letter == len(s.agent.written) + 1  # a dry run moves nothing
@@ -87,7 +87,7 @@ def test_replaying_dead_letters_after_the_fix_scores_each_episode_once(backend: 
     record("recovery: replay", backend.kind, faults=len(replayed.replayed), episodes=len(s.agent.written) + 1,
            lost=books.lost, double=len(books.double), kept=len(books.kept))
     assert outcomes == {"scored": len(s.agent.written) - 1, "duplicate": 1}
-    assert s.store.get_score(early) == before  # the score it had stays
+    assert s.store.get_score(early, AGENT) == before  # the score it had stays
     assert books.lost == 0 and books.double == set() and books.kept == {"poison-action"}
     assert {d.message_id: d.reason for d in s.queue.dead_letters()} == {"poison-action": "UnknownAction"}
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import random
 import time
@@ -13,17 +14,26 @@ from typing import Any
 import pytest
 
 pytest.importorskip("azure.cosmos")
+from azure.cosmos import PartitionKey
 from cosmos_fixture import CLIENT_KWARGS
+from cosmos_requests import RequestCounter
 from factories import make_episode, make_score, record_steps_at_the_caps
 
 from agent_learning.capture import EpisodeCapture
 from agent_learning.client import PolicyClient
 from agent_learning.clock import ManualClock
-from agent_learning.documents import MAX_EPISODE_BYTES, MAX_TEXT_CHARS, Episode, json_bytes
+from agent_learning.documents import MAX_EPISODE_BYTES, MAX_TEXT_CHARS, Episode, ScoreCursor, json_bytes
 from agent_learning.pipeline import create_policy
 from agent_learning.policy import SoftmaxPolicy
 from agent_learning.store.base import NOT_MODIFIED, Tagged
-from agent_learning.store.cosmos import CONTAINERS, CosmosStore
+from agent_learning.store.cosmos import (
+    BY_AGENT_SEQ_ID,
+    CONTAINERS,
+    LEGACY_SCORES,
+    SCORES,
+    CosmosStore,
+    copy_legacy_scores,
+)
 
 
 @pytest.fixture
@@ -43,12 +53,185 @@ def store(cosmos_database: Any, clock: ManualClock) -> Iterator[CosmosStore]:
 def test_containers_have_the_documented_partition_keys(store: CosmosStore) -> None:
     for name, spec in CONTAINERS.items():
         props = store.database.get_container_client(name).read()
-        assert props["partitionKey"]["paths"] == [spec.partition_key]
+        assert props["partitionKey"]["paths"] == list(spec.partition_key)
+        assert props["partitionKey"].get("kind", "Hash") == spec.partition_key_definition["kind"]
     leases = store.database.get_container_client("leases").read()
     assert leases["partitionKey"]["paths"] == ["/id"]
-    assert {
-        n: s.partition_key for n, s in CONTAINERS.items()
-    } == {"episodes": "/id", "scores": "/id", "policies": "/agent_id", "runs": "/agent_id", "feedback": "/episode_id"}
+    assert {n: s.partition_key for n, s in CONTAINERS.items()} == {
+        "episodes": ("/id",), "agent-scores": ("/agent_id", "/id"), "policies": ("/agent_id",),
+        "runs": ("/agent_id",), "feedback": ("/episode_id",),
+    }
+    scores = store.database.get_container_client(SCORES).read()["partitionKey"]
+    assert scores == {"paths": ["/agent_id", "/id"], "kind": "MultiHash", "version": 2}
+
+
+# --------------------------------------------------------------------------- requests over the wire
+
+
+@pytest.fixture
+def counted(cosmos_server: Any, clock: ManualClock) -> Iterator[tuple[CosmosStore, RequestCounter]]:
+    """A store whose client reports every request it sends, in a database of its own."""
+    counter = RequestCounter()
+    database = f"counted-{uuid.uuid4().hex[:8]}"
+    s = CosmosStore.connect(cosmos_server.endpoint, database, key=cosmos_server.key, create_containers=True,
+                            client_kwargs={**CLIENT_KWARGS, "raw_response_hook": counter}, settle_seconds=60,
+                            clock=clock)
+    try:
+        yield s, counter
+    finally:
+        s._client.delete_database(database)  # type: ignore[union-attr]
+        s.close()
+
+
+def test_the_trainers_reads_are_one_request_each_scoped_to_the_agent(
+    counted: tuple[CosmosStore, RequestCounter], clock: ManualClock
+) -> None:
+    store, counter = counted
+    for agent in ("agent-a", "agent-b"):
+        for i in range(5):
+            store.add_score(make_score(f"{agent}-ep-{i}", agent_id=agent))
+    store.mark_feedback_waiting("agent-a-ep-9", "agent-a")
+    assert not store.has_new_scores("agent-a", None)  # written just now: not settled yet
+    clock.advance(61)
+    third = store.read_scores("agent-a", None, 3)[-1]
+    middle = ScoreCursor(seq=third["seq"], id=third["id"])
+    for call, expected in (
+        (lambda: [r["id"] for r in store.read_scores("agent-a", None, 100)], [f"agent-a-ep-{i}" for i in range(5)]),
+        (lambda: store.has_new_scores("agent-a", None), True),
+        (lambda: store.has_new_scores("agent-a", middle), True),
+    ):
+        with counter.counting() as calls:
+            assert call() == expected
+        (query,) = [r for r in calls.requests if r.container is not None]
+        assert query.operation == "query" and query.container == SCORES
+        assert query.scope is not None and query.scope.startswith("epk ")  # the agent's prefix of the key
+    last = store.read_scores("agent-a", None, 100)[-1]
+    with counter.counting() as calls:
+        assert not store.has_new_scores("agent-a", ScoreCursor(seq=last["seq"], id=last["id"]))
+    assert calls.data == 1
+    with counter.counting() as calls:
+        assert store.get_score("agent-a-ep-1", "agent-a") is not None
+    assert [(r.operation, json.loads(r.scope or "")) for r in calls.requests] == [("read", ["agent-a", "agent-a-ep-1"])]
+    assert store.get_score("agent-a-ep-1", "agent-b") is None  # the key is the pair
+
+
+def test_training_cursors_read_the_current_documents_in_pages(
+    counted: tuple[CosmosStore, RequestCounter], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store, counter = counted
+    monkeypatch.setattr("agent_learning.store.cosmos.CURSOR_PAGE", 2)
+    for i in range(5):
+        create_policy(store, SoftmaxPolicy.from_actions(f"agent-{i}", ["x", "y"]).to_document(created_at=None))
+    with counter.counting() as calls:
+        cursors = store.training_cursors()
+    assert [c.agent_id for c in cursors] == [f"agent-{i}" for i in range(5)]
+    assert [(r.operation, r.container, r.scope) for r in calls.requests] == [("query", "policies", None)] * 3
+
+
+def test_a_training_run_costs_six_requests_with_new_scores_and_three_without(
+    counted: tuple[CosmosStore, RequestCounter], clock: ManualClock
+) -> None:
+    """Read the current document, check its run record, query the new scores; then swap, and
+    write the version and run records without reading them first."""
+    from agent_learning.learner import Reinforce
+    from agent_learning.pipeline import train_agent
+
+    store, counter = counted
+    for agent in ("busy", "idle"):
+        create_policy(store, SoftmaxPolicy.from_actions(agent, ["x", "y"]).to_document(created_at=None))
+        store.add_score(make_score(f"{agent}-0", agent_id=agent, action_id="x"))
+    clock.advance(61)
+    assert [train_agent(a, store, Reinforce(), clock=clock).status for a in ("busy", "idle")] == ["published"] * 2
+    store.add_score(make_score("busy-1", agent_id="busy", action_id="y"))
+    clock.advance(61)
+    with counter.counting() as busy:
+        assert train_agent("busy", store, Reinforce(), clock=clock).status == "published"
+    with counter.counting() as idle:
+        assert train_agent("idle", store, Reinforce(), clock=clock).status == "no_new_scores"
+    assert sorted(busy.by_operation()) == sorted([
+        "read policies 200", "read runs 200", f"query {SCORES} 200",
+        "replace policies 200", "create policies 201", "upsert runs 201",
+    ])
+    assert busy.data == 6
+    assert sorted(idle.by_operation()) == sorted(["read policies 200", "read runs 200", f"query {SCORES} 200"])
+    assert idle.data == 3
+
+
+# --------------------------------------------------------------------------- migrating the scores container
+
+
+def legacy_scores(database: Any) -> Any:
+    """The scores container as deployments from before hierarchical keys have it."""
+    return database.create_container_if_not_exists(
+        LEGACY_SCORES, partition_key=PartitionKey(path="/id"), indexing_policy={"compositeIndexes": BY_AGENT_SEQ_ID}
+    )
+
+
+def test_copying_the_old_scores_container_keeps_seq_and_is_idempotent(store: CosmosStore, clock: ManualClock) -> None:
+    old = legacy_scores(store.database)
+    docs = [
+        {**make_score("ep-2", agent_id="agent-a").to_dict(), "seq": 200},
+        {**make_score("ep-1", agent_id="agent-a").to_dict(), "seq": 300},
+        {**make_score("ep-1", id="ep-1~r1", revision=1, reward_delta=0.25).to_dict(), "seq": 400},
+        {**make_score("ep-3", agent_id="agent-b").to_dict(), "seq": 100},
+        {"id": "ep-4", "type": "feedback_marker", "episode_id": "ep-4", "agent_id": "agent-a"},
+        {"id": "ep-1~ledger", "type": "correction_ledger", "episode_id": "ep-1", "agent_id": "agent-a",
+         "revision": 1, "delta_sum": 0.25, "updated_at": "2026-01-01T00:00:00Z"},
+        {"id": "foreign", "reward": 1},  # no agent: no place under the new key
+    ]
+    for doc in docs:
+        old.create_item(doc)
+    first = copy_legacy_scores(store, page_size=3)
+    assert (first.read, first.copied, first.already, first.skipped, first.differing) == (7, 6, 0, ["foreign"], [])
+    again = copy_legacy_scores(store)
+    assert (again.copied, again.already, again.skipped) == (0, 6, ["foreign"])
+
+    clock.advance(61)
+    rows = store.read_scores("agent-a", None, 10)
+    assert [(r["id"], r["seq"]) for r in rows] == [("ep-2", 200), ("ep-1", 300), ("ep-1~r1", 400)]
+    assert [r["id"] for r in store.read_scores("agent-a", ScoreCursor(seq=300, id="ep-1"), 10)] == ["ep-1~r1"]
+    assert store.get_correction_ledger("ep-1", "agent-a") is not None
+
+    old.upsert_item({**docs[0], "reward": -0.5})  # the old container changed after its copy
+    changed = copy_legacy_scores(store)
+    assert changed.differing == ["ep-2"] and store.get_score("ep-2", "agent-a")["reward"] == 0.5  # type: ignore[index]
+    forced = copy_legacy_scores(store, overwrite=True)
+    assert forced.overwritten == 1 and store.get_score("ep-2", "agent-a")["reward"] == -0.5  # type: ignore[index]
+    assert store.get_score("ep-2", "agent-a")["seq"] == 200  # type: ignore[index]
+
+    assert store.add_score(make_score("ep-4")).feedback_pending  # the marker came along
+    assert copy_legacy_scores(store).differing == ["ep-4"]  # the new container was written since: never undone
+
+
+def test_the_migrate_scores_command_copies_and_names_what_it_left(
+    cosmos_server: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from click.testing import CliRunner
+
+    from agent_learning.cli import main
+
+    database = f"migrate-{uuid.uuid4().hex[:8]}"
+    target = CosmosStore.connect(cosmos_server.endpoint, database, key=cosmos_server.key, create_containers=True,
+                                 client_kwargs=CLIENT_KWARGS)
+    try:
+        for name, value in {"STORE": "cosmos", "COSMOS_KEY": cosmos_server.key, "COSMOS_DATABASE": database}.items():
+            monkeypatch.setenv(f"AGENT_LEARNING_{name}", value)
+        monkeypatch.setenv("CosmosDBConnection__accountEndpoint", cosmos_server.endpoint)
+        missing = CliRunner().invoke(main, ["store", "migrate-scores"])
+        assert missing.exit_code == 2 and "has no container 'scores'" in missing.output
+        old = legacy_scores(target.database)
+        old.create_item({**make_score("ep-1").to_dict(), "seq": 7})
+        old.create_item({"id": "stray"})
+        result = CliRunner().invoke(main, ["store", "migrate-scores", "--json"])
+        assert result.exit_code == 1  # a document was left behind: the operator must look at it
+        report = json.loads(result.stdout)
+        assert (report["copied"], report["skipped"]) == (1, ["stray"])
+        assert target.get_score("ep-1", "agent-a")["seq"] == 7  # type: ignore[index]
+        again = CliRunner().invoke(main, ["store", "migrate-scores", "--json"])
+        assert json.loads(again.stdout)["already"] == 1
+    finally:
+        target._client.delete_database(database)  # type: ignore[union-attr]
+        target.close()
 
 
 def test_scores_become_readable_only_after_the_settle_window(store: CosmosStore, clock: ManualClock) -> None:
@@ -250,7 +433,7 @@ def test_a_score_that_completed_after_its_settle_window_is_logged_marked_and_cou
     clock.set(clock.time() - 120)
     with caplog.at_level(logging.ERROR, logger="agent_learning.store.cosmos"):
         late = store.add_score(make_score("ep-late"))
-    assert late.late_write and store.get_score("ep-late")["late_write"] is True  # type: ignore[index]
+    assert late.late_write and store.get_score("ep-late", "agent-a")["late_write"] is True  # type: ignore[index]
     assert any("ep-late" in r.getMessage() and "settle window" in r.getMessage() for r in caplog.records)
     assert captured.total("agent_learning.scores.late", agent_id="agent-a") == 1
     on_time = store.add_score(make_score("ep-next"))

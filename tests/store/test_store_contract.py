@@ -32,7 +32,7 @@ from agent_learning.documents import (
 from agent_learning.errors import ConcurrencyConflict, InvalidDocument
 from agent_learning.pipeline import create_policy, materialise
 from agent_learning.store import SQLiteStore, Store
-from agent_learning.store.base import NOT_MODIFIED, RawDoc, Tagged
+from agent_learning.store.base import NOT_MODIFIED, AgentCursor, RawDoc, Tagged
 
 # --------------------------------------------------------------------------- adapters
 
@@ -238,7 +238,7 @@ def test_put_score_assigns_a_seq_that_increases_with_write_order(store: Store) -
         assert isinstance(stored.seq, int)
         assert stored.id == eid
         seqs.append(stored.seq)
-        row = store.get_score(eid)
+        row = store.get_score(eid, "agent-a")
         assert row is not None and row["seq"] == stored.seq
     assert seqs == sorted(seqs) and len(set(seqs)) == len(seqs)
 
@@ -249,10 +249,10 @@ def test_add_score_creates_once_and_keeps_the_first(store: Store) -> None:
     assert first.seq is not None and other.seq is not None and other.seq > first.seq
     with pytest.raises(ConcurrencyConflict):
         store.add_score(make_score("ep-1", reward=-0.9))
-    row = store.get_score("ep-1")
+    row = store.get_score("ep-1", "agent-a")
     assert row is not None and row["reward"] == 0.4 and row["seq"] == first.seq
     again = store.put_score(make_score("ep-1", reward=0.9))  # an explicit re-score overwrites
-    assert again.seq == first.seq and store.get_score("ep-1")["reward"] == 0.9  # type: ignore[index]
+    assert again.seq == first.seq and store.get_score("ep-1", "agent-a")["reward"] == 0.9  # type: ignore[index]
 
 
 def test_the_store_assigns_seq_even_if_the_score_carries_one(store: Store) -> None:
@@ -267,7 +267,7 @@ def test_overwriting_a_score_keeps_its_seq_and_replaces_its_content(store: Store
     b = store.put_score(make_score("ep-b", reward=0.2))
     again = store.put_score(make_score("ep-a", reward=-0.7, action_id="calculator"))
     assert again.seq == a.seq
-    row = store.get_score("ep-a")
+    row = store.get_score("ep-a", "agent-a")
     assert row is not None
     assert row["seq"] == a.seq
     assert row["reward"] == -0.7
@@ -335,10 +335,33 @@ def test_every_score_row_has_an_int_seq_and_a_str_id(store: Store) -> None:
         Score.from_dict(row)  # and the document is still a valid score
 
 
-def test_get_of_a_missing_score_is_none(store: Store) -> None:
-    assert store.get_score("nope") is None
+def test_a_score_slot_is_addressed_by_the_agent_and_the_id_together(store: Store) -> None:
     store.put_score(make_score("ep-1"))
-    assert store.get_score("ep-2") is None
+    store.put_correction_ledger(make_ledger("ep-1"), None)
+    assert store.get_score("ep-1", "agent-a") is not None and store.get_correction_ledger("ep-1", "agent-a")
+    assert store.get_score("ep-1", "agent-b") is None
+    assert store.get_correction_ledger("ep-1", "agent-b") is None
+
+
+def test_has_new_scores_says_whether_read_scores_would_return_one(store: Store) -> None:
+    assert not store.has_new_scores("agent-a", None)
+    store.mark_feedback_waiting("ep-0", "agent-a")  # a marker in a score slot is no score
+    store.put_correction_ledger(make_ledger("ep-0"), None)  # nor is a ledger
+    store.put_score(make_score("ep-b", agent_id="agent-b"))
+    assert not store.has_new_scores("agent-a", None)
+    stored = [store.put_score(make_score(eid)) for eid in SHUFFLED_IDS[:3]]
+    for after in [None, *(s.cursor for s in stored)]:
+        assert store.has_new_scores("agent-a", after) == bool(store.read_scores("agent-a", after, 1)), after
+    assert store.has_new_scores("agent-a", stored[1].cursor) and not store.has_new_scores("agent-a", stored[2].cursor)
+    assert store.has_new_scores("agent-a", ScoreCursor(seq=stored[2].seq, id="0"))  # same seq, smaller id: before it
+    store.put_score(make_score(SHUFFLED_IDS[0], reward=0.9))  # a re-score keeps its place behind the cursor
+    assert not store.has_new_scores("agent-a", stored[2].cursor)
+
+
+def test_get_of_a_missing_score_is_none(store: Store) -> None:
+    assert store.get_score("nope", "agent-a") is None
+    store.put_score(make_score("ep-1"))
+    assert store.get_score("ep-2", "agent-a") is None
 
 
 @settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
@@ -568,6 +591,18 @@ def test_list_agents_is_sorted_and_only_agents_with_a_current_policy(store: Stor
     assert store.list_agents() == sorted(["zeta", "alpha", "Mid", "beta-2"])
 
 
+def test_training_cursors_give_every_agents_version_cursor_and_pin(store: Store) -> None:
+    assert store.training_cursors() == []
+    cursor = ScoreCursor(seq=41, id="ep-7")
+    store.replace_current_policy(make_policy_doc("agent-b", version=3, kind="current", cursor=cursor), None)
+    store.replace_current_policy(make_policy_doc("agent-a", kind="current", pinned=True, pin_reason="audit"), None)
+    store.create_policy_version(make_policy_doc("agent-c", version=1))  # a version without a current document
+    assert store.training_cursors() == [
+        AgentCursor("agent-a", 1, None, True),
+        AgentCursor("agent-b", 3, cursor, False),
+    ]
+
+
 def test_a_document_of_the_wrong_kind_is_a_value_error(store: Store) -> None:
     with pytest.raises(ValueError, match="kind='current'"):
         store.replace_current_policy(make_policy_doc(kind="version"), None)
@@ -678,11 +713,11 @@ def test_feedback_is_one_document_per_episode_and_source(store: Store) -> None:
 def test_a_feedback_marker_is_invisible_and_the_first_score_replaces_it(store: Store) -> None:
     assert store.mark_feedback_waiting("ep-1", "agent-a") is True
     assert store.mark_feedback_waiting("ep-1", "agent-a") is True  # still waiting: idempotent
-    assert store.get_score("ep-1") is None
+    assert store.get_score("ep-1", "agent-a") is None
     assert store.read_scores("agent-a", None, 10) == []
     stored = store.add_score(make_score("ep-1"))
     assert stored.feedback_pending is True and stored.seq is not None
-    row = store.get_score("ep-1")
+    row = store.get_score("ep-1", "agent-a")
     assert row is not None and row["feedback_pending"] is True and row["reward"] == 0.5
     assert ids(store.read_scores("agent-a", None, 10)) == ["ep-1"]
     assert store.mark_feedback_waiting("ep-1", "agent-a") is False  # scored now
@@ -729,9 +764,9 @@ def make_ledger(episode_id: str = "ep-1", revision: int = 1, delta_sum: float = 
 
 
 def test_a_correction_ledger_is_created_once_and_replaced_by_etag(store: Store) -> None:
-    assert store.get_correction_ledger("ep-1") is None
+    assert store.get_correction_ledger("ep-1", "agent-a") is None
     etag = store.put_correction_ledger(make_ledger(revision=1), None)
-    tagged = store.get_correction_ledger("ep-1")
+    tagged = store.get_correction_ledger("ep-1", "agent-a")
     assert tagged is not None and tagged.etag == etag and user_fields(tagged.doc) == make_ledger(revision=1).to_dict()
     with pytest.raises(ConcurrencyConflict):
         store.put_correction_ledger(make_ledger(revision=2), None)  # create only
@@ -741,9 +776,9 @@ def test_a_correction_ledger_is_created_once_and_replaced_by_etag(store: Store) 
     assert newer != etag
     with pytest.raises(ConcurrencyConflict):
         store.put_correction_ledger(make_ledger(revision=3), etag)  # the ETag read before the last write
-    tagged = store.get_correction_ledger("ep-1")
+    tagged = store.get_correction_ledger("ep-1", "agent-a")
     assert tagged is not None and (tagged.doc["revision"], tagged.doc["delta_sum"]) == (2, 0.5)
-    assert store.get_correction_ledger("ep-2") is None
+    assert store.get_correction_ledger("ep-2", "agent-a") is None
     with pytest.raises(ConcurrencyConflict):
         store.put_correction_ledger(make_ledger("ep-2"), "an etag of nothing")
 
@@ -751,14 +786,15 @@ def test_a_correction_ledger_is_created_once_and_replaced_by_etag(store: Store) 
 def test_a_correction_ledger_is_no_score_and_no_feedback(store: Store) -> None:
     feed = store.read_feedback_changes(None, 10)
     store.put_correction_ledger(make_ledger("ep-1"), None)
-    assert store.get_score("ep-1") is None and store.get_score(correction_ledger_id("ep-1")) is None
+    assert store.get_score("ep-1", "agent-a") is None
+    assert store.get_score(correction_ledger_id("ep-1"), "agent-a") is None
     assert store.read_scores("agent-a", None, 10) == []
     assert store.list_feedback("ep-1") == [] and store.read_feedback_changes(feed.continuation, 10).items == []
     assert store.mark_feedback_waiting("ep-1", "agent-a") is True  # the episode is still unscored
     stored = store.add_score(make_score("ep-1"))
     assert stored.feedback_pending is True
     assert ids(store.read_scores("agent-a", None, 10)) == ["ep-1"]
-    assert store.get_correction_ledger("ep-1") is not None
+    assert store.get_correction_ledger("ep-1", "agent-a") is not None
 
 
 def test_correction_ids_are_scores_of_their_own_next_to_an_episode_with_the_old_form(store: Store) -> None:
@@ -771,7 +807,7 @@ def test_correction_ids_are_scores_of_their_own_next_to_an_episode_with_the_old_
     assert ids(rows) == ["sess-42", "sess-42~r1", "sess-42:r1"]
     last = cursor_of(rows[1])
     assert ids(store.read_scores("agent-a", last, 10)) == ["sess-42:r1"]
-    assert store.get_score("sess-42")["seq"] == first.seq  # type: ignore[index]
+    assert store.get_score("sess-42", "agent-a")["seq"] == first.seq  # type: ignore[index]
 
 
 # =========================================================================== SQLite only
@@ -803,7 +839,7 @@ def test_sqlite_data_survives_close_and_reopen(db_path: Path) -> None:
     with SQLiteStore(db_path) as reopened:
         ep = reopened.get_episode("ep-1")
         assert ep is not None and user_fields(ep) == written["episode"].to_dict()
-        sc = reopened.get_score("ep-1")
+        sc = reopened.get_score("ep-1", "agent-a")
         assert sc is not None and user_fields(sc) == written["score"].to_dict()
         ver = reopened.get_policy_version("agent-a", 1)
         assert ver is not None and user_fields(ver) == written["version"].to_dict()
@@ -907,6 +943,45 @@ def test_sqlite_a_corrupt_score_row_is_still_returned_with_seq_and_id(db_path: P
         assert ids(store.read_scores("agent-a", cursor_of(rows[2]), 10)) == ["ep-2"]
 
 
+def test_sqlite_read_scores_seeks_the_index_to_the_cursor_in_new_and_existing_files(db_path: Path) -> None:
+    """The trainer's query searches (agent_id, seq, id) from the cursor on; it never scans the
+    agent's history. A file whose index went missing gets it back when it is opened."""
+    import sqlite3
+
+    from agent_learning.store.sqlite import READ_SCORES
+
+    def plan(conn: sqlite3.Connection) -> list[str]:
+        return [row[3] for row in conn.execute(f"EXPLAIN QUERY PLAN {READ_SCORES}", ("agent-a", 5, "ep-1", 100))]
+
+    with SQLiteStore(db_path) as store:
+        for eid in SHUFFLED_IDS[:6]:
+            store.put_score(make_score(eid))
+    with sqlite3.connect(db_path, cached_statements=0) as conn:  # no cache: each plan is made anew
+        conn.execute("ANALYZE")  # statistics must not turn the planner to another index
+        assert plan(conn) == ["SEARCH scores USING INDEX scores_agent_seq (agent_id=? AND (seq,id)>(?,?))"]
+        conn.execute("DROP INDEX scores_agent_seq")  # a file written without the index
+        assert not any("scores_agent_seq" in step for step in plan(conn))
+    with SQLiteStore(db_path) as store:
+        rows = store.read_scores("agent-a", None, 100)
+        assert ids(store.read_scores("agent-a", cursor_of(rows[2]), 100)) == ids(rows[3:])
+    with sqlite3.connect(db_path, cached_statements=0) as conn:
+        assert plan(conn) == ["SEARCH scores USING INDEX scores_agent_seq (agent_id=? AND (seq,id)>(?,?))"]
+
+
+def test_sqlite_training_cursors_list_an_agent_whose_current_document_is_corrupt(db_path: Path) -> None:
+    """Its fields are left unknown (the trainer then reports the document when it loads it); the
+    other agents are listed as usual."""
+    with SQLiteStore(db_path) as store:
+        store.replace_current_policy(make_policy_doc("agent-a", kind="current"), None)
+        store.put_raw_current_policy("agent-b", {"agent_id": "agent-b", "version": "two", "cursor": {"seq": -1}})
+        store.put_raw_current_policy("agent-c", ["not", "a", "document"])  # type: ignore[arg-type]
+        assert store.training_cursors() == [
+            AgentCursor("agent-a", 1, None, False),
+            AgentCursor("agent-b", 0, None, False),
+            AgentCursor("agent-c", 0, None, False),
+        ]
+
+
 def test_sqlite_a_file_from_before_the_feedback_feed_puts_its_feedback_in_the_feed_once(db_path: Path) -> None:
     import sqlite3
 
@@ -920,7 +995,7 @@ def test_sqlite_a_file_from_before_the_feedback_feed_puts_its_feedback_in_the_fe
     for _ in range(2):  # opened once more: nothing enters the feed twice
         with SQLiteStore(db_path) as store:
             assert ids(store.read_feedback_changes(None, 10).items) == expected
-            assert store.get_correction_ledger("ep-1") is None
+            assert store.get_correction_ledger("ep-1", "agent-a") is None
 
 
 def test_deleting_an_agent_removes_all_of_its_documents_and_nothing_else(store: Store) -> None:
@@ -944,10 +1019,10 @@ def test_deleting_an_agent_removes_all_of_its_documents_and_nothing_else(store: 
     assert store.list_agents() == ["agent-b"]
     assert store.get_current_policy("agent-a") is None and store.list_policy_versions("agent-a") == []
     assert store.list_runs("agent-a") == [] and store.list_episodes("agent-a") == []
-    assert store.get_score("agent-a-ep-1") is None and store.list_feedback("agent-a-ep-1") == []
-    assert store.get_correction_ledger("agent-a-ep-1") is None
+    assert store.get_score("agent-a-ep-1", "agent-a") is None and store.list_feedback("agent-a-ep-1") == []
+    assert store.get_correction_ledger("agent-a-ep-1", "agent-a") is None
     assert [e["id"] for e in store.read_episodes(None, 100).items] == ["agent-b-ep-1", "agent-b-ep-2"]
-    assert len(store.list_policy_versions("agent-b")) == 2 and store.get_score("agent-b-ep-2") is not None
+    assert len(store.list_policy_versions("agent-b")) == 2 and store.get_score("agent-b-ep-2", "agent-b") is not None
     assert len(store.list_feedback("agent-b-ep-1")) == 1 and len(store.list_runs("agent-b")) == 1
     assert set(store.delete_agent("agent-a").values()) == {0}  # again: nothing left to delete
     # The same id can start afresh.
@@ -975,7 +1050,7 @@ def test_a_score_keeps_its_context(store: Store) -> None:
     store.add_episode(episode)
     store.add_score(make_score(episode=episode, context=context))
     store.add_score(make_score("ep-plain"))
-    scored, plain = store.get_score("ep-ctx"), store.get_score("ep-plain")
+    scored, plain = store.get_score("ep-ctx", "agent-a"), store.get_score("ep-plain", "agent-a")
     assert scored is not None and scored["context"] == context and Score.from_dict(scored).context == context
     assert plain is not None and "context" not in plain
     rows = {r["id"]: r for r in store.read_scores("agent-a", None, 10, settled=False)}  # what the trainer reads

@@ -97,7 +97,10 @@ class Backend:
     def put_raw(self, container: str, doc: dict[str, Any]) -> None:
         """Write a document as it is, unvalidated, the way a foreign or buggy writer could."""
         if self.kind == "cosmos":
-            self.store.database.get_container_client(container).upsert_item(doc)
+            from agent_learning.store.cosmos import SCORES  # azure-cosmos: only for the Cosmos backend
+
+            name = SCORES if container == "scores" else container  # the score slots' container
+            self.store.database.get_container_client(name).upsert_item(doc)
         elif container == "episodes":
             self.store.add_raw_episode(doc)
         elif container == "scores":

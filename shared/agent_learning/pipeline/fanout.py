@@ -40,7 +40,7 @@ from ..documents import AgentId
 from ..errors import InvalidDocument
 from ..queue.base import OutgoingMessage
 from ..store.base import AgentCursor, Store
-from .train import TrainOutcome, failure_outcome, train_safely
+from .train import TrainOutcome, failure_outcome, paused, train_safely
 
 log = logging.getLogger(__name__)
 
@@ -121,8 +121,7 @@ class TrainingPlan:
     def untrained(self) -> list[TrainOutcome]:
         """The outcome of every agent the plan does not train, as :func:`train_agent` would report it."""
         out = [TrainOutcome("no_new_scores", a.agent_id, a.version) for a in self.idle]
-        out += [TrainOutcome("pinned", a.agent_id, a.version, reason="learning is paused for this agent")
-                for a in self.pinned]
+        out += [TrainOutcome("pinned", a.agent_id, a.version, reason=paused(a.pin_reason)) for a in self.pinned]
         return out + self.failed
 
 

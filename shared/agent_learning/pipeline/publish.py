@@ -27,7 +27,14 @@ nothing: pinning a pinned policy, repeating a rollback or a revision.
 Before it replaces the current document, every intervention writes the version and run
 records of the version it replaces (:func:`materialise`): a trainer that died between
 publishing a version and writing its records leaves only the current document holding it,
-and agents may already have logged episodes under it.
+and agents may already have logged episodes under it. The trainer checks the same at the start
+of every run.
+
+Requests. After a won swap, :func:`publish` writes the new version's records without reading
+first (:func:`record`): a create-only version (compared with what is stored only when the
+create conflicts) and the run. Checking that a version's records exist costs one point read
+(:func:`materialise`): the run record when the version has one (it is written after the version
+record, so it existing means both do), else the version record.
 """
 
 from __future__ import annotations
@@ -39,7 +46,7 @@ from .. import notices
 from ..clock import SYSTEM_CLOCK, Clock
 from ..documents import Action, PolicyDocument
 from ..errors import ConcurrencyConflict, NotFound
-from ..store.base import Store
+from ..store.base import Store, same_document
 
 ATTEMPTS = 5
 """How often an intervention re-reads and retries when a trainer publishes in between."""
@@ -69,22 +76,47 @@ def load_current(store: Store, agent_id: str) -> PolicyDocument | None:
 
 
 def materialise(store: Store, current: PolicyDocument) -> None:
-    """Make sure the version and run records of ``current`` exist (idempotent)."""
+    """Make sure the version and run records of ``current`` exist (idempotent): one point read
+    when they do, the writes of :func:`record` when a crash left them unwritten.
+
+    Raises :class:`~agent_learning.errors.ConcurrencyConflict` if a version record without a run
+    differs from ``current`` (it is immutable history: nothing overwrites it).
+    """
+    if current.run is not None:
+        if store.get_run(current.run.id) is not None:
+            return  # written after the version record: both exist
+    else:
+        stored = store.get_policy_version(current.agent_id, current.version)
+        if stored is not None:
+            if not same_document(stored, current.as_kind("version").to_dict()):
+                raise ConcurrencyConflict(f"policy version {current.agent_id}:v{current.version} differs from the "
+                                          "current document that holds it")
+            return
+    record(store, current)
+
+
+def record(store: Store, current: PolicyDocument) -> None:
+    """Write the version record of ``current``, then its run record, without reading first.
+
+    The version is create-only (an identical stored one is accepted: compared only when the
+    create conflicts); the run is written as it is (the current document holds the record).
+    """
     store.create_policy_version(current.as_kind("version"))
-    if current.run is not None and store.get_run(current.run.id) is None:
+    if current.run is not None:
         store.put_run(current.run)
 
 
 def publish(store: Store, new: PolicyDocument, etag: str | None) -> PolicyDocument:
     """Make ``new`` the current document if it still has ``etag`` (``None``: if there is none),
-    then write its version and run records. The whole document is validated again first.
+    then write its version and run records (:func:`record`). The whole document is validated
+    again first.
 
     Raises :class:`~agent_learning.errors.ConcurrencyConflict` when another writer got there first.
     """
     new = PolicyDocument.from_dict(new.to_dict())
     store.replace_current_policy(new, etag)
     notices.policy_changed(new.agent_id)  # clients in this process pick it up at their next choice
-    materialise(store, new)
+    record(store, new)
     return new
 
 

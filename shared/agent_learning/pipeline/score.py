@@ -143,15 +143,16 @@ def _score_episode(
     episode_id: str, scorer: Scorer, episode: Mapping[str, Any] | None, check_existing: bool, force: bool
 ) -> ScoreOutcome:
     store = scorer.store
-    if check_existing or force:
-        existing = store.get_score(episode_id)
+    raw = dict(episode) if episode is not None else store.get_episode(episode_id)  # its agent keys the score slot
+    agent_id = raw.get("agent_id") if raw is not None else None
+    if (check_existing or force) and isinstance(agent_id, str):
+        existing = store.get_score(episode_id, agent_id)
         if taken := _slot_taken(episode_id, existing):
             return taken
         if existing is not None and not force:
             if existing.get("feedback_pending"):  # a crash may have come between the score and its feedback
-                reconcile(store, episode_id, clock=scorer.clock)
+                reconcile(store, episode_id, agent_id, clock=scorer.clock)
             return ScoreOutcome("duplicate", episode_id, "AlreadyScored")
-    raw = dict(episode) if episode is not None else store.get_episode(episode_id)
     if raw is None:
         return ScoreOutcome(
             "dead_letter",
@@ -207,12 +208,12 @@ def _score_episode(
     try:
         stored = store.put_score(score) if force else store.add_score(score)
     except ConcurrencyConflict:
-        return _slot_taken(episode_id, store.get_score(episode_id)) or ScoreOutcome(
+        return _slot_taken(episode_id, store.get_score(episode_id, episode.agent_id)) or ScoreOutcome(
             "duplicate", episode_id, "AlreadyScored"
         )
     record(QUEUE_LAG, max(0.0, (stored.scored_at - episode.ended_at).total_seconds()), {"agent_id": episode.agent_id})
     if stored.feedback_pending:
-        reconcile(store, episode_id, clock=scorer.clock)
+        reconcile(store, episode_id, episode.agent_id, clock=scorer.clock)
     return ScoreOutcome("scored", episode_id, score=stored)
 
 

@@ -139,8 +139,7 @@ def _train_agent(
     current = loaded.policy
     materialise(store, current)
     if current.pinned:
-        reason = "learning is paused for this agent" + (f": {current.pin_reason}" if current.pin_reason else "")
-        return TrainOutcome("pinned", agent_id, current.version, reason=reason)
+        return TrainOutcome("pinned", agent_id, current.version, reason=paused(current.pin_reason))
 
     rows = store.read_scores(agent_id, current.cursor, max_batch)
     if not rows:
@@ -176,6 +175,11 @@ def _train_agent(
     except ConcurrencyConflict as exc:
         return TrainOutcome("lost_race", agent_id, current.version, reason=str(exc))
     return TrainOutcome("published", agent_id, new.version, new.run, probabilities=policy_probabilities(new))
+
+
+def paused(pin_reason: str) -> str:
+    """The reason a pinned agent is not trained."""
+    return "learning is paused for this agent" + (f": {pin_reason}" if pin_reason else "")
 
 
 def _guard(

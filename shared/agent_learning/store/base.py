@@ -32,6 +32,13 @@ Semantics every adapter keeps:
 * Correction ledgers (one per episode with feedback corrections): ``get_correction_ledger`` is
   a point read, ``put_correction_ledger`` a compare-and-swap on the ETag (``None``: create
   only). Ledgers are never returned by ``get_score``, ``read_scores`` or ``list_feedback``.
+* An episode's score slot (its score, feedback marker, correction rows and ledger) is addressed
+  by the episode's agent and the document's id together (``get_score(episode_id, agent_id)``):
+  on Cosmos DB that pair is the document's partition key, so every point read of the slot
+  needs both.
+* For a training fan-out: ``training_cursors`` lists every agent's current version, cursor and
+  pin in one pass over the current documents; ``has_new_scores`` says whether ``read_scores``
+  would return anything, at the cost of one small request.
 """
 
 from __future__ import annotations
@@ -44,35 +51,6 @@ from typing import Any
 from ..documents import CorrectionLedger, Episode, Feedback, PolicyDocument, Score, ScoreCursor, TrainingRun
 
 RawDoc = dict[str, Any]
-
-
-@dataclass(frozen=True)
-class AgentCursor:
-    """Where an agent's training stands: its current version, the cursor of the last score
-    folded into it, and whether learning is paused. Read without validating the whole policy
-    document (a corrupt one is reported by the trainer, which validates it)."""
-
-    agent_id: str
-    version: int
-    cursor: ScoreCursor | None
-    pinned: bool = False
-
-    @classmethod
-    def of(cls, doc: RawDoc) -> AgentCursor:
-        """From a current policy document, or a projection of its ``agent_id``, ``version``,
-        ``cursor`` and ``pinned`` fields; a cursor that does not parse counts as none."""
-        raw = doc.get("cursor")
-        try:
-            cursor = ScoreCursor.model_validate(raw) if raw is not None else None
-        except ValueError:
-            cursor = None
-        version = doc.get("version")
-        return cls(
-            str(doc.get("agent_id")),
-            version if isinstance(version, int) and not isinstance(version, bool) else 0,
-            cursor,
-            doc.get("pinned") is True,
-        )
 
 
 @dataclass(frozen=True)
@@ -99,6 +77,43 @@ class NotModified:
 
 
 NOT_MODIFIED = NotModified()
+
+
+@dataclass(frozen=True)
+class AgentCursor:
+    """Where an agent's training stands: read from its current policy document."""
+
+    agent_id: str
+    version: int
+    """The current version (0 when the document's version is unreadable)."""
+    cursor: ScoreCursor | None
+    """The last score learned (``None``: none yet, or the document's cursor is unreadable, which
+    the trainer then reports when it loads the document)."""
+    pinned: bool
+    pin_reason: str = ""
+    """Why learning is paused, when it is."""
+
+
+def agent_cursor(doc: RawDoc) -> AgentCursor:
+    """The :class:`AgentCursor` of a current policy document (or of its projection on
+    ``agent_id``, ``version``, ``cursor``, ``pinned`` and ``pin_reason``), read leniently: a field
+    that does not validate is left at its "unknown" value instead of failing the listing of every
+    agent."""
+    version, raw_cursor, pinned = doc.get("version"), doc.get("cursor"), doc.get("pinned")
+    reason = doc.get("pin_reason")
+    cursor = None
+    if raw_cursor is not None:
+        try:
+            cursor = ScoreCursor.model_validate(raw_cursor)
+        except ValueError:
+            cursor = None
+    return AgentCursor(
+        agent_id=str(doc.get("agent_id")),
+        version=version if isinstance(version, int) and not isinstance(version, bool) else 0,
+        cursor=cursor,
+        pinned=pinned is True,
+        pin_reason=reason if isinstance(reason, str) else "",
+    )
 
 
 @dataclass(frozen=True)
@@ -149,8 +164,9 @@ class Store(ABC):
         (a feedback marker is replaced as by :meth:`add_score`)."""
 
     @abstractmethod
-    def get_score(self, episode_id: str) -> RawDoc | None:
-        """The raw score document of an episode, or ``None``."""
+    def get_score(self, episode_id: str, agent_id: str) -> RawDoc | None:
+        """The raw score document ``episode_id`` (an episode's, or a correction's id) of the
+        agent ``agent_id``, or ``None``."""
 
     @abstractmethod
     def read_scores(
@@ -162,6 +178,11 @@ class Store(ABC):
         On Cosmos DB only scores older than the settle window are returned, unless ``settled``
         is False (audits: every score, however recent); other stores have no window.
         """
+
+    @abstractmethod
+    def has_new_scores(self, agent_id: str, after: ScoreCursor | None) -> bool:
+        """Whether ``read_scores(agent_id, after, 1)`` would return a score (settle window
+        included). On Cosmos DB one single-partition request."""
 
     # ------------------------------------------------------------------ feedback
 
@@ -184,8 +205,8 @@ class Store(ABC):
         (``None``: from the start), in write order; resumable like :meth:`read_episodes`."""
 
     @abstractmethod
-    def get_correction_ledger(self, episode_id: str) -> Tagged | None:
-        """An episode's correction ledger and its ETag, or ``None``."""
+    def get_correction_ledger(self, episode_id: str, agent_id: str) -> Tagged | None:
+        """The correction ledger of ``agent_id``'s episode ``episode_id`` and its ETag, or ``None``."""
 
     @abstractmethod
     def put_correction_ledger(self, ledger: CorrectionLedger, etag: str | None) -> str:
@@ -231,14 +252,10 @@ class Store(ABC):
     def list_agents(self) -> list[str]:
         """Ids of the agents that have a current policy, sorted."""
 
+    @abstractmethod
     def training_cursors(self) -> list[AgentCursor]:
-        """Where every agent with a current policy stands, ordered by agent id."""
-        found = ((a, self.get_current_policy(a)) for a in self.list_agents())
-        return [AgentCursor.of({**t.doc, "agent_id": a}) for a, t in found if t is not None]
-
-    def has_new_scores(self, agent_id: str, after: ScoreCursor | None) -> bool:
-        """Whether ``read_scores`` would return anything (a settled score after ``after``)."""
-        return bool(self.read_scores(agent_id, after, 1))
+        """The :class:`AgentCursor` of every agent that has a current policy, sorted by agent id.
+        On Cosmos DB one cross-partition projection query, read in pages of a thousand."""
 
     @abstractmethod
     def delete_agent(self, agent_id: str) -> dict[str, int]:

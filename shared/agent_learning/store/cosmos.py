@@ -1,24 +1,43 @@
 """The Cosmos DB adapter of the store port (``azure-cosmos``).
 
 Containers and partition keys (Bicep creates them in Azure; :meth:`CosmosStore.ensure_containers`
-creates them on a local server):
+creates them on a local server). Cosmos caps a logical partition (every document with one
+value of the full partition key) at 20 GB, so each key keeps a logical partition bounded
+however long an agent keeps running:
 
-============  ==============  ==========================================================
-container     partition key   why
-============  ==============  ==========================================================
-episodes      ``/id``         one document per logical partition: bounded however long an
-                              agent runs; the scorer point-reads by id
-scores        ``/id``         the same; the trainer's per-agent query is served by the
-                              composite index (agent_id, seq, id)
-policies      ``/agent_id``   every version of an agent together: the current document is a
-                              point read, history is a single-partition query; one ~2 KB
-                              version per training run stays far below the 20 GB cap
-runs          ``/agent_id``   as policies; also holds the local runner's checkpoints under
-                              the reserved partition ``_checkpoints``
-feedback      ``/episode_id`` all feedback of one episode together (a handful of documents):
-                              listing it is a single-partition query
-leases        ``/id``         the change-feed trigger's leases (never touched here)
-============  ==============  ==========================================================
+============  ====================  ====================================================
+container     partition key         why
+============  ====================  ====================================================
+episodes      ``/id``               one document per logical partition: bounded however
+                                    long an agent runs; the scorer point-reads by id
+agent-scores  ``/agent_id``,        hierarchical (MultiHash): a logical partition is one
+              ``/id``               document of an episode's score slot (its score, a
+                                    feedback marker, a correction ``{episode}~r{k}`` or the
+                                    ledger ``{episode}~ledger``), so it stays one document
+                                    small; the first level keeps an agent's documents
+                                    together without a cap, so the trainer's "new scores of
+                                    agent A after cursor C" is a query scoped to A (one
+                                    physical partition while A's data fits in one) served
+                                    by the composite index (agent_id, seq, id): its cost
+                                    follows the new scores, not the number of physical
+                                    partitions or the agent's history. Point reads and
+                                    writes give the full key [agent_id, id]
+policies      ``/agent_id``         every version of an agent together: the current
+                                    document is a point read, history is a
+                                    single-partition query; one ~2 KB version per
+                                    training run stays far below the 20 GB cap
+runs          ``/agent_id``         as policies; also holds the local runner's checkpoints
+                                    under the reserved partition ``_checkpoints``
+feedback      ``/episode_id``       all feedback of one episode together (a handful of
+                                    documents): listing it is a single-partition query
+leases        ``/id``               the change-feed trigger's leases (never touched here)
+============  ====================  ====================================================
+
+Deployments from before the hierarchical key keep their scores in ``scores`` (partition key
+``/id``, where the trainer's query crossed every physical partition). Cosmos cannot change a
+container's partition key, so the scores live in a new container, and
+:func:`copy_legacy_scores` (``agent-learn store migrate-scores``) copies the old one into it
+(docs/operating.md gives the order of the steps).
 
 Training cursor. A score's ``seq`` is the writer's clock in microseconds, taken right
 before a create that must finish within ``write_timeout`` seconds (strictly increasing per
@@ -45,7 +64,7 @@ window.
 Feedback markers are small documents of type ``feedback_marker`` at an episode's score id
 (without ``seq``, so the trainer's query never sees them); the score's create conflicts with
 one, and the marker is then replaced by the score with an ETag condition. Correction ledgers
-(type ``correction_ledger``, id ``{episode_id}~ledger``) live in ``scores`` too, also without
+(type ``correction_ledger``, id ``{episode_id}~ledger``) live in ``agent-scores`` too, also without
 ``seq``: a point read next to the score they describe, and not in the feedback change feed,
 which :meth:`CosmosStore.read_feedback_changes` reads like the episodes' one.
 """
@@ -81,9 +100,9 @@ from ..documents import (
     correction_ledger_id,
     policy_doc_id,
 )
-from ..errors import ConcurrencyConflict, TransientError
+from ..errors import ConcurrencyConflict, NotFound, TransientError
 from ..telemetry import SCORES_LATE, count
-from .base import NOT_MODIFIED, FeedPage, NotModified, RawDoc, Store, Tagged, same_document
+from .base import NOT_MODIFIED, AgentCursor, FeedPage, NotModified, RawDoc, Store, Tagged, agent_cursor, same_document
 
 log = logging.getLogger(__name__)
 
@@ -95,11 +114,30 @@ TRANSIENT_STATUS = {408, 429, 449, 500, 502, 503}
 
 @dataclass(frozen=True)
 class ContainerSpec:
-    """A container this adapter expects: name, partition key and extra indexes."""
+    """A container this adapter expects: name, partition key path(s) and extra indexes.
+
+    Several paths make a hierarchical partition key (MultiHash, version 2, at most three levels).
+    """
 
     name: str
-    partition_key: str
+    partition_key: tuple[str, ...]
     composite_indexes: list[list[dict[str, str]]] = field(default_factory=list)
+
+    @property
+    def hierarchical(self) -> bool:
+        return len(self.partition_key) > 1
+
+    @property
+    def partition_key_definition(self) -> dict[str, Any]:
+        """The definition as Bicep declares it (a single path keeps the service's default version)."""
+        if self.hierarchical:
+            return {"paths": list(self.partition_key), "kind": "MultiHash", "version": 2}
+        return {"paths": list(self.partition_key), "kind": "Hash"}
+
+    def sdk_partition_key(self) -> PartitionKey:
+        if self.hierarchical:
+            return PartitionKey(path=list(self.partition_key), kind="MultiHash", version=2)
+        return PartitionKey(path=self.partition_key[0])
 
     @property
     def indexing_policy(self) -> dict[str, Any]:
@@ -113,26 +151,35 @@ class ContainerSpec:
         return policy
 
 
+SCORES = "agent-scores"
+"""The score slots' container (hierarchical key [agent_id, id])."""
+LEGACY_SCORES = "scores"
+"""Where deployments from before the hierarchical key kept scores (partition key ``/id``)."""
+BY_AGENT_SEQ_ID = [
+    [
+        {"path": "/agent_id", "order": "ascending"},
+        {"path": "/seq", "order": "ascending"},
+        {"path": "/id", "order": "ascending"},
+    ]
+]
 CONTAINERS: dict[str, ContainerSpec] = {
-    "episodes": ContainerSpec("episodes", "/id"),
-    "scores": ContainerSpec(
-        "scores",
-        "/id",
-        [
-            [
-                {"path": "/agent_id", "order": "ascending"},
-                {"path": "/seq", "order": "ascending"},
-                {"path": "/id", "order": "ascending"},
-            ]
-        ],
-    ),
-    "policies": ContainerSpec("policies", "/agent_id"),
-    "runs": ContainerSpec("runs", "/agent_id"),
-    "feedback": ContainerSpec("feedback", "/episode_id"),
+    "episodes": ContainerSpec("episodes", ("/id",)),
+    SCORES: ContainerSpec(SCORES, ("/agent_id", "/id"), BY_AGENT_SEQ_ID),
+    "policies": ContainerSpec("policies", ("/agent_id",)),
+    "runs": ContainerSpec("runs", ("/agent_id",)),
+    "feedback": ContainerSpec("feedback", ("/episode_id",)),
 }
 MARKER = "feedback_marker"
 LEDGER = "correction_ledger"
-LEASES = ContainerSpec("leases", "/id")
+LEASES = ContainerSpec("leases", ("/id",))
+CURSOR_PAGE = 1_000
+"""Current documents per page of :meth:`CosmosStore.training_cursors` (one request each)."""
+AFTER_CURSOR = (
+    "c.agent_id = @agent AND IS_NUMBER(c.seq) AND c.seq <= @cutoff "
+    "AND c.seq >= @seq AND (c.seq > @seq OR c.id > @id)"
+)
+"""An agent's settled scores after a cursor: ``c.seq >= @seq`` bounds the index range, and the
+cursor's tie-break on id narrows it."""
 
 
 class CosmosStore(Store):
@@ -206,7 +253,7 @@ class CosmosStore(Store):
         specs = [*CONTAINERS.values(), *([LEASES] if include_leases else [])]
         for spec in specs:
             self.database.create_container_if_not_exists(
-                id=spec.name, partition_key=PartitionKey(path=spec.partition_key), indexing_policy=spec.indexing_policy
+                id=spec.name, partition_key=spec.sdk_partition_key(), indexing_policy=spec.indexing_policy
             )
         self._c = {name: self.database.get_container_client(name) for name in CONTAINERS}
 
@@ -330,7 +377,7 @@ class CosmosStore(Store):
     def add_score(self, score: Score) -> Score:
         stored = score.model_copy(update={"seq": self._next_seq(), "late_write": False})
         try:
-            written = self._observe(self._c["scores"].create_item(stored.to_dict(), timeout=self.write_timeout))
+            written = self._observe(self._c[SCORES].create_item(stored.to_dict(), timeout=self.write_timeout))
         except cosmos_errors.CosmosResourceExistsError:
             replaced = self._replace_marker(score, None)
             if replaced is None:
@@ -343,7 +390,7 @@ class CosmosStore(Store):
     def put_score(self, score: Score) -> Score:
         for _ in range(10):
             try:
-                existing = self._c["scores"].read_item(score.id, partition_key=score.id)
+                existing = self._c[SCORES].read_item(score.id, partition_key=[score.agent_id, score.id])
             except cosmos_errors.CosmosResourceNotFoundError:
                 try:
                     return self.add_score(score)
@@ -362,7 +409,7 @@ class CosmosStore(Store):
     def _replace_marker(self, score: Score, existing: RawDoc | None) -> Score | None:
         """Replace a feedback marker by ``score``; ``None`` if the slot holds a real score."""
         if existing is None:
-            existing = self._c["scores"].read_item(score.id, partition_key=score.id)
+            existing = self._c[SCORES].read_item(score.id, partition_key=[score.agent_id, score.id])
         if existing.get("type") != MARKER:
             return None
         stored = score.model_copy(update={"seq": self._next_seq(), "feedback_pending": True, "late_write": False})
@@ -373,7 +420,7 @@ class CosmosStore(Store):
         """Replace a score document if its ETag is still ``etag``; None if it changed meanwhile."""
         try:
             return self._observe(
-                self._c["scores"].replace_item(
+                self._c[SCORES].replace_item(
                     score.id,
                     score.to_dict(),
                     etag=etag,
@@ -384,29 +431,43 @@ class CosmosStore(Store):
         except (cosmos_errors.CosmosAccessConditionFailedError, cosmos_errors.CosmosResourceNotFoundError):
             return None
 
-    def get_score(self, episode_id: str) -> RawDoc | None:
-        doc = self._read("scores", episode_id, episode_id)
+    def get_score(self, episode_id: str, agent_id: str) -> RawDoc | None:
+        doc = self._read(SCORES, episode_id, [agent_id, episode_id])
         return None if doc is None or doc.get("type") in (MARKER, LEDGER) else doc
 
     def read_scores(
         self, agent_id: str, after: ScoreCursor | None, limit: int, *, settled: bool = True
     ) -> list[RawDoc]:
+        """A query scoped to the agent (the first level of the key), ordered by the composite index."""
         if limit <= 0:
             return []
+        return self._query(
+            SCORES,
+            f"SELECT TOP @n * FROM c WHERE {AFTER_CURSOR} ORDER BY c.agent_id, c.seq, c.id",
+            [{"name": "@n", "value": limit}, *self._after(agent_id, after, settled)],
+            partition_key=[agent_id],
+        )
+
+    def has_new_scores(self, agent_id: str, after: ScoreCursor | None) -> bool:
+        """One request: the first id of ``read_scores`` (same conditions, settle window included)."""
+        rows = self._query(
+            SCORES,
+            f"SELECT TOP 1 VALUE c.id FROM c WHERE {AFTER_CURSOR} ORDER BY c.agent_id, c.seq, c.id",
+            self._after(agent_id, after, settled=True),
+            partition_key=[agent_id],
+        )
+        return bool(rows)
+
+    def _after(self, agent_id: str, after: ScoreCursor | None, settled: bool) -> list[dict[str, Any]]:
+        """The parameters of :data:`AFTER_CURSOR`."""
         cutoff = int((self.server_clock.time() - self.settle_seconds) * 1_000_000) if settled else 2**62
         seq, sid = (after.seq, after.id) if after else (-1, "")
-        return self._query(
-            "scores",
-            "SELECT TOP @n * FROM c WHERE c.agent_id = @agent AND IS_NUMBER(c.seq) AND c.seq <= @cutoff "
-            "AND (c.seq > @seq OR (c.seq = @seq AND c.id > @id)) ORDER BY c.agent_id, c.seq, c.id",
-            [
-                {"name": "@n", "value": limit},
-                {"name": "@agent", "value": agent_id},
-                {"name": "@cutoff", "value": cutoff},
-                {"name": "@seq", "value": seq},
-                {"name": "@id", "value": sid},
-            ],
-        )
+        return [
+            {"name": "@agent", "value": agent_id},
+            {"name": "@cutoff", "value": cutoff},
+            {"name": "@seq", "value": seq},
+            {"name": "@id", "value": sid},
+        ]
 
     # ------------------------------------------------------------------ feedback
 
@@ -428,10 +489,10 @@ class CosmosStore(Store):
     def mark_feedback_waiting(self, episode_id: str, agent_id: str) -> bool:
         marker = {"id": episode_id, "type": MARKER, "episode_id": episode_id, "agent_id": agent_id}
         try:
-            self._observe(self._c["scores"].create_item(marker, timeout=self.write_timeout))
+            self._observe(self._c[SCORES].create_item(marker, timeout=self.write_timeout))
             return True
         except cosmos_errors.CosmosResourceExistsError:
-            existing = self._read("scores", episode_id, episode_id)
+            existing = self._read(SCORES, episode_id, [agent_id, episode_id])
             return existing is not None and existing.get("type") == MARKER
         except cosmos_errors.CosmosHttpResponseError as exc:
             raise _translate(exc) from exc
@@ -440,13 +501,13 @@ class CosmosStore(Store):
         """One page of the feedback container's change feed (latest version of each document)."""
         return self._read_feed("feedback", continuation, max_items)
 
-    def get_correction_ledger(self, episode_id: str) -> Tagged | None:
+    def get_correction_ledger(self, episode_id: str, agent_id: str) -> Tagged | None:
         ledger_id = correction_ledger_id(episode_id)
-        doc = self._read("scores", ledger_id, ledger_id)
+        doc = self._read(SCORES, ledger_id, [agent_id, ledger_id])
         return None if doc is None or doc.get("type") != LEDGER else Tagged(doc, str(doc.get("_etag")))
 
     def put_correction_ledger(self, ledger: CorrectionLedger, etag: str | None) -> str:
-        container = self._c["scores"]
+        container = self._c[SCORES]
         try:
             if etag is None:
                 result = container.create_item(ledger.to_dict(), timeout=self.write_timeout)
@@ -543,6 +604,20 @@ class CosmosStore(Store):
         rows = self._query("policies", "SELECT c.agent_id FROM c WHERE c.kind = 'current'", [])
         return sorted({str(r["agent_id"]) for r in rows})
 
+    def training_cursors(self) -> list[AgentCursor]:
+        """One cross-partition query projecting the five fields of every current document, read
+        in pages of :data:`CURSOR_PAGE` (about one request per thousand agents)."""
+        pages = self._c["policies"].query_items(
+            "SELECT c.agent_id, c.version, c.cursor, c.pinned, c.pin_reason FROM c WHERE c.kind = 'current'",
+            enable_cross_partition_query=True,
+            max_item_count=CURSOR_PAGE,
+        )
+        try:
+            cursors = [agent_cursor(row) for row in pages]
+        except cosmos_errors.CosmosHttpResponseError as exc:
+            raise _translate(exc) from exc
+        return sorted(cursors, key=lambda c: c.agent_id)
+
     # ------------------------------------------------------------------ runs
 
     def delete_agent(self, agent_id: str) -> dict[str, int]:
@@ -551,21 +626,22 @@ class CosmosStore(Store):
         by_agent = "SELECT c.id, c.{key} AS pk FROM c WHERE c.agent_id = @agent"
         params = [{"name": "@agent", "value": agent_id}]
         deleted: dict[str, int] = {}
-        plan = (("policies", "agent_id", agent_id), ("runs", "agent_id", agent_id), ("scores", "id", None),
+        plan = (("policies", "agent_id", agent_id), ("runs", "agent_id", agent_id), (SCORES, "id", [agent_id]),
                 ("feedback", "episode_id", None), ("episodes", "id", None))
         for container, key, partition in plan:
             rows = self._query(container, by_agent.format(key=key), params, partition_key=partition)
             rows.sort(key=lambda r: not str(r["id"]).endswith(":current"))
             count = 0
             for row in rows:
+                pk = [agent_id, row["id"]] if container == SCORES else row["pk"]
                 try:
-                    self._c[container].delete_item(row["id"], partition_key=row["pk"])
+                    self._c[container].delete_item(row["id"], partition_key=pk)
                     count += 1
                 except cosmos_errors.CosmosResourceNotFoundError:
                     continue
                 except cosmos_errors.CosmosHttpResponseError as exc:
                     raise _translate(exc) from exc
-            deleted[container] = count
+            deleted["scores" if container == SCORES else container] = count
         return deleted
 
     def put_run(self, run: TrainingRun) -> None:
@@ -601,7 +677,7 @@ class CosmosStore(Store):
 
     # ------------------------------------------------------------------ plumbing
 
-    def _read(self, container: str, item_id: str, partition_key: str) -> RawDoc | None:
+    def _read(self, container: str, item_id: str, partition_key: str | list[str]) -> RawDoc | None:
         try:
             return self._c[container].read_item(item_id, partition_key=partition_key)
         except cosmos_errors.CosmosResourceNotFoundError:
@@ -610,7 +686,7 @@ class CosmosStore(Store):
             raise _translate(exc) from exc
 
     def _query(
-        self, container: str, sql: str, params: list[dict[str, Any]], partition_key: str | None = None
+        self, container: str, sql: str, params: list[dict[str, Any]], partition_key: str | list[str] | None = None
     ) -> list[RawDoc]:
         kwargs: dict[str, Any] = {"query": sql, "parameters": params}
         if partition_key is None:
@@ -621,6 +697,100 @@ class CosmosStore(Store):
             return list(self._c[container].query_items(**kwargs))
         except cosmos_errors.CosmosHttpResponseError as exc:
             raise _translate(exc) from exc
+
+
+SYSTEM_FIELDS = ("_rid", "_self", "_etag", "_attachments", "_ts", "_lsn")
+"""Properties Cosmos adds to every document; a copy gets its own."""
+
+
+@dataclass
+class ScoreCopy:
+    """What :func:`copy_legacy_scores` did, document by document."""
+
+    read: int = 0
+    copied: int = 0
+    """Created in the new container."""
+    already: int = 0
+    """Present there already with the same content (an earlier run copied them)."""
+    overwritten: int = 0
+    """Present with other content and replaced by the old container's (``overwrite``)."""
+    differing: list[str] = field(default_factory=list)
+    """Present with other content and left as they are (the ids)."""
+    skipped: list[str] = field(default_factory=list)
+    """Without a string ``agent_id``: no place under the new key (the ids; kept in the old container)."""
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"read": self.read, "copied": self.copied, "already": self.already, "overwritten": self.overwritten,
+                "differing": self.differing, "skipped": self.skipped}
+
+
+def copy_legacy_scores(
+    store: CosmosStore,
+    *,
+    source: str = LEGACY_SCORES,
+    overwrite: bool = False,
+    page_size: int = 1_000,
+    progress: Any = None,
+) -> ScoreCopy:
+    """Copy every document of the old ``scores`` container (partition key ``/id``) into the
+    score slots' container (key [agent_id, id]), as it is: ``seq`` and every other field are
+    kept, so the training cursors stored in the current policies stay valid.
+
+    Idempotent: a document whose copy exists with the same content is left alone, so an
+    interrupted copy is finished by running it again. A copy with other content is left as it is
+    and reported in ``differing`` (the old container changed after it was copied, or the new one
+    was written meanwhile), unless ``overwrite`` replaces it with the old container's version.
+    ``progress`` is called with the count read so far after each page.
+    """
+    if source == SCORES:
+        raise ValueError(f"--source: {source!r} is the container the scores are copied into")
+    old = store.database.get_container_client(source)
+    target = store.database.get_container_client(SCORES)
+    for container, role, fix in (
+        (old, "--source: no container to copy scores from", "is the name right?"),
+        (target, "no container to copy scores into", "deploy the infrastructure first (azd provision)"),
+    ):
+        try:
+            container.read()
+        except cosmos_errors.CosmosResourceNotFoundError:
+            raise NotFound(
+                f"{role}: the database {store.database.id!r} has no container {container.id!r}; {fix}"
+            ) from None
+        except cosmos_errors.CosmosHttpResponseError as exc:
+            raise _translate(exc) from exc
+    result = ScoreCopy()
+    try:
+        pages = old.query_items("SELECT * FROM c", enable_cross_partition_query=True, max_item_count=page_size)
+        for batch in pages.by_page():
+            for doc in batch:
+                result.read += 1
+                _copy_one({k: v for k, v in doc.items() if k not in SYSTEM_FIELDS}, target, overwrite, result)
+            if progress is not None:
+                progress(result.read)
+    except cosmos_errors.CosmosHttpResponseError as exc:
+        raise _translate(exc) from exc
+    return result
+
+
+def _copy_one(doc: RawDoc, target: ContainerProxy, overwrite: bool, result: ScoreCopy) -> None:
+    doc_id, agent_id = str(doc.get("id")), doc.get("agent_id")
+    if not isinstance(agent_id, str) or not agent_id:
+        result.skipped.append(doc_id)
+        return
+    try:
+        target.create_item(doc)
+        result.copied += 1
+        return
+    except cosmos_errors.CosmosResourceExistsError:
+        pass
+    existing = target.read_item(doc_id, partition_key=[agent_id, doc_id])
+    if same_document(existing, doc):
+        result.already += 1
+    elif overwrite:
+        target.upsert_item(doc)
+        result.overwritten += 1
+    else:
+        result.differing.append(doc_id)
 
 
 def _translate(exc: cosmos_errors.CosmosHttpResponseError) -> Exception:

@@ -19,7 +19,7 @@ from ..documents import (
     policy_doc_id,
 )
 from ..errors import ConcurrencyConflict
-from .base import FeedPage, RawDoc, Store, Tagged, same_document
+from .base import AgentCursor, FeedPage, RawDoc, Store, Tagged, agent_cursor, same_document
 
 
 class MemoryStore(Store):
@@ -103,10 +103,10 @@ class MemoryStore(Store):
             self._scores[score.id] = stored.to_dict()
             return stored
 
-    def get_score(self, episode_id: str) -> RawDoc | None:
+    def get_score(self, episode_id: str, agent_id: str) -> RawDoc | None:
         with self._lock:
             doc = self._scores.get(episode_id)
-            return copy.deepcopy(doc) if doc is not None else None
+            return copy.deepcopy(doc) if doc is not None and doc.get("agent_id") == agent_id else None
 
     def read_scores(
         self, agent_id: str, after: ScoreCursor | None, limit: int, *, settled: bool = True
@@ -122,6 +122,9 @@ class MemoryStore(Store):
             ]
             rows.sort(key=lambda d: (d["seq"], d["id"]))
             return copy.deepcopy(rows[:limit])
+
+    def has_new_scores(self, agent_id: str, after: ScoreCursor | None) -> bool:
+        return bool(self.read_scores(agent_id, after, 1))
 
     # feedback
     def put_feedback(self, feedback: Feedback) -> None:
@@ -149,10 +152,12 @@ class MemoryStore(Store):
             items = [copy.deepcopy(self._feedback[fid]) for _, fid in changed]
         return FeedPage(items, str(changed[-1][0] if changed else after))
 
-    def get_correction_ledger(self, episode_id: str) -> Tagged | None:
+    def get_correction_ledger(self, episode_id: str, agent_id: str) -> Tagged | None:
         with self._lock:
             tagged = self._ledgers.get(episode_id)
-            return Tagged(copy.deepcopy(tagged.doc), tagged.etag) if tagged else None
+            if tagged is None or tagged.doc.get("agent_id") != agent_id:
+                return None
+            return Tagged(copy.deepcopy(tagged.doc), tagged.etag)
 
     def put_correction_ledger(self, ledger: CorrectionLedger, etag: str | None) -> str:
         with self._lock:
@@ -211,6 +216,11 @@ class MemoryStore(Store):
     def list_agents(self) -> list[str]:
         with self._lock:
             return sorted(t.doc["agent_id"] for t in self._policies.values() if t.doc.get("kind") == "current")
+
+    def training_cursors(self) -> list[AgentCursor]:
+        with self._lock:
+            current = [agent_cursor(t.doc) for t in self._policies.values() if t.doc.get("kind") == "current"]
+        return sorted(current, key=lambda c: c.agent_id)
 
     # runs
     def delete_agent(self, agent_id: str) -> dict[str, int]:

@@ -30,10 +30,16 @@ from ..documents import (
     policy_doc_id,
 )
 from ..errors import ConcurrencyConflict, ConfigurationError
-from .base import FeedPage, RawDoc, Store, Tagged, same_document
+from .base import AgentCursor, FeedPage, RawDoc, Store, Tagged, agent_cursor, same_document
 
 ID_PAGE = 1_000
 """Rows per query when ids are streamed."""
+
+AFTER_CURSOR = "agent_id = ? AND (seq, id) > (?, ?)"
+"""An agent's scores strictly after a cursor. The row-value comparison lets SQLite seek the
+``scores_agent_seq`` index (agent_id, seq, id) to the cursor; the equivalent ``seq > ? OR
+(seq = ? AND id > ?)`` uses only its agent_id column and walks the agent's whole history."""
+READ_SCORES = f"SELECT seq, id, doc FROM scores WHERE {AFTER_CURSOR} ORDER BY seq, id LIMIT ?"
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS episodes (
@@ -265,19 +271,15 @@ class SQLiteStore(Store):
                 )
         return stored
 
-    def get_score(self, episode_id: str) -> RawDoc | None:
-        rows = self._query("SELECT doc FROM scores WHERE id = ?", (episode_id,))
+    def get_score(self, episode_id: str, agent_id: str) -> RawDoc | None:
+        rows = self._query("SELECT doc FROM scores WHERE id = ? AND agent_id = ?", (episode_id, agent_id))
         return json.loads(rows[0][0]) if rows else None  # type: ignore[arg-type]
 
     def read_scores(
         self, agent_id: str, after: ScoreCursor | None, limit: int, *, settled: bool = True
     ) -> list[RawDoc]:
         seq, sid = (after.seq, after.id) if after else (-1, "")
-        rows = self._query(
-            "SELECT seq, id, doc FROM scores WHERE agent_id = ? AND (seq > ? OR (seq = ? AND id > ?)) "
-            "ORDER BY seq, id LIMIT ?",
-            (agent_id, seq, seq, sid, limit),
-        )
+        rows = self._query(READ_SCORES, (agent_id, seq, sid, limit))
         out = []
         for s, i, text in rows:
             try:
@@ -289,6 +291,10 @@ class SQLiteStore(Store):
             doc["seq"], doc["id"] = s, i  # the columns are the truth for the cursor
             out.append(doc)
         return out
+
+    def has_new_scores(self, agent_id: str, after: ScoreCursor | None) -> bool:
+        seq, sid = (after.seq, after.id) if after else (-1, "")
+        return bool(self._query(f"SELECT 1 FROM scores WHERE {AFTER_CURSOR} LIMIT 1", (agent_id, seq, sid)))
 
     def put_raw_score(self, doc: RawDoc) -> None:
         """Store an unvalidated score document (for tests of corrupt-data handling)."""
@@ -330,9 +336,12 @@ class SQLiteStore(Store):
         last = rows[-1][0] if rows else after
         return FeedPage([json.loads(r[1]) for r in rows], str(last))  # type: ignore[arg-type]
 
-    def get_correction_ledger(self, episode_id: str) -> Tagged | None:
+    def get_correction_ledger(self, episode_id: str, agent_id: str) -> Tagged | None:
         rows = self._query("SELECT doc, etag FROM correction_ledgers WHERE episode_id = ?", (episode_id,))
-        return Tagged(json.loads(rows[0][0]), str(rows[0][1])) if rows else None  # type: ignore[arg-type]
+        if not rows:
+            return None
+        doc = json.loads(rows[0][0])  # type: ignore[arg-type]
+        return Tagged(doc, str(rows[0][1])) if isinstance(doc, dict) and doc.get("agent_id") == agent_id else None
 
     def put_correction_ledger(self, ledger: CorrectionLedger, etag: str | None) -> str:
         new_etag = uuid.uuid4().hex
@@ -408,6 +417,17 @@ class SQLiteStore(Store):
     def list_agents(self) -> list[str]:
         rows = self._query("SELECT agent_id FROM policies WHERE kind = 'current' ORDER BY agent_id")
         return [str(r[0]) for r in rows]
+
+    def training_cursors(self) -> list[AgentCursor]:
+        rows = self._query("SELECT agent_id, doc FROM policies WHERE kind = 'current' ORDER BY agent_id")
+        out = []
+        for agent_id, text in rows:
+            try:
+                doc = json.loads(text)  # type: ignore[arg-type]
+            except ValueError:
+                doc = None
+            out.append(agent_cursor({**(doc if isinstance(doc, dict) else {}), "agent_id": agent_id}))
+        return out
 
     # ------------------------------------------------------------------ runs
 

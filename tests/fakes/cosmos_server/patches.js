@@ -33,6 +33,12 @@
  *   5. transactional batch with all six operation types and rollback.
  *   6. (If-Match -> 412 on a stale etag already works in the stock handlers.)
  *   7. GET /_test/stats and POST /_test/reset: request counters.
+ *   8. hierarchical partition keys (kind MultiHash, version 2, 2 or 3 paths): a
+ *      container is created with one; every point operation needs the full key
+ *      (an array of one value per path, 400 otherwise, and 400 when it is not the
+ *      document's); an item is identified by (full key, id); a query with a
+ *      prefix of the key (which the SDK sends as an effective-partition-key
+ *      range) or with the full key is scoped to it, and so is a change feed.
  *   +  ORDER BY on several paths is also served by a composite index in the fully
  *      opposite direction (DESC, DESC from an ASC, ASC index), as in Cosmos.
  */
@@ -51,7 +57,13 @@ const Documents = lib("account/documents").default;
 const documentOperations = lib("handler/_document-operations");
 const { patchOperation } = lib("handler/_patch-operations");
 const readItems = lib("handler/_read-items").default;
-const readJson = lib("json").default;
+const jsonModule = lib("json");
+const readBodyOnce = jsonModule.default;
+/** lib/json.js reads the request stream, which can be read once: keep what it read on the request. */
+async function readJson(req) {
+  if (!Object.prototype.hasOwnProperty.call(req, "_cosmosTestBody")) req._cosmosTestBody = await readBodyOnce(req);
+  return req._cosmosTestBody;
+}
 const trueHeader = lib("true-header").default;
 const pathMatch = lib("path-match").default;
 const { parsePartitionKey } = lib("utils/get-partition-from-header");
@@ -63,6 +75,10 @@ const NOT_FOUND = Object.freeze({
   message: "Entity with the specified id does not exist in the system."
 });
 const MAX_BATCH_OPERATIONS = 100;
+const MAX_KEY_LEVELS = 3;
+const KEY_MISMATCH =
+  "Partition key provided either doesn't correspond to definition in the collection or doesn't match " +
+  "partition key field values specified in the document.";
 const DEFAULT_FEED_PAGE_SIZE = 100;
 
 // ---------------------------------------------------------------------------
@@ -91,9 +107,10 @@ function partitionKeyHeader(req) {
   } catch (err) {
     return { present: false };
   }
-  const value = Array.isArray(parsed) ? parsed[0] : parsed;
-  if (value !== null && typeof value === "object") return { present: true, value: undefined };
-  return { present: true, value };
+  const values = (Array.isArray(parsed) ? parsed : [parsed]).map(
+    (v) => (v !== null && typeof v === "object" ? undefined : v)
+  );
+  return { present: true, value: values[0], values };
 }
 
 /**
@@ -104,6 +121,27 @@ function partitionKeyPath(collectionData) {
   const paths = ((collectionData || {}).partitionKey || {}).paths || [];
   if (!paths.length || paths[0] === "/_partitionKey") return ["id"];
   return paths[0].slice(1).split("/");
+}
+
+/** A collection's partition key definition ({paths, kind, version}). */
+function partitionDefinition(collectionData) {
+  return (collectionData || {}).partitionKey || {};
+}
+
+const isHierarchical = (definition) => definition.kind === "MultiHash";
+
+/** A document's value at each partition key path. */
+function partitionValues(definition, doc) {
+  return (definition.paths || []).map((p) => getValue(p.slice(1).split("/"), doc));
+}
+
+/**
+ * The partition a hierarchical key's item is stored under: the stock store keys
+ * items by one partition string, so the full key is encoded as one (JSON of its
+ * components; an absent component is null).
+ */
+function hierarchicalToken(values) {
+  return JSON.stringify(values.map((v) => (v === undefined ? null : v)));
 }
 
 /** The partition value the stock store indexes a request's item under. */
@@ -310,27 +348,53 @@ function parseLsn(etag) {
 
 const quoteLsn = (lsn) => `"${lsn}"`;
 
+/** Whether a document's key starts with the given components (all of them for a Hash key). */
+function keyMatches(collectionData, doc, values) {
+  const definition = partitionDefinition(collectionData);
+  if (!isHierarchical(definition)) return getValue(partitionKeyPath(collectionData), doc) === values[0];
+  const own = partitionValues(definition, doc);
+  return values.every((v, i) => own[i] === v);
+}
+
 /**
- * Which items a change-feed request is scoped to: the partition key header
- * (v1-style requests), an effective-partition-key range (what the SDK sends for
- * `partition_key=`), or everything.
+ * Effective partition key of a document: hash v2 of its one value, or for a
+ * hierarchical key the concatenated hash v2 of each component (as the SDK's
+ * _get_effective_partition_key_for_multi_hash_partitioning_v2); null when the
+ * definition is neither.
  */
-function changeFeedScope(req, collectionData) {
-  const pkPath = partitionKeyPath(collectionData);
+function effectivePartitionKey(definition, doc) {
+  const values = partitionValues(definition, doc);
+  if (isHierarchical(definition)) return values.map(effectivePartitionKeyV2).join("");
+  if ((definition.kind || "Hash") !== "Hash" || definition.version !== 2 || values.length !== 1) return null;
+  return effectivePartitionKeyV2(values[0]);
+}
+
+/**
+ * Which items a request (a query or a change feed) is scoped to: the partition
+ * key header (a full key, or a prefix of a hierarchical one), an effective-
+ * partition-key range (what the SDK sends for a change feed's `partition_key=`
+ * and for a query on a prefix of a hierarchical key), or everything.
+ */
+function requestScope(req, collectionData) {
+  const definition = partitionDefinition(collectionData);
   const pk = partitionKeyHeader(req);
-  if (pk.present) return { ok: true, test: (doc) => getValue(pkPath, doc) === pk.value };
+  if (pk.present) {
+    const paths = (definition.paths || []).length || 1;
+    if (pk.values.length > paths) return { ok: false, message: "test server: more key components than paths" };
+    return { ok: true, scoped: true, test: (doc) => keyMatches(collectionData, doc, pk.values) };
+  }
   if (req.headers["x-ms-read-key-type"] !== "EffectivePartitionKeyRange") return { ok: true, test: () => true };
   const start = (req.headers["x-ms-start-epk"] || "").toUpperCase();
   const end = (req.headers["x-ms-end-epk"] || "FF").toUpperCase();
-  if (start === "" && end === "FF") return { ok: true, test: () => true };
-  const definition = (collectionData || {}).partitionKey || {};
-  if ((definition.kind || "Hash") !== "Hash" || definition.version !== 2 || (definition.paths || []).length !== 1) {
-    return { ok: false, message: "test server: EPK-scoped change feed needs a single-path Hash v2 partition key" };
+  if (start === "" && end === "FF") return { ok: true, scoped: true, test: () => true };
+  if (effectivePartitionKey(definition, {}) === null) {
+    return { ok: false, message: "test server: an EPK range needs a Hash v2 or MultiHash partition key" };
   }
   return {
     ok: true,
+    scoped: true,
     test: (doc) => {
-      const epk = effectivePartitionKeyV2(getValue(pkPath, doc));
+      const epk = effectivePartitionKey(definition, doc);
       return epk >= start && epk < end;
     }
   };
@@ -372,7 +436,7 @@ async function readChangeFeed(account, req, res, { dbId, collId }) {
   const notBefore = modifiedSince ? Math.floor(Date.parse(modifiedSince) / 1000) : null;
   const requested = parseInt(req.headers["x-ms-max-item-count"] || "", 10);
   const pageSize = Number.isNaN(requested) ? DEFAULT_FEED_PAGE_SIZE : requested < 0 ? Infinity : requested;
-  const scope = changeFeedScope(req, collectionData);
+  const scope = requestScope(req, collectionData);
   if (!scope.ok) {
     res.statusCode = 400;
     return errorBody("BadRequest", scope.message);
@@ -456,8 +520,12 @@ async function queryDocuments(account, req, res, { dbId, collId }) {
     const collection = account.database(dbId).collection(collId);
     const collectionData = collection.read();
     if (!collectionData) return null; // readItems answers 404
-    const pk = partitionKeyHeader(req);
-    if (!pk.present && !trueHeader(req, "x-ms-documentdb-query-enablecrosspartition")) {
+    const scope = requestScope(req, collectionData);
+    if (!scope.ok) {
+      res.statusCode = 400;
+      return errorBody("BadRequest", scope.message);
+    }
+    if (!scope.scoped && !trueHeader(req, "x-ms-documentdb-query-enablecrosspartition")) {
       // Stock behaviour: a cross-partition query needs the header unless it filters on the partition key.
       const paths = ((collectionData.partitionKey || {}).paths) || [];
       if (paths.length && !cosmosQuery.default(body.query).containsPartitionKeys(paths)) {
@@ -466,11 +534,7 @@ async function queryDocuments(account, req, res, { dbId, collId }) {
       }
     }
     const documents = collection.documents;
-    let data = [...documents._data.values()].map((item) => item.read());
-    if (pk.present) {
-      const pkPath = partitionKeyPath(collectionData);
-      data = data.filter((doc) => getValue(pkPath, doc) === pk.value);
-    }
+    const data = [...documents._data.values()].map((item) => item.read()).filter(scope.test);
     const compositeIndexes = servableCompositeIndexes(collectionData);
     try {
       return documents._getQuery(body.query).exec(data, {
@@ -514,11 +578,11 @@ function restore(documents, state) {
 }
 
 /** Run one batch operation against the store; returns {statusCode, body}. */
-function runBatchOperation(collection, pkPath, pk, rawPk, op) {
+function runBatchOperation(collection, collectionData, pk, rawPk, op) {
   const type = op ? op.operationType : undefined;
   const body = op ? op.resourceBody : undefined;
   const writesBody = ["Create", "Upsert", "Replace"].includes(type);
-  if (writesBody && (!body || getValue(pkPath, body) !== pk.value)) {
+  if (writesBody && (!body || !keyMatches(collectionData, body, pk.values))) {
     return {
       statusCode: 400,
       body: errorBody("BadRequest", "The partition key of the item does not match the batch's partition key.")
@@ -576,10 +640,16 @@ async function batchDocuments(account, req, res, { dbId, collId }) {
     res.statusCode = 400;
     return errorBody("BadRequest", "A batch needs the x-ms-documentdb-partitionkey header.");
   }
-  const rawPk = String(req.headers["x-ms-documentdb-partitionkey"]);
+  const definition = partitionDefinition(collectionData);
+  if (isHierarchical(definition) && pk.values.length !== definition.paths.length) {
+    res.statusCode = 400;
+    return errorBody("BadRequest", KEY_MISMATCH);
+  }
+  const rawPk = isHierarchical(definition)
+    ? JSON.stringify([hierarchicalToken(pk.values)])
+    : String(req.headers["x-ms-documentdb-partitionkey"]);
   const atomic = trueHeader(req, "x-ms-cosmos-batch-atomic");
   const continueOnError = trueHeader(req, "x-ms-cosmos-batch-continue-on-error");
-  const pkPath = partitionKeyPath(collectionData);
   const before = atomic ? snapshot(collection.documents) : null;
 
   const results = [];
@@ -591,7 +661,7 @@ async function batchDocuments(account, req, res, { dbId, collId }) {
     }
     let result;
     try {
-      result = runBatchOperation(collection, pkPath, pk, rawPk, ops[i]);
+      result = runBatchOperation(collection, collectionData, pk, rawPk, ops[i]);
     } catch (err) {
       result = { statusCode: 400, body: errorBody("BadRequest", err.message) };
     }
@@ -619,11 +689,73 @@ async function batchDocuments(account, req, res, { dbId, collId }) {
 }
 
 // ---------------------------------------------------------------------------
+// 8. Hierarchical partition keys
+// ---------------------------------------------------------------------------
+
+/** The stock store's partition of a document: the full key's token for a MultiHash container. */
+function installHierarchicalPartitions() {
+  Documents.prototype._getPartition = function partitionOf(data) {
+    const definition = partitionDefinition(this._parent.read());
+    if (isHierarchical(definition)) return hierarchicalToken(partitionValues(definition, data));
+    return Items.prototype._getPartition.call(this, data);
+  };
+}
+
+/** POST /dbs/{db}/colls: a MultiHash key needs version 2 and 2 to 3 paths, as in Cosmos. */
+function withKeyDefinitionCheck(handler) {
+  return async (account, req, res, params) => {
+    const body = await readJson(req);
+    const definition = (body && body.partitionKey) || {};
+    if (isHierarchical(definition)) {
+      const paths = definition.paths || [];
+      if (definition.version !== 2 || paths.length < 2 || paths.length > MAX_KEY_LEVELS) {
+        res.statusCode = 400;
+        return errorBody(
+          "BadRequest",
+          `A hierarchical partition key needs version 2 and 2 to ${MAX_KEY_LEVELS} paths (got version ` +
+            `${definition.version} and ${paths.length} paths).`
+        );
+      }
+    }
+    return handler(account, req, res, params);
+  };
+}
+
+/**
+ * A point operation on a MultiHash container (read, replace, delete, patch,
+ * create, upsert): the x-ms-documentdb-partitionkey header must hold the full
+ * key, and the document written must have it. The header is then rewritten
+ * to the key's token, which the stock handlers look the item up by.
+ */
+function withHierarchicalKey(handler) {
+  return async (account, req, res, params) => {
+    const collection = account.database(params.dbId).collection(params.collId);
+    const definition = partitionDefinition(collection.read());
+    if (!isHierarchical(definition)) return handler(account, req, res, params);
+    const pk = partitionKeyHeader(req);
+    if (!pk.present || pk.values.length !== definition.paths.length) {
+      res.statusCode = 400;
+      return errorBody("BadRequest", KEY_MISMATCH);
+    }
+    if (req.method === "POST" || req.method === "PUT") {
+      const body = await readJson(req);
+      if (!body || !keyMatches(collection.read(), body, pk.values)) {
+        res.statusCode = 400;
+        return errorBody("BadRequest", KEY_MISMATCH);
+      }
+    }
+    req.headers["x-ms-documentdb-partitionkey"] = JSON.stringify([hierarchicalToken(pk.values)]);
+    return handler(account, req, res, params);
+  };
+}
+
+// ---------------------------------------------------------------------------
 // Routing
 // ---------------------------------------------------------------------------
 
 const DOC = pathMatch("/dbs/:dbId/colls/:collId/docs/:docId");
 const DOCS = pathMatch("/dbs/:dbId/colls/:collId/docs");
+const COLLS = pathMatch("/dbs/:dbId/colls");
 
 /** Our handlers, chosen before the stock router (same request classification). */
 function customRoute(req, pathname) {
@@ -643,6 +775,16 @@ function customRoute(req, pathname) {
     if (trueHeader(req, "x-ms-cosmos-is-batch-request")) return [docs, batchDocuments];
   }
   return undefined;
+}
+
+/** The hierarchical-key checks a request needs: a container's creation, a point operation. */
+function keyChecks(req, pathname, params, handler) {
+  if (req.method === "POST" && COLLS(pathname)) return withKeyDefinitionCheck(handler);
+  const pointOperation = params.docId
+    ? req.method !== "GET" || !req.headers["a-im"]
+    : req.method === "POST" && DOCS(pathname) && operationName(req, pathname) !== "query" &&
+      operationName(req, pathname) !== "batch";
+  return pointOperation && params.collId ? withHierarchicalKey(handler) : handler;
 }
 
 /** Give every 404 a Cosmos-style body (the stock handlers answer 404 with `{}`). */
@@ -666,6 +808,8 @@ function apply() {
     );
   }
   installChangeLog();
+  installHierarchicalPartitions();
+  jsonModule.default = readJson; // every stock handler reads the body through it
   const stockRoute = routesModule.default;
   routesModule.default = (req) => {
     const pathname = normalisedPath(req);
@@ -674,7 +818,7 @@ function apply() {
     const route = customRoute(req, pathname) || stockRoute(req);
     if (!route) return undefined;
     const [params, handler] = route;
-    return [params, withCosmosErrors(handler)];
+    return [params, withCosmosErrors(keyChecks(req, pathname, params, handler))];
   };
   applied = true;
 }
