@@ -554,6 +554,11 @@ class FailingFor(SQLiteStore):
             raise self.error
         return super().read_scores(agent_id, after, limit, settled=settled)
 
+    def has_new_scores(self, agent_id: str, after: Any) -> bool:
+        if agent_id == self.failing:
+            raise self.error
+        return super().has_new_scores(agent_id, after)
+
 
 @pytest.mark.parametrize(
     ("error", "status", "level"),
