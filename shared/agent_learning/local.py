@@ -38,6 +38,7 @@ from .documents import TRAIN_BATCH
 from .errors import ConcurrencyConflict
 from .feedback import SweepResult, sweep
 from .judges.base import Judge
+from .judging import Judging
 from .pipeline import EnqueueResult, Scorer, TrainOutcome, enqueue_episodes, score_message, settle, train_all
 from .queue.base import WorkQueue
 from .rewards import RewardFunction
@@ -85,10 +86,11 @@ class LocalPipeline:
         page_size: int = 500,
         drift: Any = None,
         guardrail: Any = None,
+        judging: Judging | None = None,
     ) -> None:
         self.store = store
         self.queue = queue
-        self.scorer = Scorer(store, judge, reward, clock)
+        self.scorer = Scorer(store, judge, reward, clock, judging or Judging())
         self.learner = learner
         self.clock = clock
         self.max_batch = max_batch
@@ -197,4 +199,5 @@ def open_local(
         min_batch=settings.train_min_batch,
         drift=wiring.drift_config(settings),
         guardrail=wiring.guardrail_config(settings),
+        judging=wiring.open_judging(settings),
     )
