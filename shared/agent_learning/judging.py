@@ -38,8 +38,9 @@ the minute's places, so an action that makes episodes faster is over-represented
 minute's judged episodes. Where that matters, use a fraction. Because a rate's answer depends
 on the moment, the first answer is kept: an episode over the rate is recorded unjudged, and an
 episode admitted by the rate is judged only if its slot holds no such record (one point read).
-So a rate costs at most one extra store request per episode (the record's write, or the read),
-a fraction at most one (the record's write, for episodes sampled out) and ``all`` none.
+Store requests per episode, against judging every one: an episode left out writes its record
+where its score would have been written (none more); an episode a rate admits costs that one
+point read more. So a rule costs at most one extra request per episode, and ``all`` none.
 """
 
 from __future__ import annotations
