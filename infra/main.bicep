@@ -89,6 +89,9 @@ param trainSchedule string = '0 */5 * * * *'
 ])
 param guardrail string = 'enforce'
 
+@description('Which episodes are judged, per agent (AGENT_LEARNING_JUDGING): comma-separated pattern=spec, spec all, a fraction (0.2) or N/min per scorer instance, e.g. \'support-*=0.2, *=all\'. Every judged episode costs three judge-model calls: the default judge deployment (judgeCapacity 30) admits about 2.4 judged episodes a minute. Episodes not judged are recorded, to judge later (agent-learn rescore --unjudged).')
+param judging string = '*=all'
+
 @description('Lease prefix of the change-feed trigger (AGENT_LEARNING_LEASE_PREFIX); local runs use their own.')
 @minLength(1)
 @maxLength(64)
@@ -327,6 +330,7 @@ var pipelineSettings = {
   AGENT_LEARNING_DRIFT_WINDOW: '200'
   AGENT_LEARNING_DRIFT_Z: '3.0'
   AGENT_LEARNING_AUTO_PIN: 'false'
+  AGENT_LEARNING_JUDGING: judging
   AGENT_LEARNING_GUARDRAIL: guardrail
   AGENT_LEARNING_GUARDRAIL_MARGIN: '0.01'
   AGENT_LEARNING_GUARDRAIL_CONFIDENCE: '0.95'

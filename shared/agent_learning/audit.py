@@ -24,9 +24,13 @@ for each episode the agent wrote:
 ``dead_lettered``
     not scored, and its scoring message is in the dead-letter queue (by reason). An episode
     that was dead-lettered and later scored (replayed) counts as scored.
+``unjudged``
+    not scored because its agent's ``AGENT_LEARNING_JUDGING`` rule left it out: recorded in its
+    score slot (by reason: ``sampled_out``, ``over_rate``), neither lost nor pending; it is
+    learned only if it is judged later (``agent-learn rescore --unjudged``).
 
 Every episode is in exactly one of these states, so ``episodes = learned + learned_twice +
-lost + pending + dead_lettered``. Feedback is audited per episode: ``feedback_unapplied`` counts
+lost + pending + dead_lettered + unjudged``. Feedback is audited per episode: ``feedback_unapplied`` counts
 scored episodes whose learned reward (judges' score + correction deltas) is not what their
 stored feedback calls for (see :func:`agent_learning.feedback.unapplied`); a sweep on the next
 tick applies it. Versions and runs are checked as a chain: versions 1..N without gaps, each
@@ -77,6 +81,9 @@ class AgentAudit:
     pending_training: int = 0
     dead_lettered: int = 0
     dead_lettered_by_reason: dict[str, int] = field(default_factory=dict)
+    unjudged: int = 0
+    """Recorded unjudged by the agent's judging rule: not lost, not pending."""
+    unjudged_by_reason: dict[str, int] = field(default_factory=dict)
     late: int = 0
     """Score rows (judges' scores or corrections) in consumed ranges beyond what their runs counted."""
     corrections: int = 0
@@ -220,8 +227,13 @@ def audit_agent(
             result.learned_twice += 1
     result.scored = len(scored)
 
+    unjudged = unjudged_reasons(store, agent_id)
+    left_out: Counter[str] = Counter()
     reasons: Counter[str] = Counter()
     for episode_id in episodes - scored:
+        if episode_id in unjudged:
+            left_out[unjudged[episode_id]] += 1
+            continue
         reason = (dead_letters or {}).get(message_id_of(episode_id))
         if reason is None:
             result.pending_scoring += 1
@@ -229,6 +241,8 @@ def audit_agent(
             reasons[reason] += 1
     result.dead_lettered = sum(reasons.values())
     result.dead_lettered_by_reason = dict(sorted(reasons.items()))
+    result.unjudged = sum(left_out.values())
+    result.unjudged_by_reason = dict(sorted(left_out.items()))
     result.pending = result.pending_scoring + result.pending_training
     if with_feedback is None:
         with_feedback = episodes_with_feedback(store).get(agent_id, set())
@@ -318,6 +332,19 @@ def _consumed_ranges(store: Store, agent_id: str, result: AgentAudit) -> tuple[l
         result.problems.append(f"runs for versions {orphans} that were never published")
     cursor = None if current is None or current.cursor is None else (current.cursor.seq, current.cursor.id)
     return ranges, cursor
+
+
+def unjudged_reasons(store: Store, agent_id: str) -> dict[str, str]:
+    """The agent's episodes recorded unjudged, each with why, read page by page."""
+    found: dict[str, str] = {}
+    after = None
+    while page := store.list_unjudged(agent_id, after, PAGE):
+        for row in page:
+            found[str(row["id"])] = str(row.get("reason"))
+        after = str(page[-1]["id"])
+        if len(page) < PAGE:
+            break
+    return found
 
 
 def episodes_with_feedback(store: Store) -> dict[str, set[str]]:

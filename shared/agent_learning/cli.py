@@ -41,7 +41,7 @@ from .local import open_local
 from .pipeline import create_policy, load_current, revise, rollback, set_pinned
 from .plots import plot_histories
 from .policy import SoftmaxPolicy, policy_entropy, policy_probabilities
-from .recovery import replay_dead_letters
+from .recovery import judge_unjudged, replay_dead_letters
 from .recovery import rescore as run_rescore
 from .report import write_report
 from .simulate import SCENARIOS
@@ -940,6 +940,7 @@ def episodes_list(agent_id: str | None, limit: int, as_json: bool, db: str | Non
         rows = []
         for d in docs:
             scores = score_rows(store, str(d.get("id")), str(d.get("agent_id")))
+            record = None if scores else store.get_unjudged(str(d.get("id")), str(d.get("agent_id")))
             rows.append(
                 {
                     "id": d.get("id"),
@@ -950,6 +951,7 @@ def episodes_list(agent_id: str | None, limit: int, as_json: bool, db: str | Non
                     "reward": scores[-1].get("reward") if scores else None,
                     "judged_reward": scores[0].get("reward") if scores else None,
                     "corrections": max(0, len(scores) - 1),
+                    "unjudged": record.get("reason") if record else None,
                 }
             )
     if as_json:
@@ -962,7 +964,8 @@ def episodes_list(agent_id: str | None, limit: int, as_json: bool, db: str | Non
     for r in rows:
         table.add_row(
             str(r["id"]), str(r["agent_id"]), str(r["action_id"]), str(r["policy_version"]),
-            _fmt(r["reward"]) if r["reward"] is not None else "not scored", _fmt(r["judged_reward"]),
+            _fmt(r["reward"]) if r["reward"] is not None else "unjudged" if r["unjudged"] else "not scored",
+            _fmt(r["judged_reward"]),
             str(r["corrections"]), str(r["ended_at"])[:19],
         )
     out.print(table)
@@ -981,9 +984,11 @@ def episodes_show(episode_id: str, as_json: bool, db: str | None) -> None:
             raise NotFound(f"EPISODE_ID: no episode {episode_id!r} in {_where(settings)} (agent-learn episodes list)")
         scores = [_user_fields(s) for s in score_rows(store, episode_id, str(doc.get("agent_id")))]
         feedback = [_user_fields(f) for f in store.list_feedback(episode_id)]
+        record = None if scores else store.get_unjudged(episode_id, str(doc.get("agent_id")))
     episode = _user_fields(doc)
+    unjudged = _user_fields(record) if record else None
     if as_json:
-        _echo_json({"episode": episode, "scores": scores, "feedback": feedback})
+        _echo_json({"episode": episode, "scores": scores, "feedback": feedback, "unjudged": unjudged})
         return
     out.print(Text.assemble((episode_id, "bold"), f": agent {episode.get('agent_id')}, action "
                             f"{episode.get('action_id')} (p={_fmt(episode.get('probability'), 4)}) under "
@@ -994,7 +999,11 @@ def episodes_show(episode_id: str, as_json: bool, db: str | None) -> None:
         error = f" — {step.get('error')}" if step.get("error") else ""
         out.print(f"  step {step.get('name')} ({step.get('kind')}): {step.get('status')}, "
                   f"{_ms(step.get('latency_ms'))}{error}", highlight=False)
-    if not scores:
+    if unjudged:
+        why = "sampled out" if unjudged.get("reason") == "sampled_out" else "over the rate"
+        out.print(f"not judged: {why} by AGENT_LEARNING_JUDGING {unjudged.get('rule')} "
+                  f"({str(unjudged.get('recorded_at'))[:19]}); agent-learn rescore --unjudged judges it")
+    elif not scores:
         out.print("not scored yet")
     else:
         base = scores[0]
@@ -1153,15 +1162,30 @@ def dlq_replay(
 @agent_option
 @click.option("--episode-id", "episode_ids", multiple=True, help="Only this episode (repeatable; default: all).")
 @click.option("--rejudge", is_flag=True, help="Judge them again (default: keep the metrics, reshape the reward).")
+@click.option("--unjudged", is_flag=True,
+              help="Judge the episodes AGENT_LEARNING_JUDGING left unjudged instead (learned once each).")
+@click.option("--limit", type=click.IntRange(min=1), default=None,
+              help="With --unjudged: judge at most N (in episode-id order: a random part of the backlog).")
 @json_option
 @db_option
 @_handle_errors
-def rescore(agent_id: str, episode_ids: tuple[str, ...], rejudge: bool, as_json: bool, db: str | None) -> None:
+def rescore(agent_id: str, episode_ids: tuple[str, ...], rejudge: bool, unjudged: bool, limit: int | None,
+            as_json: bool, db: str | None) -> None:
     """Score an agent's episodes again with the settings' reward function (and judge, with --rejudge).
 
     Episodes a published version already learned from keep the update they made: their new
     score is recorded, not learned again. Episodes not trained yet are learned once, with their
-    new score. Exits with 1 when an episode could not be re-scored (it keeps its old score)."""
+    new score. With --unjudged, judge the episodes the agent's judging rule left unjudged: each
+    is learned once, by the next training run; running it again judges only those still
+    unjudged. Exits with 1 when an episode could not be (re-)scored (it keeps what it had)."""
+    if unjudged and (episode_ids or rejudge):
+        raise ValueError("--unjudged: judges every episode recorded unjudged (up to --limit); "
+                         "it takes neither --episode-id nor --rejudge")
+    if limit is not None and not unjudged:
+        raise ValueError("--limit: only with --unjudged")
+    if unjudged:
+        _judge_unjudged(agent_id, limit, as_json, db)
+        return
     with _store(db) as (store, settings):
         _current(store, settings, agent_id)
         result = run_rescore(
@@ -1185,6 +1209,29 @@ def rescore(agent_id: str, episode_ids: tuple[str, ...], rejudge: bool, as_json:
         )
         for f in failed:
             out.print(f"failed: {f['episode_id']}: {f['reason']}: {f['description']}")
+    if failed:
+        sys.exit(1)
+
+
+def _judge_unjudged(agent_id: str, limit: int | None, as_json: bool, db: str | None) -> None:
+    with _store(db) as (store, settings):
+        _current(store, settings, agent_id)
+        result = judge_unjudged(store, wiring.open_scorer(settings, store), agent_id, limit=limit)
+    failed = [{"episode_id": e, "reason": r, "description": d} for e, r, d in result.failed]
+    if as_json:
+        _echo_json({"judged": result.judged, "duplicates": result.duplicates, "failed": failed,
+                    "stopped": result.stopped, "more": result.more})
+    else:
+        out.print(f"judged {len(result.judged)} unjudged episodes of {agent_id} (each learned once, by the next "
+                  f"training run): " + (", ".join(result.judged) or "-"))
+        if result.duplicates:
+            out.print(f"judged meanwhile ({len(result.duplicates)}): " + ", ".join(result.duplicates))
+        for f in failed:
+            out.print(f"failed: {f['episode_id']}: {f['reason']}: {f['description']} (it stays unjudged)")
+        if result.stopped:
+            out.print(f"stopped: {result.stopped}")
+        if result.more:
+            out.print("more episodes remain unjudged: run it again (agent-learn audit counts them)")
     if failed:
         sys.exit(1)
 
@@ -1311,6 +1358,7 @@ AUDIT_COLUMNS = (
     ("twice", "learned_twice"),
     ("lost", "lost"),
     ("pending", "pending"),
+    ("unjudged", "unjudged"),
     ("dead-lettered", "dead_lettered"),
     ("feedback", "feedback_episodes"),
     ("unapplied", "feedback_unapplied"),
@@ -1368,7 +1416,7 @@ def store_migrate_scores(source: str, overwrite: bool, as_json: bool) -> None:
 @db_option
 @_handle_errors
 def audit(agent_id: str | None, as_json: bool, db: str | None) -> None:
-    """Where every episode is: learned once, learned twice, lost, pending or dead-lettered.
+    """Where every episode is: learned once, learned twice, lost, pending, unjudged or dead-lettered.
 
     Rebuilt from the store (and the queue's dead letters); exits with 1 when an episode is lost
     or learned more than once, or the chain of versions and runs is broken."""
@@ -1392,6 +1440,10 @@ def audit(agent_id: str | None, as_json: bool, db: str | None) -> None:
             if a.pending:
                 waiting = f"{a.pending_scoring} not scored yet, {a.pending_training} not learned yet"
                 out.print(f"{a.agent_id}: pending {waiting}")
+            if a.unjudged_by_reason:
+                reasons = ", ".join(f"{r} {n}" for r, n in a.unjudged_by_reason.items())
+                out.print(f"{a.agent_id}: not judged (AGENT_LEARNING_JUDGING): {reasons}; neither lost nor pending, "
+                          "learned once judged (agent-learn rescore --unjudged)")
             if a.dead_lettered_by_reason:
                 reasons = ", ".join(f"{r} {n}" for r, n in a.dead_lettered_by_reason.items())
                 out.print(f"{a.agent_id}: dead-lettered by reason: {reasons} (agent-learn dlq list)")

@@ -28,6 +28,7 @@ from .errors import ConfigurationError
 from .evaluation import GuardrailConfig
 from .ingestion import parse_episode_writers
 from .judges.evaluators import JudgeLimits, JudgeModel
+from .judging import normalise as normalise_judging
 from .learner import LearnerConfig
 from .policy import DEFAULT_EXPLORATION_FLOOR
 from .rewards import RewardConfig
@@ -130,6 +131,12 @@ class Settings(BaseSettings):
     queue_lock_seconds: float = Field(60.0, gt=0, le=300)
     judge: Literal["offline", "evaluators"] = "offline"
     allow_offline_judge: bool = Field(False, description="allow the offline judge inside Azure Functions")
+
+    judging: str = Field(
+        "*=all",
+        description="which episodes are judged per agent: pattern=spec entries, spec all, a fraction or N/min "
+        "(see agent_learning.judging)",
+    )
 
     # The judge model of the azure-ai-evaluation evaluators: Azure OpenAI or OpenAI-compatible.
     judge_azure_endpoint: str | None = None
@@ -252,6 +259,11 @@ class Settings(BaseSettings):
     @classmethod
     def _episode_writers(cls, value: Any) -> dict[str, list[str]]:
         return parse_episode_writers(value)
+
+    @field_validator("judging")
+    @classmethod
+    def _judging(cls, value: str) -> str:
+        return normalise_judging(value)
 
     @field_validator("score_settle_seconds")
     @classmethod

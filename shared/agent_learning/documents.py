@@ -13,6 +13,8 @@ These document types live in five containers (Cosmos) or in tables (SQLite):
 * :class:`TrainingRun` (``runs``) — what one training run consumed and changed.
 * :class:`Feedback` (``feedback``) — a user's verdict on one episode (thumbs or a 0–1 score),
   one document per episode and source, so posting the same feedback again overwrites it.
+* :class:`UnjudgedRecord` (``scores`` on Cosmos, its own table elsewhere) — an episode the scorer
+  did not judge (``AGENT_LEARNING_JUDGING``), in its score slot until a later judging replaces it.
 
 A score with ``revision`` k ≥ 1 is a *feedback correction* (id ``{episode_id}~r{k}``): it
 carries the change of the episode's reward that feedback caused, so that feedback arriving
@@ -873,6 +875,34 @@ class CorrectionLedger(Document):
     def _id_of_episode(self) -> CorrectionLedger:
         if self.id != correction_ledger_id(self.episode_id):
             raise ValueError(f"id: expected {correction_ledger_id(self.episode_id)!r}")
+        return self
+
+
+class UnjudgedRecord(Document):
+    """An episode the scorer did not judge (``AGENT_LEARNING_JUDGING``), recorded in its score slot.
+
+    It has no ``seq``, so the trainer never reads it, and it is never returned as a score. The
+    judges' score a later judging writes (``agent-learn rescore --unjudged``) replaces it and gets
+    a new ``seq``, so it is learned then. ``reason`` is ``sampled_out`` (the agent's fraction left
+    it out) or ``over_rate`` (its ``N/min`` was used up); ``rule`` is the entry that applied.
+    ``feedback_pending`` says feedback waits for the episode's score (the store reports it).
+    """
+
+    id: DocId
+    type: Literal["unjudged"] = "unjudged"
+    episode_id: DocId
+    agent_id: AgentId
+    action_id: ActionId
+    policy_version: Version
+    reason: Literal["sampled_out", "over_rate"]
+    rule: Name
+    recorded_at: AwareDatetime
+    feedback_pending: bool = False
+
+    @model_validator(mode="after")
+    def _id_is_episode(self) -> UnjudgedRecord:
+        if self.id != self.episode_id:
+            raise ValueError(f"id: must equal episode_id {self.episode_id!r}")
         return self
 
 

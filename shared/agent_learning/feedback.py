@@ -32,6 +32,13 @@ after writing the score. Episodes without feedback cost nothing extra. If the fe
 dies after storing the feedback and before either, :func:`sweep` (run at the start of every
 training tick) finds the document in the store's feedback change feed and applies it.
 
+An episode its agent's judging rule left unjudged (``AGENT_LEARNING_JUDGING``) is not scored
+either: its feedback is stored and waits (the record says ``feedback_pending``), and is applied
+when the episode is judged (``agent-learn rescore --unjudged``), as for any episode whose score
+comes after its feedback. Feedback does not make an episode judged: users give feedback more
+often on some outcomes than on others, so judging the episodes with feedback would make which
+episodes are learned from depend on their outcome, and bias the learning.
+
 Re-scoring (:func:`agent_learning.recovery.rescore`) keeps this exact: an episode not learned
 from yet is reconciled against its new judges' reward; for one a policy version has learned
 from, :func:`keep_learned_base` first records the judges' score it was learned with in the

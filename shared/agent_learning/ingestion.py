@@ -43,7 +43,7 @@ _IDENTITY = re.compile(
     + re.escape(ANONYMOUS)
     + ")$"
 )
-_PATTERN = re.compile(r"^[A-Za-z0-9._\-*?\[\]!]{1,128}$")
+AGENT_PATTERN = re.compile(r"^[A-Za-z0-9._\-*?\[\]!]{1,128}$")
 """An agent id (letters, digits, ``.``, ``_``, ``-``) with ``fnmatch`` wildcards (``*``, ``?``, ``[...]``)."""
 
 
@@ -73,7 +73,7 @@ def parse_episode_writers(value: Any) -> dict[str, list[str]]:
             )
         if isinstance(patterns, str) or not isinstance(patterns, Sequence) or not patterns:
             raise ValueError(f"{identity}: must be a non-empty list of agent ids or patterns")
-        bad = [p for p in patterns if not isinstance(p, str) or not _PATTERN.match(p)]
+        bad = [p for p in patterns if not isinstance(p, str) or not AGENT_PATTERN.match(p)]
         if bad:
             raise ValueError(
                 f"{identity}: {bad[0]!r} is not an agent id or pattern (letters, digits, . _ - and the "

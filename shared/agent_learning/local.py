@@ -40,6 +40,7 @@ from .documents import TRAIN_BATCH
 from .errors import ConcurrencyConflict, InvalidDocument
 from .feedback import SweepResult, sweep
 from .judges.base import Judge
+from .judging import Judging
 from .pipeline import (
     EnqueueResult,
     Scorer,
@@ -100,11 +101,12 @@ class LocalPipeline:
         drift: Any = None,
         guardrail: Any = None,
         train_queue: WorkQueue | None = None,
+        judging: Judging | None = None,
     ) -> None:
         self.store = store
         self.queue = queue
         self.train_queue = train_queue if train_queue is not None else train_queue_beside(queue, clock)
-        self.scorer = Scorer(store, judge, reward, clock)
+        self.scorer = Scorer(store, judge, reward, clock, judging or Judging())
         self.learner = learner
         self.clock = clock
         self.max_batch = max_batch
@@ -236,6 +238,7 @@ def open_local(
         drift=wiring.drift_config(settings),
         guardrail=wiring.guardrail_config(settings),
         train_queue=wiring.open_train_queue(settings, path=path, clock=clock),
+        judging=wiring.open_judging(settings),
     )
 
 

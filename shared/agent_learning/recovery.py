@@ -30,6 +30,16 @@ Neither can make an episode count twice in learning:
 
 Episodes that never got a score (dead-lettered) are not re-scored by :func:`rescore`: replay
 their messages.
+
+* :func:`judge_unjudged` judges the episodes of an agent that the scorer recorded unjudged
+  (``AGENT_LEARNING_JUDGING`` left them out), e.g. at a quiet hour when the judge model has
+  quota to spare. Each judges' score replaces the episode's record and gets a new ``seq``, so
+  the episode is learned once, by the next training run (its logged probability corrects for
+  the policy version it was drawn under, as for any episode). Episodes are taken in episode-id
+  order: with random ids, a ``limit`` judges a uniform random part of the backlog, so judging
+  only part of it keeps the learning unbiased. Idempotent: an episode judged meanwhile is a
+  duplicate, and one that fails keeps its record. Feedback that waited for the episode's
+  score is applied when the score is written.
 """
 
 from __future__ import annotations
@@ -158,7 +168,9 @@ def rescore(
         rows = _rows_in_range(store, agent_id, after, until, page_size)
     for episode_id, row in rows:
         if row is None:
-            result.failed.append((episode_id, "NotScored", f"{episode_id!r} has no score of agent {agent_id!r}"))
+            unjudged = episode_ids is not None and store.get_unjudged(episode_id, agent_id) is not None
+            hint = " (it was recorded unjudged: agent-learn rescore --unjudged judges it)" if unjudged else ""
+            result.failed.append((episode_id, "NotScored", f"{episode_id!r} has no score of agent {agent_id!r}{hint}"))
             continue
         try:
             old = Score.from_dict(row)
@@ -182,6 +194,58 @@ def rescore(
         else:
             reconcile(store, episode_id, agent_id, clock=scorer.clock)
             result.pending.append(episode_id)
+    return result
+
+
+@dataclass
+class JudgeUnjudgedResult:
+    """What :func:`judge_unjudged` did. Ids are episode ids."""
+
+    judged: list[str] = field(default_factory=list)
+    """Judged now: learned once, by the next training run."""
+    duplicates: list[str] = field(default_factory=list)
+    """Judged by someone else meanwhile: nothing to do."""
+    failed: list[tuple[str, str, str]] = field(default_factory=list)
+    """``(episode id, reason, description)``: not judged; the record stays."""
+    stopped: str | None = None
+    """Why the run stopped before its limit (the judge was unavailable), if it did."""
+    more: bool = False
+    """Records remain after the last one read (beyond ``limit``, or after a stop)."""
+
+
+def judge_unjudged(
+    store: Store, scorer: Scorer, agent_id: str, *, limit: int | None = None, page_size: int = 100
+) -> JudgeUnjudgedResult:
+    """Judge up to ``limit`` (``None``: all) of the episodes ``agent_id``'s judging rule left
+    unjudged, whatever the rule says now; see the module docstring. A transient judge failure
+    (throttling, an outage) stops the run, so that a throttled judge is not pressed further:
+    run it again later."""
+    if limit is not None and limit < 1:
+        raise ValueError(f"limit: {limit} must be at least 1")
+    result = JudgeUnjudgedResult()
+    after: str | None = None
+    tried = 0
+    while limit is None or tried < limit:
+        want = page_size if limit is None else min(page_size, limit - tried)
+        page = store.list_unjudged(agent_id, after, want)
+        for row in page:
+            episode_id = str(row["id"])
+            after = episode_id
+            tried += 1
+            outcome = score_episode(episode_id, scorer, sample=False)
+            if outcome.status == "scored":
+                result.judged.append(episode_id)
+            elif outcome.status in ("duplicate", "unjudged"):
+                result.duplicates.append(episode_id)
+            else:
+                result.failed.append((episode_id, outcome.reason, outcome.description))
+                if outcome.status == "retry":
+                    result.stopped = f"the judge is unavailable ({outcome.description}); run again later"
+                    result.more = True
+                    return result
+        if len(page) < want:
+            return result
+    result.more = bool(store.list_unjudged(agent_id, after, 1))
     return result
 
 

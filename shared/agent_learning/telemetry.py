@@ -64,6 +64,12 @@ class Metric:
 
 EPISODES_ENQUEUED = Metric("agent_learning.episodes.enqueued", "counter", "{episode}", "episodes sent for scoring")
 EPISODES_SCORED = Metric("agent_learning.episodes.scored", "counter", "{episode}", "episodes judged and stored")
+EPISODES_UNJUDGED = Metric(
+    "agent_learning.episodes.unjudged",
+    "counter",
+    "{episode}",
+    "episodes recorded without judging (AGENT_LEARNING_JUDGING; by reason: sampled_out, over_rate)",
+)
 EPISODES_DEAD_LETTERED = Metric(
     "agent_learning.episodes.dead_lettered", "counter", "{episode}", "scoring messages dead-lettered (by reason)"
 )
@@ -93,6 +99,7 @@ POLICY_WARNINGS = Metric(
 METRICS = (
     EPISODES_ENQUEUED,
     EPISODES_SCORED,
+    EPISODES_UNJUDGED,
     EPISODES_DEAD_LETTERED,
     JUDGE_DURATION,
     JUDGE_FAILURES,

@@ -19,6 +19,7 @@ from .evaluation import GuardrailConfig
 from .judges.base import Judge
 from .judges.evaluators import EvaluatorJudge, JudgeLimits, JudgeModel
 from .judges.offline import OfflineJudge
+from .judging import Judging, JudgingRules
 from .learner import LearnerConfig, Reinforce
 from .pipeline import Scorer
 from .queue.base import WorkQueue
@@ -37,6 +38,7 @@ __all__ = [
     "judge_model_config",
     "learner_config",
     "open_judge",
+    "open_judging",
     "open_learner",
     "open_queue",
     "open_reward",
@@ -94,9 +96,15 @@ def open_learner(settings: Settings) -> Reinforce:
     return Reinforce(learner_config(settings))
 
 
+def open_judging(settings: Settings) -> Judging:
+    """Which episodes are judged (``AGENT_LEARNING_JUDGING``), with a fresh ``N/min`` window."""
+    return Judging(JudgingRules.parse(settings.judging))
+
+
 def open_scorer(settings: Settings, store: Store, *, judge: Judge | None = None, clock: Clock = SYSTEM_CLOCK) -> Scorer:
-    """The score stage's dependencies: ``store``, the judge (``judge`` or the settings'), the reward."""
-    return Scorer(store, judge or open_judge(settings), open_reward(settings), clock)
+    """The score stage's dependencies: ``store``, the judge (``judge`` or the settings'), the reward
+    and which episodes are judged."""
+    return Scorer(store, judge or open_judge(settings), open_reward(settings), clock, open_judging(settings))
 
 
 def open_store(settings: Settings, *, path: str | Path | None = None, clock: Clock = SYSTEM_CLOCK) -> Store:

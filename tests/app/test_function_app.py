@@ -234,6 +234,20 @@ def test_score_stores_a_score_and_redelivery_is_a_no_op(env: Env) -> None:
     assert env.store.read_scores(AGENT, None, 10) == scores
 
 
+def test_score_completes_an_episode_the_judging_rule_leaves_out(env: Env) -> None:
+    """A normal completion: no exception (so the host neither retries nor dead-letters it), and
+    the episode is recorded unjudged, not scored."""
+    env.rt = handlers.Runtime(
+        load_settings(sqlite_path=env.rt.settings.sqlite_path, judging=f"{AGENT}=0"), env.store, env.queue.send
+    )
+    handlers._runtime = env.rt
+    call("enqueue", document_list(env.episodes(2)))
+    for m in env.queue.receive(2):
+        assert call("score", sb_message(m)) is None
+    assert env.store.read_scores(AGENT, None, 10) == []
+    assert [r["reason"] for r in env.store.list_unjudged(AGENT)] == ["sampled_out", "sampled_out"]
+
+
 def test_score_raises_poison_for_bad_input_naming_the_field(env: Env) -> None:
     doc = env.episodes(1)[0]
     doc["probability"] = 7.0

@@ -287,6 +287,8 @@ def test_deployment_defaults_equal_the_library_defaults() -> None:
     assert param_default("main", "queueLockSeconds") == defaults["queue_lock_seconds"]
     assert param_default("main", "trainSchedule") == defaults["train_schedule"]
     assert param_default("main", "judgeApiVersion") == defaults["judge_api_version"]
+    assert param_default("main", "judging") == defaults["judging"]
+    assert app_settings()["AGENT_LEARNING_JUDGING"] == "judging"  # the parameter, with the library's default
 
 
 def test_the_queue_and_the_app_get_the_same_delivery_count_and_lock() -> None:

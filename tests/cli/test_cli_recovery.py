@@ -18,6 +18,7 @@ from click.testing import CliRunner, Result
 from agent_learning.cli import main
 from agent_learning.clock import ManualClock
 from agent_learning.config import load_settings
+from agent_learning.judging import id_fraction
 from agent_learning.local import LocalPipeline, open_local
 from agent_learning.pipeline import create_policy, load_current
 from agent_learning.policy import SoftmaxPolicy
@@ -110,3 +111,50 @@ def test_rescore_reports_trained_pending_and_failed_episodes(pipeline: LocalPipe
     unknown = cli("rescore", "--agent-id", "nobody")
     assert unknown.exit_code == 2 and "nobody" in unknown.stderr
     assert [o.status for o in pipeline.train()] == ["published"]  # the pending episodes, learned once
+
+
+def test_episodes_left_unjudged_are_shown_audited_and_judged_later(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for name in list(os.environ):
+        if name.startswith("AGENT_LEARNING_"):
+            monkeypatch.delenv(name)
+    monkeypatch.setenv("AGENT_LEARNING_SQLITE_PATH", str(tmp_path / "local.db"))
+    monkeypatch.setenv("AGENT_LEARNING_JUDGING", f"{AGENT}=0.4")
+    p = open_local(load_settings(), clock=ManualClock())  # the embedded runner honours the setting
+    scenario = math_tutor(AGENT)
+    create_policy(p.store, SoftmaxPolicy.from_actions(AGENT, scenario.actions).to_document(created_at=p.clock.now()))
+    ids = episodes(p, 20)
+    report = p.run_once()
+    left_out = sorted(i for i in ids if id_fraction(i) >= 0.4)
+    assert report.outcomes["unjudged"] == len(left_out) > 2 and report.outcomes["scored"] == 20 - len(left_out)
+    p.store.close()
+    p.queue.close()
+
+    books = as_json("audit")["agents"][AGENT]
+    assert (books["unjudged"], books["unjudged_by_reason"]) == (len(left_out), {"sampled_out": len(left_out)})
+    assert (books["lost"], books["pending"], books["ok"]) == (0, 0, True)
+    text = cli("audit").stdout
+    assert f"not judged (AGENT_LEARNING_JUDGING): sampled_out {len(left_out)}" in text and "NOT OK" not in text
+    listed = {r["id"]: r for r in as_json("episodes", "list", "--limit", "50")}
+    assert {i for i, r in listed.items() if r["unjudged"] == "sampled_out"} == set(left_out)
+    assert all(listed[i]["reward"] is None for i in left_out)
+    shown = cli("episodes", "show", left_out[0]).stdout
+    assert f"not judged: sampled out by AGENT_LEARNING_JUDGING {AGENT}=0.4" in shown
+    assert as_json("episodes", "show", left_out[0])["unjudged"]["reason"] == "sampled_out"
+
+    for bad in (["--unjudged", "--rejudge"], ["--unjudged", "--episode-id", left_out[0]], ["--limit", "2"]):
+        refused = cli("rescore", "--agent-id", AGENT, *bad)
+        assert refused.exit_code == 2 and ("--unjudged" in refused.stderr or "--limit" in refused.stderr), bad
+    by_id = as_json("rescore", "--agent-id", AGENT, "--episode-id", left_out[0], code=1)
+    assert "rescore --unjudged" in by_id["failed"][0]["description"]
+
+    part = as_json("rescore", "--agent-id", AGENT, "--unjudged", "--limit", "2")
+    assert part == {"judged": left_out[:2], "duplicates": [], "failed": [], "stopped": None, "more": True}
+    rest = cli("rescore", "--agent-id", AGENT, "--unjudged")
+    assert rest.exit_code == 0 and f"judged {len(left_out) - 2} unjudged episodes" in rest.stdout
+    assert as_json("rescore", "--agent-id", AGENT, "--unjudged")["judged"] == []  # nothing left
+    books = as_json("audit")["agents"][AGENT]
+    assert (books["unjudged"], books["pending_training"], books["lost"]) == (0, len(left_out), 0)
+    assert as_json("train")["training"][0]["status"] == "published"
+    assert as_json("audit")["agents"][AGENT]["learned"] == 20

@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 from adapters import store_adapter
-from factories import BASE_TIME, make_episode, make_policy_doc, make_run, make_score
+from factories import BASE_TIME, make_episode, make_policy_doc, make_run, make_score, make_unjudged
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -598,7 +598,7 @@ def test_training_cursors_give_every_agents_version_cursor_and_pin(store: Store)
     store.replace_current_policy(make_policy_doc("agent-a", kind="current", pinned=True, pin_reason="audit"), None)
     store.create_policy_version(make_policy_doc("agent-c", version=1))  # a version without a current document
     assert store.training_cursors() == [
-        AgentCursor("agent-a", 1, None, True),
+        AgentCursor("agent-a", 1, None, True, "audit"),
         AgentCursor("agent-b", 3, cursor, False),
     ]
 
@@ -731,6 +731,71 @@ def test_a_score_without_a_marker_is_not_pending_and_put_score_replaces_a_marker
     stored = store.put_score(make_score("ep-2"))
     assert stored.feedback_pending is True
     assert ids(store.read_scores("agent-a", None, 10)) == ["ep-1", "ep-2"]
+
+
+def test_an_unjudged_record_is_no_score_and_the_first_score_replaces_it_with_a_new_seq(store: Store) -> None:
+    first = store.add_score(make_score("ep-0"))
+    record = make_unjudged("ep-1")
+    assert store.mark_unjudged(record) is True
+    assert store.mark_unjudged(make_unjudged("ep-1", reason="over_rate", rule="*=3/min")) is True  # the first stays
+    assert store.get_score("ep-1", "agent-a") is None
+    assert ids(store.read_scores("agent-a", None, 10)) == ["ep-0"]
+    stored = store.get_unjudged("ep-1", "agent-a")
+    assert stored is not None and user_fields(stored) == record.to_dict()
+    assert store.get_unjudged("ep-1", "agent-b") is None and store.get_unjudged("ep-2", "agent-a") is None
+    assert ids(store.list_unjudged("agent-a")) == ["ep-1"]
+
+    scored = store.add_score(make_score("ep-1", reward=0.75))
+    assert scored.seq is not None and first.seq is not None and scored.seq > first.seq  # learned after ep-0
+    assert scored.feedback_pending is False
+    assert store.get_unjudged("ep-1", "agent-a") is None and store.list_unjudged("agent-a") == []
+    assert [(r["id"], r["reward"]) for r in store.read_scores("agent-a", None, 10)] == [("ep-0", 0.5), ("ep-1", 0.75)]
+    assert store.mark_unjudged(make_unjudged("ep-1")) is False  # scored: nothing changes
+    assert store.list_unjudged("agent-a") == [] and store.get_score("ep-1", "agent-a") is not None
+    with pytest.raises(ConcurrencyConflict):
+        store.add_score(make_score("ep-1"))
+
+    assert store.mark_unjudged(make_unjudged("ep-2")) is True
+    rescored = store.put_score(make_score("ep-2"))  # put_score replaces a record as add_score does
+    assert rescored.seq is not None and rescored.seq > scored.seq
+    assert ids(store.read_scores("agent-a", None, 10)) == ["ep-0", "ep-1", "ep-2"]
+
+
+def test_feedback_on_an_unjudged_episode_waits_for_its_score_in_either_order(store: Store) -> None:
+    assert store.mark_unjudged(make_unjudged("ep-1")) is True
+    assert store.mark_feedback_waiting("ep-1", "agent-a") is True  # not scored: its scorer applies it
+    assert store.mark_feedback_waiting("ep-1", "agent-a") is True
+    record = store.get_unjudged("ep-1", "agent-a")
+    assert record is not None and record["feedback_pending"] is True and record["reason"] == "sampled_out"
+    assert store.add_score(make_score("ep-1")).feedback_pending is True
+
+    assert store.mark_feedback_waiting("ep-2", "agent-a") is True  # the marker first, then the record
+    assert store.mark_unjudged(make_unjudged("ep-2", reason="over_rate")) is True
+    record = store.get_unjudged("ep-2", "agent-a")
+    assert record is not None and record["feedback_pending"] is True and record["reason"] == "over_rate"
+    assert store.get_score("ep-2", "agent-a") is None and ids(store.list_unjudged("agent-a")) == ["ep-2"]
+    assert store.put_score(make_score("ep-2")).feedback_pending is True
+
+    assert store.mark_unjudged(make_unjudged("ep-3")) is True  # no feedback: not pending
+    assert store.add_score(make_score("ep-3")).feedback_pending is False
+
+
+def test_unjudged_records_are_listed_per_agent_in_id_order_page_by_page(store: Store) -> None:
+    for eid in SHUFFLED_IDS:
+        assert store.mark_unjudged(make_unjudged(eid))
+    store.mark_unjudged(make_unjudged("ep-05b", agent_id="agent-b"))
+    store.add_score(make_score("ep-07"))
+    store.mark_unjudged(make_unjudged("ep-07"))  # scored: not recorded
+    pages: list[list[str]] = []
+    after = None
+    while page := store.list_unjudged("agent-a", after, 5):
+        pages.append(ids(page))
+        after = page[-1]["id"]
+    expected = sorted(set(SHUFFLED_IDS) - {"ep-07"})
+    assert [i for p in pages for i in p] == expected and [len(p) for p in pages] == [5, 5, 5, 5, 2]
+    assert all(r["agent_id"] == "agent-a" and r["feedback_pending"] is False for r in store.list_unjudged("agent-a"))
+    assert ids(store.list_unjudged("agent-b")) == ["ep-05b"] and store.list_unjudged("agent-c") == []
+    assert ids(store.list_unjudged("agent-a", "ep-20", 10)) == ["ep-21", "ep-22"]
 
 
 def test_the_feedback_feed_pages_through_every_write_once_and_an_overwrite_comes_again(store: Store) -> None:
@@ -1012,10 +1077,14 @@ def test_deleting_an_agent_removes_all_of_its_documents_and_nothing_else(store: 
     store.put_correction_ledger(make_ledger("agent-a-ep-1"), None)
     store.add_episode(make_episode("agent-a-ep-3", agent_id="agent-a"))
     store.mark_feedback_waiting("agent-a-ep-3", "agent-a")
+    store.add_episode(make_episode("agent-a-ep-4", agent_id="agent-a"))
+    store.mark_unjudged(make_unjudged("agent-a-ep-4", agent_id="agent-a"))
+    store.mark_unjudged(make_unjudged("agent-b-ep-9", agent_id="agent-b"))
 
     deleted = store.delete_agent("agent-a")
-    assert deleted["policies"] == 3 and deleted["runs"] == 1 and deleted["episodes"] == 3
-    assert deleted["feedback"] == 2 and deleted["scores"] >= 3  # 2 scores, the ledger (and the marker on Cosmos)
+    assert deleted["policies"] == 3 and deleted["runs"] == 1 and deleted["episodes"] == 4
+    assert deleted["feedback"] == 2 and deleted["scores"] >= 4  # 2 scores, ledger, record (and marker on Cosmos)
+    assert store.list_unjudged("agent-a") == [] and ids(store.list_unjudged("agent-b")) == ["agent-b-ep-9"]
     assert store.list_agents() == ["agent-b"]
     assert store.get_current_policy("agent-a") is None and store.list_policy_versions("agent-a") == []
     assert store.list_runs("agent-a") == [] and store.list_episodes("agent-a") == []

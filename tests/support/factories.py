@@ -27,6 +27,7 @@ from agent_learning.documents import (
     ScoreCursor,
     Step,
     TrainingRun,
+    UnjudgedRecord,
     policy_doc_id,
     run_doc_id,
 )
@@ -130,6 +131,25 @@ def make_score(episode_id: str = "ep-1", episode: Episode | None = None, **overr
     }
     fields.update(overrides)
     return Score(**fields)
+
+
+def make_unjudged(episode_id: str = "ep-1", episode: Episode | None = None, **overrides: Any) -> UnjudgedRecord:
+    """A valid :class:`UnjudgedRecord` of ``episode_id`` (sampled out by ``*=0.2``); given
+    ``episode``, its id, agent, action and policy version are taken from it."""
+    if episode is not None:
+        episode_id = episode.id
+    fields: dict[str, Any] = {
+        "id": episode_id,
+        "episode_id": episode_id,
+        "agent_id": episode.agent_id if episode else DEFAULT_AGENT,
+        "action_id": episode.action_id if episode else DEFAULT_ACTIONS[0],
+        "policy_version": episode.policy_version if episode else 1,
+        "reason": "sampled_out",
+        "rule": "*=0.2",
+        "recorded_at": BASE_TIME + timedelta(seconds=5),
+    }
+    fields.update(overrides)
+    return UnjudgedRecord(**fields)
 
 
 def make_run(agent_id: str = DEFAULT_AGENT, policy_version: int = 2, **overrides: Any) -> TrainingRun:

@@ -4,21 +4,27 @@ Idempotent, because every trigger delivers at least once: an episode that alread
 score is not judged again (unless ``force``); scores have the episode's id, so even a
 concurrent duplicate overwrites. :func:`settle` and :func:`count_settled` apply an outcome to
 the queue message that carried it.
+
+Not every episode need be judged (``AGENT_LEARNING_JUDGING``, :mod:`agent_learning.judging`):
+a valid episode that its agent's rule leaves out is recorded in its score slot
+(``Store.mark_unjudged``) and its message completed (outcome ``unjudged``), to be judged later by
+:func:`agent_learning.recovery.judge_unjudged`.
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any, Literal
 
 from ..clock import SYSTEM_CLOCK, Clock
-from ..documents import Episode, Measures, MetricScore, PolicyDocument, Score, ScoreRequest
+from ..documents import Episode, Measures, MetricScore, PolicyDocument, Score, ScoreRequest, UnjudgedRecord
 from ..errors import ConcurrencyConflict, InvalidDocument, PermanentError, TransientError
 from ..feedback import reconcile
 from ..judges.base import Judge
+from ..judging import Decision, Judging
 from ..queue.base import WorkQueue
 from ..rewards import RewardFunction
 from ..store.base import Store
@@ -26,6 +32,7 @@ from ..structured import knows_action
 from ..telemetry import (
     EPISODES_DEAD_LETTERED,
     EPISODES_SCORED,
+    EPISODES_UNJUDGED,
     JUDGE_DURATION,
     JUDGE_FAILURES,
     QUEUE_LAG,
@@ -43,15 +50,17 @@ from .publish import load_current
 class ScoreOutcome:
     """What happened to one scoring message, and what the caller must do with it.
 
-    ``scored``/``duplicate`` → complete; ``retry`` → abandon (redeliver later);
-    ``dead_letter`` → dead-letter with ``reason`` and ``description``.
+    ``scored``/``duplicate``/``unjudged`` → complete; ``retry`` → abandon (redeliver later);
+    ``dead_letter`` → dead-letter with ``reason`` and ``description``. ``unjudged``: the
+    episode is recorded as not judged (``record``), by its agent's ``AGENT_LEARNING_JUDGING`` rule.
     """
 
-    status: Literal["scored", "duplicate", "retry", "dead_letter"]
+    status: Literal["scored", "duplicate", "unjudged", "retry", "dead_letter"]
     episode_id: str | None
     reason: str = ""
     description: str = ""
     score: Score | None = None
+    record: UnjudgedRecord | None = None
 
 
 @dataclass
@@ -62,6 +71,8 @@ class Scorer:
     judge: Judge
     reward: RewardFunction
     clock: Clock = SYSTEM_CLOCK
+    judging: Judging = field(default_factory=Judging)
+    """Which episodes are judged (default: every one); holds this process's ``N/min`` windows."""
 
     def __post_init__(self) -> None:
         self._cached_version = lru_cache(maxsize=1024)(self._load_policy_version)
@@ -115,19 +126,23 @@ def score_episode(
     episode: Mapping[str, Any] | None = None,
     check_existing: bool = True,
     force: bool = False,
+    sample: bool = True,
 ) -> ScoreOutcome:
     """Score one episode (``episode`` is its document if the caller has it; else it is read).
 
     ``check_existing`` looks for a stored score first (a duplicate is not judged again);
-    ``force`` judges and overwrites it (re-scoring). A score slot held by another episode's
-    feedback correction (ids ``{episode_id}:r{k}`` written before corrections had ids of their
-    own) is dead-lettered as ``ScoreIdTaken``, never taken for a duplicate or overwritten.
+    ``force`` judges and overwrites it (re-scoring). With ``sample`` (and without ``force``) the
+    agent's ``AGENT_LEARNING_JUDGING`` rule decides whether the episode is judged or recorded
+    unjudged; ``sample=False`` judges it whatever the rule says (judging the backlog). A score
+    slot held by another episode's feedback correction (ids ``{episode_id}:r{k}`` written before
+    corrections had ids of their own) is dead-lettered as ``ScoreIdTaken``, never taken for a
+    duplicate or overwritten.
 
     Feedback that arrived before the score left a marker that the score's write replaces;
     the written score then says ``feedback_pending`` and the feedback is reconciled here.
     """
     with span(SPAN_SCORE, {"episode_id": episode_id}) as sp:
-        outcome = _score_episode(episode_id, scorer, episode, check_existing, force)
+        outcome = _score_episode(episode_id, scorer, episode, check_existing, force, sample)
         sp.set_attribute("outcome", outcome.status)
         if outcome.reason:
             sp.set_attribute("reason", outcome.reason)
@@ -136,11 +151,14 @@ def score_episode(
             sp.set_attribute("agent_id", outcome.score.agent_id)
             count(EPISODES_SCORED, 1, attrs)
             record(REWARD, outcome.score.reward, attrs)
+        if outcome.record is not None:
+            sp.set_attribute("agent_id", outcome.record.agent_id)
+            count(EPISODES_UNJUDGED, 1, {"agent_id": outcome.record.agent_id, "reason": outcome.record.reason})
         return outcome
 
 
 def _score_episode(
-    episode_id: str, scorer: Scorer, episode: Mapping[str, Any] | None, check_existing: bool, force: bool
+    episode_id: str, scorer: Scorer, episode: Mapping[str, Any] | None, check_existing: bool, force: bool, sample: bool
 ) -> ScoreOutcome:
     store = scorer.store
     raw = dict(episode) if episode is not None else store.get_episode(episode_id)  # its agent keys the score slot
@@ -183,6 +201,14 @@ def _score_episode(
             f"invalid episode: action_id: {episode.action_id!r} is not an action of "
             f"{policy.id} (known: {policy.action_ids})",
         )
+    if sample and not force:
+        decision = scorer.judging.decide(episode.agent_id, episode.id, scorer.clock.time())
+        if not decision.judge:
+            return _record_unjudged(scorer, episode, decision)
+        if decision.check_recorded and (kept := store.get_unjudged(episode.id, episode.agent_id)) is not None:
+            scorer.judging.release(episode.agent_id, decision)  # an earlier delivery's answer stands
+            return ScoreOutcome("duplicate", episode_id, "AlreadyRecordedUnjudged",
+                                f"recorded unjudged before ({kept.get('reason')}); agent-learn rescore --unjudged")
     try:
         judgement = run_judge(scorer.judge, episode)
         reward, info = scorer.reward(judgement.metrics, episode)
@@ -215,6 +241,31 @@ def _score_episode(
     if stored.feedback_pending:
         reconcile(store, episode_id, episode.agent_id, clock=scorer.clock)
     return ScoreOutcome("scored", episode_id, score=stored)
+
+
+def _record_unjudged(scorer: Scorer, episode: Episode, decision: Decision) -> ScoreOutcome:
+    """Record an episode its agent's rule leaves out; a duplicate if it has a score by now."""
+    assert decision.reason is not None
+    record = UnjudgedRecord(
+        id=episode.id,
+        episode_id=episode.id,
+        agent_id=episode.agent_id,
+        action_id=episode.action_id,
+        policy_version=episode.policy_version,
+        reason=decision.reason,
+        rule=str(decision.rule),
+        recorded_at=scorer.clock.now(),
+    )
+    if not scorer.store.mark_unjudged(record):
+        return ScoreOutcome("duplicate", episode.id, "AlreadyScored")
+    why = "sampled out" if decision.reason == "sampled_out" else "over the rate"
+    return ScoreOutcome(
+        "unjudged",
+        episode.id,
+        "SampledOut" if decision.reason == "sampled_out" else "OverRate",
+        f"not judged ({why}, AGENT_LEARNING_JUDGING {decision.rule}); agent-learn rescore --unjudged judges it",
+        record=record,
+    )
 
 
 def measures_of(episode: Episode, metrics: Mapping[str, MetricScore]) -> Measures:
@@ -281,7 +332,7 @@ def count_settled(
 def settle(queue: WorkQueue, message: Any, outcome: ScoreOutcome) -> None:
     """Apply a score outcome to a received queue message."""
     count_settled(outcome, getattr(message, "delivery_count", 1), getattr(queue, "max_deliveries", None))
-    if outcome.status in ("scored", "duplicate"):
+    if outcome.status in ("scored", "duplicate", "unjudged"):
         queue.complete(message)
     elif outcome.status == "retry":
         queue.abandon(message)

@@ -29,6 +29,14 @@ Semantics every adapter keeps:
   ``read_feedback_changes`` is a change feed of feedback documents like ``read_episodes``
   (an overwritten document comes again, at its new position), so feedback whose handler
   died before applying it can be found without scanning.
+* Unjudged records (``AGENT_LEARNING_JUDGING``): ``mark_unjudged`` leaves an
+  :class:`~agent_learning.documents.UnjudgedRecord` in the score slot of an episode the scorer
+  did not judge, unless it has a score. A record already there stays (the first answer
+  stands); a feedback marker is replaced and its feedback stays pending. Like markers, records
+  have no ``seq`` and are never returned by ``get_score`` or ``read_scores``; ``get_unjudged``
+  and ``list_unjudged`` read them. The first write of the episode's score replaces the record
+  as it replaces a marker: with a new ``seq`` (so it is learned), and ``feedback_pending=True``
+  if feedback waits (``mark_feedback_waiting`` on a recorded episode returns True).
 * Correction ledgers (one per episode with feedback corrections): ``get_correction_ledger`` is
   a point read, ``put_correction_ledger`` a compare-and-swap on the ETag (``None``: create
   only). Ledgers are never returned by ``get_score``, ``read_scores`` or ``list_feedback``.
@@ -48,7 +56,16 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from ..documents import CorrectionLedger, Episode, Feedback, PolicyDocument, Score, ScoreCursor, TrainingRun
+from ..documents import (
+    CorrectionLedger,
+    Episode,
+    Feedback,
+    PolicyDocument,
+    Score,
+    ScoreCursor,
+    TrainingRun,
+    UnjudgedRecord,
+)
 
 RawDoc = dict[str, Any]
 
@@ -184,6 +201,23 @@ class Store(ABC):
         """Whether ``read_scores(agent_id, after, 1)`` would return a score (settle window
         included). On Cosmos DB one single-partition request."""
 
+    # ------------------------------------------------------------------ unjudged episodes
+
+    @abstractmethod
+    def mark_unjudged(self, record: UnjudgedRecord) -> bool:
+        """Record that an episode is not judged, in its score slot; False (nothing changes) if it
+        has a score. A record already there stays as it is; a feedback marker is replaced (its
+        feedback stays pending)."""
+
+    @abstractmethod
+    def get_unjudged(self, episode_id: str, agent_id: str) -> RawDoc | None:
+        """The unjudged record of ``agent_id``'s episode (with ``feedback_pending`` as it stands), or ``None``."""
+
+    @abstractmethod
+    def list_unjudged(self, agent_id: str, after: str | None = None, limit: int = 100) -> list[RawDoc]:
+        """Up to ``limit`` of the agent's unjudged records, in episode-id order after the episode id
+        ``after`` (``None``: from the first), each with ``feedback_pending`` as it stands."""
+
     # ------------------------------------------------------------------ feedback
 
     @abstractmethod
@@ -197,7 +231,8 @@ class Store(ABC):
     @abstractmethod
     def mark_feedback_waiting(self, episode_id: str, agent_id: str) -> bool:
         """If the episode has no score yet, leave a marker in its score slot and return True
-        (its scorer will apply the feedback); return False if the episode is scored."""
+        (its scorer will apply the feedback); return False if the episode is scored. On an
+        unjudged record, the record says ``feedback_pending`` (True)."""
 
     @abstractmethod
     def read_feedback_changes(self, continuation: str | None, max_items: int = 100) -> FeedPage:

@@ -63,7 +63,9 @@ window.
 
 Feedback markers are small documents of type ``feedback_marker`` at an episode's score id
 (without ``seq``, so the trainer's query never sees them); the score's create conflicts with
-one, and the marker is then replaced by the score with an ETag condition. Correction ledgers
+one, and the marker is then replaced by the score with an ETag condition. Unjudged records
+(type ``unjudged``) sit in the same slot and are replaced the same way; feedback for an
+unjudged episode sets ``feedback_pending`` on the record instead of leaving a marker. Correction ledgers
 (type ``correction_ledger``, id ``{episode_id}~ledger``) live in ``agent-scores`` too, also without
 ``seq``: a point read next to the score they describe, and not in the feedback change feed,
 which :meth:`CosmosStore.read_feedback_changes` reads like the episodes' one.
@@ -97,6 +99,7 @@ from ..documents import (
     Score,
     ScoreCursor,
     TrainingRun,
+    UnjudgedRecord,
     correction_ledger_id,
     policy_doc_id,
 )
@@ -180,6 +183,9 @@ AFTER_CURSOR = (
 )
 """An agent's settled scores after a cursor: ``c.seq >= @seq`` bounds the index range, and the
 cursor's tie-break on id narrows it."""
+UNJUDGED = "unjudged"
+PLACEHOLDERS = (MARKER, UNJUDGED)
+"""Documents in a score slot that the episode's first score replaces."""
 
 
 class CosmosStore(Store):
@@ -396,7 +402,7 @@ class CosmosStore(Store):
                     return self.add_score(score)
                 except ConcurrencyConflict:
                     continue  # created meanwhile: overwrite it, keeping its seq
-            if existing.get("type") == MARKER:
+            if existing.get("type") in PLACEHOLDERS:
                 replaced = self._replace_marker(score, existing)
                 if replaced is not None:
                     return replaced
@@ -407,12 +413,14 @@ class CosmosStore(Store):
         raise TransientError(f"score {score.id!r} kept changing while it was being re-scored")
 
     def _replace_marker(self, score: Score, existing: RawDoc | None) -> Score | None:
-        """Replace a feedback marker by ``score``; ``None`` if the slot holds a real score."""
+        """Replace a feedback marker or an unjudged record by ``score``; ``None`` if the slot
+        holds a real score."""
         if existing is None:
             existing = self._c[SCORES].read_item(score.id, partition_key=[score.agent_id, score.id])
-        if existing.get("type") != MARKER:
+        if existing.get("type") not in PLACEHOLDERS:
             return None
-        stored = score.model_copy(update={"seq": self._next_seq(), "feedback_pending": True, "late_write": False})
+        pending = existing.get("type") == MARKER or existing.get("feedback_pending") is True
+        stored = score.model_copy(update={"seq": self._next_seq(), "feedback_pending": pending, "late_write": False})
         written = self._replace_if_unchanged(stored, existing["_etag"])
         return None if written is None else self._check_late(stored, written)
 
@@ -433,7 +441,7 @@ class CosmosStore(Store):
 
     def get_score(self, episode_id: str, agent_id: str) -> RawDoc | None:
         doc = self._read(SCORES, episode_id, [agent_id, episode_id])
-        return None if doc is None or doc.get("type") in (MARKER, LEDGER) else doc
+        return None if doc is None or doc.get("type") in (MARKER, LEDGER, UNJUDGED) else doc
 
     def read_scores(
         self, agent_id: str, after: ScoreCursor | None, limit: int, *, settled: bool = True
@@ -469,6 +477,75 @@ class CosmosStore(Store):
             {"name": "@id", "value": sid},
         ]
 
+    # ------------------------------------------------------------------ unjudged episodes
+
+    def mark_unjudged(self, record: UnjudgedRecord) -> bool:
+        """Create the record in the score slot; over a feedback marker, replace it (ETag) keeping
+        its feedback pending."""
+        doc = record.to_dict()
+        for _ in range(10):
+            try:
+                self._observe(self._c[SCORES].create_item(doc, timeout=self.write_timeout))
+                return True
+            except cosmos_errors.CosmosResourceExistsError:
+                existing = self._read(SCORES, record.id, [record.agent_id, record.id])
+            except cosmos_errors.CosmosHttpResponseError as exc:
+                raise _translate(exc) from exc
+            if existing is None:
+                continue  # deleted meanwhile: create again
+            if existing.get("type") != MARKER:
+                return existing.get("type") == UNJUDGED
+            if self._replace_raw({**doc, "feedback_pending": True}, existing["_etag"]):
+                return True
+        raise TransientError(f"the score slot of {record.id!r} kept changing while it was being recorded unjudged")
+
+    def _flag_feedback(self, record: RawDoc) -> bool:
+        """Say ``feedback_pending`` on an unjudged record (ETag); False if a score replaced it."""
+        for _ in range(10):
+            if record.get("type") != UNJUDGED:
+                return record.get("type") == MARKER
+            if record.get("feedback_pending") is True:
+                return True
+            if self._replace_raw({**record, "feedback_pending": True}, record["_etag"]):
+                return True
+            again = self._read(SCORES, str(record["id"]), [str(record["agent_id"]), str(record["id"])])
+            if again is None:
+                return False
+            record = again
+        raise TransientError(f"the unjudged record of {record.get('id')!r} kept changing")
+
+    def _replace_raw(self, doc: RawDoc, etag: str) -> bool:
+        """Replace a document of the score slot if its ETag is still ``etag``."""
+        body = {k: v for k, v in doc.items() if not k.startswith("_")}
+        try:
+            self._c[SCORES].replace_item(
+                body["id"], body, etag=etag, match_condition=MatchConditions.IfNotModified, timeout=self.write_timeout
+            )
+            return True
+        except (cosmos_errors.CosmosAccessConditionFailedError, cosmos_errors.CosmosResourceNotFoundError):
+            return False
+        except cosmos_errors.CosmosHttpResponseError as exc:
+            raise _translate(exc) from exc
+
+    def get_unjudged(self, episode_id: str, agent_id: str) -> RawDoc | None:
+        doc = self._read(SCORES, episode_id, [agent_id, episode_id])
+        return doc if doc is not None and doc.get("type") == UNJUDGED and doc.get("agent_id") == agent_id else None
+
+    def list_unjudged(self, agent_id: str, after: str | None = None, limit: int = 100) -> list[RawDoc]:
+        if limit <= 0:
+            return []
+        return self._query(
+            SCORES,
+            "SELECT TOP @n * FROM c WHERE c.agent_id = @agent AND c.type = @type AND c.id > @after ORDER BY c.id",
+            [
+                {"name": "@n", "value": limit},
+                {"name": "@agent", "value": agent_id},
+                {"name": "@type", "value": UNJUDGED},
+                {"name": "@after", "value": after or ""},
+            ],
+            partition_key=[agent_id],
+        )
+
     # ------------------------------------------------------------------ feedback
 
     def put_feedback(self, feedback: Feedback) -> None:
@@ -493,6 +570,8 @@ class CosmosStore(Store):
             return True
         except cosmos_errors.CosmosResourceExistsError:
             existing = self._read(SCORES, episode_id, [agent_id, episode_id])
+            if existing is not None and existing.get("type") == UNJUDGED:
+                return self._flag_feedback(existing)
             return existing is not None and existing.get("type") == MARKER
         except cosmos_errors.CosmosHttpResponseError as exc:
             raise _translate(exc) from exc

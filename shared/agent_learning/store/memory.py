@@ -16,6 +16,7 @@ from ..documents import (
     Score,
     ScoreCursor,
     TrainingRun,
+    UnjudgedRecord,
     policy_doc_id,
 )
 from ..errors import ConcurrencyConflict
@@ -38,6 +39,7 @@ class MemoryStore(Store):
         self._feedback_lsn: dict[str, int] = {}
         self._next_feedback_lsn = 1
         self._markers: set[str] = set()
+        self._unjudged: dict[str, RawDoc] = {}
         self._ledgers: dict[str, Tagged] = {}
 
     # episodes
@@ -96,6 +98,7 @@ class MemoryStore(Store):
             else:
                 update["seq"] = self._next_seq
                 self._next_seq += 1
+            self._unjudged.pop(score.id, None)
             if score.id in self._markers:
                 self._markers.discard(score.id)
                 update["feedback_pending"] = True
@@ -125,6 +128,29 @@ class MemoryStore(Store):
 
     def has_new_scores(self, agent_id: str, after: ScoreCursor | None) -> bool:
         return bool(self.read_scores(agent_id, after, 1))
+
+    # unjudged episodes
+    def mark_unjudged(self, record: UnjudgedRecord) -> bool:
+        with self._lock:
+            if record.id in self._scores:
+                return False
+            self._unjudged.setdefault(record.id, record.to_dict())
+            return True
+
+    def get_unjudged(self, episode_id: str, agent_id: str) -> RawDoc | None:
+        with self._lock:
+            doc = self._unjudged.get(episode_id)
+            return self._with_pending(doc) if doc is not None and doc.get("agent_id") == agent_id else None
+
+    def list_unjudged(self, agent_id: str, after: str | None = None, limit: int = 100) -> list[RawDoc]:
+        with self._lock:
+            ids = sorted(
+                i for i, d in self._unjudged.items() if d.get("agent_id") == agent_id and (after is None or i > after)
+            )
+            return [self._with_pending(self._unjudged[i]) for i in ids[:limit]]
+
+    def _with_pending(self, doc: RawDoc) -> RawDoc:
+        return {**copy.deepcopy(doc), "feedback_pending": doc["id"] in self._markers}
 
     # feedback
     def put_feedback(self, feedback: Feedback) -> None:
@@ -239,7 +265,7 @@ class MemoryStore(Store):
                 "episodes": _drop(self._episodes, list(episodes)),
             }
             ledgers = [k for k, tagged in self._ledgers.items() if tagged.doc.get("agent_id") == agent_id]
-            deleted["scores"] += _drop(self._ledgers, ledgers)
+            deleted["scores"] += _drop(self._ledgers, ledgers) + _drop(self._unjudged, mine(self._unjudged))
             for fid in [f for f in self._feedback_lsn if f not in self._feedback]:
                 del self._feedback_lsn[fid]
             self._markers -= episodes

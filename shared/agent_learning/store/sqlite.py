@@ -27,6 +27,7 @@ from ..documents import (
     Score,
     ScoreCursor,
     TrainingRun,
+    UnjudgedRecord,
     policy_doc_id,
 )
 from ..errors import ConcurrencyConflict, ConfigurationError
@@ -81,6 +82,12 @@ CREATE INDEX IF NOT EXISTS feedback_episode ON feedback (episode_id, id);
 CREATE TABLE IF NOT EXISTS feedback_markers (
     id TEXT PRIMARY KEY
 );
+CREATE TABLE IF NOT EXISTS unjudged (
+    id TEXT PRIMARY KEY,
+    agent_id TEXT NOT NULL,
+    doc TEXT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS unjudged_agent ON unjudged (agent_id, id);
 CREATE TABLE IF NOT EXISTS feedback_feed (
     lsn INTEGER PRIMARY KEY AUTOINCREMENT,
     feedback_id TEXT NOT NULL UNIQUE
@@ -254,6 +261,7 @@ class SQLiteStore(Store):
             row = conn.execute("SELECT seq FROM scores WHERE id = ?", (score.id,)).fetchone()
             if row is not None and not overwrite:
                 raise ConcurrencyConflict(f"episode {score.id!r} already has a score")
+            conn.execute("DELETE FROM unjudged WHERE id = ?", (score.id,))
             if conn.execute("DELETE FROM feedback_markers WHERE id = ?", (score.id,)).rowcount:
                 score = score.model_copy(update={"feedback_pending": True})
             if row is not None:
@@ -304,6 +312,31 @@ class SQLiteStore(Store):
                 "INSERT OR REPLACE INTO scores (id, agent_id, seq, doc) VALUES (?, ?, ?, ?)",
                 (str(doc["id"]), str(doc["agent_id"]), top + 1, json.dumps(doc)),
             )
+
+    # ------------------------------------------------------------------ unjudged episodes
+
+    def mark_unjudged(self, record: UnjudgedRecord) -> bool:
+        with self._tx() as conn:
+            if conn.execute("SELECT 1 FROM scores WHERE id = ?", (record.id,)).fetchone():
+                return False
+            conn.execute(
+                "INSERT OR IGNORE INTO unjudged (id, agent_id, doc) VALUES (?, ?, ?)",
+                (record.id, record.agent_id, record.to_json()),
+            )
+            return True
+
+    _UNJUDGED = (
+        "SELECT u.doc, EXISTS (SELECT 1 FROM feedback_markers m WHERE m.id = u.id) FROM unjudged u "
+        "WHERE u.agent_id = ? AND "
+    )
+
+    def get_unjudged(self, episode_id: str, agent_id: str) -> RawDoc | None:
+        rows = self._query(self._UNJUDGED + "u.id = ?", (agent_id, episode_id))
+        return _pending(rows[0]) if rows else None
+
+    def list_unjudged(self, agent_id: str, after: str | None = None, limit: int = 100) -> list[RawDoc]:
+        rows = self._query(self._UNJUDGED + "u.id > ? ORDER BY u.id LIMIT ?", (agent_id, after or "", limit))
+        return [_pending(row) for row in rows]
 
     # ------------------------------------------------------------------ feedback
 
@@ -439,6 +472,7 @@ class SQLiteStore(Store):
             runs = run("DELETE FROM runs WHERE agent_id = ?", (agent_id,)).rowcount
             scores = run("DELETE FROM scores WHERE agent_id = ?", (agent_id,)).rowcount
             scores += run(f"DELETE FROM correction_ledgers WHERE episode_id IN ({episodes})", (agent_id,)).rowcount
+            scores += run("DELETE FROM unjudged WHERE agent_id = ?", (agent_id,)).rowcount
             run(f"DELETE FROM feedback_markers WHERE id IN ({episodes})", (agent_id,))
             run(f"DELETE FROM feedback_feed WHERE feedback_id IN "
                 f"(SELECT id FROM feedback WHERE episode_id IN ({episodes}))", (agent_id,))
@@ -472,3 +506,10 @@ class SQLiteStore(Store):
     def set_checkpoint(self, name: str, value: str) -> None:
         with self._tx() as conn:
             conn.execute("INSERT OR REPLACE INTO checkpoints (name, value) VALUES (?, ?)", (name, value))
+
+
+def _pending(row: tuple[object, ...]) -> RawDoc:
+    """An unjudged record's row (its document, whether a feedback marker waits) as its document."""
+    doc: RawDoc = json.loads(row[0])  # type: ignore[arg-type]
+    doc["feedback_pending"] = bool(row[1])
+    return doc
