@@ -301,3 +301,62 @@ def test_every_evaluator_call_has_a_span_inside_the_judge_span(judge_server: Any
     assert inner["task_adherence"].attributes["attempts"] == 2
     assert inner["intent_resolution"].attributes["attempts"] == 1
     assert outer.attributes["judge"] == judge.info.name
+
+
+# --------------------------------------------------------------------------- client reuse
+
+
+def test_the_evaluators_share_long_lived_clients_and_keep_connections_alive(
+    judge_server: Any, judge: EvaluatorJudge
+) -> None:
+    assert all(judge.shared_clients.values())
+    for i in range(3):
+        judge.judge(episode(f"answer {i} [judge:good]", episode_id=f"ep-{i}"))
+    requests = judge_server.requests
+    assert len(requests) == 9
+    # The stock flow sends "Connection: close" and builds a client per call; the shared clients do neither.
+    assert not any(r.headers.get("connection", "").lower() == "close" for r in requests)
+    assert all(r.headers.get("user-agent", "").startswith("azure-ai-evaluation/") for r in requests)
+    clients = judge._clients._clients
+    assert len(clients) == 3 and len({id(c._client) for c in clients.values()}) == 1  # one connection pool
+    judge.close()
+    judgement = judge.judge(episode("after close [judge:bad]"))  # a closed judge starts again on use
+    assert judgement.metrics["intent_resolution"].raw == 1.0
+    judge.close()
+
+
+def test_the_shared_client_sends_what_the_stock_flow_sends(judge_server: Any) -> None:
+    shared = EvaluatorJudge(openai_model(judge_server), FAST)
+    shared.judge(episode("same request [judge:mid]"))
+    stock = EvaluatorJudge(openai_model(judge_server), FAST)
+    import asyncio
+
+    asyncio.run(stock.judge_async(episode("same request [judge:mid]")))  # another loop: the stock flow
+    first, second = judge_server.requests[:3], judge_server.requests[3:]
+    assert [r.headers.get("connection") for r in second] == ["close"] * 3
+    by_evaluator = {r.evaluator: r.body for r in first}
+    assert {r.evaluator: r.body for r in second} == by_evaluator
+    shared.close()
+
+
+def test_without_the_hook_the_stock_flow_runs_and_says_so_once(
+    judge_server: Any, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    from agent_learning.judges import prompty
+
+    class Moved:
+        """A flow whose private parts moved in some other version."""
+
+    monkeypatch.setattr(prompty, "_warned", set())
+    original = prompty.SharedClientFlow.messages
+    monkeypatch.setattr(prompty.SharedClientFlow, "messages", lambda self, inputs: [Moved()])
+    with caplog.at_level("WARNING", logger="agent_learning.judges.prompty"):
+        judge = EvaluatorJudge(openai_model(judge_server), FAST)
+        EvaluatorJudge(openai_model(judge_server), FAST)
+    monkeypatch.setattr(prompty.SharedClientFlow, "messages", original)
+    assert not any(judge.shared_clients.values())
+    warnings = [r.getMessage() for r in caplog.records]
+    assert len(warnings) == 3 and all("cannot reuse a judge client" in w for w in warnings)  # once per evaluator
+    judgement = judge.judge(episode("fine [judge:good]"))
+    assert judgement.metrics["task_completion"].raw == 1.0
+    assert all(r.headers.get("connection") == "close" for r in judge_server.requests)

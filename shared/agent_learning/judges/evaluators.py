@@ -30,14 +30,12 @@ and reused for every episode.
 from __future__ import annotations
 
 import asyncio
-import copy
 import functools
 import json
 import logging
 import random
 import threading
 from collections.abc import Awaitable, Callable, Mapping
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -45,7 +43,9 @@ from ..documents import Episode, JudgeInfo, MetricScore
 from ..errors import ConfigurationError, PermanentError, TransientError
 from ..rewards import INTENT_RESOLUTION, TASK_ADHERENCE, TASK_COMPLETION
 from ..telemetry import SPAN_EVALUATOR, span
+from . import prompty
 from .base import InvalidJudgeOutput, Judge, Judgement, metric_from_output
+from .loop import LoopThread
 
 log = logging.getLogger(__name__)
 
@@ -184,13 +184,17 @@ class EvaluatorJudge(Judge):
         self.package_version = version("azure-ai-evaluation")
         self.info = JudgeInfo(name=f"azure-ai-evaluation {self.package_version}", model=model.name)
         credential = model.credential()
+        self._runner = LoopThread("agent-learning-judge")
+        self._clients = prompty.ClientPool(lambda: self._runner.current)
         self.evaluators: dict[str, Any] = {}
         self.retry_loop_disabled: dict[str, bool] = {}
+        self.shared_clients: dict[str, bool] = {}
         for metric, cls in _evaluator_classes().items():
             config = model.model_config()  # a fresh dict each: the evaluators write into it
             evaluator = cls(config, credential=credential) if credential is not None else cls(config)
             evaluator._LLM_CALL_TIMEOUT = self.limits.attempt_timeout  # seconds per HTTP attempt
             self.retry_loop_disabled[metric] = _disable_internal_retries(evaluator)
+            self.shared_clients[metric] = prompty.install(evaluator, self._clients)
             self.evaluators[metric] = evaluator
         self.stats_lock = threading.Lock()
         self.attempts: dict[str, int] = dict.fromkeys(self.evaluators, 0)
@@ -198,21 +202,19 @@ class EvaluatorJudge(Judge):
     # ------------------------------------------------------------------ the port
 
     def judge(self, episode: Episode) -> Judgement:
-        coro = self.judge_async(episode)
-        try:
-            asyncio.get_running_loop()
-        except RuntimeError:
-            return asyncio.run(coro)
-        # Called from inside an event loop: run on a private loop in a worker thread.
-        with ThreadPoolExecutor(max_workers=1) as pool:
-            return pool.submit(asyncio.run, coro).result()
+        """Judge on the judge's own event loop (one for its lifetime, whatever thread calls)."""
+        return self._runner.run(self.judge_async(episode))
+
+    def close(self) -> None:
+        """Close the judge's HTTP clients and stop its event loop."""
+        self._runner.close(self._clients.aclose)
 
     async def judge_async(self, episode: Episode) -> Judgement:
-        """All three metrics, concurrently, within ``episode_deadline``."""
+        """All three metrics, concurrently, within ``episode_deadline``. On an event loop other
+        than the judge's own, the evaluators build a client per call."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self.limits.episode_deadline
-        inputs = evaluator_inputs(episode)
-        tasks = {m: asyncio.ensure_future(self._metric(m, inputs[m], deadline)) for m in self.evaluators}
+        tasks = {m: asyncio.ensure_future(self._metric(m, episode, deadline)) for m in self.evaluators}
         await asyncio.wait(tasks.values())
         errors = {m: t.exception() for m, t in tasks.items() if t.exception() is not None}
         if errors:
@@ -228,14 +230,12 @@ class EvaluatorJudge(Judge):
 
     # ------------------------------------------------------------------ one metric
 
-    async def _metric(self, metric: str, kwargs: Mapping[str, Any], episode_deadline: float) -> MetricScore:
+    async def _metric(self, metric: str, episode: Episode, episode_deadline: float) -> MetricScore:
         name = type(self.evaluators[metric]).__name__
         with span(SPAN_EVALUATOR, {"metric": metric, "evaluator": name}) as sp:
-            return await self._attempts(metric, kwargs, episode_deadline, sp)
+            return await self._attempts(metric, episode, episode_deadline, sp)
 
-    async def _attempts(
-        self, metric: str, kwargs: Mapping[str, Any], episode_deadline: float, sp: Any
-    ) -> MetricScore:
+    async def _attempts(self, metric: str, episode: Episode, episode_deadline: float, sp: Any) -> MetricScore:
         lim = self.limits
         loop = asyncio.get_running_loop()
         deadline = min(episode_deadline, loop.time() + lim.evaluator_deadline)
@@ -251,8 +251,8 @@ class EvaluatorJudge(Judge):
             sp.set_attribute("attempts", attempt)
             retry_after: float | None = None
             try:
-                # A deep copy per attempt: the evaluators rewrite message lists in place.
-                output = await asyncio.wait_for(_call(evaluator, copy.deepcopy(dict(kwargs))), timeout=remaining)
+                # Fresh inputs per attempt: the evaluators may rewrite message lists in place.
+                output = await asyncio.wait_for(_call(evaluator, evaluator_input(episode)), timeout=remaining)
                 check_raw_score(metric, output, name)
                 return metric_from_output(metric, output, name, f"azure-ai-evaluation {self.package_version}")
             except TimeoutError:
@@ -282,7 +282,13 @@ class EvaluatorJudge(Judge):
 
 
 def evaluator_inputs(episode: Episode) -> dict[str, dict[str, Any]]:
-    """The keyword arguments of each evaluator for one episode.
+    """The keyword arguments of each evaluator for one episode (see :func:`evaluator_input`)."""
+    return {metric: evaluator_input(episode) for metric in (INTENT_RESOLUTION, TASK_ADHERENCE, TASK_COMPLETION)}
+
+
+def evaluator_input(episode: Episode) -> dict[str, Any]:
+    """The keyword arguments of an evaluator for one episode, built anew on each call (the three
+    evaluators take the same ones).
 
     ``query`` is the conversation up to the user's request (with the agent's instructions as
     a system message); ``response`` is the agent's side as messages: tool calls, their
@@ -302,7 +308,12 @@ def evaluator_inputs(episode: Episode) -> dict[str, dict[str, Any]]:
             {
                 "role": "assistant",
                 "content": [
-                    {"type": "tool_call", "tool_call_id": call_id, "name": step.name, "arguments": step.arguments or {}}
+                    {
+                        "type": "tool_call",
+                        "tool_call_id": call_id,
+                        "name": step.name,
+                        "arguments": dict(step.arguments or {}),
+                    }
                 ],
             }
         )
@@ -313,9 +324,10 @@ def evaluator_inputs(episode: Episode) -> dict[str, dict[str, Any]]:
     response.append({"role": "assistant", "content": [{"type": "text", "text": episode.output}]})
 
     tools = episode.tool_definitions or _tool_definitions_from_steps(episode)
-    common = {"query": query, "response": response}
-    with_tools = {**common, "tool_definitions": tools} if tools else common
-    return {INTENT_RESOLUTION: with_tools, TASK_ADHERENCE: with_tools, TASK_COMPLETION: with_tools}
+    inputs: dict[str, Any] = {"query": query, "response": response}
+    if tools:
+        inputs["tool_definitions"] = [dict(t) for t in tools]
+    return inputs
 
 
 def _tool_definitions_from_steps(episode: Episode) -> list[dict[str, Any]]:
