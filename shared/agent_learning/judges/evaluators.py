@@ -81,6 +81,43 @@ class JudgeLimits:
 
 
 @dataclass(frozen=True)
+class JudgeTokens:
+    """Tokens of the judge calls: each evaluator's completion limit, and this process's budget.
+
+    Azure OpenAI admits a request against its tokens-per-minute limit by prompt tokens plus the
+    completion limit (``max_tokens``), so the limits below are sized to what each evaluator's reply
+    needs rather than left at the evaluators' own (800, 3,000, 1,500): see
+    ``docs/judges-and-rewards.md#judge-tokens`` for the measurement (``benchmarks/judge_tokens.py``).
+    A reply cut off at its limit is invalid output: retried, then dead-lettered, never a score.
+    """
+
+    max_tokens_intent_resolution: int = 200
+    """Most tokens intent resolution's reply may have (the max_tokens it sends; the longest reply
+    its output format allows is 95)."""
+    max_tokens_task_adherence: int = 400
+    """Most tokens task adherence's reply may have (the max_completion_tokens it sends; 172 for a
+    150-word reason)."""
+    max_tokens_task_completion: int = 700
+    """Most tokens task completion's reply may have (the max_tokens it sends; the longest reply its
+    output format allows is 334)."""
+    tokens_per_minute: int = 0
+    """Tokens a minute this process lets the judge deployment admit, counted as Azure OpenAI counts
+    them (prompt + max_tokens per call); 0: unpaced. Divide the deployment's limit among the
+    processes that score (docs/judges-and-rewards.md#judge-tokens)."""
+
+    def __post_init__(self) -> None:
+        for metric in (INTENT_RESOLUTION, TASK_ADHERENCE, TASK_COMPLETION):
+            if self.max_tokens(metric) < 1:
+                raise ValueError(f"judge max_tokens_{metric} must be >= 1")
+        if self.tokens_per_minute < 0:
+            raise ValueError("judge tokens_per_minute must be >= 0 (0: unpaced)")
+
+    def max_tokens(self, metric: str) -> int:
+        """The completion limit of ``metric``'s evaluator."""
+        return int(getattr(self, f"max_tokens_{metric}"))
+
+
+@dataclass(frozen=True)
 class JudgeModel:
     """Where the judge model is: Azure OpenAI (``azure_endpoint`` + ``deployment``) or any
     OpenAI-compatible server (``base_url`` + ``model``: Foundry Local, Ollama, vLLM, ...).
@@ -174,12 +211,14 @@ class EvaluatorJudge(Judge):
         model: JudgeModel,
         limits: JudgeLimits | None = None,
         *,
+        tokens: JudgeTokens | None = None,
         sleep: Callable[[float], Awaitable[None]] | None = None,
     ) -> None:
         from importlib.metadata import version  # lazy: only to name the judge
 
         self.model = model
         self.limits = limits or JudgeLimits()
+        self.tokens = tokens or JudgeTokens()
         self._sleep = sleep or asyncio.sleep
         self.package_version = version("azure-ai-evaluation")
         self.info = JudgeInfo(name=f"azure-ai-evaluation {self.package_version}", model=model.name)
@@ -189,12 +228,16 @@ class EvaluatorJudge(Judge):
         self.evaluators: dict[str, Any] = {}
         self.retry_loop_disabled: dict[str, bool] = {}
         self.shared_clients: dict[str, bool] = {}
+        self.max_tokens: dict[str, int | None] = {}
+        """The completion limit each evaluator sends (None: not readable in this version)."""
         for metric, cls in _evaluator_classes().items():
             config = model.model_config()  # a fresh dict each: the evaluators write into it
             evaluator = cls(config, credential=credential) if credential is not None else cls(config)
             evaluator._LLM_CALL_TIMEOUT = self.limits.attempt_timeout  # seconds per HTTP attempt
             self.retry_loop_disabled[metric] = _disable_internal_retries(evaluator)
-            self.shared_clients[metric] = prompty.install(evaluator, self._clients)
+            prompty.set_completion_limit(evaluator, self.tokens.max_tokens(metric))
+            self.max_tokens[metric] = prompty.completion_limit(evaluator)
+            self.shared_clients[metric] = prompty.install(evaluator, self._clients, metric)
             self.evaluators[metric] = evaluator
         self.stats_lock = threading.Lock()
         self.attempts: dict[str, int] = dict.fromkeys(self.evaluators, 0)
@@ -253,6 +296,7 @@ class EvaluatorJudge(Judge):
             try:
                 # Fresh inputs per attempt: the evaluators may rewrite message lists in place.
                 output = await asyncio.wait_for(_call(evaluator, evaluator_input(episode)), timeout=remaining)
+                check_complete(metric, output, name)
                 check_raw_score(metric, output, name)
                 return metric_from_output(metric, output, name, f"azure-ai-evaluation {self.package_version}")
             except TimeoutError:
@@ -366,6 +410,18 @@ def classify(exc: BaseException, evaluator: str) -> tuple[Exception, float | Non
     if "could not" in message.lower() or "parse" in message.lower():
         return InvalidJudgeOutput(f"{evaluator}: {message}"), None
     return TransientError(f"{evaluator}: unexpected {type(exc).__name__}: {message}"), None
+
+
+def check_complete(metric: str, output: Mapping[str, Any], evaluator: str) -> None:
+    """Reject a reply the judge model stopped at its completion limit (``finish_reason: "length"``).
+
+    Cut-off JSON already fails to parse; this catches the rest (a complete object followed by
+    whitespace until the limit, a known failure of JSON mode), so no score ever comes from a
+    reply the model did not finish.
+    """
+    props = output.get(f"{metric}_properties")
+    if isinstance(props, Mapping) and props.get("finish_reason") == "length":
+        raise InvalidJudgeOutput(prompty.cut_off_message(evaluator, metric))
 
 
 def check_raw_score(metric: str, output: Mapping[str, Any], evaluator: str) -> None:

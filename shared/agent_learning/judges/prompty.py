@@ -32,12 +32,22 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from .base import InvalidJudgeOutput
+
 log = logging.getLogger(__name__)
 
 COMPLETION_LIMIT_KEYS = ("max_tokens", "max_completion_tokens")
 """The request parameters that cap a reply's tokens (the prompty files use one or the other)."""
 
 _warned: set[str] = set()
+
+
+def cut_off_message(evaluator: str, metric: str) -> str:
+    """Why a reply stopped at its completion limit is not a judgement, naming the setting to raise."""
+    return (
+        f"{evaluator}: the judge model's reply was cut off at its completion limit "
+        f"(finish_reason 'length'); raise AGENT_LEARNING_JUDGE_MAX_TOKENS_{metric.upper()} if this recurs"
+    )
 
 
 def _warn_once(key: str, message: str, *args: Any) -> None:
@@ -141,7 +151,9 @@ class ClientPool:
 class SharedClientFlow:
     """An evaluator's prompty flow, sending through a :class:`ClientPool` client (see the module docstring)."""
 
-    def __init__(self, stock: Any, pool: ClientPool, parts: _Parts) -> None:
+    def __init__(self, stock: Any, pool: ClientPool, parts: _Parts, *, evaluator: str, metric: str) -> None:
+        self.evaluator = evaluator
+        self.metric = metric
         self.stock = stock
         self.pool = pool
         self.parts = parts
@@ -199,6 +211,9 @@ class SharedClientFlow:
             response = await client.chat.completions.create(**params, **options)
         except parts.openai_error as error:
             raise parts.wrapped_error(error=error) from error
+        choices = getattr(response, "choices", None)
+        if choices and getattr(choices[0], "finish_reason", None) == "length":
+            raise InvalidJudgeOutput(cut_off_message(self.evaluator, self.metric))
         return await parts.format_response(
             response=response,
             is_first_choice=self.is_first_choice,
@@ -217,7 +232,7 @@ _PROBE = {
 }
 
 
-def install(evaluator: Any, pool: ClientPool) -> bool:
+def install(evaluator: Any, pool: ClientPool, metric: str) -> bool:
     """Put a :class:`SharedClientFlow` in ``evaluator``'s place of its prompty flow; True if done.
 
     Checks first that the flow is a prompty flow this version knows, that its connection is not
@@ -232,7 +247,7 @@ def install(evaluator: Any, pool: ClientPool) -> bool:
         configuration = stock._model.configuration
         if parts.is_byo(configuration):
             return False  # routed through a project's Responses client: leave it to the stock flow
-        flow = SharedClientFlow(stock, pool, parts)
+        flow = SharedClientFlow(stock, pool, parts, evaluator=name, metric=metric)
         probe = {k: v for k, v in _PROBE.items() if k in stock._inputs}
         inputs = stock._resolve_inputs(probe)
         if flow.messages(inputs) != stock.render(**probe):
@@ -302,6 +317,7 @@ __all__ = [
     "ClientPool",
     "SharedClientFlow",
     "completion_limit",
+    "cut_off_message",
     "install",
     "set_completion_limit",
     "stock_flow",
