@@ -14,6 +14,9 @@ malformed reply, ``TypeError`` on a null score. So this adapter:
   cancels the in-flight HTTP request instead of leaving a thread behind;
 * validates every output (:func:`~agent_learning.judges.base.metric_from_output`): type,
   finiteness, scale, result status;
+* with a token budget (``tokens_per_minute`` > 0), books every call's admission cost before
+  sending it and waits for its turn (:mod:`~agent_learning.judges.budget`); a turn later than
+  the deadline fails the episode transiently without a request;
 * classifies failures: throttling (429), server errors (5xx), timeouts and connection errors
   are transient (the message is redelivered later); invalid output after every attempt and
   content-filtered requests are permanent (dead letter). Authentication, permission and
@@ -24,7 +27,9 @@ A failed evaluator never becomes a zero metric: the whole judgement fails.
 
 ``azure.ai.evaluation`` (about 1 s and 150 MiB to import) is imported when this judge is
 built, never at Functions start-up or on the agent side. The evaluator objects are built once
-and reused for every episode.
+and reused for every episode, on one event loop per judge with long-lived HTTP clients
+(:mod:`~agent_learning.judges.loop`, :mod:`~agent_learning.judges.prompty`), each sending the
+completion limit of :class:`JudgeTokens`.
 """
 
 from __future__ import annotations
@@ -45,6 +50,7 @@ from ..rewards import INTENT_RESOLUTION, TASK_ADHERENCE, TASK_COMPLETION
 from ..telemetry import SPAN_EVALUATOR, span
 from . import prompty
 from .base import InvalidJudgeOutput, Judge, Judgement, metric_from_output
+from .budget import PromptEstimate, Reservation, TokenBudget
 from .loop import LoopThread
 
 log = logging.getLogger(__name__)
@@ -213,12 +219,19 @@ class EvaluatorJudge(Judge):
         *,
         tokens: JudgeTokens | None = None,
         sleep: Callable[[float], Awaitable[None]] | None = None,
+        clock: Callable[[], float] | None = None,
     ) -> None:
+        """``sleep`` (backoffs and budget waits) and ``clock`` (the budget's monotonic seconds)
+        are injectable for tests."""
         from importlib.metadata import version  # lazy: only to name the judge
 
         self.model = model
         self.limits = limits or JudgeLimits()
         self.tokens = tokens or JudgeTokens()
+        self.budget: TokenBudget | None = None
+        """The token budget calls are booked in (None: unpaced)."""
+        if self.tokens.tokens_per_minute:
+            self.budget = TokenBudget(self.tokens.tokens_per_minute, **({"clock": clock} if clock else {}))
         self._sleep = sleep or asyncio.sleep
         self.package_version = version("azure-ai-evaluation")
         self.info = JudgeInfo(name=f"azure-ai-evaluation {self.package_version}", model=model.name)
@@ -239,6 +252,10 @@ class EvaluatorJudge(Judge):
             self.max_tokens[metric] = prompty.completion_limit(evaluator)
             self.shared_clients[metric] = prompty.install(evaluator, self._clients, metric)
             self.evaluators[metric] = evaluator
+        # Prompt estimates for the budget: the template, or ~9,000 characters (the 1.18 ones' size).
+        self.prompt_estimates = {
+            m: PromptEstimate(prompty.template_chars(e) or 9_000) for m, e in self.evaluators.items()
+        }
         self.stats_lock = threading.Lock()
         self.attempts: dict[str, int] = dict.fromkeys(self.evaluators, 0)
 
@@ -257,7 +274,10 @@ class EvaluatorJudge(Judge):
         than the judge's own, the evaluators build a client per call."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self.limits.episode_deadline
-        tasks = {m: asyncio.ensure_future(self._metric(m, episode, deadline)) for m in self.evaluators}
+        first = self._book_episode(episode, min(deadline, loop.time() + self.limits.evaluator_deadline))
+        tasks = {
+            m: asyncio.ensure_future(self._metric(m, episode, deadline, first.get(m))) for m in self.evaluators
+        }
         await asyncio.wait(tasks.values())
         errors = {m: t.exception() for m, t in tasks.items() if t.exception() is not None}
         if errors:
@@ -273,12 +293,18 @@ class EvaluatorJudge(Judge):
 
     # ------------------------------------------------------------------ one metric
 
-    async def _metric(self, metric: str, episode: Episode, episode_deadline: float) -> MetricScore:
+    async def _metric(
+        self, metric: str, episode: Episode, episode_deadline: float, first: Booking | None
+    ) -> MetricScore:
         name = type(self.evaluators[metric]).__name__
         with span(SPAN_EVALUATOR, {"metric": metric, "evaluator": name}) as sp:
-            return await self._attempts(metric, episode, episode_deadline, sp)
+            return await self._attempts(metric, episode, episode_deadline, sp, first)
 
-    async def _attempts(self, metric: str, episode: Episode, episode_deadline: float, sp: Any) -> MetricScore:
+    async def _attempts(
+        self, metric: str, episode: Episode, episode_deadline: float, sp: Any, first: Booking | None = None
+    ) -> MetricScore:
+        """Up to ``max_attempts`` calls of one evaluator; ``first`` is the first call's booking in
+        the token budget (later calls book their own)."""
         lim = self.limits
         loop = asyncio.get_running_loop()
         deadline = min(episode_deadline, loop.time() + lim.evaluator_deadline)
@@ -289,16 +315,28 @@ class EvaluatorJudge(Judge):
             remaining = deadline - loop.time()
             if remaining <= 0:
                 break
+            inputs = evaluator_input(episode)  # fresh per attempt: the evaluators may rewrite message lists
+            booked = first if attempt == 1 else self._book(metric, _chars(inputs), deadline)
+            if isinstance(booked, TransientError):
+                last = booked
+                break
+            if booked is not None:
+                wait = self.budget.wait(booked[0])  # type: ignore[union-attr]
+                sp.set_attribute("budget_wait_seconds", round(wait, 3))
+                if wait > 0:
+                    await self._sleep(wait)
+            remaining = deadline - loop.time()
             with self.stats_lock:
                 self.attempts[metric] += 1
             sp.set_attribute("attempts", attempt)
             retry_after: float | None = None
             try:
-                # Fresh inputs per attempt: the evaluators may rewrite message lists in place.
-                output = await asyncio.wait_for(_call(evaluator, evaluator_input(episode)), timeout=remaining)
+                output = await asyncio.wait_for(_call(evaluator, inputs), timeout=remaining)
                 check_complete(metric, output, name)
                 check_raw_score(metric, output, name)
-                return metric_from_output(metric, output, name, f"azure-ai-evaluation {self.package_version}")
+                score = metric_from_output(metric, output, name, f"azure-ai-evaluation {self.package_version}")
+                self._settle(metric, booked, score)
+                return score
             except TimeoutError:
                 last = TransientError(f"{name} gave no answer within the deadline ({lim.evaluator_deadline:g} s)")
                 break
@@ -321,8 +359,63 @@ class EvaluatorJudge(Judge):
             raise PermanentError(f"{last} (still invalid after {lim.max_attempts} attempts)")
         raise last or TransientError(f"{name}: no attempt fitted in the deadline")
 
+    # ------------------------------------------------------------------ the token budget
+
+    def _cost(self, metric: str, chars: int) -> int:
+        """A call's admission cost as Azure OpenAI counts it: estimated prompt tokens + max_tokens."""
+        limit = self.max_tokens[metric] or self.tokens.max_tokens(metric)
+        return self.prompt_estimates[metric].tokens(chars) + limit
+
+    def _book_episode(self, episode: Episode, deadline: float) -> dict[str, Booking]:
+        """Book the first call of every evaluator together, or none: when the last of them would
+        start after ``deadline``, raise TransientError before any is sent (no tokens spent on a
+        judgement that cannot finish). Empty when unpaced."""
+        if self.budget is None:
+            return {}
+        chars = _chars(evaluator_input(episode))
+        costs = {m: self._cost(m, chars) for m in self.evaluators}
+        reservations = self.budget.reserve_all(list(costs.values()), deadline - asyncio.get_running_loop().time())
+        if reservations is None:
+            raise TransientError(
+                f"judge token budget: no room for this episode's {len(costs)} calls ({sum(costs.values())} tokens) "
+                f"before its deadline at {self.budget.tokens_per_minute} tokens a minute; try again later"
+            )
+        return {m: (r, chars) for m, r in zip(costs, reservations, strict=True)}
+
+    def _book(self, metric: str, chars: int, deadline: float) -> Booking | TransientError | None:
+        """Book one more call of ``metric`` (a retry); ``None`` when unpaced, or the TransientError
+        to fail with when its turn comes after ``deadline``."""
+        if self.budget is None:
+            return None
+        cost = self._cost(metric, chars)
+        reservation = self.budget.reserve(cost, max_wait=deadline - asyncio.get_running_loop().time())
+        if reservation is None:
+            return TransientError(
+                f"{type(self.evaluators[metric]).__name__}: judge token budget: no room for a {cost}-token call "
+                f"before the deadline at {self.budget.tokens_per_minute} tokens a minute"
+            )
+        return reservation, chars
+
+    def _settle(self, metric: str, booked: Booking | None, score: MetricScore) -> None:
+        """Correct a call's reservation with the prompt tokens the evaluator reported."""
+        if self.budget is None or booked is None or not score.prompt_tokens:
+            return
+        reservation, chars = booked
+        self.prompt_estimates[metric].observe(chars, score.prompt_tokens)
+        limit = self.max_tokens[metric] or self.tokens.max_tokens(metric)
+        self.budget.settle(reservation, score.prompt_tokens + limit)
+
 
 # --------------------------------------------------------------------------- helpers
+
+
+Booking = tuple[Reservation, int]
+"""A call's reservation in the token budget and its inputs' size in characters."""
+
+
+def _chars(inputs: Mapping[str, Any]) -> int:
+    """The size of an evaluator's inputs, which its prompt estimate grows with."""
+    return len(json.dumps(inputs, default=str))
 
 
 def evaluator_inputs(episode: Episode) -> dict[str, dict[str, Any]]:
