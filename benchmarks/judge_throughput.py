@@ -120,17 +120,24 @@ def request_bodies(judge_model_of: Any) -> list[dict]:
         return [r.body for r in recorder.requests]
 
 
-def raw_round_trips(server: ServerProcess, bodies: list[dict], n: int) -> tuple[list[float], float]:
-    """The same three requests per episode, concurrently, with one reused plain OpenAI client:
-    (per-episode seconds, process CPU seconds per episode)."""
+def raw_round_trips(server: ServerProcess, bodies: list[dict], n: int, post: bool = False) -> tuple[list[float], float]:
+    """The same three requests per episode, concurrently, with one reused plain OpenAI client
+    (``chat.completions.create``, or the client's ``post`` as the judge sends them): (per-episode
+    seconds, process CPU seconds per episode)."""
     from openai import AsyncOpenAI  # lazy: as in the library
+    from openai.types.chat import ChatCompletion
 
     async def run() -> list[float]:
         client = AsyncOpenAI(base_url=server.base_url, api_key=server.api_key or "none", max_retries=0)
         out = []
         for _ in range(n):
             t0 = time.perf_counter()
-            await asyncio.gather(*(client.chat.completions.create(**b) for b in bodies))
+            if post:
+                await asyncio.gather(
+                    *(client.post("/chat/completions", body=b, cast_to=ChatCompletion) for b in bodies)
+                )
+            else:
+                await asyncio.gather(*(client.chat.completions.create(**b) for b in bodies))
             out.append(time.perf_counter() - t0)
         await client.close()
         return out
@@ -148,6 +155,7 @@ LAYERS = (
     ("    prompt rendering (jinja2)", "azure/ai/evaluation/_legacy/prompty/_utils.py", "build_messages"),
     ("    openai chat.completions.create", "openai/resources/chat/completions/completions.py", "create"),
     ("      request transform", "openai/_utils/_transform.py", "async_maybe_transform"),
+    ("      the client's POST", "openai/_base_client.py", "post"),
     ("      HTTP send and receive (httpx)", "httpx2/_client.py", "send"),
     ("      response parsing", "openai/_response.py", "parse"),
 )
@@ -222,9 +230,11 @@ def main() -> None:
             results["levels"][str(concurrency)] = level
             print(f"concurrency {concurrency:>2}: {level}", file=sys.stderr, flush=True)
         judge.close()
-        raw, raw_cpu = raw_round_trips(server, request_bodies(model_of), 100)
+        bodies = request_bodies(model_of)
+        raw, raw_cpu = raw_round_trips(server, bodies, 200)
         results["raw_three_requests_median_ms"] = round(statistics.median(raw) * 1000, 1)
         results["raw_three_requests_cpu_ms"] = round(raw_cpu * 1000, 1)
+        results["raw_three_posts_cpu_ms"] = round(raw_round_trips(server, bodies, 200, post=True)[1] * 1000, 1)
         first = results["levels"][min(results["levels"], key=int)]
         results["adapter_overhead_ms"] = round(first["median_episode_ms"] - results["raw_three_requests_median_ms"], 1)
         results["adapter_cpu_ms_beyond_raw"] = round(

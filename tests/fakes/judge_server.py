@@ -643,6 +643,7 @@ class _HTTPServer(ThreadingHTTPServer):
     daemon_threads = True
     block_on_close = False
     allow_reuse_address = True
+    request_queue_size = 256  # listen backlog: socketserver's 5 drops bursts of new connections (SYN retries, 1-7 s)
     judge: JudgeServer
 
     def process_request(self, request: Any, client_address: Any) -> None:

@@ -325,17 +325,24 @@ def test_the_evaluators_share_long_lived_clients_and_keep_connections_alive(
     judge.close()
 
 
-def test_the_shared_client_sends_what_the_stock_flow_sends(judge_server: Any) -> None:
-    shared = EvaluatorJudge(openai_model(judge_server), FAST)
+@pytest.mark.parametrize("style", ["openai", "azure"])
+def test_the_shared_client_sends_what_the_stock_flow_sends(judge_server: Any, style: str) -> None:
+    model = openai_model(judge_server) if style == "openai" else azure_model(judge_server)
+    shared = EvaluatorJudge(model, FAST)
     shared.judge(episode("same request [judge:mid]"))
-    stock = EvaluatorJudge(openai_model(judge_server), FAST)
+    stock = EvaluatorJudge(model, FAST)
     import asyncio
 
     asyncio.run(stock.judge_async(episode("same request [judge:mid]")))  # another loop: the stock flow
     first, second = judge_server.requests[:3], judge_server.requests[3:]
     assert [r.headers.get("connection") for r in second] == ["close"] * 3
-    by_evaluator = {r.evaluator: r.body for r in first}
-    assert {r.evaluator: r.body for r in second} == by_evaluator
+    assert {r.evaluator: (r.path, r.query, r.body) for r in first} == {
+        r.evaluator: (r.path, r.query, r.body) for r in second
+    }
+    headers = ("user-agent", "x-ms-useragent", "api-key", "authorization", "content-type")
+    assert {r.evaluator: [r.headers.get(h) for h in headers] for r in first} == {
+        r.evaluator: [r.headers.get(h) for h in headers] for r in second
+    }
     shared.close()
 
 

@@ -10,7 +10,10 @@ call. :class:`SharedClientFlow` takes the flow's place through the evaluators' `
 * one HTTP connection pool per judge, shared by one OpenAI client per evaluator, all living on
   the judge's one event loop (so ``Connection: close``, there to avoid pooled connections
   outliving a closed loop, is dropped and connections are kept alive);
-* the template compiled once.
+* the template compiled once;
+* the request sent with the client's ``post`` (documented for endpoints the SDK does not type),
+  which skips ``chat.completions.create``'s transform of the parameters: a no-op for these plain
+  JSON ones, and a third of the SDK's CPU per request.
 
 Everything else is the flow's own code: its input resolution, chat parsing, request parameters
 and reply formatting (``format_llm_response``), so the evaluators see the same output dict.
@@ -66,6 +69,7 @@ class _Parts:
     format_response: Callable[..., Any]
     wrapped_error: type
     openai_error: type
+    chat_completion: type
     connection: Any
     azure_connection: type
     openai_connection: type
@@ -85,6 +89,7 @@ def _parts() -> _Parts | None:
         from azure.ai.evaluation._legacy.prompty._exceptions import WrappedOpenAIError
         from azure.ai.evaluation._user_agent import UserAgentSingleton
         from openai import OpenAIError
+        from openai.types.chat import ChatCompletion
 
         return _Parts(
             env=_utils._SANDBOXED_ENV,
@@ -93,6 +98,7 @@ def _parts() -> _Parts | None:
             format_response=_utils.format_llm_response,
             wrapped_error=WrappedOpenAIError,
             openai_error=OpenAIError,
+            chat_completion=ChatCompletion,
             connection=Connection,
             azure_connection=AzureOpenAIConnection,
             openai_connection=OpenAIConnection,
@@ -203,12 +209,16 @@ class SharedClientFlow:
         parts, stock = self.parts, self.stock
         inputs = stock._resolve_inputs(kwargs)
         params = parts.prepare(stock._model, self.messages(inputs))
-        headers = params.get("extra_headers")
+        options: dict[str, Any] = {"timeout": float(timeout)} if timeout else {}
+        headers = params.pop("extra_headers", None)
         if isinstance(headers, dict):  # keep the pooled connection alive (see the module docstring)
-            params["extra_headers"] = {k: v for k, v in headers.items() if k.lower() != "connection"}
-        options = {"timeout": float(timeout)} if timeout else {}
+            options["headers"] = {k: v for k, v in headers.items() if k.lower() != "connection"}
         try:
-            response = await client.chat.completions.create(**params, **options)
+            # The SDK's own POST (what chat.completions.create ends in) without its per-request
+            # transform of the parameters, a no-op for these plain JSON ones and ~1.5 ms of CPU a call.
+            response = await client.post(
+                "/chat/completions", body=params, cast_to=parts.chat_completion, options=options
+            )
         except parts.openai_error as error:
             raise parts.wrapped_error(error=error) from error
         choices = getattr(response, "choices", None)
