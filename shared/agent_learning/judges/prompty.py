@@ -39,6 +39,12 @@ from .base import InvalidJudgeOutput
 
 log = logging.getLogger(__name__)
 
+MAX_CONNECTIONS = 24
+"""Connections a judge keeps to the judge model: three calls for each of the 8 messages the
+Functions host scores at once (host.json ``maxConcurrentCalls``). More calls than that wait for a
+connection; more idle connections cost CPU on every request, as the HTTP pool checks each one
+(at 96, the pool's bookkeeping doubled the CPU per episode)."""
+
 COMPLETION_LIMIT_KEYS = ("max_tokens", "max_completion_tokens")
 """The request parameters that cap a reply's tokens (the prompty files use one or the other)."""
 
@@ -142,9 +148,13 @@ class ClientPool:
 
     def _pool(self) -> Any:
         if self._http is None:
-            from openai import DefaultAsyncHttpxClient  # lazy: part of the judge's dependencies
+            from openai import DEFAULT_CONNECTION_LIMITS, DefaultAsyncHttpxClient  # lazy: the judge's dependency
 
-            self._http = DefaultAsyncHttpxClient()
+            # A Limits of the HTTP package the SDK is built on (httpx, or its httpx2 fork).
+            limits = type(DEFAULT_CONNECTION_LIMITS)(
+                max_connections=MAX_CONNECTIONS, max_keepalive_connections=MAX_CONNECTIONS
+            )
+            self._http = DefaultAsyncHttpxClient(limits=limits)
         return self._http
 
     async def aclose(self) -> None:
