@@ -117,9 +117,17 @@ param judgeModelVersion string = '2024-07-18'
 ])
 param judgeDeploymentSku string = 'GlobalStandard'
 
-@description('Capacity of the judge deployment in thousands of tokens per minute.')
+@description('Judged episodes a minute the judge deployment must admit; its capacity (thousands of tokens a minute) is judgeEpisodesPerMinute x judgeTokensPerEpisode / 1000, rounded up.')
 @minValue(1)
-param judgeCapacity int = 30
+param judgeEpisodesPerMinute int = 4
+
+@description('Tokens Azure OpenAI admits per judged episode: the three evaluator calls\' prompt tokens plus their completion limits (python benchmarks/judge_tokens.py measures 7,481; see docs/judges-and-rewards.md#judge-tokens).')
+@minValue(1)
+param judgeTokensPerEpisode int = 9000
+
+@description('Function app instances expected to score at once against the judge deployment; each paces itself to capacity x 1000 / judgeScoringInstances tokens a minute (AGENT_LEARNING_JUDGE_TOKENS_PER_MINUTE).')
+@minValue(1)
+param judgeScoringInstances int = 1
 
 @description('Model deployment name (AGENT_LEARNING_JUDGE_DEPLOYMENT): the one created, or an existing one at judgeAzureEndpoint.')
 param judgeDeploymentName string = 'judge'
@@ -156,6 +164,11 @@ var tags = {
 var functionAppName = 'func-${resourceToken}'
 var deploymentContainerName = 'app-package-${take(functionAppName, 32)}-${take(resourceToken, 7)}'
 var judgeConfigured = deployJudgeModel || !empty(judgeAzureEndpoint)
+// The judge deployment's capacity in thousands of tokens a minute, from the rate it must judge at:
+// episodes a minute x tokens admitted per episode / 1000, rounded up (integer ceiling).
+var judgeCapacity = ((judgeEpisodesPerMinute * judgeTokensPerEpisode) + 999) / 1000
+// Each scoring instance's share of it, which the scorer paces itself below instead of meeting 429s.
+var judgeTokensPerMinute = judgeConfigured ? (judgeCapacity * 1000) / judgeScoringInstances : 0
 
 resource rg 'Microsoft.Resources/resourceGroups@2024-03-01' = {
   name: !empty(resourceGroupName) ? resourceGroupName : 'rg-${environmentName}'
@@ -278,6 +291,7 @@ var connectionSettings = {
   AGENT_LEARNING_JUDGE_CLIENT_ID: identity.outputs.clientId
   AGENT_LEARNING_JUDGE_BASE_URL: ''
   AGENT_LEARNING_JUDGE_MODEL: ''
+  AGENT_LEARNING_JUDGE_TOKENS_PER_MINUTE: string(judgeTokensPerMinute)
   // Who may write which agent's episodes through the ingestion route.
   AGENT_LEARNING_EPISODE_WRITERS: string(episodeWriters)
 }
@@ -290,6 +304,9 @@ var pipelineSettings = {
   AGENT_LEARNING_JUDGE_EPISODE_DEADLINE: '180'
   AGENT_LEARNING_JUDGE_MAX_ATTEMPTS: '4'
   AGENT_LEARNING_JUDGE_RETRY_AFTER_CAP: '30'
+  AGENT_LEARNING_JUDGE_MAX_TOKENS_INTENT_RESOLUTION: '200'
+  AGENT_LEARNING_JUDGE_MAX_TOKENS_TASK_ADHERENCE: '400'
+  AGENT_LEARNING_JUDGE_MAX_TOKENS_TASK_COMPLETION: '700'
   AGENT_LEARNING_SCORE_SETTLE_SECONDS: '60'
   AGENT_LEARNING_W_INTENT: '0.4'
   AGENT_LEARNING_W_ADHERENCE: '0.3'
@@ -378,6 +395,8 @@ output AGENT_LEARNING_TRAIN_QUEUE_NAME string = serviceBus.outputs.trainQueueNam
 output AGENT_LEARNING_JUDGE string = judgeConfigured ? 'evaluators' : 'offline'
 output AGENT_LEARNING_JUDGE_AZURE_ENDPOINT string = judgeEndpoint
 output AGENT_LEARNING_JUDGE_DEPLOYMENT string = judgeDeploymentName
+output AGENT_LEARNING_JUDGE_TOKENS_PER_MINUTE string = string(judgeTokensPerMinute)
+output JUDGE_CAPACITY int = judgeCapacity
 output COSMOS_ACCOUNT_NAME string = cosmos.outputs.accountName
 output COSMOS_POLICY_READER_ROLE_ID string = cosmos.outputs.policyReaderRoleName
 output COSMOS_EPISODE_WRITER_ROLE_ID string = cosmos.outputs.episodeWriterRoleName

@@ -30,9 +30,9 @@ param modelVersion string = '2024-07-18'
 ])
 param deploymentSku string = 'GlobalStandard'
 
-@description('Capacity in thousands of tokens per minute.')
+@description('Capacity in thousands of tokens per minute (main.bicep computes it: judged episodes a minute x tokens admitted per episode / 1000, rounded up).')
 @minValue(1)
-param capacity int = 30
+param capacity int = 36
 
 @description('Principal id of the managed identity the Function app runs as.')
 param functionPrincipalId string

@@ -27,7 +27,7 @@ from .drift import DriftConfig
 from .errors import ConfigurationError
 from .evaluation import GuardrailConfig
 from .ingestion import parse_episode_writers
-from .judges.evaluators import JudgeLimits, JudgeModel
+from .judges.evaluators import JudgeLimits, JudgeModel, JudgeTokens
 from .judging import normalise as normalise_judging
 from .learner import LearnerConfig
 from .policy import DEFAULT_EXPLORATION_FLOOR
@@ -63,6 +63,7 @@ COMPONENTS: dict[type, ComponentSettings] = {
     DriftConfig: ComponentSettings(renames={"window": "drift_window", "evidence_z": "drift_z"}),
     JudgeModel: ComponentSettings(prefix="judge_"),
     JudgeLimits: ComponentSettings(prefix="judge_"),
+    JudgeTokens: ComponentSettings(prefix="judge_"),
     GuardrailConfig: ComponentSettings(
         prefix="guardrail_",
         renames={"mode": "guardrail"},
@@ -151,6 +152,10 @@ class Settings(BaseSettings):
     judge_episode_deadline: float = tunable(JudgeLimits, "episode_deadline", gt=0, le=3600)
     judge_max_attempts: int = tunable(JudgeLimits, "max_attempts", ge=1, le=20)
     judge_retry_after_cap: float = tunable(JudgeLimits, "retry_after_cap", gt=0, le=600)
+    judge_max_tokens_intent_resolution: int = tunable(JudgeTokens, "max_tokens_intent_resolution", ge=1, le=16384)
+    judge_max_tokens_task_adherence: int = tunable(JudgeTokens, "max_tokens_task_adherence", ge=1, le=16384)
+    judge_max_tokens_task_completion: int = tunable(JudgeTokens, "max_tokens_task_completion", ge=1, le=16384)
+    judge_tokens_per_minute: int = tunable(JudgeTokens, "tokens_per_minute", ge=0)
 
     # Cosmos DB. The endpoint and identity are read from the same identity-based connection
     # settings the Functions host uses for its Cosmos trigger, so nothing is configured twice.
@@ -283,6 +288,9 @@ class Settings(BaseSettings):
 
     def judge_limits(self) -> JudgeLimits:
         return component(self, JudgeLimits)
+
+    def judge_tokens(self) -> JudgeTokens:
+        return component(self, JudgeTokens)
 
     def drift_config(self) -> DriftConfig:
         return component(self, DriftConfig)

@@ -17,7 +17,7 @@ from .config import Settings, component
 from .drift import DriftConfig
 from .evaluation import GuardrailConfig
 from .judges.base import Judge
-from .judges.evaluators import EvaluatorJudge, JudgeLimits, JudgeModel
+from .judges.evaluators import EvaluatorJudge, JudgeLimits, JudgeModel, JudgeTokens
 from .judges.offline import OfflineJudge
 from .judging import Judging, JudgingRules
 from .learner import LearnerConfig, Reinforce
@@ -36,6 +36,7 @@ __all__ = [
     "guardrail_config",
     "judge_limits",
     "judge_model_config",
+    "judge_tokens",
     "learner_config",
     "open_judge",
     "open_judging",
@@ -79,10 +80,15 @@ def judge_limits(settings: Settings) -> JudgeLimits:
     return component(settings, JudgeLimits)
 
 
+def judge_tokens(settings: Settings) -> JudgeTokens:
+    """The evaluators' completion limits and the judge's token budget."""
+    return component(settings, JudgeTokens)
+
+
 def open_judge(settings: Settings) -> Judge:
     """The judge ``settings`` choose: the offline rules judge or the azure-ai-evaluation evaluators."""
     if settings.judge == "evaluators":
-        return EvaluatorJudge(judge_model_config(settings), judge_limits(settings))
+        return EvaluatorJudge(judge_model_config(settings), judge_limits(settings), tokens=judge_tokens(settings))
     return OfflineJudge()
 
 

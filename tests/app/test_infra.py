@@ -291,6 +291,49 @@ def test_deployment_defaults_equal_the_library_defaults() -> None:
     assert app_settings()["AGENT_LEARNING_JUDGING"] == "judging"  # the parameter, with the library's default
 
 
+def evaluate(expr: Any, names: dict[str, Any]) -> Any:
+    """The value of a pycep arithmetic expression (integer division, as Bicep's) given its names."""
+    if isinstance(expr, bool | int):
+        return expr
+    if isinstance(expr, str):
+        return names[expr]
+    kind, operands = expr["operator"]["type"], expr["operator"]["operands"]
+    if kind == "conditional":
+        chosen = operands["true_value"] if evaluate(operands["condition"], names) else operands["false_value"]
+        return evaluate(chosen, names)
+    a, b = evaluate(operands["operand_1"], names), evaluate(operands["operand_2"], names)
+    return {"add": lambda: a + b, "multiply": lambda: a * b, "divide": lambda: a // b}[kind]()
+
+
+def test_the_judge_capacity_follows_its_rule_and_paces_the_scorer() -> None:
+    from agent_learning.judges.evaluators import JudgeTokens
+    from agent_learning.rewards import INTENT_RESOLUTION, TASK_ADHERENCE, TASK_COMPLETION
+
+    rule = variable("main", "judgeCapacity")
+    for per_minute, per_episode in ((4, 9_000), (1, 1), (3, 7_481), (10, 12_500), (7, 1_000)):
+        names = {"judgeEpisodesPerMinute": per_minute, "judgeTokensPerEpisode": per_episode}
+        assert evaluate(rule, names) == -(-per_minute * per_episode // 1000)  # rounded up
+    assert body(bicep("main")["modules"]["judge"])["params"]["capacity"] == "judgeCapacity"
+    defaults = {p: param_default("main", p) for p in ("judgeEpisodesPerMinute", "judgeTokensPerEpisode")}
+    instances = param_default("main", "judgeScoringInstances")
+    capacity = evaluate(rule, defaults)
+    share = variable("main", "judgeTokensPerMinute")
+    names = {"judgeCapacity": capacity, "judgeScoringInstances": instances}
+    assert evaluate(share, {**names, "judgeConfigured": True}) == capacity * 1000 // instances
+    assert evaluate(share, {**names, "judgeConfigured": False}) == 0  # the offline judge is not paced
+    assert function_args(app_settings()["AGENT_LEARNING_JUDGE_TOKENS_PER_MINUTE"], "string") == ["judgeTokensPerMinute"]
+    # Episodes are sized at least as large as the judge's calls measure: prompt tokens + completion limits.
+    measured = json.loads((ROOT / "benchmarks" / "results" / "judge_tokens.json").read_text())
+    limits = sum(JudgeTokens().max_tokens(m) for m in (INTENT_RESOLUTION, TASK_ADHERENCE, TASK_COMPLETION))
+    assert measured["admitted_per_episode"] == measured["prompt_tokens_per_episode"] + limits
+    assert defaults["judgeTokensPerEpisode"] >= measured["admitted_per_episode"]
+    # One instance's share admits a full set of concurrent messages before the evaluator deadline,
+    # so the budget's waits do not fail (and redeliver) messages at the default concurrency.
+    concurrent = json.loads((ROOT / "host.json").read_text())["extensions"]["serviceBus"]["maxConcurrentCalls"]
+    deadline = Settings.model_fields["judge_evaluator_deadline"].default
+    assert capacity * 1000 // instances * deadline / 60 >= concurrent * defaults["judgeTokensPerEpisode"]
+
+
 def test_the_queue_and_the_app_get_the_same_delivery_count_and_lock() -> None:
     settings = app_settings()
     assert function_args(settings["AGENT_LEARNING_QUEUE_MAX_DELIVERIES"], "string") == ["queueMaxDeliveryCount"]

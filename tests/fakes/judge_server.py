@@ -45,10 +45,15 @@ Failure modes (:class:`Behaviour`, or the string forms accepted by :meth:`Behavi
 ``disconnect`` (close the connection without answering), ``non_json``, ``out_of_range`` (7 for
 intent resolution, 2 for the binary judges), ``null_score``, ``missing_score``, ``skipped``
 (``status: "skipped"``), ``score:<value>``, ``content_filter`` (HTTP 400 with the Azure OpenAI
-``content_filter`` error body) and ``filtered_output`` (HTTP 200 with ``finish_reason:
-"content_filter"`` and null content). Apply them with :meth:`JudgeServer.script` (the next requests,
-one behaviour each) or :meth:`JudgeServer.set_mode` (all requests, or the next ``times``), globally
-or for one evaluator; :meth:`JudgeServer.reset` returns to normal.
+``content_filter`` error body), ``filtered_output`` (HTTP 200 with ``finish_reason:
+"content_filter"`` and null content) and ``length`` (the complete JSON reply followed by
+whitespace up to the completion limit, ``finish_reason: "length"``, as models in JSON mode
+sometimes do). Apply them with :meth:`JudgeServer.script` (the next requests, one behaviour
+each) or :meth:`JudgeServer.set_mode` (all requests, or the next ``times``), globally or for one
+evaluator; :meth:`JudgeServer.reset` returns to normal.
+
+A reply longer than the request's ``max_tokens`` or ``max_completion_tokens`` (counted as the
+usage is, at 4 characters per token) is cut there with ``finish_reason: "length"``.
 
 Every request is recorded (:attr:`JudgeServer.requests`, :class:`RecordedRequest`) and counted per
 evaluator (:attr:`JudgeServer.counts`). The ``judge_server`` fixture gives each test a fresh server.
@@ -254,6 +259,7 @@ class Behaviour:
         "score",
         "content_filter",
         "filtered_output",
+        "length",
     )
 
     def __post_init__(self) -> None:
@@ -323,6 +329,11 @@ class Behaviour:
     def filtered_output(cls) -> Behaviour:
         """HTTP 200 whose choice was filtered: ``finish_reason: "content_filter"``, null content."""
         return cls("filtered_output")
+
+    @classmethod
+    def length(cls) -> Behaviour:
+        """HTTP 200: the JSON reply padded with whitespace up to the completion limit, ``finish_reason: "length"``."""
+        return cls("length")
 
     @classmethod
     def parse(cls, spec: str | Behaviour) -> Behaviour:
@@ -632,6 +643,7 @@ class _HTTPServer(ThreadingHTTPServer):
     daemon_threads = True
     block_on_close = False
     allow_reuse_address = True
+    request_queue_size = 256  # listen backlog: socketserver's 5 drops bursts of new connections (SYN retries, 1-7 s)
     judge: JudgeServer
 
     def process_request(self, request: Any, client_address: Any) -> None:
@@ -780,6 +792,7 @@ class _Handler(BaseHTTPRequestHandler):
             self._send_json(400, _content_filter_body())
         else:
             content, finish_reason = _reply_content(record.evaluator, behaviour, response, tool_calls)
+            content, finish_reason = _limit_reply(content, finish_reason, record.body, kind == "length")
             payload = _completion(judge, record, content, finish_reason, azure)
             self._send_json(200, payload, {"x-request-id": _req_id()})
 
@@ -930,6 +943,29 @@ def _reply_content(evaluator: str, behaviour: Behaviour, response: str, tool_cal
     if kind == "missing_score":
         reply.pop("score")
     return json.dumps(reply), "stop"
+
+
+def completion_limit(body: Any) -> int | None:
+    """The completion limit a request asks for (``max_completion_tokens`` or ``max_tokens``), if any."""
+    if not isinstance(body, dict):
+        return None
+    for key in ("max_completion_tokens", "max_tokens"):
+        value = body.get(key)
+        if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+            return value
+    return None
+
+
+def _limit_reply(content: str | None, finish_reason: str, body: Any, pad: bool) -> tuple[str | None, str]:
+    """Cut a reply at the request's completion limit (4 characters per token), or pad it to the limit."""
+    limit = completion_limit(body)
+    if content is None or finish_reason != "stop":
+        return content, finish_reason
+    if pad:
+        return content + " " * max(1, (limit or 25) * 4 - len(content)), "length"
+    if limit is not None and len(content) // 4 > limit:
+        return content[: limit * 4], "length"
+    return content, finish_reason
 
 
 def _completion(

@@ -600,3 +600,31 @@ def test_behaviour_strings() -> None:
     assert Behaviour.parse(Behaviour.skipped()) is not None
     assert expected_scores("x [judge:mid]") == {INTENT_RESOLUTION: 3, TASK_ADHERENCE: 1, TASK_COMPLETION: 0}
     assert expected_scores("x [judge:task_completion=null] [judge:good]")[TASK_COMPLETION] is None
+
+
+@pytest.mark.parametrize("style", ["openai", "azure"])
+def test_replies_stop_at_the_completion_limit(judge_server: JudgeServer, style: str) -> None:
+    client = _client(judge_server, style)
+    whole = _ask(client)
+    assert whole.choices[0].finish_reason == "stop"
+    content = whole.choices[0].message.content
+    for key in ("max_tokens", "max_completion_tokens"):
+        cut = client.chat.completions.create(
+            model="judge-model",
+            messages=sample_messages(INTENT_RESOLUTION, "The answer. [judge:good]"),
+            response_format={"type": "json_object"},
+            **{key: 5},
+        )
+        assert cut.choices[0].finish_reason == "length" and cut.choices[0].message.content == content[:20]
+        assert cut.usage.completion_tokens == 5
+        assert judge_server.requests[-1].body[key] == 5  # the limit is recorded as sent
+    roomy = client.chat.completions.create(
+        model="judge-model", messages=sample_messages(INTENT_RESOLUTION, "The answer. [judge:good]"), max_tokens=500
+    )
+    assert roomy.choices[0].finish_reason == "stop"
+    judge_server.script("length")
+    padded = client.chat.completions.create(
+        model="judge-model", messages=sample_messages(INTENT_RESOLUTION, "The answer. [judge:good]"), max_tokens=100
+    )
+    assert padded.choices[0].finish_reason == "length" and len(padded.choices[0].message.content) == 400
+    assert json.loads(padded.choices[0].message.content) == json.loads(content)  # complete JSON, then whitespace

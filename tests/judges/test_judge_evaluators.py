@@ -301,3 +301,130 @@ def test_every_evaluator_call_has_a_span_inside_the_judge_span(judge_server: Any
     assert inner["task_adherence"].attributes["attempts"] == 2
     assert inner["intent_resolution"].attributes["attempts"] == 1
     assert outer.attributes["judge"] == judge.info.name
+
+
+# --------------------------------------------------------------------------- client reuse
+
+
+def test_the_evaluators_share_long_lived_clients_and_keep_connections_alive(
+    judge_server: Any, judge: EvaluatorJudge
+) -> None:
+    assert all(judge.shared_clients.values())
+    for i in range(3):
+        judge.judge(episode(f"answer {i} [judge:good]", episode_id=f"ep-{i}"))
+    requests = judge_server.requests
+    assert len(requests) == 9
+    # The stock flow sends "Connection: close" and builds a client per call; the shared clients do neither.
+    assert not any(r.headers.get("connection", "").lower() == "close" for r in requests)
+    assert all(r.headers.get("user-agent", "").startswith("azure-ai-evaluation/") for r in requests)
+    clients = judge._clients._clients
+    assert len(clients) == 3 and len({id(c._client) for c in clients.values()}) == 1  # one connection pool
+    judge.close()
+    judgement = judge.judge(episode("after close [judge:bad]"))  # a closed judge starts again on use
+    assert judgement.metrics["intent_resolution"].raw == 1.0
+    judge.close()
+
+
+@pytest.mark.parametrize("style", ["openai", "azure"])
+def test_the_shared_client_sends_what_the_stock_flow_sends(judge_server: Any, style: str) -> None:
+    model = openai_model(judge_server) if style == "openai" else azure_model(judge_server)
+    shared = EvaluatorJudge(model, FAST)
+    shared.judge(episode("same request [judge:mid]"))
+    stock = EvaluatorJudge(model, FAST)
+    import asyncio
+
+    asyncio.run(stock.judge_async(episode("same request [judge:mid]")))  # another loop: the stock flow
+    first, second = judge_server.requests[:3], judge_server.requests[3:]
+    assert [r.headers.get("connection") for r in second] == ["close"] * 3
+    assert {r.evaluator: (r.path, r.query, r.body) for r in first} == {
+        r.evaluator: (r.path, r.query, r.body) for r in second
+    }
+    headers = ("user-agent", "x-ms-useragent", "api-key", "authorization", "content-type")
+    assert {r.evaluator: [r.headers.get(h) for h in headers] for r in first} == {
+        r.evaluator: [r.headers.get(h) for h in headers] for r in second
+    }
+    shared.close()
+
+
+def test_without_the_hook_the_stock_flow_runs_and_says_so_once(
+    judge_server: Any, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    from agent_learning.judges import prompty
+
+    class Moved:
+        """A flow whose private parts moved in some other version."""
+
+    monkeypatch.setattr(prompty, "_warned", set())
+    original = prompty.SharedClientFlow.messages
+    monkeypatch.setattr(prompty.SharedClientFlow, "messages", lambda self, inputs: [Moved()])
+    with caplog.at_level("WARNING", logger="agent_learning.judges.prompty"):
+        judge = EvaluatorJudge(openai_model(judge_server), FAST)
+        EvaluatorJudge(openai_model(judge_server), FAST)
+    monkeypatch.setattr(prompty.SharedClientFlow, "messages", original)
+    assert not any(judge.shared_clients.values())
+    warnings = [r.getMessage() for r in caplog.records]
+    assert len(warnings) == 3 and all("cannot reuse a judge client" in w for w in warnings)  # once per evaluator
+    judgement = judge.judge(episode("fine [judge:good]"))
+    assert judgement.metrics["task_completion"].raw == 1.0
+    assert all(r.headers.get("connection") == "close" for r in judge_server.requests)
+
+
+# --------------------------------------------------------------------------- completion limits
+
+
+def test_each_evaluator_sends_its_completion_limit(judge_server: Any) -> None:
+    from agent_learning.judges.evaluators import JudgeTokens
+
+    defaults = JudgeTokens()
+    judge = EvaluatorJudge(azure_model(judge_server), FAST)
+    judge.judge(episode("x [judge:good]"))
+    sent = {r.evaluator: r.body for r in judge_server.requests}
+    # The key is the one each prompty file uses; the value is ours, not the evaluator's 800 / 3,000 / 1,500.
+    assert sent["intent_resolution"]["max_tokens"] == defaults.max_tokens_intent_resolution == 200
+    assert sent["task_adherence"]["max_completion_tokens"] == defaults.max_tokens_task_adherence == 400
+    assert sent["task_completion"]["max_tokens"] == defaults.max_tokens_task_completion == 700
+    assert "max_tokens" not in sent["task_adherence"] and "max_completion_tokens" not in sent["intent_resolution"]
+    assert judge.max_tokens == {"intent_resolution": 200, "task_adherence": 400, "task_completion": 700}
+    judge.close()
+    custom = JudgeTokens(
+        max_tokens_intent_resolution=150, max_tokens_task_adherence=250, max_tokens_task_completion=350
+    )
+    judge = EvaluatorJudge(openai_model(judge_server), FAST, tokens=custom)
+    judge_server.clear_requests()
+    judge.judge(episode("x [judge:good]"))
+    sent = {r.evaluator: r.body for r in judge_server.requests}
+    assert (
+        sent["intent_resolution"]["max_tokens"],
+        sent["task_adherence"]["max_completion_tokens"],
+        sent["task_completion"]["max_tokens"],
+    ) == (150, 250, 350)
+    judge.close()
+
+
+def test_a_reply_cut_off_at_the_limit_is_invalid_never_a_score(judge_server: Any) -> None:
+    from agent_learning.judges.evaluators import JudgeTokens
+
+    tight = JudgeTokens(max_tokens_task_completion=10)  # the server cuts its reply there: broken JSON
+    judge = EvaluatorJudge(openai_model(judge_server), FAST, tokens=tight)
+    result, seconds = timed(lambda: judge.judge(episode("x [judge:good]")))
+    assert isinstance(result, PermanentError), result
+    assert "cut off" in str(result) and "AGENT_LEARNING_JUDGE_MAX_TOKENS_TASK_COMPLETION" in str(result)
+    completion = [r for r in judge_server.requests if r.evaluator == "task_completion"]
+    assert len(completion) == FAST.max_attempts and all(r.body["max_tokens"] == 10 for r in completion)
+    assert seconds < FAST.episode_deadline + SLACK
+    judge.close()
+
+
+@pytest.mark.parametrize("shared", [True, False])
+def test_a_complete_reply_padded_to_the_limit_is_invalid_too(judge_server: Any, shared: bool) -> None:
+    import asyncio
+
+    judge = EvaluatorJudge(openai_model(judge_server), FAST)
+    judge_server.set_mode("length", evaluator="intent_resolution")
+    ep = episode("x [judge:good]")
+    # The shared client checks the finish reason itself; the stock flow (on another loop) leaves it to the output.
+    run = (lambda: judge.judge(ep)) if shared else (lambda: asyncio.run(judge.judge_async(ep)))
+    result, _ = timed(run)
+    assert isinstance(result, PermanentError) and "cut off" in str(result), result
+    assert judge_server.count("intent_resolution") == FAST.max_attempts
+    judge.close()

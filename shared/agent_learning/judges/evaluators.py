@@ -14,6 +14,9 @@ malformed reply, ``TypeError`` on a null score. So this adapter:
   cancels the in-flight HTTP request instead of leaving a thread behind;
 * validates every output (:func:`~agent_learning.judges.base.metric_from_output`): type,
   finiteness, scale, result status;
+* with a token budget (``tokens_per_minute`` > 0), books every call's admission cost before
+  sending it and waits for its turn (:mod:`~agent_learning.judges.budget`); a turn later than
+  the deadline fails the episode transiently without a request;
 * classifies failures: throttling (429), server errors (5xx), timeouts and connection errors
   are transient (the message is redelivered later); invalid output after every attempt and
   content-filtered requests are permanent (dead letter). Authentication, permission and
@@ -24,20 +27,20 @@ A failed evaluator never becomes a zero metric: the whole judgement fails.
 
 ``azure.ai.evaluation`` (about 1 s and 150 MiB to import) is imported when this judge is
 built, never at Functions start-up or on the agent side. The evaluator objects are built once
-and reused for every episode.
+and reused for every episode, on one event loop per judge with long-lived HTTP clients
+(:mod:`~agent_learning.judges.loop`, :mod:`~agent_learning.judges.prompty`), each sending the
+completion limit of :class:`JudgeTokens`.
 """
 
 from __future__ import annotations
 
 import asyncio
-import copy
 import functools
 import json
 import logging
 import random
 import threading
 from collections.abc import Awaitable, Callable, Mapping
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -45,7 +48,10 @@ from ..documents import Episode, JudgeInfo, MetricScore
 from ..errors import ConfigurationError, PermanentError, TransientError
 from ..rewards import INTENT_RESOLUTION, TASK_ADHERENCE, TASK_COMPLETION
 from ..telemetry import SPAN_EVALUATOR, span
+from . import prompty
 from .base import InvalidJudgeOutput, Judge, Judgement, metric_from_output
+from .budget import PromptEstimate, Reservation, TokenBudget
+from .loop import LoopThread
 
 log = logging.getLogger(__name__)
 
@@ -78,6 +84,43 @@ class JudgeLimits:
                 raise ValueError(f"judge limit {name} must be > 0")
         if self.max_attempts < 1 or self.backoff_base < 0:
             raise ValueError("judge limits need max_attempts >= 1 and backoff_base >= 0")
+
+
+@dataclass(frozen=True)
+class JudgeTokens:
+    """Tokens of the judge calls: each evaluator's completion limit, and this process's budget.
+
+    Azure OpenAI admits a request against its tokens-per-minute limit by prompt tokens plus the
+    completion limit (``max_tokens``), so the limits below are sized to what each evaluator's reply
+    needs rather than left at the evaluators' own (800, 3,000, 1,500): see
+    ``docs/judges-and-rewards.md#judge-tokens`` for the measurement (``benchmarks/judge_tokens.py``).
+    A reply cut off at its limit is invalid output: retried, then dead-lettered, never a score.
+    """
+
+    max_tokens_intent_resolution: int = 200
+    """Most tokens intent resolution's reply may have (the max_tokens it sends; the longest reply
+    its output format allows is 95)."""
+    max_tokens_task_adherence: int = 400
+    """Most tokens task adherence's reply may have (the max_completion_tokens it sends; 172 for a
+    150-word reason)."""
+    max_tokens_task_completion: int = 700
+    """Most tokens task completion's reply may have (the max_tokens it sends; the longest reply its
+    output format allows is 334)."""
+    tokens_per_minute: int = 0
+    """Tokens a minute this process lets the judge deployment admit, counted as Azure OpenAI counts
+    them (prompt + max_tokens per call); 0: unpaced. Divide the deployment's limit among the
+    processes that score (docs/judges-and-rewards.md#judge-tokens)."""
+
+    def __post_init__(self) -> None:
+        for metric in (INTENT_RESOLUTION, TASK_ADHERENCE, TASK_COMPLETION):
+            if self.max_tokens(metric) < 1:
+                raise ValueError(f"judge max_tokens_{metric} must be >= 1")
+        if self.tokens_per_minute < 0:
+            raise ValueError("judge tokens_per_minute must be >= 0 (0: unpaced)")
+
+    def max_tokens(self, metric: str) -> int:
+        """The completion limit of ``metric``'s evaluator."""
+        return int(getattr(self, f"max_tokens_{metric}"))
 
 
 @dataclass(frozen=True)
@@ -174,45 +217,67 @@ class EvaluatorJudge(Judge):
         model: JudgeModel,
         limits: JudgeLimits | None = None,
         *,
+        tokens: JudgeTokens | None = None,
         sleep: Callable[[float], Awaitable[None]] | None = None,
+        clock: Callable[[], float] | None = None,
     ) -> None:
+        """``sleep`` (backoffs and budget waits) and ``clock`` (the budget's monotonic seconds)
+        are injectable for tests."""
         from importlib.metadata import version  # lazy: only to name the judge
 
         self.model = model
         self.limits = limits or JudgeLimits()
+        self.tokens = tokens or JudgeTokens()
+        self.budget: TokenBudget | None = None
+        """The token budget calls are booked in (None: unpaced)."""
+        if self.tokens.tokens_per_minute:
+            self.budget = TokenBudget(self.tokens.tokens_per_minute, **({"clock": clock} if clock else {}))
         self._sleep = sleep or asyncio.sleep
         self.package_version = version("azure-ai-evaluation")
         self.info = JudgeInfo(name=f"azure-ai-evaluation {self.package_version}", model=model.name)
         credential = model.credential()
+        self._runner = LoopThread("agent-learning-judge")
+        self._clients = prompty.ClientPool(lambda: self._runner.current)
         self.evaluators: dict[str, Any] = {}
         self.retry_loop_disabled: dict[str, bool] = {}
+        self.shared_clients: dict[str, bool] = {}
+        self.max_tokens: dict[str, int | None] = {}
+        """The completion limit each evaluator sends (None: not readable in this version)."""
         for metric, cls in _evaluator_classes().items():
             config = model.model_config()  # a fresh dict each: the evaluators write into it
             evaluator = cls(config, credential=credential) if credential is not None else cls(config)
             evaluator._LLM_CALL_TIMEOUT = self.limits.attempt_timeout  # seconds per HTTP attempt
             self.retry_loop_disabled[metric] = _disable_internal_retries(evaluator)
+            prompty.set_completion_limit(evaluator, self.tokens.max_tokens(metric))
+            self.max_tokens[metric] = prompty.completion_limit(evaluator)
+            self.shared_clients[metric] = prompty.install(evaluator, self._clients, metric)
             self.evaluators[metric] = evaluator
+        # Prompt estimates for the budget: the template, or ~9,000 characters (the 1.18 ones' size).
+        self.prompt_estimates = {
+            m: PromptEstimate(prompty.template_chars(e) or 9_000) for m, e in self.evaluators.items()
+        }
         self.stats_lock = threading.Lock()
         self.attempts: dict[str, int] = dict.fromkeys(self.evaluators, 0)
 
     # ------------------------------------------------------------------ the port
 
     def judge(self, episode: Episode) -> Judgement:
-        coro = self.judge_async(episode)
-        try:
-            asyncio.get_running_loop()
-        except RuntimeError:
-            return asyncio.run(coro)
-        # Called from inside an event loop: run on a private loop in a worker thread.
-        with ThreadPoolExecutor(max_workers=1) as pool:
-            return pool.submit(asyncio.run, coro).result()
+        """Judge on the judge's own event loop (one for its lifetime, whatever thread calls)."""
+        return self._runner.run(self.judge_async(episode))
+
+    def close(self) -> None:
+        """Close the judge's HTTP clients and stop its event loop."""
+        self._runner.close(self._clients.aclose)
 
     async def judge_async(self, episode: Episode) -> Judgement:
-        """All three metrics, concurrently, within ``episode_deadline``."""
+        """All three metrics, concurrently, within ``episode_deadline``. On an event loop other
+        than the judge's own, the evaluators build a client per call."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self.limits.episode_deadline
-        inputs = evaluator_inputs(episode)
-        tasks = {m: asyncio.ensure_future(self._metric(m, inputs[m], deadline)) for m in self.evaluators}
+        first = self._book_episode(episode, min(deadline, loop.time() + self.limits.evaluator_deadline))
+        tasks = {
+            m: asyncio.ensure_future(self._metric(m, episode, deadline, first.get(m))) for m in self.evaluators
+        }
         await asyncio.wait(tasks.values())
         errors = {m: t.exception() for m, t in tasks.items() if t.exception() is not None}
         if errors:
@@ -228,14 +293,18 @@ class EvaluatorJudge(Judge):
 
     # ------------------------------------------------------------------ one metric
 
-    async def _metric(self, metric: str, kwargs: Mapping[str, Any], episode_deadline: float) -> MetricScore:
+    async def _metric(
+        self, metric: str, episode: Episode, episode_deadline: float, first: Booking | None
+    ) -> MetricScore:
         name = type(self.evaluators[metric]).__name__
         with span(SPAN_EVALUATOR, {"metric": metric, "evaluator": name}) as sp:
-            return await self._attempts(metric, kwargs, episode_deadline, sp)
+            return await self._attempts(metric, episode, episode_deadline, sp, first)
 
     async def _attempts(
-        self, metric: str, kwargs: Mapping[str, Any], episode_deadline: float, sp: Any
+        self, metric: str, episode: Episode, episode_deadline: float, sp: Any, first: Booking | None = None
     ) -> MetricScore:
+        """Up to ``max_attempts`` calls of one evaluator; ``first`` is the first call's booking in
+        the token budget (later calls book their own)."""
         lim = self.limits
         loop = asyncio.get_running_loop()
         deadline = min(episode_deadline, loop.time() + lim.evaluator_deadline)
@@ -246,15 +315,28 @@ class EvaluatorJudge(Judge):
             remaining = deadline - loop.time()
             if remaining <= 0:
                 break
+            inputs = evaluator_input(episode)  # fresh per attempt: the evaluators may rewrite message lists
+            booked = first if attempt == 1 else self._book(metric, _chars(inputs), deadline)
+            if isinstance(booked, TransientError):
+                last = booked
+                break
+            if booked is not None:
+                wait = self.budget.wait(booked[0])  # type: ignore[union-attr]
+                sp.set_attribute("budget_wait_seconds", round(wait, 3))
+                if wait > 0:
+                    await self._sleep(wait)
+            remaining = deadline - loop.time()
             with self.stats_lock:
                 self.attempts[metric] += 1
             sp.set_attribute("attempts", attempt)
             retry_after: float | None = None
             try:
-                # A deep copy per attempt: the evaluators rewrite message lists in place.
-                output = await asyncio.wait_for(_call(evaluator, copy.deepcopy(dict(kwargs))), timeout=remaining)
+                output = await asyncio.wait_for(_call(evaluator, inputs), timeout=remaining)
+                check_complete(metric, output, name)
                 check_raw_score(metric, output, name)
-                return metric_from_output(metric, output, name, f"azure-ai-evaluation {self.package_version}")
+                score = metric_from_output(metric, output, name, f"azure-ai-evaluation {self.package_version}")
+                self._settle(metric, booked, score)
+                return score
             except TimeoutError:
                 last = TransientError(f"{name} gave no answer within the deadline ({lim.evaluator_deadline:g} s)")
                 break
@@ -277,12 +359,73 @@ class EvaluatorJudge(Judge):
             raise PermanentError(f"{last} (still invalid after {lim.max_attempts} attempts)")
         raise last or TransientError(f"{name}: no attempt fitted in the deadline")
 
+    # ------------------------------------------------------------------ the token budget
+
+    def _cost(self, metric: str, chars: int) -> int:
+        """A call's admission cost as Azure OpenAI counts it: estimated prompt tokens + max_tokens."""
+        limit = self.max_tokens[metric] or self.tokens.max_tokens(metric)
+        return self.prompt_estimates[metric].tokens(chars) + limit
+
+    def _book_episode(self, episode: Episode, deadline: float) -> dict[str, Booking]:
+        """Book the first call of every evaluator together, or none: when the last of them would
+        start after ``deadline``, raise TransientError before any is sent (no tokens spent on a
+        judgement that cannot finish). Empty when unpaced."""
+        if self.budget is None:
+            return {}
+        chars = _chars(evaluator_input(episode))
+        costs = {m: self._cost(m, chars) for m in self.evaluators}
+        reservations = self.budget.reserve_all(list(costs.values()), deadline - asyncio.get_running_loop().time())
+        if reservations is None:
+            raise TransientError(
+                f"judge token budget: no room for this episode's {len(costs)} calls ({sum(costs.values())} tokens) "
+                f"before its deadline at {self.budget.tokens_per_minute} tokens a minute; try again later"
+            )
+        return {m: (r, chars) for m, r in zip(costs, reservations, strict=True)}
+
+    def _book(self, metric: str, chars: int, deadline: float) -> Booking | TransientError | None:
+        """Book one more call of ``metric`` (a retry); ``None`` when unpaced, or the TransientError
+        to fail with when its turn comes after ``deadline``."""
+        if self.budget is None:
+            return None
+        cost = self._cost(metric, chars)
+        reservation = self.budget.reserve(cost, max_wait=deadline - asyncio.get_running_loop().time())
+        if reservation is None:
+            return TransientError(
+                f"{type(self.evaluators[metric]).__name__}: judge token budget: no room for a {cost}-token call "
+                f"before the deadline at {self.budget.tokens_per_minute} tokens a minute"
+            )
+        return reservation, chars
+
+    def _settle(self, metric: str, booked: Booking | None, score: MetricScore) -> None:
+        """Correct a call's reservation with the prompt tokens the evaluator reported."""
+        if self.budget is None or booked is None or not score.prompt_tokens:
+            return
+        reservation, chars = booked
+        self.prompt_estimates[metric].observe(chars, score.prompt_tokens)
+        limit = self.max_tokens[metric] or self.tokens.max_tokens(metric)
+        self.budget.settle(reservation, score.prompt_tokens + limit)
+
 
 # --------------------------------------------------------------------------- helpers
 
 
+Booking = tuple[Reservation, int]
+"""A call's reservation in the token budget and its inputs' size in characters."""
+
+
+def _chars(inputs: Mapping[str, Any]) -> int:
+    """The size of an evaluator's inputs, which its prompt estimate grows with."""
+    return len(json.dumps(inputs, default=str))
+
+
 def evaluator_inputs(episode: Episode) -> dict[str, dict[str, Any]]:
-    """The keyword arguments of each evaluator for one episode.
+    """The keyword arguments of each evaluator for one episode (see :func:`evaluator_input`)."""
+    return {metric: evaluator_input(episode) for metric in (INTENT_RESOLUTION, TASK_ADHERENCE, TASK_COMPLETION)}
+
+
+def evaluator_input(episode: Episode) -> dict[str, Any]:
+    """The keyword arguments of an evaluator for one episode, built anew on each call (the three
+    evaluators take the same ones).
 
     ``query`` is the conversation up to the user's request (with the agent's instructions as
     a system message); ``response`` is the agent's side as messages: tool calls, their
@@ -302,7 +445,12 @@ def evaluator_inputs(episode: Episode) -> dict[str, dict[str, Any]]:
             {
                 "role": "assistant",
                 "content": [
-                    {"type": "tool_call", "tool_call_id": call_id, "name": step.name, "arguments": step.arguments or {}}
+                    {
+                        "type": "tool_call",
+                        "tool_call_id": call_id,
+                        "name": step.name,
+                        "arguments": dict(step.arguments or {}),
+                    }
                 ],
             }
         )
@@ -313,9 +461,10 @@ def evaluator_inputs(episode: Episode) -> dict[str, dict[str, Any]]:
     response.append({"role": "assistant", "content": [{"type": "text", "text": episode.output}]})
 
     tools = episode.tool_definitions or _tool_definitions_from_steps(episode)
-    common = {"query": query, "response": response}
-    with_tools = {**common, "tool_definitions": tools} if tools else common
-    return {INTENT_RESOLUTION: with_tools, TASK_ADHERENCE: with_tools, TASK_COMPLETION: with_tools}
+    inputs: dict[str, Any] = {"query": query, "response": response}
+    if tools:
+        inputs["tool_definitions"] = [dict(t) for t in tools]
+    return inputs
 
 
 def _tool_definitions_from_steps(episode: Episode) -> list[dict[str, Any]]:
@@ -354,6 +503,18 @@ def classify(exc: BaseException, evaluator: str) -> tuple[Exception, float | Non
     if "could not" in message.lower() or "parse" in message.lower():
         return InvalidJudgeOutput(f"{evaluator}: {message}"), None
     return TransientError(f"{evaluator}: unexpected {type(exc).__name__}: {message}"), None
+
+
+def check_complete(metric: str, output: Mapping[str, Any], evaluator: str) -> None:
+    """Reject a reply the judge model stopped at its completion limit (``finish_reason: "length"``).
+
+    Cut-off JSON already fails to parse; this catches the rest (a complete object followed by
+    whitespace until the limit, a known failure of JSON mode), so no score ever comes from a
+    reply the model did not finish.
+    """
+    props = output.get(f"{metric}_properties")
+    if isinstance(props, Mapping) and props.get("finish_reason") == "length":
+        raise InvalidJudgeOutput(prompty.cut_off_message(evaluator, metric))
 
 
 def check_raw_score(metric: str, output: Mapping[str, Any], evaluator: str) -> None:
