@@ -208,7 +208,8 @@ def test_real_pacing_spaces_the_requests_the_deployment_sees(judge_server: Any) 
         judge.judge(episode(i))
     times = sorted(r.timestamp for r in judge_server.requests)
     assert len(times) == 6
-    # Booked 0.2 s apart; sent within scheduling jitter of that (unpaced, they arrive together).
-    assert min(b - a for a, b in itertools.pairwise(times)) >= 0.1
+    # Booked 0.2 s apart (unpaced, they arrive together). Arrival gaps carry the machine's
+    # scheduling jitter, so the span of the six is what is checked; the spacing itself is
+    # checked exactly on a manual clock above.
     assert times[-1] - times[0] >= 1.0 - 0.1
     judge.close()
