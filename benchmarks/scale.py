@@ -130,6 +130,9 @@ CHANGE_FEED_POLL_DELAY_S = 5.0
 """How often the host polls the change feed when it is idle (Cosmos DB trigger
 ``feed_poll_delay`` default, 5,000 ms)."""
 
+CLIENT_KWARGS = {**cosmos_fixture.CLIENT_KWARGS, "read_timeout": 600}
+"""The wire tests' client settings with a longer read timeout: the local server answers a
+cross-partition query by scanning every partition, which takes seconds at 10,000 agents."""
 AMORTISE_AGENTS = 10
 """Agents trained in the tick that measures the trainer's requests per episode."""
 SEED_THREADS = 8
@@ -151,8 +154,17 @@ def timer_tick(rt: handlers.Runtime, phase: Phase) -> list[Any]:
 
 
 TRAINER_MODES: dict[str, Callable[[handlers.Runtime, Phase], list[Any]]] = {"timer": timer_tick}
-"""Trainer modes by name. A fan-out mode plans the tick (one message per agent with new scores)
-and then trains each planned agent, each part under its own ``phase``."""
+"""Trainer modes by name. A fan-out mode (the timer plans the tick, sending one message per agent
+with new scores; a queue trigger trains one agent) is added beside ``timer`` as, with the names
+the app gives those two functions::
+
+    def fan_out_tick(rt, phase):
+        with phase("plan"):
+            messages = plan(rt)  # the timer's planning step
+        with phase("train"):
+            return [train_one(message, rt) for message in messages]  # the queue trigger, per message
+
+and the report then shows each phase's requests per agent."""
 
 # --------------------------------------------------------------------------- plumbing
 
@@ -195,7 +207,7 @@ class Wire:
             database,
             key=self.server.key,
             create_containers=create,
-            client_kwargs={**cosmos_fixture.CLIENT_KWARGS, **self.counter.client_kwargs()},
+            client_kwargs={**CLIENT_KWARGS, **self.counter.client_kwargs()},
             clock=cosmos_fixture.SteppingClock(),
         )
 
@@ -825,6 +837,9 @@ def report(results: dict[str, Any]) -> str:
             f"{r['wall_ms_per_agent']:>8.2f} {r['cpu_ms_per_agent']:>12.2f}  "
             f"{fmt_kinds(r['per_agent'])}; {r['statuses']}"
         )
+        if len(r["phases"]) > 1:
+            shares = ", ".join(f"{name} {c['total'] / r['agents']:.3f}" for name, c in r["phases"].items())
+            lines.append(f"{'':<6} {'':>7} {'':>4} phases, requests per agent: {shares}")
     lines.append("")
     cpu = results["scorer_cpu"]
     lines.append("Scorer CPU per episode (this process; the judge server runs in a child process)")
@@ -854,6 +869,12 @@ def report(results: dict[str, Any]) -> str:
     for label, a in est["agents_per_tick"].items():
         lines.append(f"  agents one tick trains, {label}: ~{a['agents']:,} ({a['why']})")
     lines.append(f"  Cosmos RU per episode by container (assumed RU per kind): {est['cosmos_ru_per_episode']}")
+    check = results.get("cross_check")
+    if check:
+        lines.append(
+            f"Requests counted by the client / served by the local server over the whole run: "
+            f"{check['client_counted']:,} / {check['server_counted']:,}"
+        )
     return "\n".join(lines)
 
 
