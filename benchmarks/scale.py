@@ -81,7 +81,6 @@ from agent_learning.judges.evaluators import JudgeTokens  # noqa: E402
 from agent_learning.judges.offline import OfflineJudge  # noqa: E402
 from agent_learning.pipeline import create_policy, score_message, train_all  # noqa: E402
 from agent_learning.pipeline.enqueue import score_request_message  # noqa: E402
-from agent_learning.pipeline.fanout import PLAN_CONCURRENCY  # noqa: E402
 from agent_learning.policy import SoftmaxPolicy  # noqa: E402
 from agent_learning.simulate import support_bot  # noqa: E402
 from agent_learning.store.cosmos import CosmosStore  # noqa: E402
@@ -731,8 +730,8 @@ def estimate(results: dict[str, Any], defaults: dict[str, Any]) -> dict[str, Any
             "why": f"provisioned: {defaults['cosmos_autoscale_max_ru']:,} RU/s shared / {total:.1f} RU per episode",
         }
     first = min(limits, key=lambda k: limits[k]["episodes_per_s"])
-    # Training. Fan-out: the timer (one instance) lists the cursors and checks each agent,
-    # PLAN_CONCURRENCY at a time; the training trigger trains the agents with new scores on every
+    # Training. Fan-out: the timer (one instance) lists the cursors and checks each agent in
+    # turn; the training trigger trains the agents with new scores on every
     # instance, max_concurrent_calls at a time each. Sequential: one run trains every agent in turn.
     ticks = results["ticks"]
     tick_s = defaults["tick_seconds"]
@@ -745,11 +744,11 @@ def estimate(results: dict[str, Any], defaults: dict[str, Any]) -> dict[str, Any
             plan = per(Counts.of(phases["plan"]), n)
             train = per(Counts.of(phases["train"]), n) if "train" in phases else {}
             plan_cpu, train_cpu = (phases.get(p, {}).get("cpu_ms_per_agent", 0.0) / 1000 for p in ("plan", "train"))
-            plan_s = cost(plan, COSMOS_LATENCY_MS) / 1000 / PLAN_CONCURRENCY + plan_cpu
+            plan_s = cost(plan, COSMOS_LATENCY_MS) / 1000 + plan_cpu
             train_s = (cost(train, COSMOS_LATENCY_MS) / 1000 + train_cpu) / slots
             per_agent_s = max(plan_s, train_s)
             why = (f"{tick_s:.0f} s tick / max(plan on the timer's instance: {cost(plan, COSMOS_LATENCY_MS):.0f} ms "
-                   f"Cosmos, {PLAN_CONCURRENCY} at once, + {plan_cpu * 1000:.2f} ms CPU; train: "
+                   f"Cosmos + {plan_cpu * 1000:.2f} ms CPU, one agent after another; train: "
                    f"{cost(train, COSMOS_LATENCY_MS):.0f} ms Cosmos + {train_cpu * 1000:.2f} ms CPU over {slots} "
                    "slots) per agent")
         else:

@@ -438,3 +438,42 @@ def test_a_score_that_completed_after_its_settle_window_is_logged_marked_and_cou
     assert captured.total("agent_learning.scores.late", agent_id="agent-a") == 1
     on_time = store.add_score(make_score("ep-next"))
     assert not on_time.late_write and on_time.seq > late.seq + 100e6  # type: ignore[operator]
+
+
+
+def test_one_store_sends_one_query_at_a_time(
+    counted: tuple[CosmosStore, RequestCounter], clock: ManualClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """azure-cosmos 4.17 shares one response-header dict among a client's queries, which each
+    query page clears and refills: the scale benchmark's 16 threads planning a tick through one
+    store failed now and then with "OrderedDict mutated during iteration". The store serializes
+    its queries; threads still get every answer."""
+    import threading
+    import time
+    from concurrent.futures import ThreadPoolExecutor
+
+    store, _ = counted
+    agents = [f"agent-{i}" for i in range(8)]
+    for agent in agents:
+        store.add_score(make_score(f"{agent}-ep-1", agent_id=agent))
+    clock.advance(61)
+    container = store._c[SCORES]
+    inside, most, lock = 0, 0, threading.Lock()
+    query_items = container.query_items
+
+    def watched(*args: Any, **kwargs: Any) -> Any:
+        nonlocal inside, most
+        with lock:
+            inside += 1
+            most = max(most, inside)
+        try:
+            time.sleep(0.01)  # long enough for another thread to come in, if it may
+            return list(query_items(*args, **kwargs))
+        finally:
+            with lock:
+                inside -= 1
+
+    monkeypatch.setattr(container, "query_items", watched)
+    with ThreadPoolExecutor(8) as pool:
+        answers = list(pool.map(lambda a: store.has_new_scores(a, None), agents * 3))
+    assert answers == [True] * 24 and most == 1

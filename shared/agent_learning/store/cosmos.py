@@ -212,6 +212,7 @@ class CosmosStore(Store):
         self._async_db: Any = None
         self._async_client: Any = None
         self._seq_lock = threading.Lock()
+        self._query_lock = threading.Lock()  # see _query
         self._last_seq = 0
         self._c: dict[str, ContainerProxy] = {name: database.get_container_client(name) for name in CONTAINERS}
         self._client: CosmosClient | None = None
@@ -767,13 +768,18 @@ class CosmosStore(Store):
     def _query(
         self, container: str, sql: str, params: list[dict[str, Any]], partition_key: str | list[str] | None = None
     ) -> list[RawDoc]:
+        """Every row of a query, read page by page. One query at a time per store: azure-cosmos
+        4.17 keeps one response-header dict per client that each query page clears and refills,
+        so two threads querying through one client can fail with "OrderedDict mutated during
+        iteration" (seen with 16 concurrent queries)."""
         kwargs: dict[str, Any] = {"query": sql, "parameters": params}
         if partition_key is None:
             kwargs["enable_cross_partition_query"] = True
         else:
             kwargs["partition_key"] = partition_key
         try:
-            return list(self._c[container].query_items(**kwargs))
+            with self._query_lock:
+                return list(self._c[container].query_items(**kwargs))
         except cosmos_errors.CosmosHttpResponseError as exc:
             raise _translate(exc) from exc
 
