@@ -3,13 +3,11 @@ input errors that name the field."""
 
 from __future__ import annotations
 
-import importlib.util
 import math
-import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
+from benchmark_modules import load_benchmark
 
 from agent_learning.evaluation import (
     IPS,
@@ -23,12 +21,7 @@ from agent_learning.evaluation import (
     t_quantile,
 )
 
-BENCH = Path(__file__).resolve().parent.parent / "benchmarks" / "evaluation.py"
-_spec = importlib.util.spec_from_file_location("evaluation_benchmark", BENCH)
-assert _spec is not None and _spec.loader is not None
-bench = importlib.util.module_from_spec(_spec)
-sys.modules[_spec.name] = bench  # dataclasses look their module up
-_spec.loader.exec_module(bench)
+bench = load_benchmark("evaluation")
 
 ACTIONS = [0, 1, 1, 2, 0]
 REWARDS = [1.0, 0.0, 1.0, 0.5, 0.0]

@@ -3,26 +3,19 @@ counter it counts with (``tests/support/cosmos_requests.py``) against the server
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import sys
 import uuid
-from pathlib import Path
 from typing import Any
 
 import pytest
 
 pytest.importorskip("azure.cosmos")
 
+from benchmark_modules import load_benchmark
 from cosmos_fixture import CLIENT_KWARGS
 from cosmos_requests import RequestCounter, operation_kind
 
-BENCH = Path(__file__).resolve().parent.parent / "benchmarks" / "scale.py"
-_spec = importlib.util.spec_from_file_location("scale_benchmark", BENCH)
-assert _spec is not None and _spec.loader is not None
-bench = importlib.util.module_from_spec(_spec)
-sys.modules[_spec.name] = bench  # dataclasses look their module up
-_spec.loader.exec_module(bench)
+bench = load_benchmark("scale")
 
 pytestmark = pytest.mark.timeout(300)
 
