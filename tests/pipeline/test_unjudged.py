@@ -278,3 +278,16 @@ def test_judging_later_ignores_the_rule_and_force_rescoring_is_not_sampled(clock
     assert score_episode(episode_id, scorer, sample=False).status == "scored"
     assert score_episode(episode_id, scorer, force=True).status == "scored"  # a re-score judges, whatever the rule
     assert store.list_unjudged(AGENT) == []
+
+
+def test_a_duplicate_message_without_the_episode_costs_one_read(store: Store, clock: ManualClock) -> None:
+    """The message's agent locates the score slot: a redelivered copy is answered from it
+    without reading the episode (before, the episode was read first, for its agent)."""
+    scorer = scorer_for(store, clock, "*=all")
+    (episode_id,) = add_episodes(store, 1)
+    bare = json.dumps({"type": "score_request", "episode_id": episode_id, "agent_id": AGENT})
+    assert score_message(bare, scorer).status == "scored"
+    counted = CountingStore(store)
+    scorer.store = counted
+    assert score_message(bare, scorer).status == "duplicate"
+    assert dict(counted.calls) == {"get_score": 1}

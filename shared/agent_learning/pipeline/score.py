@@ -116,7 +116,7 @@ def score_message(body: bytes | str, scorer: Scorer, *, delivery_count: int = 1,
     if request.episode is not None and request.episode.get("id") != request.episode_id:
         return ScoreOutcome("dead_letter", request.episode_id, "InvalidMessage",
                             "invalid score_request: episode.id: does not match episode_id")
-    return score_episode(request.episode_id, scorer, episode=request.episode, force=force)
+    return score_episode(request.episode_id, scorer, episode=request.episode, agent_id=request.agent_id, force=force)
 
 
 def score_episode(
@@ -124,11 +124,16 @@ def score_episode(
     scorer: Scorer,
     *,
     episode: Mapping[str, Any] | None = None,
+    agent_id: str | None = None,
     check_existing: bool = True,
     force: bool = False,
     sample: bool = True,
 ) -> ScoreOutcome:
     """Score one episode (``episode`` is its document if the caller has it; else it is read).
+
+    ``agent_id`` (the message's, when it names one) locates the score slot without reading the
+    episode first, so a duplicate of a message without the episode costs one read; the stored
+    score always takes the agent of the episode itself.
 
     ``check_existing`` looks for a stored score first (a duplicate is not judged again);
     ``force`` judges and overwrites it (re-scoring). With ``sample`` (and without ``force``) the
@@ -142,7 +147,7 @@ def score_episode(
     the written score then says ``feedback_pending`` and the feedback is reconciled here.
     """
     with span(SPAN_SCORE, {"episode_id": episode_id}) as sp:
-        outcome = _score_episode(episode_id, scorer, episode, check_existing, force, sample)
+        outcome = _score_episode(episode_id, scorer, episode, agent_id, check_existing, force, sample)
         sp.set_attribute("outcome", outcome.status)
         if outcome.reason:
             sp.set_attribute("reason", outcome.reason)
@@ -158,11 +163,22 @@ def score_episode(
 
 
 def _score_episode(
-    episode_id: str, scorer: Scorer, episode: Mapping[str, Any] | None, check_existing: bool, force: bool, sample: bool
+    episode_id: str,
+    scorer: Scorer,
+    episode: Mapping[str, Any] | None,
+    agent_id: str | None,
+    check_existing: bool,
+    force: bool,
+    sample: bool,
 ) -> ScoreOutcome:
     store = scorer.store
-    raw = dict(episode) if episode is not None else store.get_episode(episode_id)  # its agent keys the score slot
-    agent_id = raw.get("agent_id") if raw is not None else None
+    raw = dict(episode) if episode is not None else None
+    read = raw is not None or agent_id is None
+    if raw is not None:
+        agent_id = raw.get("agent_id")
+    elif agent_id is None:  # its agent keys the score slot: read the episode to learn it
+        raw = store.get_episode(episode_id)
+        agent_id = raw.get("agent_id") if raw is not None else None
     if (check_existing or force) and isinstance(agent_id, str):
         existing = store.get_score(episode_id, agent_id)
         if taken := _slot_taken(episode_id, existing):
@@ -171,6 +187,8 @@ def _score_episode(
             if existing.get("feedback_pending"):  # a crash may have come between the score and its feedback
                 reconcile(store, episode_id, agent_id, clock=scorer.clock)
             return ScoreOutcome("duplicate", episode_id, "AlreadyScored")
+    if not read:
+        raw = store.get_episode(episode_id)
     if raw is None:
         return ScoreOutcome(
             "dead_letter",
