@@ -363,6 +363,18 @@ function keyMatches(collectionData, doc, values) {
  * definition is neither.
  */
 function effectivePartitionKey(definition, doc) {
+  // A document's key never changes and a write stores a new object, so each
+  // object's hash is computed once: scoped scans stay cheap on big containers.
+  const cached = epkCache.get(doc);
+  if (cached && cached.definition === definition) return cached.epk;
+  const epk = computeEffectivePartitionKey(definition, doc);
+  epkCache.set(doc, { definition, epk });
+  return epk;
+}
+
+const epkCache = new WeakMap();
+
+function computeEffectivePartitionKey(definition, doc) {
   const values = partitionValues(definition, doc);
   if (isHierarchical(definition)) return values.map(effectivePartitionKeyV2).join("");
   if ((definition.kind || "Hash") !== "Hash" || definition.version !== 2 || values.length !== 1) return null;
