@@ -12,6 +12,7 @@ from agent_learning.learner import (
     Evidence,
     LearnerConfig,
     Reinforce,
+    best_evidenced,
     entropy,
     kl_divergence,
     softmax,
@@ -98,6 +99,7 @@ def test_natural_gradient_step_moves_logits_by_advantage() -> None:
         direction="natural",
         reference_batch=None,
         max_logit_gap=None,
+        odds_cap=None,  # the step alone: two noiseless episodes per action are strong evidence
     )
     new = Reinforce(cfg).update(theta, batch).logits
     # advantages per action: +0.5, 0, −0.5 → step 0.1 × (per-action IPS mean) = 0.1 × A × 1/3 / (1/3)
@@ -109,6 +111,7 @@ def test_evidence_direction_is_the_per_action_z_statistic() -> None:
     k = 3
     batch = Batch.from_arrays([0, 0, 1, 1, 1, 1, 1, 1], [1.0, 1.0] + [0.0] * 6, [1 / 3] * 8, k)
     base = dict(learning_rate=0.1, normalize_advantages=False, entropy_coef=0.0, max_kl=None, reference_batch=None)
+    base["odds_cap"] = None
     new = Reinforce(LearnerConfig(**base, evidence_prior=2.0)).update(np.zeros(k), batch).logits
     b = 2 / 8  # baseline: on-policy, every weight 1
     d = np.array([2 * (1 - b) / np.sqrt(4), 6 * (0 - b) / np.sqrt(8), 0.0])
@@ -210,7 +213,7 @@ def test_an_unusable_learner_state_restarts_the_evidence_and_says_so(state: dict
 
 def test_evidence_bound_lifts_actions_only_as_far_as_the_evidence_allows() -> None:
     """θ_a ≥ θ_L − (g₀ + κ·max(z_a, 0)) with z_a computed from shrunk means and variances."""
-    cfg = LearnerConfig(gap_per_evidence=2.0, gap_slack=0.5, evidence_prior=1.0)
+    cfg = LearnerConfig(gap_per_evidence=2.0, gap_slack=0.5, evidence_prior=1.0, odds_cap=None)
     n = np.array([200.0, 4.0, 300.0, 0.0])
     mean = np.array([0.75, 0.6, 0.3, 0.0])
     var = np.array([0.04, 0.09, 0.01, 0.0])
@@ -231,9 +234,9 @@ def test_evidence_bound_lifts_actions_only_as_far_as_the_evidence_allows() -> No
     assert int(np.argmax(new)) == 0
 
 
-def test_evidence_bound_never_lowers_an_action_or_changes_the_leader() -> None:
+def test_the_evidence_floor_never_lowers_an_action_or_changes_the_leader() -> None:
     rng = np.random.default_rng(8)
-    learner = Reinforce()
+    learner = Reinforce(LearnerConfig(odds_cap=None))
     for _ in range(200):
         k = int(rng.integers(2, 9))
         n = rng.integers(0, 50, k).astype(float)
@@ -274,7 +277,7 @@ def test_step_and_trust_region_scale_with_the_batch_size() -> None:
     """Ten times the episodes with the same statistics move the policy ten times as far."""
     small = Batch.from_arrays([0, 1] * 25, [1.0, 0.0] * 25, [0.5] * 50, 2)
     large = Batch.from_arrays([0, 1] * 250, [1.0, 0.0] * 250, [0.5] * 500, 2)
-    base = dict(learning_rate=0.01, max_kl=None, entropy_coef=0.0, direction="natural")
+    base = dict(learning_rate=0.01, max_kl=None, entropy_coef=0.0, direction="natural", odds_cap=None)
     cfg = LearnerConfig(**base, reference_batch=50)
     step_small = Reinforce(cfg).update(np.zeros(2), small).logits
     step_large = Reinforce(cfg).update(np.zeros(2), large).logits
@@ -285,7 +288,7 @@ def test_step_and_trust_region_scale_with_the_batch_size() -> None:
     )
     # The evidence direction is a z-statistic, which already grows like √N: the step scales by
     # √(N/N_ref), so ten times the episodes move the policy ten times as far here too.
-    evidence = LearnerConfig(learning_rate=0.01, max_kl=None, entropy_coef=0.0, evidence_prior=0.0)
+    evidence = LearnerConfig(learning_rate=0.01, max_kl=None, entropy_coef=0.0, evidence_prior=0.0, odds_cap=None)
     e_small = Reinforce(evidence).update(np.zeros(2), small).logits
     e_large = Reinforce(evidence).update(np.zeros(2), large).logits
     assert e_large[0] - e_large[1] == pytest.approx(10 * (e_small[0] - e_small[1]), rel=1e-6)
@@ -295,7 +298,8 @@ def test_trust_region_bounds_kl() -> None:
     rng = np.random.default_rng(5)
     batch = random_batch(rng, 4, 50)
     for max_kl in (0.01, 0.05, 0.2):
-        upd = Reinforce(LearnerConfig(learning_rate=50.0, max_kl=max_kl)).update(np.zeros(4), batch)
+        # The trust region bounds the step; the odds cap then moves the policy as far as the evidence says.
+        upd = Reinforce(LearnerConfig(learning_rate=50.0, max_kl=max_kl, odds_cap=None)).update(np.zeros(4), batch)
         assert upd.metrics["kl"] <= max_kl
         assert upd.metrics["step_scale"] < 50.0
         assert upd.metrics["kl"] == pytest.approx(kl_divergence(softmax(np.zeros(4)), softmax(upd.logits)))
@@ -497,3 +501,53 @@ def test_the_policy_is_never_much_surer_than_its_evidence(k: int, seed: int, cal
     leader = int(np.argmax(update.logits))
     ratio = np.exp(update.logits - update.logits[leader])
     assert np.all(ratio >= thompson_floor(ev, leader, cfg) * (1 - 1e-6))  # rounding of the centred logits
+
+
+def posterior_odds(ev: Evidence, best: int, cfg: LearnerConfig) -> np.ndarray:
+    """e^d·Φ(−z_a)/Φ(z_a): the most π(a)/π(E) the odds cap allows, z_a the evidence against a."""
+    from math import erfc, sqrt
+
+    z = np.maximum(ev.z_against(best, cfg.evidence_prior), 0.0)
+    assert cfg.odds_cap is not None
+    return np.exp(cfg.odds_cap) * np.array([erfc(x / sqrt(2)) / erfc(-x / sqrt(2)) for x in z])
+
+
+def test_strong_evidence_makes_the_best_evidenced_action_lead() -> None:
+    """Logits that still favour action 0 after a noisy start, evidence (30 episodes each) that
+    action 2 is better: the cap puts 2 in the lead, every other action at most at its posterior
+    odds of beating 2; without the cap the floor alone leaves action 0 leading."""
+    ev = Evidence(np.array([30.0, 30.0, 30.0]), np.array([18.0, 15.0, 21.0]), np.array([12.9, 9.6, 16.8]))
+    logits = np.array([2.0, 0.0, -2.0])
+    capped, _ = Reinforce().bound_by_evidence(logits, ev)
+    assert int(np.argmax(capped)) == 2
+    ratio = np.exp(capped - capped[2])
+    assert np.all(ratio <= posterior_odds(ev, 2, LearnerConfig()) * (1 + 1e-9))
+    uncapped, _ = Reinforce(LearnerConfig(odds_cap=None)).bound_by_evidence(logits, ev)
+    assert int(np.argmax(uncapped)) == 0
+
+
+@given(st.integers(2, 8), st.integers(0, 2**32 - 1), st.sampled_from([0.0, 0.5, 2.0]))
+@settings(max_examples=150, deadline=None)
+def test_the_policy_is_never_much_less_sure_than_its_evidence(k: int, seed: int, odds_cap: float) -> None:
+    """After any update, for the action E the evidence puts first and every action a whose evidence
+    against it is z_a ≤ 3: π(a)/π(E) ≤ e^d·Φ(−z_a)/Φ(z_a) (beyond z = 3 the floor and
+    max_logit_gap may bind first)."""
+    rng = np.random.default_rng(seed)
+    cfg = LearnerConfig(odds_cap=odds_cap)
+    n = rng.integers(0, 400, k).astype(float)
+    means = rng.random(k)
+    state = Evidence(n, n * means, n * (means**2 + rng.random(k) * 0.05)).to_state()
+    theta = rng.normal(scale=5.0, size=k)
+    size = int(rng.integers(1, 200))
+    actions = rng.integers(0, k, size)
+    rewards = np.clip(rng.normal(means[actions], 0.2), -1, 1)
+    update = Reinforce(cfg).update(theta, Batch.from_arrays(actions, rewards, rng.uniform(0.05, 1, size), k),
+                                   state=state)
+    ev, _ = Evidence.from_state(update.state, k)
+    shrunk = ev.shrunk(cfg.evidence_prior)
+    assert shrunk is not None
+    best = best_evidenced(shrunk[0], update.logits)
+    z_best = ev.z_against(best, cfg.evidence_prior)
+    ratio = np.exp(update.logits - update.logits[best])
+    weak = z_best <= 3
+    assert np.all(ratio[weak] <= posterior_odds(ev, best, cfg)[weak] * (1 + 1e-6))

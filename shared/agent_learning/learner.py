@@ -95,9 +95,25 @@ beats L, normalised over the actions that share that chance (with many weakly-ev
 actions their pairwise chances sum past 1, while the chance that any one of them is the best
 shrinks). The half-life lets
 old evidence fade, so an action not tried for a while is tried again when the world may have
-changed. The bound moves logits only upwards, never changes which action leads, and uses no
-information the batches did not hold; it is a constraint on the REINFORCE step, not a
-replacement for it (with κ → ∞ the learner is the memoryless one above).
+changed.
+
+The bound has an upper side, the odds cap, d = ``odds_cap``. With E the action whose shrunk
+mean reward is highest (among equals the highest logit) and z_a the evidence that a is worse
+than E ::
+
+    θ_a ≤ θ_E + d + ln Φ(−z_a⁺) − ln Φ(z_a⁺)        (a ≠ E; never below θ_E − max_logit_gap)
+
+i.e. π(a)/π(E) ≤ e^d·Φ(−z_a)/Φ(z_a), the posterior odds that a beats E: never much less sure
+than the evidence. The step moves a logit by about the same amount per episode whatever the
+evidence so far, so its log-odds grow like the number of episodes n where the evidence's grow
+like √n: early on, when a few batches already say a lot, the step lags behind what they say
+(Thompson sampling does not), and later it runs ahead, which the floor then bounds. The cap is
+applied first and the floor second, so the floor stays the guarantee. Together: the floor only
+raises logits and never changes the leader; the cap only lowers them, and puts E in the lead
+(z ≥ 0 for every other action, so with d = 0 nothing stays above θ_E). Neither uses information
+the batches did not hold; they constrain the REINFORCE step, they do not replace it (with
+κ → ∞ and no cap the learner is the memoryless one above). The trust region bounds the step;
+the bounds then move the policy as far as the evidence says.
 
 The logits are finally centred and clipped to ±``logit_bound`` so that they stay finite and
 the policy document stays readable.
@@ -169,6 +185,10 @@ class LearnerConfig:
     """c: no action trails the leader by more than c − ln Φ(−z_a) + ln(1 + Σ_b Φ(−z_b)), so that
     π(a)/π(L) ≥ e^(−c)·Φ(−z_a)/(1 + Σ_b Φ(−z_b)):
     never much surer than the evidence (None: the linear bound alone)."""
+    odds_cap: float | None = 0.0
+    """d: no action's probability relative to the action with the best evidence E exceeds e^d times
+    the posterior odds that it beats E, Φ(−z)/Φ(z): never much less sure than the evidence
+    (None: no cap)."""
     evidence_half_life: float | None = 3000.0
     """H: episodes after which the learner state's evidence counts half (None: it never fades)."""
     logit_bound: float = 20.0
@@ -197,6 +217,7 @@ class LearnerConfig:
             "gap_per_evidence": self.gap_per_evidence is None or self.gap_per_evidence > 0,
             "gap_slack": self.gap_slack >= 0,
             "calibration": self.calibration is None or self.calibration >= 0,
+            "odds_cap": self.odds_cap is None or self.odds_cap >= 0,
             "evidence_half_life": self.evidence_half_life is None or self.evidence_half_life > 0,
             "logit_bound": self.logit_bound > 0,
             "baseline_prior": self.baseline_prior >= 0,
@@ -323,20 +344,23 @@ class Evidence:
         pooled = self.pooled()
         return 1.0 if pooled is None else float(np.sqrt(pooled[1]))
 
-    def z_against(self, leader: int, prior: float) -> Array:
-        """z_a: the evidence that each action's mean reward is below the leader's."""
+    def shrunk(self, prior: float) -> tuple[Array, Array, Array] | None:
+        """Per action the mean and variance shrunk towards the pooled ones by ``prior``
+        pseudo-episodes, and the count plus that prior (None if empty)."""
         n = self.count
         pooled = self.pooled()
         if pooled is None:
-            return np.zeros_like(n)
+            return None
         pooled_mean, pooled_var = pooled
         safe = np.maximum(n, 1e-12)
         own_var = np.where(n > 0, np.maximum(self.reward_sq_sum / safe - (self.reward_sum / safe) ** 2, 0.0), 0.0)
         c = max(prior, 1e-6)  # at least a trace of the prior: an action never tried has finite z
-        mean = (self.reward_sum + c * pooled_mean) / (n + c)
-        var = (n * own_var + c * pooled_var) / (n + c)
-        se = np.sqrt(var[leader] / (n[leader] + c) + var / (n + c))
-        return np.where(se > 0, (mean[leader] - mean) / np.maximum(se, 1e-12), 0.0)
+        return (self.reward_sum + c * pooled_mean) / (n + c), (n * own_var + c * pooled_var) / (n + c), n + c
+
+    def z_against(self, leader: int, prior: float) -> Array:
+        """z_a: the evidence that each action's mean reward is below the leader's."""
+        shrunk = self.shrunk(prior)
+        return np.zeros_like(self.count) if shrunk is None else z_statistics(shrunk, leader)
 
 
 def advantages(
@@ -384,6 +408,66 @@ def evidence_floor(
         others = float(np.exp(np.delete(log_beats, leader)).sum()) if normalise else 0.0
         gap = np.minimum(gap, cfg.calibration - log_beats + math.log1p(others))
     return logits[leader] - gap
+
+
+def bound_logits(
+    cfg: LearnerConfig,
+    logits: Array,
+    evidence: Evidence,
+    slack: float | None = None,
+    *,
+    normalise: bool = True,
+    cap: bool = True,
+) -> tuple[Array, int]:
+    """``logits`` lowered to the odds cap (unless ``cap`` is False), then raised to the evidence
+    floor (``slack`` and ``normalise`` as in :func:`evidence_floor`); and how many were raised."""
+    new = logits.copy()
+    ceiling = evidence_cap(cfg, new, evidence) if cap else None
+    if ceiling is not None:
+        np.minimum(new, ceiling, out=new)
+    floor = evidence_floor(cfg, new, evidence, slack, normalise=normalise)
+    raised = int((new < floor).sum())
+    np.maximum(new, floor, out=new)
+    return new, raised
+
+
+def evidence_cap(cfg: LearnerConfig, logits: Array, evidence: Evidence) -> Array | None:
+    """θ_E + d + ln Φ(−z_a⁺) − ln Φ(z_a⁺): the highest logit each action may have (module
+    docstring: Evidence bound), E the action whose mean reward the evidence puts highest (the
+    leader when it is as good), z_a the evidence that a is worse than E; None without a cap or
+    evidence. E's own logit is not capped."""
+    if cfg.odds_cap is None or (shrunk := evidence.shrunk(cfg.evidence_prior)) is None:
+        return None
+    best = best_evidenced(shrunk[0], logits)
+    cap = logits[best] + cfg.odds_cap + log_posterior_odds(z_statistics(shrunk, best))
+    # Never below max_logit_gap under E (so the policy can still recover), nor beyond the logit range.
+    gap = cfg.max_logit_gap if cfg.max_logit_gap is not None else 2 * cfg.logit_bound
+    cap = np.maximum(cap, logits[best] - gap)
+    cap[best] = np.inf
+    return cap
+
+
+def z_statistics(shrunk: tuple[Array, Array, Array], leader: int) -> Array:
+    """(m_L − m_a) / √(v_L/n_L + v_a/n_a) from :meth:`Evidence.shrunk`'s means, variances, counts."""
+    mean, var, n = shrunk
+    se = np.sqrt(var[leader] / n[leader] + var / n)
+    return np.where(se > 0, (mean[leader] - mean) / np.maximum(se, 1e-12), 0.0)
+
+
+def log_posterior_odds(z: Array) -> Array:
+    """ln Φ(−z⁺) − ln Φ(z⁺): the log-odds that an action whose evidence against it is z beats
+    the other action (z ≤ 0 counts as 0, even odds); floored at ln 1e−300."""
+    out = np.empty(len(z))
+    for i, x in enumerate(z):
+        x = max(float(x), 0.0) / math.sqrt(2.0)
+        out[i] = math.log(max(0.5 * math.erfc(x), 1e-300)) - math.log(0.5 * math.erfc(-x))
+    return out
+
+
+def best_evidenced(means: Array, logits: Array) -> int:
+    """E: the action with the highest (shrunk) mean reward; among equals, the highest logit."""
+    top = np.flatnonzero(means >= means.max())
+    return int(top[np.argmax(logits[top])])
 
 
 def log_thompson(z: Array) -> Array:
@@ -527,12 +611,10 @@ class Reinforce:
         return Update(new, metrics, new_state)
 
     def bound_by_evidence(self, logits: Array, evidence: Evidence) -> tuple[Array, int]:
-        """Raise every logit to at least θ_L − (g₀ + κ·max(z_a, 0)) (module docstring: Evidence
-        bound); returns the new centred logits and how many were raised."""
+        """Lower every logit to at most the odds cap, then raise it to at least θ_L − gap_a
+        (module docstring: Evidence bound); returns the new centred logits and how many were raised."""
         cfg = self.config
-        floor = evidence_floor(cfg, logits, evidence)
-        raised = int((logits < floor).sum())
-        new = np.maximum(logits, floor)
+        new, raised = bound_logits(cfg, logits, evidence)
         new -= new.mean()
         np.clip(new, -cfg.logit_bound, cfg.logit_bound, out=new)
         return new, raised
