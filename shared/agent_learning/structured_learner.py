@@ -66,11 +66,15 @@ calibration without its normalisation over actions), moving δ only.
 A numeric feature's episodes fall in two halves, below and above its centre (``halves`` in the
 state); at x̃ = ±1 the logits θ ± β_j are bounded by the evidence of that half, moving β_j only.
 So no dimension, no segment and no side of a numeric feature is much surer than its evidence,
-nor, by the odds cap, much less sure. The cap bounds the logits some requests are drawn from
-with the evidence of exactly those requests: θ of a policy without context features, each
-segment's θ + δ, each half's θ ± β. With context features θ keeps the floor only: its pooled
-evidence mixes contexts that prefer different values (capped, the numeric row of
-``benchmarks/learning.py`` went from 0.97× to 1.17× per-bin Thompson).
+nor, in a one-dimension policy, by the odds cap much less sure. The cap bounds the logits some
+requests are drawn from with the evidence of exactly those requests: θ of a policy without
+context features, each segment's θ + δ, each half's θ ± β. With context features θ keeps the
+floor only: its pooled evidence mixes contexts that prefer different values (capped, the
+numeric row of ``benchmarks/learning.py`` went from 0.97× to 1.17× per-bin Thompson). With
+several dimensions there is no cap: a value's mean reward in the evidence mixes the other
+dimensions' choices, which move as the policy learns (capped, the demo's two-dimension agent
+became sure of the second-best retrieval depth in one segment, whose early episodes had drawn
+the deeper one with the wrong prompts).
 
 One dimension without context or exclusions gives exactly the flat learner's update
 (:class:`agent_learning.learner.Reinforce`); a test checks it.
@@ -673,13 +677,16 @@ class StructuredReinforce:
         for θ and per dimension and segment for θ + δ (module docstring); returns how many."""
         cfg = self.config
         raised = 0
-        # With context features θ is no context's logits (its pooled evidence mixes contexts that
-        # prefer different values): only the floor bounds it.
+        # The odds cap reads the evidence's means as each value's mean reward. With several
+        # dimensions a value's mean mixes the other dimensions' choices, which move as the policy
+        # learns; with context features θ is no context's logits (its pooled evidence mixes
+        # contexts that prefer different values). There, only the floor bounds the logits.
+        single = len(model.slices) == 1
         contextual = bool(params.offsets or params.weights.size)
         variances = []  # per dimension: its pooled reward variance, the spread of a cell's evidence
         for sl in model.slices:
             sub = Evidence(evidence.count[sl], evidence.reward_sum[sl], evidence.reward_sq_sum[sl])
-            params.theta[sl], count = bound_logits(cfg, params.theta[sl], sub, cap=not contextual)
+            params.theta[sl], count = bound_logits(cfg, params.theta[sl], sub, cap=single and not contextual)
             raised += count
             pooled = sub.pooled()
             variances.append(None if pooled is None else pooled[1])
@@ -696,7 +703,7 @@ class StructuredReinforce:
                 mean = total[sl] / np.maximum(count[sl], 1e-12)
                 cell = Evidence(count[sl], total[sl], count[sl] * (var + mean**2))
                 logits = params.theta[sl] + scale * row[sl]
-                bounded, count_raised = bound_logits(cfg, logits, cell, slack, normalise=False)
+                bounded, count_raised = bound_logits(cfg, logits, cell, slack, normalise=False, cap=single)
                 raised += count_raised
                 row[sl] += (bounded - logits) / scale
         centred = centre(params, model)
