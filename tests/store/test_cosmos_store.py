@@ -125,7 +125,9 @@ def test_training_cursors_read_the_current_documents_in_pages(
     with counter.counting() as calls:
         cursors = store.training_cursors()
     assert [c.agent_id for c in cursors] == [f"agent-{i}" for i in range(5)]
-    assert [(r.operation, r.container, r.scope) for r in calls.requests] == [("query", "policies", None)] * 3
+    # Document requests only: the SDK may refresh its account metadata at any moment (every 5 minutes).
+    documents = [(r.operation, r.container, r.scope) for r in calls.requests if r.container is not None]
+    assert documents == [("query", "policies", None)] * 3
 
 
 def test_a_training_run_costs_six_requests_with_new_scores_and_three_without(
