@@ -12,6 +12,7 @@ from agent_learning.learner import (
     Evidence,
     LearnerConfig,
     Reinforce,
+    Update,
     best_evidenced,
     entropy,
     kl_divergence,
@@ -475,6 +476,22 @@ def test_weak_evidence_never_pushes_an_action_far_below_the_leader() -> None:
             assert ratio >= thompson_floor(ev, 0, cfg)[1] * (1 - 1e-9) and ratio > 3e-3
 
 
+def random_update(cfg: LearnerConfig, k: int, seed: int) -> tuple[Update, Evidence]:
+    """One update from random logits and a random learner state on a random batch, and the
+    evidence of the state it returns."""
+    rng = np.random.default_rng(seed)
+    n = rng.integers(0, 400, k).astype(float)
+    means = rng.random(k)
+    state = Evidence(n, n * means, n * (means**2 + rng.random(k) * 0.05)).to_state()
+    theta = rng.normal(scale=5.0, size=k)
+    size = int(rng.integers(1, 200))
+    actions = rng.integers(0, k, size)
+    rewards = np.clip(rng.normal(means[actions], 0.2), -1, 1)
+    batch = Batch.from_arrays(actions, rewards, rng.uniform(0.05, 1, size), k)
+    update = Reinforce(cfg).update(theta, batch, state=state)
+    return update, Evidence.from_state(update.state, k)[0]
+
+
 @given(
     st.integers(2, 8),
     st.integers(0, 2**32 - 1),
@@ -486,18 +503,8 @@ def test_the_policy_is_never_much_surer_than_its_evidence(k: int, seed: int, cal
     """For every action a and the leader L after any update: softmax(θ)_a / softmax(θ)_L ≥
     e^(−c)·Φ(−z_a) / (1 + Σ_{b≠L} Φ(−z_b)), z the evidence against each action in the state the
     update returns."""
-    rng = np.random.default_rng(seed)
     cfg = LearnerConfig(calibration=calibration)
-    n = rng.integers(0, 400, k).astype(float)
-    means = rng.random(k)
-    state = Evidence(n, n * means, n * (means**2 + rng.random(k) * 0.05)).to_state()
-    theta = rng.normal(scale=5.0, size=k)
-    size = int(rng.integers(1, 200))
-    actions = rng.integers(0, k, size)
-    rewards = np.clip(rng.normal(means[actions], 0.2), -1, 1)
-    update = Reinforce(cfg).update(theta, Batch.from_arrays(actions, rewards, rng.uniform(0.05, 1, size), k),
-                                   state=state)
-    ev, _ = Evidence.from_state(update.state, k)
+    update, ev = random_update(cfg, k, seed)
     leader = int(np.argmax(update.logits))
     ratio = np.exp(update.logits - update.logits[leader])
     assert np.all(ratio >= thompson_floor(ev, leader, cfg) * (1 - 1e-6))  # rounding of the centred logits
@@ -532,18 +539,8 @@ def test_the_policy_is_never_much_less_sure_than_its_evidence(k: int, seed: int,
     """After any update, for the action E the evidence puts first and every action a whose evidence
     against it is z_a ≤ 3: π(a)/π(E) ≤ e^d·Φ(−z_a)/Φ(z_a) (beyond z = 3 the floor and
     max_logit_gap may bind first)."""
-    rng = np.random.default_rng(seed)
     cfg = LearnerConfig(odds_cap=odds_cap)
-    n = rng.integers(0, 400, k).astype(float)
-    means = rng.random(k)
-    state = Evidence(n, n * means, n * (means**2 + rng.random(k) * 0.05)).to_state()
-    theta = rng.normal(scale=5.0, size=k)
-    size = int(rng.integers(1, 200))
-    actions = rng.integers(0, k, size)
-    rewards = np.clip(rng.normal(means[actions], 0.2), -1, 1)
-    update = Reinforce(cfg).update(theta, Batch.from_arrays(actions, rewards, rng.uniform(0.05, 1, size), k),
-                                   state=state)
-    ev, _ = Evidence.from_state(update.state, k)
+    update, ev = random_update(cfg, k, seed)
     shrunk = ev.shrunk(cfg.evidence_prior)
     assert shrunk is not None
     best = best_evidenced(shrunk[0], update.logits)
