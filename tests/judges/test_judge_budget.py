@@ -129,17 +129,11 @@ def test_prompt_estimates_start_at_four_characters_a_token_and_learn_the_ratio()
 
 pytest.importorskip("azure.ai.evaluation")
 
+from support.judge_limits import fast_limits  # noqa: E402
+
 from agent_learning.judges.evaluators import EvaluatorJudge, JudgeLimits, JudgeModel, JudgeTokens  # noqa: E402
 
-FAST = JudgeLimits(
-    attempt_timeout=1.0,
-    evaluator_deadline=3.0,
-    episode_deadline=4.0,
-    max_attempts=2,
-    backoff_base=0.05,
-    backoff_max=0.2,
-    retry_after_cap=0.5,
-)
+FAST = fast_limits(max_attempts=2)
 
 
 def episode(i: int) -> Episode:

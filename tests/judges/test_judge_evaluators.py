@@ -16,10 +16,12 @@ import pytest
 
 pytest.importorskip("azure.ai.evaluation")
 
+from support.judge_limits import fast_limits
+
 from agent_learning.clock import ManualClock
 from agent_learning.documents import Episode, Step
 from agent_learning.errors import PermanentError, TransientError
-from agent_learning.judges.evaluators import EvaluatorJudge, JudgeLimits, JudgeModel
+from agent_learning.judges.evaluators import EvaluatorJudge, JudgeModel
 from agent_learning.learner import Reinforce
 from agent_learning.local import LocalPipeline
 from agent_learning.pipeline import create_policy
@@ -30,15 +32,7 @@ from agent_learning.store.sqlite import SQLiteStore
 
 pytestmark = pytest.mark.timeout(120)
 
-FAST = JudgeLimits(
-    attempt_timeout=1.0,
-    evaluator_deadline=3.0,
-    episode_deadline=4.0,
-    max_attempts=3,
-    backoff_base=0.05,
-    backoff_max=0.2,
-    retry_after_cap=0.5,
-)
+FAST = fast_limits(max_attempts=3)
 SLACK = 1.0  # scheduling and client start-up on top of the configured bound
 
 
