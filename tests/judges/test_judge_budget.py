@@ -7,7 +7,6 @@ from __future__ import annotations
 import itertools
 import math
 import random
-from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
@@ -129,6 +128,7 @@ def test_prompt_estimates_start_at_four_characters_a_token_and_learn_the_ratio()
 
 pytest.importorskip("azure.ai.evaluation")
 
+from support.factories import make_episode  # noqa: E402
 from support.judge_limits import fast_limits  # noqa: E402
 
 from agent_learning.judges.evaluators import EvaluatorJudge, JudgeLimits, JudgeModel, JudgeTokens  # noqa: E402
@@ -137,18 +137,15 @@ FAST = fast_limits(max_attempts=2)
 
 
 def episode(i: int) -> Episode:
-    now = datetime(2026, 1, 1, tzinfo=UTC)
-    return Episode(
-        id=f"ep-{i}",
+    return make_episode(
+        f"ep-{i}",
         agent_id="support-bot",
-        policy_version=1,
         action_id="k=3",
         probability=0.25,
-        logprob=math.log(0.25),
         input="How do I reset my password?",
         output=f"Open Settings, choose Security, select Reset password ({i}). [judge:good]",
-        started_at=now,
-        ended_at=now + timedelta(seconds=2),
+        steps=[],
+        metadata={},
     )
 
 
