@@ -15,7 +15,7 @@ from support.factories import make_score
 from agent_learning.client import PolicyClient
 from agent_learning.documents import MAX_CONTEXT_FEATURES, MAX_LEARNED_VALUES, PolicyDocument
 from agent_learning.errors import InvalidDocument
-from agent_learning.learner import Batch, LearnerConfig, Reinforce
+from agent_learning.learner import Batch, Evidence, LearnerConfig, Reinforce
 from agent_learning.pipeline import create_policy, train_agent
 from agent_learning.policy import SoftmaxPolicy, load_policy, policy_probabilities
 from agent_learning.store.base import Store
@@ -309,6 +309,33 @@ def test_the_evidence_bound_keeps_each_segment_no_surer_than_its_evidence() -> N
         return min(prompt.values()) / max(prompt.values())
 
     assert_bound_holds(segment_odds)
+
+
+def test_strong_evidence_makes_each_dimension_lead_with_its_best_evidenced_value() -> None:
+    """Without context, each dimension's logits are capped at the posterior odds of its own
+    evidence: logits that still favour k=1 after a noisy start, 30 episodes per value saying
+    k=10 is better, and k=10 leads. With a context feature the global logits are every
+    context's starting point, not one context's policy: only the floor bounds them."""
+    rows = Rows(np.zeros((1, 2), dtype=np.int64), np.zeros(1), np.full(1, 1 / 12), [False], [None])
+    sums = np.array([15.0, 15.0, 15.0, 15.0, 16.0, 17.0, 22.0])  # prompts alike; k = 1, 3, 5, 10
+    evidence = Evidence(np.full(7, 30.0), sums, sums.copy())  # 0/1 rewards: squares sum as rewards
+
+    def retrieval_logits(doc: PolicyDocument, cfg: LearnerConfig) -> np.ndarray:
+        model, params, _ = prepare(doc, rows)
+        params.theta[:] = [0.0, 0.0, 0.0, 2.0, 0.0, 0.0, -2.0]
+        segments = [[(np.zeros(7), np.zeros(7))] * o.shape[0] for o in params.offsets]
+        StructuredReinforce(cfg).bound_by_evidence(params, model, evidence, segments)
+        return params.theta[3:]
+
+    capped = retrieval_logits(policy().document, LearnerConfig())
+    assert int(np.argmax(capped)) == 3
+    sub = Evidence(evidence.count[3:], evidence.reward_sum[3:], evidence.reward_sq_sum[3:])
+    z = np.maximum(sub.z_against(3, LearnerConfig().evidence_prior), 0.0)
+    odds = np.array([math.erfc(x / math.sqrt(2)) / math.erfc(-x / math.sqrt(2)) for x in z])
+    assert np.all(np.exp(capped - capped[3]) <= odds * (1 + 1e-9))
+    assert int(np.argmax(retrieval_logits(policy().document, LearnerConfig(odds_cap=None)))) == 0
+    contextual = policy(context={"task": "category"}).document
+    assert int(np.argmax(retrieval_logits(contextual, LearnerConfig()))) == 0
 
 
 # --------------------------------------------------------------------------- training end to end

@@ -677,16 +677,19 @@ class StructuredReinforce:
         for θ and per dimension and segment for θ + δ (module docstring); returns how many."""
         cfg = self.config
         raised = 0
-        # The odds cap reads the evidence's means as each value's mean reward. With several
-        # dimensions a value's mean mixes the other dimensions' choices, which move as the policy
-        # learns; with context features θ is no context's logits (its pooled evidence mixes
-        # contexts that prefer different values). There, only the floor bounds the logits.
+        # The odds cap reads the evidence's means as each value's mean reward. With context
+        # features θ is no context's logits (its pooled evidence mixes contexts that prefer
+        # different values): only the floor bounds it. A segment's evidence with several
+        # dimensions mixes the other dimensions' choices in that segment, a few episodes a batch
+        # that move as the policy learns: only the floor bounds those cells too. Without context,
+        # a value's mean mixes the other dimensions' choices across the whole batch, as
+        # per-dimension Thompson sampling's posteriors do; the cap applies there.
         single = len(model.slices) == 1
         contextual = bool(params.offsets or params.weights.size)
         variances = []  # per dimension: its pooled reward variance, the spread of a cell's evidence
         for sl in model.slices:
             sub = Evidence(evidence.count[sl], evidence.reward_sum[sl], evidence.reward_sq_sum[sl])
-            params.theta[sl], count = bound_logits(cfg, params.theta[sl], sub, cap=single and not contextual)
+            params.theta[sl], count = bound_logits(cfg, params.theta[sl], sub, cap=not contextual)
             raised += count
             pooled = sub.pooled()
             variances.append(None if pooled is None else pooled[1])
