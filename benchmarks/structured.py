@@ -17,7 +17,9 @@ Factorized: a configuration has several dimensions; its mean is 0.55 + the sum o
 per dimension value (the best value of each dimension adds 0.05–0.08, the others spread below
 it) + a small interaction of the first two dimensions (±0.02). References: batched Thompson over
 the joint space (every configuration an arm) and independent Thompson per dimension (each
-dimension's value drawn from its own Beta posteriors, all updated with the episode's reward).
+dimension's value drawn from its own Beta posteriors, all updated with the episode's reward);
+and, to price forgetting, per-dimension Thompson whose posteriors fade with the learner's
+evidence half-life.
 
 Every algorithm meets the same luck (common random numbers): episode t's context, and the
 uniform number that decides whether the j-th pull of arm a in a context pays, are drawn from
@@ -385,7 +387,29 @@ class DimensionThompson:
             np.add.at(self.b[d], local[:, d], 1 - rewards)
 
 
-FACTOR_ALGORITHMS: list[Callable[[Sequence[int], Rng], Any]] = [OursFactorized, JointThompson, DimensionThompson]
+class FadingDimensionThompson(DimensionThompson):
+    """Per-dimension Thompson whose posteriors forget as the learner's evidence does: after a batch
+    of N episodes each Beta posterior's counts beyond the prior are scaled by 2^(−N/H), H the
+    learner's ``evidence_half_life``. Not a contender; it prices the learner's forgetting (which
+    is what lets it notice a changed world) on a world that never changes."""
+
+    name = "Thompson (per dimension, batched, forgetting)"
+    half_life = LearnerConfig().evidence_half_life or math.inf
+
+    def update_local(self, local: np.ndarray, rewards: np.ndarray, logged: np.ndarray) -> None:
+        fade = 0.5 ** (len(rewards) / self.half_life)
+        for d in range(len(self.sizes)):
+            self.a[d] = 1.0 + fade * (self.a[d] - 1.0)
+            self.b[d] = 1.0 + fade * (self.b[d] - 1.0)
+        super().update_local(local, rewards, logged)
+
+
+FACTOR_ALGORITHMS: list[Callable[[Sequence[int], Rng], Any]] = [
+    OursFactorized,
+    JointThompson,
+    DimensionThompson,
+    FadingDimensionThompson,
+]
 
 
 def run_factorized(problem: FactorProblem, make: Callable[[Sequence[int], Rng], Any], seed: int) -> tuple[float, bool]:

@@ -1,0 +1,41 @@
+"""The factorized problems of the learning benchmark (``benchmarks/structured.py``) at tiny sizes:
+every algorithm runs, the luck is common, and the forgetting reference forgets as stated."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+from benchmark_modules import load_benchmark
+
+from agent_learning.learner import LearnerConfig
+
+bench = load_benchmark("structured")
+TINY = bench.FactorProblem("2×3 = 6", (2, 3), 300)
+
+
+@pytest.mark.parametrize("make", bench.FACTOR_ALGORITHMS, ids=lambda m: m.name)
+def test_every_factorized_algorithm_runs_and_meets_the_same_luck_again(make: object) -> None:
+    table = TINY.table()
+    worst = float(table.max() - table.min()) * TINY.horizon
+    first, below = bench.run_factorized(TINY, make, seed=4)
+    again, _ = bench.run_factorized(TINY, make, seed=4)
+    assert 0.0 <= first <= worst and isinstance(below, bool)
+    assert again == first
+
+
+def test_the_forgetting_reference_fades_its_posteriors_with_the_learners_half_life() -> None:
+    """Counts beyond the Beta(1, 1) prior shrink by 2^(−N/H) for a batch of N, then the batch adds."""
+    half_life = LearnerConfig().evidence_half_life
+    assert half_life is not None and bench.FadingDimensionThompson.half_life == half_life
+    algo = bench.FadingDimensionThompson((2, 3), np.random.default_rng(0))
+    algo.a[0][:] = [11.0, 3.0]
+    algo.b[0][:] = [5.0, 1.0]
+    local = np.array([[0, 2]] * 50)
+    algo.update_local(local, np.ones(50), np.ones(50))
+    fade = 0.5 ** (50 / half_life)
+    np.testing.assert_allclose(algo.a[0], [1 + 10 * fade + 50, 1 + 2 * fade])
+    np.testing.assert_allclose(algo.b[0], [1 + 4 * fade, 1.0])
+    np.testing.assert_allclose(algo.a[1], [1.0, 1.0, 51.0])
+    assert math.isclose(fade, 2 ** (-1 / 60))
