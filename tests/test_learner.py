@@ -220,7 +220,7 @@ def test_evidence_bound_lifts_actions_only_as_far_as_the_evidence_allows() -> No
     var = np.array([0.04, 0.09, 0.01, 0.0])
     ev = Evidence(n, n * mean, n * (var + mean**2))
     logits = np.array([6.0, -3.0, 0.5, -4.0])
-    new, raised = Reinforce(cfg).bound_by_evidence(logits, ev)
+    new, raised, _ = Reinforce(cfg).bound_by_evidence(logits, ev)
     # z by hand: pooled mean and variance, then c = 1 pseudo-episode of them
     pooled_mean = (n * mean).sum() / n.sum()
     pooled_var = (n * (var + mean**2)).sum() / n.sum() - pooled_mean**2
@@ -244,7 +244,7 @@ def test_the_evidence_floor_never_lowers_an_action_or_changes_the_leader() -> No
         means = rng.random(k)
         ev = Evidence(n, n * means, n * means**2 + n * 0.01)
         logits = rng.normal(scale=4.0, size=k)
-        new, _ = learner.bound_by_evidence(logits, ev)
+        new, _, _ = learner.bound_by_evidence(logits, ev)
         leader = int(np.argmax(logits))
         assert int(np.argmax(new)) == leader
         assert np.all((new - new[leader]) >= (logits - logits[leader]) - 1e-12)
@@ -522,15 +522,17 @@ def posterior_odds(ev: Evidence, best: int, cfg: LearnerConfig) -> np.ndarray:
 def test_strong_evidence_makes_the_best_evidenced_action_lead() -> None:
     """Logits that still favour action 0 after a noisy start, evidence (30 episodes each) that
     action 2 is better: the cap puts 2 in the lead, every other action at most at its posterior
-    odds of beating 2; without the cap the floor alone leaves action 0 leading."""
+    odds of beating 2, and the bound reports what it lowered; without the cap the floor alone
+    leaves action 0 leading and nothing is lowered."""
     ev = Evidence(np.array([30.0, 30.0, 30.0]), np.array([18.0, 15.0, 21.0]), np.array([12.9, 9.6, 16.8]))
     logits = np.array([2.0, 0.0, -2.0])
-    capped, _ = Reinforce().bound_by_evidence(logits, ev)
+    capped, _, lowered = Reinforce().bound_by_evidence(logits, ev)
     assert int(np.argmax(capped)) == 2
     ratio = np.exp(capped - capped[2])
     assert np.all(ratio <= posterior_odds(ev, 2, LearnerConfig()) * (1 + 1e-9))
-    uncapped, _ = Reinforce(LearnerConfig(odds_cap=None)).bound_by_evidence(logits, ev)
+    uncapped, _, none_lowered = Reinforce(LearnerConfig(odds_cap=None)).bound_by_evidence(logits, ev)
     assert int(np.argmax(uncapped)) == 0
+    assert lowered >= 1 and none_lowered == 0
 
 
 @given(st.integers(2, 8), st.integers(0, 2**32 - 1), st.sampled_from([0.0, 0.5, 2.0]))

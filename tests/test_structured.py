@@ -320,22 +320,23 @@ def test_strong_evidence_makes_each_dimension_lead_with_its_best_evidenced_value
     sums = np.array([15.0, 15.0, 15.0, 15.0, 16.0, 17.0, 22.0])  # prompts alike; k = 1, 3, 5, 10
     evidence = Evidence(np.full(7, 30.0), sums, sums.copy())  # 0/1 rewards: squares sum as rewards
 
-    def retrieval_logits(doc: PolicyDocument, cfg: LearnerConfig) -> np.ndarray:
+    def retrieval_logits(doc: PolicyDocument, cfg: LearnerConfig) -> tuple[np.ndarray, int]:
         model, params, _ = prepare(doc, rows)
         params.theta[:] = [0.0, 0.0, 0.0, 2.0, 0.0, 0.0, -2.0]
         segments = [[(np.zeros(7), np.zeros(7))] * o.shape[0] for o in params.offsets]
-        StructuredReinforce(cfg).bound_by_evidence(params, model, evidence, segments)
-        return params.theta[3:]
+        _, lowered = StructuredReinforce(cfg).bound_by_evidence(params, model, evidence, segments)
+        return params.theta[3:], lowered
 
-    capped = retrieval_logits(policy().document, LearnerConfig())
-    assert int(np.argmax(capped)) == 3
+    contextual = policy(context={"task": "category"}).document
+    capped, lowered = retrieval_logits(policy().document, LearnerConfig())
+    assert int(np.argmax(capped)) == 3 and lowered >= 1
     sub = Evidence(evidence.count[3:], evidence.reward_sum[3:], evidence.reward_sq_sum[3:])
     z = np.maximum(sub.z_against(3, LearnerConfig().evidence_prior), 0.0)
     odds = np.array([math.erfc(x / math.sqrt(2)) / math.erfc(-x / math.sqrt(2)) for x in z])
     assert np.all(np.exp(capped - capped[3]) <= odds * (1 + 1e-9))
-    assert int(np.argmax(retrieval_logits(policy().document, LearnerConfig(odds_cap=None)))) == 0
-    contextual = policy(context={"task": "category"}).document
-    assert int(np.argmax(retrieval_logits(contextual, LearnerConfig()))) == 0
+    for doc, cfg in ((policy().document, LearnerConfig(odds_cap=None)), (contextual, LearnerConfig())):
+        floor_only, none_lowered = retrieval_logits(doc, cfg)
+        assert int(np.argmax(floor_only)) == 0 and none_lowered == 0
 
 
 # --------------------------------------------------------------------------- training end to end

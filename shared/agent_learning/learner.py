@@ -418,17 +418,21 @@ def bound_logits(
     *,
     normalise: bool = True,
     cap: bool = True,
-) -> tuple[Array, int]:
+) -> tuple[Array, int, int]:
     """``logits`` lowered to the odds cap (unless ``cap`` is False), then raised to the evidence
-    floor (``slack`` and ``normalise`` as in :func:`evidence_floor`); and how many were raised."""
+    floor (``slack`` and ``normalise`` as in :func:`evidence_floor`); and how many were raised
+    and how many lowered (an action lowered by the cap and raised back by the floor counts once,
+    as raised)."""
     new = logits.copy()
     ceiling = evidence_cap(cfg, new, evidence) if cap else None
+    lowered = np.zeros(len(new), dtype=bool)
     if ceiling is not None:
+        lowered = new > ceiling
         np.minimum(new, ceiling, out=new)
     floor = evidence_floor(cfg, new, evidence, slack, normalise=normalise)
-    raised = int((new < floor).sum())
+    below = new < floor
     np.maximum(new, floor, out=new)
-    return new, raised
+    return new, int(below.sum()), int((lowered & ~below).sum())
 
 
 def evidence_cap(cfg: LearnerConfig, logits: Array, evidence: Evidence) -> Array | None:
@@ -593,9 +597,10 @@ class Reinforce:
         new_state: dict[str, Any] = {}
         if cfg.gap_per_evidence is not None:
             evidence = evidence.add(batch, cfg.evidence_half_life)
-            new, raised = self.bound_by_evidence(new, evidence)
+            new, raised, lowered = self.bound_by_evidence(new, evidence)
             kl = kl_divergence(s_old, softmax(new, temperature))
             base_metrics["raised_by_evidence"] = float(raised)
+            base_metrics["lowered_by_evidence"] = float(lowered)
             new_state = evidence.to_state()
         s_new = softmax(new, temperature)
         metrics = {
@@ -610,14 +615,15 @@ class Reinforce:
         }
         return Update(new, metrics, new_state)
 
-    def bound_by_evidence(self, logits: Array, evidence: Evidence) -> tuple[Array, int]:
+    def bound_by_evidence(self, logits: Array, evidence: Evidence) -> tuple[Array, int, int]:
         """Lower every logit to at most the odds cap, then raise it to at least θ_L − gap_a
-        (module docstring: Evidence bound); returns the new centred logits and how many were raised."""
+        (module docstring: Evidence bound); returns the new centred logits and how many were
+        raised and lowered."""
         cfg = self.config
-        new, raised = bound_logits(cfg, logits, evidence)
+        new, raised, lowered = bound_logits(cfg, logits, evidence)
         new -= new.mean()
         np.clip(new, -cfg.logit_bound, cfg.logit_bound, out=new)
-        return new, raised
+        return new, raised, lowered
 
     def direction(self, logits: Array, batch: Batch, g: Array, adv: Array, temperature: float = 1.0) -> Array:
         """The update direction ``d`` of the module docstring (centred unless ``"plain"``), from

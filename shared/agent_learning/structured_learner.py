@@ -633,8 +633,9 @@ class StructuredReinforce:
             evidence, segments_state = _add_evidence(
                 evidence, segments_state, tallies, model, int(batch.regular.sum()), cfg.evidence_half_life
             )
-            raised = self.bound_by_evidence(new, model, evidence, segments_state)
+            raised, lowered = self.bound_by_evidence(new, model, evidence, segments_state)
             metrics["raised_by_evidence"] = float(raised)
+            metrics["lowered_by_evidence"] = float(lowered)
             kl = _mean_kl(s_old, dimension_softmax(contexts.logits(new), model), model, weights_u)
             new_state = {**evidence.to_state(), **_segment_state_out(segments_state, model)}
         g_new = dimension_softmax(new.theta[None, :], model)[0]
@@ -672,11 +673,12 @@ class StructuredReinforce:
 
     def bound_by_evidence(
         self, params: Params, model: Model, evidence: Evidence, segments: list[list[tuple[Array, Array]]]
-    ) -> int:
-        """Raise logits (in place) to at least the leader's minus the evidence gap, per dimension
-        for θ and per dimension and segment for θ + δ (module docstring); returns how many."""
+    ) -> tuple[int, int]:
+        """Lower logits (in place) to the odds cap where it applies, then raise them to at least the
+        leader's minus the evidence gap, per dimension for θ and per dimension and segment for
+        θ + δ (module docstring); returns how many were raised and how many lowered."""
         cfg = self.config
-        raised = 0
+        raised = lowered = 0
         # The odds cap reads the evidence's means as each value's mean reward. With context
         # features θ is no context's logits (its pooled evidence mixes contexts that prefer
         # different values): only the floor bounds it. A segment's evidence with several
@@ -689,8 +691,9 @@ class StructuredReinforce:
         variances = []  # per dimension: its pooled reward variance, the spread of a cell's evidence
         for sl in model.slices:
             sub = Evidence(evidence.count[sl], evidence.reward_sum[sl], evidence.reward_sq_sum[sl])
-            params.theta[sl], count = bound_logits(cfg, params.theta[sl], sub, cap=not contextual)
-            raised += count
+            params.theta[sl], count_raised, count_lowered = bound_logits(cfg, params.theta[sl], sub, cap=not contextual)
+            raised += count_raised
+            lowered += count_lowered
             pooled = sub.pooled()
             variances.append(None if pooled is None else pooled[1])
         cells = [(offsets[k], segments[f][k], 1.0, cfg.segment_gap_slack)
@@ -706,13 +709,16 @@ class StructuredReinforce:
                 mean = total[sl] / np.maximum(count[sl], 1e-12)
                 cell = Evidence(count[sl], total[sl], count[sl] * (var + mean**2))
                 logits = params.theta[sl] + scale * row[sl]
-                bounded, count_raised = bound_logits(cfg, logits, cell, slack, normalise=False, cap=single)
+                bounded, count_raised, count_lowered = bound_logits(
+                    cfg, logits, cell, slack, normalise=False, cap=single
+                )
                 raised += count_raised
+                lowered += count_lowered
                 row[sl] += (bounded - logits) / scale
         centred = centre(params, model)
         params.theta, params.offsets, params.weights = centred.theta, centred.offsets, centred.weights
         _clip(params, cfg.logit_bound)
-        return raised
+        return raised, lowered
 
 
 def centre(params: Params, model: Model) -> Params:
