@@ -7,6 +7,7 @@ fails and the next tick trains. Nothing is lost, nothing learned twice.
 
 from __future__ import annotations
 
+import asyncio
 import random
 from collections.abc import Iterator
 from typing import Any
@@ -16,11 +17,15 @@ import pytest
 pytest.importorskip("azure.functions")
 pytest.importorskip("azure.cosmos")
 from cosmos_fixture import CLIENT_KWARGS, SteppingClock
+from factories import make_episode
 from faults import AGENT, Agent, FunctionsHost, NetworkCut, account, dead_lettered, start_policy
 from reliability_report import record
 
 from agent_learning.client import PolicyClient
 from agent_learning.clock import ManualClock
+from agent_learning.errors import TransientError
+from agent_learning.learner import Reinforce
+from agent_learning.pipeline import train_safely
 from agent_learning.queue.sqlite import SQLiteQueue
 from agent_learning.store.cosmos import CosmosStore
 
@@ -86,3 +91,31 @@ def test_the_pipeline_rides_out_a_store_outage(
     record("store outage", "cosmos", faults=network.refused, episodes=len(agent.written), lost=books.lost,
            double=len(books.double), kept=len(books.kept))
     assert books.lost == 0 and books.double == set() and books.kept == set() and books.versions == 2
+
+
+def test_a_store_that_cannot_be_reached_is_unavailable_not_failed(
+    direct: CosmosStore, network: NetworkCut, cosmos_server: Any, cosmos_database: Any
+) -> None:
+    """Refused connections are an outage, like throttling: the store raises TransientError from
+    a call, a lazily read iterator and a coroutine, and a training run reports ``unavailable`` (a
+    warning; the next tick trains) rather than ``failed`` (an error with a traceback)."""
+    start_policy(direct, ManualClock())
+    store = through(network, cosmos_server, cosmos_database)
+    network.cut()
+    outcome = train_safely(AGENT, store, Reinforce(), clock=ManualClock())
+    assert outcome.status == "unavailable" and "unreachable" in outcome.reason, outcome
+    with pytest.raises(TransientError, match="unreachable"):
+        store.list_agents()
+    with pytest.raises(TransientError, match="unreachable"):
+        list(store.episode_ids(AGENT))
+
+    async def write_async() -> None:
+        try:
+            await store.add_episode_async(make_episode("ep-outage", agent_id=AGENT))
+        finally:
+            await store.aclose()
+
+    with pytest.raises(TransientError, match="unreachable"):
+        asyncio.run(write_async())
+    network.restore()
+    assert store.list_agents() == [AGENT]

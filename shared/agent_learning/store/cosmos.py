@@ -73,13 +73,16 @@ which :meth:`CosmosStore.read_feedback_changes` reads like the episodes' one.
 
 from __future__ import annotations
 
+import functools
+import inspect
 import logging
 import threading
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 from azure.core import MatchConditions
+from azure.core.exceptions import ServiceRequestError, ServiceResponseError
 from azure.cosmos import ContainerProxy, CosmosClient, DatabaseProxy, PartitionKey
 from azure.cosmos import exceptions as cosmos_errors
 
@@ -188,8 +191,63 @@ PLACEHOLDERS = (MARKER, UNJUDGED)
 """Documents in a score slot that the episode's first score replaces."""
 
 
+UNREACHABLE = (ServiceRequestError, ServiceResponseError, cosmos_errors.CosmosClientTimeoutError)
+"""Cosmos DB not reached at all (a connection refused or dropped, the client's own timeout):
+an outage, transient like a throttled request, whichever call meets it."""
+
+T = TypeVar("T")
+
+
+def _outages_are_transient(cls: type[T]) -> type[T]:
+    """Every public method of ``cls`` (a generator's iteration and a coroutine included) raises
+    :class:`TransientError` for :data:`UNREACHABLE`, so callers classify an outage by the port's
+    error, not by the SDK's."""
+    for name, member in list(vars(cls).items()):
+        if not name.startswith("_") and inspect.isfunction(member):
+            setattr(cls, name, _guarded(member))
+    return cls
+
+
+def _guarded(method: Callable[..., Any]) -> Callable[..., Any]:
+    if inspect.iscoroutinefunction(method):
+
+        @functools.wraps(method)
+        async def wait(*args: Any, **kwargs: Any) -> Any:
+            try:
+                return await method(*args, **kwargs)
+            except UNREACHABLE as exc:
+                raise _unreachable(exc) from exc
+
+        return wait
+    if inspect.isgeneratorfunction(method):
+
+        @functools.wraps(method)
+        def iterate(*args: Any, **kwargs: Any) -> Iterator[Any]:
+            try:
+                yield from method(*args, **kwargs)
+            except UNREACHABLE as exc:
+                raise _unreachable(exc) from exc
+
+        return iterate
+
+    @functools.wraps(method)
+    def call(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return method(*args, **kwargs)
+        except UNREACHABLE as exc:
+            raise _unreachable(exc) from exc
+
+    return call
+
+
+def _unreachable(exc: Exception) -> TransientError:
+    return TransientError(f"Cosmos DB unreachable ({type(exc).__name__}: {exc})")
+
+
+@_outages_are_transient
 class CosmosStore(Store):
-    """The store port on a Cosmos DB (NoSQL) database."""
+    """The store port on a Cosmos DB (NoSQL) database. Throttling, timeouts, server errors and
+    an unreachable account raise :class:`TransientError`."""
 
     def __init__(
         self,
