@@ -472,6 +472,7 @@ def run_tick(wire: Wire, rt: handlers.Runtime, mode: str, agents: int, label: st
         "per_agent": per(m.counts, agents),
         "writes_per_agent": round(m.writes / agents, 3),
         "statuses": dict(Counter(o.status for o in outcomes)),
+        "problems": dict(Counter(f"{o.status}: {o.reason}" for o in outcomes if o.status in ("failed", "unavailable"))),
         "phases": {name: {**c.to_dict(), "cpu_ms_per_agent": round(phase_cpu[name] * 1000 / agents, 3)}
                    for name, c in phases.items()},
     }

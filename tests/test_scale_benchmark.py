@@ -111,6 +111,7 @@ def test_an_idle_agent_costs_the_same_every_tick_and_publishes_nothing(results: 
     for n in (1, 3):
         assert ticks[(n, True)]["statuses"] == {"published": n}
         assert ticks[(n, False)]["statuses"] == {"no_new_scores": n}
+        assert ticks[(n, True)]["problems"] == {} == ticks[(n, False)]["problems"]  # failures name their reason
         idle = ticks[(n, False)]["per_agent"]
         assert "replace docs" not in idle and "upsert docs" not in idle  # no policy, version or run written
     # requests = per-tick part + agents x per-agent part: each idle agent costs the same whole number
