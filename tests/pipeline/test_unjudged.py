@@ -107,8 +107,8 @@ def test_a_fraction_records_the_rest_unjudged_and_they_are_judged_and_learned_on
 
     # Every message again (a redelivery, a replay): the same answers, no judging, nothing rewritten.
     again = {i: score_message(message(i), scorer) for i in ids}
-    assert {i for i, o in again.items() if o.status == "unjudged"} == set(left_out)
-    assert {i for i, o in again.items() if o.status == "duplicate"} == chosen
+    assert {i for i, o in again.items() if o.reason == "AlreadyRecordedUnjudged"} == set(left_out)
+    assert {i for i, o in again.items() if o.status == "duplicate"} == set(ids)
     assert sum(judged_by(scorer).values()) == len(chosen)
     assert store.list_unjudged(AGENT) == records
 
@@ -168,6 +168,8 @@ def test_left_out_messages_complete_and_are_counted(clock: ManualClock, captured
     clock.advance(3600)
     counts = queue.counts()
     assert (counts.active, counts.dead_letter) == (0, 0) and queue.receive(10) == []  # completed, not retried
+    redelivered = [score_message(message(i), scorer) for i in ids]  # a copy of each: recorded once, counted once
+    assert {(o.status, o.reason) for o in redelivered} == {("duplicate", "AlreadyRecordedUnjudged")}
     assert captured.total("agent_learning.episodes.unjudged", agent_id=AGENT, reason="sampled_out") == 4  # type: ignore[attr-defined]
     assert captured.total("agent_learning.episodes.scored") == 0  # type: ignore[attr-defined]
     assert "unjudged" in [s.attributes.get("outcome") for s in captured.spans.get_finished_spans()]  # type: ignore[attr-defined]

@@ -736,8 +736,8 @@ def test_a_score_without_a_marker_is_not_pending_and_put_score_replaces_a_marker
 def test_an_unjudged_record_is_no_score_and_the_first_score_replaces_it_with_a_new_seq(store: Store) -> None:
     first = store.add_score(make_score("ep-0"))
     record = make_unjudged("ep-1")
-    assert store.mark_unjudged(record) is True
-    assert store.mark_unjudged(make_unjudged("ep-1", reason="over_rate", rule="*=3/min")) is True  # the first stays
+    assert store.mark_unjudged(record) == "recorded"
+    assert store.mark_unjudged(make_unjudged("ep-1", reason="over_rate", rule="*=3/min")) == "kept"  # the first stays
     assert store.get_score("ep-1", "agent-a") is None
     assert ids(store.read_scores("agent-a", None, 10)) == ["ep-0"]
     stored = store.get_unjudged("ep-1", "agent-a")
@@ -750,19 +750,19 @@ def test_an_unjudged_record_is_no_score_and_the_first_score_replaces_it_with_a_n
     assert scored.feedback_pending is False
     assert store.get_unjudged("ep-1", "agent-a") is None and store.list_unjudged("agent-a") == []
     assert [(r["id"], r["reward"]) for r in store.read_scores("agent-a", None, 10)] == [("ep-0", 0.5), ("ep-1", 0.75)]
-    assert store.mark_unjudged(make_unjudged("ep-1")) is False  # scored: nothing changes
+    assert store.mark_unjudged(make_unjudged("ep-1")) == "scored"  # nothing changes
     assert store.list_unjudged("agent-a") == [] and store.get_score("ep-1", "agent-a") is not None
     with pytest.raises(ConcurrencyConflict):
         store.add_score(make_score("ep-1"))
 
-    assert store.mark_unjudged(make_unjudged("ep-2")) is True
+    assert store.mark_unjudged(make_unjudged("ep-2")) == "recorded"
     rescored = store.put_score(make_score("ep-2"))  # put_score replaces a record as add_score does
     assert rescored.seq is not None and rescored.seq > scored.seq
     assert ids(store.read_scores("agent-a", None, 10)) == ["ep-0", "ep-1", "ep-2"]
 
 
 def test_feedback_on_an_unjudged_episode_waits_for_its_score_in_either_order(store: Store) -> None:
-    assert store.mark_unjudged(make_unjudged("ep-1")) is True
+    assert store.mark_unjudged(make_unjudged("ep-1")) == "recorded"
     assert store.mark_feedback_waiting("ep-1", "agent-a") is True  # not scored: its scorer applies it
     assert store.mark_feedback_waiting("ep-1", "agent-a") is True
     record = store.get_unjudged("ep-1", "agent-a")
@@ -770,22 +770,22 @@ def test_feedback_on_an_unjudged_episode_waits_for_its_score_in_either_order(sto
     assert store.add_score(make_score("ep-1")).feedback_pending is True
 
     assert store.mark_feedback_waiting("ep-2", "agent-a") is True  # the marker first, then the record
-    assert store.mark_unjudged(make_unjudged("ep-2", reason="over_rate")) is True
+    assert store.mark_unjudged(make_unjudged("ep-2", reason="over_rate")) == "recorded"  # over the marker
     record = store.get_unjudged("ep-2", "agent-a")
     assert record is not None and record["feedback_pending"] is True and record["reason"] == "over_rate"
     assert store.get_score("ep-2", "agent-a") is None and ids(store.list_unjudged("agent-a")) == ["ep-2"]
     assert store.put_score(make_score("ep-2")).feedback_pending is True
 
-    assert store.mark_unjudged(make_unjudged("ep-3")) is True  # no feedback: not pending
+    assert store.mark_unjudged(make_unjudged("ep-3")) == "recorded"  # no feedback: not pending
     assert store.add_score(make_score("ep-3")).feedback_pending is False
 
 
 def test_unjudged_records_are_listed_per_agent_in_id_order_page_by_page(store: Store) -> None:
     for eid in SHUFFLED_IDS:
-        assert store.mark_unjudged(make_unjudged(eid))
+        assert store.mark_unjudged(make_unjudged(eid)) == "recorded"
     store.mark_unjudged(make_unjudged("ep-05b", agent_id="agent-b"))
     store.add_score(make_score("ep-07"))
-    store.mark_unjudged(make_unjudged("ep-07"))  # scored: not recorded
+    assert store.mark_unjudged(make_unjudged("ep-07")) == "scored"  # not recorded
     pages: list[list[str]] = []
     after = None
     while page := store.list_unjudged("agent-a", after, 5):

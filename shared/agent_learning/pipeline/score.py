@@ -7,7 +7,8 @@ the queue message that carried it.
 
 Not every episode need be judged (``AGENT_LEARNING_JUDGING``, :mod:`agent_learning.judging`):
 a valid episode that its agent's rule leaves out is recorded in its score slot
-(``Store.mark_unjudged``) and its message completed (outcome ``unjudged``), to be judged later by
+(``Store.mark_unjudged``) and its message completed (outcome ``unjudged``, counted once: a copy of
+the message finds the record and is a ``duplicate``), to be judged later by
 :func:`agent_learning.recovery.judge_unjudged`.
 """
 
@@ -274,8 +275,12 @@ def _record_unjudged(scorer: Scorer, episode: Episode, decision: Decision) -> Sc
         rule=str(decision.rule),
         recorded_at=scorer.clock.now(),
     )
-    if not scorer.store.mark_unjudged(record):
+    mark = scorer.store.mark_unjudged(record)
+    if mark == "scored":
         return ScoreOutcome("duplicate", episode.id, "AlreadyScored")
+    if mark == "kept":  # an earlier delivery recorded it: counted then, not again
+        return ScoreOutcome("duplicate", episode.id, "AlreadyRecordedUnjudged",
+                            "recorded unjudged before; agent-learn rescore --unjudged")
     why = "sampled out" if decision.reason == "sampled_out" else "over the rate"
     return ScoreOutcome(
         "unjudged",

@@ -54,7 +54,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 from ..documents import (
     CorrectionLedger,
@@ -141,6 +141,11 @@ class Tagged:
     etag: str
 
 
+
+UnjudgedMark = Literal["recorded", "kept", "scored"]
+"""What :meth:`Store.mark_unjudged` did with an episode's score slot."""
+
+
 class Store(ABC):
     """The persistence port. Thread-safe in every adapter."""
 
@@ -204,10 +209,10 @@ class Store(ABC):
     # ------------------------------------------------------------------ unjudged episodes
 
     @abstractmethod
-    def mark_unjudged(self, record: UnjudgedRecord) -> bool:
-        """Record that an episode is not judged, in its score slot; False (nothing changes) if it
-        has a score. A record already there stays as it is; a feedback marker is replaced (its
-        feedback stays pending)."""
+    def mark_unjudged(self, record: UnjudgedRecord) -> UnjudgedMark:
+        """Record that an episode is not judged, in its score slot: ``recorded`` (a feedback marker
+        there is replaced, its feedback stays pending); ``kept`` if a record is already there (it
+        stays as it is: the first answer stands); ``scored`` (nothing changes) if it has a score."""
 
     @abstractmethod
     def get_unjudged(self, episode_id: str, agent_id: str) -> RawDoc | None:

@@ -108,7 +108,18 @@ from ..documents import (
 )
 from ..errors import ConcurrencyConflict, NotFound, TransientError
 from ..telemetry import SCORES_LATE, count
-from .base import NOT_MODIFIED, AgentCursor, FeedPage, NotModified, RawDoc, Store, Tagged, agent_cursor, same_document
+from .base import (
+    NOT_MODIFIED,
+    AgentCursor,
+    FeedPage,
+    NotModified,
+    RawDoc,
+    Store,
+    Tagged,
+    UnjudgedMark,
+    agent_cursor,
+    same_document,
+)
 
 log = logging.getLogger(__name__)
 
@@ -538,14 +549,14 @@ class CosmosStore(Store):
 
     # ------------------------------------------------------------------ unjudged episodes
 
-    def mark_unjudged(self, record: UnjudgedRecord) -> bool:
+    def mark_unjudged(self, record: UnjudgedRecord) -> UnjudgedMark:
         """Create the record in the score slot; over a feedback marker, replace it (ETag) keeping
         its feedback pending."""
         doc = record.to_dict()
         for _ in range(10):
             try:
                 self._observe(self._c[SCORES].create_item(doc, timeout=self.write_timeout))
-                return True
+                return "recorded"
             except cosmos_errors.CosmosResourceExistsError:
                 existing = self._read(SCORES, record.id, [record.agent_id, record.id])
             except cosmos_errors.CosmosHttpResponseError as exc:
@@ -553,9 +564,9 @@ class CosmosStore(Store):
             if existing is None:
                 continue  # deleted meanwhile: create again
             if existing.get("type") != MARKER:
-                return existing.get("type") == UNJUDGED
+                return "kept" if existing.get("type") == UNJUDGED else "scored"
             if self._replace_raw({**doc, "feedback_pending": True}, existing["_etag"]):
-                return True
+                return "recorded"
         raise TransientError(f"the score slot of {record.id!r} kept changing while it was being recorded unjudged")
 
     def _flag_feedback(self, record: RawDoc) -> bool:

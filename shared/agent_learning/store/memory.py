@@ -20,7 +20,7 @@ from ..documents import (
     policy_doc_id,
 )
 from ..errors import ConcurrencyConflict
-from .base import AgentCursor, FeedPage, RawDoc, Store, Tagged, agent_cursor, same_document
+from .base import AgentCursor, FeedPage, RawDoc, Store, Tagged, UnjudgedMark, agent_cursor, same_document
 
 
 class MemoryStore(Store):
@@ -130,12 +130,14 @@ class MemoryStore(Store):
         return bool(self.read_scores(agent_id, after, 1))
 
     # unjudged episodes
-    def mark_unjudged(self, record: UnjudgedRecord) -> bool:
+    def mark_unjudged(self, record: UnjudgedRecord) -> UnjudgedMark:
         with self._lock:
             if record.id in self._scores:
-                return False
-            self._unjudged.setdefault(record.id, record.to_dict())
-            return True
+                return "scored"
+            if record.id in self._unjudged:
+                return "kept"
+            self._unjudged[record.id] = record.to_dict()
+            return "recorded"
 
     def get_unjudged(self, episode_id: str, agent_id: str) -> RawDoc | None:
         with self._lock:

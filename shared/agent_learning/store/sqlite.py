@@ -31,7 +31,7 @@ from ..documents import (
     policy_doc_id,
 )
 from ..errors import ConcurrencyConflict, ConfigurationError
-from .base import AgentCursor, FeedPage, RawDoc, Store, Tagged, agent_cursor, same_document
+from .base import AgentCursor, FeedPage, RawDoc, Store, Tagged, UnjudgedMark, agent_cursor, same_document
 
 ID_PAGE = 1_000
 """Rows per query when ids are streamed."""
@@ -315,15 +315,15 @@ class SQLiteStore(Store):
 
     # ------------------------------------------------------------------ unjudged episodes
 
-    def mark_unjudged(self, record: UnjudgedRecord) -> bool:
+    def mark_unjudged(self, record: UnjudgedRecord) -> UnjudgedMark:
         with self._tx() as conn:
             if conn.execute("SELECT 1 FROM scores WHERE id = ?", (record.id,)).fetchone():
-                return False
-            conn.execute(
+                return "scored"
+            inserted = conn.execute(
                 "INSERT OR IGNORE INTO unjudged (id, agent_id, doc) VALUES (?, ?, ?)",
                 (record.id, record.agent_id, record.to_json()),
-            )
-            return True
+            ).rowcount
+            return "recorded" if inserted else "kept"
 
     _UNJUDGED = (
         "SELECT u.doc, EXISTS (SELECT 1 FROM feedback_markers m WHERE m.id = u.id) FROM unjudged u "
