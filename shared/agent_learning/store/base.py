@@ -141,7 +141,6 @@ class Tagged:
     etag: str
 
 
-
 UnjudgedMark = Literal["recorded", "kept", "scored"]
 """What :meth:`Store.mark_unjudged` did with an episode's score slot."""
 
