@@ -15,6 +15,7 @@ import pytest
 
 pytest.importorskip("azure.cosmos")
 from azure.cosmos import PartitionKey
+from azure.cosmos.exceptions import CosmosHttpResponseError
 from cosmos_fixture import CLIENT_KWARGS
 from cosmos_requests import RequestCounter
 from factories import make_episode, make_score, record_steps_at_the_caps
@@ -23,6 +24,7 @@ from agent_learning.capture import EpisodeCapture
 from agent_learning.client import PolicyClient
 from agent_learning.clock import ManualClock
 from agent_learning.documents import MAX_EPISODE_BYTES, MAX_TEXT_CHARS, Episode, ScoreCursor, json_bytes
+from agent_learning.errors import TransientError
 from agent_learning.pipeline import create_policy
 from agent_learning.policy import SoftmaxPolicy
 from agent_learning.store.base import NOT_MODIFIED, Tagged
@@ -317,6 +319,48 @@ def test_async_episode_writes(cosmos_server: Any) -> None:
     finally:
         store._client.delete_database(database)  # type: ignore[union-attr]
         store.close()
+
+
+@pytest.mark.parametrize("status", [429, 503])
+def test_throttling_and_server_errors_are_transient_other_answers_pass_through(
+    cosmos_server: Any, cosmos_database: Any, status: int
+) -> None:
+    """The server's answers, their status rewritten on arrival (the server did the work; only the
+    answer is lost, as with a real timeout): a throttled or failing request
+    raises the port's TransientError from a call, a lazily read iterator, a write, a coroutine
+    and the score migration; a 403 is not transient and reaches the caller as the SDK's error."""
+    answer: dict[str, int | None] = {"status": None}
+
+    def rewrite(pipeline_response: Any) -> None:
+        if answer["status"] is not None:
+            pipeline_response.http_response.status_code = answer["status"]
+
+    store = CosmosStore.connect(cosmos_server.endpoint, cosmos_database.id, key=cosmos_server.key,
+                                client_kwargs={**CLIENT_KWARGS, "raw_response_hook": rewrite})
+    store.ensure_containers()
+    create_policy(store, SoftmaxPolicy.from_actions("agent-a", ["x", "y"]).to_document(created_at=None))
+    async def write_async() -> None:
+        try:
+            await store.add_episode_async(make_episode(f"ep-async-{status}"))
+        finally:
+            await store.aclose()  # the async client lives in one event loop
+
+    calls: dict[str, Any] = {
+        "call": store.list_agents,
+        "iterator": lambda: list(store.episode_ids("agent-a")),
+        "write": lambda: store.add_episode(make_episode(f"ep-{status}")),
+        "coroutine": lambda: asyncio.run(write_async()),
+        "migration": lambda: copy_legacy_scores(store, source=SCORES + "-none"),
+    }
+    for answer["status"], expected in ((status, TransientError), (403, CosmosHttpResponseError)):
+        for name, call in calls.items():
+            with pytest.raises(expected) as caught:
+                call()
+            assert expected is not TransientError or f"answered {status}" in str(caught.value), name
+    answer["status"] = None  # the server did write: retrying the write is a no-op
+    store.add_episode(make_episode(f"ep-{status}"))
+    assert store.get_episode(f"ep-{status}") is not None and store.list_agents() == ["agent-a"]
+    store.close()
 
 
 def test_an_episode_cut_to_the_item_limit_round_trips_over_the_wire(cosmos_server: Any) -> None:

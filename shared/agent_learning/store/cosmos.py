@@ -205,14 +205,18 @@ PLACEHOLDERS = (MARKER, UNJUDGED)
 UNREACHABLE = (ServiceRequestError, ServiceResponseError, cosmos_errors.CosmosClientTimeoutError)
 """Cosmos DB not reached at all (a connection refused or dropped, the client's own timeout):
 an outage, transient like a throttled request, whichever call meets it."""
+SDK_ERRORS = (*UNREACHABLE, cosmos_errors.CosmosHttpResponseError)
+"""What the guard looks at: the outages and every HTTP answer (only some statuses are transient)."""
 
 T = TypeVar("T")
 
 
-def _outages_are_transient(cls: type[T]) -> type[T]:
+def _translate_transient_errors(cls: type[T]) -> type[T]:
     """Every public method of ``cls`` (a generator's iteration and a coroutine included) raises
-    :class:`TransientError` for :data:`UNREACHABLE`, so callers classify an outage by the port's
-    error, not by the SDK's."""
+    :class:`TransientError` for :data:`UNREACHABLE` and for the statuses in
+    :data:`TRANSIENT_STATUS`, so callers classify an outage by the port's error, not by the SDK's.
+    Methods catch the statuses they expect (404, 409, 412) themselves; any other SDK error
+    passes through as it is."""
     for name, member in list(vars(cls).items()):
         if not name.startswith("_") and inspect.isfunction(member):
             setattr(cls, name, _guarded(member))
@@ -226,8 +230,9 @@ def _guarded(method: Callable[..., Any]) -> Callable[..., Any]:
         async def wait(*args: Any, **kwargs: Any) -> Any:
             try:
                 return await method(*args, **kwargs)
-            except UNREACHABLE as exc:
-                raise _unreachable(exc) from exc
+            except SDK_ERRORS as exc:
+                _raise_transient(exc)
+                raise
 
         return wait
     if inspect.isgeneratorfunction(method):
@@ -236,8 +241,9 @@ def _guarded(method: Callable[..., Any]) -> Callable[..., Any]:
         def iterate(*args: Any, **kwargs: Any) -> Iterator[Any]:
             try:
                 yield from method(*args, **kwargs)
-            except UNREACHABLE as exc:
-                raise _unreachable(exc) from exc
+            except SDK_ERRORS as exc:
+                _raise_transient(exc)
+                raise
 
         return iterate
 
@@ -245,17 +251,22 @@ def _guarded(method: Callable[..., Any]) -> Callable[..., Any]:
     def call(*args: Any, **kwargs: Any) -> Any:
         try:
             return method(*args, **kwargs)
-        except UNREACHABLE as exc:
-            raise _unreachable(exc) from exc
+        except SDK_ERRORS as exc:
+            _raise_transient(exc)
+            raise
 
     return call
 
 
-def _unreachable(exc: Exception) -> TransientError:
-    return TransientError(f"Cosmos DB unreachable ({type(exc).__name__}: {exc})")
+def _raise_transient(exc: Exception) -> None:
+    """Raise the port's :class:`TransientError` for an outage or a transient status (else return)."""
+    if isinstance(exc, UNREACHABLE):
+        raise TransientError(f"Cosmos DB unreachable ({type(exc).__name__}: {exc})") from exc
+    if isinstance(exc, cosmos_errors.CosmosHttpResponseError) and exc.status_code in TRANSIENT_STATUS:
+        raise TransientError(f"Cosmos DB answered {exc.status_code}: {exc.message}") from exc
 
 
-@_outages_are_transient
+@_translate_transient_errors
 class CosmosStore(Store):
     """The store port on a Cosmos DB (NoSQL) database. Throttling, timeouts, server errors and
     an unreachable account raise :class:`TransientError`."""
@@ -353,8 +364,6 @@ class CosmosStore(Store):
             existing = self.get_episode(episode.id)
             if existing is None or not same_document(existing, doc):
                 raise ConcurrencyConflict(f"episode {episode.id!r} already exists with different content") from None
-        except cosmos_errors.CosmosHttpResponseError as exc:
-            raise _translate(exc) from exc
 
     async def add_episode_async(self, episode: Episode) -> None:
         """``add_episode`` on the async client (used by ``EpisodeCapture.aend``)."""
@@ -412,20 +421,14 @@ class CosmosStore(Store):
             enable_cross_partition_query=True,
             max_item_count=1000,
         )
-        try:
-            for row in pages:
-                yield str(row["id"])
-        except cosmos_errors.CosmosHttpResponseError as exc:
-            raise _translate(exc) from exc
+        for row in pages:
+            yield str(row["id"])
 
     # ------------------------------------------------------------------ scores
 
     def _next_seq(self) -> int:
         if not self.server_clock.observed:  # learn the server's time before the first seq
-            try:
-                self._observe(self._c["runs"].upsert_item(dict(CLOCK_PROBE), timeout=self.write_timeout))
-            except cosmos_errors.CosmosHttpResponseError as exc:
-                raise _translate(exc) from exc
+            self._observe(self._c["runs"].upsert_item(dict(CLOCK_PROBE), timeout=self.write_timeout))
         with self._seq_lock:
             self._last_seq = max(int(self.server_clock.time() * 1_000_000), self._last_seq + 1)
             return self._last_seq
@@ -459,8 +462,6 @@ class CosmosStore(Store):
             if replaced is None:
                 raise ConcurrencyConflict(f"episode {score.id!r} already has a score") from None
             return replaced
-        except cosmos_errors.CosmosHttpResponseError as exc:
-            raise _translate(exc) from exc
         return self._check_late(stored, written)
 
     def put_score(self, score: Score) -> Score:
@@ -559,8 +560,6 @@ class CosmosStore(Store):
                 return "recorded"
             except cosmos_errors.CosmosResourceExistsError:
                 existing = self._read(SCORES, record.id, [record.agent_id, record.id])
-            except cosmos_errors.CosmosHttpResponseError as exc:
-                raise _translate(exc) from exc
             if existing is None:
                 continue  # deleted meanwhile: create again
             if existing.get("type") != MARKER:
@@ -594,8 +593,6 @@ class CosmosStore(Store):
             return True
         except (cosmos_errors.CosmosAccessConditionFailedError, cosmos_errors.CosmosResourceNotFoundError):
             return False
-        except cosmos_errors.CosmosHttpResponseError as exc:
-            raise _translate(exc) from exc
 
     def get_unjudged(self, episode_id: str, agent_id: str) -> RawDoc | None:
         doc = self._read(SCORES, episode_id, [agent_id, episode_id])
@@ -619,10 +616,7 @@ class CosmosStore(Store):
     # ------------------------------------------------------------------ feedback
 
     def put_feedback(self, feedback: Feedback) -> None:
-        try:
-            self._c["feedback"].upsert_item(feedback.to_dict())
-        except cosmos_errors.CosmosHttpResponseError as exc:
-            raise _translate(exc) from exc
+        self._c["feedback"].upsert_item(feedback.to_dict())
 
     def list_feedback(self, episode_id: str) -> list[RawDoc]:
         rows = self._query(
@@ -643,8 +637,6 @@ class CosmosStore(Store):
             if existing is not None and existing.get("type") == UNJUDGED:
                 return self._flag_feedback(existing)
             return existing is not None and existing.get("type") == MARKER
-        except cosmos_errors.CosmosHttpResponseError as exc:
-            raise _translate(exc) from exc
 
     def read_feedback_changes(self, continuation: str | None, max_items: int = 100) -> FeedPage:
         """One page of the feedback container's change feed (latest version of each document)."""
@@ -674,8 +666,6 @@ class CosmosStore(Store):
             cosmos_errors.CosmosResourceNotFoundError,
         ):
             raise ConcurrencyConflict(f"the correction ledger of {ledger.episode_id!r} changed (stale ETag)") from None
-        except cosmos_errors.CosmosHttpResponseError as exc:
-            raise _translate(exc) from exc
         return str(result["_etag"])
 
     # ------------------------------------------------------------------ policies
@@ -699,8 +689,6 @@ class CosmosStore(Store):
             )
         except cosmos_errors.CosmosResourceNotFoundError:
             return None
-        except cosmos_errors.CosmosHttpResponseError as exc:
-            raise _translate(exc) from exc
         if not doc:
             return NOT_MODIFIED
         return Tagged(doc, str(doc.get("_etag")))
@@ -723,8 +711,6 @@ class CosmosStore(Store):
             raise ConcurrencyConflict(f"current policy of {doc.agent_id!r} already exists") from None
         except (cosmos_errors.CosmosAccessConditionFailedError, cosmos_errors.CosmosResourceNotFoundError):
             raise ConcurrencyConflict(f"current policy of {doc.agent_id!r} changed (stale ETag)") from None
-        except cosmos_errors.CosmosHttpResponseError as exc:
-            raise _translate(exc) from exc
         self._observe(result)
         return str(result["_etag"])
 
@@ -738,8 +724,6 @@ class CosmosStore(Store):
             existing = self.get_policy_version(doc.agent_id, doc.version)
             if existing is None or not same_document(existing, data):
                 raise ConcurrencyConflict(f"policy version {doc.id!r} already exists with different content") from None
-        except cosmos_errors.CosmosHttpResponseError as exc:
-            raise _translate(exc) from exc
 
     def list_policy_versions(self, agent_id: str) -> list[RawDoc]:
         return self._query(
@@ -761,10 +745,7 @@ class CosmosStore(Store):
             enable_cross_partition_query=True,
             max_item_count=CURSOR_PAGE,
         )
-        try:
-            cursors = [agent_cursor(row) for row in pages]
-        except cosmos_errors.CosmosHttpResponseError as exc:
-            raise _translate(exc) from exc
+        cursors = [agent_cursor(row) for row in pages]
         return sorted(cursors, key=lambda c: c.agent_id)
 
     # ------------------------------------------------------------------ runs
@@ -788,16 +769,11 @@ class CosmosStore(Store):
                     count += 1
                 except cosmos_errors.CosmosResourceNotFoundError:
                     continue
-                except cosmos_errors.CosmosHttpResponseError as exc:
-                    raise _translate(exc) from exc
             deleted["scores" if container == SCORES else container] = count
         return deleted
 
     def put_run(self, run: TrainingRun) -> None:
-        try:
-            self._c["runs"].upsert_item(run.to_dict())
-        except cosmos_errors.CosmosHttpResponseError as exc:
-            raise _translate(exc) from exc
+        self._c["runs"].upsert_item(run.to_dict())
 
     def get_run(self, run_id: str) -> RawDoc | None:
         agent_id = run_id.split(":run:", 1)[0]
@@ -831,8 +807,6 @@ class CosmosStore(Store):
             return self._c[container].read_item(item_id, partition_key=partition_key)
         except cosmos_errors.CosmosResourceNotFoundError:
             return None
-        except cosmos_errors.CosmosHttpResponseError as exc:
-            raise _translate(exc) from exc
 
     def _query(
         self, container: str, sql: str, params: list[dict[str, Any]], partition_key: str | list[str] | None = None
@@ -846,11 +820,8 @@ class CosmosStore(Store):
             kwargs["enable_cross_partition_query"] = True
         else:
             kwargs["partition_key"] = partition_key
-        try:
-            with self._query_lock:
-                return list(self._c[container].query_items(**kwargs))
-        except cosmos_errors.CosmosHttpResponseError as exc:
-            raise _translate(exc) from exc
+        with self._query_lock:
+            return list(self._c[container].query_items(**kwargs))
 
 
 SYSTEM_FIELDS = ("_rid", "_self", "_etag", "_attachments", "_ts", "_lsn")
@@ -878,6 +849,7 @@ class ScoreCopy:
                 "differing": self.differing, "skipped": self.skipped}
 
 
+@_guarded
 def copy_legacy_scores(
     store: CosmosStore,
     *,
@@ -910,19 +882,14 @@ def copy_legacy_scores(
             raise NotFound(
                 f"{role}: the database {store.database.id!r} has no container {container.id!r}; {fix}"
             ) from None
-        except cosmos_errors.CosmosHttpResponseError as exc:
-            raise _translate(exc) from exc
     result = ScoreCopy()
-    try:
-        pages = old.query_items("SELECT * FROM c", enable_cross_partition_query=True, max_item_count=page_size)
-        for batch in pages.by_page():
-            for doc in batch:
-                result.read += 1
-                _copy_one({k: v for k, v in doc.items() if k not in SYSTEM_FIELDS}, target, overwrite, result)
-            if progress is not None:
-                progress(result.read)
-    except cosmos_errors.CosmosHttpResponseError as exc:
-        raise _translate(exc) from exc
+    pages = old.query_items("SELECT * FROM c", enable_cross_partition_query=True, max_item_count=page_size)
+    for batch in pages.by_page():
+        for doc in batch:
+            result.read += 1
+            _copy_one({k: v for k, v in doc.items() if k not in SYSTEM_FIELDS}, target, overwrite, result)
+        if progress is not None:
+            progress(result.read)
     return result
 
 
@@ -945,13 +912,6 @@ def _copy_one(doc: RawDoc, target: ContainerProxy, overwrite: bool, result: Scor
         result.overwritten += 1
     else:
         result.differing.append(doc_id)
-
-
-def _translate(exc: cosmos_errors.CosmosHttpResponseError) -> Exception:
-    """Throttling, timeouts and server errors are transient; anything else is re-raised as is."""
-    if exc.status_code in TRANSIENT_STATUS:
-        return TransientError(f"Cosmos DB answered {exc.status_code}: {exc.message}")
-    return exc
 
 
 def _default_credential(client_id: str | None, aio: bool = False) -> Any:
