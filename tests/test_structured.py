@@ -15,7 +15,7 @@ from support.factories import make_score
 from agent_learning.client import PolicyClient
 from agent_learning.documents import MAX_CONTEXT_FEATURES, MAX_LEARNED_VALUES, PolicyDocument
 from agent_learning.errors import InvalidDocument
-from agent_learning.learner import Batch, Evidence, LearnerConfig, Reinforce
+from agent_learning.learner import Batch, Evidence, LearnerConfig, Reinforce, log_p_best
 from agent_learning.pipeline import create_policy, train_agent
 from agent_learning.policy import SoftmaxPolicy, load_policy, policy_probabilities
 from agent_learning.store.base import Store
@@ -309,6 +309,35 @@ def test_the_evidence_bound_keeps_each_segment_no_surer_than_its_evidence() -> N
         return min(prompt.values()) / max(prompt.values())
 
     assert_bound_holds(segment_odds)
+
+
+def test_each_dimension_keeps_the_thompson_floor_of_its_own_evidence() -> None:
+    """k=10 leads with 300 episodes at 0.7, k=3 and k=5 trail closely, k=1's first 8 episodes
+    were unlucky and a noisy step pushed it 8 logits down: bounded, it keeps at least e^(−c_T)
+    of its Thompson chance relative to the leader, within the retrieval dimension alone (with
+    or without context features); without the Thompson floor it stays below that."""
+    rows = Rows(np.zeros((1, 2), dtype=np.int64), np.zeros(1), np.full(1, 1 / 12), [False], [None])
+    count = np.array([100.0, 100.0, 100.0, 8.0, 60.0, 60.0, 300.0])  # prompts; k = 1, 3, 5, 10
+    means = np.array([0.6, 0.6, 0.6, 0.5, 0.66, 0.67, 0.7])
+    evidence = Evidence(count, count * means, count * (means**2 + 0.2))
+    sub = Evidence(count[3:], count[3:] * means[3:], count[3:] * (means[3:] ** 2 + 0.2))
+
+    def retrieval_logits(doc: PolicyDocument, cfg: LearnerConfig) -> np.ndarray:
+        model, params, _ = prepare(doc, rows)
+        params.theta[:] = [0.0, 0.0, 0.0, -6.0, 0.0, 0.0, 2.0]
+        segments = [[(np.zeros(7), np.zeros(7))] * o.shape[0] for o in params.offsets]
+        StructuredReinforce(cfg).bound_by_evidence(params, model, evidence, segments)
+        return params.theta[3:]
+
+    shrunk = sub.shrunk(LearnerConfig().evidence_prior)
+    assert shrunk is not None
+    log_best = log_p_best(*shrunk)
+    least = math.exp(-2.5 + log_best[0] - log_best[3])
+    for doc in (policy().document, policy(context={"task": "category"}).document):
+        bounded = retrieval_logits(doc, LearnerConfig())
+        assert int(np.argmax(bounded)) == 3 and math.exp(bounded[0] - bounded[3]) >= least * (1 - 1e-9)
+        without = retrieval_logits(doc, LearnerConfig(thompson_floor=None))
+        assert math.exp(without[0] - without[3]) < least / 1.5
 
 
 def test_strong_evidence_makes_each_dimension_lead_with_its_best_evidenced_value() -> None:

@@ -97,6 +97,16 @@ shrinks). The half-life lets
 old evidence fade, so an action not tried for a while is tried again when the world may have
 changed.
 
+The pairwise chances are a cheap stand-in for the chance P_a that a is the best of all, which is
+what Thompson sampling draws a with; with many actions near the leader they undercount it for
+an action whose few episodes were unlucky. So the floor also keeps, with c_T = ``thompson_floor``::
+
+    θ_L − θ_a ≤ max(c_T − ln P_a + ln P_L, 0)      P_a = ∫ φ_a(x) Π_{b≠a} Φ_b(x) dx
+
+(Gaussian posteriors N(m_a, v_a/(n_a + c)) as above; computed by quadrature, see
+:func:`log_p_best`): π(a)/π(L) ≥ e^(−c_T)·P_a/P_L, never drawn much less often than Thompson
+sampling would draw it, and never raised above the leader.
+
 The bound has an upper side, the odds cap, d = ``odds_cap``. With E the action whose shrunk
 mean reward is highest (among equals the highest logit) and z_a the evidence that a is worse
 than E ::
@@ -109,7 +119,7 @@ evidence so far, so its log-odds grow like the number of episodes n where the ev
 like √n: early on, when a few batches already say a lot, the step lags behind what they say
 (Thompson sampling does not), and later it runs ahead, which the floor then bounds. The cap is
 applied first and the floor second, so the floor stays the guarantee. Together: the floor only
-raises logits and never changes the leader; the cap only lowers them, and puts E in the lead
+raises logits, never above the leader; the cap only lowers them, and puts E in the lead
 (z ≥ 0 for every other action, so with d = 0 nothing stays above θ_E). Neither uses information
 the batches did not hold; they constrain the REINFORCE step, they do not replace it (with
 κ → ∞ and no cap the learner is the memoryless one above). The trust region bounds the step;
@@ -185,6 +195,10 @@ class LearnerConfig:
     """c: no action trails the leader by more than c − ln Φ(−z_a) + ln(1 + Σ_b Φ(−z_b)), so that
     π(a)/π(L) ≥ e^(−c)·Φ(−z_a)/(1 + Σ_b Φ(−z_b)):
     never much surer than the evidence (None: the linear bound alone)."""
+    thompson_floor: float | None = 2.5
+    """c_T: no action's probability relative to the leader falls below e^(−c_T) times its
+    probability of being the best relative to the leader's, under Gaussian posteriors: never drawn
+    much less often than Thompson sampling would draw it (None: off)."""
     odds_cap: float | None = 0.0
     """d: no action's probability relative to the action with the best evidence E exceeds e^d times
     the posterior odds that it beats E, Φ(−z)/Φ(z): never much less sure than the evidence
@@ -217,6 +231,7 @@ class LearnerConfig:
             "gap_per_evidence": self.gap_per_evidence is None or self.gap_per_evidence > 0,
             "gap_slack": self.gap_slack >= 0,
             "calibration": self.calibration is None or self.calibration >= 0,
+            "thompson_floor": self.thompson_floor is None or self.thompson_floor >= 0,
             "odds_cap": self.odds_cap is None or self.odds_cap >= 0,
             "evidence_half_life": self.evidence_half_life is None or self.evidence_half_life > 0,
             "logit_bound": self.logit_bound > 0,
@@ -393,8 +408,9 @@ def evidence_floor(
     cfg: LearnerConfig, logits: Array, evidence: Evidence, slack: float | None = None, *, normalise: bool = True
 ) -> Array:
     """θ_L − gap_a: the lowest logit each action may have (module docstring: Evidence bound), with
-    gap_a = min(g₀ + κ·z_a⁺, c − ln Φ(−z_a⁺) + ln(1 + Σ_{b≠L} Φ(−z_b⁺))); ``slack`` replaces g₀,
-    and ``normalise=False`` drops the last term.
+    gap_a = min(g₀ + κ·z_a⁺, c − ln Φ(−z_a⁺) + ln(1 + Σ_{b≠L} Φ(−z_b⁺)), max(c_T − ln P_a + ln P_L, 0));
+    ``slack`` replaces g₀, and ``normalise=False`` drops the last two terms' sharing over actions
+    (the normalisation and the Thompson floor).
 
     The last term normalises the pairwise probabilities Φ(−z) that an action beats the leader:
     with many actions they sum to more than 1, while the probability that any one of them is the
@@ -407,6 +423,9 @@ def evidence_floor(
         log_beats = log_thompson(z)
         others = float(np.exp(np.delete(log_beats, leader)).sum()) if normalise else 0.0
         gap = np.minimum(gap, cfg.calibration - log_beats + math.log1p(others))
+    if cfg.thompson_floor is not None and normalise and (shrunk := evidence.shrunk(cfg.evidence_prior)) is not None:
+        log_best = log_p_best(*shrunk)
+        gap = np.minimum(gap, np.maximum(cfg.thompson_floor - log_best + log_best[leader], 0.0))
     return logits[leader] - gap
 
 
@@ -472,6 +491,54 @@ def best_evidenced(means: Array, logits: Array) -> int:
     """E: the action with the highest (shrunk) mean reward; among equals, the highest logit."""
     top = np.flatnonzero(means >= means.max())
     return int(top[np.argmax(logits[top])])
+
+
+GRID_POINTS = 2_048
+"""Most points of :func:`log_p_best`'s quadrature grid (its spacing is a quarter of the narrowest
+posterior's std unless that needs more)."""
+
+
+def log_p_best(mean: Array, var: Array, n: Array) -> Array:
+    """ln P_a: the log-probability that each action's mean reward is the highest, under independent
+    Gaussian posteriors N(m_a, v_a/n_a) (:meth:`Evidence.shrunk`'s means, variances, counts); what
+    Thompson sampling with those posteriors draws each action with. By the trapezoid rule on one
+    grid shared by every action::
+
+        P_a = ∫ φ_a(x) Π_{b≠a} Φ_b(x) dx,   ln Π_{b≠a} Φ_b = Σ_b ln Φ_b − ln Φ_a
+
+    in O(K·G) for K actions and G grid points; in logs throughout, so a tiny P_a stays finite
+    (floored at ln 1e−300)."""
+    std = np.sqrt(np.maximum(var, 1e-24) / n)
+    low, high = float((mean - 8 * std).min()), float((mean + 8 * std).max())
+    step = max(float(std.min()) / 4, (high - low) / (GRID_POINTS - 1))
+    x = np.linspace(low, high, int((high - low) / step) + 2)
+    u = (x[None, :] - mean[:, None]) / std[:, None]
+    log_cdf = log_ndtr(u)
+    log_pdf = -0.5 * u**2 - np.log(std * math.sqrt(2 * math.pi))[:, None]
+    terms = log_pdf + log_cdf.sum(axis=0)[None, :] - log_cdf
+    top = terms.max(axis=1, keepdims=True)
+    weights = np.full(len(x), x[1] - x[0])
+    weights[[0, -1]] /= 2
+    out = top[:, 0] + np.log(np.maximum(np.exp(terms - top) @ weights, 1e-300))
+    return np.maximum(out, math.log(1e-300))
+
+
+ERFC_FIT = (-1.26551223, 1.00002368, 0.37409196, 0.09678418, -0.18628806,
+            0.27886807, -1.13520398, 1.48851587, -0.82215223, 0.17087277)
+"""Chebyshev fit of ln(erfc(y)·e^(y²)·(1 + y/2)) for y ≥ 0, fractional error of erfc below 1.2e−7
+(Press et al., Numerical Recipes, §6.2): numpy has no erfc, and its logarithm is what the tails need."""
+
+
+def log_ndtr(u: Array) -> Array:
+    """ln Φ(u), the standard normal log-CDF, elementwise and accurate far into the lower tail."""
+    y = np.abs(u) / math.sqrt(2.0)
+    t = 1.0 / (1.0 + 0.5 * y)
+    poly = np.zeros_like(y)
+    for c in reversed(ERFC_FIT[1:]):
+        poly = (poly + c) * t
+    log_erfc = np.log(t) - y * y + ERFC_FIT[0] + poly  # ln erfc(|u|/√2)
+    lower = log_erfc - math.log(2.0)  # ln Φ(−|u|)
+    return np.where(u < 0, lower, np.log1p(-np.exp(lower)))
 
 
 def log_thompson(z: Array) -> Array:

@@ -62,7 +62,7 @@ After the step each dimension's θ is bounded exactly as in the flat learner
 (z against its leader, within the dimension), and in each segment the logits θ + δ_{f,c} are
 bounded the same way by the segment's evidence (means shrunk towards the dimension's by c₀
 pseudo-episodes, the dimension's pooled variance, g₀ = ``segment_gap_slack``, and the pairwise
-calibration without its normalisation over actions), moving δ only.
+calibration without its normalisation over actions or the Thompson floor), moving δ only.
 A numeric feature's episodes fall in two halves, below and above its centre (``halves`` in the
 state); at x̃ = ±1 the logits θ ± β_j are bounded by the evidence of that half, moving β_j only.
 So no dimension, no segment and no side of a numeric feature is much surer than its evidence,
