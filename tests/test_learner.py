@@ -558,16 +558,19 @@ def test_an_unlucky_start_among_many_close_actions_is_still_explored() -> None:
 
 
 def test_log_p_best_is_what_thompson_sampling_draws() -> None:
-    """Against sampling Gaussian posteriors, from a clear leader to a crowd of close actions."""
+    """Against sampling Gaussian posteriors: a clear leader, a crowd of close actions, more
+    actions than get their own grid, and a leader 1,000 times narrower than an untried action."""
     rng = np.random.default_rng(9)
-    for k in (2, 4, 16):
-        mean = rng.uniform(0.4, 0.8, k)
-        n = rng.integers(5, 800, k).astype(float)
-        var = rng.uniform(0.05, 0.25, k)
-        draws = rng.normal(mean, np.sqrt(var / n), size=(400_000, k))
-        sampled = np.bincount(draws.argmax(axis=1), minlength=k) / len(draws)
+    cases = [
+        (rng.uniform(0.4, 0.8, k), rng.uniform(0.05, 0.25, k), rng.integers(5, 800, k).astype(float))
+        for k in (2, 4, 16, 80)
+    ]
+    cases.append((np.array([0.65, 0.649, 0.5]), np.array([1e-4, 1e-4, 0.25]), np.array([1e5, 1e5, 3.0])))
+    for mean, var, n in cases:
+        draws = rng.normal(mean, np.sqrt(var / n), size=(400_000, len(mean)))
+        sampled = np.bincount(draws.argmax(axis=1), minlength=len(mean)) / len(draws)
         p = np.exp(log_p_best(mean, var, n))
-        assert p.sum() == pytest.approx(1.0, abs=1e-6)
+        assert p.sum() == pytest.approx(1.0, abs=2e-3)
         np.testing.assert_allclose(p, sampled, atol=3e-3)
 
 

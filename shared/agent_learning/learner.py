@@ -493,9 +493,13 @@ def best_evidenced(means: Array, logits: Array) -> int:
     return int(top[np.argmax(logits[top])])
 
 
+LOCAL_GRIDS = 64
+"""How many posteriors, the narrowest (the leader, with the most episodes, among them), get
+quadrature points of their own in :func:`log_p_best`."""
+LOCAL_POINTS = 65
+"""Those points per posterior, over ±8 std: a quarter of a std apart."""
 GRID_POINTS = 2_048
-"""Most points of :func:`log_p_best`'s quadrature grid (its spacing is a quarter of the narrowest
-posterior's std unless that needs more)."""
+"""With more actions than that, points evenly spaced over every posterior's ±8 std for the rest."""
 
 
 def log_p_best(mean: Array, var: Array, n: Array) -> Array:
@@ -506,19 +510,23 @@ def log_p_best(mean: Array, var: Array, n: Array) -> Array:
 
         P_a = ∫ φ_a(x) Π_{b≠a} Φ_b(x) dx,   ln Π_{b≠a} Φ_b = Σ_b ln Φ_b − ln Φ_a
 
-    in O(K·G) for K actions and G grid points; in logs throughout, so a tiny P_a stays finite
-    (floored at ln 1e−300)."""
+    The grid holds 65 points over ±8 std of each posterior (a's own density, and the steps of the
+    Φ_b where they are steep, are all resolved at a quarter of a std), so it costs O(K²) for K actions;
+    beyond :data:`LOCAL_GRIDS` actions the widest share an even grid instead. In logs throughout,
+    so a tiny P_a stays finite (floored at ln 1e−300)."""
     std = np.sqrt(np.maximum(var, 1e-24) / n)
-    low, high = float((mean - 8 * std).min()), float((mean + 8 * std).max())
-    step = max(float(std.min()) / 4, (high - low) / (GRID_POINTS - 1))
-    x = np.linspace(low, high, int((high - low) / step) + 2)
+    narrowest = np.argsort(std)[:LOCAL_GRIDS]
+    points = [(mean[narrowest, None] + std[narrowest, None] * np.linspace(-8.0, 8.0, LOCAL_POINTS)[None, :]).ravel()]
+    if len(mean) > LOCAL_GRIDS:
+        points.append(np.linspace(float((mean - 8 * std).min()), float((mean + 8 * std).max()), GRID_POINTS))
+    x = np.unique(np.concatenate(points))
     u = (x[None, :] - mean[:, None]) / std[:, None]
     log_cdf = log_ndtr(u)
     log_pdf = -0.5 * u**2 - np.log(std * math.sqrt(2 * math.pi))[:, None]
     terms = log_pdf + log_cdf.sum(axis=0)[None, :] - log_cdf
     top = terms.max(axis=1, keepdims=True)
-    weights = np.full(len(x), x[1] - x[0])
-    weights[[0, -1]] /= 2
+    gaps = np.diff(x)
+    weights = np.concatenate([gaps, [0.0]]) / 2 + np.concatenate([[0.0], gaps]) / 2
     out = top[:, 0] + np.log(np.maximum(np.exp(terms - top) @ weights, 1e-300))
     return np.maximum(out, math.log(1e-300))
 
