@@ -499,7 +499,7 @@ quadrature points of their own in :func:`log_p_best`."""
 LOCAL_POINTS = 65
 """Those points per posterior, over ±8 std: a quarter of a std apart."""
 GRID_POINTS = 2_048
-"""With more actions than that, points evenly spaced over every posterior's ±8 std for the rest."""
+"""With more than ``LOCAL_GRIDS`` actions, points evenly spaced over every posterior's ±8 std, for the others."""
 
 
 def log_p_best(mean: Array, var: Array, n: Array) -> Array:
@@ -512,7 +512,7 @@ def log_p_best(mean: Array, var: Array, n: Array) -> Array:
 
     The grid holds 65 points over ±8 std of each posterior (a's own density, and the steps of the
     Φ_b where they are steep, are all resolved at a quarter of a std), so it costs O(K²) for K actions;
-    beyond :data:`LOCAL_GRIDS` actions the widest share an even grid instead. In logs throughout,
+    beyond :data:`LOCAL_GRIDS` actions the wider rest share an even grid. In logs throughout,
     so a tiny P_a stays finite (floored at ln 1e−300)."""
     std = np.sqrt(np.maximum(var, 1e-24) / n)
     narrowest = np.argsort(std)[:LOCAL_GRIDS]
