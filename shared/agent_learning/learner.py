@@ -412,18 +412,20 @@ def evidence_floor(
     ``slack`` replaces g₀, and ``normalise=False`` drops the last two terms' sharing over actions
     (the normalisation and the Thompson floor).
 
-    The last term normalises the pairwise probabilities Φ(−z) that an action beats the leader:
-    with many actions they sum to more than 1, while the probability that any one of them is the
-    best (what Thompson sampling draws it with) shrinks as they share it."""
+    The second term's last part normalises the pairwise probabilities Φ(−z) that an action beats
+    the leader: with many actions they sum to more than 1, while the probability that any one of
+    them is the best (what Thompson sampling draws it with, P_a in the third term) shrinks as they
+    share it."""
     assert cfg.gap_per_evidence is not None
     leader = int(np.argmax(logits))
-    z = evidence.z_against(leader, cfg.evidence_prior)
+    shrunk = evidence.shrunk(cfg.evidence_prior)
+    z = np.zeros_like(evidence.count) if shrunk is None else z_statistics(shrunk, leader)
     gap = (cfg.gap_slack if slack is None else slack) + cfg.gap_per_evidence * np.maximum(z, 0.0)
     if cfg.calibration is not None:
         log_beats = log_thompson(z)
         others = float(np.exp(np.delete(log_beats, leader)).sum()) if normalise else 0.0
         gap = np.minimum(gap, cfg.calibration - log_beats + math.log1p(others))
-    if cfg.thompson_floor is not None and normalise and (shrunk := evidence.shrunk(cfg.evidence_prior)) is not None:
+    if cfg.thompson_floor is not None and normalise and shrunk is not None:
         log_best = log_p_best(*shrunk)
         gap = np.minimum(gap, np.maximum(cfg.thompson_floor - log_best + log_best[leader], 0.0))
     return logits[leader] - gap

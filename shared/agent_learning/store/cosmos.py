@@ -73,6 +73,7 @@ which :meth:`CosmosStore.read_feedback_changes` reads like the episodes' one.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import inspect
 import logging
@@ -205,8 +206,6 @@ PLACEHOLDERS = (MARKER, UNJUDGED)
 UNREACHABLE = (ServiceRequestError, ServiceResponseError, cosmos_errors.CosmosClientTimeoutError)
 """Cosmos DB not reached at all (a connection refused or dropped, the client's own timeout):
 an outage, transient like a throttled request, whichever call meets it."""
-SDK_ERRORS = (*UNREACHABLE, cosmos_errors.CosmosHttpResponseError)
-"""What the guard looks at: the outages and every HTTP answer (only some statuses are transient)."""
 
 T = TypeVar("T")
 
@@ -228,42 +227,39 @@ def _guarded(method: Callable[..., Any]) -> Callable[..., Any]:
 
         @functools.wraps(method)
         async def wait(*args: Any, **kwargs: Any) -> Any:
-            try:
+            with _port_errors():
                 return await method(*args, **kwargs)
-            except SDK_ERRORS as exc:
-                _raise_transient(exc)
-                raise
 
         return wait
     if inspect.isgeneratorfunction(method):
 
         @functools.wraps(method)
         def iterate(*args: Any, **kwargs: Any) -> Iterator[Any]:
-            try:
+            with _port_errors():
                 yield from method(*args, **kwargs)
-            except SDK_ERRORS as exc:
-                _raise_transient(exc)
-                raise
 
         return iterate
 
     @functools.wraps(method)
     def call(*args: Any, **kwargs: Any) -> Any:
-        try:
+        with _port_errors():
             return method(*args, **kwargs)
-        except SDK_ERRORS as exc:
-            _raise_transient(exc)
-            raise
 
     return call
 
 
-def _raise_transient(exc: Exception) -> None:
-    """Raise the port's :class:`TransientError` for an outage or a transient status (else return)."""
-    if isinstance(exc, UNREACHABLE):
+@contextlib.contextmanager
+def _port_errors() -> Iterator[None]:
+    """Raise the port's :class:`TransientError` for an outage or a transient status; any other
+    SDK error passes through as it is."""
+    try:
+        yield
+    except UNREACHABLE as exc:
         raise TransientError(f"Cosmos DB unreachable ({type(exc).__name__}: {exc})") from exc
-    if isinstance(exc, cosmos_errors.CosmosHttpResponseError) and exc.status_code in TRANSIENT_STATUS:
-        raise TransientError(f"Cosmos DB answered {exc.status_code}: {exc.message}") from exc
+    except cosmos_errors.CosmosHttpResponseError as exc:
+        if exc.status_code in TRANSIENT_STATUS:
+            raise TransientError(f"Cosmos DB answered {exc.status_code}: {exc.message}") from exc
+        raise
 
 
 @_translate_transient_errors
