@@ -2,7 +2,7 @@
 ``agent_learning.functions``, which holds the logic and is tested without the host.
 
     enqueue  Cosmos DB change feed on `episodes`  → one Service Bus message per episode
-    score    Service Bus queue                    → judges → shaped reward → `scores`
+    score    Service Bus queue                    → judges → shaped reward → `agent-scores`
     train    timer (AGENT_LEARNING_TRAIN_SCHEDULE) → one message per agent with new scores
     train_agent  Service Bus training queue       → REINFORCE update → new policy version
     policy   HTTP GET /api/policies/{agent_id}    → the agent's current policy (function key)

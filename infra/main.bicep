@@ -89,7 +89,7 @@ param trainSchedule string = '0 */5 * * * *'
 ])
 param guardrail string = 'enforce'
 
-@description('Which episodes are judged, per agent (AGENT_LEARNING_JUDGING): comma-separated pattern=spec, spec all, a fraction (0.2) or N/min per scorer instance, e.g. \'support-*=0.2, *=all\'. Every judged episode costs three judge-model calls: the default judge deployment (judgeCapacity 30) admits about 2.4 judged episodes a minute. Episodes not judged are recorded, to judge later (agent-learn rescore --unjudged).')
+@description('Which episodes are judged, per agent (AGENT_LEARNING_JUDGING): comma-separated pattern=spec, spec all, a fraction (0.2) or N/min per scorer instance, e.g. \'support-*=0.2, *=all\'. Every judged episode costs three judge-model calls: the default judge deployment (judgeCapacity 36) admits about 4.8 judged episodes a minute. Episodes not judged are recorded, to judge later (agent-learn rescore --agent-id A --unjudged).')
 param judging string = '*=all'
 
 @description('Lease prefix of the change-feed trigger (AGENT_LEARNING_LEASE_PREFIX); local runs use their own.')
