@@ -26,7 +26,7 @@ from agent_learning.documents import (
     Episode,
     json_bytes,
 )
-from agent_learning.errors import ConcurrencyConflict, NotFound
+from agent_learning.errors import ConcurrencyConflict, InvalidDocument, NotFound
 from agent_learning.pipeline import create_policy, score_request_message
 from agent_learning.policy import Decision, SoftmaxPolicy
 from agent_learning.store.memory import MemoryStore
@@ -389,6 +389,25 @@ def publish(store: MemoryStore | SQLiteStore, version: int, logits: list[float],
 def init(store: MemoryStore | SQLiteStore, clock: ManualClock) -> None:
     policy = SoftmaxPolicy.from_actions(AGENT, ["fast", "careful"])
     create_policy(store, policy.to_document(created_at=clock.now()))
+
+
+def test_text_that_is_not_a_string_is_named_and_nothing_is_written(
+    store: MemoryStore, decision: Decision, clock: ManualClock
+) -> None:
+    with pytest.raises(InvalidDocument, match=r"input: must be a string, got int"):
+        EpisodeCapture(store, decision, input=12345, clock=clock)  # type: ignore[arg-type]
+    run = capture(store, decision, clock)
+    with pytest.raises(InvalidDocument, match=r"output: must be a string, got dict"):
+        run.end({"answer": 4})  # type: ignore[arg-type]
+    assert store.list_episodes(AGENT) == []
+    run.end("4")  # the run is still open: the agent can end it properly
+    assert [e["output"] for e in store.list_episodes(AGENT)] == ["4"]
+
+
+@pytest.mark.parametrize("agent_id", ["bad id!", "", "-lead", "x" * 129])
+def test_client_names_an_agent_id_the_store_could_never_hold(store: MemoryStore, agent_id: str) -> None:
+    with pytest.raises(InvalidDocument, match=r"agent_id: .*agent id"):
+        PolicyClient(store, agent_id)
 
 
 def test_client_raises_not_found_without_a_policy(store: MemoryStore, clock: ManualClock) -> None:

@@ -421,6 +421,44 @@ def test_a_cached_context_skips_no_check_a_new_feature_or_value_needs() -> None:
         chooser.choose(context={"task": "billing", "tier": None})
 
 
+def test_a_category_given_as_a_boolean_or_number_meets_its_own_segment_whatever_was_asked_before() -> None:
+    """True, 1 and 1.0 are equal to Python but name different segments: a context asked first
+    must not decide which segment's probabilities a later one gets."""
+    base = StructuredPolicy.create("bot", {"prompt": ["a", "b"]}, context={"vip": "category"}).document
+    segments = {"true": [9.0, -9.0], "1": [-9.0, 9.0], "1.0": [-9.0, 9.0]}
+    doc = PolicyDocument.from_dict(
+        {**base.to_dict(), "features": [{"name": "vip", "kind": "category", "segments": segments}]}
+    )
+    for order in ((True, 1, 1.0, "true", "1"), ("1", 1.0, 1, "true", True)):
+        chooser = StructuredPolicy(doc, rng=random.Random(0))
+        for value in order:
+            prompt = chooser.choose(context={"vip": value}).config["prompt"]
+            assert prompt == ("a" if value is True or value == "true" else "b"), (order, value)
+
+
+@pytest.mark.parametrize("value", [["billing"], {"nested": {"x": 1}}, {"billing"}])
+def test_a_context_value_that_is_not_a_category_or_number_is_named_not_a_crash(value: Any) -> None:
+    chooser = policy(context={"task": "category"})
+    chooser.choose(context={"task": "billing"})  # a cached table for strings
+    with pytest.raises(InvalidDocument, match=r"context\.task"):
+        chooser.choose(context={"task": value})
+
+
+@pytest.mark.parametrize(
+    ("fields", "named"),
+    [
+        ({"context": ["task"]}, "context"),
+        ({"context": "task"}, "context"),
+        ({"excluded": "x"}, "excluded"),
+        ({"excluded": {"prompt": "a"}}, "excluded"),
+        ({"excluded": [{"prompt": "a"}, "x"]}, r"excluded\[1\]"),
+    ],
+)
+def test_context_and_exclusions_of_the_wrong_shape_are_named(fields: dict[str, Any], named: str) -> None:
+    with pytest.raises(InvalidDocument, match=named):
+        StructuredPolicy.create("bot", {"prompt": ["a", "b"], "k": [1, 3]}, **fields)
+
+
 def test_a_numeric_slope_is_bounded_by_the_evidence_on_each_side_of_its_centre() -> None:
     """A few lucky episodes cannot make the policy sure of an arm at one scale from the centre;
     the state keeps each side's evidence."""

@@ -60,6 +60,7 @@ from .documents import (
     Usage,
     json_bytes,
 )
+from .errors import InvalidDocument
 from .policy import Decision
 
 _MARK = " …[truncated]"
@@ -225,7 +226,7 @@ class EpisodeCapture:
     def build(self, output: str) -> Episode:
         """The episode as it would be stored (validated), without writing it."""
         d = self.decision
-        capped = _truncate(output, MAX_TEXT_CHARS)
+        capped = _truncate(_checked_text("output", output), MAX_TEXT_CHARS)
         truncated = [*self._truncated, "output"] if capped != output else list(self._truncated)
         fields: dict[str, Any] = {
             "id": self.episode_id,
@@ -304,7 +305,7 @@ class EpisodeCapture:
 
     def _cap(self, field: str, text: str | None, limit: int) -> str | None:
         """Truncate ``text`` and note the field (``steps`` for any step's text), once."""
-        capped = _truncate(text, limit)
+        capped = _truncate(_checked_text(field, text), limit)
         if capped != text:
             self._note("steps" if field.startswith("steps") else field)
         return capped
@@ -313,6 +314,13 @@ class EpisodeCapture:
         """Record once that ``name`` was truncated."""
         if name not in self._truncated:
             self._truncated.append(name)
+
+
+def _checked_text(field: str, text: object) -> str | None:
+    """``text`` if it is a string or None; otherwise :class:`InvalidDocument` naming ``field``."""
+    if text is not None and not isinstance(text, str):
+        raise InvalidDocument("episode", [(field, f"must be a string, got {type(text).__name__}")])
+    return text
 
 
 def _truncate(text: str | None, limit: int) -> str | None:

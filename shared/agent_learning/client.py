@@ -29,7 +29,7 @@ from typing import Any
 
 from . import notices
 from .clock import SYSTEM_CLOCK, Clock
-from .documents import Episode, PolicyDocument
+from .documents import Episode, PolicyDocument, agent_id_problem
 from .errors import (
     ConcurrencyConflict,
     ConfigurationError,
@@ -58,6 +58,8 @@ class PolicyClient:
         rng: random.Random | None = None,
         clock: Clock = SYSTEM_CLOCK,
     ) -> None:
+        if problem := agent_id_problem(agent_id):
+            raise InvalidDocument("policy client", [("agent_id", problem)])
         self.store = store
         self.agent_id = agent_id
         self.refresh_seconds = refresh_seconds

@@ -83,6 +83,17 @@ MAX_TEMPERATURE = 100.0
 
 _ID = r"^[A-Za-z0-9][A-Za-z0-9._\-]{0,127}$"
 AgentId = Annotated[str, StringConstraints(strict=True, pattern=_ID)]
+AGENT_ID_RULE = "letters, digits, '.', '_' and '-', starting with a letter or digit, at most 128 characters"
+
+
+def agent_id_problem(value: object) -> str | None:
+    """Why ``value`` is not an agent id, in one plain sentence (None if it is one)."""
+    if not isinstance(value, str) or not value:
+        return f"agent id must be a non-empty string, got {value!r:.80}"
+    if not re.fullmatch(_ID, value):
+        return f"{value[:140]!r} is not an agent id: use {AGENT_ID_RULE}"
+    return None
+
 ActionId = Annotated[str, StringConstraints(strict=True, pattern=r"^[A-Za-z0-9][A-Za-z0-9._:=\-]{0,127}$")]
 # Cosmos ids may not contain / \ ? # and are at most 255 characters.
 DocId = Annotated[str, StringConstraints(strict=True, pattern=r"^[A-Za-z0-9][A-Za-z0-9._:\-]{0,199}$")]

@@ -281,7 +281,7 @@ class StructuredPolicy:
         elif self._numeric and any(n in context for n in self._numeric):
             return self._build(context, kept=False)  # numbers rarely repeat: not kept
         else:
-            key = tuple(map(context.get, self._categorical))
+            key = tuple(None if (v := context.get(n)) is None else segment_name(v) for n in self._categorical)
         table = self._cache.get(key)
         if table is None:
             if len(self._cache) >= CACHE_SIZE:
@@ -338,8 +338,13 @@ class StructuredPolicy:
         """The table for ``context``, and ``context`` checked. A context made only of categorical
         features whose values built a cached table was checked then: it is not checked again."""
         if self._categorical and not self._numeric and type(context) is dict:
+            # Tables are kept under segment names (strings): only a context of strings can hit one
+            # here, and any other value (True, 1, a list) is checked below.
             key = tuple(map(context.get, self._categorical))
-            table = self._cache.get(key)
+            try:
+                table = self._cache.get(key)
+            except TypeError:  # an unhashable value: let the check name it
+                table = None
             if table is not None and len(context) == len(key) - key.count(None):
                 return table, dict(context)
         checked = validated_context(context)
@@ -451,6 +456,13 @@ def structure_fields(
             actions.append({"id": f"{name}={value_id(value)}", "config": {name: value}})
         dims.append({"name": name, "size": len(values)})
     fields: dict[str, Any] = {"actions": actions, "logits": [0.0] * len(actions), "dimensions": dims}
+    if context is not None and not isinstance(context, Mapping):
+        raise InvalidDocument("policy", [("context", "must map feature names to \"category\" or \"number\"")])
+    if isinstance(excluded, str | bytes | Mapping) or not isinstance(excluded, Sequence):
+        raise InvalidDocument("policy", [("excluded", "must be a list of rules, each mapping dimensions to values")])
+    for i, rule in enumerate(excluded):
+        if not isinstance(rule, Mapping):
+            raise InvalidDocument("policy", [(f"excluded[{i}]", "must map dimension names to values")])
     if context:
         try:
             check_context({name: 0 for name in context})

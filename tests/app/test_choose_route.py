@@ -117,6 +117,9 @@ def test_a_structured_contextual_policy_answers_one_value_per_dimension_and_the_
     assert app_post_status(a, episode) == 201
     status, answer = choose("support-eu", {"context": {"task": 3.5, "extra": "x"}})
     assert status == 200 and answer["context"] == {"task": 3.5, "extra": "x"}
+    for nested in ({"kind": "billing"}, ["billing"]):  # after a cached context of strings, too
+        status, answer = choose("support-eu", {"context": {"task": nested}})
+        assert status == 400 and "context.task: must be a category" in answer["error"], answer
 
 
 def app_post_status(a: App, episode: dict[str, Any]) -> int:
