@@ -122,9 +122,10 @@ def test_duplicate_action_ids_rejected() -> None:
 
 @pytest.mark.parametrize("bad", ["has space", "", "-leading", "a/b", "x" * 129])
 def test_bad_action_id_rejected(bad: str) -> None:
-    with pytest.raises(ValueError, match="id") as info:
+    with pytest.raises(InvalidDocument) as info:
         SoftmaxPolicy.from_actions("agent", ["ok", bad])
-    assert "pattern" in str(info.value)
+    assert info.value.fields == ["actions[1].id"]
+    assert "starting with a letter or digit, at most 128 characters" in str(info.value)
 
 
 def test_bad_agent_id_rejected_with_field() -> None:
@@ -136,8 +137,8 @@ def test_bad_agent_id_rejected_with_field() -> None:
 def test_unknown_action_fields_and_types_rejected() -> None:
     with pytest.raises(InvalidDocument, match="model: Extra inputs are not permitted") as info:
         SoftmaxPolicy.from_actions("agent", [{"id": "a", "model": "x"}])
-    assert info.value.fields == ["model"]
-    with pytest.raises(TypeError, match="int"):
+    assert info.value.fields == ["actions[0].model"]
+    with pytest.raises(InvalidDocument, match=r"actions\[0\]: must be an id, an Action or an object with an id, got int"):
         SoftmaxPolicy.from_actions("agent", [1])  # type: ignore[list-item]
 
 
@@ -299,3 +300,18 @@ def test_agent_side_does_not_import_numpy_or_judges() -> None:
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [shared, os.environ.get("PYTHONPATH")]))}
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60, env=env)
     assert out.stdout.split() == ["False", "False"]
+
+
+@pytest.mark.parametrize(
+    ("actions", "named"),
+    [
+        ("abc", r"actions: must be a list of actions, got str"),
+        ({"dimensions": {"p": ["a"]}}, r"actions: must be a list of actions, got dict"),
+        ([{"id": "a"}, {"noid": 1}], r"actions\[1\]\.id: Field required; actions\[1\]\.noid"),
+        (["a", "bad id"], r"actions\[1\]\.id: 'bad id' does not fit: use letters, digits"),
+        (["a", 3], r"actions\[1\]: must be an id"),
+    ],
+)
+def test_actions_of_the_wrong_shape_are_named_by_their_place(actions: object, named: str) -> None:
+    with pytest.raises(InvalidDocument, match=named):
+        SoftmaxPolicy.from_actions("bot", actions)  # type: ignore[arg-type]

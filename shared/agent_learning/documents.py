@@ -94,9 +94,12 @@ def agent_id_problem(value: object) -> str | None:
         return f"{value[:140]!r} is not an agent id: use {AGENT_ID_RULE}"
     return None
 
-ActionId = Annotated[str, StringConstraints(strict=True, pattern=r"^[A-Za-z0-9][A-Za-z0-9._:=\-]{0,127}$")]
+
+_ACTION_ID = r"^[A-Za-z0-9][A-Za-z0-9._:=\-]{0,127}$"
+ActionId = Annotated[str, StringConstraints(strict=True, pattern=_ACTION_ID)]
 # Cosmos ids may not contain / \ ? # and are at most 255 characters.
-DocId = Annotated[str, StringConstraints(strict=True, pattern=r"^[A-Za-z0-9][A-Za-z0-9._:\-]{0,199}$")]
+_DOC_ID = r"^[A-Za-z0-9][A-Za-z0-9._:\-]{0,199}$"
+DocId = Annotated[str, StringConstraints(strict=True, pattern=_DOC_ID)]
 MAX_ID_CHARS = 200
 """The longest document id written (Cosmos allows 255)."""
 # A score's id: an episode id (the judges' score) or a correction id, ``~r{k}`` after a DocId.
@@ -291,6 +294,8 @@ def invalid_from_pydantic(kind: str, exc: ValidationError) -> InvalidDocument:
         field = _path(err["loc"])
         # Model-level validators (of the document or of a nested model such as a step) name
         # their field as "field: problem".
+        if err["type"] == "string_pattern_mismatch" and (rule := _PATTERN_RULES.get(err["ctx"]["pattern"])):
+            msg = f"{str(err['input'])[:80]!r} does not fit: use {rule}"
         match = _FIELD_PREFIX.match(msg) if err["type"] == "value_error" else None
         if match:
             sub, msg = match.group(1), match.group(2)
@@ -301,6 +306,13 @@ def invalid_from_pydantic(kind: str, exc: ValidationError) -> InvalidDocument:
 
 _invalid = invalid_from_pydantic
 
+
+_PATTERN_RULES = {
+    _ID: AGENT_ID_RULE,
+    _ACTION_ID: "letters, digits, '.', '_', ':', '=' and '-', starting with a letter or digit, at most 128 characters",
+    _DOC_ID: "letters, digits, '.', '_', ':' and '-', starting with a letter or digit, at most 200 characters",
+}
+"""Plain sentences for the id patterns, in place of pydantic's "String should match pattern '…'"."""
 
 _FIELD_PREFIX = re.compile(r"^([A-Za-z_][\w.\[\]]*): (.+)$", re.S)
 

@@ -161,7 +161,11 @@ class SoftmaxPolicy:
         ``actions`` may be ids, :class:`~agent_learning.documents.Action` objects or dicts
         with ``id``, ``description`` and ``config``.
         """
-        parsed = [_as_action(a) for a in actions]
+        if isinstance(actions, str | bytes | Mapping):
+            raise InvalidDocument(
+                "policy", [("actions", f"must be a list of actions, got {type(actions).__name__} {actions!r:.80}")]
+            )
+        parsed = [_as_action(a, f"actions[{i}]") for i, a in enumerate(actions)]
         if rng is None and seed is not None:
             rng = random.Random(seed)
         policy = cls(
@@ -273,14 +277,18 @@ class SoftmaxPolicy:
         return f"SoftmaxPolicy({self.agent_id!r}, v{self.version}: {probs})"
 
 
-def _as_action(value: str | Action | Mapping[str, Any]) -> Action:
+def _as_action(value: str | Action | Mapping[str, Any], where: str = "action") -> Action:
+    """``value`` as an :class:`Action`; problems are named under ``where`` (``actions[2].id``)."""
     if isinstance(value, Action):
         return value
     if isinstance(value, str):
-        return _as_action({"id": value})
+        return _as_action({"id": value}, where)
     if isinstance(value, Mapping):
         try:
             return Action.model_validate(dict(value))
         except ValidationError as exc:
-            raise invalid_from_pydantic("action", exc) from None
-    raise TypeError(f"an action must be an id, an Action or a mapping, got {type(value).__name__}")
+            problems = invalid_from_pydantic("action", exc).problems
+            raise InvalidDocument("policy", [(f"{where}.{field}", problem) for field, problem in problems]) from None
+    raise InvalidDocument(
+        "policy", [(where, f"must be an id, an Action or an object with an id, got {type(value).__name__}")]
+    )
