@@ -665,7 +665,13 @@ def policy_revise(agent_id: str, actions_file: str, renames: tuple[tuple[str, st
                   db: str | None) -> None:
     """Change an agent's actions (add, remove, rename) as a new version; history is kept."""
     pairs = dict(renames)
-    actions = SoftmaxPolicy.from_actions(agent_id, _read_actions(actions_file)).actions
+    listed = _read_actions(actions_file)
+    if isinstance(listed, dict):
+        raise ValueError(
+            f"--actions: {actions_file} holds an object with dimensions; policy revise takes the complete new list "
+            "of actions, and revising a policy's dimensions is not supported: create a new agent with them"
+        )
+    actions = SoftmaxPolicy.from_actions(agent_id, listed).actions
     with _store(db) as (store, settings):
         _current(store, settings, agent_id)
         change = revise(store, agent_id, list(actions), renames=pairs, note=note)

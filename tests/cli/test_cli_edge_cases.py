@@ -1,0 +1,66 @@
+"""Inputs at the edges of `agent-learn`'s commands: each is refused in one line naming the option
+(exit 2), or does what its help says, never silently something else."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("rich")
+from click.testing import CliRunner, Result
+
+from agent_learning.cli import main
+from agent_learning.pipeline import load_current
+from agent_learning.store.sqlite import SQLiteStore
+
+AGENT = "support-bot"
+
+
+@pytest.fixture(autouse=True)
+def clean_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    for name in list(os.environ):
+        if name.startswith("AGENT_LEARNING_") or name.startswith("CosmosDBConnection") or name == "COLUMNS":
+            monkeypatch.delenv(name)
+    monkeypatch.setenv("AGENT_LEARNING_SQLITE_PATH", str(tmp_path / "local.db"))
+    monkeypatch.chdir(tmp_path)
+
+
+def cli(*args: str) -> Result:
+    return CliRunner().invoke(main, list(args))
+
+
+def ok(*args: str) -> Result:
+    result = cli(*args)
+    assert result.exit_code == 0, (args, result.output)
+    return result
+
+
+def refused(*args: str) -> str:
+    """The one error line of a command refused as bad input."""
+    result = cli(*args)
+    lines = [line for line in result.output.splitlines() if line.strip()]
+    assert result.exit_code == 2 and isinstance(result.exception, SystemExit), (args, result.output)
+    assert len(lines) == 1 and lines[0].startswith("error: "), (args, result.output)
+    return lines[0]
+
+
+@pytest.fixture
+def db(tmp_path: Path) -> str:
+    """A store with one agent, made with the CLI."""
+    path = str(tmp_path / "agents.db")
+    actions = tmp_path / "actions.json"
+    actions.write_text(json.dumps(["concise", "detailed"]))
+    ok("init-policy", "--agent-id", AGENT, "--actions", str(actions), "--db", path)
+    return path
+
+
+def test_revise_refuses_an_object_of_dimensions(tmp_path: Path, db: str) -> None:
+    structured = tmp_path / "dimensions.json"
+    structured.write_text(json.dumps({"dimensions": {"prompt": ["a", "b"]}}))
+    line = refused("policy", "revise", "--agent-id", AGENT, "--actions", str(structured), "--db", db)
+    assert line.startswith("error: --actions: ") and "list" in line and "dimensions" in line
+    with SQLiteStore(db) as store:
+        assert load_current(store, AGENT).version == 1  # type: ignore[union-attr]
