@@ -273,6 +273,8 @@ def demo(
 ) -> None:
     """Simulated agents learn through the embedded pipeline (SQLite store and queue, offline judge)."""
     names = [a.strip() for a in agents.split(",") if a.strip()]
+    if not names:
+        raise ValueError(f"--agents: no agent given; choose from {sorted(SCENARIOS)}")
     unknown = [n for n in names if n not in SCENARIOS]
     if unknown:
         raise ValueError(f"--agents: unknown simulated agent(s) {unknown}; choose from {sorted(SCENARIOS)}")

@@ -64,3 +64,12 @@ def test_revise_refuses_an_object_of_dimensions(tmp_path: Path, db: str) -> None
     assert line.startswith("error: --actions: ") and "list" in line and "dimensions" in line
     with SQLiteStore(db) as store:
         assert load_current(store, AGENT).version == 1  # type: ignore[union-attr]
+
+
+@pytest.mark.parametrize("agents", ["", ",", " , "])
+def test_the_demo_needs_an_agent(tmp_path: Path, agents: str) -> None:
+    demo_db = tmp_path / "demo.db"
+    assert refused("demo", "--agents", agents, "--db", str(demo_db), "--no-plot").startswith(
+        "error: --agents: no agent given"
+    )
+    assert not demo_db.exists()
