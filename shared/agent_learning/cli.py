@@ -15,9 +15,10 @@ import functools
 import json
 import os
 import re
+import sqlite3
 import sys
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -33,7 +34,14 @@ from .audit import audit as run_audit
 from .config import load_settings
 from .demo import reward_trend, run_demo
 from .documents import MAX_TEMPERATURE, MIN_TEMPERATURE
-from .errors import AgentLearningError, ConcurrencyConflict, ConfigurationError, InvalidDocument, NotFound
+from .errors import (
+    AgentLearningError,
+    ConcurrencyConflict,
+    ConfigurationError,
+    InvalidDocument,
+    NotFound,
+    TransientError,
+)
 from .feedback import record_feedback, score_rows, sweep
 from .history import history
 from .learner import Evidence
@@ -134,10 +142,47 @@ def _existing(settings: Any) -> Any:
 
 
 @contextmanager
+def _usable(option: str, path: str | Path) -> Iterator[None]:
+    """Report a path the filesystem refuses (a file where a folder should be, no permission, a
+    read-only database) as bad input naming ``option``; a locked database is a transient failure."""
+    try:
+        yield
+    except (OSError, sqlite3.OperationalError) as exc:
+        if isinstance(exc, sqlite3.OperationalError) and "locked" in str(exc):
+            raise TransientError(f"{option}: {path} is locked by another process ({exc})") from None
+        reason = (exc.strerror if isinstance(exc, OSError) else None) or str(exc)
+        if isinstance(exc, FileExistsError | NotADirectoryError):  # a file where a folder of the path should be
+            reason = f"{exc.filename} is a file, not a folder"
+        elif isinstance(exc, OSError) and exc.filename and str(exc.filename) != str(path):
+            reason += f": {exc.filename}"
+        raise ValueError(f"{option}: cannot use {path}: {reason}") from None
+
+
+def _embedded(settings: Any, kind: str) -> Any:
+    """Path errors of the embedded SQLite file as ``--db`` errors, if ``kind`` (a setting such as
+    ``store`` or ``queue``) chooses the embedded one; otherwise nothing."""
+    return _usable("--db", settings.sqlite_path) if getattr(settings, kind) == "sqlite" else nullcontext()
+
+
+def _writable(option: str, path: str) -> None:
+    """Check before any work that ``path`` can be written (its folder is made if missing); a file
+    that was not there is not left behind."""
+    target = Path(path)
+    existed = target.exists()
+    with _usable(option, path):
+        target.parent.mkdir(parents=True, exist_ok=True)
+        with target.open("ab"):
+            pass
+        if not existed:
+            target.unlink()
+
+
+@contextmanager
 def _store(db: str | None, *, create: bool = False) -> Iterator[tuple[Any, Any]]:
     """The store the settings choose, and the settings; an embedded one must exist unless ``create``."""
     settings = _settings(db) if create else _existing(_settings(db))
-    store = wiring.open_store(settings)
+    with _embedded(settings, "store"):
+        store = wiring.open_store(settings)
     try:
         yield store, settings
     finally:
@@ -278,8 +323,11 @@ def demo(
     unknown = [n for n in names if n not in SCENARIOS]
     if unknown:
         raise ValueError(f"--agents: unknown simulated agent(s) {unknown}; choose from {sorted(SCENARIOS)}")
+    _writable("--db", db)
+    if not no_plot:
+        _writable("--plot", plot_path)
     if Path(db).exists() and not force:
-        with SQLiteStore(db) as existing:
+        with _usable("--db", db), SQLiteStore(db) as existing:
             others = sorted(set(existing.list_agents()) - set(SCENARIOS))
         if others:
             raise ValueError(
@@ -1073,7 +1121,8 @@ def _queue(db: str | None) -> Iterator[tuple[Any, Any]]:
     settings = _settings(db)
     if settings.queue == "sqlite" and not Path(settings.sqlite_path).exists():
         _existing(settings.model_copy(update={"store": "sqlite"}))  # the embedded queue lives in that file
-    queue = wiring.open_queue(settings)
+    with _embedded(settings, "queue"):
+        queue = wiring.open_queue(settings)
     try:
         yield queue, settings
     finally:
@@ -1275,6 +1324,8 @@ def report(agent_ids: tuple[str, ...], png_path: str, html_path: str, title: str
     if since and until and since > until:
         raise ValueError(f"--since: {_iso(since)} is after --until {_iso(until)}")
     with _store(db) as (store, settings):
+        _writable("--png", png_path)
+        _writable("--html", html_path)
         agents = list(agent_ids) or store.list_agents()
         if not agents:
             raise NotFound(f"no agent has a policy in {_where(settings)}")
@@ -1320,7 +1371,8 @@ def train(agent_id: str | None, as_json: bool, db: str | None) -> None:
 
     Exits with 1 if an agent could not be trained (the others are trained all the same)."""
     settings = _existing(_settings(db))
-    pipeline = open_local(settings)
+    with _embedded(settings, "store"):
+        pipeline = open_local(settings)
     try:
         enqueued = pipeline.pump()
         with _progress("scoring", as_json) as bar:

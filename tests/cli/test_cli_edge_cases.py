@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import sqlite3
 from pathlib import Path
 
 import pytest
@@ -73,3 +74,32 @@ def test_the_demo_needs_an_agent(tmp_path: Path, agents: str) -> None:
         "error: --agents: no agent given"
     )
     assert not demo_db.exists()
+
+
+def test_paths_the_filesystem_refuses_are_named_in_one_line(
+    tmp_path: Path, db: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (tmp_path / "afile").write_text("a file, not a folder")
+    blocked = str(tmp_path / "afile" / "x")
+    actions = str(tmp_path / "actions.json")
+    demo = ["demo", "--agents", "math-tutor", "--episodes", "100", "--batch", "100"]
+    cases = {
+        ("init-policy", "--agent-id", "a", "--actions", actions, "--db", f"{blocked}.db"): "--db",
+        (*demo, "--db", f"{blocked}.db", "--no-plot"): "--db",
+        (*demo, "--db", str(tmp_path / "demo.db"), "--plot", f"{blocked}.png"): "--plot",
+        ("report", "--db", db, "--png", f"{blocked}.png"): "--png",
+        ("report", "--db", db, "--html", f"{blocked}.html"): "--html",
+    }
+    if Path("/proc/self").is_dir():  # Linux: a folder where no file can be made
+        cases[("init-policy", "--agent-id", "a", "--actions", actions, "--db", "/proc/x.db")] = "--db"
+    for args, option in cases.items():
+        assert refused(*args).startswith(f"error: {option}: cannot use "), args
+    assert not (tmp_path / "demo.db").exists()  # refused before the demo ran
+
+    def read_only(path: str) -> None:
+        raise sqlite3.OperationalError("attempt to write a readonly database")
+
+    monkeypatch.setattr("agent_learning.store.sqlite.connect", read_only)
+    assert refused("policy", "show", "--agent-id", AGENT, "--db", db) == (
+        f"error: --db: cannot use {db}: attempt to write a readonly database"
+    )
