@@ -284,8 +284,10 @@ def main() -> None:
 
 
 @main.command()
-@click.option("--episodes", "episodes", default=4_000, show_default=True, help="Episodes per simulated agent.")
-@click.option("--batch", default=100, show_default=True, help="Episodes per agent between training runs.")
+@click.option("--episodes", "episodes", type=click.IntRange(1, 10_000_000), default=4_000, show_default=True,
+              help="Episodes per simulated agent (a multiple of --batch).")
+@click.option("--batch", type=click.IntRange(1, 1_000_000), default=100, show_default=True,
+              help="Episodes per agent between training runs.")
 @click.option("--seed", default=7, show_default=True, help="Random seed: the same seed gives the same run.")
 @click.option(
     "--agents",
@@ -323,6 +325,9 @@ def demo(
     unknown = [n for n in names if n not in SCENARIOS]
     if unknown:
         raise ValueError(f"--agents: unknown simulated agent(s) {unknown}; choose from {sorted(SCENARIOS)}")
+    if episodes % batch:
+        raise ValueError(f"--episodes: {episodes} is not a multiple of --batch {batch} (a training run follows "
+                         f"each batch); try --episodes {max(batch, episodes - episodes % batch)}")
     _writable("--db", db)
     if not no_plot:
         _writable("--plot", plot_path)

@@ -103,3 +103,14 @@ def test_paths_the_filesystem_refuses_are_named_in_one_line(
     assert refused("policy", "show", "--agent-id", AGENT, "--db", db) == (
         f"error: --db: cannot use {db}: attempt to write a readonly database"
     )
+
+
+def test_demo_episodes_and_batch_are_checked_as_options(tmp_path: Path) -> None:
+    demo = ["demo", "--agents", "math-tutor", "--db", str(tmp_path / "demo.db"), "--no-plot"]
+    assert refused(*demo, "--batch", "0").startswith("error: --batch: 0 is not in the range")
+    assert refused(*demo, "--episodes", "0").startswith("error: --episodes: 0 is not in the range")
+    for episodes, batch in (("150", "100"), ("50", "100")):
+        line = refused(*demo, "--episodes", episodes, "--batch", batch)
+        assert line.startswith(f"error: --episodes: {episodes} is not a multiple of --batch {batch}")
+        assert "try --episodes 100" in line
+    assert not (tmp_path / "demo.db").exists()
