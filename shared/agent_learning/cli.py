@@ -125,6 +125,9 @@ def _agent_id(ctx: click.Context, param: click.Parameter, value: Any) -> Any:
     return value
 
 
+COUNT = click.IntRange(1, 1_000_000)
+"""The type of ``--limit``, ``--last`` and ``--smooth``: a number of items, within what a store can query."""
+
 agent_option = click.option(
     "--agent-id", required=True, callback=_agent_id, help="The agent whose policy to use."
 )
@@ -647,7 +650,7 @@ def _history_rows(h: Any) -> list[dict[str, Any]]:
 
 @policy.command("history")
 @agent_option
-@click.option("--limit", type=click.IntRange(min=1), default=None, help="Only the newest N versions.")
+@click.option("--limit", type=COUNT, default=None, help="Only the newest N versions.")
 @json_option
 @db_option
 @_handle_errors
@@ -831,7 +834,7 @@ def runs() -> None:
 
 @runs.command("list")
 @agent_option
-@click.option("--limit", type=click.IntRange(min=1), default=20, show_default=True, help="The newest N runs.")
+@click.option("--limit", type=COUNT, default=20, show_default=True, help="The newest N runs.")
 @json_option
 @db_option
 @_handle_errors
@@ -990,7 +993,7 @@ def episodes() -> None:
 
 @episodes.command("list")
 @click.option("--agent-id", default=None, callback=_agent_id, help="Only this agent's episodes.")
-@click.option("--limit", type=click.IntRange(min=1), default=20, show_default=True, help="The newest N episodes.")
+@click.option("--limit", type=COUNT, default=20, show_default=True, help="The newest N episodes.")
 @json_option
 @db_option
 @_handle_errors
@@ -1140,7 +1143,7 @@ def dlq() -> None:
 
 
 @dlq.command("list")
-@click.option("--limit", type=click.IntRange(min=1), default=100, show_default=True, help="At most N dead letters.")
+@click.option("--limit", type=COUNT, default=100, show_default=True, help="At most N dead letters.")
 @json_option
 @db_option
 @_handle_errors
@@ -1226,7 +1229,7 @@ def dlq_replay(
 @click.option("--rejudge", is_flag=True, help="Judge them again (default: keep the metrics, reshape the reward).")
 @click.option("--unjudged", is_flag=True,
               help="Judge the episodes AGENT_LEARNING_JUDGING left unjudged instead (learned once each).")
-@click.option("--limit", type=click.IntRange(min=1), default=None,
+@click.option("--limit", type=COUNT, default=None,
               help="With --unjudged: judge at most N (in episode-id order: a random part of the backlog).")
 @json_option
 @db_option
@@ -1309,12 +1312,12 @@ def _judge_unjudged(agent_id: str, limit: int | None, as_json: bool, db: str | N
 @click.option("--html", "html_path", type=click.Path(dir_okay=False), default="agent-learning-report.html",
               show_default=True, help="Where to write the page (the chart and a table of every version).")
 @click.option("--title", default="agent-learning report", show_default=True, help="Title of the chart and page.")
-@click.option("--last", type=click.IntRange(min=1), default=None, help="Only the newest N versions of each agent.")
+@click.option("--last", type=COUNT, default=None, help="Only the newest N versions of each agent.")
 @click.option("--since", type=click.DateTime(TIME_FORMATS), default=None,
               help="Only versions created at or after this UTC date or time (2026-11-01 or 2026-11-01T08:00:00).")
 @click.option("--until", type=click.DateTime(TIME_FORMATS), default=None,
               help="Only versions created at or before this UTC date or time.")
-@click.option("--smooth", type=click.IntRange(min=1), default=None,
+@click.option("--smooth", type=COUNT, default=None,
               help="Draw reward and entropy as means over N versions (default: none up to 100 versions, "
                    "then a fiftieth of them).")
 @json_option

@@ -114,3 +114,13 @@ def test_demo_episodes_and_batch_are_checked_as_options(tmp_path: Path) -> None:
         assert line.startswith(f"error: --episodes: {episodes} is not a multiple of --batch {batch}")
         assert "try --episodes 100" in line
     assert not (tmp_path / "demo.db").exists()
+
+
+def test_a_huge_limit_names_the_option(db: str) -> None:
+    huge = "99999999999999999999"
+    for args in (["episodes", "list"], ["runs", "list", "--agent-id", AGENT], ["dlq", "list"],
+                 ["policy", "history", "--agent-id", AGENT], ["rescore", "--agent-id", AGENT, "--unjudged"]):
+        assert refused(*args, "--db", db, "--limit", huge).startswith(f"error: --limit: {huge} is not in the range")
+    for option in ("--last", "--smooth"):
+        assert refused("report", "--db", db, option, huge).startswith(f"error: {option}: ")
+    assert ok("episodes", "list", "--db", db, "--limit", "1000000").exit_code == 0
