@@ -516,6 +516,8 @@ def init_policy(
 @click.pass_context
 def policy(ctx: click.Context, agent_id: str | None, as_json: bool, db: str | None) -> None:
     """Show, list, roll back, pin and unpin policies."""
+    if db is not None:  # `policy --db FILE show ...`: the group's --db is the subcommands' default
+        ctx.default_map = {name: {"db": db} for name in policy.commands}
     if ctx.invoked_subcommand is not None:
         return
     if agent_id is None:  # `agent-learn policy --agent-id X` is kept as `policy show`

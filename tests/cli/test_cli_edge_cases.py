@@ -124,3 +124,13 @@ def test_a_huge_limit_names_the_option(db: str) -> None:
     for option in ("--last", "--smooth"):
         assert refused("report", "--db", db, option, huge).startswith(f"error: {option}: ")
     assert ok("episodes", "list", "--db", db, "--limit", "1000000").exit_code == 0
+
+
+def test_the_policy_groups_db_reaches_its_subcommands(tmp_path: Path, db: str) -> None:
+    assert f"{AGENT} v1" in ok("policy", "--db", db, "show", "--agent-id", AGENT).stdout
+    assert "1 policy versions" in ok("policy", "--db", db, "history", "--agent-id", AGENT).stdout
+    assert "is pinned" in ok("policy", "--db", db, "pin", "--agent-id", AGENT).stdout
+    other = str(tmp_path / "other.db")  # a subcommand's own --db wins
+    assert refused("policy", "--db", db, "show", "--agent-id", AGENT, "--db", other).startswith(
+        f"error: --db: there is no store at {other}"
+    )
