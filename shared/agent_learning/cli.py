@@ -1001,8 +1001,10 @@ def episodes() -> None:
 @_handle_errors
 def episodes_list(agent_id: str | None, limit: int, as_json: bool, db: str | None) -> None:
     """The newest episodes and their rewards."""
-    with _store(db) as (store, _):
+    with _store(db) as (store, settings):
         docs = store.list_episodes(agent_id, limit)
+        if agent_id is not None and not docs:
+            _current(store, settings, agent_id)  # no episodes and no policy: an unknown agent
         rows = []
         for d in docs:
             scores = score_rows(store, str(d.get("id")), str(d.get("agent_id")))
@@ -1384,6 +1386,8 @@ def train(agent_id: str | None, as_json: bool, db: str | None) -> None:
     with _embedded(settings, "store"):
         pipeline = open_local(settings)
     try:
+        if agent_id is not None:
+            _current(pipeline.store, settings, agent_id)  # an unknown agent is bad input, as everywhere
         enqueued = pipeline.pump()
         with _progress("scoring", as_json) as bar:
             task = bar.add_task("score", total=enqueued or None)

@@ -134,3 +134,11 @@ def test_the_policy_groups_db_reaches_its_subcommands(tmp_path: Path, db: str) -
     assert refused("policy", "--db", db, "show", "--agent-id", AGENT, "--db", other).startswith(
         f"error: --db: there is no store at {other}"
     )
+
+
+def test_train_and_episodes_list_refuse_an_unknown_agent(db: str) -> None:
+    for args in (["train"], ["episodes", "list"]):
+        line = refused(*args, "--agent-id", "nosuch", "--db", db)
+        assert line.startswith("error: --agent-id: 'nosuch' has no policy") and AGENT in line
+    assert "0 newest episodes" in ok("episodes", "list", "--agent-id", AGENT, "--db", db).stdout
+    assert f"{AGENT}: " in ok("train", "--agent-id", AGENT, "--db", db).stdout
