@@ -1459,10 +1459,12 @@ def store_migrate_scores(source: str, overwrite: bool, as_json: bool) -> None:
     Idempotent: run it again to finish an interrupted copy. Exits with 1 when a copy differs
     from the old document or a document without an agent id was left behind
     (docs/operating.md: migrating the scores container)."""
+    settings = _settings(None)
+    if settings.store != "cosmos":  # checked before any store is opened: this command has no --db
+        raise ValueError("AGENT_LEARNING_STORE: migrate-scores copies between Cosmos DB containers: set "
+                         "AGENT_LEARNING_STORE=cosmos and CosmosDBConnection__accountEndpoint "
+                         f"(the {settings.store} store has one place for scores)")
     with _store(None) as (store, settings):
-        if settings.store != "cosmos":
-            raise ValueError("AGENT_LEARNING_STORE: migrate-scores copies between Cosmos DB containers; "
-                             f"the {settings.store} store has one place for scores")
         from .store.cosmos import copy_legacy_scores  # azure-cosmos: only on Cosmos DB
 
         with _progress("copying scores", transient=as_json) as bar:

@@ -142,3 +142,10 @@ def test_train_and_episodes_list_refuse_an_unknown_agent(db: str) -> None:
         assert line.startswith("error: --agent-id: 'nosuch' has no policy") and AGENT in line
     assert "0 newest episodes" in ok("episodes", "list", "--agent-id", AGENT, "--db", db).stdout
     assert f"{AGENT}: " in ok("train", "--agent-id", AGENT, "--db", db).stdout
+
+
+def test_migrate_scores_names_the_cosmos_settings_it_needs(tmp_path: Path) -> None:
+    line = refused("store", "migrate-scores")  # no local store exists: it is not what is missing
+    assert line.startswith("error: AGENT_LEARNING_STORE: migrate-scores copies between Cosmos DB containers")
+    assert "CosmosDBConnection__accountEndpoint" in line and "--db" not in line
+    assert not (tmp_path / "local.db").exists()
