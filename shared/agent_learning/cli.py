@@ -1208,17 +1208,21 @@ def dlq_replay(
             )
             replayed, chosen, left = len(result.replayed), result.replayed, result.left
         bar.update(task, total=replayed, completed=replayed)
+    # --id alone: the ids no dead letter has (with --reason, an id may be there with another reason)
+    not_found = [i for i in dict.fromkeys(ids) if i not in (chosen or [])] if ids and not reasons else None
     if as_json:
         data: dict[str, Any] = {"would_replay" if dry_run else "replayed": replayed}
-        if chosen is not None and (dry_run or reasons):
+        if chosen is not None:
             data.update(message_ids=chosen, left=dict(left or {}))
+        if not_found is not None:
+            data["not_found"] = not_found
         _echo_json(data)
         return
+    missing = f" ({len(not_found)} ids not found: {', '.join(not_found)})" if not_found else ""
     if dry_run:
-        out.print(f"would replay {replayed} dead letters to {settings.queue_name}: {', '.join(chosen or []) or '-'}")
+        out.print(f"would replay {replayed} dead letters to {settings.queue_name}: "
+                  f"{', '.join(chosen or []) or '-'}{missing}")
     else:
-        not_found = len(set(ids) - set(chosen or [])) if ids and not reasons else 0
-        missing = f" ({not_found} ids not found)" if not_found else ""
         out.print(f"replayed {replayed} dead letters to {settings.queue_name}{missing}")
     if left:
         out.print("left in the dead-letter queue: " + ", ".join(f"{n} {r}" for r, n in sorted(left.items())))

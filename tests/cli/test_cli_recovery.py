@@ -86,6 +86,18 @@ def test_dlq_replay_by_reason_with_a_dry_run_first(pipeline: LocalPipeline) -> N
     assert refused.exit_code == 2 and "--reason" in refused.stderr
 
 
+def test_dlq_replay_by_id_reports_the_ids_not_found_in_json_as_in_text(pipeline: LocalPipeline) -> None:
+    dead_letter(pipeline, ["ghost-1"])  # EpisodeNotFound
+    dead_letter(pipeline, ["bad-1"], {"type": "score_request"})  # InvalidMessage: no episode id
+    preview = as_json("dlq", "replay", "--id", "bad-1", "--id", "nosuch", "--dry-run")
+    assert preview == {"would_replay": 1, "message_ids": ["bad-1"], "left": {"EpisodeNotFound": 1},
+                       "not_found": ["nosuch"]}
+    done = as_json("dlq", "replay", "--id", "bad-1", "--id", "nosuch")
+    assert done == {"replayed": 1, "message_ids": ["bad-1"], "left": {"EpisodeNotFound": 1}, "not_found": ["nosuch"]}
+    text = cli("dlq", "replay", "--id", "ghost-1", "--id", "nosuch").stdout
+    assert "replayed 1" in text and "1 ids not found: nosuch" in text
+
+
 def test_rescore_reports_trained_pending_and_failed_episodes(pipeline: LocalPipeline) -> None:
     trained = episodes(pipeline, 6)
     pipeline.run_once()
