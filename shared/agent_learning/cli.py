@@ -256,14 +256,22 @@ def _progress(label: str, transient: bool) -> Progress:
     )
 
 
+NO_SUBCOMMAND: Any = getattr(click.exceptions, "NoArgsIsHelpError", ())
+"""What click (8.2 and later) raises for a group given no subcommand (8.1 prints the help itself)."""
+
+
 class OneLineErrors(click.Group):
     """Usage errors (a bad option value, a missing option, an unknown command) in the CLI's one
-    error style: ``error: <option>: <problem>`` on one line, exit code 2."""
+    error style: ``error: <option>: <problem>`` on one line, exit code 2. A group given no
+    subcommand prints its help, as ``policy`` does, with exit code 0."""
 
     def main(self, *args: Any, **kwargs: Any) -> Any:
         kwargs["standalone_mode"] = False
         try:
             code = super().main(*args, **kwargs)
+        except NO_SUBCOMMAND as exc:
+            click.echo(exc.ctx.get_help())
+            sys.exit(0)
         except click.BadParameter as exc:
             param = exc.param
             name = (param.human_readable_name if isinstance(param, click.Argument) else param.opts[0]) if param else ""

@@ -149,3 +149,10 @@ def test_migrate_scores_names_the_cosmos_settings_it_needs(tmp_path: Path) -> No
     assert line.startswith("error: AGENT_LEARNING_STORE: migrate-scores copies between Cosmos DB containers")
     assert "CosmosDBConnection__accountEndpoint" in line and "--db" not in line
     assert not (tmp_path / "local.db").exists()
+
+
+@pytest.mark.parametrize("group", [[], ["agent"], ["dlq"], ["runs"], ["episodes"], ["store"], ["policy"]])
+def test_a_group_without_a_subcommand_prints_its_help(group: list[str]) -> None:
+    result = ok(*group)
+    assert result.stdout.startswith(f"Usage: {' '.join(['main', *group])} [OPTIONS]")
+    assert "error:" not in result.output and "Commands:" in result.stdout
