@@ -1169,7 +1169,7 @@ def dlq_list(limit: int, as_json: bool, db: str | None) -> None:
             "reason": d.reason,
             "description": d.description,
             "delivery_count": d.delivery_count,
-            "dead_lettered_at": d.dead_lettered_at,
+            "dead_lettered_at": _iso(datetime.fromtimestamp(d.dead_lettered_at, UTC)) if d.dead_lettered_at else None,
             "properties": dict(d.properties),
             "body": d.body.decode("utf-8", errors="replace"),
         }

@@ -7,6 +7,7 @@ import json
 import os
 import random
 from collections.abc import Iterator
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -96,6 +97,13 @@ def test_dlq_replay_by_id_reports_the_ids_not_found_in_json_as_in_text(pipeline:
     assert done == {"replayed": 1, "message_ids": ["bad-1"], "left": {"EpisodeNotFound": 1}, "not_found": ["nosuch"]}
     text = cli("dlq", "replay", "--id", "ghost-1", "--id", "nosuch").stdout
     assert "replayed 1" in text and "1 ids not found: nosuch" in text
+
+
+def test_dlq_list_json_gives_times_in_iso_8601_utc(pipeline: LocalPipeline) -> None:
+    dead_letter(pipeline, ["ghost-1"])
+    (dead,) = as_json("dlq", "list")
+    at = datetime.fromisoformat(dead["dead_lettered_at"])
+    assert dead["dead_lettered_at"].endswith("Z") and at.timestamp() == pytest.approx(pipeline.clock.time())
 
 
 def test_rescore_reports_trained_pending_and_failed_episodes(pipeline: LocalPipeline) -> None:
