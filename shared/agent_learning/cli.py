@@ -1347,6 +1347,8 @@ def report(agent_ids: tuple[str, ...], png_path: str, html_path: str, title: str
     since, until = (t.replace(tzinfo=UTC) if t else None for t in (since, until))
     if since and until and since > until:
         raise ValueError(f"--since: {_iso(since)} is after --until {_iso(until)}")
+    if Path(png_path).resolve() == Path(html_path).resolve():
+        raise ValueError(f"--html: {html_path} is also the --png path; the page would overwrite the chart")
     with _store(db) as (store, settings):
         _writable("--png", png_path)
         _writable("--html", html_path)

@@ -156,3 +156,11 @@ def test_a_group_without_a_subcommand_prints_its_help(group: list[str]) -> None:
     result = ok(*group)
     assert result.stdout.startswith(f"Usage: {' '.join(['main', *group])} [OPTIONS]")
     assert "error:" not in result.output and "Commands:" in result.stdout
+
+
+def test_report_refuses_one_path_for_the_chart_and_the_page(tmp_path: Path, db: str) -> None:
+    same = str(tmp_path / "report.out")
+    assert refused("report", "--db", db, "--png", same, "--html", f"{tmp_path}/./report.out").startswith(
+        "error: --html: "
+    )
+    assert not Path(same).exists()
