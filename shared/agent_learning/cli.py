@@ -18,7 +18,7 @@ import re
 import sqlite3
 import sys
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager, nullcontext
+from contextlib import closing, contextmanager, nullcontext
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -135,12 +135,16 @@ agent_option = click.option(
 
 def _existing(settings: Any) -> Any:
     """``settings`` if their embedded store exists; commands other than ``init-policy`` (and the
-    demo, which writes its own) never create one at a mistyped path."""
-    if settings.store == "sqlite" and not Path(settings.sqlite_path).exists():
+    demo, which writes its own) never create one at a mistyped path, nor in another program's file."""
+    if settings.store != "sqlite":
+        return settings
+    if not Path(settings.sqlite_path).exists():
         raise NotFound(
             f"--db: there is no store at {settings.sqlite_path} (AGENT_LEARNING_SQLITE_PATH); "
             "agent-learn init-policy creates one, and the demo writes .agent-learning/demo.db"
         )
+    if not _agent_learning_file(settings.sqlite_path):
+        raise ValueError(f"--db: {settings.sqlite_path} is not an agent-learning store (AGENT_LEARNING_SQLITE_PATH)")
     return settings
 
 
@@ -159,6 +163,25 @@ def _usable(option: str, path: str | Path) -> Iterator[None]:
         elif isinstance(exc, OSError) and exc.filename and str(exc.filename) != str(path):
             reason += f": {exc.filename}"
         raise ValueError(f"{option}: cannot use {path}: {reason}") from None
+
+
+MARK_TABLES = ("policies", "queue_messages")
+"""Tables the embedded store and the embedded queue always create: a file with neither is not theirs."""
+
+
+def _agent_learning_file(path: str | Path) -> bool:
+    """Whether the SQLite file at ``path`` holds the embedded store or queue; read only, so a file
+    that is not theirs is left as it is."""
+    uri = f"{Path(path).resolve().as_uri()}?mode=ro"
+    with _usable("--db", path), closing(sqlite3.connect(uri, uri=True)) as conn:
+        try:
+            found = conn.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name IN (?, ?)",
+                                 MARK_TABLES).fetchone()
+        except sqlite3.DatabaseError as exc:
+            if isinstance(exc, sqlite3.OperationalError):
+                raise
+            return False  # not SQLite at all
+    return found is not None
 
 
 def _embedded(settings: Any, kind: str) -> Any:
@@ -1139,7 +1162,7 @@ def feedback(
 @contextmanager
 def _queue(db: str | None) -> Iterator[tuple[Any, Any]]:
     settings = _settings(db)
-    if settings.queue == "sqlite" and not Path(settings.sqlite_path).exists():
+    if settings.queue == "sqlite":
         _existing(settings.model_copy(update={"store": "sqlite"}))  # the embedded queue lives in that file
     with _embedded(settings, "queue"):
         queue = wiring.open_queue(settings)

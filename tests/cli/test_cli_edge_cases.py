@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import sqlite3
+from contextlib import closing
 from pathlib import Path
 
 import pytest
@@ -164,3 +165,22 @@ def test_report_refuses_one_path_for_the_chart_and_the_page(tmp_path: Path, db: 
         "error: --html: "
     )
     assert not Path(same).exists()
+
+
+def test_read_commands_leave_a_file_that_is_not_a_store_unchanged(tmp_path: Path, db: str) -> None:
+    other = tmp_path / "other.db"
+    with closing(sqlite3.connect(other)) as conn, conn:
+        conn.execute("CREATE TABLE notes (body TEXT)")
+    empty = tmp_path / "empty.db"
+    empty.touch()
+    for path in (other, empty):
+        before = path.read_bytes()
+        for args in (["agent", "list"], ["episodes", "list"], ["dlq", "list"], ["policy", "show", "--agent-id", AGENT],
+                     ["train"], ["audit"]):
+            line = refused(*args, "--db", str(path))
+            assert line.startswith(f"error: --db: {path} is not an agent-learning store"), args
+        assert path.read_bytes() == before
+    assert AGENT in ok("agent", "list", "--db", db).stdout
+    assert "0 dead letters" in ok("dlq", "list", "--db", db).stdout  # a store made by init-policy has no queue yet
+    ok("init-policy", "--agent-id", AGENT, "--actions", str(tmp_path / "actions.json"), "--db", str(empty))
+    assert AGENT in ok("agent", "list", "--db", str(empty)).stdout  # init-policy makes a store in it
