@@ -366,6 +366,9 @@ def demo(
     if not no_plot:
         _writable("--plot", plot_path)
     if Path(db).exists() and not force:
+        if not _agent_learning_file(db):
+            raise ValueError(f"--db: {db} is not an agent-learning store, and the demo replaces the whole file; "
+                             "pass --force to replace it, or choose another --db")
         with _usable("--db", db), SQLiteStore(db) as existing:
             others = sorted(set(existing.list_agents()) - set(SCENARIOS))
         if others:

@@ -184,3 +184,13 @@ def test_read_commands_leave_a_file_that_is_not_a_store_unchanged(tmp_path: Path
     assert "0 dead letters" in ok("dlq", "list", "--db", db).stdout  # a store made by init-policy has no queue yet
     ok("init-policy", "--agent-id", AGENT, "--actions", str(tmp_path / "actions.json"), "--db", str(empty))
     assert AGENT in ok("agent", "list", "--db", str(empty)).stdout  # init-policy makes a store in it
+
+
+def test_the_demo_does_not_replace_a_file_that_is_not_a_store_without_force(tmp_path: Path) -> None:
+    other = tmp_path / "other.db"
+    with closing(sqlite3.connect(other)) as conn, conn:
+        conn.execute("CREATE TABLE notes (body TEXT)")
+    before = other.read_bytes()
+    line = refused("demo", "--agents", "math-tutor", "--episodes", "100", "--db", str(other), "--no-plot")
+    assert line.startswith(f"error: --db: {other} is not an agent-learning store") and "--force" in line
+    assert other.read_bytes() == before
