@@ -346,7 +346,8 @@ def main() -> None:
 )
 @click.option("--no-plot", is_flag=True, help="Skip the chart.")
 @click.option("--json", "as_json", is_flag=True, help="Print a machine-readable summary instead of tables.")
-@click.option("--force", is_flag=True, help="Replace --db even if it holds agents other than the demo's.")
+@click.option("--force", is_flag=True,
+              help="Replace --db even if it holds agents other than the demo's, or is not a store.")
 @_handle_errors
 def demo(
     episodes: int, batch: int, seed: int, agents: str, db: str, plot_path: str, no_plot: bool, as_json: bool,
