@@ -15,9 +15,10 @@ import functools
 import json
 import os
 import re
+import sqlite3
 import sys
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import closing, contextmanager, nullcontext
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -33,7 +34,14 @@ from .audit import audit as run_audit
 from .config import load_settings
 from .demo import reward_trend, run_demo
 from .documents import MAX_TEMPERATURE, MIN_TEMPERATURE
-from .errors import AgentLearningError, ConcurrencyConflict, ConfigurationError, InvalidDocument, NotFound
+from .errors import (
+    AgentLearningError,
+    ConcurrencyConflict,
+    ConfigurationError,
+    InvalidDocument,
+    NotFound,
+    TransientError,
+)
 from .feedback import record_feedback, score_rows, sweep
 from .history import history
 from .learner import Evidence
@@ -117,6 +125,9 @@ def _agent_id(ctx: click.Context, param: click.Parameter, value: Any) -> Any:
     return value
 
 
+COUNT = click.IntRange(1, 1_000_000)
+"""The type of ``--limit``, ``--last`` and ``--smooth``: a number of items, within what a store can query."""
+
 agent_option = click.option(
     "--agent-id", required=True, callback=_agent_id, help="The agent whose policy to use."
 )
@@ -124,20 +135,80 @@ agent_option = click.option(
 
 def _existing(settings: Any) -> Any:
     """``settings`` if their embedded store exists; commands other than ``init-policy`` (and the
-    demo, which writes its own) never create one at a mistyped path."""
-    if settings.store == "sqlite" and not Path(settings.sqlite_path).exists():
+    demo, which writes its own) never create one at a mistyped path, nor in another program's file."""
+    if settings.store != "sqlite":
+        return settings
+    if not Path(settings.sqlite_path).exists():
         raise NotFound(
             f"--db: there is no store at {settings.sqlite_path} (AGENT_LEARNING_SQLITE_PATH); "
             "agent-learn init-policy creates one, and the demo writes .agent-learning/demo.db"
         )
+    if not _agent_learning_file(settings.sqlite_path):
+        raise ValueError(f"--db: {settings.sqlite_path} is not an agent-learning store (AGENT_LEARNING_SQLITE_PATH)")
     return settings
+
+
+@contextmanager
+def _usable(option: str, path: str | Path) -> Iterator[None]:
+    """Report a path the filesystem refuses (a file where a folder should be, no permission, a
+    read-only database) as bad input naming ``option``; a locked database is a transient failure."""
+    try:
+        yield
+    except (OSError, sqlite3.OperationalError) as exc:
+        if isinstance(exc, sqlite3.OperationalError) and "locked" in str(exc):
+            raise TransientError(f"{option}: {path} is locked by another process ({exc})") from None
+        reason = (exc.strerror if isinstance(exc, OSError) else None) or str(exc)
+        if isinstance(exc, FileExistsError | NotADirectoryError):  # a file where a folder of the path should be
+            reason = f"{exc.filename} is a file, not a folder"
+        elif isinstance(exc, OSError) and exc.filename and str(exc.filename) != str(path):
+            reason += f": {exc.filename}"
+        raise ValueError(f"{option}: cannot use {path}: {reason}") from None
+
+
+MARK_TABLES = ("policies", "queue_messages")
+"""Tables the embedded store and the embedded queue always create: a file with neither is not theirs."""
+
+
+def _agent_learning_file(path: str | Path) -> bool:
+    """Whether the SQLite file at ``path`` holds the embedded store or queue; read only, so a file
+    that is not theirs is left as it is."""
+    uri = f"{Path(path).resolve().as_uri()}?mode=ro"
+    with _usable("--db", path), closing(sqlite3.connect(uri, uri=True)) as conn:
+        try:
+            found = conn.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name IN (?, ?)",
+                                 MARK_TABLES).fetchone()
+        except sqlite3.DatabaseError as exc:
+            if isinstance(exc, sqlite3.OperationalError):
+                raise
+            return False  # not SQLite at all
+    return found is not None
+
+
+def _embedded(settings: Any, kind: str) -> Any:
+    """Path errors of the embedded SQLite file as ``--db`` errors, if ``kind`` (a setting such as
+    ``store`` or ``queue``) chooses the embedded one; otherwise nothing."""
+    return _usable("--db", settings.sqlite_path) if getattr(settings, kind) == "sqlite" else nullcontext()
+
+
+def _writable(option: str, path: str) -> None:
+    """Check before any work that ``path`` can be written (its folder is made if missing); a file
+    that was not there is not left behind."""
+    target = Path(path)
+    existed = target.exists()
+    with _usable(option, path):
+        target.parent.mkdir(parents=True, exist_ok=True)
+        with target.open("ab"):
+            pass
+        if not existed:
+            target.unlink()
 
 
 @contextmanager
 def _store(db: str | None, *, create: bool = False) -> Iterator[tuple[Any, Any]]:
     """The store the settings choose, and the settings; an embedded one must exist unless ``create``."""
     settings = _settings(db) if create else _existing(_settings(db))
-    store = wiring.open_store(settings)
+    with _embedded(settings, "store"):
+        store = wiring.open_store(settings)
     try:
         yield store, settings
     finally:
@@ -208,14 +279,22 @@ def _progress(label: str, transient: bool) -> Progress:
     )
 
 
+NO_SUBCOMMAND: Any = getattr(click.exceptions, "NoArgsIsHelpError", ())
+"""What click (8.2 and later) raises for a group given no subcommand (8.1 prints the help itself)."""
+
+
 class OneLineErrors(click.Group):
     """Usage errors (a bad option value, a missing option, an unknown command) in the CLI's one
-    error style: ``error: <option>: <problem>`` on one line, exit code 2."""
+    error style: ``error: <option>: <problem>`` on one line, exit code 2. A group given no
+    subcommand prints its help, as ``policy`` does, with exit code 0."""
 
     def main(self, *args: Any, **kwargs: Any) -> Any:
         kwargs["standalone_mode"] = False
         try:
             code = super().main(*args, **kwargs)
+        except NO_SUBCOMMAND as exc:
+            click.echo(exc.ctx.get_help())
+            sys.exit(0)
         except click.BadParameter as exc:
             param = exc.param
             name = (param.human_readable_name if isinstance(param, click.Argument) else param.opts[0]) if param else ""
@@ -239,8 +318,10 @@ def main() -> None:
 
 
 @main.command()
-@click.option("--episodes", "episodes", default=4_000, show_default=True, help="Episodes per simulated agent.")
-@click.option("--batch", default=100, show_default=True, help="Episodes per agent between training runs.")
+@click.option("--episodes", "episodes", type=click.IntRange(1, 10_000_000), default=4_000, show_default=True,
+              help="Episodes per simulated agent (a multiple of --batch).")
+@click.option("--batch", type=click.IntRange(1, 1_000_000), default=100, show_default=True,
+              help="Episodes per agent between training runs.")
 @click.option("--seed", default=7, show_default=True, help="Random seed: the same seed gives the same run.")
 @click.option(
     "--agents",
@@ -265,7 +346,8 @@ def main() -> None:
 )
 @click.option("--no-plot", is_flag=True, help="Skip the chart.")
 @click.option("--json", "as_json", is_flag=True, help="Print a machine-readable summary instead of tables.")
-@click.option("--force", is_flag=True, help="Replace --db even if it holds agents other than the demo's.")
+@click.option("--force", is_flag=True,
+              help="Replace --db even if it holds agents other than the demo's, or is not a store.")
 @_handle_errors
 def demo(
     episodes: int, batch: int, seed: int, agents: str, db: str, plot_path: str, no_plot: bool, as_json: bool,
@@ -273,11 +355,22 @@ def demo(
 ) -> None:
     """Simulated agents learn through the embedded pipeline (SQLite store and queue, offline judge)."""
     names = [a.strip() for a in agents.split(",") if a.strip()]
+    if not names:
+        raise ValueError(f"--agents: no agent given; choose from {sorted(SCENARIOS)}")
     unknown = [n for n in names if n not in SCENARIOS]
     if unknown:
         raise ValueError(f"--agents: unknown simulated agent(s) {unknown}; choose from {sorted(SCENARIOS)}")
+    if episodes % batch:
+        raise ValueError(f"--episodes: {episodes} is not a multiple of --batch {batch} (a training run follows "
+                         f"each batch); try --episodes {max(batch, episodes - episodes % batch)}")
+    _writable("--db", db)
+    if not no_plot:
+        _writable("--plot", plot_path)
     if Path(db).exists() and not force:
-        with SQLiteStore(db) as existing:
+        if not _agent_learning_file(db):
+            raise ValueError(f"--db: {db} is not an agent-learning store, and the demo replaces the whole file; "
+                             "pass --force to replace it, or choose another --db")
+        with _usable("--db", db), SQLiteStore(db) as existing:
             others = sorted(set(existing.list_agents()) - set(SCENARIOS))
         if others:
             raise ValueError(
@@ -458,6 +551,8 @@ def init_policy(
 @click.pass_context
 def policy(ctx: click.Context, agent_id: str | None, as_json: bool, db: str | None) -> None:
     """Show, list, roll back, pin and unpin policies."""
+    if db is not None:  # `policy --db FILE show ...`: the group's --db is the subcommands' default
+        ctx.default_map = {name: {"db": db} for name in policy.commands}
     if ctx.invoked_subcommand is not None:
         return
     if agent_id is None:  # `agent-learn policy --agent-id X` is kept as `policy show`
@@ -592,7 +687,7 @@ def _history_rows(h: Any) -> list[dict[str, Any]]:
 
 @policy.command("history")
 @agent_option
-@click.option("--limit", type=click.IntRange(min=1), default=None, help="Only the newest N versions.")
+@click.option("--limit", type=COUNT, default=None, help="Only the newest N versions.")
 @json_option
 @db_option
 @_handle_errors
@@ -665,7 +760,13 @@ def policy_revise(agent_id: str, actions_file: str, renames: tuple[tuple[str, st
                   db: str | None) -> None:
     """Change an agent's actions (add, remove, rename) as a new version; history is kept."""
     pairs = dict(renames)
-    actions = SoftmaxPolicy.from_actions(agent_id, _read_actions(actions_file)).actions
+    listed = _read_actions(actions_file)
+    if isinstance(listed, dict):
+        raise ValueError(
+            f"--actions: {actions_file} holds an object with dimensions; policy revise takes the complete new list "
+            "of actions, and revising a policy's dimensions is not supported: create a new agent with them"
+        )
+    actions = SoftmaxPolicy.from_actions(agent_id, listed).actions
     with _store(db) as (store, settings):
         _current(store, settings, agent_id)
         change = revise(store, agent_id, list(actions), renames=pairs, note=note)
@@ -770,7 +871,7 @@ def runs() -> None:
 
 @runs.command("list")
 @agent_option
-@click.option("--limit", type=click.IntRange(min=1), default=20, show_default=True, help="The newest N runs.")
+@click.option("--limit", type=COUNT, default=20, show_default=True, help="The newest N runs.")
 @json_option
 @db_option
 @_handle_errors
@@ -929,14 +1030,16 @@ def episodes() -> None:
 
 @episodes.command("list")
 @click.option("--agent-id", default=None, callback=_agent_id, help="Only this agent's episodes.")
-@click.option("--limit", type=click.IntRange(min=1), default=20, show_default=True, help="The newest N episodes.")
+@click.option("--limit", type=COUNT, default=20, show_default=True, help="The newest N episodes.")
 @json_option
 @db_option
 @_handle_errors
 def episodes_list(agent_id: str | None, limit: int, as_json: bool, db: str | None) -> None:
     """The newest episodes and their rewards."""
-    with _store(db) as (store, _):
+    with _store(db) as (store, settings):
         docs = store.list_episodes(agent_id, limit)
+        if agent_id is not None and not docs:
+            _current(store, settings, agent_id)  # no episodes and no policy: an unknown agent
         rows = []
         for d in docs:
             scores = score_rows(store, str(d.get("id")), str(d.get("agent_id")))
@@ -1063,9 +1166,10 @@ def feedback(
 @contextmanager
 def _queue(db: str | None) -> Iterator[tuple[Any, Any]]:
     settings = _settings(db)
-    if settings.queue == "sqlite" and not Path(settings.sqlite_path).exists():
+    if settings.queue == "sqlite":
         _existing(settings.model_copy(update={"store": "sqlite"}))  # the embedded queue lives in that file
-    queue = wiring.open_queue(settings)
+    with _embedded(settings, "queue"):
+        queue = wiring.open_queue(settings)
     try:
         yield queue, settings
     finally:
@@ -1078,7 +1182,7 @@ def dlq() -> None:
 
 
 @dlq.command("list")
-@click.option("--limit", type=click.IntRange(min=1), default=100, show_default=True, help="At most N dead letters.")
+@click.option("--limit", type=COUNT, default=100, show_default=True, help="At most N dead letters.")
 @json_option
 @db_option
 @_handle_errors
@@ -1092,7 +1196,7 @@ def dlq_list(limit: int, as_json: bool, db: str | None) -> None:
             "reason": d.reason,
             "description": d.description,
             "delivery_count": d.delivery_count,
-            "dead_lettered_at": d.dead_lettered_at,
+            "dead_lettered_at": _iso(datetime.fromtimestamp(d.dead_lettered_at, UTC)) if d.dead_lettered_at else None,
             "properties": dict(d.properties),
             "body": d.body.decode("utf-8", errors="replace"),
         }
@@ -1139,17 +1243,21 @@ def dlq_replay(
             )
             replayed, chosen, left = len(result.replayed), result.replayed, result.left
         bar.update(task, total=replayed, completed=replayed)
+    # --id alone: the ids no dead letter has (with --reason, an id may be there with another reason)
+    not_found = [i for i in dict.fromkeys(ids) if i not in (chosen or [])] if ids and not reasons else None
     if as_json:
         data: dict[str, Any] = {"would_replay" if dry_run else "replayed": replayed}
-        if chosen is not None and (dry_run or reasons):
+        if chosen is not None:
             data.update(message_ids=chosen, left=dict(left or {}))
+        if not_found is not None:
+            data["not_found"] = not_found
         _echo_json(data)
         return
+    missing = f" ({len(not_found)} ids not found: {', '.join(not_found)})" if not_found else ""
     if dry_run:
-        out.print(f"would replay {replayed} dead letters to {settings.queue_name}: {', '.join(chosen or []) or '-'}")
+        out.print(f"would replay {replayed} dead letters to {settings.queue_name}: "
+                  f"{', '.join(chosen or []) or '-'}{missing}")
     else:
-        not_found = len(set(ids) - set(chosen or [])) if ids and not reasons else 0
-        missing = f" ({not_found} ids not found)" if not_found else ""
         out.print(f"replayed {replayed} dead letters to {settings.queue_name}{missing}")
     if left:
         out.print("left in the dead-letter queue: " + ", ".join(f"{n} {r}" for r, n in sorted(left.items())))
@@ -1164,7 +1272,7 @@ def dlq_replay(
 @click.option("--rejudge", is_flag=True, help="Judge them again (default: keep the metrics, reshape the reward).")
 @click.option("--unjudged", is_flag=True,
               help="Judge the episodes AGENT_LEARNING_JUDGING left unjudged instead (learned once each).")
-@click.option("--limit", type=click.IntRange(min=1), default=None,
+@click.option("--limit", type=COUNT, default=None,
               help="With --unjudged: judge at most N (in episode-id order: a random part of the backlog).")
 @json_option
 @db_option
@@ -1247,12 +1355,12 @@ def _judge_unjudged(agent_id: str, limit: int | None, as_json: bool, db: str | N
 @click.option("--html", "html_path", type=click.Path(dir_okay=False), default="agent-learning-report.html",
               show_default=True, help="Where to write the page (the chart and a table of every version).")
 @click.option("--title", default="agent-learning report", show_default=True, help="Title of the chart and page.")
-@click.option("--last", type=click.IntRange(min=1), default=None, help="Only the newest N versions of each agent.")
+@click.option("--last", type=COUNT, default=None, help="Only the newest N versions of each agent.")
 @click.option("--since", type=click.DateTime(TIME_FORMATS), default=None,
               help="Only versions created at or after this UTC date or time (2026-11-01 or 2026-11-01T08:00:00).")
 @click.option("--until", type=click.DateTime(TIME_FORMATS), default=None,
               help="Only versions created at or before this UTC date or time.")
-@click.option("--smooth", type=click.IntRange(min=1), default=None,
+@click.option("--smooth", type=COUNT, default=None,
               help="Draw reward and entropy as means over N versions (default: none up to 100 versions, "
                    "then a fiftieth of them).")
 @json_option
@@ -1266,7 +1374,11 @@ def report(agent_ids: tuple[str, ...], png_path: str, html_path: str, title: str
     since, until = (t.replace(tzinfo=UTC) if t else None for t in (since, until))
     if since and until and since > until:
         raise ValueError(f"--since: {_iso(since)} is after --until {_iso(until)}")
+    if Path(png_path).resolve() == Path(html_path).resolve():
+        raise ValueError(f"--html: {html_path} is also the --png path; the page would overwrite the chart")
     with _store(db) as (store, settings):
+        _writable("--png", png_path)
+        _writable("--html", html_path)
         agents = list(agent_ids) or store.list_agents()
         if not agents:
             raise NotFound(f"no agent has a policy in {_where(settings)}")
@@ -1312,8 +1424,11 @@ def train(agent_id: str | None, as_json: bool, db: str | None) -> None:
 
     Exits with 1 if an agent could not be trained (the others are trained all the same)."""
     settings = _existing(_settings(db))
-    pipeline = open_local(settings)
+    with _embedded(settings, "store"):
+        pipeline = open_local(settings)
     try:
+        if agent_id is not None:
+            _current(pipeline.store, settings, agent_id)  # an unknown agent is bad input, as everywhere
         enqueued = pipeline.pump()
         with _progress("scoring", as_json) as bar:
             task = bar.add_task("score", total=enqueued or None)
@@ -1385,10 +1500,12 @@ def store_migrate_scores(source: str, overwrite: bool, as_json: bool) -> None:
     Idempotent: run it again to finish an interrupted copy. Exits with 1 when a copy differs
     from the old document or a document without an agent id was left behind
     (docs/operating.md: migrating the scores container)."""
+    settings = _settings(None)
+    if settings.store != "cosmos":  # checked before any store is opened: this command has no --db
+        raise ValueError("AGENT_LEARNING_STORE: migrate-scores copies between Cosmos DB containers: set "
+                         "AGENT_LEARNING_STORE=cosmos and CosmosDBConnection__accountEndpoint "
+                         f"(the {settings.store} store has one place for scores)")
     with _store(None) as (store, settings):
-        if settings.store != "cosmos":
-            raise ValueError("AGENT_LEARNING_STORE: migrate-scores copies between Cosmos DB containers; "
-                             f"the {settings.store} store has one place for scores")
         from .store.cosmos import copy_legacy_scores  # azure-cosmos: only on Cosmos DB
 
         with _progress("copying scores", transient=as_json) as bar:

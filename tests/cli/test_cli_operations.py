@@ -266,7 +266,8 @@ def test_dlq_list_and_replay_on_the_embedded_queue(deployment: Deployment) -> No
     assert "EpisodeNotFound" in ok("dlq", "list").stdout
     refused = cli("dlq", "replay")
     assert refused.exit_code == 2 and "--all" in refused.stderr
-    assert as_json("dlq", "replay", "--id", "ghost-1") == {"replayed": 1}
+    assert as_json("dlq", "replay", "--id", "ghost-1") == {"replayed": 1, "message_ids": ["ghost-1"], "left": {},
+                                                          "not_found": []}
     assert as_json("dlq", "list") == []
     assert deployment.pipeline.queue.counts().active == 1
 
@@ -311,7 +312,8 @@ def test_dlq_list_and_replay_on_service_bus(amqp_broker: Any, monkeypatch: pytes
         dead = as_json("dlq", "list")
         assert [d["message_id"] for d in dead] == ["ep-0", "ep-1", "ep-2"]
         assert dead[1]["reason"] == "InvalidEpisode" and "probability" in dead[1]["description"]
-        assert as_json("dlq", "replay", "--id", "ep-1") == {"replayed": 1}
+        replayed = as_json("dlq", "replay", "--id", "ep-1")
+        assert replayed == {"replayed": 1, "message_ids": ["ep-1"], "left": {"InvalidEpisode": 2}, "not_found": []}
         assert [d["message_id"] for d in as_json("dlq", "list")] == ["ep-0", "ep-2"]
         assert "replayed 2" in ok("dlq", "replay", "--all").stdout
         assert as_json("dlq", "list") == []

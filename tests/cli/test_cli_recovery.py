@@ -7,6 +7,7 @@ import json
 import os
 import random
 from collections.abc import Iterator
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -84,6 +85,25 @@ def test_dlq_replay_by_reason_with_a_dry_run_first(pipeline: LocalPipeline) -> N
     assert both == {"replayed": 0, "message_ids": [], "left": {"InvalidMessage": 1}}
     refused = cli("dlq", "replay", "--all", "--reason", "InvalidMessage")
     assert refused.exit_code == 2 and "--reason" in refused.stderr
+
+
+def test_dlq_replay_by_id_reports_the_ids_not_found_in_json_as_in_text(pipeline: LocalPipeline) -> None:
+    dead_letter(pipeline, ["ghost-1"])  # EpisodeNotFound
+    dead_letter(pipeline, ["bad-1"], {"type": "score_request"})  # InvalidMessage: no episode id
+    preview = as_json("dlq", "replay", "--id", "bad-1", "--id", "nosuch", "--dry-run")
+    assert preview == {"would_replay": 1, "message_ids": ["bad-1"], "left": {"EpisodeNotFound": 1},
+                       "not_found": ["nosuch"]}
+    done = as_json("dlq", "replay", "--id", "bad-1", "--id", "nosuch")
+    assert done == {"replayed": 1, "message_ids": ["bad-1"], "left": {"EpisodeNotFound": 1}, "not_found": ["nosuch"]}
+    text = cli("dlq", "replay", "--id", "ghost-1", "--id", "nosuch").stdout
+    assert "replayed 1" in text and "1 ids not found: nosuch" in text
+
+
+def test_dlq_list_json_gives_times_in_iso_8601_utc(pipeline: LocalPipeline) -> None:
+    dead_letter(pipeline, ["ghost-1"])
+    (dead,) = as_json("dlq", "list")
+    at = datetime.fromisoformat(dead["dead_lettered_at"])
+    assert dead["dead_lettered_at"].endswith("Z") and at.timestamp() == pytest.approx(pipeline.clock.time())
 
 
 def test_rescore_reports_trained_pending_and_failed_episodes(pipeline: LocalPipeline) -> None:

@@ -1,0 +1,196 @@
+"""Inputs at the edges of `agent-learn`'s commands: each is refused in one line naming the option
+(exit 2), or does what its help says, never silently something else."""
+
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+from contextlib import closing
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("rich")
+from click.testing import CliRunner, Result
+
+from agent_learning.cli import main
+from agent_learning.pipeline import load_current
+from agent_learning.store.sqlite import SQLiteStore
+
+AGENT = "support-bot"
+
+
+@pytest.fixture(autouse=True)
+def clean_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    for name in list(os.environ):
+        if name.startswith("AGENT_LEARNING_") or name.startswith("CosmosDBConnection") or name == "COLUMNS":
+            monkeypatch.delenv(name)
+    monkeypatch.setenv("AGENT_LEARNING_SQLITE_PATH", str(tmp_path / "local.db"))
+    monkeypatch.chdir(tmp_path)
+
+
+def cli(*args: str) -> Result:
+    return CliRunner().invoke(main, list(args))
+
+
+def ok(*args: str) -> Result:
+    result = cli(*args)
+    assert result.exit_code == 0, (args, result.output)
+    return result
+
+
+def refused(*args: str) -> str:
+    """The one error line of a command refused as bad input."""
+    result = cli(*args)
+    lines = [line for line in result.output.splitlines() if line.strip()]
+    assert result.exit_code == 2 and isinstance(result.exception, SystemExit), (args, result.output)
+    assert len(lines) == 1 and lines[0].startswith("error: "), (args, result.output)
+    return lines[0]
+
+
+@pytest.fixture
+def db(tmp_path: Path) -> str:
+    """A store with one agent, made with the CLI."""
+    path = str(tmp_path / "agents.db")
+    actions = tmp_path / "actions.json"
+    actions.write_text(json.dumps(["concise", "detailed"]))
+    ok("init-policy", "--agent-id", AGENT, "--actions", str(actions), "--db", path)
+    return path
+
+
+def test_revise_refuses_an_object_of_dimensions(tmp_path: Path, db: str) -> None:
+    structured = tmp_path / "dimensions.json"
+    structured.write_text(json.dumps({"dimensions": {"prompt": ["a", "b"]}}))
+    line = refused("policy", "revise", "--agent-id", AGENT, "--actions", str(structured), "--db", db)
+    assert line.startswith("error: --actions: ") and "list" in line and "dimensions" in line
+    with SQLiteStore(db) as store:
+        assert load_current(store, AGENT).version == 1  # type: ignore[union-attr]
+
+
+@pytest.mark.parametrize("agents", ["", ",", " , "])
+def test_the_demo_needs_an_agent(tmp_path: Path, agents: str) -> None:
+    demo_db = tmp_path / "demo.db"
+    assert refused("demo", "--agents", agents, "--db", str(demo_db), "--no-plot").startswith(
+        "error: --agents: no agent given"
+    )
+    assert not demo_db.exists()
+
+
+def test_paths_the_filesystem_refuses_are_named_in_one_line(
+    tmp_path: Path, db: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (tmp_path / "afile").write_text("a file, not a folder")
+    blocked = str(tmp_path / "afile" / "x")
+    actions = str(tmp_path / "actions.json")
+    demo = ["demo", "--agents", "math-tutor", "--episodes", "100", "--batch", "100"]
+    cases = {
+        ("init-policy", "--agent-id", "a", "--actions", actions, "--db", f"{blocked}.db"): "--db",
+        (*demo, "--db", f"{blocked}.db", "--no-plot"): "--db",
+        (*demo, "--db", str(tmp_path / "demo.db"), "--plot", f"{blocked}.png"): "--plot",
+        ("report", "--db", db, "--png", f"{blocked}.png"): "--png",
+        ("report", "--db", db, "--html", f"{blocked}.html"): "--html",
+    }
+    if Path("/proc/self").is_dir():  # Linux: a folder where no file can be made
+        cases[("init-policy", "--agent-id", "a", "--actions", actions, "--db", "/proc/x.db")] = "--db"
+    for args, option in cases.items():
+        assert refused(*args).startswith(f"error: {option}: cannot use "), args
+    assert not (tmp_path / "demo.db").exists()  # refused before the demo ran
+
+    def read_only(path: str) -> None:
+        raise sqlite3.OperationalError("attempt to write a readonly database")
+
+    monkeypatch.setattr("agent_learning.store.sqlite.connect", read_only)
+    assert refused("policy", "show", "--agent-id", AGENT, "--db", db) == (
+        f"error: --db: cannot use {db}: attempt to write a readonly database"
+    )
+
+
+def test_demo_episodes_and_batch_are_checked_as_options(tmp_path: Path) -> None:
+    demo = ["demo", "--agents", "math-tutor", "--db", str(tmp_path / "demo.db"), "--no-plot"]
+    assert refused(*demo, "--batch", "0").startswith("error: --batch: 0 is not in the range")
+    assert refused(*demo, "--episodes", "0").startswith("error: --episodes: 0 is not in the range")
+    for episodes, batch in (("150", "100"), ("50", "100")):
+        line = refused(*demo, "--episodes", episodes, "--batch", batch)
+        assert line.startswith(f"error: --episodes: {episodes} is not a multiple of --batch {batch}")
+        assert "try --episodes 100" in line
+    assert not (tmp_path / "demo.db").exists()
+
+
+def test_a_huge_limit_names_the_option(db: str) -> None:
+    huge = "99999999999999999999"
+    for args in (["episodes", "list"], ["runs", "list", "--agent-id", AGENT], ["dlq", "list"],
+                 ["policy", "history", "--agent-id", AGENT], ["rescore", "--agent-id", AGENT, "--unjudged"]):
+        assert refused(*args, "--db", db, "--limit", huge).startswith(f"error: --limit: {huge} is not in the range")
+    for option in ("--last", "--smooth"):
+        assert refused("report", "--db", db, option, huge).startswith(f"error: {option}: ")
+    assert ok("episodes", "list", "--db", db, "--limit", "1000000").exit_code == 0
+
+
+def test_the_policy_groups_db_reaches_its_subcommands(tmp_path: Path, db: str) -> None:
+    assert f"{AGENT} v1" in ok("policy", "--db", db, "show", "--agent-id", AGENT).stdout
+    assert "1 policy versions" in ok("policy", "--db", db, "history", "--agent-id", AGENT).stdout
+    assert "is pinned" in ok("policy", "--db", db, "pin", "--agent-id", AGENT).stdout
+    other = str(tmp_path / "other.db")  # a subcommand's own --db wins
+    assert refused("policy", "--db", db, "show", "--agent-id", AGENT, "--db", other).startswith(
+        f"error: --db: there is no store at {other}"
+    )
+
+
+def test_train_and_episodes_list_refuse_an_unknown_agent(db: str) -> None:
+    for args in (["train"], ["episodes", "list"]):
+        line = refused(*args, "--agent-id", "nosuch", "--db", db)
+        assert line.startswith("error: --agent-id: 'nosuch' has no policy") and AGENT in line
+    assert "0 newest episodes" in ok("episodes", "list", "--agent-id", AGENT, "--db", db).stdout
+    assert f"{AGENT}: " in ok("train", "--agent-id", AGENT, "--db", db).stdout
+
+
+def test_migrate_scores_names_the_cosmos_settings_it_needs(tmp_path: Path) -> None:
+    line = refused("store", "migrate-scores")  # no local store exists: it is not what is missing
+    assert line.startswith("error: AGENT_LEARNING_STORE: migrate-scores copies between Cosmos DB containers")
+    assert "CosmosDBConnection__accountEndpoint" in line and "--db" not in line
+    assert not (tmp_path / "local.db").exists()
+
+
+@pytest.mark.parametrize("group", [[], ["agent"], ["dlq"], ["runs"], ["episodes"], ["store"], ["policy"]])
+def test_a_group_without_a_subcommand_prints_its_help(group: list[str]) -> None:
+    result = ok(*group)
+    assert result.stdout.startswith(f"Usage: {' '.join(['main', *group])} [OPTIONS]")
+    assert "error:" not in result.output and "Commands:" in result.stdout
+
+
+def test_report_refuses_one_path_for_the_chart_and_the_page(tmp_path: Path, db: str) -> None:
+    same = str(tmp_path / "report.out")
+    assert refused("report", "--db", db, "--png", same, "--html", f"{tmp_path}/./report.out").startswith(
+        "error: --html: "
+    )
+    assert not Path(same).exists()
+
+
+def test_read_commands_leave_a_file_that_is_not_a_store_unchanged(tmp_path: Path, db: str) -> None:
+    other = tmp_path / "other.db"
+    with closing(sqlite3.connect(other)) as conn, conn:
+        conn.execute("CREATE TABLE notes (body TEXT)")
+    empty = tmp_path / "empty.db"
+    empty.touch()
+    for path in (other, empty):
+        before = path.read_bytes()
+        for args in (["agent", "list"], ["episodes", "list"], ["dlq", "list"], ["policy", "show", "--agent-id", AGENT],
+                     ["train"], ["audit"]):
+            line = refused(*args, "--db", str(path))
+            assert line.startswith(f"error: --db: {path} is not an agent-learning store"), args
+        assert path.read_bytes() == before
+    assert AGENT in ok("agent", "list", "--db", db).stdout
+    assert "0 dead letters" in ok("dlq", "list", "--db", db).stdout  # a store made by init-policy has no queue yet
+    ok("init-policy", "--agent-id", AGENT, "--actions", str(tmp_path / "actions.json"), "--db", str(empty))
+    assert AGENT in ok("agent", "list", "--db", str(empty)).stdout  # init-policy makes a store in it
+
+
+def test_the_demo_does_not_replace_a_file_that_is_not_a_store_without_force(tmp_path: Path) -> None:
+    other = tmp_path / "other.db"
+    with closing(sqlite3.connect(other)) as conn, conn:
+        conn.execute("CREATE TABLE notes (body TEXT)")
+    before = other.read_bytes()
+    line = refused("demo", "--agents", "math-tutor", "--episodes", "100", "--db", str(other), "--no-plot")
+    assert line.startswith(f"error: --db: {other} is not an agent-learning store") and "--force" in line
+    assert other.read_bytes() == before
