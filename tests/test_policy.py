@@ -138,7 +138,7 @@ def test_unknown_action_fields_and_types_rejected() -> None:
     with pytest.raises(InvalidDocument, match="model: Extra inputs are not permitted") as info:
         SoftmaxPolicy.from_actions("agent", [{"id": "a", "model": "x"}])
     assert info.value.fields == ["actions[0].model"]
-    with pytest.raises(InvalidDocument, match=r"actions\[0\]: must be an id, an Action or an object with an id, got int"):
+    with pytest.raises(InvalidDocument, match=r"actions\[0\]: must be an id, an Action or an object with an id"):
         SoftmaxPolicy.from_actions("agent", [1])  # type: ignore[list-item]
 
 

@@ -14,7 +14,6 @@ from __future__ import annotations
 import functools
 import json
 import os
-import re
 import sqlite3
 import sys
 from collections.abc import Callable, Iterator
@@ -33,7 +32,7 @@ from . import wiring
 from .audit import audit as run_audit
 from .config import load_settings
 from .demo import reward_trend, run_demo
-from .documents import MAX_TEMPERATURE, MIN_TEMPERATURE
+from .documents import MAX_TEMPERATURE, MIN_TEMPERATURE, agent_id_problem
 from .errors import (
     AgentLearningError,
     ConcurrencyConflict,
@@ -110,7 +109,6 @@ db_option = click.option(
     help="SQLite file of the embedded store and queue (default: AGENT_LEARNING_SQLITE_PATH).",
 )
 json_option = click.option("--json", "as_json", is_flag=True, help="Print JSON instead of tables.")
-AGENT_ID_RULE = "letters, digits, '.', '_' and '-', starting with a letter or digit, at most 128 characters"
 
 
 def _agent_id(ctx: click.Context, param: click.Parameter, value: Any) -> Any:
@@ -120,8 +118,8 @@ def _agent_id(ctx: click.Context, param: click.Parameter, value: Any) -> Any:
             continue
         if not item:
             raise click.BadParameter("agent id must not be empty")
-        if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._\-]{0,127}", item):
-            raise click.BadParameter(f"{item!r} is not an agent id: use {AGENT_ID_RULE}")
+        if problem := agent_id_problem(item):
+            raise click.BadParameter(problem)
     return value
 
 
@@ -1131,7 +1129,7 @@ def episodes_show(episode_id: str, as_json: bool, db: str | None) -> None:
 @click.argument("episode_id")
 @click.option("--up", is_flag=True, help="Thumbs up.")
 @click.option("--down", is_flag=True, help="Thumbs down.")
-@click.option("--score", type=float, default=None, help="A score from 0 to 1 instead of a thumb.")
+@click.option("--score", type=click.FloatRange(0, 1), default=None, help="A score from 0 to 1 instead of a thumb.")
 @click.option("--source", default="user", show_default=True, help="Who gives it: one feedback per source.")
 @click.option("--comment", default="", help="Why, in the user's words (stored with the feedback).")
 @json_option
