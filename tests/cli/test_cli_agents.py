@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import json
-import os
 import random
 from pathlib import Path
 
 import pytest
 
 pytest.importorskip("rich")
+from cli_harness import clear_settings
 from click.testing import CliRunner
 
 from agent_learning.audit import audit
@@ -25,9 +25,7 @@ from agent_learning.simulate import support_bot
 
 @pytest.fixture
 def db(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> str:
-    for name in list(os.environ):
-        if name.startswith("AGENT_LEARNING_"):
-            monkeypatch.delenv(name)
+    clear_settings(monkeypatch)
     return str(tmp_path / "agents.db")
 
 

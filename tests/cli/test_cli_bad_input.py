@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 pytest.importorskip("rich")
+from cli_harness import clear_settings
 from click.testing import CliRunner
 
 from agent_learning.cli import main
@@ -20,9 +21,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 @pytest.fixture(autouse=True)
 def clean_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    for name in list(os.environ):
-        if name.startswith("AGENT_LEARNING_") or name.startswith("CosmosDBConnection"):
-            monkeypatch.delenv(name)
+    clear_settings(monkeypatch)
     monkeypatch.setenv("AGENT_LEARNING_SQLITE_PATH", str(tmp_path / "local.db"))
 
 

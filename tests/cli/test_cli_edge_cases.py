@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import json
-import os
 import sqlite3
 from contextlib import closing
 from pathlib import Path
@@ -12,9 +11,9 @@ from pathlib import Path
 import pytest
 
 pytest.importorskip("rich")
-from click.testing import CliRunner, Result
 
-from agent_learning.cli import main
+from cli_harness import clear_settings, cli, ok
+
 from agent_learning.pipeline import load_current
 from agent_learning.store.sqlite import SQLiteStore
 
@@ -23,21 +22,9 @@ AGENT = "support-bot"
 
 @pytest.fixture(autouse=True)
 def clean_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    for name in list(os.environ):
-        if name.startswith("AGENT_LEARNING_") or name.startswith("CosmosDBConnection") or name == "COLUMNS":
-            monkeypatch.delenv(name)
+    clear_settings(monkeypatch)
     monkeypatch.setenv("AGENT_LEARNING_SQLITE_PATH", str(tmp_path / "local.db"))
     monkeypatch.chdir(tmp_path)
-
-
-def cli(*args: str) -> Result:
-    return CliRunner().invoke(main, list(args))
-
-
-def ok(*args: str) -> Result:
-    result = cli(*args)
-    assert result.exit_code == 0, (args, result.output)
-    return result
 
 
 def refused(*args: str) -> str:

@@ -6,16 +6,14 @@ from __future__ import annotations
 
 import json
 import math
-import os
 from pathlib import Path
 
 import pytest
 
 pytest.importorskip("rich")
-from click.testing import CliRunner, Result
+from cli_harness import clear_settings, cli
 from factories import make_run
 
-from agent_learning.cli import main
 from agent_learning.documents import Episode, Rejected, Step
 from agent_learning.queue.base import OutgoingMessage
 from agent_learning.queue.sqlite import SQLiteQueue
@@ -29,14 +27,8 @@ ACTION = "calc:smile:"  # a valid action id that Rich would turn into an emoji
 
 @pytest.fixture(autouse=True)
 def clean_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    for name in list(os.environ):
-        if name.startswith("AGENT_LEARNING_") or name.startswith("CosmosDBConnection"):
-            monkeypatch.delenv(name)
+    clear_settings(monkeypatch)
     monkeypatch.setenv("AGENT_LEARNING_SQLITE_PATH", str(tmp_path / "local.db"))
-
-
-def cli(*args: str) -> Result:
-    return CliRunner().invoke(main, list(args))
 
 
 def ok(*args: str) -> str:

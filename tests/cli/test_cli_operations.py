@@ -5,7 +5,6 @@ azure-cosmos SDK against the local Cosmos server), chosen by configuration as in
 from __future__ import annotations
 
 import json
-import os
 import random
 import struct
 import uuid
@@ -19,9 +18,8 @@ pytest.importorskip("rich")
 pytest.importorskip("azure.servicebus")
 pytest.importorskip("proton")
 from adapters import DURABLE_STORE_ADAPTERS, adapter_params
-from click.testing import CliRunner, Result
+from cli_harness import clear_settings, cli, ok
 
-from agent_learning.cli import main
 from agent_learning.clock import ManualClock
 from agent_learning.config import load_settings
 from agent_learning.local import open_local
@@ -36,19 +34,7 @@ ACTIONS = ["direct", "step-by-step", "calculator", "few-shot"]
 
 @pytest.fixture(autouse=True)
 def clean_env(monkeypatch: pytest.MonkeyPatch) -> None:
-    for name in list(os.environ):
-        if name.startswith("AGENT_LEARNING_") or name.startswith("CosmosDBConnection") or name == "COLUMNS":
-            monkeypatch.delenv(name)
-
-
-def cli(*args: str) -> Result:
-    return CliRunner().invoke(main, list(args))
-
-
-def ok(*args: str) -> Result:
-    result = cli(*args)
-    assert result.exit_code == 0, (args, result.output)
-    return result
+    clear_settings(monkeypatch)
 
 
 def as_json(*args: str) -> Any:

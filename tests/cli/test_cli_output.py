@@ -4,13 +4,13 @@ probabilities agents draw from in `policy show --json`."""
 from __future__ import annotations
 
 import json
-import os
 import re
 from pathlib import Path
 
 import pytest
 
 pytest.importorskip("rich")
+from cli_harness import clear_settings
 from click.testing import CliRunner
 
 from agent_learning.capture import EpisodeCapture
@@ -26,9 +26,7 @@ ISO_Z = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?Z$")
 
 @pytest.fixture
 def db(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> str:
-    for name in list(os.environ):
-        if name.startswith("AGENT_LEARNING_"):
-            monkeypatch.delenv(name)
+    clear_settings(monkeypatch)
     path = tmp_path / "out.db"
     clock = ManualClock()
     with SQLiteStore(path) as store:

@@ -4,7 +4,6 @@ and queue, through the CLI as an operator runs them (:mod:`agent_learning.recove
 from __future__ import annotations
 
 import json
-import os
 import random
 from collections.abc import Iterator
 from datetime import datetime
@@ -14,9 +13,9 @@ from typing import Any
 import pytest
 
 pytest.importorskip("rich")
-from click.testing import CliRunner, Result
 
-from agent_learning.cli import main
+from cli_harness import clear_settings, cli
+
 from agent_learning.clock import ManualClock
 from agent_learning.config import load_settings
 from agent_learning.judging import id_fraction
@@ -29,10 +28,6 @@ from agent_learning.simulate import math_tutor
 AGENT = "math-tutor"
 
 
-def cli(*args: str) -> Result:
-    return CliRunner().invoke(main, list(args))
-
-
 def as_json(*args: str, code: int = 0) -> Any:
     result = cli(*args, "--json")
     assert result.exit_code == code, (args, result.output)
@@ -41,9 +36,7 @@ def as_json(*args: str, code: int = 0) -> Any:
 
 @pytest.fixture
 def pipeline(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[LocalPipeline]:
-    for name in list(os.environ):
-        if name.startswith("AGENT_LEARNING_"):
-            monkeypatch.delenv(name)
+    clear_settings(monkeypatch)
     monkeypatch.setenv("AGENT_LEARNING_SQLITE_PATH", str(tmp_path / "local.db"))
     p = open_local(load_settings(), clock=ManualClock())
     scenario = math_tutor(AGENT)
@@ -136,9 +129,7 @@ def test_rescore_reports_trained_pending_and_failed_episodes(pipeline: LocalPipe
 def test_episodes_left_unjudged_are_shown_audited_and_judged_later(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    for name in list(os.environ):
-        if name.startswith("AGENT_LEARNING_"):
-            monkeypatch.delenv(name)
+    clear_settings(monkeypatch)
     monkeypatch.setenv("AGENT_LEARNING_SQLITE_PATH", str(tmp_path / "local.db"))
     monkeypatch.setenv("AGENT_LEARNING_JUDGING", f"{AGENT}=0.4")
     p = open_local(load_settings(), clock=ManualClock())  # the embedded runner honours the setting

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 pytest.importorskip("rich")
+from cli_harness import clear_settings
 from click.testing import CliRunner
 
 from agent_learning.cli import main
@@ -25,11 +26,7 @@ from agent_learning.store.sqlite import SQLiteStore
 
 @pytest.fixture(autouse=True)
 def clean_env(monkeypatch: pytest.MonkeyPatch) -> None:
-    import os
-
-    for name in list(os.environ):
-        if name.startswith("AGENT_LEARNING_"):
-            monkeypatch.delenv(name)
+    clear_settings(monkeypatch)
 
 
 def png_size(path: Path) -> tuple[int, int]:

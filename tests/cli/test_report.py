@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import random
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -13,6 +12,7 @@ from types import SimpleNamespace
 import pytest
 
 pytest.importorskip("matplotlib")
+from cli_harness import clear_settings
 from click.testing import CliRunner
 
 from agent_learning.cli import main
@@ -67,9 +67,7 @@ def test_rolling_mean_is_the_trailing_mean() -> None:
 
 @pytest.fixture
 def db(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> str:
-    for name in list(os.environ):
-        if name.startswith("AGENT_LEARNING_"):
-            monkeypatch.delenv(name)
+    clear_settings(monkeypatch)
     path = str(tmp_path / "r.db")
     result = CliRunner().invoke(main, ["demo", "--db", path, "--episodes", "600", "--batch", "10", "--no-plot",
                                        "--agents", "support-bot"])
