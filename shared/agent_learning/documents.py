@@ -292,10 +292,10 @@ def invalid_from_pydantic(kind: str, exc: ValidationError) -> InvalidDocument:
     for err in exc.errors(include_url=False):
         msg = err["msg"].removeprefix("Value error, ")
         field = _path(err["loc"])
-        # Model-level validators (of the document or of a nested model such as a step) name
-        # their field as "field: problem".
         if err["type"] == "string_pattern_mismatch" and (rule := _PATTERN_RULES.get(err["ctx"]["pattern"])):
             msg = f"{str(err['input'])[:80]!r} does not fit: use {rule}"
+        # Model-level validators (of the document or of a nested model such as a step) name
+        # their field as "field: problem".
         match = _FIELD_PREFIX.match(msg) if err["type"] == "value_error" else None
         if match:
             sub, msg = match.group(1), match.group(2)
