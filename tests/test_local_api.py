@@ -5,11 +5,16 @@ from __future__ import annotations
 
 import random
 from pathlib import Path
+from typing import Any
 
+import pytest
+
+from agent_learning import wiring
 from agent_learning.capture import EpisodeCapture
 from agent_learning.client import PolicyClient
 from agent_learning.clock import ManualClock
 from agent_learning.config import load_settings
+from agent_learning.errors import ConfigurationError
 from agent_learning.local import open_local
 from agent_learning.pipeline import create_policy, load_current
 from agent_learning.policy import SoftmaxPolicy
@@ -48,3 +53,25 @@ def test_run_once_publishes_and_a_client_in_the_process_chooses_from_it_at_once(
     clock.advance(30)
     assert client.choose().version == 3
     store.close()
+
+
+def test_open_local_closes_what_it_opened_when_a_later_part_fails(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    closed: list[str] = []
+    open_store = wiring.open_store
+
+    def tracked_store(*args: Any, **kwargs: Any) -> Any:
+        store = open_store(*args, **kwargs)
+        close = store.close
+        store.close = lambda: (closed.append("store"), close())[1]
+        return store
+
+    def unreachable_queue(*args: Any, **kwargs: Any) -> Any:
+        raise ConfigurationError("AGENT_LEARNING_QUEUE: the queue cannot be reached")
+
+    monkeypatch.setattr(wiring, "open_store", tracked_store)
+    monkeypatch.setattr(wiring, "open_queue", unreachable_queue)
+    with pytest.raises(ConfigurationError, match="AGENT_LEARNING_QUEUE"):
+        open_local(path=tmp_path / "local.db")
+    assert closed == ["store"]

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Callable, Iterable
+from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -223,23 +224,33 @@ def open_local(
     judge: Judge | None = None,
     clock: Clock = SYSTEM_CLOCK,
 ) -> LocalPipeline:
-    """A :class:`LocalPipeline` on the store and queue chosen by ``settings`` (embedded by default)."""
+    """A :class:`LocalPipeline` on the store and queue chosen by ``settings`` (embedded by default).
+    If any part fails to open, the parts already open are closed."""
     settings = settings or load_settings()
     configure(settings)
-    return LocalPipeline(
-        wiring.open_store(settings, path=path, clock=clock),
-        wiring.open_queue(settings, path=path, clock=clock),
-        judge or wiring.open_judge(settings),
-        wiring.open_reward(settings),
-        wiring.open_learner(settings),
-        clock=clock,
-        max_batch=settings.train_max_batch,
-        min_batch=settings.train_min_batch,
-        drift=wiring.drift_config(settings),
-        guardrail=wiring.guardrail_config(settings),
-        train_queue=wiring.open_train_queue(settings, path=path, clock=clock),
-        judging=wiring.open_judging(settings),
-    )
+    with ExitStack() as opened:
+        store = wiring.open_store(settings, path=path, clock=clock)
+        opened.callback(store.close)
+        queue = wiring.open_queue(settings, path=path, clock=clock)
+        opened.callback(queue.close)
+        train_queue = wiring.open_train_queue(settings, path=path, clock=clock)
+        opened.callback(train_queue.close)
+        pipeline = LocalPipeline(
+            store,
+            queue,
+            judge or wiring.open_judge(settings),
+            wiring.open_reward(settings),
+            wiring.open_learner(settings),
+            clock=clock,
+            max_batch=settings.train_max_batch,
+            min_batch=settings.train_min_batch,
+            drift=wiring.drift_config(settings),
+            guardrail=wiring.guardrail_config(settings),
+            train_queue=train_queue,
+            judging=wiring.open_judging(settings),
+        )
+        opened.pop_all()
+    return pipeline
 
 
 def train_queue_beside(queue: WorkQueue, clock: Clock = SYSTEM_CLOCK) -> WorkQueue:
