@@ -139,6 +139,17 @@ def test_all_zero_weights(clean_env: pytest.MonkeyPatch) -> None:
     assert "AGENT_LEARNING_W_INTENT" in str(info.value)
 
 
+def test_the_recent_half_life_must_be_shorter_than_the_evidence_half_life(clean_env: pytest.MonkeyPatch) -> None:
+    clean_env.setenv("AGENT_LEARNING_EVIDENCE_HALF_LIFE", "200")
+    with pytest.raises(ConfigurationError, match="must be less than") as info:
+        load_settings()
+    assert "AGENT_LEARNING_RECENT_HALF_LIFE=300" in str(info.value)
+    assert "AGENT_LEARNING_EVIDENCE_HALF_LIFE=200" in str(info.value)
+    clean_env.setenv("AGENT_LEARNING_CHANGE_THRESHOLD", "0")
+    clean_env.setenv("AGENT_LEARNING_RECENT_HALF_LIFE", "100")
+    assert load_settings().learner_config().change_threshold is None
+
+
 def test_zero_max_kl_turns_the_trust_region_off(clean_env: pytest.MonkeyPatch) -> None:
     clean_env.setenv("AGENT_LEARNING_MAX_KL", "0")
     assert load_settings().learner_config().max_kl is None

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 from hypothesis import example, given, settings
@@ -14,6 +16,7 @@ from agent_learning.learner import (
     Reinforce,
     Update,
     best_evidenced,
+    change_z,
     entropy,
     kl_divergence,
     log_ndtr,
@@ -191,6 +194,63 @@ def test_evidence_fades_by_the_half_life_and_corrections_shift_sums_only() -> No
     np.testing.assert_allclose(ev.reward_sum, [0.75 - 0.3, 0.1, 4])
     np.testing.assert_allclose(ev.reward_sq_sum, [0.625, 0.02, 4])
     assert Evidence.from_state(ev.to_state(), 3)[0].count.tolist() == ev.count.tolist()
+
+
+def test_the_change_test_compares_each_actions_recent_mean_with_its_older_one() -> None:
+    # Action 0: 20 episodes (mean 0.6, Bernoulli, variance 0.24), the recent 10 of them at 0.8,
+    # so the older 10 at 0.4; action 1 unchanged; action 2 has too few recent episodes to compare.
+    state = Evidence(np.array([20.0, 10.0, 30.0]), np.array([12.0, 5.0, 3.0]), np.array([12.0, 5.0, 3.0]))
+    recent = Evidence(np.array([10.0, 5.0, 4.0]), np.array([8.0, 2.5, 4.0]), np.array([8.0, 2.5, 4.0]))
+    assert change_z(state, recent) == pytest.approx(0.4 / np.sqrt(0.24 * (1 / 10 + 1 / 10)))
+    assert change_z(state, Evidence.empty(3)) == 0.0
+
+
+def run_bernoulli(learner: Reinforce, means: list[float], batches: int, start: tuple, rng: np.random.Generator):
+    """``batches`` updates of 50 episodes drawn from the policy; the last logits, state and metrics."""
+    theta, state, seen = start[0], start[1], []
+    for _ in range(batches):
+        probs = softmax(theta)
+        actions = rng.choice(len(theta), 50, p=probs)
+        rewards = (rng.random(50) < np.asarray(means)[actions]).astype(float)
+        update = learner.update(theta, Batch.from_arrays(actions, rewards, probs[actions], len(theta)), state=state)
+        theta, state = update.logits, update.state
+        seen.append(update.metrics)
+    return theta, state, seen
+
+
+def test_the_state_keeps_its_evidence_while_the_world_holds_and_only_the_recent_once_it_changes() -> None:
+    cfg = LearnerConfig(change_threshold=4.0, evidence_half_life=None)
+    rng = np.random.default_rng(5)
+    theta, state, seen = run_bernoulli(Reinforce(cfg), [0.8, 0.6, 0.5], 40, (np.zeros(3), {}), rng)
+    assert max(m["change_z"] for m in seen) < 4.0
+    assert sum(state["count"]) == pytest.approx(2_000)  # every episode kept, none faded
+    # The leader falls to 0.3: within a few batches its recent mean contradicts its older one.
+    _, after_state, seen = run_bernoulli(Reinforce(cfg), [0.3, 0.6, 0.5], 8, (theta, state), rng)
+    fired = [i for i, m in enumerate(seen) if m["change_z"] > 4.0]
+    assert fired and fired[0] <= 4
+    assert sum(after_state["count"]) < 1_000
+    # Without the test the evidence of 2,000 episodes still says the old leader is best.
+    no_test = Reinforce(LearnerConfig(evidence_half_life=None, change_threshold=None))
+    _, kept, _ = run_bernoulli(no_test, [0.3, 0.6, 0.5], 8, (theta, state), rng)
+    assert sum(kept["count"]) == pytest.approx(2_400)
+    assert "recent" not in kept
+
+
+def test_the_change_test_lets_the_policy_find_the_new_best_sooner() -> None:
+    def episodes_to_new_best(cfg: LearnerConfig, seed: int) -> int:
+        rng = np.random.default_rng(seed)
+        start = run_bernoulli(Reinforce(cfg), [0.8, 0.7, 0.6, 0.5], 40, (np.zeros(4), {}), rng)[:2]
+        learner = Reinforce(cfg)
+        for batch in range(1, 200):
+            start = run_bernoulli(learner, [0.5, 0.7, 0.6, 0.8], 1, start, rng)[:2]
+            if softmax(start[0])[3] >= 0.5:
+                return 50 * batch
+        return 10_000
+
+    no_fading = LearnerConfig(evidence_half_life=None, change_threshold=None)
+    with_test = dataclasses.replace(no_fading, change_threshold=4.0)
+    times = [(episodes_to_new_best(with_test, s), episodes_to_new_best(no_fading, s)) for s in range(6)]
+    assert np.median([t for t, _ in times]) < np.median([t for _, t in times]) / 2, times
 
 
 @pytest.mark.parametrize(

@@ -311,6 +311,40 @@ def test_the_evidence_bound_keeps_each_segment_no_surer_than_its_evidence() -> N
     assert_bound_holds(segment_odds)
 
 
+def test_when_the_world_changes_every_segment_keeps_as_little_of_the_old_evidence_as_the_policy() -> None:
+    """The change test reads the global evidence; when it fires, each segment's cells shrink by
+    the share the global evidence kept, so the segments still add up to it."""
+    cfg = LearnerConfig(change_threshold=4.0, evidence_half_life=None)
+    doc = policy(context={"task": "category"}).document
+    rng = np.random.default_rng(11)
+
+    def learn(doc: PolicyDocument, best: int) -> tuple[PolicyDocument, float]:
+        n = 200  # uniform draws; prompt `best` pays 0.8, the others 0.4
+        actions = np.stack([rng.integers(0, 3, n), rng.integers(0, 4, n)], axis=1)
+        rewards = (rng.random(n) < np.where(actions[:, 0] == best, 0.8, 0.4)).astype(float)
+        contexts = [{"task": str(t)} for t in rng.choice(["billing", "tech"], n)]
+        update = learn_structured(cfg, doc, Rows(actions, rewards, np.full(n, 1 / 12), [False] * n, contexts))
+        return update.applied_to(doc), update.metrics["change_z"]
+
+    def episodes(doc: PolicyDocument) -> tuple[float, float]:
+        """Episodes behind the global evidence and summed over the task's segments."""
+        state = doc.learner_state or {}
+        cells = state["segments"]["task"].values()
+        return sum(state["count"][:3]), sum(sum(count[:3]) for count, _ in cells)
+
+    for _ in range(10):
+        doc, z = learn(doc, best=0)
+        assert z < 4.0
+    assert episodes(doc) == pytest.approx((2_000, 2_000), rel=1e-4)
+    zs = []
+    while len(zs) < 10 and (not zs or zs[-1] <= 4.0):
+        doc, z = learn(doc, best=1)
+        zs.append(z)
+    assert zs[-1] > 4.0, zs
+    global_, segments = episodes(doc)
+    assert global_ < 600 and segments == pytest.approx(global_, rel=1e-3)  # ≈ the recent 540 (H_r = 300)
+
+
 def test_each_dimension_keeps_the_thompson_floor_of_its_own_evidence() -> None:
     """k=10 leads with 300 episodes at 0.7, k=3 and k=5 trail closely, k=1's first 8 episodes
     were unlucky and a noisy step pushed it 8 logits down: bounded, it keeps at least e^(−c_T)

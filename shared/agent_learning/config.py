@@ -58,7 +58,9 @@ class ComponentSettings:
 COMPONENTS: dict[type, ComponentSettings] = {
     RewardConfig: ComponentSettings(),
     LearnerConfig: ComponentSettings(
-        zero_is_none=frozenset({"max_kl", "reference_batch", "max_logit_gap", "gap_per_evidence", "evidence_half_life"})
+        zero_is_none=frozenset(
+            {"max_kl", "reference_batch", "max_logit_gap", "gap_per_evidence", "evidence_half_life", "change_threshold"}
+        )
     ),
     DriftConfig: ComponentSettings(renames={"window": "drift_window", "evidence_z": "drift_z"}),
     JudgeModel: ComponentSettings(prefix="judge_"),
@@ -217,6 +219,8 @@ class Settings(BaseSettings):
     thompson_floor: float = tunable(LearnerConfig, "thompson_floor", ge=0, le=1000)
     odds_cap: float = tunable(LearnerConfig, "odds_cap", ge=0, le=1000)
     evidence_half_life: float = tunable(LearnerConfig, "evidence_half_life", ge=0)
+    change_threshold: float = tunable(LearnerConfig, "change_threshold", ge=0, le=1000)
+    recent_half_life: float = tunable(LearnerConfig, "recent_half_life", gt=0)
     logit_bound: float = tunable(LearnerConfig, "logit_bound", gt=0, le=1000)
     baseline_prior: float = tunable(LearnerConfig, "baseline_prior", ge=0)
     segment_prior: float = tunable(LearnerConfig, "segment_prior", ge=0)

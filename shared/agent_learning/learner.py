@@ -97,6 +97,21 @@ shrinks). The half-life lets
 old evidence fade, so an action not tried for a while is tried again when the world may have
 changed.
 
+Change test. Fading alone notices a changed world only as fast as the evidence fades. The state
+therefore also keeps the same sums over a shorter half-life H_r = ``recent_half_life`` (the
+*recent* evidence n^r_a, S^r_a, Q^r_a) and, after adding each batch, compares every action's
+recent mean with its older one (the state minus the recent evidence: both weigh the newest
+episode 1 and the recent fades faster, so the difference weighs each episode by 2^(−t/H) −
+2^(−t/H_r) ≥ 0)::
+
+    z_a = |m^r_a − m^o_a| / √(v_a/n^r_a + v_a/n^o_a)      (n^r_a, n^o_a ≥ 5; v_a the action's variance)
+
+When max_a z_a > z* = ``change_threshold``, the world has changed (for a stationary action each
+z_a is about standard normal: 4 is a false alarm in ~1 of 16,000 comparisons) and the state
+becomes the recent evidence alone, so the bounds widen at once to what the recent episodes say,
+not after the old evidence has faded. In the spirit of ADWIN (Bifet and Gavaldà 2007), with two
+exponential windows instead of a cut point.
+
 The pairwise chances are a cheap stand-in for the chance P_a that a is the best of all, which is
 what Thompson sampling draws a with; with many actions near the leader they undercount it for
 an action whose few episodes were unlucky. So the floor also keeps, with c_T = ``thompson_floor``::
@@ -205,6 +220,11 @@ class LearnerConfig:
     (None: no cap)."""
     evidence_half_life: float | None = 3000.0
     """H: episodes after which the learner state's evidence counts half (None: it never fades)."""
+    change_threshold: float | None = 4.0
+    """z*: when some action's recent mean reward differs from its older one by more than z* standard
+    errors, the world has changed and the state keeps only the recent evidence (None: no change test)."""
+    recent_half_life: float = 300.0
+    """H_r: episodes after which the recent evidence the change test compares counts half (less than H)."""
     logit_bound: float = 20.0
     """Logits are kept in [−bound, bound] after centring."""
     baseline_prior: float = 3.0
@@ -234,6 +254,8 @@ class LearnerConfig:
             "thompson_floor": self.thompson_floor is None or self.thompson_floor >= 0,
             "odds_cap": self.odds_cap is None or self.odds_cap >= 0,
             "evidence_half_life": self.evidence_half_life is None or self.evidence_half_life > 0,
+            "change_threshold": self.change_threshold is None or self.change_threshold > 0,
+            "recent_half_life": self.recent_half_life > 0,
             "logit_bound": self.logit_bound > 0,
             "baseline_prior": self.baseline_prior >= 0,
             "segment_prior": self.segment_prior >= 0,
@@ -243,6 +265,11 @@ class LearnerConfig:
             value = getattr(self, name)
             if not ok or (isinstance(value, float) and not np.isfinite(value)):
                 raise ValueError(f"learner setting {name}={value!r} is out of range")
+        if self.recent_half_life >= (self.evidence_half_life or math.inf):
+            raise ValueError(
+                f"learner setting recent_half_life={self.recent_half_life!r} must be less than"
+                f" evidence_half_life={self.evidence_half_life!r}"
+            )
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -301,6 +328,10 @@ class Update:
     """The learner state to store with the new policy version and pass to the next update."""
 
 
+RECENT = "recent"
+"""The learner state's key for the recent evidence the change test compares (when it is on)."""
+
+
 @dataclass(frozen=True)
 class Evidence:
     """The learner state: per action the discounted count, reward sum and sum of squares of
@@ -335,16 +366,30 @@ class Evidence:
     def to_state(self) -> dict[str, Any]:
         return {key: [round(float(x), 9) for x in getattr(self, key)] for key in self.KEYS}
 
+    @classmethod
+    def of_batch(cls, batch: Batch, k: int) -> Evidence:
+        """The batch's own evidence (corrections shift sums only)."""
+        regular = batch.regular.astype(np.float64)
+        return cls(
+            np.bincount(batch.actions, weights=regular, minlength=k),
+            np.bincount(batch.actions, weights=batch.rewards, minlength=k),
+            np.bincount(batch.actions, weights=regular * batch.rewards**2, minlength=k),
+        )
+
+    def faded_plus(self, fade: float, new: Evidence) -> Evidence:
+        """This evidence weighted by ``fade``, plus ``new``."""
+        return Evidence(
+            fade * self.count + new.count,
+            fade * self.reward_sum + new.reward_sum,
+            fade * self.reward_sq_sum + new.reward_sq_sum,
+        )
+
+    def scaled(self, factor: float) -> Evidence:
+        return self.faded_plus(factor, Evidence.empty(len(self.count)))
+
     def add(self, batch: Batch, half_life: float | None) -> Evidence:
         """Fade the old evidence by 2^(−N/H) and add the batch's (corrections shift sums only)."""
-        k = len(self.count)
-        fade = 0.5 ** (int(batch.regular.sum()) / half_life) if half_life else 1.0
-        regular = batch.regular.astype(np.float64)
-        return Evidence(
-            fade * self.count + np.bincount(batch.actions, weights=regular, minlength=k),
-            fade * self.reward_sum + np.bincount(batch.actions, weights=batch.rewards, minlength=k),
-            fade * self.reward_sq_sum + np.bincount(batch.actions, weights=regular * batch.rewards**2, minlength=k),
-        )
+        return self.faded_plus(fade(int(batch.regular.sum()), half_life), Evidence.of_batch(batch, len(self.count)))
 
     def pooled(self) -> tuple[float, float] | None:
         """Mean and variance of every reward in the evidence, actions pooled (None if empty)."""
@@ -376,6 +421,47 @@ class Evidence:
         """z_a: the evidence that each action's mean reward is below the leader's."""
         shrunk = self.shrunk(prior)
         return np.zeros_like(self.count) if shrunk is None else z_statistics(shrunk, leader)
+
+
+def fade(episodes: int, half_life: float | None) -> float:
+    """2^(−N/H): the weight evidence keeps after N more episodes (1 if it never fades)."""
+    return 0.5 ** (episodes / half_life) if half_life else 1.0
+
+
+MIN_CHANGE_EPISODES = 5.0
+"""The change test compares an action's recent and older means only when each rests on at least
+this many episodes' weight (below that the Gaussian approximation of a mean is too rough)."""
+
+
+def change_z(evidence: Evidence, recent: Evidence) -> float:
+    """The change test's statistic: the largest |m_a^recent − m_a^older| / √(v_a/n_a^recent +
+    v_a/n_a^older) over the actions, where the older evidence is the state's minus the recent
+    (both fade from the newest episode, the recent faster, so the difference weighs every episode
+    by a non-negative weight) and v_a the action's reward variance in the state, shrunk towards
+    the pooled one (0 when no action can be compared)."""
+    older_n = evidence.count - recent.count
+    ok = (recent.count >= MIN_CHANGE_EPISODES) & (older_n >= MIN_CHANGE_EPISODES)
+    shrunk = evidence.shrunk(0.0)
+    if not ok.any() or shrunk is None:
+        return 0.0
+    var = np.maximum(shrunk[1][ok], 1e-6)
+    n_r, n_o = recent.count[ok], older_n[ok]
+    diff = recent.reward_sum[ok] / n_r - (evidence.reward_sum[ok] - recent.reward_sum[ok]) / n_o
+    return float(np.max(np.abs(diff) / np.sqrt(var / n_r + var / n_o)))
+
+
+def remember(
+    cfg: LearnerConfig, evidence: Evidence, recent: Evidence, new: Evidence, episodes: int
+) -> tuple[Evidence, Evidence | None, float]:
+    """The learner state after a batch of ``episodes`` whose evidence is ``new``: the faded state
+    plus the batch; with the change test on, the recent evidence too, and the state is replaced by
+    the recent evidence when the test's z (returned) exceeds the threshold."""
+    state = evidence.faded_plus(fade(episodes, cfg.evidence_half_life), new)
+    if cfg.change_threshold is None:
+        return state, None, 0.0
+    recent = recent.faded_plus(fade(episodes, cfg.recent_half_life), new)
+    z = change_z(state, recent)
+    return (recent if z > cfg.change_threshold else state), recent, z
 
 
 def advantages(
@@ -673,12 +759,18 @@ class Reinforce:
                 new, kl = self._step(theta, direction, scale, temperature, s_old)
         new_state: dict[str, Any] = {}
         if cfg.gap_per_evidence is not None:
-            evidence = evidence.add(batch, cfg.evidence_half_life)
+            recent, _ = Evidence.from_state((state or {}).get(RECENT) if not state_problem else None, len(theta))
+            evidence, recent, z = remember(
+                cfg, evidence, recent, Evidence.of_batch(batch, len(theta)), int(batch.regular.sum())
+            )
             new, raised, lowered = self.bound_by_evidence(new, evidence)
             kl = kl_divergence(s_old, softmax(new, temperature))
             base_metrics["raised_by_evidence"] = float(raised)
             base_metrics["lowered_by_evidence"] = float(lowered)
             new_state = evidence.to_state()
+            if recent is not None:
+                base_metrics["change_z"] = z
+                new_state[RECENT] = recent.to_state()
         s_new = softmax(new, temperature)
         metrics = {
             **base_metrics,

@@ -94,12 +94,15 @@ from numpy.typing import NDArray
 
 from .documents import MAX_LEARNED_VALUES, MAX_SEGMENTS, PolicyDocument, excluded_configurations
 from .learner import (
+    RECENT,
     Evidence,
     LearnerConfig,
     _first_bad,
     advantages,
     bound_logits,
     entropy,
+    fade,
+    remember,
     weight_stats,
 )
 from .structured import NUMBER_CLIP, Layout, segment_name
@@ -633,14 +636,18 @@ class StructuredReinforce:
                 new, kl = self._step(params, direction, scale, model, contexts, s_old, weights_u)
         new_state: dict[str, Any] = {}
         if cfg.gap_per_evidence is not None:
-            evidence, segments_state = _add_evidence(
-                evidence, segments_state, tallies, model, int(batch.regular.sum()), cfg.evidence_half_life
+            recent, _ = Evidence.from_state((state or {}).get(RECENT) if not problem else None, v)
+            evidence, recent_out, z, segments_state = _add_evidence(
+                cfg, evidence, recent, segments_state, tallies, model, int(batch.regular.sum())
             )
             raised, lowered = self.bound_by_evidence(new, model, evidence, segments_state)
             metrics["raised_by_evidence"] = float(raised)
             metrics["lowered_by_evidence"] = float(lowered)
             kl = _mean_kl(s_old, dimension_softmax(contexts.logits(new), model), model, weights_u)
             new_state = {**evidence.to_state(), **_segment_state_out(segments_state, model)}
+            if recent_out is not None:
+                metrics["change_z"] = z
+                new_state[RECENT] = recent_out.to_state()
         g_new = dimension_softmax(new.theta[None, :], model)[0]
         regular = batch.regular
         metrics.update(
@@ -798,25 +805,28 @@ def _segment_state_out(segments: list[list[tuple[Array, Array]]], model: Model) 
 
 
 def _add_evidence(
+    cfg: LearnerConfig,
     evidence: Evidence,
+    recent: Evidence,
     segments: list[list[tuple[Array, Array]]],
     tallies: Tallies,
     model: Model,
     episodes: int,
-    half_life: float | None,
-) -> tuple[Evidence, list[list[tuple[Array, Array]]]]:
+) -> tuple[Evidence, Evidence | None, float, list[list[tuple[Array, Array]]]]:
     """Fade the state's evidence and add the batch's, globally and per cell (corrections shift
     reward sums only, as in the flat learner). The global evidence, and a numeric feature's
     halves (which together see every episode that carries it), fade by 2^(−N/H) for the batch's
     N episodes; a segment's by 2^(−n_c/H) for its own n_c, so that a segment with an eighth of
-    the traffic keeps its evidence as long, in its own episodes, as the whole policy does."""
-    fade = 0.5 ** (episodes / half_life) if half_life else 1.0
-    new = Evidence(
-        fade * evidence.count + tallies.regular.sum(axis=0),
-        fade * evidence.reward_sum + tallies.reward.sum(axis=0),
-        fade * evidence.reward_sq_sum + tallies.reward_sq.sum(axis=0),
-    )
+    the traffic keeps its evidence as long, in its own episodes, as the whole policy does. When
+    the change test on the global evidence fires, the global state becomes the recent evidence
+    and every cell is scaled by the share of the evidence that kept."""
+    half_life = cfg.evidence_half_life
+    batch = Evidence(tallies.regular.sum(axis=0), tallies.reward.sum(axis=0), tallies.reward_sq.sum(axis=0))
+    new, recent_out, z = remember(cfg, evidence, recent, batch, episodes)
     first = model.slices[0]  # one column per value of the first dimension: a cell's episodes sum over it
+    kept = 1.0
+    if cfg.change_threshold is not None and z > cfg.change_threshold:
+        kept = float(new.count[first].sum() / evidence.faded_plus(fade(episodes, half_life), batch).count[first].sum())
     out = []
     for f, rows in enumerate(segments):
         counts = tallies.by_segment(tallies.regular, f, len(rows))
@@ -824,9 +834,11 @@ def _add_evidence(
         if f < len(model.categorical) and half_life:
             fades = 0.5 ** (counts[:, first].sum(axis=1) / half_life)
         else:
-            fades = np.full(len(rows), fade)
-        out.append([(fades[k] * c + counts[k], fades[k] * r + totals[k]) for k, (c, r) in enumerate(rows)])
-    return new, out
+            fades = np.full(len(rows), fade(episodes, half_life))
+        out.append(
+            [(kept * (fades[k] * c + counts[k]), kept * (fades[k] * r + totals[k])) for k, (c, r) in enumerate(rows)]
+        )
+    return new, recent_out, z, out
 
 
 def learn_structured(config: LearnerConfig, doc: PolicyDocument, rows: Rows) -> StructuredUpdate:
