@@ -79,6 +79,10 @@ the deeper one with the wrong prompts). Without context that mixing spans every 
 per-dimension Thompson sampling's posteriors do, and the cap helps (the 300-configuration row
 from 1.14× to 1.06× per-dimension Thompson over 200 seeds).
 
+The flat learner's change test runs on the global evidence (every value of every dimension,
+its recent sums under ``recent`` in the state); when it fires, the global evidence becomes the
+recent one and every segment's and half's cells are scaled by the share of the episodes kept.
+
 One dimension without context or exclusions gives exactly the flat learner's update
 (:class:`agent_learning.learner.Reinforce`); a test checks it.
 """
