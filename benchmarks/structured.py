@@ -391,7 +391,7 @@ class FadingDimensionThompson(DimensionThompson):
     """Per-dimension Thompson whose posteriors forget as the learner's evidence does: after a batch
     of N episodes each Beta posterior's counts beyond the prior are scaled by 2^(−N/H), H the
     learner's ``evidence_half_life``. Not a contender; it prices the learner's forgetting (which
-    is what lets it notice a changed world) on a world that never changes."""
+    lets old evidence go in a slowly drifting world) on a world that never changes."""
 
     name = "Thompson (per dimension, batched, forgetting)"
     half_life = LearnerConfig().evidence_half_life or math.inf
