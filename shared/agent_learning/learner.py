@@ -169,7 +169,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, NamedTuple
 
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
@@ -384,9 +384,6 @@ class Evidence:
             fade * self.reward_sq_sum + new.reward_sq_sum,
         )
 
-    def scaled(self, factor: float) -> Evidence:
-        return self.faded_plus(factor, Evidence.empty(len(self.count)))
-
     def add(self, batch: Batch, half_life: float | None) -> Evidence:
         """Fade the old evidence by 2^(−N/H) and add the batch's (corrections shift sums only)."""
         return self.faded_plus(fade(int(batch.regular.sum()), half_life), Evidence.of_batch(batch, len(self.count)))
@@ -450,18 +447,29 @@ def change_z(evidence: Evidence, recent: Evidence) -> float:
     return float(np.max(np.abs(diff) / np.sqrt(var / n_r + var / n_o)))
 
 
-def remember(
-    cfg: LearnerConfig, evidence: Evidence, recent: Evidence, new: Evidence, episodes: int
-) -> tuple[Evidence, Evidence | None, float]:
+class Remembered(NamedTuple):
+    state: Evidence
+    """The evidence the bounds use from now on."""
+    recent: Evidence | None
+    """The recent evidence to store (None: the change test is off)."""
+    z: float
+    """The change test's statistic (0 when it is off)."""
+    kept: float
+    """The share of the episodes behind the state that it kept (below 1 when the test fired)."""
+
+
+def remember(cfg: LearnerConfig, evidence: Evidence, recent: Evidence, new: Evidence, episodes: int) -> Remembered:
     """The learner state after a batch of ``episodes`` whose evidence is ``new``: the faded state
     plus the batch; with the change test on, the recent evidence too, and the state is replaced by
-    the recent evidence when the test's z (returned) exceeds the threshold."""
+    the recent evidence when the test's z exceeds the threshold."""
     state = evidence.faded_plus(fade(episodes, cfg.evidence_half_life), new)
     if cfg.change_threshold is None:
-        return state, None, 0.0
+        return Remembered(state, None, 0.0, 1.0)
     recent = recent.faded_plus(fade(episodes, cfg.recent_half_life), new)
     z = change_z(state, recent)
-    return (recent if z > cfg.change_threshold else state), recent, z
+    if z > cfg.change_threshold:
+        return Remembered(recent, recent, z, float(recent.count.sum() / state.count.sum()))
+    return Remembered(state, recent, z, 1.0)
 
 
 def advantages(
@@ -760,7 +768,7 @@ class Reinforce:
         new_state: dict[str, Any] = {}
         if cfg.gap_per_evidence is not None:
             recent, _ = Evidence.from_state((state or {}).get(RECENT) if not state_problem else None, len(theta))
-            evidence, recent, z = remember(
+            evidence, recent, z, _ = remember(
                 cfg, evidence, recent, Evidence.of_batch(batch, len(theta)), int(batch.regular.sum())
             )
             new, raised, lowered = self.bound_by_evidence(new, evidence)

@@ -823,14 +823,11 @@ def _add_evidence(
     N episodes; a segment's by 2^(−n_c/H) for its own n_c, so that a segment with an eighth of
     the traffic keeps its evidence as long, in its own episodes, as the whole policy does. When
     the change test on the global evidence fires, the global state becomes the recent evidence
-    and every cell is scaled by the share of the evidence that kept."""
+    and every cell is scaled by the share of the episodes it kept."""
     half_life = cfg.evidence_half_life
     batch = Evidence(tallies.regular.sum(axis=0), tallies.reward.sum(axis=0), tallies.reward_sq.sum(axis=0))
-    new, recent_out, z = remember(cfg, evidence, recent, batch, episodes)
+    new, recent_out, z, kept = remember(cfg, evidence, recent, batch, episodes)
     first = model.slices[0]  # one column per value of the first dimension: a cell's episodes sum over it
-    kept = 1.0
-    if cfg.change_threshold is not None and z > cfg.change_threshold:
-        kept = float(new.count[first].sum() / evidence.faded_plus(fade(episodes, half_life), batch).count[first].sum())
     out = []
     for f, rows in enumerate(segments):
         counts = tallies.by_segment(tallies.regular, f, len(rows))
