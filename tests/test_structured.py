@@ -106,15 +106,21 @@ def test_create_names_the_bad_dimension_or_context() -> None:
         StructuredPolicy.create("bot", DIMENSIONS, context={"task type": "category"})
 
 
-def test_4_dimensions_of_10_values_and_20_features_fit_in_64_kb_after_training() -> None:
+@pytest.mark.parametrize("numeric", [MAX_CONTEXT_FEATURES // 2, 0], ids=["half-numeric", "all-categorical"])
+def test_4_dimensions_of_10_values_and_20_features_fit_in_64_kb_after_training(numeric: int) -> None:
+    """Half the features numeric (every segment learned), or all categorical (learned up to the
+    budget of context parameters: (segments + numeric features) × 40 values ≤ 2,048)."""
+    categorical = MAX_CONTEXT_FEATURES - numeric
     dims = {f"d{i}": [f"value-{j}" for j in range(10)] for i in range(4)}
-    context = {f"c{i}": "category" for i in range(MAX_CONTEXT_FEATURES // 2)}
-    context |= {f"n{i}": "number" for i in range(MAX_CONTEXT_FEATURES // 2)}
+    context = {f"c{i}": "category" for i in range(categorical)} | {f"n{i}": "number" for i in range(numeric)}
     doc = StructuredPolicy.create("bot", dims, context=context).document
     rng = np.random.default_rng(0)
     n = 4000
     contexts = [
-        {**{f"c{i}": f"seg-{rng.integers(4)}" for i in range(10)}, **{f"n{i}": float(rng.normal()) for i in range(10)}}
+        {
+            **{f"c{i}": f"seg-{rng.integers(4)}" for i in range(categorical)},
+            **{f"n{i}": float(rng.normal()) for i in range(numeric)},
+        }
         for _ in range(n)
     ]
     actions = rng.integers(0, 10, (n, 4))
@@ -122,9 +128,11 @@ def test_4_dimensions_of_10_values_and_20_features_fit_in_64_kb_after_training()
         LearnerConfig(), doc, Rows(actions, rng.normal(size=n), np.full(n, 1e-4), [False] * n, contexts)
     )
     new = update.applied_to(doc)
-    assert all(len(f.segments or {}) == 4 for f in new.features or [] if f.kind == "category")
+    segments = [len(f.segments or {}) for f in new.features or [] if f.kind == "category"]
+    assert sum(segments) == min(4 * categorical, MAX_LEARNED_VALUES // 40 - numeric)
+    assert "recent" in (new.learner_state or {})  # the change test's sums are part of the size
     size = len(new.to_json().encode())
-    print(f"document of 4 dimensions x 10 values, 20 features: {size:,} bytes")
+    print(f"4 dimensions x 10 values, {categorical} categorical + {numeric} numeric features: {size:,} bytes")
     assert size < 64 * 1024, size
 
 

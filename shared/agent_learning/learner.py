@@ -434,8 +434,8 @@ def change_z(evidence: Evidence, recent: Evidence) -> float:
     """The change test's statistic: the largest |m_a^recent − m_a^older| / √(v_a/n_a^recent +
     v_a/n_a^older) over the actions, where the older evidence is the state's minus the recent
     (both fade from the newest episode, the recent faster, so the difference weighs every episode
-    by a non-negative weight) and v_a the action's reward variance in the state, shrunk towards
-    the pooled one (0 when no action can be compared)."""
+    by a non-negative weight) and v_a the action's reward variance in the state, at least 1e-6
+    (0 when no action can be compared)."""
     older_n = evidence.count - recent.count
     ok = (recent.count >= MIN_CHANGE_EPISODES) & (older_n >= MIN_CHANGE_EPISODES)
     shrunk = evidence.shrunk(0.0)
