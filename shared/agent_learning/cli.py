@@ -17,7 +17,7 @@ import os
 import sqlite3
 import sys
 from collections.abc import Callable, Iterator
-from contextlib import closing, contextmanager, nullcontext
+from contextlib import closing, contextmanager, nullcontext, suppress
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -189,16 +189,22 @@ def _embedded(settings: Any, kind: str) -> Any:
 
 
 def _writable(option: str, path: str) -> None:
-    """Check before any work that ``path`` can be written (its folder is made if missing); a file
-    that was not there is not left behind."""
+    """Check before any work that ``path`` can be written (its folders are made for the check if
+    missing); a file or folder that was not there is not left behind (the writer makes them again)."""
     target = Path(path)
     existed = target.exists()
-    with _usable(option, path):
-        target.parent.mkdir(parents=True, exist_ok=True)
-        with target.open("ab"):
-            pass
-        if not existed:
-            target.unlink()
+    made = [folder for folder in target.parents if not folder.exists()]  # deepest first
+    try:
+        with _usable(option, path):
+            target.parent.mkdir(parents=True, exist_ok=True)
+            with target.open("ab"):
+                pass
+            if not existed:
+                target.unlink()
+    finally:
+        for folder in made:
+            with suppress(OSError):
+                folder.rmdir()
 
 
 @contextmanager
@@ -1374,9 +1380,9 @@ def report(agent_ids: tuple[str, ...], png_path: str, html_path: str, title: str
         raise ValueError(f"--since: {_iso(since)} is after --until {_iso(until)}")
     if Path(png_path).resolve() == Path(html_path).resolve():
         raise ValueError(f"--html: {html_path} is also the --png path; the page would overwrite the chart")
+    _writable("--png", png_path)
+    _writable("--html", html_path)
     with _store(db) as (store, settings):
-        _writable("--png", png_path)
-        _writable("--html", html_path)
         agents = list(agent_ids) or store.list_agents()
         if not agents:
             raise NotFound(f"no agent has a policy in {_where(settings)}")

@@ -93,6 +93,20 @@ def test_paths_the_filesystem_refuses_are_named_in_one_line(
     )
 
 
+def test_a_refused_command_leaves_no_folder_behind(tmp_path: Path, db: str) -> None:
+    (tmp_path / "afile").write_text("a file, not a folder")
+    blocked = str(tmp_path / "afile" / "x")
+    demo = ["demo", "--agents", "math-tutor", "--episodes", "100", "--batch", "100"]
+    fresh = tmp_path / "new" / "deeper"
+    assert refused(*demo, "--db", str(fresh / "demo.db"), "--plot", f"{blocked}.png").startswith("error: --plot: ")
+    assert refused("report", "--db", db, "--png", str(fresh / "r.png"), "--html", f"{blocked}.html").startswith(
+        "error: --html: "
+    )
+    assert not (tmp_path / "new").exists()
+    assert ok(*demo, "--db", str(fresh / "demo.db"), "--no-plot").exit_code == 0
+    assert (fresh / "demo.db").is_file()
+
+
 def test_demo_episodes_and_batch_are_checked_as_options(tmp_path: Path) -> None:
     demo = ["demo", "--agents", "math-tutor", "--db", str(tmp_path / "demo.db"), "--no-plot"]
     assert refused(*demo, "--batch", "0").startswith("error: --batch: 0 is not in the range")
