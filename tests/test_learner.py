@@ -10,6 +10,7 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from agent_learning.learner import (
+    RECENT,
     Batch,
     Evidence,
     LearnerConfig,
@@ -272,6 +273,17 @@ def test_an_unusable_learner_state_restarts_the_evidence_and_says_so(state: dict
     assert update.metrics["state_reset"] == 1.0
     assert update.state["count"] == [1.0, 1.0, 1.0]  # the new state holds this batch only
     assert np.all(np.isfinite(update.logits))
+
+
+def test_unreadable_recent_sums_restart_alone_and_say_so() -> None:
+    batch = Batch.from_arrays([0, 1, 2], [1.0, 0.0, 0.5], [1 / 3] * 3, 3)
+    state = Reinforce().update(np.zeros(3), batch).state
+    state[RECENT] = {"count": [1, 2]}
+    update = Reinforce().update(np.zeros(3), batch, state=state)
+    assert update.metrics["recent_reset"] == 1.0 and "state_reset" not in update.metrics
+    assert update.state["count"] == pytest.approx([2.0, 2.0, 2.0], abs=1e-3)  # the evidence is kept
+    assert update.state[RECENT]["count"] == [1.0, 1.0, 1.0]  # the recent sums hold this batch only
+    assert "recent_reset" not in Reinforce().update(np.zeros(3), batch, state=update.state).metrics
 
 
 def test_evidence_bound_lifts_actions_only_as_far_as_the_evidence_allows() -> None:

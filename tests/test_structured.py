@@ -353,6 +353,21 @@ def test_when_the_world_changes_every_segment_keeps_as_little_of_the_old_evidenc
     assert global_ < 600 and segments == pytest.approx(global_, rel=1e-3)  # ≈ the recent 540 (H_r = 300)
 
 
+def test_unreadable_recent_sums_restart_alone_and_say_so() -> None:
+    doc = policy(context={"task": "category"}).document
+    n = 12
+    actions = np.stack([np.arange(n) % 3, np.arange(n) % 4], axis=1)
+    rows = Rows(actions, np.linspace(0, 1, n), np.full(n, 1 / 12), [False] * n, [{"task": "a"}] * n)
+    state = learn_structured(LearnerConfig(), doc, rows).state
+    metrics = learn_structured(LearnerConfig(), doc.model_copy(update={"learner_state": state}), rows).metrics
+    assert "recent_reset" not in metrics
+    broken = doc.model_copy(update={"learner_state": {**state, "recent": {"count": "x"}}})
+    update = learn_structured(LearnerConfig(), broken, rows)
+    assert update.metrics["recent_reset"] == 1.0 and "state_reset" not in update.metrics
+    assert sum(update.state["count"]) == pytest.approx(2 * sum(state["count"]), rel=1e-2)  # the evidence is kept
+    assert update.state["recent"]["count"] == state["count"]  # the recent sums hold this batch only
+
+
 def test_each_dimension_keeps_the_thompson_floor_of_its_own_evidence() -> None:
     """k=10 leads with 300 episodes at 0.7, k=3 and k=5 trail closely, k=1's first 8 episodes
     were unlucky and a noisy step pushed it 8 logits down: bounded, it keeps at least e^(−c_T)

@@ -767,7 +767,11 @@ class Reinforce:
                 new, kl = self._step(theta, direction, scale, temperature, s_old)
         new_state: dict[str, Any] = {}
         if cfg.gap_per_evidence is not None:
-            recent, _ = Evidence.from_state((state or {}).get(RECENT) if not state_problem else None, len(theta))
+            recent, recent_problem = Evidence.from_state(
+                (state or {}).get(RECENT) if not state_problem else None, len(theta)
+            )
+            if recent_problem:
+                base_metrics["recent_reset"] = 1.0
             evidence, recent, z, _ = remember(
                 cfg, evidence, recent, Evidence.of_batch(batch, len(theta)), int(batch.regular.sum())
             )

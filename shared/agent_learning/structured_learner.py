@@ -640,7 +640,9 @@ class StructuredReinforce:
                 new, kl = self._step(params, direction, scale, model, contexts, s_old, weights_u)
         new_state: dict[str, Any] = {}
         if cfg.gap_per_evidence is not None:
-            recent, _ = Evidence.from_state((state or {}).get(RECENT) if not problem else None, v)
+            recent, recent_problem = Evidence.from_state((state or {}).get(RECENT) if not problem else None, v)
+            if recent_problem:
+                metrics["recent_reset"] = 1.0
             evidence, recent_out, z, segments_state = _add_evidence(
                 cfg, evidence, recent, segments_state, tallies, model, int(batch.regular.sum())
             )

@@ -342,6 +342,12 @@ def _warn_state_reset(update: Any, current: PolicyDocument) -> None:
             current.agent_id,
             current.version,
         )
+    elif update.metrics.get("recent_reset"):
+        log.warning(
+            "training %s: the change test's recent evidence in the learner state of v%d was unusable; it restarts",
+            current.agent_id,
+            current.version,
+        )
 
 
 def next_version(
