@@ -8,9 +8,12 @@ number of episodes until that probability first reaches 0.9 (checked after every
 
     python benchmarks/learning.py [--seeds 20] [--horizon 2000] [--plot regret.png] [--json out.json]
 
-Non-stationarity: on K=4 Bernoulli the best and the worst arm swap after ``horizon`` episodes
-(0.8/0.7/0.6/0.5 becomes 0.5/0.7/0.6/0.8); reported are the episodes after the swap until the
-policy first puts ≥ 0.5 on the new best arm (checked after every update, up to 20,000).
+Non-stationarity, on K=4 Bernoulli after ``horizon`` episodes, two changes: the best and the
+worst arm swap (0.8/0.7/0.6/0.5 becomes 0.5/0.7/0.6/0.8: the leader falls, which its own
+episodes show), and the worst arm rises above the best (0.8/0.7/0.6/0.9: the leader stays as
+good, and only episodes of an arm the policy has learned to avoid can show the change).
+Reported are the episodes after the change until the policy first puts ≥ 0.5 on the new best
+arm (checked after every update, up to 20,000).
 
 Contextual and factorized problems (``benchmarks/structured.py``) run in the same command unless
 ``--no-structured``; they need ``vowpalwabbit`` (``pip install -e 'shared[bench]'``). Every row
@@ -314,13 +317,23 @@ def run(
 
 
 SHIFT_AFTER = np.array([0.5, 0.7, 0.6, 0.8])
+"""The best and the worst arm swap."""
+RISE_AFTER = np.array([0.8, 0.7, 0.6, 0.9])
+"""The worst arm rises above the best, which stays as good."""
+CHANGES = {"best and worst swap": SHIFT_AFTER, "the worst arm rises above the best": RISE_AFTER}
 SHIFT_CAP = 20_000
 
 
-def recovery(make: Callable[[int, Rng], Algorithm], seed: int, horizon: int, batch: int = 50) -> int | None:
-    """Episodes after the best arm changes until P(new best) ≥ 0.5 (None: not within the cap)."""
+def recovery(
+    make: Callable[[int, Rng], Algorithm],
+    seed: int,
+    horizon: int,
+    batch: int = 50,
+    after_means: np.ndarray = SHIFT_AFTER,
+) -> int | None:
+    """Episodes after K4 becomes ``after_means`` until P(new best) ≥ 0.5 (None: not within the cap)."""
     before = Environment(Problem("before", K4, batch=batch), seed, horizon)
-    after = Environment(Problem("after", SHIFT_AFTER, batch=batch), seed + 10_000, SHIFT_CAP)
+    after = Environment(Problem("after", after_means, batch=batch), seed + 10_000, SHIFT_CAP)
     algo = make(len(K4), np.random.default_rng([seed, 1]))
     for _ in range(0, horizon, batch):
         algo.run_batch(before, batch)
@@ -331,20 +344,23 @@ def recovery(make: Callable[[int, Rng], Algorithm], seed: int, horizon: int, bat
     return None
 
 
-def shift_table(seeds: int, horizon: int, t0: float) -> tuple[list[str], dict[str, dict[str, float | int | None]]]:
+def shift_table(
+    seeds: int, horizon: int, t0: float, after_means: np.ndarray = SHIFT_AFTER
+) -> tuple[list[str], dict[str, dict[str, float | int | None]]]:
     lines = [
         "| algorithm | seeds recovering | episodes to P(new best) ≥ 0.5: median | max |",
         "|---|---:|---:|---:|",
     ]
     out: dict[str, dict[str, float | int | None]] = {}
     for make in ALGORITHMS[:-1]:  # uniform never prefers any arm
-        times = [recovery(make, seed, horizon) for seed in range(seeds)]
+        times = [recovery(make, seed, horizon, after_means=after_means) for seed in range(seeds)]
         ok = [t for t in times if t is not None]
         row = {"recovered": len(ok), "median": float(np.median(ok)) if ok else None, "max": max(ok) if ok else None}
         out[make.name] = row  # type: ignore[attr-defined]
         med = "" if row["median"] is None else int(row["median"])
         lines.append(f"| {make.name} | {len(ok)}/{seeds} | {med} | {row['max'] or ''} |")  # type: ignore[attr-defined]
-        print(f"[{time.perf_counter() - t0:6.1f} s] best arm changes: {make.name} done", file=sys.stderr, flush=True)
+        print(f"[{time.perf_counter() - t0:6.1f} s] best arm changes ({'/'.join(map(str, after_means))}): "
+              f"{make.name} done", file=sys.stderr, flush=True)
     return lines, out
 
 
@@ -374,11 +390,13 @@ def guardrail_table(seeds: int, horizon: int, t0: float) -> tuple[list[str], dic
         )
         print(f"[{time.perf_counter() - t0:6.1f} s] guardrail: {problem.name} done", file=sys.stderr, flush=True)
     lines += ["", "| best arm changes | seeds recovering | episodes to recover: median | max |", "|---|---:|---:|---:|"]
-    for name, make_algo in (("ours", Ours), ("ours + guardrail", Guarded)):
-        ok = [t for t in (recovery(make_algo, seed, horizon) for seed in range(seeds)) if t is not None]
-        median, longest = (float(np.median(ok)), max(ok)) if ok else (-1.0, -1)
-        out[f"recovery: {name}"] = {"recovered": len(ok), "median": median, "max": longest}
-        lines.append(f"| {name} | {len(ok)}/{seeds} | {median:.0f} | {longest} |")
+    for (change, after_means), key in zip(CHANGES.items(), ("recovery", "rise"), strict=True):
+        for name, make_algo in (("ours", Ours), ("ours + guardrail", Guarded)):
+            times = (recovery(make_algo, seed, horizon, after_means=after_means) for seed in range(seeds))
+            ok = [t for t in times if t is not None]
+            median, longest = (float(np.median(ok)), max(ok)) if ok else (-1.0, -1)
+            out[f"{key}: {name}"] = {"recovered": len(ok), "median": median, "max": longest}
+            lines.append(f"| {change}: {name} | {len(ok)}/{seeds} | {median:.0f} | {longest} |")
     return lines, out
 
 
@@ -442,9 +460,10 @@ def main() -> None:
     print("\n".join(lines))
     results: dict[str, object] = {"problems": out}
     if not args.no_shift:
-        shift_lines, results["best_arm_changes"] = shift_table(args.seeds, args.horizon, t0)
-        print("\nThe best arm changes after", args.horizon, "episodes (K=4 Bernoulli, best and worst swap):\n")
-        print("\n".join(shift_lines))
+        for (change, after_means), key in zip(CHANGES.items(), ("best_arm_changes", "worse_arm_rises"), strict=True):
+            shift_lines, results[key] = shift_table(args.seeds, args.horizon, t0, after_means)
+            print(f"\nThe best arm changes after {args.horizon} episodes (K=4 Bernoulli, {change}):\n")
+            print("\n".join(shift_lines))
     if not args.no_structured:
         structured_lines, results["structured"] = structured.tables(args.seeds, t0)
         print("\nContextual and factorized problems (" + str(args.seeds) + " seeds):\n")

@@ -254,6 +254,28 @@ def test_the_change_test_lets_the_policy_find_the_new_best_sooner() -> None:
     assert np.median([t for t, _ in times]) < np.median([t for _, t in times]) / 2, times
 
 
+def test_fading_evidence_lets_the_policy_find_an_avoided_action_that_has_become_the_best() -> None:
+    """The worst action rises above the leader, which stays as good: the change test cannot see
+    it (the action is hardly drawn), and only the fading of the evidence against it lets the
+    policy try it again."""
+
+    def episodes_to_new_best(cfg: LearnerConfig, seed: int) -> int:
+        rng = np.random.default_rng(seed)
+        start = run_bernoulli(Reinforce(cfg), [0.8, 0.7, 0.6, 0.5], 40, (np.zeros(4), {}), rng)[:2]
+        learner = Reinforce(cfg)
+        for batch in range(1, 200):
+            start = run_bernoulli(learner, [0.8, 0.7, 0.6, 0.9], 1, start, rng)[:2]
+            if softmax(start[0])[3] >= 0.5:
+                return 50 * batch
+        return 10_000
+
+    fading = LearnerConfig()
+    assert fading.evidence_half_life and fading.change_threshold  # the defaults: fading and the change test
+    no_fading = dataclasses.replace(fading, evidence_half_life=None)
+    times = [(episodes_to_new_best(fading, s), episodes_to_new_best(no_fading, s)) for s in range(6)]
+    assert np.median([t for t, _ in times]) < np.median([t for _, t in times]) / 2, times
+
+
 @pytest.mark.parametrize(
     ("state", "problem"),
     [
