@@ -237,20 +237,24 @@ def test_the_state_keeps_its_evidence_while_the_world_holds_and_only_the_recent_
     assert "recent" not in kept
 
 
-def test_the_change_test_lets_the_policy_find_the_new_best_sooner() -> None:
-    def episodes_to_new_best(cfg: LearnerConfig, seed: int) -> int:
-        rng = np.random.default_rng(seed)
-        start = run_bernoulli(Reinforce(cfg), [0.8, 0.7, 0.6, 0.5], 40, (np.zeros(4), {}), rng)[:2]
-        learner = Reinforce(cfg)
-        for batch in range(1, 200):
-            start = run_bernoulli(learner, [0.5, 0.7, 0.6, 0.8], 1, start, rng)[:2]
-            if softmax(start[0])[3] >= 0.5:
-                return 50 * batch
-        return 10_000
+def episodes_to_new_best(cfg: LearnerConfig, seed: int, after: list[float]) -> int:
+    """Episodes until the policy puts ≥ 0.5 on action 3 once 2,000 episodes of means
+    0.8/0.7/0.6/0.5 become ``after`` (10,000: not within 200 batches)."""
+    rng = np.random.default_rng(seed)
+    start = run_bernoulli(Reinforce(cfg), [0.8, 0.7, 0.6, 0.5], 40, (np.zeros(4), {}), rng)[:2]
+    learner = Reinforce(cfg)
+    for batch in range(1, 200):
+        start = run_bernoulli(learner, after, 1, start, rng)[:2]
+        if softmax(start[0])[3] >= 0.5:
+            return 50 * batch
+    return 10_000
 
+
+def test_the_change_test_lets_the_policy_find_the_new_best_sooner() -> None:
     no_fading = LearnerConfig(evidence_half_life=None, change_threshold=None)
     with_test = dataclasses.replace(no_fading, change_threshold=4.0)
-    times = [(episodes_to_new_best(with_test, s), episodes_to_new_best(no_fading, s)) for s in range(6)]
+    swap = [0.5, 0.7, 0.6, 0.8]
+    times = [(episodes_to_new_best(with_test, s, swap), episodes_to_new_best(no_fading, s, swap)) for s in range(6)]
     assert np.median([t for t, _ in times]) < np.median([t for _, t in times]) / 2, times
 
 
@@ -258,21 +262,11 @@ def test_fading_evidence_lets_the_policy_find_an_avoided_action_that_has_become_
     """The worst action rises above the leader, which stays as good: the change test cannot see
     it (the action is hardly drawn), and only the fading of the evidence against it lets the
     policy try it again."""
-
-    def episodes_to_new_best(cfg: LearnerConfig, seed: int) -> int:
-        rng = np.random.default_rng(seed)
-        start = run_bernoulli(Reinforce(cfg), [0.8, 0.7, 0.6, 0.5], 40, (np.zeros(4), {}), rng)[:2]
-        learner = Reinforce(cfg)
-        for batch in range(1, 200):
-            start = run_bernoulli(learner, [0.8, 0.7, 0.6, 0.9], 1, start, rng)[:2]
-            if softmax(start[0])[3] >= 0.5:
-                return 50 * batch
-        return 10_000
-
     fading = LearnerConfig()
     assert fading.evidence_half_life and fading.change_threshold  # the defaults: fading and the change test
     no_fading = dataclasses.replace(fading, evidence_half_life=None)
-    times = [(episodes_to_new_best(fading, s), episodes_to_new_best(no_fading, s)) for s in range(6)]
+    rise = [0.8, 0.7, 0.6, 0.9]
+    times = [(episodes_to_new_best(fading, s, rise), episodes_to_new_best(no_fading, s, rise)) for s in range(6)]
     assert np.median([t for t, _ in times]) < np.median([t for _, t in times]) / 2, times
 
 
