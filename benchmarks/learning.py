@@ -31,7 +31,7 @@ import argparse
 import json
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -324,36 +324,60 @@ CHANGES = {"best and worst swap": SHIFT_AFTER, "the worst arm rises above the be
 SHIFT_CAP = 20_000
 
 
+CURVE_EPISODES = 8_000
+"""Episodes after the change that the recovery plot shows."""
+
+
+def after_change(
+    make: Callable[[int, Rng], Algorithm], seed: int, horizon: int, batch: int, after_means: np.ndarray
+) -> Iterator[float]:
+    """``horizon`` episodes of K4, then P(new best) after each batch of ``after_means`` (up to the cap)."""
+    before = Environment(Problem("before", K4, batch=batch), seed, horizon)
+    after = Environment(Problem("after", after_means, batch=batch), seed + 10_000, SHIFT_CAP)
+    algo = make(len(K4), np.random.default_rng([seed, 1]))
+    for _ in range(0, horizon, batch):
+        algo.run_batch(before, batch)
+    for _ in range(0, SHIFT_CAP, batch):
+        algo.run_batch(after, batch)
+        yield float(algo.probs()[after.problem.best])
+
+
 def recovery(
     make: Callable[[int, Rng], Algorithm],
     seed: int,
     horizon: int,
     batch: int = 50,
     after_means: np.ndarray = SHIFT_AFTER,
+    curve: list[float] | None = None,
 ) -> int | None:
-    """Episodes after K4 becomes ``after_means`` until P(new best) ≥ 0.5 (None: not within the cap)."""
-    before = Environment(Problem("before", K4, batch=batch), seed, horizon)
-    after = Environment(Problem("after", after_means, batch=batch), seed + 10_000, SHIFT_CAP)
-    algo = make(len(K4), np.random.default_rng([seed, 1]))
-    for _ in range(0, horizon, batch):
-        algo.run_batch(before, batch)
-    for done in range(batch, SHIFT_CAP + 1, batch):
-        algo.run_batch(after, batch)
-        if algo.probs()[after.problem.best] >= 0.5:
-            return done
-    return None
+    """Episodes after K4 becomes ``after_means`` until P(new best) ≥ 0.5 (None: not within the cap);
+    ``curve``, if given, receives P(new best) after each batch of the first ``CURVE_EPISODES``."""
+    recovered, wanted = None, CURVE_EPISODES // batch if curve is not None else 0
+    for i, p in enumerate(after_change(make, seed, horizon, batch, after_means)):
+        if i < wanted:
+            curve.append(p)  # type: ignore[union-attr]
+        if recovered is None and p >= 0.5:
+            recovered = (i + 1) * batch
+        if recovered is not None and i + 1 >= wanted:
+            break
+    return recovered
 
 
 def shift_table(
     seeds: int, horizon: int, t0: float, after_means: np.ndarray = SHIFT_AFTER
-) -> tuple[list[str], dict[str, dict[str, float | int | None]]]:
+) -> tuple[list[str], dict[str, dict[str, float | int | None]], dict[str, np.ndarray]]:
+    """The recovery table after K4 becomes ``after_means``, its figures, and per algorithm the mean
+    P(new best) after each batch of the first ``CURVE_EPISODES`` episodes."""
     lines = [
         "| algorithm | seeds recovering | episodes to P(new best) ≥ 0.5: median | max |",
         "|---|---:|---:|---:|",
     ]
     out: dict[str, dict[str, float | int | None]] = {}
+    curves: dict[str, np.ndarray] = {}
     for make in ALGORITHMS[:-1]:  # uniform never prefers any arm
-        times = [recovery(make, seed, horizon, after_means=after_means) for seed in range(seeds)]
+        seen: list[list[float]] = [[] for _ in range(seeds)]
+        times = [recovery(make, seed, horizon, after_means=after_means, curve=seen[seed]) for seed in range(seeds)]
+        curves[make.name] = np.mean(seen, axis=0)  # type: ignore[attr-defined]
         ok = [t for t in times if t is not None]
         row = {"recovered": len(ok), "median": float(np.median(ok)) if ok else None, "max": max(ok) if ok else None}
         out[make.name] = row  # type: ignore[attr-defined]
@@ -361,7 +385,7 @@ def shift_table(
         lines.append(f"| {make.name} | {len(ok)}/{seeds} | {med} | {row['max'] or ''} |")  # type: ignore[attr-defined]
         print(f"[{time.perf_counter() - t0:6.1f} s] best arm changes ({'/'.join(map(str, after_means))}): "
               f"{make.name} done", file=sys.stderr, flush=True)
-    return lines, out
+    return lines, out, curves
 
 
 def guardrail_table(seeds: int, horizon: int, t0: float) -> tuple[list[str], dict[str, dict[str, float | int]]]:
@@ -408,12 +432,14 @@ def main() -> None:
     parser.add_argument("--json", type=Path, default=None)
     parser.add_argument("--problems", default="", help="comma-separated name prefixes (default: all)")
     parser.add_argument("--no-shift", action="store_true", help="skip the non-stationarity run")
+    parser.add_argument("--no-stationary", action="store_true", help="skip the stationary problems")
     parser.add_argument("--no-structured", action="store_true", help="skip the contextual and factorized problems")
     parser.add_argument("--speed", action="store_true", help="time the structured policy's choose and update")
     parser.add_argument("--guardrail", action="store_true", help="regret with the publish guardrail on vs off")
     args = parser.parse_args()
 
     chosen = [p for p in PROBLEMS if not args.problems or any(p.name.startswith(x) for x in args.problems.split(","))]
+    chosen = [] if args.no_stationary else chosen
     table: dict[str, dict[str, Result]] = {}
     t0 = time.perf_counter()
     for problem in chosen:
@@ -457,11 +483,13 @@ def main() -> None:
                 f"{'' if row['reach_median'] is None else int(row['reach_median'])} | "
                 f"{row['best_below_half']}/{args.seeds} |"
             )
-    print("\n".join(lines))
+    if table:
+        print("\n".join(lines))
     results: dict[str, object] = {"problems": out}
+    change_curves: dict[str, dict[str, np.ndarray]] = {}
     if not args.no_shift:
         for (change, after_means), key in zip(CHANGES.items(), ("best_arm_changes", "worse_arm_rises"), strict=True):
-            shift_lines, results[key] = shift_table(args.seeds, args.horizon, t0, after_means)
+            shift_lines, results[key], change_curves[change] = shift_table(args.seeds, args.horizon, t0, after_means)
             print(f"\nThe best arm changes after {args.horizon} episodes (K=4 Bernoulli, {change}):\n")
             print("\n".join(shift_lines))
     if not args.no_structured:
@@ -479,9 +507,12 @@ def main() -> None:
         args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(json.dumps(results, indent=2) + "\n")
     if args.plot:
-        plot(table, args.plot)
+        if table:
+            plot(table, args.plot)
         if "structured" in results:
             structured.plot(results["structured"], args.plot.with_name(args.plot.stem + "_structured.png"))
+        if change_curves:
+            plot_changes(change_curves, args.plot.with_name(args.plot.stem + "_changes.png"))
 
 
 def plot(table: dict[str, dict[str, Result]], path: Path) -> None:
@@ -500,6 +531,33 @@ def plot(table: dict[str, dict[str, Result]], path: Path) -> None:
         ax.set_title(f"{pname}: cumulative regret (mean of seeds)")
         ax.set_xlabel("episodes")
         ax.set_ylabel("regret")
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def plot_changes(curves: dict[str, dict[str, np.ndarray]], path: Path) -> None:
+    """Per change, each algorithm's mean probability on the new best arm after the change."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, len(curves), figsize=(6 * len(curves), 4), squeeze=False)
+    for ax, (change, by_algorithm) in zip(axes[0], curves.items(), strict=True):
+        for name, mean in by_algorithm.items():
+            if name == "UCB1":
+                continue  # its greedy index flips between arms: not a probability to compare
+            x = np.arange(1, len(mean) + 1) * (CURVE_EPISODES // len(mean))
+            ax.plot(x, mean, label=name, linewidth=2.4 if "ours" in name else 1.4)
+        ax.axhline(0.5, color="grey", linewidth=0.8, linestyle=":")
+        ax.set_title(f"K=4 Bernoulli, {change}")
+        ax.set_xlabel("episodes after the change")
+        ax.set_ylabel("P(new best arm), mean of seeds")
+        ax.set_ylim(0, 1)
         ax.grid(alpha=0.3)
         ax.legend(fontsize=8)
     fig.tight_layout()
