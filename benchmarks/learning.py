@@ -34,6 +34,7 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -515,22 +516,21 @@ def main() -> None:
             plot_changes(change_curves, args.plot.with_name(args.plot.stem + "_changes.png"))
 
 
-def plot(table: dict[str, dict[str, Result]], path: Path) -> None:
+def _panels(n: int) -> tuple[Any, list[Any]]:
+    """A figure of ``n`` panels side by side (matplotlib imported here: only plots need it)."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    names = [n for n in table if n in ("K=4 Bernoulli", "K=16 Bernoulli")] or list(table)[:2]
-    fig, axes = plt.subplots(1, len(names), figsize=(6 * len(names), 4), squeeze=False)
-    for ax, pname in zip(axes[0], names, strict=False):
-        for aname, res in table[pname].items():
-            x = res.curves[0][:, 0]
-            y = np.mean([c[:, 1] for c in res.curves], axis=0)
-            ax.plot(x, y, label=aname, linewidth=2.4 if "ours" in aname else 1.4)
-        ax.set_title(f"{pname}: cumulative regret (mean of seeds)")
-        ax.set_xlabel("episodes")
-        ax.set_ylabel("regret")
+    fig, axes = plt.subplots(1, n, figsize=(6 * n, 4), squeeze=False)
+    return fig, list(axes[0])
+
+
+def _save(fig: Any, path: Path) -> None:
+    import matplotlib.pyplot as plt
+
+    for ax in fig.axes:
         ax.grid(alpha=0.3)
         ax.legend(fontsize=8)
     fig.tight_layout()
@@ -539,15 +539,24 @@ def plot(table: dict[str, dict[str, Result]], path: Path) -> None:
     plt.close(fig)
 
 
+def plot(table: dict[str, dict[str, Result]], path: Path) -> None:
+    names = [n for n in table if n in ("K=4 Bernoulli", "K=16 Bernoulli")] or list(table)[:2]
+    fig, axes = _panels(len(names))
+    for ax, pname in zip(axes, names, strict=False):
+        for aname, res in table[pname].items():
+            x = res.curves[0][:, 0]
+            y = np.mean([c[:, 1] for c in res.curves], axis=0)
+            ax.plot(x, y, label=aname, linewidth=2.4 if "ours" in aname else 1.4)
+        ax.set_title(f"{pname}: cumulative regret (mean of seeds)")
+        ax.set_xlabel("episodes")
+        ax.set_ylabel("regret")
+    _save(fig, path)
+
+
 def plot_changes(curves: dict[str, dict[str, np.ndarray]], path: Path) -> None:
     """Per change, each algorithm's mean probability on the new best arm after the change."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, axes = plt.subplots(1, len(curves), figsize=(6 * len(curves), 4), squeeze=False)
-    for ax, (change, by_algorithm) in zip(axes[0], curves.items(), strict=True):
+    fig, axes = _panels(len(curves))
+    for ax, (change, by_algorithm) in zip(axes, curves.items(), strict=True):
         for name, mean in by_algorithm.items():
             if name == "UCB1":
                 continue  # its greedy index flips between arms: not a probability to compare
@@ -558,12 +567,7 @@ def plot_changes(curves: dict[str, dict[str, np.ndarray]], path: Path) -> None:
         ax.set_xlabel("episodes after the change")
         ax.set_ylabel("P(new best arm), mean of seeds")
         ax.set_ylim(0, 1)
-        ax.grid(alpha=0.3)
-        ax.legend(fontsize=8)
-    fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    _save(fig, path)
 
 
 if __name__ == "__main__":
