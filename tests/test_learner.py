@@ -22,6 +22,7 @@ from agent_learning.learner import (
     kl_divergence,
     log_ndtr,
     log_p_best,
+    remember,
     softmax,
     surrogate,
 )
@@ -182,15 +183,20 @@ def test_max_logit_gap_keeps_actions_recoverable() -> None:
 
 
 def test_evidence_fades_by_the_half_life_and_corrections_shift_sums_only() -> None:
+    cfg = LearnerConfig(evidence_half_life=4.0, recent_half_life=1.0, change_threshold=None)
+
+    def learn(ev: Evidence, batch: Batch) -> Evidence:
+        return remember(cfg, ev, Evidence.empty(3), Evidence.of_batch(batch, 3), int(batch.regular.sum())).state
+
     first = Batch.from_arrays([0, 0, 1], [1.0, 0.5, 0.2], [0.5] * 3, 3)
-    ev = Evidence.empty(3).add(first, half_life=4.0)
+    ev = learn(Evidence.empty(3), first)
     np.testing.assert_allclose(ev.count, [2, 1, 0])
     np.testing.assert_allclose(ev.reward_sum, [1.5, 0.2, 0])
     np.testing.assert_allclose(ev.reward_sq_sum, [1.25, 0.04, 0])
     # Four regular episodes (one half-life) halve the old evidence; the correction (δ = −0.3 on
     # action 0) moves its reward sum but is no new episode.
     second = Batch.from_arrays([2, 2, 2, 2, 0], [1.0] * 4 + [-0.3], [0.5] * 5, 3, corrections=[0, 0, 0, 0, 1])
-    ev = ev.add(second, half_life=4.0)
+    ev = learn(ev, second)
     np.testing.assert_allclose(ev.count, [1, 0.5, 4])
     np.testing.assert_allclose(ev.reward_sum, [0.75 - 0.3, 0.1, 4])
     np.testing.assert_allclose(ev.reward_sq_sum, [0.625, 0.02, 4])

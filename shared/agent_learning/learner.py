@@ -384,10 +384,6 @@ class Evidence:
             fade * self.reward_sq_sum + new.reward_sq_sum,
         )
 
-    def add(self, batch: Batch, half_life: float | None) -> Evidence:
-        """Fade the old evidence by 2^(−N/H) and add the batch's (corrections shift sums only)."""
-        return self.faded_plus(fade(int(batch.regular.sum()), half_life), Evidence.of_batch(batch, len(self.count)))
-
     def pooled(self) -> tuple[float, float] | None:
         """Mean and variance of every reward in the evidence, actions pooled (None if empty)."""
         total = self.count.sum()
