@@ -15,7 +15,10 @@ Vowpal Wabbit's contextual bandit (``--cb_explore_adf`` with ``--squarecb`` and 
 
 Factorized: a configuration has several dimensions; its mean is 0.55 + the sum of one effect
 per dimension value (the best value of each dimension adds 0.05–0.08, the others spread below
-it) + a small interaction of the first two dimensions (±0.02). References: batched Thompson over
+it) + a small interaction of the first two dimensions (±0.02). The 24- and 300-configuration
+problems draw their effects once, so every seed meets the same instance and only the luck varies;
+their "drawn per seed" twins draw a new instance from each seed (seed 0's is the fixed one), so
+no one instance's gaps decide the comparison. References: batched Thompson over
 the joint space (every configuration an arm) and independent Thompson per dimension (each
 dimension's value drawn from its own Beta posteriors, all updated with the episode's reward);
 and, to price forgetting, per-dimension Thompson whose posteriors fade with the learner's
@@ -103,10 +106,13 @@ class FactorProblem:
     sizes: tuple[int, ...]
     horizon: int
     seed: int = 0
+    varied: bool = False
+    """Whether each run draws its own effects from its seed (a new instance of the problem per
+    seed) rather than every run meeting the effects drawn from ``seed``."""
 
-    def table(self) -> np.ndarray:
-        """The mean of every configuration, shape ``sizes``."""
-        rng = np.random.default_rng(1_000 + self.seed)
+    def table(self, run_seed: int = 0) -> np.ndarray:
+        """The mean of every configuration in the run with seed ``run_seed``, shape ``sizes``."""
+        rng = np.random.default_rng(1_000 + (run_seed if self.varied else self.seed))
         total = np.full(self.sizes, 0.55)
         for d, k in enumerate(self.sizes):
             effect = np.concatenate([[rng.uniform(0.05, 0.08)], rng.uniform(-0.06, 0.02, k - 1)])
@@ -124,7 +130,12 @@ CONTEXT_PROBLEMS = [
     ContextProblem("8 segments", 4, 8, 4_000),
     ContextProblem("numeric feature", 4, None, 4_000),
 ]
-FACTOR_PROBLEMS = [FactorProblem("3×4×2 = 24", (3, 4, 2), 4_000), FactorProblem("5×5×4×3 = 300", (5, 5, 4, 3), 4_000)]
+FACTOR_PROBLEMS = [
+    FactorProblem("3×4×2 = 24", (3, 4, 2), 4_000),
+    FactorProblem("5×5×4×3 = 300", (5, 5, 4, 3), 4_000),
+    FactorProblem("24, drawn per seed", (3, 4, 2), 4_000, varied=True),
+    FactorProblem("300, drawn per seed", (5, 5, 4, 3), 4_000, varied=True),
+]
 
 
 class Luck:
@@ -413,7 +424,7 @@ FACTOR_ALGORITHMS: list[Callable[[Sequence[int], Rng], Any]] = [
 
 
 def run_factorized(problem: FactorProblem, make: Callable[[Sequence[int], Rng], Any], seed: int) -> tuple[float, bool]:
-    table = problem.table()
+    table = problem.table(seed)
     flat_means = table.ravel()
     best = tuple(int(i) for i in np.unravel_index(int(flat_means.argmax()), problem.sizes))
     luck = Luck(seed, problem.horizon, 1, len(flat_means))
@@ -431,14 +442,15 @@ def run_factorized(problem: FactorProblem, make: Callable[[Sequence[int], Rng], 
 # --------------------------------------------------------------------------- tables
 
 
-def tables(seeds: int, t0: float) -> tuple[list[str], dict[str, Any]]:
-    """The contextual and factorized tables (markdown lines) and their figures."""
+def tables(seeds: int, t0: float, contextual: bool = True) -> tuple[list[str], dict[str, Any]]:
+    """The contextual (unless ``contextual`` is False) and factorized tables (markdown lines) and
+    their figures."""
     out: dict[str, Any] = {"contextual": {}, "factorized": {}}
     lines = [
         "| contextual problem | algorithm | regret (mean ± sd) | vs Thompson per segment | best < 0.5 (seeds) |",
         "|---|---|---:|---:|---:|",
     ]
-    for problem in CONTEXT_PROBLEMS:
+    for problem in CONTEXT_PROBLEMS if contextual else []:
         rows: dict[str, Row] = {}
         for make in contextual_algorithms(problem):
             row = Row()
@@ -450,10 +462,9 @@ def tables(seeds: int, t0: float) -> tuple[list[str], dict[str, Any]]:
             rows[name] = row
             _progress(t0, f"{problem.name}: {name}")
         _table_rows(lines, out["contextual"], problem.name, rows, "Thompson per segment (told it)", seeds)
-    lines += [
-        "",
-        "| factorized problem | algorithm | regret (mean ± sd) | vs joint Thompson | vs per-dimension Thompson | "
-        "best < 0.5 (seeds) |",
+    lines = ([*lines, ""] if contextual else []) + [
+        "| factorized problem | algorithm | regret (mean ± sd) | vs joint Thompson | vs per-dimension Thompson "
+        "(± paired se) | best < 0.5 (seeds) |",
         "|---|---|---:|---:|---:|---:|",
     ]
     for problem in FACTOR_PROBLEMS:
@@ -467,22 +478,33 @@ def tables(seeds: int, t0: float) -> tuple[list[str], dict[str, Any]]:
             rows[make.name] = row  # type: ignore[attr-defined]
             _progress(t0, f"{problem.name}: {make.name}")  # type: ignore[attr-defined]
         joint = float(np.mean(rows["Thompson (joint, batched)"].regret))
-        per_dim = float(np.mean(rows["Thompson (per dimension, batched)"].regret))
+        per_dim_row = np.array(rows["Thompson (per dimension, batched)"].regret)
+        per_dim = float(per_dim_row.mean())
         out["factorized"][problem.name] = {}
         for name, row in rows.items():
             mean = float(np.mean(row.regret))
+            se = paired_se(np.array(row.regret), per_dim_row)
             out["factorized"][problem.name][name] = {
                 "regret_mean": mean,
                 "regret_sd": float(np.std(row.regret)),
                 "vs_joint_thompson": mean / joint,
                 "vs_dimension_thompson": mean / per_dim,
+                "vs_dimension_thompson_se": se,
                 "best_below_half": row.below_half,
             }
             lines.append(
                 f"| {problem.name} | {name} | {mean:.1f} ± {np.std(row.regret):.1f} | {mean / joint:.2f}× | "
-                f"{mean / per_dim:.2f}× | {row.below_half}/{seeds} |"
+                f"{mean / per_dim:.2f}× ± {se:.2f} | {row.below_half}/{seeds} |"
             )
     return lines, out
+
+
+def paired_se(regret: np.ndarray, reference: np.ndarray) -> float:
+    """One standard error of mean(regret) ÷ mean(reference) from the seeds' paired differences
+    (the same seeds meet the same luck, so the differences are what vary); 0 for one seed."""
+    if len(regret) < 2:
+        return 0.0
+    return float(np.std(regret - reference, ddof=1) / math.sqrt(len(regret)) / reference.mean())
 
 
 def _table_rows(
@@ -573,6 +595,9 @@ def plot(figures: dict[str, Any], path: Any) -> None:
     fig, axes = plt.subplots(1, 2, figsize=(14, 4.5), gridspec_kw={"width_ratios": [2, 1]})
     for ax, kind in zip(axes, ("contextual", "factorized"), strict=True):
         problems = list(figures[kind])
+        if not problems:
+            ax.set_axis_off()
+            continue
         algorithms = list(figures[kind][problems[0]])
         width = 0.8 / len(algorithms)
         for j, name in enumerate(algorithms):

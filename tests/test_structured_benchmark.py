@@ -39,3 +39,23 @@ def test_the_forgetting_reference_fades_its_posteriors_with_the_learners_half_li
     np.testing.assert_allclose(algo.b[0], [1 + 4 * fade, 1.0])
     np.testing.assert_allclose(algo.a[1], [1.0, 1.0, 51.0])
     assert math.isclose(fade, 2 ** (-1 / 60))
+
+
+def test_a_problem_drawn_per_seed_meets_a_new_instance_in_every_run_and_a_fixed_one_the_same() -> None:
+    varied = bench.FactorProblem("6, drawn per seed", (2, 3), 300, varied=True)
+    assert not np.array_equal(varied.table(1), varied.table(2))
+    np.testing.assert_array_equal(varied.table(0), TINY.table(0))
+    np.testing.assert_array_equal(TINY.table(1), TINY.table(2))
+    # a run meets its own seed's instance, not the fixed one
+    assert bench.run_factorized(varied, bench.DimensionThompson, seed=3) != bench.run_factorized(
+        TINY, bench.DimensionThompson, seed=3
+    )
+
+
+def test_the_paired_standard_error_is_that_of_the_seeds_differences() -> None:
+    reference = np.array([10.0, 20.0, 30.0, 40.0])
+    assert bench.paired_se(reference + 5.0, reference) == 0.0  # the same shift on every seed: no doubt
+    regret = reference + np.array([1.0, -1.0, 3.0, -3.0])
+    expected = np.std([1.0, -1.0, 3.0, -3.0], ddof=1) / 2.0 / 25.0
+    assert math.isclose(bench.paired_se(regret, reference), expected)
+    assert bench.paired_se(regret[:1], reference[:1]) == 0.0
