@@ -372,7 +372,8 @@ def test_each_dimension_keeps_the_thompson_floor_of_its_own_evidence() -> None:
     """k=10 leads with 300 episodes at 0.7, k=3 and k=5 trail closely, k=1's first 8 episodes
     were unlucky and a noisy step pushed it 8 logits down: bounded, it keeps at least e^(−c_T)
     of its Thompson chance relative to the leader, within the retrieval dimension alone (with
-    or without context features); without the Thompson floor it stays below that."""
+    or without context features), c_T being ``dimension_thompson_floor`` in a policy with two
+    dimensions; without the Thompson floor it stays below that."""
     rows = Rows(np.zeros((1, 2), dtype=np.int64), np.zeros(1), np.full(1, 1 / 12), [False], [None])
     count = np.array([100.0, 100.0, 100.0, 8.0, 60.0, 60.0, 300.0])  # prompts; k = 1, 3, 5, 10
     means = np.array([0.6, 0.6, 0.6, 0.5, 0.66, 0.67, 0.7])
@@ -389,11 +390,15 @@ def test_each_dimension_keeps_the_thompson_floor_of_its_own_evidence() -> None:
     shrunk = sub.shrunk(LearnerConfig().evidence_prior)
     assert shrunk is not None
     log_best = log_p_best(*shrunk)
-    least = math.exp(-2.5 + log_best[0] - log_best[3])
+    c_t = LearnerConfig().dimension_thompson_floor
+    assert c_t is not None and c_t < 2.5
+    least = math.exp(-c_t + log_best[0] - log_best[3])
     for doc in (policy().document, policy(context={"task": "category"}).document):
         bounded = retrieval_logits(doc, LearnerConfig())
         assert int(np.argmax(bounded)) == 3 and math.exp(bounded[0] - bounded[3]) >= least * (1 - 1e-9)
-        without = retrieval_logits(doc, LearnerConfig(thompson_floor=None))
+        flat_c_t = retrieval_logits(doc, LearnerConfig(dimension_thompson_floor=2.5))  # the one-dimension c_T
+        assert math.exp(flat_c_t[0] - flat_c_t[3]) < least
+        without = retrieval_logits(doc, LearnerConfig(dimension_thompson_floor=None))
         assert math.exp(without[0] - without[3]) < least / 1.5
 
 

@@ -217,6 +217,7 @@ class Settings(BaseSettings):
     gap_slack: float = tunable(LearnerConfig, "gap_slack", ge=0)
     calibration: float = tunable(LearnerConfig, "calibration", ge=0, le=1000)
     thompson_floor: float = tunable(LearnerConfig, "thompson_floor", ge=0, le=1000)
+    dimension_thompson_floor: float = tunable(LearnerConfig, "dimension_thompson_floor", ge=0, le=1000)
     odds_cap: float = tunable(LearnerConfig, "odds_cap", ge=0, le=1000)
     evidence_half_life: float = tunable(LearnerConfig, "evidence_half_life", ge=0)
     change_threshold: float = tunable(LearnerConfig, "change_threshold", ge=0, le=1000)

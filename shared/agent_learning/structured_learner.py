@@ -59,7 +59,9 @@ count, reward sum and sum of squares of every episode (``count``/``reward_sum``/
 the flat learner's state) and, per segment of each categorical feature, the count and reward sum
 of its episodes, fading with the segment's own episodes (2^(−n_c/H)) rather than the batch's.
 After the step each dimension's θ is bounded exactly as in the flat learner
-(z against its leader, within the dimension), and in each segment the logits θ + δ_{f,c} are
+(z against its leader, within the dimension; with several dimensions the Thompson floor's c_T is
+``dimension_thompson_floor``, as a dropped value's episodes were drawn beside the other
+dimensions' worse values), and in each segment the logits θ + δ_{f,c} are
 bounded the same way by the segment's evidence (means shrunk towards the dimension's by c₀
 pseudo-episodes, the dimension's pooled variance, g₀ = ``segment_gap_slack``, and the pairwise
 calibration without its normalisation over actions or the Thompson floor), moving δ only.
@@ -90,7 +92,7 @@ One dimension without context or exclusions gives exactly the flat learner's upd
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -705,9 +707,13 @@ class StructuredReinforce:
         single = len(model.slices) == 1
         contextual = bool(params.offsets or params.weights.size)
         variances = []  # per dimension: its pooled reward variance, the spread of a cell's evidence
+        # With several dimensions each one's Thompson floor is dimension_thompson_floor's (LearnerConfig).
+        per_dimension = cfg if single else replace(cfg, thompson_floor=cfg.dimension_thompson_floor)
         for sl in model.slices:
             sub = Evidence(evidence.count[sl], evidence.reward_sum[sl], evidence.reward_sq_sum[sl])
-            params.theta[sl], count_raised, count_lowered = bound_logits(cfg, params.theta[sl], sub, cap=not contextual)
+            params.theta[sl], count_raised, count_lowered = bound_logits(
+                per_dimension, params.theta[sl], sub, cap=not contextual
+            )
             raised += count_raised
             lowered += count_lowered
             pooled = sub.pooled()
