@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import random
+from dataclasses import replace
 
 import pytest
 
@@ -88,3 +89,21 @@ def test_manual_clock_moves_only_forward() -> None:
     assert clock.time() == 102.5 and clock.now().timestamp() == 102.5
     with pytest.raises(ValueError):
         clock.advance(-1)
+
+
+def test_true_means_compare_actions_on_the_same_tasks_and_luck() -> None:
+    """Common random numbers: an action that behaves exactly as another gets exactly its mean,
+    where independent draws would differ by their noise; so the best action is decided by the
+    actions' differences, not by which one drew the easier tasks."""
+    base = math_tutor()
+    step = next(b for b in base.behaviours if b.action.id == "step-by-step")
+    twin = replace(step, action=step.action.model_copy(update={"id": "step-by-step-twin"}))
+    scenario = replace(base, behaviours=[*base.behaviours, twin])
+    means = scenario.expected_rewards(OfflineJudge(), RewardFunction(), n=200, seed=3)
+    assert means["step-by-step-twin"] == means["step-by-step"]
+    assert len(set(means.values())) == len(base.behaviours)  # the others differ
+
+    structured = triage_bot()
+    by_segment = structured.expected_by_segment(OfflineJudge(), RewardFunction(), n=60, seed=3)
+    again = structured.expected_by_segment(OfflineJudge(), RewardFunction(), n=60, seed=3)
+    assert by_segment == again

@@ -177,11 +177,13 @@ class Scenario:
         return cap.end(output)
 
     def expected_rewards(self, judge: Any, reward: Any, n: int = 2_000, seed: int = 0) -> dict[str, float]:
-        """The true mean reward of each action, by simulation with the given judge and reward."""
-        rng = random.Random(seed)
+        """The true mean reward of each action, by simulation with the given judge and reward. Every
+        action meets the same tasks and luck (common random numbers), so the differences between
+        actions, which decide which one is best, are sharper than the means themselves."""
         clock = ManualClock()
         out = {}
         for b in self.behaviours:
+            rng = random.Random(seed)
             policy = SoftmaxPolicy(self.agent_id, self.actions, [0.0] * len(self.actions))
             decision = policy.decision_for(b.action.id)
             store = MemoryStore()
@@ -194,17 +196,18 @@ class Scenario:
 
     def expected_by_segment(self, judge: Any, reward: Any, n: int = 300, seed: int = 0) -> dict[str, dict[str, float]]:
         """A structured agent's true mean reward of every configuration, per task type
-        (``{"task=billing": {"prompt=concise:retrieval_k=3": 0.91, ...}}``), by simulation."""
+        (``{"task=billing": {"prompt=concise:retrieval_k=3": 0.91, ...}}``), by simulation; within a
+        task type every configuration meets the same tasks and luck, as in :meth:`expected_rewards`."""
         assert self.dimensions is not None and self.make_typed_task is not None and self.context_features
         feature = next(iter(self.context_features))
         policy = StructuredPolicy.create(self.agent_id, self.dimensions)
-        rng = random.Random(seed)
         clock = ManualClock()
         out: dict[str, dict[str, float]] = {}
         names = list(self.dimensions)
-        for task_type in self.task_types:
+        for t, task_type in enumerate(self.task_types):
             means = out[f"{feature}={task_type}"] = {}
             for values in product(*self.dimensions.values()):
+                rng = random.Random(seed * len(self.task_types) + t)
                 config = dict(zip(names, values, strict=True))
                 action_id = ":".join(f"{k}={value_id(v)}" for k, v in config.items())
                 p = policy.probability(action_id)
