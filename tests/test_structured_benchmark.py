@@ -4,6 +4,7 @@ every algorithm runs, the luck is common, and the forgetting reference forgets a
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -59,3 +60,19 @@ def test_the_paired_standard_error_is_that_of_the_seeds_differences() -> None:
     expected = np.std([1.0, -1.0, 3.0, -3.0], ddof=1) / 2.0 / 25.0
     assert math.isclose(bench.paired_se(regret, reference), expected)
     assert bench.paired_se(regret[:1], reference[:1]) == 0.0
+
+
+def test_the_factorized_tables_run_without_the_contextual_ones_and_plot(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.setattr(
+        bench, "FACTOR_PROBLEMS", [TINY, bench.FactorProblem("6, drawn per seed", (2, 3), 300, varied=True)]
+    )
+    lines, figures = bench.tables(2, t0=0.0, contextual=False)
+    assert figures["contextual"] == {} and not any("contextual" in line for line in lines)
+    assert list(figures["factorized"]) == ["2×3 = 6", "6, drawn per seed"]
+    ours = figures["factorized"]["2×3 = 6"]["REINFORCE (ours)"]
+    assert ours["vs_dimension_thompson_se"] >= 0 and 0 <= ours["best_below_half"] <= 2
+    assert sum(line.startswith("| 6, drawn per seed |") for line in lines) == len(bench.FACTOR_ALGORITHMS)
+    bench.plot(figures, tmp_path / "structured.png")
+    assert (tmp_path / "structured.png").stat().st_size > 0
