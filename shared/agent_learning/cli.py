@@ -698,10 +698,9 @@ def _history_rows(h: Any) -> list[dict[str, Any]]:
 def policy_history(agent_id: str, limit: int | None, as_json: bool, db: str | None) -> None:
     """Every version: its probabilities, the mean reward and the run that produced it."""
     with _store(db) as (store, settings):
-        _current(store, settings, agent_id)
-        rows = _history_rows(history(store, agent_id))
-    total = len(rows)
-    rows = rows[-limit:] if limit else rows
+        current = _current(store, settings, agent_id)
+        rows = _history_rows(history(store, agent_id, newest=limit))
+    total = max(current.version, len(rows))  # versions are 1..current (``agent-learn audit`` checks it)
     if as_json:
         _echo_json(rows)
         return
@@ -1392,7 +1391,8 @@ def report(agent_ids: tuple[str, ...], png_path: str, html_path: str, title: str
         with _progress("reading policy versions", as_json) as bar:
             task = bar.add_task("agents", total=len(agents))
             for agent_id in agents:
-                histories.append(history(store, agent_id).window(last=last, since=since, until=until))
+                newest = last if since is None and until is None else None  # else the window needs them all
+                histories.append(history(store, agent_id, newest).window(last=last, since=since, until=until))
                 bar.advance(task)
     empty = [h.agent_id for h in histories if not h.versions]
     if empty:

@@ -91,14 +91,15 @@ class AgentHistory:
         return {a: p for a, p in zip(self.action_ids, self.probabilities[-1], strict=True) if p is not None}
 
 
-def history(store: Any, agent_id: str) -> AgentHistory:
-    """Probabilities, mean reward and entropy of every version of an agent's policy.
+def history(store: Any, agent_id: str, newest: int | None = None) -> AgentHistory:
+    """Probabilities, mean reward and entropy of every version of an agent's policy (of the
+    newest ``newest`` only, when given: the store reads no more).
 
     The mean reward of a version is that of the batch its training run learned from (none
     for ``init`` and ``rollback`` versions); the entropy is that of the policy agents draw
     from, exploration floor included.
     """
-    docs = [PolicyDocument.from_dict(d) for d in store.list_policy_versions(agent_id)]
+    docs = [PolicyDocument.from_dict(d) for d in store.list_policy_versions(agent_id, newest)]
     h = AgentHistory(agent_id, list(dict.fromkeys(a for doc in docs for a in doc.action_ids)))
     for doc in docs:
         views = segment_views(doc) if doc.structured else None

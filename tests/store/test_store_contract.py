@@ -574,6 +574,11 @@ def test_list_policy_versions_is_oldest_first_and_only_versions(store: Store) ->
     assert all(d["kind"] == "version" and d["agent_id"] == "agent-a" for d in docs)
     assert [d["version"] for d in store.list_policy_versions("agent-b")] == [4]
     assert store.list_policy_versions("agent-none") == []
+    # The newest N, still oldest first, without reading the rest.
+    assert [d["version"] for d in store.list_policy_versions("agent-a", newest=2)] == [3, 10]
+    assert [d["version"] for d in store.list_policy_versions("agent-a", newest=9)] == [1, 2, 3, 10]
+    assert store.list_policy_versions("agent-a", newest=0) == []
+    assert [d["version"] for d in store.list_policy_versions("agent-b", newest=1)] == [4]
 
 
 def test_list_agents_is_sorted_and_only_agents_with_a_current_policy(store: Store) -> None:

@@ -178,10 +178,11 @@ def rollback(store: Store, agent_id: str, version: int, *, clock: Clock = SYSTEM
     """Publish version ``version``'s logits as the next version. Repeating it changes nothing."""
     raw = store.get_policy_version(agent_id, version)
     if raw is None:
-        known = [d.get("version") for d in store.list_policy_versions(agent_id)]
-        if not known:
+        current = store.get_current_policy(agent_id)
+        if current is None:
             raise NotFound(f"agent_id: {agent_id!r} has no policy")
-        raise NotFound(f"VERSION: {agent_id!r} has no version {version} (versions {known[0]} to {known[-1]})")
+        # Versions run from 1 (create_policy) to the current one: no need to read them all to say so.
+        raise NotFound(f"VERSION: {agent_id!r} has no version {version} (versions 1 to {current.doc.get('version')})")
     target = PolicyDocument.from_dict(raw)
 
     def change(current: PolicyDocument) -> PolicyDocument | None:

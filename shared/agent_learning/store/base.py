@@ -284,8 +284,10 @@ class Store(ABC):
         document under the same id raises :class:`ConcurrencyConflict`."""
 
     @abstractmethod
-    def list_policy_versions(self, agent_id: str) -> list[RawDoc]:
-        """Every version document of an agent, oldest first."""
+    def list_policy_versions(self, agent_id: str, newest: int | None = None) -> list[RawDoc]:
+        """Every version document of an agent, oldest first; with ``newest``, only the newest
+        ``newest`` of them (still oldest first), so that reading an agent's recent history costs
+        as much after a year of training as after a day."""
 
     @abstractmethod
     def list_agents(self) -> list[str]:

@@ -721,13 +721,23 @@ class CosmosStore(Store):
             if existing is None or not same_document(existing, data):
                 raise ConcurrencyConflict(f"policy version {doc.id!r} already exists with different content") from None
 
-    def list_policy_versions(self, agent_id: str) -> list[RawDoc]:
-        return self._query(
+    def list_policy_versions(self, agent_id: str, newest: int | None = None) -> list[RawDoc]:
+        if newest is None:
+            return self._query(
+                "policies",
+                "SELECT * FROM c WHERE c.agent_id = @agent AND c.kind = 'version' ORDER BY c.version",
+                [{"name": "@agent", "value": agent_id}],
+                partition_key=agent_id,
+            )
+        if newest <= 0:
+            return []
+        docs = self._query(
             "policies",
-            "SELECT * FROM c WHERE c.agent_id = @agent AND c.kind = 'version' ORDER BY c.version",
-            [{"name": "@agent", "value": agent_id}],
+            "SELECT TOP @n * FROM c WHERE c.agent_id = @agent AND c.kind = 'version' ORDER BY c.version DESC",
+            [{"name": "@n", "value": newest}, {"name": "@agent", "value": agent_id}],
             partition_key=agent_id,
         )
+        return docs[::-1]
 
     def list_agents(self) -> list[str]:
         rows = self._query("policies", "SELECT c.agent_id FROM c WHERE c.kind = 'current'", [])

@@ -232,14 +232,18 @@ class MemoryStore(Store):
                 raise ConcurrencyConflict(f"policy version {doc.id!r} already exists with different content")
             self._policies[doc.id] = Tagged(data, uuid.uuid4().hex)
 
-    def list_policy_versions(self, agent_id: str) -> list[RawDoc]:
+    def list_policy_versions(self, agent_id: str, newest: int | None = None) -> list[RawDoc]:
         with self._lock:
-            docs = [
-                copy.deepcopy(t.doc)
-                for t in self._policies.values()
-                if t.doc.get("agent_id") == agent_id and t.doc.get("kind") == "version"
-            ]
-        return sorted(docs, key=lambda d: d.get("version", 0))
+            docs = sorted(
+                (
+                    t.doc
+                    for t in self._policies.values()
+                    if t.doc.get("agent_id") == agent_id and t.doc.get("kind") == "version"
+                ),
+                key=lambda d: d.get("version", 0),
+            )
+            kept = docs if newest is None else docs[max(len(docs) - newest, 0) :]
+            return [copy.deepcopy(d) for d in kept]
 
     def list_agents(self) -> list[str]:
         with self._lock:

@@ -441,10 +441,17 @@ class SQLiteStore(Store):
                 (doc.id, doc.agent_id, doc.version, uuid.uuid4().hex, json.dumps(data)),
             )
 
-    def list_policy_versions(self, agent_id: str) -> list[RawDoc]:
-        rows = self._query(
-            "SELECT doc FROM policies WHERE agent_id = ? AND kind = 'version' ORDER BY version", (agent_id,)
-        )
+    def list_policy_versions(self, agent_id: str, newest: int | None = None) -> list[RawDoc]:
+        if newest is None:
+            rows = self._query(
+                "SELECT doc FROM policies WHERE agent_id = ? AND kind = 'version' ORDER BY version", (agent_id,)
+            )
+        else:
+            rows = self._query(
+                "SELECT doc FROM (SELECT doc, version FROM policies WHERE agent_id = ? AND kind = 'version'"
+                " ORDER BY version DESC LIMIT ?) ORDER BY version",
+                (agent_id, max(newest, 0)),
+            )
         return [json.loads(r[0]) for r in rows]  # type: ignore[arg-type]
 
     def list_agents(self) -> list[str]:
