@@ -1,7 +1,8 @@
 """Store access of the trainer: SQLite's score query at 1M scores, Cosmos requests per run.
 
-    python benchmarks/store_access.py [--scores 1000000] [--json benchmarks/results/store_access.json]
-                                      [--no-sqlite] [--no-cosmos]
+    python benchmarks/store_access.py [--scores 1000000] [--versions 5000]
+                                      [--json benchmarks/results/store_access.json]
+                                      [--no-sqlite] [--no-history] [--no-cosmos]
 
 SQLite: one agent with ``--scores`` scores; the trainer's query for the newest 100 (its cursor
 near the end, as on every tick) with the cursor condition written both ways: the
@@ -9,6 +10,10 @@ near the end, as on every tick) with the cursor condition written both ways: the
 only (it walks the agent's history up to the cursor), and the row-value ``(seq, id) > (?, ?)``
 form, which seeks the (agent_id, seq, id) index to the cursor. Median of 21 runs, and
 ``SQLiteStore.read_scores`` itself.
+
+History: one agent with ``--versions`` policy versions in SQLite (a two-dimension policy with a
+context feature); the time to read its history, every version (what ``agent-learn policy
+history`` read before it asked the store for the newest only) and the newest 5 (``--limit 5``).
 
 Cosmos: the real azure-cosmos SDK against the local Cosmos server (``tests/fakes``, needs Node),
 every HTTP request counted as the client sends it (``tests/support/cosmos_requests.py``): one
@@ -44,6 +49,8 @@ NEW_QUERY = "SELECT seq, id, doc FROM scores WHERE agent_id = ? AND (seq, id) > 
 NEW_SCORES = 100
 """Scores after the cursor in the SQLite measurement (a tick's worth)."""
 REPEATS = 21
+VERSIONS = 5_000
+"""Policy versions in the history measurement: about 17 days of a 5-minute training timer."""
 
 
 def sqlite_figures(n: int) -> dict[str, Any]:
@@ -90,6 +97,33 @@ def sqlite_figures(n: int) -> dict[str, Any]:
             "read_scores_ms": store_ms,
             "plans": plans,
         }
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def history_figures(n: int) -> dict[str, Any]:
+    """Milliseconds to read the history of an agent with ``n`` versions: all, and the newest 5."""
+    from agent_learning.history import history
+    from agent_learning.structured import StructuredPolicy
+
+    folder = Path(tempfile.mkdtemp(prefix="store-access-"))
+    try:
+        doc = StructuredPolicy.create(
+            "bench",
+            {"prompt": ["concise", "step-by-step", "empathetic"], "retrieval_k": [1, 3, 5]},
+            context={"task": "category"},
+        ).document
+        with SQLiteStore(folder / "store.db") as store:
+            for v in range(1, n + 1):
+                store.create_policy_version(doc.model_copy(update={"version": v}).as_kind("version"))
+            store.replace_current_policy(doc.model_copy(update={"version": n}).as_kind("current"), None)
+            out: dict[str, Any] = {"versions": n}
+            for key, newest in (("all_ms", None), ("newest_5_ms", 5)):
+                t0 = time.perf_counter()
+                read = history(store, "bench", newest)
+                out[key] = (time.perf_counter() - t0) * 1e3
+                assert len(read.versions) == min(newest or n, n)
+        return out
     finally:
         shutil.rmtree(folder, ignore_errors=True)
 
@@ -159,7 +193,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--scores", type=int, default=1_000_000)
     parser.add_argument("--json", type=Path)
+    parser.add_argument("--versions", type=int, default=VERSIONS)
     parser.add_argument("--no-sqlite", action="store_true")
+    parser.add_argument("--no-history", action="store_true")
     parser.add_argument("--no-cosmos", action="store_true")
     args = parser.parse_args(argv)
     results: dict[str, Any] = {}
@@ -172,6 +208,11 @@ def main(argv: list[str] | None = None) -> int:
         print(f"  seq > ? OR (seq = ? AND id > ?)   {s['or_form_ms']:8.3f} ms   {s['plans']['or_form']}")
         print(f"  (seq, id) > (?, ?)                {s['row_value_ms']:8.3f} ms   {s['plans']['row_value']}")
         print(f"  SQLiteStore.read_scores           {s['read_scores_ms']:8.3f} ms")
+    if not args.no_history:
+        h = results["history"] = history_figures(args.versions)
+        print(f"SQLite, the history of an agent with {h['versions']:,} policy versions:")
+        print(f"  every version        {h['all_ms']:8.0f} ms")
+        print(f"  the newest 5         {h['newest_5_ms']:8.0f} ms")
     if not args.no_cosmos:
         c = results["cosmos"] = cosmos_figures()
         print("Cosmos requests per training run (documents; metadata cached by the SDK):")
