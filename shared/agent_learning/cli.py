@@ -700,7 +700,8 @@ def policy_history(agent_id: str, limit: int | None, as_json: bool, db: str | No
     with _store(db) as (store, settings):
         current = _current(store, settings, agent_id)
         rows = _history_rows(history(store, agent_id, newest=limit))
-    total = max(current.version, len(rows))  # versions are 1..current (``agent-learn audit`` checks it)
+    # versions run from 1 to the current one (``agent-learn audit`` checks it): no need to read them all to count
+    total = max(current.version, len(rows)) if limit else len(rows)
     if as_json:
         _echo_json(rows)
         return
