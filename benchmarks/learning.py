@@ -498,7 +498,8 @@ def main() -> None:
             print("\n".join(shift_lines))
     if not args.no_structured:
         structured_lines, results["structured"] = structured.tables(args.seeds, t0, contextual=not args.no_contextual)
-        print("\nContextual and factorized problems (" + str(args.seeds) + " seeds):\n")
+        kinds = "Factorized" if args.no_contextual else "Contextual and factorized"
+        print(f"\n{kinds} problems ({args.seeds} seeds):\n")
         print("\n".join(structured_lines))
     if args.guardrail:
         guard_lines, results["guardrail"] = guardrail_table(args.seeds, args.horizon, t0)

@@ -446,11 +446,17 @@ def tables(seeds: int, t0: float, contextual: bool = True) -> tuple[list[str], d
     """The contextual (unless ``contextual`` is False) and factorized tables (markdown lines) and
     their figures."""
     out: dict[str, Any] = {"contextual": {}, "factorized": {}}
+    lines = [*contextual_lines(seeds, t0, out["contextual"]), ""] if contextual else []
+    return lines + factorized_lines(seeds, t0, out["factorized"]), out
+
+
+def contextual_lines(seeds: int, t0: float, out: dict[str, Any]) -> list[str]:
+    """The contextual table; its figures go into ``out``."""
     lines = [
         "| contextual problem | algorithm | regret (mean ± sd) | vs Thompson per segment | best < 0.5 (seeds) |",
         "|---|---|---:|---:|---:|",
     ]
-    for problem in CONTEXT_PROBLEMS if contextual else []:
+    for problem in CONTEXT_PROBLEMS:
         rows: dict[str, Row] = {}
         for make in contextual_algorithms(problem):
             row = Row()
@@ -461,14 +467,19 @@ def tables(seeds: int, t0: float, contextual: bool = True) -> tuple[list[str], d
                 row.below_half += below
             rows[name] = row
             _progress(t0, f"{problem.name}: {name}")
-        _table_rows(lines, out["contextual"], problem.name, rows, "Thompson per segment (told it)", seeds)
-    lines = ([*lines, ""] if contextual else []) + [
+        _table_rows(lines, out, problem.name, rows, "Thompson per segment (told it)", seeds)
+    return lines
+
+
+def factorized_lines(seeds: int, t0: float, out: dict[str, Any]) -> list[str]:
+    """The factorized table, with each ratio's paired standard error; its figures go into ``out``."""
+    lines = [
         "| factorized problem | algorithm | regret (mean ± sd) | vs joint Thompson | vs per-dimension Thompson "
         "(± paired se) | best < 0.5 (seeds) |",
         "|---|---|---:|---:|---:|---:|",
     ]
     for problem in FACTOR_PROBLEMS:
-        rows = {}
+        rows: dict[str, Row] = {}
         for make in FACTOR_ALGORITHMS:
             row = Row()
             for seed in range(seeds):
@@ -480,11 +491,11 @@ def tables(seeds: int, t0: float, contextual: bool = True) -> tuple[list[str], d
         joint = float(np.mean(rows["Thompson (joint, batched)"].regret))
         per_dim_row = np.array(rows["Thompson (per dimension, batched)"].regret)
         per_dim = float(per_dim_row.mean())
-        out["factorized"][problem.name] = {}
+        out[problem.name] = {}
         for name, row in rows.items():
             mean = float(np.mean(row.regret))
             se = paired_se(np.array(row.regret), per_dim_row)
-            out["factorized"][problem.name][name] = {
+            out[problem.name][name] = {
                 "regret_mean": mean,
                 "regret_sd": float(np.std(row.regret)),
                 "vs_joint_thompson": mean / joint,
@@ -496,7 +507,7 @@ def tables(seeds: int, t0: float, contextual: bool = True) -> tuple[list[str], d
                 f"| {problem.name} | {name} | {mean:.1f} ± {np.std(row.regret):.1f} | {mean / joint:.2f}× | "
                 f"{mean / per_dim:.2f}× ± {se:.2f} | {row.below_half}/{seeds} |"
             )
-    return lines, out
+    return lines
 
 
 def paired_se(regret: np.ndarray, reference: np.ndarray) -> float:
