@@ -33,6 +33,7 @@ import statistics
 import sys
 import tempfile
 import time
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -102,7 +103,8 @@ def sqlite_figures(n: int) -> dict[str, Any]:
 
 
 def history_figures(n: int) -> dict[str, Any]:
-    """Milliseconds to read the history of an agent with ``n`` versions: all, and the newest 5."""
+    """Milliseconds to read the history of an agent with ``n`` versions (one a minute): all, the
+    newest 5, and the 5 created in a window of five minutes in the middle."""
     from agent_learning.history import history
     from agent_learning.structured import StructuredPolicy
 
@@ -114,15 +116,22 @@ def history_figures(n: int) -> dict[str, Any]:
             context={"task": "category"},
         ).document
         with SQLiteStore(folder / "store.db") as store:
+            minute = timedelta(minutes=1)
             for v in range(1, n + 1):
-                store.create_policy_version(doc.model_copy(update={"version": v}).as_kind("version"))
+                version = doc.model_copy(update={"version": v, "created_at": doc.created_at + v * minute})
+                store.create_policy_version(version.as_kind("version"))
             store.replace_current_policy(doc.model_copy(update={"version": n}).as_kind("current"), None)
             out: dict[str, Any] = {"versions": n}
-            for key, newest in (("all_ms", None), ("newest_5_ms", 5)):
+            middle = doc.created_at + (n // 2) * minute
+            for key, newest, since, until, expected in (
+                ("all_ms", None, None, None, n),
+                ("newest_5_ms", 5, None, None, min(5, n)),
+                ("window_5_ms", None, middle, middle + 4 * minute, min(5, n - n // 2 + 1)),
+            ):
                 t0 = time.perf_counter()
-                read = history(store, "bench", newest)
+                read = history(store, "bench", newest, since=since, until=until)
                 out[key] = (time.perf_counter() - t0) * 1e3
-                assert len(read.versions) == min(newest or n, n)
+                assert len(read.versions) == expected, (key, len(read.versions))
         return out
     finally:
         shutil.rmtree(folder, ignore_errors=True)
@@ -213,6 +222,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"SQLite, the history of an agent with {h['versions']:,} policy versions:")
         print(f"  every version        {h['all_ms']:8.0f} ms")
         print(f"  the newest 5         {h['newest_5_ms']:8.0f} ms")
+        print(f"  5 by creation time   {h['window_5_ms']:8.0f} ms")
     if not args.no_cosmos:
         c = results["cosmos"] = cosmos_figures()
         print("Cosmos requests per training run (documents; metadata cached by the SDK):")

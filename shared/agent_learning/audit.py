@@ -48,7 +48,7 @@ from bisect import bisect_left, bisect_right
 from collections import Counter
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 from .documents import PolicyDocument, Score, ScoreCursor, TrainingRun
 from .errors import InvalidDocument
@@ -59,6 +59,9 @@ from .store.base import Store
 
 PAGE = 1_000
 """Score rows read per store call."""
+
+VERSION_PAGE = 100
+"""Policy version documents read per store call (each up to 64 KB)."""
 
 DEAD_LETTER_LIMIT = 100_000
 """Most dead letters read from the queue (the audit says when it hit this)."""
@@ -262,15 +265,30 @@ class _Range:
     range's correction rows are taken as consumed (a late correction there goes unnoticed)."""
 
 
+class _Link(NamedTuple):
+    """A version's place in the chain: what the audit keeps of its document."""
+
+    version: int
+    source: str
+    cursor: ScoreCursor | None
+    run: TrainingRun | None
+
+    @classmethod
+    def of(cls, doc: PolicyDocument) -> _Link:
+        return cls(doc.version, doc.source, doc.cursor, doc.run)
+
+
 def _consumed_ranges(store: Store, agent_id: str, result: AgentAudit) -> tuple[list[_Range], Key | None]:
     """The score ranges the published versions consumed, and the current cursor, with the
     chain's problems noted."""
-    versions: list[PolicyDocument] = []
-    for raw in store.list_policy_versions(agent_id):
-        try:
-            versions.append(PolicyDocument.from_dict(raw))
-        except InvalidDocument as exc:
-            result.problems.append(f"version {raw.get('id')!r} is invalid: {exc}")
+    versions: list[_Link] = []
+    numbers = [v for v, _ in store.policy_version_times(agent_id)]
+    for i in range(0, len(numbers), VERSION_PAGE):  # a page of documents at a time, kept as links
+        for raw in store.list_policy_versions(agent_id, between=(numbers[i], numbers[i : i + VERSION_PAGE][-1])):
+            try:
+                versions.append(_Link.of(PolicyDocument.from_dict(raw)))
+            except InvalidDocument as exc:
+                result.problems.append(f"version {raw.get('id')!r} is invalid: {exc}")
     current = None
     try:
         current = load_current(store, agent_id)
@@ -283,7 +301,7 @@ def _consumed_ranges(store: Store, agent_id: str, result: AgentAudit) -> tuple[l
         result.current_version = current.version
         if current.version not in numbers:
             # A trainer crashed between its swap and the records: the next tick writes them.
-            versions.append(current.as_kind("version"))
+            versions.append(_Link.of(current))
             numbers.append(current.version)
     versions.sort(key=lambda v: v.version)
     numbers = [v.version for v in versions]
@@ -306,7 +324,7 @@ def _consumed_ranges(store: Store, agent_id: str, result: AgentAudit) -> tuple[l
     result.runs = len(runs)
 
     ranges: list[_Range] = []
-    previous: PolicyDocument | None = None
+    previous: _Link | None = None
     for version in versions:
         run = version.run or runs.get(version.version)
         if version.source == "train":

@@ -1392,8 +1392,7 @@ def report(agent_ids: tuple[str, ...], png_path: str, html_path: str, title: str
         with _progress("reading policy versions", as_json) as bar:
             task = bar.add_task("agents", total=len(agents))
             for agent_id in agents:
-                newest = last if since is None and until is None else None  # else the window needs them all
-                histories.append(history(store, agent_id, newest).window(last=last, since=since, until=until))
+                histories.append(history(store, agent_id, last, since=since, until=until))
                 bar.advance(task)
     empty = [h.agent_id for h in histories if not h.versions]
     if empty:

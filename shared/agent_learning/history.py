@@ -11,10 +11,11 @@ from datetime import datetime
 from typing import Any
 
 from .documents import PolicyDocument
+from .errors import InvalidDocument
 from .policy import policy_entropy, policy_probabilities
 from .structured import NO_CONTEXT, StructuredPolicy, segment_views
 
-__all__ = ["AgentHistory", "history", "policy_entropy", "policy_probabilities"]
+__all__ = ["AgentHistory", "history", "policy_entropy", "policy_probabilities", "versions_created"]
 
 
 @dataclass
@@ -42,31 +43,6 @@ class AgentHistory:
     """Per version, the publish guardrail's estimate of its mean reward before it was published
     (value, low, high; None for versions published without one)."""
 
-    def window(
-        self, *, last: int | None = None, since: datetime | None = None, until: datetime | None = None
-    ) -> AgentHistory:
-        """The versions created from ``since`` to ``until`` (inclusive), of those the newest ``last``."""
-        keep = [
-            i for i, doc in enumerate(self.documents)
-            if (since is None or doc.created_at >= since) and (until is None or doc.created_at <= until)
-        ]
-        if last is not None:
-            keep = keep[-last:]
-        return AgentHistory(
-            self.agent_id,
-            self.action_ids,
-            [self.versions[i] for i in keep],
-            [self.probabilities[i] for i in keep],
-            [self.mean_reward[i] for i in keep],
-            [self.entropy[i] for i in keep],
-            self.expected_rewards,
-            [self.documents[i] for i in keep],
-            self.pinned,
-            {name: [series[i] for i in keep] for name, series in self.segments.items()},
-            self.expected_by_segment,
-            [self.estimates[i] for i in keep],
-        )
-
     @property
     def best_action(self) -> str | None:
         """The action with the highest true mean reward (None unless the history knows them)."""
@@ -91,15 +67,33 @@ class AgentHistory:
         return {a: p for a, p in zip(self.action_ids, self.probabilities[-1], strict=True) if p is not None}
 
 
-def history(store: Any, agent_id: str, newest: int | None = None) -> AgentHistory:
-    """Probabilities, mean reward and entropy of every version of an agent's policy (of the
-    newest ``newest`` only, when given: the store reads no more).
+def history(
+    store: Any,
+    agent_id: str,
+    newest: int | None = None,
+    *,
+    since: datetime | None = None,
+    until: datetime | None = None,
+) -> AgentHistory:
+    """Probabilities, mean reward and entropy of every version of an agent's policy; with
+    ``since``/``until``, of the versions created in that window (inclusive); with ``newest``,
+    of the newest ``newest`` of those. The store reads no other version document (a window
+    first reads every version's number and time, a few dozen bytes each).
 
     The mean reward of a version is that of the batch its training run learned from (none
     for ``init`` and ``rollback`` versions); the entropy is that of the policy agents draw
     from, exploration floor included.
     """
-    docs = [PolicyDocument.from_dict(d) for d in store.list_policy_versions(agent_id, newest)]
+    if since is None and until is None:
+        raw = store.list_policy_versions(agent_id, newest)
+    else:
+        wanted = versions_created(store, agent_id, since, until)
+        if newest is not None:
+            wanted = wanted[max(len(wanted) - newest, 0) :]
+        keep = set(wanted)
+        found = store.list_policy_versions(agent_id, between=(wanted[0], wanted[-1])) if wanted else []
+        raw = [d for d in found if d.get("version") in keep]
+    docs = [PolicyDocument.from_dict(d) for d in raw]
     h = AgentHistory(agent_id, list(dict.fromkeys(a for doc in docs for a in doc.action_ids)))
     for doc in docs:
         views = segment_views(doc) if doc.structured else None
@@ -123,3 +117,20 @@ def history(store: Any, agent_id: str, newest: int | None = None) -> AgentHistor
     current = store.get_current_policy(agent_id)
     h.pinned = bool(current and current.doc.get("pinned"))
     return h
+
+
+def versions_created(store: Any, agent_id: str, since: datetime | None, until: datetime | None) -> list[int]:
+    """The numbers of an agent's versions created from ``since`` to ``until`` (inclusive; either
+    may be None), oldest first. Raises :class:`InvalidDocument` for a version whose creation
+    time is not an ISO 8601 date and time with its offset, rather than leave it out unsaid."""
+    out = []
+    for version, stamp in store.policy_version_times(agent_id):
+        try:
+            at = datetime.fromisoformat(stamp)
+        except (TypeError, ValueError):
+            at = None
+        if at is None or at.tzinfo is None:
+            raise InvalidDocument("policy", [("created_at", f"of version {version} is not a date and time: {stamp!r}")])
+        if (since is None or at >= since) and (until is None or at <= until):
+            out.append(version)
+    return out

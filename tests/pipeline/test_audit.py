@@ -14,8 +14,9 @@ import pytest
 
 pytest.importorskip("rich")
 from click.testing import CliRunner, Result
-from factories import make_score
+from factories import CountingStore, make_score
 
+from agent_learning import audit as audit_module
 from agent_learning.audit import audit, audit_agent
 from agent_learning.cli import main
 from agent_learning.clock import ManualClock
@@ -97,6 +98,21 @@ def test_rollbacks_and_pins_keep_the_books_whole(setup: Setup) -> None:
     books = audit_agent(setup.store, AGENT)
     assert (books.episodes, books.learned, books.pending, books.lost, books.learned_twice) == (40, 40, 0, 0, 0)
     assert books.versions == 5 and books.runs == 3 and books.ok  # init, 2 runs, rollback, 1 run of 20
+
+
+def test_the_chain_is_read_a_page_of_versions_at_a_time(setup: Setup, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The audit never holds an agent's every version document: it reads them by number, a page
+    at a time, and checks the chain across the pages as it would in one."""
+    for _ in range(3):
+        setup.round()
+    rollback(setup.store, AGENT, 2, clock=setup.clock)
+    setup.round()
+    whole = audit_agent(setup.store, AGENT)
+    monkeypatch.setattr(audit_module, "VERSION_PAGE", 2)
+    counting = CountingStore(setup.store)
+    paged = audit_agent(counting, AGENT)
+    assert paged == whole and paged.versions == 6 and paged.ok
+    assert counting.calls["list_policy_versions"] == 3
 
 
 def test_feedback_stored_but_not_applied_is_reported_until_the_sweep_applies_it(setup: Setup) -> None:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import threading
 import uuid
 from concurrent.futures import ThreadPoolExecutor
-from datetime import timedelta, timezone
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
 
@@ -579,6 +579,28 @@ def test_list_policy_versions_is_oldest_first_and_only_versions(store: Store) ->
     assert [d["version"] for d in store.list_policy_versions("agent-a", newest=9)] == [1, 2, 3, 10]
     assert store.list_policy_versions("agent-a", newest=0) == []
     assert [d["version"] for d in store.list_policy_versions("agent-b", newest=1)] == [4]
+    # A stretch of versions, by number, with or without the newest N of it.
+    assert [d["version"] for d in store.list_policy_versions("agent-a", between=(2, 3))] == [2, 3]
+    assert [d["version"] for d in store.list_policy_versions("agent-a", between=(2, 99))] == [2, 3, 10]
+    assert [d["version"] for d in store.list_policy_versions("agent-a", 1, between=(1, 3))] == [3]
+    assert store.list_policy_versions("agent-a", between=(4, 9)) == []
+    assert store.list_policy_versions("agent-b", between=(1, 3)) == []
+
+
+def test_policy_version_times_are_every_versions_number_and_time_oldest_first(store: Store) -> None:
+    for version in (3, 1, 10, 2):
+        store.create_policy_version(
+            make_policy_doc(version=version, created_at=BASE_TIME + timedelta(minutes=version, microseconds=version))
+        )
+    store.create_policy_version(make_policy_doc("agent-b", version=4))
+    store.replace_current_policy(make_policy_doc(version=10, kind="current"), None)
+    times = store.policy_version_times("agent-a")
+    assert [v for v, _ in times] == [1, 2, 3, 10]
+    assert [datetime.fromisoformat(t) for _, t in times] == [
+        BASE_TIME + timedelta(minutes=v, microseconds=v) for v in (1, 2, 3, 10)
+    ]
+    assert [v for v, _ in store.policy_version_times("agent-b")] == [4]
+    assert store.policy_version_times("agent-none") == []
 
 
 def test_list_agents_is_sorted_and_only_agents_with_a_current_policy(store: Store) -> None:

@@ -284,10 +284,19 @@ class Store(ABC):
         document under the same id raises :class:`ConcurrencyConflict`."""
 
     @abstractmethod
-    def list_policy_versions(self, agent_id: str, newest: int | None = None) -> list[RawDoc]:
-        """Every version document of an agent, oldest first; with ``newest``, only the newest
-        ``newest`` of them (still oldest first), so that reading an agent's recent history costs
-        as much after a year of training as after a day."""
+    def list_policy_versions(
+        self, agent_id: str, newest: int | None = None, *, between: tuple[int, int] | None = None
+    ) -> list[RawDoc]:
+        """Every version document of an agent, oldest first; with ``between=(low, high)``, only
+        versions ``low`` to ``high`` (inclusive); with ``newest``, only the newest ``newest`` of
+        those (still oldest first). So reading an agent's recent history, or a stretch of it,
+        costs as much after a year of training as after a day."""
+
+    @abstractmethod
+    def policy_version_times(self, agent_id: str) -> list[tuple[int, Any]]:
+        """Every version of an agent as (number, ``created_at`` as stored), oldest first: a
+        projection, a few dozen bytes per version, from which a caller picks the versions of a
+        time window before reading any document."""
 
     @abstractmethod
     def list_agents(self) -> list[str]:

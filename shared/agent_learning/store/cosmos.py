@@ -721,23 +721,36 @@ class CosmosStore(Store):
             if existing is None or not same_document(existing, data):
                 raise ConcurrencyConflict(f"policy version {doc.id!r} already exists with different content") from None
 
-    def list_policy_versions(self, agent_id: str, newest: int | None = None) -> list[RawDoc]:
+    def list_policy_versions(
+        self, agent_id: str, newest: int | None = None, *, between: tuple[int, int] | None = None
+    ) -> list[RawDoc]:
+        where = "c.agent_id = @agent AND c.kind = 'version'"
+        params: list[dict[str, Any]] = [{"name": "@agent", "value": agent_id}]
+        if between is not None:
+            where += " AND c.version >= @low AND c.version <= @high"
+            params += [{"name": "@low", "value": between[0]}, {"name": "@high", "value": between[1]}]
         if newest is None:
-            return self._query(
-                "policies",
-                "SELECT * FROM c WHERE c.agent_id = @agent AND c.kind = 'version' ORDER BY c.version",
-                [{"name": "@agent", "value": agent_id}],
-                partition_key=agent_id,
-            )
+            return self._query("policies", f"SELECT * FROM c WHERE {where} ORDER BY c.version", params, agent_id)
         if newest <= 0:
             return []
         docs = self._query(
             "policies",
-            "SELECT TOP @n * FROM c WHERE c.agent_id = @agent AND c.kind = 'version' ORDER BY c.version DESC",
-            [{"name": "@n", "value": newest}, {"name": "@agent", "value": agent_id}],
-            partition_key=agent_id,
+            f"SELECT TOP @n * FROM c WHERE {where} ORDER BY c.version DESC",
+            [{"name": "@n", "value": newest}, *params],
+            agent_id,
         )
         return docs[::-1]
+
+    def policy_version_times(self, agent_id: str) -> list[tuple[int, Any]]:
+        rows = self._query(
+            "policies",
+            "SELECT c.version, c.created_at FROM c WHERE c.agent_id = @agent AND c.kind = 'version'"
+            " ORDER BY c.version",
+            [{"name": "@agent", "value": agent_id}],
+            agent_id,
+        )
+        # Every version written through a store has an integer number (the document is validated).
+        return [(r["version"], r.get("created_at")) for r in rows if type(r.get("version")) is int]
 
     def list_agents(self) -> list[str]:
         rows = self._query("policies", "SELECT c.agent_id FROM c WHERE c.kind = 'current'", [])

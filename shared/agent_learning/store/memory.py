@@ -232,18 +232,30 @@ class MemoryStore(Store):
                 raise ConcurrencyConflict(f"policy version {doc.id!r} already exists with different content")
             self._policies[doc.id] = Tagged(data, uuid.uuid4().hex)
 
-    def list_policy_versions(self, agent_id: str, newest: int | None = None) -> list[RawDoc]:
+    def list_policy_versions(
+        self, agent_id: str, newest: int | None = None, *, between: tuple[int, int] | None = None
+    ) -> list[RawDoc]:
         with self._lock:
             docs = sorted(
                 (
                     t.doc
                     for t in self._policies.values()
-                    if t.doc.get("agent_id") == agent_id and t.doc.get("kind") == "version"
+                    if t.doc.get("agent_id") == agent_id
+                    and t.doc.get("kind") == "version"
+                    and (between is None or between[0] <= t.doc.get("version", 0) <= between[1])
                 ),
                 key=lambda d: d.get("version", 0),
             )
             kept = docs if newest is None else docs[max(len(docs) - newest, 0) :]
             return [copy.deepcopy(d) for d in kept]
+
+    def policy_version_times(self, agent_id: str) -> list[tuple[int, Any]]:
+        with self._lock:
+            return sorted(
+                (t.doc.get("version", 0), t.doc.get("created_at"))
+                for t in self._policies.values()
+                if t.doc.get("agent_id") == agent_id and t.doc.get("kind") == "version"
+            )
 
     def list_agents(self) -> list[str]:
         with self._lock:

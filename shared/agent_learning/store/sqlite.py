@@ -18,6 +18,7 @@ import uuid
 from collections.abc import Iterator
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 from pathlib import Path
+from typing import Any
 
 from ..documents import (
     CorrectionLedger,
@@ -441,18 +442,28 @@ class SQLiteStore(Store):
                 (doc.id, doc.agent_id, doc.version, uuid.uuid4().hex, json.dumps(data)),
             )
 
-    def list_policy_versions(self, agent_id: str, newest: int | None = None) -> list[RawDoc]:
+    def list_policy_versions(
+        self, agent_id: str, newest: int | None = None, *, between: tuple[int, int] | None = None
+    ) -> list[RawDoc]:
+        low, high = between if between is not None else (-1, 2**62)  # versions start at 1
+        where = "agent_id = ? AND kind = 'version' AND version BETWEEN ? AND ?"
         if newest is None:
-            rows = self._query(
-                "SELECT doc FROM policies WHERE agent_id = ? AND kind = 'version' ORDER BY version", (agent_id,)
-            )
+            rows = self._query(f"SELECT doc FROM policies WHERE {where} ORDER BY version", (agent_id, low, high))
         else:
             rows = self._query(
-                "SELECT doc FROM (SELECT doc, version FROM policies WHERE agent_id = ? AND kind = 'version'"
+                f"SELECT doc FROM (SELECT doc, version FROM policies WHERE {where}"
                 " ORDER BY version DESC LIMIT ?) ORDER BY version",
-                (agent_id, max(newest, 0)),
+                (agent_id, low, high, max(newest, 0)),
             )
         return [json.loads(r[0]) for r in rows]  # type: ignore[arg-type]
+
+    def policy_version_times(self, agent_id: str) -> list[tuple[int, Any]]:
+        rows = self._query(
+            "SELECT version, json_extract(doc, '$.created_at') FROM policies"
+            " WHERE agent_id = ? AND kind = 'version' ORDER BY version",
+            (agent_id,),
+        )
+        return [(int(r[0]), r[1]) for r in rows]  # type: ignore[arg-type]
 
     def list_agents(self) -> list[str]:
         rows = self._query("SELECT agent_id FROM policies WHERE kind = 'current' ORDER BY agent_id")

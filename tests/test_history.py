@@ -1,0 +1,87 @@
+"""An agent's history over a time window reads only that window's version documents."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+from benchmark_modules import load_benchmark
+from factories import BASE_TIME, CountingStore, make_policy_doc
+
+from agent_learning.errors import InvalidDocument
+from agent_learning.history import history, versions_created
+from agent_learning.store import SQLiteStore, Store
+
+
+class DocumentsRead(CountingStore):
+    """Counts the version documents the wrapped store returns."""
+
+    def __init__(self, inner: Store) -> None:
+        super().__init__(inner)
+        self.documents = 0
+
+    def list_policy_versions(self, *args: Any, **kwargs: Any) -> Any:
+        docs = self.inner.list_policy_versions(*args, **kwargs)
+        self.documents += len(docs)
+        return docs
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> DocumentsRead:
+    """Versions 1–40 of agent-a, version v created v minutes after BASE_TIME (and 7 of agent-b)."""
+    inner = SQLiteStore(str(tmp_path / "h.db"))
+    for v in range(1, 41):
+        inner.create_policy_version(make_policy_doc(version=v, created_at=BASE_TIME + timedelta(minutes=v)))
+    inner.create_policy_version(make_policy_doc("agent-b", version=7, created_at=BASE_TIME + timedelta(minutes=20)))
+    inner.replace_current_policy(make_policy_doc(version=40, kind="current"), None)
+    return DocumentsRead(inner)
+
+
+def at(minutes: float) -> Any:
+    return BASE_TIME + timedelta(minutes=minutes)
+
+
+def test_a_window_reads_its_own_versions_and_no_others(store: DocumentsRead) -> None:
+    h = history(store, "agent-a", since=at(10), until=at(14.5))
+    assert h.versions == [10, 11, 12, 13, 14]
+    assert store.documents == 5
+    assert [d.created_at for d in h.documents] == [at(m) for m in range(10, 15)]
+
+
+def test_the_newest_of_a_window_and_open_ended_windows(store: DocumentsRead) -> None:
+    assert history(store, "agent-a", 3, since=at(10), until=at(20)).versions == [18, 19, 20]
+    assert store.documents == 3
+    assert history(store, "agent-a", since=at(38)).versions == [38, 39, 40]
+    assert history(store, "agent-a", until=at(2)).versions == [1, 2]
+    assert history(store, "agent-a", 0, since=at(1)).versions == []
+    assert store.documents == 3 + 3 + 2
+
+
+def test_an_empty_window_reads_no_document(store: DocumentsRead) -> None:
+    assert history(store, "agent-a", since=at(100)).versions == []
+    assert history(store, "agent-a", since=at(10.2), until=at(10.8)).versions == []
+    assert store.documents == 0
+
+
+def test_without_a_window_newest_still_reads_only_those(store: DocumentsRead) -> None:
+    assert history(store, "agent-a", 4).versions == [37, 38, 39, 40]
+    assert len(history(store, "agent-a").versions) == 40
+    assert store.documents == 44
+
+
+def test_a_version_whose_time_is_not_a_time_is_named() -> None:
+    broken = SimpleNamespace(policy_version_times=lambda agent_id: [(1, BASE_TIME.isoformat()), (2, "yesterday")])
+    with pytest.raises(InvalidDocument, match=r"created_at: of version 2 is not a date and time: 'yesterday'"):
+        versions_created(broken, "agent-a", at(-1), None)
+    naive = SimpleNamespace(policy_version_times=lambda agent_id: [(3, "2026-11-01T08:00:00")])
+    with pytest.raises(InvalidDocument, match="of version 3"):
+        versions_created(naive, "agent-a", None, at(0))
+
+
+def test_the_store_access_benchmark_reads_a_window_of_its_history() -> None:
+    figures = load_benchmark("store_access").history_figures(30)  # asserts each read's length itself
+    assert figures["versions"] == 30
+    assert all(figures[key] > 0 for key in ("all_ms", "newest_5_ms", "window_5_ms"))
