@@ -238,6 +238,27 @@ TIME_FORMATS = ["%Y-%m-%d", "%Y-%m-%dT%H:%M:%S", "%Y-%m-%d %H:%M:%S", "%Y-%m-%dT
 """The forms ``--since`` and ``--until`` accept (UTC)."""
 
 
+def version_window_options(command: Any) -> Any:
+    """``--since``/``--until``: the versions created in a time window."""
+    command = click.option("--until", type=click.DateTime(TIME_FORMATS), default=None,
+                           help="Only versions created at or before this UTC date or time.")(command)
+    return click.option("--since", type=click.DateTime(TIME_FORMATS), default=None,
+                        help="Only versions created at or after this UTC date or time "
+                             "(2026-11-01 or 2026-11-01T08:00:00).")(command)
+
+
+def _utc_window(since: datetime | None, until: datetime | None) -> tuple[datetime | None, datetime | None]:
+    """The window in UTC, checked."""
+    since, until = (t.replace(tzinfo=UTC) if t else None for t in (since, until))
+    if since and until and since > until:
+        raise ValueError(f"--since: {_iso(since)} is after --until {_iso(until)}")
+    return since, until
+
+
+def _no_versions_in(agent_ids: list[str]) -> NotFound:
+    return NotFound(f"--since/--until: no versions of {', '.join(agent_ids)} were created in that time")
+
+
 def _iso(value: datetime) -> str:
     """ISO 8601, UTC as ``Z``: the one form of a time in ``--json`` output (as documents store it)."""
     return value.isoformat().replace("+00:00", "Z")
@@ -691,21 +712,28 @@ def _history_rows(h: Any) -> list[dict[str, Any]]:
 
 @policy.command("history")
 @agent_option
-@click.option("--limit", type=COUNT, default=None, help="Only the newest N versions.")
+@click.option("--limit", type=COUNT, default=None, help="Only the newest N versions (of the window, with one).")
+@version_window_options
 @json_option
 @db_option
 @_handle_errors
-def policy_history(agent_id: str, limit: int | None, as_json: bool, db: str | None) -> None:
+def policy_history(agent_id: str, limit: int | None, since: datetime | None, until: datetime | None,
+                   as_json: bool, db: str | None) -> None:
     """Every version: its probabilities, the mean reward and the run that produced it."""
+    since, until = _utc_window(since, until)
+    windowed = since is not None or until is not None
     with _store(db) as (store, settings):
         current = _current(store, settings, agent_id)
-        rows = _history_rows(history(store, agent_id, newest=limit))
+        rows = _history_rows(history(store, agent_id, newest=limit, since=since, until=until))
+    if windowed and not rows:
+        raise _no_versions_in([agent_id])
     # versions run from 1 to the current one (``agent-learn audit`` checks it): no need to read them all to count
-    total = max(current.version, len(rows)) if limit else len(rows)
+    total = max(current.version, len(rows)) if limit or windowed else len(rows)
     if as_json:
         _echo_json(rows)
         return
-    shown = f"{total} policy versions" + (f", the newest {len(rows)} shown" if len(rows) < total else "")
+    which = ("the newest " if limit else "the ") + str(len(rows)) + (" created in the window" if windowed else "")
+    shown = f"{total} policy versions" + (f", {which} shown" if len(rows) < total else "")
     table = Table(title=f"{agent_id}: {shown}", title_justify="left")
     table.add_column("version", justify="right")
     table.add_column("source")
@@ -1360,10 +1388,7 @@ def _judge_unjudged(agent_id: str, limit: int | None, as_json: bool, db: str | N
               show_default=True, help="Where to write the page (the chart and a table of every version).")
 @click.option("--title", default="agent-learning report", show_default=True, help="Title of the chart and page.")
 @click.option("--last", type=COUNT, default=None, help="Only the newest N versions of each agent.")
-@click.option("--since", type=click.DateTime(TIME_FORMATS), default=None,
-              help="Only versions created at or after this UTC date or time (2026-11-01 or 2026-11-01T08:00:00).")
-@click.option("--until", type=click.DateTime(TIME_FORMATS), default=None,
-              help="Only versions created at or before this UTC date or time.")
+@version_window_options
 @click.option("--smooth", type=COUNT, default=None,
               help="Draw reward and entropy as means over N versions (default: none up to 100 versions, "
                    "then a fiftieth of them).")
@@ -1375,9 +1400,7 @@ def report(agent_ids: tuple[str, ...], png_path: str, html_path: str, title: str
            ) -> None:
     """Charts of every policy version (PNG and a self-contained HTML page); rollbacks, revisions
     and a pin are marked."""
-    since, until = (t.replace(tzinfo=UTC) if t else None for t in (since, until))
-    if since and until and since > until:
-        raise ValueError(f"--since: {_iso(since)} is after --until {_iso(until)}")
+    since, until = _utc_window(since, until)
     if Path(png_path).resolve() == Path(html_path).resolve():
         raise ValueError(f"--html: {html_path} is also the --png path; the page would overwrite the chart")
     _writable("--png", png_path)
@@ -1396,7 +1419,7 @@ def report(agent_ids: tuple[str, ...], png_path: str, html_path: str, title: str
                 bar.advance(task)
     empty = [h.agent_id for h in histories if not h.versions]
     if empty:
-        raise NotFound(f"--since/--until: no versions of {', '.join(empty)} were created in that time")
+        raise _no_versions_in(empty)
     try:
         files = write_report(histories, png_path, html_path, title, smooth)
     except RuntimeError as exc:  # matplotlib missing

@@ -9,6 +9,7 @@ import random
 import struct
 import uuid
 from collections.abc import Iterator
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -125,6 +126,22 @@ def test_policy_show_and_history(deployment: Deployment) -> None:
     assert "4 policy versions" in text and "run:v4" in text and "shown" not in text
     limited = ok("policy", "history", "--agent-id", AGENT, "--limit", "2").stdout
     assert "4 policy versions, the newest 2 shown" in limited  # the count is the agent's, not the page's
+
+    # A time window (whole seconds on the command line), with or without the newest N of it.
+    created = {h["version"]: datetime.fromisoformat(h["created_at"]) for h in history}
+    since = created[2].replace(microsecond=0)
+    until = since + timedelta(seconds=1)
+    expected = [v for v, t in created.items() if since <= t <= until]
+    window = ["--since", since.strftime("%Y-%m-%dT%H:%M:%S"), "--until", until.strftime("%Y-%m-%dT%H:%M:%S")]
+    assert [h["version"] for h in as_json("policy", "history", "--agent-id", AGENT, *window)] == expected
+    newest = as_json("policy", "history", "--agent-id", AGENT, *window, "--limit", "1")
+    assert [h["version"] for h in newest] == expected[-1:]
+    text = ok("policy", "history", "--agent-id", AGENT, *window, "--limit", "1").stdout
+    assert "4 policy versions, the newest 1 created in the window shown" in text
+    empty = cli("policy", "history", "--agent-id", AGENT, "--since", "2099-01-01")
+    assert empty.exit_code == 2 and f"no versions of {AGENT} were created in that time" in empty.output
+    backwards = cli("policy", "history", "--agent-id", AGENT, "--since", "2026-02-01", "--until", "2026-01-01")
+    assert backwards.exit_code == 2 and "is after --until" in backwards.output
 
 
 def test_rollback_pin_and_unpin(deployment: Deployment) -> None:
