@@ -282,9 +282,10 @@ def _consumed_ranges(store: Store, agent_id: str, result: AgentAudit) -> tuple[l
     """The score ranges the published versions consumed, and the current cursor, with the
     chain's problems noted."""
     versions: list[_Link] = []
-    numbers = [v for v, _ in store.policy_version_times(agent_id)]
-    for i in range(0, len(numbers), VERSION_PAGE):  # a page of documents at a time, kept as links
-        for raw in store.list_policy_versions(agent_id, between=(numbers[i], numbers[i : i + VERSION_PAGE][-1])):
+    stored = [v for v, _ in store.policy_version_times(agent_id)]
+    for i in range(0, len(stored), VERSION_PAGE):  # a page of documents at a time, kept as links
+        page = stored[i : i + VERSION_PAGE]
+        for raw in store.list_policy_versions(agent_id, between=(page[0], page[-1])):
             try:
                 versions.append(_Link.of(PolicyDocument.from_dict(raw)))
             except InvalidDocument as exc:

@@ -712,7 +712,8 @@ def _history_rows(h: Any) -> list[dict[str, Any]]:
 
 @policy.command("history")
 @agent_option
-@click.option("--limit", type=COUNT, default=None, help="Only the newest N versions (of the window, with one).")
+@click.option("--limit", type=COUNT, default=None,
+              help="Only the newest N versions (of those in --since/--until, if given).")
 @version_window_options
 @json_option
 @db_option

@@ -296,7 +296,8 @@ class Store(ABC):
     def policy_version_times(self, agent_id: str) -> list[tuple[int, Any]]:
         """Every version of an agent as (number, ``created_at`` as stored), oldest first: a
         projection, a few dozen bytes per version, from which a caller picks the versions of a
-        time window before reading any document."""
+        time window before reading any document. (A document whose number is not an integer,
+        which only an edit by hand makes, is left out; ``agent-learn audit`` reports the gap.)"""
 
     @abstractmethod
     def list_agents(self) -> list[str]:

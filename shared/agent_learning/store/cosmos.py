@@ -749,7 +749,6 @@ class CosmosStore(Store):
             [{"name": "@agent", "value": agent_id}],
             agent_id,
         )
-        # Every version written through a store has an integer number (the document is validated).
         return [(r["version"], r.get("created_at")) for r in rows if type(r.get("version")) is int]
 
     def list_agents(self) -> list[str]:
