@@ -60,6 +60,15 @@ def test_the_newest_of_a_window_and_open_ended_windows(store: DocumentsRead) -> 
     assert store.documents == 3 + 3 + 2
 
 
+def test_a_version_made_under_a_clock_that_went_back_stays_out_of_a_window_it_sits_inside(tmp_path: Path) -> None:
+    inner = SQLiteStore(str(tmp_path / "skew.db"))
+    for v, minute in ((1, 1), (2, 2), (3, -60), (4, 4)):  # version 3's host clock was an hour behind
+        inner.create_policy_version(make_policy_doc(version=v, created_at=at(minute)))
+    inner.replace_current_policy(make_policy_doc(version=4, kind="current"), None)
+    assert history(inner, "agent-a", since=at(2), until=at(4)).versions == [2, 4]
+    assert history(inner, "agent-a", until=at(0)).versions == [3]
+
+
 def test_an_empty_window_reads_no_document(store: DocumentsRead) -> None:
     assert history(store, "agent-a", since=at(100)).versions == []
     assert history(store, "agent-a", since=at(10.2), until=at(10.8)).versions == []

@@ -78,7 +78,9 @@ def history(
     """Probabilities, mean reward and entropy of every version of an agent's policy; with
     ``since``/``until``, of the versions created in that window (inclusive); with ``newest``,
     of the newest ``newest`` of those. The store reads no other version document (a window
-    first reads every version's number and time, a few dozen bytes each).
+    first reads every version's number and time, a few dozen bytes each, then the versions
+    from the window's first to its last: versions are numbered in the order they were made, so
+    only a clock that went backwards puts another version among them, which is then dropped).
 
     The mean reward of a version is that of the batch its training run learned from (none
     for ``init`` and ``rollback`` versions); the entropy is that of the policy agents draw
