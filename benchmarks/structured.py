@@ -326,12 +326,12 @@ def contextual_algorithms(problem: ContextProblem) -> list[Callable[[Rng, int], 
 class OursFactorized(Chooser):
     name = "REINFORCE (ours)"
 
-    def __init__(self, sizes: Sequence[int], rng: Rng) -> None:
+    def __init__(self, sizes: Sequence[int], rng: Rng, config: LearnerConfig | None = None) -> None:
         self.sizes, self.rng = tuple(sizes), rng
         self.doc = StructuredPolicy.create(
             "bench", {f"d{d}": list(range(k)) for d, k in enumerate(sizes)}, exploration_floor=DEFAULT_EXPLORATION_FLOOR
         ).document
-        self.config = LearnerConfig()
+        self.config = config or LearnerConfig()
         self._refresh()
 
     def _refresh(self) -> None:
@@ -344,6 +344,11 @@ class OursFactorized(Chooser):
 
     def p_best(self, best: tuple[int, ...]) -> float:
         return float(np.prod([p[b] for p, b in zip(self.marginals, best, strict=True)]))
+
+    def draw_probabilities(self, samples: int = 0, rng: Rng | None = None) -> list[np.ndarray]:
+        """Per dimension, the probability of drawing each value (exact: the arguments are the
+        Thompson samplers')."""
+        return [p / p.sum() for p in self.marginals]
 
     def update_local(self, local: np.ndarray, rewards: np.ndarray, logged: np.ndarray) -> None:
         n = len(rewards)
@@ -387,10 +392,20 @@ class DimensionThompson:
         return np.stack(cols, axis=1), np.ones(n)
 
     def p_best(self, best: tuple[int, ...], samples: int = 2_000) -> float:
-        out = 1.0
-        for a, b, v in zip(self.a, self.b, best, strict=True):
-            out *= float(np.mean(self.rng.beta(a, b, size=(samples, len(a))).argmax(axis=1) == v))
-        return out
+        return float(np.prod([p[v] for p, v in zip(self.draw_probabilities(samples), best, strict=True)]))
+
+    def draw_probabilities(self, samples: int = 2_000, rng: Rng | None = None) -> list[np.ndarray]:
+        """Per dimension, the probability of drawing each value, from ``samples`` posterior draws
+        (with ``rng``, if given, so that the sampler's own stream is left as it was)."""
+        rng = rng or self.rng
+        return [
+            np.bincount(rng.beta(a, b, size=(samples, len(a))).argmax(axis=1), minlength=len(a)) / samples
+            for a, b in zip(self.a, self.b, strict=True)
+        ]
+
+    def greedy(self) -> list[np.ndarray]:
+        """Per dimension, all probability on the value with the highest posterior mean."""
+        return [np.eye(len(a))[int(np.argmax(a / (a + b)))] for a, b in zip(self.a, self.b, strict=True)]
 
     def update_local(self, local: np.ndarray, rewards: np.ndarray, logged: np.ndarray) -> None:
         for d in range(len(self.sizes)):
@@ -437,6 +452,65 @@ def run_factorized(problem: FactorProblem, make: Callable[[Sequence[int], Rng], 
         algo.update_local(local, rewards, logged)
         total += float((flat_means.max() - flat_means[flat]).sum())
     return total, algo.p_best(best) < 0.5
+
+
+GAP_STRETCH = 500
+"""Episodes per stretch in :func:`gap_by_stretch`."""
+
+
+def expected_regret(table: np.ndarray, probabilities: Sequence[np.ndarray]) -> float:
+    """The expected regret of one configuration drawn with each dimension's value drawn independently."""
+    gap = table.max() - table
+    for p in reversed(probabilities):
+        gap = gap @ p
+    return float(gap)
+
+
+def stretch_regret(problem: FactorProblem, make: Callable[[Sequence[int], Rng], Any], seed: int) -> np.ndarray:
+    """Rows: per stretch of :data:`GAP_STRETCH` episodes, the expected regret of the algorithm's
+    draws; of drawing with the probabilities per-dimension Thompson sampling would compute from the
+    algorithm's own episodes (every one counted, none faded); and of the greedy choice on them."""
+    table = problem.table(seed)
+    flat_means = table.ravel()
+    luck = Luck(seed, problem.horizon, 1, len(flat_means))
+    algo = make(problem.sizes, np.random.default_rng([seed, 1]))
+    shadow = DimensionThompson(problem.sizes, np.random.default_rng([seed, 2]))
+    out = np.zeros((3, problem.horizon // GAP_STRETCH))
+    for start in range(0, problem.horizon, BATCH):
+        ways = (algo.draw_probabilities(400, shadow.rng), shadow.draw_probabilities(400), shadow.greedy())
+        out[:, start // GAP_STRETCH] += [BATCH * expected_regret(table, w) for w in ways]
+        local, logged = algo.draw(BATCH)
+        flat = np.ravel_multi_index(local.T, problem.sizes)
+        rewards = luck.pay(np.zeros(BATCH, dtype=int), flat, flat_means[flat])
+        algo.update_local(local, rewards, logged)
+        shadow.update_local(local, rewards, logged)
+    return out
+
+
+def gap_lines(problem: FactorProblem, seeds: int, t0: float) -> list[str]:
+    """Where ours' regret against per-dimension Thompson builds up, as a table of the mean expected
+    regret per stretch of episodes: ours and ours with evidence that never fades, each with what
+    Thompson sampling's probabilities and the greedy choice would have cost on its own episodes
+    (is it the episodes, or how the policy draws from them?), and per-dimension Thompson."""
+    stretches = problem.horizon // GAP_STRETCH
+    heads = [f"{(i + 1) * GAP_STRETCH:,}" for i in range(stretches)]
+    lines = [
+        f"| {problem.name}: expected regret in the {GAP_STRETCH} episodes up to | {' | '.join(heads)} | total |",
+        "|---|" + "---:|" * (stretches + 1),
+    ]
+    never = LearnerConfig(evidence_half_life=None)
+    for label, make in (
+        ("ours", OursFactorized),
+        ("ours, evidence never fading", lambda sizes, rng: OursFactorized(sizes, rng, never)),
+        ("per-dimension Thompson", DimensionThompson),
+    ):
+        rows = np.mean([stretch_regret(problem, make, seed) for seed in range(seeds)], axis=0)
+        names = [label, f"{label}: Thompson's probabilities on its episodes", f"{label}: greedy on its episodes"]
+        names = names[:1] if make is DimensionThompson else names
+        for name, row in zip(names, rows, strict=False):
+            lines.append(f"| {name} | {' | '.join(f'{x:.1f}' for x in row)} | {row.sum():.1f} |")
+        _progress(t0, f"{problem.name}: {label}")
+    return lines
 
 
 # --------------------------------------------------------------------------- tables
