@@ -22,7 +22,10 @@ seeds); the contextual ones need ``vowpalwabbit`` (``pip install -e 'shared[benc
 counts the seeds whose final policy gives the best action less than 0.5 ("best < 0.5").
 ``--speed`` adds the structured policy's choose and update times; ``--guardrail`` the regret of
 ours behind the publish guardrail (a held update is not applied, its batch is learned again
-with the next one, as the trainer does) against ours without it.
+with the next one, as the trainer does) against ours without it. ``--gap`` runs nothing else:
+where ours' regret against per-dimension Thompson builds up on the 300-configuration problem,
+per 500 episodes, with what Thompson's probabilities and the greedy choice would cost on ours'
+own episodes (``docs/benchmarks.md``, "Where the gap is").
 
 Progress goes to stderr; markdown tables (and JSON) to stdout.
 """

@@ -455,7 +455,7 @@ def run_factorized(problem: FactorProblem, make: Callable[[Sequence[int], Rng], 
 
 
 GAP_STRETCH = 500
-"""Episodes per stretch in :func:`gap_by_stretch`."""
+"""Episodes per stretch in :func:`stretch_regret` and :func:`gap_lines`."""
 
 
 def expected_regret(table: np.ndarray, probabilities: Sequence[np.ndarray]) -> float:
