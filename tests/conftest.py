@@ -22,6 +22,18 @@ from agent_learning.clock import ManualClock
 pytest_plugins = ["cosmos_fixture", "judge_server", "adapters", "reliability_report", "telemetry_capture"]
 
 
+# Property tests draw new cases on every local run, to keep exploring; under HYPOTHESIS_PROFILE=ci
+# (.ci/run sets it) they draw the same cases every run, so CI fails for a change, not for a draw.
+# A failure prints the blob that replays it (@reproduce_failure).
+try:
+    from hypothesis import settings
+except ImportError:  # a development dependency; without it the property tests fail to import
+    pass
+else:
+    settings.register_profile("dev", print_blob=True)
+    settings.register_profile("ci", derandomize=True, print_blob=True)
+    settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "dev"))
+
 MISSING_MODULE = "could not import"  # how pytest.importorskip words its skip
 
 
