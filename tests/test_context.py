@@ -57,6 +57,7 @@ def test_an_episode_without_context_is_stored_exactly_as_before(client: PolicyCl
     ({"task": "x" * 129}, "task: must be a category (a non-empty string of at most 128 characters"),
     ({"task": {"nested": 1}}, "task: must be a category"),
     ({"task": ["a"]}, "task: must be a category"),
+    ({"task": "a\ud800"}, "task: 'a\\ud800' is not valid Unicode (a lone surrogate"),
     (["task"], "must be an object of feature names to values"),
 ])
 def test_bad_context_is_refused_naming_the_feature(client: PolicyClient, context: object, problem: str) -> None:

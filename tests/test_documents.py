@@ -360,6 +360,27 @@ def test_bad_metadata_value_path_is_the_key() -> None:
     assert err.fields == ["metadata.k"]
 
 
+@pytest.mark.parametrize("field, change", [
+    ("context.task", {"context": {"task": "\ud800"}}),
+    ("metadata.user", {"metadata": {"user": "x\udfff"}}),
+    ("steps[0].arguments", {"steps": [{"name": "s", "status": "ok", "latency_ms": 1.0, "arguments": {"q": "\ud83d"}}]}),
+    ("tool_definitions", {"tool_definitions": [{"name": "\udbff"}]}),
+    ("input", {"input": "q\udc00"}),
+    ("output", {"output": "\udc00"}),
+])
+def test_text_that_is_not_unicode_is_refused_naming_the_field(field: str, change: dict[str, Any]) -> None:
+    err = invalid(Episode, episode_dict() | change)
+    assert err.fields == [field] and "lone surrogate" in str(err)
+
+
+def test_characters_beyond_the_basic_plane_are_unicode_and_kept() -> None:
+    text = "caf\u00e9 \U0001f600"  # escaped in JSON as a surrogate pair, which is not a lone surrogate
+    change = {"context": {"task": text}, "metadata": {"user": text}, "tool_definitions": [{"name": text}]}
+    episode = Episode.from_dict(episode_dict() | change | {"input": text})
+    assert episode.context == {"task": text} and episode.tool_definitions == [{"name": text}]
+    assert Episode.from_json(episode.to_json()) == episode
+
+
 def test_unknown_field_with_bracket_is_named() -> None:
     assert "x[0]" in invalid(Episode, episode_dict() | {"x[0]": 1}).fields
 

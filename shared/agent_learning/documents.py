@@ -159,6 +159,8 @@ def check_context(context: Any) -> dict[str, str | int | float | bool]:
         kind = type(value)
         if kind is str:
             ok = 0 < len(value) <= MAX_CONTEXT_VALUE_CHARS
+            if ok and not is_unicode(value):
+                raise ValueError(f"{name}: {value!r:.80} {NOT_UNICODE}")
         elif kind is bool:
             ok = True
         elif kind is float:
@@ -170,7 +172,7 @@ def check_context(context: Any) -> dict[str, str | int | float | bool]:
                 isinstance(value, bool)
                 or (isinstance(value, int) and abs(value) < 2**53)
                 or (isinstance(value, float) and math.isfinite(value))
-                or (isinstance(value, str) and 0 < len(value) <= MAX_CONTEXT_VALUE_CHARS)
+                or (isinstance(value, str) and 0 < len(value) <= MAX_CONTEXT_VALUE_CHARS and is_unicode(value))
             )
         if not ok:
             raise ValueError(
@@ -211,14 +213,33 @@ def json_bytes(value: Any) -> int:
 
 
 def _json_size(value: Any, field: str, limit: int = MAX_JSON_CHARS) -> Any:
-    """Check that ``value`` is plain JSON (finite numbers only) and not larger than ``limit``."""
+    """Check that ``value`` is plain JSON (finite numbers, text that is valid Unicode) and not
+    larger than ``limit``."""
     try:
         text = json.dumps(value, allow_nan=False, separators=(",", ":"))
     except (TypeError, ValueError) as exc:
         raise ValueError(f"must be JSON with finite numbers ({exc})") from None
     if len(text) > limit:
         raise ValueError(f"is {len(text)} characters as JSON; the limit is {limit}")
+    # Escaped, a surrogate reads \udXXX (rarely anything else does): only then is the text checked.
+    if "\\ud" in text and not is_unicode(json.dumps(value, ensure_ascii=False)):
+        raise ValueError(f"holds text that {NOT_UNICODE}")
     return value
+
+
+NOT_UNICODE = "is not valid Unicode (a lone surrogate, U+D800–U+DFFF): documents are stored as UTF-8"
+
+
+def is_unicode(text: str) -> bool:
+    """False if ``text`` holds a lone surrogate (U+D800–U+DFFF), which no UTF-8 document can hold:
+    Python strings may (``"\\ud800"`` in JSON decodes to one), Cosmos DB and SQLite's JSON may not."""
+    if text.isascii():
+        return True
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def _path(loc: tuple[Any, ...]) -> str:
@@ -294,6 +315,8 @@ def invalid_from_pydantic(kind: str, exc: ValidationError) -> InvalidDocument:
         field = _path(err["loc"])
         if err["type"] == "string_pattern_mismatch" and (rule := _PATTERN_RULES.get(err["ctx"]["pattern"])):
             msg = f"{str(err['input'])[:80]!r} does not fit: use {rule}"
+        elif err["type"] == "string_unicode":
+            msg = NOT_UNICODE
         # Model-level validators (of the document or of a nested model such as a step) name
         # their field as "field: problem".
         match = _FIELD_PREFIX.match(msg) if err["type"] == "value_error" else None
@@ -407,6 +430,8 @@ class Episode(Document):
                 or (isinstance(item, float) and math.isfinite(item))
                 or (isinstance(item, str) and len(item) <= MAX_METADATA_VALUE_CHARS)
             )
+            if ok and isinstance(item, str) and not is_unicode(item):
+                raise ValueError(f"{key}: {item!r:.80} {NOT_UNICODE}")
             if not ok:
                 raise ValueError(
                     f"{key}: must be a string of at most {MAX_METADATA_VALUE_CHARS} characters, a boolean, "

@@ -169,6 +169,42 @@ def test_fuzzed_episode_documents_are_dead_lettered_with_the_field_named(backend
     assert len(rejected) >= 20  # the strategies mostly produce invalid documents
 
 
+def test_text_that_is_not_unicode_is_dead_lettered_and_the_agent_still_learns(backend: Backend) -> None:
+    """A lone surrogate ("\\ud800" in JSON decodes to one) in any text of an episode, written by an
+    older release or by an agent in another language, cannot go into a UTF-8 document: the episode
+    is dead-lettered naming the field, not left to fail every scoring run after it."""
+    clock = ManualClock()
+    store = backend.store
+    start_policy(store, clock)
+    queue = SQLiteQueue(backend.path / "queue.db", clock=clock)
+    pipeline = LocalPipeline(store, queue, OfflineJudge(), RewardFunction(), Reinforce(), clock=clock)
+    valid = make_episode("text-valid", agent_id=AGENT, action_id="direct").to_dict()
+    places = {
+        "context.topic": {"context": {"topic": "\ud800"}},
+        "metadata.user": {"metadata": {"user": "x\udfff"}},
+        "input": {"input": "q\udc00"},
+        "steps[0].arguments": {"steps": [{**valid["steps"][0], "arguments": {"q": "\ud83d"}}]},
+        "tool_definitions": {"tool_definitions": [{"name": "\udbff"}]},
+    }
+    written = []
+    for i, (field, change) in enumerate(places.items()):
+        try:
+            backend.put_raw("episodes", {**valid, "id": f"text-{i}", **change})
+        except Exception:  # a store may refuse such a document itself, which is as good
+            continue
+        written.append((f"text-{i}", field))
+    backend.put_raw("episodes", valid)
+    pipeline.pump()
+    pipeline.score_pending()
+    letters = {d.message_id: d for d in queue.dead_letters(100)}
+    for episode_id, field in written:
+        assert letters[episode_id].reason == "InvalidEpisode"
+        assert field in letters[episode_id].description and "lone surrogate" in letters[episode_id].description
+        assert store.get_episode(episode_id) is not None  # kept for inspection
+    assert backend.kind != "sqlite" or len(written) == len(places)
+    assert [o.status for o in pipeline.train()] == ["published"]
+
+
 # --------------------------------------------------------------------------- queue messages
 
 
