@@ -1450,7 +1450,8 @@ def train(agent_id: str | None, as_json: bool, db: str | None) -> None:
     """Enqueue and score new episodes, apply feedback left unapplied, then run one training step
     (what the timer does).
 
-    Exits with 1 if an agent could not be trained (the others are trained all the same)."""
+    Exits with 1 if an episode could not be scored (it is tried again on a later run) or an agent
+    could not be trained (the others are scored and trained all the same)."""
     settings = _existing(_settings(db))
     with _embedded(settings, "store"):
         pipeline = open_local(settings)
@@ -1491,8 +1492,11 @@ def train(agent_id: str | None, as_json: bool, db: str | None) -> None:
             if r.reason and r.status != "published":
                 line += f" — {r.reason}"
             out.print(line)
-    if any(r.status in TRAINING_FAILED for r in results):
-        sys.exit(1)  # every agent was tried; the ones that could not be trained are listed above
+    if outcomes["failed"] and not as_json:
+        out.print(f"{outcomes['failed']} episode(s) could not be scored (the warning above says why); each is tried"
+                  " again on a later run and dead-lettered after the queue's max deliveries")
+    if outcomes["failed"] or any(r.status in TRAINING_FAILED for r in results):
+        sys.exit(1)  # every episode and agent was tried; what failed is listed above
 
 
 AUDIT_COLUMNS = (

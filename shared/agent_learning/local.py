@@ -27,6 +27,7 @@ detection plus the idempotent scorer absorb that.
 
 from __future__ import annotations
 
+import logging
 from collections import Counter
 from collections.abc import Callable, Iterable
 from contextlib import ExitStack
@@ -64,6 +65,7 @@ from .wiring import open_judge, open_queue, open_store
 __all__ = ["FEED_CHECKPOINT", "CycleReport", "LocalPipeline", "open_judge", "open_local", "open_queue", "open_store"]
 
 FEED_CHECKPOINT = "episodes-feed"
+log = logging.getLogger(__name__)
 
 
 
@@ -158,7 +160,22 @@ class LocalPipeline:
             if not messages:
                 break
             for message in messages:
-                outcome = score_message(message.body, self.scorer, delivery_count=message.delivery_count)
+                try:
+                    outcome = score_message(message.body, self.scorer, delivery_count=message.delivery_count)
+                except Exception as exc:
+                    # What the Functions host does when the scoring function raises: the other
+                    # messages go on, and this one comes back when its lock expires, until the
+                    # queue's max deliveries dead-letter it.
+                    log.warning(
+                        "scoring message %s failed (%s: %s); it comes back when its lock expires, and is"
+                        " dead-lettered after the queue's max deliveries",
+                        message.message_id, type(exc).__name__, exc, exc_info=log.isEnabledFor(logging.DEBUG),
+                    )
+                    outcomes["failed"] += 1
+                    handled += 1
+                    if progress:
+                        progress(handled)
+                    continue
                 try:
                     settle(self.queue, message, outcome)
                 except ConcurrencyConflict:

@@ -6,6 +6,7 @@ import json
 import random
 import struct
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -253,6 +254,37 @@ def test_cli_train_trains_every_agent_and_exits_1_if_one_could_not_be(tmp_path: 
     assert result.exit_code == 1
     assert [(t["agent_id"], t["status"]) for t in json.loads(result.stdout)["training"]] == [
         ("alpha", "invalid_policy"), ("beta", "no_new_scores")]
+
+
+def test_cli_train_scores_the_rest_when_one_episode_fails_and_exits_1(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import agent_learning.local as local
+    from agent_learning.capture import EpisodeCapture
+    from agent_learning.store.sqlite import SQLiteStore
+
+    db = str(tmp_path / "x.db")
+    actions = tmp_path / "actions.json"
+    actions.write_text('["a", "b"]')
+    assert CliRunner().invoke(main, ["init-policy", "--agent-id", "alpha", "--actions", str(actions),
+                                     "--db", db]).exit_code == 0
+    with SQLiteStore(db) as store:
+        policy = SoftmaxPolicy.from_document(load_current(store, "alpha"), seed=1)  # type: ignore[arg-type]
+        for i in range(3):
+            EpisodeCapture(store, policy.choose(), input=f"q{i}", episode_id=f"ep-{i}").end("answer")
+    score = local.score_message
+
+    def broken_on_ep_1(body: bytes, *args: Any, **kwargs: Any) -> Any:
+        if b'"ep-1"' in body:
+            raise RuntimeError("a bug")
+        return score(body, *args, **kwargs)
+
+    monkeypatch.setattr(local, "score_message", broken_on_ep_1)
+    result = CliRunner().invoke(main, ["train", "--db", db])
+    assert result.exit_code == 1
+    assert "scoring outcomes {'scored': 2, 'failed': 1}" in result.stdout
+    assert "1 episode(s) could not be scored" in result.stdout
+    assert "alpha: published → v2 (2 episodes" in result.stdout
 
 
 def test_cli_policy_for_unknown_agent(tmp_path: Path) -> None:

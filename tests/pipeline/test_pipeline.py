@@ -645,6 +645,43 @@ def test_a_permanent_judge_failure_is_dead_lettered_at_once(tmp_path: Path, cloc
     assert dead.reason == "JudgeFailed" and "score 7" in dead.description
 
 
+class BrokenOn(Judge):
+    """The offline judge, with a bug that raises on one episode."""
+
+    def __init__(self) -> None:
+        self.inner, self.episode_id = OfflineJudge(), ""
+
+    def judge(self, episode: Episode) -> Judgement:
+        if episode.id == self.episode_id:
+            raise RuntimeError("a bug in the judge")
+        return self.inner.judge(episode)
+
+
+def test_a_message_whose_scoring_raises_does_not_stop_the_others(
+    tmp_path: Path, clock: ManualClock, caplog: pytest.LogCaptureFixture
+) -> None:
+    """As in the Functions host: the failed message comes back when its lock expires (30 s here),
+    and the queue dead-letters it after its max deliveries; the other episodes are scored at once."""
+    judge = BrokenOn()
+    env = Env(tmp_path / "t.db", clock, judge=judge, max_deliveries=3)
+    first, *others = env.episodes(3)
+    judge.episode_id = first.id
+    env.pipeline.pump()
+    with caplog.at_level(logging.WARNING, logger="agent_learning.local"):
+        assert env.pipeline.score_pending() == {"failed": 1, "scored": 2}
+    assert f"{first.id} failed (RuntimeError: a bug in the judge)" in caplog.text
+    assert all(env.store.get_score(e.id, AGENT) is not None for e in others)
+    for _ in range(2):
+        assert env.pipeline.score_pending() == {}  # locked until the lock expires
+        clock.advance(31)
+        assert env.pipeline.score_pending() == {"failed": 1}
+    clock.advance(31)
+    assert env.pipeline.score_pending() == {}
+    (dead,) = env.queue.dead_letters()
+    assert dead.message_id == first.id and dead.reason == "MaxDeliveryCountExceeded"
+    assert env.store.get_score(first.id, AGENT) is None
+
+
 def test_settle_maps_outcomes_to_queue_actions(env: Env) -> None:
     from agent_learning.pipeline import ScoreOutcome
     from agent_learning.queue.base import OutgoingMessage
