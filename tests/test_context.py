@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import math
 import random
+from types import MappingProxyType
 
 import pytest
 
@@ -59,6 +60,7 @@ def test_an_episode_without_context_is_stored_exactly_as_before(client: PolicyCl
     ({"task": ["a"]}, "task: must be a category"),
     ({"task": "a\ud800"}, "task: 'a\\ud800' is not valid Unicode (a lone surrogate"),
     (["task"], "must be an object of feature names to values"),
+    ({1: "a"}, "feature names must be strings, got int 1"),
 ])
 def test_bad_context_is_refused_naming_the_feature(client: PolicyClient, context: object, problem: str) -> None:
     with pytest.raises(InvalidDocument) as info:
@@ -66,6 +68,13 @@ def test_bad_context_is_refused_naming_the_feature(client: PolicyClient, context
     assert problem.removeprefix("tokens: ").removeprefix("task: ") in str(info.value)
     named = next((k for k in ("tokens", "task") if problem.startswith(f"{k}:")), None)
     assert f"context.{named}: " in str(info.value) if named else "context: " in str(info.value)
+
+
+def test_any_mapping_is_a_context(client: PolicyClient) -> None:
+    decision = client.choose(context=MappingProxyType({"task": "billing"}))
+    assert decision.context == {"task": "billing"}
+    with EpisodeCapture(client.store, decision, input="q") as run:
+        assert run.end("answer").context == {"task": "billing"}
 
 
 def test_a_stored_episode_with_bad_context_is_invalid_naming_the_field(client: PolicyClient) -> None:

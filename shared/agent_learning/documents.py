@@ -38,6 +38,7 @@ import json
 import math
 import re
 import zlib
+from collections.abc import Mapping
 from itertools import product
 from typing import Annotated, Any, Literal, TypeVar
 
@@ -144,12 +145,16 @@ def check_context(context: Any) -> dict[str, str | int | float | bool]:
     It runs on every ``choose(context=...)``, so the common types are checked first and names
     already found valid are remembered (:data:`_VALID_NAMES`)."""
     if not isinstance(context, dict):
-        raise ValueError(f"must be an object of feature names to values, got {type(context).__name__}")
+        if not isinstance(context, Mapping):
+            raise ValueError(f"must be an object of feature names to values, got {type(context).__name__}")
+        context = dict(context)
     if len(context) > MAX_CONTEXT_FEATURES:
         raise ValueError(f"has {len(context)} features; the limit is {MAX_CONTEXT_FEATURES}")
     for name, value in context.items():
         if name not in _VALID_NAMES:
-            if not isinstance(name, str) or not CONTEXT_NAME.fullmatch(name):
+            if not isinstance(name, str):
+                raise ValueError(f"feature names must be strings, got {type(name).__name__} {name!r:.80}")
+            if not CONTEXT_NAME.fullmatch(name):
                 raise ValueError(
                     f"{str(name)[:80]!r} is not a feature name: use a letter or '_' first, then letters, digits, "
                     "'_', '.' or '-', at most 64 characters"
