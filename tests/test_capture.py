@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+import datetime
 import json
 import math
 import random
+import re
 from pathlib import Path
 
 import pytest
@@ -67,7 +69,7 @@ def test_full_flow_stores_the_episode(store: MemoryStore, decision: Decision, cl
         call.result = {"hits": 3}
     with pytest.raises(TimeoutError, match="slow"), run.tool("calculator", arguments={"expr": "2+2"}):
         raise TimeoutError("slow")
-    run.step("answer", latency_ms=-5, kind="llm")
+    run.step("answer", latency_ms=0, kind="llm")
     clock.advance(2.5)
     episode = run.end("2 + 2 = 4")
 
@@ -94,7 +96,7 @@ def test_full_flow_stores_the_episode(store: MemoryStore, decision: Decision, cl
     assert search.result == "{'hits': 3}" and search.arguments == {"q": "2 + 2"} and search.call_id == "c1"
     assert search.latency_ms >= 0 and search.error is None
     assert calc.error == "TimeoutError: slow" and calc.result is None and calc.arguments == {"expr": "2+2"}
-    assert answer.latency_ms == 0.0  # negative latencies are clamped
+    assert answer.latency_ms == 0.0
     assert episode.failed_steps == 1
 
 
@@ -570,3 +572,76 @@ def test_model_usage_adds_up_from_responses_and_numbers(clock: ManualClock) -> N
         EpisodeCapture(store, policy.choose(), input="hi", clock=clock).add_usage(prompt_tokens=-1)
     plain = EpisodeCapture(store, policy.choose(), input="hi", clock=clock).end("hello")
     assert plain.usage is None and "usage" not in plain.to_dict()
+
+
+# --------------------------------------------------------------------------- bad values, named where they are passed
+
+
+@pytest.mark.parametrize(
+    ("latency", "problem"),
+    [
+        ("5", "must be a number of milliseconds, got str"),
+        (None, "must be a number of milliseconds, got NoneType"),
+        (True, "must be a number of milliseconds, got bool"),
+        (float("nan"), "must be a finite number, got nan"),
+        (float("inf"), "must be a finite number, got inf"),
+        pytest.param(10**400, "must be a finite number", id="10**400"),
+        (-5, "must not be negative, got -5"),
+    ],
+)
+def test_a_latency_that_is_not_a_finite_non_negative_number_is_named(
+    store: MemoryStore, decision: Decision, clock: ManualClock, latency: object, problem: str
+) -> None:
+    run = capture(store, decision, clock)
+    run.step("first", latency_ms=1)
+    with pytest.raises(InvalidDocument, match=rf"^invalid episode: steps\[1\]\.latency_ms: {re.escape(problem)}"):
+        run.step("second", latency_ms=latency)  # type: ignore[arg-type]
+    assert [s.name for s in run.steps] == ["first"]
+    assert run.end("ok").steps[0].latency_ms == 1.0
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "field", "problem"),
+    [
+        ({"name": None}, "name", "must be a string, got NoneType"),
+        ({"name": ""}, "name", "at least 1 character"),
+        ({"status": "failed"}, "status", "'ok' or 'error'"),
+        ({"kind": "agent"}, "kind", "'tool', 'llm', 'retrieval' or 'step'"),
+        ({"error": 404, "status": "error"}, "error", "must be a string, got int"),
+        ({"call_id": 7}, "call_id", "valid string"),
+        ({"arguments": ["q"]}, "arguments", "must be an object (a dict), got list"),
+        ({"arguments": {1: "q"}}, "arguments", "must have string keys"),
+        ({"arguments": {"x": float("nan")}}, "arguments", "must be JSON with finite numbers"),
+        ({"arguments": {"x": float("nan"), "pad": "p" * MAX_JSON_CHARS}}, "arguments", "finite numbers"),
+        ({"arguments": {"when": datetime.date(2026, 1, 1)}}, "arguments", "must be JSON with finite numbers"),
+    ],
+)
+def test_a_bad_step_value_is_named_with_the_step_index(
+    store: MemoryStore, decision: Decision, clock: ManualClock, kwargs: dict[str, object], field: str, problem: str
+) -> None:
+    run = capture(store, decision, clock)
+    with pytest.raises(InvalidDocument, match=r"^invalid episode: steps\[0\]\." + field + ": .*" + re.escape(problem)):
+        run.step(**({"name": "search", "latency_ms": 1.0} | kwargs))  # type: ignore[arg-type]
+    assert run.steps == [] and run._truncated == []
+
+
+def test_every_bad_step_value_is_named_at_once(store: MemoryStore, decision: Decision, clock: ManualClock) -> None:
+    run = capture(store, decision, clock)
+    with pytest.raises(InvalidDocument) as raised:
+        run.step(None, latency_ms="5", kind="agent")  # type: ignore[arg-type]
+    assert raised.value.fields == ["steps[0].name", "steps[0].latency_ms", "steps[0].kind"]
+
+
+def test_a_tool_call_with_arguments_that_are_not_json_is_refused_before_it_runs(
+    store: MemoryStore, decision: Decision, clock: ManualClock
+) -> None:
+    ran = []
+    run = capture(store, decision, clock)
+    with pytest.raises(InvalidDocument, match=r"^invalid episode: steps\[0\]\.arguments: must be JSON"), run.tool(
+        "search", arguments={"when": datetime.date(2026, 1, 1)}
+    ):
+        ran.append(True)
+        raise ConnectionError("down")
+    with pytest.raises(InvalidDocument, match=r"steps\[0\]\.name: must be a string"), run.tool(None):  # type: ignore[arg-type]
+        ran.append(True)
+    assert ran == [] and run.steps == []

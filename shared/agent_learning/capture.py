@@ -41,12 +41,16 @@ from __future__ import annotations
 
 import asyncio
 import json
+import math
+import numbers
 import time
 import uuid
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol
+
+from pydantic import ValidationError
 
 from .clock import SYSTEM_CLOCK, Clock
 from .documents import (
@@ -58,6 +62,7 @@ from .documents import (
     Episode,
     Step,
     Usage,
+    invalid_from_pydantic,
     json_bytes,
 )
 from .errors import InvalidDocument
@@ -135,32 +140,69 @@ class EpisodeCapture:
         result: Any = None,
         call_id: str | None = None,
     ) -> None:
-        """Record a finished step or tool call."""
+        """Record a finished step or tool call; a bad value raises :class:`InvalidDocument` naming
+        ``steps[i].<field>`` (``latency_ms`` must be a finite number of milliseconds, at least 0)."""
+        step, cut = self._new_step(
+            len(self.steps), name, latency_ms=latency_ms, status=status, error=error, kind=kind,
+            arguments=arguments, result=result, call_id=call_id,
+        )
         if len(self.steps) >= MAX_STEPS:
             self._note("steps")
             return
-        n = len(self.steps)
-        try:
-            oversized = arguments is not None and json_bytes(arguments) > MAX_JSON_CHARS
-        except (TypeError, ValueError):
-            oversized = False  # not JSON: the Step says so, naming the field
-        if oversized:
-            arguments = _shrink_arguments(arguments, MAX_JSON_CHARS)
+        self.steps.append(step)
+        if cut:
             self._note("steps")
-        self.steps.append(
-            Step(
+
+    def _new_step(
+        self, n: int, name: Any, *, latency_ms: Any, status: Any, error: Any, kind: Any, arguments: Any,
+        result: Any, call_id: Any,
+    ) -> tuple[Step, bool]:
+        """Step ``n`` as it would be recorded, and whether a text or the arguments were cut to their caps.
+
+        Raises :class:`InvalidDocument` naming every bad field as ``steps[n].<field>``."""
+        path = f"steps[{n}]"
+        problems: list[tuple[str, str]] = []
+        if not isinstance(name, str):
+            problems.append((f"{path}.name", f"must be a string, got {type(name).__name__}"))
+            name = "step"
+        latency, problem = _latency(latency_ms)
+        if problem:
+            problems.append((f"{path}.latency_ms", problem))
+        if error is None or error == "":
+            error = "error" if status == "error" else None
+        texts = {"error": error, "result": None if result is None else str(result)}
+        for field, text in texts.items():
+            if text is not None and not isinstance(text, str):
+                problems.append((f"{path}.{field}", f"must be a string, got {type(text).__name__}"))
+                texts[field] = None
+        cut = any(text is not None and len(text) > MAX_STEP_TEXT_CHARS for text in texts.values())
+        if arguments is not None:
+            size, problem = _json_arguments(arguments)
+            if problem:
+                problems.append((f"{path}.arguments", problem))
+                arguments = None
+            elif size > MAX_JSON_CHARS:
+                arguments = _shrink_arguments(arguments, MAX_JSON_CHARS)
+                cut = True
+        try:
+            step = Step(
                 name=name[:128],
                 kind=kind,
                 status=status,
-                latency_ms=max(0.0, float(latency_ms)),
-                error=self._cap(
-                    f"steps[{n}].error", error or ("error" if status == "error" else None), MAX_STEP_TEXT_CHARS
-                ),
+                latency_ms=latency,
+                error=_truncate(texts["error"], MAX_STEP_TEXT_CHARS),
                 arguments=arguments,
-                result=self._cap(f"steps[{n}].result", None if result is None else str(result), MAX_STEP_TEXT_CHARS),
+                result=_truncate(texts["result"], MAX_STEP_TEXT_CHARS),
                 call_id=call_id,
             )
-        )
+        except ValidationError as exc:
+            problems += [
+                (path if field == "(document)" else f"{path}.{field}", problem)
+                for field, problem in invalid_from_pydantic("episode", exc).problems
+            ]
+        if problems:
+            raise InvalidDocument("episode", problems)
+        return step, cut
 
     @contextmanager
     def tool(
@@ -174,7 +216,12 @@ class EpisodeCapture:
     ) -> Iterator[ToolCall]:
         """Time a tool call. An exception marks it as failed and propagates (with ``reraise=False``
         it is recorded and swallowed: an ``Exception``, never ``KeyboardInterrupt`` and the like);
-        :meth:`ToolCall.fail` marks it as failed without one."""
+        :meth:`ToolCall.fail` marks it as failed without one. Its ``name``, ``arguments``, ``kind``
+        and ``call_id`` are checked before the call runs (:class:`InvalidDocument`)."""
+        self._new_step(
+            len(self.steps), name, latency_ms=0.0, status="ok", error=None, kind=kind, arguments=arguments,
+            result=None, call_id=call_id,
+        )
         call = ToolCall()
         t0 = time.perf_counter()
         try:
@@ -192,7 +239,7 @@ class EpisodeCapture:
     ) -> None:
         self.step(
             name,
-            latency_ms=(time.perf_counter() - t0) * 1000,
+            latency_ms=max(0.0, (time.perf_counter() - t0) * 1000),
             status="error" if call.error is not None else "ok",
             error=call.error,
             kind=kind,
@@ -300,14 +347,14 @@ class EpisodeCapture:
     # ------------------------------------------------------------------ helpers
 
     def _record_crash(self, exc: BaseException) -> None:
-        elapsed = (self.clock.now() - self.started_at).total_seconds() * 1000
+        elapsed = max(0.0, (self.clock.now() - self.started_at).total_seconds() * 1000)  # a wall clock may step back
         self.step("agent", kind="step", status="error", latency_ms=elapsed, error=f"{type(exc).__name__}: {exc}")
 
     def _cap(self, field: str, text: str | None, limit: int) -> str | None:
-        """Truncate ``text`` and note the field (``steps`` for any step's text), once."""
+        """Truncate ``text`` and note the field, once."""
         capped = _truncate(_checked_text(field, text), limit)
         if capped != text:
-            self._note("steps" if field.startswith("steps") else field)
+            self._note(field)
         return capped
 
     def _note(self, name: str) -> None:
@@ -321,6 +368,33 @@ def _checked_text(field: str, text: object) -> str | None:
     if text is not None and not isinstance(text, str):
         raise InvalidDocument("episode", [(field, f"must be a string, got {type(text).__name__}")])
     return text
+
+
+def _latency(value: object) -> tuple[float, str | None]:
+    """``value`` as a latency in milliseconds, or 0 and why it is not one (no coercion from strings)."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        return 0.0, f"must be a number of milliseconds, got {type(value).__name__}"
+    try:
+        latency = float(value)
+    except OverflowError:
+        latency = math.inf
+    if not math.isfinite(latency):
+        return 0.0, f"must be a finite number, got {value!r:.40}"
+    if latency < 0:
+        return 0.0, f"must not be negative, got {value!r:.40}"
+    return latency, None
+
+
+def _json_arguments(arguments: object) -> tuple[int, str | None]:
+    """The size of ``arguments`` as :func:`json_bytes` counts it, or why they are not a step's arguments."""
+    if not isinstance(arguments, dict):
+        return 0, f"must be an object (a dict), got {type(arguments).__name__}"
+    if not all(isinstance(key, str) for key in arguments):
+        return 0, "must have string keys"
+    try:
+        return len(json.dumps(arguments, allow_nan=False, separators=(",", ":"))), None
+    except (TypeError, ValueError, RecursionError) as exc:
+        return 0, f"must be JSON with finite numbers ({exc})"
 
 
 def _truncate(text: str | None, limit: int) -> str | None:
