@@ -645,3 +645,39 @@ def test_a_tool_call_with_arguments_that_are_not_json_is_refused_before_it_runs(
     with pytest.raises(InvalidDocument, match=r"steps\[0\]\.name: must be a string"), run.tool(None):  # type: ignore[arg-type]
         ran.append(True)
     assert ran == [] and run.steps == []
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "field", "problem"),
+    [
+        ({"input": None}, "input", "must be a string, got NoneType"),
+        ({"redact": lambda text: None}, "input", "redact must return a string, got NoneType"),
+        ({"instructions": 0}, "instructions", "must be a string, got int"),
+        ({"episode_id": "a~b"}, "episode_id", "'a~b' does not fit: use letters"),
+        ({"episode_id": 7}, "episode_id", "valid string"),
+        ({"metadata": {"user": {"id": 7}}}, "metadata.user", "must be a string of at most"),
+        ({"metadata": [("user", "u1")]}, "metadata", "must be a mapping of names to values, got list"),
+        ({"tool_definitions": [{"limit": math.nan}]}, "tool_definitions", "must be JSON with finite numbers"),
+        ({"tool_definitions": "search"}, "tool_definitions", "valid list"),
+        ({"ttl": "60"}, "ttl", "valid integer"),
+    ],
+)
+def test_a_bad_episode_value_is_named_where_it_is_passed(
+    store: MemoryStore, decision: Decision, clock: ManualClock, kwargs: dict[str, object], field: str, problem: str
+) -> None:
+    ran = []
+    match = rf"^invalid episode: {re.escape(field)}: .*{re.escape(problem)}"
+    with pytest.raises(InvalidDocument, match=match), capture(store, decision, clock, **kwargs):
+        ran.append(True)
+        raise TimeoutError
+    assert ran == [] and store.list_episodes() == []
+
+
+def test_a_value_changed_after_the_run_began_is_named_when_it_ends(
+    store: MemoryStore, decision: Decision, clock: ManualClock
+) -> None:
+    run = capture(store, decision, clock, metadata={"user": "u1"})
+    run.metadata["when"] = datetime.date(2026, 1, 1)
+    with pytest.raises(InvalidDocument, match=r"^invalid episode: metadata\.when: must be a string"):
+        run.end("4")
+    assert store.list_episodes() == []

@@ -48,6 +48,7 @@ import uuid
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any, Literal, Protocol
 
 from pydantic import ValidationError
@@ -113,9 +114,17 @@ class EpisodeCapture:
         self.decision = decision
         self.episode_id = episode_id or uuid.uuid4().hex
         self._truncated: list[str] = []
-        self.input = self._cap("input", redact(input) if redact else input, MAX_TEXT_CHARS)
-        self.instructions = self._cap("instructions", instructions, MAX_TEXT_CHARS) if instructions else instructions
+        text = _checked_text("input", input, required=True)
+        if redact is not None:
+            text = redact(text)
+            if not isinstance(text, str):
+                raise InvalidDocument("episode", [("input", f"redact must return a string, got {type(text).__name__}")])
+        self.input = self._cap("input", text, MAX_TEXT_CHARS)
+        self.instructions = self._cap("instructions", instructions, MAX_TEXT_CHARS)
         self.tool_definitions = tool_definitions
+        if metadata is not None and not isinstance(metadata, Mapping):
+            problem = f"must be a mapping of names to values, got {type(metadata).__name__}"
+            raise InvalidDocument("episode", [("metadata", problem)])
         self.metadata = dict(metadata or {})
         self.ttl = ttl
         self.clock = clock
@@ -125,6 +134,11 @@ class EpisodeCapture:
         self.episode: Episode | None = None
         self.discarded: str | None = None
         """Why the run was discarded (:meth:`discard`), or None."""
+        try:  # the episode as it stands (what a crash would write): its values are refused here, not at the end
+            Episode(**self._fields("", [], self.started_at))
+        except ValidationError as exc:
+            problems = invalid_from_pydantic("episode", exc).problems
+            raise InvalidDocument("episode", [("episode_id" if f == "id" else f, p) for f, p in problems]) from None
 
     # ------------------------------------------------------------------ recording
 
@@ -271,11 +285,26 @@ class EpisodeCapture:
     # ------------------------------------------------------------------ ending
 
     def build(self, output: str) -> Episode:
-        """The episode as it would be stored (validated), without writing it."""
-        d = self.decision
+        """The episode as it would be stored (validated: :class:`InvalidDocument`), without writing it."""
         capped = _truncate(_checked_text("output", output), MAX_TEXT_CHARS)
-        truncated = [*self._truncated, "output"] if capped != output else list(self._truncated)
-        fields: dict[str, Any] = {
+        fields = self._fields(capped or "", list(self.steps), max(self.clock.now(), self.started_at))
+        if capped != output:
+            fields["truncated"].append("output")
+        truncated = fields["truncated"]
+        size = json_bytes(Episode.model_construct(**fields).model_dump(mode="json"))
+        if size > MAX_EPISODE_BYTES:
+            names = [f"steps.{f}" for f in _CUT_FIELDS]  # recorded in `truncated`: room for them too
+            fields["steps"], cut = _fit_steps(fields["steps"], size - MAX_EPISODE_BYTES + json_bytes(names))
+            fields["truncated"] = [*truncated, *(f"steps.{f}" for f in cut)]
+        try:
+            return Episode(**fields)
+        except ValidationError as exc:
+            raise invalid_from_pydantic("episode", exc) from None
+
+    def _fields(self, output: str, steps: list[Step], ended_at: datetime) -> dict[str, Any]:
+        """The episode's fields, unvalidated."""
+        d = self.decision
+        return {
             "id": self.episode_id,
             "agent_id": d.agent_id,
             "policy_version": d.version,
@@ -283,24 +312,18 @@ class EpisodeCapture:
             "probability": d.probability,
             "logprob": d.logprob,
             "input": self.input,
-            "output": capped or "",
+            "output": output,
             "instructions": self.instructions,
             "tool_definitions": self.tool_definitions,
-            "steps": list(self.steps),
+            "steps": steps,
             "started_at": self.started_at,
-            "ended_at": max(self.clock.now(), self.started_at),
+            "ended_at": ended_at,
             "metadata": self.metadata,
-            "truncated": truncated,
+            "truncated": list(self._truncated),
             "ttl": self.ttl,
-            "context": dict(d.context) if d.context is not None else None,
+            "context": dict(d.context) if isinstance(d.context, Mapping) else d.context,
             "usage": self.usage,
         }
-        size = json_bytes(Episode.model_construct(**fields).model_dump(mode="json"))
-        if size > MAX_EPISODE_BYTES:
-            names = [f"steps.{f}" for f in _CUT_FIELDS]  # recorded in `truncated`: room for them too
-            fields["steps"], cut = _fit_steps(fields["steps"], size - MAX_EPISODE_BYTES + json_bytes(names))
-            fields["truncated"] = [*truncated, *(f"steps.{f}" for f in cut)]
-        return Episode(**fields)
 
     def _check_open(self) -> None:
         if self.episode is not None:
@@ -363,9 +386,9 @@ class EpisodeCapture:
             self._truncated.append(name)
 
 
-def _checked_text(field: str, text: object) -> str | None:
-    """``text`` if it is a string or None; otherwise :class:`InvalidDocument` naming ``field``."""
-    if text is not None and not isinstance(text, str):
+def _checked_text(field: str, text: object, *, required: bool = False) -> str | None:
+    """``text`` if it is a string (or None, unless ``required``); else :class:`InvalidDocument` naming ``field``."""
+    if not isinstance(text, str) and (required or text is not None):
         raise InvalidDocument("episode", [(field, f"must be a string, got {type(text).__name__}")])
     return text
 
