@@ -574,7 +574,7 @@ def test_model_usage_adds_up_from_responses_and_numbers(clock: ManualClock) -> N
     assert plain.usage is None and "usage" not in plain.to_dict()
 
 
-# --------------------------------------------------------------------------- bad values, named where they are passed
+# --------------------------------------------------------------------------- bad values
 
 
 @pytest.mark.parametrize(
@@ -681,3 +681,64 @@ def test_a_value_changed_after_the_run_began_is_named_when_it_ends(
     with pytest.raises(InvalidDocument, match=r"^invalid episode: metadata\.when: must be a string"):
         run.end("4")
     assert store.list_episodes() == []
+
+
+# --------------------------------------------------------------------------- failures to record
+
+
+@pytest.mark.parametrize("reraise", [True, False])
+def test_a_failed_call_that_cannot_be_recorded_still_raises_its_own_exception(
+    store: MemoryStore, decision: Decision, clock: ManualClock, reraise: bool, caplog: pytest.LogCaptureFixture
+) -> None:
+    arguments: dict[str, object] = {"q": "x"}
+    run = capture(store, decision, clock)
+    call = run.tool("search", arguments=arguments, reraise=reraise)
+    with pytest.raises(ConnectionError, match="down") as raised, call:
+        arguments["when"] = datetime.date(2026, 1, 1)  # changed after the call was checked
+        raise ConnectionError("down")
+    assert raised.value.__notes__ == [
+        "agent_learning: the failed call 'search' was not recorded: InvalidDocument: invalid episode: "
+        "steps[0].arguments: must be JSON with finite numbers (Object of type date is not JSON serializable)"
+    ]
+    assert run.steps == []
+    assert "the failed call 'search' was not recorded" in caplog.text
+
+
+class FailingStore(MemoryStore):
+    def add_episode(self, episode: Episode) -> None:
+        raise ConnectionRefusedError("store unreachable")
+
+    async def add_episode_async(self, episode: Episode) -> None:
+        self.add_episode(episode)
+
+
+@pytest.mark.parametrize("mode", ["sync", "async"])
+def test_a_crash_episode_that_cannot_be_written_leaves_the_agent_exception_in_place(
+    decision: Decision, clock: ManualClock, mode: str
+) -> None:
+    async def agent() -> None:
+        async with capture(FailingStore(), decision, clock):
+            raise TimeoutError("model")
+
+    with pytest.raises(TimeoutError, match="model") as raised:
+        if mode == "async":
+            asyncio.run(agent())
+        else:
+            with capture(FailingStore(), decision, clock):
+                raise TimeoutError("model")
+    assert raised.value.__notes__ == [
+        "agent_learning: episode ep-1 was not written: ConnectionRefusedError: store unreachable"
+    ]
+
+
+def test_a_crash_episode_that_fails_validation_leaves_the_agent_exception_in_place(
+    store: MemoryStore, decision: Decision, clock: ManualClock
+) -> None:
+    with pytest.raises(TimeoutError) as raised, capture(store, decision, clock) as run:
+        run.metadata["user"] = {"id": 7}
+        raise TimeoutError
+    assert len(raised.value.__notes__) == 1
+    assert raised.value.__notes__[0].startswith(
+        "agent_learning: episode ep-1 was not written: InvalidDocument: invalid episode: metadata.user: must be"
+    )
+    assert store.list_episodes() == [] and run.episode is None

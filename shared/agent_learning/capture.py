@@ -25,6 +25,15 @@ Failures, and what they cost the action drawn:
   output is penalised); the exception propagates.
 * ``run.discard(reason)`` writes nothing: for failures that say nothing about the configuration
   drawn (the model provider is down, the user went away), so that they are not charged to it.
+* Recording never hides the agent's exception: if a failed call or the crash episode cannot be
+  recorded (the store is unreachable, a value changed after it was checked), the agent's exception
+  propagates with a note saying why (and the capture logs a warning).
+
+Values are checked where they are passed: the constructor's, ``run.tool(...)``'s on entry (before
+the call runs) and ``run.step(...)``'s. A bad one raises
+:class:`~agent_learning.errors.InvalidDocument` naming the episode's field, e.g.
+``invalid episode: steps[2].latency_ms: must not be negative, got -5``; nothing is coerced (a
+latency is a finite number of milliseconds, at least 0).
 
 ``episode.truncated`` names what was cut: ``input``, ``output``, ``instructions`` (over
 their caps), ``steps`` (a step's text or arguments over their caps, or steps beyond
@@ -41,6 +50,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import math
 import numbers
 import time
@@ -70,6 +80,8 @@ from .errors import InvalidDocument
 from .policy import Decision
 
 _MARK = " …[truncated]"
+
+log = logging.getLogger(__name__)
 
 
 class EpisodeWriter(Protocol):
@@ -229,9 +241,10 @@ class EpisodeCapture:
         reraise: bool = True,
     ) -> Iterator[ToolCall]:
         """Time a tool call. An exception marks it as failed and propagates (with ``reraise=False``
-        it is recorded and swallowed: an ``Exception``, never ``KeyboardInterrupt`` and the like);
-        :meth:`ToolCall.fail` marks it as failed without one. Its ``name``, ``arguments``, ``kind``
-        and ``call_id`` are checked before the call runs (:class:`InvalidDocument`)."""
+        it is recorded and swallowed: an ``Exception``, never ``KeyboardInterrupt`` and the like;
+        if it cannot be recorded, it propagates with a note saying why); :meth:`ToolCall.fail` marks
+        it as failed without one. ``name``, ``arguments``, ``kind`` and ``call_id`` are checked before
+        the call runs (:class:`InvalidDocument`)."""
         self._new_step(
             len(self.steps), name, latency_ms=0.0, status="ok", error=None, kind=kind, arguments=arguments,
             result=None, call_id=call_id,
@@ -241,8 +254,12 @@ class EpisodeCapture:
         try:
             yield call
         except BaseException as exc:
-            call.fail(exc)
-            self._record_call(name, call, t0, kind, arguments, call_id)
+            try:
+                call.fail(exc)
+                self._record_call(name, call, t0, kind, arguments, call_id)
+            except Exception as failure:
+                _unrecorded(exc, f"the failed call {name!r} was not recorded", failure)
+                reraise = True  # the call's own exception goes on, never this one
             if reraise or not isinstance(exc, Exception):
                 raise
             return
@@ -356,16 +373,22 @@ class EpisodeCapture:
 
     def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: object) -> None:
         if exc is not None and self.episode is None and self.discarded is None:
-            self._record_crash(exc)
-            self.end("")
+            try:
+                self._record_crash(exc)
+                self.end("")
+            except Exception as failure:  # the agent's exception goes on, never this one
+                _unrecorded(exc, f"episode {self.episode_id} was not written", failure)
 
     async def __aenter__(self) -> EpisodeCapture:
         return self
 
     async def __aexit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: object) -> None:
         if exc is not None and self.episode is None and self.discarded is None:
-            self._record_crash(exc)
-            await self.aend("")
+            try:
+                self._record_crash(exc)
+                await self.aend("")
+            except Exception as failure:
+                _unrecorded(exc, f"episode {self.episode_id} was not written", failure)
 
     # ------------------------------------------------------------------ helpers
 
@@ -391,6 +414,13 @@ def _checked_text(field: str, text: object, *, required: bool = False) -> str | 
     if not isinstance(text, str) and (required or text is not None):
         raise InvalidDocument("episode", [(field, f"must be a string, got {type(text).__name__}")])
     return text
+
+
+def _unrecorded(exc: BaseException, what: str, failure: Exception) -> None:
+    """Say on the agent's exception ``exc`` (a note) and in the log that recording it failed."""
+    message = f"agent_learning: {what}: {type(failure).__name__}: {failure}"
+    exc.add_note(message)
+    log.warning("%s (while %s propagated)", message, type(exc).__name__)
 
 
 def _latency(value: object) -> tuple[float, str | None]:
