@@ -568,7 +568,7 @@ def test_model_usage_adds_up_from_responses_and_numbers(clock: ManualClock) -> N
     episode = run.end("hello")
     assert episode.usage is not None and (episode.usage.prompt_tokens, episode.usage.completion_tokens) == (2_010, 505)
     assert episode.usage.total == 2_515
-    with pytest.raises(ValueError, match="usage: token counts must not be negative"):
+    with pytest.raises(InvalidDocument, match=r"^invalid episode: usage\.prompt_tokens: must be a whole number"):
         EpisodeCapture(store, policy.choose(), input="hi", clock=clock).add_usage(prompt_tokens=-1)
     plain = EpisodeCapture(store, policy.choose(), input="hi", clock=clock).end("hello")
     assert plain.usage is None and "usage" not in plain.to_dict()
@@ -742,3 +742,25 @@ def test_a_crash_episode_that_fails_validation_leaves_the_agent_exception_in_pla
         "agent_learning: episode ep-1 was not written: InvalidDocument: invalid episode: metadata.user: must be"
     )
     assert store.list_episodes() == [] and run.episode is None
+
+
+@pytest.mark.parametrize(
+    ("usage", "kwargs", "fields"),
+    [
+        ({"prompt_tokens": "abc"}, {}, ["usage.prompt_tokens"]),
+        ({"prompt_tokens": "12", "completion_tokens": 3.0}, {}, ["usage.prompt_tokens", "usage.completion_tokens"]),
+        ({"completion_tokens": True}, {}, ["usage.completion_tokens"]),
+        (None, {"completion_tokens": -3}, ["usage.completion_tokens"]),
+        (None, {"prompt_tokens": 1.5}, ["usage.prompt_tokens"]),
+    ],
+)
+def test_a_token_count_that_is_not_a_whole_number_is_named_and_nothing_is_added(
+    store: MemoryStore, decision: Decision, clock: ManualClock, usage: object, kwargs: dict[str, object],
+    fields: list[str],
+) -> None:
+    run = capture(store, decision, clock)
+    run.add_usage({"prompt_tokens": 10, "completion_tokens": None})  # a count a client leaves out is 0
+    with pytest.raises(InvalidDocument, match=r"^invalid episode: usage\.\w+: must be a whole number") as raised:
+        run.add_usage(usage, **kwargs)  # type: ignore[arg-type]
+    assert raised.value.fields == fields
+    assert run.usage is not None and (run.usage.prompt_tokens, run.usage.completion_tokens) == (10, 0)

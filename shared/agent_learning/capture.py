@@ -30,7 +30,7 @@ Failures, and what they cost the action drawn:
   propagates with a note saying why (and the capture logs a warning).
 
 Values are checked where they are passed: the constructor's, ``run.tool(...)``'s on entry (before
-the call runs) and ``run.step(...)``'s. A bad one raises
+the call runs), ``run.step(...)``'s and ``run.add_usage(...)``'s. A bad one raises
 :class:`~agent_learning.errors.InvalidDocument` naming the episode's field, e.g.
 ``invalid episode: steps[2].latency_ms: must not be negative, got -5``; nothing is coerced (a
 latency is a finite number of milliseconds, at least 0).
@@ -282,16 +282,28 @@ class EpisodeCapture:
     def add_usage(self, usage: Any = None, *, prompt_tokens: int = 0, completion_tokens: int = 0) -> None:
         """Count model tokens the run spent: a model response's ``usage`` (anything with
         ``prompt_tokens`` and ``completion_tokens``, attributes or keys, as OpenAI's clients
-        return) or the two numbers. Calls add up; the episode records the sum."""
+        return; a missing or None count is 0) or the two numbers. Calls add up; the episode
+        records the sum. A count that is not a whole number, at least 0, raises
+        :class:`InvalidDocument` naming ``usage.prompt_tokens`` or ``usage.completion_tokens``."""
+        counts = {"prompt_tokens": [prompt_tokens], "completion_tokens": [completion_tokens]}
         if usage is not None:
             get = usage.get if isinstance(usage, Mapping) else lambda name, default: getattr(usage, name, default)
-            prompt_tokens += int(get("prompt_tokens", 0) or 0)
-            completion_tokens += int(get("completion_tokens", 0) or 0)
-        if prompt_tokens < 0 or completion_tokens < 0:
-            raise ValueError(f"usage: token counts must not be negative, got {prompt_tokens} and {completion_tokens}")
+            for name, values in counts.items():
+                values.append(get(name, None))
+        problems = [
+            (f"usage.{name}", f"must be a whole number of tokens, at least 0, got {value!r:.40}")
+            for name, values in counts.items()
+            for value in values
+            if value is not None and (isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 0)
+        ]
+        if problems:
+            raise InvalidDocument("episode", problems)
+        added = {name: sum(int(value) for value in values if value is not None) for name, values in counts.items()}
         before = self.usage or Usage()
-        self.usage = Usage(prompt_tokens=before.prompt_tokens + prompt_tokens,
-                           completion_tokens=before.completion_tokens + completion_tokens)
+        self.usage = Usage(
+            prompt_tokens=before.prompt_tokens + added["prompt_tokens"],
+            completion_tokens=before.completion_tokens + added["completion_tokens"],
+        )
 
     def discard(self, reason: str = "") -> None:
         """Write no episode for this run (module docstring: Failures); ``end()`` then refuses."""
