@@ -401,6 +401,10 @@ def test_text_that_is_not_a_string_is_named_and_nothing_is_written(
     run = capture(store, decision, clock)
     with pytest.raises(InvalidDocument, match=r"output: must be a string, got dict"):
         run.end({"answer": 4})  # type: ignore[arg-type]
+    with pytest.raises(InvalidDocument, match=r"^invalid episode: output: must be a string, got NoneType"):
+        run.end(None)  # type: ignore[arg-type]
+    with pytest.raises(InvalidDocument, match=r"^invalid episode: output: must be a string, got NoneType"):
+        asyncio.run(run.aend(None))  # type: ignore[arg-type]
     assert store.list_episodes(AGENT) == []
     run.end("4")  # the run is still open: the agent can end it properly
     assert [e["output"] for e in store.list_episodes(AGENT)] == ["4"]

@@ -33,7 +33,7 @@ Values are checked where they are passed: the constructor's, ``run.tool(...)``'s
 the call runs), ``run.step(...)``'s and ``run.add_usage(...)``'s. A bad one raises
 :class:`~agent_learning.errors.InvalidDocument` naming the episode's field, e.g.
 ``invalid episode: steps[2].latency_ms: must not be negative, got -5``; nothing is coerced (a
-latency is a finite number of milliseconds, at least 0).
+latency is a finite number of milliseconds, at least 0; an output is a string, ``""`` for none).
 
 ``episode.truncated`` names what was cut: ``input``, ``output``, ``instructions`` (over
 their caps), ``steps`` (a step's text or arguments over their caps, or steps beyond
@@ -315,8 +315,8 @@ class EpisodeCapture:
 
     def build(self, output: str) -> Episode:
         """The episode as it would be stored (validated: :class:`InvalidDocument`), without writing it."""
-        capped = _truncate(_checked_text("output", output), MAX_TEXT_CHARS)
-        fields = self._fields(capped or "", list(self.steps), max(self.clock.now(), self.started_at))
+        capped = _truncate(_checked_text("output", output, required=True), MAX_TEXT_CHARS) or ""
+        fields = self._fields(capped, list(self.steps), max(self.clock.now(), self.started_at))
         if capped != output:
             fields["truncated"].append("output")
         truncated = fields["truncated"]
@@ -361,7 +361,8 @@ class EpisodeCapture:
             raise RuntimeError(f"episode {self.episode_id} was discarded ({self.discarded}); nothing is written")
 
     def end(self, output: str) -> Episode:
-        """Finish the run and write the episode; returns the stored episode."""
+        """Finish the run and write the episode; returns the stored episode. ``output`` is the
+        agent's answer, a string (``""`` for none: :class:`InvalidDocument` for ``None``)."""
         self._check_open()
         episode = self.build(output)
         self.store.add_episode(episode)
