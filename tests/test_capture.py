@@ -768,3 +768,13 @@ def test_a_token_count_that_is_not_a_whole_number_is_named_and_nothing_is_added(
         run.add_usage(usage, **kwargs)  # type: ignore[arg-type]
     assert raised.value.fields == fields
     assert run.usage is not None and (run.usage.prompt_tokens, run.usage.completion_tokens) == (10, 0)
+
+
+@pytest.mark.parametrize(
+    "seconds", ["30", float("nan"), float("inf"), -1, True, None, pytest.param(10**400, id="10**400")]
+)
+def test_client_names_a_refresh_interval_that_is_not_a_finite_number_of_seconds(
+    store: MemoryStore, seconds: object
+) -> None:
+    with pytest.raises(InvalidDocument, match=r"^invalid policy client: refresh_seconds: must be a finite number"):
+        PolicyClient(store, AGENT, refresh_seconds=seconds)  # type: ignore[arg-type]
