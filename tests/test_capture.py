@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+import datetime
 import json
 import math
 import random
+import re
 from pathlib import Path
 
 import pytest
@@ -67,7 +69,7 @@ def test_full_flow_stores_the_episode(store: MemoryStore, decision: Decision, cl
         call.result = {"hits": 3}
     with pytest.raises(TimeoutError, match="slow"), run.tool("calculator", arguments={"expr": "2+2"}):
         raise TimeoutError("slow")
-    run.step("answer", latency_ms=-5, kind="llm")
+    run.step("answer", latency_ms=0, kind="llm")
     clock.advance(2.5)
     episode = run.end("2 + 2 = 4")
 
@@ -94,7 +96,7 @@ def test_full_flow_stores_the_episode(store: MemoryStore, decision: Decision, cl
     assert search.result == "{'hits': 3}" and search.arguments == {"q": "2 + 2"} and search.call_id == "c1"
     assert search.latency_ms >= 0 and search.error is None
     assert calc.error == "TimeoutError: slow" and calc.result is None and calc.arguments == {"expr": "2+2"}
-    assert answer.latency_ms == 0.0  # negative latencies are clamped
+    assert answer.latency_ms == 0.0
     assert episode.failed_steps == 1
 
 
@@ -399,6 +401,10 @@ def test_text_that_is_not_a_string_is_named_and_nothing_is_written(
     run = capture(store, decision, clock)
     with pytest.raises(InvalidDocument, match=r"output: must be a string, got dict"):
         run.end({"answer": 4})  # type: ignore[arg-type]
+    with pytest.raises(InvalidDocument, match=r"^invalid episode: output: must be a string, got NoneType"):
+        run.end(None)  # type: ignore[arg-type]
+    with pytest.raises(InvalidDocument, match=r"^invalid episode: output: must be a string, got NoneType"):
+        asyncio.run(run.aend(None))  # type: ignore[arg-type]
     assert store.list_episodes(AGENT) == []
     run.end("4")  # the run is still open: the agent can end it properly
     assert [e["output"] for e in store.list_episodes(AGENT)] == ["4"]
@@ -566,7 +572,209 @@ def test_model_usage_adds_up_from_responses_and_numbers(clock: ManualClock) -> N
     episode = run.end("hello")
     assert episode.usage is not None and (episode.usage.prompt_tokens, episode.usage.completion_tokens) == (2_010, 505)
     assert episode.usage.total == 2_515
-    with pytest.raises(ValueError, match="usage: token counts must not be negative"):
+    with pytest.raises(InvalidDocument, match=r"^invalid episode: usage\.prompt_tokens: must be a whole number"):
         EpisodeCapture(store, policy.choose(), input="hi", clock=clock).add_usage(prompt_tokens=-1)
     plain = EpisodeCapture(store, policy.choose(), input="hi", clock=clock).end("hello")
     assert plain.usage is None and "usage" not in plain.to_dict()
+
+
+# --------------------------------------------------------------------------- bad values
+
+
+@pytest.mark.parametrize(
+    ("latency", "problem"),
+    [
+        ("5", "must be a number of milliseconds, got str"),
+        (None, "must be a number of milliseconds, got NoneType"),
+        (True, "must be a number of milliseconds, got bool"),
+        (float("nan"), "must be a finite number, got nan"),
+        (float("inf"), "must be a finite number, got inf"),
+        pytest.param(10**400, "must be a finite number", id="10**400"),
+        (-5, "must not be negative, got -5"),
+    ],
+)
+def test_a_latency_that_is_not_a_finite_non_negative_number_is_named(
+    store: MemoryStore, decision: Decision, clock: ManualClock, latency: object, problem: str
+) -> None:
+    run = capture(store, decision, clock)
+    run.step("first", latency_ms=1)
+    with pytest.raises(InvalidDocument, match=rf"^invalid episode: steps\[1\]\.latency_ms: {re.escape(problem)}"):
+        run.step("second", latency_ms=latency)  # type: ignore[arg-type]
+    assert [s.name for s in run.steps] == ["first"]
+    assert run.end("ok").steps[0].latency_ms == 1.0
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "field", "problem"),
+    [
+        ({"name": None}, "name", "must be a string, got NoneType"),
+        ({"name": ""}, "name", "at least 1 character"),
+        ({"status": "failed"}, "status", "'ok' or 'error'"),
+        ({"kind": "agent"}, "kind", "'tool', 'llm', 'retrieval' or 'step'"),
+        ({"error": 404, "status": "error"}, "error", "must be a string, got int"),
+        ({"call_id": 7}, "call_id", "valid string"),
+        ({"arguments": ["q"]}, "arguments", "must be an object (a dict), got list"),
+        ({"arguments": {1: "q"}}, "arguments", "must have string keys"),
+        ({"arguments": {"x": float("nan")}}, "arguments", "must be JSON with finite numbers"),
+        ({"arguments": {"x": float("nan"), "pad": "p" * MAX_JSON_CHARS}}, "arguments", "finite numbers"),
+        ({"arguments": {"when": datetime.date(2026, 1, 1)}}, "arguments", "must be JSON with finite numbers"),
+    ],
+)
+def test_a_bad_step_value_is_named_with_the_step_index(
+    store: MemoryStore, decision: Decision, clock: ManualClock, kwargs: dict[str, object], field: str, problem: str
+) -> None:
+    run = capture(store, decision, clock)
+    with pytest.raises(InvalidDocument, match=r"^invalid episode: steps\[0\]\." + field + ": .*" + re.escape(problem)):
+        run.step(**({"name": "search", "latency_ms": 1.0} | kwargs))  # type: ignore[arg-type]
+    assert run.steps == [] and run._truncated == []
+
+
+def test_every_bad_step_value_is_named_at_once(store: MemoryStore, decision: Decision, clock: ManualClock) -> None:
+    run = capture(store, decision, clock)
+    with pytest.raises(InvalidDocument) as raised:
+        run.step(None, latency_ms="5", kind="agent")  # type: ignore[arg-type]
+    assert raised.value.fields == ["steps[0].name", "steps[0].latency_ms", "steps[0].kind"]
+
+
+def test_a_tool_call_with_arguments_that_are_not_json_is_refused_before_it_runs(
+    store: MemoryStore, decision: Decision, clock: ManualClock
+) -> None:
+    ran = []
+    run = capture(store, decision, clock)
+    with pytest.raises(InvalidDocument, match=r"^invalid episode: steps\[0\]\.arguments: must be JSON"), run.tool(
+        "search", arguments={"when": datetime.date(2026, 1, 1)}
+    ):
+        ran.append(True)
+        raise ConnectionError("down")
+    with pytest.raises(InvalidDocument, match=r"steps\[0\]\.name: must be a string"), run.tool(None):  # type: ignore[arg-type]
+        ran.append(True)
+    assert ran == [] and run.steps == []
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "field", "problem"),
+    [
+        ({"input": None}, "input", "must be a string, got NoneType"),
+        ({"redact": lambda text: None}, "input", "redact must return a string, got NoneType"),
+        ({"instructions": 0}, "instructions", "must be a string, got int"),
+        ({"episode_id": "a~b"}, "episode_id", "'a~b' does not fit: use letters"),
+        ({"episode_id": 7}, "episode_id", "valid string"),
+        ({"metadata": {"user": {"id": 7}}}, "metadata.user", "must be a string of at most"),
+        ({"metadata": [("user", "u1")]}, "metadata", "must be a mapping of names to values, got list"),
+        ({"tool_definitions": [{"limit": math.nan}]}, "tool_definitions", "must be JSON with finite numbers"),
+        ({"tool_definitions": "search"}, "tool_definitions", "valid list"),
+        ({"ttl": "60"}, "ttl", "valid integer"),
+    ],
+)
+def test_a_bad_episode_value_is_named_where_it_is_passed(
+    store: MemoryStore, decision: Decision, clock: ManualClock, kwargs: dict[str, object], field: str, problem: str
+) -> None:
+    ran = []
+    match = rf"^invalid episode: {re.escape(field)}: .*{re.escape(problem)}"
+    with pytest.raises(InvalidDocument, match=match), capture(store, decision, clock, **kwargs):
+        ran.append(True)
+        raise TimeoutError
+    assert ran == [] and store.list_episodes() == []
+
+
+def test_a_value_changed_after_the_run_began_is_named_when_it_ends(
+    store: MemoryStore, decision: Decision, clock: ManualClock
+) -> None:
+    run = capture(store, decision, clock, metadata={"user": "u1"})
+    run.metadata["when"] = datetime.date(2026, 1, 1)
+    with pytest.raises(InvalidDocument, match=r"^invalid episode: metadata\.when: must be a string"):
+        run.end("4")
+    assert store.list_episodes() == []
+
+
+# --------------------------------------------------------------------------- failures to record
+
+
+@pytest.mark.parametrize("reraise", [True, False])
+def test_a_failed_call_that_cannot_be_recorded_still_raises_its_own_exception(
+    store: MemoryStore, decision: Decision, clock: ManualClock, reraise: bool, caplog: pytest.LogCaptureFixture
+) -> None:
+    arguments: dict[str, object] = {"q": "x"}
+    run = capture(store, decision, clock)
+    call = run.tool("search", arguments=arguments, reraise=reraise)
+    with pytest.raises(ConnectionError, match="down") as raised, call:
+        arguments["when"] = datetime.date(2026, 1, 1)  # changed after the call was checked
+        raise ConnectionError("down")
+    assert raised.value.__notes__ == [
+        "agent_learning: the failed call 'search' was not recorded: InvalidDocument: invalid episode: "
+        "steps[0].arguments: must be JSON with finite numbers (Object of type date is not JSON serializable)"
+    ]
+    assert run.steps == []
+    assert "the failed call 'search' was not recorded" in caplog.text
+
+
+class FailingStore(MemoryStore):
+    def add_episode(self, episode: Episode) -> None:
+        raise ConnectionRefusedError("store unreachable")
+
+    async def add_episode_async(self, episode: Episode) -> None:
+        self.add_episode(episode)
+
+
+@pytest.mark.parametrize("mode", ["sync", "async"])
+def test_a_crash_episode_that_cannot_be_written_leaves_the_agent_exception_in_place(
+    decision: Decision, clock: ManualClock, mode: str
+) -> None:
+    async def agent() -> None:
+        async with capture(FailingStore(), decision, clock):
+            raise TimeoutError("model")
+
+    with pytest.raises(TimeoutError, match="model") as raised:
+        if mode == "async":
+            asyncio.run(agent())
+        else:
+            with capture(FailingStore(), decision, clock):
+                raise TimeoutError("model")
+    assert raised.value.__notes__ == [
+        "agent_learning: episode ep-1 was not written: ConnectionRefusedError: store unreachable"
+    ]
+
+
+def test_a_crash_episode_that_fails_validation_leaves_the_agent_exception_in_place(
+    store: MemoryStore, decision: Decision, clock: ManualClock
+) -> None:
+    with pytest.raises(TimeoutError) as raised, capture(store, decision, clock) as run:
+        run.metadata["user"] = {"id": 7}
+        raise TimeoutError
+    assert len(raised.value.__notes__) == 1
+    assert raised.value.__notes__[0].startswith(
+        "agent_learning: episode ep-1 was not written: InvalidDocument: invalid episode: metadata.user: must be"
+    )
+    assert store.list_episodes() == [] and run.episode is None
+
+
+@pytest.mark.parametrize(
+    ("usage", "kwargs", "fields"),
+    [
+        ({"prompt_tokens": "abc"}, {}, ["usage.prompt_tokens"]),
+        ({"prompt_tokens": "12", "completion_tokens": 3.0}, {}, ["usage.prompt_tokens", "usage.completion_tokens"]),
+        ({"completion_tokens": True}, {}, ["usage.completion_tokens"]),
+        (None, {"completion_tokens": -3}, ["usage.completion_tokens"]),
+        (None, {"prompt_tokens": 1.5}, ["usage.prompt_tokens"]),
+    ],
+)
+def test_a_token_count_that_is_not_a_whole_number_is_named_and_nothing_is_added(
+    store: MemoryStore, decision: Decision, clock: ManualClock, usage: object, kwargs: dict[str, object],
+    fields: list[str],
+) -> None:
+    run = capture(store, decision, clock)
+    run.add_usage({"prompt_tokens": 10, "completion_tokens": None})  # a count a client leaves out is 0
+    with pytest.raises(InvalidDocument, match=r"^invalid episode: usage\.\w+: must be a whole number") as raised:
+        run.add_usage(usage, **kwargs)  # type: ignore[arg-type]
+    assert raised.value.fields == fields
+    assert run.usage is not None and (run.usage.prompt_tokens, run.usage.completion_tokens) == (10, 0)
+
+
+@pytest.mark.parametrize(
+    "seconds", ["30", float("nan"), float("inf"), -1, True, None, pytest.param(10**400, id="10**400")]
+)
+def test_client_names_a_refresh_interval_that_is_not_a_finite_number_of_seconds(
+    store: MemoryStore, seconds: object
+) -> None:
+    with pytest.raises(InvalidDocument, match=r"^invalid policy client: refresh_seconds: must be a finite number"):
+        PolicyClient(store, AGENT, refresh_seconds=seconds)  # type: ignore[arg-type]

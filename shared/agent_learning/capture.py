@@ -25,6 +25,15 @@ Failures, and what they cost the action drawn:
   output is penalised); the exception propagates.
 * ``run.discard(reason)`` writes nothing: for failures that say nothing about the configuration
   drawn (the model provider is down, the user went away), so that they are not charged to it.
+* Recording never hides the agent's exception: if a failed call or the crash episode cannot be
+  recorded (the store is unreachable, a value changed after it was checked), the agent's exception
+  propagates with a note saying why (and the capture logs a warning).
+
+Values are checked where they are passed: the constructor's, ``run.tool(...)``'s on entry (before
+the call runs), ``run.step(...)``'s and ``run.add_usage(...)``'s. A bad one raises
+:class:`~agent_learning.errors.InvalidDocument` naming the episode's field, e.g.
+``invalid episode: steps[2].latency_ms: must not be negative, got -5``; nothing is coerced (a
+latency is a finite number of milliseconds, at least 0; an output is a string, ``""`` for none).
 
 ``episode.truncated`` names what was cut: ``input``, ``output``, ``instructions`` (over
 their caps), ``steps`` (a step's text or arguments over their caps, or steps beyond
@@ -41,12 +50,18 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
+import math
+import numbers
 import time
 import uuid
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any, Literal, Protocol
+
+from pydantic import ValidationError
 
 from .clock import SYSTEM_CLOCK, Clock
 from .documents import (
@@ -58,12 +73,15 @@ from .documents import (
     Episode,
     Step,
     Usage,
+    invalid_from_pydantic,
     json_bytes,
 )
 from .errors import InvalidDocument
 from .policy import Decision
 
 _MARK = " …[truncated]"
+
+log = logging.getLogger(__name__)
 
 
 class EpisodeWriter(Protocol):
@@ -108,9 +126,17 @@ class EpisodeCapture:
         self.decision = decision
         self.episode_id = episode_id or uuid.uuid4().hex
         self._truncated: list[str] = []
-        self.input = self._cap("input", redact(input) if redact else input, MAX_TEXT_CHARS)
-        self.instructions = self._cap("instructions", instructions, MAX_TEXT_CHARS) if instructions else instructions
+        text = _checked_text("input", input, required=True)
+        if redact is not None:
+            text = redact(text)
+            if not isinstance(text, str):
+                raise InvalidDocument("episode", [("input", f"redact must return a string, got {type(text).__name__}")])
+        self.input = self._cap("input", text, MAX_TEXT_CHARS)
+        self.instructions = self._cap("instructions", instructions, MAX_TEXT_CHARS)
         self.tool_definitions = tool_definitions
+        if metadata is not None and not isinstance(metadata, Mapping):
+            problem = f"must be a mapping of names to values, got {type(metadata).__name__}"
+            raise InvalidDocument("episode", [("metadata", problem)])
         self.metadata = dict(metadata or {})
         self.ttl = ttl
         self.clock = clock
@@ -120,6 +146,11 @@ class EpisodeCapture:
         self.episode: Episode | None = None
         self.discarded: str | None = None
         """Why the run was discarded (:meth:`discard`), or None."""
+        try:  # the episode as it stands (what a crash would write): its values are refused here, not at the end
+            Episode(**self._fields("", [], self.started_at))
+        except ValidationError as exc:
+            problems = invalid_from_pydantic("episode", exc).problems
+            raise InvalidDocument("episode", [("episode_id" if f == "id" else f, p) for f, p in problems]) from None
 
     # ------------------------------------------------------------------ recording
 
@@ -135,32 +166,69 @@ class EpisodeCapture:
         result: Any = None,
         call_id: str | None = None,
     ) -> None:
-        """Record a finished step or tool call."""
+        """Record a finished step or tool call; a bad value raises :class:`InvalidDocument` naming
+        ``steps[i].<field>`` (``latency_ms`` must be a finite number of milliseconds, at least 0)."""
+        step, cut = self._new_step(
+            len(self.steps), name, latency_ms=latency_ms, status=status, error=error, kind=kind,
+            arguments=arguments, result=result, call_id=call_id,
+        )
         if len(self.steps) >= MAX_STEPS:
             self._note("steps")
             return
-        n = len(self.steps)
-        try:
-            oversized = arguments is not None and json_bytes(arguments) > MAX_JSON_CHARS
-        except (TypeError, ValueError):
-            oversized = False  # not JSON: the Step says so, naming the field
-        if oversized:
-            arguments = _shrink_arguments(arguments, MAX_JSON_CHARS)
+        self.steps.append(step)
+        if cut:
             self._note("steps")
-        self.steps.append(
-            Step(
+
+    def _new_step(
+        self, n: int, name: Any, *, latency_ms: Any, status: Any, error: Any, kind: Any, arguments: Any,
+        result: Any, call_id: Any,
+    ) -> tuple[Step, bool]:
+        """Step ``n`` as it would be recorded, and whether a text or the arguments were cut to their caps.
+
+        Raises :class:`InvalidDocument` naming every bad field as ``steps[n].<field>``."""
+        path = f"steps[{n}]"
+        problems: list[tuple[str, str]] = []
+        if not isinstance(name, str):
+            problems.append((f"{path}.name", f"must be a string, got {type(name).__name__}"))
+            name = "step"
+        latency, problem = _latency(latency_ms)
+        if problem:
+            problems.append((f"{path}.latency_ms", problem))
+        if error is None or error == "":
+            error = "error" if status == "error" else None
+        texts = {"error": error, "result": None if result is None else str(result)}
+        for field, text in texts.items():
+            if text is not None and not isinstance(text, str):
+                problems.append((f"{path}.{field}", f"must be a string, got {type(text).__name__}"))
+                texts[field] = None
+        cut = any(text is not None and len(text) > MAX_STEP_TEXT_CHARS for text in texts.values())
+        if arguments is not None:
+            size, problem = _json_arguments(arguments)
+            if problem:
+                problems.append((f"{path}.arguments", problem))
+                arguments = None
+            elif size > MAX_JSON_CHARS:
+                arguments = _shrink_arguments(arguments, MAX_JSON_CHARS)
+                cut = True
+        try:
+            step = Step(
                 name=name[:128],
                 kind=kind,
                 status=status,
-                latency_ms=max(0.0, float(latency_ms)),
-                error=self._cap(
-                    f"steps[{n}].error", error or ("error" if status == "error" else None), MAX_STEP_TEXT_CHARS
-                ),
+                latency_ms=latency,
+                error=_truncate(texts["error"], MAX_STEP_TEXT_CHARS),
                 arguments=arguments,
-                result=self._cap(f"steps[{n}].result", None if result is None else str(result), MAX_STEP_TEXT_CHARS),
+                result=_truncate(texts["result"], MAX_STEP_TEXT_CHARS),
                 call_id=call_id,
             )
-        )
+        except ValidationError as exc:
+            problems += [
+                (path if field == "(document)" else f"{path}.{field}", problem)
+                for field, problem in invalid_from_pydantic("episode", exc).problems
+            ]
+        if problems:
+            raise InvalidDocument("episode", problems)
+        return step, cut
 
     @contextmanager
     def tool(
@@ -173,15 +241,25 @@ class EpisodeCapture:
         reraise: bool = True,
     ) -> Iterator[ToolCall]:
         """Time a tool call. An exception marks it as failed and propagates (with ``reraise=False``
-        it is recorded and swallowed: an ``Exception``, never ``KeyboardInterrupt`` and the like);
-        :meth:`ToolCall.fail` marks it as failed without one."""
+        it is recorded and swallowed: an ``Exception``, never ``KeyboardInterrupt`` and the like;
+        if it cannot be recorded, it propagates with a note saying why); :meth:`ToolCall.fail` marks
+        it as failed without one. ``name``, ``arguments``, ``kind`` and ``call_id`` are checked before
+        the call runs (:class:`InvalidDocument`)."""
+        self._new_step(
+            len(self.steps), name, latency_ms=0.0, status="ok", error=None, kind=kind, arguments=arguments,
+            result=None, call_id=call_id,
+        )
         call = ToolCall()
         t0 = time.perf_counter()
         try:
             yield call
         except BaseException as exc:
-            call.fail(exc)
-            self._record_call(name, call, t0, kind, arguments, call_id)
+            try:
+                call.fail(exc)
+                self._record_call(name, call, t0, kind, arguments, call_id)
+            except Exception as failure:
+                _unrecorded(exc, f"the failed call {name!r} was not recorded", failure)
+                reraise = True  # the call's own exception goes on, never this one
             if reraise or not isinstance(exc, Exception):
                 raise
             return
@@ -192,7 +270,7 @@ class EpisodeCapture:
     ) -> None:
         self.step(
             name,
-            latency_ms=(time.perf_counter() - t0) * 1000,
+            latency_ms=max(0.0, (time.perf_counter() - t0) * 1000),
             status="error" if call.error is not None else "ok",
             error=call.error,
             kind=kind,
@@ -204,16 +282,28 @@ class EpisodeCapture:
     def add_usage(self, usage: Any = None, *, prompt_tokens: int = 0, completion_tokens: int = 0) -> None:
         """Count model tokens the run spent: a model response's ``usage`` (anything with
         ``prompt_tokens`` and ``completion_tokens``, attributes or keys, as OpenAI's clients
-        return) or the two numbers. Calls add up; the episode records the sum."""
+        return; a missing or None count is 0) or the two numbers. Calls add up; the episode
+        records the sum. A count that is not a whole number, at least 0, raises
+        :class:`InvalidDocument` naming ``usage.prompt_tokens`` or ``usage.completion_tokens``."""
+        counts = {"prompt_tokens": [prompt_tokens], "completion_tokens": [completion_tokens]}
         if usage is not None:
             get = usage.get if isinstance(usage, Mapping) else lambda name, default: getattr(usage, name, default)
-            prompt_tokens += int(get("prompt_tokens", 0) or 0)
-            completion_tokens += int(get("completion_tokens", 0) or 0)
-        if prompt_tokens < 0 or completion_tokens < 0:
-            raise ValueError(f"usage: token counts must not be negative, got {prompt_tokens} and {completion_tokens}")
+            for name, values in counts.items():
+                values.append(get(name, None))
+        problems = [
+            (f"usage.{name}", f"must be a whole number of tokens, at least 0, got {value!r:.40}")
+            for name, values in counts.items()
+            for value in values
+            if value is not None and (isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 0)
+        ]
+        if problems:
+            raise InvalidDocument("episode", problems)
+        added = {name: sum(int(value) for value in values if value is not None) for name, values in counts.items()}
         before = self.usage or Usage()
-        self.usage = Usage(prompt_tokens=before.prompt_tokens + prompt_tokens,
-                           completion_tokens=before.completion_tokens + completion_tokens)
+        self.usage = Usage(
+            prompt_tokens=before.prompt_tokens + added["prompt_tokens"],
+            completion_tokens=before.completion_tokens + added["completion_tokens"],
+        )
 
     def discard(self, reason: str = "") -> None:
         """Write no episode for this run (module docstring: Failures); ``end()`` then refuses."""
@@ -224,11 +314,26 @@ class EpisodeCapture:
     # ------------------------------------------------------------------ ending
 
     def build(self, output: str) -> Episode:
-        """The episode as it would be stored (validated), without writing it."""
+        """The episode as it would be stored (validated: :class:`InvalidDocument`), without writing it."""
+        capped = _truncate(_checked_text("output", output, required=True), MAX_TEXT_CHARS) or ""
+        fields = self._fields(capped, list(self.steps), max(self.clock.now(), self.started_at))
+        if capped != output:
+            fields["truncated"].append("output")
+        truncated = fields["truncated"]
+        size = json_bytes(Episode.model_construct(**fields).model_dump(mode="json"))
+        if size > MAX_EPISODE_BYTES:
+            names = [f"steps.{f}" for f in _CUT_FIELDS]  # recorded in `truncated`: room for them too
+            fields["steps"], cut = _fit_steps(fields["steps"], size - MAX_EPISODE_BYTES + json_bytes(names))
+            fields["truncated"] = [*truncated, *(f"steps.{f}" for f in cut)]
+        try:
+            return Episode(**fields)
+        except ValidationError as exc:
+            raise invalid_from_pydantic("episode", exc) from None
+
+    def _fields(self, output: str, steps: list[Step], ended_at: datetime) -> dict[str, Any]:
+        """The episode's fields, unvalidated."""
         d = self.decision
-        capped = _truncate(_checked_text("output", output), MAX_TEXT_CHARS)
-        truncated = [*self._truncated, "output"] if capped != output else list(self._truncated)
-        fields: dict[str, Any] = {
+        return {
             "id": self.episode_id,
             "agent_id": d.agent_id,
             "policy_version": d.version,
@@ -236,24 +341,18 @@ class EpisodeCapture:
             "probability": d.probability,
             "logprob": d.logprob,
             "input": self.input,
-            "output": capped or "",
+            "output": output,
             "instructions": self.instructions,
             "tool_definitions": self.tool_definitions,
-            "steps": list(self.steps),
+            "steps": steps,
             "started_at": self.started_at,
-            "ended_at": max(self.clock.now(), self.started_at),
+            "ended_at": ended_at,
             "metadata": self.metadata,
-            "truncated": truncated,
+            "truncated": list(self._truncated),
             "ttl": self.ttl,
-            "context": dict(d.context) if d.context is not None else None,
+            "context": dict(d.context) if isinstance(d.context, Mapping) else d.context,
             "usage": self.usage,
         }
-        size = json_bytes(Episode.model_construct(**fields).model_dump(mode="json"))
-        if size > MAX_EPISODE_BYTES:
-            names = [f"steps.{f}" for f in _CUT_FIELDS]  # recorded in `truncated`: room for them too
-            fields["steps"], cut = _fit_steps(fields["steps"], size - MAX_EPISODE_BYTES + json_bytes(names))
-            fields["truncated"] = [*truncated, *(f"steps.{f}" for f in cut)]
-        return Episode(**fields)
 
     def _check_open(self) -> None:
         if self.episode is not None:
@@ -262,7 +361,8 @@ class EpisodeCapture:
             raise RuntimeError(f"episode {self.episode_id} was discarded ({self.discarded}); nothing is written")
 
     def end(self, output: str) -> Episode:
-        """Finish the run and write the episode; returns the stored episode."""
+        """Finish the run and write the episode; returns the stored episode. ``output`` is the
+        agent's answer, a string (``""`` for none: :class:`InvalidDocument` for ``None``)."""
         self._check_open()
         episode = self.build(output)
         self.store.add_episode(episode)
@@ -286,28 +386,34 @@ class EpisodeCapture:
 
     def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: object) -> None:
         if exc is not None and self.episode is None and self.discarded is None:
-            self._record_crash(exc)
-            self.end("")
+            try:
+                self._record_crash(exc)
+                self.end("")
+            except Exception as failure:  # the agent's exception goes on, never this one
+                _unrecorded(exc, f"episode {self.episode_id} was not written", failure)
 
     async def __aenter__(self) -> EpisodeCapture:
         return self
 
     async def __aexit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: object) -> None:
         if exc is not None and self.episode is None and self.discarded is None:
-            self._record_crash(exc)
-            await self.aend("")
+            try:
+                self._record_crash(exc)
+                await self.aend("")
+            except Exception as failure:
+                _unrecorded(exc, f"episode {self.episode_id} was not written", failure)
 
     # ------------------------------------------------------------------ helpers
 
     def _record_crash(self, exc: BaseException) -> None:
-        elapsed = (self.clock.now() - self.started_at).total_seconds() * 1000
+        elapsed = max(0.0, (self.clock.now() - self.started_at).total_seconds() * 1000)  # a wall clock may step back
         self.step("agent", kind="step", status="error", latency_ms=elapsed, error=f"{type(exc).__name__}: {exc}")
 
     def _cap(self, field: str, text: str | None, limit: int) -> str | None:
-        """Truncate ``text`` and note the field (``steps`` for any step's text), once."""
+        """Truncate ``text`` and note the field, once."""
         capped = _truncate(_checked_text(field, text), limit)
         if capped != text:
-            self._note("steps" if field.startswith("steps") else field)
+            self._note(field)
         return capped
 
     def _note(self, name: str) -> None:
@@ -316,11 +422,45 @@ class EpisodeCapture:
             self._truncated.append(name)
 
 
-def _checked_text(field: str, text: object) -> str | None:
-    """``text`` if it is a string or None; otherwise :class:`InvalidDocument` naming ``field``."""
-    if text is not None and not isinstance(text, str):
+def _checked_text(field: str, text: object, *, required: bool = False) -> str | None:
+    """``text`` if it is a string (or None, unless ``required``); else :class:`InvalidDocument` naming ``field``."""
+    if not isinstance(text, str) and (required or text is not None):
         raise InvalidDocument("episode", [(field, f"must be a string, got {type(text).__name__}")])
     return text
+
+
+def _unrecorded(exc: BaseException, what: str, failure: Exception) -> None:
+    """Say on the agent's exception ``exc`` (a note) and in the log that recording it failed."""
+    message = f"agent_learning: {what}: {type(failure).__name__}: {failure}"
+    exc.add_note(message)
+    log.warning("%s (while %s propagated)", message, type(exc).__name__)
+
+
+def _latency(value: object) -> tuple[float, str | None]:
+    """``value`` as a latency in milliseconds, or 0 and why it is not one (no coercion from strings)."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        return 0.0, f"must be a number of milliseconds, got {type(value).__name__}"
+    try:
+        latency = float(value)
+    except OverflowError:
+        latency = math.inf
+    if not math.isfinite(latency):
+        return 0.0, f"must be a finite number, got {value!r:.40}"
+    if latency < 0:
+        return 0.0, f"must not be negative, got {value!r:.40}"
+    return latency, None
+
+
+def _json_arguments(arguments: object) -> tuple[int, str | None]:
+    """The size of ``arguments`` as :func:`json_bytes` counts it, or why they are not a step's arguments."""
+    if not isinstance(arguments, dict):
+        return 0, f"must be an object (a dict), got {type(arguments).__name__}"
+    if not all(isinstance(key, str) for key in arguments):
+        return 0, "must have string keys"
+    try:
+        return len(json.dumps(arguments, allow_nan=False, separators=(",", ":"))), None
+    except (TypeError, ValueError, RecursionError) as exc:
+        return 0, f"must be JSON with finite numbers ({exc})"
 
 
 def _truncate(text: str | None, limit: int) -> str | None:

@@ -19,6 +19,7 @@ from __future__ import annotations
 import json
 import logging
 import random
+import sys
 import threading
 import time
 import urllib.error
@@ -60,6 +61,13 @@ class PolicyClient:
     ) -> None:
         if problem := agent_id_problem(agent_id):
             raise InvalidDocument("policy client", [("agent_id", problem)])
+        if (
+            isinstance(refresh_seconds, bool)
+            or not isinstance(refresh_seconds, int | float)
+            or not 0 <= refresh_seconds <= sys.float_info.max
+        ):
+            problem = f"must be a finite number of seconds, at least 0, got {refresh_seconds!r:.40}"
+            raise InvalidDocument("policy client", [("refresh_seconds", problem)])
         self.store = store
         self.agent_id = agent_id
         self.refresh_seconds = refresh_seconds
