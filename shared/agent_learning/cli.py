@@ -385,6 +385,9 @@ def demo(
     unknown = [n for n in names if n not in SCENARIOS]
     if unknown:
         raise ValueError(f"--agents: unknown simulated agent(s) {unknown}; choose from {sorted(SCENARIOS)}")
+    repeated = sorted({n for n in names if names.count(n) > 1})
+    if repeated:
+        raise ValueError(f"--agents: {', '.join(repeated)} given more than once; name each simulated agent once")
     if episodes % batch:
         raise ValueError(f"--episodes: {episodes} is not a multiple of --batch {batch} (a training run follows "
                          f"each batch); try --episodes {max(batch, episodes - episodes % batch)}")

@@ -64,6 +64,29 @@ def test_the_demo_needs_an_agent(tmp_path: Path, agents: str) -> None:
     assert not demo_db.exists()
 
 
+@pytest.mark.parametrize("agents, named", [("support-bot,support-bot", "support-bot given more than once"),
+                                            ("support-bot,nobody", "unknown simulated agent(s) ['nobody']")])
+def test_the_demo_refuses_repeated_or_unknown_agents_before_touching_its_db(
+    tmp_path: Path, agents: str, named: str
+) -> None:
+    demo_db = tmp_path / "d.db"
+    ok("demo", "--agents", "math-tutor", "--episodes", "100", "--batch", "100", "--db", str(demo_db), "--no-plot")
+    before = demo_db.read_bytes()
+    line = refused("demo", "--agents", agents, "--db", str(demo_db), "--episodes", "10", "--batch", "5", "--no-plot")
+    assert line.startswith("error: --agents: ") and named in line
+    assert demo_db.read_bytes() == before
+
+
+def test_run_demo_refuses_a_repeated_scenario_before_touching_its_db(tmp_path: Path) -> None:
+    from agent_learning.demo import run_demo
+
+    demo_db = tmp_path / "d.db"
+    demo_db.write_bytes(b"kept")
+    with pytest.raises(ValueError, match=r"scenarios: .*more than once"):
+        run_demo(db_path=demo_db, scenarios=["support-bot", "support-bot"], episodes_per_agent=10, batch=5)
+    assert demo_db.read_bytes() == b"kept"
+
+
 def test_paths_the_filesystem_refuses_are_named_in_one_line(
     tmp_path: Path, db: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
