@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import functools
 import json
+import math
 import os
 import sqlite3
 import sys
@@ -523,6 +524,32 @@ def _read_actions(actions_file: str) -> list[Any] | dict[str, Any]:
     return actions
 
 
+def _checked_floor(floor: float, given: str, actions: list[Any] | dict[str, Any]) -> float:
+    """``floor`` if every action (every value of the largest dimension) can have it, else a
+    ValueError naming where it came from (``given``) and a floor that fits."""
+    if not math.isfinite(floor) or floor < 0:
+        raise ValueError(f"--exploration-floor: must be a finite number >= 0, got {floor}")
+    if isinstance(actions, dict):
+        sizes = {str(name): len(values) for name, values in (actions.get("dimensions") or {}).items()
+                 if isinstance(values, list)} if isinstance(actions.get("dimensions"), dict) else {}
+        if not sizes:
+            return floor  # the document's validation names what is wrong with the dimensions
+        largest = max(sizes, key=sizes.__getitem__)
+        k, what = sizes[largest], f"values of dimension {largest!r}"
+    else:
+        k, what = len(actions), "actions"
+    if floor * k < 1:
+        return floor
+    fits = float(f"{0.5 / k:.0e}")  # one significant digit, at most half of 1/k
+    where = {
+        "option": f"--exploration-floor: {floor} x {k} {what} reaches 1",
+        "setting": f"--exploration-floor: AGENT_LEARNING_EXPLORATION_FLOOR={floor} x {k} {what} reaches 1",
+        "default": f"--exploration-floor: the default floor {floor} x {k} {what} reaches 1",
+    }[given]
+    raise ValueError(f"{where} (the floor is each one's minimum probability, so floor x {k} must be below 1); "
+                     f"pass a smaller --exploration-floor, e.g. --exploration-floor {fits:g}")
+
+
 @main.command("init-policy")
 @click.option("--agent-id", required=True, callback=_agent_id, help="The new agent's id.")
 @click.option(
@@ -539,7 +566,9 @@ def _read_actions(actions_file: str) -> list[Any] | dict[str, Any]:
     default=None,
     help="Default: AGENT_LEARNING_TEMPERATURE.",
 )
-@click.option("--exploration-floor", type=float, default=None, help="Minimum probability of every action.")
+@click.option("--exploration-floor", type=float, default=None,
+              help="Minimum probability of every action; times the number of actions, below 1. "
+              "Default: AGENT_LEARNING_EXPLORATION_FLOOR.")
 @db_option
 @_handle_errors
 def init_policy(
@@ -548,9 +577,14 @@ def init_policy(
     """Create version 1 (uniform) of an agent's policy."""
     settings = _settings(db)
     actions = _read_actions(actions_file)
+    if exploration_floor is None:
+        given = "setting" if "exploration_floor" in settings.model_fields_set else "default"
+        exploration_floor = _checked_floor(settings.exploration_floor, given, actions)
+    else:
+        exploration_floor = _checked_floor(exploration_floor, "option", actions)
     options = {
         "temperature": settings.temperature if temperature is None else temperature,
-        "exploration_floor": settings.exploration_floor if exploration_floor is None else exploration_floor,
+        "exploration_floor": exploration_floor,
     }
     if isinstance(actions, dict):
         first = StructuredPolicy.create(
@@ -804,7 +838,14 @@ def policy_revise(agent_id: str, actions_file: str, renames: tuple[tuple[str, st
         )
     actions = SoftmaxPolicy.from_actions(agent_id, listed).actions
     with _store(db) as (store, settings):
-        _current(store, settings, agent_id)
+        current = _current(store, settings, agent_id)
+        if not current.dimensions and current.exploration_floor * len(actions) >= 1:
+            fit = math.ceil(1 / current.exploration_floor) - 1
+            raise ValueError(
+                f"--actions: {len(actions)} actions x the exploration floor {current.exploration_floor} of "
+                f"v{current.version} reaches 1 (a revision keeps the floor, each action's minimum probability); "
+                f"at most {fit} actions fit"
+            )
         change = revise(store, agent_id, list(actions), renames=pairs, note=note)
     _report_change(change, as_json, f"{agent_id} is now v{change.policy.version}: {change.policy.note}",
                    f"{agent_id} v{change.policy.version} already has these actions; nothing changed")

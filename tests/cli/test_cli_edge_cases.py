@@ -218,3 +218,42 @@ def test_the_demo_does_not_replace_a_file_that_is_not_a_store_without_force(tmp_
     line = refused("demo", "--agents", "math-tutor", "--episodes", "100", "--db", str(other), "--no-plot")
     assert line.startswith(f"error: --db: {other} is not an agent-learning store") and "--force" in line
     assert other.read_bytes() == before
+
+
+def test_a_default_floor_too_large_for_the_actions_says_so_and_what_to_pass(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    many = tmp_path / "k1000.json"
+    many.write_text(json.dumps([f"k{i}" for i in range(1000)]))
+    db = str(tmp_path / "floor.db")
+    init = ["init-policy", "--agent-id", "k", "--actions", str(many), "--db", db]
+    line = refused(*init)
+    assert line.startswith("error: --exploration-floor: the default floor 0.001 x 1000 actions reaches 1"), line
+    assert line.endswith("e.g. --exploration-floor 0.0005")
+    line = refused(*init, "--exploration-floor", "0.002")
+    assert line.startswith("error: --exploration-floor: 0.002 x 1000 actions reaches 1"), line
+    for bad in ("nan", "-0.1"):
+        line = refused(*init, f"--exploration-floor={bad}")
+        assert line == f"error: --exploration-floor: must be a finite number >= 0, got {float(bad)}"
+    monkeypatch.setenv("AGENT_LEARNING_EXPLORATION_FLOOR", "0.002")
+    line = refused(*init)
+    assert line.startswith("error: --exploration-floor: AGENT_LEARNING_EXPLORATION_FLOOR=0.002 x 1000 actions"), line
+    monkeypatch.delenv("AGENT_LEARNING_EXPLORATION_FLOOR")
+    dimensions = tmp_path / "dimensions.json"
+    dimensions.write_text(json.dumps({"dimensions": {"k": list(range(1000)), "prompt": ["a", "b"]}}))
+    line = refused("init-policy", "--agent-id", "k", "--actions", str(dimensions), "--db", db)
+    assert "the default floor 0.001 x 1000 values of dimension 'k' reaches 1" in line
+
+    limit = tmp_path / "k1024.json"
+    limit.write_text(json.dumps([f"k{i}" for i in range(1024)]))
+    ok("init-policy", "--agent-id", "k", "--actions", str(limit), "--db", db, "--exploration-floor", "0.0005")
+    with SQLiteStore(db) as store:
+        assert len(load_current(store, "k").actions) == 1024  # type: ignore[union-attr]
+
+
+def test_a_revision_that_outgrows_the_kept_floor_names_actions(tmp_path: Path, db: str) -> None:
+    many = tmp_path / "k1000.json"
+    many.write_text(json.dumps([f"k{i}" for i in range(1000)]))
+    line = refused("policy", "revise", "--agent-id", AGENT, "--actions", str(many), "--db", db)
+    assert line.startswith("error: --actions: 1000 actions x the exploration floor 0.001 of v1 reaches 1"), line
+    assert line.endswith("at most 999 actions fit")
