@@ -524,6 +524,19 @@ def _read_actions(actions_file: str) -> list[Any] | dict[str, Any]:
     return actions
 
 
+POLICY_OPTIONS = {"temperature": "--temperature", "exploration_floor": "--exploration-floor", "agent_id": "--agent-id"}
+"""The option behind each policy field that does not come from the ``--actions`` file."""
+
+
+def _actions_problem(exc: InvalidDocument) -> ValueError:
+    """A policy built from ``--actions`` that failed validation, as the option's error: each
+    problem after the option it came from (``--actions`` for the file's own fields)."""
+    return ValueError("; ".join(
+        f"{POLICY_OPTIONS[name]}: {problem}" if name in POLICY_OPTIONS else f"--actions: {name}: {problem}"
+        for name, problem in exc.problems
+    ))
+
+
 def _checked_floor(floor: float, given: str, actions: list[Any] | dict[str, Any]) -> float:
     """``floor`` if every action (every value of the largest dimension) can have it, else a
     ValueError naming where it came from (``given``) and a floor that fits."""
@@ -586,16 +599,21 @@ def init_policy(
         "temperature": settings.temperature if temperature is None else temperature,
         "exploration_floor": exploration_floor,
     }
-    if isinstance(actions, dict):
-        first = StructuredPolicy.create(
-            agent_id,
-            actions["dimensions"],
-            context=actions.get("context"),
-            excluded=actions.get("excluded") or (),
-            **options,
-        ).document
-    else:
-        first = SoftmaxPolicy.from_actions(agent_id, actions, **options).to_document(created_at=None)
+    if temperature is not None and not math.isfinite(temperature):
+        raise ValueError(f"--temperature: {temperature} is not in the range {MIN_TEMPERATURE}<=x<={MAX_TEMPERATURE}.")
+    try:
+        if isinstance(actions, dict):
+            first = StructuredPolicy.create(
+                agent_id,
+                actions["dimensions"],
+                context=actions.get("context"),
+                excluded=actions.get("excluded") or (),
+                **options,
+            ).document
+        else:
+            first = SoftmaxPolicy.from_actions(agent_id, actions, **options).to_document(created_at=None)
+    except InvalidDocument as exc:
+        raise _actions_problem(exc) from None
     with _store(db, create=True) as (store, _):
         doc = create_policy(store, first)
     if doc.dimensions:
@@ -836,7 +854,10 @@ def policy_revise(agent_id: str, actions_file: str, renames: tuple[tuple[str, st
             f"--actions: {actions_file} holds an object with dimensions; policy revise takes the complete new list "
             "of actions, and revising a policy's dimensions is not supported: create a new agent with them"
         )
-    actions = SoftmaxPolicy.from_actions(agent_id, listed).actions
+    try:
+        actions = SoftmaxPolicy.from_actions(agent_id, listed).actions
+    except InvalidDocument as exc:
+        raise _actions_problem(exc) from None
     with _store(db) as (store, settings):
         current = _current(store, settings, agent_id)
         if not current.dimensions and current.exploration_floor * len(actions) >= 1:
@@ -1204,6 +1225,11 @@ def episodes_show(episode_id: str, as_json: bool, db: str | None) -> None:
                   highlight=False)
 
 
+FEEDBACK_OPTIONS = {"episode_id": "EPISODE_ID", "source": "--source", "comment": "--comment", "score": "--score",
+                    "thumb": "--up/--down"}
+"""The argument or option of ``agent-learn feedback`` behind each field of a feedback document."""
+
+
 @main.command()
 @click.argument("episode_id")
 @click.option("--up", is_flag=True, help="Thumbs up.")
@@ -1221,9 +1247,19 @@ def feedback(
     """Attach a user's feedback to an episode; its reward is corrected exactly once."""
     if up + down + (score is not None) != 1:
         raise ValueError("give exactly one of --up, --down and --score")
+    if score is not None and not math.isfinite(score):
+        raise ValueError(f"--score: {score} is not in the range 0<=x<=1.")
     thumb = "up" if up else "down" if down else None
     with _store(db) as (store, _):
-        result = record_feedback(store, episode_id, thumb=thumb, score=score, source=source, comment=comment)
+        try:
+            result = record_feedback(store, episode_id, thumb=thumb, score=score, source=source, comment=comment)
+        except InvalidDocument as exc:
+            if exc.kind != "feedback":
+                raise
+            raise ValueError("; ".join(f"{FEEDBACK_OPTIONS.get(name, name)}: {problem}"
+                                       for name, problem in exc.problems)) from None
+        except NotFound as exc:
+            raise NotFound(f"EPISODE_ID: {str(exc).removeprefix('episode_id: ')}") from None
     data = result.to_dict()
     if as_json:
         _echo_json(data)

@@ -257,3 +257,31 @@ def test_a_revision_that_outgrows_the_kept_floor_names_actions(tmp_path: Path, d
     line = refused("policy", "revise", "--agent-id", AGENT, "--actions", str(many), "--db", db)
     assert line.startswith("error: --actions: 1000 actions x the exploration floor 0.001 of v1 reaches 1"), line
     assert line.endswith("at most 999 actions fit")
+
+
+@pytest.mark.parametrize(("args", "line"), [
+    (["EP", "--score", "nan"], "error: --score: nan is not in the range 0<=x<=1."),
+    (["EP", "--up", "--source", "bad source"],
+     "error: --source: 'bad source' does not fit: use letters, digits, '.', '_' and '-', starting with a letter or "
+     "digit, at most 64 characters"),
+    (["", "--up"], "error: EPISODE_ID: '' does not fit: use letters, digits, '.', '_', ':' and '-', starting with a "
+                   "letter or digit, at most 200 characters"),
+    (["EP", "--up"], "error: EPISODE_ID: episode 'EP' does not exist"),
+])
+def test_bad_feedback_names_the_argument_or_option_alone(db: str, args: list[str], line: str) -> None:
+    assert refused("feedback", *args, "--db", db) == line
+
+
+@pytest.mark.parametrize(("structure", "line"), [
+    ({"dimensions": {"p": ["a", "b"]}, "context": {"task": "categroy"}},
+     "error: --actions: context.task: must be \"category\" or \"number\", got 'categroy'"),
+    ({"dimensions": {"p": ["a", "b"], "bad dim": [1]}},
+     "error: --actions: dimensions: 'bad dim' is not a dimension name: use a letter or '_' first, then letters, "
+     "digits or '_', at most 32 characters"),
+])
+def test_a_bad_structure_is_named_as_the_actions_file_writes_it(
+    tmp_path: Path, structure: dict[str, object], line: str
+) -> None:
+    actions = tmp_path / "structure.json"
+    actions.write_text(json.dumps(structure))
+    assert refused("init-policy", "--agent-id", "s", "--actions", str(actions), "--db", str(tmp_path / "s.db")) == line
