@@ -848,6 +848,9 @@ def policy_revise(agent_id: str, actions_file: str, renames: tuple[tuple[str, st
                   db: str | None) -> None:
     """Change an agent's actions (add, remove, rename) as a new version; history is kept."""
     pairs = dict(renames)
+    if len(pairs) < len(renames):
+        old = next(o for o in pairs if sum(o == r for r, _ in renames) > 1)
+        raise ValueError(f"--rename: {old} is renamed more than once; give each OLD once")
     listed = _read_actions(actions_file)
     if isinstance(listed, dict):
         raise ValueError(
