@@ -103,10 +103,35 @@ def _handle_errors(fn: Callable[..., Any]) -> Callable[..., Any]:
     return wrapper
 
 
+def _nonempty_path(ctx: click.Context, param: click.Parameter, value: Any) -> Any:
+    """Refuse an empty path, which would otherwise mean the default one."""
+    if value == "":
+        raise click.BadParameter("is empty; give a file path, or leave the option out for the default")
+    return value
+
+
+def _ending(*suffixes: str) -> Callable[[click.Context, click.Parameter, Any], Any]:
+    """A callback refusing a file name that does not end in one of ``suffixes`` (the format written)."""
+
+    def check(ctx: click.Context, param: click.Parameter, value: Any) -> Any:
+        _nonempty_path(ctx, param, value)
+        if value is not None and not str(value).lower().endswith(suffixes):
+            raise click.BadParameter(f"{value} does not end in {' or '.join(suffixes)}, the format written there")
+        return value
+
+    return check
+
+
+def _n(count: int, noun: str) -> str:
+    """``count`` and ``noun``, plural unless ``count`` is 1: ``1 version``, ``2 versions``."""
+    return f"{count} {noun if count == 1 else noun + 's'}"
+
+
 db_option = click.option(
     "--db",
     type=click.Path(dir_okay=False),
     default=None,
+    callback=_nonempty_path,
     help="SQLite file of the embedded store and queue (default: AGENT_LEARNING_SQLITE_PATH).",
 )
 json_option = click.option("--json", "as_json", is_flag=True, help="Print JSON instead of tables.")
@@ -359,6 +384,7 @@ def main() -> None:
     "--db",
     type=click.Path(dir_okay=False),
     default=".agent-learning/demo.db",
+    callback=_nonempty_path,
     show_default=True,
     help="SQLite file (replaced).",
 )
@@ -367,6 +393,7 @@ def main() -> None:
     "plot_path",
     type=click.Path(dir_okay=False),
     default="agent-learning-demo.png",
+    callback=_ending(".png"),
     show_default=True,
     help="Where to write the PNG chart.",
 )
@@ -475,7 +502,7 @@ def demo(
                     )
                 )
     out.print(
-        f"{summary['episodes']} episodes in {summary['seconds']:.1f} s "
+        f"{_n(summary['episodes'], 'episode')} in {summary['seconds']:.1f} s "
         f"({summary['episodes_per_second']:.0f}/s); outcomes {summary['outcomes']}; store {result.db_path}"
     )
     if "plot" in summary:
@@ -681,7 +708,7 @@ def _pinned_and_last_run(doc: Any, entropy_line: str | None = None) -> None:
     if doc.run:
         m = doc.run.metrics
         out.print(
-            f"last run {doc.run.id}: {doc.run.episodes} episodes, mean reward "
+            f"last run {doc.run.id}: {_n(doc.run.episodes, 'episode')}, mean reward "
             f"{m.get('mean_reward', float('nan')):.3f}, KL {m.get('kl', float('nan')):.4f}"
         )
 
@@ -789,7 +816,7 @@ def policy_history(agent_id: str, limit: int | None, since: datetime | None, unt
         _echo_json(rows)
         return
     which = ("the newest " if limit else "the ") + str(len(rows)) + (" created in the window" if windowed else "")
-    shown = f"{total} policy versions" + (f", {which} shown" if len(rows) < total else "")
+    shown = _n(total, "policy version") + (f", {which} shown" if len(rows) < total else "")
     table = Table(title=f"{agent_id}: {shown}", title_justify="left")
     table.add_column("version", justify="right")
     table.add_column("source")
@@ -934,7 +961,7 @@ def agent_list(as_json: bool, db: str | None) -> None:
     if not rows:
         out.print(f"no agent has a policy in {_where(settings)} (agent-learn init-policy)")
         return
-    table = Table(title=f"{len(rows)} agents in {_where(settings)}", title_justify="left")
+    table = Table(title=f"{_n(len(rows), 'agent')} in {_where(settings)}", title_justify="left")
     for col in ("agent", "version", "actions", "pinned", "since"):
         table.add_column(col, justify="right" if col in ("version", "actions") else "left")
     for r in rows:
@@ -984,7 +1011,7 @@ def runs_list(agent_id: str, limit: int, as_json: bool, db: str | None) -> None:
     if as_json:
         _echo_json(docs)
         return
-    table = Table(title=f"{agent_id}: {len(docs)} newest training runs", title_justify="left")
+    table = Table(title=f"{agent_id}: {_n(len(docs), 'newest training run')}", title_justify="left")
     for col in ("run", "versions", "episodes", "corr.", "rejected", "reward", "KL", "finished"):
         table.add_column(col, justify="left" if col in ("run", "versions", "finished") else "right",
                          no_wrap=col in ("run", "versions"))
@@ -1161,7 +1188,7 @@ def episodes_list(agent_id: str | None, limit: int, as_json: bool, db: str | Non
     if as_json:
         _echo_json(rows)
         return
-    table = Table(title=f"{len(rows)} newest episodes", title_justify="left")
+    table = Table(title=_n(len(rows), "newest episode"), title_justify="left")
     for col in ("episode", "agent", "action", "version", "reward", "judged", "corr.", "ended"):
         table.add_column(col, justify="right" if col in ("version", "reward", "judged", "corr.") else "left",
                          no_wrap=col == "episode")
@@ -1321,7 +1348,7 @@ def dlq_list(limit: int, as_json: bool, db: str | None) -> None:
     if as_json:
         _echo_json(rows)
         return
-    table = Table(title=f"{len(rows)} dead letters in {settings.queue_name}", title_justify="left")
+    table = Table(title=f"{_n(len(rows), 'dead letter')} in {settings.queue_name}", title_justify="left")
     for col in ("message id", "reason", "deliveries", "description"):
         table.add_column(col, justify="right" if col == "deliveries" else "left")
     for r in rows:
@@ -1423,7 +1450,7 @@ def rescore(agent_id: str, episode_ids: tuple[str, ...], rejudge: bool, unjudged
     if as_json:
         _echo_json({"already_trained": result.already_trained, "pending": result.pending, "failed": failed})
     else:
-        out.print(f"re-scored {result.rescored} episodes of {agent_id}")
+        out.print(f"re-scored {_n(result.rescored, 'episode')} of {agent_id}")
         out.print(
             f"already trained ({len(result.already_trained)}; recorded, not learned again): "
             + (", ".join(result.already_trained) or "-")
@@ -1446,7 +1473,7 @@ def _judge_unjudged(agent_id: str, limit: int | None, as_json: bool, db: str | N
         _echo_json({"judged": result.judged, "duplicates": result.duplicates, "failed": failed,
                     "stopped": result.stopped, "more": result.more})
     else:
-        out.print(f"judged {len(result.judged)} unjudged episodes of {agent_id} (each learned once, by the next "
+        out.print(f"judged {_n(len(result.judged), 'unjudged episode')} of {agent_id} (each learned once, by the next "
                   f"training run): " + (", ".join(result.judged) or "-"))
         if result.duplicates:
             out.print(f"judged meanwhile ({len(result.duplicates)}): " + ", ".join(result.duplicates))
@@ -1467,8 +1494,10 @@ def _judge_unjudged(agent_id: str, limit: int | None, as_json: bool, db: str | N
 @click.option("--agent-id", "agent_ids", multiple=True, callback=_agent_id,
               help="Agents to chart (repeatable; default: every agent).")
 @click.option("--png", "png_path", type=click.Path(dir_okay=False), default="agent-learning-report.png",
+              callback=_ending(".png"),
               show_default=True, help="Where to write the chart.")
 @click.option("--html", "html_path", type=click.Path(dir_okay=False), default="agent-learning-report.html",
+              callback=_ending(".html", ".htm"),
               show_default=True, help="Where to write the page (the chart and a table of every version).")
 @click.option("--title", default="agent-learning report", show_default=True, help="Title of the chart and page.")
 @click.option("--last", type=COUNT, default=None, help="Only the newest N versions of each agent.")
@@ -1485,8 +1514,6 @@ def report(agent_ids: tuple[str, ...], png_path: str, html_path: str, title: str
     """Charts of every policy version (PNG and a self-contained HTML page); rollbacks, revisions
     and a pin are marked."""
     since, until = _utc_window(since, until)
-    if Path(png_path).resolve() == Path(html_path).resolve():
-        raise ValueError(f"--html: {html_path} is also the --png path; the page would overwrite the chart")
     _writable("--png", png_path)
     _writable("--html", html_path)
     with _store(db) as (store, settings):
@@ -1515,7 +1542,7 @@ def report(agent_ids: tuple[str, ...], png_path: str, html_path: str, title: str
         _echo_json(summary)
         return
     for h in histories:
-        out.print(f"{h.agent_id}: {len(h.versions)} versions; series per chart (probabilities, reward, entropy) "
+        out.print(f"{h.agent_id}: {_n(len(h.versions), 'version')}; series per chart (probabilities, reward, entropy) "
                   f"{files.series[h.agent_id]}")
     out.print(f"wrote {files.png} and {files.html}")
 
@@ -1570,7 +1597,7 @@ def train(agent_id: str | None, as_json: bool, db: str | None) -> None:
                 f" → v{r.version}" if r.status == "published" else f" (v{r.version} stays current)" if r.version else ""
             )
             if r.run and r.run.episodes:
-                line += f" ({r.run.episodes} episodes, mean reward {r.run.metrics['mean_reward']:.3f})"
+                line += f" ({_n(r.run.episodes, 'episode')}, mean reward {r.run.metrics['mean_reward']:.3f})"
             if r.reason and r.status != "published":
                 line += f" — {r.reason}"
             out.print(line)

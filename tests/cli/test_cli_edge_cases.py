@@ -153,7 +153,7 @@ def test_a_huge_limit_names_the_option(db: str) -> None:
 
 def test_the_policy_groups_db_reaches_its_subcommands(tmp_path: Path, db: str) -> None:
     assert f"{AGENT} v1" in ok("policy", "--db", db, "show", "--agent-id", AGENT).stdout
-    assert "1 policy versions" in ok("policy", "--db", db, "history", "--agent-id", AGENT).stdout
+    assert "1 policy version" in ok("policy", "--db", db, "history", "--agent-id", AGENT).stdout
     assert "is pinned" in ok("policy", "--db", db, "pin", "--agent-id", AGENT).stdout
     other = str(tmp_path / "other.db")  # a subcommand's own --db wins
     assert refused("policy", "--db", db, "show", "--agent-id", AGENT, "--db", other).startswith(
@@ -183,12 +183,33 @@ def test_a_group_without_a_subcommand_prints_its_help(group: list[str]) -> None:
     assert "error:" not in result.output and "Commands:" in result.stdout
 
 
-def test_report_refuses_one_path_for_the_chart_and_the_page(tmp_path: Path, db: str) -> None:
-    same = str(tmp_path / "report.out")
-    assert refused("report", "--db", db, "--png", same, "--html", f"{tmp_path}/./report.out").startswith(
-        "error: --html: "
+def test_report_and_demo_refuse_a_file_name_of_another_format(tmp_path: Path, db: str) -> None:
+    """The chart is a PNG and the page HTML whatever the name says (which also keeps the two
+    files apart)."""
+    png, html = str(tmp_path / "r.png"), str(tmp_path / "r.html")
+    assert refused("report", "--db", db, "--png", str(tmp_path / "r.txt"), "--html", html) == (
+        f"error: --png: {tmp_path / 'r.txt'} does not end in .png, the format written there"
     )
-    assert not Path(same).exists()
+    assert refused("report", "--db", db, "--png", png, "--html", png) == (
+        f"error: --html: {png} does not end in .html or .htm, the format written there"
+    )
+    line = refused("demo", "--agents", "math-tutor", "--db", str(tmp_path / "d.db"), "--plot", str(tmp_path / "d.jpg"))
+    assert line.startswith("error: --plot: ") and "does not end in .png" in line
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["actions.json", "agents.db"]
+
+
+@pytest.mark.parametrize("command", [["agent", "list"], ["policy", "show", "--agent-id", AGENT], ["demo"]])
+def test_an_empty_db_path_is_refused_not_taken_for_the_default(command: list[str]) -> None:
+    assert refused(*command, "--db", "") == (
+        "error: --db: is empty; give a file path, or leave the option out for the default"
+    )
+
+
+def test_counts_of_one_are_singular(tmp_path: Path, db: str) -> None:
+    assert "1 agent in" in ok("agent", "list", "--db", db).stdout
+    assert f"{AGENT}: 1 policy version" in ok("policy", "history", "--agent-id", AGENT, "--db", db).stdout
+    text = ok("report", "--db", db, "--png", str(tmp_path / "r.png"), "--html", str(tmp_path / "r.html")).stdout
+    assert f"{AGENT}: 1 version;" in text
 
 
 def test_read_commands_leave_a_file_that_is_not_a_store_unchanged(tmp_path: Path, db: str) -> None:
