@@ -521,6 +521,30 @@ def test_context_and_exclusions_of_the_wrong_shape_are_named(fields: dict[str, A
         StructuredPolicy.create("bot", {"prompt": ["a", "b"], "k": [1, 3]}, **fields)
 
 
+@pytest.mark.parametrize(
+    ("dimensions", "context", "problem"),
+    [
+        ({"k": [1, 3]}, {"task": "categroy"}, ("context.task", 'must be "category" or "number", got \'categroy\'')),
+        ({"k": [1, 3]}, {"task": 3}, ("context.task", 'must be "category" or "number", got 3')),
+        ({"bad dim": [1]}, None, ("dimensions", "'bad dim' is not a dimension name: use a letter or '_' first, "
+                                                "then letters, digits or '_', at most 32 characters")),
+    ],
+)
+def test_a_bad_structure_names_the_field_as_written_once(
+    dimensions: dict[str, Any], context: dict[str, Any] | None, problem: tuple[str, str]
+) -> None:
+    with pytest.raises(InvalidDocument) as info:
+        StructuredPolicy.create("bot", dimensions, context=context)
+    assert info.value.problems == [problem]
+
+
+def test_a_value_that_makes_no_action_id_is_named_in_its_dimension() -> None:
+    with pytest.raises(InvalidDocument) as info:
+        StructuredPolicy.create("bot", {"prompt": ["a b", "c"]})
+    (field, problem), = info.value.problems
+    assert field == "dimensions.prompt" and problem.startswith("the value 'a b' makes the action id 'prompt=a b'")
+
+
 def test_a_numeric_slope_is_bounded_by_the_evidence_on_each_side_of_its_centre() -> None:
     """A few lucky episodes cannot make the policy sure of an arm at one scale from the centre;
     the state keeps each side's evidence."""

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import functools
 import json
+import math
 import os
 import sqlite3
 import sys
@@ -102,10 +103,35 @@ def _handle_errors(fn: Callable[..., Any]) -> Callable[..., Any]:
     return wrapper
 
 
+def _nonempty_path(ctx: click.Context, param: click.Parameter, value: Any) -> Any:
+    """Refuse an empty path, which would otherwise mean the default one."""
+    if value == "":
+        raise click.BadParameter("is empty; give a file path, or leave the option out for the default")
+    return value
+
+
+def _ending(*suffixes: str) -> Callable[[click.Context, click.Parameter, Any], Any]:
+    """A callback refusing a file name that does not end in one of ``suffixes`` (the format written)."""
+
+    def check(ctx: click.Context, param: click.Parameter, value: Any) -> Any:
+        _nonempty_path(ctx, param, value)
+        if value is not None and not str(value).lower().endswith(suffixes):
+            raise click.BadParameter(f"{value} does not end in {' or '.join(suffixes)}, the format written there")
+        return value
+
+    return check
+
+
+def _n(count: int, noun: str) -> str:
+    """``count`` and ``noun``, plural unless ``count`` is 1: ``1 version``, ``2 versions``."""
+    return f"{count} {noun if count == 1 else noun + 's'}"
+
+
 db_option = click.option(
     "--db",
     type=click.Path(dir_okay=False),
     default=None,
+    callback=_nonempty_path,
     help="SQLite file of the embedded store and queue (default: AGENT_LEARNING_SQLITE_PATH).",
 )
 json_option = click.option("--json", "as_json", is_flag=True, help="Print JSON instead of tables.")
@@ -358,6 +384,7 @@ def main() -> None:
     "--db",
     type=click.Path(dir_okay=False),
     default=".agent-learning/demo.db",
+    callback=_nonempty_path,
     show_default=True,
     help="SQLite file (replaced).",
 )
@@ -366,6 +393,7 @@ def main() -> None:
     "plot_path",
     type=click.Path(dir_okay=False),
     default="agent-learning-demo.png",
+    callback=_ending(".png"),
     show_default=True,
     help="Where to write the PNG chart.",
 )
@@ -385,6 +413,9 @@ def demo(
     unknown = [n for n in names if n not in SCENARIOS]
     if unknown:
         raise ValueError(f"--agents: unknown simulated agent(s) {unknown}; choose from {sorted(SCENARIOS)}")
+    repeated = sorted({n for n in names if names.count(n) > 1})
+    if repeated:
+        raise ValueError(f"--agents: {', '.join(repeated)} given more than once; name each simulated agent once")
     if episodes % batch:
         raise ValueError(f"--episodes: {episodes} is not a multiple of --batch {batch} (a training run follows "
                          f"each batch); try --episodes {max(batch, episodes - episodes % batch)}")
@@ -471,7 +502,7 @@ def demo(
                     )
                 )
     out.print(
-        f"{summary['episodes']} episodes in {summary['seconds']:.1f} s "
+        f"{_n(summary['episodes'], 'episode')} in {summary['seconds']:.1f} s "
         f"({summary['episodes_per_second']:.0f}/s); outcomes {summary['outcomes']}; store {result.db_path}"
     )
     if "plot" in summary:
@@ -520,6 +551,45 @@ def _read_actions(actions_file: str) -> list[Any] | dict[str, Any]:
     return actions
 
 
+POLICY_OPTIONS = {"temperature": "--temperature", "exploration_floor": "--exploration-floor", "agent_id": "--agent-id"}
+"""The option behind each policy field that does not come from the ``--actions`` file."""
+
+
+def _actions_problem(exc: InvalidDocument) -> ValueError:
+    """A policy built from ``--actions`` that failed validation, as the option's error: each
+    problem after the option it came from (``--actions`` for the file's own fields)."""
+    return ValueError("; ".join(
+        f"{POLICY_OPTIONS[name]}: {problem}" if name in POLICY_OPTIONS else f"--actions: {name}: {problem}"
+        for name, problem in exc.problems
+    ))
+
+
+def _checked_floor(floor: float, given: str, actions: list[Any] | dict[str, Any]) -> float:
+    """``floor`` if every action (every value of the largest dimension) can have it, else a
+    ValueError naming where it came from (``given``) and a floor that fits."""
+    if not math.isfinite(floor) or floor < 0:
+        raise ValueError(f"--exploration-floor: must be a finite number >= 0, got {floor}")
+    if isinstance(actions, dict):
+        sizes = {str(name): len(values) for name, values in (actions.get("dimensions") or {}).items()
+                 if isinstance(values, list)} if isinstance(actions.get("dimensions"), dict) else {}
+        if not sizes:
+            return floor  # the document's validation names what is wrong with the dimensions
+        largest = max(sizes, key=sizes.__getitem__)
+        k, what = sizes[largest], f"values of dimension {largest!r}"
+    else:
+        k, what = len(actions), "actions"
+    if floor * k < 1:
+        return floor
+    fits = float(f"{0.5 / k:.0e}")  # one significant digit, at most half of 1/k
+    where = {
+        "option": f"--exploration-floor: {floor} x {k} {what} reaches 1",
+        "setting": f"--exploration-floor: AGENT_LEARNING_EXPLORATION_FLOOR={floor} x {k} {what} reaches 1",
+        "default": f"--exploration-floor: the default floor {floor} x {k} {what} reaches 1",
+    }[given]
+    raise ValueError(f"{where} (the floor is each one's minimum probability, so floor x {k} must be below 1); "
+                     f"pass a smaller --exploration-floor, e.g. --exploration-floor {fits:g}")
+
+
 @main.command("init-policy")
 @click.option("--agent-id", required=True, callback=_agent_id, help="The new agent's id.")
 @click.option(
@@ -536,7 +606,9 @@ def _read_actions(actions_file: str) -> list[Any] | dict[str, Any]:
     default=None,
     help="Default: AGENT_LEARNING_TEMPERATURE.",
 )
-@click.option("--exploration-floor", type=float, default=None, help="Minimum probability of every action.")
+@click.option("--exploration-floor", type=float, default=None,
+              help="Minimum probability of every action; times the number of actions, below 1. "
+              "Default: AGENT_LEARNING_EXPLORATION_FLOOR.")
 @db_option
 @_handle_errors
 def init_policy(
@@ -545,20 +617,30 @@ def init_policy(
     """Create version 1 (uniform) of an agent's policy."""
     settings = _settings(db)
     actions = _read_actions(actions_file)
+    if exploration_floor is None:
+        given = "setting" if "exploration_floor" in settings.model_fields_set else "default"
+        exploration_floor = _checked_floor(settings.exploration_floor, given, actions)
+    else:
+        exploration_floor = _checked_floor(exploration_floor, "option", actions)
     options = {
         "temperature": settings.temperature if temperature is None else temperature,
-        "exploration_floor": settings.exploration_floor if exploration_floor is None else exploration_floor,
+        "exploration_floor": exploration_floor,
     }
-    if isinstance(actions, dict):
-        first = StructuredPolicy.create(
-            agent_id,
-            actions["dimensions"],
-            context=actions.get("context"),
-            excluded=actions.get("excluded") or (),
-            **options,
-        ).document
-    else:
-        first = SoftmaxPolicy.from_actions(agent_id, actions, **options).to_document(created_at=None)
+    if temperature is not None and not math.isfinite(temperature):
+        raise ValueError(f"--temperature: {temperature} is not in the range {MIN_TEMPERATURE}<=x<={MAX_TEMPERATURE}.")
+    try:
+        if isinstance(actions, dict):
+            first = StructuredPolicy.create(
+                agent_id,
+                actions["dimensions"],
+                context=actions.get("context"),
+                excluded=actions.get("excluded") or (),
+                **options,
+            ).document
+        else:
+            first = SoftmaxPolicy.from_actions(agent_id, actions, **options).to_document(created_at=None)
+    except InvalidDocument as exc:
+        raise _actions_problem(exc) from None
     with _store(db, create=True) as (store, _):
         doc = create_policy(store, first)
     if doc.dimensions:
@@ -626,7 +708,7 @@ def _pinned_and_last_run(doc: Any, entropy_line: str | None = None) -> None:
     if doc.run:
         m = doc.run.metrics
         out.print(
-            f"last run {doc.run.id}: {doc.run.episodes} episodes, mean reward "
+            f"last run {doc.run.id}: {_n(doc.run.episodes, 'episode')}, mean reward "
             f"{m.get('mean_reward', float('nan')):.3f}, KL {m.get('kl', float('nan')):.4f}"
         )
 
@@ -734,7 +816,7 @@ def policy_history(agent_id: str, limit: int | None, since: datetime | None, unt
         _echo_json(rows)
         return
     which = ("the newest " if limit else "the ") + str(len(rows)) + (" created in the window" if windowed else "")
-    shown = f"{total} policy versions" + (f", {which} shown" if len(rows) < total else "")
+    shown = _n(total, "policy version") + (f", {which} shown" if len(rows) < total else "")
     table = Table(title=f"{agent_id}: {shown}", title_justify="left")
     table.add_column("version", justify="right")
     table.add_column("source")
@@ -793,15 +875,28 @@ def policy_revise(agent_id: str, actions_file: str, renames: tuple[tuple[str, st
                   db: str | None) -> None:
     """Change an agent's actions (add, remove, rename) as a new version; history is kept."""
     pairs = dict(renames)
+    if len(pairs) < len(renames):
+        old = next(o for o in pairs if sum(o == r for r, _ in renames) > 1)
+        raise ValueError(f"--rename: {old} is renamed more than once; give each OLD once")
     listed = _read_actions(actions_file)
     if isinstance(listed, dict):
         raise ValueError(
             f"--actions: {actions_file} holds an object with dimensions; policy revise takes the complete new list "
             "of actions, and revising a policy's dimensions is not supported: create a new agent with them"
         )
-    actions = SoftmaxPolicy.from_actions(agent_id, listed).actions
+    try:
+        actions = SoftmaxPolicy.from_actions(agent_id, listed).actions
+    except InvalidDocument as exc:
+        raise _actions_problem(exc) from None
     with _store(db) as (store, settings):
-        _current(store, settings, agent_id)
+        current = _current(store, settings, agent_id)
+        if not current.dimensions and current.exploration_floor * len(actions) >= 1:
+            fit = math.ceil(1 / current.exploration_floor) - 1
+            raise ValueError(
+                f"--actions: {len(actions)} actions x the exploration floor {current.exploration_floor} of "
+                f"v{current.version} reaches 1 (a revision keeps the floor, each action's minimum probability); "
+                f"at most {fit} actions fit"
+            )
         change = revise(store, agent_id, list(actions), renames=pairs, note=note)
     _report_change(change, as_json, f"{agent_id} is now v{change.policy.version}: {change.policy.note}",
                    f"{agent_id} v{change.policy.version} already has these actions; nothing changed")
@@ -866,7 +961,7 @@ def agent_list(as_json: bool, db: str | None) -> None:
     if not rows:
         out.print(f"no agent has a policy in {_where(settings)} (agent-learn init-policy)")
         return
-    table = Table(title=f"{len(rows)} agents in {_where(settings)}", title_justify="left")
+    table = Table(title=f"{_n(len(rows), 'agent')} in {_where(settings)}", title_justify="left")
     for col in ("agent", "version", "actions", "pinned", "since"):
         table.add_column(col, justify="right" if col in ("version", "actions") else "left")
     for r in rows:
@@ -916,7 +1011,7 @@ def runs_list(agent_id: str, limit: int, as_json: bool, db: str | None) -> None:
     if as_json:
         _echo_json(docs)
         return
-    table = Table(title=f"{agent_id}: {len(docs)} newest training runs", title_justify="left")
+    table = Table(title=f"{agent_id}: {_n(len(docs), 'newest training run')}", title_justify="left")
     for col in ("run", "versions", "episodes", "corr.", "rejected", "reward", "KL", "finished"):
         table.add_column(col, justify="left" if col in ("run", "versions", "finished") else "right",
                          no_wrap=col in ("run", "versions"))
@@ -1093,7 +1188,7 @@ def episodes_list(agent_id: str | None, limit: int, as_json: bool, db: str | Non
     if as_json:
         _echo_json(rows)
         return
-    table = Table(title=f"{len(rows)} newest episodes", title_justify="left")
+    table = Table(title=_n(len(rows), "newest episode"), title_justify="left")
     for col in ("episode", "agent", "action", "version", "reward", "judged", "corr.", "ended"):
         table.add_column(col, justify="right" if col in ("version", "reward", "judged", "corr.") else "left",
                          no_wrap=col == "episode")
@@ -1160,6 +1255,11 @@ def episodes_show(episode_id: str, as_json: bool, db: str | None) -> None:
                   highlight=False)
 
 
+FEEDBACK_OPTIONS = {"episode_id": "EPISODE_ID", "source": "--source", "comment": "--comment", "score": "--score",
+                    "thumb": "--up/--down"}
+"""The argument or option of ``agent-learn feedback`` behind each field of a feedback document."""
+
+
 @main.command()
 @click.argument("episode_id")
 @click.option("--up", is_flag=True, help="Thumbs up.")
@@ -1177,9 +1277,19 @@ def feedback(
     """Attach a user's feedback to an episode; its reward is corrected exactly once."""
     if up + down + (score is not None) != 1:
         raise ValueError("give exactly one of --up, --down and --score")
+    if score is not None and not math.isfinite(score):
+        raise ValueError(f"--score: {score} is not in the range 0<=x<=1.")
     thumb = "up" if up else "down" if down else None
     with _store(db) as (store, _):
-        result = record_feedback(store, episode_id, thumb=thumb, score=score, source=source, comment=comment)
+        try:
+            result = record_feedback(store, episode_id, thumb=thumb, score=score, source=source, comment=comment)
+        except InvalidDocument as exc:
+            if exc.kind != "feedback":
+                raise
+            raise ValueError("; ".join(f"{FEEDBACK_OPTIONS.get(name, name)}: {problem}"
+                                       for name, problem in exc.problems)) from None
+        except NotFound as exc:
+            raise NotFound(f"EPISODE_ID: {str(exc).removeprefix('episode_id: ')}") from None
     data = result.to_dict()
     if as_json:
         _echo_json(data)
@@ -1238,7 +1348,7 @@ def dlq_list(limit: int, as_json: bool, db: str | None) -> None:
     if as_json:
         _echo_json(rows)
         return
-    table = Table(title=f"{len(rows)} dead letters in {settings.queue_name}", title_justify="left")
+    table = Table(title=f"{_n(len(rows), 'dead letter')} in {settings.queue_name}", title_justify="left")
     for col in ("message id", "reason", "deliveries", "description"):
         table.add_column(col, justify="right" if col == "deliveries" else "left")
     for r in rows:
@@ -1340,7 +1450,7 @@ def rescore(agent_id: str, episode_ids: tuple[str, ...], rejudge: bool, unjudged
     if as_json:
         _echo_json({"already_trained": result.already_trained, "pending": result.pending, "failed": failed})
     else:
-        out.print(f"re-scored {result.rescored} episodes of {agent_id}")
+        out.print(f"re-scored {_n(result.rescored, 'episode')} of {agent_id}")
         out.print(
             f"already trained ({len(result.already_trained)}; recorded, not learned again): "
             + (", ".join(result.already_trained) or "-")
@@ -1363,7 +1473,7 @@ def _judge_unjudged(agent_id: str, limit: int | None, as_json: bool, db: str | N
         _echo_json({"judged": result.judged, "duplicates": result.duplicates, "failed": failed,
                     "stopped": result.stopped, "more": result.more})
     else:
-        out.print(f"judged {len(result.judged)} unjudged episodes of {agent_id} (each learned once, by the next "
+        out.print(f"judged {_n(len(result.judged), 'unjudged episode')} of {agent_id} (each learned once, by the next "
                   f"training run): " + (", ".join(result.judged) or "-"))
         if result.duplicates:
             out.print(f"judged meanwhile ({len(result.duplicates)}): " + ", ".join(result.duplicates))
@@ -1384,8 +1494,10 @@ def _judge_unjudged(agent_id: str, limit: int | None, as_json: bool, db: str | N
 @click.option("--agent-id", "agent_ids", multiple=True, callback=_agent_id,
               help="Agents to chart (repeatable; default: every agent).")
 @click.option("--png", "png_path", type=click.Path(dir_okay=False), default="agent-learning-report.png",
+              callback=_ending(".png"),
               show_default=True, help="Where to write the chart.")
 @click.option("--html", "html_path", type=click.Path(dir_okay=False), default="agent-learning-report.html",
+              callback=_ending(".html", ".htm"),
               show_default=True, help="Where to write the page (the chart and a table of every version).")
 @click.option("--title", default="agent-learning report", show_default=True, help="Title of the chart and page.")
 @click.option("--last", type=COUNT, default=None, help="Only the newest N versions of each agent.")
@@ -1402,8 +1514,6 @@ def report(agent_ids: tuple[str, ...], png_path: str, html_path: str, title: str
     """Charts of every policy version (PNG and a self-contained HTML page); rollbacks, revisions
     and a pin are marked."""
     since, until = _utc_window(since, until)
-    if Path(png_path).resolve() == Path(html_path).resolve():
-        raise ValueError(f"--html: {html_path} is also the --png path; the page would overwrite the chart")
     _writable("--png", png_path)
     _writable("--html", html_path)
     with _store(db) as (store, settings):
@@ -1432,7 +1542,7 @@ def report(agent_ids: tuple[str, ...], png_path: str, html_path: str, title: str
         _echo_json(summary)
         return
     for h in histories:
-        out.print(f"{h.agent_id}: {len(h.versions)} versions; series per chart (probabilities, reward, entropy) "
+        out.print(f"{h.agent_id}: {_n(len(h.versions), 'version')}; series per chart (probabilities, reward, entropy) "
                   f"{files.series[h.agent_id]}")
     out.print(f"wrote {files.png} and {files.html}")
 
@@ -1488,7 +1598,7 @@ def train(agent_id: str | None, as_json: bool, db: str | None) -> None:
                 f" → v{r.version}" if r.status == "published" else f" (v{r.version} stays current)" if r.version else ""
             )
             if r.run and r.run.episodes:
-                line += f" ({r.run.episodes} episodes, mean reward {r.run.metrics['mean_reward']:.3f})"
+                line += f" ({_n(r.run.episodes, 'episode')}, mean reward {r.run.metrics['mean_reward']:.3f})"
             if r.reason and r.status != "published":
                 line += f" — {r.reason}"
             out.print(line)

@@ -6,6 +6,8 @@
 policy costs no document transfer and no parsing. If the document cannot be read (the store
 unreachable or answering with errors) or fails validation, it keeps serving the last good
 policy (and logs why) rather than failing the agent; only the very first read must succeed.
+A read that succeeds and finds no policy (the agent was deleted) is not such a failure: it
+raises :class:`~agent_learning.errors.NotFound` and drops the cached policy.
 
 In deployments that isolate agents (:mod:`agent_learning.ingestion`) agents have no Cosmos DB
 access and go through the Function app instead: :class:`HttpPolicySource` is what
@@ -83,15 +85,18 @@ class PolicyClient:
         self.reads_not_modified = 0
 
     def policy(self) -> SoftmaxPolicy | StructuredPolicy:
-        """The current policy, refreshed if older than ``refresh_seconds`` or replaced in this process."""
+        """The current policy, refreshed if older than ``refresh_seconds`` or replaced in this process.
+
+        Raises :class:`NotFound` when the agent has no policy (never had one, or it was deleted).
+        """
+        policy = self._policy
         if (
-            self._policy is None
+            policy is None
             or self.clock.time() - self._checked_at >= self.refresh_seconds
             or notices.generation(self.agent_id) != self._notices
         ):
-            self.refresh()
-        assert self._policy is not None
-        return self._policy
+            policy = self.refresh()
+        return policy
 
     def choose(self, context: Mapping[str, Any] | None = None) -> Decision:
         """Draw a configuration from the current policy (:meth:`policy`); ``context`` (the
@@ -99,7 +104,8 @@ class PolicyClient:
         return self.policy().choose(context=context)
 
     def refresh(self) -> SoftmaxPolicy | StructuredPolicy:
-        """Read the current document now; keep the last good policy on any failure."""
+        """Read the current document now; keep the last good policy if the read fails or the
+        document is invalid. No policy at all (the agent deleted) raises :class:`NotFound`."""
         with self._lock:
             self._checked_at = self.clock.time()
             self._notices = notices.generation(self.agent_id)
@@ -107,6 +113,7 @@ class PolicyClient:
                 known = self._etag if self._policy is not None else None
                 tagged = self.store.get_current_policy_if_changed(self.agent_id, known)
                 if tagged is None:
+                    self._policy, self._etag = None, None
                     raise NotFound(
                         f"agent {self.agent_id!r} has no policy; create one with "
                         f"`agent-learn init-policy --agent-id {self.agent_id} --actions FILE`"
@@ -119,7 +126,7 @@ class PolicyClient:
                 else:
                     self.reads_not_modified += 1
                 self.last_error = None
-            except Exception as exc:  # invalid, deleted, or the store unreachable (an SDK error of any type)
+            except Exception as exc:  # no policy, invalid, or the store unreachable (an SDK error of any type)
                 self.last_error = str(exc) or type(exc).__name__
                 if self._policy is None:
                     raise

@@ -128,10 +128,16 @@ def run_demo(
     settings: Settings | None = None,
     progress: Callable[[int, int], None] | None = None,
 ) -> DemoResult:
-    """Run the demo on a fresh embedded database at ``db_path``."""
+    """Run the demo on a fresh embedded database at ``db_path``; bad arguments raise
+    :class:`ValueError` before the file is touched."""
     settings = settings or load_settings()
     if batch < 1 or episodes_per_agent < batch:
         raise ValueError("need batch >= 1 and episodes_per_agent >= batch")
+    unknown = [name for name in scenarios if name not in SCENARIOS]
+    if unknown:
+        raise ValueError(f"scenarios: unknown simulated agent(s) {unknown}; choose from {sorted(SCENARIOS)}")
+    if len(set(scenarios)) != len(scenarios):
+        raise ValueError(f"scenarios: {list(scenarios)} names an agent more than once; name each once")
     path = Path(db_path)
     for suffix in ("", "-wal", "-shm"):
         Path(f"{path}{suffix}").unlink(missing_ok=True)

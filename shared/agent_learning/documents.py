@@ -101,6 +101,13 @@ ActionId = Annotated[str, StringConstraints(strict=True, pattern=_ACTION_ID)]
 # Cosmos ids may not contain / \ ? # and are at most 255 characters.
 _DOC_ID = r"^[A-Za-z0-9][A-Za-z0-9._:\-]{0,199}$"
 DocId = Annotated[str, StringConstraints(strict=True, pattern=_DOC_ID)]
+_FEEDBACK_SOURCE = r"^[A-Za-z0-9][A-Za-z0-9._\-]{0,63}$"
+FEEDBACK_SOURCE_RULE = "letters, digits, '.', '_' and '-', starting with a letter or digit, at most 64 characters"
+_DIMENSION_NAME = r"^[A-Za-z_][A-Za-z0-9_]{0,31}$"
+DIMENSION_NAME_RULE = "a letter or '_' first, then letters, digits or '_', at most 32 characters"
+ACTION_ID_RULE = "letters, digits, '.', '_', ':', '=' and '-', starting with a letter or digit, at most 128 characters"
+ACTION_ID = re.compile(_ACTION_ID)
+DIMENSION_NAME = re.compile(_DIMENSION_NAME)
 MAX_ID_CHARS = 200
 """The longest document id written (Cosmos allows 255)."""
 # A score's id: an episode id (the judges' score) or a correction id, ``~r{k}`` after a DocId.
@@ -337,8 +344,10 @@ _invalid = invalid_from_pydantic
 
 _PATTERN_RULES = {
     _ID: AGENT_ID_RULE,
-    _ACTION_ID: "letters, digits, '.', '_', ':', '=' and '-', starting with a letter or digit, at most 128 characters",
+    _ACTION_ID: ACTION_ID_RULE,
     _DOC_ID: "letters, digits, '.', '_', ':' and '-', starting with a letter or digit, at most 200 characters",
+    _FEEDBACK_SOURCE: FEEDBACK_SOURCE_RULE,
+    _DIMENSION_NAME: DIMENSION_NAME_RULE,
 }
 """Plain sentences for the id patterns, in place of pydantic's "String should match pattern '…'"."""
 
@@ -522,7 +531,7 @@ learner state small (about 50 KB at the limit for 40 actions); segments seen onc
 spent share the global logits."""
 MAX_EXCLUDED = 4_096
 """Configurations the exclusion rules of one policy may exclude in all (each draw checks them)."""
-DimensionName = Annotated[str, StringConstraints(strict=True, pattern=r"^[A-Za-z_][A-Za-z0-9_]{0,31}$")]
+DimensionName = Annotated[str, StringConstraints(strict=True, pattern=_DIMENSION_NAME)]
 SegmentName = Annotated[str, StringConstraints(strict=True, min_length=1, max_length=MAX_CONTEXT_VALUE_CHARS)]
 Offsets = list[Annotated[float, Field(strict=True, allow_inf_nan=False, ge=-MAX_LOGIT, le=MAX_LOGIT)]]
 
@@ -961,7 +970,7 @@ class UnjudgedRecord(Document):
 
 # --------------------------------------------------------------------------- feedback
 
-FeedbackSource = Annotated[str, StringConstraints(strict=True, pattern=r"^[A-Za-z0-9][A-Za-z0-9._\-]{0,63}$")]
+FeedbackSource = Annotated[str, StringConstraints(strict=True, pattern=_FEEDBACK_SOURCE)]
 
 
 class Feedback(Document):
@@ -1000,6 +1009,19 @@ class Feedback(Document):
                 else:
                     data["value"] = 0.0  # the problem is reported on thumb/score, not here
         return data
+
+    @classmethod
+    def from_dict(cls, data: Any) -> Feedback:
+        """As :meth:`Document.from_dict`; a problem of ``id`` or ``value`` derived from a bad
+        ``episode_id``, ``source`` or ``score`` is left out: the field given is named once."""
+        try:
+            return super().from_dict(data)
+        except InvalidDocument as exc:
+            derived = {"id", "value"} - set(data) if isinstance(data, dict) else set()
+            given = [(name, problem) for name, problem in exc.problems if name not in derived]
+            if given and len(given) < len(exc.problems):
+                raise InvalidDocument(exc.kind, given) from None
+            raise
 
     @model_validator(mode="after")
     def _consistent(self) -> Feedback:

@@ -43,6 +43,10 @@ from typing import Any
 from .clock import SYSTEM_CLOCK
 from .decision import Decision, validated_context
 from .documents import (
+    ACTION_ID,
+    ACTION_ID_RULE,
+    DIMENSION_NAME,
+    DIMENSION_NAME_RULE,
     Dimension,
     PolicyDocument,
     check_context,
@@ -445,6 +449,9 @@ def structure_fields(
     actions: list[dict[str, Any]] = []
     dims = []
     for name, values in dimensions.items():
+        if not isinstance(name, str) or not DIMENSION_NAME.fullmatch(name):
+            raise InvalidDocument("policy", [("dimensions", f"{name!r:.80} is not a dimension name: "
+                                              f"use {DIMENSION_NAME_RULE}")])
         if isinstance(values, str | bytes) or not isinstance(values, Sequence) or not values:
             raise InvalidDocument("policy", [(f"dimensions.{name}", "must be a non-empty list of values")])
         for value in values:
@@ -453,7 +460,11 @@ def structure_fields(
                     "policy",
                     [(f"dimensions.{name}", f"values must be strings, numbers or booleans, got {value!r:.80}")],
                 )
-            actions.append({"id": f"{name}={value_id(value)}", "config": {name: value}})
+            action_id = f"{name}={value_id(value)}"
+            if not ACTION_ID.fullmatch(action_id):
+                raise InvalidDocument("policy", [(f"dimensions.{name}", f"the value {value!r:.80} makes the action id "
+                                                  f"{action_id!r:.140}, which does not fit: use {ACTION_ID_RULE}")])
+            actions.append({"id": action_id, "config": {name: value}})
         dims.append({"name": name, "size": len(values)})
     fields: dict[str, Any] = {"actions": actions, "logits": [0.0] * len(actions), "dimensions": dims}
     if context is not None and not isinstance(context, Mapping):
@@ -468,6 +479,10 @@ def structure_fields(
             check_context({name: 0 for name in context})
         except ValueError as exc:
             raise InvalidDocument("policy", [("context", str(exc))]) from None
+        for name, kind in context.items():
+            if kind not in ("category", "number"):
+                problem = f'must be "category" or "number", got {kind!r:.80}'
+                raise InvalidDocument("policy", [(f"context.{name}", problem)])
         fields["features"] = [{"name": name, "kind": kind} for name, kind in context.items()]
     if excluded:
         fields["excluded"] = [{str(k): value_id(v) for k, v in rule.items()} for rule in excluded]

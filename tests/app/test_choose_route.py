@@ -124,3 +124,15 @@ def test_a_structured_contextual_policy_answers_one_value_per_dimension_and_the_
 
 def app_post_status(a: App, episode: dict[str, Any]) -> int:
     return a.post("support-eu", episode)[0]
+
+
+def test_a_deleted_agent_is_404_like_get_not_its_cached_policy(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("AGENT_LEARNING_POLICY_REFRESH_SECONDS", "0")
+    a = App(tmp_path, monkeypatch, WRITERS)
+    create_policy(a.store, SoftmaxPolicy.from_actions("support-tn2", ["k=1", "k=5"]).to_document(created_at=None))
+    status, answer = choose("support-tn2", {})
+    assert status == 200 and answer["policy_version"] == 1
+
+    a.store.delete_agent("support-tn2")
+    assert choose("support-tn2", {}) == (404, {"error": "agent 'support-tn2' has no policy"})
+    a.store.close()

@@ -21,6 +21,7 @@ from agent_learning.local import open_local
 from agent_learning.pipeline import load_current
 from agent_learning.policy import SoftmaxPolicy
 from agent_learning.simulate import support_bot
+from agent_learning.store.sqlite import SQLiteStore
 
 
 @pytest.fixture
@@ -125,6 +126,24 @@ def test_bad_revisions_are_refused_in_one_line(tmp_path: Path, db: str) -> None:
         result = runner.invoke(main, ["policy", "revise", "--agent-id", "a", "--db", db, *args])
         lines = result.output.strip().splitlines()
         assert result.exit_code == 2 and len(lines) == 1 and lines[0].startswith("error: "), (case, result.output)
+
+
+@pytest.mark.parametrize(("renames", "problem"), [
+    (["--rename", "x", "y"], "error: --rename: x y: 'y' is already an action of 'a' v1"),
+    (["--rename", "x", "w", "--rename", "z", "w"], "error: --rename: x w: z is renamed to 'w' too"),
+    (["--rename", "x", "w", "--rename", "x", "v"], "error: --rename: x is renamed more than once"),
+])
+def test_a_rename_onto_an_existing_or_shared_id_is_refused_and_nothing_changes(
+    tmp_path: Path, db: str, renames: list[str], problem: str
+) -> None:
+    cli("init-policy", "--agent-id", "a", "--db", db, "--actions", actions_file(tmp_path, "a.json", ["x", "y", "z"]))
+    new = actions_file(tmp_path, "b.json", ["y", "w", "v"])
+    result = CliRunner().invoke(main, ["policy", "revise", "--agent-id", "a", "--db", db, "--actions", new, *renames])
+    lines = result.output.strip().splitlines()
+    assert result.exit_code == 2 and len(lines) == 1 and lines[0].startswith(problem), result.output
+    with SQLiteStore(db) as store:
+        current = load_current(store, "a")
+        assert current is not None and current.version == 1 and current.action_ids == ["x", "y", "z"]
 
 
 def test_deleting_an_agent_asks_first_and_then_the_id_is_free(tmp_path: Path, db: str) -> None:

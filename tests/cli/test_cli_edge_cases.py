@@ -64,6 +64,29 @@ def test_the_demo_needs_an_agent(tmp_path: Path, agents: str) -> None:
     assert not demo_db.exists()
 
 
+@pytest.mark.parametrize("agents, named", [("support-bot,support-bot", "support-bot given more than once"),
+                                            ("support-bot,nobody", "unknown simulated agent(s) ['nobody']")])
+def test_the_demo_refuses_repeated_or_unknown_agents_before_touching_its_db(
+    tmp_path: Path, agents: str, named: str
+) -> None:
+    demo_db = tmp_path / "d.db"
+    ok("demo", "--agents", "math-tutor", "--episodes", "100", "--batch", "100", "--db", str(demo_db), "--no-plot")
+    before = demo_db.read_bytes()
+    line = refused("demo", "--agents", agents, "--db", str(demo_db), "--episodes", "10", "--batch", "5", "--no-plot")
+    assert line.startswith("error: --agents: ") and named in line
+    assert demo_db.read_bytes() == before
+
+
+def test_run_demo_refuses_a_repeated_scenario_before_touching_its_db(tmp_path: Path) -> None:
+    from agent_learning.demo import run_demo
+
+    demo_db = tmp_path / "d.db"
+    demo_db.write_bytes(b"kept")
+    with pytest.raises(ValueError, match=r"scenarios: .*more than once"):
+        run_demo(db_path=demo_db, scenarios=["support-bot", "support-bot"], episodes_per_agent=10, batch=5)
+    assert demo_db.read_bytes() == b"kept"
+
+
 def test_paths_the_filesystem_refuses_are_named_in_one_line(
     tmp_path: Path, db: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -130,7 +153,7 @@ def test_a_huge_limit_names_the_option(db: str) -> None:
 
 def test_the_policy_groups_db_reaches_its_subcommands(tmp_path: Path, db: str) -> None:
     assert f"{AGENT} v1" in ok("policy", "--db", db, "show", "--agent-id", AGENT).stdout
-    assert "1 policy versions" in ok("policy", "--db", db, "history", "--agent-id", AGENT).stdout
+    assert "1 policy version" in ok("policy", "--db", db, "history", "--agent-id", AGENT).stdout
     assert "is pinned" in ok("policy", "--db", db, "pin", "--agent-id", AGENT).stdout
     other = str(tmp_path / "other.db")  # a subcommand's own --db wins
     assert refused("policy", "--db", db, "show", "--agent-id", AGENT, "--db", other).startswith(
@@ -160,12 +183,33 @@ def test_a_group_without_a_subcommand_prints_its_help(group: list[str]) -> None:
     assert "error:" not in result.output and "Commands:" in result.stdout
 
 
-def test_report_refuses_one_path_for_the_chart_and_the_page(tmp_path: Path, db: str) -> None:
-    same = str(tmp_path / "report.out")
-    assert refused("report", "--db", db, "--png", same, "--html", f"{tmp_path}/./report.out").startswith(
-        "error: --html: "
+def test_report_and_demo_refuse_a_file_name_of_another_format(tmp_path: Path, db: str) -> None:
+    """The chart is a PNG and the page HTML whatever the name says (which also keeps the two
+    files apart)."""
+    png, html = str(tmp_path / "r.png"), str(tmp_path / "r.html")
+    assert refused("report", "--db", db, "--png", str(tmp_path / "r.txt"), "--html", html) == (
+        f"error: --png: {tmp_path / 'r.txt'} does not end in .png, the format written there"
     )
-    assert not Path(same).exists()
+    assert refused("report", "--db", db, "--png", png, "--html", png) == (
+        f"error: --html: {png} does not end in .html or .htm, the format written there"
+    )
+    line = refused("demo", "--agents", "math-tutor", "--db", str(tmp_path / "d.db"), "--plot", str(tmp_path / "d.jpg"))
+    assert line.startswith("error: --plot: ") and "does not end in .png" in line
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["actions.json", "agents.db"]
+
+
+@pytest.mark.parametrize("command", [["agent", "list"], ["policy", "show", "--agent-id", AGENT], ["demo"]])
+def test_an_empty_db_path_is_refused_not_taken_for_the_default(command: list[str]) -> None:
+    assert refused(*command, "--db", "") == (
+        "error: --db: is empty; give a file path, or leave the option out for the default"
+    )
+
+
+def test_counts_of_one_are_singular(tmp_path: Path, db: str) -> None:
+    assert "1 agent in" in ok("agent", "list", "--db", db).stdout
+    assert f"{AGENT}: 1 policy version" in ok("policy", "history", "--agent-id", AGENT, "--db", db).stdout
+    text = ok("report", "--db", db, "--png", str(tmp_path / "r.png"), "--html", str(tmp_path / "r.html")).stdout
+    assert f"{AGENT}: 1 version;" in text
 
 
 def test_read_commands_leave_a_file_that_is_not_a_store_unchanged(tmp_path: Path, db: str) -> None:
@@ -195,3 +239,70 @@ def test_the_demo_does_not_replace_a_file_that_is_not_a_store_without_force(tmp_
     line = refused("demo", "--agents", "math-tutor", "--episodes", "100", "--db", str(other), "--no-plot")
     assert line.startswith(f"error: --db: {other} is not an agent-learning store") and "--force" in line
     assert other.read_bytes() == before
+
+
+def test_a_default_floor_too_large_for_the_actions_says_so_and_what_to_pass(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    many = tmp_path / "k1000.json"
+    many.write_text(json.dumps([f"k{i}" for i in range(1000)]))
+    db = str(tmp_path / "floor.db")
+    init = ["init-policy", "--agent-id", "k", "--actions", str(many), "--db", db]
+    line = refused(*init)
+    assert line.startswith("error: --exploration-floor: the default floor 0.001 x 1000 actions reaches 1"), line
+    assert line.endswith("e.g. --exploration-floor 0.0005")
+    line = refused(*init, "--exploration-floor", "0.002")
+    assert line.startswith("error: --exploration-floor: 0.002 x 1000 actions reaches 1"), line
+    for bad in ("nan", "-0.1"):
+        line = refused(*init, f"--exploration-floor={bad}")
+        assert line == f"error: --exploration-floor: must be a finite number >= 0, got {float(bad)}"
+    monkeypatch.setenv("AGENT_LEARNING_EXPLORATION_FLOOR", "0.002")
+    line = refused(*init)
+    assert line.startswith("error: --exploration-floor: AGENT_LEARNING_EXPLORATION_FLOOR=0.002 x 1000 actions"), line
+    monkeypatch.delenv("AGENT_LEARNING_EXPLORATION_FLOOR")
+    dimensions = tmp_path / "dimensions.json"
+    dimensions.write_text(json.dumps({"dimensions": {"k": list(range(1000)), "prompt": ["a", "b"]}}))
+    line = refused("init-policy", "--agent-id", "k", "--actions", str(dimensions), "--db", db)
+    assert "the default floor 0.001 x 1000 values of dimension 'k' reaches 1" in line
+
+    limit = tmp_path / "k1024.json"
+    limit.write_text(json.dumps([f"k{i}" for i in range(1024)]))
+    ok("init-policy", "--agent-id", "k", "--actions", str(limit), "--db", db, "--exploration-floor", "0.0005")
+    with SQLiteStore(db) as store:
+        assert len(load_current(store, "k").actions) == 1024  # type: ignore[union-attr]
+
+
+def test_a_revision_that_outgrows_the_kept_floor_names_actions(tmp_path: Path, db: str) -> None:
+    many = tmp_path / "k1000.json"
+    many.write_text(json.dumps([f"k{i}" for i in range(1000)]))
+    line = refused("policy", "revise", "--agent-id", AGENT, "--actions", str(many), "--db", db)
+    assert line.startswith("error: --actions: 1000 actions x the exploration floor 0.001 of v1 reaches 1"), line
+    assert line.endswith("at most 999 actions fit")
+
+
+@pytest.mark.parametrize(("args", "line"), [
+    (["EP", "--score", "nan"], "error: --score: nan is not in the range 0<=x<=1."),
+    (["EP", "--up", "--source", "bad source"],
+     "error: --source: 'bad source' does not fit: use letters, digits, '.', '_' and '-', starting with a letter or "
+     "digit, at most 64 characters"),
+    (["", "--up"], "error: EPISODE_ID: '' does not fit: use letters, digits, '.', '_', ':' and '-', starting with a "
+                   "letter or digit, at most 200 characters"),
+    (["EP", "--up"], "error: EPISODE_ID: episode 'EP' does not exist"),
+])
+def test_bad_feedback_names_the_argument_or_option_alone(db: str, args: list[str], line: str) -> None:
+    assert refused("feedback", *args, "--db", db) == line
+
+
+@pytest.mark.parametrize(("structure", "line"), [
+    ({"dimensions": {"p": ["a", "b"]}, "context": {"task": "categroy"}},
+     "error: --actions: context.task: must be \"category\" or \"number\", got 'categroy'"),
+    ({"dimensions": {"p": ["a", "b"], "bad dim": [1]}},
+     "error: --actions: dimensions: 'bad dim' is not a dimension name: use a letter or '_' first, then letters, "
+     "digits or '_', at most 32 characters"),
+])
+def test_a_bad_structure_is_named_as_the_actions_file_writes_it(
+    tmp_path: Path, structure: dict[str, object], line: str
+) -> None:
+    actions = tmp_path / "structure.json"
+    actions.write_text(json.dumps(structure))
+    assert refused("init-policy", "--agent-id", "s", "--actions", str(actions), "--db", str(tmp_path / "s.db")) == line

@@ -253,6 +253,21 @@ def test_bad_feedback_names_the_field_and_unknown_episodes_are_not_found(store: 
     assert store.list_feedback(eid) == []
 
 
+@pytest.mark.parametrize(("episode_id", "kwargs", "field"), [
+    ("EP", {"score": 2}, "score"),
+    ("EP", {"score": float("nan")}, "score"),
+    ("EP", {"thumb": "up", "source": "bad source"}, "source"),
+    ("", {"thumb": "up"}, "episode_id"),
+])
+def test_bad_feedback_names_the_field_given_once_not_the_fields_derived_from_it(
+    store: Store, clock: ManualClock, episode_id: str, kwargs: dict[str, Any], field: str
+) -> None:
+    with pytest.raises(InvalidDocument) as info:
+        record_feedback(store, episode_id, clock=clock, **kwargs)
+    assert info.value.fields == [field], info.value
+    assert "pattern" not in str(info.value)
+
+
 def test_a_correction_moves_the_gradient_by_its_delta_alone() -> None:
     """g·N for a batch with a correction = g·N without it + w·δ·(e_a − s)/T (no baseline)."""
     rng = np.random.default_rng(3)

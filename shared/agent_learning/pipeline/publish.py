@@ -224,8 +224,8 @@ def revise(
 ) -> Change:
     """Publish ``actions`` as the agent's actions in a new version (module docstring: a revision).
 
-    ``renames`` maps an old action id to its new id in ``actions``. Repeating a revision
-    changes nothing.
+    ``renames`` maps an old action id to its new id in ``actions``, an id the current version
+    does not have. Repeating a revision changes nothing.
     """
     renames = dict(renames or {})
     new_ids = [a.id for a in actions]
@@ -238,6 +238,11 @@ def revise(
             raise ValueError(f"--rename: {old} {new}: {new!r} is not among the new actions")
         if old in new_ids:
             raise ValueError(f"--rename: {old} {new}: {old!r} is still among the new actions")
+    targets = list(renames.values())
+    for old, new in renames.items():
+        if targets.count(new) > 1:
+            others = [o for o, n in renames.items() if n == new and o != old]
+            raise ValueError(f"--rename: {old} {new}: {others[0]} is renamed to {new!r} too; rename one action to it")
 
     def change(current: PolicyDocument) -> PolicyDocument | None:
         if current.structured:
@@ -250,6 +255,13 @@ def revise(
         unknown = sorted(set(renames) - set(current.action_ids))
         if unknown:
             raise ValueError(f"--rename: {unknown} are not actions of {agent_id!r} (actions: {current.action_ids})")
+        for old, new in renames.items():
+            if new in current.action_ids:
+                raise ValueError(
+                    f"--rename: {old} {new}: {new!r} is already an action of {agent_id!r} v{current.version}, and "
+                    f"a rename onto it would replace its logit and evidence with those of {old!r}; rename to a new "
+                    f"id, or remove {new!r} in one revision and rename in the next"
+                )
         source = {new: old for old, new in renames.items()}
         logit = dict(zip(current.action_ids, current.logits, strict=True))
         kept = [logit[source.get(i, i)] for i in new_ids if source.get(i, i) in logit]

@@ -1,0 +1,51 @@
+"""PolicyClient tells a policy that is gone (the read succeeded, nothing there) from one it
+cannot read (the store failed): only the second keeps the last good policy."""
+
+from __future__ import annotations
+
+import pytest
+
+from agent_learning.client import PolicyClient
+from agent_learning.clock import ManualClock
+from agent_learning.errors import NotFound, TransientError
+from agent_learning.pipeline import create_policy
+from agent_learning.policy import SoftmaxPolicy
+from agent_learning.store.memory import MemoryStore
+
+AGENT = "tn2"
+
+
+def make_policy(store: MemoryStore, clock: ManualClock) -> None:
+    create_policy(store, SoftmaxPolicy.from_actions(AGENT, ["fast", "careful"]).to_document(created_at=clock.now()))
+
+
+def test_a_deleted_policy_raises_not_found_instead_of_serving_the_cached_one() -> None:
+    store, clock = MemoryStore(), ManualClock()
+    make_policy(store, clock)
+    client = PolicyClient(store, AGENT, refresh_seconds=10, clock=clock)
+    assert client.choose().version == 1
+
+    store.delete_agent(AGENT)
+    clock.advance(10)
+    with pytest.raises(NotFound, match=f"agent '{AGENT}' has no policy"):
+        client.choose()
+    assert client.last_error is not None and "has no policy" in client.last_error
+    with pytest.raises(NotFound):  # within refresh_seconds too: nothing cached is served
+        client.choose()
+
+    make_policy(store, clock)  # the agent created again: the client serves its new policy
+    assert client.choose().version == 1 and client.last_error is None
+
+
+def test_a_failed_read_still_keeps_the_last_good_policy(monkeypatch: pytest.MonkeyPatch) -> None:
+    store, clock = MemoryStore(), ManualClock()
+    make_policy(store, clock)
+    client = PolicyClient(store, AGENT, refresh_seconds=0, clock=clock)
+    good = client.policy()
+
+    def unreachable(agent_id: str, etag: str | None) -> None:
+        raise TransientError("store unreachable")
+
+    monkeypatch.setattr(store, "get_current_policy_if_changed", unreachable)
+    assert client.policy() is good
+    assert client.last_error == "store unreachable"
