@@ -145,6 +145,12 @@ def test_an_id_holding_another_episode_conflicts_whoever_wrote_it(app: App) -> N
     assert app.post("support-eu", episode())[0] == 201
     status, body = app.post("support-eu", episode(output="something else"))
     assert status == 409 and body["error"].startswith("id:")
+    # True == 1 in Python, not in JSON: 1 for true (or 0 for false) is different content.
+    flags = {"context": {"premium": True}, "metadata": {"beta": False}}
+    assert app.post("support-eu", episode("ep-2", **flags))[0] == 201
+    for changed in ({"context": {"premium": 1}}, {"metadata": {"beta": 0}}):
+        status, body = app.post("support-eu", episode("ep-2", **(flags | changed)))
+        assert status == 409 and body["error"].startswith("id:"), changed
     # Ids are global: another agent's caller gets 409 too, and learns nothing of the content.
     status, body = app.post("billing", episode(agent_id="billing"), key=BILLING_KEY)
     assert status == 409 and "support" not in body["error"] and "What is" not in body["error"]

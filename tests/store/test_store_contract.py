@@ -119,6 +119,18 @@ def test_a_different_episode_with_an_existing_id_conflicts(store: Store) -> None
     assert read_whole_feed(store)[0] == ["ep-1"]
 
 
+def test_a_boolean_is_not_the_number_it_equals_in_python_but_an_integral_float_is_its_integer(store: Store) -> None:
+    """``True == 1`` in Python, not in JSON: the same id with 1 for true is another episode. A
+    retry sending 1.0 where 1 is stored (Cosmos DB reads 1.0 back as 1) is the same episode."""
+    fields: dict[str, Any] = {"context": {"premium": True}, "metadata": {"flag": False, "cost": 1.0}}
+    store.add_episode(make_episode("ep-1", **fields))
+    for changed in ({"context": {"premium": 1}}, {"metadata": {"flag": 0, "cost": 1.0}}):
+        with pytest.raises(ConcurrencyConflict):
+            store.add_episode(make_episode("ep-1", **(fields | changed)))
+    store.add_episode(make_episode("ep-1", **(fields | {"metadata": {"flag": False, "cost": 1}})))
+    assert read_whole_feed(store)[0] == ["ep-1"]
+
+
 def test_get_of_a_missing_episode_is_none(store: Store) -> None:
     assert store.get_episode("nope") is None
     store.add_episode(make_episode("ep-1"))

@@ -348,7 +348,31 @@ class Store(ABC):
 
 
 def same_document(a: RawDoc, b: RawDoc, ignore: Iterable[str] = ()) -> bool:
-    """Equality of two stored documents, ignoring store-added (``_``-prefixed) fields."""
+    """Equality of two stored documents as JSON (:func:`same_json`), ignoring store-added
+    (``_``-prefixed) fields and those in ``ignore``."""
     skip = set(ignore)
     strip = lambda d: {k: v for k, v in d.items() if not k.startswith("_") and k not in skip}  # noqa: E731
-    return strip(a) == strip(b)
+    return same_json(strip(a), strip(b))
+
+
+def same_json(a: Any, b: Any) -> bool:
+    """Equality of two JSON values where a boolean equals only a boolean (Python has ``True == 1``),
+    while numbers compare by value (``1 == 1.0``: Cosmos DB reads a written ``1.0`` back as ``1``).
+    Iterative, so however deep a document nests."""
+    pending = [(a, b)]
+    while pending:
+        x, y = pending.pop()
+        if isinstance(x, dict):
+            if not isinstance(y, dict) or x.keys() != y.keys():
+                return False
+            pending.extend((v, y[k]) for k, v in x.items())
+        elif isinstance(x, list):
+            if not isinstance(y, list) or len(x) != len(y):
+                return False
+            pending.extend(zip(x, y, strict=True))
+        elif isinstance(x, bool) or isinstance(y, bool):
+            if type(x) is not type(y) or x != y:
+                return False
+        elif x != y:
+            return False
+    return True
