@@ -224,6 +224,17 @@ def json_bytes(value: Any) -> int:
     return len(json.dumps(value, separators=(",", ":")))
 
 
+def parse_json(text: str | bytes) -> Any:
+    """``text`` parsed as JSON; raises ``ValueError`` saying what is wrong with it ("is not valid
+    JSON (…)" or "is nested too deeply to parse"), for the caller to prefix with the field."""
+    try:
+        return json.loads(text)
+    except RecursionError:
+        raise ValueError("is nested too deeply to parse") from None
+    except ValueError as exc:  # UnicodeDecodeError included
+        raise ValueError(f"is not valid JSON ({exc})") from None
+
+
 def _json_size(value: Any, field: str, limit: int = MAX_JSON_CHARS) -> Any:
     """Check that ``value`` is plain JSON (finite numbers, text that is valid Unicode) and not
     larger than ``limit``."""
@@ -299,11 +310,9 @@ class Document(BaseModel):
     def from_json(cls: type[D], text: str | bytes) -> D:
         """Parse a JSON text; raises :class:`InvalidDocument` (also for malformed JSON)."""
         try:
-            data = json.loads(text)
-        except (ValueError, UnicodeDecodeError) as exc:
-            raise InvalidDocument(cls._doc_kind(), [("(document)", f"is not valid JSON ({exc})")]) from None
-        except RecursionError:
-            raise InvalidDocument(cls._doc_kind(), [("(document)", "is nested too deeply to parse")]) from None
+            data = parse_json(text)
+        except ValueError as exc:
+            raise InvalidDocument(cls._doc_kind(), [("(document)", str(exc))]) from None
         return cls.from_dict(data)
 
     def to_dict(self) -> dict[str, Any]:

@@ -328,7 +328,7 @@ def post_feedback(episode_id: str, body: bytes, caller: Caller, rt: Runtime) -> 
     # lazy: pydantic (see the module docstring)
     from pydantic import TypeAdapter, ValidationError
 
-    from .documents import DocId
+    from .documents import DocId, parse_json
     from .feedback import record_feedback
 
     try:
@@ -338,11 +338,9 @@ def post_feedback(episode_id: str, body: bytes, caller: Caller, rt: Runtime) -> 
     if len(body) > MAX_FEEDBACK_BYTES:
         return _json_answer(413, {"error": f"body: {len(body)} bytes; the limit is {MAX_FEEDBACK_BYTES}"})
     try:
-        data = json.loads(body or b"null")
-    except (ValueError, UnicodeDecodeError):
-        return _json_answer(400, {"error": "body: is not valid JSON"})
-    except RecursionError:
-        return _json_answer(400, {"error": "body: is nested too deeply to parse"})
+        data = parse_json(body or b"null")
+    except ValueError as exc:
+        return _json_answer(400, {"error": f"body: {exc}"})
     if not isinstance(data, dict):
         return _json_answer(400, {"error": "body: must be a JSON object with thumb or score"})
     if "source" in data:
@@ -397,7 +395,7 @@ def choose(agent_id: str, body: bytes, rt: Runtime) -> HttpAnswer:
     from pydantic import TypeAdapter, ValidationError
 
     from .client import PolicyClient
-    from .documents import AgentId
+    from .documents import AgentId, parse_json
 
     try:
         TypeAdapter(AgentId).validate_python(agent_id)
@@ -406,9 +404,9 @@ def choose(agent_id: str, body: bytes, rt: Runtime) -> HttpAnswer:
     if len(body) > MAX_CHOOSE_BYTES:
         return _json_answer(413, {"error": f"body: {len(body)} bytes; the limit is {MAX_CHOOSE_BYTES}"})
     try:
-        data = json.loads(body or b"{}")
-    except (ValueError, UnicodeDecodeError, RecursionError):
-        return _json_answer(400, {"error": "body: is not a JSON object"})
+        data = parse_json(body or b"{}")
+    except ValueError as exc:
+        return _json_answer(400, {"error": f"body: {exc}"})
     if not isinstance(data, dict):
         return _json_answer(400, {"error": 'body: must be a JSON object, {} or {"context": {...}}'})
     unknown = sorted(set(data) - {"context"})
@@ -456,7 +454,7 @@ def post_episode(agent_id: str, body: bytes, caller: Caller, rt: Runtime) -> Htt
     # lazy: pydantic (see the module docstring)
     from pydantic import TypeAdapter, ValidationError
 
-    from .documents import MAX_EPISODE_BYTES, AgentId, Episode
+    from .documents import MAX_EPISODE_BYTES, AgentId, Episode, parse_json
     from .ingestion import may_write
     from .store.base import same_document
 
@@ -474,7 +472,11 @@ def post_episode(agent_id: str, body: bytes, caller: Caller, rt: Runtime) -> Htt
     if len(body) > MAX_EPISODE_BYTES:
         return _json_answer(413, {"error": f"body: {len(body):,} bytes; the limit is {MAX_EPISODE_BYTES:,}"})
     try:
-        episode = Episode.from_json(body)
+        data = parse_json(body)
+    except ValueError as exc:
+        return _json_answer(400, {"error": f"body: {exc}"})
+    try:
+        episode = Episode.from_dict(data)
     except InvalidDocument as exc:
         return _json_answer(400, {"error": str(exc).removeprefix("invalid episode: ")})
     if episode.agent_id != agent_id:

@@ -90,6 +90,30 @@ def test_an_unknown_agent_is_404_and_a_bad_id_400(app: App) -> None:
     assert status == 400 and "agent_id" in answer["error"]
 
 
+def call(route: str, param: str, value: str, body: bytes, method: str = "POST") -> tuple[int, dict[str, Any]]:
+    """The app's ``route`` function with ``{param}`` = ``value`` in its path, as the support caller."""
+    request = func.HttpRequest(method=method, url=f"/api/{route}/{value}", route_params={param: value},
+                               headers={"x-functions-key": SUPPORT_KEY}, body=body)
+    response = functions()[route].get_user_function()(request)
+    return response.status_code, json.loads(response.get_body())
+
+
+ROUTES = [("choose", "agent_id"), ("ingest", "agent_id"), ("feedback", "episode_id"), ("policy", "agent_id")]
+
+
+@pytest.mark.parametrize("route, param", ROUTES[:3])
+@pytest.mark.parametrize("body, problem", [
+    (b"{not json", "body: is not valid JSON (Expecting property name"),
+    (b"\xff", "body: is not valid JSON ('utf-8' codec can't decode"),
+    (b"[" * 10_000, "body: is nested too deeply to parse"),
+])
+def test_every_route_words_a_body_that_is_not_json_alike(
+    app: App, route: str, param: str, body: bytes, problem: str
+) -> None:
+    status, answer = call(route, param, "support-eu", body)
+    assert status == 400 and answer["error"].startswith(problem), answer
+
+
 def test_a_structured_contextual_policy_answers_one_value_per_dimension_and_the_joint_probability(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

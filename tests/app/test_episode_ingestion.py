@@ -127,7 +127,7 @@ def test_the_body_must_be_an_episode_of_the_path_agent(app: App) -> None:
     status, body = app.post("support-eu", episode(probability=0.5) | {"probability": 7})
     assert status == 400 and body["error"].startswith("probability:")
     status, body = app.post("support-eu", b"{not json")
-    assert status == 400 and body["error"].startswith("(document):")
+    assert status == 400 and body["error"].startswith("body: is not valid JSON (")
     status, body = app.post("support-eu", b"[" * 10_000)
     assert status == 400 and "nested" in body["error"]
     status, body = app.post("not an id!", episode())
