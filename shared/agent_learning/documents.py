@@ -89,10 +89,19 @@ AGENT_ID_RULE = "letters, digits, '.', '_' and '-', starting with a letter or di
 
 def agent_id_problem(value: object) -> str | None:
     """Why ``value`` is not an agent id, in one plain sentence (None if it is one)."""
+    return _id_problem(value, _ID, "agent id", AGENT_ID_RULE)
+
+
+def episode_id_problem(value: object) -> str | None:
+    """Why ``value`` is not an episode id, in one plain sentence (None if it is one)."""
+    return _id_problem(value, _DOC_ID, "episode id", DOC_ID_RULE)
+
+
+def _id_problem(value: object, pattern: str, name: str, rule: str) -> str | None:
     if not isinstance(value, str) or not value:
-        return f"agent id must be a non-empty string, got {value!r:.80}"
-    if not re.fullmatch(_ID, value):
-        return f"{value[:140]!r} is not an agent id: use {AGENT_ID_RULE}"
+        return f"{name} must be a non-empty string, got {value!r:.80}"
+    if not re.fullmatch(pattern, value):
+        return f"{value[:80]!r} is not an {name}: use {rule}"
     return None
 
 
@@ -101,6 +110,7 @@ ActionId = Annotated[str, StringConstraints(strict=True, pattern=_ACTION_ID)]
 # Cosmos ids may not contain / \ ? # and are at most 255 characters.
 _DOC_ID = r"^[A-Za-z0-9][A-Za-z0-9._:\-]{0,199}$"
 DocId = Annotated[str, StringConstraints(strict=True, pattern=_DOC_ID)]
+DOC_ID_RULE = "letters, digits, '.', '_', ':' and '-', starting with a letter or digit, at most 200 characters"
 _FEEDBACK_SOURCE = r"^[A-Za-z0-9][A-Za-z0-9._\-]{0,63}$"
 FEEDBACK_SOURCE_RULE = "letters, digits, '.', '_' and '-', starting with a letter or digit, at most 64 characters"
 _DIMENSION_NAME = r"^[A-Za-z_][A-Za-z0-9_]{0,31}$"
@@ -354,7 +364,7 @@ _invalid = invalid_from_pydantic
 _PATTERN_RULES = {
     _ID: AGENT_ID_RULE,
     _ACTION_ID: ACTION_ID_RULE,
-    _DOC_ID: "letters, digits, '.', '_', ':' and '-', starting with a letter or digit, at most 200 characters",
+    _DOC_ID: DOC_ID_RULE,
     _FEEDBACK_SOURCE: FEEDBACK_SOURCE_RULE,
     _DIMENSION_NAME: DIMENSION_NAME_RULE,
 }

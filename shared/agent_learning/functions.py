@@ -267,15 +267,11 @@ class HttpAnswer:
 def get_policy(agent_id: str, if_none_match: str | None, rt: Runtime) -> HttpAnswer:
     """HTTP GET ``/api/policies/{agent_id}``: the agent's current policy document (ETag-aware)."""
     # lazy: pydantic (see the module docstring)
-    from pydantic import TypeAdapter, ValidationError
-
-    from .documents import AgentId, PolicyDocument
+    from .documents import PolicyDocument, agent_id_problem
     from .store.base import NotModified
 
-    try:
-        TypeAdapter(AgentId).validate_python(agent_id)
-    except ValidationError:
-        return _json_answer(400, {"error": f"agent_id: {agent_id!r} is not a valid agent id"})
+    if problem := agent_id_problem(agent_id):
+        return _json_answer(400, {"error": f"agent_id: {problem}"})
     cached = _cached_etag(if_none_match)
     # Cosmos ETags carry their quotes; the conditional read saves the transfer there, and the
     # comparison below answers 304 on stores whose ETags do not.
@@ -326,15 +322,11 @@ def post_feedback(episode_id: str, body: bytes, caller: Caller, rt: Runtime) -> 
     :data:`~agent_learning.feedback.MAX_FEEDBACK_SOURCES`, 413 for a body over 16 KiB.
     """
     # lazy: pydantic (see the module docstring)
-    from pydantic import TypeAdapter, ValidationError
-
-    from .documents import DocId, parse_json
+    from .documents import episode_id_problem, parse_json
     from .feedback import record_feedback
 
-    try:
-        TypeAdapter(DocId).validate_python(episode_id)
-    except ValidationError:
-        return _json_answer(400, {"error": f"episode_id: {episode_id!r} is not a valid episode id"})
+    if problem := episode_id_problem(episode_id):
+        return _json_answer(400, {"error": f"episode_id: {problem}"})
     if len(body) > MAX_FEEDBACK_BYTES:
         return _json_answer(413, {"error": f"body: {len(body)} bytes; the limit is {MAX_FEEDBACK_BYTES}"})
     try:
@@ -392,15 +384,11 @@ def choose(agent_id: str, body: bytes, rt: Runtime) -> HttpAnswer:
     # lazy: pydantic (see the module docstring)
     import uuid
 
-    from pydantic import TypeAdapter, ValidationError
-
     from .client import PolicyClient
-    from .documents import AgentId, parse_json
+    from .documents import agent_id_problem, parse_json
 
-    try:
-        TypeAdapter(AgentId).validate_python(agent_id)
-    except ValidationError:
-        return _json_answer(400, {"error": f"agent_id: {agent_id!r} is not a valid agent id"})
+    if problem := agent_id_problem(agent_id):
+        return _json_answer(400, {"error": f"agent_id: {problem}"})
     if len(body) > MAX_CHOOSE_BYTES:
         return _json_answer(413, {"error": f"body: {len(body)} bytes; the limit is {MAX_CHOOSE_BYTES}"})
     try:
@@ -452,19 +440,15 @@ def post_episode(agent_id: str, body: bytes, caller: Caller, rt: Runtime) -> Htt
     its content is not revealed), 413 for a body over ``MAX_EPISODE_BYTES``.
     """
     # lazy: pydantic (see the module docstring)
-    from pydantic import TypeAdapter, ValidationError
-
-    from .documents import MAX_EPISODE_BYTES, AgentId, Episode, parse_json
+    from .documents import MAX_EPISODE_BYTES, Episode, agent_id_problem, parse_json
     from .ingestion import may_write
     from .store.base import same_document
 
     writers = rt.settings.episode_writers
     if not writers:
         return _json_answer(404, {"error": "episode ingestion is off: AGENT_LEARNING_EPISODE_WRITERS is empty"})
-    try:
-        TypeAdapter(AgentId).validate_python(agent_id)
-    except ValidationError:
-        return _json_answer(400, {"error": f"agent_id: {agent_id!r} is not a valid agent id"})
+    if problem := agent_id_problem(agent_id):
+        return _json_answer(400, {"error": f"agent_id: {problem}"})
     if not may_write(writers, caller.id, agent_id):
         log.warning("ingest: %s may not write episodes of %s", caller.id, agent_id)
         refused = f"caller {caller.id} may not write episodes of agent {agent_id!r} (AGENT_LEARNING_EPISODE_WRITERS)"

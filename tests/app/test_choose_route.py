@@ -17,7 +17,7 @@ import azure.functions as func
 from app_functions import functions
 from test_episode_ingestion import SUPPORT_KEY, WRITERS, App
 
-from agent_learning.documents import Episode
+from agent_learning.documents import AGENT_ID_RULE, DOC_ID_RULE, Episode
 from agent_learning.pipeline import create_policy
 from agent_learning.policy import SoftmaxPolicy
 
@@ -99,6 +99,15 @@ def call(route: str, param: str, value: str, body: bytes, method: str = "POST") 
 
 
 ROUTES = [("choose", "agent_id"), ("ingest", "agent_id"), ("feedback", "episode_id"), ("policy", "agent_id")]
+
+
+@pytest.mark.parametrize("route, param", ROUTES)
+def test_a_bad_id_in_the_path_is_answered_with_the_rule_and_a_short_echo(app: App, route: str, param: str) -> None:
+    status, answer = call(route, param, "bad id/" + "x" * 292, b"{}", "GET" if route == "policy" else "POST")
+    rule = AGENT_ID_RULE if param == "agent_id" else DOC_ID_RULE
+    assert status == 400 and answer["error"].startswith(f"{param}: 'bad id/xxx"), answer
+    assert answer["error"].endswith(f"' is not an {param.replace('_', ' ')}: use {rule}")
+    assert "x" * 73 in answer["error"] and "x" * 74 not in answer["error"]  # the first 80 characters of 299
 
 
 @pytest.mark.parametrize("route, param", ROUTES[:3])
