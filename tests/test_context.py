@@ -54,6 +54,8 @@ def test_an_episode_without_context_is_stored_exactly_as_before(client: PolicyCl
     ({"9lives": "x"}, "'9lives' is not a feature name"),
     ({"tokens": math.nan}, "tokens: must be a category"),
     ({"tokens": math.inf}, "tokens: must be a category"),
+    ({"tokens": 2**53}, "tokens: must be a category (a non-empty string of at most 128 characters, or a boolean) "
+                        "or a finite number (an integer must be below 2**53 in magnitude, so that a float holds it"),
     ({"task": ""}, "task: must be a category"),
     ({"task": "x" * 129}, "task: must be a category (a non-empty string of at most 128 characters"),
     ({"task": {"nested": 1}}, "task: must be a category"),

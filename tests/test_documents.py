@@ -360,6 +360,12 @@ def test_bad_metadata_value_path_is_the_key() -> None:
     assert err.fields == ["metadata.k"]
 
 
+def test_an_integer_a_float_cannot_hold_exactly_is_refused_saying_so() -> None:
+    assert Episode.from_dict(episode_dict() | {"metadata": {"k": 2**53 - 1}}).metadata == {"k": 2**53 - 1}
+    err = invalid(Episode, episode_dict() | {"metadata": {"k": -(2**53)}})
+    assert err.fields == ["metadata.k"] and "an integer must be below 2**53 in magnitude" in str(err)
+
+
 @pytest.mark.parametrize("field, change", [
     ("context.task", {"context": {"task": "\ud800"}}),
     ("metadata.user", {"metadata": {"user": "x\udfff"}}),

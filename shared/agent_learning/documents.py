@@ -145,6 +145,10 @@ MAX_CONTEXT_VALUE_CHARS = 128
 """The longest categorical context value: a segment name, not free text."""
 CONTEXT_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_.\-]{0,63}")
 """A context feature's name: a letter or ``_`` first, then letters, digits, ``_``, ``.``, ``-``; at most 64."""
+EXACT_INTEGERS = 2**53
+"""Integers in a context or metadata are below this in magnitude: each is exactly a float, so every
+JSON reader (Cosmos DB's included) reads back the number written."""
+NUMBER_RULE = "a finite number (an integer must be below 2**53 in magnitude, so that a float holds it exactly)"
 
 
 def _unset(value: Any) -> bool:
@@ -157,7 +161,8 @@ def _unset(value: Any) -> bool:
 def check_context(context: Any) -> dict[str, str | int | float | bool]:
     """A decision's context, checked: at most :data:`MAX_CONTEXT_FEATURES` features, each named by
     :data:`CONTEXT_NAME`, each a category (a string of at most :data:`MAX_CONTEXT_VALUE_CHARS`
-    characters, or a boolean) or a finite number. Raises ``ValueError`` naming the feature.
+    characters, or a boolean) or a finite number (an integer below :data:`EXACT_INTEGERS` in
+    magnitude). Raises ``ValueError`` naming the feature.
 
     It runs on every ``choose(context=...)``, so the common types are checked first and names
     already found valid are remembered (:data:`_VALID_NAMES`)."""
@@ -188,18 +193,18 @@ def check_context(context: Any) -> dict[str, str | int | float | bool]:
         elif kind is float:
             ok = math.isfinite(value)
         elif kind is int:
-            ok = abs(value) < 2**53
+            ok = abs(value) < EXACT_INTEGERS
         else:
             ok = (
                 isinstance(value, bool)
-                or (isinstance(value, int) and abs(value) < 2**53)
+                or (isinstance(value, int) and abs(value) < EXACT_INTEGERS)
                 or (isinstance(value, float) and math.isfinite(value))
                 or (isinstance(value, str) and 0 < len(value) <= MAX_CONTEXT_VALUE_CHARS and is_unicode(value))
             )
         if not ok:
             raise ValueError(
                 f"{name}: must be a category (a non-empty string of at most {MAX_CONTEXT_VALUE_CHARS} characters, "
-                f"or a boolean) or a finite number, got {value!r:.80}"
+                f"or a boolean) or {NUMBER_RULE}, got {value!r:.80}"
             )
     return dict(context)
 
@@ -459,7 +464,7 @@ class Episode(Document):
         for key, item in value.items():
             ok = (
                 isinstance(item, bool)
-                or (isinstance(item, int) and abs(item) < 2**53)
+                or (isinstance(item, int) and abs(item) < EXACT_INTEGERS)
                 or (isinstance(item, float) and math.isfinite(item))
                 or (isinstance(item, str) and len(item) <= MAX_METADATA_VALUE_CHARS)
             )
@@ -467,8 +472,8 @@ class Episode(Document):
                 raise ValueError(f"{key}: {item!r:.80} {NOT_UNICODE}")
             if not ok:
                 raise ValueError(
-                    f"{key}: must be a string of at most {MAX_METADATA_VALUE_CHARS} characters, a boolean, "
-                    f"an integer or a finite number, got {item!r:.80}"
+                    f"{key}: must be a string of at most {MAX_METADATA_VALUE_CHARS} characters, a boolean or "
+                    f"{NUMBER_RULE}, got {item!r:.80}"
                 )
         return value
 

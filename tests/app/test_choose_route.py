@@ -73,6 +73,7 @@ def test_a_choice_over_http_follows_the_policy_and_its_episode_is_accepted_back(
 @pytest.mark.parametrize("body, status, problem", [
     (b'{"context": {"tokens": 1e400}}', 400, "context.tokens: must be a category"),
     (b'{"context": {"tokens": NaN}}', 400, "context.tokens: must be a category"),
+    ({"context": {"tokens": 2**53}}, 400, "an integer must be below 2**53 in magnitude"),
     ({"context": {"task type": "x"}}, 400, "is not a feature name"),
     ({"context": "billing"}, 400, "context: must be an object"),
     ({"contxt": {}}, 400, "contxt: unknown field"),
