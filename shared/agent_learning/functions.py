@@ -306,6 +306,8 @@ _ENTITY_TAG = re.compile(r'(?:W/)?"([\x21\x23-\x7e]+)"')
 
 MAX_FEEDBACK_BYTES = 16_384
 FEEDBACK_FIELDS = ("thumb", "score", "comment")
+FEEDBACK_VALUES = {"thumb": "'up' or 'down'", "score": "a number from 0 to 1"}
+"""The verdict fields and what each holds (a null one, when it is the only verdict, is named)."""
 
 
 def post_feedback(episode_id: str, body: bytes, caller: Caller, rt: Runtime) -> HttpAnswer:
@@ -348,6 +350,10 @@ def post_feedback(episode_id: str, body: bytes, caller: Caller, rt: Runtime) -> 
         return _json_answer(400, {"error": f"{unknown[0]}: unknown field (known: {', '.join(FEEDBACK_FIELDS)})"})
     if not isinstance(data.get("comment", ""), str):
         return _json_answer(400, {"error": "comment: must be a string"})
+    if data.get("thumb") is None and data.get("score") is None:
+        for name, rule in FEEDBACK_VALUES.items():
+            if name in data:
+                return _json_answer(400, {"error": f"{name}: must be {rule}, got null"})
     try:
         result = record_feedback(
             rt.store,
