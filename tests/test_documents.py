@@ -25,7 +25,7 @@ from agent_learning.documents import (
     TrainingRun,
     json_bytes,
 )
-from agent_learning.errors import InvalidDocument
+from agent_learning.errors import DocumentTooLarge, InvalidDocument
 
 # --------------------------------------------------------------------------- valid documents
 
@@ -436,7 +436,7 @@ def test_cosmos_system_fields_are_ignored() -> None:
 def test_oversize_text_rejected_but_limit_accepted() -> None:
     assert Episode.from_dict(episode_dict() | {"output": "x" * MAX_TEXT_CHARS}).output == "x" * MAX_TEXT_CHARS
     err = invalid(Episode, episode_dict() | {"output": "x" * (MAX_TEXT_CHARS + 1)})
-    assert err.fields == ["output"]
+    assert err.fields == ["output"] and not isinstance(err, DocumentTooLarge)
     assert str(MAX_TEXT_CHARS) in str(err)
 
 
@@ -446,7 +446,7 @@ def test_an_episode_over_the_document_limit_is_rejected_naming_its_size_and_the_
     data = episode_dict() | {"steps": [step] * MAX_STEPS}
     assert len(json.dumps(data, ensure_ascii=False)) < MAX_EPISODE_BYTES  # in characters it would fit
     err = invalid(Episode, data)
-    assert err.fields == ["(document)"]
+    assert err.fields == ["(document)"] and isinstance(err, DocumentTooLarge)  # told apart by its class
     size = re.search(rf"is ([\d,]+) bytes as JSON; the limit is {MAX_EPISODE_BYTES:,} \(MAX_EPISODE_BYTES", str(err))
     assert size and int(size.group(1).replace(",", "")) > json_bytes(data) > MAX_EPISODE_BYTES, str(err)
     fitting = data | {"steps": [step] * (MAX_EPISODE_BYTES // json_bytes(step) - 1)}

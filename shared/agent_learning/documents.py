@@ -53,7 +53,7 @@ from pydantic import (
     model_validator,
 )
 
-from .errors import InvalidDocument
+from .errors import DocumentTooLarge, InvalidDocument
 
 SCHEMA_VERSION = 2
 """The newest schema this library understands. Documents are written with the oldest schema
@@ -343,10 +343,17 @@ class Document(BaseModel):
         return str(field.default) if field is not None and field.default else cls.__name__
 
 
+class _OverLimit(ValueError):
+    """A document over its size limit, told apart from other problems (:class:`DocumentTooLarge`)."""
+
+
 def invalid_from_pydantic(kind: str, exc: ValidationError) -> InvalidDocument:
-    """Turn pydantic's errors into an :class:`InvalidDocument` with one path per problem."""
+    """Turn pydantic's errors into an :class:`InvalidDocument` with one path per problem (a
+    :class:`DocumentTooLarge` when the problem is the document's size)."""
     problems = []
+    over_limit = False
     for err in exc.errors(include_url=False):
+        over_limit = over_limit or isinstance(err.get("ctx", {}).get("error"), _OverLimit)
         msg = err["msg"].removeprefix("Value error, ")
         field = _path(err["loc"])
         if err["type"] == "string_pattern_mismatch" and (rule := _PATTERN_RULES.get(err["ctx"]["pattern"])):
@@ -360,7 +367,7 @@ def invalid_from_pydantic(kind: str, exc: ValidationError) -> InvalidDocument:
             sub, msg = match.group(1), match.group(2)
             field = sub if field == "(document)" else f"{field}.{sub}"
         problems.append((field, msg))
-    return InvalidDocument(kind, problems)
+    return (DocumentTooLarge if over_limit else InvalidDocument)(kind, problems)
 
 
 _invalid = invalid_from_pydantic
@@ -485,7 +492,7 @@ class Episode(Document):
             raise ValueError(f"logprob: {self.logprob} is not log(probability) = {math.log(self.probability)}")
         size = json_bytes(self.model_dump(mode="json"))
         if size > MAX_EPISODE_BYTES:
-            raise ValueError(
+            raise _OverLimit(
                 f"is {size:,} bytes as JSON; the limit is {MAX_EPISODE_BYTES:,} (MAX_EPISODE_BYTES: the 2 MB "
                 "Cosmos DB item limit less room for system properties)"
             )

@@ -4,6 +4,7 @@ The pipeline decides what to do with a failure by its class, never by its messag
 
 * :class:`InvalidDocument` — bad input. Never retried; the item is kept for inspection
   (dead-lettered with the message as reason) and never reaches the learner.
+  :class:`DocumentTooLarge` is the one whose problem is its size.
 * :class:`TransientError` — worth retrying later (a judge returned 429/5xx, a timeout).
 * :class:`PermanentError` — retrying cannot help (judge output invalid after retries, an
   episode that references an unknown policy version).
@@ -34,6 +35,10 @@ class InvalidDocument(AgentLearningError, ValueError):
     @property
     def fields(self) -> list[str]:
         return [field for field, _ in self.problems]
+
+
+class DocumentTooLarge(InvalidDocument):
+    """A document over its size limit (``MAX_EPISODE_BYTES``); HTTP answers it with 413."""
 
 
 class ConfigurationError(AgentLearningError, ValueError):

@@ -443,10 +443,13 @@ def post_episode(agent_id: str, body: bytes, caller: Caller, rt: Runtime) -> Htt
     Answers 201 when written, 200 when the same episode is already stored (a retry), 400
     naming the bad field, 403 when the caller may not write this agent, 404 when the setting
     is empty (ingestion is off), 409 when the id holds a different episode (whichever agent's:
-    its content is not revealed), 413 for a body over ``MAX_EPISODE_BYTES``.
+    its content is not revealed), 413 for a body or an episode over ``MAX_EPISODE_BYTES`` (the
+    episode measured as :func:`~agent_learning.documents.json_bytes` does, non-ASCII characters
+    escaped).
     """
     # lazy: pydantic (see the module docstring)
     from .documents import MAX_EPISODE_BYTES, Episode, agent_id_problem, parse_json
+    from .errors import DocumentTooLarge
     from .ingestion import may_write
     from .store.base import same_document
 
@@ -467,8 +470,9 @@ def post_episode(agent_id: str, body: bytes, caller: Caller, rt: Runtime) -> Htt
         return _json_answer(400, {"error": f"body: {exc}"})
     try:
         episode = Episode.from_dict(data)
-    except InvalidDocument as exc:
-        return _json_answer(400, {"error": str(exc).removeprefix("invalid episode: ")})
+    except InvalidDocument as exc:  # over MAX_EPISODE_BYTES as the document measures it: 413
+        status = 413 if isinstance(exc, DocumentTooLarge) else 400
+        return _json_answer(status, {"error": str(exc).removeprefix("invalid episode: ")})
     if episode.agent_id != agent_id:
         mismatch = f"agent_id: the episode's {episode.agent_id!r} is not the path's {agent_id!r}"
         return _json_answer(400, {"error": mismatch})

@@ -141,6 +141,17 @@ def test_a_body_over_the_episode_limit_is_413(app: App) -> None:
     assert status == 413 and body["error"].startswith("body:") and f"{MAX_EPISODE_BYTES:,}" in body["error"]
 
 
+def test_an_episode_over_the_limit_as_the_document_measures_it_is_413_too(app: App) -> None:
+    """A body under the limit in UTF-8 that is over it with non-ASCII characters escaped."""
+    step = {"name": "search", "kind": "tool", "status": "ok", "latency_ms": 1.0, "result": "😀" * 1_000}
+    doc = episode() | {"steps": [step] * 200}
+    raw = json.dumps(doc, ensure_ascii=False).encode()
+    assert len(raw) < MAX_EPISODE_BYTES < len(json.dumps(doc))
+    status, body = app.post("support-eu", raw)
+    assert status == 413 and body["error"].startswith("(document): is ") and f"{MAX_EPISODE_BYTES:,}" in body["error"]
+    assert app.store.list_episodes() == []
+
+
 def test_an_id_holding_another_episode_conflicts_whoever_wrote_it(app: App) -> None:
     assert app.post("support-eu", episode())[0] == 201
     status, body = app.post("support-eu", episode(output="something else"))
