@@ -198,7 +198,8 @@ class HttpEpisodeWriter:
     answer's ``Retry-After``); then :class:`TransientError`. A 409 raises
     :class:`ConcurrencyConflict` (the id holds another episode), a 400 or 413
     :class:`InvalidDocument`, a 401, 403 or 404 :class:`ConfigurationError` (a wrong key, a
-    caller not allowed to write the agent, ingestion off), any other answer :class:`PermanentError`.
+    caller not allowed to write the agent, ingestion off, an agent without a policy), any other
+    answer :class:`PermanentError`.
     """
 
     def __init__(

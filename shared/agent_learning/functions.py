@@ -32,7 +32,8 @@ Failure semantics per trigger:
   current policy as a :class:`~agent_learning.client.PolicyClient` caches it; bad input is a
   400 naming the field, an unknown agent a 404.
 * ``ingest`` (HTTP POST) writes an agent's episode for a caller allowed to write that agent
-  (:mod:`agent_learning.ingestion`); posting the same episode again is a no-op.
+  (:mod:`agent_learning.ingestion`), if the scorer could score it (its policy version and
+  action exist); posting the same episode again is a no-op.
 
 :func:`build_runtime` also installs the telemetry exporters the settings choose.
 """
@@ -61,6 +62,7 @@ if TYPE_CHECKING:  # imported lazily at run time: the app's cold start stays sho
     from .callers import Caller
     from .config import Settings
     from .pipeline import EnqueueResult, Scorer, TrainingPlan, TrainOutcome
+    from .pipeline.score import PolicyVersions
     from .store.base import Store
 
 log = logging.getLogger("agent_learning.functions")
@@ -93,6 +95,13 @@ class Runtime:
     """Agent id → the :class:`~agent_learning.client.PolicyClient` the choose route draws from."""
     send_train: Any = None
     """Sends training messages (the timer's fan-out)."""
+    policy_versions: PolicyVersions | None = None
+    """The policy versions the episodes route checks episodes against, built on first use
+    (:func:`policy_versions_of`)."""
+
+
+CACHED_POLICY_VERSIONS = 256
+"""Policy versions the episodes route keeps parsed (they are immutable; a missing one is not kept)."""
 
 
 _runtime: Runtime | None = None
@@ -143,6 +152,16 @@ def scorer_of(rt: Runtime) -> Scorer:
 
         rt.scorer = open_scorer(rt.settings, rt.store)
     return rt.scorer
+
+
+def policy_versions_of(rt: Runtime) -> PolicyVersions:
+    """The runtime's cache of policy versions, built on first use."""
+    if rt.policy_versions is None:
+        # lazy: pydantic (see the module docstring)
+        from .pipeline.score import PolicyVersions
+
+        rt.policy_versions = PolicyVersions(rt.store, CACHED_POLICY_VERSIONS)
+    return rt.policy_versions
 
 
 def learner_of(rt: Runtime) -> Any:
@@ -439,18 +458,21 @@ def post_episode(agent_id: str, body: bytes, caller: Caller, rt: Runtime) -> Htt
     """HTTP POST ``/api/agents/{agent_id}/episodes``: an agent's episode, written for a caller
     that ``AGENT_LEARNING_EPISODE_WRITERS`` allows to write ``agent_id``.
 
-    Body: the episode document (``Episode.to_json()``), whose ``agent_id`` must be the path's.
-    Answers 201 when written, 200 when the same episode is already stored (a retry), 400
-    naming the bad field, 403 when the caller may not write this agent, 404 when the setting
-    is empty (ingestion is off), 409 when the id holds a different episode (whichever agent's:
-    its content is not revealed), 413 for a body or an episode over ``MAX_EPISODE_BYTES`` (the
-    episode measured as :func:`~agent_learning.documents.json_bytes` does, non-ASCII characters
-    escaped).
+    Body: the episode document (``Episode.to_json()``), whose ``agent_id`` must be the path's,
+    and whose ``policy_version`` and ``action_id`` the agent's policy must have (the scorer's
+    rule, :func:`~agent_learning.pipeline.score.policy_problem`; an invalid policy document is
+    left to the scorer). Answers 201 when written, 200 when the same episode is already stored
+    (a retry), 400 naming the bad field, 403 when the caller may not write this agent, 404 when
+    the setting is empty (ingestion is off) or the agent has no policy, 409 when the id holds a
+    different episode (whichever agent's: its content is not revealed), 413 for a body or an
+    episode over ``MAX_EPISODE_BYTES`` (the episode measured as
+    :func:`~agent_learning.documents.json_bytes` does, non-ASCII characters escaped).
     """
     # lazy: pydantic (see the module docstring)
     from .documents import MAX_EPISODE_BYTES, Episode, agent_id_problem, parse_json
     from .errors import DocumentTooLarge
     from .ingestion import may_write
+    from .pipeline.score import policy_problem
     from .store.base import same_document
 
     writers = rt.settings.episode_writers
@@ -476,6 +498,14 @@ def post_episode(agent_id: str, body: bytes, caller: Caller, rt: Runtime) -> Htt
     if episode.agent_id != agent_id:
         mismatch = f"agent_id: the episode's {episode.agent_id!r} is not the path's {agent_id!r}"
         return _json_answer(400, {"error": mismatch})
+    try:
+        unscorable = policy_problem(episode, policy_versions_of(rt))
+    except InvalidDocument:  # the policy's problem, not the episode's: the scorer reports it
+        unscorable = None
+    if unscorable is not None:
+        if rt.store.get_current_policy(agent_id) is None:
+            return _json_answer(404, {"error": f"agent {agent_id!r} has no policy"})
+        return _json_answer(400, {"error": unscorable[1].removeprefix("invalid episode: ")})
     conflict = _json_answer(409, {"error": f"id: episode {episode.id!r} already exists with different content"})
     existing = rt.store.get_episode(episode.id)
     if existing is not None and same_document(existing, episode.to_dict()):

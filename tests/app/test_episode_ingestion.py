@@ -21,7 +21,7 @@ pytest.importorskip("azure.functions")
 
 import azure.functions as func
 from app_functions import functions
-from factories import make_episode
+from factories import DEFAULT_ACTIONS, CountingStore, make_episode
 
 from agent_learning import functions as handlers
 from agent_learning.callers import key_identity, principal_identity
@@ -37,7 +37,7 @@ from agent_learning.errors import (
     PermanentError,
     TransientError,
 )
-from agent_learning.pipeline import create_policy
+from agent_learning.pipeline import create_policy, score_request_message
 from agent_learning.policy import SoftmaxPolicy
 from agent_learning.store.sqlite import SQLiteStore
 
@@ -78,9 +78,15 @@ class App:
         return response.status_code, json.loads(response.get_body())
 
 
+AGENTS = ("support-eu", "support-us", "billing", "ops-bot")
+"""The agents with a policy: uniform over make_episode's action and one other, so its 0.5."""
+
+
 @pytest.fixture
 def app(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[App]:
     a = App(tmp_path, monkeypatch, WRITERS)
+    for agent in AGENTS:
+        create_policy(a.store, SoftmaxPolicy.from_actions(agent, DEFAULT_ACTIONS[:2]).to_document(created_at=None))
     yield a
     a.store.close()
 
@@ -150,6 +156,44 @@ def test_an_episode_over_the_limit_as_the_document_measures_it_is_413_too(app: A
     status, body = app.post("support-eu", raw)
     assert status == 413 and body["error"].startswith("(document): is ") and f"{MAX_EPISODE_BYTES:,}" in body["error"]
     assert app.store.list_episodes() == []
+
+
+def test_an_episode_the_scorer_would_dead_letter_is_refused(app: App) -> None:
+    status, body = app.post("support-eu", episode(action_id="calculator"))
+    assert (status, body) == (400, {"error": "action_id: 'calculator' is not an action of support-eu:v1 "
+                                             "(known: ['direct', 'step-by-step'])"})
+    status, body = app.post("support-eu", episode(policy_version=2))
+    assert (status, body) == (400, {"error": "policy_version: agent 'support-eu' has no version 2"})
+    status, body = app.post("support-new", episode(agent_id="support-new"))
+    assert (status, body) == (404, {"error": "agent 'support-new' has no policy"})
+    assert app.store.list_episodes() == []
+
+    # A miss is not remembered: once the agent has a policy its episodes are written.
+    create_policy(app.store, SoftmaxPolicy.from_actions("support-new", ["direct"]).to_document(created_at=None))
+    assert app.post("support-new", episode(agent_id="support-new", probability=1.0))[0] == 201
+
+
+def test_policy_versions_are_read_once_and_an_invalid_policy_is_left_to_the_scorer(
+    app: App, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    counting = CountingStore(app.store)
+    monkeypatch.setattr(handlers, "_runtime", handlers.Runtime(handlers.runtime().settings, counting, send=None))
+    for i in range(3):
+        assert app.post("support-eu", episode(f"ep-{i}"))[0] == 201
+    assert counting.calls["get_policy_version"] == 1
+
+    # The episode is valid; its policy is not: the scorer dead-letters it as InvalidPolicy.
+    monkeypatch.setattr(app.store, "get_policy_version", lambda agent_id, version: {"id": "broken"})
+    assert app.post("support-us", episode("ep-us", "support-us"))[0] == 201
+
+
+def test_an_episode_the_route_accepts_is_scored(app: App) -> None:
+    assert app.post("billing", episode("ep-b", "billing"), key=BILLING_KEY)[0] == 201
+    stored = app.store.get_episode("ep-b")
+    assert stored is not None
+    message = score_request_message(stored)
+    assert handlers.score(message.body, 1, message.message_id, handlers.runtime()) == "scored"
+    assert app.store.get_score("ep-b", "billing") is not None
 
 
 def test_an_id_holding_another_episode_conflicts_whoever_wrote_it(app: App) -> None:
@@ -284,11 +328,11 @@ def server(app: App) -> Iterator[IngestServer]:
 def test_an_isolated_agent_reads_its_policy_and_writes_episodes_over_http(app: App, server: IngestServer) -> None:
     """No store on the agent side: PolicyClient reads through HttpPolicySource (conditionally),
     EpisodeCapture writes through HttpEpisodeWriter (sync and async)."""
-    policy = SoftmaxPolicy.from_actions("support-eu", ["brief", "thorough"]).to_document(created_at=None)
+    policy = SoftmaxPolicy.from_actions("support-apac", ["brief", "thorough"]).to_document(created_at=None)
     create_policy(app.store, policy)
     source, writer = HttpPolicySource(server.url, SUPPORT_KEY), HttpEpisodeWriter(server.url, SUPPORT_KEY)
     assert SUPPORT_KEY not in repr(writer) + repr(source)
-    client = PolicyClient(source, "support-eu", refresh_seconds=0)
+    client = PolicyClient(source, "support-apac", refresh_seconds=0)
     decision = client.choose()
     assert client.choose().version == 1 and client.reads_with_transfer == 1 and client.reads_not_modified == 1
     with EpisodeCapture(writer, decision, input="Where is my order?", episode_id="ep-sync") as run:

@@ -15,9 +15,9 @@ the message finds the record and is a ``duplicate``), to be judged later by
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from functools import lru_cache
+from functools import lru_cache, partial
 from typing import Any, Literal
 
 from ..clock import SYSTEM_CLOCK, Clock
@@ -64,6 +64,66 @@ class ScoreOutcome:
     record: UnjudgedRecord | None = None
 
 
+def load_policy_version(store: Store, agent_id: str, version: int) -> PolicyDocument:
+    """The policy version an episode was drawn from: its version record, or the current document
+    standing in for it.
+
+    The trainer publishes the current document before it writes the version record, so
+    agents can log episodes under a version whose record does not exist yet (for as long
+    as a crash in between leaves it unwritten). The current document is a copy of the
+    latest version, so it stands in for that record. Raises ``LookupError`` if there is no
+    such version, :class:`InvalidDocument` if the document found does not validate.
+    """
+    raw = store.get_policy_version(agent_id, version)
+    if raw is not None:
+        return PolicyDocument.from_dict(raw)
+    current = load_current(store, agent_id)
+    if current is None or current.version != version:
+        raise LookupError(f"agent {agent_id!r} has no policy version {version}")
+    return current.as_kind("version")
+
+
+class PolicyVersions:
+    """:func:`load_policy_version` of one store, remembering up to ``size`` versions (they are
+    immutable); a missing version is not remembered. Thread-safe."""
+
+    def __init__(self, store: Store, size: int) -> None:
+        self._load = lru_cache(maxsize=size)(partial(load_policy_version, store))
+
+    def __call__(self, agent_id: str, version: int) -> PolicyDocument | None:
+        """The version, or ``None`` if there is no such version; raises :class:`InvalidDocument`."""
+        try:
+            return self._load(agent_id, version)
+        except LookupError:
+            return None
+
+
+def policy_problem(episode: Episode, version_of: Callable[[str, int], PolicyDocument | None]) -> tuple[str, str] | None:
+    """Why ``episode`` cannot be scored against its policy, as the dead-letter reason and
+    description (``UnknownPolicyVersion``, ``UnknownAction``), or ``None`` if it can be.
+
+    ``version_of`` finds the version (e.g. a :class:`PolicyVersions`); its
+    :class:`InvalidDocument` (an invalid policy document) propagates.
+    """
+    policy = version_of(episode.agent_id, episode.policy_version)
+    if policy is None:
+        return (
+            "UnknownPolicyVersion",
+            f"invalid episode: policy_version: agent {episode.agent_id!r} has no version {episode.policy_version}",
+        )
+    if not knows_action(policy, episode.action_id):
+        return (
+            "UnknownAction",
+            f"invalid episode: action_id: {episode.action_id!r} is not an action of "
+            f"{policy.id} (known: {policy.action_ids})",
+        )
+    return None
+
+
+CACHED_VERSIONS = 1024
+"""Policy versions a scorer keeps parsed."""
+
+
 @dataclass
 class Scorer:
     """Everything the score handler needs. Policy versions are immutable, so cached."""
@@ -76,29 +136,12 @@ class Scorer:
     """Which episodes are judged (default: every one); holds this process's ``N/min`` windows."""
 
     def __post_init__(self) -> None:
-        self._cached_version = lru_cache(maxsize=1024)(self._load_policy_version)
+        self._versions = PolicyVersions(self.store, CACHED_VERSIONS)
 
     def policy_version(self, agent_id: str, version: int) -> PolicyDocument | None:
-        """The policy version an episode was drawn from, or ``None`` if there is no such version.
-
-        The trainer publishes the current document before it writes the version record, so
-        agents can log episodes under a version whose record does not exist yet (for as long
-        as a crash in between leaves it unwritten). The current document is a copy of the
-        latest version, so it stands in for that record. A missing version is not cached.
-        """
-        try:
-            return self._cached_version(agent_id, version)
-        except LookupError:
-            return None
-
-    def _load_policy_version(self, agent_id: str, version: int) -> PolicyDocument:
-        raw = self.store.get_policy_version(agent_id, version)
-        if raw is not None:
-            return PolicyDocument.from_dict(raw)
-        current = load_current(self.store, agent_id)
-        if current is None or current.version != version:
-            raise LookupError(f"agent {agent_id!r} has no policy version {version}")
-        return current.as_kind("version")
+        """The policy version an episode was drawn from (:func:`load_policy_version`), or ``None``
+        if there is no such version. A missing version is not cached."""
+        return self._versions(agent_id, version)
 
 
 def score_message(body: bytes | str, scorer: Scorer, *, delivery_count: int = 1, force: bool = False) -> ScoreOutcome:
@@ -202,24 +245,11 @@ def _score_episode(
     except InvalidDocument as exc:
         return ScoreOutcome("dead_letter", episode_id, "InvalidEpisode", str(exc))
     try:
-        policy = scorer.policy_version(episode.agent_id, episode.policy_version)
+        problem = policy_problem(episode, scorer.policy_version)
     except InvalidDocument as exc:
         return ScoreOutcome("dead_letter", episode_id, "InvalidPolicy", str(exc))
-    if policy is None:
-        return ScoreOutcome(
-            "dead_letter",
-            episode_id,
-            "UnknownPolicyVersion",
-            f"invalid episode: policy_version: agent {episode.agent_id!r} has no version {episode.policy_version}",
-        )
-    if not knows_action(policy, episode.action_id):
-        return ScoreOutcome(
-            "dead_letter",
-            episode_id,
-            "UnknownAction",
-            f"invalid episode: action_id: {episode.action_id!r} is not an action of "
-            f"{policy.id} (known: {policy.action_ids})",
-        )
+    if problem is not None:
+        return ScoreOutcome("dead_letter", episode_id, *problem)
     if sample and not force:
         decision = scorer.judging.decide(episode.agent_id, episode.id, scorer.clock.time())
         if not decision.judge:
