@@ -8,7 +8,7 @@
 //   judge         Azure OpenAI judge model (optional, no keys)
 //   functionApp   Flex Consumption Function app, Python 3.11, identity-based connections only
 //
-// Each module grants the roles on its own resource; the README lists them with their scopes.
+// Each module grants the roles on its own resource; docs/deploying.md lists them with their scopes.
 targetScope = 'subscription'
 
 @minLength(1)

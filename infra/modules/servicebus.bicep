@@ -145,7 +145,8 @@ resource functionReceiver 'Microsoft.Authorization/roleAssignments@2022-04-01' =
   }
 }
 
-// The deploying user: running the app or the CLI locally against this queue.
+// The deploying user: running the app or the CLI locally against both queues (the timer's
+// fan-out sends to the training queue and train_agent receives from it).
 resource userSender 'Microsoft.Authorization/roleAssignments@2022-04-01' = if (!empty(userPrincipalId)) {
   name: guid(queue.id, userPrincipalId, serviceBusDataSender)
   scope: queue
@@ -159,6 +160,26 @@ resource userSender 'Microsoft.Authorization/roleAssignments@2022-04-01' = if (!
 resource userReceiver 'Microsoft.Authorization/roleAssignments@2022-04-01' = if (!empty(userPrincipalId)) {
   name: guid(queue.id, userPrincipalId, serviceBusDataReceiver)
   scope: queue
+  properties: {
+    roleDefinitionId: subscriptionResourceId('Microsoft.Authorization/roleDefinitions', serviceBusDataReceiver)
+    principalId: userPrincipalId
+    principalType: userPrincipalType
+  }
+}
+
+resource userTrainSender 'Microsoft.Authorization/roleAssignments@2022-04-01' = if (!empty(userPrincipalId)) {
+  name: guid(trainQueue.id, userPrincipalId, serviceBusDataSender)
+  scope: trainQueue
+  properties: {
+    roleDefinitionId: subscriptionResourceId('Microsoft.Authorization/roleDefinitions', serviceBusDataSender)
+    principalId: userPrincipalId
+    principalType: userPrincipalType
+  }
+}
+
+resource userTrainReceiver 'Microsoft.Authorization/roleAssignments@2022-04-01' = if (!empty(userPrincipalId)) {
+  name: guid(trainQueue.id, userPrincipalId, serviceBusDataReceiver)
+  scope: trainQueue
   properties: {
     roleDefinitionId: subscriptionResourceId('Microsoft.Authorization/roleDefinitions', serviceBusDataReceiver)
     principalId: userPrincipalId

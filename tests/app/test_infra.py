@@ -493,6 +493,8 @@ def test_azure_roles_are_the_least_needed_each_on_its_one_resource() -> None:
         ("servicebus", "queue", SERVICE_BUS_RECEIVER, user),
         ("servicebus", "trainQueue", SERVICE_BUS_SENDER, fn),  # the timer sends, train_agent receives
         ("servicebus", "trainQueue", SERVICE_BUS_RECEIVER, fn),
+        ("servicebus", "trainQueue", SERVICE_BUS_SENDER, user),  # the app run locally (func start)
+        ("servicebus", "trainQueue", SERVICE_BUS_RECEIVER, user),
         ("judge", "account", OPENAI_USER, fn),
         ("judge", "account", OPENAI_USER, user),
     }

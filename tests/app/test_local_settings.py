@@ -27,6 +27,7 @@ AGENT_LEARNING_QUEUE="servicebus"
 AGENT_LEARNING_QUEUE_NAME="score-episodes"
 AGENT_LEARNING_SERVICEBUS_NAMESPACE="sb-abc.servicebus.windows.net"
 AGENT_LEARNING_STORE="cosmos"
+AGENT_LEARNING_TRAIN_QUEUE_NAME="train-agents-dev"
 AZURE_RESOURCE_GROUP="rg-dev"
 """
 
@@ -45,6 +46,7 @@ def test_the_settings_come_from_the_azd_outputs_and_select_the_users_identity(tm
     assert written["CosmosDBConnection__accountEndpoint"] == "https://cosmos-abc.documents.azure.com:443/"
     assert written["ServiceBusConnection__fullyQualifiedNamespace"] == "sb-abc.servicebus.windows.net"
     assert written["AGENT_LEARNING_JUDGE_AZURE_ENDPOINT"] == "https://oai-abc.openai.azure.com/"
+    assert written["AGENT_LEARNING_TRAIN_QUEUE_NAME"] == "train-agents-dev"  # not the sample's default
     assert not [v for v in written.values() if "<" in v], "a placeholder was left in"
     assert not [k for k in written if k.endswith("clientId") or k == "AGENT_LEARNING_JUDGE_CLIENT_ID"]
     assert re.fullmatch(r"local-[A-Za-z0-9]{1,20}-", written["AGENT_LEARNING_LEASE_PREFIX"])
