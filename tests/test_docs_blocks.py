@@ -98,3 +98,12 @@ def test_every_block_of_a_page_runs(page: Path, tmp_path: Path) -> None:
         else:
             for command in block.commands:
                 run(block, ["bash", "-c", command], tmp_path)
+
+
+README_MAX_LINES = 250
+"""The README is the front door: what it does, the two commands, the agent-side quick start, links."""
+
+
+def test_the_readme_stays_short() -> None:
+    lines = (ROOT / "README.md").read_text().count("\n")
+    assert lines <= README_MAX_LINES, f"README.md has {lines} lines; move detail into docs/"
