@@ -1294,13 +1294,14 @@ def feedback(
     if as_json:
         _echo_json(data)
         return
-    messages = {
-        "waiting": "stored; it is applied when the episode is scored",
-        "unchanged": "stored; the reward already reflects it",
-        "corrected": f"stored; reward now {data['reward']:.3f} ({data['reward_delta']:+.3f}), "
-        "learned from by the next training run that has new episodes (or a full batch of corrections)",
-    }
-    out.print(f"feedback {data['feedback_id']}: {messages[data['status']]}")
+    if data["status"] == "corrected":
+        said = (f"stored; reward now {data['reward']:.3f} ({data['reward_delta']:+.3f}), learned from by the next "
+                "training run that has new episodes (or a full batch of corrections)")
+    elif data["status"] == "unchanged":
+        said = "stored; the reward already reflects it"
+    else:  # waiting: the episode has no score yet (not scored, or left unjudged)
+        said = "stored; it is applied when the episode is scored"
+    out.print(f"feedback {data['feedback_id']}: {said}")
 
 
 # --------------------------------------------------------------------------- dead letters

@@ -261,6 +261,19 @@ def test_episodes_list_show_and_feedback(deployment: Deployment) -> None:
     assert missing.exit_code == 2 and "EPISODE_ID" in missing.stderr
 
 
+def test_feedback_on_an_episode_not_scored_yet_is_stored_and_waits(deployment: Deployment) -> None:
+    policy = SoftmaxPolicy.from_document(load_current(deployment.pipeline.store, AGENT), rng=deployment.rng)  # type: ignore[arg-type]
+    episode = deployment.scenario.run_episode(deployment.pipeline.store, policy.choose(), deployment.rng,
+                                              deployment.clock)
+    said = ok("feedback", episode.id, "--up")
+    assert said.stdout.strip().endswith("stored; it is applied when the episode is scored")
+    assert "Traceback" not in said.output
+    ok("train")
+    shown = as_json("episodes", "show", episode.id)
+    assert [s["revision"] for s in shown["scores"]] == [0]  # scored with the verdict already in
+    assert shown["feedback"][0]["value"] == 1.0
+
+
 def test_dlq_list_and_replay_on_the_embedded_queue(deployment: Deployment) -> None:
     deployment.pipeline.queue.send([OutgoingMessage("ghost-1", json.dumps({"episode_id": "ghost-1"}))])
     assert deployment.pipeline.score_pending() == {"dead_letter": 1}
