@@ -1396,15 +1396,16 @@ def dlq_replay(
         if not_found is not None:
             data["not_found"] = not_found
         _echo_json(data)
-        return
-    missing = f" ({len(not_found)} ids not found: {', '.join(not_found)})" if not_found else ""
-    if dry_run:
-        out.print(f"would replay {replayed} dead letters to {settings.queue_name}: "
-                  f"{', '.join(chosen or []) or '-'}{missing}")
     else:
-        out.print(f"replayed {replayed} dead letters to {settings.queue_name}{missing}")
-    if left:
-        out.print("left in the dead-letter queue: " + ", ".join(f"{n} {r}" for r, n in sorted(left.items())))
+        if dry_run:
+            out.print(f"would replay {_n(replayed, 'dead letter')} to {settings.queue_name}: "
+                      f"{', '.join(chosen or []) or '-'}")
+        else:
+            out.print(f"replayed {_n(replayed, 'dead letter')} to {settings.queue_name}")
+        if left:
+            out.print("left in the dead-letter queue: " + ", ".join(f"{n} {r}" for r, n in sorted(left.items())))
+    if not_found:  # the others were replayed all the same
+        _fail(f"--id: no dead letter has the id {', '.join(not_found)} (agent-learn dlq list shows them)", 2)
 
 
 # --------------------------------------------------------------------------- rescore
