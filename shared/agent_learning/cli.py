@@ -642,7 +642,10 @@ def init_policy(
     except InvalidDocument as exc:
         raise _actions_problem(exc) from None
     with _store(db, create=True) as (store, _):
-        doc = create_policy(store, first)
+        try:
+            doc = create_policy(store, first)
+        except ConcurrencyConflict as exc:
+            raise ValueError(f"--agent-id: {exc}") from None
     if doc.dimensions:
         dims = ", ".join(f"{d.name} ({d.size})" for d in doc.dimensions)
         features = f" learning from {[f.name for f in doc.features]}" if doc.features else ""
@@ -1276,7 +1279,7 @@ def feedback(
 ) -> None:
     """Attach a user's feedback to an episode; its reward is corrected exactly once."""
     if up + down + (score is not None) != 1:
-        raise ValueError("give exactly one of --up, --down and --score")
+        raise ValueError("--up/--down/--score: give exactly one")
     if score is not None and not math.isfinite(score):
         raise ValueError(f"--score: {score} is not in the range 0<=x<=1.")
     thumb = "up" if up else "down" if down else None
@@ -1375,7 +1378,8 @@ def dlq_replay(
     Choose them with --all, or with --id and/or --reason (given both, a dead letter must match both)."""
     if bool(ids or reasons) == replay_all:
         raise ValueError(
-            "give --all, or --id MESSAGE_ID and/or --reason REASON (agent-learn dlq list shows them)"
+            "--all/--id/--reason: give --all, or --id MESSAGE_ID and/or --reason REASON"
+            " (agent-learn dlq list shows them)"
         )
     with _queue(db) as (queue, settings), _progress("replaying", as_json) as bar:
         task = bar.add_task("replay", total=None)

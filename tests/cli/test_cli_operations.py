@@ -252,7 +252,9 @@ def test_episodes_list_show_and_feedback(deployment: Deployment) -> None:
     row = next(e for e in as_json("episodes", "list", "--agent-id", AGENT) if e["id"] == eid)
     assert row["corrections"] == 1 and row["reward"] == pytest.approx(shown["scores"][1]["reward"])
 
-    assert cli("feedback", eid).exit_code == 2  # neither --up, --down nor --score
+    for verdicts in ([], ["--up", "--down"]):  # none, or two
+        refused = cli("feedback", eid, *verdicts)
+        assert refused.exit_code == 2 and refused.stderr.startswith("error: --up/--down/--score: give exactly one")
     unknown = cli("feedback", "no-such-episode", "--up")
     assert unknown.exit_code == 2 and "does not exist" in unknown.stderr
     bad = cli("feedback", eid, "--score", "3")
@@ -281,7 +283,7 @@ def test_dlq_list_and_replay_on_the_embedded_queue(deployment: Deployment) -> No
     assert dead["message_id"] == "ghost-1" and dead["reason"] == "EpisodeNotFound" and "ghost-1" in dead["body"]
     assert "EpisodeNotFound" in ok("dlq", "list").stdout
     refused = cli("dlq", "replay")
-    assert refused.exit_code == 2 and "--all" in refused.stderr
+    assert refused.exit_code == 2 and refused.stderr.startswith("error: --all/--id/--reason: give --all")
     assert as_json("dlq", "replay", "--id", "ghost-1") == {"replayed": 1, "message_ids": ["ghost-1"], "left": {},
                                                           "not_found": []}
     assert as_json("dlq", "list") == []

@@ -173,7 +173,7 @@ def test_cli_init_policy_then_policy_then_train(tmp_path: Path) -> None:
     assert "helper v1" in created.stdout
 
     again = runner.invoke(main, ["init-policy", "--agent-id", "helper", "--actions", str(actions), "--db", db])
-    assert again.exit_code == 2 and "already has a policy" in again.stderr
+    assert again.exit_code == 2 and again.stderr.startswith("error: --agent-id: agent 'helper' already has a policy")
 
     shown = runner.invoke(main, ["policy", "--agent-id", "helper", "--db", db, "--json"])
     assert shown.exit_code == 0, shown.output
