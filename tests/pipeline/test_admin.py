@@ -19,7 +19,8 @@ from agent_learning.judges.offline import OfflineJudge
 from agent_learning.learner import Reinforce
 from agent_learning.local import LocalPipeline
 from agent_learning.pipeline import create_policy, load_current
-from agent_learning.policy import SoftmaxPolicy
+from agent_learning.pipeline.publish import revise
+from agent_learning.policy import Action, SoftmaxPolicy
 from agent_learning.queue.sqlite import SQLiteQueue
 from agent_learning.rewards import RewardFunction
 from agent_learning.simulate import math_tutor
@@ -79,6 +80,34 @@ def test_rollback_publishes_the_old_logits_as_a_new_version_and_keeps_history(st
     trained = load_current(store, AGENT)
     assert trained is not None and trained.version == 6 and trained.run is not None
     assert trained.run.base_version == 5 and trained.run.cursor_from == before.cursor
+
+
+@pytest.mark.parametrize("change", ["drop", "rename"])
+def test_a_rollback_past_a_revision_gives_the_restored_action_back_its_evidence(
+    store: Store, tmp_path: Path, change: str
+) -> None:
+    """Revise away (or rename) an action, then roll back to the version before: the policy then
+    learns exactly as an agent that was never revised (its twin, same episodes)."""
+    agent, twin = Agent(store, tmp_path), Agent(MemoryStore(), tmp_path)
+    for _ in range(3):
+        agent.round()
+        twin.round()
+    before = load_current(store, AGENT)
+    assert before is not None and before.learner_state == load_current(twin.store, AGENT).learner_state  # type: ignore[union-attr]
+    actions = list(agent.scenario.actions)
+    if change == "drop":
+        revised = revise(store, AGENT, actions[:-1], clock=agent.clock)
+    else:
+        renamed = Action(id=f"{actions[-1].id}-2", description=actions[-1].description, config=actions[-1].config)
+        revised = revise(store, AGENT, [*actions[:-1], renamed], renames={actions[-1].id: renamed.id},
+                         clock=agent.clock)
+    assert revised.changed
+    restored = rollback(store, AGENT, before.version, clock=agent.clock).policy
+    assert restored.action_ids == before.action_ids and restored.learner_state == before.learner_state
+    agent.round()
+    twin.round()
+    assert SoftmaxPolicy.from_document(load_current(store, AGENT)).probabilities == pytest.approx(  # type: ignore[arg-type]
+        SoftmaxPolicy.from_document(load_current(twin.store, AGENT)).probabilities)  # type: ignore[arg-type]
 
 
 def test_rollback_rejects_unknown_and_current_versions(store: Store, tmp_path: Path) -> None:

@@ -175,7 +175,10 @@ def set_pinned(store: Store, agent_id: str, pinned: bool, reason: str = "") -> C
 
 
 def rollback(store: Store, agent_id: str, version: int, *, clock: Clock = SYSTEM_CLOCK, note: str = "") -> Change:
-    """Publish version ``version``'s logits as the next version. Repeating it changes nothing."""
+    """Publish version ``version``'s logits (and actions) as the next version. The learner keeps
+    its evidence up to the current cursor; an action that ``version`` has and the current version
+    lacks (a revision dropped or renamed it) gets back the evidence ``version`` had for it.
+    Repeating it changes nothing."""
     raw = store.get_policy_version(agent_id, version)
     if raw is None:
         current = store.get_current_policy(agent_id)
@@ -194,7 +197,10 @@ def rollback(store: Store, agent_id: str, version: int, *, clock: Clock = SYSTEM
             update={
                 "version": current.version + 1,
                 "actions": list(target.actions),
-                "learner_state": remap_state(current.learner_state, current.action_ids, target.action_ids, {}),
+                "learner_state": remap_state(
+                    current.learner_state, current.action_ids, target.action_ids, {},
+                    earlier=(target.learner_state, target.action_ids),
+                ),
                 "logits": list(target.logits),
                 "temperature": target.temperature,
                 "exploration_floor": target.exploration_floor,
@@ -290,16 +296,34 @@ def revise(
     return swap(store, agent_id, change)
 
 
-def remap_state(state: dict, old_ids: list[str], new_ids: list[str], source: dict[str, str]) -> dict:
+def remap_state(
+    state: dict,
+    old_ids: list[str],
+    new_ids: list[str],
+    source: dict[str, str],
+    earlier: tuple[dict | None, list[str]] | None = None,
+) -> dict:
     """The learner state for another list of actions: every per-action list (one entry per old
     action) is reordered to ``new_ids`` (``source`` maps a new id to the old id it was renamed
-    from); a new action gets 0, which is "no evidence" for every per-action quantity the learner
-    keeps. Entries that are not per-action lists are kept as they are."""
+    from). An action the old list lacks takes its entry from ``earlier`` (a state and its action
+    ids: the version a rollback restores) when that has one, else 0, which is "no evidence" for
+    every per-action quantity the learner keeps. Entries that are not per-action lists are kept
+    as they are."""
     position = {a: i for i, a in enumerate(old_ids)}
+    earlier_state, earlier_ids = earlier if earlier is not None else (None, [])
+    earlier_position = {a: i for i, a in enumerate(earlier_ids)}
     out = {}
     for key, value in state.items():
         if isinstance(value, list) and len(value) == len(old_ids):
-            out[key] = [value[position[source.get(i, i)]] if source.get(i, i) in position else 0.0 for i in new_ids]
+            back = (earlier_state or {}).get(key)
+            if not (isinstance(back, list) and len(back) == len(earlier_ids)):
+                back = None
+            out[key] = [
+                value[position[source.get(i, i)]] if source.get(i, i) in position
+                else back[earlier_position[i]] if back is not None and i in earlier_position
+                else 0.0
+                for i in new_ids
+            ]
         else:
             out[key] = value
     return out
