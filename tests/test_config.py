@@ -89,6 +89,9 @@ def test_unrelated_env_vars_are_ignored(clean_env: pytest.MonkeyPatch) -> None:
         ("TRAIN_MAX_BATCH", "190000"),  # beyond MAX_TRAIN_BATCH's memory budget
         ("LATENCY_BUDGET_MS", "0"),
         ("QUEUE_NAME", "x" * 261),
+        ("TRAIN_SCHEDULE", "hello world"),
+        ("TRAIN_SCHEDULE", "*/5 * * * *"),  # five fields: cron without NCRONTAB's seconds
+        ("TRAIN_SCHEDULE", "0 */5 * * * * *"),
     ],
 )
 def test_bad_values_name_the_variable(clean_env: pytest.MonkeyPatch, name: str, value: str) -> None:
@@ -97,6 +100,12 @@ def test_bad_values_name_the_variable(clean_env: pytest.MonkeyPatch, name: str, 
         load_settings()
     assert PREFIX + name in str(info.value)
     assert repr(value) in str(info.value)
+
+
+@pytest.mark.parametrize("schedule", ["0 */5 * * * *", "0 0 9-17 * * Mon-Fri", "0 30 9,21 1/2 Jan,Jul *"])
+def test_ncrontab_schedules_are_accepted(clean_env: pytest.MonkeyPatch, schedule: str) -> None:
+    clean_env.setenv(PREFIX + "TRAIN_SCHEDULE", schedule)
+    assert load_settings().train_schedule == schedule
 
 
 def test_an_empty_variable_counts_as_unset(clean_env: pytest.MonkeyPatch) -> None:

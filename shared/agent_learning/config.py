@@ -110,6 +110,13 @@ def tunable(cls: type, name: str, **constraints: Any) -> Any:
     return Field(default, description=description, **constraints)
 
 
+NCRONTAB_FIELDS = ("second", "minute", "hour", "day", "month", "day-of-week")
+"""The fields of the Functions timer's schedule (NCRONTAB: cron with seconds first)."""
+_NCRONTAB_ITEM = r"(\*|[0-9A-Za-z]+(-[0-9A-Za-z]+)?)(/[0-9]+)?"
+NCRONTAB_FIELD = re.compile(rf"{_NCRONTAB_ITEM}(,{_NCRONTAB_ITEM})*")
+"""One field: ``*``, a number or a name (``Mon``, ``Jan``), a range, a step, or a list of these."""
+
+
 class Settings(BaseSettings):
     """Everything the library reads from the environment."""
 
@@ -187,7 +194,7 @@ class Settings(BaseSettings):
     )
 
     # The timer that trains (an NCRONTAB expression, read by the Functions host).
-    train_schedule: str = Field("0 */5 * * * *", min_length=11)
+    train_schedule: str = "0 */5 * * * *"
 
     # Reward (see agent_learning.rewards).
     w_intent: float = tunable(RewardConfig, "w_intent", ge=0)
@@ -276,6 +283,18 @@ class Settings(BaseSettings):
     @classmethod
     def _judging(cls, value: str) -> str:
         return normalise_judging(value)
+
+    @field_validator("train_schedule")
+    @classmethod
+    def _ncrontab(cls, value: str) -> str:
+        fields = value.split()
+        if len(fields) != len(NCRONTAB_FIELDS) or not all(NCRONTAB_FIELD.fullmatch(f) for f in fields):
+            raise ValueError(
+                f"must be an NCRONTAB expression of {len(NCRONTAB_FIELDS)} fields ({' '.join(NCRONTAB_FIELDS)}),"
+                " each '*', a number or name, a range a-b, a step /n or a list of those, e.g. '0 */5 * * * *';"
+                f" got {value!r:.80}"
+            )
+        return value
 
     @field_validator("score_settle_seconds")
     @classmethod
