@@ -1238,7 +1238,7 @@ def episodes_show(episode_id: str, as_json: bool, db: str | None) -> None:
         out.print(f"not judged: {why} by AGENT_LEARNING_JUDGING {unjudged.get('rule')} "
                   f"({str(unjudged.get('recorded_at'))[:19]}); agent-learn rescore --unjudged judges it")
     elif not scores:
-        out.print("not scored yet")
+        out.print("not scored yet, or dead-lettered (agent-learn dlq list shows why a message was)")
     else:
         base = scores[0]
         table = Table(title=f"judged reward {base['reward']:.3f} ({base['reward_function']['version']})",
