@@ -1015,7 +1015,9 @@ def runs_list(agent_id: str, limit: int, as_json: bool, db: str | None) -> None:
         _echo_json(docs)
         return
     table = Table(title=f"{agent_id}: {_n(len(docs), 'newest training run')}", title_justify="left")
-    for col in ("run", "versions", "episodes", "corr.", "rejected", "reward", "KL", "finished"):
+    # "corrected": episodes whose reward feedback changed (the learner's rows, metrics.corrections);
+    # the run's own `corrections` counts the correction documents, several for one episode at times.
+    for col in ("run", "versions", "episodes", "corrected", "rejected", "reward", "KL", "finished"):
         table.add_column(col, justify="left" if col in ("run", "versions", "finished") else "right",
                          no_wrap=col in ("run", "versions"))
     for d in docs:
