@@ -1579,7 +1579,11 @@ def train(agent_id: str | None, as_json: bool, db: str | None) -> None:
         enqueued = pipeline.pump()
         with _progress("scoring", as_json) as bar:
             task = bar.add_task("score", total=enqueued or None)
-            outcomes = pipeline.score_pending(progress=lambda n: bar.update(task, completed=n))
+            # Messages already waiting (a replayed dead letter, an earlier run's leftovers) are scored
+            # too: the total grows with them rather than read 3/2.
+            outcomes = pipeline.score_pending(
+                progress=lambda n: bar.update(task, completed=n, total=max(n, enqueued) or None)
+            )
         sweep(pipeline.store, clock=pipeline.clock)
         results = pipeline.train([agent_id] if agent_id else None)
     finally:
