@@ -30,6 +30,7 @@ from rich.table import Table
 from rich.text import Text
 
 from . import wiring
+from .audit import DEAD_LETTER_LIMIT
 from .audit import audit as run_audit
 from .config import load_settings
 from .demo import reward_trend, run_demo
@@ -46,7 +47,7 @@ from .feedback import record_feedback, score_rows, sweep
 from .history import history
 from .learner import Evidence
 from .local import open_local
-from .pipeline import create_policy, load_current, revise, rollback, set_pinned
+from .pipeline import create_policy, load_current, message_id_of, revise, rollback, set_pinned
 from .plots import plot_histories
 from .policy import SoftmaxPolicy, policy_entropy, policy_probabilities
 from .recovery import judge_unjudged, replay_dead_letters
@@ -1174,9 +1175,13 @@ def episodes_list(agent_id: str | None, limit: int, as_json: bool, db: str | Non
         if agent_id is not None and not docs:
             _current(store, settings, agent_id)  # no episodes and no policy: an unknown agent
         rows = []
+        letters: dict[str, Any] | None = None  # read once, when an episode has neither score nor unjudged record
         for d in docs:
             scores = score_rows(store, str(d.get("id")), str(d.get("agent_id")))
             record = None if scores else store.get_unjudged(str(d.get("id")), str(d.get("agent_id")))
+            if not scores and not record and letters is None:
+                letters = _dead_letters(db)
+            letter = None if scores or record else (letters or {}).get(message_id_of(str(d.get("id"))))
             rows.append(
                 {
                     "id": d.get("id"),
@@ -1188,6 +1193,7 @@ def episodes_list(agent_id: str | None, limit: int, as_json: bool, db: str | Non
                     "judged_reward": scores[0].get("reward") if scores else None,
                     "corrections": max(0, len(scores) - 1),
                     "unjudged": record.get("reason") if record else None,
+                    "dead_letter": letter.reason if letter else None,
                 }
             )
     if as_json:
@@ -1200,7 +1206,8 @@ def episodes_list(agent_id: str | None, limit: int, as_json: bool, db: str | Non
     for r in rows:
         table.add_row(
             str(r["id"]), str(r["agent_id"]), str(r["action_id"]), str(r["policy_version"]),
-            _fmt(r["reward"]) if r["reward"] is not None else "unjudged" if r["unjudged"] else "not scored",
+            _fmt(r["reward"]) if r["reward"] is not None else "unjudged" if r["unjudged"]
+            else "dead-lettered" if r["dead_letter"] else "not scored",
             _fmt(r["judged_reward"]),
             str(r["corrections"]), str(r["ended_at"])[:19],
         )
@@ -1223,8 +1230,12 @@ def episodes_show(episode_id: str, as_json: bool, db: str | None) -> None:
         record = None if scores else store.get_unjudged(episode_id, str(doc.get("agent_id")))
     episode = _user_fields(doc)
     unjudged = _user_fields(record) if record else None
+    letters = _dead_letters(db) if not scores and not record else {}
+    letter = (letters or {}).get(message_id_of(episode_id))
+    dead_letter = _dead_letter_row(letter) if letter else None
     if as_json:
-        _echo_json({"episode": episode, "scores": scores, "feedback": feedback, "unjudged": unjudged})
+        _echo_json({"episode": episode, "scores": scores, "feedback": feedback, "unjudged": unjudged,
+                    "dead_letter": dead_letter})
         return
     out.print(Text.assemble((episode_id, "bold"), f": agent {episode.get('agent_id')}, action "
                             f"{episode.get('action_id')} (p={_fmt(episode.get('probability'), 4)}) under "
@@ -1239,8 +1250,14 @@ def episodes_show(episode_id: str, as_json: bool, db: str | None) -> None:
         why = "sampled out" if unjudged.get("reason") == "sampled_out" else "over the rate"
         out.print(f"not judged: {why} by AGENT_LEARNING_JUDGING {unjudged.get('rule')} "
                   f"({str(unjudged.get('recorded_at'))[:19]}); agent-learn rescore --unjudged judges it")
+    elif dead_letter:
+        tries = _n(dead_letter["delivery_count"], "delivery attempt")
+        out.print(f"dead-lettered: {dead_letter['reason']} after {tries}"
+                  f" ({str(dead_letter['dead_lettered_at'])[:19]}): {dead_letter['description']}; it is scored "
+                  "only if replayed (agent-learn dlq replay --id ...)", highlight=False)
     elif not scores:
-        out.print("not scored yet, or dead-lettered (agent-learn dlq list shows why a message was)")
+        out.print("not scored yet" if letters is not None
+                  else "not scored yet, or dead-lettered (the dead letters could not be read: agent-learn dlq list)")
     else:
         base = scores[0]
         table = Table(title=f"judged reward {base['reward']:.3f} ({base['reward_function']['version']})",
@@ -1325,6 +1342,29 @@ def _queue(db: str | None) -> Iterator[tuple[Any, Any]]:
         queue.close()
 
 
+def _dead_letter_row(d: Any) -> dict[str, Any]:
+    """A dead letter as ``dlq list --json`` shows it."""
+    return {
+        "message_id": d.message_id,
+        "reason": d.reason,
+        "description": d.description,
+        "delivery_count": d.delivery_count,
+        "dead_lettered_at": _iso(datetime.fromtimestamp(d.dead_lettered_at, UTC)) if d.dead_lettered_at else None,
+        "properties": dict(d.properties),
+        "body": d.body.decode("utf-8", errors="replace"),
+    }
+
+
+def _dead_letters(db: str | None) -> dict[str, Any] | None:
+    """The queue's dead letters by message id (an episode's is ``message_id_of`` its id), or None
+    when the queue cannot list them: episodes are shown all the same."""
+    try:
+        with _queue(db) as (queue, _):
+            return {d.message_id: d for d in queue.dead_letters(DEAD_LETTER_LIMIT)}
+    except Exception:  # Service Bus unreachable, no rights to peek: the store's view stands
+        return None
+
+
 @main.group()
 def dlq() -> None:
     """Dead-lettered scoring messages (embedded queue or Service Bus, by AGENT_LEARNING_QUEUE)."""
@@ -1339,18 +1379,7 @@ def dlq_list(limit: int, as_json: bool, db: str | None) -> None:
     """Dead letters, oldest first, with their reasons."""
     with _queue(db) as (queue, settings):
         dead = queue.dead_letters(limit)
-    rows = [
-        {
-            "message_id": d.message_id,
-            "reason": d.reason,
-            "description": d.description,
-            "delivery_count": d.delivery_count,
-            "dead_lettered_at": _iso(datetime.fromtimestamp(d.dead_lettered_at, UTC)) if d.dead_lettered_at else None,
-            "properties": dict(d.properties),
-            "body": d.body.decode("utf-8", errors="replace"),
-        }
-        for d in dead
-    ]
+    rows = [_dead_letter_row(d) for d in dead]
     if as_json:
         _echo_json(rows)
         return

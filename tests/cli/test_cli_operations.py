@@ -277,6 +277,26 @@ def test_feedback_on_an_episode_not_scored_yet_is_stored_and_waits(deployment: D
     assert shown["feedback"][0]["value"] == 1.0
 
 
+def test_a_dead_lettered_episode_shows_why(deployment: Deployment) -> None:
+    policy = SoftmaxPolicy.from_document(load_current(deployment.pipeline.store, AGENT), rng=deployment.rng)  # type: ignore[arg-type]
+    episode = deployment.scenario.run_episode(deployment.pipeline.store, policy.choose(), deployment.rng,
+                                              deployment.clock)
+    deployment.pipeline.pump()
+    (message,) = deployment.pipeline.queue.receive()
+    deployment.pipeline.queue.dead_letter(message, "JudgeFailed", "the judge said [bold]no[/]")
+    shown = as_json("episodes", "show", episode.id)
+    assert shown["dead_letter"]["reason"] == "JudgeFailed"
+    assert shown["dead_letter"]["description"] == "the judge said [bold]no[/]"
+    text = ok("episodes", "show", episode.id).stdout
+    assert "dead-lettered: JudgeFailed after 1 delivery attempt" in text and "[bold]no[/]" in text
+    assert "not scored yet" not in text
+    listed = {r["id"]: r for r in as_json("episodes", "list")}
+    assert listed[episode.id]["dead_letter"] == "JudgeFailed"
+    assert "dead-lettered" in ok("episodes", "list").stdout
+    scored = as_json("episodes", "show", deployment.episodes[-1])
+    assert scored["dead_letter"] is None
+
+
 def test_dlq_list_and_replay_on_the_embedded_queue(deployment: Deployment) -> None:
     deployment.pipeline.queue.send([OutgoingMessage("ghost-1", json.dumps({"episode_id": "ghost-1"}))])
     assert deployment.pipeline.score_pending() == {"dead_letter": 1}
