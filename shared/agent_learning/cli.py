@@ -844,9 +844,18 @@ def policy_history(agent_id: str, limit: int | None, since: datetime | None, unt
     out.print("reward: mean reward of the run's batch; entropy: of the policy agents draw from (nats)")
 
 
-@policy.command("rollback")
+def _positive_version(ctx: click.Context, param: click.Parameter, value: str) -> int:
+    """VERSION as a policy version number: ``-1`` and ``abc`` are refused in one sentence."""
+    if not value.isdecimal() or int(value) < 1:
+        raise click.BadParameter(f"must be a positive integer (a policy version, as policy history lists), "
+                                 f"got {value!r}")
+    return int(value)
+
+
+# ignore_unknown_options: `-1` reaches VERSION (to be refused there) rather than read as an option
+@policy.command("rollback", context_settings={"ignore_unknown_options": True})
 @agent_option
-@click.argument("version", type=click.IntRange(min=1))
+@click.argument("version", callback=_positive_version)
 @click.option("--note", default="", help="Why (stored with the new version).")
 @json_option
 @db_option

@@ -116,3 +116,11 @@ def test_every_command_and_option_says_what_it_is_for() -> None:
     ]
     missing += [path for path, command in commands(main, "agent-learn") if not command.help]
     assert not missing, missing
+
+
+@pytest.mark.parametrize("version", ["-1", "0", "abc", "1.5"])
+def test_a_rollback_version_must_be_a_positive_integer(version: str) -> None:
+    result = CliRunner().invoke(main, ["policy", "rollback", "--agent-id", "a", version])
+    assert result.exit_code == 2
+    assert result.output.strip() == (f"error: VERSION: must be a positive integer (a policy version, as policy "
+                                     f"history lists), got {version!r}")
