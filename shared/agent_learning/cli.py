@@ -1448,8 +1448,9 @@ def dlq_replay(
             out.print(f"replayed {_n(replayed, 'dead letter')} to {settings.queue_name}")
         if left:
             out.print("left in the dead-letter queue: " + ", ".join(f"{n} {r}" for r, n in sorted(left.items())))
-    if not_found:  # the others were replayed all the same
-        _fail(f"--id: no dead letter has the id {', '.join(not_found)} (agent-learn dlq list shows them)", 2)
+    if not_found:  # none found: bad input, nothing changed (2); some: those were replayed, the rest missing (1)
+        _fail(f"--id: no dead letter has the id {', '.join(not_found)} (agent-learn dlq list shows them)",
+              1 if chosen else 2)
 
 
 # --------------------------------------------------------------------------- rescore
