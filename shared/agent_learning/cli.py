@@ -1020,14 +1020,13 @@ def runs_list(agent_id: str, limit: int, as_json: bool, db: str | None) -> None:
     """An agent's training runs, newest first."""
     with _store(db) as (store, settings):
         _current(store, settings, agent_id)
-        docs = [_user_fields(d) for d in store.list_runs(agent_id, limit)]
+        docs = [_run_fields(d) for d in store.list_runs(agent_id, limit)]
     if as_json:
         _echo_json(docs)
         return
     table = Table(title=f"{agent_id}: {_n(len(docs), 'newest training run')}", title_justify="left")
-    # "corrected": episodes whose reward feedback changed (the learner's rows, metrics.corrections);
-    # the run's own `corrections` counts the correction documents, several for one episode at times.
-    for col in ("run", "versions", "episodes", "corrected", "rejected", "reward", "KL", "finished"):
+    for col in ("run", "versions", "episodes", "correction rows", "corrected episodes", "rejected", "reward", "KL",
+                "finished"):
         table.add_column(col, justify="left" if col in ("run", "versions", "finished") else "right",
                          no_wrap=col in ("run", "versions"))
     for d in docs:
@@ -1037,10 +1036,19 @@ def runs_list(agent_id: str, limit: int, as_json: bool, db: str | None) -> None:
             (f"v{d['base_version']} held" if d.get("status") == "held"
              else f"v{d['base_version']}→v{d['policy_version']}"),
             str(d["episodes"]),
-            str(int(m.get("corrections", 0))), str(d.get("rejected", 0)), _fmt(m.get("mean_reward")),
+            str(d.get("corrections", 0)), str(d["corrected_episodes"]), str(d.get("rejected", 0)),
+            _fmt(m.get("mean_reward")),
             _fmt(m.get("kl"), 4), str(d.get("finished_at", ""))[:19],
         )
     out.print(table)
+
+
+def _run_fields(doc: dict[str, Any]) -> dict[str, Any]:
+    """A run as the CLI shows it: ``corrections`` counts the correction rows consumed (several for
+    an episode whose feedback changed more than once); ``corrected_episodes`` (``metrics.corrections``)
+    the episodes whose learned reward they changed."""
+    fields = _user_fields(doc)
+    return {**fields, "corrected_episodes": int(fields.get("metrics", {}).get("corrections", 0))}
 
 
 @runs.command("show")
@@ -1056,14 +1064,15 @@ def runs_show(run_id: str, as_json: bool, db: str | None) -> None:
         doc = store.get_run(run_id)
     if doc is None:
         raise NotFound(f"RUN_ID: no run {run_id!r} in {_where(settings)} (agent-learn runs list --agent-id ...)")
-    doc = _user_fields(doc)
+    doc = _run_fields(doc)
     if as_json:
         _echo_json(doc)
         return
     table = Table(title=f"run {run_id}", title_justify="left", show_header=False)
     table.add_column("field")
     table.add_column("value")
-    for key in ("status", "base_version", "policy_version", "episodes", "rejected", "skipped", "cursor_from",
+    for key in ("status", "base_version", "policy_version", "episodes", "corrections", "corrected_episodes",
+                "rejected", "skipped", "cursor_from",
                 "cursor_to", "started_at", "finished_at"):
         value = doc.get(key, "published" if key == "status" else None)
         if isinstance(value, dict) and {"seq", "id"} <= set(value):

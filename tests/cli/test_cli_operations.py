@@ -277,6 +277,20 @@ def test_feedback_on_an_episode_not_scored_yet_is_stored_and_waits(deployment: D
     assert shown["feedback"][0]["value"] == 1.0
 
 
+def test_runs_count_correction_rows_and_corrected_episodes_apart(deployment: Deployment) -> None:
+    episode = deployment.episodes[-1]
+    assert as_json("feedback", episode, "--down")["status"] == "corrected"
+    assert as_json("feedback", episode, "--score", "0.5", "--source", "qa")["status"] == "corrected"
+    deployment.round()  # new episodes, so the corrections are learned
+    (run,) = as_json("runs", "list", "--agent-id", AGENT, "--limit", "1")
+    assert (run["corrections"], run["corrected_episodes"], run["metrics"]["corrections"]) == (2, 1, 1)
+    assert as_json("runs", "show", run["id"])["corrected_episodes"] == 1
+    table = ok("runs", "list", "--agent-id", AGENT, "--limit", "1").stdout
+    assert "correction rows" in table and "corrected episodes" in table
+    row = next(line for line in table.splitlines() if run["id"] in line).split("│")
+    assert [cell.strip() for cell in row[4:6]] == ["2", "1"]
+
+
 def test_a_dead_lettered_episode_shows_why(deployment: Deployment) -> None:
     policy = SoftmaxPolicy.from_document(load_current(deployment.pipeline.store, AGENT), rng=deployment.rng)  # type: ignore[arg-type]
     episode = deployment.scenario.run_episode(deployment.pipeline.store, policy.choose(), deployment.rng,
