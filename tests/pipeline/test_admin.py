@@ -16,7 +16,7 @@ from agent_learning.documents import PolicyDocument
 from agent_learning.drift import DriftConfig, RunReward, assess
 from agent_learning.errors import ConcurrencyConflict, NotFound
 from agent_learning.judges.offline import OfflineJudge
-from agent_learning.learner import Reinforce
+from agent_learning.learner import RECENT, Reinforce
 from agent_learning.local import LocalPipeline
 from agent_learning.pipeline import create_policy, load_current
 from agent_learning.pipeline.publish import revise
@@ -108,6 +108,61 @@ def test_a_rollback_past_a_revision_gives_the_restored_action_back_its_evidence(
     twin.round()
     assert SoftmaxPolicy.from_document(load_current(store, AGENT)).probabilities == pytest.approx(  # type: ignore[arg-type]
         SoftmaxPolicy.from_document(load_current(twin.store, AGENT)).probabilities)  # type: ignore[arg-type]
+
+
+def per_action(doc: PolicyDocument) -> dict[str, dict[str, float]]:
+    """Every per-action entry of a version's learner state, the change test's recent sums too, by action id."""
+    state, ids = doc.learner_state, doc.action_ids
+    flat = {**{k: v for k, v in state.items() if k != RECENT}, **{f"recent.{k}": v for k, v in state[RECENT].items()}}
+    assert all(len(values) == len(ids) for values in flat.values())  # one entry per action, in order
+    return {key: dict(zip(ids, values, strict=True)) for key, values in flat.items()}
+
+
+def test_a_revision_reorders_the_change_tests_recent_sums_with_the_actions(store: Store, tmp_path: Path) -> None:
+    """The recent sums follow the actions like the rest of the evidence, so the next run keeps them."""
+    agent = Agent(store, tmp_path)
+    for _ in range(3):
+        agent.round()
+    before = load_current(store, AGENT)
+    assert before is not None and RECENT in before.learner_state
+    actions = list(agent.scenario.actions)
+    renamed = Action(id="calc2", description=actions[2].description, config=actions[2].config)
+    revised = revise(store, AGENT, [actions[3], renamed, actions[0]], renames={actions[2].id: "calc2"},
+                     clock=agent.clock).policy
+    old, new = per_action(before), per_action(revised)
+    for key, entries in new.items():
+        assert entries == {actions[3].id: old[key][actions[3].id], "calc2": old[key][actions[2].id],
+                           actions[0].id: old[key][actions[0].id]}
+    back = revise(store, AGENT, [actions[3], actions[2], actions[0]], renames={"calc2": actions[2].id},
+                  clock=agent.clock).policy  # the simulated agent knows only the old id
+    assert back.learner_state[RECENT] == revised.learner_state[RECENT]
+    agent.round()
+    trained = load_current(store, AGENT)
+    assert trained is not None and trained.run is not None and "recent_reset" not in trained.run.metrics
+    per_action(trained)
+
+
+def test_a_rollback_keeps_the_evidence_gathered_since_and_restores_what_a_revision_dropped(
+    store: Store, tmp_path: Path
+) -> None:
+    """Actions the current version has keep its evidence; the one a revision dropped gets the
+    evidence the restored version had for it (the change test's recent sums likewise)."""
+    agent = Agent(store, tmp_path)
+    for _ in range(3):
+        agent.round()
+    before = load_current(store, AGENT)
+    assert before is not None
+    actions = list(agent.scenario.actions)
+    revise(store, AGENT, [actions[2], actions[0], actions[1]], clock=agent.clock)  # drops the last, reorders
+    agent.round()
+    since = load_current(store, AGENT)
+    assert since is not None and since.learner_state["count"] != before.learner_state["count"][:3]
+    restored = rollback(store, AGENT, before.version, clock=agent.clock).policy
+    assert restored.action_ids == before.action_ids
+    got = per_action(restored)
+    old, current = per_action(before), per_action(since)
+    for key, entries in got.items():
+        assert entries == {**current[key], actions[3].id: old[key][actions[3].id]}
 
 
 def test_rollback_rejects_unknown_and_current_versions(store: Store, tmp_path: Path) -> None:

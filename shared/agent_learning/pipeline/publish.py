@@ -175,10 +175,11 @@ def set_pinned(store: Store, agent_id: str, pinned: bool, reason: str = "") -> C
 
 
 def rollback(store: Store, agent_id: str, version: int, *, clock: Clock = SYSTEM_CLOCK, note: str = "") -> Change:
-    """Publish version ``version``'s logits (and actions) as the next version. The learner keeps
-    its evidence up to the current cursor; an action that ``version`` has and the current version
-    lacks (a revision dropped or renamed it) gets back the evidence ``version`` had for it.
-    Repeating it changes nothing."""
+    """Publish version ``version``'s logits (and actions) as the next version. The learner state
+    merges: an action the current version has keeps its evidence up to the current cursor (what
+    was learned since ``version`` stays true), and an action that ``version`` has and the current
+    version lacks (a revision dropped or renamed it) gets back the evidence ``version`` had for
+    it; the change test's recent sums likewise. Repeating it changes nothing."""
     raw = store.get_policy_version(agent_id, version)
     if raw is None:
         current = store.get_current_policy(agent_id)
@@ -304,18 +305,21 @@ def remap_state(
     earlier: tuple[dict | None, list[str]] | None = None,
 ) -> dict:
     """The learner state for another list of actions: every per-action list (one entry per old
-    action) is reordered to ``new_ids`` (``source`` maps a new id to the old id it was renamed
-    from). An action the old list lacks takes its entry from ``earlier`` (a state and its action
-    ids: the version a rollback restores) when that has one, else 0, which is "no evidence" for
-    every per-action quantity the learner keeps. Entries that are not per-action lists are kept
-    as they are."""
+    action), at the top or in a nested mapping such as the change test's recent sums, is
+    reordered to ``new_ids`` (``source`` maps a new id to the old id it was renamed from). An
+    action the old list lacks takes its entry from the same place in ``earlier`` (a state and its
+    action ids: the version a rollback restores) when that has one, else 0, which is "no
+    evidence" for every per-action quantity the learner keeps. Other entries are kept as they are."""
     position = {a: i for i, a in enumerate(old_ids)}
     earlier_state, earlier_ids = earlier if earlier is not None else (None, [])
     earlier_position = {a: i for i, a in enumerate(earlier_ids)}
     out = {}
     for key, value in state.items():
-        if isinstance(value, list) and len(value) == len(old_ids):
-            back = (earlier_state or {}).get(key)
+        back = (earlier_state or {}).get(key)
+        if isinstance(value, dict):
+            out[key] = remap_state(value, old_ids, new_ids, source,
+                                   (back if isinstance(back, dict) else None, earlier_ids))
+        elif isinstance(value, list) and len(value) == len(old_ids):
             if not (isinstance(back, list) and len(back) == len(earlier_ids)):
                 back = None
             out[key] = [
