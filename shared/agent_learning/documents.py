@@ -259,7 +259,8 @@ def _json_size(value: Any, field: str, limit: int = MAX_JSON_CHARS) -> Any:
         raise ValueError(f"must be JSON with finite numbers ({exc})") from None
     if len(text) > limit:
         raise ValueError(f"is {len(text)} characters as JSON; the limit is {limit}")
-    # Escaped, a surrogate reads \udXXX (rarely anything else does): only then is the text checked.
+    # Escaped, a surrogate (lone, or half of a pair for a character past U+FFFF) reads \udXXX:
+    # only then is the text encoded to look for a lone one.
     if "\\ud" in text and not is_unicode(json.dumps(value, ensure_ascii=False)):
         raise ValueError(f"holds text that {NOT_UNICODE}")
     return value
