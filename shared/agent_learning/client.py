@@ -36,6 +36,7 @@ from .documents import Episode, PolicyDocument, agent_id_problem
 from .errors import (
     ConcurrencyConflict,
     ConfigurationError,
+    DocumentTooLarge,
     InvalidDocument,
     NotFound,
     PermanentError,
@@ -196,10 +197,10 @@ class HttpEpisodeWriter:
     The write is idempotent, so a connection failure, a timeout, a 429 or a 5xx is retried,
     ``attempts`` tries in all with pauses of ``backoff`` seconds doubling each time (or the
     answer's ``Retry-After``); then :class:`TransientError`. A 409 raises
-    :class:`ConcurrencyConflict` (the id holds another episode), a 400 or 413
-    :class:`InvalidDocument`, a 401, 403 or 404 :class:`ConfigurationError` (a wrong key, a
-    caller not allowed to write the agent, ingestion off, an agent without a policy), any other
-    answer :class:`PermanentError`.
+    :class:`ConcurrencyConflict` (the id holds another episode), a 400 :class:`InvalidDocument`, a
+    413 :class:`DocumentTooLarge` (an :class:`InvalidDocument` too), a 401, 403 or 404
+    :class:`ConfigurationError` (a wrong key, a caller not allowed to write the agent, ingestion
+    off, an agent without a policy), any other answer :class:`PermanentError`.
     """
 
     def __init__(
@@ -245,9 +246,10 @@ class HttpEpisodeWriter:
                 status, message = exc.code, _error_text(exc)
                 if status == 409:
                     raise ConcurrencyConflict(f"episode {episode.id!r}: {message}") from None
-                if status in (400, 413):
+                if status in (400, 413):  # 413: over MAX_EPISODE_BYTES, told apart as on the server
                     field, _, detail = message.partition(": ")
-                    raise InvalidDocument("episode", [(field, detail) if detail else ("(document)", message)]) from None
+                    error = DocumentTooLarge if status == 413 else InvalidDocument
+                    raise error("episode", [(field, detail) if detail else ("(document)", message)]) from None
                 if status in (401, 403, 404):
                     raise ConfigurationError(f"{url} answered {status}: {message}") from None
                 if status != 429 and status < 500:

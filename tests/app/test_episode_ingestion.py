@@ -32,6 +32,7 @@ from agent_learning.documents import MAX_EPISODE_BYTES, Episode
 from agent_learning.errors import (
     ConcurrencyConflict,
     ConfigurationError,
+    DocumentTooLarge,
     InvalidDocument,
     NotFound,
     PermanentError,
@@ -371,7 +372,11 @@ def test_the_http_writer_maps_refusals_to_errors(app: App, server: IngestServer)
     server.faults = [(400, {})]
     with pytest.raises(InvalidDocument) as info:
         HttpEpisodeWriter(server.url, BILLING_KEY).add_episode(billing)
-    assert info.value.fields == ["probability"]
+    assert info.value.fields == ["probability"] and not isinstance(info.value, DocumentTooLarge)
+    server.faults = [(413, {})]  # e.g. a route with a smaller MAX_EPISODE_BYTES than the agent's library
+    with pytest.raises(DocumentTooLarge) as too_large:
+        HttpEpisodeWriter(server.url, BILLING_KEY).add_episode(billing)
+    assert too_large.value.fields == ["probability"]
     server.faults = [(415, {})]
     with pytest.raises(PermanentError, match="415"):
         HttpEpisodeWriter(server.url, BILLING_KEY).add_episode(billing)
