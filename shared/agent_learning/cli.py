@@ -11,6 +11,7 @@ for bad input and 1 for anything else.
 
 from __future__ import annotations
 
+import difflib
 import functools
 import json
 import math
@@ -845,7 +846,11 @@ def policy_history(agent_id: str, limit: int | None, since: datetime | None, unt
 
 
 def _positive_version(ctx: click.Context, param: click.Parameter, value: str) -> int:
-    """VERSION as a policy version number: ``-1`` and ``abc`` are refused in one sentence."""
+    """VERSION as a policy version number: ``-1`` and ``abc`` are refused in one sentence, and an
+    unknown ``--option`` (which ``ignore_unknown_options`` lets through) as what it is."""
+    if value.startswith("--"):
+        name, known = value.partition("=")[0], [o for p in ctx.command.params for o in p.opts if o.startswith("--")]
+        raise click.NoSuchOption(name, possibilities=difflib.get_close_matches(name, known), ctx=ctx)
     if not value.isdecimal() or int(value) < 1:
         raise click.BadParameter(f"must be a positive integer (a policy version, as policy history lists), "
                                  f"got {value!r}")

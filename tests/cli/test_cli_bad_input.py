@@ -124,3 +124,11 @@ def test_a_rollback_version_must_be_a_positive_integer(version: str) -> None:
     assert result.exit_code == 2
     assert result.output.strip() == (f"error: VERSION: must be a positive integer (a policy version, as policy "
                                      f"history lists), got {version!r}")
+
+
+def test_a_rollback_with_an_unknown_option_names_the_option_not_version() -> None:
+    """Unknown options reach VERSION (so that ``-1`` is refused there); a ``--name`` is still one."""
+    result = CliRunner().invoke(main, ["policy", "rollback", "--agent-id", "a", "--not", "2"], prog_name="agent-learn")
+    assert result.exit_code == 2
+    assert result.output.strip() == ("error: No such option '--not'. Did you mean '--note'? "
+                                     "(agent-learn policy rollback --help)")
