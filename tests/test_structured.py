@@ -106,6 +106,16 @@ def test_create_names_the_bad_dimension_or_context() -> None:
         StructuredPolicy.create("bot", DIMENSIONS, context={"task type": "category"})
 
 
+def test_a_dimension_lists_each_value_once_as_json_compares_them() -> None:
+    """1 and 1.0 are one JSON number (two actions with one configuration); true and 1 are not."""
+    with pytest.raises(InvalidDocument, match=r"dimensions\.k: the values 1 and 1\.0 are the same value"):
+        StructuredPolicy.create("bot", {"k": [1, 1.0]})
+    with pytest.raises(InvalidDocument, match=r"dimensions\.k: the values 1 and '1' both make the action id 'k=1'"):
+        StructuredPolicy.create("bot", {"k": [1, "1"]})
+    both = StructuredPolicy.create("bot", {"k": [True, 1]})
+    assert [a.config for a in both.actions] == [{"k": True}, {"k": 1}]
+
+
 @pytest.mark.parametrize("numeric", [MAX_CONTEXT_FEATURES // 2, 0], ids=["half-numeric", "all-categorical"])
 def test_4_dimensions_of_10_values_and_20_features_fit_in_64_kb_after_training(numeric: int) -> None:
     """Half the features numeric (every segment learned), or all categorical (learned up to the

@@ -454,6 +454,8 @@ def structure_fields(
                                               f"use {DIMENSION_NAME_RULE}")])
         if isinstance(values, str | bytes) or not isinstance(values, Sequence) or not values:
             raise InvalidDocument("policy", [(f"dimensions.{name}", "must be a non-empty list of values")])
+        by_value: dict[tuple[type, Any], Any] = {}  # no value listed twice, nor two that make one action id
+        by_id: dict[str, Any] = {}
         for value in values:
             if not (isinstance(value, str | bool) or (isinstance(value, int | float) and math.isfinite(value))):
                 raise InvalidDocument(
@@ -464,6 +466,15 @@ def structure_fields(
             if not ACTION_ID.fullmatch(action_id):
                 raise InvalidDocument("policy", [(f"dimensions.{name}", f"the value {value!r:.80} makes the action id "
                                                   f"{action_id!r:.140}, which does not fit: use {ACTION_ID_RULE}")])
+            as_json = (bool if isinstance(value, bool) else float if isinstance(value, int | float) else str, value)
+            earlier, why = by_value.get(as_json), "are the same value"  # 1 = 1.0 ≠ true, as JSON compares them
+            if earlier is None:
+                earlier, why = by_id.get(action_id), f"both make the action id {action_id!r:.140}"
+            if earlier is not None:  # a value is never None (checked above)
+                problem = (f"the value {value!r:.80} is listed twice" if repr(earlier) == repr(value)
+                           else f"the values {earlier!r:.80} and {value!r:.80} {why}")
+                raise InvalidDocument("policy", [(f"dimensions.{name}", problem)])
+            by_value[as_json] = by_id[action_id] = value
             actions.append({"id": action_id, "config": {name: value}})
         dims.append({"name": name, "size": len(values)})
     fields: dict[str, Any] = {"actions": actions, "logits": [0.0] * len(actions), "dimensions": dims}
