@@ -192,6 +192,27 @@ def test_the_context_changes_the_choice_only_through_learned_segments_and_weight
         chooser.choose(context={"tokens": "many"})
 
 
+@pytest.mark.parametrize("magnitude", [1e300, 1e-12, 5e-321], ids=["near-max", "tiny", "subnormal"])
+def test_a_numeric_feature_of_any_finite_magnitude_trains(magnitude: float) -> None:
+    """Its centre and scale come from its first batch: values near ±1e308 once overflowed the
+    standard deviation (scale inf) and a spread below 5e-10 rounded to scale 0, and either document
+    was refused, so every later training of the agent failed on the same episodes."""
+    rng = np.random.default_rng(3)
+    n = 400
+    doc = policy(context={"tokens": "number"}).document
+    actions = np.stack([rng.integers(0, d.size, n) for d in doc.dimensions or []], axis=1)
+    x = rng.choice([-1.0, 1.0], n) * rng.uniform(1.0, 2.0, n)
+    rewards = 0.5 + 0.4 * x * (actions[:, 0] == 0) + rng.normal(0.0, 0.1, n)  # prompt 0 helps as x grows
+    rows = Rows(actions, rewards, rng.uniform(0.02, 0.2, n), [False] * n, [{"tokens": v * magnitude} for v in x])
+    new = PolicyDocument.from_dict(learn_structured(LearnerConfig(), doc, rows).applied_to(doc).to_dict())
+    (feature,) = new.features or []
+    assert feature.scale == pytest.approx(float(np.std(x)) * magnitude, rel=1e-6)
+    assert abs(feature.center) < feature.scale
+    chooser = StructuredPolicy(new)
+    low, high = (chooser.marginals({"tokens": s * magnitude})["prompt"]["prompt=concise"] for s in (-1.5, 1.5))
+    assert high > low
+
+
 def test_a_one_dimension_policy_without_context_chooses_as_the_flat_policy() -> None:
     flat = SoftmaxPolicy.from_actions("bot", ["a", "b", "c"]).to_document(created_at=None)
     flat = PolicyDocument.from_dict({**flat.to_dict(), "logits": [0.5, -1.0, 0.5], "exploration_floor": 0.01})

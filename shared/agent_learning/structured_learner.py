@@ -91,6 +91,7 @@ One dimension without context or exclusions gives exactly the flat learner's upd
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, NamedTuple
@@ -265,8 +266,7 @@ def prepare(doc: PolicyDocument, rows: Rows) -> tuple[Model, Params, ContextBatc
             center, scale = feature.center, feature.scale
             present = np.array([float(x) for x in values if isinstance(x, int | float) and not isinstance(x, bool)])
             if feature.weights is None and present.size:
-                center = float(present.mean())
-                scale = float(present.std()) or 1.0
+                center, scale = centre_and_scale(present)
             fitted.append(feature.weights is not None or bool(present.size))
             numeric.append(feature.name)
             centers.append(center)
@@ -311,6 +311,22 @@ def prepare(doc: PolicyDocument, rows: Rows) -> tuple[Model, Params, ContextBatc
     return model, params, batch
 
 
+def centre_and_scale(values: Array) -> tuple[float, float]:
+    """A numeric feature's centre and scale: the mean and standard deviation of its first batch
+    (scale 1 when they are all equal), computed on the values divided by the largest magnitude, so
+    that values near ±1e308 do not overflow, then rounded as the document keeps them: scale to 9
+    significant digits, centre to a billionth of the scale (9 decimals when the scale is 1 or more)."""
+    largest = float(np.abs(values).max())
+    if largest == 0.0:
+        return 0.0, 1.0
+    unit = values / largest
+    center, scale = float(unit.mean()) * largest, float(unit.std()) * largest
+    if not scale > 0.0:  # all equal (or a spread below the smallest float)
+        return round(center, 9), 1.0
+    decimals = max(9, 8 - math.floor(math.log10(scale)))
+    return round(center, decimals), round(scale, decimals)
+
+
 def standardise(x: float, center: float, scale: float) -> float:
     """x̃ = clip((x − m) / s, ±NUMBER_CLIP), as the policy computes it at choose time."""
     return max(-NUMBER_CLIP, min(NUMBER_CLIP, (x - center) / scale))
@@ -335,8 +351,8 @@ def features_out(doc: PolicyDocument, model: Model, params: Params) -> list[dict
                     "name": feature.name,
                     "kind": "number",
                     "weights": _rounded(params.weights[j]),
-                    "center": round(model.centers[j], 9),
-                    "scale": round(model.scales[j], 9),
+                    "center": model.centers[j],  # rounded where they are set
+                    "scale": model.scales[j],
                 }
             )
     return out
