@@ -21,6 +21,8 @@ from agent_learning.policy import SoftmaxPolicy, load_policy, policy_probabiliti
 from agent_learning.store.base import Store
 from agent_learning.structured import StructuredPolicy, knows_action
 from agent_learning.structured_learner import (
+    NUMBER_FIT_EPISODES,
+    PENDING_NUMBERS,
     Rows,
     StructuredReinforce,
     gradient,
@@ -211,6 +213,34 @@ def test_a_numeric_feature_of_any_finite_magnitude_trains(magnitude: float) -> N
     chooser = StructuredPolicy(new)
     low, high = (chooser.marginals({"tokens": s * magnitude})["prompt"]["prompt=concise"] for s in (-1.5, 1.5))
     assert high > low
+
+
+def test_a_numeric_feature_is_fitted_on_its_first_30_episodes_pooled_over_small_batches() -> None:
+    """With batches of 8 the feature waits, unused, until 30 episodes have carried it; its centre
+    and scale are then theirs (one episode's batch used to fix scale 1 at that episode's value)."""
+    rng = np.random.default_rng(4)
+    doc = policy(context={"tokens": "number"}).document
+    seen: list[float] = []
+    fitted_after = None
+    for _ in range(5):
+        n = 8
+        actions = np.stack([rng.integers(0, d.size, n) for d in doc.dimensions or []], axis=1)
+        tokens = [float(t) for t in rng.normal(500.0, 200.0, n)]
+        contexts = [{"tokens": t} if i else {} for i, t in enumerate(tokens)]  # one episode without it
+        seen += tokens[1:]
+        rows = Rows(actions, rng.normal(0.5, 0.2, n), np.full(n, 1 / 12), [False] * n, contexts)
+        doc = PolicyDocument.from_dict(learn_structured(LearnerConfig(), doc, rows).applied_to(doc).to_dict())
+        (feature,) = doc.features or []
+        if len(seen) < NUMBER_FIT_EPISODES:
+            assert feature.weights is None and doc.learner_state[PENDING_NUMBERS]["tokens"]["count"] == len(seen)
+            assert StructuredPolicy(doc).marginals({"tokens": 100.0}) == StructuredPolicy(doc).marginals()
+        else:
+            fitted_after = fitted_after or len(seen)
+            assert PENDING_NUMBERS not in doc.learner_state
+            assert feature.weights is not None and any(feature.weights)
+            assert feature.center == pytest.approx(float(np.mean(seen[:fitted_after])), rel=1e-9)
+            assert feature.scale == pytest.approx(float(np.std(seen[:fitted_after])), rel=1e-8)
+    assert fitted_after == 35  # 5 batches of 7
 
 
 def test_a_one_dimension_policy_without_context_chooses_as_the_flat_policy() -> None:
@@ -581,7 +611,7 @@ def test_a_numeric_slope_is_bounded_by_the_evidence_on_each_side_of_its_centre()
     the state keeps each side's evidence."""
     doc = StructuredPolicy.create("bot", {"arm": [0, 1, 2]}, context={"x": "number"}).document
     rng = np.random.default_rng(9)
-    n = 24
+    n = 30  # NUMBER_FIT_EPISODES: the feature is fitted in this batch
     xs = rng.uniform(-1, 1, n)
     actions = rng.integers(0, 3, (n, 1))
     rewards = np.where((actions[:, 0] == 0) == (xs > 0), 1.0, 0.0) * 0.2 + rng.normal(0, 1.0, n)
@@ -591,6 +621,7 @@ def test_a_numeric_slope_is_bounded_by_the_evidence_on_each_side_of_its_centre()
         update = learn_structured(cfg, doc, Rows(actions, rewards, np.full(n, 1 / 3), [False] * n, contexts))
         new = update.applied_to(doc)
         feature = (new.features or [])[0]
+        assert feature.weights is not None
         assert set(update.state.get("halves", {}).get("x", {})) == (
             {"below", "above"} if cfg.gap_per_evidence else set()
         )

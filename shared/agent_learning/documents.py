@@ -582,7 +582,8 @@ class ContextFeature(BaseModel):
 
     ``category``: ``segments`` maps each learned segment to one logit offset per action.
     ``number``: one ``weights`` entry per action, applied to ``(x − center) / scale``; the
-    trainer sets ``center`` and ``scale`` from the first batch that carries the feature."""
+    trainer sets ``center`` and ``scale`` from the first 30 episodes that carry the feature
+    (pooled over training runs; until then it has no ``weights``)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 

@@ -65,8 +65,11 @@ dimensions' worse values), and in each segment the logits θ + δ_{f,c} are
 bounded the same way by the segment's evidence (means shrunk towards the dimension's by c₀
 pseudo-episodes, the dimension's pooled variance, g₀ = ``segment_gap_slack``, and the pairwise
 calibration without its normalisation over actions or the Thompson floor), moving δ only.
-A numeric feature's episodes fall in two halves, below and above its centre (``halves`` in the
-state); at x̃ = ±1 the logits θ ± β_j are bounded by the evidence of that half, moving β_j only.
+A numeric feature's centre and scale are the mean and standard deviation of the first
+:data:`NUMBER_FIT_EPISODES` episodes that carried it, pooled over batches (``numbers_pending`` in the
+state until then; the feature is not used before). Its episodes fall in two halves, below and
+above its centre (``halves`` in the state); at x̃ = ±1 the logits θ ± β_j are bounded by the
+evidence of that half, moving β_j only.
 So no dimension, no segment and no side of a numeric feature is much surer than its evidence,
 nor, where the odds cap applies, much less sure. The cap bounds the logits some requests are
 drawn from with the evidence of exactly those requests: each dimension's θ of a policy without
@@ -115,6 +118,13 @@ from .learner import (
 from .structured import NUMBER_CLIP, Layout, segment_name
 
 Array = NDArray[np.float64]
+NUMBER_FIT_EPISODES = 30
+"""Episodes carrying a numeric feature, pooled over batches, from which its centre and scale are
+set; until then the feature is not used (a first batch of one or two episodes would fix its scale
+for good, and a wrong scale makes the feature a step at its centre)."""
+PENDING_NUMBERS = "numbers_pending"
+"""Learner-state key: per numeric feature not fitted yet, the count, mean and standard deviation
+of the episodes that carried it so far."""
 NUMBER_PROBE = 1.0
 """Where a numeric feature's evidence bound applies: at x̃ = ±1 (one scale from its centre), by the
 evidence of the episodes on that side of the centre (±1 was best on the benchmark's numeric problem:
@@ -193,8 +203,11 @@ class Model:
     centers: list[float]
     scales: list[float]
     fitted: list[bool]
-    """Per numeric feature, whether its centre and scale are set (it has been seen in training)."""
+    """Per numeric feature, whether its centre and scale are set (from :data:`NUMBER_FIT_EPISODES`)."""
     temperature: float
+    pending: dict[str, dict[str, float]] = field(default_factory=dict)
+    """Per numeric feature still short of :data:`NUMBER_FIT_EPISODES`, its moments so far (the
+    learner state's :data:`PENDING_NUMBERS`)."""
 
     @property
     def slices(self) -> list[slice]:
@@ -237,7 +250,8 @@ def prepare(doc: PolicyDocument, rows: Rows) -> tuple[Model, Params, ContextBatc
     """The model, parameters and batch of ``doc`` and these rows. Segments first seen here are
     added (the most frequent first, up to :data:`MAX_SEGMENTS` per feature and
     :data:`MAX_LEARNED_VALUES` in all) with zero offsets;
-    a numeric feature's centre and scale are set from the first batch that carries it."""
+    a numeric feature's centre and scale are set once :data:`NUMBER_FIT_EPISODES` episodes
+    (not corrections) have carried it, pooled over batches in the learner state."""
     actions, rewards, logged_probs, corrections, contexts = rows
     layout = Layout.of(doc)
     v = len(doc.actions)
@@ -246,6 +260,8 @@ def prepare(doc: PolicyDocument, rows: Rows) -> tuple[Model, Params, ContextBatc
     )  # segments that may still be added
     categorical, segments, offsets = [], [], []
     numeric, centers, scales, weights, fitted = [], [], [], [], []
+    pending_in = (doc.learner_state or {}).get(PENDING_NUMBERS) or {}
+    pending: dict[str, dict[str, float]] = {}
     for feature in doc.features or []:
         values = [c.get(feature.name) if c else None for c in contexts]
         if feature.kind == "category":
@@ -263,11 +279,16 @@ def prepare(doc: PolicyDocument, rows: Rows) -> tuple[Model, Params, ContextBatc
             segments.append(list(known))
             offsets.append(np.array(list(known.values()), dtype=np.float64).reshape(len(known), v))
         else:
-            center, scale = feature.center, feature.scale
-            present = np.array([float(x) for x in values if isinstance(x, int | float) and not isinstance(x, bool)])
-            if feature.weights is None and present.size:
-                center, scale = centre_and_scale(present)
-            fitted.append(feature.weights is not None or bool(present.size))
+            center, scale, is_fitted = feature.center, feature.scale, feature.weights is not None
+            if not is_fitted:
+                present = np.array([float(x) for x, correction in zip(values, corrections, strict=True)
+                                    if _is_number(x) and not correction])
+                seen = pooled_moments(_moments_state(pending_in.get(feature.name)), moments(present))
+                if seen[0] >= NUMBER_FIT_EPISODES:
+                    center, scale, is_fitted = *centre_and_scale(seen[1], seen[2]), True
+                elif seen[0]:
+                    pending[feature.name] = {"count": seen[0], "mean": seen[1], "std": seen[2]}
+            fitted.append(is_fitted)
             numeric.append(feature.name)
             centers.append(center)
             scales.append(scale)
@@ -282,6 +303,7 @@ def prepare(doc: PolicyDocument, rows: Rows) -> tuple[Model, Params, ContextBatc
         scales,
         fitted,
         doc.temperature,
+        pending,
     )
     params = Params(
         np.asarray(doc.logits, dtype=np.float64), offsets, np.array(weights, dtype=np.float64).reshape(len(numeric), v)
@@ -298,7 +320,7 @@ def prepare(doc: PolicyDocument, rows: Rows) -> tuple[Model, Params, ContextBatc
                 cats[i, f] = seg_index[f].get(segment_name(context[name]), -1)
         for j, name in enumerate(numeric):
             x = context.get(name)
-            if isinstance(x, int | float) and not isinstance(x, bool):
+            if _is_number(x) and fitted[j]:
                 nums[i, j] = standardise(float(x), centers[j], scales[j])
     batch = ContextBatch(
         np.asarray(actions, dtype=np.int64).reshape(n, len(layout.sizes)),
@@ -311,20 +333,58 @@ def prepare(doc: PolicyDocument, rows: Rows) -> tuple[Model, Params, ContextBatc
     return model, params, batch
 
 
-def centre_and_scale(values: Array) -> tuple[float, float]:
-    """A numeric feature's centre and scale: the mean and standard deviation of its first batch
-    (scale 1 when they are all equal), computed on the values divided by the largest magnitude, so
-    that values near ±1e308 do not overflow, then rounded as the document keeps them: scale to 9
-    significant digits, centre to a billionth of the scale (9 decimals when the scale is 1 or more)."""
+def _is_number(x: Any) -> bool:
+    return isinstance(x, int | float) and not isinstance(x, bool)
+
+
+Moments = tuple[int, float, float]
+"""(count, mean, standard deviation) of a numeric feature's values."""
+
+
+def moments(values: Array) -> Moments:
+    """The count, mean and (population) standard deviation of ``values``, computed on the values
+    divided by the largest magnitude so that values near ±1e308 do not overflow."""
+    if not values.size:
+        return 0, 0.0, 0.0
     largest = float(np.abs(values).max())
     if largest == 0.0:
-        return 0.0, 1.0
+        return int(values.size), 0.0, 0.0
     unit = values / largest
-    center, scale = float(unit.mean()) * largest, float(unit.std()) * largest
-    if not scale > 0.0:  # all equal (or a spread below the smallest float)
-        return round(center, 9), 1.0
-    decimals = max(9, 8 - math.floor(math.log10(scale)))
-    return round(center, decimals), round(scale, decimals)
+    return int(values.size), float(unit.mean()) * largest, float(unit.std()) * largest
+
+
+def pooled_moments(a: Moments, b: Moments) -> Moments:
+    """The moments of two samples together (Chan et al.'s pairwise update), without overflow."""
+    (na, ma, sa), (nb, mb, sb) = a, b
+    if not na or not nb:
+        return a if na else b
+    n = na + nb
+    largest = max(abs(ma), abs(mb), sa, sb)
+    if largest == 0.0:
+        return n, 0.0, 0.0
+    ua, ub, va, vb = ma / largest, mb / largest, sa / largest, sb / largest
+    mean = ua * (na / n) + ub * (nb / n)
+    var = (na * va**2 + nb * vb**2) / n + (na / n) * (nb / n) * (ub - ua) ** 2
+    return n, mean * largest, math.sqrt(var) * largest
+
+
+def _moments_state(data: Any) -> Moments:
+    """Moments kept in the learner state; anything else (a state from before) as none."""
+    try:
+        n, mean, std = int(data["count"]), float(data["mean"]), float(data["std"])
+    except (TypeError, KeyError, ValueError):
+        return 0, 0.0, 0.0
+    return (n, mean, std) if n > 0 and math.isfinite(mean) and math.isfinite(std) and std >= 0 else (0, 0.0, 0.0)
+
+
+def centre_and_scale(mean: float, std: float) -> tuple[float, float]:
+    """A numeric feature's centre and scale from its episodes' mean and standard deviation (scale 1
+    when they are all equal), rounded as the document keeps them: the scale to 9 significant
+    digits, the centre to about a billionth of the scale (9 decimals when the scale is 1 or more)."""
+    if not std > 0.0:  # all equal (or a spread below the smallest float)
+        return round(mean, 9), 1.0
+    decimals = max(9, 8 - math.floor(math.log10(std)))
+    return round(mean, decimals), round(std, decimals)
 
 
 def standardise(x: float, center: float, scale: float) -> float:
@@ -871,6 +931,9 @@ def learn_structured(config: LearnerConfig, doc: PolicyDocument, rows: Rows) -> 
     model, params, batch = prepare(doc, rows)
     _check(batch, model)
     new, metrics, state = StructuredReinforce(config).update(params, model, batch, doc.learner_state)
+    state = {key: value for key, value in state.items() if key != PENDING_NUMBERS}
+    if model.pending:
+        state[PENDING_NUMBERS] = model.pending
     return StructuredUpdate(new.theta, features_out(doc, model, new), metrics, state)
 
 
