@@ -315,3 +315,15 @@ def test_agent_side_does_not_import_numpy_or_judges() -> None:
 def test_actions_of_the_wrong_shape_are_named_by_their_place(actions: object, named: str) -> None:
     with pytest.raises(InvalidDocument, match=named):
         SoftmaxPolicy.from_actions("bot", actions)  # type: ignore[arg-type]
+
+
+def test_a_sure_policy_has_entropy_zero_not_minus_zero() -> None:
+    """``policy show`` of a one-action policy printed "entropy -0.000 nats"."""
+    import numpy as np
+
+    from agent_learning.learner import entropy
+    from agent_learning.policy import policy_entropy
+
+    assert math.copysign(1.0, policy_entropy([1.0])) == 1.0
+    assert math.copysign(1.0, entropy(np.array([1.0, 0.0]))) == 1.0
+    assert f"{policy_entropy([1.0]):.3f}" == "0.000"

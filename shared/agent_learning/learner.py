@@ -664,7 +664,7 @@ def softmax(logits: Array, temperature: float = 1.0) -> Array:
 
 def entropy(probs: Array) -> float:
     p = probs[probs > 0]
-    return float(-(p * np.log(p)).sum())
+    return max(0.0, float(-(p * np.log(p)).sum()))  # 0.0, not −0.0, for a sure policy
 
 
 def kl_divergence(p: Array, q: Array) -> float:

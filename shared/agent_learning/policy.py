@@ -78,8 +78,8 @@ def load_policy(
 
 
 def policy_entropy(probabilities: list[float]) -> float:
-    """Entropy in nats."""
-    return -math.fsum(p * math.log(p) for p in probabilities if p > 0)
+    """Entropy in nats (0.0, not −0.0, for a sure policy)."""
+    return max(0.0, -math.fsum(p * math.log(p) for p in probabilities if p > 0))
 
 
 class SoftmaxPolicy:
