@@ -209,6 +209,28 @@ def test_content_filter_is_permanent_at_once(judge_server: Any, judge: Evaluator
     assert judge_server.count("task_completion") == 1 and seconds < FAST.attempt_timeout + SLACK
 
 
+def test_a_skipped_evaluation_is_invalid_and_says_why(judge_server: Any, judge: EvaluatorJudge) -> None:
+    judge_server.set_mode("skipped", evaluator="task_completion")
+    result, _ = timed(lambda: judge.judge(episode("x [judge:good]")))
+    assert isinstance(result, PermanentError), result
+    assert "not applicable" in str(result) and "scripted skipped" in str(result)  # the model's reason
+
+
+@pytest.mark.parametrize("output", ["", "  \n"])
+def test_an_empty_output_is_scored_without_asking_the_model(
+    judge_server: Any, judge: EvaluatorJudge, output: str
+) -> None:
+    judge_server.set_mode("skipped")  # what the evaluators' prompts tell the model to answer for an empty response
+    judgement = judge.judge(episode(output))
+    assert {m: s.raw for m, s in judgement.metrics.items()} == {
+        "intent_resolution": 1.0, "task_adherence": 0.0, "task_completion": 0.0,
+    }
+    assert all(s.evaluator.startswith("offline:") for s in judgement.metrics.values())
+    assert judgement.judge == judge.info and judge_server.requests == []
+    reward, _ = RewardFunction()(judgement.metrics, episode(output))
+    assert reward == -0.5  # learned from, with the empty-output penalty
+
+
 def test_a_real_zero_score_is_accepted(judge_server: Any, judge: EvaluatorJudge) -> None:
     judge_server.set_mode("score:0", evaluator="task_completion")
     judgement = judge.judge(episode("x [judge:good]"))

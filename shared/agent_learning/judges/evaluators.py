@@ -23,7 +23,9 @@ malformed reply, ``TypeError`` on a null score. So this adapter:
   not-found errors are configuration problems and count as transient, so that fixing the
   configuration lets the messages through instead of dead-lettering everything.
 
-A failed evaluator never becomes a zero metric: the whole judgement fails.
+A failed evaluator never becomes a zero metric: the whole judgement fails. An episode with an
+empty output is not sent: the evaluators' prompts tell the model to skip it (no score), so it
+gets the offline judge's scores for an empty answer (1 / 0 / 0, evaluator ``offline:<metric>``).
 
 ``azure.ai.evaluation`` (about 1 s and 150 MiB to import) is imported when this judge is
 built, never at Functions start-up or on the agent side. The evaluator objects are built once
@@ -52,6 +54,7 @@ from . import prompty
 from .base import InvalidJudgeOutput, Judge, Judgement, metric_from_output
 from .budget import PromptEstimate, Reservation, TokenBudget
 from .loop import LoopThread
+from .offline import OfflineJudge
 
 log = logging.getLogger(__name__)
 
@@ -272,6 +275,11 @@ class EvaluatorJudge(Judge):
     async def judge_async(self, episode: Episode) -> Judgement:
         """All three metrics, concurrently, within ``episode_deadline``. On an event loop other
         than the judge's own, the evaluators build a client per call."""
+        if not episode.output.strip():
+            # The evaluators' prompts have the model skip an empty answer (no score, "not applicable"),
+            # which would dead-letter every crashed run: an empty answer resolves, adheres to and
+            # completes nothing, so it gets the offline rules' 1 / 0 / 0 without a model call.
+            return Judgement(OfflineJudge().judge(episode).metrics, self.info)
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self.limits.episode_deadline
         first = self._book_episode(episode, min(deadline, loop.time() + self.limits.evaluator_deadline))
