@@ -21,7 +21,7 @@ from support.judge_limits import fast_limits
 from agent_learning.clock import ManualClock
 from agent_learning.documents import Episode, Step
 from agent_learning.errors import PermanentError, TransientError
-from agent_learning.judges.evaluators import EvaluatorJudge, JudgeModel
+from agent_learning.judges.evaluators import EvaluatorJudge, JudgeLimits, JudgeModel
 from agent_learning.learner import Reinforce
 from agent_learning.local import LocalPipeline
 from agent_learning.pipeline import create_policy
@@ -194,6 +194,16 @@ def test_invalid_replies_are_permanent_after_retries_never_a_zero(
     assert "task_adherence" in str(result) or "TaskAdherence" in str(result)
     assert judge_server.count("task_adherence") == FAST.max_attempts
     assert seconds < FAST.episode_deadline + SLACK
+
+
+def test_the_attempts_an_invalid_reply_got_are_counted_truly(judge_server: Any) -> None:
+    no_room = JudgeLimits(attempt_timeout=1.0, evaluator_deadline=1.5, episode_deadline=2.0, max_attempts=4,
+                          backoff_base=4.0, backoff_max=4.0)  # the first backoff (2-4 s) passes the deadline
+    judge = EvaluatorJudge(openai_model(judge_server), no_room)
+    judge_server.set_mode("non_json", evaluator="task_adherence")
+    result, _ = timed(lambda: judge.judge(episode("x [judge:good]")))
+    assert isinstance(result, PermanentError) and judge_server.count("task_adherence") == 1
+    assert "still invalid after 1 of 4 attempts" in str(result)
 
 
 def test_out_of_range_intent_is_rejected(judge_server: Any, judge: EvaluatorJudge) -> None:

@@ -319,6 +319,7 @@ class EvaluatorJudge(Judge):
         evaluator = self.evaluators[metric]
         name = type(evaluator).__name__
         last: Exception | None = None
+        made = 0  # attempts sent; fewer than max_attempts when the deadline leaves no room for a retry
         for attempt in range(1, lim.max_attempts + 1):
             remaining = deadline - loop.time()
             if remaining <= 0:
@@ -336,6 +337,7 @@ class EvaluatorJudge(Judge):
             remaining = deadline - loop.time()
             with self.stats_lock:
                 self.attempts[metric] += 1
+            made = attempt
             sp.set_attribute("attempts", attempt)
             retry_after: float | None = None
             try:
@@ -364,7 +366,7 @@ class EvaluatorJudge(Judge):
             )
             await self._sleep(delay)
         if isinstance(last, InvalidJudgeOutput):
-            raise PermanentError(f"{last} (still invalid after {lim.max_attempts} attempts)")
+            raise PermanentError(f"{last} (still invalid after {made} of {lim.max_attempts} attempts)")
         raise last or TransientError(f"{name}: no attempt fitted in the deadline")
 
     # ------------------------------------------------------------------ the token budget
