@@ -116,6 +116,27 @@ def test_judge_model_needs_one_complete_endpoint() -> None:
     assert local.model_config()["type"] == "openai" and local.name == "qwen3"
 
 
+@pytest.mark.parametrize(
+    ("fields", "setting"),
+    [
+        ({"azure_endpoint": "myres.openai.azure.com", "deployment": "gpt"}, "AGENT_LEARNING_JUDGE_AZURE_ENDPOINT"),
+        ({"azure_endpoint": " https://myres.openai.azure.com", "deployment": "gpt"}, "JUDGE_AZURE_ENDPOINT"),
+        ({"azure_endpoint": "https://", "deployment": "gpt"}, "JUDGE_AZURE_ENDPOINT"),
+        ({"base_url": "localhost:11434/v1", "model": "qwen3"}, "AGENT_LEARNING_JUDGE_BASE_URL"),
+        ({"base_url": "ftp://127.0.0.1/v1", "model": "qwen3"}, "AGENT_LEARNING_JUDGE_BASE_URL"),
+        ({"base_url": "http://[::1/v1", "model": "qwen3"}, "AGENT_LEARNING_JUDGE_BASE_URL"),
+    ],
+)
+def test_a_judge_url_the_client_cannot_use_is_refused_naming_its_setting(fields: dict, setting: str) -> None:
+    from agent_learning.config import load_settings
+
+    with pytest.raises(ConfigurationError, match=f"{setting} must be an http:// or https:// URL"):
+        JudgeModel(**fields)
+    with pytest.raises(ConfigurationError, match=setting):
+        load_settings(judge="evaluators", **{f"judge_{k}": v for k, v in fields.items()})
+    assert JudgeModel(azure_endpoint="https://gw.azure-api.net/openai-prefix/", deployment="gpt").name == "gpt"
+
+
 def test_the_judge_api_key_is_in_no_repr(tmp_path: Any) -> None:
     from agent_learning.config import load_settings
     from agent_learning.judges.evaluators import EvaluatorJudge

@@ -45,6 +45,7 @@ import threading
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
+from urllib.parse import urlsplit
 
 from ..documents import Episode, JudgeInfo, MetricScore
 from ..errors import ConfigurationError, PermanentError, TransientError
@@ -162,6 +163,13 @@ class JudgeModel:
                 "judge model: an OpenAI-compatible endpoint needs both "
                 "AGENT_LEARNING_JUDGE_BASE_URL and AGENT_LEARNING_JUDGE_MODEL"
             )
+        # A URL the client cannot use fails every call as a connection error, retried forever: refuse it now.
+        for setting, url in (("AZURE_ENDPOINT", self.azure_endpoint), ("BASE_URL", self.base_url)):
+            if url and not _is_http_url(url):
+                raise ConfigurationError(
+                    f"judge model: AGENT_LEARNING_JUDGE_{setting} must be an http:// or https:// URL with a host "
+                    f"(e.g. https://<resource>.openai.azure.com), got {url!r:.100}"
+                )
 
     @property
     def name(self) -> str:
@@ -190,6 +198,15 @@ class JudgeModel:
         from azure.identity import DefaultAzureCredential  # lazy: only without an API key
 
         return DefaultAzureCredential(managed_identity_client_id=self.client_id)
+
+
+def _is_http_url(url: str) -> bool:
+    """Whether ``url`` is an absolute http(s) URL with a host and no surrounding whitespace."""
+    try:
+        parts = urlsplit(url)
+        return parts.scheme in ("http", "https") and bool(parts.hostname) and url == url.strip()
+    except ValueError:  # e.g. an unclosed IPv6 bracket
+        return False
 
 
 def _evaluator_classes() -> dict[str, type]:
