@@ -241,6 +241,18 @@ def test_an_empty_output_is_scored_without_asking_the_model(
     assert reward == -0.5  # learned from, with the empty-output penalty
 
 
+@pytest.mark.parametrize(
+    ("evaluator", "said", "expected"),
+    [("intent_resolution", '"4"', 4.0), ("task_adherence", '"0"', 0.0), ("task_completion", '"1"', 1.0)],
+)
+def test_a_quoted_score_counts_as_the_number_the_evaluator_reads(
+    judge_server: Any, judge: EvaluatorJudge, evaluator: str, said: str, expected: float
+) -> None:
+    judge_server.set_mode(f"score:{said}", evaluator=evaluator)
+    judgement = judge.judge(episode("x [judge:good]"))
+    assert judgement.metrics[evaluator].raw == expected and judge_server.count(evaluator) == 1
+
+
 def test_a_real_zero_score_is_accepted(judge_server: Any, judge: EvaluatorJudge) -> None:
     judge_server.set_mode("score:0", evaluator="task_completion")
     judgement = judge.judge(episode("x [judge:good]"))

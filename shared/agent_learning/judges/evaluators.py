@@ -40,6 +40,7 @@ import asyncio
 import functools
 import json
 import logging
+import math
 import random
 import threading
 from collections.abc import Awaitable, Callable, Mapping
@@ -549,8 +550,8 @@ def check_raw_score(metric: str, output: Mapping[str, Any], evaluator: str) -> N
 
     Task adherence and task completion report a reply without a score as 0.0 ("fail"),
     indistinguishable from a real 0. Their ``<metric>_properties.sample_output`` holds the
-    model's raw reply: when it can be read, its ``score`` must be a number equal to the
-    reported one.
+    model's raw reply: when it can be read, its ``score`` must be a finite number (or a quoted
+    one, which the evaluators read as that number) equal to the reported one.
     """
     props = output.get(f"{metric}_properties")
     sample = props.get("sample_output") if isinstance(props, Mapping) else None
@@ -565,13 +566,17 @@ def check_raw_score(metric: str, output: Mapping[str, Any], evaluator: str) -> N
     if not isinstance(reply, Mapping):
         return
     raw = reply.get("score")
-    if isinstance(raw, bool) or not isinstance(raw, (int, float)):
+    try:
+        said = math.nan if isinstance(raw, bool) else float(raw)  # "4" is read as 4 by the evaluators too
+    except (TypeError, ValueError):
+        said = math.nan
+    if not math.isfinite(said):
         raise InvalidJudgeOutput(
             f"{evaluator}: the judge model's reply has no numeric score ({raw!r}); "
             f"the evaluator reported {output.get(metric)!r}"
         )
     reported = output.get(metric)
-    if isinstance(reported, (int, float)) and abs(float(raw) - float(reported)) > 1e-9:
+    if isinstance(reported, (int, float)) and abs(said - float(reported)) > 1e-9:
         raise InvalidJudgeOutput(f"{evaluator}: reported {reported!r} but the judge model said {raw!r}")
 
 
