@@ -253,6 +253,15 @@ def test_a_quoted_score_counts_as_the_number_the_evaluator_reads(
     assert judgement.metrics[evaluator].raw == expected and judge_server.count(evaluator) == 1
 
 
+@pytest.mark.parametrize("evaluator", ["intent_resolution", "task_adherence", "task_completion"])
+def test_a_score_between_the_scales_numbers_is_invalid(
+    judge_server: Any, judge: EvaluatorJudge, evaluator: str
+) -> None:
+    judge_server.set_mode("score:0.5" if evaluator != "intent_resolution" else "score:4.5", evaluator=evaluator)
+    result, _ = timed(lambda: judge.judge(episode("x [judge:good]")))
+    assert isinstance(result, PermanentError) and "not a whole number" in str(result), result
+
+
 def test_a_real_zero_score_is_accepted(judge_server: Any, judge: EvaluatorJudge) -> None:
     judge_server.set_mode("score:0", evaluator="task_completion")
     judgement = judge.judge(episode("x [judge:good]"))
