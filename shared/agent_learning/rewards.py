@@ -116,6 +116,8 @@ class RewardConfig:
                 raise ValueError(f"reward setting {name} must be a finite number >= 0, got {value!r}")
         if self.w_intent + self.w_adherence + self.w_completion <= 0:
             raise ValueError("reward weights w_intent, w_adherence and w_completion cannot all be 0")
+        if not math.isfinite(self.w_intent + self.w_adherence + self.w_completion):  # the reward divides by it
+            raise ValueError("reward weights w_intent, w_adherence and w_completion must add up to a finite number")
         if self.latency_budget_ms <= 0:
             raise ValueError("reward setting latency_budget_ms must be > 0")
         if self.feedback_weight > 1:
