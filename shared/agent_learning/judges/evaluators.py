@@ -402,7 +402,17 @@ class EvaluatorJudge(Judge):
             return {}
         chars = _chars(evaluator_input(episode))
         costs = {m: self._cost(m, chars) for m in self.evaluators}
-        reservations = self.budget.reserve_all(list(costs.values()), deadline - asyncio.get_running_loop().time())
+        max_wait = deadline - asyncio.get_running_loop().time()
+        reservations = self.budget.reserve_all(list(costs.values()), max_wait)
+        if reservations is None and TokenBudget(self.budget.tokens_per_minute, clock=lambda: 0.0).reserve_all(
+            list(costs.values()), max_wait
+        ) is None:  # not even into an idle budget: waiting cannot help, the setting must change
+            raise TransientError(
+                f"judge token budget: this episode's {len(costs)} calls ({sum(costs.values())} tokens) cannot all "
+                f"start before its deadline even with nothing else booked: AGENT_LEARNING_JUDGE_TOKENS_PER_MINUTE="
+                f"{self.budget.tokens_per_minute} is too small for it (tokens a minute, not thousands as in a "
+                "deployment's capacity)"
+            )
         if reservations is None:
             raise TransientError(
                 f"judge token budget: no room for this episode's {len(costs)} calls ({sum(costs.values())} tokens) "
