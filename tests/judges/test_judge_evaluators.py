@@ -262,6 +262,13 @@ def test_a_score_between_the_scales_numbers_is_invalid(
     assert isinstance(result, PermanentError) and "not a whole number" in str(result), result
 
 
+def test_a_reply_withheld_by_the_content_filter_is_permanent_at_once(judge_server: Any, judge: EvaluatorJudge) -> None:
+    judge_server.set_mode("filtered_output", evaluator="task_adherence")  # HTTP 200, null content
+    result, _ = timed(lambda: judge.judge(episode("x [judge:good]")))
+    assert isinstance(result, PermanentError) and "content filter withheld its reply" in str(result), result
+    assert judge_server.count("task_adherence") == 1
+
+
 def test_a_real_zero_score_is_accepted(judge_server: Any, judge: EvaluatorJudge) -> None:
     judge_server.set_mode("score:0", evaluator="task_completion")
     judgement = judge.judge(episode("x [judge:good]"))

@@ -19,7 +19,7 @@ malformed reply, ``TypeError`` on a null score. So this adapter:
   the deadline fails the episode transiently without a request;
 * classifies failures: throttling (429), server errors (5xx), timeouts and connection errors
   are transient (the message is redelivered later); invalid output after every attempt and
-  content-filtered requests are permanent (dead letter). Authentication, permission and
+  content-filtered requests and replies are permanent (dead letter). Authentication, permission and
   not-found errors are configuration problems and count as transient, so that fixing the
   configuration lets the messages through instead of dead-lettering everything.
 
@@ -515,6 +515,8 @@ def _tool_definitions_from_steps(episode: Episode) -> list[dict[str, Any]]:
 
 def classify(exc: BaseException, evaluator: str) -> tuple[Exception, float | None]:
     """Map an evaluator exception to Transient/Permanent/InvalidJudgeOutput (+ Retry-After)."""
+    if isinstance(exc, (TransientError, PermanentError)):  # classified already (by the shared-client flow)
+        return exc, None
     cause = _openai_error(exc)
     if isinstance(exc, (json.JSONDecodeError, TypeError, KeyError)) or (cause is None and isinstance(exc, ValueError)):
         return InvalidJudgeOutput(
