@@ -269,6 +269,19 @@ def test_a_reply_withheld_by_the_content_filter_is_permanent_at_once(judge_serve
     assert judge_server.count("task_adherence") == 1
 
 
+@pytest.mark.parametrize(
+    "tools",
+    [
+        [{"type": "function", "function": {"name": "search", "parameters": {"type": "object"}}}],  # OpenAI's tools
+        [{"name": "search"}],  # no parameters
+    ],
+)
+def test_tool_definitions_in_any_form_are_judged(judge_server: Any, judge: EvaluatorJudge, tools: list) -> None:
+    with_tools = episode("Open Settings. [judge:good]").model_copy(update={"tool_definitions": tools})
+    judgement = judge.judge(with_tools)
+    assert judgement.metrics["task_completion"].raw == 1.0 and judge_server.count() == 3
+
+
 def test_a_real_zero_score_is_accepted(judge_server: Any, judge: EvaluatorJudge) -> None:
     judge_server.set_mode("score:0", evaluator="task_completion")
     judgement = judge.judge(episode("x [judge:good]"))

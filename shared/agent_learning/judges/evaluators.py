@@ -468,6 +468,10 @@ def evaluator_input(episode: Episode) -> dict[str, Any]:
     ``query`` is the conversation up to the user's request (with the agent's instructions as
     a system message); ``response`` is the agent's side as messages: tool calls, their
     results and the final answer, in the format the evaluators accept.
+
+    The episode's ``tool_definitions`` are not passed: azure-ai-evaluation 1.18's evaluators
+    never send them to the model, but they validate them, and definitions in OpenAI's own
+    ``{"type": "function", "function": {...}}`` form or without ``parameters`` failed every call.
     """
     query: list[dict[str, Any]] = []
     if episode.instructions:
@@ -498,19 +502,7 @@ def evaluator_input(episode: Episode) -> dict[str, Any]:
         )
     response.append({"role": "assistant", "content": [{"type": "text", "text": episode.output}]})
 
-    tools = episode.tool_definitions or _tool_definitions_from_steps(episode)
-    inputs: dict[str, Any] = {"query": query, "response": response}
-    if tools:
-        inputs["tool_definitions"] = [dict(t) for t in tools]
-    return inputs
-
-
-def _tool_definitions_from_steps(episode: Episode) -> list[dict[str, Any]]:
-    names = sorted({s.name for s in episode.steps if s.kind == "tool"})
-    return [
-        {"name": n, "description": f"the agent's {n} tool", "parameters": {"type": "object", "properties": {}}}
-        for n in names
-    ]
+    return {"query": query, "response": response}
 
 
 def classify(exc: BaseException, evaluator: str) -> tuple[Exception, float | None]:
