@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import sys
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -135,6 +136,14 @@ def test_a_judge_url_the_client_cannot_use_is_refused_naming_its_setting(fields:
     with pytest.raises(ConfigurationError, match=setting):
         load_settings(judge="evaluators", **{f"judge_{k}": v for k, v in fields.items()})
     assert JudgeModel(azure_endpoint="https://gw.azure-api.net/openai-prefix/", deployment="gpt").name == "gpt"
+
+
+def test_without_azure_ai_evaluation_the_judge_says_what_to_install(monkeypatch: pytest.MonkeyPatch) -> None:
+    from agent_learning.judges.evaluators import EvaluatorJudge
+
+    monkeypatch.setitem(sys.modules, "azure.ai.evaluation", None)  # as if not installed: its import fails
+    with pytest.raises(ConfigurationError, match=r"pip install 'agent-learning\[judges\]'"):
+        EvaluatorJudge(JudgeModel(base_url="http://127.0.0.1:9/v1", model="qwen3"))
 
 
 def test_the_judge_api_key_is_in_no_repr(tmp_path: Any) -> None:

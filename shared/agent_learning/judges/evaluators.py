@@ -214,8 +214,11 @@ def _evaluator_classes() -> dict[str, type]:
     """The three evaluator classes; raises a clear error if a version moved them."""
     try:
         from azure.ai.evaluation import IntentResolutionEvaluator, TaskAdherenceEvaluator  # lazy: seconds to import
-    except ImportError as exc:  # pragma: no cover - depends on the installed version
-        raise ConfigurationError(f"azure-ai-evaluation is not installed or too old: {exc}") from exc
+    except ImportError as exc:
+        raise ConfigurationError(
+            "AGENT_LEARNING_JUDGE=evaluators needs azure-ai-evaluation 1.18 "
+            f"(pip install 'agent-learning[judges]'): {exc}"
+        ) from exc
     try:
         from azure.ai.evaluation._evaluators._task_completion import _TaskCompletionEvaluator
     except ImportError as exc:  # pragma: no cover - depends on the installed version
@@ -254,6 +257,7 @@ class EvaluatorJudge(Judge):
         if self.tokens.tokens_per_minute:
             self.budget = TokenBudget(self.tokens.tokens_per_minute, **({"clock": clock} if clock else {}))
         self._sleep = sleep or asyncio.sleep
+        classes = _evaluator_classes()  # first: without the package, its clear error, not version()'s
         self.package_version = version("azure-ai-evaluation")
         self.info = JudgeInfo(name=f"azure-ai-evaluation {self.package_version}", model=model.name)
         credential = model.credential()
@@ -264,7 +268,7 @@ class EvaluatorJudge(Judge):
         self.shared_clients: dict[str, bool] = {}
         self.max_tokens: dict[str, int | None] = {}
         """The completion limit each evaluator sends (None: not readable in this version)."""
-        for metric, cls in _evaluator_classes().items():
+        for metric, cls in classes.items():
             config = model.model_config()  # a fresh dict each: the evaluators write into it
             evaluator = cls(config, credential=credential) if credential is not None else cls(config)
             evaluator._LLM_CALL_TIMEOUT = self.limits.attempt_timeout  # seconds per HTTP attempt
