@@ -374,6 +374,8 @@ class EvaluatorJudge(Judge):
                 break
             except InvalidJudgeOutput as exc:
                 last = exc
+            except PermanentError:
+                raise  # classified where it was raised (a reply the content filter withheld)
             except Exception as exc:
                 last, retry_after = classify(exc, name)
                 if isinstance(last, PermanentError) and not isinstance(last, InvalidJudgeOutput):
@@ -511,8 +513,6 @@ def evaluator_input(episode: Episode) -> dict[str, Any]:
 
 def classify(exc: BaseException, evaluator: str) -> tuple[Exception, float | None]:
     """Map an evaluator exception to Transient/Permanent/InvalidJudgeOutput (+ Retry-After)."""
-    if isinstance(exc, (TransientError, PermanentError)):  # classified already (by the shared-client flow)
-        return exc, None
     cause = _openai_error(exc)
     if isinstance(exc, (json.JSONDecodeError, TypeError, KeyError)) or (cause is None and isinstance(exc, ValueError)):
         return InvalidJudgeOutput(
