@@ -28,6 +28,16 @@ def test_the_setting_is_read_from_the_environment_in_canonical_form(monkeypatch:
     assert load_settings().judging == "support-*=0.2, batch-bot=30/min, tutor=all, *=all"
 
 
+@pytest.mark.parametrize(
+    ("value", "fraction"), [("0.00001", 1e-5), ("0.0000001", 1e-7), ("0.1234567", 0.1234567), ("0.9999999", 0.9999999)]
+)
+def test_a_fraction_keeps_every_digit_in_the_canonical_form(value: str, fraction: float) -> None:
+    settings = load_settings(judging=f"bot={value}")  # 1e-05 was refused as not a spec; 0.9999999 became all
+    assert settings.judging == f"bot={value}"
+    assert JudgingRules.parse(settings.judging).rule_for("bot").spec == JudgingSpec("fraction", fraction=fraction)
+    assert str(JudgingSpec("fraction", fraction=0.0)) == "0"
+
+
 def test_the_first_matching_entry_applies_and_unmatched_agents_are_judged_in_full() -> None:
     rules = JudgingRules.parse("support-eu=all, support-*=0.25, batch-?=5/min")
     assert rules.rule_for("support-eu").spec == JudgingSpec("all")

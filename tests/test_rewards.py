@@ -85,6 +85,9 @@ def test_normalise_scales(name: str, raw: float, expected: float) -> None:
         (INTENT_RESOLUTION, 7, "outside its scale"),
         (TASK_ADHERENCE, -0.1, "outside its scale"),
         (TASK_COMPLETION, 2, "outside its scale"),
+        (TASK_COMPLETION, 0.5, "not a whole number"),
+        (TASK_ADHERENCE, 0.999, "not a whole number"),
+        (INTENT_RESOLUTION, 4.5, "not a whole number"),
         (INTENT_RESOLUTION, math.nan, "finite number"),
         (TASK_ADHERENCE, math.inf, "finite number"),
         (TASK_COMPLETION, True, "finite number"),
@@ -276,6 +279,8 @@ def test_reward_config_rejects_all_zero_weights_and_zero_budget() -> None:
         RewardConfig(w_intent=0, w_adherence=0, w_completion=0)
     with pytest.raises(ValueError, match="latency_budget_ms"):
         RewardConfig(latency_budget_ms=0)
+    with pytest.raises(ValueError, match="w_intent, w_adherence and w_completion must add up to a finite number"):
+        RewardConfig(w_intent=1e308, w_adherence=1e308)  # each finite; the reward overflowed dividing by the sum
     assert RewardConfig(w_intent=0, w_adherence=0, w_completion=1).weights[TASK_COMPLETION] == 1
 
 

@@ -51,6 +51,7 @@ import re
 import threading
 from collections import deque
 from dataclasses import dataclass, field
+from decimal import Decimal
 from typing import Literal
 
 from .ingestion import AGENT_PATTERN
@@ -79,8 +80,8 @@ class JudgingSpec:
     """For ``rate``: at most this many judged in any 60 s, per scorer process."""
 
     def __str__(self) -> str:
-        if self.kind == "fraction":
-            return f"{self.fraction:g}"
+        if self.kind == "fraction":  # every digit, never an exponent: parse() reads it back as the same fraction
+            return format(Decimal(repr(self.fraction)).normalize(), "f")
         if self.kind == "rate":
             return f"{self.per_minute}/min"
         return "all"

@@ -25,7 +25,8 @@ carry only the change of the reward, so it is learned exactly once (see
 :mod:`agent_learning.feedback`).
 
 Normalisation: ``intent_resolution`` is 1–5 → (raw − 1) / 4; ``task_adherence`` and
-``task_completion`` are 0/1 → raw. A raw value outside its scale is an error, never clamped.
+``task_completion`` are 0/1 → raw. A raw value outside its scale, or between its whole
+numbers (0.5 from a pass/fail judge), is an error, never clamped or rounded.
 
 A metric with a positive weight that is missing from the judgement raises
 :class:`MissingMetric`: a missing metric never silently counts as zero.
@@ -50,7 +51,7 @@ TASK_ADHERENCE = "task_adherence"
 TASK_COMPLETION = "task_completion"
 METRICS = (INTENT_RESOLUTION, TASK_ADHERENCE, TASK_COMPLETION)
 
-# (low, high) of each evaluator's raw scale.
+# (low, high) of each evaluator's raw scale, whole numbers from low to high.
 SCALES: dict[str, tuple[float, float]] = {
     INTENT_RESOLUTION: (1.0, 5.0),
     TASK_ADHERENCE: (0.0, 1.0),
@@ -68,7 +69,8 @@ class MissingMetric(PermanentError):
 
 
 def normalise(metric: str, raw: float) -> float:
-    """Map a judge's raw score onto [0, 1]; raises ``ValueError`` when out of its scale."""
+    """Map a judge's raw score onto [0, 1]; raises ``ValueError`` when it is not one of its
+    scale's whole numbers."""
     if metric not in SCALES:
         raise ValueError(f"{metric}: unknown metric (known: {', '.join(SCALES)})")
     low, high = SCALES[metric]
@@ -76,6 +78,8 @@ def normalise(metric: str, raw: float) -> float:
         raise ValueError(f"{metric}: raw score must be a finite number, got {raw!r}")
     if not low <= raw <= high:
         raise ValueError(f"{metric}: raw score {raw} is outside its scale [{low:g}, {high:g}]")
+    if not float(raw).is_integer():
+        raise ValueError(f"{metric}: raw score {raw} is not a whole number of its scale {low:g} to {high:g}")
     return (float(raw) - low) / (high - low)
 
 
@@ -112,6 +116,8 @@ class RewardConfig:
                 raise ValueError(f"reward setting {name} must be a finite number >= 0, got {value!r}")
         if self.w_intent + self.w_adherence + self.w_completion <= 0:
             raise ValueError("reward weights w_intent, w_adherence and w_completion cannot all be 0")
+        if not math.isfinite(self.w_intent + self.w_adherence + self.w_completion):  # the reward divides by it
+            raise ValueError("reward weights w_intent, w_adherence and w_completion must add up to a finite number")
         if self.latency_budget_ms <= 0:
             raise ValueError("reward setting latency_budget_ms must be > 0")
         if self.feedback_weight > 1:

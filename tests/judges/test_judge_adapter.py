@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import sys
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -116,6 +117,35 @@ def test_judge_model_needs_one_complete_endpoint() -> None:
     assert local.model_config()["type"] == "openai" and local.name == "qwen3"
 
 
+@pytest.mark.parametrize(
+    ("fields", "setting"),
+    [
+        ({"azure_endpoint": "myres.openai.azure.com", "deployment": "gpt"}, "AGENT_LEARNING_JUDGE_AZURE_ENDPOINT"),
+        ({"azure_endpoint": " https://myres.openai.azure.com", "deployment": "gpt"}, "JUDGE_AZURE_ENDPOINT"),
+        ({"azure_endpoint": "https://", "deployment": "gpt"}, "JUDGE_AZURE_ENDPOINT"),
+        ({"base_url": "localhost:11434/v1", "model": "qwen3"}, "AGENT_LEARNING_JUDGE_BASE_URL"),
+        ({"base_url": "ftp://127.0.0.1/v1", "model": "qwen3"}, "AGENT_LEARNING_JUDGE_BASE_URL"),
+        ({"base_url": "http://[::1/v1", "model": "qwen3"}, "AGENT_LEARNING_JUDGE_BASE_URL"),
+    ],
+)
+def test_a_judge_url_the_client_cannot_use_is_refused_naming_its_setting(fields: dict, setting: str) -> None:
+    from agent_learning.config import load_settings
+
+    with pytest.raises(ConfigurationError, match=f"{setting} must be an http:// or https:// URL"):
+        JudgeModel(**fields)
+    with pytest.raises(ConfigurationError, match=setting):
+        load_settings(judge="evaluators", **{f"judge_{k}": v for k, v in fields.items()})
+    assert JudgeModel(azure_endpoint="https://gw.azure-api.net/openai-prefix/", deployment="gpt").name == "gpt"
+
+
+def test_without_azure_ai_evaluation_the_judge_says_what_to_install(monkeypatch: pytest.MonkeyPatch) -> None:
+    from agent_learning.judges.evaluators import EvaluatorJudge
+
+    monkeypatch.setitem(sys.modules, "azure.ai.evaluation", None)  # as if not installed: its import fails
+    with pytest.raises(ConfigurationError, match=r"pip install 'agent-learning\[judges\]'"):
+        EvaluatorJudge(JudgeModel(base_url="http://127.0.0.1:9/v1", model="qwen3"))
+
+
 def test_the_judge_api_key_is_in_no_repr(tmp_path: Any) -> None:
     from agent_learning.config import load_settings
     from agent_learning.judges.evaluators import EvaluatorJudge
@@ -208,4 +238,4 @@ def test_evaluator_inputs_describe_the_conversation_with_tool_calls() -> None:
     assert kw["response"][1]["tool_call_id"] == "c1"
     assert "timeout" in json.dumps(kw["response"][3])  # a failed call shows its error to the judge
     assert kw["response"][-1]["content"][0]["text"] == "6 times 7 is 42."
-    assert {t["name"] for t in kw["tool_definitions"]} == {"calculator", "search"}
+    assert "tool_definitions" not in kw  # validated by the evaluators, never sent to the model

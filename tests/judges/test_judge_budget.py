@@ -181,6 +181,14 @@ def test_the_budget_is_settled_with_the_reported_counts_and_a_late_turn_fails_tr
     judge.close()
 
 
+def test_a_budget_too_small_for_any_episode_says_so_naming_the_setting(judge_server: Any) -> None:
+    judge = judge_for(judge_server, 36)  # a deployment's capacity (36 = 36,000 TPM) mistaken for tokens a minute
+    with pytest.raises(TransientError, match="AGENT_LEARNING_JUDGE_TOKENS_PER_MINUTE=36 is too small") as info:
+        judge.judge(episode(1))
+    assert "even with nothing else booked" in str(info.value) and judge_server.requests == []
+    judge.close()
+
+
 def test_with_a_long_enough_deadline_the_call_waits_for_the_window(judge_server: Any) -> None:
     clock = Clock()
     patient = JudgeLimits(attempt_timeout=1.0, evaluator_deadline=150.0, episode_deadline=180.0, max_attempts=2)

@@ -21,7 +21,7 @@ from support.judge_limits import fast_limits
 from agent_learning.clock import ManualClock
 from agent_learning.documents import Episode, Step
 from agent_learning.errors import PermanentError, TransientError
-from agent_learning.judges.evaluators import EvaluatorJudge, JudgeModel
+from agent_learning.judges.evaluators import EvaluatorJudge, JudgeLimits, JudgeModel
 from agent_learning.learner import Reinforce
 from agent_learning.local import LocalPipeline
 from agent_learning.pipeline import create_policy
@@ -196,6 +196,16 @@ def test_invalid_replies_are_permanent_after_retries_never_a_zero(
     assert seconds < FAST.episode_deadline + SLACK
 
 
+def test_the_attempts_an_invalid_reply_got_are_counted_truly(judge_server: Any) -> None:
+    no_room = JudgeLimits(attempt_timeout=1.0, evaluator_deadline=1.5, episode_deadline=2.0, max_attempts=4,
+                          backoff_base=4.0, backoff_max=4.0)  # the first backoff (2-4 s) passes the deadline
+    judge = EvaluatorJudge(openai_model(judge_server), no_room)
+    judge_server.set_mode("non_json", evaluator="task_adherence")
+    result, _ = timed(lambda: judge.judge(episode("x [judge:good]")))
+    assert isinstance(result, PermanentError) and judge_server.count("task_adherence") == 1
+    assert "still invalid after 1 of 4 attempts" in str(result)
+
+
 def test_out_of_range_intent_is_rejected(judge_server: Any, judge: EvaluatorJudge) -> None:
     judge_server.set_mode("out_of_range", evaluator="intent_resolution")
     result, _ = timed(lambda: judge.judge(episode("x [judge:good]")))
@@ -207,6 +217,69 @@ def test_content_filter_is_permanent_at_once(judge_server: Any, judge: Evaluator
     result, seconds = timed(lambda: judge.judge(episode("x [judge:good]")))
     assert isinstance(result, PermanentError) and "content filter" in str(result)
     assert judge_server.count("task_completion") == 1 and seconds < FAST.attempt_timeout + SLACK
+
+
+def test_a_skipped_evaluation_is_invalid_and_says_why(judge_server: Any, judge: EvaluatorJudge) -> None:
+    judge_server.set_mode("skipped", evaluator="task_completion")
+    result, _ = timed(lambda: judge.judge(episode("x [judge:good]")))
+    assert isinstance(result, PermanentError), result
+    assert "not applicable" in str(result) and "scripted skipped" in str(result)  # the model's reason
+
+
+@pytest.mark.parametrize("output", ["", "  \n"])
+def test_an_empty_output_is_scored_without_asking_the_model(
+    judge_server: Any, judge: EvaluatorJudge, output: str
+) -> None:
+    judge_server.set_mode("skipped")  # what the evaluators' prompts tell the model to answer for an empty response
+    judgement = judge.judge(episode(output))
+    assert {m: s.raw for m, s in judgement.metrics.items()} == {
+        "intent_resolution": 1.0, "task_adherence": 0.0, "task_completion": 0.0,
+    }
+    assert all(s.evaluator.startswith("offline:") for s in judgement.metrics.values())
+    assert judgement.judge == judge.info and judge_server.requests == []
+    reward, _ = RewardFunction()(judgement.metrics, episode(output))
+    assert reward == -0.5  # learned from, with the empty-output penalty
+
+
+@pytest.mark.parametrize(
+    ("evaluator", "said", "expected"),
+    [("intent_resolution", '"4"', 4.0), ("task_adherence", '"0"', 0.0), ("task_completion", '"1"', 1.0)],
+)
+def test_a_quoted_score_counts_as_the_number_the_evaluator_reads(
+    judge_server: Any, judge: EvaluatorJudge, evaluator: str, said: str, expected: float
+) -> None:
+    judge_server.set_mode(f"score:{said}", evaluator=evaluator)
+    judgement = judge.judge(episode("x [judge:good]"))
+    assert judgement.metrics[evaluator].raw == expected and judge_server.count(evaluator) == 1
+
+
+@pytest.mark.parametrize("evaluator", ["intent_resolution", "task_adherence", "task_completion"])
+def test_a_score_between_the_scales_numbers_is_invalid(
+    judge_server: Any, judge: EvaluatorJudge, evaluator: str
+) -> None:
+    judge_server.set_mode("score:0.5" if evaluator != "intent_resolution" else "score:4.5", evaluator=evaluator)
+    result, _ = timed(lambda: judge.judge(episode("x [judge:good]")))
+    assert isinstance(result, PermanentError) and "not a whole number" in str(result), result
+
+
+def test_a_reply_withheld_by_the_content_filter_is_permanent_at_once(judge_server: Any, judge: EvaluatorJudge) -> None:
+    judge_server.set_mode("filtered_output", evaluator="task_adherence")  # HTTP 200, null content
+    result, _ = timed(lambda: judge.judge(episode("x [judge:good]")))
+    assert isinstance(result, PermanentError) and "content filter withheld its reply" in str(result), result
+    assert judge_server.count("task_adherence") == 1
+
+
+@pytest.mark.parametrize(
+    "tools",
+    [
+        [{"type": "function", "function": {"name": "search", "parameters": {"type": "object"}}}],  # OpenAI's tools
+        [{"name": "search"}],  # no parameters
+    ],
+)
+def test_tool_definitions_in_any_form_are_judged(judge_server: Any, judge: EvaluatorJudge, tools: list) -> None:
+    with_tools = episode("Open Settings. [judge:good]").model_copy(update={"tool_definitions": tools})
+    judgement = judge.judge(with_tools)
+    assert judgement.metrics["task_completion"].raw == 1.0 and judge_server.count() == 3
 
 
 def test_a_real_zero_score_is_accepted(judge_server: Any, judge: EvaluatorJudge) -> None:

@@ -199,6 +199,12 @@ def test_metric_from_output_optional_fields() -> None:
         (INTENT_RESOLUTION, good(score=0), "outside its scale"),
         (TASK_COMPLETION, good(TASK_COMPLETION, 2), "outside its scale"),
         (TASK_ADHERENCE, good(TASK_ADHERENCE, -1), "outside its scale"),
+        (
+            TASK_ADHERENCE,
+            good(TASK_ADHERENCE, None, task_adherence_result="not_applicable", task_adherence_reason="N/A: x"),
+            r"only 'not applicable' \(N/A: x",
+        ),
+        (TASK_ADHERENCE, good(TASK_ADHERENCE, 0, task_adherence_result="not_applicable"), "only 'not applicable'"),
         (INTENT_RESOLUTION, good(**{"intent_resolution_result": "passed"}), "pass/fail/not_applicable"),
         (INTENT_RESOLUTION, good(**{"intent_resolution_result": True}), "pass/fail/not_applicable"),
         ("fluency", {"fluency": 3}, "unknown metric"),

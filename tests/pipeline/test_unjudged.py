@@ -156,6 +156,29 @@ def test_a_rate_judges_n_a_minute_and_a_redelivery_keeps_the_first_answer(clock:
     assert score_message(message(ids[0]), scorer).status == "duplicate"  # judged: a duplicate as ever
 
 
+def test_a_judgement_that_fails_transiently_gives_its_rate_place_back(clock: ManualClock) -> None:
+    from agent_learning.errors import TransientError
+
+    class Throttled(CountingJudge):
+        failures = 4
+
+        def judge(self, episode: Episode) -> Judgement:
+            if self.failures:
+                self.failures -= 1
+                raise TransientError("429 Too Many Requests")
+            return super().judge(episode)
+
+    store = MemoryStore()
+    create_policy(store, make_policy_doc(AGENT))
+    scorer = Scorer(store, Throttled(), RewardFunction(), clock, Judging(JudgingRules.parse("agent-a=3/min")))
+    first, *others = add_episodes(store, 3)
+    statuses = [score_message(message(first), scorer).status for _ in range(5)]  # four 429s, then judged
+    assert statuses == ["retry"] * 4 + ["scored"]
+    # One episode judged this minute, whatever its deliveries: two places are left, not none.
+    assert [score_message(message(i), scorer).status for i in others] == ["scored", "scored"]
+    assert store.list_unjudged(AGENT) == []
+
+
 def test_left_out_messages_complete_and_are_counted(clock: ManualClock, captured: object) -> None:
     store = MemoryStore()
     create_policy(store, make_policy_doc(AGENT))

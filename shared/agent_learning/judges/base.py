@@ -68,9 +68,13 @@ def _count(output: Mapping[str, Any], metric: str, part: str) -> int | None:
 def metric_from_output(metric: str, output: Mapping[str, Any], evaluator: str, evaluator_version: str) -> MetricScore:
     """Validate an evaluator's output dict for ``metric`` and build a :class:`MetricScore`.
 
-    Rejects a missing, null, non-numeric, non-finite or out-of-scale score and an unknown
-    result status; evaluators accept some of these as a pass, this does not.
+    Rejects a missing, null, non-numeric, non-finite or out-of-scale score, a "not_applicable"
+    verdict (the judge declined to score) and an unknown result status; evaluators accept some
+    of these as a pass, this does not.
     """
+    if output.get(f"{metric}_result") == "not_applicable":
+        why = str(output.get(f"{metric}_reason") or "no reason given")[:300]
+        raise InvalidJudgeOutput(f"{evaluator}: the judge model gave no {metric} score, only 'not applicable' ({why})")
     if metric not in output:
         raise InvalidJudgeOutput(f"{evaluator}: output has no {metric!r} field (keys: {sorted(output)})")
     raw = output[metric]

@@ -19,11 +19,13 @@ malformed reply, ``TypeError`` on a null score. So this adapter:
   the deadline fails the episode transiently without a request;
 * classifies failures: throttling (429), server errors (5xx), timeouts and connection errors
   are transient (the message is redelivered later); invalid output after every attempt and
-  content-filtered requests are permanent (dead letter). Authentication, permission and
+  content-filtered requests and replies are permanent (dead letter). Authentication, permission and
   not-found errors are configuration problems and count as transient, so that fixing the
   configuration lets the messages through instead of dead-lettering everything.
 
-A failed evaluator never becomes a zero metric: the whole judgement fails.
+A failed evaluator never becomes a zero metric: the whole judgement fails. An episode with an
+empty output is not sent: the evaluators' prompts tell the model to skip it (no score), so it
+gets the offline judge's scores for an empty answer (1 / 0 / 0, evaluator ``offline:<metric>``).
 
 ``azure.ai.evaluation`` (about 1 s and 150 MiB to import) is imported when this judge is
 built, never at Functions start-up or on the agent side. The evaluator objects are built once
@@ -38,11 +40,13 @@ import asyncio
 import functools
 import json
 import logging
+import math
 import random
 import threading
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
+from urllib.parse import urlsplit
 
 from ..documents import Episode, JudgeInfo, MetricScore
 from ..errors import ConfigurationError, PermanentError, TransientError
@@ -52,6 +56,7 @@ from . import prompty
 from .base import InvalidJudgeOutput, Judge, Judgement, metric_from_output
 from .budget import PromptEstimate, Reservation, TokenBudget
 from .loop import LoopThread
+from .offline import OfflineJudge
 
 log = logging.getLogger(__name__)
 
@@ -159,6 +164,13 @@ class JudgeModel:
                 "judge model: an OpenAI-compatible endpoint needs both "
                 "AGENT_LEARNING_JUDGE_BASE_URL and AGENT_LEARNING_JUDGE_MODEL"
             )
+        # A URL the client cannot use fails every call as a connection error, retried forever: refuse it now.
+        for setting, url in (("AZURE_ENDPOINT", self.azure_endpoint), ("BASE_URL", self.base_url)):
+            if url and not _is_http_url(url):
+                raise ConfigurationError(
+                    f"judge model: AGENT_LEARNING_JUDGE_{setting} must be an http:// or https:// URL with a host "
+                    f"(e.g. https://<resource>.openai.azure.com), got {url!r:.100}"
+                )
 
     @property
     def name(self) -> str:
@@ -189,12 +201,24 @@ class JudgeModel:
         return DefaultAzureCredential(managed_identity_client_id=self.client_id)
 
 
+def _is_http_url(url: str) -> bool:
+    """Whether ``url`` is an absolute http(s) URL with a host and no surrounding whitespace."""
+    try:
+        parts = urlsplit(url)
+        return parts.scheme in ("http", "https") and bool(parts.hostname) and url == url.strip()
+    except ValueError:  # e.g. an unclosed IPv6 bracket
+        return False
+
+
 def _evaluator_classes() -> dict[str, type]:
     """The three evaluator classes; raises a clear error if a version moved them."""
     try:
         from azure.ai.evaluation import IntentResolutionEvaluator, TaskAdherenceEvaluator  # lazy: seconds to import
-    except ImportError as exc:  # pragma: no cover - depends on the installed version
-        raise ConfigurationError(f"azure-ai-evaluation is not installed or too old: {exc}") from exc
+    except ImportError as exc:
+        raise ConfigurationError(
+            "AGENT_LEARNING_JUDGE=evaluators needs azure-ai-evaluation 1.18 "
+            f"(pip install 'agent-learning[judges]'): {exc}"
+        ) from exc
     try:
         from azure.ai.evaluation._evaluators._task_completion import _TaskCompletionEvaluator
     except ImportError as exc:  # pragma: no cover - depends on the installed version
@@ -233,6 +257,7 @@ class EvaluatorJudge(Judge):
         if self.tokens.tokens_per_minute:
             self.budget = TokenBudget(self.tokens.tokens_per_minute, **({"clock": clock} if clock else {}))
         self._sleep = sleep or asyncio.sleep
+        classes = _evaluator_classes()  # first: without the package, its clear error, not version()'s
         self.package_version = version("azure-ai-evaluation")
         self.info = JudgeInfo(name=f"azure-ai-evaluation {self.package_version}", model=model.name)
         credential = model.credential()
@@ -243,7 +268,7 @@ class EvaluatorJudge(Judge):
         self.shared_clients: dict[str, bool] = {}
         self.max_tokens: dict[str, int | None] = {}
         """The completion limit each evaluator sends (None: not readable in this version)."""
-        for metric, cls in _evaluator_classes().items():
+        for metric, cls in classes.items():
             config = model.model_config()  # a fresh dict each: the evaluators write into it
             evaluator = cls(config, credential=credential) if credential is not None else cls(config)
             evaluator._LLM_CALL_TIMEOUT = self.limits.attempt_timeout  # seconds per HTTP attempt
@@ -272,6 +297,11 @@ class EvaluatorJudge(Judge):
     async def judge_async(self, episode: Episode) -> Judgement:
         """All three metrics, concurrently, within ``episode_deadline``. On an event loop other
         than the judge's own, the evaluators build a client per call."""
+        if not episode.output.strip():
+            # The evaluators' prompts have the model skip an empty answer (no score, "not applicable"),
+            # which would dead-letter every crashed run: an empty answer resolves, adheres to and
+            # completes nothing, so it gets the offline rules' 1 / 0 / 0 without a model call.
+            return Judgement(OfflineJudge().judge(episode).metrics, self.info)
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self.limits.episode_deadline
         first = self._book_episode(episode, min(deadline, loop.time() + self.limits.evaluator_deadline))
@@ -311,6 +341,7 @@ class EvaluatorJudge(Judge):
         evaluator = self.evaluators[metric]
         name = type(evaluator).__name__
         last: Exception | None = None
+        made = 0  # attempts sent; fewer than max_attempts when the deadline leaves no room for a retry
         for attempt in range(1, lim.max_attempts + 1):
             remaining = deadline - loop.time()
             if remaining <= 0:
@@ -328,6 +359,7 @@ class EvaluatorJudge(Judge):
             remaining = deadline - loop.time()
             with self.stats_lock:
                 self.attempts[metric] += 1
+            made = attempt
             sp.set_attribute("attempts", attempt)
             retry_after: float | None = None
             try:
@@ -342,6 +374,8 @@ class EvaluatorJudge(Judge):
                 break
             except InvalidJudgeOutput as exc:
                 last = exc
+            except PermanentError:
+                raise  # classified where it was raised (a reply the content filter withheld)
             except Exception as exc:
                 last, retry_after = classify(exc, name)
                 if isinstance(last, PermanentError) and not isinstance(last, InvalidJudgeOutput):
@@ -356,7 +390,7 @@ class EvaluatorJudge(Judge):
             )
             await self._sleep(delay)
         if isinstance(last, InvalidJudgeOutput):
-            raise PermanentError(f"{last} (still invalid after {lim.max_attempts} attempts)")
+            raise PermanentError(f"{last} (still invalid after {made} of {lim.max_attempts} attempts)")
         raise last or TransientError(f"{name}: no attempt fitted in the deadline")
 
     # ------------------------------------------------------------------ the token budget
@@ -374,7 +408,17 @@ class EvaluatorJudge(Judge):
             return {}
         chars = _chars(evaluator_input(episode))
         costs = {m: self._cost(m, chars) for m in self.evaluators}
-        reservations = self.budget.reserve_all(list(costs.values()), deadline - asyncio.get_running_loop().time())
+        max_wait = deadline - asyncio.get_running_loop().time()
+        reservations = self.budget.reserve_all(list(costs.values()), max_wait)
+        if reservations is None and TokenBudget(self.budget.tokens_per_minute, clock=lambda: 0.0).reserve_all(
+            list(costs.values()), max_wait
+        ) is None:  # not even into an idle budget: waiting cannot help, the setting must change
+            raise TransientError(
+                f"judge token budget: this episode's {len(costs)} calls ({sum(costs.values())} tokens) cannot all "
+                f"start before its deadline even with nothing else booked: AGENT_LEARNING_JUDGE_TOKENS_PER_MINUTE="
+                f"{self.budget.tokens_per_minute} is too small for it (tokens a minute, not thousands as in a "
+                "deployment's capacity)"
+            )
         if reservations is None:
             raise TransientError(
                 f"judge token budget: no room for this episode's {len(costs)} calls ({sum(costs.values())} tokens) "
@@ -430,6 +474,10 @@ def evaluator_input(episode: Episode) -> dict[str, Any]:
     ``query`` is the conversation up to the user's request (with the agent's instructions as
     a system message); ``response`` is the agent's side as messages: tool calls, their
     results and the final answer, in the format the evaluators accept.
+
+    The episode's ``tool_definitions`` are not passed: azure-ai-evaluation 1.18's evaluators
+    never send them to the model, but they validate them, and definitions in OpenAI's own
+    ``{"type": "function", "function": {...}}`` form or without ``parameters`` failed every call.
     """
     query: list[dict[str, Any]] = []
     if episode.instructions:
@@ -460,19 +508,7 @@ def evaluator_input(episode: Episode) -> dict[str, Any]:
         )
     response.append({"role": "assistant", "content": [{"type": "text", "text": episode.output}]})
 
-    tools = episode.tool_definitions or _tool_definitions_from_steps(episode)
-    inputs: dict[str, Any] = {"query": query, "response": response}
-    if tools:
-        inputs["tool_definitions"] = [dict(t) for t in tools]
-    return inputs
-
-
-def _tool_definitions_from_steps(episode: Episode) -> list[dict[str, Any]]:
-    names = sorted({s.name for s in episode.steps if s.kind == "tool"})
-    return [
-        {"name": n, "description": f"the agent's {n} tool", "parameters": {"type": "object", "properties": {}}}
-        for n in names
-    ]
+    return {"query": query, "response": response}
 
 
 def classify(exc: BaseException, evaluator: str) -> tuple[Exception, float | None]:
@@ -522,8 +558,8 @@ def check_raw_score(metric: str, output: Mapping[str, Any], evaluator: str) -> N
 
     Task adherence and task completion report a reply without a score as 0.0 ("fail"),
     indistinguishable from a real 0. Their ``<metric>_properties.sample_output`` holds the
-    model's raw reply: when it can be read, its ``score`` must be a number equal to the
-    reported one.
+    model's raw reply: when it can be read, its ``score`` must be a finite number (or a quoted
+    one, which the evaluators read as that number) equal to the reported one.
     """
     props = output.get(f"{metric}_properties")
     sample = props.get("sample_output") if isinstance(props, Mapping) else None
@@ -538,13 +574,17 @@ def check_raw_score(metric: str, output: Mapping[str, Any], evaluator: str) -> N
     if not isinstance(reply, Mapping):
         return
     raw = reply.get("score")
-    if isinstance(raw, bool) or not isinstance(raw, (int, float)):
+    try:
+        said = math.nan if isinstance(raw, bool) else float(raw)  # "4" is read as 4 by the evaluators too
+    except (TypeError, ValueError):
+        said = math.nan
+    if not math.isfinite(said):
         raise InvalidJudgeOutput(
             f"{evaluator}: the judge model's reply has no numeric score ({raw!r}); "
             f"the evaluator reported {output.get(metric)!r}"
         )
     reported = output.get(metric)
-    if isinstance(reported, (int, float)) and abs(float(raw) - float(reported)) > 1e-9:
+    if isinstance(reported, (int, float)) and abs(said - float(reported)) > 1e-9:
         raise InvalidJudgeOutput(f"{evaluator}: reported {reported!r} but the judge model said {raw!r}")
 
 

@@ -35,6 +35,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from ..errors import PermanentError
 from .base import InvalidJudgeOutput
 
 log = logging.getLogger(__name__)
@@ -232,8 +233,11 @@ class SharedClientFlow:
         except parts.openai_error as error:
             raise parts.wrapped_error(error=error) from error
         choices = getattr(response, "choices", None)
-        if choices and getattr(choices[0], "finish_reason", None) == "length":
+        finish = getattr(choices[0], "finish_reason", None) if choices else None
+        if finish == "length":
             raise InvalidJudgeOutput(cut_off_message(self.evaluator, self.metric))
+        if finish == "content_filter":  # no reply to parse (its JSON would fail as a TypeError); as a filtered request
+            raise PermanentError(f"{self.evaluator}: the judge model's content filter withheld its reply")
         return await parts.format_response(
             response=response,
             is_first_choice=self.is_first_choice,

@@ -250,6 +250,7 @@ def _score_episode(
         return ScoreOutcome("dead_letter", episode_id, "InvalidPolicy", str(exc))
     if problem is not None:
         return ScoreOutcome("dead_letter", episode_id, *problem)
+    decision: Decision | None = None
     if sample and not force:
         decision = scorer.judging.decide(episode.agent_id, episode.id, scorer.clock.time())
         if not decision.judge:
@@ -262,6 +263,8 @@ def _score_episode(
         judgement = run_judge(scorer.judge, episode)
         reward, info = scorer.reward(judgement.metrics, episode)
     except TransientError as exc:
+        if decision is not None:  # its redelivery asks for a place again: one episode, one place
+            scorer.judging.release(episode.agent_id, decision)
         return ScoreOutcome("retry", episode_id, "JudgeUnavailable", str(exc))
     except PermanentError as exc:
         return ScoreOutcome("dead_letter", episode_id, "JudgeFailed", str(exc))
