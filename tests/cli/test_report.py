@@ -109,3 +109,22 @@ def test_bad_report_windows_are_one_line(db: str, tmp_path: Path, args: list[str
     result = CliRunner().invoke(main, ["report", "--db", db, "--png", str(tmp_path / "x.png"), *args])
     lines = [line for line in result.output.strip().splitlines() if not line.startswith("reading policy versions")]
     assert result.exit_code == 2 and len(lines) == 1 and problem in lines[0], result.output
+
+
+def test_a_policy_never_trained_is_drawn_on_its_own_versions() -> None:
+    """A freshly created agent (one version, no run): its probabilities are visible points, every
+    panel's axis is the version numbers it has, and the reward panel says there is no run yet."""
+    h = AgentHistory("bot", ["a", "b"], versions=[1], probabilities=[[0.5, 0.5]], mean_reward=[None],
+                     entropy=[0.69], documents=[SimpleNamespace(source="init")])  # type: ignore[list-item]
+    fig = history_figure([h], "t")
+    try:
+        ax_p, ax_r, ax_h = fig.axes[:3]
+        fig.canvas.draw()
+        assert all(line.get_marker() not in (None, "None", "") for line in data_lines(ax_p))  # one point each
+        assert data_lines(ax_r) == [] and "no training run yet" in [t.get_text() for t in ax_r.texts]
+        for ax in (ax_p, ax_r, ax_h):
+            low, high = ax.get_xlim()
+            assert low < 1 < high and low > 0, (ax.get_title(), ax.get_xlim())  # never a negative version
+            assert all(float(t).is_integer() for t in ax.get_xticks()), ax.get_xticks()  # no version 1.5
+    finally:
+        close(fig)
