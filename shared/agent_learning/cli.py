@@ -841,7 +841,11 @@ def policy_history(agent_id: str, limit: int | None, since: datetime | None, unt
             "" if r["episodes"] is None else str(r["episodes"]),
         )
     out.print(table)
-    out.print("reward: mean reward of the run's batch; entropy: of the policy agents draw from (nats)")
+    if any("segments" in r for r in rows):  # a contextual policy: agents draw from their segment's probabilities
+        out.print("probabilities and entropy (nats): with no context, what a request without features gets "
+                  "(--json has each learned segment); reward: mean reward of the run's batch")
+    else:
+        out.print("reward: mean reward of the run's batch; entropy: of the policy agents draw from (nats)")
 
 
 def _positive_version(ctx: click.Context, param: click.Parameter, value: str) -> int:

@@ -84,7 +84,10 @@ def history(
 
     The mean reward of a version is that of the batch its training run learned from (none
     for ``init`` and ``rollback`` versions); the entropy is that of the policy agents draw
-    from, exploration floor included.
+    from, exploration floor included. For a structured policy both the probabilities and the
+    entropy are those with no context (what a request without features gets); ``segments``
+    holds the probabilities in each learned segment, which is what agents that send the
+    feature draw from.
     """
     if since is None and until is None:
         raw = store.list_policy_versions(agent_id, newest)

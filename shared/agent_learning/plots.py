@@ -100,7 +100,8 @@ def history_figure(histories: Sequence[Any], title: str = "agent-learning", smoo
 
         entropy = [(v, e) for v, e in zip(h.versions, h.entropy, strict=True) if e is not None]
         _series(ax_h, [v for v, _ in entropy], [e for _, e in entropy], window, "tab:purple", "entropy")
-        _decorate(ax_h, "entropy (nats)", f"{h.agent_id}: policy entropy")
+        no_context = " with no context" if getattr(h, "segments", None) else ""  # as history() computes it
+        _decorate(ax_h, "entropy (nats)", f"{h.agent_id}: policy entropy{no_context}")
         ax_h.set_ylim(bottom=0)
         for ax in row:
             _marks(ax, h)

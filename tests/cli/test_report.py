@@ -16,8 +16,9 @@ from cli_harness import clear_settings
 from click.testing import CliRunner
 
 from agent_learning.cli import main
-from agent_learning.history import AgentHistory
+from agent_learning.history import AgentHistory, history
 from agent_learning.plots import MARK, close, data_lines, history_figure, rolling_mean
+from agent_learning.store.sqlite import SQLiteStore
 
 
 def long_history(n: int) -> AgentHistory:
@@ -126,5 +127,36 @@ def test_a_policy_never_trained_is_drawn_on_its_own_versions() -> None:
             low, high = ax.get_xlim()
             assert low < 1 < high and low > 0, (ax.get_title(), ax.get_xlim())  # never a negative version
             assert all(float(t).is_integer() for t in ax.get_xticks()), ax.get_xticks()  # no version 1.5
+    finally:
+        close(fig)
+
+
+def test_a_contextual_agents_tables_say_their_probabilities_are_with_no_context(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The triage bot chooses by task type: its history table, the report's page and its entropy
+    panel give the probabilities and entropy with no context, and say so (the chart's probability
+    panel and --json give them per segment)."""
+    clear_settings(monkeypatch)
+    db = str(tmp_path / "t.db")
+    runner = CliRunner()
+    made = runner.invoke(main, ["demo", "--db", db, "--episodes", "100", "--batch", "50", "--no-plot",
+                                "--agents", "triage-bot,support-bot"])
+    assert made.exit_code == 0, made.output
+    triage = runner.invoke(main, ["policy", "history", "--agent-id", "triage-bot", "--db", db])
+    assert triage.exit_code == 0 and "with no context" in triage.stdout, triage.stdout
+    flat = runner.invoke(main, ["policy", "history", "--agent-id", "support-bot", "--db", db])
+    assert flat.exit_code == 0 and "no context" not in flat.stdout, flat.stdout
+    files = ["--png", str(tmp_path / "r.png"), "--html", str(tmp_path / "r.html"), "--db", db]
+    assert runner.invoke(main, ["report", *files]).exit_code == 0
+    page = (tmp_path / "r.html").read_text()
+    triage_part, support_part = page.split("<h2>triage-bot</h2>")[1], page.split("<h2>support-bot</h2>")[1]
+    assert "with no context" in triage_part.split("<table>")[0]
+    assert "no context" not in support_part.split("<h2>")[0]
+    with SQLiteStore(db) as store:
+        h = history(store, "triage-bot")
+    fig = history_figure([h], "t")
+    try:
+        assert "no context" in fig.axes[2].get_title()
     finally:
         close(fig)
