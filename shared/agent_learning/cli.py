@@ -711,10 +711,11 @@ def _pinned_and_last_run(doc: Any, entropy_line: str | None = None) -> None:
         out.print(entropy_line)
     if doc.run:
         m = doc.run.metrics
-        out.print(
-            f"last run {doc.run.id}: {_n(doc.run.episodes, 'episode')}, mean reward "
-            f"{m.get('mean_reward', float('nan')):.3f}, KL {m.get('kl', float('nan')):.4f}"
-        )
+        # a run of corrections alone had no batch of episodes: no mean reward (its metric says 0.0)
+        batch = (f", mean reward {m.get('mean_reward', float('nan')):.3f}" if doc.run.episodes
+                 else f" ({_n(doc.run.corrections, 'correction row')})")
+        out.print(f"last run {doc.run.id}: {_n(doc.run.episodes, 'episode')}{batch}, "
+                  f"KL {m.get('kl', float('nan')):.4f}")
 
 
 def _show_structured(doc: Any, as_json: bool) -> None:
@@ -1041,7 +1042,7 @@ def runs_list(agent_id: str, limit: int, as_json: bool, db: str | None) -> None:
              else f"v{d['base_version']}→v{d['policy_version']}"),
             str(d["episodes"]),
             str(d.get("corrections", 0)), str(d["corrected_episodes"]), str(d.get("rejected", 0)),
-            _fmt(m.get("mean_reward")),
+            _fmt(m.get("mean_reward")) if d["episodes"] else "",  # corrections alone: no batch mean
             _fmt(m.get("kl"), 4), str(d.get("finished_at", ""))[:19],
         )
     out.print(table)

@@ -16,8 +16,11 @@ from click.testing import CliRunner
 from agent_learning.capture import EpisodeCapture
 from agent_learning.cli import main
 from agent_learning.clock import ManualClock
+from agent_learning.feedback import record_feedback
+from agent_learning.learner import Reinforce
 from agent_learning.local import open_local
 from agent_learning.pipeline import create_policy
+from agent_learning.pipeline.train import train_agent
 from agent_learning.policy import SoftmaxPolicy
 from agent_learning.store.sqlite import SQLiteStore
 
@@ -65,3 +68,20 @@ def test_policy_show_json_has_the_probabilities_agents_draw_from(db: str) -> Non
     probabilities = shown["probabilities"]
     assert list(probabilities) == ["a", "b", "c"] and abs(sum(probabilities.values()) - 1) < 1e-12
     assert probabilities["a"] > probabilities["b"] > probabilities["c"]
+
+
+def test_a_run_that_learned_only_corrections_shows_no_mean_reward(db: str) -> None:
+    """A full batch of feedback corrections trains without new episodes: the run has no mean
+    reward (its stored 0.0 is no batch's), so no listing shows 0.000 for it."""
+    with SQLiteStore(db) as store:
+        assert record_feedback(store, "ep-1", thumb="down").reconciled.status == "corrected"
+        outcome = train_agent("bot", store, Reinforce(), max_batch=1)
+    assert outcome.status == "published" and outcome.run is not None and outcome.run.episodes == 0
+    runner = CliRunner()
+    runs = runner.invoke(main, ["runs", "list", "--agent-id", "bot", "--db", db])
+    row = next(line for line in runs.stdout.splitlines() if "bot:run:v3" in line).split("│")
+    assert row[3].strip() == "0" and row[7].strip() == "", runs.stdout  # episodes 0, reward blank
+    shown = runner.invoke(main, ["policy", "show", "--agent-id", "bot", "--db", db]).stdout
+    assert "last run bot:run:v3: 0 episodes (1 correction row), KL" in shown and "0.000" not in shown, shown
+    history = runner.invoke(main, ["policy", "history", "--agent-id", "bot", "--json", "--db", db]).stdout
+    assert json.loads(history)[-1]["mean_reward"] is None
