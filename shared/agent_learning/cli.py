@@ -1578,7 +1578,7 @@ def report(agent_ids: tuple[str, ...], png_path: str, html_path: str, title: str
     _writable("--png", png_path)
     _writable("--html", html_path)
     with _store(db) as (store, settings):
-        agents = list(agent_ids) or store.list_agents()
+        agents = list(dict.fromkeys(agent_ids)) or store.list_agents()  # each agent once, as given
         if not agents:
             raise NotFound(f"no agent has a policy in {_where(settings)}")
         for agent_id in agents:

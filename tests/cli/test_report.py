@@ -160,3 +160,10 @@ def test_a_contextual_agents_tables_say_their_probabilities_are_with_no_context(
         assert "no context" in fig.axes[2].get_title()
     finally:
         close(fig)
+
+
+def test_an_agent_named_twice_is_charted_once(db: str, tmp_path: Path) -> None:
+    files = ["--png", str(tmp_path / "r.png"), "--html", str(tmp_path / "r.html"), "--db", db]
+    result = CliRunner().invoke(main, ["report", "--agent-id", "support-bot", "--agent-id", "support-bot", *files])
+    assert result.exit_code == 0, result.output
+    assert result.stdout.count("support-bot:") == 1 and (tmp_path / "r.html").read_text().count("<h2>") == 1
