@@ -33,7 +33,8 @@ class AgentHistory:
     expected_rewards: dict[str, float] = field(default_factory=dict)
     documents: list[PolicyDocument] = field(default_factory=list)
     pinned: bool = False
-    """Whether learning is paused now (a pin makes no version: it is state of the current document)."""
+    """Whether learning is paused now, at the newest of ``versions`` (a pin makes no version: it is
+    state of the current document, so False when the versions read end before the current one)."""
     segments: dict[str, list[dict[str, float] | None]] = field(default_factory=dict)
     """A structured policy's probabilities per segment (``"task=billing"``): per version, each value's
     probability of being chosen in its dimension in that segment (None before the segment was learned)."""
@@ -120,7 +121,8 @@ def history(
                 view = views.get(name)
                 series.append({k: p for values in view.values() for k, p in values.items()} if view else None)
     current = store.get_current_policy(agent_id)
-    h.pinned = bool(current and current.doc.get("pinned"))
+    newest = h.versions[-1] if h.versions else None
+    h.pinned = bool(current and current.doc.get("pinned") and current.doc.get("version") == newest)
     return h
 
 
