@@ -44,7 +44,7 @@ from .errors import (
     TransientError,
 )
 from .feedback import record_feedback, score_rows, sweep
-from .history import history
+from .history import history, source_label
 from .learner import Evidence
 from .local import open_local
 from .pipeline import create_policy, load_current, message_id_of, revise, rollback, set_pinned
@@ -831,10 +831,9 @@ def policy_history(agent_id: str, limit: int | None, since: datetime | None, unt
     for col in ("reward", "entropy", "run", "episodes"):
         table.add_column(col, justify="left" if col == "run" else "right", no_wrap=col == "run")
     for r in rows:
-        source = r["source"] + (f" of v{r['parent_version']}" if r["source"] == "rollback" else "")
         table.add_row(
             str(r["version"]),
-            source,
+            source_label(r["source"], r["parent_version"]),
             *(_fmt(r["probabilities"].get(a)) or "—" for a in actions),
             _fmt(r["mean_reward"]),
             _fmt(r["entropy"]),

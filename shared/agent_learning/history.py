@@ -15,7 +15,7 @@ from .errors import InvalidDocument
 from .policy import policy_entropy, policy_probabilities
 from .structured import NO_CONTEXT, StructuredPolicy, segment_views
 
-__all__ = ["AgentHistory", "history", "policy_entropy", "policy_probabilities", "versions_created"]
+__all__ = ["AgentHistory", "history", "policy_entropy", "policy_probabilities", "source_label", "versions_created"]
 
 
 @dataclass
@@ -124,6 +124,11 @@ def history(
     newest = h.versions[-1] if h.versions else None
     h.pinned = bool(current and current.doc.get("pinned") and current.doc.get("version") == newest)
     return h
+
+
+def source_label(source: str, parent_version: int | None) -> str:
+    """How a version was made, for people: ``train``, ``revise``, ``rollback of v30``."""
+    return f"{source} of v{parent_version}" if source == "rollback" else source
 
 
 def versions_created(store: Any, agent_id: str, since: datetime | None, until: datetime | None) -> list[int]:

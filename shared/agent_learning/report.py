@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
-from .history import AgentHistory
+from .history import AgentHistory, source_label
 from .plots import close, data_lines, history_figure, png_bytes
 
 CSS = """
@@ -80,7 +80,8 @@ def render_html(histories: Sequence[AgentHistory], png: bytes, title: str) -> st
         parts.extend(f"<th>{esc(a)}</th>" for a in h.action_ids)
         parts.append("<th>mean reward</th><th>entropy</th></tr>")
         for i, version in enumerate(h.versions):
-            source = h.documents[i].source if i < len(h.documents) else ""
+            doc = h.documents[i] if i < len(h.documents) else None
+            source = source_label(doc.source, doc.parent_version) if doc else ""
             reward = h.mean_reward[i]
             entropy = h.entropy[i]
             cells = [f"<td>{version}</td><td>{esc(source)}</td>"]

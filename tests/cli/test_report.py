@@ -167,3 +167,13 @@ def test_an_agent_named_twice_is_charted_once(db: str, tmp_path: Path) -> None:
     result = CliRunner().invoke(main, ["report", "--agent-id", "support-bot", "--agent-id", "support-bot", *files])
     assert result.exit_code == 0, result.output
     assert result.stdout.count("support-bot:") == 1 and (tmp_path / "r.html").read_text().count("<h2>") == 1
+
+
+def test_the_page_names_the_version_a_rollback_restored_as_policy_history_does(db: str, tmp_path: Path) -> None:
+    runner = CliRunner()
+    assert runner.invoke(main, ["policy", "rollback", "--agent-id", "support-bot", "30", "--db", db]).exit_code == 0
+    history_text = runner.invoke(main, ["policy", "history", "--agent-id", "support-bot", "--limit", "1",
+                                        "--db", db]).stdout
+    files = ["--png", str(tmp_path / "r.png"), "--html", str(tmp_path / "r.html"), "--db", db]
+    assert runner.invoke(main, ["report", "--last", "1", *files]).exit_code == 0
+    assert "rollback of v30" in history_text and "<td>rollback of v30</td>" in (tmp_path / "r.html").read_text()
