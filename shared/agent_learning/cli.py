@@ -1221,6 +1221,7 @@ def episodes_list(agent_id: str | None, limit: int, as_json: bool, db: str | Non
     if as_json:
         _echo_json(rows)
         return
+    unread = letters is None and any(r["reward"] is None and not r["unjudged"] for r in rows)
     table = Table(title=_n(len(rows), "newest episode"), title_justify="left")
     for col in ("episode", "agent", "action", "version", "reward", "judged", "corr.", "ended"):
         table.add_column(col, justify="right" if col in ("version", "reward", "judged", "corr.") else "left",
@@ -1229,11 +1230,14 @@ def episodes_list(agent_id: str | None, limit: int, as_json: bool, db: str | Non
         table.add_row(
             str(r["id"]), str(r["agent_id"]), str(r["action_id"]), str(r["policy_version"]),
             _fmt(r["reward"]) if r["reward"] is not None else "unjudged" if r["unjudged"]
-            else "dead-lettered" if r["dead_letter"] else "not scored",
+            else "dead-lettered" if r["dead_letter"] else "not scored?" if unread else "not scored",
             _fmt(r["judged_reward"]),
             str(r["corrections"]), str(r["ended_at"])[:19],
         )
     out.print(table)
+    if unread:
+        out.print("not scored?: not scored yet, or dead-lettered (the dead letters could not be read: "
+                  "agent-learn dlq list)")
 
 
 @episodes.command("show")

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import re
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -16,12 +17,14 @@ from click.testing import CliRunner
 from agent_learning.capture import EpisodeCapture
 from agent_learning.cli import main
 from agent_learning.clock import ManualClock
+from agent_learning.errors import TransientError
 from agent_learning.feedback import record_feedback
 from agent_learning.learner import Reinforce
 from agent_learning.local import open_local
-from agent_learning.pipeline import create_policy
+from agent_learning.pipeline import create_policy, load_current
 from agent_learning.pipeline.train import train_agent
 from agent_learning.policy import SoftmaxPolicy
+from agent_learning.queue.sqlite import SQLiteQueue
 from agent_learning.store.sqlite import SQLiteStore
 
 ISO_Z = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?Z$")
@@ -85,3 +88,27 @@ def test_a_run_that_learned_only_corrections_shows_no_mean_reward(db: str) -> No
     assert "last run bot:run:v3: 0 episodes (1 correction row), KL" in shown and "0.000" not in shown, shown
     history = runner.invoke(main, ["policy", "history", "--agent-id", "bot", "--json", "--db", db]).stdout
     assert json.loads(history)[-1]["mean_reward"] is None
+
+
+def test_episodes_list_does_not_call_an_episode_not_scored_when_the_dead_letters_were_unreadable(
+    db: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Without the dead letters (Service Bus unreachable, no right to peek), an unscored episode
+    may be dead-lettered: the list says so, as `episodes show` does, rather than "not scored"."""
+    with SQLiteStore(db) as store:
+        current = load_current(store, "bot")
+        assert current is not None
+        with EpisodeCapture(store, SoftmaxPolicy.from_document(current).decision_for("b"), input="2 + 3?",
+                            episode_id="ep-2") as run:
+            run.end("5")
+
+    def unreadable(self: Any, limit: int) -> Any:
+        raise TransientError("the queue refused to list its dead letters")
+
+    listed = CliRunner().invoke(main, ["episodes", "list", "--db", db])
+    assert "not scored" in listed.stdout and "could not be read" not in listed.stdout, listed.stdout
+    monkeypatch.setattr(SQLiteQueue, "dead_letters", unreadable)
+    listed = CliRunner().invoke(main, ["episodes", "list", "--db", db])
+    assert listed.exit_code == 0, listed.output
+    row = next(line for line in listed.stdout.splitlines() if "ep-2" in line)
+    assert "not scored?" in row and "dead letters could not be read" in listed.stdout, listed.stdout
