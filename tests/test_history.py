@@ -94,3 +94,15 @@ def test_the_store_access_benchmark_reads_a_window_of_its_history() -> None:
     figures = load_benchmark("store_access").history_figures(30)  # asserts each read's length itself
     assert figures["versions"] == 30
     assert all(figures[key] > 0 for key in ("all_ms", "newest_5_ms", "window_5_ms"))
+
+
+def test_a_pin_belongs_to_the_current_version_not_to_the_last_one_of_a_window(tmp_path: Path) -> None:
+    """Pinning is state of the current document: a window that ends before the current version
+    does not show its last version as pinned (the report would mark it "learning paused")."""
+    inner = SQLiteStore(str(tmp_path / "pin.db"))
+    for v in range(1, 6):
+        inner.create_policy_version(make_policy_doc(version=v, created_at=at(v)))
+    inner.replace_current_policy(make_policy_doc(version=5, kind="current", pinned=True), None)
+    assert history(inner, "agent-a").pinned and history(inner, "agent-a", 2).pinned
+    assert not history(inner, "agent-a", until=at(3)).pinned
+    assert history(inner, "agent-a", since=at(4)).pinned

@@ -21,7 +21,7 @@ from agent_learning import telemetry
 from agent_learning.clock import ManualClock
 from agent_learning.config import load_settings
 from agent_learning.drift import DriftConfig
-from agent_learning.errors import ConfigurationError, TransientError
+from agent_learning.errors import ConfigurationError, PermanentError, TransientError
 from agent_learning.feedback import record_feedback
 from agent_learning.judges.offline import OfflineJudge
 from agent_learning.learner import Reinforce
@@ -130,6 +130,24 @@ def test_judge_failures_and_dead_letters_are_counted(
     assert pipeline.queue.counts().dead_letter == 2
     failed = [p for p in captured.points("agent_learning.judge.duration") if p.attributes["outcome"] == "transient"]
     assert failed[0].count == 2
+
+
+def test_a_score_span_names_the_agent_whatever_the_outcome(
+    captured: Captured, pipeline: LocalPipeline, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The score span carries ``agent_id`` for a failed judge too: the failures are what an
+    operator filters one agent's spans for."""
+
+    def broken(episode: Any) -> Any:
+        raise PermanentError("the judge refused the prompt")
+
+    monkeypatch.setattr(pipeline.scorer.judge, "judge", broken)
+    run_episodes(pipeline, 1, seed=4)
+    pipeline.pump()
+    assert pipeline.score_pending() == {"dead_letter": 1}
+    (scored,) = [s for s in captured.spans.get_finished_spans() if s.name == telemetry.SPAN_SCORE]
+    assert scored.attributes["outcome"] == "dead_letter" and scored.attributes["reason"] == "JudgeFailed"
+    assert scored.attributes["agent_id"] == AGENT
 
 
 def test_a_drift_warning_is_a_metric_and_a_span_event(captured: Captured, pipeline: LocalPipeline) -> None:

@@ -45,7 +45,7 @@ from .errors import (
     TransientError,
 )
 from .feedback import record_feedback, score_rows, sweep
-from .history import history
+from .history import history, source_label
 from .learner import Evidence
 from .local import open_local
 from .pipeline import create_policy, load_current, message_id_of, revise, rollback, set_pinned
@@ -712,10 +712,11 @@ def _pinned_and_last_run(doc: Any, entropy_line: str | None = None) -> None:
         out.print(entropy_line)
     if doc.run:
         m = doc.run.metrics
-        out.print(
-            f"last run {doc.run.id}: {_n(doc.run.episodes, 'episode')}, mean reward "
-            f"{m.get('mean_reward', float('nan')):.3f}, KL {m.get('kl', float('nan')):.4f}"
-        )
+        # a run of corrections alone had no batch of episodes: no mean reward (its metric says 0.0)
+        batch = (f", mean reward {m.get('mean_reward', float('nan')):.3f}" if doc.run.episodes
+                 else f" ({_n(doc.run.corrections, 'correction row')})")
+        out.print(f"last run {doc.run.id}: {_n(doc.run.episodes, 'episode')}{batch}, "
+                  f"KL {m.get('kl', float('nan')):.4f}")
 
 
 def _show_structured(doc: Any, as_json: bool) -> None:
@@ -831,10 +832,9 @@ def policy_history(agent_id: str, limit: int | None, since: datetime | None, unt
     for col in ("reward", "entropy", "run", "episodes"):
         table.add_column(col, justify="left" if col == "run" else "right", no_wrap=col == "run")
     for r in rows:
-        source = r["source"] + (f" of v{r['parent_version']}" if r["source"] == "rollback" else "")
         table.add_row(
             str(r["version"]),
-            source,
+            source_label(r["source"], r["parent_version"]),
             *(_fmt(r["probabilities"].get(a)) or "—" for a in actions),
             _fmt(r["mean_reward"]),
             _fmt(r["entropy"]),
@@ -842,7 +842,11 @@ def policy_history(agent_id: str, limit: int | None, since: datetime | None, unt
             "" if r["episodes"] is None else str(r["episodes"]),
         )
     out.print(table)
-    out.print("reward: mean reward of the run's batch; entropy: of the policy agents draw from (nats)")
+    if any("segments" in r for r in rows):  # a contextual policy: agents draw from their segment's probabilities
+        out.print("probabilities and entropy (nats): with no context, what a request without features gets "
+                  "(--json has each learned segment); reward: mean reward of the run's batch")
+    else:
+        out.print("reward: mean reward of the run's batch; entropy: of the policy agents draw from (nats)")
 
 
 def _positive_version(ctx: click.Context, param: click.Parameter, value: str) -> int:
@@ -1042,7 +1046,7 @@ def runs_list(agent_id: str, limit: int, as_json: bool, db: str | None) -> None:
              else f"v{d['base_version']}→v{d['policy_version']}"),
             str(d["episodes"]),
             str(d.get("corrections", 0)), str(d["corrected_episodes"]), str(d.get("rejected", 0)),
-            _fmt(m.get("mean_reward")),
+            _fmt(m.get("mean_reward")) if d["episodes"] else "",  # corrections alone: no batch mean
             _fmt(m.get("kl"), 4), str(d.get("finished_at", ""))[:19],
         )
     out.print(table)
@@ -1222,6 +1226,7 @@ def episodes_list(agent_id: str | None, limit: int, as_json: bool, db: str | Non
     if as_json:
         _echo_json(rows)
         return
+    unread = letters is None and any(r["reward"] is None and not r["unjudged"] for r in rows)
     table = Table(title=_n(len(rows), "newest episode"), title_justify="left")
     for col in ("episode", "agent", "action", "version", "reward", "judged", "corr.", "ended"):
         table.add_column(col, justify="right" if col in ("version", "reward", "judged", "corr.") else "left",
@@ -1230,11 +1235,14 @@ def episodes_list(agent_id: str | None, limit: int, as_json: bool, db: str | Non
         table.add_row(
             str(r["id"]), str(r["agent_id"]), str(r["action_id"]), str(r["policy_version"]),
             _fmt(r["reward"]) if r["reward"] is not None else "unjudged" if r["unjudged"]
-            else "dead-lettered" if r["dead_letter"] else "not scored",
+            else "dead-lettered" if r["dead_letter"] else "not scored?" if unread else "not scored",
             _fmt(r["judged_reward"]),
             str(r["corrections"]), str(r["ended_at"])[:19],
         )
     out.print(table)
+    if unread:
+        out.print("not scored?: not scored yet, or dead-lettered (the dead letters could not be read: "
+                  "agent-learn dlq list)")
 
 
 @episodes.command("show")
@@ -1578,7 +1586,7 @@ def report(agent_ids: tuple[str, ...], png_path: str, html_path: str, title: str
     _writable("--png", png_path)
     _writable("--html", html_path)
     with _store(db) as (store, settings):
-        agents = list(agent_ids) or store.list_agents()
+        agents = list(dict.fromkeys(agent_ids)) or store.list_agents()  # each agent once, as given
         if not agents:
             raise NotFound(f"no agent has a policy in {_where(settings)}")
         for agent_id in agents:

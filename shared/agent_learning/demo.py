@@ -131,8 +131,11 @@ def run_demo(
     """Run the demo on a fresh embedded database at ``db_path``; bad arguments raise
     :class:`ValueError` before the file is touched."""
     settings = settings or load_settings()
-    if batch < 1 or episodes_per_agent < batch:
-        raise ValueError("need batch >= 1 and episodes_per_agent >= batch")
+    if batch < 1:
+        raise ValueError(f"batch: {batch} is not a number of episodes (at least 1)")
+    if episodes_per_agent < batch or episodes_per_agent % batch:
+        raise ValueError(f"episodes_per_agent: {episodes_per_agent} is not a multiple of batch {batch} "
+                         "(a training run follows each batch)")
     unknown = [name for name in scenarios if name not in SCENARIOS]
     if unknown:
         raise ValueError(f"scenarios: unknown simulated agent(s) {unknown}; choose from {sorted(SCENARIOS)}")

@@ -13,7 +13,8 @@ reward std, plus between runs), the fall and its standard error are::
 * ``reward_drop`` — ``fall ≥ reward_drop`` and ``fall ≥ z·se``: the reward fell by at least
   the threshold, and by more than ``z`` standard errors (``evidence_z``, 3 by default: about
   one false alarm in 700 comparisons of the same reward distribution).
-* ``exploration_collapse`` — the new policy's normalised entropy H(π)/log K is at most
+* ``exploration_collapse`` — the new policy's normalised entropy H(π)/log K (K configurations:
+  a structured policy's combinations of values) is at most
   ``collapse_entropy``, and ``fall ≥ collapse_reward_fall`` and ``fall ≥ z·se``: the policy has
   stopped exploring while doing worse, so it may not notice a better action again.
 
@@ -167,12 +168,17 @@ def review(
     probabilities: Sequence[float],
     config: DriftConfig,
     span: Any = None,
+    *,
+    choices: int | None = None,
 ) -> list[DriftWarning]:
     """Check a freshly published version: log, count and return its warnings (the caller
-    decides whether to pin)."""
+    decides whether to pin). ``choices`` is how many configurations ``probabilities`` choose
+    among (:func:`~agent_learning.policy.policy_choices`; default: one per probability): a
+    structured policy's probabilities are its values', and its entropy the joint choice's."""
     runs = [reward_of(r) for r in store.list_runs(agent_id, limit=MAX_RUNS_READ) if r.get("status") != "held"]
     known = [r for r in runs if r is not None]
-    warnings = assess(agent_id, version, known, policy_entropy(list(probabilities)), len(probabilities), config)
+    n = choices if choices is not None else len(probabilities)
+    warnings = assess(agent_id, version, known, policy_entropy(list(probabilities)), n, config)
     for w in warnings:
         log.warning("policy warning (%s): %s", w.kind, w.message)
         count(POLICY_WARNINGS, 1, {"agent_id": agent_id, "kind": w.kind})

@@ -15,7 +15,7 @@ from .errors import InvalidDocument
 from .policy import policy_entropy, policy_probabilities
 from .structured import NO_CONTEXT, StructuredPolicy, segment_views
 
-__all__ = ["AgentHistory", "history", "policy_entropy", "policy_probabilities", "versions_created"]
+__all__ = ["AgentHistory", "history", "policy_entropy", "policy_probabilities", "source_label", "versions_created"]
 
 
 @dataclass
@@ -33,7 +33,8 @@ class AgentHistory:
     expected_rewards: dict[str, float] = field(default_factory=dict)
     documents: list[PolicyDocument] = field(default_factory=list)
     pinned: bool = False
-    """Whether learning is paused now (a pin makes no version: it is state of the current document)."""
+    """Whether learning is paused now, at the newest of ``versions`` (a pin makes no version: it is
+    state of the current document, so False when the versions read end before the current one)."""
     segments: dict[str, list[dict[str, float] | None]] = field(default_factory=dict)
     """A structured policy's probabilities per segment (``"task=billing"``): per version, each value's
     probability of being chosen in its dimension in that segment (None before the segment was learned)."""
@@ -84,7 +85,10 @@ def history(
 
     The mean reward of a version is that of the batch its training run learned from (none
     for ``init`` and ``rollback`` versions); the entropy is that of the policy agents draw
-    from, exploration floor included.
+    from, exploration floor included. For a structured policy both the probabilities and the
+    entropy are those with no context (what a request without features gets); ``segments``
+    holds the probabilities in each learned segment, which is what agents that send the
+    feature draw from.
     """
     if since is None and until is None:
         raw = store.list_policy_versions(agent_id, newest)
@@ -117,8 +121,14 @@ def history(
                 view = views.get(name)
                 series.append({k: p for values in view.values() for k, p in values.items()} if view else None)
     current = store.get_current_policy(agent_id)
-    h.pinned = bool(current and current.doc.get("pinned"))
+    newest = h.versions[-1] if h.versions else None
+    h.pinned = bool(current and current.doc.get("pinned") and current.doc.get("version") == newest)
     return h
+
+
+def source_label(source: str, parent_version: int | None) -> str:
+    """How a version was made, for people: ``train``, ``revise``, ``rollback of v30``."""
+    return f"{source} of v{parent_version}" if source == "rollback" else source
 
 
 def versions_created(store: Any, agent_id: str, since: datetime | None, until: datetime | None) -> list[int]:

@@ -59,12 +59,14 @@ def history_figure(histories: Sequence[Any], title: str = "agent-learning", smoo
     line. With ``smooth`` > 1 (default: :func:`auto_smooth`) the reward and entropy lines are
     trailing means over that many versions, drawn over the raw values (faint, unlabelled).
     Rollbacks and revisions are vertical lines on every panel (:data:`MARKS`), and a pinned
-    policy a dash-dot line at its latest version. Returns the matplotlib figure (close it with
-    :func:`close`).
+    policy a dash-dot line at its latest version. The three panels of a row share their axis
+    of version numbers; a version with no neighbour on its line (an agent's only version) is
+    drawn as a point, and a reward panel without a training run says so. Returns the
+    matplotlib figure (close it with :func:`close`).
     """
     plt = _pyplot()
     rows = max(1, len(histories))
-    fig, axes = plt.subplots(rows, 3, figsize=(16, 3.6 * rows), squeeze=False)
+    fig, axes = plt.subplots(rows, 3, figsize=(16, 3.6 * rows), squeeze=False, sharex="row")
     for row, h in zip(axes, histories, strict=False):
         ax_p, ax_r, ax_h = row
         window = smooth or auto_smooth(len(h.versions))
@@ -75,7 +77,8 @@ def history_figure(histories: Sequence[Any], title: str = "agent-learning", smoo
             for j, action in enumerate(h.action_ids):
                 series = [math.nan if p[j] is None else p[j] for p in h.probabilities]  # a gap where it was absent
                 label = f"{action} (best)" if action == best else action
-                ax_p.plot(h.versions, series, label=label, linewidth=2.4 if action == best else 1.4)
+                ax_p.plot(h.versions, series, label=label, linewidth=2.4 if action == best else 1.4,
+                          **_lone_points(series))
             _decorate(ax_p, "probability", f"{h.agent_id}: action probabilities")
         ax_p.set_ylim(0, 1)
 
@@ -89,18 +92,22 @@ def history_figure(histories: Sequence[Any], title: str = "agent-learning", smoo
                 linewidth=1,
                 label=f"best action's true mean ({best})",
             )
+        if not points:
+            ax_r.text(0.5, 0.5, "no training run yet", transform=ax_r.transAxes, ha="center", va="center",
+                      color="grey")
         _estimates(ax_r, h)
         _decorate(ax_r, "mean reward of the batch", f"{h.agent_id}: mean reward per training run")
 
         entropy = [(v, e) for v, e in zip(h.versions, h.entropy, strict=True) if e is not None]
         _series(ax_h, [v for v, _ in entropy], [e for _, e in entropy], window, "tab:purple", "entropy")
-        _decorate(ax_h, "entropy (nats)", f"{h.agent_id}: policy entropy")
+        no_context = " with no context" if getattr(h, "segments", None) else ""  # as history() computes it
+        _decorate(ax_h, "entropy (nats)", f"{h.agent_id}: policy entropy{no_context}")
         ax_h.set_ylim(bottom=0)
         for ax in row:
             _marks(ax, h)
-        ax_p.legend(loc="center right", fontsize=8)
-        ax_r.legend(loc="lower right", fontsize=8)
-        ax_h.legend(loc="upper right", fontsize=8)
+        for ax, where in zip(row, ("center right", "lower right", "upper right"), strict=True):
+            if ax.get_legend_handles_labels()[0]:  # a reward panel without a run may have nothing to name
+                ax.legend(loc=where, fontsize=8)
     fig.suptitle(title)
     fig.tight_layout()
     return fig
@@ -135,11 +142,23 @@ def _segment_lines(ax: Any, h: Any) -> None:
             ys = [math.nan if view is None else view.get(value, math.nan) for view in series]
             is_best = value in best.get(segment, "").split(":")
             ax.plot(h.versions, ys, color=colours[value], linestyle=SEGMENT_STYLES[k % len(SEGMENT_STYLES)],
-                    linewidth=2.4 if is_best else 1.2, label=f"{value.partition('=')[2]} | {segment}")
+                    linewidth=2.4 if is_best else 1.2, label=f"{value.partition('=')[2]} | {segment}",
+                    **_lone_points(ys))
     _decorate(ax, "probability", f"{h.agent_id}: {first or 'action'} probability per segment")
 
 
+def _lone_points(ys: Sequence[float]) -> dict[str, Any]:
+    """Plot arguments that mark the values with no value next to them, which a line alone leaves
+    invisible (an agent's only version, a value present in one version between gaps)."""
+    known = [not math.isnan(y) for y in ys]
+    lone = [i for i, k in enumerate(known)
+            if k and not (i > 0 and known[i - 1]) and not (i + 1 < len(known) and known[i + 1])]
+    return {"marker": "o", "markersize": 4, "markevery": lone} if lone else {}
+
+
 def _series(ax: Any, x: list[Any], y: list[float], window: int, color: str, label: str) -> None:
+    if not x:
+        return
     if window <= 1:
         ax.plot(x, y, color=color, marker=".", label=label)
         return
@@ -163,6 +182,9 @@ def _marks(ax: Any, h: Any) -> None:
 
 
 def _decorate(ax: Any, ylabel: str, title: str) -> None:
+    from matplotlib.ticker import MaxNLocator  # lazy, as matplotlib itself (see _pyplot)
+
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True, min_n_ticks=1))  # versions are whole numbers
     ax.set_xlabel("policy version")
     ax.set_ylabel(ylabel)
     ax.set_title(title)

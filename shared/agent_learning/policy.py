@@ -68,6 +68,13 @@ def policy_probabilities(doc: PolicyDocument) -> list[float]:
     return mix_floor(softmax(doc.logits, doc.temperature), doc.exploration_floor)
 
 
+def policy_choices(doc: PolicyDocument) -> int:
+    """How many configurations a policy chooses among: its actions, or a structured policy's
+    combinations of one value per dimension. Its log is the largest entropy the probabilities of
+    :func:`policy_probabilities` can have (the uniform policy's; excluded combinations counted)."""
+    return math.prod(d.size for d in doc.dimensions) if doc.dimensions else len(doc.actions)
+
+
 def load_policy(
     document: PolicyDocument | Mapping[str, Any], *, rng: random.Random | None = None
 ) -> SoftmaxPolicy | StructuredPolicy:

@@ -3,7 +3,8 @@
 Both show the same figure (:func:`agent_learning.plots.history_figure`): action probabilities
 over versions, mean reward and entropy per version, one row per agent. The page embeds the
 PNG as a data URI and adds a table of every version, so it needs no network and no other
-file.
+file. A contextual policy's table, like ``policy history``, gives the probabilities and the
+entropy with no context, and says so; the chart draws them per segment.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
-from .history import AgentHistory
+from .history import AgentHistory, source_label
 from .plots import close, data_lines, history_figure, png_bytes
 
 CSS = """
@@ -71,11 +72,16 @@ def render_html(histories: Sequence[AgentHistory], png: bytes, title: str) -> st
         f'src="data:image/png;base64,{base64.b64encode(png).decode()}">',
     ]
     for h in histories:
-        parts.append(f"<h2>{esc(h.agent_id)}</h2><table><tr><th>version</th><th>source</th>")
+        parts.append(f"<h2>{esc(h.agent_id)}</h2>")
+        if h.segments:  # agents draw from their segment's probabilities, which the chart shows
+            parts.append("<p>Each value's probability in its dimension, and the entropy, with no context (what a "
+                         "request without features gets); the chart gives the probabilities per segment.</p>")
+        parts.append("<table><tr><th>version</th><th>source</th>")
         parts.extend(f"<th>{esc(a)}</th>" for a in h.action_ids)
         parts.append("<th>mean reward</th><th>entropy</th></tr>")
         for i, version in enumerate(h.versions):
-            source = h.documents[i].source if i < len(h.documents) else ""
+            doc = h.documents[i] if i < len(h.documents) else None
+            source = source_label(doc.source, doc.parent_version) if doc else ""
             reward = h.mean_reward[i]
             entropy = h.entropy[i]
             cells = [f"<td>{version}</td><td>{esc(source)}</td>"]

@@ -306,3 +306,22 @@ def test_a_bad_structure_is_named_as_the_actions_file_writes_it(
     actions = tmp_path / "structure.json"
     actions.write_text(json.dumps(structure))
     assert refused("init-policy", "--agent-id", "s", "--actions", str(actions), "--db", str(tmp_path / "s.db")) == line
+
+
+@pytest.mark.parametrize("episodes, batch, named", [
+    (150, 100, "episodes_per_agent: 150"),
+    (50, 100, "episodes_per_agent: 50"),
+    (10, 0, "batch: 0"),
+])
+def test_run_demo_refuses_episodes_that_are_not_whole_batches(
+    tmp_path: Path, episodes: int, batch: int, named: str
+) -> None:
+    """run_demo(150, batch=100) would run one batch and report 100 episodes: refused, naming the
+    argument, as the CLI's --episodes is."""
+    from agent_learning.demo import run_demo
+
+    demo_db = tmp_path / "d.db"
+    demo_db.write_bytes(b"kept")
+    with pytest.raises(ValueError, match=named):
+        run_demo(db_path=demo_db, scenarios=["support-bot"], episodes_per_agent=episodes, batch=batch)
+    assert demo_db.read_bytes() == b"kept"

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import re
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -16,9 +17,14 @@ from click.testing import CliRunner
 from agent_learning.capture import EpisodeCapture
 from agent_learning.cli import main
 from agent_learning.clock import ManualClock
+from agent_learning.errors import TransientError
+from agent_learning.feedback import record_feedback
+from agent_learning.learner import Reinforce
 from agent_learning.local import open_local
-from agent_learning.pipeline import create_policy
+from agent_learning.pipeline import create_policy, load_current
+from agent_learning.pipeline.train import train_agent
 from agent_learning.policy import SoftmaxPolicy
+from agent_learning.queue.sqlite import SQLiteQueue
 from agent_learning.store.sqlite import SQLiteStore
 
 ISO_Z = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?Z$")
@@ -65,3 +71,44 @@ def test_policy_show_json_has_the_probabilities_agents_draw_from(db: str) -> Non
     probabilities = shown["probabilities"]
     assert list(probabilities) == ["a", "b", "c"] and abs(sum(probabilities.values()) - 1) < 1e-12
     assert probabilities["a"] > probabilities["b"] > probabilities["c"]
+
+
+def test_a_run_that_learned_only_corrections_shows_no_mean_reward(db: str) -> None:
+    """A full batch of feedback corrections trains without new episodes: the run has no mean
+    reward (its stored 0.0 is no batch's), so no listing shows 0.000 for it."""
+    with SQLiteStore(db) as store:
+        assert record_feedback(store, "ep-1", thumb="down").reconciled.status == "corrected"
+        outcome = train_agent("bot", store, Reinforce(), max_batch=1)
+    assert outcome.status == "published" and outcome.run is not None and outcome.run.episodes == 0
+    runner = CliRunner()
+    runs = runner.invoke(main, ["runs", "list", "--agent-id", "bot", "--db", db])
+    row = next(line for line in runs.stdout.splitlines() if "bot:run:v3" in line).split("│")
+    assert row[3].strip() == "0" and row[7].strip() == "", runs.stdout  # episodes 0, reward blank
+    shown = runner.invoke(main, ["policy", "show", "--agent-id", "bot", "--db", db]).stdout
+    assert "last run bot:run:v3: 0 episodes (1 correction row), KL" in shown and "0.000" not in shown, shown
+    history = runner.invoke(main, ["policy", "history", "--agent-id", "bot", "--json", "--db", db]).stdout
+    assert json.loads(history)[-1]["mean_reward"] is None
+
+
+def test_episodes_list_does_not_call_an_episode_not_scored_when_the_dead_letters_were_unreadable(
+    db: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Without the dead letters (Service Bus unreachable, no right to peek), an unscored episode
+    may be dead-lettered: the list says so, as `episodes show` does, rather than "not scored"."""
+    with SQLiteStore(db) as store:
+        current = load_current(store, "bot")
+        assert current is not None
+        with EpisodeCapture(store, SoftmaxPolicy.from_document(current).decision_for("b"), input="2 + 3?",
+                            episode_id="ep-2") as run:
+            run.end("5")
+
+    def unreadable(self: Any, limit: int) -> Any:
+        raise TransientError("the queue refused to list its dead letters")
+
+    listed = CliRunner().invoke(main, ["episodes", "list", "--db", db])
+    assert "not scored" in listed.stdout and "could not be read" not in listed.stdout, listed.stdout
+    monkeypatch.setattr(SQLiteQueue, "dead_letters", unreadable)
+    listed = CliRunner().invoke(main, ["episodes", "list", "--db", db])
+    assert listed.exit_code == 0, listed.output
+    row = next(line for line in listed.stdout.splitlines() if "ep-2" in line)
+    assert "not scored?" in row and "dead letters could not be read" in listed.stdout, listed.stdout

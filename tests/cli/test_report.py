@@ -16,8 +16,9 @@ from cli_harness import clear_settings
 from click.testing import CliRunner
 
 from agent_learning.cli import main
-from agent_learning.history import AgentHistory
+from agent_learning.history import AgentHistory, history
 from agent_learning.plots import MARK, close, data_lines, history_figure, rolling_mean
+from agent_learning.store.sqlite import SQLiteStore
 
 
 def long_history(n: int) -> AgentHistory:
@@ -109,3 +110,70 @@ def test_bad_report_windows_are_one_line(db: str, tmp_path: Path, args: list[str
     result = CliRunner().invoke(main, ["report", "--db", db, "--png", str(tmp_path / "x.png"), *args])
     lines = [line for line in result.output.strip().splitlines() if not line.startswith("reading policy versions")]
     assert result.exit_code == 2 and len(lines) == 1 and problem in lines[0], result.output
+
+
+def test_a_policy_never_trained_is_drawn_on_its_own_versions() -> None:
+    """A freshly created agent (one version, no run): its probabilities are visible points, every
+    panel's axis is the version numbers it has, and the reward panel says there is no run yet."""
+    h = AgentHistory("bot", ["a", "b"], versions=[1], probabilities=[[0.5, 0.5]], mean_reward=[None],
+                     entropy=[0.69], documents=[SimpleNamespace(source="init")])  # type: ignore[list-item]
+    fig = history_figure([h], "t")
+    try:
+        ax_p, ax_r, ax_h = fig.axes[:3]
+        fig.canvas.draw()
+        assert all(line.get_marker() not in (None, "None", "") for line in data_lines(ax_p))  # one point each
+        assert data_lines(ax_r) == [] and "no training run yet" in [t.get_text() for t in ax_r.texts]
+        for ax in (ax_p, ax_r, ax_h):
+            low, high = ax.get_xlim()
+            assert low < 1 < high and low > 0, (ax.get_title(), ax.get_xlim())  # never a negative version
+            assert all(float(t).is_integer() for t in ax.get_xticks()), ax.get_xticks()  # no version 1.5
+    finally:
+        close(fig)
+
+
+def test_a_contextual_agents_tables_say_their_probabilities_are_with_no_context(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The triage bot chooses by task type: its history table, the report's page and its entropy
+    panel give the probabilities and entropy with no context, and say so (the chart's probability
+    panel and --json give them per segment)."""
+    clear_settings(monkeypatch)
+    db = str(tmp_path / "t.db")
+    runner = CliRunner()
+    made = runner.invoke(main, ["demo", "--db", db, "--episodes", "100", "--batch", "50", "--no-plot",
+                                "--agents", "triage-bot,support-bot"])
+    assert made.exit_code == 0, made.output
+    triage = runner.invoke(main, ["policy", "history", "--agent-id", "triage-bot", "--db", db])
+    assert triage.exit_code == 0 and "with no context" in triage.stdout, triage.stdout
+    flat = runner.invoke(main, ["policy", "history", "--agent-id", "support-bot", "--db", db])
+    assert flat.exit_code == 0 and "no context" not in flat.stdout, flat.stdout
+    files = ["--png", str(tmp_path / "r.png"), "--html", str(tmp_path / "r.html"), "--db", db]
+    assert runner.invoke(main, ["report", *files]).exit_code == 0
+    page = (tmp_path / "r.html").read_text()
+    triage_part, support_part = page.split("<h2>triage-bot</h2>")[1], page.split("<h2>support-bot</h2>")[1]
+    assert "with no context" in triage_part.split("<table>")[0]
+    assert "no context" not in support_part.split("<h2>")[0]
+    with SQLiteStore(db) as store:
+        h = history(store, "triage-bot")
+    fig = history_figure([h], "t")
+    try:
+        assert "no context" in fig.axes[2].get_title()
+    finally:
+        close(fig)
+
+
+def test_an_agent_named_twice_is_charted_once(db: str, tmp_path: Path) -> None:
+    files = ["--png", str(tmp_path / "r.png"), "--html", str(tmp_path / "r.html"), "--db", db]
+    result = CliRunner().invoke(main, ["report", "--agent-id", "support-bot", "--agent-id", "support-bot", *files])
+    assert result.exit_code == 0, result.output
+    assert result.stdout.count("support-bot:") == 1 and (tmp_path / "r.html").read_text().count("<h2>") == 1
+
+
+def test_the_page_names_the_version_a_rollback_restored_as_policy_history_does(db: str, tmp_path: Path) -> None:
+    runner = CliRunner()
+    assert runner.invoke(main, ["policy", "rollback", "--agent-id", "support-bot", "30", "--db", db]).exit_code == 0
+    history_text = runner.invoke(main, ["policy", "history", "--agent-id", "support-bot", "--limit", "1",
+                                        "--db", db]).stdout
+    files = ["--png", str(tmp_path / "r.png"), "--html", str(tmp_path / "r.html"), "--db", db]
+    assert runner.invoke(main, ["report", "--last", "1", *files]).exit_code == 0
+    assert "rollback of v30" in history_text and "<td>rollback of v30</td>" in (tmp_path / "r.html").read_text()

@@ -8,22 +8,23 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from factories import make_policy_doc
+from factories import make_policy_doc, make_run
 
 from agent_learning.admin import rollback, set_pinned
+from agent_learning.client import PolicyClient
 from agent_learning.clock import ManualClock
 from agent_learning.documents import PolicyDocument
-from agent_learning.drift import DriftConfig, RunReward, assess
+from agent_learning.drift import DriftConfig, RunReward, assess, review
 from agent_learning.errors import ConcurrencyConflict, NotFound
 from agent_learning.judges.offline import OfflineJudge
 from agent_learning.learner import RECENT, Reinforce
 from agent_learning.local import LocalPipeline
 from agent_learning.pipeline import create_policy, load_current
 from agent_learning.pipeline.publish import revise
-from agent_learning.policy import Action, SoftmaxPolicy
+from agent_learning.policy import Action, SoftmaxPolicy, policy_choices, policy_entropy, policy_probabilities
 from agent_learning.queue.sqlite import SQLiteQueue
 from agent_learning.rewards import RewardFunction
-from agent_learning.simulate import math_tutor
+from agent_learning.simulate import SCENARIOS, math_tutor
 from agent_learning.store import MemoryStore, Store
 
 AGENT = "math-tutor"
@@ -309,3 +310,36 @@ def test_pinned_reason_is_kept_off_version_documents() -> None:
     assert (version.pinned, version.pin_reason) == (False, "")
     with pytest.raises(ValueError, match="pinned"):
         make_policy_doc(pin_reason="why")
+
+
+def test_a_structured_policy_is_measured_against_its_configurations_not_its_values(tmp_path: Path) -> None:
+    """The triage bot's 3 prompts × 3 retrieval depths are 9 configurations: its entropy (the joint
+    choice's, the sum over dimensions) has the maximum log 9, not log 6 (its 6 values), so a
+    collapse is measured, and reported, against log 9 as for a flat policy of 9 actions."""
+    scenario = SCENARIOS["triage-bot"]()
+    clock = ManualClock()
+    store = MemoryStore()
+    create_policy(store, scenario.first_policy(temperature=1.0, exploration_floor=0.001, created_at=clock.now()))
+    pipeline = LocalPipeline(store, SQLiteQueue(":memory:", clock=clock), OfflineJudge(), RewardFunction(),
+                             Reinforce(), clock=clock)
+    client = PolicyClient(store, "triage-bot", refresh_seconds=0, rng=random.Random(1), clock=clock)
+    rng = random.Random(2)
+    for _ in range(20):
+        scenario.step(store, client.policy(), rng, clock)
+    clock.advance(60)
+    (trained,) = pipeline.run_once().trained
+    assert trained.status == "published" and trained.choices == 9  # 6 values, 9 configurations
+    first = PolicyDocument.from_dict(store.get_policy_version("triage-bot", 1))
+    assert policy_entropy(policy_probabilities(first)) == pytest.approx(math.log(policy_choices(first)))
+
+    # A fall over two sides of 100 episodes, and a policy at 9 % of log 9 (but 11 % of log 6).
+    for version, mean in ((4, 0.6), (3, 0.75), (2, 0.72)):
+        store.put_run(make_run("triage-bot", version, episodes=100, metrics={"mean_reward": mean,
+                                                                           "episode_reward_std": 0.2}))
+    per_dimension = [0.983, 0.0085, 0.0085]
+    probabilities = per_dimension * 2
+    assert 0.1 * math.log(6) < policy_entropy(probabilities) < 0.1 * math.log(9)
+    config = DriftConfig(collapse_entropy=0.1, collapse_reward_fall=0.1, reward_drop=0.5, window=100)
+    (w,) = review(store, "triage-bot", 4, probabilities, config, choices=9)
+    assert w.kind == "exploration_collapse" and "entropy 0.089 of its maximum" in w.message
+    assert review(store, "triage-bot", 4, probabilities, config) == []  # against its 6 values: 0.11, no warning

@@ -195,13 +195,16 @@ def score_episode(
         sp.set_attribute("outcome", outcome.status)
         if outcome.reason:
             sp.set_attribute("reason", outcome.reason)
+        # the stored document's agent; without one (a failure), the episode's or the message's
+        written = outcome.score or outcome.record
+        agent = written.agent_id if written is not None else (episode or {}).get("agent_id", agent_id)
+        if isinstance(agent, str):
+            sp.set_attribute("agent_id", agent)
         if outcome.score is not None:
             attrs = {"agent_id": outcome.score.agent_id}
-            sp.set_attribute("agent_id", outcome.score.agent_id)
             count(EPISODES_SCORED, 1, attrs)
             record(REWARD, outcome.score.reward, attrs)
         if outcome.record is not None:
-            sp.set_attribute("agent_id", outcome.record.agent_id)
             count(EPISODES_UNJUDGED, 1, {"agent_id": outcome.record.agent_id, "reason": outcome.record.reason})
         return outcome
 

@@ -43,7 +43,7 @@ from ..documents import (
 from ..drift import DriftConfig, review
 from ..errors import ConcurrencyConflict, InvalidDocument, TransientError
 from ..feedback import TOLERANCE
-from ..policy import policy_entropy, policy_probabilities
+from ..policy import policy_choices, policy_entropy, policy_probabilities
 from ..store.base import RawDoc, Store
 from ..structured import Layout
 from ..telemetry import MEAN_REWARD, POLICY_ENTROPY, SPAN_TRAIN, TRAINING_RUNS, count, record, span
@@ -78,6 +78,8 @@ class TrainOutcome:
     reason: str = ""
     probabilities: list[float] | None = None
     """π of the published version (exploration floor included)."""
+    choices: int | None = None
+    """How many configurations ``probabilities`` choose among (:func:`~agent_learning.policy.policy_choices`)."""
 
 
 def train_agent(
@@ -118,7 +120,8 @@ def train_agent(
                 record(MEAN_REWARD, outcome.run.metrics["mean_reward"], attrs)
             record(POLICY_ENTROPY, policy_entropy(outcome.probabilities), attrs)
             if drift is not None:
-                warnings = review(store, agent_id, outcome.version or 0, outcome.probabilities, drift, sp)
+                warnings = review(store, agent_id, outcome.version or 0, outcome.probabilities, drift, sp,
+                                  choices=outcome.choices)
                 if warnings and drift.auto_pin:
                     set_pinned(store, agent_id, True, reason="; ".join(w.message for w in warnings))
                     log.warning("policy of %s pinned automatically; unpin with `agent-learn policy unpin`", agent_id)
@@ -174,7 +177,8 @@ def _train_agent(
         new = publish(store, new, loaded.etag)
     except ConcurrencyConflict as exc:
         return TrainOutcome("lost_race", agent_id, current.version, reason=str(exc))
-    return TrainOutcome("published", agent_id, new.version, new.run, probabilities=policy_probabilities(new))
+    return TrainOutcome("published", agent_id, new.version, new.run, probabilities=policy_probabilities(new),
+                        choices=policy_choices(new))
 
 
 def paused(pin_reason: str) -> str:
