@@ -167,7 +167,9 @@ class EpisodeCapture:
         call_id: str | None = None,
     ) -> None:
         """Record a finished step or tool call; a bad value raises :class:`InvalidDocument` naming
-        ``steps[i].<field>`` (``latency_ms`` must be a finite number of milliseconds, at least 0)."""
+        ``steps[i].<field>`` (``latency_ms`` must be a finite number of milliseconds, at least 0).
+        Only ``kind="tool"`` steps are shown to the judges (as tool calls with their results) and
+        penalised when they fail; ``"llm"``, ``"retrieval"`` and ``"step"`` are stored and timed."""
         step, cut = self._new_step(
             len(self.steps), name, latency_ms=latency_ms, status=status, error=error, kind=kind,
             arguments=arguments, result=result, call_id=call_id,
