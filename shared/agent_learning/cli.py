@@ -481,7 +481,7 @@ def demo(
         if trend and h.best_action is not None:
             out.print(
                 Text.assemble(
-                    f"  mean reward of the first {trend.runs} training runs → the last {trend.runs}: "
+                    f"  mean reward of the first {_n(trend.runs, 'training run')} → the last {trend.runs}: "
                     f"{trend.first:.3f} → {trend.last:.3f}; true best action ",
                     (h.best_action, "bold"),
                     f" ({h.expected_rewards[h.best_action]:.3f}) now has probability ",
@@ -491,7 +491,7 @@ def demo(
             )
         elif trend:
             out.print(
-                f"  mean reward of the first {trend.runs} training runs → the last {trend.runs}: "
+                f"  mean reward of the first {_n(trend.runs, 'training run')} → the last {trend.runs}: "
                 f"{trend.first:.3f} → {trend.last:.3f}; the values' probabilities above are with no context"
             )
             for segment, (config, mean, p) in h.best_by_segment().items():

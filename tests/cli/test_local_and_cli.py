@@ -147,6 +147,10 @@ def test_the_demo_text_and_json_report_one_reward_trend_and_its_next_commands_ru
     assert f"first {trend['runs']} training runs → the last {trend['runs']}: " \
            f"{trend['first']:.3f} → {trend['last']:.3f}" in text.stdout
 
+    one = runner.invoke(main, ["demo", "--episodes", "500", "--batch", "100", "--no-plot", "--agents", "support-bot",
+                               "--db", "one.db"])
+    assert one.exit_code == 0 and "first 1 training run → the last 1: " in one.stdout  # a fifth of 5 runs
+
     printed = [line.removeprefix("next: ") for line in text.stdout.splitlines() if line.startswith("next: ")]
     assert printed == summary["next"] and len(printed) == 4
     for command in printed:
