@@ -192,9 +192,13 @@ def weights(logs: Logs, target: Target, clip: float | None) -> Array:
 
 
 def effective_sample_size(w: Array) -> float:
-    """Kish's (Σ w)² / Σ w²: how many on-policy episodes the weighted ones are worth."""
-    total = float(w.sum())
-    return 0.0 if total <= 0 else total * total / float((w * w).sum())
+    """Kish's (Σ w)² / Σ w²: how many on-policy episodes the weighted ones are worth (taken on
+    w / max w, which it does not change, so that a weight beyond 1e154 does not overflow its square)."""
+    top = float(w.max())
+    if not top > 0:
+        return 0.0
+    v = w / top
+    return float(v.sum()) ** 2 / float((v * v).sum())
 
 
 def _overlap(w: Array) -> None:
@@ -309,7 +313,9 @@ def interval(terms: Array, effective: float, confidence: float = 0.95) -> Estima
         raise ValueError(f"confidence: {confidence!r} must be between 0 and 1")
     n = len(terms)
     value = float(terms.mean())
-    half = t_quantile(0.5 + confidence / 2, max(effective - 1, 1.0)) * float(terms.std(ddof=1)) / math.sqrt(n)
+    scale = float(np.abs(terms).max())  # the spread of terms / scale: huge weights do not overflow its squares
+    sd = scale * float((terms / scale).std(ddof=1)) if scale > 0 else 0.0
+    half = t_quantile(0.5 + confidence / 2, max(effective - 1, 1.0)) * sd / math.sqrt(n)
     return Estimate(value, value - half, value + half, effective)
 
 

@@ -129,6 +129,22 @@ def test_too_few_effective_samples_publish_and_say_so() -> None:
     assert "effective samples, fewer than the 30 needed to judge" in outcome.run.evaluation.reason
 
 
+def test_an_episode_logged_at_a_tiny_probability_is_weighed_not_a_training_failure() -> None:
+    """A weight beyond 1e154 (one episode logged at probability 1e-160, which a score accepts) once
+    overflowed its square: the guardrail's figures became NaN and every run of the agent failed."""
+    from agent_learning.store.memory import MemoryStore
+
+    store = MemoryStore()
+    start(store)
+    log_episodes(store, 200, seed=6)
+    store.put_score(make_score("ep-tiny", agent_id=AGENT, action_id="poor", probability=1e-160, reward=1.0))
+    outcome = train_agent(AGENT, store, Reinforce(), guardrail=ENFORCE)
+    assert outcome.status == "published", outcome.reason
+    evaluation = outcome.run.evaluation if outcome.run else None
+    assert evaluation is not None and evaluation.verdict == "too_few_samples"  # that one episode carries it all
+    assert evaluation.effective_sample_size == pytest.approx(1.0)
+
+
 def test_without_a_guardrail_runs_carry_no_evaluation() -> None:
     from agent_learning.store.memory import MemoryStore
 
