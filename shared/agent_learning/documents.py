@@ -1104,7 +1104,8 @@ class MetricCheck(BaseModel):
     candidate: Interval
     current: Interval
     over: bool
-    """Confidently over the budget (lower bound above it) and above the current version."""
+    """Confidently over the budget (lower bound above it) and above the current version, on at least the
+    guardrail's minimum of effective samples among the episodes that record the metric."""
 
 
 class Evaluation(BaseModel):

@@ -553,7 +553,8 @@ def judge(
     guardrail metric with a budget (``metrics``: per metric, its value on each episode, NaN
     where unknown) is confidently over it — its lower bound above the budget — and the
     candidate is not below the current version on it (so a candidate that moves towards the
-    budget is never held); ``too_few_samples`` when fewer effective samples than
+    budget is never held), on at least ``min_effective_samples`` effective samples of the
+    episodes that record the metric; ``too_few_samples`` when fewer effective samples than
     ``min_effective_samples`` (or fewer than two episodes) carry the comparison."""
     est = SNIPS()
     r = np.asarray(rewards, dtype=np.float64)
@@ -589,8 +590,12 @@ def judge(
         )
         if found is not None:
             c, k = found
+            enough = min(c.effective_sample_size, k.effective_sample_size) >= config.min_effective_samples
             checks[name] = MetricCheck(
-                budget=budget, candidate=_interval(c), current=_interval(k), over=c.low > budget and c.value > k.value
+                budget=budget,
+                candidate=_interval(c),
+                current=_interval(k),
+                over=enough and c.low > budget and c.value > k.value,
             )
     over = [
         f"{name} {c.candidate.value:.4g} (lower bound {c.candidate.low:.4g}, current {c.current.value:.4g}) "

@@ -226,6 +226,24 @@ def test_a_candidate_confidently_over_a_budget_is_held_and_one_moving_towards_it
     assert unknown.metrics is None  # no episode recorded its tokens: nothing to hold on
 
 
+def test_a_budget_is_not_enforced_on_fewer_effective_samples_than_the_guardrail_needs() -> None:
+    """600 episodes, of which only 6 recorded their tokens (an agent that just began to): the reward
+    comparison has evidence, the token budget does not, and a candidate is not held on 6 episodes."""
+    rng = np.random.default_rng(0)
+    n = 600
+    costly = np.arange(n) % 2 == 1
+    rewards = (rng.random(n) < 0.5).astype(float)
+    tokens = np.full(n, np.nan)
+    tokens[:6] = np.where(costly[:6], 5_000.0, 4_990.0)
+    candidate, current = np.where(costly, 0.6, 0.4), np.full(n, 0.5)
+    few = judge(BUDGETED, rewards, np.full(n, 0.5), candidate, current, {"tokens": tokens})
+    check = few.metrics["tokens"]
+    assert check.candidate.low > 1_500 and check.candidate.value > check.current.value  # over, on 6 episodes
+    assert few.verdict == "published" and not check.over, few.reason
+    tokens[:] = np.where(costly, 5_000.0, 4_990.0)  # every episode recorded them: confidently over
+    assert judge(BUDGETED, rewards, np.full(n, 0.5), candidate, current, {"tokens": tokens}).verdict == "held"
+
+
 def test_scores_carry_the_episodes_latency_tool_outcomes_and_tokens(tmp_path: Any) -> None:
     from agent_learning.capture import EpisodeCapture
     from agent_learning.judges.offline import OfflineJudge
