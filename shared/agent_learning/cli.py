@@ -1130,7 +1130,7 @@ def evaluate(agent_id: str, version: int | None, action_id: str | None, uniform:
         elif uniform:
             target, label = cf.uniform(current), "uniform"
         elif candidate:
-            target, new = cf.candidate_target(store, current, wiring.open_learner(settings))
+            target, new = cf.candidate_target(store, current, wiring.open_learner(settings), settings.train_max_batch)
             label = f"the next candidate (v{current.version + 1}, from {new} new episodes)"
         else:
             target, label = cf.of_document(current), f"v{current.version} (current)"

@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
-from .documents import PolicyDocument, Score, ScoreCursor, excluded_configurations
+from .documents import TRAIN_BATCH, PolicyDocument, Score, ScoreCursor, excluded_configurations
 from .errors import InvalidDocument, NotFound
 from .evaluation import (
     ESTIMATORS,
@@ -318,11 +318,15 @@ def version_target(store: Store, current: PolicyDocument, version: int) -> Distr
     return of_document(doc)
 
 
-def candidate_target(store: Store, current: PolicyDocument, learner: Any) -> tuple[Distribution, int]:
-    """The candidate the next training run would publish (not published), and its new episodes."""
+def candidate_target(
+    store: Store, current: PolicyDocument, learner: Any, max_batch: int = TRAIN_BATCH
+) -> tuple[Distribution, int]:
+    """The candidate the next training run would publish (not published), and its new episodes:
+    ``learner`` on the ``max_batch`` score rows after the cursor, as the trainer reads them
+    (``AGENT_LEARNING_TRAIN_MAX_BATCH``)."""
     from .pipeline.train import collect, learn, next_version  # the learner: numpy, only here
 
-    rows = store.read_scores(current.agent_id, current.cursor, 10_000)
+    rows = store.read_scores(current.agent_id, current.cursor, max_batch)
     batch = collect(current.agent_id, rows, current)
     if not batch.actions:
         raise NotFound(
