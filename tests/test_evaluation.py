@@ -118,6 +118,8 @@ def test_t_quantiles_match_the_table() -> None:
         ({"target_probabilities": [[0.2, 0.8]] * 5}, "actions[3]: 2 is not an action index in [0, 2)"),
         ({"target_probabilities": [[0.2, 0.6, 0.2]] * 4}, "target_probabilities: shape (4, 3), expected (5, 3)"),
         ({"target_probabilities": [[-0.2, 1.0, 0.2]] * 5}, "target_probabilities[0, 0]: -0.2 is not a probability"),
+        ({"target_probabilities": [0.2, 0.6, 0.2]}, "target_probabilities: shape (3,), expected (n, K)"),
+        ({"target_probabilities": [[0.2, "x", 0.2]] * 5}, "target_probabilities: not an array of numbers"),
         ({"estimator": "magic"}, "estimator: 'magic' is not one of ips, snips, dr"),
         ({"confidence": 1.0}, "confidence: 1.0 must be between 0 and 1"),
         ({"clip": 0}, "clip: 0 must be a positive number"),

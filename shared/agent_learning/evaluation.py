@@ -383,8 +383,13 @@ def estimate(
     ``estimator`` is ``"ips"``, ``"snips"`` or ``"dr"`` (whose reward model is fitted per
     action and, if given, per ``groups`` index); ``clip`` caps the importance weights.
     """
-    table = np.asarray(target_probabilities, dtype=np.float64)
-    k = table.shape[1] if table.ndim == 2 else 0
+    try:
+        table = np.asarray(target_probabilities, dtype=np.float64)
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"target_probabilities: not an array of numbers ({exc})") from None
+    if table.ndim != 2:
+        raise ValueError(f"target_probabilities: shape {table.shape}, expected (n, K): one row per episode")
+    k = table.shape[1]
     logs = Logs.of(actions, rewards, logged_probabilities, k, groups)
     return evaluate(logs, Target.of(table, len(logs), k), estimator_named(estimator, clip), confidence)
 
