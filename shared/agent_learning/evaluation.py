@@ -29,8 +29,10 @@ docs/evaluation.md (``benchmarks/evaluation.py``).
 
 Assumptions shared by all three: μ_i is the true probability of a_i given what the logging
 policy saw, π gives probability only where μ does (overlap), and rewards depend on the
-context and action only (not on which policy chose). Clipping trades a downward bias for
-variance; unclipped IPS is unbiased, SNIPS and DR are consistent.
+context and action only (not on which policy chose). Clipping trades variance for a bias that
+the interval does not include (downward for IPS with rewards ≥ 0; SNIPS and DR lean towards
+what the logging policy chose), so a clipped interval may miss the truth; unclipped IPS is
+unbiased, SNIPS and DR are consistent.
 """
 
 from __future__ import annotations
