@@ -616,7 +616,7 @@ def judge(
         )
     ess = diff.effective_sample_size
     figures = {"candidate": _interval(cand), "current": _interval(cur), "difference": _interval(diff)}
-    change = f"{diff.value:+.4f} reward ({config.confidence:.0%} interval {diff.low:+.4f} to {diff.high:+.4f})"
+    change = f"{diff.value:+.4g} reward ({config.confidence:.0%} interval {diff.low:+.4g} to {diff.high:+.4g})"
     checks: dict[str, MetricCheck] = {}
     mu, p_cand, p_cur = (np.asarray(x, dtype=np.float64) for x in (logged, candidate, current))
     for name, budget in config.budgets.items():
@@ -646,13 +646,13 @@ def judge(
         reason = f"{ess:.0f} effective samples, fewer than the {needed} needed to judge: {change}"
     elif diff.high < -config.margin:
         verdict = "held" if config.mode == "enforce" else "warned"
-        reason = f"confidently worse than the current version: {change}"
+        reason = f"confidently worse than the current version by more than the margin {config.margin:g}: {change}"
     elif over:
         verdict = "held" if config.mode == "enforce" else "warned"
         reason = "confidently over budget: " + "; ".join(over)
     else:
         verdict = "published"
-        reason = f"not confidently worse than the current version: {change}"
+        reason = f"not confidently worse than the current version by more than the margin {config.margin:g}: {change}"
     return Evaluation(
         verdict=verdict, reason=reason, effective_sample_size=ess, metrics=checks or None, **figures, **common
     )

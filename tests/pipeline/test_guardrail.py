@@ -116,6 +116,21 @@ def test_a_sound_candidate_is_published_with_its_estimate(tmp_path: Any) -> None
     assert evaluation.episodes == 600 and "not confidently worse" in evaluation.reason
 
 
+def test_a_candidate_worse_by_less_than_the_margin_is_published_and_the_reason_says_so() -> None:
+    """A converged policy's update: worse by thousandths of reward, confidently but within the
+    margin. The reason once read "not confidently worse: -0.0000 reward (interval -0.0000 to -0.0000)"."""
+    rng = np.random.default_rng(1)
+    n = 4_000
+    good = np.arange(n) % 2 == 0
+    rewards = np.where(good, 0.9, 0.5) + rng.normal(0, 0.01, n)
+    candidate, current = np.where(good, 0.499, 0.501), np.full(n, 0.5)  # 0.0004 lower, to within ±0.00002
+    evaluation = judge(ENFORCE, rewards, np.full(n, 0.5), candidate, current)
+    assert evaluation.verdict == "published" and evaluation.difference is not None
+    assert -ENFORCE.margin < evaluation.difference.low < evaluation.difference.high < 0
+    assert "by more than the margin 0.01" in evaluation.reason, evaluation.reason
+    assert "-0.0000" not in evaluation.reason and "-0.0004" in evaluation.reason, evaluation.reason
+
+
 def test_too_few_effective_samples_publish_and_say_so() -> None:
     from agent_learning.store.memory import MemoryStore
 
