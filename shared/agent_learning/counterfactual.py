@@ -307,7 +307,7 @@ def compare_to_current(
     for name, values in logged.metrics.items():
         found = compare_metric(values, logged.logs.logged, chosen_target, chosen_current, confidence)
         if found is not None:
-            result.metrics[name] = found
+            result.metrics[name] = found[:2]
     if logged.truncated:
         result.notes.append(f"only the newest {len(logged.logs):,} episodes were read")
     if logged.skipped:

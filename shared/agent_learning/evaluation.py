@@ -448,20 +448,17 @@ def metric_values(measures: Sequence[Measures | None]) -> dict[str, Array]:
 
 def compare_metric(
     values: Array, logged: Array, candidate: Array, current: Array, confidence: float
-) -> tuple[Estimate, Estimate] | None:
-    """SNIPS estimates of a metric's mean under the candidate and the current version, from the
-    episodes that record it (None with fewer than two)."""
+) -> tuple[Estimate, Estimate, Estimate] | None:
+    """SNIPS estimates of a metric's mean under the candidate and the current version, and their
+    paired difference (candidate − current), from the episodes that record it (None with fewer than two)."""
     known = np.isfinite(values)
     if known.sum() < 2:
         return None
     logs = Logs.of(np.zeros(int(known.sum()), dtype=np.int64), values[known], logged[known], 1)
     try:
-        cand, cur, _ = compare(
-            logs, Target.of_chosen(candidate[known]), Target.of_chosen(current[known]), SNIPS(), confidence
-        )
+        return compare(logs, Target.of_chosen(candidate[known]), Target.of_chosen(current[known]), SNIPS(), confidence)
     except NoOverlap:
         return None
-    return cand, cur
 
 
 @dataclass(frozen=True)
@@ -588,9 +585,10 @@ def judge(
     difference candidate − current is estimated on the same episodes, so what they choose alike
     cancels. ``held`` (``warned`` in warn mode) when its upper bound is below −margin, or when a
     guardrail metric with a budget (``metrics``: per metric, its value on each episode, NaN
-    where unknown) is confidently over it — its lower bound above the budget — and the
-    candidate is not below the current version on it (so a candidate that moves towards the
-    budget is never held), on at least ``min_effective_samples`` effective samples of the
+    where unknown) is confidently over it — its lower bound above the budget — and confidently
+    above the current version on it — the paired difference's lower bound above 0 (so a
+    candidate that moves towards the budget, or keeps to the current version's, is not held
+    for it) — on at least ``min_effective_samples`` effective samples of the
     episodes that record the metric; ``too_few_samples`` when fewer effective samples than
     ``min_effective_samples`` (or fewer than two episodes) carry the comparison."""
     est = SNIPS()
@@ -626,13 +624,12 @@ def judge(
             else compare_metric(metrics[name], mu, p_cand, p_cur, config.confidence)
         )
         if found is not None:
-            c, k = found
-            enough = min(c.effective_sample_size, k.effective_sample_size) >= config.min_effective_samples
+            c, k, d = found
             checks[name] = MetricCheck(
                 budget=budget,
                 candidate=_interval(c),
                 current=_interval(k),
-                over=enough and c.low > budget and c.value > k.value,
+                over=d.effective_sample_size >= config.min_effective_samples and c.low > budget and d.low > 0,
             )
     over = [
         f"{name} {c.candidate.value:.4g} (lower bound {c.candidate.low:.4g}, current {c.current.value:.4g}) "

@@ -259,6 +259,24 @@ def test_a_budget_is_not_enforced_on_fewer_effective_samples_than_the_guardrail_
     assert judge(BUDGETED, rewards, np.full(n, 0.5), candidate, current, {"tokens": tokens}).verdict == "held"
 
 
+def test_a_candidate_no_costlier_than_an_over_budget_current_version_is_rarely_held() -> None:
+    """The current version spends 1,500 tokens against a budget of 1,000; a candidate that shifts
+    between two configurations of the same cost is no costlier. Held whenever its estimate came out
+    a token above the current one's, it was held about half the time; now at most 2.5%."""
+    config = GuardrailConfig(budget_tokens=1_000)
+    rng = np.random.default_rng(2)
+    n, runs = 1_000, 200
+    held = 0
+    for _ in range(runs):
+        costly = rng.random(n) < 0.5
+        rewards = (rng.random(n) < 0.6).astype(float)
+        tokens = rng.normal(1_500, 300, n)  # both configurations alike
+        candidate = np.where(costly, 0.55, 0.45)
+        evaluation = judge(config, rewards, np.full(n, 0.5), candidate, np.full(n, 0.5), {"tokens": tokens})
+        held += evaluation.verdict == "held"
+    assert held / runs <= 0.05, held
+
+
 def test_scores_carry_the_episodes_latency_tool_outcomes_and_tokens(tmp_path: Any) -> None:
     from agent_learning.capture import EpisodeCapture
     from agent_learning.judges.offline import OfflineJudge
