@@ -614,7 +614,7 @@ def judge(
         )
     ess = diff.effective_sample_size
     figures = {"candidate": _interval(cand), "current": _interval(cur), "difference": _interval(diff)}
-    change = f"{diff.value:+.4g} reward ({config.confidence:.0%} interval {diff.low:+.4g} to {diff.high:+.4g})"
+    change = f"{diff.value:+.4g} reward ({percent(config.confidence)} interval {diff.low:+.4g} to {diff.high:+.4g})"
     checks: dict[str, MetricCheck] = {}
     mu, p_cand, p_cur = (np.asarray(x, dtype=np.float64) for x in (logged, candidate, current))
     for name, budget in config.budgets.items():
@@ -653,6 +653,11 @@ def judge(
     return Evaluation(
         verdict=verdict, reason=reason, effective_sample_size=ess, metrics=checks or None, **figures, **common
     )
+
+
+def percent(confidence: float) -> str:
+    """A confidence as people write it: 0.95 → ``95%``, 0.999 → ``99.9%`` (never rounded up to 100%)."""
+    return f"{confidence * 100:g}%"
 
 
 def _interval(e: Estimate) -> Interval:

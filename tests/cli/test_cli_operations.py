@@ -212,6 +212,8 @@ def test_evaluate_every_target_against_the_current_version(deployment: Deploymen
     monkeypatch.delenv("AGENT_LEARNING_TRAIN_MAX_BATCH")
     text = ok("evaluate", "--agent-id", AGENT, "--uniform").stdout
     assert "uniform against v4 (current) on 70 episodes" in text and "target − current" in text
+    strict = ok("evaluate", "--agent-id", AGENT, "--uniform", "--confidence", "0.999").stdout
+    assert "mean reward, 99.9% intervals" in strict  # not rounded up to "100%"
 
     two = cli("evaluate", "--agent-id", AGENT, "--uniform", "--candidate")
     assert two.exit_code == 2 and "--candidate: choose one target" in two.stderr

@@ -129,6 +129,9 @@ def test_a_candidate_worse_by_less_than_the_margin_is_published_and_the_reason_s
     assert -ENFORCE.margin < evaluation.difference.low < evaluation.difference.high < 0
     assert "by more than the margin 0.01" in evaluation.reason, evaluation.reason
     assert "-0.0000" not in evaluation.reason and "-0.0004" in evaluation.reason, evaluation.reason
+    assert "(95% interval" in evaluation.reason
+    stricter = judge(dataclasses.replace(ENFORCE, confidence=0.995), rewards, np.full(n, 0.5), candidate, current)
+    assert "(99.5% interval" in stricter.reason, stricter.reason  # not rounded up to "100%"
 
 
 def test_too_few_effective_samples_publish_and_say_so() -> None:
