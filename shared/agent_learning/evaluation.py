@@ -166,6 +166,9 @@ class Target:
         """π(a_i | x_i) of every logged episode."""
         if self.table is None:
             assert self.given is not None
+            if len(self.given) != len(logs):
+                n, m = len(logs), len(self.given)
+                raise ValueError(f"target_probabilities: has {m} entries but there are {n} episodes")
             return self.given
         return self.table[self.rows, logs.actions]
 

@@ -188,6 +188,11 @@ def test_guardrail_settings_are_checked(field: str, value: Any, message: str) ->
         GuardrailConfig(**{field: value})
 
 
+def test_probabilities_of_another_length_than_the_rewards_are_named() -> None:
+    with pytest.raises(ValueError, match="target_probabilities: has 2 entries but there are 3 episodes"):
+        judge(ENFORCE, [1.0, 0.0, 1.0], [0.5] * 3, [0.5] * 2, [0.5] * 3)
+
+
 def test_structured_candidates_are_evaluated_at_the_probability_of_each_logged_configuration() -> None:
     policy = StructuredPolicy.create(
         AGENT,
