@@ -11,9 +11,9 @@ import pytest
 from support.factories import BASE_TIME, make_policy_doc, make_score
 
 from agent_learning import counterfactual as cf
-from agent_learning.documents import Score
+from agent_learning.documents import Action, Score
 from agent_learning.errors import NotFound
-from agent_learning.pipeline import create_policy, load_current
+from agent_learning.pipeline import create_policy, load_current, revise
 from agent_learning.store.base import Store
 from agent_learning.structured import Layout, StructuredPolicy, joint_index
 
@@ -64,6 +64,26 @@ def test_feedback_changes_the_reward_an_episode_is_evaluated_with() -> None:
     assert len(since.logs) == 5
     with pytest.raises(NotFound, match="has 1 scored episodes since"):
         cf.read_logged(store, current, since=BASE_TIME + timedelta(seconds=19))
+
+
+def test_episodes_of_a_removed_action_count_with_weight_zero_not_left_out() -> None:
+    """A third of the episodes were of ``c``, which a revision removed: no target chooses it, so
+    they weigh 0. Left out, IPS divided by the other two thirds and put "always b" at 1.2."""
+    from agent_learning.store.memory import MemoryStore
+
+    store = MemoryStore()
+    logged_uniformly(store, 1500)
+    revise(store, AGENT, [Action(id="a"), Action(id="b")])
+    current = load_current(store, AGENT)
+    assert current is not None
+    logged = cf.read_logged(store, current)
+    assert len(logged.logs) == 1500 and logged.skipped > 400
+    result = cf.compare_to_current(logged, current, cf.always(current, "b"), "always b")
+    now = (MEANS["a"] + MEANS["b"]) / 2  # the current version: a and b equally
+    for name, (target, current_estimate, _) in result.estimates.items():
+        assert target.low <= MEANS["b"] <= target.high, (name, target)
+        assert current_estimate.low <= now <= current_estimate.high, (name, current_estimate)
+    assert any("count with weight 0" in note for note in result.notes)
 
 
 def test_one_value_of_a_dimension_keeps_the_other_dimensions_as_the_policy_chooses_them() -> None:

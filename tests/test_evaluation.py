@@ -94,7 +94,13 @@ def test_intervals_cover_the_truth_and_the_bias_is_within_them(setting: object) 
 
 def test_t_quantiles_match_the_table() -> None:
     for df, expected in [(1, 12.706), (2, 4.303), (3, 3.182), (5, 2.571), (19, 2.093), (120, 1.980)]:
-        assert t_quantile(0.975, df) == pytest.approx(expected, abs=4e-3)
+        assert t_quantile(0.975, df) == pytest.approx(expected, abs=5e-4)
+    # The tails a 99% or 99.9% interval uses, at few degrees of freedom (the expansion was 4% short at df 3).
+    for p, df, expected in [(0.995, 3, 5.841), (0.995, 4, 4.604), (0.9995, 3, 12.924), (0.9995, 4, 8.610),
+                            (0.9995, 10, 4.587), (0.9995, 30, 3.646), (0.9995, 60, 3.460)]:
+        assert t_quantile(p, df) == pytest.approx(expected, abs=5e-4), (p, df)
+    assert t_quantile(0.9995, 3.7) == t_quantile(0.9995, 3)  # fractional df rounds down: wider, never narrower
+    assert t_quantile(0.025, 7) == -t_quantile(0.975, 7)
 
 
 @pytest.mark.parametrize(
@@ -112,6 +118,8 @@ def test_t_quantiles_match_the_table() -> None:
         ({"target_probabilities": [[0.2, 0.8]] * 5}, "actions[3]: 2 is not an action index in [0, 2)"),
         ({"target_probabilities": [[0.2, 0.6, 0.2]] * 4}, "target_probabilities: shape (4, 3), expected (5, 3)"),
         ({"target_probabilities": [[-0.2, 1.0, 0.2]] * 5}, "target_probabilities[0, 0]: -0.2 is not a probability"),
+        ({"target_probabilities": [0.2, 0.6, 0.2]}, "target_probabilities: shape (3,), expected (n, K)"),
+        ({"target_probabilities": [[0.2, "x", 0.2]] * 5}, "target_probabilities: not an array of numbers"),
         ({"estimator": "magic"}, "estimator: 'magic' is not one of ips, snips, dr"),
         ({"confidence": 1.0}, "confidence: 1.0 must be between 0 and 1"),
         ({"clip": 0}, "clip: 0 must be a positive number"),

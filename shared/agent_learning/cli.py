@@ -1124,6 +1124,7 @@ def evaluate(agent_id: str, version: int | None, action_id: str | None, uniform:
     policy, against the current version (IPS, self-normalised IPS and doubly robust, with intervals).
     Without a target option, the current version is evaluated on its own logs."""
     from . import counterfactual as cf  # numpy: only for this command
+    from .evaluation import percent
 
     chosen = [name for name, given in (("--version", version is not None), ("--action", action_id is not None),
                                        ("--uniform", uniform), ("--candidate", candidate)) if given]
@@ -1139,7 +1140,7 @@ def evaluate(agent_id: str, version: int | None, action_id: str | None, uniform:
         elif uniform:
             target, label = cf.uniform(current), "uniform"
         elif candidate:
-            target, new = cf.candidate_target(store, current, wiring.open_learner(settings))
+            target, new = cf.candidate_target(store, current, wiring.open_learner(settings), settings.train_max_batch)
             label = f"the next candidate (v{current.version + 1}, from {new} new episodes)"
         else:
             target, label = cf.of_document(current), f"v{current.version} (current)"
@@ -1151,7 +1152,7 @@ def evaluate(agent_id: str, version: int | None, action_id: str | None, uniform:
     span = f"{_iso(logged.first)[:19]} to {_iso(logged.last)[:19]}" if logged.first and logged.last else ""
     out.print(f"{agent_id}: {label} against v{current.version} (current) on {result.episodes:,} episodes "
               f"scored {span} UTC")
-    table = Table(title=f"mean reward, {confidence:.0%} intervals", title_justify="left")
+    table = Table(title=f"mean reward, {percent(confidence)} intervals", title_justify="left")
     for col in ("estimator", "target", "current", "target − current", "ESS"):
         table.add_column(col, justify="left" if col == "estimator" else "right")
     for name, (t, c, d) in result.estimates.items():

@@ -8,7 +8,10 @@ value, the other dimensions as the current version chooses them"), uniform, or t
 the next training run would publish — against the current version on the same episodes.
 
 Configurations are indexed in the joint space of the current version (mixed radix, the first
-dimension slowest); a target's probabilities are computed once per distinct context.
+dimension slowest); a target's probabilities are computed once per distinct context. Episodes of
+a configuration the current version lacks (a revision removed or renamed it) take the index
+after the last: no target chooses it, so they count with importance weight 0 — left out, they
+would raise IPS and DR by the share of episodes they are.
 """
 
 from __future__ import annotations
@@ -23,7 +26,7 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
-from .documents import PolicyDocument, Score, ScoreCursor, excluded_configurations
+from .documents import TRAIN_BATCH, PolicyDocument, Score, ScoreCursor, excluded_configurations
 from .errors import InvalidDocument, NotFound
 from .evaluation import (
     ESTIMATORS,
@@ -56,10 +59,11 @@ class Logged:
     """An agent's logged episodes as the estimators take them."""
 
     logs: Logs
-    """Actions are configuration indices of the current version; groups the episode's segment
-    (its categorical context values), for the doubly robust reward model."""
-    local: list[tuple[int, ...]]
-    """Per episode, its value index in each dimension (one dimension for a flat policy)."""
+    """Actions are configuration indices of the current version (:attr:`lacking` for one it lacks);
+    groups the episode's segment (its categorical context values), for the doubly robust reward model."""
+    local: list[tuple[int, ...] | None]
+    """Per episode, its value index in each dimension (one dimension for a flat policy; None for a
+    configuration the current version lacks)."""
     contexts: list[Mapping[str, Any] | None]
     """Distinct contexts, in first-seen order."""
     rows: NDArray[np.int64]
@@ -70,6 +74,8 @@ class Logged:
     last: datetime | None = None
     skipped: int = 0
     """Scores of configurations the current version does not have (a revision removed them)."""
+    lacking: int | None = None
+    """The action index of those episodes (one past the current version's configurations; None: none)."""
     invalid: int = 0
     truncated: bool = False
     """More episodes matched than :data:`MAX_EPISODES`: the newest were kept."""
@@ -99,9 +105,7 @@ def read_logged(
             if since is not None and score.scored_at < since:
                 continue
             local = layout.parse(score.action_id)
-            if local is None:
-                skipped += 1
-                continue
+            skipped += local is None
             episodes[score.episode_id] = [
                 local, score.reward, score.probability, score.context, score.scored_at, score.measures
             ]
@@ -130,9 +134,11 @@ def read_logged(
         rows[i] = keys[key]
         segment = tuple(sorted((k, v) for k, v in (context or {}).items() if isinstance(v, str | bool)))
         groups[i] = segments.setdefault(segment, len(segments))
-    actions = [joint_index(v[0], layout.sizes) for v in values]
+    configurations = math.prod(layout.sizes)
+    lacking = configurations if any(v[0] is None for v in values) else None
+    actions = [configurations if v[0] is None else joint_index(v[0], layout.sizes) for v in values]
     logs = Logs.of(
-        actions, [v[1] for v in values], [v[2] for v in values], math.prod(layout.sizes), groups
+        actions, [v[1] for v in values], [v[2] for v in values], configurations + (lacking is not None), groups
     )
     return Logged(
         logs,
@@ -143,6 +149,7 @@ def read_logged(
         values[0][4],
         values[-1][4],
         skipped,
+        lacking,
         invalid,
         truncated,
     )
@@ -225,14 +232,20 @@ def uniform(doc: PolicyDocument) -> Distribution:
 
 def target_of(logged: Logged, distribution: Distribution) -> Target:
     """A :class:`Target` on the logged episodes: the whole table when it fits
-    (:data:`MAX_TABLE_CELLS`), else the probability of each logged configuration only."""
+    (:data:`MAX_TABLE_CELLS`), else the probability of each logged configuration only; 0 for a
+    configuration the current version lacks."""
     first = distribution(logged.contexts[0])
     k = len(first)
     if len(logged.contexts) * k <= MAX_TABLE_CELLS:
         table = np.vstack([first] + [distribution(c) for c in logged.contexts[1:]])
+        if logged.lacking is not None:
+            table = np.hstack([table, np.zeros((len(table), 1))])
         return Target.of_table(table, logged.rows)
     chosen = np.fromiter(
-        (distribution(logged.contexts[u])[a] for u, a in zip(logged.rows, logged.logs.actions, strict=True)),
+        (
+            0.0 if a == logged.lacking else distribution(logged.contexts[u])[a]
+            for u, a in zip(logged.rows, logged.logs.actions, strict=True)
+        ),
         np.float64,
         len(logged.rows),
     )
@@ -294,11 +307,14 @@ def compare_to_current(
     for name, values in logged.metrics.items():
         found = compare_metric(values, logged.logs.logged, chosen_target, chosen_current, confidence)
         if found is not None:
-            result.metrics[name] = found
+            result.metrics[name] = found[:2]
     if logged.truncated:
         result.notes.append(f"only the newest {len(logged.logs):,} episodes were read")
     if logged.skipped:
-        result.notes.append(f"{logged.skipped} scores of configurations the current version lacks were left out")
+        result.notes.append(
+            f"{logged.skipped} scores of configurations the current version lacks count with weight 0 "
+            "(no target chooses them)"
+        )
     if not result.estimates:
         raise NotFound(f"--agent-id: {current.agent_id!r}: " + "; ".join(result.notes))
     return result
@@ -318,11 +334,15 @@ def version_target(store: Store, current: PolicyDocument, version: int) -> Distr
     return of_document(doc)
 
 
-def candidate_target(store: Store, current: PolicyDocument, learner: Any) -> tuple[Distribution, int]:
-    """The candidate the next training run would publish (not published), and its new episodes."""
+def candidate_target(
+    store: Store, current: PolicyDocument, learner: Any, max_batch: int = TRAIN_BATCH
+) -> tuple[Distribution, int]:
+    """The candidate the next training run would publish (not published), and its new episodes:
+    ``learner`` on the ``max_batch`` score rows after the cursor, as the trainer reads them
+    (``AGENT_LEARNING_TRAIN_MAX_BATCH``)."""
     from .pipeline.train import collect, learn, next_version  # the learner: numpy, only here
 
-    rows = store.read_scores(current.agent_id, current.cursor, 10_000)
+    rows = store.read_scores(current.agent_id, current.cursor, max_batch)
     batch = collect(current.agent_id, rows, current)
     if not batch.actions:
         raise NotFound(

@@ -1105,7 +1105,9 @@ class MetricCheck(BaseModel):
     candidate: Interval
     current: Interval
     over: bool
-    """Confidently over the budget (lower bound above it) and above the current version."""
+    """Confidently over the budget (lower bound above it) and confidently above the current version (the paired
+    difference's lower bound above 0), on at least the guardrail's minimum of effective samples among the
+    episodes that record the metric."""
 
 
 class Evaluation(BaseModel):

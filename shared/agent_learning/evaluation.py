@@ -29,8 +29,10 @@ docs/evaluation.md (``benchmarks/evaluation.py``).
 
 Assumptions shared by all three: μ_i is the true probability of a_i given what the logging
 policy saw, π gives probability only where μ does (overlap), and rewards depend on the
-context and action only (not on which policy chose). Clipping trades a downward bias for
-variance; unclipped IPS is unbiased, SNIPS and DR are consistent.
+context and action only (not on which policy chose). Clipping trades variance for a bias that
+the interval does not include (downward for IPS with rewards ≥ 0; SNIPS and DR lean towards
+what the logging policy chose), so a clipped interval may miss the truth; unclipped IPS is
+unbiased, SNIPS and DR are consistent.
 """
 
 from __future__ import annotations
@@ -164,6 +166,9 @@ class Target:
         """π(a_i | x_i) of every logged episode."""
         if self.table is None:
             assert self.given is not None
+            if len(self.given) != len(logs):
+                n, m = len(logs), len(self.given)
+                raise ValueError(f"target_probabilities: has {m} entries but there are {n} episodes")
             return self.given
         return self.table[self.rows, logs.actions]
 
@@ -192,9 +197,13 @@ def weights(logs: Logs, target: Target, clip: float | None) -> Array:
 
 
 def effective_sample_size(w: Array) -> float:
-    """Kish's (Σ w)² / Σ w²: how many on-policy episodes the weighted ones are worth."""
-    total = float(w.sum())
-    return 0.0 if total <= 0 else total * total / float((w * w).sum())
+    """Kish's (Σ w)² / Σ w²: how many on-policy episodes the weighted ones are worth (taken on
+    w / max w, which it does not change, so that a weight beyond 1e154 does not overflow its square)."""
+    top = float(w.max())
+    if not top > 0:
+        return 0.0
+    v = w / top
+    return float(v.sum()) ** 2 / float((v * v).sum())
 
 
 def _overlap(w: Array) -> None:
@@ -309,23 +318,55 @@ def interval(terms: Array, effective: float, confidence: float = 0.95) -> Estima
         raise ValueError(f"confidence: {confidence!r} must be between 0 and 1")
     n = len(terms)
     value = float(terms.mean())
-    half = t_quantile(0.5 + confidence / 2, max(effective - 1, 1.0)) * float(terms.std(ddof=1)) / math.sqrt(n)
+    scale = float(np.abs(terms).max())  # the spread of terms / scale: huge weights do not overflow its squares
+    sd = scale * float((terms / scale).std(ddof=1)) if scale > 0 else 0.0
+    half = t_quantile(0.5 + confidence / 2, max(effective - 1, 1.0)) * sd / math.sqrt(n)
     return Estimate(value, value - half, value + half, effective)
 
 
+EXACT_T_BELOW = 30
+"""Degrees of freedom below which :func:`t_quantile` is exact (at ⌊df⌋); from there the expansion is
+within 1e-4 of it up to p = 0.99995."""
+
+
 def t_quantile(p: float, df: float) -> float:
-    """Student's t quantile: exact for df < 3, else the Cornish–Fisher expansion in 1/df
-    (Abramowitz & Stegun 26.7.5; within 1e-3 of the exact value from df = 3)."""
-    if df < 2:
-        return math.tan(math.pi * (p - 0.5))
-    if df < 3:
-        return (2 * p - 1) / math.sqrt(2 * p * (1 - p))
+    """Student's t quantile: below :data:`EXACT_T_BELOW` degrees of freedom exact at ⌊df⌋ (rounding
+    the interval wider), by bisection on the closed form of the distribution (Abramowitz & Stegun
+    26.7.3–4), else the Cornish–Fisher expansion in 1/df (26.7.5)."""
+    if df < EXACT_T_BELOW:
+        return _exact_t_quantile(p, max(math.floor(df), 1))
     z = NormalDist().inv_cdf(p)
     g1 = (z**3 + z) / 4
     g2 = (5 * z**5 + 16 * z**3 + 3 * z) / 96
     g3 = (3 * z**7 + 19 * z**5 + 17 * z**3 - 15 * z) / 384
     g4 = (79 * z**9 + 776 * z**7 + 1482 * z**5 - 1920 * z**3 - 945 * z) / 92160
     return z + g1 / df + g2 / df**2 + g3 / df**3 + g4 / df**4
+
+
+def _exact_t_quantile(p: float, df: int) -> float:
+    """The t quantile at an integer ``df``: the angle θ = atan(t / √df) at which P(|T| ≤ t), a
+    finite series in cos θ, reaches |2p − 1|, found by bisection."""
+    if p == 0.5:
+        return 0.0
+    goal = abs(2 * p - 1)
+    lo, hi = 0.0, math.pi / 2
+    for _ in range(60):
+        theta = (lo + hi) / 2
+        c2, s = math.cos(theta) ** 2, math.sin(theta)
+        term = total = 1.0
+        if df % 2:  # odd: (2/π)(θ + sin θ cos θ (1 + 2/3 cos²θ + 2·4/(3·5) cos⁴θ + …))
+            for j in range(1, (df - 1) // 2):
+                term *= c2 * 2 * j / (2 * j + 1)
+                total += term
+            covered = 2 / math.pi * (theta + (s * math.cos(theta) * total if df > 1 else 0.0))
+        else:  # even: sin θ (1 + 1/2 cos²θ + 1·3/(2·4) cos⁴θ + …)
+            for j in range(1, df // 2):
+                term *= c2 * (2 * j - 1) / (2 * j)
+                total += term
+            covered = s * total
+        lo, hi = (theta, hi) if covered < goal else (lo, theta)
+    t = math.sqrt(df) * math.tan((lo + hi) / 2)
+    return t if p > 0.5 else -t
 
 
 def estimate(
@@ -347,8 +388,13 @@ def estimate(
     ``estimator`` is ``"ips"``, ``"snips"`` or ``"dr"`` (whose reward model is fitted per
     action and, if given, per ``groups`` index); ``clip`` caps the importance weights.
     """
-    table = np.asarray(target_probabilities, dtype=np.float64)
-    k = table.shape[1] if table.ndim == 2 else 0
+    try:
+        table = np.asarray(target_probabilities, dtype=np.float64)
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"target_probabilities: not an array of numbers ({exc})") from None
+    if table.ndim != 2:
+        raise ValueError(f"target_probabilities: shape {table.shape}, expected (n, K): one row per episode")
+    k = table.shape[1]
     logs = Logs.of(actions, rewards, logged_probabilities, k, groups)
     return evaluate(logs, Target.of(table, len(logs), k), estimator_named(estimator, clip), confidence)
 
@@ -405,20 +451,17 @@ def metric_values(measures: Sequence[Measures | None]) -> dict[str, Array]:
 
 def compare_metric(
     values: Array, logged: Array, candidate: Array, current: Array, confidence: float
-) -> tuple[Estimate, Estimate] | None:
-    """SNIPS estimates of a metric's mean under the candidate and the current version, from the
-    episodes that record it (None with fewer than two)."""
+) -> tuple[Estimate, Estimate, Estimate] | None:
+    """SNIPS estimates of a metric's mean under the candidate and the current version, and their
+    paired difference (candidate − current), from the episodes that record it (None with fewer than two)."""
     known = np.isfinite(values)
     if known.sum() < 2:
         return None
     logs = Logs.of(np.zeros(int(known.sum()), dtype=np.int64), values[known], logged[known], 1)
     try:
-        cand, cur, _ = compare(
-            logs, Target.of_chosen(candidate[known]), Target.of_chosen(current[known]), SNIPS(), confidence
-        )
+        return compare(logs, Target.of_chosen(candidate[known]), Target.of_chosen(current[known]), SNIPS(), confidence)
     except NoOverlap:
         return None
-    return cand, cur
 
 
 @dataclass(frozen=True)
@@ -545,9 +588,11 @@ def judge(
     difference candidate − current is estimated on the same episodes, so what they choose alike
     cancels. ``held`` (``warned`` in warn mode) when its upper bound is below −margin, or when a
     guardrail metric with a budget (``metrics``: per metric, its value on each episode, NaN
-    where unknown) is confidently over it — its lower bound above the budget — and the
-    candidate is not below the current version on it (so a candidate that moves towards the
-    budget is never held); ``too_few_samples`` when fewer effective samples than
+    where unknown) is confidently over it — its lower bound above the budget — and confidently
+    above the current version on it — the paired difference's lower bound above 0 (so a
+    candidate that moves towards the budget, or keeps to the current version's, is not held
+    for it) — on at least ``min_effective_samples`` effective samples of the
+    episodes that record the metric; ``too_few_samples`` when fewer effective samples than
     ``min_effective_samples`` (or fewer than two episodes) carry the comparison."""
     est = SNIPS()
     r = np.asarray(rewards, dtype=np.float64)
@@ -572,7 +617,7 @@ def judge(
         )
     ess = diff.effective_sample_size
     figures = {"candidate": _interval(cand), "current": _interval(cur), "difference": _interval(diff)}
-    change = f"{diff.value:+.4f} reward ({config.confidence:.0%} interval {diff.low:+.4f} to {diff.high:+.4f})"
+    change = f"{diff.value:+.4g} reward ({percent(config.confidence)} interval {diff.low:+.4g} to {diff.high:+.4g})"
     checks: dict[str, MetricCheck] = {}
     mu, p_cand, p_cur = (np.asarray(x, dtype=np.float64) for x in (logged, candidate, current))
     for name, budget in config.budgets.items():
@@ -582,9 +627,12 @@ def judge(
             else compare_metric(metrics[name], mu, p_cand, p_cur, config.confidence)
         )
         if found is not None:
-            c, k = found
+            c, k, d = found
             checks[name] = MetricCheck(
-                budget=budget, candidate=_interval(c), current=_interval(k), over=c.low > budget and c.value > k.value
+                budget=budget,
+                candidate=_interval(c),
+                current=_interval(k),
+                over=d.effective_sample_size >= config.min_effective_samples and c.low > budget and d.low > 0,
             )
     over = [
         f"{name} {c.candidate.value:.4g} (lower bound {c.candidate.low:.4g}, current {c.current.value:.4g}) "
@@ -598,16 +646,21 @@ def judge(
         reason = f"{ess:.0f} effective samples, fewer than the {needed} needed to judge: {change}"
     elif diff.high < -config.margin:
         verdict = "held" if config.mode == "enforce" else "warned"
-        reason = f"confidently worse than the current version: {change}"
+        reason = f"confidently worse than the current version by more than the margin {config.margin:g}: {change}"
     elif over:
         verdict = "held" if config.mode == "enforce" else "warned"
         reason = "confidently over budget: " + "; ".join(over)
     else:
         verdict = "published"
-        reason = f"not confidently worse than the current version: {change}"
+        reason = f"not confidently worse than the current version by more than the margin {config.margin:g}: {change}"
     return Evaluation(
         verdict=verdict, reason=reason, effective_sample_size=ess, metrics=checks or None, **figures, **common
     )
+
+
+def percent(confidence: float) -> str:
+    """A confidence as people write it: 0.95 → ``95%``, 0.999 → ``99.9%`` (never rounded up to 100%)."""
+    return f"{confidence * 100:g}%"
 
 
 def _interval(e: Estimate) -> Interval:

@@ -181,7 +181,8 @@ def test_runs_list_and_show(deployment: Deployment) -> None:
     assert gone.exit_code == 2 and "no run" in gone.stderr
 
 
-def test_evaluate_every_target_against_the_current_version(deployment: Deployment) -> None:
+def test_evaluate_every_target_against_the_current_version(deployment: Deployment,
+                                                           monkeypatch: pytest.MonkeyPatch) -> None:
     own = as_json("evaluate", "--agent-id", AGENT)
     assert own["episodes"] == 60 and own["current_version"] == 4 and own["target"] == "v4 (current)"
     assert set(own["estimates"]) == {"ips", "snips", "dr"}
@@ -205,8 +206,14 @@ def test_evaluate_every_target_against_the_current_version(deployment: Deploymen
     deployment.pipeline.score_pending()
     candidate = as_json("evaluate", "--agent-id", AGENT, "--candidate")
     assert candidate["target"] == "the next candidate (v5, from 10 new episodes)" and candidate["episodes"] == 70
+    monkeypatch.setenv("AGENT_LEARNING_TRAIN_MAX_BATCH", "4")  # the next run reads 4 score rows, and so does this
+    smaller = as_json("evaluate", "--agent-id", AGENT, "--candidate")
+    assert smaller["target"] == "the next candidate (v5, from 4 new episodes)"
+    monkeypatch.delenv("AGENT_LEARNING_TRAIN_MAX_BATCH")
     text = ok("evaluate", "--agent-id", AGENT, "--uniform").stdout
     assert "uniform against v4 (current) on 70 episodes" in text and "target − current" in text
+    strict = ok("evaluate", "--agent-id", AGENT, "--uniform", "--confidence", "0.999").stdout
+    assert "mean reward, 99.9% intervals" in strict  # not rounded up to "100%"
 
     two = cli("evaluate", "--agent-id", AGENT, "--uniform", "--candidate")
     assert two.exit_code == 2 and "--candidate: choose one target" in two.stderr

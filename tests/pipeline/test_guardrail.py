@@ -116,6 +116,24 @@ def test_a_sound_candidate_is_published_with_its_estimate(tmp_path: Any) -> None
     assert evaluation.episodes == 600 and "not confidently worse" in evaluation.reason
 
 
+def test_a_candidate_worse_by_less_than_the_margin_is_published_and_the_reason_says_so() -> None:
+    """A converged policy's update: worse by thousandths of reward, confidently but within the
+    margin. The reason once read "not confidently worse: -0.0000 reward (interval -0.0000 to -0.0000)"."""
+    rng = np.random.default_rng(1)
+    n = 4_000
+    good = np.arange(n) % 2 == 0
+    rewards = np.where(good, 0.9, 0.5) + rng.normal(0, 0.01, n)
+    candidate, current = np.where(good, 0.499, 0.501), np.full(n, 0.5)  # 0.0004 lower, to within ±0.00002
+    evaluation = judge(ENFORCE, rewards, np.full(n, 0.5), candidate, current)
+    assert evaluation.verdict == "published" and evaluation.difference is not None
+    assert -ENFORCE.margin < evaluation.difference.low < evaluation.difference.high < 0
+    assert "by more than the margin 0.01" in evaluation.reason, evaluation.reason
+    assert "-0.0000" not in evaluation.reason and "-0.0004" in evaluation.reason, evaluation.reason
+    assert "(95% interval" in evaluation.reason
+    stricter = judge(dataclasses.replace(ENFORCE, confidence=0.995), rewards, np.full(n, 0.5), candidate, current)
+    assert "(99.5% interval" in stricter.reason, stricter.reason  # not rounded up to "100%"
+
+
 def test_too_few_effective_samples_publish_and_say_so() -> None:
     from agent_learning.store.memory import MemoryStore
 
@@ -127,6 +145,22 @@ def test_too_few_effective_samples_publish_and_say_so() -> None:
     assert outcome.run is not None and outcome.run.evaluation is not None
     assert outcome.run.evaluation.verdict == "too_few_samples"
     assert "effective samples, fewer than the 30 needed to judge" in outcome.run.evaluation.reason
+
+
+def test_an_episode_logged_at_a_tiny_probability_is_weighed_not_a_training_failure() -> None:
+    """A weight beyond 1e154 (one episode logged at probability 1e-160, which a score accepts) once
+    overflowed its square: the guardrail's figures became NaN and every run of the agent failed."""
+    from agent_learning.store.memory import MemoryStore
+
+    store = MemoryStore()
+    start(store)
+    log_episodes(store, 200, seed=6)
+    store.put_score(make_score("ep-tiny", agent_id=AGENT, action_id="poor", probability=1e-160, reward=1.0))
+    outcome = train_agent(AGENT, store, Reinforce(), guardrail=ENFORCE)
+    assert outcome.status == "published", outcome.reason
+    evaluation = outcome.run.evaluation if outcome.run else None
+    assert evaluation is not None and evaluation.verdict == "too_few_samples"  # that one episode carries it all
+    assert evaluation.effective_sample_size == pytest.approx(1.0)
 
 
 def test_without_a_guardrail_runs_carry_no_evaluation() -> None:
@@ -152,6 +186,11 @@ def test_without_a_guardrail_runs_carry_no_evaluation() -> None:
 def test_guardrail_settings_are_checked(field: str, value: Any, message: str) -> None:
     with pytest.raises(ValueError, match=message):
         GuardrailConfig(**{field: value})
+
+
+def test_probabilities_of_another_length_than_the_rewards_are_named() -> None:
+    with pytest.raises(ValueError, match="target_probabilities: has 2 entries but there are 3 episodes"):
+        judge(ENFORCE, [1.0, 0.0, 1.0], [0.5] * 3, [0.5] * 2, [0.5] * 3)
 
 
 def test_structured_candidates_are_evaluated_at_the_probability_of_each_logged_configuration() -> None:
@@ -208,6 +247,42 @@ def test_a_candidate_confidently_over_a_budget_is_held_and_one_moving_towards_it
     assert unbudgeted.verdict == "published" and unbudgeted.metrics is None
     unknown = judge(BUDGETED, [1.0, 0.0, 1.0], [0.5] * 3, [0.5] * 3, [0.5] * 3, {"tokens": np.full(3, np.nan)})
     assert unknown.metrics is None  # no episode recorded its tokens: nothing to hold on
+
+
+def test_a_budget_is_not_enforced_on_fewer_effective_samples_than_the_guardrail_needs() -> None:
+    """600 episodes, of which only 6 recorded their tokens (an agent that just began to): the reward
+    comparison has evidence, the token budget does not, and a candidate is not held on 6 episodes."""
+    rng = np.random.default_rng(0)
+    n = 600
+    costly = np.arange(n) % 2 == 1
+    rewards = (rng.random(n) < 0.5).astype(float)
+    tokens = np.full(n, np.nan)
+    tokens[:6] = np.where(costly[:6], 5_000.0, 4_990.0)
+    candidate, current = np.where(costly, 0.6, 0.4), np.full(n, 0.5)
+    few = judge(BUDGETED, rewards, np.full(n, 0.5), candidate, current, {"tokens": tokens})
+    check = few.metrics["tokens"]
+    assert check.candidate.low > 1_500 and check.candidate.value > check.current.value  # over, on 6 episodes
+    assert few.verdict == "published" and not check.over, few.reason
+    tokens[:] = np.where(costly, 5_000.0, 4_990.0)  # every episode recorded them: confidently over
+    assert judge(BUDGETED, rewards, np.full(n, 0.5), candidate, current, {"tokens": tokens}).verdict == "held"
+
+
+def test_a_candidate_no_costlier_than_an_over_budget_current_version_is_rarely_held() -> None:
+    """The current version spends 1,500 tokens against a budget of 1,000; a candidate that shifts
+    between two configurations of the same cost is no costlier. Held whenever its estimate came out
+    a token above the current one's, it was held about half the time; now at most 2.5%."""
+    config = GuardrailConfig(budget_tokens=1_000)
+    rng = np.random.default_rng(2)
+    n, runs = 1_000, 200
+    held = 0
+    for _ in range(runs):
+        costly = rng.random(n) < 0.5
+        rewards = (rng.random(n) < 0.6).astype(float)
+        tokens = rng.normal(1_500, 300, n)  # both configurations alike
+        candidate = np.where(costly, 0.55, 0.45)
+        evaluation = judge(config, rewards, np.full(n, 0.5), candidate, np.full(n, 0.5), {"tokens": tokens})
+        held += evaluation.verdict == "held"
+    assert held / runs <= 0.05, held
 
 
 def test_scores_carry_the_episodes_latency_tool_outcomes_and_tokens(tmp_path: Any) -> None:
