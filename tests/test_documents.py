@@ -519,6 +519,16 @@ def test_arbitrary_json_only_ever_raises_invalid_document(
         assert Episode.from_json(ep.to_json()) == ep
 
 
+@pytest.mark.parametrize("probability", [5e-324, 2.2e-308, 9e-301])
+def test_an_episode_logged_at_a_probability_below_1e_300_is_refused(probability: float) -> None:
+    """Its importance weight would overflow (1/5e-324 is inf) and every training run of the agent
+    failed on the run's metrics; 1e-300 itself is accepted (the round trip below draws it)."""
+    data = episode_dict() | {"probability": probability, "logprob": math.log(probability)}
+    with pytest.raises(InvalidDocument) as err:
+        Episode.from_dict(data)
+    assert err.value.fields == ["probability"] and "below 1e-300" in str(err.value)
+
+
 @settings(max_examples=100, deadline=None)
 @given(
     probability=st.floats(min_value=1e-300, max_value=1.0, exclude_min=False),

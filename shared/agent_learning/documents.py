@@ -135,6 +135,10 @@ ShortText = Annotated[str, StringConstraints(strict=True, max_length=1_000)]
 Finite = Annotated[float, Field(strict=True, allow_inf_nan=False)]
 NonNegative = Annotated[float, Field(strict=True, allow_inf_nan=False, ge=0)]
 Probability = Annotated[float, Field(strict=True, allow_inf_nan=False, gt=0, le=1)]
+MIN_LOGGED_PROBABILITY = 1e-300
+"""The smallest probability an episode may log: its importance weight 1/μ stays below 1e300, so
+that sums of weights stay finite (at 5e-324 the weight is infinite and the agent's training runs
+failed on it). No policy draws an action that unlikely."""
 Version = Annotated[int, Field(strict=True, ge=1)]
 Count = Annotated[int, Field(strict=True, ge=0)]
 MAX_METADATA_VALUE_CHARS = 256
@@ -491,6 +495,9 @@ class Episode(Document):
             raise ValueError("ended_at: is before started_at")
         if abs(self.logprob - math.log(self.probability)) > 1e-6:
             raise ValueError(f"logprob: {self.logprob} is not log(probability) = {math.log(self.probability)}")
+        if self.probability < MIN_LOGGED_PROBABILITY:
+            raise ValueError(f"probability: {self.probability!r} is below {MIN_LOGGED_PROBABILITY!r}, the smallest "
+                             f"an episode may log (its importance weight would not be finite)")
         size = json_bytes(self.model_dump(mode="json"))
         if size > MAX_EPISODE_BYTES:
             raise _OverLimit(
