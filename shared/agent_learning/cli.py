@@ -1673,8 +1673,8 @@ def train(agent_id: str | None, as_json: bool, db: str | None) -> None:
             )
             if r.run and r.run.episodes:
                 line += f" ({_n(r.run.episodes, 'episode')}, mean reward {r.run.metrics['mean_reward']:.3f})"
-            if r.reason and r.status != "published":
-                line += f" — {r.reason}"
+            if r.reason:  # for a publish: the guardrail in warn mode found the candidate worse
+                line += f" — {'published although ' if r.status == 'published' else ''}{r.reason}"
             out.print(line)
     if outcomes["failed"] and not as_json:
         out.print(f"{outcomes['failed']} episode(s) could not be scored (the warning above says why); each is tried"

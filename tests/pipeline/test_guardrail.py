@@ -98,6 +98,7 @@ def test_in_warn_mode_a_worse_candidate_is_published_with_its_verdict(store: Sto
     assert current is not None and current.run is not None and current.run.evaluation is not None
     assert current.run.evaluation.verdict == "warned"
     assert current.run.evaluation.difference is not None and current.run.evaluation.difference.high < 0
+    assert outcome.reason == current.run.evaluation.reason != ""  # `train --json` shows it, not only the log
 
 
 def test_a_sound_candidate_is_published_with_its_estimate(tmp_path: Any) -> None:

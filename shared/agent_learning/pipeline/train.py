@@ -69,6 +69,7 @@ class TrainOutcome:
         "failed",
     ]
     """``held``: the publish guardrail held the candidate (``run`` is the held run, ``reason`` why);
+    ``published`` with a ``reason``: the guardrail in ``warn`` mode found the candidate worse;
     ``invalid_policy``: the current document does not validate (an operator must fix it);
     ``unavailable``: the store (or another dependency) failed transiently, the next tick retries;
     ``failed``: anything else went wrong (``reason`` names the exception)."""
@@ -177,8 +178,10 @@ def _train_agent(
         new = publish(store, new, loaded.etag)
     except ConcurrencyConflict as exc:
         return TrainOutcome("lost_race", agent_id, current.version, reason=str(exc))
-    return TrainOutcome("published", agent_id, new.version, new.run, probabilities=policy_probabilities(new),
-                        choices=policy_choices(new))
+    evaluation = new.run.evaluation if new.run is not None else None
+    warned = evaluation.reason if evaluation is not None and evaluation.verdict == "warned" else ""
+    return TrainOutcome("published", agent_id, new.version, new.run, reason=warned,
+                        probabilities=policy_probabilities(new), choices=policy_choices(new))
 
 
 def paused(pin_reason: str) -> str:
