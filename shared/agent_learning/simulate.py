@@ -178,8 +178,10 @@ class Scenario:
 
     def expected_rewards(self, judge: Any, reward: Any, n: int = 2_000, seed: int = 0) -> dict[str, float]:
         """The true mean reward of each action, by simulation with the given judge and reward. Every
-        action meets the same tasks and luck (common random numbers), so the differences between
-        actions, which decide which one is best, are sharper than the means themselves."""
+        action's simulation starts from the same seed, so actions that draw alike meet the same tasks
+        and luck (common random numbers); an action whose tool call draws more random numbers falls
+        out of step after its first such episode, and its difference from the others is only as
+        sharp as two independent means of ``n`` episodes."""
         clock = ManualClock()
         out = {}
         for b in self.behaviours:
@@ -197,7 +199,7 @@ class Scenario:
     def expected_by_segment(self, judge: Any, reward: Any, n: int = 300, seed: int = 0) -> dict[str, dict[str, float]]:
         """A structured agent's true mean reward of every configuration, per task type
         (``{"task=billing": {"prompt=concise:retrieval_k=3": 0.91, ...}}``), by simulation; within a
-        task type every configuration meets the same tasks and luck, as in :meth:`expected_rewards`."""
+        task type every configuration's simulation starts from the same seed, as in :meth:`expected_rewards`."""
         assert self.dimensions is not None and self.make_typed_task is not None and self.context_features
         feature = next(iter(self.context_features))
         policy = StructuredPolicy.create(self.agent_id, self.dimensions)
