@@ -1353,6 +1353,9 @@ def feedback(
                 "training run that has new episodes (or a full batch of corrections)")
     elif data["status"] == "unchanged":
         said = "stored; the reward already reflects it"
+    elif (letter := (_dead_letters(db) or {}).get(message_id_of(episode_id))) is not None:
+        said = (f"stored; the episode was dead-lettered ({letter.reason}), so it is applied only once "
+                f"`agent-learn dlq replay --id {message_id_of(episode_id)}` has it scored")
     else:  # waiting: the episode has no score yet (not scored, or left unjudged)
         said = "stored; it is applied when the episode is scored"
     out.print(f"feedback {data['feedback_id']}: {said}")

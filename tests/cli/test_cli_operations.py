@@ -316,6 +316,8 @@ def test_a_dead_lettered_episode_shows_why(deployment: Deployment) -> None:
     assert "dead-lettered" in ok("episodes", "list").stdout
     scored = as_json("episodes", "show", deployment.episodes[-1])
     assert scored["dead_letter"] is None
+    said = " ".join(ok("feedback", episode.id, "--up").stdout.split())  # it waits for a replay, not a score
+    assert f"dead-lettered (JudgeFailed), so it is applied only once `agent-learn dlq replay --id {episode.id}`" in said
 
 
 def test_dlq_list_and_replay_on_the_embedded_queue(deployment: Deployment) -> None:
