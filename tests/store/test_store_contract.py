@@ -1138,6 +1138,15 @@ def test_deleting_an_agent_removes_all_of_its_documents_and_nothing_else(store: 
     assert store.list_agents() == ["agent-a", "agent-b"]
 
 
+def test_the_other_agents_episodes_stay_listed_after_an_agent_is_deleted(store: Store) -> None:
+    for n, agent in enumerate(("agent-a", "agent-b", "agent-a", "agent-b")):
+        store.add_episode(make_episode(f"ep-{n}", agent_id=agent))
+    store.delete_agent("agent-a")
+    assert sorted(store.episode_ids("agent-b")) == ["ep-1", "ep-3"]
+    assert list(store.episode_ids("agent-a")) == []
+    assert sorted(ids(store.list_episodes())) == ["ep-1", "ep-3"]
+
+
 def test_an_episode_keeps_its_context_and_one_without_stores_none(store: Store) -> None:
     context = {"task": "billing", "tokens": 812, "score": 0.25, "returning": True}
     store.add_episode(make_episode("ep-ctx", context=context))
