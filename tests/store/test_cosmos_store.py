@@ -523,3 +523,57 @@ def test_one_store_sends_one_query_at_a_time(
     with ThreadPoolExecutor(8) as pool:
         answers = list(pool.map(lambda a: store.has_new_scores(a, None), agents * 3))
     assert answers == [True] * 24 and most == 1
+
+
+def test_listings_that_page_wait_for_the_other_queries_too(
+    store: CosmosStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The training tick's listing of every agent's cursor and the audit's stream of episode ids
+    query through the same client as the trainers' reads (a timer and queue triggers share one
+    worker): they too fetch one page at a time per store, and the stream is not held up while its
+    caller works through a page."""
+    import threading
+    from concurrent.futures import ThreadPoolExecutor
+
+    agents = [f"agent-{i}" for i in range(4)]
+    for agent in agents:
+        create_policy(store, SoftmaxPolicy.from_actions(agent, ["x", "y"]).to_document(created_at=None))
+        store.add_episode(make_episode(f"{agent}-ep-1", agent_id=agent))
+    inside, most, lock = 0, 0, threading.Lock()
+
+    class Watched:
+        """A query's pages, each fetched while counted as one request in flight."""
+
+        def __init__(self, pages: Any) -> None:
+            self.pages = pages
+
+        def __iter__(self) -> Iterator[Any]:
+            return (row for page in self.by_page() for row in page)
+
+        def by_page(self, *args: Any) -> Iterator[list[Any]]:
+            nonlocal inside, most
+            pages = self.pages.by_page(*args)
+            while True:
+                with lock:
+                    inside += 1
+                    most = max(most, inside)
+                try:
+                    time.sleep(0.01)  # long enough for another thread to come in, if it may
+                    page = next(pages, None)
+                    rows = None if page is None else list(page)
+                finally:
+                    with lock:
+                        inside -= 1
+                if rows is None:
+                    return
+                yield rows
+
+    for name in ("policies", "episodes"):
+        container = store._c[name]
+        monkeypatch.setattr(container, "query_items", lambda *a, _q=container.query_items, **k: Watched(_q(*a, **k)))
+    calls = [store.training_cursors, lambda: list(store.episode_ids("agent-1")),
+             lambda: store.list_policy_versions("agent-2")] * 4
+    with ThreadPoolExecutor(6) as pool:
+        answers = list(pool.map(lambda call: call(), calls))
+    assert [c.agent_id for c in answers[0]] == agents and answers[1] == ["agent-1-ep-1"] and len(answers[2]) == 1
+    assert most == 1

@@ -410,15 +410,22 @@ class CosmosStore(Store):
         return self._query("episodes", f"SELECT TOP @n * FROM c{where} ORDER BY c._ts DESC", params)
 
     def episode_ids(self, agent_id: str) -> Iterator[str]:
-        """A cross-partition query (episodes are partitioned by id), read page by page."""
+        """A cross-partition query (episodes are partitioned by id), read page by page, each page
+        fetched as :meth:`_query` fetches (one query at a time per store)."""
         pages = self._c["episodes"].query_items(
             "SELECT c.id FROM c WHERE c.agent_id = @agent",
             parameters=[{"name": "@agent", "value": agent_id}],
             enable_cross_partition_query=True,
             max_item_count=1000,
-        )
-        for row in pages:
-            yield str(row["id"])
+        ).by_page()
+        while True:
+            with self._query_lock:  # not held while the caller works through a page
+                page = next(pages, None)
+                rows = None if page is None else list(page)
+            if rows is None:  # (a page may be empty and yet not the last)
+                return
+            for row in rows:
+                yield str(row["id"])
 
     # ------------------------------------------------------------------ scores
 
@@ -758,13 +765,13 @@ class CosmosStore(Store):
     def training_cursors(self) -> list[AgentCursor]:
         """One cross-partition query projecting the five fields of every current document, read
         in pages of :data:`CURSOR_PAGE` (about one request per thousand agents)."""
-        pages = self._c["policies"].query_items(
+        rows = self._query(
+            "policies",
             "SELECT c.agent_id, c.version, c.cursor, c.pinned, c.pin_reason FROM c WHERE c.kind = 'current'",
-            enable_cross_partition_query=True,
-            max_item_count=CURSOR_PAGE,
+            [],
+            page_size=CURSOR_PAGE,
         )
-        cursors = [agent_cursor(row) for row in pages]
-        return sorted(cursors, key=lambda c: c.agent_id)
+        return sorted((agent_cursor(row) for row in rows), key=lambda c: c.agent_id)
 
     # ------------------------------------------------------------------ runs
 
@@ -827,13 +834,22 @@ class CosmosStore(Store):
             return None
 
     def _query(
-        self, container: str, sql: str, params: list[dict[str, Any]], partition_key: str | list[str] | None = None
+        self,
+        container: str,
+        sql: str,
+        params: list[dict[str, Any]],
+        partition_key: str | list[str] | None = None,
+        *,
+        page_size: int | None = None,
     ) -> list[RawDoc]:
-        """Every row of a query, read page by page. One query at a time per store: azure-cosmos
-        4.17 keeps one response-header dict per client that each query page clears and refills,
-        so two threads querying through one client can fail with "OrderedDict mutated during
-        iteration" (seen with 16 concurrent queries)."""
+        """Every row of a query, read page by page (of ``page_size`` rows: the server's choice by
+        default). One query at a time per store: azure-cosmos 4.17 keeps one response-header dict
+        per client that each query page clears and refills, so two threads querying through one
+        client can fail with "OrderedDict mutated during iteration" (seen with 16 concurrent
+        queries)."""
         kwargs: dict[str, Any] = {"query": sql, "parameters": params}
+        if page_size is not None:
+            kwargs["max_item_count"] = page_size
         if partition_key is None:
             kwargs["enable_cross_partition_query"] = True
         else:
