@@ -266,6 +266,11 @@ def test_the_writers_setting_is_validated_at_start_naming_the_variable(monkeypat
         (json.dumps({"anonymous": []}), "non-empty list"),
         (json.dumps({"anonymous": "support-*"}), "non-empty list"),
         (json.dumps({"anonymous": ["a/b"]}), "'a/b' is not an agent id or pattern"),
+        (json.dumps({"anonymous": {"support-*": True}}), "non-empty list"),
+        # One identity twice (JSON would keep only the last entry; an identity's case does not count):
+        # the first entry's agents would silently lose their writer.
+        ('{"anonymous": ["support-*"], "anonymous": ["billing"]}', "anonymous: given twice"),
+        (json.dumps({key_identity("k"): ["support-*"], key_identity("k").upper(): ["billing"]}), "given twice"),
     ]:
         monkeypatch.setenv("AGENT_LEARNING_EPISODE_WRITERS", bad)
         with pytest.raises(ConfigurationError, match="AGENT_LEARNING_EPISODE_WRITERS") as info:
