@@ -577,3 +577,30 @@ def test_listings_that_page_wait_for_the_other_queries_too(
         answers = list(pool.map(lambda call: call(), calls))
     assert [c.agent_id for c in answers[0]] == agents and answers[1] == ["agent-1-ep-1"] and len(answers[2]) == 1
     assert most == 1
+
+
+def test_another_request_between_a_feed_page_and_its_token_does_not_corrupt_the_token(
+    store: CosmosStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """azure-cosmos 4.17 reads a change-feed page's token from the client's last response headers:
+    a scorer's point read completing in another thread just then used to hand the feedback sweep
+    that document's ETag as its checkpoint, and every later read failed (UnicodeDecodeError)."""
+    from azure.cosmos._change_feed.change_feed_iterable import ChangeFeedIterable
+
+    for i in range(3):
+        store.add_episode(make_episode(f"ep-{i}"))
+    unpack = ChangeFeedIterable._unpack
+
+    def another_thread_reads_first(self: Any, block: Any) -> Any:
+        store.get_episode("ep-0")  # what another thread's request does to the client's last headers
+        return unpack(self, block)
+
+    monkeypatch.setattr(ChangeFeedIterable, "_unpack", another_thread_reads_first)
+    page = store.read_episodes(None, 2)
+    assert [d["id"] for d in page.items] == ["ep-0", "ep-1"]
+    rest = store.read_episodes(page.continuation, 10)
+    assert [d["id"] for d in rest.items] == ["ep-2"]
+    store.get_episode("ep-1")
+    empty = store.read_episodes(rest.continuation, 10)
+    store.add_episode(make_episode("ep-3"))
+    assert empty.items == [] and [d["id"] for d in store.read_episodes(empty.continuation, 10).items] == ["ep-3"]

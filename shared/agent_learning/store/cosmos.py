@@ -385,19 +385,21 @@ class CosmosStore(Store):
         return self._read_feed("episodes", continuation, max_items)
 
     def _read_feed(self, name: str, continuation: str | None, max_items: int) -> FeedPage:
+        """One change-feed page and the token after it. azure-cosmos 4.17 takes that token from the
+        client's *last* response headers, which another thread's request (a scorer's point read)
+        may have replaced by then, and such a token fails every later read; so it is taken from
+        this request's own headers, which the response hook receives and the SDK then updates
+        with the token (also after a page that found nothing)."""
         container = self._c[name]
-        kwargs: dict[str, Any] = {"max_item_count": max_items}
+        answered: list[Mapping[str, Any]] = []
+        kwargs: dict[str, Any] = {"max_item_count": max_items, "response_hook": lambda h, _: answered.append(h)}
         if continuation:
             kwargs["continuation"] = continuation
         else:
             kwargs["start_time"] = "Beginning"
-        pager = container.query_items_change_feed(**kwargs)
-        pages = pager.by_page()
-        try:
-            items = list(next(pages))
-        except StopIteration:
-            items = []
-        token = pages.continuation_token or container.client_connection.last_response_headers.get("etag")
+        pages = container.query_items_change_feed(**kwargs).by_page()
+        items = list(next(pages, []))
+        token = answered[-1].get("etag") if answered else None
         return FeedPage(items, token or continuation)
 
     def list_episodes(self, agent_id: str | None = None, limit: int = 100) -> list[RawDoc]:
