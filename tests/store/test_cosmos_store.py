@@ -604,3 +604,22 @@ def test_another_request_between_a_feed_page_and_its_token_does_not_corrupt_the_
     empty = store.read_episodes(rest.continuation, 10)
     store.add_episode(make_episode("ep-3"))
     assert empty.items == [] and [d["id"] for d in store.read_episodes(empty.continuation, 10).items] == ["ep-3"]
+
+
+def test_a_missing_database_or_container_is_a_configuration_error_not_a_missing_document(
+    cosmos_database: Any, cosmos_client: Any
+) -> None:
+    """A mistyped AGENT_LEARNING_COSMOS_DATABASE used to read as "no such document": no policy for
+    any agent, and the scorer dead-lettering every episode it had to read as EpisodeNotFound."""
+    from agent_learning.errors import ConfigurationError
+
+    for database in (cosmos_client.get_database_client("no-such-database"), cosmos_database):  # no containers
+        store = CosmosStore(database)
+        for call, container in ((lambda s=store: s.get_current_policy("agent-a"), "policies"),
+                                (lambda s=store: s.get_current_policy_if_changed("agent-a", '"x"'), "policies"),
+                                (lambda s=store: s.get_episode("ep-1"), "episodes"),
+                                (lambda s=store: s.list_agents(), "policies")):
+            with pytest.raises(ConfigurationError, match=f"no container '{container}' in the database '{database.id}'"):
+                call()
+    store.ensure_containers()  # once they exist, a missing document is None again
+    assert store.get_current_policy("agent-a") is None and store.get_episode("ep-1") is None

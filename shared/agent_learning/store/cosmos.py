@@ -81,6 +81,7 @@ import threading
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
+from urllib.parse import urlsplit
 
 from azure.core import MatchConditions
 from azure.core.exceptions import ServiceRequestError, ServiceResponseError
@@ -107,7 +108,7 @@ from ..documents import (
     correction_ledger_id,
     policy_doc_id,
 )
-from ..errors import ConcurrencyConflict, NotFound, TransientError
+from ..errors import ConcurrencyConflict, ConfigurationError, NotFound, TransientError
 from ..telemetry import SCORES_LATE, count
 from .base import (
     NOT_MODIFIED,
@@ -210,6 +211,16 @@ an outage, transient like a throttled request, whichever call meets it."""
 T = TypeVar("T")
 
 
+def _container_missing(exc: cosmos_errors.CosmosResourceNotFoundError) -> bool:
+    """Whether a 404 says that the database or the container does not exist, rather than the
+    document: azure-cosmos reads a container's properties before its first request to it (a 404
+    on that request's URL, which names no document), and Cosmos answers a request to a container
+    deleted since with sub-status 1003. Reads must not take it for "no such document"."""
+    request = getattr(getattr(exc, "response", None), "request", None)
+    path = urlsplit(str(getattr(request, "url", "") or "")).path
+    return exc.sub_status == 1003 or (path.startswith("/dbs/") and "/docs" not in path)
+
+
 def _translate_transient_errors(cls: type[T]) -> type[T]:
     """Every public method of ``cls`` (a generator's iteration and a coroutine included) raises
     :class:`TransientError` for :data:`UNREACHABLE` and for the statuses in
@@ -250,12 +261,22 @@ def _guarded(method: Callable[..., Any]) -> Callable[..., Any]:
 
 @contextlib.contextmanager
 def _port_errors() -> Iterator[None]:
-    """Raise the port's :class:`TransientError` for an outage or a transient status; any other
-    SDK error passes through as it is."""
+    """Raise the port's :class:`TransientError` for an outage or a transient status, and
+    :class:`ConfigurationError` for a database or container that does not exist
+    (:func:`_container_missing`); any other SDK error passes through as it is."""
     try:
         yield
     except UNREACHABLE as exc:
         raise TransientError(f"Cosmos DB unreachable ({type(exc).__name__}: {exc})") from exc
+    except cosmos_errors.CosmosResourceNotFoundError as exc:
+        if not _container_missing(exc):
+            raise
+        segments = urlsplit(str(exc.response.request.url)).path.strip("/").split("/")  # dbs/{db}/colls/{c}/...
+        database, container = (segments + ["?"] * 4)[1:4:2]
+        raise ConfigurationError(
+            f"Cosmos DB has no container {container!r} in the database {database!r}: check "
+            "AGENT_LEARNING_COSMOS_DATABASE, or create the containers (azd provision)"
+        ) from exc
     except cosmos_errors.CosmosHttpResponseError as exc:
         if exc.status_code in TRANSIENT_STATUS:
             raise TransientError(f"Cosmos DB answered {exc.status_code}: {exc.message}") from exc
@@ -265,7 +286,8 @@ def _port_errors() -> Iterator[None]:
 @_translate_transient_errors
 class CosmosStore(Store):
     """The store port on a Cosmos DB (NoSQL) database. Throttling, timeouts, server errors and
-    an unreachable account raise :class:`TransientError`."""
+    an unreachable account raise :class:`TransientError`; a database or container that does not
+    exist raises :class:`ConfigurationError` (never read as a missing document)."""
 
     def __init__(
         self,
@@ -692,7 +714,9 @@ class CosmosStore(Store):
                 etag=etag,
                 match_condition=MatchConditions.IfModified,
             )
-        except cosmos_errors.CosmosResourceNotFoundError:
+        except cosmos_errors.CosmosResourceNotFoundError as exc:
+            if _container_missing(exc):
+                raise
             return None
         if not doc:
             return NOT_MODIFIED
@@ -832,7 +856,9 @@ class CosmosStore(Store):
     def _read(self, container: str, item_id: str, partition_key: str | list[str]) -> RawDoc | None:
         try:
             return self._c[container].read_item(item_id, partition_key=partition_key)
-        except cosmos_errors.CosmosResourceNotFoundError:
+        except cosmos_errors.CosmosResourceNotFoundError as exc:
+            if _container_missing(exc):
+                raise
             return None
 
     def _query(
