@@ -623,3 +623,15 @@ def test_a_missing_database_or_container_is_a_configuration_error_not_a_missing_
                 call()
     store.ensure_containers()  # once they exist, a missing document is None again
     assert store.get_current_policy("agent-a") is None and store.get_episode("ep-1") is None
+
+
+def test_connecting_to_an_account_that_cannot_be_reached_is_a_transient_error(cosmos_server: Any) -> None:
+    """The client reads the account when it is built: an outage then is the port's error too."""
+    import socket
+
+    with socket.socket() as probe:  # a port nothing listens on
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    with pytest.raises(TransientError, match="unreachable"):
+        CosmosStore.connect(f"https://127.0.0.1:{port}/", "agent-learning", key=cosmos_server.key,
+                            client_kwargs=CLIENT_KWARGS)

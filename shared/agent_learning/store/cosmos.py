@@ -331,15 +331,17 @@ class CosmosStore(Store):
     ) -> CosmosStore:
         """Connect with an account key (local servers) or with Entra ID: ``DefaultAzureCredential``,
         which is the managed identity in Azure (``managed_identity_client_id`` for a
-        user-assigned one)."""
+        user-assigned one). The client reads the account at once: an account that cannot be
+        reached raises :class:`TransientError` here too."""
         credential = key if key else _default_credential(managed_identity_client_id)
         kwargs = dict(client_kwargs or {})
-        client = CosmosClient(endpoint, credential=credential, **kwargs)
-        db = (
-            client.create_database_if_not_exists(database)
-            if create_containers
-            else client.get_database_client(database)
-        )
+        with _port_errors():  # a classmethod: the class decorator does not guard it
+            client = CosmosClient(endpoint, credential=credential, **kwargs)
+            db = (
+                client.create_database_if_not_exists(database)
+                if create_containers
+                else client.get_database_client(database)
+            )
 
         def async_factory() -> Any:
             from azure.cosmos.aio import CosmosClient as AsyncCosmosClient  # lazy: only for async episode writes
