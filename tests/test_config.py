@@ -181,3 +181,49 @@ def test_infinite_weight_rejected_at_load(clean_env: pytest.MonkeyPatch) -> None
     clean_env.setenv("AGENT_LEARNING_W_INTENT", "inf")
     with pytest.raises(ConfigurationError, match="AGENT_LEARNING_W_INTENT"):
         load_settings()
+
+
+@pytest.mark.parametrize(
+    ("name", "value"),
+    [
+        ("COSMOS_ENDPOINT", "garbage"),
+        ("COSMOS_ENDPOINT", "127.0.0.1:8081"),  # no scheme: the SDK would call it an unreachable URL
+        ("COSMOS_ENDPOINT", "https://<your-cosmos-account>.documents.azure.com:443/"),  # the sample's placeholder
+        ("SERVICEBUS_NAMESPACE", "not a namespace"),  # the SDK would fail on DNS, as if the network were down
+        ("SERVICEBUS_NAMESPACE", "<your-namespace>.servicebus.windows.net"),
+    ],
+)
+def test_an_azure_address_that_cannot_be_one_names_the_variable(
+    clean_env: pytest.MonkeyPatch, name: str, value: str
+) -> None:
+    clean_env.setenv(PREFIX + name, value)
+    with pytest.raises(ConfigurationError) as info:
+        load_settings()
+    assert PREFIX + name in str(info.value) and repr(value) in str(info.value)
+
+
+@pytest.mark.parametrize(
+    ("name", "value"),
+    [
+        ("COSMOS_ENDPOINT", "https://acct.documents.azure.com:443/"),
+        ("COSMOS_ENDPOINT", "https://127.0.0.1:8081/"),
+        ("SERVICEBUS_NAMESPACE", "ns.servicebus.windows.net"),
+        ("SERVICEBUS_NAMESPACE", "sb://ns.servicebus.windows.net/"),  # the SDK strips the scheme
+        ("SERVICEBUS_NAMESPACE", "localhost"),
+    ],
+)
+def test_azure_addresses_in_the_forms_the_sdks_take_are_accepted(
+    clean_env: pytest.MonkeyPatch, name: str, value: str
+) -> None:
+    clean_env.setenv(PREFIX + name, value)
+    assert load_settings().model_dump()[name.lower()] == value
+
+
+def test_a_cosmos_key_that_is_not_base64_names_the_variable_without_repeating_it(clean_env: pytest.MonkeyPatch) -> None:
+    """The SDK would fail at the first request with "Incorrect padding", naming nothing."""
+    clean_env.setenv(PREFIX + "COSMOS_KEY", "not-the-key-s3cret")
+    with pytest.raises(ConfigurationError) as info:
+        load_settings()
+    assert PREFIX + "COSMOS_KEY" in str(info.value) and "s3cret" not in str(info.value)
+    clean_env.setenv(PREFIX + "COSMOS_KEY", "Y29zbW9zLXRlc3Qta2V5LW5vdC1hLXNlY3JldA==")
+    assert load_settings().cosmos_key is not None

@@ -11,6 +11,7 @@ import pytest
 from agent_learning import wiring
 from agent_learning.config import COMPONENTS, Settings, field_docs, load_settings
 from agent_learning.drift import DriftConfig
+from agent_learning.errors import ConfigurationError
 from agent_learning.judges.offline import OfflineJudge
 from agent_learning.learner import LearnerConfig, Reinforce
 from agent_learning.pipeline import Scorer
@@ -53,3 +54,11 @@ def test_wiring_builds_every_component_from_settings(tmp_path: Path) -> None:
     assert isinstance(wiring.open_learner(settings), Reinforce)
     scorer = wiring.open_scorer(settings, store)
     assert isinstance(scorer, Scorer) and scorer.store is store
+
+
+def test_a_malformed_service_bus_connection_string_names_the_variable_without_repeating_it() -> None:
+    pytest.importorskip("azure.servicebus")
+    settings = load_settings(queue="servicebus", servicebus_connection_string="Endpoint=s3cret")
+    with pytest.raises(ConfigurationError) as info:
+        wiring.open_queue(settings)
+    assert "AGENT_LEARNING_SERVICEBUS_CONNECTION_STRING" in str(info.value) and "s3cret" not in str(info.value)

@@ -9,6 +9,8 @@ reference (``docs/configuration.md``) lists them all.
 from __future__ import annotations
 
 import ast
+import base64
+import binascii
 import inspect
 import re
 from collections.abc import Mapping
@@ -17,6 +19,7 @@ from dataclasses import field as dataclass_field
 from functools import cache
 from itertools import pairwise
 from typing import Annotated, Any, Literal, TypeVar
+from urllib.parse import urlsplit
 
 from pydantic import AliasChoices, Field, SecretStr, ValidationError, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
@@ -36,8 +39,10 @@ from .rewards import RewardConfig
 T = TypeVar("T")
 
 PREFIX = "AGENT_LEARNING_"
-NOT_ECHOED = frozenset({"episode_writers"})
-"""Settings whose rejected value is not repeated in errors (it may hold a key pasted by mistake)."""
+NOT_ECHOED = frozenset({"episode_writers", "cosmos_key", "servicebus_connection_string"})
+"""Settings whose rejected value is not repeated in errors (a key, or one pasted by mistake)."""
+HOST_NAME = re.compile(r"[A-Za-z0-9-]+(\.[A-Za-z0-9-]+)*")
+"""The host of the Cosmos DB endpoint and of the Service Bus namespace (no placeholder left in it)."""
 
 
 @dataclass(frozen=True)
@@ -279,6 +284,37 @@ class Settings(BaseSettings):
     def _episode_writers(cls, value: Any) -> dict[str, list[str]]:
         return parse_episode_writers(value)
 
+    @field_validator("cosmos_endpoint")
+    @classmethod
+    def _cosmos_endpoint(cls, value: str | None) -> str | None:
+        parts = urlsplit(value) if value is not None else None
+        if parts is not None and (parts.scheme not in ("https", "http") or not _host_name(parts.hostname)):
+            raise ValueError(
+                "must be the account's URL, https://<account>.documents.azure.com:443/ (also read from "
+                "CosmosDBConnection__accountEndpoint)"
+            )
+        return value
+
+    @field_validator("cosmos_key")
+    @classmethod
+    def _cosmos_key(cls, value: SecretStr | None) -> SecretStr | None:
+        try:
+            if value is not None:
+                base64.b64decode(value.get_secret_value(), validate=True)
+        except binascii.Error:
+            raise ValueError("must be the account key, in base64 as the portal shows it") from None
+        return value
+
+    @field_validator("servicebus_namespace")
+    @classmethod
+    def _servicebus_namespace(cls, value: str | None) -> str | None:
+        if value is not None and not _host_name(urlsplit(value if "://" in value else "//" + value).hostname):
+            raise ValueError(
+                "must be the namespace's host name, <namespace>.servicebus.windows.net (also read from "
+                "ServiceBusConnection__fullyQualifiedNamespace)"
+            )
+        return value
+
     @field_validator("judging")
     @classmethod
     def _judging(cls, value: str) -> str:
@@ -323,6 +359,10 @@ class Settings(BaseSettings):
 
     def guardrail_config(self) -> GuardrailConfig:
         return component(self, GuardrailConfig)
+
+
+def _host_name(host: str | None) -> bool:
+    return host is not None and HOST_NAME.fullmatch(host) is not None
 
 
 def load_settings(**overrides: Any) -> Settings:

@@ -34,18 +34,21 @@ Failure semantics per trigger:
 * ``ingest`` (HTTP POST) writes an agent's episode for a caller allowed to write that agent
   (:mod:`agent_learning.ingestion`), if the scorer could score it (its policy version and
   action exist); posting the same episode again is a no-op.
+* Every HTTP route answers 503 with ``Retry-After`` while the store is throttled or unreachable
+  (:class:`~agent_learning.errors.TransientError`), so that the caller retries.
 
 :func:`build_runtime` also installs the telemetry exporters the settings choose.
 """
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import os
 import re
 import threading
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -56,6 +59,7 @@ from .errors import (
     InvalidDocument,
     LimitExceeded,
     NotFound,
+    TransientError,
 )
 
 if TYPE_CHECKING:  # imported lazily at run time: the app's cold start stays short
@@ -283,6 +287,28 @@ class HttpAnswer:
     headers: Mapping[str, str] | None = None
 
 
+RETRY_AFTER_SECONDS = 5
+"""The ``Retry-After`` of an HTTP route's 503 when the store is throttled or unreachable."""
+
+
+def _unavailable_is_503(route: Callable[..., HttpAnswer]) -> Callable[..., HttpAnswer]:
+    """An HTTP route that answers 503 with ``Retry-After`` for a :class:`TransientError` (the store
+    throttled, failing or unreachable), which would otherwise reach the host as a 500."""
+
+    @functools.wraps(route)
+    def answer(*args: Any, **kwargs: Any) -> HttpAnswer:
+        try:
+            return route(*args, **kwargs)
+        except TransientError as exc:
+            log.warning("%s: answered 503: %s", route.__name__, exc)  # the store's answer stays in the log
+            body = json.dumps({"error": f"the store is throttled or unreachable; retry in {RETRY_AFTER_SECONDS} s"})
+            headers = {"Content-Type": "application/json", "Retry-After": str(RETRY_AFTER_SECONDS)}
+            return HttpAnswer(503, body, headers)
+
+    return answer
+
+
+@_unavailable_is_503
 def get_policy(agent_id: str, if_none_match: str | None, rt: Runtime) -> HttpAnswer:
     """HTTP GET ``/api/policies/{agent_id}``: the agent's current policy document (ETag-aware)."""
     # lazy: pydantic (see the module docstring)
@@ -329,6 +355,7 @@ FEEDBACK_VALUES = {"thumb": "'up' or 'down'", "score": "a number from 0 to 1"}
 """The verdict fields and what each holds (a null one, when it is the only verdict, is named)."""
 
 
+@_unavailable_is_503
 def post_feedback(episode_id: str, body: bytes, caller: Caller, rt: Runtime) -> HttpAnswer:
     """HTTP POST ``/api/episodes/{episode_id}/feedback``: a user's verdict on an episode.
 
@@ -396,6 +423,7 @@ MAX_CHOOSE_BYTES = 16_384
 """The largest body of a choose request (a context of 20 features is well under 4 KiB)."""
 
 
+@_unavailable_is_503
 def choose(agent_id: str, body: bytes, rt: Runtime) -> HttpAnswer:
     """HTTP POST ``/api/agents/{agent_id}/choose``: a configuration drawn from the agent's policy.
 
@@ -454,6 +482,7 @@ def choose(agent_id: str, body: bytes, rt: Runtime) -> HttpAnswer:
     )
 
 
+@_unavailable_is_503
 def post_episode(agent_id: str, body: bytes, caller: Caller, rt: Runtime) -> HttpAnswer:
     """HTTP POST ``/api/agents/{agent_id}/episodes``: an agent's episode, written for a caller
     that ``AGENT_LEARNING_EPISODE_WRITERS`` allows to write ``agent_id``.
@@ -466,7 +495,8 @@ def post_episode(agent_id: str, body: bytes, caller: Caller, rt: Runtime) -> Htt
     the setting is empty (ingestion is off) or the agent has no policy, 409 when the id holds a
     different episode (whichever agent's: its content is not revealed), 413 for a body or an
     episode over ``MAX_EPISODE_BYTES`` (the episode measured as
-    :func:`~agent_learning.documents.json_bytes` does, non-ASCII characters escaped).
+    :func:`~agent_learning.documents.json_bytes` does, non-ASCII characters escaped), 503 with
+    ``Retry-After`` while the store is throttled or unreachable.
     """
     # lazy: pydantic (see the module docstring)
     from .documents import MAX_EPISODE_BYTES, Episode, agent_id_problem, parse_json

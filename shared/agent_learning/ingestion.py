@@ -47,23 +47,30 @@ AGENT_PATTERN = re.compile(r"^[A-Za-z0-9._\-*?\[\]!]{1,128}$")
 """An agent id (letters, digits, ``.``, ``_``, ``-``) with ``fnmatch`` wildcards (``*``, ``?``, ``[...]``)."""
 
 
+class _Entries(list[tuple[str, Any]]):
+    """A JSON object's entries in order, a repeated name included (``dict`` keeps only the last)."""
+
+
 def parse_episode_writers(value: Any) -> dict[str, list[str]]:
     """The caller identity → agent-pattern map from its JSON text (or an already parsed
-    object); raises ValueError naming the problem. Never repeats a rejected key in full:
-    a function key pasted in place of its identity must not end up in the logs."""
+    object); raises ValueError naming the problem, an identity given twice included (JSON keeps
+    only the last entry of a repeated name: the first would be dropped unseen). Never repeats a
+    rejected key in full: a function key pasted in place of its identity must not end up in the logs."""
     if isinstance(value, str):
         if not value.strip():
             return {}
         try:
-            value = json.loads(value)
+            value = json.loads(value, object_pairs_hook=_Entries)
         except ValueError as exc:
             raise ValueError(
                 f"must be a JSON object (caller identity → list of agent ids), not valid JSON: {exc}"
             ) from None
-    if not isinstance(value, Mapping):
+    if isinstance(value, Mapping):
+        value = _Entries(value.items())
+    if not isinstance(value, _Entries):
         raise ValueError(f"must be a JSON object (caller identity → list of agent ids), got {type(value).__name__}")
     writers: dict[str, list[str]] = {}
-    for raw, patterns in value.items():
+    for raw, patterns in value:
         identity = str(raw).strip().lower()
         if not _IDENTITY.match(identity):
             shown = f"{str(raw)[:4]}… ({len(str(raw))} characters)" if len(str(raw)) > 8 else repr(raw)
@@ -71,7 +78,9 @@ def parse_episode_writers(value: Any) -> dict[str, list[str]]:
                 f"{shown} is not a caller identity: use key-<16 hex digits> (agent_learning.callers.key_identity "
                 f"of the function key), principal-<Entra ID object id> or {ANONYMOUS}; never the key itself"
             )
-        if isinstance(patterns, str) or not isinstance(patterns, Sequence) or not patterns:
+        if identity in writers:
+            raise ValueError(f"{identity}: given twice; list all of its agent ids in one entry")
+        if isinstance(patterns, str | _Entries) or not isinstance(patterns, Sequence) or not patterns:
             raise ValueError(f"{identity}: must be a non-empty list of agent ids or patterns")
         bad = [p for p in patterns if not isinstance(p, str) or not AGENT_PATTERN.match(p)]
         if bad:

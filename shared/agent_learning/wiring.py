@@ -13,8 +13,9 @@ from __future__ import annotations
 from pathlib import Path
 
 from .clock import SYSTEM_CLOCK, Clock
-from .config import Settings, component
+from .config import PREFIX, Settings, component
 from .drift import DriftConfig
+from .errors import ConfigurationError
 from .evaluation import GuardrailConfig
 from .judges.base import Judge
 from .judges.evaluators import EvaluatorJudge, JudgeLimits, JudgeModel, JudgeTokens
@@ -157,7 +158,12 @@ def _open_queue(
 
         if settings.servicebus_connection_string:
             secret = settings.servicebus_connection_string.get_secret_value()
-            return ServiceBusQueue.from_connection_string(secret, name)
+            try:
+                return ServiceBusQueue.from_connection_string(secret, name)
+            except ValueError as exc:  # the SDK's parse; its message does not repeat the string
+                raise ConfigurationError(
+                    f"invalid configuration: {PREFIX}SERVICEBUS_CONNECTION_STRING: {exc}"
+                ) from None
         assert settings.servicebus_namespace is not None  # load_settings checks it
         return ServiceBusQueue.from_namespace(
             settings.servicebus_namespace, name, managed_identity_client_id=settings.servicebus_client_id

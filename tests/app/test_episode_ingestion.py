@@ -24,7 +24,7 @@ from app_functions import functions
 from factories import DEFAULT_ACTIONS, CountingStore, make_episode
 
 from agent_learning import functions as handlers
-from agent_learning.callers import key_identity, principal_identity
+from agent_learning.callers import identify, key_identity, principal_identity
 from agent_learning.capture import EpisodeCapture
 from agent_learning.client import HttpEpisodeWriter, HttpPolicySource, PolicyClient
 from agent_learning.config import load_settings
@@ -222,6 +222,38 @@ def test_without_writers_the_route_is_off(tmp_path: Path, monkeypatch: pytest.Mo
     app.store.close()
 
 
+def test_a_throttled_store_answers_503_with_retry_after(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, cosmos_server: Any, cosmos_database: Any
+) -> None:
+    """Cosmos DB's answers, their status rewritten to 429 on arrival: the route says "retry"
+    (503 and Retry-After, which HttpEpisodeWriter honours) instead of failing with a 500."""
+    from cosmos_fixture import CLIENT_KWARGS
+
+    from agent_learning.store.cosmos import CosmosStore
+
+    status: dict[str, int | None] = {"rewrite": None}
+
+    def rewrite(pipeline_response: Any) -> None:
+        if status["rewrite"] is not None:
+            pipeline_response.http_response.status_code = status["rewrite"]
+
+    store = CosmosStore.connect(cosmos_server.endpoint, cosmos_database.id, key=cosmos_server.key,
+                                client_kwargs={**CLIENT_KWARGS, "raw_response_hook": rewrite})
+    store.ensure_containers()
+    create_policy(store, SoftmaxPolicy.from_actions("support-eu", DEFAULT_ACTIONS[:2]).to_document(created_at=None))
+    settings = load_settings(sqlite_path=str(tmp_path / "unused.db"), episode_writers=WRITERS)
+    rt = handlers.Runtime(settings, store, send=None)
+    caller = identify({"x-functions-key": SUPPORT_KEY})
+    body = json.dumps(episode()).encode()
+    status["rewrite"] = 429
+    answer = handlers.post_episode("support-eu", body, caller, rt)
+    assert answer.status == 503 and (answer.headers or {}).get("Retry-After") == str(handlers.RETRY_AFTER_SECONDS)
+    assert "retry" in json.loads(answer.body)["error"] and "support-eu:v1" not in answer.body  # nothing of the store's
+    status["rewrite"] = None
+    assert handlers.post_episode("support-eu", body, caller, rt).status == 201
+    store.close()
+
+
 # --------------------------------------------------------------------------- the setting
 
 
@@ -235,6 +267,11 @@ def test_the_writers_setting_is_validated_at_start_naming_the_variable(monkeypat
         (json.dumps({"anonymous": []}), "non-empty list"),
         (json.dumps({"anonymous": "support-*"}), "non-empty list"),
         (json.dumps({"anonymous": ["a/b"]}), "'a/b' is not an agent id or pattern"),
+        (json.dumps({"anonymous": {"support-*": True}}), "non-empty list"),
+        # One identity twice (JSON would keep only the last entry; an identity's case does not count):
+        # the first entry's agents would silently lose their writer.
+        ('{"anonymous": ["support-*"], "anonymous": ["billing"]}', "anonymous: given twice"),
+        (json.dumps({key_identity("k"): ["support-*"], key_identity("k").upper(): ["billing"]}), "given twice"),
     ]:
         monkeypatch.setenv("AGENT_LEARNING_EPISODE_WRITERS", bad)
         with pytest.raises(ConfigurationError, match="AGENT_LEARNING_EPISODE_WRITERS") as info:

@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
 from agent_learning.clock import ManualClock
-from agent_learning.errors import ConcurrencyConflict, InvalidDocument
+from agent_learning.errors import ConcurrencyConflict, InvalidDocument, TransientError
 from agent_learning.queue import (
     MAX_DELIVERY_COUNT_EXCEEDED,
     OutgoingMessage,
@@ -330,6 +330,23 @@ def _drain_in_process(path: str, out: str, start: Any) -> None:
             done.append(m.message_id)
     q.close()
     Path(out).write_text("\n".join(done))
+
+
+def test_a_file_another_process_keeps_locked_is_a_transient_error_naming_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr("agent_learning.queue.sqlite.BUSY_TIMEOUT_MS", 50)
+    queue = SQLiteQueue(tmp_path / "queue.db")
+    queue.send([msg("m-1")])
+    other = sqlite3.connect(tmp_path / "queue.db", isolation_level=None)
+    other.execute("BEGIN EXCLUSIVE")
+    for call in (lambda: queue.send([msg("m-2")]), lambda: queue.receive(1)):
+        with pytest.raises(TransientError, match=r"queue\.db.*locked"):
+            call()
+    other.execute("ROLLBACK")
+    other.close()
+    assert ids(queue.receive(2)) == ["m-1"]
+    queue.close()
 
 
 def test_two_processes_drain_without_processing_twice(tmp_path: Path) -> None:

@@ -523,3 +523,115 @@ def test_one_store_sends_one_query_at_a_time(
     with ThreadPoolExecutor(8) as pool:
         answers = list(pool.map(lambda a: store.has_new_scores(a, None), agents * 3))
     assert answers == [True] * 24 and most == 1
+
+
+def test_listings_that_page_wait_for_the_other_queries_too(
+    store: CosmosStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The training tick's listing of every agent's cursor and the audit's stream of episode ids
+    query through the same client as the trainers' reads (a timer and queue triggers share one
+    worker): they too fetch one page at a time per store, and the stream is not held up while its
+    caller works through a page."""
+    import threading
+    from concurrent.futures import ThreadPoolExecutor
+
+    agents = [f"agent-{i}" for i in range(4)]
+    for agent in agents:
+        create_policy(store, SoftmaxPolicy.from_actions(agent, ["x", "y"]).to_document(created_at=None))
+        store.add_episode(make_episode(f"{agent}-ep-1", agent_id=agent))
+    inside, most, lock = 0, 0, threading.Lock()
+
+    class Watched:
+        """A query's pages, each fetched while counted as one request in flight."""
+
+        def __init__(self, pages: Any) -> None:
+            self.pages = pages
+
+        def __iter__(self) -> Iterator[Any]:
+            return (row for page in self.by_page() for row in page)
+
+        def by_page(self, *args: Any) -> Iterator[list[Any]]:
+            nonlocal inside, most
+            pages = self.pages.by_page(*args)
+            while True:
+                with lock:
+                    inside += 1
+                    most = max(most, inside)
+                try:
+                    time.sleep(0.01)  # long enough for another thread to come in, if it may
+                    page = next(pages, None)
+                    rows = None if page is None else list(page)
+                finally:
+                    with lock:
+                        inside -= 1
+                if rows is None:
+                    return
+                yield rows
+
+    for name in ("policies", "episodes"):
+        container = store._c[name]
+        monkeypatch.setattr(container, "query_items", lambda *a, _q=container.query_items, **k: Watched(_q(*a, **k)))
+    calls = [store.training_cursors, lambda: list(store.episode_ids("agent-1")),
+             lambda: store.list_policy_versions("agent-2")] * 4
+    with ThreadPoolExecutor(6) as pool:
+        answers = list(pool.map(lambda call: call(), calls))
+    assert [c.agent_id for c in answers[0]] == agents and answers[1] == ["agent-1-ep-1"] and len(answers[2]) == 1
+    assert most == 1
+
+
+def test_another_request_between_a_feed_page_and_its_token_does_not_corrupt_the_token(
+    store: CosmosStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """azure-cosmos 4.17 reads a change-feed page's token from the client's last response headers:
+    a scorer's point read completing in another thread just then used to hand the feedback sweep
+    that document's ETag as its checkpoint, and every later read failed (UnicodeDecodeError)."""
+    from azure.cosmos._change_feed.change_feed_iterable import ChangeFeedIterable
+
+    for i in range(3):
+        store.add_episode(make_episode(f"ep-{i}"))
+    unpack = ChangeFeedIterable._unpack
+
+    def another_thread_reads_first(self: Any, block: Any) -> Any:
+        store.get_episode("ep-0")  # what another thread's request does to the client's last headers
+        return unpack(self, block)
+
+    monkeypatch.setattr(ChangeFeedIterable, "_unpack", another_thread_reads_first)
+    page = store.read_episodes(None, 2)
+    assert [d["id"] for d in page.items] == ["ep-0", "ep-1"]
+    rest = store.read_episodes(page.continuation, 10)
+    assert [d["id"] for d in rest.items] == ["ep-2"]
+    store.get_episode("ep-1")
+    empty = store.read_episodes(rest.continuation, 10)
+    store.add_episode(make_episode("ep-3"))
+    assert empty.items == [] and [d["id"] for d in store.read_episodes(empty.continuation, 10).items] == ["ep-3"]
+
+
+def test_a_missing_database_or_container_is_a_configuration_error_not_a_missing_document(
+    cosmos_database: Any, cosmos_client: Any
+) -> None:
+    """A mistyped AGENT_LEARNING_COSMOS_DATABASE used to read as "no such document": no policy for
+    any agent, and the scorer dead-lettering every episode it had to read as EpisodeNotFound."""
+    from agent_learning.errors import ConfigurationError
+
+    for database in (cosmos_client.get_database_client("no-such-database"), cosmos_database):  # no containers
+        store = CosmosStore(database)
+        for call, container in ((lambda s=store: s.get_current_policy("agent-a"), "policies"),
+                                (lambda s=store: s.get_current_policy_if_changed("agent-a", '"x"'), "policies"),
+                                (lambda s=store: s.get_episode("ep-1"), "episodes"),
+                                (lambda s=store: s.list_agents(), "policies")):
+            with pytest.raises(ConfigurationError, match=f"no container '{container}' in the database '{database.id}'"):
+                call()
+    store.ensure_containers()  # once they exist, a missing document is None again
+    assert store.get_current_policy("agent-a") is None and store.get_episode("ep-1") is None
+
+
+def test_connecting_to_an_account_that_cannot_be_reached_is_a_transient_error(cosmos_server: Any) -> None:
+    """The client reads the account when it is built: an outage then is the port's error too."""
+    import socket
+
+    with socket.socket() as probe:  # a port nothing listens on
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    with pytest.raises(TransientError, match="unreachable"):
+        CosmosStore.connect(f"https://127.0.0.1:{port}/", "agent-learning", key=cosmos_server.key,
+                            client_kwargs=CLIENT_KWARGS)

@@ -937,6 +937,29 @@ def fill(store: Store) -> dict[str, Any]:
     return {"episode": episode, "score": score, "version": version, "current": current, "etag": etag, "run": run}
 
 
+def test_sqlite_a_file_another_process_keeps_locked_is_a_transient_error_naming_it(
+    db_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """As Cosmos DB's throttling is: the caller (the scorer, the trainer, an agent's capture)
+    tells "try again later" from a bug by the port's error, not by sqlite3's."""
+    import sqlite3
+
+    from agent_learning.errors import TransientError
+
+    monkeypatch.setattr("agent_learning.store.sqlite.BUSY_TIMEOUT_MS", 50)
+    with SQLiteStore(db_path) as store:
+        other = sqlite3.connect(db_path, isolation_level=None)
+        other.execute("BEGIN EXCLUSIVE")  # another process writing (a long transaction, a backup)
+        for write in (lambda: store.add_episode(make_episode("ep-1")), lambda: store.put_score(make_score("ep-1"))):
+            with pytest.raises(TransientError, match=r"store\.db.*locked") as caught:
+                write()
+            assert isinstance(caught.value.__cause__, sqlite3.OperationalError)
+        other.execute("ROLLBACK")
+        other.close()
+        store.add_episode(make_episode("ep-1"))  # and it passes once the other writer is done
+        assert store.get_episode("ep-1") is not None
+
+
 def test_sqlite_data_survives_close_and_reopen(db_path: Path) -> None:
     with SQLiteStore(db_path) as first:
         written = fill(first)
@@ -1136,6 +1159,15 @@ def test_deleting_an_agent_removes_all_of_its_documents_and_nothing_else(store: 
     # The same id can start afresh.
     store.replace_current_policy(make_policy_doc("agent-a", version=1, kind="current"), None)
     assert store.list_agents() == ["agent-a", "agent-b"]
+
+
+def test_the_other_agents_episodes_stay_listed_after_an_agent_is_deleted(store: Store) -> None:
+    for n, agent in enumerate(("agent-a", "agent-b", "agent-a", "agent-b")):
+        store.add_episode(make_episode(f"ep-{n}", agent_id=agent))
+    store.delete_agent("agent-a")
+    assert sorted(store.episode_ids("agent-b")) == ["ep-1", "ep-3"]
+    assert list(store.episode_ids("agent-a")) == []
+    assert sorted(ids(store.list_episodes())) == ["ep-1", "ep-3"]
 
 
 def test_an_episode_keeps_its_context_and_one_without_stores_none(store: Store) -> None:

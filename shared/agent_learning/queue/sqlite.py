@@ -13,7 +13,9 @@ queue name, so several queues can share a file):
 * ``queue_duplicate_detection`` — message ids sent within the duplicate-detection window.
 
 Concurrency: WAL journal, a busy timeout, and every write in one ``BEGIN IMMEDIATE`` transaction,
-so receivers in several threads or processes never get the same message under the same lock.
+so receivers in several threads or processes never get the same message under the same lock. A
+file another connection keeps locked beyond the busy timeout raises
+:class:`~agent_learning.errors.TransientError`, as the store does.
 Within a process one connection is shared under a lock (which also makes ``":memory:"`` work);
 a process forked after the queue was opened opens its own connection on first use.
 """
@@ -31,7 +33,7 @@ from typing import Any
 
 from ..clock import SYSTEM_CLOCK, Clock
 from ..errors import ConcurrencyConflict
-from ..store.sqlite import not_a_database
+from ..store.sqlite import BUSY_TIMEOUT_MS, busy_is_transient, not_a_database
 from .base import (
     MAX_DELIVERY_COUNT_EXCEEDED,
     DeadLetter,
@@ -40,9 +42,6 @@ from .base import (
     ReceivedMessage,
     WorkQueue,
 )
-
-BUSY_TIMEOUT_MS = 30_000
-"""How long a writer waits for another connection's write transaction before failing."""
 
 _TOKEN_BYTES = 12  # random part of a lock token
 
@@ -181,7 +180,7 @@ class SQLiteQueue(WorkQueue):
     def _write(self) -> Iterator[tuple[sqlite3.Connection, float]]:
         """One ``BEGIN IMMEDIATE`` transaction; yields the connection and the time inside it."""
         self._check_fork()
-        with self._lock:
+        with self._lock, busy_is_transient(self.path):
             conn = self._connection()
             conn.execute("BEGIN IMMEDIATE")
             try:
@@ -195,7 +194,7 @@ class SQLiteQueue(WorkQueue):
     @contextmanager
     def _read(self) -> Iterator[sqlite3.Connection]:
         self._check_fork()
-        with self._lock:
+        with self._lock, busy_is_transient(self.path):
             yield self._connection()
 
     def close(self) -> None:

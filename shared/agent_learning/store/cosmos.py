@@ -81,6 +81,7 @@ import threading
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
+from urllib.parse import urlsplit
 
 from azure.core import MatchConditions
 from azure.core.exceptions import ServiceRequestError, ServiceResponseError
@@ -107,7 +108,7 @@ from ..documents import (
     correction_ledger_id,
     policy_doc_id,
 )
-from ..errors import ConcurrencyConflict, NotFound, TransientError
+from ..errors import ConcurrencyConflict, ConfigurationError, NotFound, TransientError
 from ..telemetry import SCORES_LATE, count
 from .base import (
     NOT_MODIFIED,
@@ -210,6 +211,16 @@ an outage, transient like a throttled request, whichever call meets it."""
 T = TypeVar("T")
 
 
+def _container_missing(exc: cosmos_errors.CosmosResourceNotFoundError) -> bool:
+    """Whether a 404 says that the database or the container does not exist, rather than the
+    document: azure-cosmos reads a container's properties before its first request to it (a 404
+    on that request's URL, which names no document), and Cosmos answers a request to a container
+    deleted since with sub-status 1003. Reads must not take it for "no such document"."""
+    request = getattr(getattr(exc, "response", None), "request", None)
+    path = urlsplit(str(getattr(request, "url", "") or "")).path
+    return exc.sub_status == 1003 or (path.startswith("/dbs/") and "/docs" not in path)
+
+
 def _translate_transient_errors(cls: type[T]) -> type[T]:
     """Every public method of ``cls`` (a generator's iteration and a coroutine included) raises
     :class:`TransientError` for :data:`UNREACHABLE` and for the statuses in
@@ -250,12 +261,22 @@ def _guarded(method: Callable[..., Any]) -> Callable[..., Any]:
 
 @contextlib.contextmanager
 def _port_errors() -> Iterator[None]:
-    """Raise the port's :class:`TransientError` for an outage or a transient status; any other
-    SDK error passes through as it is."""
+    """Raise the port's :class:`TransientError` for an outage or a transient status, and
+    :class:`ConfigurationError` for a database or container that does not exist
+    (:func:`_container_missing`); any other SDK error passes through as it is."""
     try:
         yield
     except UNREACHABLE as exc:
         raise TransientError(f"Cosmos DB unreachable ({type(exc).__name__}: {exc})") from exc
+    except cosmos_errors.CosmosResourceNotFoundError as exc:
+        if not _container_missing(exc):
+            raise
+        segments = urlsplit(str(exc.response.request.url)).path.strip("/").split("/")  # dbs/{db}/colls/{c}/...
+        database, container = (segments + ["?"] * 4)[1:4:2]
+        raise ConfigurationError(
+            f"Cosmos DB has no container {container!r} in the database {database!r}: check "
+            "AGENT_LEARNING_COSMOS_DATABASE, or create the containers (azd provision)"
+        ) from exc
     except cosmos_errors.CosmosHttpResponseError as exc:
         if exc.status_code in TRANSIENT_STATUS:
             raise TransientError(f"Cosmos DB answered {exc.status_code}: {exc.message}") from exc
@@ -265,7 +286,8 @@ def _port_errors() -> Iterator[None]:
 @_translate_transient_errors
 class CosmosStore(Store):
     """The store port on a Cosmos DB (NoSQL) database. Throttling, timeouts, server errors and
-    an unreachable account raise :class:`TransientError`."""
+    an unreachable account raise :class:`TransientError`; a database or container that does not
+    exist raises :class:`ConfigurationError` (never read as a missing document)."""
 
     def __init__(
         self,
@@ -309,15 +331,17 @@ class CosmosStore(Store):
     ) -> CosmosStore:
         """Connect with an account key (local servers) or with Entra ID: ``DefaultAzureCredential``,
         which is the managed identity in Azure (``managed_identity_client_id`` for a
-        user-assigned one)."""
+        user-assigned one). The client reads the account at once: an account that cannot be
+        reached raises :class:`TransientError` here too."""
         credential = key if key else _default_credential(managed_identity_client_id)
         kwargs = dict(client_kwargs or {})
-        client = CosmosClient(endpoint, credential=credential, **kwargs)
-        db = (
-            client.create_database_if_not_exists(database)
-            if create_containers
-            else client.get_database_client(database)
-        )
+        with _port_errors():  # a classmethod: the class decorator does not guard it
+            client = CosmosClient(endpoint, credential=credential, **kwargs)
+            db = (
+                client.create_database_if_not_exists(database)
+                if create_containers
+                else client.get_database_client(database)
+            )
 
         def async_factory() -> Any:
             from azure.cosmos.aio import CosmosClient as AsyncCosmosClient  # lazy: only for async episode writes
@@ -385,19 +409,21 @@ class CosmosStore(Store):
         return self._read_feed("episodes", continuation, max_items)
 
     def _read_feed(self, name: str, continuation: str | None, max_items: int) -> FeedPage:
+        """One change-feed page and the token after it. azure-cosmos 4.17 takes that token from the
+        client's *last* response headers, which another thread's request (a scorer's point read)
+        may have replaced by then, and such a token fails every later read; so it is taken from
+        this request's own headers, which the response hook receives and the SDK then updates
+        with the token (also after a page that found nothing)."""
         container = self._c[name]
-        kwargs: dict[str, Any] = {"max_item_count": max_items}
+        answered: list[Mapping[str, Any]] = []
+        kwargs: dict[str, Any] = {"max_item_count": max_items, "response_hook": lambda h, _: answered.append(h)}
         if continuation:
             kwargs["continuation"] = continuation
         else:
             kwargs["start_time"] = "Beginning"
-        pager = container.query_items_change_feed(**kwargs)
-        pages = pager.by_page()
-        try:
-            items = list(next(pages))
-        except StopIteration:
-            items = []
-        token = pages.continuation_token or container.client_connection.last_response_headers.get("etag")
+        pages = container.query_items_change_feed(**kwargs).by_page()
+        items = list(next(pages, []))
+        token = answered[-1].get("etag") if answered else None
         return FeedPage(items, token or continuation)
 
     def list_episodes(self, agent_id: str | None = None, limit: int = 100) -> list[RawDoc]:
@@ -410,15 +436,22 @@ class CosmosStore(Store):
         return self._query("episodes", f"SELECT TOP @n * FROM c{where} ORDER BY c._ts DESC", params)
 
     def episode_ids(self, agent_id: str) -> Iterator[str]:
-        """A cross-partition query (episodes are partitioned by id), read page by page."""
+        """A cross-partition query (episodes are partitioned by id), read page by page, each page
+        fetched as :meth:`_query` fetches (one query at a time per store)."""
         pages = self._c["episodes"].query_items(
             "SELECT c.id FROM c WHERE c.agent_id = @agent",
             parameters=[{"name": "@agent", "value": agent_id}],
             enable_cross_partition_query=True,
             max_item_count=1000,
-        )
-        for row in pages:
-            yield str(row["id"])
+        ).by_page()
+        while True:
+            with self._query_lock:  # not held while the caller works through a page
+                page = next(pages, None)
+                rows = None if page is None else list(page)
+            if rows is None:  # (a page may be empty and yet not the last)
+                return
+            for row in rows:
+                yield str(row["id"])
 
     # ------------------------------------------------------------------ scores
 
@@ -683,7 +716,9 @@ class CosmosStore(Store):
                 etag=etag,
                 match_condition=MatchConditions.IfModified,
             )
-        except cosmos_errors.CosmosResourceNotFoundError:
+        except cosmos_errors.CosmosResourceNotFoundError as exc:
+            if _container_missing(exc):
+                raise
             return None
         if not doc:
             return NOT_MODIFIED
@@ -758,13 +793,13 @@ class CosmosStore(Store):
     def training_cursors(self) -> list[AgentCursor]:
         """One cross-partition query projecting the five fields of every current document, read
         in pages of :data:`CURSOR_PAGE` (about one request per thousand agents)."""
-        pages = self._c["policies"].query_items(
+        rows = self._query(
+            "policies",
             "SELECT c.agent_id, c.version, c.cursor, c.pinned, c.pin_reason FROM c WHERE c.kind = 'current'",
-            enable_cross_partition_query=True,
-            max_item_count=CURSOR_PAGE,
+            [],
+            page_size=CURSOR_PAGE,
         )
-        cursors = [agent_cursor(row) for row in pages]
-        return sorted(cursors, key=lambda c: c.agent_id)
+        return sorted((agent_cursor(row) for row in rows), key=lambda c: c.agent_id)
 
     # ------------------------------------------------------------------ runs
 
@@ -823,17 +858,28 @@ class CosmosStore(Store):
     def _read(self, container: str, item_id: str, partition_key: str | list[str]) -> RawDoc | None:
         try:
             return self._c[container].read_item(item_id, partition_key=partition_key)
-        except cosmos_errors.CosmosResourceNotFoundError:
+        except cosmos_errors.CosmosResourceNotFoundError as exc:
+            if _container_missing(exc):
+                raise
             return None
 
     def _query(
-        self, container: str, sql: str, params: list[dict[str, Any]], partition_key: str | list[str] | None = None
+        self,
+        container: str,
+        sql: str,
+        params: list[dict[str, Any]],
+        partition_key: str | list[str] | None = None,
+        *,
+        page_size: int | None = None,
     ) -> list[RawDoc]:
-        """Every row of a query, read page by page. One query at a time per store: azure-cosmos
-        4.17 keeps one response-header dict per client that each query page clears and refills,
-        so two threads querying through one client can fail with "OrderedDict mutated during
-        iteration" (seen with 16 concurrent queries)."""
+        """Every row of a query, read page by page (of ``page_size`` rows: the server's choice by
+        default). One query at a time per store: azure-cosmos 4.17 keeps one response-header dict
+        per client that each query page clears and refills, so two threads querying through one
+        client can fail with "OrderedDict mutated during iteration" (seen with 16 concurrent
+        queries)."""
         kwargs: dict[str, Any] = {"query": sql, "parameters": params}
+        if page_size is not None:
+            kwargs["max_item_count"] = page_size
         if partition_key is None:
             kwargs["enable_cross_partition_query"] = True
         else:

@@ -79,7 +79,7 @@ class MemoryStore(Store):
 
     def episode_ids(self, agent_id: str) -> Iterator[str]:
         with self._lock:
-            ids = [eid for eid in self._feed if self._episodes[eid].get("agent_id") == agent_id]
+            ids = [eid for eid in self._feed if self._episodes.get(eid, {}).get("agent_id") == agent_id]
         yield from ids
 
     # scores

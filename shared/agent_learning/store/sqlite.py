@@ -3,9 +3,10 @@
 Documents are stored as JSON text next to the few columns queries need. WAL journaling lets
 readers run while one writer commits; writes that must be atomic (assigning a score's
 ``seq``, the current-policy compare-and-swap) run in ``BEGIN IMMEDIATE`` transactions, so
-SQLite serialises them. The episode change feed is the table's autoincrement ``lsn``; the
-feedback change feed is the ``feedback_feed`` table, whose row for a feedback document is
-replaced (with a new ``lsn``) in the transaction that writes the document.
+SQLite serialises them; a writer waits up to :data:`BUSY_TIMEOUT_MS` for another's, then raises
+:class:`~agent_learning.errors.TransientError`. The episode change feed is the table's
+autoincrement ``lsn``; the feedback change feed is the ``feedback_feed`` table, whose row for a
+feedback document is replaced (with a new ``lsn``) in the transaction that writes the document.
 """
 
 from __future__ import annotations
@@ -31,11 +32,15 @@ from ..documents import (
     UnjudgedRecord,
     policy_doc_id,
 )
-from ..errors import ConcurrencyConflict, ConfigurationError
+from ..errors import ConcurrencyConflict, ConfigurationError, TransientError
 from .base import AgentCursor, FeedPage, RawDoc, Store, Tagged, UnjudgedMark, agent_cursor, same_document
 
 ID_PAGE = 1_000
 """Rows per query when ids are streamed."""
+
+BUSY_TIMEOUT_MS = 30_000
+"""How long a connection waits for another connection's write transaction before it gives up
+(then :class:`~agent_learning.errors.TransientError`, see :func:`busy_is_transient`)."""
 
 AFTER_CURSOR = "agent_id = ? AND (seq, id) > (?, ?)"
 """An agent's scores strictly after a cursor. The row-value comparison lets SQLite seek the
@@ -107,8 +112,8 @@ CREATE TABLE IF NOT EXISTS checkpoints (
 
 def connect(path: str | os.PathLike[str]) -> sqlite3.Connection:
     """A connection tuned for this workload (WAL, busy timeout, autocommit mode)."""
-    conn = sqlite3.connect(path, timeout=30.0, isolation_level=None, check_same_thread=False)
-    conn.execute("PRAGMA busy_timeout = 30000")
+    conn = sqlite3.connect(path, timeout=BUSY_TIMEOUT_MS / 1000, isolation_level=None, check_same_thread=False)
+    conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
     if str(path) != ":memory:":
         conn.execute("PRAGMA journal_mode = WAL")
     conn.execute("PRAGMA synchronous = NORMAL")
@@ -129,6 +134,21 @@ def not_a_database(path: str) -> Iterator[None]:
         ) from None
 
 
+@contextmanager
+def busy_is_transient(path: str) -> Iterator[None]:
+    """Report a database another connection kept locked for longer than :data:`BUSY_TIMEOUT_MS`
+    as a :class:`~agent_learning.errors.TransientError` naming the file, as Cosmos DB's throttling
+    is one: trying again later may pass. Any other error passes through unchanged."""
+    try:
+        yield
+    except sqlite3.OperationalError as exc:
+        if getattr(exc, "sqlite_errorcode", None) not in (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED):
+            raise
+        raise TransientError(
+            f"{path}: the SQLite database stayed locked by another connection for {BUSY_TIMEOUT_MS / 1000:g} s ({exc})"
+        ) from exc
+
+
 class SQLiteStore(Store):
     """The local default store. ``path`` is created (with its folder) if missing."""
 
@@ -143,7 +163,7 @@ class SQLiteStore(Store):
         self._shared_lock = threading.RLock()
         if self.path == ":memory:":  # one database: share one connection behind a lock
             self._shared = connect(self.path)
-        with self._lock(), not_a_database(self.path):
+        with self._lock(), not_a_database(self.path), busy_is_transient(self.path):
             conn = self._conn()
             new_feed = not conn.execute("SELECT 1 FROM sqlite_master WHERE name = 'feedback_feed'").fetchone()
             conn.executescript(SCHEMA)
@@ -169,7 +189,7 @@ class SQLiteStore(Store):
 
     @contextmanager
     def _tx(self, immediate: bool = True) -> Iterator[sqlite3.Connection]:
-        with self._lock():
+        with self._lock(), busy_is_transient(self.path):
             conn = self._conn()
             conn.execute("BEGIN IMMEDIATE" if immediate else "BEGIN")
             try:
@@ -181,7 +201,7 @@ class SQLiteStore(Store):
                 conn.execute("COMMIT")
 
     def _query(self, sql: str, params: tuple[object, ...] = ()) -> list[tuple[object, ...]]:
-        with self._lock():
+        with self._lock(), busy_is_transient(self.path):
             return self._conn().execute(sql, params).fetchall()
 
     def close(self) -> None:
