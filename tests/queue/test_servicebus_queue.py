@@ -166,6 +166,32 @@ def test_complete_removes_the_message_from_the_broker(queue: ServiceBusQueue, am
     assert amqp_broker.queue(QUEUE).messages() == []
 
 
+def test_a_settlement_that_fails_transiently_keeps_the_lock_for_a_retry(
+    queue: ServiceBusQueue, amqp_broker: Broker, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A dropped connection during complete (the one fault injected, at the SDK's receiver) left
+    the message unsettled but forgot its lock: the retry said "lock lost" and the message came
+    back after its lock expired, to be scored again."""
+    from azure.servicebus.exceptions import ServiceBusConnectionError
+
+    queue.send([msg("a")])
+    [a] = receive_exactly(queue, 1)
+    receiver = queue._receiver
+    real = receiver.complete_message
+    failures = iter([ServiceBusConnectionError(message="connection reset")])
+
+    def complete_once_failing(message: Any) -> None:
+        if (error := next(failures, None)) is not None:
+            raise error
+        real(message)
+
+    monkeypatch.setattr(receiver, "complete_message", complete_once_failing)
+    with pytest.raises(TransientError, match="complete"):
+        queue.complete(a)
+    queue.complete(a)  # the retry settles it
+    assert amqp_broker.queue(QUEUE).messages() == []
+
+
 def test_lock_expiry_redelivers_and_the_stale_lock_cannot_settle(
     make_queue: Callable[..., ServiceBusQueue], amqp_broker: Broker
 ) -> None:

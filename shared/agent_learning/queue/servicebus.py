@@ -392,6 +392,9 @@ class ServiceBusQueue(WorkQueue):
                         receiver.dead_letter_message(sdk_message, reason=reason, error_description=description)
             except (MessageLockLostError, MessageAlreadySettled) as exc:
                 raise self._lock_lost(message, str(exc) or type(exc).__name__) from exc
+            except TransientError:  # not settled: the lock is still held, and a retry may settle it
+                self._locked[token] = entry
+                raise
 
     def _lock_lost(self, message: ReceivedMessage, why: str) -> ConcurrencyConflict:
         message_id = getattr(message, "message_id", "?")
