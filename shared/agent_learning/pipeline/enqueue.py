@@ -27,6 +27,8 @@ class EnqueueResult:
     received: int
     sent: int
     duplicates: int
+    """Messages the queue dropped as already queued, as far as the sender can see: the embedded
+    queue counts them; Service Bus drops its duplicates out of the sender's sight (always 0)."""
     failed: list[tuple[int, str]] = field(default_factory=list)
 
 
