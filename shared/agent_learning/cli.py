@@ -1145,6 +1145,9 @@ def evaluate(agent_id: str, version: int | None, action_id: str | None, uniform:
         else:
             target, label = cf.of_document(current), f"v{current.version} (current)"
         result = cf.compare_to_current(logged, current, target, label, confidence)
+        if candidate and new < settings.train_min_batch:
+            result.notes.append(f"a training run now publishes nothing: it waits for {settings.train_min_batch} new "
+                                f"scores (AGENT_LEARNING_TRAIN_MIN_BATCH), and its candidate then has them all")
     if as_json:
         _echo_json({**result.to_dict(), "confidence": confidence,
                     "scored_from": logged.first, "scored_to": logged.last})

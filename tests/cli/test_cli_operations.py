@@ -210,6 +210,11 @@ def test_evaluate_every_target_against_the_current_version(deployment: Deploymen
     smaller = as_json("evaluate", "--agent-id", AGENT, "--candidate")
     assert smaller["target"] == "the next candidate (v5, from 4 new episodes)"
     monkeypatch.delenv("AGENT_LEARNING_TRAIN_MAX_BATCH")
+    assert not any("waits" in note for note in candidate["notes"])
+    monkeypatch.setenv("AGENT_LEARNING_TRAIN_MIN_BATCH", "20")  # a run now would wait: the candidate is not the next
+    waiting = as_json("evaluate", "--agent-id", AGENT, "--candidate")
+    assert any("publishes nothing: it waits for 20 new scores" in note for note in waiting["notes"])
+    monkeypatch.delenv("AGENT_LEARNING_TRAIN_MIN_BATCH")
     text = ok("evaluate", "--agent-id", AGENT, "--uniform").stdout
     assert "uniform against v4 (current) on 70 episodes" in text and "target − current" in text
     strict = ok("evaluate", "--agent-id", AGENT, "--uniform", "--confidence", "0.999").stdout
