@@ -227,29 +227,19 @@ def test_a_throttled_store_answers_503_with_retry_after(
 ) -> None:
     """Cosmos DB's answers, their status rewritten to 429 on arrival: the route says "retry"
     (503 and Retry-After, which HttpEpisodeWriter honours) instead of failing with a 500."""
-    from cosmos_fixture import CLIENT_KWARGS
+    from cosmos_fixture import status_rewriting_store
 
-    from agent_learning.store.cosmos import CosmosStore
-
-    status: dict[str, int | None] = {"rewrite": None}
-
-    def rewrite(pipeline_response: Any) -> None:
-        if status["rewrite"] is not None:
-            pipeline_response.http_response.status_code = status["rewrite"]
-
-    store = CosmosStore.connect(cosmos_server.endpoint, cosmos_database.id, key=cosmos_server.key,
-                                client_kwargs={**CLIENT_KWARGS, "raw_response_hook": rewrite})
-    store.ensure_containers()
+    store, status = status_rewriting_store(cosmos_server, cosmos_database)
     create_policy(store, SoftmaxPolicy.from_actions("support-eu", DEFAULT_ACTIONS[:2]).to_document(created_at=None))
     settings = load_settings(sqlite_path=str(tmp_path / "unused.db"), episode_writers=WRITERS)
     rt = handlers.Runtime(settings, store, send=None)
     caller = identify({"x-functions-key": SUPPORT_KEY})
     body = json.dumps(episode()).encode()
-    status["rewrite"] = 429
+    status["status"] = 429
     answer = handlers.post_episode("support-eu", body, caller, rt)
     assert answer.status == 503 and (answer.headers or {}).get("Retry-After") == str(handlers.RETRY_AFTER_SECONDS)
     assert "retry" in json.loads(answer.body)["error"] and "support-eu:v1" not in answer.body  # nothing of the store's
-    status["rewrite"] = None
+    status["status"] = None
     assert handlers.post_episode("support-eu", body, caller, rt).status == 201
     store.close()
 

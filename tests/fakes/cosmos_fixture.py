@@ -171,6 +171,23 @@ def read_change_feed(container: Any, continuation: str | None, max_item_count: i
     return items, token
 
 
+def status_rewriting_store(server: CosmosServer, database: Any) -> tuple[Any, dict[str, int | None]]:
+    """A ``CosmosStore`` on ``database`` whose answers get ``answer["status"]`` on arrival, when it
+    is set: the server did the work and only the answer is lost, as with a throttle or a timeout."""
+    from agent_learning.store.cosmos import CosmosStore
+
+    answer: dict[str, int | None] = {"status": None}
+
+    def rewrite(pipeline_response: Any) -> None:
+        if answer["status"] is not None:
+            pipeline_response.http_response.status_code = answer["status"]
+
+    store = CosmosStore.connect(server.endpoint, database.id, key=server.key,
+                                client_kwargs={**CLIENT_KWARGS, "raw_response_hook": rewrite})
+    store.ensure_containers()
+    return store, answer
+
+
 def _require_tool(name: str) -> str:
     path = shutil.which(name)
     if path:

@@ -16,7 +16,7 @@ import pytest
 pytest.importorskip("azure.cosmos")
 from azure.cosmos import PartitionKey
 from azure.cosmos.exceptions import CosmosHttpResponseError
-from cosmos_fixture import CLIENT_KWARGS
+from cosmos_fixture import CLIENT_KWARGS, status_rewriting_store
 from cosmos_requests import RequestCounter
 from factories import make_episode, make_score, record_steps_at_the_caps
 
@@ -329,15 +329,7 @@ def test_throttling_and_server_errors_are_transient_other_answers_pass_through(
     answer is lost, as with a real timeout): a throttled or failing request
     raises the port's TransientError from a call, a lazily read iterator, a write, a coroutine
     and the score migration; a 403 is not transient and reaches the caller as the SDK's error."""
-    answer: dict[str, int | None] = {"status": None}
-
-    def rewrite(pipeline_response: Any) -> None:
-        if answer["status"] is not None:
-            pipeline_response.http_response.status_code = answer["status"]
-
-    store = CosmosStore.connect(cosmos_server.endpoint, cosmos_database.id, key=cosmos_server.key,
-                                client_kwargs={**CLIENT_KWARGS, "raw_response_hook": rewrite})
-    store.ensure_containers()
+    store, answer = status_rewriting_store(cosmos_server, cosmos_database)
     create_policy(store, SoftmaxPolicy.from_actions("agent-a", ["x", "y"]).to_document(created_at=None))
     async def write_async() -> None:
         try:
