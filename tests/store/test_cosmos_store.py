@@ -331,6 +331,7 @@ def test_throttling_and_server_errors_are_transient_other_answers_pass_through(
     and the score migration; a 403 is not transient and reaches the caller as the SDK's error."""
     store, answer = status_rewriting_store(cosmos_server, cosmos_database)
     create_policy(store, SoftmaxPolicy.from_actions("agent-a", ["x", "y"]).to_document(created_at=None))
+
     async def write_async() -> None:
         try:
             await store.add_episode_async(make_episode(f"ep-async-{status}"))
