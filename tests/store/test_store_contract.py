@@ -239,6 +239,20 @@ def test_list_episodes_with_limit_zero_returns_nothing(store: Store) -> None:
     assert store.list_episodes("agent-a", limit=0) == []
 
 
+def test_a_negative_limit_is_refused_by_every_listing(store: Store) -> None:
+    """It read as "all but the last" in memory, "all" in SQLite and "none" in Cosmos DB."""
+    store.add_episode(make_episode("ep-1"))
+    listings = [
+        lambda: store.list_episodes("agent-a", limit=-1),
+        lambda: store.read_scores("agent-a", None, -1),
+        lambda: store.list_unjudged("agent-a", limit=-1),
+        lambda: store.list_runs("agent-a", limit=-1),
+    ]
+    for listing in listings:
+        with pytest.raises(ValueError, match=r"limit: must be a whole number of at least 0, got -1"):
+            listing()
+
+
 # =========================================================================== scores
 
 

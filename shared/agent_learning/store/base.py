@@ -133,6 +133,13 @@ def agent_cursor(doc: RawDoc) -> AgentCursor:
     )
 
 
+def check_limit(limit: int) -> None:
+    """A listing's ``limit``: a whole number of at least 0 in every adapter (a negative one read
+    as "all but the last", "all" or "none", depending on the store)."""
+    if isinstance(limit, bool) or not isinstance(limit, int) or limit < 0:
+        raise ValueError(f"limit: must be a whole number of at least 0, got {limit!r}")
+
+
 @dataclass(frozen=True)
 class Tagged:
     """A raw document with its ETag."""

@@ -120,6 +120,7 @@ from .base import (
     Tagged,
     UnjudgedMark,
     agent_cursor,
+    check_limit,
     same_document,
 )
 
@@ -427,6 +428,7 @@ class CosmosStore(Store):
         return FeedPage(items, token or continuation)
 
     def list_episodes(self, agent_id: str | None = None, limit: int = 100) -> list[RawDoc]:
+        check_limit(limit)
         if limit <= 0:
             return []
         where = " WHERE c.agent_id = @agent" if agent_id is not None else ""
@@ -547,6 +549,7 @@ class CosmosStore(Store):
         self, agent_id: str, after: ScoreCursor | None, limit: int, *, settled: bool = True
     ) -> list[RawDoc]:
         """A query scoped to the agent (the first level of the key), ordered by the composite index."""
+        check_limit(limit)
         if limit <= 0:
             return []
         return self._query(
@@ -628,6 +631,7 @@ class CosmosStore(Store):
         return doc if doc is not None and doc.get("type") == UNJUDGED and doc.get("agent_id") == agent_id else None
 
     def list_unjudged(self, agent_id: str, after: str | None = None, limit: int = 100) -> list[RawDoc]:
+        check_limit(limit)
         if limit <= 0:
             return []
         return self._query(
@@ -833,6 +837,7 @@ class CosmosStore(Store):
         return self._read("runs", run_id, agent_id)
 
     def list_runs(self, agent_id: str, limit: int = 100) -> list[RawDoc]:
+        check_limit(limit)
         if limit <= 0:
             return []
         return self._query(

@@ -20,7 +20,17 @@ from ..documents import (
     policy_doc_id,
 )
 from ..errors import ConcurrencyConflict
-from .base import AgentCursor, FeedPage, RawDoc, Store, Tagged, UnjudgedMark, agent_cursor, same_document
+from .base import (
+    AgentCursor,
+    FeedPage,
+    RawDoc,
+    Store,
+    Tagged,
+    UnjudgedMark,
+    agent_cursor,
+    check_limit,
+    same_document,
+)
 
 
 class MemoryStore(Store):
@@ -67,6 +77,7 @@ class MemoryStore(Store):
         return FeedPage(items, str(start + len(ids)))
 
     def list_episodes(self, agent_id: str | None = None, limit: int = 100) -> list[RawDoc]:
+        check_limit(limit)
         with self._lock:
             out: list[RawDoc] = []
             for eid in reversed(self._feed):
@@ -114,6 +125,7 @@ class MemoryStore(Store):
     def read_scores(
         self, agent_id: str, after: ScoreCursor | None, limit: int, *, settled: bool = True
     ) -> list[RawDoc]:
+        check_limit(limit)
         key = (after.seq, after.id) if after else None
         with self._lock:
             rows = [
@@ -145,6 +157,7 @@ class MemoryStore(Store):
             return self._with_pending(doc) if doc is not None and doc.get("agent_id") == agent_id else None
 
     def list_unjudged(self, agent_id: str, after: str | None = None, limit: int = 100) -> list[RawDoc]:
+        check_limit(limit)
         with self._lock:
             ids = sorted(
                 i for i, d in self._unjudged.items() if d.get("agent_id") == agent_id and (after is None or i > after)
@@ -299,6 +312,7 @@ class MemoryStore(Store):
             return copy.deepcopy(doc) if doc is not None else None
 
     def list_runs(self, agent_id: str, limit: int = 100) -> list[RawDoc]:
+        check_limit(limit)
         with self._lock:
             docs = [copy.deepcopy(d) for d in self._runs.values() if d.get("agent_id") == agent_id]
         docs.sort(key=lambda d: d.get("policy_version", 0), reverse=True)

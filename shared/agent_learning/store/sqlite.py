@@ -33,7 +33,17 @@ from ..documents import (
     policy_doc_id,
 )
 from ..errors import ConcurrencyConflict, ConfigurationError, TransientError
-from .base import AgentCursor, FeedPage, RawDoc, Store, Tagged, UnjudgedMark, agent_cursor, same_document
+from .base import (
+    AgentCursor,
+    FeedPage,
+    RawDoc,
+    Store,
+    Tagged,
+    UnjudgedMark,
+    agent_cursor,
+    check_limit,
+    same_document,
+)
 
 ID_PAGE = 1_000
 """Rows per query when ids are streamed."""
@@ -248,6 +258,7 @@ class SQLiteStore(Store):
         return FeedPage([json.loads(r[1]) for r in rows], str(last))  # type: ignore[arg-type]
 
     def list_episodes(self, agent_id: str | None = None, limit: int = 100) -> list[RawDoc]:
+        check_limit(limit)
         if agent_id is None:
             rows = self._query("SELECT doc FROM episodes ORDER BY lsn DESC LIMIT ?", (limit,))
         else:
@@ -307,6 +318,7 @@ class SQLiteStore(Store):
     def read_scores(
         self, agent_id: str, after: ScoreCursor | None, limit: int, *, settled: bool = True
     ) -> list[RawDoc]:
+        check_limit(limit)
         seq, sid = (after.seq, after.id) if after else (-1, "")
         rows = self._query(READ_SCORES, (agent_id, seq, sid, limit))
         out = []
@@ -356,6 +368,7 @@ class SQLiteStore(Store):
         return _pending(rows[0]) if rows else None
 
     def list_unjudged(self, agent_id: str, after: str | None = None, limit: int = 100) -> list[RawDoc]:
+        check_limit(limit)
         rows = self._query(self._UNJUDGED + "u.id > ? ORDER BY u.id LIMIT ?", (agent_id, after or "", limit))
         return [_pending(row) for row in rows]
 
@@ -530,6 +543,7 @@ class SQLiteStore(Store):
         return json.loads(rows[0][0]) if rows else None  # type: ignore[arg-type]
 
     def list_runs(self, agent_id: str, limit: int = 100) -> list[RawDoc]:
+        check_limit(limit)
         rows = self._query(
             "SELECT doc FROM runs WHERE agent_id = ? ORDER BY policy_version DESC LIMIT ?", (agent_id, limit)
         )
