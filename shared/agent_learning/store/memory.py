@@ -20,17 +20,7 @@ from ..documents import (
     policy_doc_id,
 )
 from ..errors import ConcurrencyConflict
-from .base import (
-    AgentCursor,
-    FeedPage,
-    RawDoc,
-    Store,
-    Tagged,
-    UnjudgedMark,
-    agent_cursor,
-    check_limit,
-    same_document,
-)
+from .base import AgentCursor, FeedPage, RawDoc, Store, Tagged, UnjudgedMark, agent_cursor, check_limit, same_document
 
 
 class MemoryStore(Store):

@@ -33,17 +33,7 @@ from ..documents import (
     policy_doc_id,
 )
 from ..errors import ConcurrencyConflict, ConfigurationError, TransientError
-from .base import (
-    AgentCursor,
-    FeedPage,
-    RawDoc,
-    Store,
-    Tagged,
-    UnjudgedMark,
-    agent_cursor,
-    check_limit,
-    same_document,
-)
+from .base import AgentCursor, FeedPage, RawDoc, Store, Tagged, UnjudgedMark, agent_cursor, check_limit, same_document
 
 ID_PAGE = 1_000
 """Rows per query when ids are streamed."""
