@@ -217,9 +217,14 @@ def _container_missing(exc: cosmos_errors.CosmosResourceNotFoundError) -> bool:
     document: azure-cosmos reads a container's properties before its first request to it (a 404
     on that request's URL, which names no document), and Cosmos answers a request to a container
     deleted since with sub-status 1003. Reads must not take it for "no such document"."""
-    request = getattr(getattr(exc, "response", None), "request", None)
-    path = urlsplit(str(getattr(request, "url", "") or "")).path
+    path = _request_path(exc)
     return exc.sub_status == 1003 or (path.startswith("/dbs/") and "/docs" not in path)
+
+
+def _request_path(exc: cosmos_errors.CosmosHttpResponseError) -> str:
+    """The path of the request an SDK error answers (empty when the error carries none)."""
+    request = getattr(getattr(exc, "response", None), "request", None)
+    return urlsplit(str(getattr(request, "url", "") or "")).path
 
 
 def _translate_transient_errors(cls: type[T]) -> type[T]:
@@ -272,7 +277,7 @@ def _port_errors() -> Iterator[None]:
     except cosmos_errors.CosmosResourceNotFoundError as exc:
         if not _container_missing(exc):
             raise
-        segments = urlsplit(str(exc.response.request.url)).path.strip("/").split("/")  # dbs/{db}/colls/{c}/...
+        segments = _request_path(exc).strip("/").split("/")  # dbs/{db}/colls/{c}/...
         database, container = (segments + ["?"] * 4)[1:4:2]
         raise ConfigurationError(
             f"Cosmos DB has no container {container!r} in the database {database!r}: check "
