@@ -434,7 +434,7 @@ class CosmosStore(Store):
 
     def list_episodes(self, agent_id: str | None = None, limit: int = 100) -> list[RawDoc]:
         check_limit(limit)
-        if limit <= 0:
+        if limit == 0:
             return []
         where = " WHERE c.agent_id = @agent" if agent_id is not None else ""
         params = [{"name": "@n", "value": limit}]
@@ -555,7 +555,7 @@ class CosmosStore(Store):
     ) -> list[RawDoc]:
         """A query scoped to the agent (the first level of the key), ordered by the composite index."""
         check_limit(limit)
-        if limit <= 0:
+        if limit == 0:
             return []
         return self._query(
             SCORES,
@@ -637,7 +637,7 @@ class CosmosStore(Store):
 
     def list_unjudged(self, agent_id: str, after: str | None = None, limit: int = 100) -> list[RawDoc]:
         check_limit(limit)
-        if limit <= 0:
+        if limit == 0:
             return []
         return self._query(
             SCORES,
@@ -843,7 +843,7 @@ class CosmosStore(Store):
 
     def list_runs(self, agent_id: str, limit: int = 100) -> list[RawDoc]:
         check_limit(limit)
-        if limit <= 0:
+        if limit == 0:
             return []
         return self._query(
             "runs",
