@@ -798,6 +798,16 @@ def _history_rows(h: Any) -> list[dict[str, Any]]:
     return rows
 
 
+def _left_out(histories: list[Any]) -> bool:
+    """Say each version document that failed validation (on stderr: the rest is read all the same);
+    whether there was one, which makes the command exit with 1."""
+    for h in histories:
+        for problem in h.invalid:
+            err.print(Text.assemble(("error:", "bold red"), f" {problem} (left out; agent-learn audit "
+                                    f"--agent-id {h.agent_id} checks every document)"), highlight=False, soft_wrap=True)
+    return any(h.invalid for h in histories)
+
+
 @policy.command("history")
 @agent_option
 @click.option("--limit", type=COUNT, default=None,
@@ -808,20 +818,25 @@ def _history_rows(h: Any) -> list[dict[str, Any]]:
 @_handle_errors
 def policy_history(agent_id: str, limit: int | None, since: datetime | None, until: datetime | None,
                    as_json: bool, db: str | None) -> None:
-    """Every version: its probabilities, the mean reward and the run that produced it."""
+    """Every version: its probabilities, the mean reward and the run that produced it.
+
+    Exits with 1 if a version document is invalid (it is named, and the others are listed)."""
     since, until = _utc_window(since, until)
     windowed = since is not None or until is not None
     with _store(db) as (store, settings):
         current = _current(store, settings, agent_id)
-        rows = _history_rows(history(store, agent_id, newest=limit, since=since, until=until))
+        versions = history(store, agent_id, newest=limit, since=since, until=until)
+        rows = _history_rows(versions)
+    invalid = _left_out([versions])
     if windowed and not rows:
         raise _no_versions_in([agent_id])
     # versions run from 1 to the current one (``agent-learn audit`` checks it): no need to read them all to count
-    total = max(current.version, len(rows)) if limit or windowed else len(rows)
+    total = max(current.version, len(rows)) if limit or windowed or invalid else len(rows)
     if as_json:
         _echo_json(rows)
-        return
-    which = ("the newest " if limit else "the ") + str(len(rows)) + (" created in the window" if windowed else "")
+        sys.exit(1 if invalid else 0)
+    which = (("the newest " if limit else "the ") + str(len(rows)) + (" valid" if invalid else "")
+             + (" created in the window" if windowed else ""))
     shown = _n(total, "policy version") + (f", {which} shown" if len(rows) < total else "")
     table = Table(title=f"{agent_id}: {shown}", title_justify="left")
     table.add_column("version", justify="right")
@@ -847,6 +862,8 @@ def policy_history(agent_id: str, limit: int | None, since: datetime | None, unt
                   "(--json has each learned segment); reward: mean reward of the run's batch")
     else:
         out.print("reward: mean reward of the run's batch; entropy: of the policy agents draw from (nats)")
+    if invalid:
+        sys.exit(1)
 
 
 def _positive_version(ctx: click.Context, param: click.Parameter, value: str) -> int:
@@ -1604,9 +1621,13 @@ def report(agent_ids: tuple[str, ...], png_path: str, html_path: str, title: str
             for agent_id in agents:
                 histories.append(history(store, agent_id, last, since=since, until=until))
                 bar.advance(task)
-    empty = [h.agent_id for h in histories if not h.versions]
+    invalid = _left_out(histories)
+    empty = [h.agent_id for h in histories if not h.versions and not h.invalid]
     if empty:
         raise _no_versions_in(empty)
+    histories = [h for h in histories if h.versions]  # an agent whose every version is invalid: said above
+    if not histories:
+        sys.exit(1)
     try:
         files = write_report(histories, png_path, html_path, title, smooth)
     except RuntimeError as exc:  # matplotlib missing
@@ -1616,11 +1637,13 @@ def report(agent_ids: tuple[str, ...], png_path: str, html_path: str, title: str
                           for h in histories}}
     if as_json:
         _echo_json(summary)
-        return
+        sys.exit(1 if invalid else 0)
     for h in histories:
         out.print(f"{h.agent_id}: {_n(len(h.versions), 'version')}; series per chart (probabilities, reward, entropy) "
                   f"{files.series[h.agent_id]}")
     out.print(f"wrote {files.png} and {files.html}")
+    if invalid:
+        sys.exit(1)
 
 
 TRAINING_FAILED = ("invalid_policy", "unavailable", "failed")

@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
-from .documents import TRAIN_BATCH, PolicyDocument, Score, ScoreCursor, excluded_configurations
+from .documents import TRAIN_BATCH, PolicyDocument, Score, ScoreCursor, excluded_configurations, stored_policy
 from .errors import InvalidDocument, NotFound
 from .evaluation import (
     ESTIMATORS,
@@ -325,7 +325,7 @@ def version_target(store: Store, current: PolicyDocument, version: int) -> Distr
     raw = store.get_policy_version(current.agent_id, version)
     if raw is None:
         raise NotFound(f"--version: {current.agent_id!r} has no version {version}")
-    doc = PolicyDocument.from_dict(raw)
+    doc = stored_policy(raw)
     if doc.action_ids != current.action_ids or doc.dimensions != current.dimensions or doc.excluded != current.excluded:
         raise ValueError(
             f"--version: v{version} has other configurations than the current v{current.version}; "

@@ -796,6 +796,15 @@ def policy_doc_id(agent_id: str, version: int | None) -> str:
     return f"{agent_id}:current" if version is None else f"{agent_id}:v{version}"
 
 
+def stored_policy(raw: dict[str, Any]) -> PolicyDocument:
+    """A policy document read from a store; an invalid one raises :class:`InvalidDocument` naming
+    the document (``invalid policy 'support:v3': logits: ...``), since the reader did not write it."""
+    try:
+        return PolicyDocument.from_dict(raw)
+    except InvalidDocument as exc:
+        raise InvalidDocument(f"policy {raw.get('id')!r}", exc.problems) from None
+
+
 # --------------------------------------------------------------------------- scores
 
 

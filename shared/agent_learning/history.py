@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from .documents import PolicyDocument
+from .documents import PolicyDocument, stored_policy
 from .errors import InvalidDocument
 from .policy import policy_entropy, policy_probabilities
 from .structured import NO_CONTEXT, StructuredPolicy, segment_views
@@ -43,6 +43,9 @@ class AgentHistory:
     estimates: list[tuple[float, float, float] | None] = field(default_factory=list)
     """Per version, the publish guardrail's estimate of its mean reward before it was published
     (value, low, high; None for versions published without one)."""
+    invalid: list[str] = field(default_factory=list)
+    """Why each version document that failed validation was left out of ``versions`` (it names
+    the document and its fields); the others are read all the same."""
 
     @property
     def best_action(self) -> str | None:
@@ -88,7 +91,8 @@ def history(
     from, exploration floor included. For a structured policy both the probabilities and the
     entropy are those with no context (what a request without features gets); ``segments``
     holds the probabilities in each learned segment, which is what agents that send the
-    feature draw from.
+    feature draw from. A version document that fails validation is left out and said in
+    ``invalid``.
     """
     if since is None and until is None:
         raw = store.list_policy_versions(agent_id, newest)
@@ -99,8 +103,13 @@ def history(
         keep = set(wanted)
         found = store.list_policy_versions(agent_id, between=(wanted[0], wanted[-1])) if wanted else []
         raw = [d for d in found if d.get("version") in keep]
-    docs = [PolicyDocument.from_dict(d) for d in raw]
-    h = AgentHistory(agent_id, list(dict.fromkeys(a for doc in docs for a in doc.action_ids)))
+    docs, invalid = [], []
+    for d in raw:
+        try:
+            docs.append(stored_policy(d))
+        except InvalidDocument as exc:
+            invalid.append(str(exc))
+    h = AgentHistory(agent_id, list(dict.fromkeys(a for doc in docs for a in doc.action_ids)), invalid=invalid)
     for doc in docs:
         views = segment_views(doc) if doc.structured else None
         # a structured policy's probabilities with no context are its view of that name (computed once)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import math
 import random
+import sqlite3
 from datetime import datetime, timedelta
 from pathlib import Path
 from types import SimpleNamespace
@@ -177,3 +178,24 @@ def test_the_page_names_the_version_a_rollback_restored_as_policy_history_does(d
     files = ["--png", str(tmp_path / "r.png"), "--html", str(tmp_path / "r.html"), "--db", db]
     assert runner.invoke(main, ["report", "--last", "1", *files]).exit_code == 0
     assert "rollback of v30" in history_text and "<td>rollback of v30</td>" in (tmp_path / "r.html").read_text()
+
+
+def test_an_invalid_version_document_is_named_and_left_out_while_the_others_are_read(db: str, tmp_path: Path) -> None:
+    with sqlite3.connect(db) as conn:  # a version document edited by hand: three logits for four actions
+        conn.execute("UPDATE policies SET doc = json_set(doc, '$.logits', json('[0, 0, 0]')) "
+                     "WHERE id = 'support-bot:v5'")
+    runner = CliRunner()
+    named = "invalid policy 'support-bot:v5': logits: has 3 entries but there are 4 actions (left out;"
+    listed = runner.invoke(main, ["policy", "history", "--agent-id", "support-bot", "--json", "--db", db])
+    assert listed.exit_code == 1 and named in listed.stderr
+    versions = [r["version"] for r in json.loads(listed.stdout)]
+    assert 5 not in versions and versions[:5] == [1, 2, 3, 4, 6]
+    table = runner.invoke(main, ["policy", "history", "--agent-id", "support-bot", "--db", db])
+    shown = f"{len(versions) + 1} policy versions, the {len(versions)} valid shown"
+    assert table.exit_code == 1 and shown in table.stdout
+    files = ["--png", str(tmp_path / "r.png"), "--html", str(tmp_path / "r.html"), "--db", db]
+    charted = runner.invoke(main, ["report", "--json", *files])
+    assert charted.exit_code == 1 and named in charted.stderr
+    assert json.loads(charted.stdout)["agents"]["support-bot"]["versions"] == len(versions)
+    restored = runner.invoke(main, ["policy", "rollback", "--agent-id", "support-bot", "5", "--db", db])
+    assert restored.exit_code == 2 and "invalid policy 'support-bot:v5': logits:" in restored.stderr

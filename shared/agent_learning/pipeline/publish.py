@@ -44,7 +44,7 @@ from dataclasses import dataclass
 
 from .. import notices
 from ..clock import SYSTEM_CLOCK, Clock
-from ..documents import Action, PolicyDocument
+from ..documents import Action, PolicyDocument, stored_policy
 from ..errors import ConcurrencyConflict, NotFound
 from ..store.base import Store, same_document
 
@@ -66,7 +66,7 @@ def load_current_tagged(store: Store, agent_id: str) -> Current | None:
     Raises :class:`~agent_learning.errors.InvalidDocument` if the document does not validate.
     """
     tagged = store.get_current_policy(agent_id)
-    return None if tagged is None else Current(PolicyDocument.from_dict(tagged.doc), tagged.etag)
+    return None if tagged is None else Current(stored_policy(tagged.doc), tagged.etag)
 
 
 def load_current(store: Store, agent_id: str) -> PolicyDocument | None:
@@ -187,7 +187,7 @@ def rollback(store: Store, agent_id: str, version: int, *, clock: Clock = SYSTEM
             raise NotFound(f"agent_id: {agent_id!r} has no policy")
         # Versions run from 1 (create_policy) to the current one: no need to read them all to say so.
         raise NotFound(f"VERSION: {agent_id!r} has no version {version} (versions 1 to {current.doc.get('version')})")
-    target = PolicyDocument.from_dict(raw)
+    target = stored_policy(raw)
 
     def change(current: PolicyDocument) -> PolicyDocument | None:
         if current.source == "rollback" and current.parent_version == version:

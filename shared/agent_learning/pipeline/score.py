@@ -21,7 +21,16 @@ from functools import lru_cache, partial
 from typing import Any, Literal
 
 from ..clock import SYSTEM_CLOCK, Clock
-from ..documents import Episode, Measures, MetricScore, PolicyDocument, Score, ScoreRequest, UnjudgedRecord
+from ..documents import (
+    Episode,
+    Measures,
+    MetricScore,
+    PolicyDocument,
+    Score,
+    ScoreRequest,
+    UnjudgedRecord,
+    stored_policy,
+)
 from ..errors import ConcurrencyConflict, InvalidDocument, PermanentError, TransientError
 from ..feedback import reconcile
 from ..judges.base import Judge
@@ -76,7 +85,7 @@ def load_policy_version(store: Store, agent_id: str, version: int) -> PolicyDocu
     """
     raw = store.get_policy_version(agent_id, version)
     if raw is not None:
-        return PolicyDocument.from_dict(raw)
+        return stored_policy(raw)
     current = load_current(store, agent_id)
     if current is None or current.version != version:
         raise LookupError(f"agent {agent_id!r} has no policy version {version}")
