@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from agent_learning.documents import Episode
-from agent_learning.errors import TransientError
+from agent_learning.errors import PermanentError, TransientError
 from agent_learning.judges.budget import PromptEstimate, TokenBudget
 
 
@@ -178,6 +178,17 @@ def test_the_budget_is_settled_with_the_reported_counts_and_a_late_turn_fails_tr
     with pytest.raises(TransientError, match="token budget"):
         judge.judge(episode(2))
     assert len(judge_server.requests) == len(requests) and judge.budget.held() == held
+    judge.close()
+
+
+def test_calls_still_waiting_their_turn_when_another_evaluator_fails_are_never_sent(judge_server: Any) -> None:
+    judge = judge_for(judge_server, 20_000)  # 120 requests a minute: the second and third wait 0.5 s and 1 s
+    judge_server.set_mode("content_filter", evaluator="intent_resolution")  # the first call fails at once
+    with pytest.raises(PermanentError, match="content filter"):
+        judge.judge(episode(1))
+    assert [r.evaluator for r in judge_server.requests] == ["intent_resolution"]
+    # the three calls book ~8,400 tokens, the one sent ~2,400: the unsent calls' places were given back
+    assert judge.budget is not None and judge.budget.held() < 3_000
     judge.close()
 
 

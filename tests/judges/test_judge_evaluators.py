@@ -157,7 +157,8 @@ def test_persistent_server_errors_are_transient_within_the_bound(judge_server: A
     judge_server.set_mode("http_500")
     result, seconds = timed(lambda: judge.judge(episode("x [judge:good]")))
     assert isinstance(result, TransientError) and "500" in str(result)
-    assert judge_server.count("intent_resolution") == FAST.max_attempts  # our retries, not the evaluator's 11
+    counts = [judge_server.count(m) for m in ("intent_resolution", "task_adherence", "task_completion")]
+    assert max(counts) == FAST.max_attempts  # our retries, not the evaluator's 11; the first to give up stops all
     assert seconds < FAST.episode_deadline + SLACK
 
 
@@ -217,6 +218,14 @@ def test_content_filter_is_permanent_at_once(judge_server: Any, judge: Evaluator
     result, seconds = timed(lambda: judge.judge(episode("x [judge:good]")))
     assert isinstance(result, PermanentError) and "content filter" in str(result)
     assert judge_server.count("task_completion") == 1 and seconds < FAST.attempt_timeout + SLACK
+
+
+def test_one_evaluator_failing_for_good_stops_the_others_retries(judge_server: Any, judge: EvaluatorJudge) -> None:
+    judge_server.set_mode("hang", evaluator="intent_resolution")  # would time out 3 times, for 3 s
+    judge_server.set_mode("content_filter", evaluator="task_completion")
+    result, seconds = timed(lambda: judge.judge(episode("x [judge:good]")))
+    assert isinstance(result, PermanentError) and "content filter" in str(result)
+    assert judge_server.count("intent_resolution") == 1 and seconds < FAST.attempt_timeout + SLACK
 
 
 def test_a_skipped_evaluation_is_invalid_and_says_why(judge_server: Any, judge: EvaluatorJudge) -> None:

@@ -23,7 +23,8 @@ malformed reply, ``TypeError`` on a null score. So this adapter:
   not-found errors are configuration problems and count as transient, so that fixing the
   configuration lets the messages through instead of dead-lettering everything.
 
-A failed evaluator never becomes a zero metric: the whole judgement fails. An episode with an
+A failed evaluator never becomes a zero metric: the whole judgement fails, and the evaluators
+still running are cancelled (their calls would be wasted). An episode with an
 empty output is not sent: the evaluators' prompts tell the model to skip it (no score), so it
 gets the offline judge's scores for an empty answer (1 / 0 / 0, evaluator ``offline:<metric>``).
 
@@ -308,8 +309,17 @@ class EvaluatorJudge(Judge):
         tasks = {
             m: asyncio.ensure_future(self._metric(m, episode, deadline, first.get(m))) for m in self.evaluators
         }
-        await asyncio.wait(tasks.values())
-        errors = {m: t.exception() for m, t in tasks.items() if t.exception() is not None}
+        pending = set(tasks.values())
+        while pending:
+            _, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_EXCEPTION)
+            if pending and any(not t.cancelled() and t.exception() for t in tasks.values() if t.done()):
+                # One evaluator failed for good, so the judgement fails whatever the others say:
+                # stop them rather than spend their tokens and retries on it.
+                for t in pending:
+                    t.cancel()
+                await asyncio.wait(pending)
+                break
+        errors = {m: t.exception() for m, t in tasks.items() if not t.cancelled() and t.exception() is not None}
         if errors:
             permanent = {m: e for m, e in errors.items() if isinstance(e, PermanentError)}
             chosen = permanent or errors
@@ -355,7 +365,11 @@ class EvaluatorJudge(Judge):
                 wait = self.budget.wait(booked[0])  # type: ignore[union-attr]
                 sp.set_attribute("budget_wait_seconds", round(wait, 3))
                 if wait > 0:
-                    await self._sleep(wait)
+                    try:
+                        await self._sleep(wait)
+                    except asyncio.CancelledError:  # another evaluator failed: this call is never sent
+                        self.budget.release(booked[0])  # type: ignore[union-attr]
+                        raise
             remaining = deadline - loop.time()
             with self.stats_lock:
                 self.attempts[metric] += 1
