@@ -11,12 +11,15 @@ from benchmark_modules import load_benchmark
 
 from agent_learning.evaluation import (
     IPS,
+    LATENCY,
     SNIPS,
+    TOOL_FAILURES,
     DoublyRobust,
     Logs,
     NoOverlap,
     Target,
     compare,
+    compare_metric,
     estimate,
     t_quantile,
 )
@@ -137,3 +140,19 @@ def test_bad_inputs_name_the_field(change: dict, message: str) -> None:
 def test_a_target_that_never_chooses_a_logged_action_has_nothing_to_estimate_from() -> None:
     with pytest.raises(NoOverlap, match="target_probabilities: the target gives probability 0 to every logged action"):
         estimate([0, 0, 1], [1.0, 0.0, 1.0], [0.5, 0.5, 0.5], [[0.0, 0.0, 1.0]] * 3, estimator="dr")
+
+
+@pytest.mark.parametrize("rate", [0.02, 0.98])
+def test_a_metrics_interval_for_one_policy_stays_within_the_values_it_can_take(rate: float) -> None:
+    rng = np.random.default_rng(0)
+    failed = (rng.random(60) < rate).astype(np.float64)  # a tool-failure rate near 0 or 1, on 60 episodes
+    failed[0] = 1.0 - round(rate)  # and at least one episode the other way
+    logged, candidate, current = np.full(60, 0.5), rng.uniform(0.2, 0.8, 60), np.full(60, 0.5)
+    cand, cur, diff = compare_metric(TOOL_FAILURES, failed, logged, candidate, current, 0.95)  # type: ignore[misc]
+    uncut = compare(Logs.of(np.zeros(60, dtype=np.int64), failed, logged, 1), Target.of_chosen(candidate),
+                    Target.of_chosen(current), SNIPS(), 0.95)
+    assert uncut[0].low < 0 if rate < 0.5 else uncut[0].high > 1  # the normal approximation leaves [0, 1]
+    assert 0.0 <= cand.low <= cand.value <= cand.high <= 1.0 and 0.0 <= cur.low <= cur.high <= 1.0
+    assert (cand.value, cur.value, diff) == (uncut[0].value, uncut[1].value, uncut[2])  # the difference is not cut
+    seconds = compare_metric(LATENCY, np.r_[np.zeros(59), 900.0], logged, candidate, current, 0.95)
+    assert seconds is not None and seconds[0].low == 0.0 and seconds[0].high > 900 / 60

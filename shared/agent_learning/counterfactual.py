@@ -305,7 +305,7 @@ def compare_to_current(
             result.notes.append(f"{name}: the target never chooses a logged configuration; nothing to estimate from")
     chosen_target, chosen_current = tgt.chosen(logged.logs), cur.chosen(logged.logs)
     for name, values in logged.metrics.items():
-        found = compare_metric(values, logged.logs.logged, chosen_target, chosen_current, confidence)
+        found = compare_metric(name, values, logged.logs.logged, chosen_target, chosen_current, confidence)
         if found is not None:
             result.metrics[name] = found[:2]
     if logged.truncated:

@@ -429,6 +429,10 @@ LATENCY, TOOL_FAILURES, TOKENS, JUDGE_TOKENS = "latency_ms", "tool_failure_rate"
 METRICS = (LATENCY, TOOL_FAILURES, TOKENS, JUDGE_TOKENS)
 """Guardrail metrics, per episode: latency, whether a tool call failed (0/1), the agent's model tokens and the
 judges' tokens (:class:`~agent_learning.documents.Measures`)."""
+METRIC_RANGES = {LATENCY: (0.0, math.inf), TOOL_FAILURES: (0.0, 1.0), TOKENS: (0.0, math.inf),
+                 JUDGE_TOKENS: (0.0, math.inf)}
+"""The values each metric can take: the interval of one policy's mean is cut to them (a rate's lower bound
+never reads below 0), which keeps its coverage, since the mean lies in them too."""
 
 
 def metric_values(measures: Sequence[Measures | None]) -> dict[str, Array]:
@@ -450,18 +454,24 @@ def metric_values(measures: Sequence[Measures | None]) -> dict[str, Array]:
 
 
 def compare_metric(
-    values: Array, logged: Array, candidate: Array, current: Array, confidence: float
+    name: str, values: Array, logged: Array, candidate: Array, current: Array, confidence: float
 ) -> tuple[Estimate, Estimate, Estimate] | None:
-    """SNIPS estimates of a metric's mean under the candidate and the current version, and their
-    paired difference (candidate − current), from the episodes that record it (None with fewer than two)."""
+    """SNIPS estimates of metric ``name``'s mean under the candidate and the current version (their
+    intervals within :data:`METRIC_RANGES`), and their paired difference (candidate − current), from
+    the episodes that record it (None with fewer than two)."""
     known = np.isfinite(values)
     if known.sum() < 2:
         return None
     logs = Logs.of(np.zeros(int(known.sum()), dtype=np.int64), values[known], logged[known], 1)
     try:
-        return compare(logs, Target.of_chosen(candidate[known]), Target.of_chosen(current[known]), SNIPS(), confidence)
+        cand, cur, diff = compare(
+            logs, Target.of_chosen(candidate[known]), Target.of_chosen(current[known]), SNIPS(), confidence
+        )
     except NoOverlap:
         return None
+    low, high = METRIC_RANGES[name]
+    cand, cur = (e._replace(low=max(e.low, low), high=min(e.high, high)) for e in (cand, cur))
+    return cand, cur, diff
 
 
 @dataclass(frozen=True)
@@ -624,7 +634,7 @@ def judge(
         found = (
             None
             if metrics is None or name not in metrics
-            else compare_metric(metrics[name], mu, p_cand, p_cur, config.confidence)
+            else compare_metric(name, metrics[name], mu, p_cand, p_cur, config.confidence)
         )
         if found is not None:
             c, k, d = found
