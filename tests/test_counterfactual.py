@@ -66,6 +66,27 @@ def test_feedback_changes_the_reward_an_episode_is_evaluated_with() -> None:
         cf.read_logged(store, current, since=BASE_TIME + timedelta(seconds=19))
 
 
+def test_only_the_newest_limit_episodes_are_held_while_every_score_is_read(monkeypatch: pytest.MonkeyPatch) -> None:
+    from agent_learning.store.memory import MemoryStore
+
+    store = MemoryStore()
+    logged_uniformly(store, 2_500)
+    current = load_current(store, AGENT)
+    assert current is not None
+    held: list[int] = []
+
+    class Counted(cf.OrderedDict):  # type: ignore[misc,type-arg]
+        def __setitem__(self, key: str, value: object) -> None:
+            super().__setitem__(key, value)
+            held.append(len(self))
+
+    monkeypatch.setattr(cf, "OrderedDict", Counted)
+    read: list[int] = []
+    logged = cf.read_logged(store, current, limit=300, progress=read.append)
+    assert len(logged.logs) == 300 and logged.truncated and logged.first == BASE_TIME + timedelta(seconds=2_200)
+    assert read == [1_000, 2_000, 2_500] and max(held) == 301  # memory: never more than one over the limit
+
+
 def test_episodes_of_a_removed_action_count_with_weight_zero_not_left_out() -> None:
     """A third of the episodes were of ``c``, which a revision removed: no target chooses it, so
     they weigh 0. Left out, IPS divided by the other two thirds and put "always b" at 1.2."""

@@ -1149,7 +1149,10 @@ def evaluate(agent_id: str, version: int | None, action_id: str | None, uniform:
         raise ValueError(f"{chosen[1]}: choose one target of --version, --action, --uniform and --candidate")
     with _store(db) as (store, settings):
         current = _current(store, settings, agent_id)
-        logged = cf.read_logged(store, current, since=since.replace(tzinfo=UTC) if since else None)
+        with _progress("reading scores", transient=True) as bar:  # every score of the agent: may take a while
+            task = bar.add_task("reading scores", total=None)
+            logged = cf.read_logged(store, current, since=since.replace(tzinfo=UTC) if since else None,
+                                    progress=lambda n: bar.update(task, completed=n))
         if version is not None:
             target, label = cf.version_target(store, current, version), f"v{version}"
         elif action_id is not None:

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import math
+from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -82,16 +83,25 @@ class Logged:
 
 
 def read_logged(
-    store: Store, current: PolicyDocument, *, since: datetime | None = None, limit: int = MAX_EPISODES
+    store: Store,
+    current: PolicyDocument,
+    *,
+    since: datetime | None = None,
+    limit: int = MAX_EPISODES,
+    progress: Callable[[int], None] | None = None,
 ) -> Logged:
     """The agent's judged episodes scored at or after ``since`` (the newest ``limit``), each with
-    its reward after feedback. Raises :class:`NotFound` when there are fewer than two."""
+    its reward after feedback. Every score is read, oldest first (``progress`` is told how many so
+    far), and at most ``limit`` episodes are held. Raises :class:`NotFound` when there are fewer
+    than two."""
     layout = Layout.of(current)
-    episodes: dict[str, list[Any]] = {}  # episode id → [local, reward, probability, context, scored_at]
-    skipped = invalid = 0
+    episodes: OrderedDict[str, list[Any]] = OrderedDict()  # episode id → [local, reward, probability, ...]
+    invalid = read = 0
+    truncated = False
     after: ScoreCursor | None = None
     while True:
         page = store.read_scores(current.agent_id, after, PAGE, settled=False)
+        read += len(page)
         for raw in page:
             try:
                 score = Score.from_dict(raw)
@@ -105,16 +115,19 @@ def read_logged(
             if since is not None and score.scored_at < since:
                 continue
             local = layout.parse(score.action_id)
-            skipped += local is None
             episodes[score.episode_id] = [
                 local, score.reward, score.probability, score.context, score.scored_at, score.measures
             ]
+            if len(episodes) > limit:  # the oldest goes: memory stays bounded however long the agent ran
+                episodes.popitem(last=False)
+                truncated = True
+        if progress is not None:
+            progress(read)
         if len(page) < PAGE:
             break
         after = ScoreCursor(seq=int(page[-1]["seq"]), id=str(page[-1]["id"]))
     values = list(episodes.values())
-    truncated = len(values) > limit
-    values = values[-limit:]
+    skipped = sum(v[0] is None for v in values)
     if len(values) < 2:
         raise NotFound(
             f"--agent-id: {current.agent_id!r} has {len(values)} scored episodes"
