@@ -124,6 +124,16 @@ def _ending(*suffixes: str) -> Callable[[click.Context, click.Parameter, Any], A
     return check
 
 
+IDS_SHOWN = 10
+"""Ids a table-form listing shows before "… and N more" (``--json`` lists them all)."""
+
+
+def _ids(ids: list[str]) -> str:
+    """The first :data:`IDS_SHOWN` of ``ids``, comma-separated, and how many more (``-`` for none)."""
+    more = len(ids) - IDS_SHOWN
+    return (", ".join(ids[:IDS_SHOWN]) or "-") + (f", … and {more} more (--json lists them all)" if more > 0 else "")
+
+
 def _n(count: int, noun: str) -> str:
     """``count`` and ``noun``, plural unless ``count`` is 1: ``1 version``, ``2 versions``."""
     return f"{count} {noun if count == 1 else noun + 's'}"
@@ -1491,8 +1501,7 @@ def dlq_replay(
         _echo_json(data)
     else:
         if dry_run:
-            out.print(f"would replay {_n(replayed, 'dead letter')} to {settings.queue_name}: "
-                      f"{', '.join(chosen or []) or '-'}")
+            out.print(f"would replay {_n(replayed, 'dead letter')} to {settings.queue_name}: {_ids(chosen or [])}")
         else:
             out.print(f"replayed {_n(replayed, 'dead letter')} to {settings.queue_name}")
         if left:
@@ -1535,13 +1544,16 @@ def rescore(agent_id: str, episode_ids: tuple[str, ...], rejudge: bool, unjudged
         return
     with _store(db) as (store, settings):
         _current(store, settings, agent_id)
-        result = run_rescore(
-            store,
-            wiring.open_scorer(settings, store),
-            agent_id,
-            episode_ids=list(episode_ids) if episode_ids else None,
-            rejudge=rejudge,
-        )
+        with _progress("re-scoring", transient=True) as bar:
+            task = bar.add_task("re-scoring", total=len(set(episode_ids)) if episode_ids else None)
+            result = run_rescore(
+                store,
+                wiring.open_scorer(settings, store),
+                agent_id,
+                episode_ids=list(episode_ids) if episode_ids else None,
+                rejudge=rejudge,
+                progress=lambda n: bar.update(task, completed=n),
+            )
     failed = [{"episode_id": e, "reason": r, "description": d} for e, r, d in result.failed]
     if as_json:
         _echo_json({"already_trained": result.already_trained, "pending": result.pending, "failed": failed})
@@ -1549,11 +1561,9 @@ def rescore(agent_id: str, episode_ids: tuple[str, ...], rejudge: bool, unjudged
         out.print(f"re-scored {_n(result.rescored, 'episode')} of {agent_id}")
         out.print(
             f"already trained ({len(result.already_trained)}; recorded, not learned again): "
-            + (", ".join(result.already_trained) or "-")
+            + _ids(result.already_trained)
         )
-        out.print(
-            f"pending ({len(result.pending)}; learned once, with the new score): " + (", ".join(result.pending) or "-")
-        )
+        out.print(f"pending ({len(result.pending)}; learned once, with the new score): " + _ids(result.pending))
         for f in failed:
             out.print(f"failed: {f['episode_id']}: {f['reason']}: {f['description']}")
     if failed:
@@ -1563,16 +1573,19 @@ def rescore(agent_id: str, episode_ids: tuple[str, ...], rejudge: bool, unjudged
 def _judge_unjudged(agent_id: str, limit: int | None, as_json: bool, db: str | None) -> None:
     with _store(db) as (store, settings):
         _current(store, settings, agent_id)
-        result = judge_unjudged(store, wiring.open_scorer(settings, store), agent_id, limit=limit)
+        with _progress("judging", transient=True) as bar:
+            task = bar.add_task("judging", total=limit)
+            result = judge_unjudged(store, wiring.open_scorer(settings, store), agent_id, limit=limit,
+                                    progress=lambda n: bar.update(task, completed=n))
     failed = [{"episode_id": e, "reason": r, "description": d} for e, r, d in result.failed]
     if as_json:
         _echo_json({"judged": result.judged, "duplicates": result.duplicates, "failed": failed,
                     "stopped": result.stopped, "more": result.more})
     else:
         out.print(f"judged {_n(len(result.judged), 'unjudged episode')} of {agent_id} (each learned once, by the next "
-                  f"training run): " + (", ".join(result.judged) or "-"))
+                  f"training run): " + _ids(result.judged))
         if result.duplicates:
-            out.print(f"judged meanwhile ({len(result.duplicates)}): " + ", ".join(result.duplicates))
+            out.print(f"judged meanwhile ({len(result.duplicates)}): " + _ids(result.duplicates))
         for f in failed:
             out.print(f"failed: {f['episode_id']}: {f['reason']}: {f['description']} (it stays unjudged)")
         if result.stopped:

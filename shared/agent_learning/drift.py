@@ -14,7 +14,8 @@ reward std, plus between runs), the fall and its standard error are::
   the threshold, and by more than ``z`` standard errors (``evidence_z``, 3 by default: about
   one false alarm in 700 comparisons of the same reward distribution).
 * ``exploration_collapse`` — the new policy's normalised entropy H(π)/log K (K configurations:
-  a structured policy's combinations of values) is at most
+  a structured policy's combinations of values; a contextual policy's H averaged over the
+  batch's requests, each in its own segment) is at most
   ``collapse_entropy``, and ``fall ≥ collapse_reward_fall`` and ``fall ≥ z·se``: the policy has
   stopped exploring while doing worse, so it may not notice a better action again.
 
@@ -35,7 +36,6 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from .policy import policy_entropy
 from .store.base import Store
 from .telemetry import POLICY_WARNINGS, count
 
@@ -165,20 +165,18 @@ def review(
     store: Store,
     agent_id: str,
     version: int,
-    probabilities: Sequence[float],
+    entropy: float,
+    choices: int,
     config: DriftConfig,
     span: Any = None,
-    *,
-    choices: int | None = None,
 ) -> list[DriftWarning]:
     """Check a freshly published version: log, count and return its warnings (the caller
-    decides whether to pin). ``choices`` is how many configurations ``probabilities`` choose
-    among (:func:`~agent_learning.policy.policy_choices`; default: one per probability): a
-    structured policy's probabilities are its values', and its entropy the joint choice's."""
+    decides whether to pin). ``entropy`` is what its requests draw from, in nats
+    (:func:`~agent_learning.policy.served_entropy`), and ``choices`` how many configurations it
+    chooses among (:func:`~agent_learning.policy.policy_choices`)."""
     runs = [reward_of(r) for r in store.list_runs(agent_id, limit=MAX_RUNS_READ) if r.get("status") != "held"]
     known = [r for r in runs if r is not None]
-    n = choices if choices is not None else len(probabilities)
-    warnings = assess(agent_id, version, known, policy_entropy(list(probabilities)), n, config)
+    warnings = assess(agent_id, version, known, entropy, choices, config)
     for w in warnings:
         log.warning("policy warning (%s): %s", w.kind, w.message)
         count(POLICY_WARNINGS, 1, {"agent_id": agent_id, "kind": w.kind})

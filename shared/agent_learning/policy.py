@@ -17,6 +17,7 @@ probability the learner's importance weights divide by.
 
 from __future__ import annotations
 
+import json
 import math
 import random
 from bisect import bisect_right
@@ -66,6 +67,26 @@ def policy_probabilities(doc: PolicyDocument) -> list[float]:
         marginals = StructuredPolicy(doc).marginals()
         return [p for values in marginals.values() for p in values.values()]
     return mix_floor(softmax(doc.logits, doc.temperature), doc.exploration_floor)
+
+
+def served_entropy(doc: PolicyDocument, contexts: Iterable[Mapping[str, Any] | None]) -> float:
+    """The entropy (nats) of what requests with ``contexts`` draw from, averaged over them: with
+    context features, each request draws from its own segment's probabilities, which the entropy
+    with no context does not show (a policy sure in every segment can look uncertain without
+    one). Without features, or without contexts, :func:`policy_entropy` of
+    :func:`policy_probabilities`."""
+    given = [c for c in contexts]
+    if not (doc.structured and doc.features) or not given:
+        return policy_entropy(policy_probabilities(doc))
+    policy = StructuredPolicy(doc)
+    seen: dict[str, float] = {}
+    total = 0.0
+    for context in given:
+        key = json.dumps(context, sort_keys=True, default=str)
+        if key not in seen:
+            seen[key] = policy_entropy([p for v in policy.marginals(context).values() for p in v.values()])
+        total += seen[key]
+    return total / len(given)
 
 
 def policy_choices(doc: PolicyDocument) -> int:

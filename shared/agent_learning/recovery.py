@@ -45,8 +45,9 @@ their messages.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field, replace
+from typing import TypeVar
 
 from .documents import Episode, Score, ScoreCursor
 from .errors import InvalidDocument
@@ -55,6 +56,8 @@ from .judges.base import Judge, Judgement
 from .pipeline import Scorer, load_current, score_episode
 from .queue.base import WorkQueue
 from .store.base import RawDoc, Store
+
+T = TypeVar("T")
 
 # --------------------------------------------------------------------------- dead letters
 
@@ -144,6 +147,7 @@ def rescore(
     episode_ids: Iterable[str] | None = None,
     rejudge: bool = False,
     page_size: int = 500,
+    progress: Callable[[int], None] | None = None,
 ) -> RescoreResult:
     """Re-score an agent's scored episodes with ``scorer``'s reward function (and judge).
 
@@ -155,7 +159,8 @@ def rescore(
 
     Each score is overwritten in place and keeps its ``seq``; see the module docstring for what
     that means for learning. An episode that fails (expired, invalid, the judge unavailable)
-    keeps its old score and is listed in ``failed``.
+    keeps its old score and is listed in ``failed``. ``progress`` is told how many episodes were
+    done, after each.
     """
     if isinstance(episode_ids, str):
         raise TypeError("episode_ids takes an iterable of ids, not a single string")
@@ -166,7 +171,7 @@ def rescore(
         rows = _rows_by_id(store, agent_id, episode_ids)
     else:
         rows = _rows_in_range(store, agent_id, after, until, page_size)
-    for episode_id, row in rows:
+    for episode_id, row in _counted(rows, progress):
         if row is None:
             unjudged = episode_ids is not None and store.get_unjudged(episode_id, agent_id) is not None
             hint = " (it was recorded unjudged: agent-learn rescore --unjudged judges it)" if unjudged else ""
@@ -197,6 +202,15 @@ def rescore(
     return result
 
 
+def _counted(items: Iterable[T], progress: Callable[[int], None] | None) -> Iterator[T]:
+    """``items``; after each is dealt with (when the next is asked for), ``progress`` is told how
+    many were."""
+    for done, item in enumerate(items, 1):
+        yield item
+        if progress is not None:
+            progress(done)
+
+
 @dataclass
 class JudgeUnjudgedResult:
     """What :func:`judge_unjudged` did. Ids are episode ids."""
@@ -214,12 +228,18 @@ class JudgeUnjudgedResult:
 
 
 def judge_unjudged(
-    store: Store, scorer: Scorer, agent_id: str, *, limit: int | None = None, page_size: int = 100
+    store: Store,
+    scorer: Scorer,
+    agent_id: str,
+    *,
+    limit: int | None = None,
+    page_size: int = 100,
+    progress: Callable[[int], None] | None = None,
 ) -> JudgeUnjudgedResult:
     """Judge up to ``limit`` (``None``: all) of the episodes ``agent_id``'s judging rule left
     unjudged, whatever the rule says now; see the module docstring. A transient judge failure
     (throttling, an outage) stops the run, so that a throttled judge is not pressed further:
-    run it again later."""
+    run it again later. ``progress`` is told how many were tried, after each."""
     if limit is not None and limit < 1:
         raise ValueError(f"limit: {limit} must be at least 1")
     result = JudgeUnjudgedResult()
@@ -243,6 +263,8 @@ def judge_unjudged(
                     result.stopped = f"the judge is unavailable ({outcome.description}); run again later"
                     result.more = True
                     return result
+            if progress is not None:
+                progress(tried)
         if len(page) < want:
             return result
     result.more = bool(store.list_unjudged(agent_id, after, 1))

@@ -80,7 +80,8 @@ JUDGE_FAILURES = Metric(
 REWARD = Metric("agent_learning.reward", "histogram", "1", "shaped reward of each scored episode")
 QUEUE_LAG = Metric("agent_learning.queue.lag", "histogram", "s", "time from an episode's end to its score")
 MEAN_REWARD = Metric("agent_learning.policy.mean_reward", "gauge", "1", "mean reward of an agent's last training batch")
-POLICY_ENTROPY = Metric("agent_learning.policy.entropy", "gauge", "nat", "entropy of an agent's published policy")
+POLICY_ENTROPY = Metric("agent_learning.policy.entropy", "gauge", "nat",
+                        "entropy of an agent's published policy, as its latest batch's requests draw from it")
 TRAINING_RUNS = Metric("agent_learning.training.runs", "counter", "{run}", "training attempts (by status)")
 FEEDBACK_RECEIVED = Metric("agent_learning.feedback.received", "counter", "{feedback}", "user feedback stored")
 FEEDBACK_CORRECTIONS = Metric(

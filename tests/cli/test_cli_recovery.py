@@ -23,6 +23,7 @@ from agent_learning.local import LocalPipeline, open_local
 from agent_learning.pipeline import create_policy, load_current
 from agent_learning.policy import SoftmaxPolicy
 from agent_learning.queue.base import OutgoingMessage
+from agent_learning.recovery import rescore
 from agent_learning.simulate import math_tutor
 
 AGENT = "math-tutor"
@@ -129,6 +130,9 @@ def test_rescore_reports_trained_pending_and_failed_episodes(pipeline: LocalPipe
     assert "re-scored 1 episode of" in text
     assert f"already trained (1; recorded, not learned again): {trained[0]}" in text
 
+    many = cli("rescore", "--agent-id", AGENT).stdout  # 9 ids are listed; beyond 10, how many more
+    assert all(e in many for e in trained + pending) and "more (--json lists them all)" not in many
+
     unknown = cli("rescore", "--agent-id", "nobody")
     assert unknown.exit_code == 2 and "nobody" in unknown.stderr
     assert [o.status for o in pipeline.train()] == ["published"]  # the pending episodes, learned once
@@ -177,3 +181,14 @@ def test_episodes_left_unjudged_are_shown_audited_and_judged_later(
     assert (books["unjudged"], books["pending_training"], books["lost"]) == (0, len(left_out), 0)
     assert as_json("train")["training"][0]["status"] == "published"
     assert as_json("audit")["agents"][AGENT]["learned"] == 20
+
+
+def test_a_long_rescore_lists_ten_ids_and_counts_the_rest_and_reports_progress(pipeline: LocalPipeline) -> None:
+    trained = episodes(pipeline, 14)
+    pipeline.run_once()
+    text = " ".join(cli("rescore", "--agent-id", AGENT).stdout.split())  # as one line, however wrapped
+    assert "already trained (14; recorded, not learned again): " in text
+    assert sum(e in text for e in trained) == 10 and ", … and 4 more (--json lists them all)" in text
+    done: list[int] = []
+    result = rescore(pipeline.store, pipeline.scorer, AGENT, episode_ids=[*trained[:3], "nope"], progress=done.append)
+    assert done == [1, 2, 3, 4] and len(result.already_trained) == 3 and len(result.failed) == 1

@@ -21,11 +21,19 @@ from agent_learning.learner import RECENT, Reinforce
 from agent_learning.local import LocalPipeline
 from agent_learning.pipeline import create_policy, load_current
 from agent_learning.pipeline.publish import revise
-from agent_learning.policy import Action, SoftmaxPolicy, policy_choices, policy_entropy, policy_probabilities
+from agent_learning.policy import (
+    Action,
+    SoftmaxPolicy,
+    policy_choices,
+    policy_entropy,
+    policy_probabilities,
+    served_entropy,
+)
 from agent_learning.queue.sqlite import SQLiteQueue
 from agent_learning.rewards import RewardFunction
 from agent_learning.simulate import SCENARIOS, math_tutor
 from agent_learning.store import MemoryStore, Store
+from agent_learning.structured import StructuredPolicy
 
 AGENT = "math-tutor"
 
@@ -329,6 +337,9 @@ def test_a_structured_policy_is_measured_against_its_configurations_not_its_valu
     clock.advance(60)
     (trained,) = pipeline.run_once().trained
     assert trained.status == "published" and trained.choices == 9  # 6 values, 9 configurations
+    requests = [e.get("context") for e in store.list_episodes("triage-bot", limit=100)]
+    assert len(requests) == 20 and trained.entropy == pytest.approx(served_entropy(load_current(store, "triage-bot"),
+                                                                                   requests))
     first = PolicyDocument.from_dict(store.get_policy_version("triage-bot", 1))
     assert policy_entropy(policy_probabilities(first)) == pytest.approx(math.log(policy_choices(first)))
 
@@ -340,6 +351,27 @@ def test_a_structured_policy_is_measured_against_its_configurations_not_its_valu
     probabilities = per_dimension * 2
     assert 0.1 * math.log(6) < policy_entropy(probabilities) < 0.1 * math.log(9)
     config = DriftConfig(collapse_entropy=0.1, collapse_reward_fall=0.1, reward_drop=0.5, window=100)
-    (w,) = review(store, "triage-bot", 4, probabilities, config, choices=9)
+    (w,) = review(store, "triage-bot", 4, policy_entropy(probabilities), 9, config)
     assert w.kind == "exploration_collapse" and "entropy 0.089 of its maximum" in w.message
-    assert review(store, "triage-bot", 4, probabilities, config) == []  # against its 6 values: 0.11, no warning
+    assert review(store, "triage-bot", 4, policy_entropy(probabilities), 6, config) == []  # 0.11 of log 6: none
+
+
+def test_a_contextual_policy_sure_in_every_segment_is_a_collapse_though_unsure_without_context() -> None:
+    """Billing requests draw a, technical ones b, each at 99 %: the requests' policy has stopped
+    exploring, though with no context (global logits 0) it is uniform."""
+    doc = StructuredPolicy.create("triage", {"prompt": ["a", "b"]}, context={"task": "category"}).document
+    offsets = {"billing": [4.6, -4.6], "technical": [-4.6, 4.6]}
+    doc = PolicyDocument.from_dict({**doc.to_dict(), "features": [{"name": "task", "kind": "category",
+                                                                  "segments": offsets}]})
+    requests = [{"task": "billing"}] * 60 + [{"task": "technical"}] * 40
+    served = served_entropy(doc, requests)
+    assert policy_entropy(policy_probabilities(doc)) == pytest.approx(math.log(2))  # no context: uniform
+    assert served == pytest.approx(policy_entropy([0.9999, 0.0001]), rel=0.3) and served < 0.1 * math.log(2)
+    assert served_entropy(doc, []) == pytest.approx(math.log(2))  # no requests: with no context
+    store = MemoryStore()
+    for version, mean in ((4, 0.6), (3, 0.75), (2, 0.72)):
+        store.put_run(make_run("triage", version, episodes=100, metrics={"mean_reward": mean,
+                                                                       "episode_reward_std": 0.2}))
+    config = DriftConfig(collapse_entropy=0.1, collapse_reward_fall=0.1, reward_drop=0.5, window=100)
+    (w,) = review(store, "triage", 4, served, policy_choices(doc), config)
+    assert w.kind == "exploration_collapse"

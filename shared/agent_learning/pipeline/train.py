@@ -43,7 +43,7 @@ from ..documents import (
 from ..drift import DriftConfig, review
 from ..errors import ConcurrencyConflict, InvalidDocument, TransientError
 from ..feedback import TOLERANCE
-from ..policy import policy_choices, policy_entropy, policy_probabilities
+from ..policy import policy_choices, policy_probabilities, served_entropy
 from ..store.base import RawDoc, Store
 from ..structured import Layout
 from ..telemetry import MEAN_REWARD, POLICY_ENTROPY, SPAN_TRAIN, TRAINING_RUNS, count, record, span
@@ -78,9 +78,12 @@ class TrainOutcome:
     run: TrainingRun | None = None
     reason: str = ""
     probabilities: list[float] | None = None
-    """π of the published version (exploration floor included)."""
+    """π of the published version (exploration floor included; a structured policy's with no context)."""
     choices: int | None = None
     """How many configurations ``probabilities`` choose among (:func:`~agent_learning.policy.policy_choices`)."""
+    entropy: float | None = None
+    """The published version's entropy as the batch's requests draw from it, averaged over them
+    (:func:`~agent_learning.policy.served_entropy`: a contextual policy's per segment)."""
 
 
 def train_agent(
@@ -114,15 +117,15 @@ def train_agent(
         outcome = _train_agent(agent_id, store, learner, clock, max_batch, min_batch, guardrail)
         sp.set_attribute("status", outcome.status)
         count(TRAINING_RUNS, 1, {"agent_id": agent_id, "status": outcome.status})
-        if outcome.status == "published" and outcome.run is not None and outcome.probabilities is not None:
+        if outcome.status == "published" and outcome.run is not None and outcome.entropy is not None:
             attrs = {"agent_id": agent_id}
             sp.set_attribute("version", outcome.version or 0)
             if outcome.run.episodes:
                 record(MEAN_REWARD, outcome.run.metrics["mean_reward"], attrs)
-            record(POLICY_ENTROPY, policy_entropy(outcome.probabilities), attrs)
+            record(POLICY_ENTROPY, outcome.entropy, attrs)
             if drift is not None:
-                warnings = review(store, agent_id, outcome.version or 0, outcome.probabilities, drift, sp,
-                                  choices=outcome.choices)
+                warnings = review(store, agent_id, outcome.version or 0, outcome.entropy, outcome.choices or 1, drift,
+                                  sp)
                 if warnings and drift.auto_pin:
                     set_pinned(store, agent_id, True, reason="; ".join(w.message for w in warnings))
                     log.warning("policy of %s pinned automatically; unpin with `agent-learn policy unpin`", agent_id)
@@ -181,7 +184,8 @@ def _train_agent(
     evaluation = new.run.evaluation if new.run is not None else None
     warned = evaluation.reason if evaluation is not None and evaluation.verdict == "warned" else ""
     return TrainOutcome("published", agent_id, new.version, new.run, reason=warned,
-                        probabilities=policy_probabilities(new), choices=policy_choices(new))
+                        probabilities=policy_probabilities(new), choices=policy_choices(new),
+                        entropy=served_entropy(new, batch.contexts))
 
 
 def paused(pin_reason: str) -> str:
