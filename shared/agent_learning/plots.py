@@ -57,7 +57,8 @@ def history_figure(histories: Sequence[Any], title: str = "agent-learning", smoo
     panel has one line per action; the reward panel one line (plus a dashed line at the best
     action's true mean when the history knows it, as the demo's do); the entropy panel one
     line. With ``smooth`` > 1 (default: :func:`auto_smooth`) the reward and entropy lines are
-    trailing means over that many versions, drawn over the raw values (faint, unlabelled).
+    trailing means over that many versions, drawn over the raw values (faint, unlabelled), and
+    the guardrail's estimates a trailing mean in the band of their intervals' mean bounds.
     Rollbacks and revisions are vertical lines on every panel (:data:`MARKS`), and a pinned
     policy a dash-dot line at its latest version. The three panels of a row share their axis
     of version numbers; a version with no neighbour on its line (an agent's only version) is
@@ -95,7 +96,7 @@ def history_figure(histories: Sequence[Any], title: str = "agent-learning", smoo
         if not points:
             ax_r.text(0.5, 0.5, "no training run yet", transform=ax_r.transAxes, ha="center", va="center",
                       color="grey")
-        _estimates(ax_r, h)
+        _estimates(ax_r, h, window)
         _decorate(ax_r, "mean reward of the batch", f"{h.agent_id}: mean reward per training run")
 
         entropy = [(v, e) for v, e in zip(h.versions, h.entropy, strict=True) if e is not None]
@@ -113,17 +114,25 @@ def history_figure(histories: Sequence[Any], title: str = "agent-learning", smoo
     return fig
 
 
-def _estimates(ax: Any, h: Any) -> None:
-    """Each version's off-policy estimate before it was published, with its interval."""
+def _estimates(ax: Any, h: Any, window: int) -> None:
+    """Each version's off-policy estimate before it was published, with its interval; with
+    ``window`` > 1, the trailing mean of the estimates and of their bounds, as a line in a band
+    (hundreds of error bars hide the reward)."""
     known = [(v, e) for v, e in zip(h.versions, getattr(h, "estimates", []) or [], strict=False) if e is not None]
     if not known:
         return
     x = [v for v, _ in known]
-    y = [e[0] for _, e in known]
-    below = [e[0] - e[1] for _, e in known]
-    above = [e[2] - e[0] for _, e in known]
-    ax.errorbar(x, y, yerr=[below, above], fmt=".", color="tab:orange", alpha=0.6, elinewidth=0.8, markersize=3,
-                label="estimate before publishing (SNIPS, interval)")
+    y, low, high = ([e[i] for _, e in known] for i in range(3))
+    if window <= 1:
+        below = [v - lo for v, lo in zip(y, low, strict=True)]
+        above = [hi - v for v, hi in zip(y, high, strict=True)]
+        ax.errorbar(x, y, yerr=[below, above], fmt=".", color="tab:orange", alpha=0.6, elinewidth=0.8, markersize=3,
+                    label="estimate before publishing (SNIPS, interval)")
+        return
+    ax.fill_between(x, rolling_mean(low, window), rolling_mean(high, window), color="tab:orange", alpha=0.15,
+                    linewidth=0)
+    ax.plot(x, rolling_mean(y, window), color="tab:orange", linewidth=1.2,
+            label=f"estimate before publishing (SNIPS), mean of {window} versions, in its interval")
 
 
 SEGMENT_STYLES = ("-", "--", ":", "-.")

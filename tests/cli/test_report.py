@@ -67,6 +67,24 @@ def test_rolling_mean_is_the_trailing_mean() -> None:
     assert rolling_mean([2.0], 5) == [2.0] and not any(math.isnan(x) for x in rolling_mean([0.0] * 9, 3))
 
 
+def test_hundreds_of_estimates_are_drawn_as_a_mean_in_a_band_and_a_few_as_error_bars() -> None:
+    for n, bars in ((1_000, 0), (50, 1)):
+        h = long_history(n)
+        h.estimates = [None] + [(0.7, 0.6, 0.8 + i / n) for i in range(n - 1)]
+        fig = history_figure([h], "t")
+        try:
+            ax_r = fig.axes[1]
+            assert len(ax_r.containers) == bars  # matplotlib keeps each errorbar call as a container
+            if not bars:
+                (band,) = ax_r.collections
+                (line,) = [x for x in data_lines(ax_r) if "estimate before publishing" in str(x.get_label())]
+                assert "mean of 20 versions" in str(line.get_label()) and len(line.get_xdata()) == n - 1
+                top = band.get_paths()[0].vertices[:, 1].max()
+                assert top == pytest.approx(0.8 + (n - 2) / n - 19 / (2 * n))  # the mean of the last 20 bounds
+        finally:
+            close(fig)
+
+
 @pytest.fixture
 def db(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> str:
     clear_settings(monkeypatch)
