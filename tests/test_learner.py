@@ -456,6 +456,9 @@ def test_empty_batch_changes_nothing() -> None:
         ("logged_probs[0]", [0, 1], [0.5, 0.5], [1.5, 0.5]),
         ("actions[1]", [0, 2], [0.5, 0.5], [0.5, 0.5]),
         ("actions[0]", [-1, 0], [0.5, 0.5], [0.5, 0.5]),
+        ("actions[0]", [0.5, 1], [0.5, 0.5], [0.5, 0.5]),
+        ("actions[0]", ["1", "0"], [0.5, 0.5], [0.5, 0.5]),
+        ("actions[0]", [True, False], [0.5, 0.5], [0.5, 0.5]),
     ],
 )
 def test_batch_rejects_bad_values_naming_them(field, actions, rewards, probs) -> None:

@@ -303,12 +303,15 @@ class Batch:
         corrections: ArrayLike | None = None,
     ) -> Batch:
         """Validate and convert; raises ``ValueError`` naming the field and first bad index."""
-        a = np.asarray(actions, dtype=np.int64)
+        a = np.asarray(actions)
         r = np.asarray(rewards, dtype=np.float64)
         p = np.asarray(logged_probs, dtype=np.float64)
         c = np.zeros(len(a), dtype=bool) if corrections is None else np.asarray(corrections, dtype=bool)
         if not (a.ndim == r.ndim == p.ndim == c.ndim == 1 and len(a) == len(r) == len(p) == len(c)):
             raise ValueError("actions, rewards, logged_probs and corrections must be 1-D arrays of equal length")
+        if a.size and a.dtype.kind not in "iu":  # no coercion: 0.5 or "1" is not an action index
+            _first_bad("actions", np.ones(len(a), dtype=bool), a, "must be an integer action index")
+        a = a.astype(np.int64)
         _first_bad("rewards", ~np.isfinite(r), r, "must be finite")
         _first_bad("logged_probs", ~((p > 0) & (p <= 1)), p, "must be in (0, 1]")
         _first_bad("actions", (a < 0) | (a >= n_actions), a, f"must be an action index in [0, {n_actions})")
