@@ -466,6 +466,22 @@ def test_batch_rejects_bad_values_naming_them(field, actions, rewards, probs) ->
         Batch.from_arrays(actions, rewards, probs, 2)
 
 
+@pytest.mark.parametrize(
+    ("problem", "logits", "temperature"),
+    [
+        (r"logits\[1\]: must be finite", [0.0, float("nan")], 1.0),
+        ("temperature: must be a positive finite number", [0.0, 0.0], 0.0),
+        ("temperature: must be a positive finite number", [0.0, 0.0], float("nan")),
+        (r"actions\[1\]: must be an action index in \[0, 2\)", [0.0, 0.0], 1.0),
+    ],
+)
+def test_update_rejects_logits_temperature_and_actions_that_do_not_fit(problem, logits, temperature) -> None:
+    """A bad argument is named, not turned into NaN logits or an IndexError inside the math."""
+    batch = Batch.from_arrays([0, 2] if "actions" in problem else [0, 1], [1.0, 0.0], [0.5, 0.5], 3)
+    with pytest.raises(ValueError, match=problem):
+        Reinforce().update(logits, batch, temperature)
+
+
 def test_batch_rejects_mismatched_lengths() -> None:
     with pytest.raises(ValueError, match="equal length"):
         Batch.from_arrays([0, 1], [0.5], [0.5, 0.5], 2)

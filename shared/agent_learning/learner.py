@@ -738,6 +738,7 @@ class Reinforce:
         (None or {} for a new policy); returns the new logits, metrics and state."""
         cfg = self.config
         theta = np.asarray(logits, dtype=np.float64)
+        check_inputs(theta, batch, temperature)
         s_old = softmax(theta, temperature)
         base_metrics = {
             "episodes": float(batch.regular.sum()),
@@ -843,6 +844,17 @@ class Reinforce:
         new -= new.mean()
         np.clip(new, -self.config.logit_bound, self.config.logit_bound, out=new)
         return new, kl_divergence(s_old, softmax(new, temperature))
+
+
+def check_inputs(theta: Array, batch: Batch, temperature: float) -> None:
+    """Raise ``ValueError`` naming the argument when the logits, the temperature or the batch's
+    actions do not fit together (a NaN or zero temperature would otherwise come back as NaN logits)."""
+    if theta.ndim != 1 or len(theta) == 0:
+        raise ValueError(f"logits: must be a non-empty 1-D array, got shape {theta.shape}")
+    _first_bad("logits", ~np.isfinite(theta), theta, "must be finite")
+    if not 0 < float(temperature) < math.inf:
+        raise ValueError(f"temperature: must be a positive finite number, got {temperature!r}")
+    _first_bad("actions", batch.actions >= len(theta), batch.actions, f"must be an action index in [0, {len(theta)})")
 
 
 def _first_bad(name: str, mask: NDArray[np.bool_], values: NDArray[Any], problem: str) -> None:
