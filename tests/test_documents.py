@@ -577,6 +577,19 @@ def test_fields_added_later_are_written_only_when_set() -> None:
     assert skipped.to_dict()["skipped"] == 3 and TrainingRun.from_dict(skipped.to_dict()).skipped == 3
 
 
+def test_an_empty_context_is_stored_as_no_context() -> None:
+    """``choose(context={})`` logs no feature: its episode and score are written without the
+    field, exactly as one without context, so that older readers still read them."""
+    from factories import make_episode, make_score
+
+    from agent_learning.documents import Episode, Score
+
+    for document in (make_episode(context={}), make_score(context={})):
+        assert document.context is None and "context" not in document.to_dict()
+    assert Episode.from_dict({**make_episode().to_dict(), "context": {}}).to_dict() == make_episode().to_dict()
+    assert Score.from_dict({**make_score().to_dict(), "context": {}}).to_dict() == make_score().to_dict()
+
+
 def test_documents_that_use_nothing_new_stay_readable_by_a_schema_1_library() -> None:
     """tests/fixtures/policy.schema.v1.json is the policy schema the last schema-1 release
     published (extra fields forbidden). A flat policy trained now, with its run and learner

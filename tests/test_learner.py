@@ -456,11 +456,38 @@ def test_empty_batch_changes_nothing() -> None:
         ("logged_probs[0]", [0, 1], [0.5, 0.5], [1.5, 0.5]),
         ("actions[1]", [0, 2], [0.5, 0.5], [0.5, 0.5]),
         ("actions[0]", [-1, 0], [0.5, 0.5], [0.5, 0.5]),
+        ("actions[0]", [0.5, 1], [0.5, 0.5], [0.5, 0.5]),
+        ("actions[0]", ["1", "0"], [0.5, 0.5], [0.5, 0.5]),
+        ("actions[0]", [True, False], [0.5, 0.5], [0.5, 0.5]),
+        ("rewards[0]", [0, 1], ["0.5", "1"], [0.5, 0.5]),
+        ("logged_probs[0]", [0, 1], [0.5, 0.5], ["0.5", "0.5"]),
     ],
 )
 def test_batch_rejects_bad_values_naming_them(field, actions, rewards, probs) -> None:
     with pytest.raises(ValueError, match=field.replace("[", r"\[").replace("]", r"\]")):
         Batch.from_arrays(actions, rewards, probs, 2)
+
+
+@pytest.mark.parametrize(
+    ("problem", "logits", "temperature"),
+    [
+        (r"logits\[1\]: must be finite", [0.0, float("nan")], 1.0),
+        ("temperature: must be a positive finite number", [0.0, 0.0], 0.0),
+        ("temperature: must be a positive finite number", [0.0, 0.0], float("nan")),
+        (r"actions\[1\]: must be an action index in \[0, 2\)", [0.0, 0.0], 1.0),
+    ],
+)
+def test_update_rejects_logits_temperature_and_actions_that_do_not_fit(problem, logits, temperature) -> None:
+    """A bad argument is named, not turned into NaN logits or an IndexError inside the math."""
+    batch = Batch.from_arrays([0, 2] if "actions" in problem else [0, 1], [1.0, 0.0], [0.5, 0.5], 3)
+    with pytest.raises(ValueError, match=problem):
+        Reinforce().update(logits, batch, temperature)
+
+
+@pytest.mark.parametrize("corrections", [[0, 2], ["0", "1"], [0.0, 1.0]])
+def test_batch_rejects_correction_flags_that_are_not_booleans(corrections) -> None:
+    with pytest.raises(ValueError, match=r"corrections\[\d\]: must be a boolean"):
+        Batch.from_arrays([0, 1], [0.5, 0.5], [0.5, 0.5], 2, corrections=corrections)
 
 
 def test_batch_rejects_mismatched_lengths() -> None:

@@ -454,14 +454,14 @@ class Episode(Document):
     ttl: Annotated[int, Field(strict=True, ge=-1)] | None = None
     context: dict[str, Any] | None = Field(None, exclude_if=_unset)
     """The request's features the action was chosen for (:func:`check_context`); absent when the
-    agent gave none."""
+    agent gave none (an empty context is none)."""
     usage: Usage | None = Field(None, exclude_if=_unset)
     """Model tokens the run spent, when the agent recorded them (:meth:`EpisodeCapture.add_usage`)."""
 
     @field_validator("context")
     @classmethod
     def _context(cls, value: dict[str, Any] | None) -> dict[str, Any] | None:
-        return None if value is None else check_context(value)
+        return None if value is None else check_context(value) or None  # {} is no context
 
     @field_validator("tool_definitions")
     @classmethod
@@ -900,7 +900,7 @@ class Score(Document):
     @field_validator("context")
     @classmethod
     def _context(cls, value: dict[str, Any] | None) -> dict[str, Any] | None:
-        return None if value is None else check_context(value)
+        return None if value is None else check_context(value) or None  # {} is no context
 
     @model_validator(mode="after")
     def _id_is_episode(self) -> Score:

@@ -303,12 +303,17 @@ class Batch:
         corrections: ArrayLike | None = None,
     ) -> Batch:
         """Validate and convert; raises ``ValueError`` naming the field and first bad index."""
-        a = np.asarray(actions, dtype=np.int64)
-        r = np.asarray(rewards, dtype=np.float64)
-        p = np.asarray(logged_probs, dtype=np.float64)
-        c = np.zeros(len(a), dtype=bool) if corrections is None else np.asarray(corrections, dtype=bool)
+        a, r, p = np.asarray(actions), np.asarray(rewards), np.asarray(logged_probs)
+        c = np.zeros(len(a), dtype=bool) if corrections is None else np.asarray(corrections)
         if not (a.ndim == r.ndim == p.ndim == c.ndim == 1 and len(a) == len(r) == len(p) == len(c)):
             raise ValueError("actions, rewards, logged_probs and corrections must be 1-D arrays of equal length")
+        # No coercion: "0.5" is not a reward, 0.5 is not an action index, 2 is not a correction flag.
+        _first_bad_kind("actions", a, "iu", "an integer action index")
+        _first_bad_kind("rewards", r, "iuf", "a number")
+        _first_bad_kind("logged_probs", p, "iuf", "a number")
+        _first_bad_kind("corrections", c, "biu", "a boolean")
+        _first_bad("corrections", (c != 0) & (c != 1), c, "must be a boolean")
+        a, r, p, c = a.astype(np.int64), r.astype(np.float64), p.astype(np.float64), c.astype(bool)
         _first_bad("rewards", ~np.isfinite(r), r, "must be finite")
         _first_bad("logged_probs", ~((p > 0) & (p <= 1)), p, "must be in (0, 1]")
         _first_bad("actions", (a < 0) | (a >= n_actions), a, f"must be an action index in [0, {n_actions})")
@@ -735,6 +740,7 @@ class Reinforce:
         (None or {} for a new policy); returns the new logits, metrics and state."""
         cfg = self.config
         theta = np.asarray(logits, dtype=np.float64)
+        check_inputs(theta, batch, temperature)
         s_old = softmax(theta, temperature)
         base_metrics = {
             "episodes": float(batch.regular.sum()),
@@ -840,6 +846,23 @@ class Reinforce:
         new -= new.mean()
         np.clip(new, -self.config.logit_bound, self.config.logit_bound, out=new)
         return new, kl_divergence(s_old, softmax(new, temperature))
+
+
+def check_inputs(theta: Array, batch: Batch, temperature: float) -> None:
+    """Raise ``ValueError`` naming the argument when the logits, the temperature or the batch's
+    actions do not fit together (a NaN or zero temperature would otherwise come back as NaN logits)."""
+    if theta.ndim != 1 or len(theta) == 0:
+        raise ValueError(f"logits: must be a non-empty 1-D array, got shape {theta.shape}")
+    _first_bad("logits", ~np.isfinite(theta), theta, "must be finite")
+    if not 0 < float(temperature) < math.inf:
+        raise ValueError(f"temperature: must be a positive finite number, got {temperature!r}")
+    _first_bad("actions", batch.actions >= len(theta), batch.actions, f"must be an action index in [0, {len(theta)})")
+
+
+def _first_bad_kind(name: str, values: NDArray[Any], kinds: str, what: str) -> None:
+    """``ValueError`` naming the first of ``values`` unless their numpy kind is one of ``kinds``."""
+    if values.size and values.dtype.kind not in kinds:
+        _first_bad(name, np.ones(len(values), dtype=bool), values, f"must be {what}")
 
 
 def _first_bad(name: str, mask: NDArray[np.bool_], values: NDArray[Any], problem: str) -> None:

@@ -65,11 +65,11 @@ dimensions' worse values), and in each segment the logits θ + δ_{f,c} are
 bounded the same way by the segment's evidence (means shrunk towards the dimension's by c₀
 pseudo-episodes, the dimension's pooled variance, g₀ = ``segment_gap_slack``, and the pairwise
 calibration without its normalisation over actions or the Thompson floor), moving δ only.
-A numeric feature's centre and scale are the mean and standard deviation of the first
-:data:`NUMBER_FIT_EPISODES` episodes that carried it, pooled over batches (``numbers_pending`` in the
-state until then; the feature is not used before). Its episodes fall in two halves, below and
-above its centre (``halves`` in the state); at x̃ = ±1 the logits θ ± β_j are bounded by the
-evidence of that half, moving β_j only.
+A numeric feature's centre and scale are the mean and standard deviation of the episodes that
+carried it, pooled over batches up to the one in which they reach :data:`NUMBER_FIT_EPISODES`
+(``numbers_pending`` in the state until then; the feature is not used before). Its episodes fall
+in two halves, below and above its centre (``halves`` in the state); at x̃ = ±1 the logits
+θ ± β_j are bounded by the evidence of that half, moving β_j only.
 So no dimension, no segment and no side of a numeric feature is much surer than its evidence,
 nor, where the odds cap applies, much less sure. The cap bounds the logits some requests are
 drawn from with the evidence of exactly those requests: each dimension's θ of a policy without
