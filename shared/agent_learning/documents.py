@@ -589,8 +589,8 @@ class ContextFeature(BaseModel):
 
     ``category``: ``segments`` maps each learned segment to one logit offset per action.
     ``number``: one ``weights`` entry per action, applied to ``(x − center) / scale``; the
-    trainer sets ``center`` and ``scale`` from the first 30 episodes that carry the feature
-    (pooled over training runs; until then it has no ``weights``)."""
+    trainer sets ``center`` and ``scale`` once 30 episodes have carried the feature, from every
+    episode that did up to that training run (pooled over runs; until then it has no ``weights``)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
