@@ -17,7 +17,6 @@ probability the learner's importance weights divide by.
 
 from __future__ import annotations
 
-import json
 import math
 import random
 from bisect import bisect_right
@@ -69,24 +68,29 @@ def policy_probabilities(doc: PolicyDocument) -> list[float]:
     return mix_floor(softmax(doc.logits, doc.temperature), doc.exploration_floor)
 
 
-def served_entropy(doc: PolicyDocument, contexts: Iterable[Mapping[str, Any] | None]) -> float:
-    """The entropy (nats) of what requests with ``contexts`` draw from, averaged over them: with
-    context features, each request draws from its own segment's probabilities, which the entropy
-    with no context does not show (a policy sure in every segment can look uncertain without
-    one). Without features, or without contexts, :func:`policy_entropy` of
-    :func:`policy_probabilities`."""
-    given = [c for c in contexts]
-    if not (doc.structured and doc.features) or not given:
+ENTROPY_REQUESTS = 500
+"""Requests :func:`served_entropy` averages over at most (evenly spaced over those given): enough
+for a drift threshold, and a numeric feature's table is built per request."""
+
+
+def served_entropy(doc: PolicyDocument, contexts: Sequence[Mapping[str, Any] | None]) -> float:
+    """The entropy (nats) of what requests with ``contexts`` draw from, averaged over them (over
+    :data:`ENTROPY_REQUESTS` of them): with context features, each request draws from its own
+    segment's probabilities, which the entropy with no context does not show (a policy sure in
+    every segment can look uncertain without one). Without features, or without contexts,
+    :func:`policy_entropy` of :func:`policy_probabilities`."""
+    if not (doc.structured and doc.features) or not contexts:
         return policy_entropy(policy_probabilities(doc))
     policy = StructuredPolicy(doc)
-    seen: dict[str, float] = {}
+    sample = contexts[:: -(-len(contexts) // ENTROPY_REQUESTS)]
+    seen: dict[tuple[Any, ...], float] = {}
     total = 0.0
-    for context in given:
-        key = json.dumps(context, sort_keys=True, default=str)
+    for context in sample:
+        key = tuple(sorted((context or {}).items()))
         if key not in seen:
             seen[key] = policy_entropy([p for v in policy.marginals(context).values() for p in v.values()])
         total += seen[key]
-    return total / len(given)
+    return total / len(sample)
 
 
 def policy_choices(doc: PolicyDocument) -> int:
