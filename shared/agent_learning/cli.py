@@ -838,7 +838,7 @@ def policy_history(agent_id: str, limit: int | None, since: datetime | None, unt
         versions = history(store, agent_id, newest=limit, since=since, until=until)
         rows = _history_rows(versions)
     invalid = _left_out([versions])
-    if windowed and not rows:
+    if windowed and not rows and not invalid:
         raise _no_versions_in([agent_id])
     # versions run from 1 to the current one (``agent-learn audit`` checks it): no need to read them all to count
     total = max(current.version, len(rows)) if limit or windowed or invalid else len(rows)
