@@ -482,6 +482,8 @@ def test_update_rejects_logits_temperature_and_actions_that_do_not_fit(problem, 
     batch = Batch.from_arrays([0, 2] if "actions" in problem else [0, 1], [1.0, 0.0], [0.5, 0.5], 3)
     with pytest.raises(ValueError, match=problem):
         Reinforce().update(logits, batch, temperature)
+    with pytest.raises(ValueError, match=problem):
+        Reinforce().gradient(np.asarray(logits, dtype=np.float64), batch, temperature)
 
 
 @pytest.mark.parametrize("corrections", [[0, 2], ["0", "1"], [0.0, 1.0]])

@@ -718,6 +718,8 @@ class Reinforce:
 
     def gradient(self, logits: Array, batch: Batch, temperature: float = 1.0) -> tuple[Array, dict[str, float]]:
         """The gradient ``g`` of the module docstring (ascent direction) and its statistics."""
+        logits = np.asarray(logits, dtype=np.float64)
+        check_inputs(logits, batch, temperature)
         w, adv, stats = self.weights_and_advantages(logits, batch, temperature)
         return self._gradient(logits, batch, w, adv, temperature), stats
 
