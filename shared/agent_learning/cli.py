@@ -1800,7 +1800,8 @@ def audit(agent_id: str | None, as_json: bool, db: str | None) -> None:
     or learned more than once, or the chain of versions and runs is broken."""
     with _store(db) as (store, settings), _queue(db) as (queue, _):
         if agent_id is not None:
-            _current(store, settings, agent_id)  # an unknown agent is bad input
+            with suppress(InvalidDocument):  # a corrupt policy is a problem the audit reports
+                _current(store, settings, agent_id)  # an unknown agent is bad input
         result = run_audit(store, queue, [agent_id] if agent_id else None)
     if as_json:
         _echo_json(result.to_dict())
