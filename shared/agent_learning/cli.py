@@ -1830,7 +1830,8 @@ def audit(agent_id: str | None, as_json: bool, db: str | None) -> None:
                 out.print(f"{a.agent_id}: {a.late} score rows landed after their run read the range (never learned)")
             if a.scores_without_episode or a.invalid_scores:
                 out.print(f"{a.agent_id}: {a.scores_without_episode} scores whose episode expired, "
-                          f"{a.invalid_scores} invalid score documents")
+                          f"{a.invalid_scores} invalid score documents ({a.rejected} episodes rejected: "
+                          "training skips them)")
             for problem in a.problems:
                 out.print(f"{a.agent_id}: problem: {problem}")
         for note in result.notes:
