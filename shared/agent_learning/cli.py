@@ -1794,7 +1794,7 @@ def store_migrate_scores(source: str, overwrite: bool, as_json: bool) -> None:
 @db_option
 @_handle_errors
 def audit(agent_id: str | None, as_json: bool, db: str | None) -> None:
-    """Where every episode is: learned once, learned twice, lost, pending, unjudged or dead-lettered.
+    """Where every episode is: learned once, learned twice, lost, pending, unjudged, dead-lettered or rejected.
 
     Rebuilt from the store (and the queue's dead letters); exits with 1 when an episode is lost
     or learned more than once, or the chain of versions and runs is broken."""
