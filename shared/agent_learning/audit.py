@@ -28,9 +28,12 @@ for each episode the agent wrote:
     not scored because its agent's ``AGENT_LEARNING_JUDGING`` rule left it out: recorded in its
     score slot (by reason: ``sampled_out``, ``over_rate``), neither lost nor pending; it is
     learned only if it is judged later (``agent-learn rescore --unjudged``).
+``rejected``
+    not scored validly: its score document does not validate (``invalid_scores``), so training
+    skips it for good (counted in its run's ``rejected``); neither lost nor pending.
 
 Every episode is in exactly one of these states, so ``episodes = learned + learned_twice +
-lost + pending + dead_lettered + unjudged``. Feedback is audited per episode: ``feedback_unapplied`` counts
+lost + pending + dead_lettered + unjudged + rejected``. Feedback is audited per episode: ``feedback_unapplied`` counts
 scored episodes whose learned reward (judges' score + correction deltas) is not what their
 stored feedback calls for (see :func:`agent_learning.feedback.unapplied`); a sweep on the next
 tick applies it. Versions and runs are checked as a chain: versions 1..N without gaps, each
@@ -87,6 +90,8 @@ class AgentAudit:
     unjudged: int = 0
     """Recorded unjudged by the agent's judging rule: not lost, not pending."""
     unjudged_by_reason: dict[str, int] = field(default_factory=dict)
+    rejected: int = 0
+    """Episodes whose score document is invalid: training skips it; not lost, not pending."""
     late: int = 0
     """Score rows (judges' scores or corrections) in consumed ranges beyond what their runs counted."""
     corrections: int = 0
@@ -173,6 +178,7 @@ def audit_agent(
 
     # One pass over the agent's score rows, in the trainer's order.
     rows: list[tuple[Key, int, bool, str]] = []  # (key, revision, late_write, episode id)
+    invalid: set[str] = set()  # episode ids named by invalid score documents
     after = None
     while True:
         page = store.read_scores(agent_id, after, PAGE, settled=False)
@@ -183,6 +189,8 @@ def audit_agent(
             except InvalidDocument:
                 result.invalid_scores += 1
                 rows.append((key, -1, False, ""))
+                if isinstance(row.get("episode_id"), str):
+                    invalid.add(row["episode_id"])
                 continue
             rows.append((key, score.revision, score.late_write, score.episode_id))
         if len(page) < PAGE:
@@ -236,6 +244,9 @@ def audit_agent(
     for episode_id in episodes - scored:
         if episode_id in unjudged:
             left_out[unjudged[episode_id]] += 1
+            continue
+        if episode_id in invalid:
+            result.rejected += 1
             continue
         reason = (dead_letters or {}).get(message_id_of(episode_id))
         if reason is None:

@@ -1794,13 +1794,14 @@ def store_migrate_scores(source: str, overwrite: bool, as_json: bool) -> None:
 @db_option
 @_handle_errors
 def audit(agent_id: str | None, as_json: bool, db: str | None) -> None:
-    """Where every episode is: learned once, learned twice, lost, pending, unjudged or dead-lettered.
+    """Where every episode is: learned once, learned twice, lost, pending, unjudged, dead-lettered or rejected.
 
     Rebuilt from the store (and the queue's dead letters); exits with 1 when an episode is lost
     or learned more than once, or the chain of versions and runs is broken."""
     with _store(db) as (store, settings), _queue(db) as (queue, _):
         if agent_id is not None:
-            _current(store, settings, agent_id)  # an unknown agent is bad input
+            with suppress(InvalidDocument):  # a corrupt policy is a problem the audit reports
+                _current(store, settings, agent_id)  # an unknown agent is bad input
         result = run_audit(store, queue, [agent_id] if agent_id else None)
     if as_json:
         _echo_json(result.to_dict())
@@ -1829,7 +1830,8 @@ def audit(agent_id: str | None, as_json: bool, db: str | None) -> None:
                 out.print(f"{a.agent_id}: {a.late} score rows landed after their run read the range (never learned)")
             if a.scores_without_episode or a.invalid_scores:
                 out.print(f"{a.agent_id}: {a.scores_without_episode} scores whose episode expired, "
-                          f"{a.invalid_scores} invalid score documents")
+                          f"{a.invalid_scores} invalid score documents ({a.rejected} episodes rejected: "
+                          "training skips them)")
             for problem in a.problems:
                 out.print(f"{a.agent_id}: problem: {problem}")
         for note in result.notes:

@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import pytest
+
+pytest.importorskip("azure.functions")
+
 import azure.functions as func
 
 from agent_learning.callers import ANONYMOUS, identify, key_identity, principal_identity

@@ -192,3 +192,16 @@ def test_a_long_rescore_lists_ten_ids_and_counts_the_rest_and_reports_progress(p
     done: list[int] = []
     result = rescore(pipeline.store, pipeline.scorer, AGENT, episode_ids=[*trained[:3], "nope"], progress=done.append)
     assert done == [1, 2, 3, 4] and len(result.already_trained) == 3 and len(result.failed) == 1
+
+
+def test_audit_of_one_agent_with_a_corrupt_policy_reports_it_as_the_whole_audit_does(pipeline: LocalPipeline) -> None:
+    episodes(pipeline, 5)
+    pipeline.run_once()
+    raw = load_current(pipeline.store, AGENT).to_dict()  # type: ignore[union-attr]
+    pipeline.store.put_raw_current_policy(AGENT, {**raw, "temperature": 0.001})
+    whole = as_json("audit", code=1)["agents"][AGENT]
+    one = as_json("audit", "--agent-id", AGENT, code=1)["agents"][AGENT]
+    assert one == whole and "the current policy document is invalid" in one["problems"][0]
+    assert one["learned"] == 5
+    text = cli("audit", "--agent-id", AGENT)
+    assert text.exit_code == 1 and "temperature" in text.stdout and "NOT OK" in text.stdout

@@ -245,3 +245,21 @@ def test_the_command_exits_1_when_an_episode_is_lost_and_2_for_an_unknown_agent(
     assert any("no run record" in p for p in books["problems"])
     unknown = cli("audit", "--db", str(db), "--agent-id", "nobody")
     assert unknown.exit_code == 2 and "nobody" in unknown.output and "Traceback" not in unknown.output
+
+
+def test_an_episode_whose_score_document_is_invalid_is_rejected_not_pending(tmp_path: Path) -> None:
+    """Training skips an invalid score document for good (its run counts it as rejected), so its
+    episode is neither pending nor lost: it is counted apart, and the states still add up."""
+    pipeline = open_local(load_settings(sqlite_path=str(tmp_path / "local.db")))
+    s = Setup(pipeline)
+    s.round()
+    bad = s.write(1)[0]
+    raw = s.store.read_scores(AGENT, None, 1, settled=False)[0]
+    s.store.put_raw_score({k: v for k, v in raw.items() if k != "seq"} | {"id": bad, "episode_id": bad, "reward": 7.0})
+    s.pipeline.run_once()
+    books = audit_agent(s.store, AGENT)
+    assert (books.episodes, books.learned, books.rejected, books.invalid_scores) == (11, 10, 1, 1)
+    assert (books.pending, books.lost, books.ok) == (0, 0, True)
+    states = ("learned", "learned_twice", "lost", "pending", "dead_lettered", "unjudged", "rejected")
+    assert sum(getattr(books, state) for state in states) == books.episodes
+    pipeline.queue.close()
