@@ -219,6 +219,26 @@ def test_azure_addresses_in_the_forms_the_sdks_take_are_accepted(
     assert load_settings().model_dump()[name.lower()] == value
 
 
+@pytest.mark.parametrize(
+    ("variable", "value", "named"),
+    [
+        ("CosmosDBConnection__accountEndpoint", "ftp://acct", "AGENT_LEARNING_COSMOS_ENDPOINT"),
+        ("AGENT_LEARNING_COSMOS_ENDPOINT", "ftp://acct", "AGENT_LEARNING_COSMOS_ENDPOINT"),
+        ("ServiceBusConnection__fullyQualifiedNamespace", "not a namespace", "AGENT_LEARNING_SERVICEBUS_NAMESPACE"),
+    ],
+)
+def test_a_bad_aliased_setting_is_named_once_with_its_alias(
+    clean_env: pytest.MonkeyPatch, variable: str, value: str, named: str
+) -> None:
+    """The error names a variable that exists (not the prefix twice) and the identity-based alias."""
+    clean_env.setenv(variable, value)
+    with pytest.raises(ConfigurationError) as info:
+        load_settings()
+    message = str(info.value)
+    assert f"configuration: {named}: " in message and PREFIX + PREFIX not in message
+    assert ("CosmosDBConnection__accountEndpoint" if "COSMOS" in named else "ServiceBusConnection__") in message
+
+
 def test_a_cosmos_key_that_is_not_base64_names_the_variable_without_repeating_it(clean_env: pytest.MonkeyPatch) -> None:
     """The SDK would fail at the first request with "Incorrect padding", naming nothing."""
     clean_env.setenv(PREFIX + "COSMOS_KEY", "not-the-key-s3cret")

@@ -372,7 +372,8 @@ def load_settings(**overrides: Any) -> Settings:
     except ValidationError as exc:
         problems = []
         for err in exc.errors(include_url=False):
-            name = PREFIX + ".".join(str(p) for p in err["loc"]).upper()
+            key = ".".join(str(p) for p in err["loc"])
+            name = key if key.startswith(PREFIX) else PREFIX + key.upper()  # an alias is already a variable
             got = "" if err["loc"] and err["loc"][0] in NOT_ECHOED else f" (got {err.get('input')!r})"
             problems.append(f"{name}: {err['msg'].removeprefix('Value error, ')}{got}")
         raise ConfigurationError("invalid configuration: " + "; ".join(problems)) from None
