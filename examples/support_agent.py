@@ -54,6 +54,8 @@ PROMPTS = {
     "concise": "Answer in one or two sentences only, using the passages.",
     "step-by-step": "Explain step by step how to do it, using the passages.",
 }
+CONFIG_KEYS = ("prompt", "retrieval_k", "tools")
+"""What every configuration in the actions file gives the agent (see ``examples/actions.json``)."""
 
 
 def words(text: str) -> set[str]:
@@ -111,6 +113,11 @@ class OpenAIModel:
 def run_episode(store: Any, client: PolicyClient, model: Any, rng: random.Random) -> None:
     decision = client.choose()
     config = decision.config
+    if not set(CONFIG_KEYS) <= set(config) or config["prompt"] not in PROMPTS:
+        raise ValueError(
+            f"action {decision.action_id!r}: its config must give {', '.join(CONFIG_KEYS)}, with prompt one of "
+            f"{', '.join(PROMPTS)} (see examples/actions.json)"
+        )
     question = rng.choice(QUESTIONS)
     instructions = PROMPTS[config["prompt"]]
     passages: list[str] = []
@@ -142,11 +149,22 @@ def main() -> None:
 
     rng = random.Random(args.seed)
     model = OpenAIModel() if os.environ.get("OPENAI_BASE_URL") else SimulatedModel(rng)
+    try:
+        learn(args, model, rng)
+    except (OSError, ValueError) as exc:  # a missing or invalid actions file, agent id, configuration or store
+        sys.exit(f"error: {exc}")
+
+
+def learn(args: argparse.Namespace, model: Any, rng: random.Random) -> None:
+    """Run ``args.episodes`` episodes, training every ``args.train_every``."""
     Path(args.db).parent.mkdir(parents=True, exist_ok=True)
     with open_local(path=args.db) as pipeline:
         store = pipeline.store
         if load_current(store, args.agent_id) is None:
-            actions = json.loads(Path(args.actions).read_text())
+            try:
+                actions = json.loads(Path(args.actions).read_text())
+            except json.JSONDecodeError as exc:
+                raise ValueError(f"--actions {args.actions}: not JSON: {exc}") from None
             create_policy(store, SoftmaxPolicy.from_actions(args.agent_id, actions).to_document(created_at=None))
             print(f"created the policy of {args.agent_id} from {args.actions}")
         client = PolicyClient(store, args.agent_id, rng=rng)

@@ -66,3 +66,20 @@ def test_without_openai_installed_the_example_says_so(tmp_path: Path) -> None:
     path = f"{blocker}{os.pathsep}{ROOT / 'shared'}"
     done = run(tmp_path, "--episodes", "1", env={"OPENAI_BASE_URL": "http://127.0.0.1:9/v1", "PYTHONPATH": path})
     assert done.returncode == 1 and "pip install openai" in done.stderr and "Traceback" not in done.stderr
+
+
+@pytest.mark.parametrize(
+    ("args", "named"),
+    [
+        (["--actions", "missing.json"], "missing.json"),
+        (["--actions", "broken.json"], "--actions broken.json: not JSON"),
+        (["--agent-id", "bad id!"], "agent_id: 'bad id!' does not fit"),
+        (["--actions", "ids.json"], "action 'a': its config must give prompt, retrieval_k, tools"),
+    ],
+)
+def test_the_example_agent_names_bad_input_without_a_traceback(tmp_path: Path, args: list[str], named: str) -> None:
+    (tmp_path / "broken.json").write_text("{")
+    (tmp_path / "ids.json").write_text('["a", "b"]')  # valid actions, but no configuration this agent can run
+    done = run(tmp_path, "--episodes", "3", *args)
+    assert done.returncode == 1 and "Traceback" not in done.stderr, done.stderr
+    assert done.stderr.startswith("error: ") and named in done.stderr, done.stderr
