@@ -140,7 +140,11 @@ def main() -> None:
     parser.add_argument("--agent-id", default="example-agent", help="the agent's id (default: example-agent)")
     parser.add_argument("--episodes", type=int, default=300, help="episodes to run (default: 300)")
     parser.add_argument("--train-every", type=int, default=50, help="train after this many episodes (default: 50)")
-    parser.add_argument("--db", default=".agent-learning/local.db", help="the embedded store (default: %(default)s)")
+    parser.add_argument(
+        "--db",
+        default=os.environ.get("AGENT_LEARNING_SQLITE_PATH") or ".agent-learning/local.db",
+        help="the embedded store (default: AGENT_LEARNING_SQLITE_PATH, as for agent-learn, or %(default)s)",
+    )
     parser.add_argument("--actions", default=str(HERE / "actions.json"), help="configurations, for a new policy")
     parser.add_argument("--seed", type=int, default=1, help="random seed (default: 1)")
     args = parser.parse_args()
