@@ -239,6 +239,26 @@ def test_a_bad_aliased_setting_is_named_once_with_its_alias(
     assert ("CosmosDBConnection__accountEndpoint" if "COSMOS" in named else "ServiceBusConnection__") in message
 
 
+@pytest.mark.parametrize(
+    ("variable", "value"),
+    [
+        ("CosmosDBConnection__accountEndpoint", "AccountEndpoint=https://acct.documents.azure.com:443/;AccountKey=s3cret=="),
+        (
+            "ServiceBusConnection__fullyQualifiedNamespace",
+            "Endpoint=sb://ns.servicebus.windows.net/;SharedAccessKeyName=Root;SharedAccessKey=s3cret=",
+        ),
+    ],
+)
+def test_a_connection_string_pasted_as_an_endpoint_is_not_repeated(
+    clean_env: pytest.MonkeyPatch, variable: str, value: str
+) -> None:
+    """The error is logged: the key in a connection string given in place of an endpoint stays out of it."""
+    clean_env.setenv(variable, value)
+    with pytest.raises(ConfigurationError) as info:
+        load_settings()
+    assert variable in str(info.value) and "s3cret" not in str(info.value)
+
+
 def test_a_cosmos_key_that_is_not_base64_names_the_variable_without_repeating_it(clean_env: pytest.MonkeyPatch) -> None:
     """The SDK would fail at the first request with "Incorrect padding", naming nothing."""
     clean_env.setenv(PREFIX + "COSMOS_KEY", "not-the-key-s3cret")

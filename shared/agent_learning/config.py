@@ -41,6 +41,9 @@ T = TypeVar("T")
 PREFIX = "AGENT_LEARNING_"
 NOT_ECHOED = frozenset({"episode_writers", "cosmos_key", "servicebus_connection_string"})
 """Settings whose rejected value is not repeated in errors (a key, or one pasted by mistake)."""
+HOLDS_A_SECRET = re.compile(r"(key|secret|signature|password|token)\s*=", re.IGNORECASE)
+"""A rejected value of any setting with this in it (a connection string pasted in place of an
+endpoint: ``AccountKey=``, ``SharedAccessKey=``) is not repeated in errors either."""
 HOST_NAME = re.compile(r"[A-Za-z0-9-]+(\.[A-Za-z0-9-]+)*")
 """The host of the Cosmos DB endpoint and of the Service Bus namespace (no placeholder left in it)."""
 
@@ -374,7 +377,13 @@ def load_settings(**overrides: Any) -> Settings:
         for err in exc.errors(include_url=False):
             key = ".".join(str(p) for p in err["loc"])
             name = key if key.startswith(PREFIX) else PREFIX + key.upper()  # an alias is already a variable
-            got = "" if err["loc"] and err["loc"][0] in NOT_ECHOED else f" (got {err.get('input')!r})"
+            given = err.get("input")
+            if err["loc"] and err["loc"][0] in NOT_ECHOED:
+                got = ""
+            elif isinstance(given, str) and HOLDS_A_SECRET.search(given):
+                got = " (not repeated: it holds a key, as a connection string does)"
+            else:
+                got = f" (got {given!r})"
             problems.append(f"{name}: {err['msg'].removeprefix('Value error, ')}{got}")
         raise ConfigurationError("invalid configuration: " + "; ".join(problems)) from None
     # Settings that are only invalid together fail now, not later.
