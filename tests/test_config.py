@@ -92,6 +92,7 @@ def test_unrelated_env_vars_are_ignored(clean_env: pytest.MonkeyPatch) -> None:
         ("TRAIN_SCHEDULE", "hello world"),
         ("TRAIN_SCHEDULE", "*/5 * * * *"),  # five fields: cron without NCRONTAB's seconds
         ("TRAIN_SCHEDULE", "0 */5 * * * * *"),
+        ("JUDGE_CLIENT_ID", "id-func"),  # the identity's name, not its client id: every token request would fail
     ],
 )
 def test_bad_values_name_the_variable(clean_env: pytest.MonkeyPatch, name: str, value: str) -> None:
@@ -220,23 +221,26 @@ def test_azure_addresses_in_the_forms_the_sdks_take_are_accepted(
 
 
 @pytest.mark.parametrize(
-    ("variable", "value", "named"),
+    ("variable", "value", "named", "alias"),
     [
-        ("CosmosDBConnection__accountEndpoint", "ftp://acct", "AGENT_LEARNING_COSMOS_ENDPOINT"),
-        ("AGENT_LEARNING_COSMOS_ENDPOINT", "ftp://acct", "AGENT_LEARNING_COSMOS_ENDPOINT"),
-        ("ServiceBusConnection__fullyQualifiedNamespace", "not a namespace", "AGENT_LEARNING_SERVICEBUS_NAMESPACE"),
+        ("CosmosDBConnection__accountEndpoint", "ftp://acct", "COSMOS_ENDPOINT", "CosmosDBConnection__accountEndpoint"),
+        ("AGENT_LEARNING_COSMOS_ENDPOINT", "ftp://acct", "COSMOS_ENDPOINT", "CosmosDBConnection__accountEndpoint"),
+        ("ServiceBusConnection__fullyQualifiedNamespace", "a b", "SERVICEBUS_NAMESPACE",
+         "ServiceBusConnection__fullyQualifiedNamespace"),
+        ("CosmosDBConnection__clientId", "id-func", "COSMOS_CLIENT_ID", "CosmosDBConnection__clientId"),
+        ("ServiceBusConnection__clientId", "/subscriptions/x/resourceGroups/rg", "SERVICEBUS_CLIENT_ID",
+         "ServiceBusConnection__clientId"),
     ],
 )
-def test_a_bad_aliased_setting_is_named_once_with_its_alias(
-    clean_env: pytest.MonkeyPatch, variable: str, value: str, named: str
+def test_a_bad_aliased_setting_is_named_by_both_its_variables(
+    clean_env: pytest.MonkeyPatch, variable: str, value: str, named: str, alias: str
 ) -> None:
-    """The error names a variable that exists (not the prefix twice) and the identity-based alias."""
+    """The error names both variables the setting is read from (not the prefix twice)."""
     clean_env.setenv(variable, value)
     with pytest.raises(ConfigurationError) as info:
         load_settings()
     message = str(info.value)
-    assert f"configuration: {named}: " in message and PREFIX + PREFIX not in message
-    assert ("CosmosDBConnection__accountEndpoint" if "COSMOS" in named else "ServiceBusConnection__") in message
+    assert f"configuration: {PREFIX}{named} or {alias}: " in message and PREFIX + PREFIX not in message
 
 
 @pytest.mark.parametrize(
