@@ -6,9 +6,9 @@
 Each episode: choose a configuration from the policy → search a small knowledge base for
 ``retrieval_k`` passages (a recorded tool call) → ask the model with the configuration's
 prompt → record the run as an episode. Every ``--train-every`` episodes the embedded pipeline
-judges the new episodes (the offline judge) and publishes the next policy version; the next
-choice already uses it. The configurations are in ``examples/actions.json``; the policy is
-created from it if the agent has none.
+judges the new episodes (the offline judge, unless ``AGENT_LEARNING_JUDGE`` chooses another) and
+publishes the next policy version; the next choice already uses it. The configurations are in
+``examples/actions.json``; the policy is created from it if the agent has none.
 
 With ``OPENAI_BASE_URL`` set, the model is called through the ``openai`` package
 (``pip install openai``; ``OPENAI_API_KEY`` if the server needs one, ``OPENAI_MODEL`` for the
