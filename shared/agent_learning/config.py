@@ -294,9 +294,7 @@ class Settings(BaseSettings):
     def _cosmos_endpoint(cls, value: str | None) -> str | None:
         parts = urlsplit(value) if value is not None else None
         if parts is not None and (parts.scheme not in ("https", "http") or not _host_name(parts.hostname)):
-            raise ValueError(
-                "must be the account's URL, https://<account>.documents.azure.com:443/"
-            )
+            raise ValueError("must be the account's URL, https://<account>.documents.azure.com:443/")
         return value
 
     @field_validator("cosmos_key")
@@ -313,9 +311,7 @@ class Settings(BaseSettings):
     @classmethod
     def _servicebus_namespace(cls, value: str | None) -> str | None:
         if value is not None and not _host_name(urlsplit(value if "://" in value else "//" + value).hostname):
-            raise ValueError(
-                "must be the namespace's host name, <namespace>.servicebus.windows.net"
-            )
+            raise ValueError("must be the namespace's host name, <namespace>.servicebus.windows.net")
         return value
 
     @field_validator("cosmos_client_id", "servicebus_client_id", "judge_client_id")
