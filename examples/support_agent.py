@@ -6,9 +6,9 @@
 Each episode: choose a configuration from the policy → search a small knowledge base for
 ``retrieval_k`` passages (a recorded tool call) → ask the model with the configuration's
 prompt → record the run as an episode. Every ``--train-every`` episodes the embedded pipeline
-judges the new episodes (the offline judge) and publishes the next policy version; the next
-choice already uses it. The configurations are in ``examples/actions.json``; the policy is
-created from it if the agent has none.
+judges the new episodes (the offline judge, unless ``AGENT_LEARNING_JUDGE`` chooses another) and
+publishes the next policy version; the next choice already uses it. The configurations are in
+``examples/actions.json``; the policy is created from it if the agent has none.
 
 With ``OPENAI_BASE_URL`` set, the model is called through the ``openai`` package
 (``pip install openai``; ``OPENAI_API_KEY`` if the server needs one, ``OPENAI_MODEL`` for the
@@ -54,6 +54,8 @@ PROMPTS = {
     "concise": "Answer in one or two sentences only, using the passages.",
     "step-by-step": "Explain step by step how to do it, using the passages.",
 }
+CONFIG_KEYS = ("prompt", "retrieval_k", "tools")
+"""What every configuration in the actions file gives the agent (see ``examples/actions.json``)."""
 
 
 def words(text: str) -> set[str]:
@@ -111,6 +113,11 @@ class OpenAIModel:
 def run_episode(store: Any, client: PolicyClient, model: Any, rng: random.Random) -> None:
     decision = client.choose()
     config = decision.config
+    if not set(CONFIG_KEYS) <= set(config) or config["prompt"] not in PROMPTS:
+        raise ValueError(
+            f"action {decision.action_id!r}: its config must give {', '.join(CONFIG_KEYS)}, with prompt one of "
+            f"{', '.join(PROMPTS)} (see examples/actions.json)"
+        )
     question = rng.choice(QUESTIONS)
     instructions = PROMPTS[config["prompt"]]
     passages: list[str] = []
@@ -133,7 +140,11 @@ def main() -> None:
     parser.add_argument("--agent-id", default="example-agent", help="the agent's id (default: example-agent)")
     parser.add_argument("--episodes", type=int, default=300, help="episodes to run (default: 300)")
     parser.add_argument("--train-every", type=int, default=50, help="train after this many episodes (default: 50)")
-    parser.add_argument("--db", default=".agent-learning/local.db", help="the embedded store (default: %(default)s)")
+    parser.add_argument(
+        "--db",
+        default=os.environ.get("AGENT_LEARNING_SQLITE_PATH") or ".agent-learning/local.db",
+        help="the embedded store (default: AGENT_LEARNING_SQLITE_PATH, as for agent-learn, or %(default)s)",
+    )
     parser.add_argument("--actions", default=str(HERE / "actions.json"), help="configurations, for a new policy")
     parser.add_argument("--seed", type=int, default=1, help="random seed (default: 1)")
     args = parser.parse_args()
@@ -142,11 +153,22 @@ def main() -> None:
 
     rng = random.Random(args.seed)
     model = OpenAIModel() if os.environ.get("OPENAI_BASE_URL") else SimulatedModel(rng)
+    try:
+        learn(args, model, rng)
+    except (OSError, ValueError) as exc:  # a missing or invalid actions file, agent id, configuration or store
+        sys.exit(f"error: {exc}")
+
+
+def learn(args: argparse.Namespace, model: Any, rng: random.Random) -> None:
+    """Run ``args.episodes`` episodes, training every ``args.train_every``."""
     Path(args.db).parent.mkdir(parents=True, exist_ok=True)
     with open_local(path=args.db) as pipeline:
         store = pipeline.store
         if load_current(store, args.agent_id) is None:
-            actions = json.loads(Path(args.actions).read_text())
+            try:
+                actions = json.loads(Path(args.actions).read_text())
+            except json.JSONDecodeError as exc:
+                raise ValueError(f"--actions {args.actions}: not JSON: {exc}") from None
             create_policy(store, SoftmaxPolicy.from_actions(args.agent_id, actions).to_document(created_at=None))
             print(f"created the policy of {args.agent_id} from {args.actions}")
         client = PolicyClient(store, args.agent_id, rng=rng)

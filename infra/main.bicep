@@ -4,7 +4,7 @@
 //   monitoring    Log Analytics + Application Insights (Entra ID only)
 //   storage       host storage + deployment package container (no shared keys)
 //   cosmos        Cosmos DB (serverless, no keys): episodes, agent-scores, policies, runs, feedback, leases
-//   servicebus    Service Bus namespace (no keys) + the scoring queue
+//   servicebus    Service Bus namespace (no keys) + the scoring and training queues
 //   judge         Azure OpenAI judge model (optional, no keys)
 //   functionApp   Flex Consumption Function app, Python 3.11, identity-based connections only
 //

@@ -92,6 +92,7 @@ def test_unrelated_env_vars_are_ignored(clean_env: pytest.MonkeyPatch) -> None:
         ("TRAIN_SCHEDULE", "hello world"),
         ("TRAIN_SCHEDULE", "*/5 * * * *"),  # five fields: cron without NCRONTAB's seconds
         ("TRAIN_SCHEDULE", "0 */5 * * * * *"),
+        ("JUDGE_CLIENT_ID", "id-func"),  # the identity's name, not its client id: every token request would fail
     ],
 )
 def test_bad_values_name_the_variable(clean_env: pytest.MonkeyPatch, name: str, value: str) -> None:
@@ -217,6 +218,49 @@ def test_azure_addresses_in_the_forms_the_sdks_take_are_accepted(
 ) -> None:
     clean_env.setenv(PREFIX + name, value)
     assert load_settings().model_dump()[name.lower()] == value
+
+
+@pytest.mark.parametrize(
+    ("variable", "value", "named", "alias"),
+    [
+        ("CosmosDBConnection__accountEndpoint", "ftp://acct", "COSMOS_ENDPOINT", "CosmosDBConnection__accountEndpoint"),
+        ("AGENT_LEARNING_COSMOS_ENDPOINT", "ftp://acct", "COSMOS_ENDPOINT", "CosmosDBConnection__accountEndpoint"),
+        ("ServiceBusConnection__fullyQualifiedNamespace", "a b", "SERVICEBUS_NAMESPACE",
+         "ServiceBusConnection__fullyQualifiedNamespace"),
+        ("CosmosDBConnection__clientId", "id-func", "COSMOS_CLIENT_ID", "CosmosDBConnection__clientId"),
+        ("ServiceBusConnection__clientId", "/subscriptions/x/resourceGroups/rg", "SERVICEBUS_CLIENT_ID",
+         "ServiceBusConnection__clientId"),
+    ],
+)
+def test_a_bad_aliased_setting_is_named_by_both_its_variables(
+    clean_env: pytest.MonkeyPatch, variable: str, value: str, named: str, alias: str
+) -> None:
+    """The error names both variables the setting is read from (not the prefix twice)."""
+    clean_env.setenv(variable, value)
+    with pytest.raises(ConfigurationError) as info:
+        load_settings()
+    message = str(info.value)
+    assert f"configuration: {PREFIX}{named} or {alias}: " in message and PREFIX + PREFIX not in message
+
+
+@pytest.mark.parametrize(
+    ("variable", "value"),
+    [
+        ("CosmosDBConnection__accountEndpoint", "AccountEndpoint=https://acct.documents.azure.com:443/;AccountKey=s3cret=="),
+        (
+            "ServiceBusConnection__fullyQualifiedNamespace",
+            "Endpoint=sb://ns.servicebus.windows.net/;SharedAccessKeyName=Root;SharedAccessKey=s3cret=",
+        ),
+    ],
+)
+def test_a_connection_string_pasted_as_an_endpoint_is_not_repeated(
+    clean_env: pytest.MonkeyPatch, variable: str, value: str
+) -> None:
+    """The error is logged: the key in a connection string given in place of an endpoint stays out of it."""
+    clean_env.setenv(variable, value)
+    with pytest.raises(ConfigurationError) as info:
+        load_settings()
+    assert variable in str(info.value) and "s3cret" not in str(info.value)
 
 
 def test_a_cosmos_key_that_is_not_base64_names_the_variable_without_repeating_it(clean_env: pytest.MonkeyPatch) -> None:

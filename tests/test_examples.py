@@ -18,10 +18,14 @@ ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "examples" / "support_agent.py"
 
 
-def run(cwd: Path, *args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+def clean_env() -> dict[str, str]:
+    """The environment without this project's or the model's settings, the library importable."""
     base = {k: v for k, v in os.environ.items() if not k.startswith(("AGENT_LEARNING_", "OPENAI_"))}
-    base["PYTHONPATH"] = str(ROOT / "shared")
-    return subprocess.run([sys.executable, str(SCRIPT), *args], cwd=cwd, env={**base, **(env or {})},
+    return {**base, "PYTHONPATH": str(ROOT / "shared")}
+
+
+def run(cwd: Path, *args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, str(SCRIPT), *args], cwd=cwd, env={**clean_env(), **(env or {})},
                           capture_output=True, text=True, timeout=300, check=False)
 
 
@@ -66,3 +70,31 @@ def test_without_openai_installed_the_example_says_so(tmp_path: Path) -> None:
     path = f"{blocker}{os.pathsep}{ROOT / 'shared'}"
     done = run(tmp_path, "--episodes", "1", env={"OPENAI_BASE_URL": "http://127.0.0.1:9/v1", "PYTHONPATH": path})
     assert done.returncode == 1 and "pip install openai" in done.stderr and "Traceback" not in done.stderr
+
+
+@pytest.mark.parametrize(
+    ("args", "named"),
+    [
+        (["--actions", "missing.json"], "missing.json"),
+        (["--actions", "broken.json"], "--actions broken.json: not JSON"),
+        (["--agent-id", "bad id!"], "agent_id: 'bad id!' does not fit"),
+        (["--actions", "ids.json"], "action 'a': its config must give prompt, retrieval_k, tools"),
+    ],
+)
+def test_the_example_agent_names_bad_input_without_a_traceback(tmp_path: Path, args: list[str], named: str) -> None:
+    (tmp_path / "broken.json").write_text("{")
+    (tmp_path / "ids.json").write_text('["a", "b"]')  # valid actions, but no configuration this agent can run
+    done = run(tmp_path, "--episodes", "3", *args)
+    assert done.returncode == 1 and "Traceback" not in done.stderr, done.stderr
+    assert done.stderr.startswith("error: ") and named in done.stderr, done.stderr
+
+
+def test_the_example_agent_uses_the_store_agent_learn_reads(tmp_path: Path) -> None:
+    """`agent-learn policy show --agent-id example-agent` (examples/README.md) finds the policy."""
+    env = {"AGENT_LEARNING_SQLITE_PATH": str(tmp_path / "elsewhere.db")}
+    done = run(tmp_path, "--episodes", "50", env=env)
+    assert done.returncode == 0, done.stderr
+    show = [sys.executable, "-m", "agent_learning.cli", "policy", "show", "--agent-id", "example-agent"]
+    shown = subprocess.run(show, cwd=tmp_path, env={**clean_env(), **env}, capture_output=True, text=True,
+                           timeout=120, check=False)
+    assert shown.returncode == 0 and "example-agent v2" in shown.stdout, shown.stdout + shown.stderr

@@ -41,8 +41,13 @@ T = TypeVar("T")
 PREFIX = "AGENT_LEARNING_"
 NOT_ECHOED = frozenset({"episode_writers", "cosmos_key", "servicebus_connection_string"})
 """Settings whose rejected value is not repeated in errors (a key, or one pasted by mistake)."""
+HOLDS_A_SECRET = re.compile(r"(key|secret|signature|password|token)\s*=", re.IGNORECASE)
+"""A rejected value of any setting with this in it (a connection string pasted in place of an
+endpoint: ``AccountKey=``, ``SharedAccessKey=``) is not repeated in errors either."""
 HOST_NAME = re.compile(r"[A-Za-z0-9-]+(\.[A-Za-z0-9-]+)*")
 """The host of the Cosmos DB endpoint and of the Service Bus namespace (no placeholder left in it)."""
+CLIENT_ID = re.compile(r"[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}")
+"""A user-assigned managed identity's client id: a GUID, not the identity's name or resource id."""
 
 
 @dataclass(frozen=True)
@@ -289,10 +294,7 @@ class Settings(BaseSettings):
     def _cosmos_endpoint(cls, value: str | None) -> str | None:
         parts = urlsplit(value) if value is not None else None
         if parts is not None and (parts.scheme not in ("https", "http") or not _host_name(parts.hostname)):
-            raise ValueError(
-                "must be the account's URL, https://<account>.documents.azure.com:443/ (also read from "
-                "CosmosDBConnection__accountEndpoint)"
-            )
+            raise ValueError("must be the account's URL, https://<account>.documents.azure.com:443/")
         return value
 
     @field_validator("cosmos_key")
@@ -309,9 +311,16 @@ class Settings(BaseSettings):
     @classmethod
     def _servicebus_namespace(cls, value: str | None) -> str | None:
         if value is not None and not _host_name(urlsplit(value if "://" in value else "//" + value).hostname):
+            raise ValueError("must be the namespace's host name, <namespace>.servicebus.windows.net")
+        return value
+
+    @field_validator("cosmos_client_id", "servicebus_client_id", "judge_client_id")
+    @classmethod
+    def _client_id(cls, value: str | None) -> str | None:
+        if value is not None and not CLIENT_ID.fullmatch(value):
             raise ValueError(
-                "must be the namespace's host name, <namespace>.servicebus.windows.net (also read from "
-                "ServiceBusConnection__fullyQualifiedNamespace)"
+                "must be the client id of a user-assigned managed identity, a GUID "
+                "(az identity show --query clientId), not its name or resource id"
             )
         return value
 
@@ -365,6 +374,16 @@ def _host_name(host: str | None) -> bool:
     return host is not None and HOST_NAME.fullmatch(host) is not None
 
 
+def _variables(key: str) -> str:
+    """The environment variable a validation error's location stands for: both names of a
+    setting read from two (``AGENT_LEARNING_COSMOS_ENDPOINT or CosmosDBConnection__accountEndpoint``)."""
+    for info in Settings.model_fields.values():
+        alias = info.validation_alias
+        if isinstance(alias, AliasChoices) and key in alias.choices:
+            return " or ".join(str(choice) for choice in alias.choices)
+    return PREFIX + key.upper()
+
+
 def load_settings(**overrides: Any) -> Settings:
     """Read and validate the environment; ``overrides`` win over it."""
     try:
@@ -372,8 +391,14 @@ def load_settings(**overrides: Any) -> Settings:
     except ValidationError as exc:
         problems = []
         for err in exc.errors(include_url=False):
-            name = PREFIX + ".".join(str(p) for p in err["loc"]).upper()
-            got = "" if err["loc"] and err["loc"][0] in NOT_ECHOED else f" (got {err.get('input')!r})"
+            name = _variables(".".join(str(p) for p in err["loc"]))
+            given = err.get("input")
+            if err["loc"] and err["loc"][0] in NOT_ECHOED:
+                got = ""
+            elif isinstance(given, str) and HOLDS_A_SECRET.search(given):
+                got = " (not repeated: it holds a key, as a connection string does)"
+            else:
+                got = f" (got {given!r})"
             problems.append(f"{name}: {err['msg'].removeprefix('Value error, ')}{got}")
         raise ConfigurationError("invalid configuration: " + "; ".join(problems)) from None
     # Settings that are only invalid together fail now, not later.

@@ -676,3 +676,30 @@ def test_checkov_gate_passes_a_clean_report_and_reads_lists_of_reports() -> None
     clean = report(skipped=(check("a reason that explains the skip"),))
     assert checkov_gate.problems(clean) == []
     assert checkov_gate.problems([clean, report(failed=(check(),))]) != []
+
+
+AZD_BUILT_IN = {"AZURE_ENV_NAME", "AZURE_LOCATION", "AZURE_PRINCIPAL_ID"}
+"""Variables azd sets itself (`azd up` asks for the first two); docs/deploying.md need not list them."""
+
+
+def test_the_deploying_guide_lists_every_azd_variable_with_its_default() -> None:
+    """Every `${NAME=default}` of main.parameters.json is a row of the guide's azd table, stating
+    that default (an empty default is stated as a word: `—`, `region`)."""
+    parameters = (INFRA / "main.parameters.json").read_text(encoding="utf-8")
+    defaults = dict(re.findall(r"\$\{([A-Z_]+)(?:=([^}]*))?\}", parameters))
+    guide = (ROOT / "docs" / "deploying.md").read_text(encoding="utf-8")
+    table = re.search(r"^\| azd variable \|.*?\n((?:\|.*\n)+)", guide, re.M)
+    assert table, "docs/deploying.md has no table headed | azd variable |"
+    documented: dict[str, str] = {}
+    for line in table.group(1).splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        names = re.findall(r"`([A-Z_]+)`", cells[0])
+        stated = [d.strip() for d in cells[1].split(" / ")]
+        documented.update(zip(names, stated if len(stated) == len(names) else stated[:1] * len(names), strict=True))
+    wrong = {
+        name: (documented.get(name), default)
+        for name, default in defaults.items()
+        if name not in AZD_BUILT_IN
+        and (name not in documented or (default and documented[name] != f"`{default}`"))
+    }
+    assert not wrong, f"docs/deploying.md's azd table (stated, parameter default): {wrong}"
