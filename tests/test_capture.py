@@ -21,6 +21,7 @@ from agent_learning.documents import (
     MAX_JSON_CHARS,
     MAX_METADATA_KEYS,
     MAX_METADATA_VALUE_CHARS,
+    MAX_NAME_CHARS,
     MAX_STEP_TEXT_CHARS,
     MAX_STEPS,
     MAX_TEXT_CHARS,
@@ -167,6 +168,14 @@ def test_oversized_input_instructions_and_step_text_truncated(
     assert len(episode.input) == len(episode.instructions or "") == MAX_TEXT_CHARS
     assert len(episode.steps[0].result or "") == MAX_STEP_TEXT_CHARS
     assert Episode.from_json(episode.to_json()) == episode
+
+
+def test_a_step_name_over_its_cap_is_cut_and_said(store: MemoryStore, decision: Decision, clock: ManualClock) -> None:
+    run = capture(store, decision, clock)
+    run.step("n" * (MAX_NAME_CHARS + 1), latency_ms=1)
+    run.step("n" * MAX_NAME_CHARS, latency_ms=1)
+    episode = run.end("ok")
+    assert [len(s.name) for s in episode.steps] == [MAX_NAME_CHARS] * 2 and episode.truncated == ["steps"]
 
 
 def test_steps_beyond_the_cap_are_dropped(store: MemoryStore, decision: Decision, clock: ManualClock) -> None:

@@ -36,7 +36,7 @@ the call runs), ``run.step(...)``'s and ``run.add_usage(...)``'s. A bad one rais
 latency is a finite number of milliseconds, at least 0; an output is a string, ``""`` for none).
 
 ``episode.truncated`` names what was cut: ``input``, ``output``, ``instructions`` (over
-their caps), ``steps`` (a step's text or arguments over their caps, or steps beyond
+their caps), ``steps`` (a step's name, text or arguments over their caps, or steps beyond
 ``MAX_STEPS``), and ``steps.result``, ``steps.arguments``, ``steps.error`` when step texts
 were cut to keep the whole episode under ``MAX_EPISODE_BYTES`` (Cosmos DB's item limit; the
 per-field caps alone admit about 4 MB). That cut takes the longest of those texts first,
@@ -67,6 +67,7 @@ from .clock import SYSTEM_CLOCK, Clock
 from .documents import (
     MAX_EPISODE_BYTES,
     MAX_JSON_CHARS,
+    MAX_NAME_CHARS,
     MAX_STEP_TEXT_CHARS,
     MAX_STEPS,
     MAX_TEXT_CHARS,
@@ -185,7 +186,7 @@ class EpisodeCapture:
         self, n: int, name: Any, *, latency_ms: Any, status: Any, error: Any, kind: Any, arguments: Any,
         result: Any, call_id: Any,
     ) -> tuple[Step, bool]:
-        """Step ``n`` as it would be recorded, and whether a text or the arguments were cut to their caps.
+        """Step ``n`` as it would be recorded, and whether its name, a text or the arguments were cut to their caps.
 
         Raises :class:`InvalidDocument` naming every bad field as ``steps[n].<field>``."""
         path = f"steps[{n}]"
@@ -203,7 +204,9 @@ class EpisodeCapture:
             if text is not None and not isinstance(text, str):
                 problems.append((f"{path}.{field}", f"must be a string, got {type(text).__name__}"))
                 texts[field] = None
-        cut = any(text is not None and len(text) > MAX_STEP_TEXT_CHARS for text in texts.values())
+        cut = len(name) > MAX_NAME_CHARS or any(
+            text is not None and len(text) > MAX_STEP_TEXT_CHARS for text in texts.values()
+        )
         if arguments is not None:
             size, problem = _json_arguments(arguments)
             if problem:
@@ -214,7 +217,7 @@ class EpisodeCapture:
                 cut = True
         try:
             step = Step(
-                name=name[:128],
+                name=name[:MAX_NAME_CHARS],
                 kind=kind,
                 status=status,
                 latency_ms=latency,

@@ -1480,7 +1480,7 @@ def dlq_replay(
             "--all/--id/--reason: give --all, or --id MESSAGE_ID and/or --reason REASON"
             " (agent-learn dlq list shows them)"
         )
-    with _queue(db) as (queue, settings), _progress("replaying", as_json) as bar:
+    with _queue(db) as (queue, settings), _progress("reading" if dry_run else "replaying", as_json) as bar:
         task = bar.add_task("replay", total=None)
         if replay_all and not dry_run:
             replayed, chosen, left = queue.replay_dead_letters(None), None, None

@@ -68,6 +68,7 @@ STRUCTURED_SCHEMA = 2
 # ~16,000 characters each), so the whole episode has its own bound, MAX_EPISODE_BYTES.
 MAX_TEXT_CHARS = 20_000
 MAX_STEP_TEXT_CHARS = 4_000
+MAX_NAME_CHARS = 128
 MAX_STEPS = 256
 MAX_JSON_CHARS = 8_000
 MAX_METADATA_KEYS = 32
@@ -128,7 +129,7 @@ ScoreId = Annotated[
 LedgerId = Annotated[
     str, StringConstraints(strict=True, max_length=MAX_ID_CHARS, pattern=r"^[A-Za-z0-9][A-Za-z0-9._:\-]*~ledger$")
 ]
-Name = Annotated[str, StringConstraints(strict=True, min_length=1, max_length=128)]
+Name = Annotated[str, StringConstraints(strict=True, min_length=1, max_length=MAX_NAME_CHARS)]
 Text = Annotated[str, StringConstraints(strict=True, max_length=MAX_TEXT_CHARS)]
 StepText = Annotated[str, StringConstraints(strict=True, max_length=MAX_STEP_TEXT_CHARS)]
 ShortText = Annotated[str, StringConstraints(strict=True, max_length=1_000)]

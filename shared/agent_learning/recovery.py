@@ -82,8 +82,9 @@ def replay_dead_letters(
 ) -> ReplayResult:
     """Send dead-lettered messages back to the queue, with their delivery count reset.
 
-    ``reasons`` selects dead letters by dead-letter reason (e.g. ``"MaxDeliveryCountExceeded"``
-    after a judge outage, ``"JudgeFailed"`` after a judge fix), ``message_ids`` by message id
+    ``reasons`` selects dead letters by dead-letter reason (e.g. ``"JudgeFailed"`` after a judge
+    fix, on the embedded queue; under Azure Functions every message that failed its deliveries is
+    ``"MaxDeliveryCountExceeded"``, whatever the cause), ``message_ids`` by message id
     (the episode id); both given, a dead letter must match both. Neither given, every dead
     letter (up to ``limit``) is replayed. ``dry_run`` only reports what would be replayed.
     Queues replay by message id, so a dead letter that shares its id with a chosen one (another

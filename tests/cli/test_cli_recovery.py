@@ -67,8 +67,9 @@ def test_dlq_replay_by_reason_with_a_dry_run_first(pipeline: LocalPipeline) -> N
     preview = as_json("dlq", "replay", "--reason", "EpisodeNotFound", "--dry-run")
     assert preview == {"would_replay": 2, "message_ids": ["ghost-1", "ghost-2"], "left": {"InvalidMessage": 1}}
     assert len(as_json("dlq", "list")) == 3  # nothing changed
-    text = cli("dlq", "replay", "--reason", "EpisodeNotFound", "--dry-run").stdout
-    assert "would replay 2" in text and "ghost-1" in text and "1 InvalidMessage" in text
+    dry = cli("dlq", "replay", "--reason", "EpisodeNotFound", "--dry-run")
+    assert "would replay 2" in dry.stdout and "ghost-1" in dry.stdout and "1 InvalidMessage" in dry.stdout
+    assert "replaying" not in dry.stderr  # a dry run replays nothing, nor says it does
 
     done = as_json("dlq", "replay", "--reason", "EpisodeNotFound", "--reason", "NoSuchReason")
     assert done == {"replayed": 2, "message_ids": ["ghost-1", "ghost-2"], "left": {"InvalidMessage": 1}}
