@@ -243,6 +243,20 @@ def test_a_bad_aliased_setting_is_named_by_both_its_variables(
     assert f"configuration: {PREFIX}{named} or {alias}: " in message and PREFIX + PREFIX not in message
 
 
+def test_a_setting_given_twice_with_different_values_is_refused(clean_env: pytest.MonkeyPatch) -> None:
+    """The library reads the first variable, the Functions host the second: two identities."""
+    one, other = "11111111-1111-1111-1111-111111111111", "22222222-2222-2222-2222-222222222222"
+    clean_env.setenv("AGENT_LEARNING_COSMOS_CLIENT_ID", one)
+    clean_env.setenv("CosmosDBConnection__clientId", other)
+    with pytest.raises(ConfigurationError, match="AGENT_LEARNING_COSMOS_CLIENT_ID and CosmosDBConnection__clientId are "
+                                                 "both set, to different values") as info:
+        load_settings()
+    assert one not in str(info.value) and other not in str(info.value)
+    assert load_settings(cosmos_client_id=one).cosmos_client_id == one  # an override wins over both
+    clean_env.setenv("CosmosDBConnection__clientId", one)
+    assert load_settings().cosmos_client_id == one  # both alike
+
+
 @pytest.mark.parametrize(
     ("variable", "value"),
     [

@@ -12,6 +12,7 @@ import ast
 import base64
 import binascii
 import inspect
+import os
 import re
 from collections.abc import Mapping
 from dataclasses import MISSING, dataclass, fields
@@ -384,6 +385,22 @@ def _variables(key: str) -> str:
     return PREFIX + key.upper()
 
 
+def _set_twice(overrides: dict[str, Any]) -> list[str]:
+    """Settings read from two variables that are both set, to different values: the library would
+    use the first and the Functions host the second (e.g. two managed identities)."""
+    environ = {k.lower(): v.strip() for k, v in os.environ.items() if v.strip()}
+    problems = []
+    for name, info in Settings.model_fields.items():
+        alias = info.validation_alias
+        if name in overrides or not isinstance(alias, AliasChoices):
+            continue
+        given = {str(c): environ[str(c).lower()] for c in alias.choices if str(c).lower() in environ}
+        if len(set(given.values())) > 1:
+            problems.append(f"{' and '.join(given)} are both set, to different values (the Functions host reads "
+                            f"{alias.choices[-1]}): set one of them, or both alike")
+    return problems
+
+
 def load_settings(**overrides: Any) -> Settings:
     """Read and validate the environment; ``overrides`` win over it."""
     try:
@@ -401,6 +418,9 @@ def load_settings(**overrides: Any) -> Settings:
                 got = f" (got {given!r})"
             problems.append(f"{name}: {err['msg'].removeprefix('Value error, ')}{got}")
         raise ConfigurationError("invalid configuration: " + "; ".join(problems)) from None
+    twice = _set_twice(overrides)
+    if twice:
+        raise ConfigurationError("invalid configuration: " + "; ".join(twice))
     # Settings that are only invalid together fail now, not later.
     component(settings, RewardConfig)
     component(settings, LearnerConfig)
