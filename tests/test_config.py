@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 
 import pytest
 
@@ -103,7 +104,30 @@ def test_bad_values_name_the_variable(clean_env: pytest.MonkeyPatch, name: str, 
     assert repr(value) in str(info.value)
 
 
-@pytest.mark.parametrize("schedule", ["0 */5 * * * *", "0 0 9-17 * * Mon-Fri", "0 30 9,21 1/2 Jan,Jul *"])
+@pytest.mark.parametrize(
+    ("schedule", "problem"),
+    [
+        ("0 0 25 * * *", "the hour field '25': 25 is not in 0-23"),
+        ("0 5-70 * * * *", "the minute field '5-70': 70 is not in 0-59"),
+        ("0 */0 * * * *", "the minute field '*/0': step /0 must be at least 1"),
+        ("0 0 0 0 * *", "the day field '0': 0 is not in 1-31"),
+        ("0 0 9 * * 7", "the day-of-week field '7': 7 is not in 0-6"),
+        ("0 0 9 * * Mo", "the day-of-week field 'Mo': 'Mo' is not a number or a name (Sun, Mon, "),
+        ("0 0 9 * Jam *", "the month field 'Jam': 'Jam' is not a number or a name (Jan, Feb, "),
+    ],
+)
+def test_a_schedule_that_can_never_match_as_written_names_its_field(
+    clean_env: pytest.MonkeyPatch, schedule: str, problem: str
+) -> None:
+    clean_env.setenv(PREFIX + "TRAIN_SCHEDULE", schedule)
+    with pytest.raises(ConfigurationError, match=re.escape(f"{PREFIX}TRAIN_SCHEDULE: {problem}")):
+        load_settings()
+
+
+@pytest.mark.parametrize(
+    "schedule", ["0 */5 * * * *", "0 0 9-17 * * Mon-Fri", "0 30 9,21 1/2 Jan,Jul *", "59 59 23 31 12 6",
+                 "0 0 9 * * monday"],
+)
 def test_ncrontab_schedules_are_accepted(clean_env: pytest.MonkeyPatch, schedule: str) -> None:
     clean_env.setenv(PREFIX + "TRAIN_SCHEDULE", schedule)
     assert load_settings().train_schedule == schedule

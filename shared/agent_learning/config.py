@@ -126,6 +126,31 @@ NCRONTAB_FIELDS = ("second", "minute", "hour", "day", "month", "day-of-week")
 _NCRONTAB_ITEM = r"(\*|[0-9A-Za-z]+(-[0-9A-Za-z]+)?)(/[0-9]+)?"
 NCRONTAB_FIELD = re.compile(rf"{_NCRONTAB_ITEM}(,{_NCRONTAB_ITEM})*")
 """One field: ``*``, a number or a name (``Mon``, ``Jan``), a range, a step, or a list of these."""
+NCRONTAB_RANGES = ((0, 59), (0, 59), (0, 23), (1, 31), (1, 12), (0, 6))
+"""Each field's numbers (NCRONTAB's: Sunday is 0)."""
+NCRONTAB_NAMES = {4: ("january", "february", "march", "april", "may", "june", "july", "august", "september",
+                      "october", "november", "december"),
+                  5: ("sunday", "monday", "tuesday", "wednesday", "thursday", "friday", "saturday")}
+"""The names the month and day-of-week fields take (any case; three letters or more of one)."""
+
+
+def ncrontab_problem(index: int, text: str) -> str | None:
+    """Why field ``index`` of a schedule cannot match (a number out of its range, an unknown name,
+    a step of 0), or None."""
+    low, high = NCRONTAB_RANGES[index]
+    names = NCRONTAB_NAMES.get(index, ())
+    for item in text.split(","):
+        span, _, step = item.partition("/")
+        if step and int(step) < 1:
+            return f"step /{step} must be at least 1"
+        for part in ([] if span == "*" else span.split("-")):
+            if part.isdecimal():
+                if not low <= int(part) <= high:
+                    return f"{part} is not in {low}-{high}"
+            elif len(part) < 3 or not any(n.startswith(part.lower()) for n in names):
+                known = f" or a name ({', '.join(n[:3].title() for n in names)})" if names else ""
+                return f"{part!r} is not a number{known}"
+    return None
 
 
 class Settings(BaseSettings):
@@ -340,6 +365,10 @@ class Settings(BaseSettings):
                 " each '*', a number or name, a range a-b, a step /n or a list of those, e.g. '0 */5 * * * *';"
                 f" got {value!r:.80}"
             )
+        for i, (name, text) in enumerate(zip(NCRONTAB_FIELDS, fields, strict=True)):
+            problem = ncrontab_problem(i, text)
+            if problem:
+                raise ValueError(f"the {name} field {text!r}: {problem}")
         return value
 
     @field_validator("score_settle_seconds")
