@@ -90,6 +90,10 @@ def test_unrelated_env_vars_are_ignored(clean_env: pytest.MonkeyPatch) -> None:
         ("TRAIN_MAX_BATCH", "190000"),  # beyond MAX_TRAIN_BATCH's memory budget
         ("LATENCY_BUDGET_MS", "0"),
         ("QUEUE_NAME", "x" * 261),
+        ("QUEUE_NAME", "score episodes"),  # Service Bus: letters, digits, . - _ in segments joined by /
+        ("TRAIN_QUEUE_NAME", "/train"),
+        ("COSMOS_DATABASE", "agents/prod"),  # Cosmos DB: none of / \ # ?
+        ("COSMOS_DATABASE", "agents "),
         ("TRAIN_SCHEDULE", "hello world"),
         ("TRAIN_SCHEDULE", "*/5 * * * *"),  # five fields: cron without NCRONTAB's seconds
         ("TRAIN_SCHEDULE", "0 */5 * * * * *"),

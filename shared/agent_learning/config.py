@@ -47,6 +47,10 @@ HOLDS_A_SECRET = re.compile(r"(key|secret|signature|password|token)\s*=", re.IGN
 endpoint: ``AccountKey=``, ``SharedAccessKey=``) is not repeated in errors either."""
 HOST_NAME = re.compile(r"[A-Za-z0-9-]+(\.[A-Za-z0-9-]+)*")
 """The host of the Cosmos DB endpoint and of the Service Bus namespace (no placeholder left in it)."""
+QUEUE_NAME = re.compile(r"[A-Za-z0-9._-]+(/[A-Za-z0-9._-]+)*")
+"""A Service Bus queue name: letters, digits, ``.``, ``-`` and ``_``, in segments joined by ``/``."""
+DATABASE_NAME = re.compile(r"[^/\\#?]*[^/\\#? ]")
+"""A Cosmos DB database id: none of ``/ \\ # ?``, and no space at the end."""
 CLIENT_ID = re.compile(r"[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}")
 """A user-assigned managed identity's client id: a GUID, not the identity's name or resource id."""
 
@@ -354,6 +358,21 @@ class Settings(BaseSettings):
     @classmethod
     def _judging(cls, value: str) -> str:
         return normalise_judging(value)
+
+    @field_validator("queue_name", "train_queue_name")
+    @classmethod
+    def _queue_name(cls, value: str) -> str:
+        if not QUEUE_NAME.fullmatch(value):
+            raise ValueError("must be a Service Bus queue name: letters, digits, '.', '-' and '_', in segments "
+                             "joined by '/'")
+        return value
+
+    @field_validator("cosmos_database")
+    @classmethod
+    def _database_name(cls, value: str) -> str:
+        if not DATABASE_NAME.fullmatch(value):
+            raise ValueError("must be a Cosmos DB database id: none of / \\ # ?, and no space at the end")
+        return value
 
     @field_validator("train_schedule")
     @classmethod
