@@ -31,6 +31,7 @@ from agent_learning.client import PolicyClient
 from agent_learning.local import open_local
 from agent_learning.pipeline import create_policy, load_current
 from agent_learning.policy import SoftmaxPolicy
+from agent_learning.store.sqlite import SQLiteStore
 
 HERE = Path(__file__).resolve().parent
 
@@ -180,7 +181,10 @@ def learn(args: argparse.Namespace, model: Any, rng: random.Random) -> None:
                 policy = client.policy()
                 shown = ", ".join(f"{a} {p:.2f}" for a, p in policy.probabilities.items())
                 print(f"after {i} episodes: v{policy.version}{'' if version else ' (unchanged)'}: {shown}")
-    print(f"store: {args.db}; next: agent-learn policy show --agent-id {args.agent_id} --db {args.db}")
+        embedded = isinstance(store, SQLiteStore)  # AGENT_LEARNING_STORE may name another: then --db is unused
+    where = f" --db {args.db}" if embedded else ""
+    print(f"store: {args.db if embedded else type(store).__name__}; next: agent-learn policy show "
+          f"--agent-id {args.agent_id}{where}")
 
 
 if __name__ == "__main__":

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 
 import pytest
 
@@ -89,6 +90,10 @@ def test_unrelated_env_vars_are_ignored(clean_env: pytest.MonkeyPatch) -> None:
         ("TRAIN_MAX_BATCH", "190000"),  # beyond MAX_TRAIN_BATCH's memory budget
         ("LATENCY_BUDGET_MS", "0"),
         ("QUEUE_NAME", "x" * 261),
+        ("QUEUE_NAME", "score episodes"),  # Service Bus: letters, digits, . - _ in segments joined by /
+        ("TRAIN_QUEUE_NAME", "/train"),
+        ("COSMOS_DATABASE", "agents/prod"),  # Cosmos DB: none of / \ # ?
+        ("COSMOS_DATABASE", "agents "),
         ("TRAIN_SCHEDULE", "hello world"),
         ("TRAIN_SCHEDULE", "*/5 * * * *"),  # five fields: cron without NCRONTAB's seconds
         ("TRAIN_SCHEDULE", "0 */5 * * * * *"),
@@ -103,7 +108,30 @@ def test_bad_values_name_the_variable(clean_env: pytest.MonkeyPatch, name: str, 
     assert repr(value) in str(info.value)
 
 
-@pytest.mark.parametrize("schedule", ["0 */5 * * * *", "0 0 9-17 * * Mon-Fri", "0 30 9,21 1/2 Jan,Jul *"])
+@pytest.mark.parametrize(
+    ("schedule", "problem"),
+    [
+        ("0 0 25 * * *", "the hour field '25': 25 is not in 0-23"),
+        ("0 5-70 * * * *", "the minute field '5-70': 70 is not in 0-59"),
+        ("0 */0 * * * *", "the minute field '*/0': step /0 must be at least 1"),
+        ("0 0 0 0 * *", "the day field '0': 0 is not in 1-31"),
+        ("0 0 9 * * 7", "the day-of-week field '7': 7 is not in 0-6"),
+        ("0 0 9 * * Mo", "the day-of-week field 'Mo': 'Mo' is not a number or a name (Sun, Mon, "),
+        ("0 0 9 * Jam *", "the month field 'Jam': 'Jam' is not a number or a name (Jan, Feb, "),
+    ],
+)
+def test_a_schedule_that_can_never_match_as_written_names_its_field(
+    clean_env: pytest.MonkeyPatch, schedule: str, problem: str
+) -> None:
+    clean_env.setenv(PREFIX + "TRAIN_SCHEDULE", schedule)
+    with pytest.raises(ConfigurationError, match=re.escape(f"{PREFIX}TRAIN_SCHEDULE: {problem}")):
+        load_settings()
+
+
+@pytest.mark.parametrize(
+    "schedule", ["0 */5 * * * *", "0 0 9-17 * * Mon-Fri", "0 30 9,21 1/2 Jan,Jul *", "59 59 23 31 12 6",
+                 "0 0 9 * * monday"],
+)
 def test_ncrontab_schedules_are_accepted(clean_env: pytest.MonkeyPatch, schedule: str) -> None:
     clean_env.setenv(PREFIX + "TRAIN_SCHEDULE", schedule)
     assert load_settings().train_schedule == schedule
@@ -241,6 +269,20 @@ def test_a_bad_aliased_setting_is_named_by_both_its_variables(
         load_settings()
     message = str(info.value)
     assert f"configuration: {PREFIX}{named} or {alias}: " in message and PREFIX + PREFIX not in message
+
+
+def test_a_setting_given_twice_with_different_values_is_refused(clean_env: pytest.MonkeyPatch) -> None:
+    """The library reads the first variable, the Functions host the second: two identities."""
+    one, other = "11111111-1111-1111-1111-111111111111", "22222222-2222-2222-2222-222222222222"
+    clean_env.setenv("AGENT_LEARNING_COSMOS_CLIENT_ID", one)
+    clean_env.setenv("CosmosDBConnection__clientId", other)
+    with pytest.raises(ConfigurationError, match="AGENT_LEARNING_COSMOS_CLIENT_ID and CosmosDBConnection__clientId are "
+                                                 "both set, to different values") as info:
+        load_settings()
+    assert one not in str(info.value) and other not in str(info.value)
+    assert load_settings(cosmos_client_id=one).cosmos_client_id == one  # an override wins over both
+    clean_env.setenv("CosmosDBConnection__clientId", one)
+    assert load_settings().cosmos_client_id == one  # both alike
 
 
 @pytest.mark.parametrize(

@@ -98,3 +98,10 @@ def test_the_example_agent_uses_the_store_agent_learn_reads(tmp_path: Path) -> N
     shown = subprocess.run(show, cwd=tmp_path, env={**clean_env(), **env}, capture_output=True, text=True,
                            timeout=120, check=False)
     assert shown.returncode == 0 and "example-agent v2" in shown.stdout, shown.stdout + shown.stderr
+
+
+def test_with_another_store_the_example_does_not_print_a_db_it_never_used(tmp_path: Path) -> None:
+    done = run(tmp_path, "--episodes", "10", "--db", "unused.db", env={"AGENT_LEARNING_STORE": "memory"})
+    assert done.returncode == 0, done.stderr
+    assert "unused.db" not in done.stdout and done.stdout.splitlines()[-1] == (
+        "store: MemoryStore; next: agent-learn policy show --agent-id example-agent")

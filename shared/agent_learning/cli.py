@@ -34,7 +34,7 @@ from . import wiring
 from .audit import DEAD_LETTER_LIMIT
 from .audit import audit as run_audit
 from .config import load_settings
-from .demo import reward_trend, run_demo
+from .demo import check_floor, reward_trend, run_demo
 from .documents import MAX_TEMPERATURE, MIN_TEMPERATURE, agent_id_problem
 from .errors import (
     AgentLearningError,
@@ -446,6 +446,7 @@ def demo(
                 "pass --force to replace it, or choose another --db"
             )
     settings = load_settings()
+    check_floor(settings, [SCENARIOS[name]() for name in names])
     with Progress(
         TextColumn("[bold]training rounds"),
         BarColumn(),

@@ -12,6 +12,7 @@ import ast
 import base64
 import binascii
 import inspect
+import os
 import re
 from collections.abc import Mapping
 from dataclasses import MISSING, dataclass, fields
@@ -46,6 +47,10 @@ HOLDS_A_SECRET = re.compile(r"(key|secret|signature|password|token)\s*=", re.IGN
 endpoint: ``AccountKey=``, ``SharedAccessKey=``) is not repeated in errors either."""
 HOST_NAME = re.compile(r"[A-Za-z0-9-]+(\.[A-Za-z0-9-]+)*")
 """The host of the Cosmos DB endpoint and of the Service Bus namespace (no placeholder left in it)."""
+QUEUE_NAME = re.compile(r"[A-Za-z0-9._-]+(/[A-Za-z0-9._-]+)*")
+"""A Service Bus queue name: letters, digits, ``.``, ``-`` and ``_``, in segments joined by ``/``."""
+DATABASE_NAME = re.compile(r"[^/\\#?]*[^/\\#? ]")
+"""A Cosmos DB database id: none of ``/ \\ # ?``, and no space at the end."""
 CLIENT_ID = re.compile(r"[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}")
 """A user-assigned managed identity's client id: a GUID, not the identity's name or resource id."""
 
@@ -125,6 +130,31 @@ NCRONTAB_FIELDS = ("second", "minute", "hour", "day", "month", "day-of-week")
 _NCRONTAB_ITEM = r"(\*|[0-9A-Za-z]+(-[0-9A-Za-z]+)?)(/[0-9]+)?"
 NCRONTAB_FIELD = re.compile(rf"{_NCRONTAB_ITEM}(,{_NCRONTAB_ITEM})*")
 """One field: ``*``, a number or a name (``Mon``, ``Jan``), a range, a step, or a list of these."""
+NCRONTAB_RANGES = ((0, 59), (0, 59), (0, 23), (1, 31), (1, 12), (0, 6))
+"""Each field's numbers (NCRONTAB's: Sunday is 0)."""
+NCRONTAB_NAMES = {4: ("january", "february", "march", "april", "may", "june", "july", "august", "september",
+                      "october", "november", "december"),
+                  5: ("sunday", "monday", "tuesday", "wednesday", "thursday", "friday", "saturday")}
+"""The names the month and day-of-week fields take (any case; three letters or more of one)."""
+
+
+def ncrontab_problem(index: int, text: str) -> str | None:
+    """Why field ``index`` of a schedule cannot match (a number out of its range, an unknown name,
+    a step of 0), or None."""
+    low, high = NCRONTAB_RANGES[index]
+    names = NCRONTAB_NAMES.get(index, ())
+    for item in text.split(","):
+        span, _, step = item.partition("/")
+        if step and int(step) < 1:
+            return f"step /{step} must be at least 1"
+        for part in ([] if span == "*" else span.split("-")):
+            if part.isdecimal():
+                if not low <= int(part) <= high:
+                    return f"{part} is not in {low}-{high}"
+            elif len(part) < 3 or not any(n.startswith(part.lower()) for n in names):
+                known = f" or a name ({', '.join(n[:3].title() for n in names)})" if names else ""
+                return f"{part!r} is not a number{known}"
+    return None
 
 
 class Settings(BaseSettings):
@@ -329,6 +359,21 @@ class Settings(BaseSettings):
     def _judging(cls, value: str) -> str:
         return normalise_judging(value)
 
+    @field_validator("queue_name", "train_queue_name")
+    @classmethod
+    def _queue_name(cls, value: str) -> str:
+        if not QUEUE_NAME.fullmatch(value):
+            raise ValueError("must be a Service Bus queue name: letters, digits, '.', '-' and '_', in segments "
+                             "joined by '/'")
+        return value
+
+    @field_validator("cosmos_database")
+    @classmethod
+    def _database_name(cls, value: str) -> str:
+        if not DATABASE_NAME.fullmatch(value):
+            raise ValueError("must be a Cosmos DB database id: none of / \\ # ?, and no space at the end")
+        return value
+
     @field_validator("train_schedule")
     @classmethod
     def _ncrontab(cls, value: str) -> str:
@@ -339,6 +384,10 @@ class Settings(BaseSettings):
                 " each '*', a number or name, a range a-b, a step /n or a list of those, e.g. '0 */5 * * * *';"
                 f" got {value!r:.80}"
             )
+        for i, (name, text) in enumerate(zip(NCRONTAB_FIELDS, fields, strict=True)):
+            problem = ncrontab_problem(i, text)
+            if problem:
+                raise ValueError(f"the {name} field {text!r}: {problem}")
         return value
 
     @field_validator("score_settle_seconds")
@@ -384,6 +433,22 @@ def _variables(key: str) -> str:
     return PREFIX + key.upper()
 
 
+def _set_twice(overrides: dict[str, Any]) -> list[str]:
+    """Settings read from two variables that are both set, to different values: the library would
+    use the first and the Functions host the second (e.g. two managed identities)."""
+    environ = {k.lower(): v.strip() for k, v in os.environ.items() if v.strip()}
+    problems = []
+    for name, info in Settings.model_fields.items():
+        alias = info.validation_alias
+        if name in overrides or not isinstance(alias, AliasChoices):
+            continue
+        given = {str(c): environ[str(c).lower()] for c in alias.choices if str(c).lower() in environ}
+        if len(set(given.values())) > 1:
+            problems.append(f"{' and '.join(given)} are both set, to different values (the Functions host reads "
+                            f"{alias.choices[-1]}): set one of them, or both alike")
+    return problems
+
+
 def load_settings(**overrides: Any) -> Settings:
     """Read and validate the environment; ``overrides`` win over it."""
     try:
@@ -401,6 +466,9 @@ def load_settings(**overrides: Any) -> Settings:
                 got = f" (got {given!r})"
             problems.append(f"{name}: {err['msg'].removeprefix('Value error, ')}{got}")
         raise ConfigurationError("invalid configuration: " + "; ".join(problems)) from None
+    twice = _set_twice(overrides)
+    if twice:
+        raise ConfigurationError("invalid configuration: " + "; ".join(twice))
     # Settings that are only invalid together fail now, not later.
     component(settings, RewardConfig)
     component(settings, LearnerConfig)

@@ -17,7 +17,8 @@ from typing import Any
 
 from .client import PolicyClient
 from .clock import ManualClock
-from .config import Settings, load_settings
+from .config import PREFIX, Settings, load_settings
+from .errors import ConfigurationError
 from .history import AgentHistory, history
 from .local import open_local
 from .pipeline import create_policy
@@ -118,6 +119,19 @@ def agent_summary(a: AgentHistory) -> dict[str, Any]:
     return out
 
 
+def check_floor(settings: Settings, scenarios: Sequence[Scenario]) -> None:
+    """Raise :class:`ConfigurationError` naming ``AGENT_LEARNING_EXPLORATION_FLOOR`` when it is too
+    large for one of the simulated agents (times its number of actions, it must stay below 1)."""
+    for scenario in scenarios:
+        largest = max(map(len, scenario.dimensions.values())) if scenario.dimensions else len(scenario.actions)
+        if settings.exploration_floor * largest >= 1:
+            raise ConfigurationError(
+                f"{PREFIX}EXPLORATION_FLOOR={settings.exploration_floor:g}: x {largest} actions of the simulated "
+                f"{scenario.agent_id} reaches 1 (the floor is each one's minimum probability); set it below "
+                f"{1 / largest:g}"
+            )
+
+
 def run_demo(
     *,
     db_path: str | Path = ".agent-learning/demo.db",
@@ -141,13 +155,14 @@ def run_demo(
         raise ValueError(f"scenarios: unknown simulated agent(s) {unknown}; choose from {sorted(SCENARIOS)}")
     if len(set(scenarios)) != len(scenarios):
         raise ValueError(f"scenarios: {list(scenarios)} names an agent more than once; name each once")
+    chosen: list[Scenario] = [SCENARIOS[name]() for name in scenarios]
+    check_floor(settings, chosen)  # before the old demo store is deleted
     path = Path(db_path)
     for suffix in ("", "-wal", "-shm"):
         Path(f"{path}{suffix}").unlink(missing_ok=True)
     clock = ManualClock()
     pipeline = open_local(settings.model_copy(update={"store": "sqlite"}), path=path, clock=clock)
     store = pipeline.store
-    chosen: list[Scenario] = [SCENARIOS[name]() for name in scenarios]
     rng = random.Random(seed)
     clients = []
     for i, scenario in enumerate(chosen):

@@ -60,8 +60,12 @@ class DriftConfig:
     """Pin an agent's policy when a warning fires."""
 
 
-MAX_RUNS_READ = 200
-"""The most runs :func:`review` reads per published version (both sides of the comparison)."""
+FIRST_RUNS_READ = 16
+"""Runs :func:`review` reads first; while the two sides are not both full it reads four times as
+many, up to :data:`MAX_RUNS_READ` (runs of 100 episodes fill the default window's sides from 4)."""
+MAX_RUNS_READ = 4_096
+"""The most runs :func:`review` reads per published version: with runs smaller on average than
+``window`` / 2,048 episodes, the sides never fill and no warning is given."""
 
 
 @dataclass(frozen=True)
@@ -174,15 +178,25 @@ def review(
     decides whether to pin). ``entropy`` is what its requests draw from, in nats
     (:func:`~agent_learning.policy.served_entropy`), and ``choices`` how many configurations it
     chooses among (:func:`~agent_learning.policy.policy_choices`)."""
-    runs = [reward_of(r) for r in store.list_runs(agent_id, limit=MAX_RUNS_READ) if r.get("status") != "held"]
-    known = [r for r in runs if r is not None]
-    warnings = assess(agent_id, version, known, entropy, choices, config)
+    warnings = assess(agent_id, version, latest_runs(store, agent_id, config.window), entropy, choices, config)
     for w in warnings:
         log.warning("policy warning (%s): %s", w.kind, w.message)
         count(POLICY_WARNINGS, 1, {"agent_id": agent_id, "kind": w.kind})
         if span is not None:
             span.add_event(w.kind, {"message": w.message})
     return warnings
+
+
+def latest_runs(store: Store, agent_id: str, window: int) -> list[RunReward]:
+    """The agent's latest runs with episodes, newest first, held ones left out: as many as both
+    sides of the comparison need (read 16, 64, 256, ... at a time; at most :data:`MAX_RUNS_READ`)."""
+    limit = FIRST_RUNS_READ
+    while True:
+        raw = store.list_runs(agent_id, limit=limit)
+        runs = [r for r in (reward_of(d) for d in raw if d.get("status") != "held") if r is not None]
+        if len(raw) < limit or limit >= MAX_RUNS_READ or split(runs, window) is not None:
+            return runs
+        limit = min(4 * limit, MAX_RUNS_READ)
 
 
 def reward_of(run: Mapping[str, Any]) -> RunReward | None:

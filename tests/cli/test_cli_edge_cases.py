@@ -87,6 +87,18 @@ def test_run_demo_refuses_a_repeated_scenario_before_touching_its_db(tmp_path: P
     assert demo_db.read_bytes() == b"kept"
 
 
+def test_a_demo_exploration_floor_too_large_for_a_scenario_names_the_variable(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    clear_settings(monkeypatch)
+    monkeypatch.setenv("AGENT_LEARNING_EXPLORATION_FLOOR", "0.3")  # x 4 prompts of the math tutor: 1.2
+    demo_db = tmp_path / "d.db"
+    line = refused("demo", "--db", str(demo_db), "--episodes", "10", "--batch", "5", "--no-plot")
+    assert line == ("error: AGENT_LEARNING_EXPLORATION_FLOOR=0.3: x 4 actions of the simulated math-tutor reaches 1 "
+                    "(the floor is each one's minimum probability); set it below 0.25")
+    assert not demo_db.exists()  # refused before the store was made
+
+
 def test_paths_the_filesystem_refuses_are_named_in_one_line(
     tmp_path: Path, db: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:

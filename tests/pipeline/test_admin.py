@@ -375,3 +375,23 @@ def test_a_contextual_policy_sure_in_every_segment_is_a_collapse_though_unsure_w
     config = DriftConfig(collapse_entropy=0.1, collapse_reward_fall=0.1, reward_drop=0.5, window=100)
     (w,) = review(store, "triage", 4, served, policy_choices(doc), config)
     assert w.kind == "exploration_collapse"
+
+
+def test_a_fall_over_runs_of_one_episode_warns_reading_only_the_runs_it_needs() -> None:
+    """Window 200 over runs of one episode needs 400 runs (reading 200 never filled both sides);
+    runs of 100 episodes need 4, and 16 are read."""
+    store = MemoryStore()
+    for version in range(2, 1_002):
+        mean = 0.9 if version <= 801 else 0.5  # the reward fell in the latest 200 runs
+        store.put_run(make_run("tiny", version, episodes=1, metrics={"mean_reward": mean, "episode_reward_std": 0.1}))
+    reads: list[int] = []
+    list_runs = store.list_runs
+    store.list_runs = lambda agent_id, limit=100: reads.append(limit) or list_runs(agent_id, limit)  # type: ignore[method-assign]
+    config = DriftConfig(window=200)
+    (w,) = review(store, "tiny", 1_001, 0.5, 4, config)
+    assert w.kind == "reward_drop" and "0.900 over 200 episodes → 0.500 over the latest 200" in w.message
+    assert reads == [16, 64, 256, 1_024]
+    for version in range(1_002, 1_006):
+        store.put_run(make_run("tiny", version, episodes=100, metrics={"mean_reward": 0.5, "episode_reward_std": 0.1}))
+    reads.clear()
+    assert review(store, "tiny", 1_005, 0.5, 4, config) == [] and reads == [16]
