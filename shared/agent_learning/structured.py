@@ -13,7 +13,8 @@ value v has the logit ::
 
     ℓ_d(v | x) = θ_v + Σ_f δ_{f, x_f, v} + Σ_j β_{j,v} · (x_j − m_j) / s_j
 
-(a feature missing from x, or a segment the policy has not learned, adds nothing), and ::
+(a feature missing from x, a segment the policy has not learned, or a value that is not a number
+for a numeric feature, adds nothing, as in the learner), and ::
 
     p_d(v | x) = f + (1 − K_d·f) · softmax(ℓ_d(· | x) / T)_v           floor f per dimension
     π(a | x)   = Π_d p_d(a_d | x) / Z(x),   Z(x) = 1 − Σ_{e ∈ E} Π_d p_d(e_d | x)
@@ -104,7 +105,8 @@ class Layout:
 
 
 def feature_logits(doc: PolicyDocument, context: Mapping[str, Any] | None) -> list[float]:
-    """ℓ(· | x) for every value (all dimensions, in ``actions`` order)."""
+    """ℓ(· | x) for every value (all dimensions, in ``actions`` order). A numeric feature's value
+    that is not a number (a string, a boolean) adds nothing, as the learner treats it."""
     logits = list(doc.logits)
     if not doc.features or not context:
         return logits
@@ -116,10 +118,15 @@ def feature_logits(doc: PolicyDocument, context: Mapping[str, Any] | None) -> li
             offsets = (feature.segments or {}).get(segment_name(value))
             if offsets is not None:
                 logits = [x + o for x, o in zip(logits, offsets, strict=True)]
-        elif feature.weights is not None:
+        elif feature.weights is not None and is_number(value):
             x = max(-NUMBER_CLIP, min(NUMBER_CLIP, (float(value) - feature.center) / feature.scale))
             logits = [v + w * x for v, w in zip(logits, feature.weights, strict=True)]
     return logits
+
+
+def is_number(value: Any) -> bool:
+    """Whether ``value`` counts for a numeric feature: an int or a float, not a boolean."""
+    return isinstance(value, int | float) and not isinstance(value, bool)
 
 
 def segment_name(value: Any) -> str:
