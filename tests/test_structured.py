@@ -194,6 +194,21 @@ def test_the_context_changes_the_choice_only_through_learned_segments_and_weight
         chooser.choose(context={"tokens": "many"})
 
 
+def test_probability_and_marginals_check_the_context_as_choose_does() -> None:
+    """They kept a table for any context, unchecked, and choose() then found it there without
+    checking: a decision whose context the episode refused, far from the cause."""
+    chooser = policy(context={"task": "category"})
+    for bad in ({"task": "x" * 1_000}, {"task": ["billing"]}, {"task": ""}):
+        with pytest.raises(InvalidDocument, match=r"^invalid context: context\.task: must be a category"):
+            chooser.marginals(bad)
+        with pytest.raises(InvalidDocument, match=r"^invalid context: context\.task: must be a category"):
+            chooser.probability("prompt=concise:retrieval_k=1", bad)
+        with pytest.raises(InvalidDocument, match=r"^invalid context: context\.task: must be a category"):
+            chooser.choose(context=bad)
+    with pytest.raises(InvalidDocument, match=r"^invalid decision: action_id: 5 is not a configuration"):
+        chooser.probability(5)  # type: ignore[arg-type]
+
+
 def test_a_value_that_is_not_a_number_adds_nothing_for_a_numeric_feature() -> None:
     """As the learner reads it. An episode written in another language may log a string or a boolean
     for a numeric feature: the marginals and the entropy the trainer reports (served_entropy) treat

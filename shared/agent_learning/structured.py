@@ -396,8 +396,9 @@ class StructuredPolicy:
                 raise InvalidDocument("context", [(f"context.{name}", f"must be a number (got {value!r:.80})")])
 
     def probability(self, action_id: str, context: Mapping[str, Any] | None = None) -> float:
-        """π(a | x) of a configuration id (0 if excluded); :class:`InvalidDocument` if unknown."""
-        local = self.layout.parse(action_id)
+        """π(a | x) of a configuration id (0 if excluded); :class:`InvalidDocument` if unknown, or
+        for a ``context`` that is not one (checked as :meth:`choose` checks its shape)."""
+        local = self.layout.parse(action_id) if isinstance(action_id, str) else None
         if local is None:
             raise InvalidDocument(
                 "decision", [("action_id", f"{action_id!r} is not a configuration of policy {self.agent_id!r}")]
@@ -406,12 +407,12 @@ class StructuredPolicy:
 
     def probability_at(self, local: Sequence[int], context: Mapping[str, Any] | None = None) -> float:
         """π(a | x) of a configuration given as one value index per dimension."""
-        return joint_probability(self._table(context).probs, local, self.excluded)
+        return joint_probability(self._table(_shape_checked(context)).probs, local, self.excluded)
 
     def marginals(self, context: Mapping[str, Any] | None = None) -> dict[str, dict[str, float]]:
         """Per dimension, each value's probability of being chosen for ``context`` (exclusions
-        included: the marginals of π, not the p_d)."""
-        table = self._table(context)
+        included: the marginals of π, not the p_d); ``context`` is checked as in :meth:`probability`."""
+        table = self._table(_shape_checked(context))
         if not self.excluded:
             return {
                 name: dict(zip(self.layout.value_ids[d], table.probs[d], strict=True))
@@ -434,6 +435,13 @@ class StructuredPolicy:
     def __repr__(self) -> str:
         dims = ", ".join(f"{n}[{k}]" for n, k in zip(self.layout.names, self.layout.sizes, strict=True))
         return f"StructuredPolicy({self.agent_id!r}, v{self.version}: {dims})"
+
+
+def _shape_checked(context: Mapping[str, Any] | None) -> dict[str, Any] | None:
+    """``context`` checked (:func:`~agent_learning.decision.validated_context`), or None: what
+    :meth:`StructuredPolicy._table` may keep a table under, where :meth:`~StructuredPolicy.choose`
+    finds it without checking again."""
+    return None if context is None else validated_context(context)
 
 
 def joint_index(local: Sequence[int], sizes: Sequence[int]) -> int:
