@@ -310,6 +310,26 @@ def test_end_twice_raises(store: MemoryStore, decision: Decision, clock: ManualC
     assert Episode.from_dict(store.get_episode("ep-1")) == first
 
 
+def test_recording_after_end_raises_instead_of_being_lost(
+    store: MemoryStore, decision: Decision, clock: ManualClock
+) -> None:
+    """A step, a tool call or usage recorded after end() was kept in the capture and never stored."""
+    run = capture(store, decision, clock)
+    first = run.end("one")
+    with pytest.raises(RuntimeError, match=r"already ended; the step 'late' is not recorded"):
+        run.step("late", latency_ms=1)
+    ran = []
+    with (
+        pytest.raises(RuntimeError, match=r"already ended; the tool call 'search' is not recorded"),
+        run.tool("search") as call,
+    ):
+        ran.append(call)
+    with pytest.raises(RuntimeError, match=r"already ended; the usage is not recorded"):
+        run.add_usage(prompt_tokens=5)
+    assert ran == [] and run.steps == [] and run.usage is None
+    assert Episode.from_dict(store.get_episode("ep-1")) == first
+
+
 # --------------------------------------------------------------------------- async
 
 

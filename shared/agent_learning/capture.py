@@ -34,6 +34,8 @@ the call runs), ``run.step(...)``'s and ``run.add_usage(...)``'s. A bad one rais
 :class:`~agent_learning.errors.InvalidDocument` naming the episode's field, e.g.
 ``invalid episode: steps[2].latency_ms: must not be negative, got -5``; nothing is coerced (a
 latency is a finite number of milliseconds, at least 0; an output is a string, ``""`` for none).
+Once ``end()`` has written the episode, ``run.step``, ``run.tool`` and ``run.add_usage`` raise
+``RuntimeError``, as a second ``end()`` does: what they would record could never be stored.
 
 ``episode.truncated`` names what was cut: ``input``, ``output``, ``instructions`` (over
 their caps), ``steps`` (a step's name, text or arguments over their caps, or steps beyond
@@ -170,7 +172,9 @@ class EpisodeCapture:
         """Record a finished step or tool call; a bad value raises :class:`InvalidDocument` naming
         ``steps[i].<field>`` (``latency_ms`` must be a finite number of milliseconds, at least 0).
         Only ``kind="tool"`` steps are shown to the judges (as tool calls with their results) and
-        penalised when they fail; ``"llm"``, ``"retrieval"`` and ``"step"`` are stored and timed."""
+        penalised when they fail; ``"llm"``, ``"retrieval"`` and ``"step"`` are stored and timed.
+        After :meth:`end` it raises ``RuntimeError``: the episode is written, the step would be lost."""
+        self._check_not_ended("step", name)
         step, cut = self._new_step(
             len(self.steps), name, latency_ms=latency_ms, status=status, error=error, kind=kind,
             arguments=arguments, result=result, call_id=call_id,
@@ -249,7 +253,8 @@ class EpisodeCapture:
         it is recorded and swallowed: an ``Exception``, never ``KeyboardInterrupt`` and the like;
         if it cannot be recorded, it propagates with a note saying why); :meth:`ToolCall.fail` marks
         it as failed without one. ``name``, ``arguments``, ``kind`` and ``call_id`` are checked before
-        the call runs (:class:`InvalidDocument`)."""
+        the call runs (:class:`InvalidDocument`), and after :meth:`end` it raises ``RuntimeError``."""
+        self._check_not_ended("tool call", name)
         self._new_step(
             len(self.steps), name, latency_ms=0.0, status="ok", error=None, kind=kind, arguments=arguments,
             result=None, call_id=call_id,
@@ -289,7 +294,9 @@ class EpisodeCapture:
         ``prompt_tokens`` and ``completion_tokens``, attributes or keys, as OpenAI's clients
         return; a missing or None count is 0) or the two numbers. Calls add up; the episode
         records the sum. A count that is not a whole number, at least 0, raises
-        :class:`InvalidDocument` naming ``usage.prompt_tokens`` or ``usage.completion_tokens``."""
+        :class:`InvalidDocument` naming ``usage.prompt_tokens`` or ``usage.completion_tokens``; a call
+        after :meth:`end`, ``RuntimeError``."""
+        self._check_not_ended("usage", None)
         counts = {"prompt_tokens": [prompt_tokens], "completion_tokens": [completion_tokens]}
         if usage is not None:
             get = usage.get if isinstance(usage, Mapping) else lambda name, default: getattr(usage, name, default)
@@ -358,6 +365,12 @@ class EpisodeCapture:
             "context": dict(d.context) if isinstance(d.context, Mapping) else d.context,
             "usage": self.usage,
         }
+
+    def _check_not_ended(self, what: str, name: object) -> None:
+        """``RuntimeError`` once the episode is written: what is recorded now would never be stored."""
+        if self.episode is not None:
+            label = what if name is None else f"{what} {name!r:.80}"
+            raise RuntimeError(f"episode {self.episode_id} has already ended; the {label} is not recorded")
 
     def _check_open(self) -> None:
         if self.episode is not None:
