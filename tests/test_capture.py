@@ -799,6 +799,27 @@ def test_a_token_count_that_is_not_a_whole_number_is_named_and_nothing_is_added(
     assert run.usage is not None and (run.usage.prompt_tokens, run.usage.completion_tokens) == (10, 0)
 
 
+def test_a_usage_without_either_count_is_named_rather_than_counted_as_zero(
+    store: MemoryStore, decision: Decision, clock: ManualClock
+) -> None:
+    """A whole response, or a usage that names its counts input_tokens/output_tokens (OpenAI's
+    Responses API, other providers), was recorded as 0 tokens: cost and budgets silently saw none."""
+
+    class ResponseUsage:  # the shape of the Responses API's response.usage
+        input_tokens, output_tokens = 1_200, 300
+
+    class ChatCompletion:  # a whole response instead of its usage
+        usage = None
+
+    run = capture(store, decision, clock)
+    run.add_usage({"prompt_tokens": 10})  # an embeddings usage has no completion_tokens: 0
+    for usage in (ResponseUsage(), ChatCompletion(), {"input_tokens": 5, "output_tokens": 1}):
+        with pytest.raises(InvalidDocument, match=r"^invalid episode: usage: has neither prompt_tokens nor") as raised:
+            run.add_usage(usage)
+        assert raised.value.fields == ["usage"]
+    assert run.end("done").usage is not None and (run.usage.prompt_tokens, run.usage.completion_tokens) == (10, 0)
+
+
 @pytest.mark.parametrize(
     "seconds", ["30", float("nan"), float("inf"), -1, True, None, pytest.param(10**400, id="10**400")]
 )

@@ -83,6 +83,8 @@ from .errors import InvalidDocument
 from .policy import Decision
 
 _MARK = " …[truncated]"
+_ABSENT = object()
+"""What :meth:`EpisodeCapture.add_usage` reads for a count its ``usage`` does not have."""
 
 log = logging.getLogger(__name__)
 
@@ -292,16 +294,23 @@ class EpisodeCapture:
     def add_usage(self, usage: Any = None, *, prompt_tokens: int = 0, completion_tokens: int = 0) -> None:
         """Count model tokens the run spent: a model response's ``usage`` (anything with
         ``prompt_tokens`` and ``completion_tokens``, attributes or keys, as OpenAI's clients
-        return; a missing or None count is 0) or the two numbers. Calls add up; the episode
+        return; one missing or None count is 0) or the two numbers. Calls add up; the episode
         records the sum. A count that is not a whole number, at least 0, raises
-        :class:`InvalidDocument` naming ``usage.prompt_tokens`` or ``usage.completion_tokens``; a call
-        after :meth:`end`, ``RuntimeError``."""
+        :class:`InvalidDocument` naming ``usage.prompt_tokens`` or ``usage.completion_tokens``, and
+        a ``usage`` with neither (a whole response, or ``input_tokens``/``output_tokens`` as other
+        APIs name them: pass those as the two numbers) naming ``usage``; a call after :meth:`end`,
+        ``RuntimeError``."""
         self._check_not_ended("usage", None)
         counts = {"prompt_tokens": [prompt_tokens], "completion_tokens": [completion_tokens]}
         if usage is not None:
             get = usage.get if isinstance(usage, Mapping) else lambda name, default: getattr(usage, name, default)
+            found = {name: get(name, _ABSENT) for name in counts}
+            if all(value is _ABSENT for value in found.values()):
+                problem = (f"has neither prompt_tokens nor completion_tokens, got {type(usage).__name__}; "
+                           "give a response's usage, or the counts as prompt_tokens= and completion_tokens=")
+                raise InvalidDocument("episode", [("usage", problem)])
             for name, values in counts.items():
-                values.append(get(name, None))
+                values.append(None if found[name] is _ABSENT else found[name])
         problems = [
             (f"usage.{name}", f"must be a whole number of tokens, at least 0, got {value!r:.40}")
             for name, values in counts.items()
