@@ -143,7 +143,8 @@ class HttpPolicySource:
 
     A known ETag is sent as ``If-None-Match``, so an unchanged policy answers 304 with no body.
     Failures raise (:class:`PolicyClient` keeps its last good policy): a 401 or 403, or a 404
-    that is not "no policy", :class:`ConfigurationError`; anything else :class:`TransientError`.
+    that is not "no policy", :class:`ConfigurationError`; anything else (an answer that is not
+    JSON too) :class:`TransientError` naming the URL.
     """
 
     def __init__(
@@ -168,7 +169,7 @@ class HttpPolicySource:
             headers["If-None-Match"] = f'"{etag}"'
         try:
             with urllib.request.urlopen(urllib.request.Request(url, headers=headers), timeout=self.timeout) as answer:
-                return Tagged(json.loads(answer.read()), answer.headers.get("ETag", "").strip('"'))
+                body, etag = answer.read(), answer.headers.get("ETag", "").strip('"')
         except urllib.error.HTTPError as exc:
             if exc.code == 304:
                 return NOT_MODIFIED
@@ -179,6 +180,11 @@ class HttpPolicySource:
             raise error(f"{url} answered {exc.code}: {message}") from None
         except OSError as exc:
             raise TransientError(f"{url} failed: {getattr(exc, 'reason', exc)}") from None
+        try:
+            return Tagged(json.loads(body), etag)
+        except ValueError:  # e.g. a sign-in page a proxy or App Service Authentication answered with
+            shown = body[:200].decode("utf-8", errors="replace")
+            raise TransientError(f"{url} answered with a body that is not JSON: {shown!r}") from None
 
 
 RETRY_AFTER_CAP_SECONDS = 30.0
