@@ -64,12 +64,7 @@ class PolicyClient:
     ) -> None:
         if problem := agent_id_problem(agent_id):
             raise InvalidDocument("policy client", [("agent_id", problem)])
-        if (
-            isinstance(refresh_seconds, bool)
-            or not isinstance(refresh_seconds, int | float)
-            or not 0 <= refresh_seconds <= sys.float_info.max
-        ):
-            problem = f"must be a finite number of seconds, at least 0, got {refresh_seconds!r:.40}"
+        if problem := _seconds_problem(refresh_seconds):
             raise InvalidDocument("policy client", [("refresh_seconds", problem)])
         self.store = store
         self.agent_id = agent_id
@@ -150,6 +145,8 @@ class HttpPolicySource:
     def __init__(
         self, base_url: str, key: str | None = None, *, timeout: float = 10.0, headers: Mapping[str, str] | None = None
     ) -> None:
+        if problem := _seconds_problem(timeout, above_zero=True):
+            raise InvalidDocument("http policy source", [("timeout", problem)])
         self.base_url = base_url.rstrip("/")
         self.timeout = timeout
         self._headers = {"Accept": "application/json", **(headers or {})}
@@ -206,7 +203,8 @@ class HttpEpisodeWriter:
     :class:`ConcurrencyConflict` (the id holds another episode), a 400 :class:`InvalidDocument`, a
     413 :class:`DocumentTooLarge` (an :class:`InvalidDocument` too), a 401, 403 or 404
     :class:`ConfigurationError` (a wrong key, a caller not allowed to write the agent, ingestion
-    off, an agent without a policy), any other answer :class:`PermanentError`.
+    off, an agent without a policy), any other answer :class:`PermanentError`. A ``timeout`` that
+    is not above 0, a negative ``backoff`` or ``attempts`` below 1 raise :class:`InvalidDocument` here.
     """
 
     def __init__(
@@ -220,8 +218,18 @@ class HttpEpisodeWriter:
         headers: Mapping[str, str] | None = None,
         sleep: Callable[[float], None] = time.sleep,
     ) -> None:
-        if attempts < 1:
-            raise ValueError("attempts must be at least 1")
+        problems = [
+            (name, problem)
+            for name, problem in (
+                ("timeout", _seconds_problem(timeout, above_zero=True)),
+                ("backoff", _seconds_problem(backoff)),
+            )
+            if problem
+        ]
+        if isinstance(attempts, bool) or not isinstance(attempts, int) or attempts < 1:
+            problems.append(("attempts", f"must be a whole number of tries, at least 1, got {attempts!r:.40}"))
+        if problems:
+            raise InvalidDocument("http episode writer", problems)
         self.base_url = base_url.rstrip("/")
         self.timeout = timeout
         self.attempts = attempts
@@ -268,6 +276,19 @@ class HttpEpisodeWriter:
                 log.warning("episode %s: %s %s; retrying", episode.id, url, problem)
                 self._sleep(pause)
         raise TransientError(f"episode {episode.id!r}: {url} {problem} ({self.attempts} attempts)")
+
+
+def _seconds_problem(value: object, *, above_zero: bool = False) -> str | None:
+    """Why ``value`` is not a finite number of seconds, at least 0 (above 0 with ``above_zero``: a
+    timeout of 0 makes every request fail at once, as on a non-blocking socket), or None."""
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, int | float)
+        or not 0 <= value <= sys.float_info.max
+        or (above_zero and value == 0)
+    ):
+        return f"must be a finite number of seconds, {'above' if above_zero else 'at least'} 0, got {value!r:.40}"
+    return None
 
 
 def _error_text(exc: urllib.error.HTTPError) -> str:
