@@ -188,6 +188,22 @@ def test_steps_beyond_the_cap_are_dropped(store: MemoryStore, decision: Decision
     assert episode.truncated == ["steps"]
 
 
+def test_a_crash_after_the_step_cap_keeps_its_agent_step(
+    store: MemoryStore, decision: Decision, clock: ManualClock
+) -> None:
+    """A runaway loop fills the steps and then raises: its crash step was dropped with the rest,
+    and the episode did not say that the run crashed, nor why."""
+    with pytest.raises(RecursionError), capture(store, decision, clock) as run:
+        for i in range(MAX_STEPS + 3):
+            run.step(f"s{i}", latency_ms=1)
+        raise RecursionError("too many tool calls")
+    episode = Episode.from_dict(store.get_episode("ep-1"))
+    assert len(episode.steps) == MAX_STEPS and episode.truncated == ["steps"]
+    assert episode.steps[-2].name == f"s{MAX_STEPS - 2}"
+    crash = episode.steps[-1]
+    assert (crash.name, crash.status, crash.error) == ("agent", "error", "RecursionError: too many tool calls")
+
+
 def assert_fits(episode: Episode) -> None:
     doc = episode.to_dict()
     assert json_bytes(doc) <= MAX_EPISODE_BYTES

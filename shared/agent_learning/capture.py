@@ -21,8 +21,9 @@ Failures, and what they cost the action drawn:
   is recorded and swallowed (``call.result`` stays ``None``). A failed call costs the episode's
   reward the tool-failure penalty (:mod:`agent_learning.rewards`).
 * If the run's block raises before ``end()``, the episode is still written, with an empty output
-  and an ``agent`` step in error, so a crashing configuration is learned from too (the empty
-  output is penalised); the exception propagates.
+  and an ``agent`` step in error (in place of the last step of a run at ``MAX_STEPS``), so a
+  crashing configuration is learned from too (the empty output is penalised); the exception
+  propagates.
 * ``run.discard(reason)`` writes nothing: for failures that say nothing about the configuration
   drawn (the model provider is down, the user went away), so that they are not charged to it.
 * Recording never hides the agent's exception: if a failed call or the crash episode cannot be
@@ -434,6 +435,9 @@ class EpisodeCapture:
 
     def _record_crash(self, exc: BaseException) -> None:
         elapsed = max(0.0, (self.clock.now() - self.started_at).total_seconds() * 1000)  # a wall clock may step back
+        if len(self.steps) >= MAX_STEPS:  # a run at the cap (a runaway loop) keeps why it ended over its last step
+            self.steps.pop()
+            self._note("steps")
         self.step("agent", kind="step", status="error", latency_ms=elapsed, error=f"{type(exc).__name__}: {exc}")
 
     def _cap(self, field: str, text: str | None, limit: int) -> str | None:
