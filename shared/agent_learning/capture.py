@@ -11,7 +11,9 @@
 The episode records the decision's action, probability and policy version, which the
 learner needs to weigh it correctly. Free text longer than the contract's caps is
 truncated (and the field named in ``episode.truncated``) rather than failing the agent's
-run; user input goes through the ``redact`` hook before it is stored.
+run; ``input`` goes through the ``redact`` hook before it is stored. Only ``input``: tool
+arguments and results, the output and metadata are stored as given, so text from the user that the
+agent passes there (a search query) must be scrubbed before it is passed.
 
 Failures, and what they cost the action drawn:
 
