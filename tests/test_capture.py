@@ -25,6 +25,7 @@ from agent_learning.documents import (
     MAX_STEP_TEXT_CHARS,
     MAX_STEPS,
     MAX_TEXT_CHARS,
+    MAX_TOOL_DEFINITIONS_CHARS,
     Action,
     Episode,
     json_bytes,
@@ -168,6 +169,23 @@ def test_oversized_input_instructions_and_step_text_truncated(
     assert len(episode.input) == len(episode.instructions or "") == MAX_TEXT_CHARS
     assert len(episode.steps[0].result or "") == MAX_STEP_TEXT_CHARS
     assert Episode.from_json(episode.to_json()) == episode
+
+
+def test_tool_definitions_over_their_cap_keep_the_leading_ones_that_fit(
+    store: MemoryStore, decision: Decision, clock: ManualClock
+) -> None:
+    """An agent with many tools (50 schemas of ~1 KB) failed at EpisodeCapture(...), every run."""
+    tools = [
+        {"type": "function", "function": {"name": f"tool_{i}", "description": "d" * 1_000, "parameters": {}}}
+        for i in range(50)
+    ]
+    episode = capture(store, decision, clock, tool_definitions=tools).end("ok")
+    kept = episode.tool_definitions or []
+    assert episode.truncated == ["tool_definitions"] and 0 < len(kept) < len(tools) and kept == tools[: len(kept)]
+    assert len(json.dumps(kept, separators=(",", ":"))) <= MAX_TOOL_DEFINITIONS_CHARS
+    assert len(json.dumps(tools[: len(kept) + 1], separators=(",", ":"))) > MAX_TOOL_DEFINITIONS_CHARS
+    fitting = tools[: len(kept)]
+    assert capture(store, decision, clock, tool_definitions=fitting, episode_id="ep-2").end("ok").truncated == []
 
 
 def test_a_step_name_over_its_cap_is_cut_and_said(store: MemoryStore, decision: Decision, clock: ManualClock) -> None:

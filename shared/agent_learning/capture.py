@@ -41,7 +41,9 @@ Once ``end()`` has written the episode, ``run.step``, ``run.tool`` and ``run.add
 ``RuntimeError``, as a second ``end()`` does: what they would record could never be stored.
 
 ``episode.truncated`` names what was cut: ``input``, ``output``, ``instructions`` (over
-their caps), ``steps`` (a step's name, text or arguments over their caps, or steps beyond
+their caps), ``tool_definitions`` (the leading definitions that fit
+``MAX_TOOL_DEFINITIONS_CHARS`` are kept whole; they are stored, not shown to the judges),
+``steps`` (a step's name, text or arguments over their caps, or steps beyond
 ``MAX_STEPS``), and ``steps.result``, ``steps.arguments``, ``steps.error`` when step texts
 were cut to keep the whole episode under ``MAX_EPISODE_BYTES`` (Cosmos DB's item limit; the
 per-field caps alone admit about 4 MB). That cut takes the longest of those texts first,
@@ -76,6 +78,7 @@ from .documents import (
     MAX_STEP_TEXT_CHARS,
     MAX_STEPS,
     MAX_TEXT_CHARS,
+    MAX_TOOL_DEFINITIONS_CHARS,
     Episode,
     Step,
     Usage,
@@ -141,7 +144,7 @@ class EpisodeCapture:
                 raise InvalidDocument("episode", [("input", f"redact must return a string, got {type(text).__name__}")])
         self.input = self._cap("input", text, MAX_TEXT_CHARS)
         self.instructions = self._cap("instructions", instructions, MAX_TEXT_CHARS)
-        self.tool_definitions = tool_definitions
+        self.tool_definitions = self._fit_tools(tool_definitions)
         if metadata is not None and not isinstance(metadata, Mapping):
             problem = f"must be a mapping of names to values, got {type(metadata).__name__}"
             raise InvalidDocument("episode", [("metadata", problem)])
@@ -448,6 +451,24 @@ class EpisodeCapture:
         if capped != text:
             self._note(field)
         return capped
+
+    def _fit_tools(self, definitions: Any) -> Any:
+        """The leading ``definitions`` whose JSON fits :data:`MAX_TOOL_DEFINITIONS_CHARS` (the
+        rest cut and noted); anything but a list of JSON objects is left to the episode's check."""
+        if not isinstance(definitions, list) or not all(isinstance(d, dict) for d in definitions):
+            return definitions
+        try:
+            sizes = [len(json.dumps(d, allow_nan=False, separators=(",", ":"))) for d in definitions]
+        except (TypeError, ValueError, RecursionError):
+            return definitions
+        kept, size = 0, 1  # "[" + each definition and its "," or "]"
+        while kept < len(sizes) and size + sizes[kept] + 1 <= MAX_TOOL_DEFINITIONS_CHARS:
+            size += sizes[kept] + 1
+            kept += 1
+        if kept == len(definitions):
+            return definitions
+        self._note("tool_definitions")
+        return definitions[:kept]
 
     def _note(self, name: str) -> None:
         """Record once that ``name`` was truncated."""
