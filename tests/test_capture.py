@@ -740,6 +740,17 @@ def test_a_bad_episode_value_is_named_where_it_is_passed(
     assert ran == [] and store.list_episodes() == []
 
 
+def test_something_other_than_a_decision_is_named(store: MemoryStore, decision: Decision) -> None:
+    """The policy instead of policy.choose(), or the choose route's JSON: an AttributeError before."""
+    policy = SoftmaxPolicy.from_actions(AGENT, ["a", "b"], seed=1)
+    answer = {"agent_id": AGENT, "action_id": "a", "probability": 0.5, "logprob": math.log(0.5), "policy_version": 1}
+    for wrong, name in ((policy, "SoftmaxPolicy"), (answer, "dict"), (None, "NoneType")):
+        match = rf"^invalid episode: decision: must be the Decision that policy\.choose\(\) returned, got {name}$"
+        with pytest.raises(InvalidDocument, match=match):
+            EpisodeCapture(store, wrong, input="q")  # type: ignore[arg-type]
+    assert store.list_episodes() == []
+
+
 def test_a_value_changed_after_the_run_began_is_named_when_it_ends(
     store: MemoryStore, decision: Decision, clock: ManualClock
 ) -> None:

@@ -133,6 +133,9 @@ class EpisodeCapture:
         ttl: int | None = None,
         clock: Clock = SYSTEM_CLOCK,
     ) -> None:
+        if not isinstance(decision, Decision):
+            problem = f"must be the Decision that policy.choose() returned, got {type(decision).__name__}"
+            raise InvalidDocument("episode", [("decision", problem)])
         self.store = store
         self.decision = decision
         self.episode_id = episode_id or uuid.uuid4().hex
