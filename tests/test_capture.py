@@ -809,6 +809,45 @@ def test_a_crash_episode_that_cannot_be_written_leaves_the_agent_exception_in_pl
     ]
 
 
+class StoreFailingOnce(MemoryStore):
+    """Refuses its first write (a throttled or unreachable store), then works again."""
+
+    failures = 1
+
+    def add_episode(self, episode: Episode) -> None:
+        if self.failures:
+            self.failures -= 1
+            raise ConnectionResetError("store unreachable")
+        super().add_episode(episode)
+
+    async def add_episode_async(self, episode: Episode) -> None:
+        self.add_episode(episode)
+
+
+@pytest.mark.parametrize("mode", ["sync", "async"])
+def test_a_failed_write_in_end_is_not_recorded_as_a_crash_of_the_run(
+    decision: Decision, clock: ManualClock, mode: str
+) -> None:
+    """end()'s write failed, its error left the block, and the block's exit wrote a crash episode
+    (empty output, penalised) in place of the agent's good answer: the configuration was charged
+    for the store's outage."""
+    store = StoreFailingOnce()
+
+    async def agent() -> None:
+        async with capture(store, decision, clock) as run:
+            await run.aend("a good answer")
+
+    with pytest.raises(ConnectionResetError, match="store unreachable") as raised:
+        if mode == "async":
+            asyncio.run(agent())
+        else:
+            with capture(store, decision, clock) as run:
+                run.end("a good answer")
+    assert store.list_episodes() == [] and not getattr(raised.value, "__notes__", None)
+    retried = capture(store, decision, clock).end("a good answer")  # the agent may write it again
+    assert Episode.from_dict(store.get_episode("ep-1")) == retried and retried.steps == []
+
+
 def test_a_crash_episode_that_fails_validation_leaves_the_agent_exception_in_place(
     store: MemoryStore, decision: Decision, clock: ManualClock
 ) -> None:

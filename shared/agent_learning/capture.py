@@ -26,6 +26,8 @@ Failures, and what they cost the action drawn:
   and an ``agent`` step in error (in place of the last step of a run at ``MAX_STEPS``), so a
   crashing configuration is learned from too (the empty output is penalised); the exception
   propagates.
+* If ``end()`` itself cannot write the episode (the store is unreachable), its error propagates
+  and no crash episode is written in its place: the run did not crash, the store failed.
 * ``run.discard(reason)`` writes nothing: for failures that say nothing about the configuration
   drawn (the model provider is down, the user went away), so that they are not charged to it.
 * Recording never hides the agent's exception: if a failed call or the crash episode cannot be
@@ -160,6 +162,8 @@ class EpisodeCapture:
         self.episode: Episode | None = None
         self.discarded: str | None = None
         """Why the run was discarded (:meth:`discard`), or None."""
+        self._write_error: BaseException | None = None
+        """The error of end()'s own write, which is no crash of the run (:meth:`_crashed`)."""
         try:  # the episode as it stands (what a crash would write): its values are refused here, not at the end
             Episode(**self._fields("", [], self.started_at))
         except ValidationError as exc:
@@ -401,7 +405,11 @@ class EpisodeCapture:
         agent's answer, a string (``""`` for none: :class:`InvalidDocument` for ``None``)."""
         self._check_open()
         episode = self.build(output)
-        self.store.add_episode(episode)
+        try:
+            self.store.add_episode(episode)
+        except BaseException as exc:
+            self._write_error = exc
+            raise
         self.episode = episode
         return episode
 
@@ -410,10 +418,14 @@ class EpisodeCapture:
         self._check_open()
         episode = self.build(output)
         writer = getattr(self.store, "add_episode_async", None)
-        if writer is not None:
-            await writer(episode)
-        else:
-            await asyncio.to_thread(self.store.add_episode, episode)
+        try:
+            if writer is not None:
+                await writer(episode)
+            else:
+                await asyncio.to_thread(self.store.add_episode, episode)
+        except BaseException as exc:
+            self._write_error = exc
+            raise
         self.episode = episode
         return episode
 
@@ -421,7 +433,7 @@ class EpisodeCapture:
         return self
 
     def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: object) -> None:
-        if exc is not None and self.episode is None and self.discarded is None:
+        if exc is not None and self._crashed(exc):
             try:
                 self._record_crash(exc)
                 self.end("")
@@ -432,7 +444,7 @@ class EpisodeCapture:
         return self
 
     async def __aexit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: object) -> None:
-        if exc is not None and self.episode is None and self.discarded is None:
+        if exc is not None and self._crashed(exc):
             try:
                 self._record_crash(exc)
                 await self.aend("")
@@ -440,6 +452,11 @@ class EpisodeCapture:
                 _unrecorded(exc, f"episode {self.episode_id} was not written", failure)
 
     # ------------------------------------------------------------------ helpers
+
+    def _crashed(self, exc: BaseException) -> bool:
+        """Whether leaving the block with ``exc`` is a crash to record: the run neither ended nor
+        was discarded, and ``exc`` is not the failure of end()'s write (the store down, not the run)."""
+        return self.episode is None and self.discarded is None and exc is not self._write_error
 
     def _record_crash(self, exc: BaseException) -> None:
         elapsed = max(0.0, (self.clock.now() - self.started_at).total_seconds() * 1000)  # a wall clock may step back
