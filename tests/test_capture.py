@@ -25,6 +25,7 @@ from agent_learning.documents import (
     MAX_STEP_TEXT_CHARS,
     MAX_STEPS,
     MAX_TEXT_CHARS,
+    MAX_TOOL_DEFINITIONS_CHARS,
     Action,
     Episode,
     json_bytes,
@@ -170,6 +171,23 @@ def test_oversized_input_instructions_and_step_text_truncated(
     assert Episode.from_json(episode.to_json()) == episode
 
 
+def test_tool_definitions_over_their_cap_keep_the_leading_ones_that_fit(
+    store: MemoryStore, decision: Decision, clock: ManualClock
+) -> None:
+    """An agent with many tools (50 schemas of ~1 KB) failed at EpisodeCapture(...), every run."""
+    tools = [
+        {"type": "function", "function": {"name": f"tool_{i}", "description": "d" * 1_000, "parameters": {}}}
+        for i in range(50)
+    ]
+    episode = capture(store, decision, clock, tool_definitions=tools).end("ok")
+    kept = episode.tool_definitions or []
+    assert episode.truncated == ["tool_definitions"] and 0 < len(kept) < len(tools) and kept == tools[: len(kept)]
+    assert len(json.dumps(kept, separators=(",", ":"))) <= MAX_TOOL_DEFINITIONS_CHARS
+    assert len(json.dumps(tools[: len(kept) + 1], separators=(",", ":"))) > MAX_TOOL_DEFINITIONS_CHARS
+    fitting = tools[: len(kept)]
+    assert capture(store, decision, clock, tool_definitions=fitting, episode_id="ep-2").end("ok").truncated == []
+
+
 def test_a_step_name_over_its_cap_is_cut_and_said(store: MemoryStore, decision: Decision, clock: ManualClock) -> None:
     run = capture(store, decision, clock)
     run.step("n" * (MAX_NAME_CHARS + 1), latency_ms=1)
@@ -186,6 +204,22 @@ def test_steps_beyond_the_cap_are_dropped(store: MemoryStore, decision: Decision
     assert len(episode.steps) == MAX_STEPS
     assert episode.steps[-1].name == f"s{MAX_STEPS - 1}"
     assert episode.truncated == ["steps"]
+
+
+def test_a_crash_after_the_step_cap_keeps_its_agent_step(
+    store: MemoryStore, decision: Decision, clock: ManualClock
+) -> None:
+    """A runaway loop fills the steps and then raises: its crash step was dropped with the rest,
+    and the episode did not say that the run crashed, nor why."""
+    with pytest.raises(RecursionError), capture(store, decision, clock) as run:
+        for i in range(MAX_STEPS + 3):
+            run.step(f"s{i}", latency_ms=1)
+        raise RecursionError("too many tool calls")
+    episode = Episode.from_dict(store.get_episode("ep-1"))
+    assert len(episode.steps) == MAX_STEPS and episode.truncated == ["steps"]
+    assert episode.steps[-2].name == f"s{MAX_STEPS - 2}"
+    crash = episode.steps[-1]
+    assert (crash.name, crash.status, crash.error) == ("agent", "error", "RecursionError: too many tool calls")
 
 
 def assert_fits(episode: Episode) -> None:
@@ -307,6 +341,26 @@ def test_end_twice_raises(store: MemoryStore, decision: Decision, clock: ManualC
         run.end("two")
     with pytest.raises(RuntimeError, match="already ended"):
         asyncio.run(run.aend("two"))
+    assert Episode.from_dict(store.get_episode("ep-1")) == first
+
+
+def test_recording_after_end_raises_instead_of_being_lost(
+    store: MemoryStore, decision: Decision, clock: ManualClock
+) -> None:
+    """A step, a tool call or usage recorded after end() was kept in the capture and never stored."""
+    run = capture(store, decision, clock)
+    first = run.end("one")
+    with pytest.raises(RuntimeError, match=r"already ended; the step 'late' is not recorded"):
+        run.step("late", latency_ms=1)
+    ran = []
+    with (
+        pytest.raises(RuntimeError, match=r"already ended; the tool call 'search' is not recorded"),
+        run.tool("search") as call,
+    ):
+        ran.append(call)
+    with pytest.raises(RuntimeError, match=r"already ended; the usage is not recorded"):
+        run.add_usage(prompt_tokens=5)
+    assert ran == [] and run.steps == [] and run.usage is None
     assert Episode.from_dict(store.get_episode("ep-1")) == first
 
 
@@ -686,6 +740,17 @@ def test_a_bad_episode_value_is_named_where_it_is_passed(
     assert ran == [] and store.list_episodes() == []
 
 
+def test_something_other_than_a_decision_is_named(store: MemoryStore, decision: Decision) -> None:
+    """The policy instead of policy.choose(), or the choose route's JSON: an AttributeError before."""
+    policy = SoftmaxPolicy.from_actions(AGENT, ["a", "b"], seed=1)
+    answer = {"agent_id": AGENT, "action_id": "a", "probability": 0.5, "logprob": math.log(0.5), "policy_version": 1}
+    for wrong, name in ((policy, "SoftmaxPolicy"), (answer, "dict"), (None, "NoneType")):
+        match = rf"^invalid episode: decision: must be the Decision that policy\.choose\(\) returned, got {name}$"
+        with pytest.raises(InvalidDocument, match=match):
+            EpisodeCapture(store, wrong, input="q")  # type: ignore[arg-type]
+    assert store.list_episodes() == []
+
+
 def test_a_value_changed_after_the_run_began_is_named_when_it_ends(
     store: MemoryStore, decision: Decision, clock: ManualClock
 ) -> None:
@@ -744,6 +809,45 @@ def test_a_crash_episode_that_cannot_be_written_leaves_the_agent_exception_in_pl
     ]
 
 
+class StoreFailingOnce(MemoryStore):
+    """Refuses its first write (a throttled or unreachable store), then works again."""
+
+    failures = 1
+
+    def add_episode(self, episode: Episode) -> None:
+        if self.failures:
+            self.failures -= 1
+            raise ConnectionResetError("store unreachable")
+        super().add_episode(episode)
+
+    async def add_episode_async(self, episode: Episode) -> None:
+        self.add_episode(episode)
+
+
+@pytest.mark.parametrize("mode", ["sync", "async"])
+def test_a_failed_write_in_end_is_not_recorded_as_a_crash_of_the_run(
+    decision: Decision, clock: ManualClock, mode: str
+) -> None:
+    """end()'s write failed, its error left the block, and the block's exit wrote a crash episode
+    (empty output, penalised) in place of the agent's good answer: the configuration was charged
+    for the store's outage."""
+    store = StoreFailingOnce()
+
+    async def agent() -> None:
+        async with capture(store, decision, clock) as run:
+            await run.aend("a good answer")
+
+    with pytest.raises(ConnectionResetError, match="store unreachable") as raised:
+        if mode == "async":
+            asyncio.run(agent())
+        else:
+            with capture(store, decision, clock) as run:
+                run.end("a good answer")
+    assert store.list_episodes() == [] and not getattr(raised.value, "__notes__", None)
+    retried = capture(store, decision, clock).end("a good answer")  # the agent may write it again
+    assert Episode.from_dict(store.get_episode("ep-1")) == retried and retried.steps == []
+
+
 def test_a_crash_episode_that_fails_validation_leaves_the_agent_exception_in_place(
     store: MemoryStore, decision: Decision, clock: ManualClock
 ) -> None:
@@ -777,6 +881,27 @@ def test_a_token_count_that_is_not_a_whole_number_is_named_and_nothing_is_added(
         run.add_usage(usage, **kwargs)  # type: ignore[arg-type]
     assert raised.value.fields == fields
     assert run.usage is not None and (run.usage.prompt_tokens, run.usage.completion_tokens) == (10, 0)
+
+
+def test_a_usage_without_either_count_is_named_rather_than_counted_as_zero(
+    store: MemoryStore, decision: Decision, clock: ManualClock
+) -> None:
+    """A whole response, or a usage that names its counts input_tokens/output_tokens (OpenAI's
+    Responses API, other providers), was recorded as 0 tokens: cost and budgets silently saw none."""
+
+    class ResponseUsage:  # the shape of the Responses API's response.usage
+        input_tokens, output_tokens = 1_200, 300
+
+    class ChatCompletion:  # a whole response instead of its usage
+        usage = None
+
+    run = capture(store, decision, clock)
+    run.add_usage({"prompt_tokens": 10})  # an embeddings usage has no completion_tokens: 0
+    for usage in (ResponseUsage(), ChatCompletion(), {"input_tokens": 5, "output_tokens": 1}):
+        with pytest.raises(InvalidDocument, match=r"^invalid episode: usage: has neither prompt_tokens nor") as raised:
+            run.add_usage(usage)
+        assert raised.value.fields == ["usage"]
+    assert run.end("done").usage is not None and (run.usage.prompt_tokens, run.usage.completion_tokens) == (10, 0)
 
 
 @pytest.mark.parametrize(

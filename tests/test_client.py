@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from agent_learning.client import PolicyClient
+from agent_learning.client import HttpEpisodeWriter, HttpPolicySource, PolicyClient
 from agent_learning.clock import ManualClock
-from agent_learning.errors import NotFound, TransientError
+from agent_learning.errors import InvalidDocument, NotFound, TransientError
 from agent_learning.pipeline import create_policy
 from agent_learning.policy import SoftmaxPolicy
 from agent_learning.store.memory import MemoryStore
@@ -49,3 +49,25 @@ def test_a_failed_read_still_keeps_the_last_good_policy(monkeypatch: pytest.Monk
     monkeypatch.setattr(store, "get_current_policy_if_changed", unreachable)
     assert client.policy() is good
     assert client.last_error == "store unreachable"
+
+
+@pytest.mark.parametrize(
+    ("options", "fields"),
+    [
+        ({"timeout": 0}, ["timeout"]),  # every request failed at once ("Operation now in progress"), then retried
+        ({"timeout": -1, "backoff": float("nan")}, ["timeout", "backoff"]),
+        ({"backoff": -0.5}, ["backoff"]),  # time.sleep raised ValueError at the first retry, hiding the 503
+        ({"attempts": 2.5}, ["attempts"]),  # range() raised TypeError at the first write
+        ({"attempts": 0}, ["attempts"]),
+    ],
+)
+def test_the_http_clients_name_a_bad_timeout_backoff_or_attempts_when_made(
+    options: dict[str, object], fields: list[str]
+) -> None:
+    with pytest.raises(InvalidDocument, match=r"^invalid http episode writer: ") as raised:
+        HttpEpisodeWriter("http://127.0.0.1:9", "key", **options)  # type: ignore[arg-type]
+    assert raised.value.fields == fields
+    if "timeout" in options:
+        with pytest.raises(InvalidDocument, match=r"^invalid http policy source: timeout: must be a finite number of "
+                                                  r"seconds, above 0"):
+            HttpPolicySource("http://127.0.0.1:9", "key", timeout=options["timeout"])  # type: ignore[arg-type]

@@ -79,6 +79,13 @@ def test_any_mapping_is_a_context(client: PolicyClient) -> None:
         assert run.end("answer").context == {"task": "billing"}
 
 
+def test_a_bad_feature_of_any_mapping_is_named(client: PolicyClient) -> None:
+    """A mapping that is not a dict (a Decision's config is one) was named only as ``context``."""
+    with pytest.raises(InvalidDocument, match=r"^invalid context: context\.task: must be a category") as info:
+        client.choose(context=MappingProxyType({"task": None}))
+    assert info.value.fields == ["context.task"]
+
+
 def test_a_stored_episode_with_bad_context_is_invalid_naming_the_field(client: PolicyClient) -> None:
     with EpisodeCapture(client.store, client.choose(context={"task": "x"}), input="q", episode_id="ep-3") as run:
         good = run.end("answer").to_dict()

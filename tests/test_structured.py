@@ -17,7 +17,7 @@ from agent_learning.documents import MAX_CONTEXT_FEATURES, MAX_LEARNED_VALUES, P
 from agent_learning.errors import InvalidDocument
 from agent_learning.learner import Batch, Evidence, LearnerConfig, Reinforce, log_p_best
 from agent_learning.pipeline import create_policy, train_agent
-from agent_learning.policy import SoftmaxPolicy, load_policy, policy_probabilities
+from agent_learning.policy import SoftmaxPolicy, load_policy, policy_probabilities, served_entropy
 from agent_learning.store.base import Store
 from agent_learning.structured import StructuredPolicy, knows_action
 from agent_learning.structured_learner import (
@@ -192,6 +192,34 @@ def test_the_context_changes_the_choice_only_through_learned_segments_and_weight
     assert chooser.marginals({"tokens": 5_000.0}) == chooser.marginals({"tokens": 1e9})  # clipped at ±4 scales
     with pytest.raises(InvalidDocument, match=r"context\.tokens"):
         chooser.choose(context={"tokens": "many"})
+
+
+def test_probability_and_marginals_check_the_context_as_choose_does() -> None:
+    """They kept a table for any context, unchecked, and choose() then found it there without
+    checking: a decision whose context the episode refused, far from the cause."""
+    chooser = policy(context={"task": "category"})
+    for bad in ({"task": "x" * 1_000}, {"task": ["billing"]}, {"task": ""}):
+        with pytest.raises(InvalidDocument, match=r"^invalid context: context\.task: must be a category"):
+            chooser.marginals(bad)
+        with pytest.raises(InvalidDocument, match=r"^invalid context: context\.task: must be a category"):
+            chooser.probability("prompt=concise:retrieval_k=1", bad)
+        with pytest.raises(InvalidDocument, match=r"^invalid context: context\.task: must be a category"):
+            chooser.choose(context=bad)
+    with pytest.raises(InvalidDocument, match=r"^invalid decision: action_id: 5 is not a configuration"):
+        chooser.probability(5)  # type: ignore[arg-type]
+
+
+def test_a_value_that_is_not_a_number_adds_nothing_for_a_numeric_feature() -> None:
+    """As the learner reads it. An episode written in another language may log a string or a boolean
+    for a numeric feature: the marginals and the entropy the trainer reports (served_entropy) treat
+    it as missing; they raised on "many" and read "812" as 812 and True as 1."""
+    doc = trained(policy(context={"task": "category", "tokens": "number"}).document, np.random.default_rng(2))
+    chooser = StructuredPolicy(doc)
+    base = chooser.marginals({"task": "billing"})
+    assert chooser.marginals({"task": "billing", "tokens": 812}) != base
+    for value in ("many", "812", True):
+        assert chooser.marginals({"task": "billing", "tokens": value}) == base
+        assert served_entropy(doc, [{"tokens": value}]) == served_entropy(doc, [{}])
 
 
 @pytest.mark.parametrize("magnitude", [1e300, 1e-12, 5e-321], ids=["near-max", "tiny", "subnormal"])

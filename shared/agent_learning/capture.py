@@ -11,7 +11,9 @@
 The episode records the decision's action, probability and policy version, which the
 learner needs to weigh it correctly. Free text longer than the contract's caps is
 truncated (and the field named in ``episode.truncated``) rather than failing the agent's
-run; user input goes through the ``redact`` hook before it is stored.
+run; ``input`` goes through the ``redact`` hook before it is stored. Only ``input``: tool
+arguments and results, the output and metadata are stored as given, so text from the user that the
+agent passes there (a search query) must be scrubbed before it is passed.
 
 Failures, and what they cost the action drawn:
 
@@ -21,8 +23,11 @@ Failures, and what they cost the action drawn:
   is recorded and swallowed (``call.result`` stays ``None``). A failed call costs the episode's
   reward the tool-failure penalty (:mod:`agent_learning.rewards`).
 * If the run's block raises before ``end()``, the episode is still written, with an empty output
-  and an ``agent`` step in error, so a crashing configuration is learned from too (the empty
-  output is penalised); the exception propagates.
+  and an ``agent`` step in error (in place of the last step of a run at ``MAX_STEPS``), so a
+  crashing configuration is learned from too (the empty output is penalised); the exception
+  propagates.
+* If ``end()`` itself cannot write the episode (the store is unreachable), its error propagates
+  and no crash episode is written in its place: the run did not crash, the store failed.
 * ``run.discard(reason)`` writes nothing: for failures that say nothing about the configuration
   drawn (the model provider is down, the user went away), so that they are not charged to it.
 * Recording never hides the agent's exception: if a failed call or the crash episode cannot be
@@ -34,9 +39,13 @@ the call runs), ``run.step(...)``'s and ``run.add_usage(...)``'s. A bad one rais
 :class:`~agent_learning.errors.InvalidDocument` naming the episode's field, e.g.
 ``invalid episode: steps[2].latency_ms: must not be negative, got -5``; nothing is coerced (a
 latency is a finite number of milliseconds, at least 0; an output is a string, ``""`` for none).
+Once ``end()`` has written the episode, ``run.step``, ``run.tool`` and ``run.add_usage`` raise
+``RuntimeError``, as a second ``end()`` does: what they would record could never be stored.
 
 ``episode.truncated`` names what was cut: ``input``, ``output``, ``instructions`` (over
-their caps), ``steps`` (a step's name, text or arguments over their caps, or steps beyond
+their caps), ``tool_definitions`` (the leading definitions that fit
+``MAX_TOOL_DEFINITIONS_CHARS`` are kept whole; they are stored, not shown to the judges),
+``steps`` (a step's name, text or arguments over their caps, or steps beyond
 ``MAX_STEPS``), and ``steps.result``, ``steps.arguments``, ``steps.error`` when step texts
 were cut to keep the whole episode under ``MAX_EPISODE_BYTES`` (Cosmos DB's item limit; the
 per-field caps alone admit about 4 MB). That cut takes the longest of those texts first,
@@ -71,6 +80,7 @@ from .documents import (
     MAX_STEP_TEXT_CHARS,
     MAX_STEPS,
     MAX_TEXT_CHARS,
+    MAX_TOOL_DEFINITIONS_CHARS,
     Episode,
     Step,
     Usage,
@@ -81,6 +91,8 @@ from .errors import InvalidDocument
 from .policy import Decision
 
 _MARK = " …[truncated]"
+_ABSENT = object()
+"""What :meth:`EpisodeCapture.add_usage` reads for a count its ``usage`` does not have."""
 
 log = logging.getLogger(__name__)
 
@@ -123,6 +135,9 @@ class EpisodeCapture:
         ttl: int | None = None,
         clock: Clock = SYSTEM_CLOCK,
     ) -> None:
+        if not isinstance(decision, Decision):
+            problem = f"must be the Decision that policy.choose() returned, got {type(decision).__name__}"
+            raise InvalidDocument("episode", [("decision", problem)])
         self.store = store
         self.decision = decision
         self.episode_id = episode_id or uuid.uuid4().hex
@@ -134,7 +149,7 @@ class EpisodeCapture:
                 raise InvalidDocument("episode", [("input", f"redact must return a string, got {type(text).__name__}")])
         self.input = self._cap("input", text, MAX_TEXT_CHARS)
         self.instructions = self._cap("instructions", instructions, MAX_TEXT_CHARS)
-        self.tool_definitions = tool_definitions
+        self.tool_definitions = self._fit_tools(tool_definitions)
         if metadata is not None and not isinstance(metadata, Mapping):
             problem = f"must be a mapping of names to values, got {type(metadata).__name__}"
             raise InvalidDocument("episode", [("metadata", problem)])
@@ -147,6 +162,8 @@ class EpisodeCapture:
         self.episode: Episode | None = None
         self.discarded: str | None = None
         """Why the run was discarded (:meth:`discard`), or None."""
+        self._write_error: BaseException | None = None
+        """The error of end()'s own write, which is no crash of the run (:meth:`_crashed`)."""
         try:  # the episode as it stands (what a crash would write): its values are refused here, not at the end
             Episode(**self._fields("", [], self.started_at))
         except ValidationError as exc:
@@ -170,7 +187,9 @@ class EpisodeCapture:
         """Record a finished step or tool call; a bad value raises :class:`InvalidDocument` naming
         ``steps[i].<field>`` (``latency_ms`` must be a finite number of milliseconds, at least 0).
         Only ``kind="tool"`` steps are shown to the judges (as tool calls with their results) and
-        penalised when they fail; ``"llm"``, ``"retrieval"`` and ``"step"`` are stored and timed."""
+        penalised when they fail; ``"llm"``, ``"retrieval"`` and ``"step"`` are stored and timed.
+        After :meth:`end` it raises ``RuntimeError``: the episode is written, the step would be lost."""
+        self._check_not_ended("step", name)
         step, cut = self._new_step(
             len(self.steps), name, latency_ms=latency_ms, status=status, error=error, kind=kind,
             arguments=arguments, result=result, call_id=call_id,
@@ -249,7 +268,8 @@ class EpisodeCapture:
         it is recorded and swallowed: an ``Exception``, never ``KeyboardInterrupt`` and the like;
         if it cannot be recorded, it propagates with a note saying why); :meth:`ToolCall.fail` marks
         it as failed without one. ``name``, ``arguments``, ``kind`` and ``call_id`` are checked before
-        the call runs (:class:`InvalidDocument`)."""
+        the call runs (:class:`InvalidDocument`), and after :meth:`end` it raises ``RuntimeError``."""
+        self._check_not_ended("tool call", name)
         self._new_step(
             len(self.steps), name, latency_ms=0.0, status="ok", error=None, kind=kind, arguments=arguments,
             result=None, call_id=call_id,
@@ -287,14 +307,23 @@ class EpisodeCapture:
     def add_usage(self, usage: Any = None, *, prompt_tokens: int = 0, completion_tokens: int = 0) -> None:
         """Count model tokens the run spent: a model response's ``usage`` (anything with
         ``prompt_tokens`` and ``completion_tokens``, attributes or keys, as OpenAI's clients
-        return; a missing or None count is 0) or the two numbers. Calls add up; the episode
+        return; one missing or None count is 0) or the two numbers. Calls add up; the episode
         records the sum. A count that is not a whole number, at least 0, raises
-        :class:`InvalidDocument` naming ``usage.prompt_tokens`` or ``usage.completion_tokens``."""
+        :class:`InvalidDocument` naming ``usage.prompt_tokens`` or ``usage.completion_tokens``, and
+        a ``usage`` with neither (a whole response, or ``input_tokens``/``output_tokens`` as other
+        APIs name them: pass those as the two numbers) naming ``usage``; a call after :meth:`end`,
+        ``RuntimeError``."""
+        self._check_not_ended("usage", None)
         counts = {"prompt_tokens": [prompt_tokens], "completion_tokens": [completion_tokens]}
         if usage is not None:
             get = usage.get if isinstance(usage, Mapping) else lambda name, default: getattr(usage, name, default)
+            found = {name: get(name, _ABSENT) for name in counts}
+            if all(value is _ABSENT for value in found.values()):
+                problem = (f"has neither prompt_tokens nor completion_tokens, got {type(usage).__name__}; "
+                           "give a response's usage, or the counts as prompt_tokens= and completion_tokens=")
+                raise InvalidDocument("episode", [("usage", problem)])
             for name, values in counts.items():
-                values.append(get(name, None))
+                values.append(None if found[name] is _ABSENT else found[name])
         problems = [
             (f"usage.{name}", f"must be a whole number of tokens, at least 0, got {value!r:.40}")
             for name, values in counts.items()
@@ -359,6 +388,12 @@ class EpisodeCapture:
             "usage": self.usage,
         }
 
+    def _check_not_ended(self, what: str, name: object) -> None:
+        """``RuntimeError`` once the episode is written: what is recorded now would never be stored."""
+        if self.episode is not None:
+            label = what if name is None else f"{what} {name!r:.80}"
+            raise RuntimeError(f"episode {self.episode_id} has already ended; the {label} is not recorded")
+
     def _check_open(self) -> None:
         if self.episode is not None:
             raise RuntimeError(f"episode {self.episode_id} has already ended")
@@ -370,7 +405,11 @@ class EpisodeCapture:
         agent's answer, a string (``""`` for none: :class:`InvalidDocument` for ``None``)."""
         self._check_open()
         episode = self.build(output)
-        self.store.add_episode(episode)
+        try:
+            self.store.add_episode(episode)
+        except BaseException as exc:
+            self._write_error = exc
+            raise
         self.episode = episode
         return episode
 
@@ -379,10 +418,14 @@ class EpisodeCapture:
         self._check_open()
         episode = self.build(output)
         writer = getattr(self.store, "add_episode_async", None)
-        if writer is not None:
-            await writer(episode)
-        else:
-            await asyncio.to_thread(self.store.add_episode, episode)
+        try:
+            if writer is not None:
+                await writer(episode)
+            else:
+                await asyncio.to_thread(self.store.add_episode, episode)
+        except BaseException as exc:
+            self._write_error = exc
+            raise
         self.episode = episode
         return episode
 
@@ -390,7 +433,7 @@ class EpisodeCapture:
         return self
 
     def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: object) -> None:
-        if exc is not None and self.episode is None and self.discarded is None:
+        if exc is not None and self._crashed(exc):
             try:
                 self._record_crash(exc)
                 self.end("")
@@ -401,7 +444,7 @@ class EpisodeCapture:
         return self
 
     async def __aexit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: object) -> None:
-        if exc is not None and self.episode is None and self.discarded is None:
+        if exc is not None and self._crashed(exc):
             try:
                 self._record_crash(exc)
                 await self.aend("")
@@ -410,8 +453,16 @@ class EpisodeCapture:
 
     # ------------------------------------------------------------------ helpers
 
+    def _crashed(self, exc: BaseException) -> bool:
+        """Whether leaving the block with ``exc`` is a crash to record: the run neither ended nor
+        was discarded, and ``exc`` is not the failure of end()'s write (the store down, not the run)."""
+        return self.episode is None and self.discarded is None and exc is not self._write_error
+
     def _record_crash(self, exc: BaseException) -> None:
         elapsed = max(0.0, (self.clock.now() - self.started_at).total_seconds() * 1000)  # a wall clock may step back
+        if len(self.steps) >= MAX_STEPS:  # a run at the cap (a runaway loop) keeps why it ended over its last step
+            self.steps.pop()
+            self._note("steps")
         self.step("agent", kind="step", status="error", latency_ms=elapsed, error=f"{type(exc).__name__}: {exc}")
 
     def _cap(self, field: str, text: str | None, limit: int) -> str | None:
@@ -420,6 +471,24 @@ class EpisodeCapture:
         if capped != text:
             self._note(field)
         return capped
+
+    def _fit_tools(self, definitions: Any) -> Any:
+        """The leading ``definitions`` whose JSON fits :data:`MAX_TOOL_DEFINITIONS_CHARS` (the
+        rest cut and noted); anything but a list of JSON objects is left to the episode's check."""
+        if not isinstance(definitions, list) or not all(isinstance(d, dict) for d in definitions):
+            return definitions
+        try:
+            sizes = [len(json.dumps(d, allow_nan=False, separators=(",", ":"))) for d in definitions]
+        except (TypeError, ValueError, RecursionError):
+            return definitions
+        kept, size = 0, 1  # "[" + each definition and its "," or "]"
+        while kept < len(sizes) and size + sizes[kept] + 1 <= MAX_TOOL_DEFINITIONS_CHARS:
+            size += sizes[kept] + 1
+            kept += 1
+        if kept == len(definitions):
+            return definitions
+        self._note("tool_definitions")
+        return definitions[:kept]
 
     def _note(self, name: str) -> None:
         """Record once that ``name`` was truncated."""

@@ -64,12 +64,7 @@ class PolicyClient:
     ) -> None:
         if problem := agent_id_problem(agent_id):
             raise InvalidDocument("policy client", [("agent_id", problem)])
-        if (
-            isinstance(refresh_seconds, bool)
-            or not isinstance(refresh_seconds, int | float)
-            or not 0 <= refresh_seconds <= sys.float_info.max
-        ):
-            problem = f"must be a finite number of seconds, at least 0, got {refresh_seconds!r:.40}"
+        if problem := _seconds_problem(refresh_seconds):
             raise InvalidDocument("policy client", [("refresh_seconds", problem)])
         self.store = store
         self.agent_id = agent_id
@@ -143,12 +138,15 @@ class HttpPolicySource:
 
     A known ETag is sent as ``If-None-Match``, so an unchanged policy answers 304 with no body.
     Failures raise (:class:`PolicyClient` keeps its last good policy): a 401 or 403, or a 404
-    that is not "no policy", :class:`ConfigurationError`; anything else :class:`TransientError`.
+    that is not "no policy", :class:`ConfigurationError`; anything else (an answer that is not
+    JSON too) :class:`TransientError` naming the URL.
     """
 
     def __init__(
         self, base_url: str, key: str | None = None, *, timeout: float = 10.0, headers: Mapping[str, str] | None = None
     ) -> None:
+        if problem := _seconds_problem(timeout, above_zero=True):
+            raise InvalidDocument("http policy source", [("timeout", problem)])
         self.base_url = base_url.rstrip("/")
         self.timeout = timeout
         self._headers = {"Accept": "application/json", **(headers or {})}
@@ -168,7 +166,7 @@ class HttpPolicySource:
             headers["If-None-Match"] = f'"{etag}"'
         try:
             with urllib.request.urlopen(urllib.request.Request(url, headers=headers), timeout=self.timeout) as answer:
-                return Tagged(json.loads(answer.read()), answer.headers.get("ETag", "").strip('"'))
+                body, etag = answer.read(), answer.headers.get("ETag", "").strip('"')
         except urllib.error.HTTPError as exc:
             if exc.code == 304:
                 return NOT_MODIFIED
@@ -179,6 +177,11 @@ class HttpPolicySource:
             raise error(f"{url} answered {exc.code}: {message}") from None
         except OSError as exc:
             raise TransientError(f"{url} failed: {getattr(exc, 'reason', exc)}") from None
+        try:
+            return Tagged(json.loads(body), etag)
+        except ValueError:  # e.g. a sign-in page a proxy or App Service Authentication answered with
+            shown = body[:200].decode("utf-8", errors="replace")
+            raise TransientError(f"{url} answered with a body that is not JSON: {shown!r}") from None
 
 
 RETRY_AFTER_CAP_SECONDS = 30.0
@@ -200,7 +203,8 @@ class HttpEpisodeWriter:
     :class:`ConcurrencyConflict` (the id holds another episode), a 400 :class:`InvalidDocument`, a
     413 :class:`DocumentTooLarge` (an :class:`InvalidDocument` too), a 401, 403 or 404
     :class:`ConfigurationError` (a wrong key, a caller not allowed to write the agent, ingestion
-    off, an agent without a policy), any other answer :class:`PermanentError`.
+    off, an agent without a policy), any other answer :class:`PermanentError`. A ``timeout`` that
+    is not above 0, a negative ``backoff`` or ``attempts`` below 1 raise :class:`InvalidDocument` here.
     """
 
     def __init__(
@@ -214,8 +218,18 @@ class HttpEpisodeWriter:
         headers: Mapping[str, str] | None = None,
         sleep: Callable[[float], None] = time.sleep,
     ) -> None:
-        if attempts < 1:
-            raise ValueError("attempts must be at least 1")
+        problems = [
+            (name, problem)
+            for name, problem in (
+                ("timeout", _seconds_problem(timeout, above_zero=True)),
+                ("backoff", _seconds_problem(backoff)),
+            )
+            if problem
+        ]
+        if isinstance(attempts, bool) or not isinstance(attempts, int) or attempts < 1:
+            problems.append(("attempts", f"must be a whole number of tries, at least 1, got {attempts!r:.40}"))
+        if problems:
+            raise InvalidDocument("http episode writer", problems)
         self.base_url = base_url.rstrip("/")
         self.timeout = timeout
         self.attempts = attempts
@@ -262,6 +276,19 @@ class HttpEpisodeWriter:
                 log.warning("episode %s: %s %s; retrying", episode.id, url, problem)
                 self._sleep(pause)
         raise TransientError(f"episode {episode.id!r}: {url} {problem} ({self.attempts} attempts)")
+
+
+def _seconds_problem(value: object, *, above_zero: bool = False) -> str | None:
+    """Why ``value`` is not a finite number of seconds, at least 0 (above 0 with ``above_zero``: a
+    timeout of 0 makes every request fail at once, as on a non-blocking socket), or None."""
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, int | float)
+        or not 0 <= value <= sys.float_info.max
+        or (above_zero and value == 0)
+    ):
+        return f"must be a finite number of seconds, {'above' if above_zero else 'at least'} 0, got {value!r:.40}"
+    return None
 
 
 def _error_text(exc: urllib.error.HTTPError) -> str:

@@ -39,5 +39,5 @@ def validated_context(context: Any) -> dict[str, Any]:
         return check_context(context)
     except ValueError as exc:
         name, sep, problem = str(exc).partition(": ")
-        field = f"context.{name}" if sep and isinstance(context, dict) and name in context else "context"
+        field = f"context.{name}" if sep and isinstance(context, Mapping) and name in context else "context"
         raise InvalidDocument("context", [(field, problem if field != "context" else str(exc))]) from None

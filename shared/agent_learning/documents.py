@@ -71,6 +71,8 @@ MAX_STEP_TEXT_CHARS = 4_000
 MAX_NAME_CHARS = 128
 MAX_STEPS = 256
 MAX_JSON_CHARS = 8_000
+MAX_TOOL_DEFINITIONS_CHARS = 4 * MAX_JSON_CHARS
+"""An episode's ``tool_definitions``, as compact JSON (EpisodeCapture keeps the leading ones that fit)."""
 MAX_METADATA_KEYS = 32
 MAX_ACTIONS = 1_024
 MAX_LOGIT = 1_000.0
@@ -467,7 +469,7 @@ class Episode(Document):
     @field_validator("tool_definitions")
     @classmethod
     def _tools_json(cls, value: list[dict[str, Any]] | None) -> list[dict[str, Any]] | None:
-        return None if value is None else _json_size(value, "tool_definitions", 4 * MAX_JSON_CHARS)
+        return None if value is None else _json_size(value, "tool_definitions", MAX_TOOL_DEFINITIONS_CHARS)
 
     @field_validator("metadata")
     @classmethod

@@ -13,7 +13,8 @@ value v has the logit ::
 
     ℓ_d(v | x) = θ_v + Σ_f δ_{f, x_f, v} + Σ_j β_{j,v} · (x_j − m_j) / s_j
 
-(a feature missing from x, or a segment the policy has not learned, adds nothing), and ::
+(a feature missing from x, a segment the policy has not learned, or a value that is not a number
+for a numeric feature, adds nothing, as in the learner), and ::
 
     p_d(v | x) = f + (1 − K_d·f) · softmax(ℓ_d(· | x) / T)_v           floor f per dimension
     π(a | x)   = Π_d p_d(a_d | x) / Z(x),   Z(x) = 1 − Σ_{e ∈ E} Π_d p_d(e_d | x)
@@ -104,7 +105,8 @@ class Layout:
 
 
 def feature_logits(doc: PolicyDocument, context: Mapping[str, Any] | None) -> list[float]:
-    """ℓ(· | x) for every value (all dimensions, in ``actions`` order)."""
+    """ℓ(· | x) for every value (all dimensions, in ``actions`` order). A numeric feature's value
+    that is not a number (a string, a boolean) adds nothing, as the learner treats it."""
     logits = list(doc.logits)
     if not doc.features or not context:
         return logits
@@ -116,10 +118,15 @@ def feature_logits(doc: PolicyDocument, context: Mapping[str, Any] | None) -> li
             offsets = (feature.segments or {}).get(segment_name(value))
             if offsets is not None:
                 logits = [x + o for x, o in zip(logits, offsets, strict=True)]
-        elif feature.weights is not None:
+        elif feature.weights is not None and is_number(value):
             x = max(-NUMBER_CLIP, min(NUMBER_CLIP, (float(value) - feature.center) / feature.scale))
             logits = [v + w * x for v, w in zip(logits, feature.weights, strict=True)]
     return logits
+
+
+def is_number(value: Any) -> bool:
+    """Whether ``value`` counts for a numeric feature: an int or a float, not a boolean."""
+    return isinstance(value, int | float) and not isinstance(value, bool)
 
 
 def segment_name(value: Any) -> str:
@@ -389,8 +396,9 @@ class StructuredPolicy:
                 raise InvalidDocument("context", [(f"context.{name}", f"must be a number (got {value!r:.80})")])
 
     def probability(self, action_id: str, context: Mapping[str, Any] | None = None) -> float:
-        """π(a | x) of a configuration id (0 if excluded); :class:`InvalidDocument` if unknown."""
-        local = self.layout.parse(action_id)
+        """π(a | x) of a configuration id (0 if excluded); :class:`InvalidDocument` if unknown, or
+        for a ``context`` that is not one (checked as :meth:`choose` checks its shape)."""
+        local = self.layout.parse(action_id) if isinstance(action_id, str) else None
         if local is None:
             raise InvalidDocument(
                 "decision", [("action_id", f"{action_id!r} is not a configuration of policy {self.agent_id!r}")]
@@ -399,12 +407,12 @@ class StructuredPolicy:
 
     def probability_at(self, local: Sequence[int], context: Mapping[str, Any] | None = None) -> float:
         """π(a | x) of a configuration given as one value index per dimension."""
-        return joint_probability(self._table(context).probs, local, self.excluded)
+        return joint_probability(self._table(_shape_checked(context)).probs, local, self.excluded)
 
     def marginals(self, context: Mapping[str, Any] | None = None) -> dict[str, dict[str, float]]:
         """Per dimension, each value's probability of being chosen for ``context`` (exclusions
-        included: the marginals of π, not the p_d)."""
-        table = self._table(context)
+        included: the marginals of π, not the p_d); ``context`` is checked as in :meth:`probability`."""
+        table = self._table(_shape_checked(context))
         if not self.excluded:
             return {
                 name: dict(zip(self.layout.value_ids[d], table.probs[d], strict=True))
@@ -427,6 +435,13 @@ class StructuredPolicy:
     def __repr__(self) -> str:
         dims = ", ".join(f"{n}[{k}]" for n, k in zip(self.layout.names, self.layout.sizes, strict=True))
         return f"StructuredPolicy({self.agent_id!r}, v{self.version}: {dims})"
+
+
+def _shape_checked(context: Mapping[str, Any] | None) -> dict[str, Any] | None:
+    """``context`` checked (:func:`~agent_learning.decision.validated_context`), or None: what
+    :meth:`StructuredPolicy._table` may keep a table under, where :meth:`~StructuredPolicy.choose`
+    finds it without checking again."""
+    return None if context is None else validated_context(context)
 
 
 def joint_index(local: Sequence[int], sizes: Sequence[int]) -> int:

@@ -115,7 +115,7 @@ from .learner import (
     remember,
     weight_stats,
 )
-from .structured import NUMBER_CLIP, Layout, segment_name
+from .structured import NUMBER_CLIP, Layout, is_number, segment_name
 
 Array = NDArray[np.float64]
 NUMBER_FIT_EPISODES = 30
@@ -282,7 +282,7 @@ def prepare(doc: PolicyDocument, rows: Rows) -> tuple[Model, Params, ContextBatc
             center, scale, is_fitted = feature.center, feature.scale, feature.weights is not None
             if not is_fitted:
                 present = np.array([float(x) for x, correction in zip(values, corrections, strict=True)
-                                    if _is_number(x) and not correction])
+                                    if is_number(x) and not correction])
                 seen = pooled_moments(_moments_state(pending_in.get(feature.name)), moments(present))
                 if seen[0] >= NUMBER_FIT_EPISODES:
                     center, scale, is_fitted = *centre_and_scale(seen[1], seen[2]), True
@@ -320,7 +320,7 @@ def prepare(doc: PolicyDocument, rows: Rows) -> tuple[Model, Params, ContextBatc
                 cats[i, f] = seg_index[f].get(segment_name(context[name]), -1)
         for j, name in enumerate(numeric):
             x = context.get(name)
-            if _is_number(x) and fitted[j]:
+            if is_number(x) and fitted[j]:
                 nums[i, j] = standardise(float(x), centers[j], scales[j])
     batch = ContextBatch(
         np.asarray(actions, dtype=np.int64).reshape(n, len(layout.sizes)),
@@ -331,10 +331,6 @@ def prepare(doc: PolicyDocument, rows: Rows) -> tuple[Model, Params, ContextBatc
         nums,
     )
     return model, params, batch
-
-
-def _is_number(x: Any) -> bool:
-    return isinstance(x, int | float) and not isinstance(x, bool)
 
 
 Moments = tuple[int, float, float]

@@ -276,10 +276,11 @@ def test_the_writers_setting_is_validated_at_start_naming_the_variable(monkeypat
 class IngestServer:
     """A local HTTP server in front of the app's ingest and policy functions, checking function
     keys as the Functions host does (401 without a known key). ``faults`` are statuses answered
-    first."""
+    first, ``pages`` bodies answered first to a GET (200, HTML: a sign-in page in front of the app)."""
 
     def __init__(self, keys: set[str]) -> None:
         self.faults: list[tuple[int, dict[str, str]]] = []
+        self.pages: list[bytes] = []
         self.requests = 0
         outer = self
 
@@ -308,6 +309,8 @@ class IngestServer:
                 self.answer(response.status_code, json.loads(response.get_body()))
 
             def do_GET(self) -> None:
+                if outer.pages:
+                    return self.answer(200, outer.pages.pop(0), {"Content-Type": "text/html"})
                 match = re.fullmatch(r"/api/policies/([^/]+)", self.path)
                 if match is None or self.headers.get("x-functions-key") not in keys:
                     return self.answer(401, {"error": "unauthorized"})
@@ -325,7 +328,7 @@ class IngestServer:
                 self.answer(response.status_code, json.loads(body) if body else None, dict(response.headers))
 
             def answer(self, status: int, data: Any, headers: dict[str, str] | None = None) -> None:
-                raw = b"" if data is None else json.dumps(data).encode()
+                raw = data if isinstance(data, bytes) else b"" if data is None else json.dumps(data).encode()
                 self.send_response(status)
                 for name, value in {"Content-Type": "application/json", **(headers or {})}.items():
                     self.send_header(name, value)
@@ -385,6 +388,10 @@ def test_the_http_policy_source_reports_what_went_wrong(app: App, server: Ingest
         PolicyClient(HttpPolicySource(server.url, SUPPORT_KEY), "nobody").choose()
     with pytest.raises(ConfigurationError, match="401"):
         HttpPolicySource(server.url, "wrong-key").get_current_policy_if_changed("support-eu", None)
+    server.pages = [b"<html>Sign in to your account</html>"]  # it raised a bare JSONDecodeError
+    with pytest.raises(TransientError, match=r"/api/policies/support-eu answered with a body that is not JSON: "
+                                             r"'<html>Sign in"):
+        PolicyClient(HttpPolicySource(server.url, SUPPORT_KEY), "support-eu").choose()
     server.close()
     with pytest.raises(TransientError, match="failed"):
         HttpPolicySource(server.url, SUPPORT_KEY).get_current_policy_if_changed("support-eu", None)
