@@ -1026,9 +1026,16 @@ def agent_list(as_json: bool, db: str | None) -> None:
 @db_option
 @_handle_errors
 def agent_delete(agent_id: str, yes: bool, as_json: bool, db: str | None) -> None:
-    """Delete an agent and everything it has: policy versions, runs, episodes, scores, feedback."""
+    """Delete an agent and everything it has: policy versions, runs, episodes, scores, feedback.
+
+    An agent whose policy is gone but whose documents are not (a delete that was interrupted, an
+    episode written while it ran) is deleted too, as is one whose policy document is invalid."""
     with _store(db) as (store, settings):
-        _current(store, settings, agent_id)
+        # Read unvalidated: an agent with a corrupt policy document can still be deleted.
+        if store.get_current_policy(agent_id) is None and not (
+            store.list_episodes(agent_id, 1) or store.list_runs(agent_id, 1)
+        ):
+            _current(store, settings, agent_id)  # nothing of it at all: says which agents there are
         if not yes:
             if not sys.stdin.isatty():
                 raise ValueError(f"--yes: deleting {agent_id!r} cannot be undone; pass --yes to confirm")

@@ -165,3 +165,27 @@ def test_deleting_an_agent_asks_first_and_then_the_id_is_free(tmp_path: Path, db
     cli("init-policy", "--agent-id", "support-bot", "--db", db,  # the id starts afresh, no old scores learned
         "--actions", actions_file(tmp_path, "v1.json", ["k=1", "k=3", "k=5", "k=10"]))
     assert "no_new_scores" in cli("train", "--db", db)
+
+
+def test_what_is_left_of_a_deleted_agent_and_an_agent_with_a_corrupt_policy_can_be_deleted(
+    tmp_path: Path, db: str
+) -> None:
+    from agent_learning.capture import EpisodeCapture
+    from agent_learning.client import PolicyClient
+
+    actions = actions_file(tmp_path, "a.json", ["a", "b"])
+    cli("init-policy", "--agent-id", "support-bot", "--db", db, "--actions", actions)
+    cli("init-policy", "--agent-id", "broken", "--db", db, "--actions", actions)
+    with SQLiteStore(db) as store:
+        run = EpisodeCapture(store, PolicyClient(store, "support-bot").choose(), input="q")
+        cli("agent", "delete", "--agent-id", "support-bot", "--yes", "--db", db)
+        run.end("an answer")  # an agent mid-request when its policy was deleted: its episode lands after
+        store.put_raw_current_policy("broken", {"id": "broken:current", "logits": ["NaN"]})
+
+    left = json.loads(cli("agent", "delete", "--agent-id", "support-bot", "--yes", "--json", "--db", db))
+    assert left["deleted"]["episodes"] == 1 and left["deleted"]["policies"] == 0
+    assert json.loads(cli("episodes", "list", "--json", "--db", db)) == []
+    assert json.loads(cli("agent", "delete", "--agent-id", "broken", "--yes", "--json", "--db", db))[
+        "deleted"]["policies"] == 2  # the corrupt current document and version 1
+    again = CliRunner().invoke(main, ["agent", "delete", "--agent-id", "support-bot", "--yes", "--db", db])
+    assert again.exit_code == 2 and "'support-bot' has no policy" in again.stderr  # nothing of it is left
