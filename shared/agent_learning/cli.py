@@ -813,9 +813,14 @@ def _left_out(histories: list[Any]) -> bool:
     whether there was one, which makes the command exit with 1."""
     for h in histories:
         for problem in h.invalid:
-            err.print(Text.assemble(("error:", "bold red"), f" {problem} (left out; agent-learn audit "
-                                    f"--agent-id {h.agent_id} checks every document)"), highlight=False, soft_wrap=True)
+            _say_left_out(problem, h.agent_id)
     return any(h.invalid for h in histories)
+
+
+def _say_left_out(problem: Any, agent_id: str) -> None:
+    """Name an invalid document on stderr, left out of what the command shows."""
+    err.print(Text.assemble(("error:", "bold red"), f" {problem} (left out; agent-learn audit "
+                            f"--agent-id {agent_id} checks every document)"), highlight=False, soft_wrap=True)
 
 
 @policy.command("history")
@@ -999,15 +1004,23 @@ def agent() -> None:
 @db_option
 @_handle_errors
 def agent_list(as_json: bool, db: str | None) -> None:
-    """Every agent with a policy, its current version and whether learning is paused."""
+    """Every agent with a policy, its current version and whether learning is paused.
+
+    Exits with 1 if an agent's policy document is invalid (it is named, and the others are listed)."""
+    docs, invalid = [], []
     with _store(db) as (store, settings):
-        docs = [_current(store, settings, a) for a in store.list_agents()]
+        for agent_id in store.list_agents():
+            try:
+                docs.append(_current(store, settings, agent_id))
+            except InvalidDocument as exc:
+                invalid.append(agent_id)
+                _say_left_out(exc, agent_id)
     rows = [{"agent_id": d.agent_id, "version": d.version, "actions": len(d.actions), "pinned": d.pinned,
              "created_at": _iso(d.created_at)} for d in docs]
     if as_json:
         _echo_json(rows)
-        return
-    if not rows:
+        sys.exit(1 if invalid else 0)
+    if not rows and not invalid:
         out.print(f"no agent has a policy in {_where(settings)} (agent-learn init-policy)")
         return
     table = Table(title=f"{_n(len(rows), 'agent')} in {_where(settings)}", title_justify="left")
@@ -1017,6 +1030,8 @@ def agent_list(as_json: bool, db: str | None) -> None:
         table.add_row(r["agent_id"], str(r["version"]), str(r["actions"]), "yes" if r["pinned"] else "",
                       r["created_at"][:19])
     out.print(table)
+    if invalid:
+        sys.exit(1)
 
 
 @agent.command("delete")

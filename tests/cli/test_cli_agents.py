@@ -189,3 +189,18 @@ def test_what_is_left_of_a_deleted_agent_and_an_agent_with_a_corrupt_policy_can_
         "deleted"]["policies"] == 2  # the corrupt current document and version 1
     again = CliRunner().invoke(main, ["agent", "delete", "--agent-id", "support-bot", "--yes", "--db", db])
     assert again.exit_code == 2 and "'support-bot' has no policy" in again.stderr  # nothing of it is left
+
+
+def test_agent_list_names_an_agent_with_an_invalid_policy_and_lists_the_others(tmp_path: Path, db: str) -> None:
+    actions = actions_file(tmp_path, "a.json", ["a", "b"])
+    for agent_id in ("alpha", "beta", "gamma"):
+        cli("init-policy", "--agent-id", agent_id, "--db", db, "--actions", actions)
+    with SQLiteStore(db) as store:  # edited by hand
+        store.put_raw_current_policy("beta", {**store.get_current_policy("beta").doc, "logits": [0.0]})
+    named = "error: invalid policy 'beta:current': logits: has 1 entries but there are 2 actions (left out;"
+    for args in ([], ["--json"]):
+        result = CliRunner().invoke(main, ["agent", "list", "--db", db, *args])
+        assert result.exit_code == 1 and named in result.stderr, result.output
+        assert "alpha" in result.stdout and "gamma" in result.stdout and "beta" not in result.stdout
+    listed = CliRunner().invoke(main, ["agent", "list", "--json", "--db", db]).stdout
+    assert [a["agent_id"] for a in json.loads(listed)] == ["alpha", "gamma"]
