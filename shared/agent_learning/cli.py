@@ -56,7 +56,7 @@ from .recovery import rescore as run_rescore
 from .report import write_report
 from .simulate import SCENARIOS
 from .store.sqlite import SQLiteStore
-from .structured import NO_CONTEXT, StructuredPolicy, segment_views
+from .structured import NO_CONTEXT, StructuredPolicy, knows_action, segment_views
 
 
 def _console(stderr: bool = False) -> Console:
@@ -1399,21 +1399,40 @@ def feedback(
                                        for name, problem in exc.problems)) from None
         except NotFound as exc:
             raise NotFound(f"EPISODE_ID: {str(exc).removeprefix('episode_id: ')}") from None
+        unlearned = "" if result.reconciled.status == "unchanged" else _not_learned(store, result.feedback)
     data = result.to_dict()
     if as_json:
         _echo_json(data)
         return
     if data["status"] == "corrected":
-        said = (f"stored; reward now {data['reward']:.3f} ({data['reward_delta']:+.3f}), learned from by the next "
-                "training run that has new episodes (or a full batch of corrections)")
+        said = f"stored; reward now {data['reward']:.3f} ({data['reward_delta']:+.3f})" + (unlearned or (
+            ", learned from by the next training run that has new episodes (or a full batch of corrections)"))
     elif data["status"] == "unchanged":
         said = "stored; the reward already reflects it"
     elif (letter := (_dead_letters(db) or {}).get(message_id_of(episode_id))) is not None:
         said = (f"stored; the episode was dead-lettered ({letter.reason}), so it is applied only once "
-                f"`agent-learn dlq replay --id {message_id_of(episode_id)}` has it scored")
+                f"`agent-learn dlq replay --id {message_id_of(episode_id)}` has it scored{unlearned}")
     else:  # waiting: the episode has no score yet (not scored, or left unjudged)
-        said = "stored; it is applied when the episode is scored"
+        said = f"stored; it is applied when the episode is scored{unlearned}"
     out.print(f"feedback {data['feedback_id']}: {said}")
+
+
+def _not_learned(store: Any, feedback: Any) -> str:
+    """Why the reward feedback changed will not be learned when training runs next ("" if it
+    will be): the episode's action is not in its agent's current policy (the trainer skips its
+    rows), or its agent has no policy."""
+    episode = store.get_episode(feedback.episode_id) or {}
+    action_id = str(episode.get("action_id"))
+    try:
+        current = load_current(store, feedback.agent_id)
+    except InvalidDocument:
+        return ""  # the trainer does not train it either, until the document is fixed: audit says so
+    if current is None:
+        return f", but not learned: {feedback.agent_id!r} has no policy (agent-learn agent list)"
+    if knows_action(current, action_id):
+        return ""
+    return (f", but not learned: action {action_id!r} is not in {feedback.agent_id} v{current.version} (a "
+            "revision removed or renamed it), so training skips it unless a rollback restores the action first")
 
 
 # --------------------------------------------------------------------------- dead letters

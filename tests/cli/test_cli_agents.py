@@ -204,3 +204,23 @@ def test_agent_list_names_an_agent_with_an_invalid_policy_and_lists_the_others(t
         assert "alpha" in result.stdout and "gamma" in result.stdout and "beta" not in result.stdout
     listed = CliRunner().invoke(main, ["agent", "list", "--json", "--db", db]).stdout
     assert [a["agent_id"] for a in json.loads(listed)] == ["alpha", "gamma"]
+
+
+def test_feedback_on_an_episode_of_a_removed_action_says_it_will_not_be_learned(tmp_path: Path, db: str) -> None:
+    clock = ManualClock()
+    cli("init-policy", "--agent-id", "support-bot", "--db", db,
+        "--actions", actions_file(tmp_path, "v1.json", ["k=1", "k=3", "k=5", "k=10"]))
+    learn(db, clock, rounds=1, seed=5)
+    episodes = json.loads(cli("episodes", "list", "--agent-id", "support-bot", "--limit", "40", "--json", "--db", db))
+    removed = next(e["id"] for e in episodes if e["action_id"] == "k=3")
+    kept = next(e["id"] for e in episodes if e["action_id"] == "k=5")
+    cli("policy", "revise", "--agent-id", "support-bot", "--db", db,
+        "--actions", actions_file(tmp_path, "v2.json", ["k=1", "k=5", "k=10"]))
+
+    said = " ".join(cli("feedback", removed, "--down", "--db", db).split())
+    assert "but not learned: action 'k=3' is not in support-bot v3 (a revision removed or renamed it)" in said
+    assert "learned from by the next training run" not in said
+    assert "learned from by the next training run" in " ".join(cli("feedback", kept, "--down", "--db", db).split())
+    with open_local(load_settings(), path=db, clock=clock) as pipeline:
+        run = pipeline.run_once().trained[0].run
+    assert run is not None and run.corrections == 1 and run.skipped == 1  # the removed action's correction
