@@ -967,8 +967,11 @@ def policy_pin(agent_id: str, reason: str, as_json: bool, db: str | None) -> Non
     with _store(db) as (store, settings):
         _current(store, settings, agent_id)
         change = set_pinned(store, agent_id, True, reason)
+    kept = change.policy.pin_reason
     _report_change(change, as_json, f"{agent_id} v{change.policy.version} is pinned: learning is paused",
-                   f"{agent_id} was already pinned")
+                   f"{agent_id} was already pinned" + (f": {kept}" if kept else "")
+                   + ("; it keeps that reason, not --reason (unpin, then pin, to change it)"
+                      if reason and reason[:1000] != kept else ""))
 
 
 @policy.command("unpin")

@@ -224,3 +224,13 @@ def test_feedback_on_an_episode_of_a_removed_action_says_it_will_not_be_learned(
     with open_local(load_settings(), path=db, clock=clock) as pipeline:
         run = pipeline.run_once().trained[0].run
     assert run is not None and run.corrections == 1 and run.skipped == 1  # the removed action's correction
+
+
+def test_pinning_a_pinned_agent_with_another_reason_says_the_first_reason_is_kept(tmp_path: Path, db: str) -> None:
+    cli("init-policy", "--agent-id", "a", "--db", db, "--actions", actions_file(tmp_path, "a.json", ["x", "y"]))
+    cli("policy", "pin", "--agent-id", "a", "--reason", "reward drop on billing", "--db", db)
+    again = cli("policy", "pin", "--agent-id", "a", "--reason", "checking complaints", "--db", db)
+    assert again.strip() == ("a was already pinned: reward drop on billing; it keeps that reason, not --reason "
+                             "(unpin, then pin, to change it)")
+    assert cli("policy", "pin", "--agent-id", "a", "--db", db).strip() == "a was already pinned: reward drop on billing"
+    assert "learning is paused: reward drop on billing" in cli("policy", "show", "--agent-id", "a", "--db", db)
