@@ -234,3 +234,19 @@ def test_pinning_a_pinned_agent_with_another_reason_says_the_first_reason_is_kep
                              "(unpin, then pin, to change it)")
     assert cli("policy", "pin", "--agent-id", "a", "--db", db).strip() == "a was already pinned: reward drop on billing"
     assert "learning is paused: reward drop on billing" in cli("policy", "show", "--agent-id", "a", "--db", db)
+
+
+def test_a_revision_says_which_kept_actions_lost_or_changed_their_config(tmp_path: Path, db: str) -> None:
+    cli("init-policy", "--agent-id", "support-bot", "--db", db, "--actions", actions_file(tmp_path, "v1.json", [
+        {"id": "k=1", "description": "one passage", "config": {"retrieval_k": 1}},
+        {"id": "k=5", "description": "five passages", "config": {"retrieval_k": 5}},
+        {"id": "k=10", "config": {"retrieval_k": 10}}]))
+    ids_only = cli("policy", "revise", "--agent-id", "support-bot", "--db", db,  # configs left out by mistake
+                   "--actions", actions_file(tmp_path, "v2.json", ["k=1", "k=5", "ten", "k=20"]),
+                   "--rename", "k=10", "ten")
+    assert " ".join(ids_only.split()) == (
+        "support-bot is now v2: revised actions: added ['k=20']; renamed k=10→ten; config changed for "
+        "['k=1', 'k=5', 'ten']; description changed for ['k=1', 'k=5']")
+    reordered = cli("policy", "revise", "--agent-id", "support-bot", "--db", db,
+                    "--actions", actions_file(tmp_path, "v3.json", ["k=20", "k=1", "k=5", "ten"]))
+    assert "support-bot is now v3: revised actions: order changed" in reordered
