@@ -1018,7 +1018,9 @@ def agent_list(as_json: bool, db: str | None) -> None:
             except InvalidDocument as exc:
                 invalid.append(agent_id)
                 _say_left_out(exc, agent_id)
-    rows = [{"agent_id": d.agent_id, "version": d.version, "actions": len(d.actions), "pinned": d.pinned,
+    # a structured policy's actions are its dimensions' values: the dimensions say how they combine
+    rows = [{"agent_id": d.agent_id, "version": d.version, "actions": len(d.actions),
+             "dimensions": {x.name: x.size for x in d.dimensions or []} or None, "pinned": d.pinned,
              "created_at": _iso(d.created_at)} for d in docs]
     if as_json:
         _echo_json(rows)
@@ -1027,11 +1029,11 @@ def agent_list(as_json: bool, db: str | None) -> None:
         out.print(f"no agent has a policy in {_where(settings)} (agent-learn init-policy)")
         return
     table = Table(title=f"{_n(len(rows), 'agent')} in {_where(settings)}", title_justify="left")
-    for col in ("agent", "version", "actions", "pinned", "since"):
+    for col in ("agent", "version", "actions", "pinned", "version created"):
         table.add_column(col, justify="right" if col in ("version", "actions") else "left")
     for r in rows:
-        table.add_row(r["agent_id"], str(r["version"]), str(r["actions"]), "yes" if r["pinned"] else "",
-                      r["created_at"][:19])
+        actions = str(r["actions"]) + (f" values in {_n(len(r['dimensions']), 'dimension')}" if r["dimensions"] else "")
+        table.add_row(r["agent_id"], str(r["version"]), actions, "yes" if r["pinned"] else "", r["created_at"][:19])
     out.print(table)
     if invalid:
         sys.exit(1)

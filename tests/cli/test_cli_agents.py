@@ -250,3 +250,14 @@ def test_a_revision_says_which_kept_actions_lost_or_changed_their_config(tmp_pat
     reordered = cli("policy", "revise", "--agent-id", "support-bot", "--db", db,
                     "--actions", actions_file(tmp_path, "v3.json", ["k=20", "k=1", "k=5", "ten"]))
     assert "support-bot is now v3: revised actions: order changed" in reordered
+
+
+def test_agent_list_says_a_structured_policys_actions_are_values_of_its_dimensions(tmp_path: Path, db: str) -> None:
+    cli("init-policy", "--agent-id", "flat", "--db", db, "--actions", actions_file(tmp_path, "a.json", ["x", "y"]))
+    structured = tmp_path / "s.json"
+    structured.write_text(json.dumps({"dimensions": {"prompt": ["a", "b", "c"], "retrieval_k": [1, 3, 5]}}))
+    cli("init-policy", "--agent-id", "triage", "--db", db, "--actions", str(structured))
+    listed = json.loads(cli("agent", "list", "--json", "--db", db))
+    assert [(a["actions"], a["dimensions"]) for a in listed] == [(2, None), (6, {"prompt": 3, "retrieval_k": 3})]
+    table = cli("agent", "list", "--db", db)
+    assert "6 values in 2 dimensions" in table and "version created" in table
