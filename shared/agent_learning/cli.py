@@ -1405,6 +1405,8 @@ def feedback(
         except NotFound as exc:
             raise NotFound(f"EPISODE_ID: {str(exc).removeprefix('episode_id: ')}") from None
         unlearned = "" if result.reconciled.status == "unchanged" else _not_learned(store, result.feedback)
+        agent_id = result.feedback.agent_id
+        left_out = store.get_unjudged(episode_id, agent_id) if result.reconciled.status == "waiting" else None
     data = result.to_dict()
     if as_json:
         _echo_json(data)
@@ -1414,6 +1416,9 @@ def feedback(
             ", learned from by the next training run that has new episodes (or a full batch of corrections)"))
     elif data["status"] == "unchanged":
         said = "stored; the reward already reflects it"
+    elif left_out is not None:
+        said = (f"stored; AGENT_LEARNING_JUDGING left the episode unjudged ({left_out.get('reason')}), so it is "
+                f"applied once `agent-learn rescore --agent-id {agent_id} --unjudged` judges it{unlearned}")
     elif (letter := (_dead_letters(db) or {}).get(message_id_of(episode_id))) is not None:
         said = (f"stored; the episode was dead-lettered ({letter.reason}), so it is applied only once "
                 f"`agent-learn dlq replay --id {message_id_of(episode_id)}` has it scored{unlearned}")

@@ -261,3 +261,17 @@ def test_agent_list_says_a_structured_policys_actions_are_values_of_its_dimensio
     assert [(a["actions"], a["dimensions"]) for a in listed] == [(2, None), (6, {"prompt": 3, "retrieval_k": 3})]
     table = cli("agent", "list", "--db", db)
     assert "6 values in 2 dimensions" in table and "version created" in table
+
+
+def test_feedback_on_an_unjudged_episode_says_how_it_gets_applied(
+    tmp_path: Path, db: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    cli("init-policy", "--agent-id", "support-bot", "--db", db,
+        "--actions", actions_file(tmp_path, "v1.json", ["k=1", "k=3", "k=5", "k=10"]))
+    monkeypatch.setenv("AGENT_LEARNING_JUDGING", "support-bot=0.3")
+    learn(db, ManualClock(), rounds=1, seed=6)
+    episodes = json.loads(cli("episodes", "list", "--agent-id", "support-bot", "--limit", "40", "--json", "--db", db))
+    left_out = next(e["id"] for e in episodes if e["unjudged"])
+    said = " ".join(cli("feedback", left_out, "--down", "--db", db).split())
+    assert ("stored; AGENT_LEARNING_JUDGING left the episode unjudged (sampled_out), so it is applied once "
+            "`agent-learn rescore --agent-id support-bot --unjudged` judges it") in said
