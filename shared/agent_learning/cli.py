@@ -904,9 +904,14 @@ def _positive_version(ctx: click.Context, param: click.Parameter, value: str) ->
 def policy_rollback(agent_id: str, version: int, note: str, as_json: bool, db: str | None) -> None:
     """Publish VERSION's logits as a new version (history is never rewritten)."""
     with _store(db) as (store, settings):
-        _current(store, settings, agent_id)
+        before = _current(store, settings, agent_id).action_ids
         change = rollback(store, agent_id, version, note=note)
-    _report_change(change, as_json, f"{agent_id} is now v{change.policy.version}, a copy of v{version}",
+    after = change.policy.action_ids  # across a revision the actions change too: say so
+    back, gone = [a for a in after if a not in before], [a for a in before if a not in after]
+    done = (f"{agent_id} is now v{change.policy.version}, a copy of v{version}"
+            + (f"; actions restored: {back}" if back else "")
+            + (f"; actions removed: {gone} (their scores not trained yet are skipped)" if gone else ""))
+    _report_change(change, as_json, done,
                    f"{agent_id} v{change.policy.version} is already a rollback to v{version}; nothing changed")
 
 

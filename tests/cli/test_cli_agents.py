@@ -275,3 +275,16 @@ def test_feedback_on_an_unjudged_episode_says_how_it_gets_applied(
     said = " ".join(cli("feedback", left_out, "--down", "--db", db).split())
     assert ("stored; AGENT_LEARNING_JUDGING left the episode unjudged (sampled_out), so it is applied once "
             "`agent-learn rescore --agent-id support-bot --unjudged` judges it") in said
+
+
+def test_a_rollback_across_a_revision_says_which_actions_it_restores_and_removes(tmp_path: Path, db: str) -> None:
+    cli("init-policy", "--agent-id", "a", "--db", db, "--actions", actions_file(tmp_path, "a.json", ["x", "y", "z"]))
+    cli("policy", "revise", "--agent-id", "a", "--db", db, "--actions", actions_file(tmp_path, "b.json", ["x", "w"]),
+        "--rename", "y", "w")
+    back = " ".join(cli("policy", "rollback", "--agent-id", "a", "1", "--db", db).split())
+    assert back == ("a is now v3, a copy of v1; actions restored: ['y', 'z']; actions removed: ['w'] (their scores "
+                    "not trained yet are skipped)")
+    forth = cli("policy", "rollback", "--agent-id", "a", "2", "--db", db)
+    assert "a is now v4, a copy of v2; actions restored: ['w']; actions removed: ['y', 'z']" in " ".join(forth.split())
+    cli("policy", "rollback", "--agent-id", "a", "3", "--db", db)
+    assert cli("policy", "rollback", "--agent-id", "a", "1", "--db", db).strip() == "a is now v6, a copy of v1"
