@@ -35,7 +35,7 @@ from .audit import DEAD_LETTER_LIMIT
 from .audit import audit as run_audit
 from .config import load_settings
 from .demo import reward_trend, run_demo
-from .documents import MAX_TEMPERATURE, MIN_TEMPERATURE, agent_id_problem
+from .documents import MAX_TEMPERATURE, MIN_TEMPERATURE, Score, agent_id_problem
 from .errors import (
     AgentLearningError,
     ConcurrencyConflict,
@@ -1271,6 +1271,7 @@ def episodes_list(agent_id: str | None, limit: int, as_json: bool, db: str | Non
         letters: dict[str, Any] | None = None  # read once, when an episode has neither score nor unjudged record
         for d in docs:
             scores = score_rows(store, str(d.get("id")), str(d.get("agent_id")))
+            rejected = _rejected(scores)
             record = None if scores else store.get_unjudged(str(d.get("id")), str(d.get("agent_id")))
             if not scores and not record and letters is None:
                 letters = _dead_letters(db)
@@ -1282,17 +1283,18 @@ def episodes_list(agent_id: str | None, limit: int, as_json: bool, db: str | Non
                     "action_id": d.get("action_id"),
                     "policy_version": d.get("policy_version"),
                     "ended_at": d.get("ended_at"),
-                    "reward": scores[-1].get("reward") if scores else None,
-                    "judged_reward": scores[0].get("reward") if scores else None,
+                    "reward": scores[-1].get("reward") if scores and not rejected else None,
+                    "judged_reward": scores[0].get("reward") if scores and not rejected else None,
                     "corrections": max(0, len(scores) - 1),
                     "unjudged": record.get("reason") if record else None,
                     "dead_letter": letter.reason if letter else None,
+                    "rejected": rejected,
                 }
             )
     if as_json:
         _echo_json(rows)
         return
-    unread = letters is None and any(r["reward"] is None and not r["unjudged"] for r in rows)
+    unread = letters is None and any(r["reward"] is None and not r["unjudged"] and not r["rejected"] for r in rows)
     table = Table(title=_n(len(rows), "newest episode"), title_justify="left")
     for col in ("episode", "agent", "action", "version", "reward", "judged", "corr.", "ended"):
         table.add_column(col, justify="right" if col in ("version", "reward", "judged", "corr.") else "left",
@@ -1300,8 +1302,9 @@ def episodes_list(agent_id: str | None, limit: int, as_json: bool, db: str | Non
     for r in rows:
         table.add_row(
             str(r["id"]), str(r["agent_id"]), str(r["action_id"]), str(r["policy_version"]),
-            _fmt(r["reward"]) if r["reward"] is not None else "unjudged" if r["unjudged"]
-            else "dead-lettered" if r["dead_letter"] else "not scored?" if unread else "not scored",
+            _fmt(r["reward"]) if r["reward"] is not None else "rejected" if r["rejected"]
+            else "unjudged" if r["unjudged"] else "dead-lettered" if r["dead_letter"]
+            else "not scored?" if unread else "not scored",
             _fmt(r["judged_reward"]),
             str(r["corrections"]), str(r["ended_at"])[:19],
         )
@@ -1309,6 +1312,20 @@ def episodes_list(agent_id: str | None, limit: int, as_json: bool, db: str | Non
     if unread:
         out.print("not scored?: not scored yet, or dead-lettered (the dead letters could not be read: "
                   "agent-learn dlq list)")
+    if any(r["rejected"] for r in rows):
+        out.print("rejected: a score document is invalid, so training skips it (agent-learn episodes show, "
+                  "agent-learn audit)")
+
+
+def _rejected(scores: list[dict[str, Any]]) -> str | None:
+    """What is wrong with the first of an episode's score rows that does not validate (training
+    rejects it, and the audit counts it so), or None when they all do."""
+    for row in scores:
+        try:
+            Score.from_dict(row)
+        except InvalidDocument as exc:
+            return str(exc)
+    return None
 
 
 @episodes.command("show")
@@ -1355,6 +1372,9 @@ def episodes_show(episode_id: str, as_json: bool, db: str | None) -> None:
     elif not scores:
         out.print("not scored yet" if letters is not None
                   else "not scored yet, or dead-lettered (the dead letters could not be read: agent-learn dlq list)")
+    elif rejected := _rejected(scores[:1]):
+        out.print(f"score {scores[0].get('id')} rejected: {rejected}; training skips it (agent-learn audit)",
+                  highlight=False)
     else:
         base = scores[0]
         table = Table(title=f"judged reward {base['reward']:.3f} ({base['reward_function']['version']})",
@@ -1366,6 +1386,9 @@ def episodes_show(episode_id: str, as_json: bool, db: str | None) -> None:
             table.add_row(name, f"{m['raw']:g}", f"{m['normalised']:.3f}", result, m.get("reason", ""))
         out.print(table)
         for c in scores[1:]:
+            if rejected := _rejected([c]):
+                out.print(f"correction {c.get('id')} rejected: {rejected}; training skips it", highlight=False)
+                continue
             out.print(f"correction r{c['revision']}: reward {c['reward']:.3f} ({c['reward_delta']:+.3f}), "
                       f"{str(c['scored_at'])[:19]}")
     for f in feedback:
