@@ -35,7 +35,7 @@ from .audit import DEAD_LETTER_LIMIT
 from .audit import audit as run_audit
 from .config import load_settings
 from .demo import reward_trend, run_demo
-from .documents import MAX_TEMPERATURE, MIN_TEMPERATURE, Score, agent_id_problem
+from .documents import MAX_TEMPERATURE, MIN_TEMPERATURE, Score, TrainingRun, agent_id_problem
 from .errors import (
     AgentLearningError,
     ConcurrencyConflict,
@@ -1085,13 +1085,16 @@ def runs() -> None:
 @db_option
 @_handle_errors
 def runs_list(agent_id: str, limit: int, as_json: bool, db: str | None) -> None:
-    """An agent's training runs, newest first."""
+    """An agent's training runs, newest first.
+
+    Exits with 1 if a run document is invalid (it is named, and the others are listed)."""
     with _store(db) as (store, settings):
         _current(store, settings, agent_id)
-        docs = [_run_fields(d) for d in store.list_runs(agent_id, limit)]
+        stored = store.list_runs(agent_id, limit)
+    docs = [_run_fields(d) for d in stored if _valid_run(d)]
     if as_json:
         _echo_json(docs)
-        return
+        sys.exit(1 if len(docs) < len(stored) else 0)
     table = Table(title=f"{agent_id}: {_n(len(docs), 'newest training run')}", title_justify="left")
     for col in ("run", "versions", "episodes", "correction rows", "corrected episodes", "rejected", "reward", "KL",
                 "finished"):
@@ -1109,6 +1112,18 @@ def runs_list(agent_id: str, limit: int, as_json: bool, db: str | None) -> None:
             _fmt(m.get("kl"), 4), str(d.get("finished_at", ""))[:19],
         )
     out.print(table)
+    if len(docs) < len(stored):
+        sys.exit(1)
+
+
+def _valid_run(doc: dict[str, Any]) -> bool:
+    """Whether a stored run document validates; one that does not is named on stderr (left out)."""
+    try:
+        TrainingRun.from_dict(doc)
+    except InvalidDocument as exc:
+        _say_left_out(f"run {doc.get('id')!r} is invalid: {exc}", str(doc.get("agent_id")))
+        return False
+    return True
 
 
 def _run_fields(doc: dict[str, Any]) -> dict[str, Any]:
@@ -1132,6 +1147,8 @@ def runs_show(run_id: str, as_json: bool, db: str | None) -> None:
         doc = store.get_run(run_id)
     if doc is None:
         raise NotFound(f"RUN_ID: no run {run_id!r} in {_where(settings)} (agent-learn runs list --agent-id ...)")
+    if not _valid_run(doc):
+        sys.exit(1)
     doc = _run_fields(doc)
     if as_json:
         _echo_json(doc)

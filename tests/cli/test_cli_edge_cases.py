@@ -351,3 +351,27 @@ def test_an_episode_whose_score_document_is_invalid_is_shown_as_rejected(db: str
         ("ep-1", None, "invalid score: reward: Input should be a valid number"),
         ("ep-0", None, "invalid score: reward_function: Field required")]
     assert ok("episodes", "list", "--db", db).stdout.count("rejected") == 3  # two rows and the legend
+
+
+def test_an_invalid_run_document_is_named_and_the_other_runs_are_listed(db: str) -> None:
+    from agent_learning.capture import EpisodeCapture
+    from agent_learning.client import PolicyClient
+    from agent_learning.config import load_settings
+    from agent_learning.local import open_local
+
+    with open_local(load_settings(), path=db) as pipeline:
+        for i in range(4):
+            decision = PolicyClient(pipeline.store, AGENT).choose()
+            EpisodeCapture(pipeline.store, decision, input="How?", episode_id=f"ep-{i}").end("Like this.")
+            pipeline.run_once()
+    with closing(sqlite3.connect(db)) as conn, conn:  # edited by hand
+        conn.execute(f"UPDATE runs SET doc = json_set(doc, '$.metrics.kl', 'low') WHERE id = '{AGENT}:run:v3'")
+    named = f"error: run '{AGENT}:run:v3' is invalid: invalid run: metrics.kl: Input should be a valid number"
+    listed = cli("runs", "list", "--agent-id", AGENT, "--json", "--db", db)
+    assert listed.exit_code == 1 and named in listed.stderr
+    assert [r["id"] for r in json.loads(listed.stdout)] == [f"{AGENT}:run:v{v}" for v in (5, 4, 2)]
+    table = cli("runs", "list", "--agent-id", AGENT, "--db", db)
+    assert table.exit_code == 1 and f"{AGENT}:run:v4" in table.stdout and named in table.stderr
+    shown = cli("runs", "show", f"{AGENT}:run:v3", "--db", db)
+    assert shown.exit_code == 1 and named in shown.stderr and not shown.stdout
+    assert "metrics.kl" in ok("runs", "show", f"{AGENT}:run:v4", "--db", db).stdout
