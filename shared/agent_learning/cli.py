@@ -35,7 +35,7 @@ from .audit import DEAD_LETTER_LIMIT
 from .audit import audit as run_audit
 from .config import load_settings
 from .demo import check_floor, reward_trend, run_demo
-from .documents import MAX_TEMPERATURE, MIN_TEMPERATURE, agent_id_problem
+from .documents import MAX_TEMPERATURE, MIN_TEMPERATURE, Score, TrainingRun, agent_id_problem
 from .errors import (
     AgentLearningError,
     ConcurrencyConflict,
@@ -56,7 +56,7 @@ from .recovery import rescore as run_rescore
 from .report import write_report
 from .simulate import SCENARIOS
 from .store.sqlite import SQLiteStore
-from .structured import NO_CONTEXT, StructuredPolicy, segment_views
+from .structured import NO_CONTEXT, StructuredPolicy, knows_action, segment_views
 
 
 def _console(stderr: bool = False) -> Console:
@@ -814,9 +814,14 @@ def _left_out(histories: list[Any]) -> bool:
     whether there was one, which makes the command exit with 1."""
     for h in histories:
         for problem in h.invalid:
-            err.print(Text.assemble(("error:", "bold red"), f" {problem} (left out; agent-learn audit "
-                                    f"--agent-id {h.agent_id} checks every document)"), highlight=False, soft_wrap=True)
+            _say_left_out(problem, h.agent_id)
     return any(h.invalid for h in histories)
+
+
+def _say_left_out(problem: Any, agent_id: str) -> None:
+    """Name an invalid document on stderr, left out of what the command shows."""
+    err.print(Text.assemble(("error:", "bold red"), f" {problem} (left out; agent-learn audit "
+                            f"--agent-id {agent_id} checks every document)"), highlight=False, soft_wrap=True)
 
 
 @policy.command("history")
@@ -900,9 +905,14 @@ def _positive_version(ctx: click.Context, param: click.Parameter, value: str) ->
 def policy_rollback(agent_id: str, version: int, note: str, as_json: bool, db: str | None) -> None:
     """Publish VERSION's logits as a new version (history is never rewritten)."""
     with _store(db) as (store, settings):
-        _current(store, settings, agent_id)
+        before = _current(store, settings, agent_id).action_ids
         change = rollback(store, agent_id, version, note=note)
-    _report_change(change, as_json, f"{agent_id} is now v{change.policy.version}, a copy of v{version}",
+    after = change.policy.action_ids  # across a revision the actions change too: say so
+    back, gone = [a for a in after if a not in before], [a for a in before if a not in after]
+    done = (f"{agent_id} is now v{change.policy.version}, a copy of v{version}"
+            + (f"; actions restored: {back}" if back else "")
+            + (f"; actions removed: {gone} (their scores not trained yet are skipped)" if gone else ""))
+    _report_change(change, as_json, done,
                    f"{agent_id} v{change.policy.version} is already a rollback to v{version}; nothing changed")
 
 
@@ -963,8 +973,11 @@ def policy_pin(agent_id: str, reason: str, as_json: bool, db: str | None) -> Non
     with _store(db) as (store, settings):
         _current(store, settings, agent_id)
         change = set_pinned(store, agent_id, True, reason)
+    kept = change.policy.pin_reason
     _report_change(change, as_json, f"{agent_id} v{change.policy.version} is pinned: learning is paused",
-                   f"{agent_id} was already pinned")
+                   f"{agent_id} was already pinned" + (f": {kept}" if kept else "")
+                   + ("; it keeps that reason, not --reason (unpin, then pin, to change it)"
+                      if reason and reason[:1000] != kept else ""))
 
 
 @policy.command("unpin")
@@ -1000,24 +1013,36 @@ def agent() -> None:
 @db_option
 @_handle_errors
 def agent_list(as_json: bool, db: str | None) -> None:
-    """Every agent with a policy, its current version and whether learning is paused."""
+    """Every agent with a policy, its current version and whether learning is paused.
+
+    Exits with 1 if an agent's policy document is invalid (it is named, and the others are listed)."""
+    docs, invalid = [], []
     with _store(db) as (store, settings):
-        docs = [_current(store, settings, a) for a in store.list_agents()]
-    rows = [{"agent_id": d.agent_id, "version": d.version, "actions": len(d.actions), "pinned": d.pinned,
+        for agent_id in store.list_agents():
+            try:
+                docs.append(_current(store, settings, agent_id))
+            except InvalidDocument as exc:
+                invalid.append(agent_id)
+                _say_left_out(exc, agent_id)
+    # a structured policy's actions are its dimensions' values: the dimensions say how they combine
+    rows = [{"agent_id": d.agent_id, "version": d.version, "actions": len(d.actions),
+             "dimensions": {x.name: x.size for x in d.dimensions or []} or None, "pinned": d.pinned,
              "created_at": _iso(d.created_at)} for d in docs]
     if as_json:
         _echo_json(rows)
-        return
-    if not rows:
+        sys.exit(1 if invalid else 0)
+    if not rows and not invalid:
         out.print(f"no agent has a policy in {_where(settings)} (agent-learn init-policy)")
         return
     table = Table(title=f"{_n(len(rows), 'agent')} in {_where(settings)}", title_justify="left")
-    for col in ("agent", "version", "actions", "pinned", "since"):
+    for col in ("agent", "version", "actions", "pinned", "version created"):
         table.add_column(col, justify="right" if col in ("version", "actions") else "left")
     for r in rows:
-        table.add_row(r["agent_id"], str(r["version"]), str(r["actions"]), "yes" if r["pinned"] else "",
-                      r["created_at"][:19])
+        actions = str(r["actions"]) + (f" values in {_n(len(r['dimensions']), 'dimension')}" if r["dimensions"] else "")
+        table.add_row(r["agent_id"], str(r["version"]), actions, "yes" if r["pinned"] else "", r["created_at"][:19])
     out.print(table)
+    if invalid:
+        sys.exit(1)
 
 
 @agent.command("delete")
@@ -1027,9 +1052,16 @@ def agent_list(as_json: bool, db: str | None) -> None:
 @db_option
 @_handle_errors
 def agent_delete(agent_id: str, yes: bool, as_json: bool, db: str | None) -> None:
-    """Delete an agent and everything it has: policy versions, runs, episodes, scores, feedback."""
+    """Delete an agent and everything it has: policy versions, runs, episodes, scores, feedback.
+
+    An agent whose policy is gone but whose documents are not (a delete that was interrupted, an
+    episode written while it ran) is deleted too, as is one whose policy document is invalid."""
     with _store(db) as (store, settings):
-        _current(store, settings, agent_id)
+        # Read unvalidated: an agent with a corrupt policy document can still be deleted.
+        if store.get_current_policy(agent_id) is None and not (
+            store.list_episodes(agent_id, 1) or store.list_runs(agent_id, 1)
+        ):
+            _current(store, settings, agent_id)  # nothing of it at all: says which agents there are
         if not yes:
             if not sys.stdin.isatty():
                 raise ValueError(f"--yes: deleting {agent_id!r} cannot be undone; pass --yes to confirm")
@@ -1054,13 +1086,16 @@ def runs() -> None:
 @db_option
 @_handle_errors
 def runs_list(agent_id: str, limit: int, as_json: bool, db: str | None) -> None:
-    """An agent's training runs, newest first."""
+    """An agent's training runs, newest first.
+
+    Exits with 1 if a run document is invalid (it is named, and the others are listed)."""
     with _store(db) as (store, settings):
         _current(store, settings, agent_id)
-        docs = [_run_fields(d) for d in store.list_runs(agent_id, limit)]
+        stored = store.list_runs(agent_id, limit)
+    docs = [_run_fields(d) for d in stored if _valid_run(d)]
     if as_json:
         _echo_json(docs)
-        return
+        sys.exit(1 if len(docs) < len(stored) else 0)
     table = Table(title=f"{agent_id}: {_n(len(docs), 'newest training run')}", title_justify="left")
     for col in ("run", "versions", "episodes", "correction rows", "corrected episodes", "rejected", "reward", "KL",
                 "finished"):
@@ -1078,6 +1113,18 @@ def runs_list(agent_id: str, limit: int, as_json: bool, db: str | None) -> None:
             _fmt(m.get("kl"), 4), str(d.get("finished_at", ""))[:19],
         )
     out.print(table)
+    if len(docs) < len(stored):
+        sys.exit(1)
+
+
+def _valid_run(doc: dict[str, Any]) -> bool:
+    """Whether a stored run document validates; one that does not is named on stderr (left out)."""
+    try:
+        TrainingRun.from_dict(doc)
+    except InvalidDocument as exc:
+        _say_left_out(f"run {doc.get('id')!r} is invalid: {exc}", str(doc.get("agent_id")))
+        return False
+    return True
 
 
 def _run_fields(doc: dict[str, Any]) -> dict[str, Any]:
@@ -1101,6 +1148,8 @@ def runs_show(run_id: str, as_json: bool, db: str | None) -> None:
         doc = store.get_run(run_id)
     if doc is None:
         raise NotFound(f"RUN_ID: no run {run_id!r} in {_where(settings)} (agent-learn runs list --agent-id ...)")
+    if not _valid_run(doc):
+        sys.exit(1)
     doc = _run_fields(doc)
     if as_json:
         _echo_json(doc)
@@ -1240,6 +1289,7 @@ def episodes_list(agent_id: str | None, limit: int, as_json: bool, db: str | Non
         letters: dict[str, Any] | None = None  # read once, when an episode has neither score nor unjudged record
         for d in docs:
             scores = score_rows(store, str(d.get("id")), str(d.get("agent_id")))
+            rejected = _rejected(scores)
             record = None if scores else store.get_unjudged(str(d.get("id")), str(d.get("agent_id")))
             if not scores and not record and letters is None:
                 letters = _dead_letters(db)
@@ -1251,17 +1301,18 @@ def episodes_list(agent_id: str | None, limit: int, as_json: bool, db: str | Non
                     "action_id": d.get("action_id"),
                     "policy_version": d.get("policy_version"),
                     "ended_at": d.get("ended_at"),
-                    "reward": scores[-1].get("reward") if scores else None,
-                    "judged_reward": scores[0].get("reward") if scores else None,
+                    "reward": scores[-1].get("reward") if scores and not rejected else None,
+                    "judged_reward": scores[0].get("reward") if scores and not rejected else None,
                     "corrections": max(0, len(scores) - 1),
                     "unjudged": record.get("reason") if record else None,
                     "dead_letter": letter.reason if letter else None,
+                    "rejected": rejected,
                 }
             )
     if as_json:
         _echo_json(rows)
         return
-    unread = letters is None and any(r["reward"] is None and not r["unjudged"] for r in rows)
+    unread = letters is None and any(r["reward"] is None and not r["unjudged"] and not r["rejected"] for r in rows)
     table = Table(title=_n(len(rows), "newest episode"), title_justify="left")
     for col in ("episode", "agent", "action", "version", "reward", "judged", "corr.", "ended"):
         table.add_column(col, justify="right" if col in ("version", "reward", "judged", "corr.") else "left",
@@ -1269,8 +1320,9 @@ def episodes_list(agent_id: str | None, limit: int, as_json: bool, db: str | Non
     for r in rows:
         table.add_row(
             str(r["id"]), str(r["agent_id"]), str(r["action_id"]), str(r["policy_version"]),
-            _fmt(r["reward"]) if r["reward"] is not None else "unjudged" if r["unjudged"]
-            else "dead-lettered" if r["dead_letter"] else "not scored?" if unread else "not scored",
+            _fmt(r["reward"]) if r["reward"] is not None else "rejected" if r["rejected"]
+            else "unjudged" if r["unjudged"] else "dead-lettered" if r["dead_letter"]
+            else "not scored?" if unread else "not scored",
             _fmt(r["judged_reward"]),
             str(r["corrections"]), str(r["ended_at"])[:19],
         )
@@ -1278,6 +1330,20 @@ def episodes_list(agent_id: str | None, limit: int, as_json: bool, db: str | Non
     if unread:
         out.print("not scored?: not scored yet, or dead-lettered (the dead letters could not be read: "
                   "agent-learn dlq list)")
+    if any(r["rejected"] for r in rows):
+        out.print("rejected: a score document is invalid, so training skips it (agent-learn episodes show, "
+                  "agent-learn audit)")
+
+
+def _rejected(scores: list[dict[str, Any]]) -> str | None:
+    """What is wrong with the first of an episode's score rows that does not validate (training
+    rejects it, and the audit counts it so), or None when they all do."""
+    for row in scores:
+        try:
+            Score.from_dict(row)
+        except InvalidDocument as exc:
+            return str(exc)
+    return None
 
 
 @episodes.command("show")
@@ -1324,6 +1390,9 @@ def episodes_show(episode_id: str, as_json: bool, db: str | None) -> None:
     elif not scores:
         out.print("not scored yet" if letters is not None
                   else "not scored yet, or dead-lettered (the dead letters could not be read: agent-learn dlq list)")
+    elif rejected := _rejected(scores[:1]):
+        out.print(f"score {scores[0].get('id')} rejected: {rejected}; training skips it (agent-learn audit)",
+                  highlight=False)
     else:
         base = scores[0]
         table = Table(title=f"judged reward {base['reward']:.3f} ({base['reward_function']['version']})",
@@ -1335,6 +1404,9 @@ def episodes_show(episode_id: str, as_json: bool, db: str | None) -> None:
             table.add_row(name, f"{m['raw']:g}", f"{m['normalised']:.3f}", result, m.get("reason", ""))
         out.print(table)
         for c in scores[1:]:
+            if rejected := _rejected([c]):
+                out.print(f"correction {c.get('id')} rejected: {rejected}; training skips it", highlight=False)
+                continue
             out.print(f"correction r{c['revision']}: reward {c['reward']:.3f} ({c['reward_delta']:+.3f}), "
                       f"{str(c['scored_at'])[:19]}")
     for f in feedback:
@@ -1378,21 +1450,45 @@ def feedback(
                                        for name, problem in exc.problems)) from None
         except NotFound as exc:
             raise NotFound(f"EPISODE_ID: {str(exc).removeprefix('episode_id: ')}") from None
+        unlearned = "" if result.reconciled.status == "unchanged" else _not_learned(store, result.feedback)
+        agent_id = result.feedback.agent_id
+        left_out = store.get_unjudged(episode_id, agent_id) if result.reconciled.status == "waiting" else None
     data = result.to_dict()
     if as_json:
         _echo_json(data)
         return
     if data["status"] == "corrected":
-        said = (f"stored; reward now {data['reward']:.3f} ({data['reward_delta']:+.3f}), learned from by the next "
-                "training run that has new episodes (or a full batch of corrections)")
+        said = f"stored; reward now {data['reward']:.3f} ({data['reward_delta']:+.3f})" + (unlearned or (
+            ", learned from by the next training run that has new episodes (or a full batch of corrections)"))
     elif data["status"] == "unchanged":
         said = "stored; the reward already reflects it"
+    elif left_out is not None:
+        said = (f"stored; AGENT_LEARNING_JUDGING left the episode unjudged ({left_out.get('reason')}), so it is "
+                f"applied once `agent-learn rescore --agent-id {agent_id} --unjudged` judges it{unlearned}")
     elif (letter := (_dead_letters(db) or {}).get(message_id_of(episode_id))) is not None:
         said = (f"stored; the episode was dead-lettered ({letter.reason}), so it is applied only once "
-                f"`agent-learn dlq replay --id {message_id_of(episode_id)}` has it scored")
+                f"`agent-learn dlq replay --id {message_id_of(episode_id)}` has it scored{unlearned}")
     else:  # waiting: the episode has no score yet (not scored, or left unjudged)
-        said = "stored; it is applied when the episode is scored"
+        said = f"stored; it is applied when the episode is scored{unlearned}"
     out.print(f"feedback {data['feedback_id']}: {said}")
+
+
+def _not_learned(store: Any, feedback: Any) -> str:
+    """Why the reward feedback changed will not be learned when training runs next ("" if it
+    will be): the episode's action is not in its agent's current policy (the trainer skips its
+    rows), or its agent has no policy."""
+    episode = store.get_episode(feedback.episode_id) or {}
+    action_id = str(episode.get("action_id"))
+    try:
+        current = load_current(store, feedback.agent_id)
+    except InvalidDocument:
+        return ""  # the trainer does not train it either, until the document is fixed: audit says so
+    if current is None:
+        return f", but not learned: {feedback.agent_id!r} has no policy (agent-learn agent list)"
+    if knows_action(current, action_id):
+        return ""
+    return (f", but not learned: action {action_id!r} is not in {feedback.agent_id} v{current.version} (a "
+            "revision removed or renamed it), so training skips it unless a rollback restores the action first")
 
 
 # --------------------------------------------------------------------------- dead letters

@@ -165,3 +165,126 @@ def test_deleting_an_agent_asks_first_and_then_the_id_is_free(tmp_path: Path, db
     cli("init-policy", "--agent-id", "support-bot", "--db", db,  # the id starts afresh, no old scores learned
         "--actions", actions_file(tmp_path, "v1.json", ["k=1", "k=3", "k=5", "k=10"]))
     assert "no_new_scores" in cli("train", "--db", db)
+
+
+def test_what_is_left_of_a_deleted_agent_and_an_agent_with_a_corrupt_policy_can_be_deleted(
+    tmp_path: Path, db: str
+) -> None:
+    from agent_learning.capture import EpisodeCapture
+    from agent_learning.client import PolicyClient
+
+    actions = actions_file(tmp_path, "a.json", ["a", "b"])
+    cli("init-policy", "--agent-id", "support-bot", "--db", db, "--actions", actions)
+    cli("init-policy", "--agent-id", "broken", "--db", db, "--actions", actions)
+    with SQLiteStore(db) as store:
+        run = EpisodeCapture(store, PolicyClient(store, "support-bot").choose(), input="q")
+        cli("agent", "delete", "--agent-id", "support-bot", "--yes", "--db", db)
+        run.end("an answer")  # an agent mid-request when its policy was deleted: its episode lands after
+        store.put_raw_current_policy("broken", {"id": "broken:current", "logits": ["NaN"]})
+
+    left = json.loads(cli("agent", "delete", "--agent-id", "support-bot", "--yes", "--json", "--db", db))
+    assert left["deleted"]["episodes"] == 1 and left["deleted"]["policies"] == 0
+    assert json.loads(cli("episodes", "list", "--json", "--db", db)) == []
+    assert json.loads(cli("agent", "delete", "--agent-id", "broken", "--yes", "--json", "--db", db))[
+        "deleted"]["policies"] == 2  # the corrupt current document and version 1
+    again = CliRunner().invoke(main, ["agent", "delete", "--agent-id", "support-bot", "--yes", "--db", db])
+    assert again.exit_code == 2 and "'support-bot' has no policy" in again.stderr  # nothing of it is left
+
+
+def test_agent_list_names_an_agent_with_an_invalid_policy_and_lists_the_others(tmp_path: Path, db: str) -> None:
+    actions = actions_file(tmp_path, "a.json", ["a", "b"])
+    for agent_id in ("alpha", "beta", "gamma"):
+        cli("init-policy", "--agent-id", agent_id, "--db", db, "--actions", actions)
+    with SQLiteStore(db) as store:  # edited by hand
+        store.put_raw_current_policy("beta", {**store.get_current_policy("beta").doc, "logits": [0.0]})
+    named = "error: invalid policy 'beta:current': logits: has 1 entries but there are 2 actions (left out;"
+    for args in ([], ["--json"]):
+        result = CliRunner().invoke(main, ["agent", "list", "--db", db, *args])
+        assert result.exit_code == 1 and named in result.stderr, result.output
+        assert "alpha" in result.stdout and "gamma" in result.stdout and "beta" not in result.stdout
+    listed = CliRunner().invoke(main, ["agent", "list", "--json", "--db", db]).stdout
+    assert [a["agent_id"] for a in json.loads(listed)] == ["alpha", "gamma"]
+
+
+def test_feedback_on_an_episode_of_a_removed_action_says_it_will_not_be_learned(tmp_path: Path, db: str) -> None:
+    clock = ManualClock()
+    cli("init-policy", "--agent-id", "support-bot", "--db", db,
+        "--actions", actions_file(tmp_path, "v1.json", ["k=1", "k=3", "k=5", "k=10"]))
+    learn(db, clock, rounds=1, seed=5)
+    episodes = json.loads(cli("episodes", "list", "--agent-id", "support-bot", "--limit", "40", "--json", "--db", db))
+    removed = next(e["id"] for e in episodes if e["action_id"] == "k=3")
+    kept = next(e["id"] for e in episodes if e["action_id"] == "k=5")
+    cli("policy", "revise", "--agent-id", "support-bot", "--db", db,
+        "--actions", actions_file(tmp_path, "v2.json", ["k=1", "k=5", "k=10"]))
+
+    said = " ".join(cli("feedback", removed, "--down", "--db", db).split())
+    assert "but not learned: action 'k=3' is not in support-bot v3 (a revision removed or renamed it)" in said
+    assert "learned from by the next training run" not in said
+    assert "learned from by the next training run" in " ".join(cli("feedback", kept, "--down", "--db", db).split())
+    with open_local(load_settings(), path=db, clock=clock) as pipeline:
+        run = pipeline.run_once().trained[0].run
+    assert run is not None and run.corrections == 1 and run.skipped == 1  # the removed action's correction
+
+
+def test_pinning_a_pinned_agent_with_another_reason_says_the_first_reason_is_kept(tmp_path: Path, db: str) -> None:
+    cli("init-policy", "--agent-id", "a", "--db", db, "--actions", actions_file(tmp_path, "a.json", ["x", "y"]))
+    cli("policy", "pin", "--agent-id", "a", "--reason", "reward drop on billing", "--db", db)
+    again = cli("policy", "pin", "--agent-id", "a", "--reason", "checking complaints", "--db", db)
+    assert again.strip() == ("a was already pinned: reward drop on billing; it keeps that reason, not --reason "
+                             "(unpin, then pin, to change it)")
+    assert cli("policy", "pin", "--agent-id", "a", "--db", db).strip() == "a was already pinned: reward drop on billing"
+    assert "learning is paused: reward drop on billing" in cli("policy", "show", "--agent-id", "a", "--db", db)
+
+
+def test_a_revision_says_which_kept_actions_lost_or_changed_their_config(tmp_path: Path, db: str) -> None:
+    cli("init-policy", "--agent-id", "support-bot", "--db", db, "--actions", actions_file(tmp_path, "v1.json", [
+        {"id": "k=1", "description": "one passage", "config": {"retrieval_k": 1}},
+        {"id": "k=5", "description": "five passages", "config": {"retrieval_k": 5}},
+        {"id": "k=10", "config": {"retrieval_k": 10}}]))
+    ids_only = cli("policy", "revise", "--agent-id", "support-bot", "--db", db,  # configs left out by mistake
+                   "--actions", actions_file(tmp_path, "v2.json", ["k=1", "k=5", "ten", "k=20"]),
+                   "--rename", "k=10", "ten")
+    assert " ".join(ids_only.split()) == (
+        "support-bot is now v2: revised actions: added ['k=20']; renamed k=10→ten; config changed for "
+        "['k=1', 'k=5', 'ten']; description changed for ['k=1', 'k=5']")
+    reordered = cli("policy", "revise", "--agent-id", "support-bot", "--db", db,
+                    "--actions", actions_file(tmp_path, "v3.json", ["k=20", "k=1", "k=5", "ten"]))
+    assert "support-bot is now v3: revised actions: order changed" in reordered
+
+
+def test_agent_list_says_a_structured_policys_actions_are_values_of_its_dimensions(tmp_path: Path, db: str) -> None:
+    cli("init-policy", "--agent-id", "flat", "--db", db, "--actions", actions_file(tmp_path, "a.json", ["x", "y"]))
+    structured = tmp_path / "s.json"
+    structured.write_text(json.dumps({"dimensions": {"prompt": ["a", "b", "c"], "retrieval_k": [1, 3, 5]}}))
+    cli("init-policy", "--agent-id", "triage", "--db", db, "--actions", str(structured))
+    listed = json.loads(cli("agent", "list", "--json", "--db", db))
+    assert [(a["actions"], a["dimensions"]) for a in listed] == [(2, None), (6, {"prompt": 3, "retrieval_k": 3})]
+    table = cli("agent", "list", "--db", db)
+    assert "6 values in 2 dimensions" in table and "version created" in table
+
+
+def test_feedback_on_an_unjudged_episode_says_how_it_gets_applied(
+    tmp_path: Path, db: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    cli("init-policy", "--agent-id", "support-bot", "--db", db,
+        "--actions", actions_file(tmp_path, "v1.json", ["k=1", "k=3", "k=5", "k=10"]))
+    monkeypatch.setenv("AGENT_LEARNING_JUDGING", "support-bot=0.3")
+    learn(db, ManualClock(), rounds=1, seed=6)
+    episodes = json.loads(cli("episodes", "list", "--agent-id", "support-bot", "--limit", "40", "--json", "--db", db))
+    left_out = next(e["id"] for e in episodes if e["unjudged"])
+    said = " ".join(cli("feedback", left_out, "--down", "--db", db).split())
+    assert ("stored; AGENT_LEARNING_JUDGING left the episode unjudged (sampled_out), so it is applied once "
+            "`agent-learn rescore --agent-id support-bot --unjudged` judges it") in said
+
+
+def test_a_rollback_across_a_revision_says_which_actions_it_restores_and_removes(tmp_path: Path, db: str) -> None:
+    cli("init-policy", "--agent-id", "a", "--db", db, "--actions", actions_file(tmp_path, "a.json", ["x", "y", "z"]))
+    cli("policy", "revise", "--agent-id", "a", "--db", db, "--actions", actions_file(tmp_path, "b.json", ["x", "w"]),
+        "--rename", "y", "w")
+    back = " ".join(cli("policy", "rollback", "--agent-id", "a", "1", "--db", db).split())
+    assert back == ("a is now v3, a copy of v1; actions restored: ['y', 'z']; actions removed: ['w'] (their scores "
+                    "not trained yet are skipped)")
+    forth = cli("policy", "rollback", "--agent-id", "a", "2", "--db", db)
+    assert "a is now v4, a copy of v2; actions restored: ['w']; actions removed: ['y', 'z']" in " ".join(forth.split())
+    cli("policy", "rollback", "--agent-id", "a", "3", "--db", db)
+    assert cli("policy", "rollback", "--agent-id", "a", "1", "--db", db).strip() == "a is now v6, a copy of v1"

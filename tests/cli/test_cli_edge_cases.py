@@ -337,3 +337,53 @@ def test_run_demo_refuses_episodes_that_are_not_whole_batches(
     with pytest.raises(ValueError, match=named):
         run_demo(db_path=demo_db, scenarios=["support-bot"], episodes_per_agent=episodes, batch=batch)
     assert demo_db.read_bytes() == b"kept"
+
+
+def test_an_episode_whose_score_document_is_invalid_is_shown_as_rejected(db: str) -> None:
+    from agent_learning.capture import EpisodeCapture
+    from agent_learning.client import PolicyClient
+    from agent_learning.config import load_settings
+    from agent_learning.local import open_local
+
+    with open_local(load_settings(), path=db) as pipeline:
+        for i in range(2):
+            decision = PolicyClient(pipeline.store, AGENT).choose()
+            EpisodeCapture(pipeline.store, decision, input="How?", episode_id=f"ep-{i}").end("Like this.")
+        pipeline.run_once()
+    with closing(sqlite3.connect(db)) as conn, conn:  # edited by hand: no reward function, a reward as text
+        conn.execute("UPDATE scores SET doc = json_remove(doc, '$.reward_function') WHERE id = 'ep-0'")
+        conn.execute("UPDATE scores SET doc = json_set(doc, '$.reward', 'high') WHERE id = 'ep-1'")
+
+    shown = ok("episodes", "show", "ep-0", "--db", db).stdout
+    assert "score ep-0 rejected: invalid score: reward_function: Field required; training skips it" in shown
+    assert "rejected: invalid score: reward: Input should be a valid number" in ok("episodes", "show", "ep-1",
+                                                                                    "--db", db).stdout
+    listed = json.loads(ok("episodes", "list", "--json", "--db", db).stdout)
+    assert [(e["id"], e["reward"], e["rejected"]) for e in listed] == [
+        ("ep-1", None, "invalid score: reward: Input should be a valid number"),
+        ("ep-0", None, "invalid score: reward_function: Field required")]
+    assert ok("episodes", "list", "--db", db).stdout.count("rejected") == 3  # two rows and the legend
+
+
+def test_an_invalid_run_document_is_named_and_the_other_runs_are_listed(db: str) -> None:
+    from agent_learning.capture import EpisodeCapture
+    from agent_learning.client import PolicyClient
+    from agent_learning.config import load_settings
+    from agent_learning.local import open_local
+
+    with open_local(load_settings(), path=db) as pipeline:
+        for i in range(4):
+            decision = PolicyClient(pipeline.store, AGENT).choose()
+            EpisodeCapture(pipeline.store, decision, input="How?", episode_id=f"ep-{i}").end("Like this.")
+            pipeline.run_once()
+    with closing(sqlite3.connect(db)) as conn, conn:  # edited by hand
+        conn.execute(f"UPDATE runs SET doc = json_set(doc, '$.metrics.kl', 'low') WHERE id = '{AGENT}:run:v3'")
+    named = f"error: run '{AGENT}:run:v3' is invalid: invalid run: metrics.kl: Input should be a valid number"
+    listed = cli("runs", "list", "--agent-id", AGENT, "--json", "--db", db)
+    assert listed.exit_code == 1 and named in listed.stderr
+    assert [r["id"] for r in json.loads(listed.stdout)] == [f"{AGENT}:run:v{v}" for v in (5, 4, 2)]
+    table = cli("runs", "list", "--agent-id", AGENT, "--db", db)
+    assert table.exit_code == 1 and f"{AGENT}:run:v4" in table.stdout and named in table.stderr
+    shown = cli("runs", "show", f"{AGENT}:run:v3", "--db", db)
+    assert shown.exit_code == 1 and named in shown.stderr and not shown.stdout
+    assert "metrics.kl" in ok("runs", "show", f"{AGENT}:run:v4", "--db", db).stdout

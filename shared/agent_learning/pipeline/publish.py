@@ -277,9 +277,15 @@ def revise(
         mean = sum(logits) / len(logits)
         added = [i for i in new_ids if source.get(i, i) not in logit]
         removed = [i for i in current.action_ids if i not in new_ids and i not in renames]
+        before = {a.id: a for a in current.actions}
+        kept_as = [(before[source.get(a.id, a.id)], a) for a in actions if source.get(a.id, a.id) in before]
+        reconfigured = [a.id for old, a in kept_as if old.config != a.config]
+        redescribed = [a.id for old, a in kept_as if old.description != a.description]
         parts = [f"added {added}" if added else "", f"removed {removed}" if removed else "",
-                 f"renamed {', '.join(f'{o}→{n}' for o, n in renames.items())}" if renames else ""]
-        summary = "; ".join(p for p in parts if p) or "descriptions or configs changed"
+                 f"renamed {', '.join(f'{o}→{n}' for o, n in renames.items())}" if renames else "",
+                 f"config changed for {reconfigured}" if reconfigured else "",
+                 f"description changed for {redescribed}" if redescribed else ""]
+        summary = "; ".join(p for p in parts if p) or "order changed"
         return current.model_copy(
             update={
                 "version": current.version + 1,
