@@ -35,7 +35,7 @@ from .audit import DEAD_LETTER_LIMIT
 from .audit import audit as run_audit
 from .config import load_settings
 from .demo import check_floor, reward_trend, run_demo
-from .documents import MAX_TEMPERATURE, MIN_TEMPERATURE, Score, TrainingRun, agent_id_problem
+from .documents import MAX_NOTE_CHARS, MAX_TEMPERATURE, MIN_TEMPERATURE, Score, TrainingRun, agent_id_problem
 from .errors import (
     AgentLearningError,
     ConcurrencyConflict,
@@ -132,6 +132,13 @@ def _ids(ids: list[str]) -> str:
     """The first :data:`IDS_SHOWN` of ``ids``, comma-separated, and how many more (``-`` for none)."""
     more = len(ids) - IDS_SHOWN
     return (", ".join(ids[:IDS_SHOWN]) or "-") + (f", … and {more} more (--json lists them all)" if more > 0 else "")
+
+
+def _note_text(ctx: click.Context, param: click.Parameter, value: str) -> str:
+    """A --note or --reason: refused over :data:`MAX_NOTE_CHARS` rather than cut unsaid."""
+    if len(value) > MAX_NOTE_CHARS:
+        raise click.BadParameter(f"is {len(value):,} characters; at most {MAX_NOTE_CHARS:,} are stored")
+    return value
 
 
 def _n(count: int, noun: str) -> str:
@@ -898,7 +905,7 @@ def _positive_version(ctx: click.Context, param: click.Parameter, value: str) ->
 @policy.command("rollback", context_settings={"ignore_unknown_options": True})
 @agent_option
 @click.argument("version", callback=_positive_version)
-@click.option("--note", default="", help="Why (stored with the new version).")
+@click.option("--note", default="", callback=_note_text, help="Why (stored with the new version).")
 @json_option
 @db_option
 @_handle_errors
@@ -927,7 +934,7 @@ def policy_rollback(agent_id: str, version: int, note: str, as_json: bool, db: s
 )
 @click.option("--rename", "renames", multiple=True, nargs=2, metavar="OLD NEW",
               help="An action renamed: NEW keeps OLD's logit and evidence (repeatable).")
-@click.option("--note", default="", help="Why (stored with the new version).")
+@click.option("--note", default="", callback=_note_text, help="Why (stored with the new version).")
 @json_option
 @db_option
 @_handle_errors
@@ -964,7 +971,7 @@ def policy_revise(agent_id: str, actions_file: str, renames: tuple[tuple[str, st
 
 @policy.command("pin")
 @agent_option
-@click.option("--reason", default="", help="Why learning is paused (shown by `policy show`).")
+@click.option("--reason", default="", callback=_note_text, help="Why learning is paused (shown by `policy show`).")
 @json_option
 @db_option
 @_handle_errors
@@ -977,7 +984,7 @@ def policy_pin(agent_id: str, reason: str, as_json: bool, db: str | None) -> Non
     _report_change(change, as_json, f"{agent_id} v{change.policy.version} is pinned: learning is paused",
                    f"{agent_id} was already pinned" + (f": {kept}" if kept else "")
                    + ("; it keeps that reason, not --reason (unpin, then pin, to change it)"
-                      if reason and reason[:1000] != kept else ""))
+                      if reason and reason != kept else ""))
 
 
 @policy.command("unpin")

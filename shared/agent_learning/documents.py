@@ -69,6 +69,8 @@ STRUCTURED_SCHEMA = 2
 MAX_TEXT_CHARS = 20_000
 MAX_STEP_TEXT_CHARS = 4_000
 MAX_NAME_CHARS = 128
+MAX_NOTE_CHARS = 1_000
+"""A note, pin reason or feedback comment."""
 MAX_STEPS = 256
 MAX_JSON_CHARS = 8_000
 MAX_TOOL_DEFINITIONS_CHARS = 4 * MAX_JSON_CHARS
@@ -134,7 +136,7 @@ LedgerId = Annotated[
 Name = Annotated[str, StringConstraints(strict=True, min_length=1, max_length=MAX_NAME_CHARS)]
 Text = Annotated[str, StringConstraints(strict=True, max_length=MAX_TEXT_CHARS)]
 StepText = Annotated[str, StringConstraints(strict=True, max_length=MAX_STEP_TEXT_CHARS)]
-ShortText = Annotated[str, StringConstraints(strict=True, max_length=1_000)]
+ShortText = Annotated[str, StringConstraints(strict=True, max_length=MAX_NOTE_CHARS)]
 Finite = Annotated[float, Field(strict=True, allow_inf_nan=False)]
 NonNegative = Annotated[float, Field(strict=True, allow_inf_nan=False, ge=0)]
 Probability = Annotated[float, Field(strict=True, allow_inf_nan=False, gt=0, le=1)]

@@ -59,6 +59,8 @@ def bad_inputs(tmp_path: Path) -> dict[str, list[str]]:
         "an unknown command": ["nosuch"],
         "a number out of range": ["runs", "list", "--agent-id", "a", "--limit", "0"],
         "a word for a number": ["demo", "--episodes", "many"],
+        "a note too long": ["policy", "rollback", "--agent-id", "a", "2", "--note", "n" * 1_001],
+        "a pin reason too long": ["policy", "pin", "--agent-id", "a", "--reason", "r" * 1_001],
     }
 
 
@@ -95,6 +97,8 @@ def test_errors_name_the_option_in_plain_words(tmp_path: Path) -> None:
     assert bad.startswith("error: --agent-id: 'bad id' is not an agent id: use letters, digits")
     assert "pattern" not in bad and "^" not in bad
     assert runner.invoke(main, ["policy", "show"]).output.strip() == "error: --agent-id: is required"
+    long_reason = runner.invoke(main, ["policy", "pin", "--agent-id", "a", "--reason", "r" * 1_200]).output.strip()
+    assert long_reason == "error: --reason: is 1,200 characters; at most 1,000 are stored"  # not cut unsaid
 
 
 def test_every_command_and_option_says_what_it_is_for() -> None:

@@ -44,7 +44,7 @@ from dataclasses import dataclass
 
 from .. import notices
 from ..clock import SYSTEM_CLOCK, Clock
-from ..documents import Action, PolicyDocument, stored_policy
+from ..documents import MAX_NOTE_CHARS, Action, PolicyDocument, stored_policy
 from ..errors import ConcurrencyConflict, NotFound
 from ..store.base import Store, same_document
 
@@ -169,7 +169,7 @@ def set_pinned(store: Store, agent_id: str, pinned: bool, reason: str = "") -> C
     def change(current: PolicyDocument) -> PolicyDocument | None:
         if current.pinned == pinned:
             return None
-        return current.model_copy(update={"pinned": pinned, "pin_reason": reason[:1000] if pinned else ""})
+        return current.model_copy(update={"pinned": pinned, "pin_reason": reason[:MAX_NOTE_CHARS] if pinned else ""})
 
     return swap(store, agent_id, change)
 
@@ -213,7 +213,8 @@ def rollback(store: Store, agent_id: str, version: int, *, clock: Clock = SYSTEM
                 "parent_version": version,
                 "run": None,
                 "created_at": clock.now(),
-                "note": (f"rollback from v{current.version} to v{version}" + (f": {note}" if note else ""))[:1000],
+                "note": (f"rollback from v{current.version} to v{version}"
+                         + (f": {note}" if note else ""))[:MAX_NOTE_CHARS],
             }
         )
 
@@ -296,7 +297,7 @@ def revise(
                 "parent_version": current.version,
                 "run": None,
                 "created_at": clock.now(),
-                "note": (f"revised actions: {summary}" + (f": {note}" if note else ""))[:1000],
+                "note": (f"revised actions: {summary}" + (f": {note}" if note else ""))[:MAX_NOTE_CHARS],
             }
         )
 
