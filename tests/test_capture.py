@@ -94,8 +94,8 @@ def test_full_flow_stores_the_episode(store: MemoryStore, decision: Decision, cl
         ("answer", "llm", "ok"),
     ]
     retrieve, search, calc, answer = episode.steps
-    assert retrieve.latency_ms == 12.5 and retrieve.result == "['doc-1']"
-    assert search.result == "{'hits': 3}" and search.arguments == {"q": "2 + 2"} and search.call_id == "c1"
+    assert retrieve.latency_ms == 12.5 and retrieve.result == '["doc-1"]'
+    assert search.result == '{"hits": 3}' and search.arguments == {"q": "2 + 2"} and search.call_id == "c1"
     assert search.latency_ms >= 0 and search.error is None
     assert calc.error == "TimeoutError: slow" and calc.result is None and calc.arguments == {"expr": "2+2"}
     assert answer.latency_ms == 0.0
@@ -194,6 +194,20 @@ def test_a_step_name_over_its_cap_is_cut_and_said(store: MemoryStore, decision: 
     run.step("n" * MAX_NAME_CHARS, latency_ms=1)
     episode = run.end("ok")
     assert [len(s.name) for s in episode.steps] == [MAX_NAME_CHARS] * 2 and episode.truncated == ["steps"]
+
+
+def test_a_tool_result_is_stored_as_json_when_it_is_data(
+    store: MemoryStore, decision: Decision, clock: ManualClock
+) -> None:
+    run = capture(store, decision, clock)
+    results = [{"passages": ["Settings → Security"], "k": 3}, ["a", "b"], 4, "plain text", {(1, 2): "x"}, None]
+    for i, result in enumerate(results):
+        with run.tool(f"t{i}") as call:
+            call.result = result
+    episode = run.end("ok")
+    assert [s.result for s in episode.steps] == [
+        '{"passages": ["Settings → Security"], "k": 3}', '["a", "b"]', "4", "plain text", "{(1, 2): 'x'}", None,
+    ]  # JSON for data (a tuple key has none: str), not Python's repr
 
 
 def test_steps_beyond_the_cap_are_dropped(store: MemoryStore, decision: Decision, clock: ManualClock) -> None:

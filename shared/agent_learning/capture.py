@@ -13,7 +13,8 @@ learner needs to weigh it correctly. Free text longer than the contract's caps i
 truncated (and the field named in ``episode.truncated``) rather than failing the agent's
 run; ``input`` goes through the ``redact`` hook before it is stored. Only ``input``: tool
 arguments and results, the output and metadata are stored as given, so text from the user that the
-agent passes there (a search query) must be scrubbed before it is passed.
+agent passes there (a search query) must be scrubbed before it is passed. A tool's result is
+stored as text: a string as it is, a dict, list or number as JSON, anything else as ``str``.
 
 Failures, and what they cost the action drawn:
 
@@ -218,7 +219,7 @@ class EpisodeCapture:
             problems.append((f"{path}.latency_ms", problem))
         if error is None or error == "":
             error = "error" if status == "error" else None
-        texts = {"error": error, "result": None if result is None else str(result)}
+        texts = {"error": error, "result": None if result is None else _result_text(result)}
         for field, text in texts.items():
             if text is not None and not isinstance(text, str):
                 problems.append((f"{path}.{field}", f"must be a string, got {type(text).__name__}"))
@@ -494,6 +495,19 @@ class EpisodeCapture:
         """Record once that ``name`` was truncated."""
         if name not in self._truncated:
             self._truncated.append(name)
+
+
+def _result_text(result: object) -> str:
+    """A tool's result as the judges read it: a string as it is; a dict, list or number as JSON
+    (``str`` would give Python's repr, ``{'k': 3}``); anything else as ``str``."""
+    if isinstance(result, str):
+        return result
+    if isinstance(result, dict | list | tuple | int | float | bool):
+        try:
+            return json.dumps(result, ensure_ascii=False, default=str, allow_nan=False)
+        except (TypeError, ValueError):  # a key that is not a string, NaN, a cycle: as str
+            pass
+    return str(result)
 
 
 def _checked_text(field: str, text: object, *, required: bool = False) -> str | None:
