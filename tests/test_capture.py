@@ -210,6 +210,11 @@ def test_a_tool_result_is_stored_as_json_when_it_is_data(
     ]  # JSON for data (a tuple key has none: str), not Python's repr
 
 
+def test_an_empty_episode_id_is_refused(store: MemoryStore, decision: Decision, clock: ManualClock) -> None:
+    with pytest.raises(InvalidDocument, match="episode_id: '' does not fit"):
+        capture(store, decision, clock, episode_id="")
+
+
 def test_steps_beyond_the_cap_are_dropped(store: MemoryStore, decision: Decision, clock: ManualClock) -> None:
     run = capture(store, decision, clock)
     for i in range(MAX_STEPS + 3):

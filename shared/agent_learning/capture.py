@@ -141,7 +141,7 @@ class EpisodeCapture:
             raise InvalidDocument("episode", [("decision", problem)])
         self.store = store
         self.decision = decision
-        self.episode_id = episode_id or uuid.uuid4().hex
+        self.episode_id = uuid.uuid4().hex if episode_id is None else episode_id  # "" is refused below, not replaced
         self._truncated: list[str] = []
         text = _checked_text("input", input, required=True)
         if redact is not None:
