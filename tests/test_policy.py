@@ -5,12 +5,14 @@ from __future__ import annotations
 import math
 import os
 import random
+import re
 import subprocess
 import sys
 from collections import Counter
 from datetime import UTC, datetime
 from pathlib import Path
 
+import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -111,6 +113,20 @@ def test_from_actions_uniform_with_floor_stays_uniform() -> None:
 def test_floor_times_k_at_least_one_rejected() -> None:
     with pytest.raises(ValueError, match="exploration_floor"):
         SoftmaxPolicy.from_actions("agent", ["a", "b"], exploration_floor=0.5)
+
+
+@pytest.mark.parametrize(
+    ("options", "named"),
+    [({"temperature": "1"}, "temperature: must be a number, got str '1'"),
+     ({"temperature": True}, "temperature: must be a number, got bool True"),
+     ({"exploration_floor": "0.01"}, "exploration_floor: must be a number, got str '0.01'")],
+)
+def test_a_setting_that_is_not_a_number_is_named_not_converted(options: dict, named: str) -> None:
+    with pytest.raises(ValueError, match=re.escape(named)):
+        SoftmaxPolicy.from_actions("agent", ["a", "b"], **options)
+    with pytest.raises(ValueError, match=re.escape("logits[1]: must be a number, got str '2'")):
+        SoftmaxPolicy("agent", [Action(id="a"), Action(id="b")], [1.0, "2"])  # type: ignore[list-item]
+    assert SoftmaxPolicy.from_actions("agent", ["a", "b"], temperature=np.float32(0.5)).temperature == 0.5
 
 
 def test_duplicate_action_ids_rejected() -> None:

@@ -18,6 +18,7 @@ probability the learner's importance weights divide by.
 from __future__ import annotations
 
 import math
+import numbers
 import random
 from bisect import bisect_right
 from collections.abc import Iterable, Mapping, Sequence
@@ -35,6 +36,14 @@ from .structured import StructuredPolicy
 
 DEFAULT_EXPLORATION_FLOOR = 0.001
 """The floor new policies get unless configured otherwise (docs/benchmarks.md: Learning benchmark)."""
+
+
+def _number(name: str, value: Any) -> float:
+    """``value`` as a float if it is a real number (numpy's too), else ``ValueError`` naming ``name``:
+    ``"1"`` and ``True`` are not numbers here."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise ValueError(f"{name}: must be a number, got {type(value).__name__} {value!r:.40}")
+    return float(value)
 
 
 def softmax(logits: Sequence[float], temperature: float = 1.0) -> list[float]:
@@ -154,14 +163,14 @@ class SoftmaxPolicy:
     ) -> None:
         if len(actions) != len(logits) or not actions:
             raise ValueError(f"need one logit per action and at least one action ({len(actions)} vs {len(logits)})")
-        if not all(math.isfinite(x) for x in logits):
+        self.logits = tuple(_number(f"logits[{i}]", x) for i, x in enumerate(logits))
+        if not all(math.isfinite(x) for x in self.logits):
             raise ValueError("logits must be finite")
         self.agent_id = agent_id
         self.version = version
         self.actions = tuple(actions)
-        self.logits = tuple(float(x) for x in logits)
-        self.temperature = float(temperature)
-        self.exploration_floor = float(exploration_floor)
+        self.temperature = _number("temperature", temperature)
+        self.exploration_floor = _number("exploration_floor", exploration_floor)
         self.pinned = pinned
         self.document = document
         self._probs = tuple(mix_floor(softmax(self.logits, self.temperature), self.exploration_floor))
