@@ -14,6 +14,10 @@ pytest.importorskip("rich")
 
 from cli_harness import clear_settings, cli, ok
 
+from agent_learning.capture import EpisodeCapture
+from agent_learning.client import PolicyClient
+from agent_learning.config import load_settings
+from agent_learning.local import open_local
 from agent_learning.pipeline import load_current
 from agent_learning.store.sqlite import SQLiteStore
 
@@ -25,6 +29,17 @@ def clean_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     clear_settings(monkeypatch)
     monkeypatch.setenv("AGENT_LEARNING_SQLITE_PATH", str(tmp_path / "local.db"))
     monkeypatch.chdir(tmp_path)
+
+
+def judged_episodes(db: str, n: int, *, train_each: bool = False) -> None:
+    """``n`` episodes of AGENT (``ep-0`` ...) through the embedded pipeline, trained once at the
+    end or after each (one version each)."""
+    with open_local(load_settings(), path=db) as pipeline:
+        for i in range(n):
+            decision = PolicyClient(pipeline.store, AGENT).choose()
+            EpisodeCapture(pipeline.store, decision, input="How?", episode_id=f"ep-{i}").end("Like this.")
+            if train_each or i == n - 1:
+                pipeline.run_once()
 
 
 def refused(*args: str) -> str:
@@ -340,16 +355,7 @@ def test_run_demo_refuses_episodes_that_are_not_whole_batches(
 
 
 def test_an_episode_whose_score_document_is_invalid_is_shown_as_rejected(db: str) -> None:
-    from agent_learning.capture import EpisodeCapture
-    from agent_learning.client import PolicyClient
-    from agent_learning.config import load_settings
-    from agent_learning.local import open_local
-
-    with open_local(load_settings(), path=db) as pipeline:
-        for i in range(2):
-            decision = PolicyClient(pipeline.store, AGENT).choose()
-            EpisodeCapture(pipeline.store, decision, input="How?", episode_id=f"ep-{i}").end("Like this.")
-        pipeline.run_once()
+    judged_episodes(db, 2)
     with closing(sqlite3.connect(db)) as conn, conn:  # edited by hand: no reward function, a reward as text
         conn.execute("UPDATE scores SET doc = json_remove(doc, '$.reward_function') WHERE id = 'ep-0'")
         conn.execute("UPDATE scores SET doc = json_set(doc, '$.reward', 'high') WHERE id = 'ep-1'")
@@ -366,16 +372,7 @@ def test_an_episode_whose_score_document_is_invalid_is_shown_as_rejected(db: str
 
 
 def test_an_invalid_run_document_is_named_and_the_other_runs_are_listed(db: str) -> None:
-    from agent_learning.capture import EpisodeCapture
-    from agent_learning.client import PolicyClient
-    from agent_learning.config import load_settings
-    from agent_learning.local import open_local
-
-    with open_local(load_settings(), path=db) as pipeline:
-        for i in range(4):
-            decision = PolicyClient(pipeline.store, AGENT).choose()
-            EpisodeCapture(pipeline.store, decision, input="How?", episode_id=f"ep-{i}").end("Like this.")
-            pipeline.run_once()
+    judged_episodes(db, 4, train_each=True)
     with closing(sqlite3.connect(db)) as conn, conn:  # edited by hand
         conn.execute(f"UPDATE runs SET doc = json_set(doc, '$.metrics.kl', 'low') WHERE id = '{AGENT}:run:v3'")
     named = f"error: run '{AGENT}:run:v3' is invalid: invalid run: metrics.kl: Input should be a valid number"
