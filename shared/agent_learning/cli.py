@@ -35,7 +35,15 @@ from .audit import DEAD_LETTER_LIMIT
 from .audit import audit as run_audit
 from .config import load_settings
 from .demo import check_floor, reward_trend, run_demo
-from .documents import MAX_NOTE_CHARS, MAX_TEMPERATURE, MIN_TEMPERATURE, Score, TrainingRun, agent_id_problem
+from .documents import (
+    MAX_NOTE_CHARS,
+    MAX_TEMPERATURE,
+    MIN_TEMPERATURE,
+    Episode,
+    Score,
+    TrainingRun,
+    agent_id_problem,
+)
 from .errors import (
     AgentLearningError,
     ConcurrencyConflict,
@@ -326,13 +334,22 @@ def _user_fields(doc: dict[str, Any]) -> dict[str, Any]:
 
 
 def _fmt(value: float | None, digits: int = 3) -> str:
-    return "" if value is None else f"{value:.{digits}f}"
+    """A number to ``digits`` decimals; anything else (a hand-edited document's ``"high"``) as its repr."""
+    if value is None:
+        return ""
+    return f"{value:.{digits}f}" if _is_number(value) else f"{value!r:.40}"
+
+
+def _is_number(value: object) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
 
 
 def _ms(value: float | None) -> str:
     """A latency for people: ``628.7 ms``, ``0.002 ms``, ``12.3 s``."""
     if value is None:
         return ""
+    if not _is_number(value):
+        return f"{value!r:.40}"
     if value >= 10_000:
         return f"{value / 1000:.1f} s"
     return f"{value:.1f} ms" if value >= 1 else f"{value:.3g} ms"
@@ -1368,14 +1385,21 @@ def episodes_show(episode_id: str, as_json: bool, db: str | None) -> None:
         feedback = [_user_fields(f) for f in store.list_feedback(episode_id)]
         record = None if scores else store.get_unjudged(episode_id, str(doc.get("agent_id")))
     episode = _user_fields(doc)
+    try:
+        Episode.from_dict(doc)
+        invalid = None
+    except InvalidDocument as exc:  # edited by hand, or written around the library: shown as stored
+        invalid = str(exc)
     unjudged = _user_fields(record) if record else None
     letters = _dead_letters(db) if not scores and not record else {}
     letter = (letters or {}).get(message_id_of(episode_id))
     dead_letter = _dead_letter_row(letter) if letter else None
     if as_json:
-        _echo_json({"episode": episode, "scores": scores, "feedback": feedback, "unjudged": unjudged,
-                    "dead_letter": dead_letter})
+        _echo_json({"episode": episode, "invalid": invalid, "scores": scores, "feedback": feedback,
+                    "unjudged": unjudged, "dead_letter": dead_letter})
         return
+    if invalid:
+        out.print(f"{episode_id} as stored is an {invalid} (the scorer dead-letters such an episode)", highlight=False)
     out.print(Text.assemble((episode_id, "bold"), f": agent {episode.get('agent_id')}, action "
                             f"{episode.get('action_id')} (p={_fmt(episode.get('probability'), 4)}) under "
                             f"v{episode.get('policy_version')}, {str(episode.get('ended_at'))[:19]}"))

@@ -371,6 +371,17 @@ def test_an_episode_whose_score_document_is_invalid_is_shown_as_rejected(db: str
     assert ok("episodes", "list", "--db", db).stdout.count("rejected") == 3  # two rows and the legend
 
 
+def test_an_episode_document_edited_by_hand_is_shown_as_stored_and_said_invalid(db: str) -> None:
+    judged_episodes(db, 1)
+    with closing(sqlite3.connect(db)) as conn, conn:
+        conn.execute("UPDATE episodes SET doc = json_set(doc, '$.probability', 'high') WHERE id = 'ep-0'")
+    shown = ok("episodes", "show", "ep-0", "--db", db).stdout
+    assert shown.startswith("ep-0 as stored is an invalid episode: probability: Input should be a valid number")
+    assert "(p='high')" in shown  # not "Unknown format code 'f'"
+    assert json.loads(ok("episodes", "show", "ep-0", "--json", "--db", db).stdout)["invalid"].startswith(
+        "invalid episode: probability")
+
+
 def test_an_invalid_run_document_is_named_and_the_other_runs_are_listed(db: str) -> None:
     judged_episodes(db, 4, train_each=True)
     with closing(sqlite3.connect(db)) as conn, conn:  # edited by hand
