@@ -1493,6 +1493,9 @@ def feedback(
             ", learned from by the next training run that has new episodes (or a full batch of corrections)"))
     elif data["status"] == "unchanged":
         said = "stored; the reward already reflects it"
+    elif data["status"] == "rejected":
+        said = (f"stored, but not learned: the episode's score document is an {data['problem']}, so training "
+                "skips the episode (agent-learn audit counts it rejected)")
     elif left_out is not None:
         said = (f"stored; AGENT_LEARNING_JUDGING left the episode unjudged ({left_out.get('reason')}), so it is "
                 f"applied once `agent-learn rescore --agent-id {agent_id} --unjudged` judges it{unlearned}")

@@ -96,11 +96,14 @@ burst of feedback cannot hold a training tick up."""
 class Reconciled:
     """What :func:`reconcile` did for one episode."""
 
-    status: Literal["waiting", "unchanged", "corrected"]
+    status: Literal["waiting", "unchanged", "corrected", "rejected"]
     episode_id: str
     reward: float | None = None
     delta: float = 0.0
     correction: Score | None = None
+    problem: str | None = None
+    """``rejected``: why the episode's score document is invalid (training skips the episode, so
+    no feedback on it is learned)."""
 
 
 @dataclass(frozen=True)
@@ -120,6 +123,7 @@ class FeedbackResult:
             "reward": r.reward,
             "reward_delta": r.delta,
             "correction_id": r.correction.id if r.correction else None,
+            "problem": r.problem,
         }
 
 
@@ -140,7 +144,8 @@ def record_feedback(
     it). Raises :class:`NotFound` for an unknown episode, :class:`InvalidDocument` (naming the
     field) for bad input and :class:`LimitExceeded` for a new source beyond
     :data:`MAX_FEEDBACK_SOURCES`. Idempotent: the same source posting the same verdict again
-    changes nothing.
+    changes nothing. Feedback on an episode whose score document is invalid is stored, with the
+    status ``rejected`` and the problem: training skips that episode.
     """
     fields: dict[str, Any] = {
         "episode_id": episode_id,
@@ -170,7 +175,12 @@ def record_feedback(
         feedback = Feedback.from_dict({**fields, "agent_id": agent_id})
         store.put_feedback(feedback)
         count(FEEDBACK_RECEIVED, 1, {"agent_id": agent_id, "kind": "thumb" if thumb is not None else "score"})
-        result = apply(store, episode_id, agent_id, clock=clock)
+        try:
+            result = apply(store, episode_id, agent_id, clock=clock)
+        except InvalidDocument as exc:  # the stored score, not this feedback: it is kept all the same
+            if exc.kind != "score":
+                raise
+            result = Reconciled("rejected", episode_id, problem=str(exc))
         sp.set_attribute("outcome", result.status)
         return FeedbackResult(feedback, result)
 

@@ -6,7 +6,9 @@ from __future__ import annotations
 import json
 import random
 import re
+import sqlite3
 from collections.abc import Iterator
+from contextlib import closing
 from pathlib import Path
 from typing import Any
 
@@ -460,6 +462,20 @@ def test_http_feedback_before_and_after_scoring(env: Env) -> None:
     assert tick(env) == [AGENT]
     run = load_current(env.store, AGENT).run  # type: ignore[union-attr]
     assert run is not None and run.episodes == 2 and run.metrics["corrections"] == 2
+
+
+def test_http_feedback_on_an_episode_whose_score_is_invalid_is_kept_and_says_why_not_learned(env: Env) -> None:
+    (episode,) = env.episodes(1)
+    env.store.add_episode(Episode.from_dict(episode))
+    call("enqueue", document_list([episode]))
+    (message,) = env.queue.receive(1)
+    call("score", sb_message(message))
+    with closing(sqlite3.connect(env.rt.settings.sqlite_path)) as conn, conn:  # edited by hand
+        conn.execute("UPDATE scores SET doc = json_remove(doc, '$.reward_function') WHERE id = ?", (episode["id"],))
+    status, body = http_feedback(episode["id"], {"thumb": "up"})
+    assert status == 200 and body["status"] == "rejected"  # not a 400: the caller's feedback was fine, and kept
+    assert body["problem"] == "invalid score: reward_function: Field required"
+    assert [f["id"] for f in env.store.list_feedback(episode["id"])] == [body["feedback_id"]]
 
 
 def test_http_feedback_sources_are_the_callers_not_the_body(env: Env) -> None:

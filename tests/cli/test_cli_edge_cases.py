@@ -369,6 +369,10 @@ def test_an_episode_whose_score_document_is_invalid_is_shown_as_rejected(db: str
         ("ep-1", None, "invalid score: reward: Input should be a valid number"),
         ("ep-0", None, "invalid score: reward_function: Field required")]
     assert ok("episodes", "list", "--db", db).stdout.count("rejected") == 3  # two rows and the legend
+    said = " ".join(ok("feedback", "ep-0", "--up", "--db", db).stdout.split())  # stored, and said not learned
+    assert said.endswith("stored, but not learned: the episode's score document is an invalid score: "
+                         "reward_function: Field required, so training skips the episode (agent-learn audit counts "
+                         "it rejected)")
 
 
 def test_an_episode_document_edited_by_hand_is_shown_as_stored_and_said_invalid(db: str) -> None:
