@@ -802,8 +802,17 @@ def test_a_failed_call_that_cannot_be_recorded_still_raises_its_own_exception(
 
 
 class FailingStore(MemoryStore):
+    """Refuses its first ``failures`` writes (an unreachable store; all of them by default), then works."""
+
+    def __init__(self, failures: float = math.inf) -> None:
+        super().__init__()
+        self.failures = failures
+
     def add_episode(self, episode: Episode) -> None:
-        raise ConnectionRefusedError("store unreachable")
+        if self.failures > 0:
+            self.failures -= 1
+            raise ConnectionRefusedError("store unreachable")
+        super().add_episode(episode)
 
     async def add_episode_async(self, episode: Episode) -> None:
         self.add_episode(episode)
@@ -828,21 +837,6 @@ def test_a_crash_episode_that_cannot_be_written_leaves_the_agent_exception_in_pl
     ]
 
 
-class StoreFailingOnce(MemoryStore):
-    """Refuses its first write (a throttled or unreachable store), then works again."""
-
-    failures = 1
-
-    def add_episode(self, episode: Episode) -> None:
-        if self.failures:
-            self.failures -= 1
-            raise ConnectionResetError("store unreachable")
-        super().add_episode(episode)
-
-    async def add_episode_async(self, episode: Episode) -> None:
-        self.add_episode(episode)
-
-
 @pytest.mark.parametrize("mode", ["sync", "async"])
 def test_a_failed_write_in_end_is_not_recorded_as_a_crash_of_the_run(
     decision: Decision, clock: ManualClock, mode: str
@@ -850,13 +844,13 @@ def test_a_failed_write_in_end_is_not_recorded_as_a_crash_of_the_run(
     """end()'s write failed, its error left the block, and the block's exit wrote a crash episode
     (empty output, penalised) in place of the agent's good answer: the configuration was charged
     for the store's outage."""
-    store = StoreFailingOnce()
+    store = FailingStore(failures=1)
 
     async def agent() -> None:
         async with capture(store, decision, clock) as run:
             await run.aend("a good answer")
 
-    with pytest.raises(ConnectionResetError, match="store unreachable") as raised:
+    with pytest.raises(ConnectionRefusedError, match="store unreachable") as raised:
         if mode == "async":
             asyncio.run(agent())
         else:
