@@ -64,7 +64,7 @@ from .recovery import rescore as run_rescore
 from .report import write_report
 from .simulate import SCENARIOS
 from .store.sqlite import SQLiteStore
-from .structured import NO_CONTEXT, StructuredPolicy, knows_action, segment_views
+from .structured import NO_CONTEXT, StructuredPolicy, is_number, knows_action, segment_views
 
 
 def _console(stderr: bool = False) -> Console:
@@ -337,18 +337,14 @@ def _fmt(value: float | None, digits: int = 3) -> str:
     """A number to ``digits`` decimals; anything else (a hand-edited document's ``"high"``) as its repr."""
     if value is None:
         return ""
-    return f"{value:.{digits}f}" if _is_number(value) else f"{value!r:.40}"
-
-
-def _is_number(value: object) -> bool:
-    return isinstance(value, int | float) and not isinstance(value, bool)
+    return f"{value:.{digits}f}" if is_number(value) else f"{value!r:.40}"
 
 
 def _ms(value: float | None) -> str:
     """A latency for people: ``628.7 ms``, ``0.002 ms``, ``12.3 s``."""
     if value is None:
         return ""
-    if not _is_number(value):
+    if not is_number(value):
         return f"{value!r:.40}"
     if value >= 10_000:
         return f"{value / 1000:.1f} s"
