@@ -587,6 +587,27 @@ def test_a_category_given_as_a_boolean_or_number_meets_its_own_segment_whatever_
             assert prompt == ("a" if value is True or value == "true" else "b"), (order, value)
 
 
+def test_numpy_scalars_in_a_context_are_the_plain_values_they_stand_for() -> None:
+    """A context read from a data frame carries numpy scalars: an ``int64`` was refused, and a
+    ``float64`` category met the segment ``"np.float64(1.5)"`` while the learner, reading the
+    logged JSON, trained the segment ``"1.5"``."""
+    base = StructuredPolicy.create("bot", {"prompt": ["a", "b"]}, context={"size": "category"}).document
+    segments = {"3": [9.0, -9.0], "1.5": [-9.0, 9.0], "true": [9.0, -9.0]}
+    doc = PolicyDocument.from_dict(
+        {**base.to_dict(), "features": [{"name": "size", "kind": "category", "segments": segments}]}
+    )
+    chooser = StructuredPolicy(doc, rng=random.Random(0))
+    for value, plain, prompt in ((np.int64(3), 3, "a"), (np.float64(1.5), 1.5, "b"), (np.bool_(True), True, "a")):
+        decision = chooser.choose(context={"size": value})
+        assert decision.config["prompt"] == prompt, value
+        assert decision.context == {"size": plain} and type(decision.context["size"]) is type(plain)
+        assert chooser.marginals({"size": value}) == chooser.marginals({"size": plain})
+    with pytest.raises(InvalidDocument, match=r"context\.size: must be a category"):
+        chooser.choose(context={"size": np.float64("nan")})
+    with pytest.raises(InvalidDocument, match=r"context\.size: must be a category"):
+        chooser.choose(context={"size": np.array([1, 2])})
+
+
 @pytest.mark.parametrize("value", [["billing"], {"nested": {"x": 1}}, {"billing"}])
 def test_a_context_value_that_is_not_a_category_or_number_is_named_not_a_crash(value: Any) -> None:
     chooser = policy(context={"task": "category"})

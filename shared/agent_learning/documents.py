@@ -36,6 +36,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import numbers
 import re
 import zlib
 from collections.abc import Mapping
@@ -181,6 +182,7 @@ def check_context(context: Any) -> dict[str, str | int | float | bool]:
         context = dict(context)
     if len(context) > MAX_CONTEXT_FEATURES:
         raise ValueError(f"has {len(context)} features; the limit is {MAX_CONTEXT_FEATURES}")
+    normalised: dict[str, Any] | None = None  # a copy, once a value is not of a plain type
     for name, value in context.items():
         if name not in _VALID_NAMES:
             if not isinstance(name, str):
@@ -204,18 +206,41 @@ def check_context(context: Any) -> dict[str, str | int | float | bool]:
         elif kind is int:
             ok = abs(value) < EXACT_INTEGERS
         else:
-            ok = (
-                isinstance(value, bool)
-                or (isinstance(value, int) and abs(value) < EXACT_INTEGERS)
-                or (isinstance(value, float) and math.isfinite(value))
-                or (isinstance(value, str) and 0 < len(value) <= MAX_CONTEXT_VALUE_CHARS and is_unicode(value))
+            plain = _plain_scalar(value)
+            ok = plain is not None and (
+                type(plain) is bool
+                or (type(plain) is int and abs(plain) < EXACT_INTEGERS)
+                or (type(plain) is float and math.isfinite(plain))
+                or (type(plain) is str and 0 < len(plain) <= MAX_CONTEXT_VALUE_CHARS and is_unicode(plain))
             )
+            if ok:
+                if normalised is None:
+                    normalised = dict(context)
+                normalised[name] = plain
         if not ok:
             raise ValueError(
                 f"{name}: must be a category (a non-empty string of at most {MAX_CONTEXT_VALUE_CHARS} characters, "
                 f"or a boolean) or {NUMBER_RULE}, got {value!r:.80}"
             )
-    return dict(context)
+    return dict(context) if normalised is None else normalised
+
+
+def _plain_scalar(value: Any) -> str | bool | int | float | None:
+    """``value`` as the plain Python type it stands for, or None. A numpy or pandas scalar (a
+    ``numpy.int64`` read from a data frame, a ``numpy.bool_``) or a subclass of ``str``/``float``
+    becomes the built-in type, so that its segment name, the logged episode and the number the
+    learner reads agree (``repr(numpy.float64(1.5))`` is not ``"1.5"``). numpy is not imported."""
+    if isinstance(value, bool | str | float | int):
+        for plain in (bool, str, int, float):  # bool before int: a bool subclass is an int
+            if isinstance(value, plain):
+                return plain(value)
+    if isinstance(value, numbers.Integral):
+        return int(value)
+    if isinstance(value, numbers.Real):
+        return float(value)
+    if getattr(getattr(value, "dtype", None), "kind", None) == "b" and getattr(value, "ndim", None) == 0:
+        return bool(value)
+    return None
 
 
 _VALID_NAMES: set[str] = set()
