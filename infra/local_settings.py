@@ -38,6 +38,12 @@ FROM_AZD = {
 }
 """azd output → the setting it fills (``infra/main.bicep`` declares the outputs)."""
 
+FROM_AZD_IF_SET = {"AGENT_LEARNING_JUDGE_TOKENS_PER_MINUTE": "AGENT_LEARNING_JUDGE_TOKENS_PER_MINUTE"}
+"""Outputs that deployments made before them lack: copied when present, else the sample's value
+stays. The judge's token pacing is one instance's share of the judge deployment's capacity; a
+host run locally against that deployment paces itself as one more instance would, instead of
+sending every evaluator call at once."""
+
 USER_IDENTITY = ("CosmosDBConnection__clientId", "ServiceBusConnection__clientId", "AGENT_LEARNING_JUDGE_CLIENT_ID")
 """Settings that select a user-assigned managed identity in Azure; left out locally, so your
 own identity (``az login``) is used."""
@@ -66,6 +72,9 @@ def local_settings(sample: dict, azd: dict[str, str], user: str) -> dict:
     values = dict(sample["Values"])
     for output, setting in FROM_AZD.items():
         values[setting] = azd[output]
+    for output, setting in FROM_AZD_IF_SET.items():
+        if azd.get(output):
+            values[setting] = azd[output]
     for setting in USER_IDENTITY:
         values.pop(setting, None)
     values["AGENT_LEARNING_LEASE_PREFIX"] = f"local-{re.sub(r'[^A-Za-z0-9]', '', user)[:20] or 'dev'}-"

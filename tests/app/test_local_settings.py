@@ -23,6 +23,7 @@ AGENT_LEARNING_COSMOS_ENDPOINT="https://cosmos-abc.documents.azure.com:443/"
 AGENT_LEARNING_JUDGE="evaluators"
 AGENT_LEARNING_JUDGE_AZURE_ENDPOINT="https://oai-abc.openai.azure.com/"
 AGENT_LEARNING_JUDGE_DEPLOYMENT="judge"
+AGENT_LEARNING_JUDGE_TOKENS_PER_MINUTE="18000"
 AGENT_LEARNING_QUEUE="servicebus"
 AGENT_LEARNING_QUEUE_NAME="score-episodes"
 AGENT_LEARNING_SERVICEBUS_NAMESPACE="sb-abc.servicebus.windows.net"
@@ -47,6 +48,7 @@ def test_the_settings_come_from_the_azd_outputs_and_select_the_users_identity(tm
     assert written["ServiceBusConnection__fullyQualifiedNamespace"] == "sb-abc.servicebus.windows.net"
     assert written["AGENT_LEARNING_JUDGE_AZURE_ENDPOINT"] == "https://oai-abc.openai.azure.com/"
     assert written["AGENT_LEARNING_TRAIN_QUEUE_NAME"] == "train-agents-dev"  # not the sample's default
+    assert written["AGENT_LEARNING_JUDGE_TOKENS_PER_MINUTE"] == "18000"  # paced as the app's instances are
     assert not [v for v in written.values() if "<" in v], "a placeholder was left in"
     assert not [k for k in written if k.endswith("clientId") or k == "AGENT_LEARNING_JUDGE_CLIENT_ID"]
     assert re.fullmatch(r"local-[A-Za-z0-9]{1,20}-", written["AGENT_LEARNING_LEASE_PREFIX"])
@@ -70,3 +72,14 @@ def test_it_refuses_to_replace_a_file_or_to_guess_a_missing_output(tmp_path: Pat
     done = run("--values", str(values), "--out", str(out))
     assert done.returncode == 2 and "--force" in done.stderr and out.read_text() == "{}"
     assert run("--values", str(values), "--out", str(out), "--force").returncode == 0
+
+
+def test_a_deployment_without_the_pacing_output_keeps_the_samples_pacing(tmp_path: Path) -> None:
+    values = tmp_path / "azd.env"
+    values.write_text(AZD_VALUES.replace('AGENT_LEARNING_JUDGE_TOKENS_PER_MINUTE="18000"\n', ""))
+    out = tmp_path / "local.settings.json"
+    done = run("--values", str(values), "--out", str(out))
+    assert done.returncode == 0, done.stderr
+    sample = json.loads((ROOT / "local.settings.sample.json").read_text())["Values"]
+    written = json.loads(out.read_text())["Values"]
+    assert written["AGENT_LEARNING_JUDGE_TOKENS_PER_MINUTE"] == sample["AGENT_LEARNING_JUDGE_TOKENS_PER_MINUTE"]
