@@ -1091,7 +1091,15 @@ def agent_delete(agent_id: str, yes: bool, as_json: bool, db: str | None) -> Non
     if as_json:
         _echo_json({"agent_id": agent_id, "deleted": deleted})
         return
-    out.print(f"deleted {agent_id}: " + ", ".join(f"{n} {kind}" for kind, n in deleted.items()))
+    out.print(f"deleted {agent_id}: " + ", ".join(f"{n} {DELETED_KINDS.get(k, k)}" for k, n in deleted.items()))
+
+
+DELETED_KINDS = {
+    "policies": "policy documents (versions and the current one)",
+    "scores": "score documents (with feedback ledgers and unjudged records)",
+}
+"""How `agent delete` names the counts :meth:`~agent_learning.store.base.Store.delete_agent`
+returns (its keys stay as they are in ``--json``): they count documents, not versions or scores."""
 
 
 @main.group()
@@ -1117,8 +1125,8 @@ def runs_list(agent_id: str, limit: int, as_json: bool, db: str | None) -> None:
         _echo_json(docs)
         sys.exit(1 if len(docs) < len(stored) else 0)
     table = Table(title=f"{agent_id}: {_n(len(docs), 'newest training run')}", title_justify="left")
-    for col in ("run", "versions", "episodes", "correction rows", "corrected episodes", "rejected", "reward", "KL",
-                "finished"):
+    for col in ("run", "versions", "episodes", "correction rows", "corrected episodes", "rejected", "skipped",
+                "reward", "KL", "finished"):
         table.add_column(col, justify="left" if col in ("run", "versions", "finished") else "right",
                          no_wrap=col in ("run", "versions"))
     for d in docs:
@@ -1129,6 +1137,7 @@ def runs_list(agent_id: str, limit: int, as_json: bool, db: str | None) -> None:
              else f"v{d['base_version']}→v{d['policy_version']}"),
             str(d["episodes"]),
             str(d.get("corrections", 0)), str(d["corrected_episodes"]), str(d.get("rejected", 0)),
+            str(d.get("skipped", 0)),
             _fmt(m.get("mean_reward")) if d["episodes"] else "",  # corrections alone: no batch mean
             _fmt(m.get("kl"), 4), str(d.get("finished_at", ""))[:19],
         )

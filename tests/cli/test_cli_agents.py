@@ -97,7 +97,12 @@ def test_a_revision_adds_removes_and_renames_actions_as_a_new_version(tmp_path: 
         run = report.trained[0].run
         assert run is not None and run.skipped and run.rejected == 0  # not learned, and not invalid either
         assert "skipped" in load_current(pipeline.store, "support-bot").note
+    listed = cli("runs", "list", "--agent-id", "support-bot", "--limit", "1", "--db", db)
+    cells = [c.strip() for c in next(line for line in listed.splitlines() if run.id in line).split("│")]
+    header = [c.strip() for c in next(line for line in listed.splitlines() if "skipped" in line).split("┃")]
+    assert cells[header.index("skipped")] == str(run.skipped)  # a run that learned less says why
 
+    with open_local(load_settings(), path=db, clock=clock) as pipeline:
         h = history(pipeline.store, "support-bot")  # versions with different actions, side by side
         assert h.action_ids == ["k=1", "k=3", "k=5", "k=10", "five-passages", "k=20"]
         assert h.probabilities[0][4] is None and h.probabilities[-1][1] is None
@@ -185,8 +190,9 @@ def test_what_is_left_of_a_deleted_agent_and_an_agent_with_a_corrupt_policy_can_
     left = json.loads(cli("agent", "delete", "--agent-id", "support-bot", "--yes", "--json", "--db", db))
     assert left["deleted"]["episodes"] == 1 and left["deleted"]["policies"] == 0
     assert json.loads(cli("episodes", "list", "--json", "--db", db)) == []
-    assert json.loads(cli("agent", "delete", "--agent-id", "broken", "--yes", "--json", "--db", db))[
-        "deleted"]["policies"] == 2  # the corrupt current document and version 1
+    said = cli("agent", "delete", "--agent-id", "broken", "--yes", "--db", db)
+    # The corrupt current document and version 1: documents, not versions.
+    assert said.startswith("deleted broken: 2 policy documents (versions and the current one), 0 runs, 0 score")
     again = CliRunner().invoke(main, ["agent", "delete", "--agent-id", "support-bot", "--yes", "--db", db])
     assert again.exit_code == 2 and "'support-bot' has no policy" in again.stderr  # nothing of it is left
 
