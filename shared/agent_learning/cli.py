@@ -925,13 +925,19 @@ def _positive_version(ctx: click.Context, param: click.Parameter, value: str) ->
 def policy_rollback(agent_id: str, version: int, note: str, as_json: bool, db: str | None) -> None:
     """Publish VERSION's logits as a new version (history is never rewritten)."""
     with _store(db) as (store, settings):
-        before = _current(store, settings, agent_id).action_ids
+        try:
+            before = _current(store, settings, agent_id).action_ids
+        except InvalidDocument:
+            before = None  # an invalid current document: the rollback replaces it
         change = rollback(store, agent_id, version, note=note)
     after = change.policy.action_ids  # across a revision the actions change too: say so
-    back, gone = [a for a in after if a not in before], [a for a in before if a not in after]
+    back, gone = [a for a in after if a not in (before or after)], [a for a in before or [] if a not in after]
     done = (f"{agent_id} is now v{change.policy.version}, a copy of v{version}"
             + (f"; actions restored: {back}" if back else "")
             + (f"; actions removed: {gone} (their scores not trained yet are skipped)" if gone else ""))
+    if change.replaced_invalid:
+        done += (f"; it replaced an invalid current document ({change.replaced_invalid}): training resumes "
+                 f"from v{change.resumed_from}'s cursor, the newest valid version record")
     _report_change(change, as_json, done,
                    f"{agent_id} v{change.policy.version} is already a rollback to v{version}; nothing changed")
 

@@ -197,6 +197,23 @@ def test_what_is_left_of_a_deleted_agent_and_an_agent_with_a_corrupt_policy_can_
     assert again.exit_code == 2 and "'support-bot' has no policy" in again.stderr  # nothing of it is left
 
 
+def test_policy_rollback_repairs_an_agent_whose_current_document_was_edited_into_an_invalid_one(
+    tmp_path: Path, db: str
+) -> None:
+    actions = actions_file(tmp_path, "a.json", ["a", "b"])
+    cli("init-policy", "--agent-id", "bot", "--db", db, "--actions", actions)
+    with SQLiteStore(db) as store:
+        store.put_raw_current_policy("bot", {**store.get_current_policy("bot").doc, "logits": [0.0]})
+    shown = CliRunner().invoke(main, ["policy", "show", "--agent-id", "bot", "--db", db])
+    assert shown.exit_code != 0 and "logits" in shown.stderr
+    said = " ".join(cli("policy", "rollback", "--agent-id", "bot", "1", "--db", db).split())
+    assert said.startswith("bot is now v2, a copy of v1; it replaced an invalid current document (invalid policy "
+                           "'bot:current': logits: has 1 entries but there are 2 actions): training resumes from "
+                           "v1's cursor, the newest valid version record")
+    assert "actions restored" not in said
+    assert json.loads(cli("policy", "show", "--agent-id", "bot", "--json", "--db", db))["version"] == 2
+
+
 def test_agent_list_names_an_agent_with_an_invalid_policy_and_lists_the_others(tmp_path: Path, db: str) -> None:
     actions = actions_file(tmp_path, "a.json", ["a", "b"])
     for agent_id in ("alpha", "beta", "gamma"):

@@ -15,7 +15,7 @@ from agent_learning.client import PolicyClient
 from agent_learning.clock import ManualClock
 from agent_learning.documents import PolicyDocument
 from agent_learning.drift import DriftConfig, RunReward, assess, review
-from agent_learning.errors import ConcurrencyConflict, NotFound
+from agent_learning.errors import ConcurrencyConflict, InvalidDocument, NotFound
 from agent_learning.judges.offline import OfflineJudge
 from agent_learning.learner import RECENT, Reinforce
 from agent_learning.local import LocalPipeline
@@ -183,6 +183,56 @@ def test_rollback_rejects_unknown_and_current_versions(store: Store, tmp_path: P
         rollback(store, AGENT, 2)
     with pytest.raises(NotFound, match="agent_id"):
         rollback(store, "nobody", 1)
+
+
+def test_a_rollback_repairs_an_invalid_current_document_from_the_newest_valid_version(
+    backend: Any, tmp_path: Path
+) -> None:
+    """A current document edited by hand stops the agent's training, and no other intervention
+    can read it: a rollback replaces it, resuming from the version record it was a copy of."""
+    store = backend.store
+    agent = Agent(store, tmp_path)
+    for _ in range(3):
+        agent.round()
+    good = load_current(store, AGENT)
+    assert good is not None and good.version == 4
+    edited = {**store.get_current_policy(AGENT).doc, "temperature": 0}  # type: ignore[union-attr]
+    backend.put_raw("policies", {**edited, "pinned": True, "pin_reason": "investigating"})
+    with pytest.raises(InvalidDocument, match="temperature"):
+        set_pinned(store, AGENT, False)  # no other intervention can read it
+
+    change = rollback(store, AGENT, 2, clock=agent.clock, note="after a bad edit")
+    new = change.policy
+    assert change.changed and "temperature" in change.replaced_invalid and change.resumed_from == 4
+    assert (new.version, new.source, new.parent_version) == (5, "rollback", 2)
+    assert new.cursor == good.cursor and new.learner_state == good.learner_state  # nothing learned is lost
+    assert new.logits == PolicyDocument.from_dict(store.get_policy_version(AGENT, 2)).logits
+    assert (new.pinned, new.pin_reason) == (True, "investigating")  # the pin is kept
+    assert "invalid current document" in new.note and "after a bad edit" in new.note
+    assert [v["version"] for v in store.list_policy_versions(AGENT)] == [1, 2, 3, 4, 5]
+    assert not rollback(store, AGENT, 2, clock=agent.clock).changed  # repeating it changes nothing
+
+    set_pinned(store, AGENT, False)
+    trained = agent.round().trained
+    assert [t.status for t in trained] == ["published"] and trained[0].run is not None
+    assert trained[0].run.base_version == 5 and trained[0].run.cursor_from == good.cursor
+
+
+@pytest.mark.parametrize(("claimed", "next_version"), [(2, 3), (3, 4), (99, 3), ("x", 3)])
+def test_a_repairing_rollback_numbers_past_a_version_a_crash_left_unrecorded(
+    backend: Any, tmp_path: Path, claimed: Any, next_version: int
+) -> None:
+    """Agents may have logged episodes under the version an invalid current document holds when
+    a crash left it unrecorded (one past the records): the repair takes the number after it. A
+    number edited in (99, "x") is not taken."""
+    store = backend.store
+    agent = Agent(store, tmp_path)
+    agent.round()
+    doc = store.get_current_policy(AGENT).doc  # type: ignore[union-attr]
+    backend.put_raw("policies", {**doc, "version": claimed, "logits": [1e9] * len(doc["logits"])})
+    change = rollback(store, AGENT, 1, clock=agent.clock)
+    assert change.resumed_from == 2 and change.policy.version == next_version
+    assert change.policy.cursor == PolicyDocument.from_dict(store.get_policy_version(AGENT, 2)).cursor
 
 
 def test_pin_freezes_learning_and_unpin_learns_what_arrived_meanwhile(store: Store, tmp_path: Path) -> None:

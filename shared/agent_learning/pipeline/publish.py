@@ -45,7 +45,7 @@ from dataclasses import dataclass
 from .. import notices
 from ..clock import SYSTEM_CLOCK, Clock
 from ..documents import MAX_NOTE_CHARS, Action, PolicyDocument, stored_policy
-from ..errors import ConcurrencyConflict, NotFound
+from ..errors import ConcurrencyConflict, InvalidDocument, NotFound
 from ..store.base import Store, same_document
 
 ATTEMPTS = 5
@@ -141,6 +141,10 @@ class Change:
 
     policy: PolicyDocument
     changed: bool
+    replaced_invalid: str = ""
+    """When a rollback replaced an invalid current document: what was wrong with it."""
+    resumed_from: int = 0
+    """And the version record whose training cursor and learner state stood in for it."""
 
 
 def swap(store: Store, agent_id: str, change: Callable[[PolicyDocument], PolicyDocument | None]) -> Change:
@@ -179,7 +183,11 @@ def rollback(store: Store, agent_id: str, version: int, *, clock: Clock = SYSTEM
     merges: an action the current version has keeps its evidence up to the current cursor (what
     was learned since ``version`` stays true), and an action that ``version`` has and the current
     version lacks (a revision dropped or renamed it) gets back the evidence ``version`` had for
-    it; the change test's recent sums likewise. Repeating it changes nothing."""
+    it; the change test's recent sums likewise. Repeating it changes nothing.
+
+    It also repairs an agent whose current document is invalid (edited by hand, say), which
+    stops its training and which no other intervention can read: the newest valid version
+    record stands in for it (:func:`_stand_in`)."""
     raw = store.get_policy_version(agent_id, version)
     if raw is None:
         current = store.get_current_policy(agent_id)
@@ -189,14 +197,10 @@ def rollback(store: Store, agent_id: str, version: int, *, clock: Clock = SYSTEM
         raise NotFound(f"VERSION: {agent_id!r} has no version {version} (versions 1 to {current.doc.get('version')})")
     target = stored_policy(raw)
 
-    def change(current: PolicyDocument) -> PolicyDocument | None:
-        if current.source == "rollback" and current.parent_version == version:
-            return None  # already rolled back to it
-        if current.version == version:
-            raise ValueError(f"VERSION: v{version} is the current version of {agent_id!r}; nothing to roll back")
+    def copy(current: PolicyDocument, next_version: int, from_: str) -> PolicyDocument:
         return current.model_copy(
             update={
-                "version": current.version + 1,
+                "version": next_version,
                 "actions": list(target.actions),
                 "learner_state": remap_state(
                     current.learner_state, current.action_ids, target.action_ids, {},
@@ -213,12 +217,71 @@ def rollback(store: Store, agent_id: str, version: int, *, clock: Clock = SYSTEM
                 "parent_version": version,
                 "run": None,
                 "created_at": clock.now(),
-                "note": (f"rollback from v{current.version} to v{version}"
-                         + (f": {note}" if note else ""))[:MAX_NOTE_CHARS],
+                "note": (f"rollback from {from_} to v{version}" + (f": {note}" if note else ""))[:MAX_NOTE_CHARS],
             }
         )
 
-    return swap(store, agent_id, change)
+    def change(current: PolicyDocument) -> PolicyDocument | None:
+        if current.source == "rollback" and current.parent_version == version:
+            return None  # already rolled back to it
+        if current.version == version:
+            raise ValueError(f"VERSION: v{version} is the current version of {agent_id!r}; nothing to roll back")
+        return copy(current, current.version + 1, f"v{current.version}")
+
+    for _ in range(ATTEMPTS):
+        tagged = store.get_current_policy(agent_id)
+        if tagged is None:
+            raise NotFound(f"agent_id: {agent_id!r} has no policy")
+        try:
+            stored_policy(tagged.doc)
+        except InvalidDocument as problem:
+            stand_in, next_version = _stand_in(store, agent_id, tagged.doc, problem)
+            new = copy(stand_in, next_version, f"an invalid current document (training resumes from "
+                                               f"v{stand_in.version}'s cursor)")
+            try:
+                return Change(publish(store, new, tagged.etag), True, str(problem), stand_in.version)
+            except ConcurrencyConflict:
+                continue  # someone else wrote it meanwhile: read it again
+        return swap(store, agent_id, change)
+    raise ConcurrencyConflict(f"the policy of {agent_id!r} kept changing; try again")
+
+
+STAND_IN_RECORDS = 16
+"""How many of the newest version records a rollback over an invalid current document reads to
+find a valid one (a crash leaves at most one version unrecorded; a corrupted store, more)."""
+
+
+def _stand_in(store: Store, agent_id: str, invalid: dict, problem: InvalidDocument) -> tuple[PolicyDocument, int]:
+    """What replaces an invalid current document: the newest valid version record (its logits,
+    learner state and training cursor: when it is the version the invalid document holds, as
+    after a hand edit, nothing is lost; when it is older, the scores the versions after it had
+    learned are learned again from its cursor), with the pin of the invalid document when that
+    is readable; and the number the next version takes, past every version recorded and the one
+    the invalid document holds if a crash left it unrecorded (agents may have logged episodes
+    under any of them).
+
+    Raises :class:`~agent_learning.errors.InvalidDocument` when no recent record is valid."""
+    records = store.list_policy_versions(agent_id, STAND_IN_RECORDS)
+    valid = []
+    for record_ in records:
+        try:
+            valid.append(stored_policy(record_))
+        except InvalidDocument:
+            continue
+    if not valid:
+        raise InvalidDocument(
+            f"policy {invalid.get('id')!r}",
+            [*problem.problems, ("version", f"and none of the newest {STAND_IN_RECORDS} version records is valid "
+                                            "to resume training from")],
+        )
+    newest = max(n for r in records if type(n := r.get("version")) is int)
+    if invalid.get("version") == newest + 1:
+        newest += 1  # a version whose records a crash left unwritten; a number edited in is not taken
+    pinned, reason = invalid.get("pinned"), invalid.get("pin_reason")
+    stand_in = valid[-1].as_kind("current").model_copy(
+        update={"pinned": pinned is True, "pin_reason": reason if pinned is True and isinstance(reason, str) else ""}
+    )
+    return stand_in, newest + 1
 
 
 def revise(
