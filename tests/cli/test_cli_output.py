@@ -83,7 +83,7 @@ def test_a_run_that_learned_only_corrections_shows_no_mean_reward(db: str) -> No
     runner = CliRunner()
     runs = runner.invoke(main, ["runs", "list", "--agent-id", "bot", "--db", db])
     row = next(line for line in runs.stdout.splitlines() if "bot:run:v3" in line).split("│")
-    assert row[3].strip() == "0" and row[7].strip() == "", runs.stdout  # episodes 0, reward blank
+    assert row[3].strip() == "0" and row[8].strip() == "", runs.stdout  # episodes 0, reward blank
     shown = runner.invoke(main, ["policy", "show", "--agent-id", "bot", "--db", db]).stdout
     assert "last run bot:run:v3: 0 episodes (1 correction row), KL" in shown and "0.000" not in shown, shown
     history = runner.invoke(main, ["policy", "history", "--agent-id", "bot", "--json", "--db", db]).stdout
