@@ -50,6 +50,7 @@ from .errors import (
     ConfigurationError,
     InvalidDocument,
     NotFound,
+    StoredDocumentInvalid,
     TransientError,
 )
 from .feedback import record_feedback, score_rows, sweep
@@ -101,6 +102,8 @@ def _handle_errors(fn: Callable[..., Any]) -> Callable[..., Any]:
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         try:
             return fn(*args, **kwargs)
+        except StoredDocumentInvalid as exc:  # what the store holds, not what was asked
+            _fail(str(exc), 1)
         except BAD_INPUT as exc:
             _fail(str(exc), 2)
         except AgentLearningError as exc:

@@ -54,7 +54,7 @@ from pydantic import (
     model_validator,
 )
 
-from .errors import DocumentTooLarge, InvalidDocument
+from .errors import DocumentTooLarge, InvalidDocument, StoredDocumentInvalid
 
 SCHEMA_VERSION = 2
 """The newest schema this library understands. Documents are written with the oldest schema
@@ -827,12 +827,12 @@ def policy_doc_id(agent_id: str, version: int | None) -> str:
 
 
 def stored_policy(raw: dict[str, Any]) -> PolicyDocument:
-    """A policy document read from a store; an invalid one raises :class:`InvalidDocument` naming
-    the document (``invalid policy 'support:v3': logits: ...``), since the reader did not write it."""
+    """A policy document read from a store; an invalid one raises :class:`StoredDocumentInvalid`
+    naming the document (``invalid policy 'support:v3': logits: ...``), since the reader did not write it."""
     try:
         return PolicyDocument.from_dict(raw)
     except InvalidDocument as exc:
-        raise InvalidDocument(f"policy {raw.get('id')!r}", exc.problems) from None
+        raise StoredDocumentInvalid(f"policy {raw.get('id')!r}", exc.problems) from None
 
 
 # --------------------------------------------------------------------------- scores

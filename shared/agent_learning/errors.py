@@ -37,6 +37,11 @@ class InvalidDocument(AgentLearningError, ValueError):
         return [field for field, _ in self.problems]
 
 
+class StoredDocumentInvalid(InvalidDocument):
+    """A document read from a store does not validate: another writer made it (an edit by hand, a
+    buggy or foreign writer), so it is not the caller's bad input (the CLI exits 1, not 2)."""
+
+
 class DocumentTooLarge(InvalidDocument):
     """A document over its size limit (``MAX_EPISODE_BYTES``); HTTP answers it with 413."""
 
