@@ -3,6 +3,11 @@ cannot read (the store failed): only the second keeps the last good policy."""
 
 from __future__ import annotations
 
+import asyncio
+import threading
+import time
+from typing import Any
+
 import pytest
 
 from agent_learning.client import HttpEpisodeWriter, HttpPolicySource, PolicyClient
@@ -71,3 +76,42 @@ def test_the_http_clients_name_a_bad_timeout_backoff_or_attempts_when_made(
         with pytest.raises(InvalidDocument, match=r"^invalid http policy source: timeout: must be a finite number of "
                                                   r"seconds, above 0"):
             HttpPolicySource("http://127.0.0.1:9", "key", timeout=options["timeout"])  # type: ignore[arg-type]
+
+
+class SlowStore(MemoryStore):
+    """A store whose policy read takes a while and records the thread it ran on."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.read_threads: list[int] = []
+
+    def get_current_policy_if_changed(self, agent_id: str, etag: str | None) -> Any:
+        self.read_threads.append(threading.get_ident())
+        time.sleep(0.05)
+        return super().get_current_policy_if_changed(agent_id, etag)
+
+
+def test_achoose_reads_the_store_off_the_event_loop_once_while_other_choices_use_the_cache() -> None:
+    store, clock = SlowStore(), ManualClock()
+    make_policy(store, clock)
+    client = PolicyClient(store, AGENT, refresh_seconds=10, clock=clock)
+
+    async def main() -> tuple[list[Any], int, int]:
+        loop_thread = threading.get_ident()
+        first = await client.achoose(context={"task": "billing"})
+        clock.advance(10)  # a refresh is due: one task reads, the others draw from the cache
+        ticks = 0
+
+        async def tick() -> None:  # runs only if the loop is not blocked by the read
+            nonlocal ticks
+            while client._refreshing or ticks == 0:
+                ticks += 1
+                await asyncio.sleep(0.005)
+
+        decisions = await asyncio.gather(*(client.achoose() for _ in range(5)), tick())
+        return [first, *decisions[:5]], loop_thread, ticks
+
+    decisions, loop_thread, ticks = asyncio.run(main())
+    assert [d.version for d in decisions] == [1] * 6 and decisions[0].context == {"task": "billing"}
+    assert len(store.read_threads) == 2 and loop_thread not in store.read_threads  # first read, one refresh
+    assert ticks > 2  # the loop went on while the store was read

@@ -18,6 +18,7 @@ access and go through the Function app instead: :class:`HttpPolicySource` is wha
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import random
@@ -76,6 +77,7 @@ class PolicyClient:
         self._checked_at = -float("inf")
         self._notices = -1
         self._lock = threading.Lock()
+        self._refreshing = False  # an achoose() refresh is under way in a worker thread
         self.last_error: str | None = None
         self.reads_with_transfer = 0
         self.reads_not_modified = 0
@@ -86,18 +88,33 @@ class PolicyClient:
         Raises :class:`NotFound` when the agent has no policy (never had one, or it was deleted).
         """
         policy = self._policy
-        if (
-            policy is None
-            or self.clock.time() - self._checked_at >= self.refresh_seconds
-            or notices.generation(self.agent_id) != self._notices
-        ):
+        if policy is None or self._due():
             policy = self.refresh()
         return policy
+
+    def _due(self) -> bool:
+        return (
+            self.clock.time() - self._checked_at >= self.refresh_seconds
+            or notices.generation(self.agent_id) != self._notices
+        )
 
     def choose(self, context: Mapping[str, Any] | None = None) -> Decision:
         """Draw a configuration from the current policy (:meth:`policy`); ``context`` (the
         request's features) is logged with the episode (:meth:`SoftmaxPolicy.choose`)."""
         return self.policy().choose(context=context)
+
+    async def achoose(self, context: Mapping[str, Any] | None = None) -> Decision:
+        """:meth:`choose` for asyncio code: a refresh that is due reads the store in a worker
+        thread, so the event loop goes on serving other requests meanwhile; choices made while
+        it is under way draw from the cached policy (the first read is awaited by every caller)."""
+        policy = self._policy
+        if policy is None or (self._due() and not self._refreshing):
+            self._refreshing = True  # set before awaiting: the loop's other tasks see it at once
+            try:
+                policy = await asyncio.to_thread(self.refresh)
+            finally:
+                self._refreshing = False
+        return policy.choose(context=context)
 
     def refresh(self) -> SoftmaxPolicy | StructuredPolicy:
         """Read the current document now; keep the last good policy if the read fails or the
