@@ -626,7 +626,40 @@ def test_a_failed_tool_call_can_be_recorded_without_aborting_the_run(
 def test_reraise_false_never_swallows_an_interrupt(store: MemoryStore, decision: Decision, clock: ManualClock) -> None:
     with pytest.raises(KeyboardInterrupt), capture(store, decision, clock) as run, run.tool("x", reraise=False):
         raise KeyboardInterrupt
-    assert [s.status for s in Episode.from_dict(store.get_episode("ep-1")).steps] == ["error", "error"]
+    # Stopped from outside: nothing is charged to the configuration drawn.
+    assert store.get_episode("ep-1") is None and run.discarded == "interrupted: KeyboardInterrupt"
+    with pytest.raises(RuntimeError, match="discarded"):
+        run.end("late")
+
+
+def test_a_cancelled_run_is_discarded_and_a_timeout_inside_the_block_is_a_crash(
+    store: MemoryStore, decision: Decision, clock: ManualClock
+) -> None:
+    """A restart cancels every run in flight, whatever its configuration: not the configuration's
+    failure. A timeout the agent sets inside the block is (TimeoutError, an Exception)."""
+
+    async def cancelled() -> None:
+        async with EpisodeCapture(store, decision, input="q", episode_id="ep-cancelled", clock=clock):
+            await asyncio.sleep(10)
+
+    async def timed_out() -> None:
+        async with EpisodeCapture(store, decision, input="q", episode_id="ep-slow", clock=clock):
+            async with asyncio.timeout(0.01):
+                await asyncio.sleep(10)
+
+    async def main() -> None:
+        task = asyncio.create_task(cancelled())
+        await asyncio.sleep(0.01)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        with pytest.raises(TimeoutError):
+            await timed_out()
+
+    asyncio.run(main())
+    assert store.get_episode("ep-cancelled") is None
+    slow = Episode.from_dict(store.get_episode("ep-slow"))
+    assert slow.output == "" and slow.steps[-1].name == "agent" and "TimeoutError" in (slow.steps[-1].error or "")
 
 
 def test_a_discarded_run_writes_nothing_even_when_it_raises(

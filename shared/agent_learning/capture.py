@@ -26,7 +26,12 @@ Failures, and what they cost the action drawn:
 * If the run's block raises before ``end()``, the episode is still written, with an empty output
   and an ``agent`` step in error (in place of the last step of a run at ``MAX_STEPS``), so a
   crashing configuration is learned from too (the empty output is penalised); the exception
-  propagates.
+  propagates. An exception that is not an ``Exception`` (``KeyboardInterrupt``, ``SystemExit``,
+  asyncio's ``CancelledError``) stops the run from outside and says nothing about the
+  configuration (a restart cancels every run in flight): the run is discarded
+  (``run.discarded`` says why) and nothing is written. A timeout meant to count against the
+  configuration goes inside the block (``asyncio.timeout`` there raises ``TimeoutError``, an
+  ``Exception``).
 * If ``end()`` itself cannot write the episode (the store is unreachable), its error propagates
   and no crash episode is written in its place: the run did not crash, the store failed.
 * ``run.discard(reason)`` writes nothing: for failures that say nothing about the configuration
@@ -434,6 +439,8 @@ class EpisodeCapture:
         return self
 
     def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: object) -> None:
+        if exc is not None and self._interrupted(exc):
+            return
         if exc is not None and self._crashed(exc):
             try:
                 self._record_crash(exc)
@@ -445,6 +452,8 @@ class EpisodeCapture:
         return self
 
     async def __aexit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: object) -> None:
+        if exc is not None and self._interrupted(exc):
+            return
         if exc is not None and self._crashed(exc):
             try:
                 self._record_crash(exc)
@@ -453,6 +462,15 @@ class EpisodeCapture:
                 _unrecorded(exc, f"episode {self.episode_id} was not written", failure)
 
     # ------------------------------------------------------------------ helpers
+
+    def _interrupted(self, exc: BaseException) -> bool:
+        """Whether ``exc`` stopped the run from outside (not an ``Exception``: ``KeyboardInterrupt``,
+        ``SystemExit``, asyncio's cancellation): the run is then discarded, as it says nothing about
+        the configuration drawn (a restart cancels every run in flight, whatever their configuration)."""
+        if isinstance(exc, Exception) or self.episode is not None or self.discarded is not None:
+            return False
+        self.discarded = f"interrupted: {type(exc).__name__}"
+        return True
 
     def _crashed(self, exc: BaseException) -> bool:
         """Whether leaving the block with ``exc`` is a crash to record: the run neither ended nor
