@@ -112,7 +112,9 @@ def test_real_evaluators_score_episodes(judge_server: Any, style: str, marker: s
     assert judgement.metrics["task_completion"].evaluator == "_TaskCompletionEvaluator"
     assert all(s.reason for s in judgement.metrics.values())
     assert all(s.prompt_tokens and s.completion_tokens for s in judgement.metrics.values())  # the judge's usage
-    assert judgement.judge.model == model.name
+    # Azure names the deployment; the reply names the model that answered (its version may change).
+    served = model.name if style == "openai" else f"{judge_server.deployment} ({judge_server.model})"
+    assert judgement.judge.model == served
     requests = judge_server.requests
     assert len(requests) == 3 and {r.evaluator for r in requests} == set(expected)
     if style == "azure":

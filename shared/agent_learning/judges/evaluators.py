@@ -44,12 +44,12 @@ import logging
 import math
 import random
 import threading
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit
 
-from ..documents import Episode, JudgeInfo, MetricScore
+from ..documents import MAX_NAME_CHARS, Episode, JudgeInfo, MetricScore
 from ..errors import ConfigurationError, PermanentError, TransientError
 from ..rewards import INTENT_RESOLUTION, TASK_ADHERENCE, TASK_COMPLETION
 from ..telemetry import SPAN_EVALUATOR, span
@@ -329,20 +329,32 @@ class EvaluatorJudge(Judge):
             if all(isinstance(e, TransientError) for e in errors.values()):
                 raise TransientError(f"judge unavailable: {detail}")
             raise TransientError(f"judge failed unexpectedly: {detail}")
-        return Judgement({m: t.result() for m, t in tasks.items()}, self.info)
+        results = {m: t.result() for m, t in tasks.items()}
+        return Judgement({m: score for m, (score, _) in results.items()},
+                         self._served_by(served for _, served in results.values()))
+
+    def _served_by(self, served: Iterable[str]) -> JudgeInfo:
+        """The judge, naming the model that answered when it is not the configured name: an Azure
+        OpenAI deployment's name stays when its model version changes (automatic upgrades), and
+        the reply's ``model`` tells them apart (``judge (gpt-4o-2024-11-20)``)."""
+        models = sorted({m for m in served if m and m != self.info.model})
+        if not models:
+            return self.info
+        return self.info.model_copy(update={"model": f"{self.info.model} ({', '.join(models)})"[:MAX_NAME_CHARS]})
 
     # ------------------------------------------------------------------ one metric
 
     async def _metric(
         self, metric: str, episode: Episode, episode_deadline: float, first: Booking | None
-    ) -> MetricScore:
+    ) -> tuple[MetricScore, str]:
+        """One metric's score, and the model the judge's reply names (empty if none)."""
         name = type(self.evaluators[metric]).__name__
         with span(SPAN_EVALUATOR, {"metric": metric, "evaluator": name}) as sp:
             return await self._attempts(metric, episode, episode_deadline, sp, first)
 
     async def _attempts(
         self, metric: str, episode: Episode, episode_deadline: float, sp: Any, first: Booking | None = None
-    ) -> MetricScore:
+    ) -> tuple[MetricScore, str]:
         """Up to ``max_attempts`` calls of one evaluator; ``first`` is the first call's booking in
         the token budget (later calls book their own)."""
         lim = self.limits
@@ -382,7 +394,9 @@ class EvaluatorJudge(Judge):
                 check_raw_score(metric, output, name)
                 score = metric_from_output(metric, output, name, f"azure-ai-evaluation {self.package_version}")
                 self._settle(metric, booked, score)
-                return score
+                properties = output.get(f"{metric}_properties")
+                served = properties.get("model") if isinstance(properties, Mapping) else None
+                return score, served if isinstance(served, str) else ""
             except TimeoutError:
                 last = TransientError(f"{name} gave no answer within the deadline ({lim.evaluator_deadline:g} s)")
                 break
