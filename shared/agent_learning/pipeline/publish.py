@@ -45,7 +45,7 @@ from dataclasses import dataclass
 from .. import notices
 from ..clock import SYSTEM_CLOCK, Clock
 from ..documents import MAX_NOTE_CHARS, Action, PolicyDocument, stored_policy
-from ..errors import ConcurrencyConflict, InvalidDocument, NotFound
+from ..errors import ConcurrencyConflict, InvalidDocument, NotFound, StoredDocumentInvalid
 from ..store.base import Store, same_document
 
 ATTEMPTS = 5
@@ -260,7 +260,7 @@ def _stand_in(store: Store, agent_id: str, invalid: dict, problem: InvalidDocume
     the invalid document holds if a crash left it unrecorded (agents may have logged episodes
     under any of them).
 
-    Raises :class:`~agent_learning.errors.InvalidDocument` when no recent record is valid."""
+    Raises :class:`~agent_learning.errors.StoredDocumentInvalid` when no recent record is valid."""
     records = store.list_policy_versions(agent_id, STAND_IN_RECORDS)
     valid = []
     for record_ in records:
@@ -269,7 +269,7 @@ def _stand_in(store: Store, agent_id: str, invalid: dict, problem: InvalidDocume
         except InvalidDocument:
             continue
     if not valid:
-        raise InvalidDocument(
+        raise StoredDocumentInvalid(
             f"policy {invalid.get('id')!r}",
             [*problem.problems, ("version", f"and none of the newest {STAND_IN_RECORDS} version records is valid "
                                             "to resume training from")],
@@ -279,7 +279,8 @@ def _stand_in(store: Store, agent_id: str, invalid: dict, problem: InvalidDocume
         newest += 1  # a version whose records a crash left unwritten; a number edited in is not taken
     pinned, reason = invalid.get("pinned"), invalid.get("pin_reason")
     stand_in = valid[-1].as_kind("current").model_copy(
-        update={"pinned": pinned is True, "pin_reason": reason if pinned is True and isinstance(reason, str) else ""}
+        update={"pinned": pinned is True,
+                "pin_reason": reason[:MAX_NOTE_CHARS] if pinned is True and isinstance(reason, str) else ""}
     )
     return stand_in, newest + 1
 
