@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import random
+import sqlite3
 from pathlib import Path
 
 import pytest
@@ -212,6 +213,14 @@ def test_policy_rollback_repairs_an_agent_whose_current_document_was_edited_into
                            "v1's cursor, the newest valid version record")
     assert "actions restored" not in said
     assert json.loads(cli("policy", "show", "--agent-id", "bot", "--json", "--db", db))["version"] == 2
+
+    with SQLiteStore(db) as store:  # every record edited too: nothing to resume from
+        store.put_raw_current_policy("bot", {**store.get_current_policy("bot").doc, "logits": [0.0]})
+    with sqlite3.connect(db) as conn:
+        conn.execute("UPDATE policies SET doc = json_set(doc, '$.logits', json('[0]')) WHERE id = 'bot:v2'")
+    said = " ".join(cli("policy", "rollback", "--agent-id", "bot", "1", "--db", db).split())
+    assert said.startswith("bot is now v3, a copy of v1; it replaced an invalid current document")
+    assert "training resumes from v1's cursor" in said  # v2's record is invalid too: v1 stands in
 
 
 def test_agent_list_names_an_agent_with_an_invalid_policy_and_lists_the_others(tmp_path: Path, db: str) -> None:

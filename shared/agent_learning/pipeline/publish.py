@@ -45,7 +45,7 @@ from dataclasses import dataclass
 from .. import notices
 from ..clock import SYSTEM_CLOCK, Clock
 from ..documents import MAX_NOTE_CHARS, Action, PolicyDocument, stored_policy
-from ..errors import ConcurrencyConflict, InvalidDocument, NotFound, StoredDocumentInvalid
+from ..errors import ConcurrencyConflict, InvalidDocument, NotFound
 from ..store.base import Store, same_document
 
 ATTEMPTS = 5
@@ -235,7 +235,7 @@ def rollback(store: Store, agent_id: str, version: int, *, clock: Clock = SYSTEM
         try:
             stored_policy(tagged.doc)
         except InvalidDocument as problem:
-            stand_in, next_version = _stand_in(store, agent_id, tagged.doc, problem)
+            stand_in, next_version = _stand_in(store, agent_id, tagged.doc, target)
             new = copy(stand_in, next_version, f"an invalid current document (training resumes from "
                                                f"v{stand_in.version}'s cursor)")
             try:
@@ -251,34 +251,27 @@ STAND_IN_RECORDS = 16
 find a valid one (a crash leaves at most one version unrecorded; a corrupted store, more)."""
 
 
-def _stand_in(store: Store, agent_id: str, invalid: dict, problem: InvalidDocument) -> tuple[PolicyDocument, int]:
+def _stand_in(store: Store, agent_id: str, invalid: dict, target: PolicyDocument) -> tuple[PolicyDocument, int]:
     """What replaces an invalid current document: the newest valid version record (its logits,
     learner state and training cursor: when it is the version the invalid document holds, as
     after a hand edit, nothing is lost; when it is older, the scores the versions after it had
-    learned are learned again from its cursor), with the pin of the invalid document when that
-    is readable; and the number the next version takes, past every version recorded and the one
-    the invalid document holds if a crash left it unrecorded (agents may have logged episodes
-    under any of them).
-
-    Raises :class:`~agent_learning.errors.StoredDocumentInvalid` when no recent record is valid."""
+    learned are learned again from its cursor), or ``target`` if none of the newest
+    :data:`STAND_IN_RECORDS` is valid, with the pin of the invalid document when that is
+    readable; and the number the next version takes, past every version recorded and the one the
+    invalid document holds if a crash left it unrecorded (agents may have logged episodes under
+    any of them)."""
     records = store.list_policy_versions(agent_id, STAND_IN_RECORDS)
-    valid = []
+    valid = [target]
     for record_ in records:
         try:
             valid.append(stored_policy(record_))
         except InvalidDocument:
             continue
-    if not valid:
-        raise StoredDocumentInvalid(
-            f"policy {invalid.get('id')!r}",
-            [*problem.problems, ("version", f"and none of the newest {STAND_IN_RECORDS} version records is valid "
-                                            "to resume training from")],
-        )
     newest = max(n for r in records if type(n := r.get("version")) is int)
     if invalid.get("version") == newest + 1:
         newest += 1  # a version whose records a crash left unwritten; a number edited in is not taken
     pinned, reason = invalid.get("pinned"), invalid.get("pin_reason")
-    stand_in = valid[-1].as_kind("current").model_copy(
+    stand_in = max(valid, key=lambda v: v.version).as_kind("current").model_copy(
         update={"pinned": pinned is True,
                 "pin_reason": reason[:MAX_NOTE_CHARS] if pinned is True and isinstance(reason, str) else ""}
     )
