@@ -22,6 +22,7 @@ import asyncio
 import json
 import logging
 import random
+import re
 import sys
 import threading
 import time
@@ -278,9 +279,8 @@ class HttpEpisodeWriter:
                 if status == 409:
                     raise ConcurrencyConflict(f"episode {episode.id!r}: {message}") from None
                 if status in (400, 413):  # 413: over MAX_EPISODE_BYTES, told apart as on the server
-                    field, _, detail = message.partition(": ")
                     error = DocumentTooLarge if status == 413 else InvalidDocument
-                    raise error("episode", [(field, detail) if detail else ("(document)", message)]) from None
+                    raise error("episode", _problems(message)) from None
                 if status in (401, 403, 404):
                     raise ConfigurationError(f"{url} answered {status}: {message}") from None
                 if status != 429 and status < 500:
@@ -306,6 +306,26 @@ def _seconds_problem(value: object, *, above_zero: bool = False) -> str | None:
     ):
         return f"must be a finite number of seconds, {'above' if above_zero else 'at least'} 0, got {value!r:.40}"
     return None
+
+
+FIELD_PATH = re.compile(r"[A-Za-z_][\w.\[\]-]*")
+"""A field as an answer names it: ``probability``, ``steps[2].latency_ms``, ``context.task``."""
+
+
+def _problems(message: str) -> list[tuple[str, str]]:
+    """The ``(field, problem)`` pairs of a refusal worded as :class:`InvalidDocument` words them
+    (``"probability: must be at most 1; context.task: ..."``); a part that names no field belongs
+    to the problem before it (a problem may contain ``"; "``)."""
+    pairs: list[tuple[str, str]] = []
+    for part in message.split("; "):
+        field, sep, detail = part.partition(": ")
+        if sep and FIELD_PATH.fullmatch(field):
+            pairs.append((field, detail))
+        elif pairs:
+            pairs[-1] = (pairs[-1][0], f"{pairs[-1][1]}; {part}")
+        else:
+            pairs.append(("(document)", part))
+    return pairs
 
 
 def _error_text(exc: urllib.error.HTTPError) -> str:

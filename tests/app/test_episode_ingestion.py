@@ -276,10 +276,12 @@ def test_the_writers_setting_is_validated_at_start_naming_the_variable(monkeypat
 class IngestServer:
     """A local HTTP server in front of the app's ingest and policy functions, checking function
     keys as the Functions host does (401 without a known key). ``faults`` are statuses answered
-    first, ``pages`` bodies answered first to a GET (200, HTML: a sign-in page in front of the app)."""
+    first (with ``fault_error`` as the error), ``pages`` bodies answered first to a GET (200, HTML:
+    a sign-in page in front of the app)."""
 
     def __init__(self, keys: set[str]) -> None:
         self.faults: list[tuple[int, dict[str, str]]] = []
+        self.fault_error = "probability: injected"
         self.pages: list[bytes] = []
         self.requests = 0
         outer = self
@@ -292,7 +294,7 @@ class IngestServer:
                 match = re.fullmatch(r"/api/agents/([^/]+)/episodes", url.path)
                 if outer.faults:
                     status, headers = outer.faults.pop(0)
-                    return self.answer(status, {"error": "probability: injected"}, headers)
+                    return self.answer(status, {"error": outer.fault_error}, headers)
                 if match is None:
                     return self.answer(404, {"error": "no such route"})
                 if self.headers.get("x-functions-key") not in keys:
@@ -411,6 +413,15 @@ def test_the_http_writer_maps_refusals_to_errors(app: App, server: IngestServer)
     with pytest.raises(DocumentTooLarge) as too_large:
         HttpEpisodeWriter(server.url, BILLING_KEY).add_episode(billing)
     assert too_large.value.fields == ["probability"]
+    # A route of another version may name several fields, as InvalidDocument words them.
+    server.faults = [(400, {})]
+    server.fault_error = "probability: must be at most 1; steps[0].status: one of ok; error, got 'x'; context: odd"
+    with pytest.raises(InvalidDocument) as several:
+        HttpEpisodeWriter(server.url, BILLING_KEY).add_episode(billing)
+    assert several.value.problems == [
+        ("probability", "must be at most 1"), ("steps[0].status", "one of ok; error, got 'x'"), ("context", "odd")
+    ]
+    server.fault_error = "probability: injected"
     server.faults = [(415, {})]
     with pytest.raises(PermanentError, match="415"):
         HttpEpisodeWriter(server.url, BILLING_KEY).add_episode(billing)
