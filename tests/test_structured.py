@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import enum
 import json
 import math
 import random
@@ -602,6 +603,11 @@ def test_numpy_scalars_in_a_context_are_the_plain_values_they_stand_for() -> Non
         assert decision.config["prompt"] == prompt, value
         assert decision.context == {"size": plain} and type(decision.context["size"]) is type(plain)
         assert chooser.marginals({"size": value}) == chooser.marginals({"size": plain})
+
+    class Size(str, enum.Enum):  # noqa: UP042 - the mixin whose str() is "Size.THREE", unlike StrEnum's
+        THREE = "3"
+
+    assert chooser.choose(context={"size": Size.THREE}).context == {"size": "3"}  # its value, not "Size.THREE"
     with pytest.raises(InvalidDocument, match=r"context\.size: must be a category"):
         chooser.choose(context={"size": np.float64("nan")})
     with pytest.raises(InvalidDocument, match=r"context\.size: must be a category"):

@@ -230,8 +230,10 @@ def _plain_scalar(value: Any) -> str | bool | int | float | None:
     ``numpy.int64`` read from a data frame, a ``numpy.bool_``) or a subclass of ``str``/``float``
     becomes the built-in type, so that its segment name, the logged episode and the number the
     learner reads agree (``repr(numpy.float64(1.5))`` is not ``"1.5"``). numpy is not imported."""
-    if isinstance(value, bool | str | float | int):
-        for plain in (bool, str, int, float):  # bool before int: a bool subclass is an int
+    if isinstance(value, str):
+        return str.__str__(value)  # the characters, not the subclass's str(): a str Enum's value
+    if isinstance(value, bool | float | int):
+        for plain in (bool, int, float):  # bool before int: a bool is an int
             if isinstance(value, plain):
                 return plain(value)
     if isinstance(value, numbers.Integral):
