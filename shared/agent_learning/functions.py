@@ -518,6 +518,8 @@ def post_episode(agent_id: str, body: bytes, caller: Caller, rt: Runtime) -> Htt
         data = parse_json(body)
     except ValueError as exc:
         return _json_answer(400, {"error": f"body: {exc}"})
+    if not isinstance(data, dict):
+        return _json_answer(400, {"error": "body: must be a JSON object, the episode document"})
     try:
         episode = Episode.from_dict(data)
     except InvalidDocument as exc:  # over MAX_EPISODE_BYTES as the document measures it: 413
