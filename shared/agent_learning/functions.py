@@ -59,6 +59,7 @@ from .errors import (
     InvalidDocument,
     LimitExceeded,
     NotFound,
+    StoredDocumentInvalid,
     TransientError,
 )
 
@@ -365,7 +366,8 @@ def post_feedback(episode_id: str, body: bytes, caller: Caller, rt: Runtime) -> 
     episode's stored score is invalid: the feedback is kept, training skips the episode), 202
     when the episode is not scored yet (its scorer applies the feedback), 400 naming the bad
     field (a ``source`` field included), 404 for an unknown episode, 409 for a new source beyond
-    :data:`~agent_learning.feedback.MAX_FEEDBACK_SOURCES`, 413 for a body over 16 KiB.
+    :data:`~agent_learning.feedback.MAX_FEEDBACK_SOURCES` or an episode whose stored document has
+    no valid agent id (written around the validation; nothing is stored), 413 for a body over 16 KiB.
     """
     # lazy: pydantic (see the module docstring)
     from .documents import episode_id_problem, parse_json
@@ -407,6 +409,8 @@ def post_feedback(episode_id: str, body: bytes, caller: Caller, rt: Runtime) -> 
             source=caller.id,
             comment=data.get("comment", ""),
         )
+    except StoredDocumentInvalid as exc:  # the stored episode's fault, not the request's
+        return _json_answer(409, {"error": f"episode_id: {exc}; it takes no feedback"})
     except InvalidDocument as exc:
         return _json_answer(400, {"error": str(exc).removeprefix("invalid feedback: ")})
     except NotFound as exc:
