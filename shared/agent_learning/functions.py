@@ -19,8 +19,8 @@ Failure semantics per trigger:
   fails fast, and Service Bus dead-letters the message after MaxDeliveryCount deliveries.
 * ``train`` (timer) first applies feedback whose handler died before applying it, then plans
   the tick: one message per agent with new scores on the training queue
-  (:mod:`agent_learning.pipeline.fanout`); it raises only if sending fails (the next tick
-  plans again).
+  (:mod:`agent_learning.pipeline.fanout`); it raises only if the store cannot list the agents
+  or sending fails (the next tick plans again).
 * ``train_agent`` (Service Bus, the training queue) trains the agent a message names; every
   outcome completes the message (a store outage is logged as a warning, ``unavailable``; a
   corrupt policy or anything else as an error; the next tick asks again), except a body that
