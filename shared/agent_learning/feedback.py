@@ -61,11 +61,19 @@ from .documents import (
     LearnedBase,
     RewardInfo,
     Score,
+    agent_id_problem,
     correction_doc_id,
     correction_ledger_id,
     legacy_correction_doc_id,
 )
-from .errors import ConcurrencyConflict, InvalidDocument, LimitExceeded, NotFound, TransientError
+from .errors import (
+    ConcurrencyConflict,
+    InvalidDocument,
+    LimitExceeded,
+    NotFound,
+    StoredDocumentInvalid,
+    TransientError,
+)
 from .rewards import with_feedback
 from .store.base import RawDoc, Store
 from .telemetry import FEEDBACK_CORRECTIONS, FEEDBACK_RECEIVED, SPAN_FEEDBACK, count, span
@@ -142,7 +150,8 @@ def record_feedback(
     Give ``thumb`` (``"up"``/``"down"``) or ``score`` (0 to 1). ``source`` says who gives it
     (the HTTP function passes the caller's identity; in-process callers are trusted to name
     it). Raises :class:`NotFound` for an unknown episode, :class:`InvalidDocument` (naming the
-    field) for bad input and :class:`LimitExceeded` for a new source beyond
+    field) for bad input, :class:`StoredDocumentInvalid` for a stored episode without a valid
+    agent id (nothing is stored) and :class:`LimitExceeded` for a new source beyond
     :data:`MAX_FEEDBACK_SOURCES`. Idempotent: the same source posting the same verdict again
     changes nothing. Feedback on an episode whose score document is invalid is stored, with the
     status ``rejected`` and the problem: training skips that episode.
@@ -164,8 +173,8 @@ def record_feedback(
         if raw is None:
             raise NotFound(f"episode_id: episode {episode_id!r} does not exist")
         agent_id = raw.get("agent_id")
-        if not isinstance(agent_id, str):
-            raise InvalidDocument("episode", [("agent_id", "the stored episode has no agent id")])
+        if problem := agent_id_problem(agent_id):  # written around the validation (by hand, or a foreign writer)
+            raise StoredDocumentInvalid(f"episode {episode_id!r}", [("agent_id", problem)])
         sources = {doc.get("source") for doc in store.list_feedback(episode_id)}
         if source not in sources and len(sources) >= MAX_FEEDBACK_SOURCES:
             raise LimitExceeded(

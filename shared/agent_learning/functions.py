@@ -19,8 +19,8 @@ Failure semantics per trigger:
   fails fast, and Service Bus dead-letters the message after MaxDeliveryCount deliveries.
 * ``train`` (timer) first applies feedback whose handler died before applying it, then plans
   the tick: one message per agent with new scores on the training queue
-  (:mod:`agent_learning.pipeline.fanout`); it raises only if sending fails (the next tick
-  plans again).
+  (:mod:`agent_learning.pipeline.fanout`); it raises only if the store cannot list the agents
+  or sending fails (the next tick plans again).
 * ``train_agent`` (Service Bus, the training queue) trains the agent a message names; every
   outcome completes the message (a store outage is logged as a warning, ``unavailable``; a
   corrupt policy or anything else as an error; the next tick asks again), except a body that
@@ -59,6 +59,7 @@ from .errors import (
     InvalidDocument,
     LimitExceeded,
     NotFound,
+    StoredDocumentInvalid,
     TransientError,
 )
 
@@ -365,7 +366,8 @@ def post_feedback(episode_id: str, body: bytes, caller: Caller, rt: Runtime) -> 
     episode's stored score is invalid: the feedback is kept, training skips the episode), 202
     when the episode is not scored yet (its scorer applies the feedback), 400 naming the bad
     field (a ``source`` field included), 404 for an unknown episode, 409 for a new source beyond
-    :data:`~agent_learning.feedback.MAX_FEEDBACK_SOURCES`, 413 for a body over 16 KiB.
+    :data:`~agent_learning.feedback.MAX_FEEDBACK_SOURCES` or an episode whose stored document has
+    no valid agent id (written around the validation; nothing is stored), 413 for a body over 16 KiB.
     """
     # lazy: pydantic (see the module docstring)
     from .documents import episode_id_problem, parse_json
@@ -407,6 +409,8 @@ def post_feedback(episode_id: str, body: bytes, caller: Caller, rt: Runtime) -> 
             source=caller.id,
             comment=data.get("comment", ""),
         )
+    except StoredDocumentInvalid as exc:  # the stored episode's fault, not the request's
+        return _json_answer(409, {"error": f"episode_id: {exc}; it takes no feedback"})
     except InvalidDocument as exc:
         return _json_answer(400, {"error": str(exc).removeprefix("invalid feedback: ")})
     except NotFound as exc:
@@ -518,6 +522,8 @@ def post_episode(agent_id: str, body: bytes, caller: Caller, rt: Runtime) -> Htt
         data = parse_json(body)
     except ValueError as exc:
         return _json_answer(400, {"error": f"body: {exc}"})
+    if not isinstance(data, dict):
+        return _json_answer(400, {"error": "body: must be a JSON object, the episode document"})
     try:
         episode = Episode.from_dict(data)
     except InvalidDocument as exc:  # over MAX_EPISODE_BYTES as the document measures it: 413

@@ -137,6 +137,10 @@ def test_the_body_must_be_an_episode_of_the_path_agent(app: App) -> None:
     assert status == 400 and body["error"].startswith("body: is not valid JSON (")
     status, body = app.post("support-eu", b"[" * 10_000)
     assert status == 400 and "nested" in body["error"]
+    for not_an_object in (b"null", b"[]", b'"episode"', b""):  # JSON, but no episode: the body is named
+        status, body = app.post("support-eu", not_an_object)
+        assert status == 400 and body["error"].startswith("body:"), body
+        assert "NoneType" not in body["error"] and "(document)" not in body["error"]
     status, body = app.post("not an id!", episode())
     assert status == 400 and body["error"].startswith("agent_id:")
     assert app.store.list_episodes() == []

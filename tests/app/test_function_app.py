@@ -548,6 +548,21 @@ def test_http_feedback_rejects_bad_input_naming_the_field(env: Env, body: Any, s
     assert env.store.list_feedback(doc["id"]) == []
 
 
+def test_http_feedback_on_a_stored_episode_without_a_valid_agent_id_is_409_not_the_callers_400(env: Env) -> None:
+    """An episode written around the validation (agents may write to Cosmos DB directly) takes no
+    feedback: the caller sent no agent_id, so the answer does not say its request was bad."""
+    (doc,) = env.episodes(1)
+    env.store.add_episode(Episode.from_dict(doc))
+    for edit, problem in [("json_set(doc, '$.agent_id', 'Support Bot')", "'Support Bot' is not an agent id"),
+                          ("json_remove(doc, '$.agent_id')", "agent id must be a non-empty string")]:
+        with closing(sqlite3.connect(env.rt.settings.sqlite_path)) as conn, conn:
+            conn.execute(f"UPDATE episodes SET doc = {edit} WHERE id = ?", (doc["id"],))
+        status, body = http_feedback(doc["id"], {"thumb": "up"})
+        assert status == 409, body
+        assert body["error"].startswith(f"episode_id: invalid episode {doc['id']!r}: agent_id: {problem}")
+        assert env.store.list_feedback(doc["id"]) == []
+
+
 def test_http_feedback_for_an_unknown_episode_is_404(env: Env) -> None:
     status, body = http_feedback("no-such-episode", {"thumb": "up"})
     assert status == 404 and "no-such-episode" in body["error"]
