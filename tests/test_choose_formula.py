@@ -1,0 +1,218 @@
+"""The choose formula of docs/how-it-works.md#choosing-in-another-language, implemented from the
+docs alone (plain Python on the document's JSON), against the library's probabilities on
+documents produced by real training."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import math
+import random
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+import pytest
+
+from agent_learning.documents import PolicyDocument
+from agent_learning.learner import Batch as FlatBatch
+from agent_learning.learner import LearnerConfig, Reinforce
+from agent_learning.policy import SoftmaxPolicy
+from agent_learning.structured import StructuredPolicy
+from agent_learning.structured_learner import Rows, learn_structured
+
+# --------------------------------------------------------------------------- the docs' formula
+
+
+def _softmax_with_floor(logits: list[float], t: float, f: float) -> list[float]:
+    m = max(x / t for x in logits)
+    exps = [math.exp(x / t - m) for x in logits]
+    total = sum(exps)
+    return [f + (1 - len(logits) * f) * e / total for e in exps]
+
+
+def _segment(value: Any) -> str:
+    if value is True:
+        return "true"
+    if value is False:
+        return "false"
+    return value if isinstance(value, str) else repr(value)
+
+
+def docs_probabilities(doc: Mapping[str, Any], x: Mapping[str, Any] | None = None) -> dict[str, float]:
+    """Every configuration id → its probability for context ``x``, from the document's JSON."""
+    actions = [a["id"] for a in doc["actions"]]
+    t = doc.get("temperature", 1.0)
+    f = doc.get("exploration_floor", 0.0)
+    if not any(doc.get(k) is not None for k in ("dimensions", "excluded", "features")):
+        return dict(zip(actions, _softmax_with_floor(list(doc["logits"]), t, f), strict=True))
+    x = x or {}
+    logits = list(doc["logits"])
+    for feature in doc.get("features") or []:
+        name = feature["name"]
+        if name not in x:
+            continue
+        value = x[name]
+        if feature["kind"] == "category":
+            offsets = (feature.get("segments") or {}).get(_segment(value))
+            if offsets is not None:
+                logits = [a + b for a, b in zip(logits, offsets, strict=True)]
+        elif feature.get("weights") is not None and isinstance(value, int | float) and not isinstance(value, bool):
+            z = (value - feature.get("center", 0.0)) / feature.get("scale", 1.0)
+            z = max(-4.0, min(4.0, z))
+            logits = [a + w * z for a, w in zip(logits, feature["weights"], strict=True)]
+    dims = doc.get("dimensions") or [{"name": "", "size": len(actions)}]
+    per_dim: list[list[tuple[str, str, float]]] = []  # (action id, value, p_d)
+    start = 0
+    for d in dims:
+        ids = actions[start : start + d["size"]]
+        probs = _softmax_with_floor(logits[start : start + d["size"]], t, f)
+        per_dim.append([(i, i.partition("=")[2], p) for i, p in zip(ids, probs, strict=True)])
+        start += d["size"]
+    rules = doc.get("excluded") or []
+    joint: dict[str, float] = {}
+    excluded_mass = 0.0
+    for combo in itertools.product(*per_dim):
+        product = math.prod(p for _, _, p in combo)
+        values = {d["name"]: v for d, (_, v, _) in zip(dims, combo, strict=True)}
+        config_id = ":".join(i for i, _, _ in combo)
+        if any(all(values.get(k) == v for k, v in rule.items()) for rule in rules):
+            excluded_mass += product
+            joint[config_id] = 0.0
+        else:
+            joint[config_id] = product
+    z = 1 - excluded_mass
+    return {k: p / z for k, p in joint.items()}
+
+
+# --------------------------------------------------------------------------- documents from training
+
+
+def _train(doc: PolicyDocument, reward: Any, contexts: Any, rounds: int, seed: int) -> list[PolicyDocument]:
+    """``doc`` and every version of ``rounds`` updates on episodes drawn from the policy itself."""
+    rng = random.Random(seed)
+    out = [doc]
+    for _ in range(rounds):
+        chooser = StructuredPolicy(doc, rng=rng)
+        rows: list[tuple[Any, ...]] = []
+        for _ in range(120):
+            x = contexts(rng)
+            decision = chooser.choose(context=x)
+            local = chooser.layout.parse(decision.action_id)
+            rows.append((local, reward(decision.config, x, rng), decision.probability, x))
+        acts, rewards, probs, xs = zip(*rows, strict=True)
+        update = learn_structured(LearnerConfig(), doc, Rows(np.array(acts), rewards, probs, [False] * len(rows), xs))
+        doc = PolicyDocument.from_dict(json.loads(json.dumps(update.applied_to(doc).to_dict())))
+        out.append(doc)
+    return out
+
+
+def _reward(config: Mapping[str, Any], x: Mapping[str, Any], rng: random.Random) -> float:
+    good = 0.3 * (config.get("prompt") == ("detailed" if x.get("task") == "billing" else "concise"))
+    good += 0.2 * (config.get("k", 3) == 3) + 0.001 * (x.get("tokens") or 0) * (config.get("prompt") == "steps")
+    good += 0.1 * bool(x.get("vip")) * (config.get("tools") is True)
+    return good + rng.gauss(0.0, 0.2)
+
+
+def _contexts(rng: random.Random) -> dict[str, Any]:
+    x: dict[str, Any] = {"task": rng.choice(["billing", "tech", "sales"]), "vip": rng.random() < 0.3}
+    if rng.random() < 0.9:
+        x["tokens"] = rng.gauss(300.0, 150.0)
+    if rng.random() < 0.5:
+        x["tier"] = rng.choice([1, 2, 3])  # a category sent as a number
+    return x
+
+
+@pytest.fixture(scope="module")
+def trained_documents() -> list[PolicyDocument]:
+    structured = StructuredPolicy.create(
+        "formula",
+        {"prompt": ["concise", "detailed", "steps"], "k": [1, 3, 10], "tools": [True, False]},
+        context={"task": "category", "tokens": "number", "vip": "category", "tier": "category"},
+        excluded=[{"prompt": "steps", "k": 10}, {"k": 10, "tools": False}],
+        temperature=0.8,
+        exploration_floor=0.02,
+    ).document
+    one_dim = StructuredPolicy.create(
+        "formula-1d", {"prompt": ["concise", "detailed", "steps"]}, context={"task": "category", "tokens": "number"}
+    ).document
+    return _train(structured, _reward, _contexts, 4, 1) + _train(one_dim, _reward, _contexts, 3, 2)[1:]
+
+
+CONTEXTS: list[dict[str, Any] | None] = [
+    None,
+    {},
+    {"task": "billing"},
+    {"task": "billing", "tokens": 450.0, "vip": True, "tier": 2},
+    {"task": "unknown-segment", "tokens": 1e9},  # an unknown segment, a number far out of range
+    {"task": "tech", "tokens": -1e9, "extra": "not a feature", "other": 3},
+    {"tokens": 300},  # an int for a number feature
+    {"vip": False, "tier": 1},
+    {"tier": 2.5},
+]
+
+
+def _assert_same(expected: Mapping[str, float], got: Mapping[str, float]) -> None:
+    assert expected.keys() == got.keys()
+    for key, p in expected.items():
+        assert got[key] == pytest.approx(p, rel=1e-12, abs=1e-300), key
+
+
+def test_the_trained_documents_use_every_part_of_the_formula(trained_documents: list[PolicyDocument]) -> None:
+    last = trained_documents[4]
+    kinds = {f.name: f for f in last.features or []}
+    assert kinds["tokens"].weights is not None and kinds["tokens"].scale != 1.0 and kinds["tokens"].center != 0.0
+    assert {"billing", "tech", "sales"} <= set(kinds["task"].segments or {})
+    assert {"true", "false"} <= set(kinds["vip"].segments or {})
+    assert {"1", "2", "3"} <= set(kinds["tier"].segments or {})
+    assert last.excluded and last.temperature == 0.8 and last.exploration_floor == 0.02
+
+
+@pytest.mark.parametrize("x", CONTEXTS, ids=[json.dumps(c) for c in CONTEXTS])
+def test_the_docs_formula_gives_the_librarys_probabilities(trained_documents: list[PolicyDocument], x: Any) -> None:
+    for doc in trained_documents:
+        chooser = StructuredPolicy(doc)
+        expected = docs_probabilities(doc.to_dict(), x)
+        got = {k: chooser.probability(k, x) for k in expected}
+        _assert_same(expected, got)
+        assert math.fsum(got.values()) == pytest.approx(1.0)
+        marginals = chooser.marginals(x)
+        for d, values in marginals.items():
+            for value_id, p in values.items():
+                parts = [k for k in expected if value_id in k.split(":")] if doc.dimensions else [value_id]
+                assert p == pytest.approx(math.fsum(expected[k] for k in parts), rel=1e-12), (d, value_id)
+
+
+def test_choose_logs_exactly_the_docs_probability_of_what_it_chose(trained_documents: list[PolicyDocument]) -> None:
+    rng = random.Random(5)
+    for doc in trained_documents:
+        chooser = StructuredPolicy(doc, rng=rng)
+        for x in CONTEXTS:
+            expected = docs_probabilities(doc.to_dict(), x)
+            for _ in range(20):
+                decision = chooser.choose(context=x)
+                assert expected[decision.action_id] > 0
+                assert decision.probability == pytest.approx(expected[decision.action_id], rel=1e-12)
+                assert decision.logprob == pytest.approx(math.log(expected[decision.action_id]), rel=1e-12)
+                assert decision.version == doc.version
+
+
+def test_a_flat_policy_follows_the_docs_formula() -> None:
+    """A one-dimension policy without dimensions, exclusions or features, trained by the flat learner."""
+    rng = np.random.default_rng(0)
+    policy = SoftmaxPolicy.from_actions("flat", ["a", "b", "c", "d"], temperature=0.7, exploration_floor=0.01)
+    doc = policy.to_document(created_at=None)
+    learner = Reinforce(LearnerConfig())
+    for _ in range(3):
+        acts = rng.integers(0, 4, 200)
+        rewards = rng.normal(0.0, 0.3, 200) + 0.4 * (acts == 2)
+        update = learner.update(doc.logits, FlatBatch.from_arrays(acts, rewards, np.full(200, 0.25), 4), 0.7)
+        doc = PolicyDocument.from_dict({**doc.to_dict(), "logits": [float(v) for v in update.logits]})
+        expected = docs_probabilities(json.loads(json.dumps(doc.to_dict(), default=str)))
+        flat = SoftmaxPolicy.from_document(doc)
+        _assert_same(expected, flat.probabilities)
+        _assert_same(expected, {k: StructuredPolicy(doc).probability(k) for k in expected})
+        for _ in range(20):
+            decision = flat.choose()
+            assert decision.probability == expected[decision.action_id]
+            assert decision.logprob == pytest.approx(math.log(expected[decision.action_id]))
