@@ -216,3 +216,21 @@ def test_a_flat_policy_follows_the_docs_formula() -> None:
             decision = flat.choose()
             assert decision.probability == expected[decision.action_id]
             assert decision.logprob == pytest.approx(math.log(expected[decision.action_id]))
+
+
+class _LastDraw(random.Random):
+    """A generator whose every draw is the largest double below 1."""
+
+    def random(self) -> float:
+        return 1.0 - 2.0**-53
+
+
+def test_the_last_uniform_draw_never_lands_on_an_action_of_probability_zero() -> None:
+    """Ten actions of 0.1 add up to 0.9999999999999999: the draw above that once took the last
+    action, of probability 0 (logprob -inf), which no episode can log."""
+    doc = SoftmaxPolicy.from_actions("flat", [f"a{i}" for i in range(11)]).to_document(created_at=None)
+    doc = PolicyDocument.from_dict({**doc.to_dict(), "logits": [0.0] * 10 + [-1000.0]})
+    expected = docs_probabilities(doc.to_dict())
+    for chooser in (SoftmaxPolicy.from_document(doc), StructuredPolicy(doc)):
+        decision = chooser.choose(_LastDraw())
+        assert decision.action_id == "a9" and decision.probability == expected["a9"] == 0.1

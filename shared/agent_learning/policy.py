@@ -23,7 +23,6 @@ import random
 from bisect import bisect_right
 from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime
-from itertools import accumulate
 from typing import Any, Literal
 
 from pydantic import ValidationError
@@ -32,7 +31,7 @@ from .clock import SYSTEM_CLOCK
 from .decision import Decision, validated_context
 from .documents import Action, PolicyDocument, ScoreCursor, invalid_from_pydantic, policy_doc_id
 from .errors import InvalidDocument
-from .structured import StructuredPolicy
+from .structured import StructuredPolicy, _cumulative
 
 DEFAULT_EXPLORATION_FLOOR = 0.001
 """The floor new policies get unless configured otherwise (docs/benchmarks.md: Learning benchmark)."""
@@ -174,9 +173,7 @@ class SoftmaxPolicy:
         self.pinned = pinned
         self.document = document
         self._probs = tuple(mix_floor(softmax(self.logits, self.temperature), self.exploration_floor))
-        cum = list(accumulate(self._probs))
-        cum[-1] = 1.0  # absorb rounding so that every uniform draw in [0, 1) lands on an action
-        self._cum = cum
+        self._cum = _cumulative(self._probs)  # every uniform draw in [0, 1) lands on a positive probability
         self._index = {a.id: i for i, a in enumerate(self.actions)}
         self._decisions = tuple(
             Decision(agent_id, a.id, i, p, math.log(p) if p > 0 else -math.inf, version, a.config)
