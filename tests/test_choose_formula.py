@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 
 from agent_learning.documents import PolicyDocument
+from agent_learning.errors import InvalidDocument
 from agent_learning.learner import Batch as FlatBatch
 from agent_learning.learner import LearnerConfig, Reinforce
 from agent_learning.policy import SoftmaxPolicy
@@ -234,3 +235,32 @@ def test_the_last_uniform_draw_never_lands_on_an_action_of_probability_zero() ->
     for chooser in (SoftmaxPolicy.from_document(doc), StructuredPolicy(doc)):
         decision = chooser.choose(_LastDraw())
         assert decision.action_id == "a9" and decision.probability == expected["a9"] == 0.1
+
+
+def test_a_string_for_a_number_feature_is_refused_by_choose_and_adds_nothing_to_a_logged_one(
+    trained_documents: list[PolicyDocument],
+) -> None:
+    doc = trained_documents[4]
+    chooser = StructuredPolicy(doc)
+    x = {"task": "billing", "tokens": "450"}
+    with pytest.raises(InvalidDocument, match=r"context\.tokens: must be a number"):
+        chooser.choose(context=x)
+    expected = docs_probabilities(doc.to_dict(), x)
+    assert expected == docs_probabilities(doc.to_dict(), {"task": "billing"})
+    _assert_same(expected, {k: chooser.probability(k, x) for k in expected})
+
+
+def test_features_without_dimensions_make_all_the_actions_one_dimension() -> None:
+    flat = SoftmaxPolicy.from_actions("flat", ["a", "b", "c"], exploration_floor=0.05).to_document(created_at=None)
+    features = [
+        {"name": "task", "kind": "category", "segments": {"billing": [1.5, -0.5, 0.0]}},
+        {"name": "tokens", "kind": "number", "weights": [0.5, 0.0, -0.5], "center": 100.0, "scale": 50.0},
+    ]
+    fields = {"logits": [0.2, 0.0, -0.2], "features": features, "schema_version": 2}
+    doc = PolicyDocument.from_dict({**flat.to_dict(), **fields})
+    chooser = StructuredPolicy(doc, rng=random.Random(2))
+    for x in CONTEXTS:
+        expected = docs_probabilities(doc.to_dict(), x)
+        _assert_same(expected, {k: chooser.probability(k, x) for k in expected})
+        decision = chooser.choose(context=x)
+        assert decision.probability == pytest.approx(expected[decision.action_id], rel=1e-12)

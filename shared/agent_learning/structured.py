@@ -11,10 +11,10 @@ categorical feature f and segment c (a value of f seen in training), offsets δ_
 numeric feature j weights β_j with a centre m_j and scale s_j. For a context x, dimension d's
 value v has the logit ::
 
-    ℓ_d(v | x) = θ_v + Σ_f δ_{f, x_f, v} + Σ_j β_{j,v} · (x_j − m_j) / s_j
+    ℓ_d(v | x) = θ_v + Σ_f δ_{f, x_f, v} + Σ_j β_{j,v} · clip((x_j − m_j) / s_j, ±4)
 
 (a feature missing from x, a segment the policy has not learned, or a value that is not a number
-for a numeric feature, adds nothing, as in the learner), and ::
+for a numeric feature, adds nothing, as in the learner; ``choose()`` refuses the last), and ::
 
     p_d(v | x) = f + (1 − K_d·f) · softmax(ℓ_d(· | x) / T)_v           floor f per dimension
     π(a | x)   = Π_d p_d(a_d | x) / Z(x),   Z(x) = 1 − Σ_{e ∈ E} Π_d p_d(e_d | x)
@@ -397,7 +397,9 @@ class StructuredPolicy:
 
     def probability(self, action_id: str, context: Mapping[str, Any] | None = None) -> float:
         """π(a | x) of a configuration id (0 if excluded); :class:`InvalidDocument` if unknown, or
-        for a ``context`` that is not one (checked as :meth:`choose` checks its shape)."""
+        for a ``context`` that is not one (checked as :meth:`choose` checks its shape). A string or
+        a boolean for a numeric feature, which :meth:`choose` refuses, adds nothing here (a logged
+        episode's context is read as the learner reads it)."""
         local = self.layout.parse(action_id) if isinstance(action_id, str) else None
         if local is None:
             raise InvalidDocument(
