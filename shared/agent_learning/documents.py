@@ -626,7 +626,7 @@ class ContextFeature(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    name: Annotated[str, StringConstraints(strict=True, pattern=CONTEXT_NAME.pattern)]
+    name: Annotated[str, StringConstraints(strict=True, pattern=f"^{CONTEXT_NAME.pattern}$")]
     kind: Literal["category", "number"]
     segments: dict[SegmentName, Offsets] | None = Field(None, exclude_if=_unset)
     weights: Offsets | None = Field(None, exclude_if=_unset)
