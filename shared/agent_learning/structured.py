@@ -420,11 +420,20 @@ class StructuredPolicy:
                 name: dict(zip(self.layout.value_ids[d], table.probs[d], strict=True))
                 for d, name in enumerate(self.layout.names)
             }
-        out = [[0.0] * k for k in self.layout.sizes]
-        for local in product(*(range(k) for k in self.layout.sizes)):
-            p = joint_probability(table.probs, local, self.excluded)
-            for d, i in enumerate(local):
-                out[d][i] += p
+        # P(a_d = v) = (p_d(v) − Σ_{e ∈ E, e_d = v} Π p(e)) / Z: a sum over the excluded
+        # configurations only, never over the joint space (up to 1024^8 configurations).
+        out = [list(p) for p in table.probs]
+        blocked = [[0] * k for k in self.layout.sizes]
+        for e in self.excluded:
+            mass = math.prod(p[i] for p, i in zip(table.probs, e, strict=True))
+            for d, i in enumerate(e):
+                out[d][i] -= mass
+                blocked[d][i] += 1
+        joint = math.prod(self.layout.sizes)
+        out = [
+            [0.0 if n * k == joint else max(0.0, p) / table.z for p, n in zip(values, counts, strict=True)]
+            for values, counts, k in zip(out, blocked, self.layout.sizes, strict=True)
+        ]  # a value every one of whose configurations is excluded is exactly 0
         return {
             name: dict(zip(self.layout.value_ids[d], out[d], strict=True)) for d, name in enumerate(self.layout.names)
         }
