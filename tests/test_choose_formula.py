@@ -15,11 +15,11 @@ from typing import Any
 import numpy as np
 import pytest
 
-from agent_learning.documents import PolicyDocument
+from agent_learning.documents import Action, PolicyDocument
 from agent_learning.errors import InvalidDocument
 from agent_learning.learner import Batch as FlatBatch
 from agent_learning.learner import LearnerConfig, Reinforce
-from agent_learning.policy import SoftmaxPolicy
+from agent_learning.policy import SoftmaxPolicy, mix_floor
 from agent_learning.structured import StructuredPolicy
 from agent_learning.structured_learner import Rows, learn_structured
 
@@ -279,3 +279,12 @@ def test_marginals_of_a_large_joint_space_with_exclusions_sum_over_the_exclusion
     assert marginals["d3"]["d3=1"] == pytest.approx((0.1 - 1e-7) / z, rel=1e-12)
     assert marginals["d3"]["d3=2"] == pytest.approx(0.1 / z, rel=1e-12)
     assert policy.probability(":".join(f"d{i}=2" for i in range(7))) == pytest.approx(1e-7 / z, rel=1e-12)
+
+
+@pytest.mark.parametrize("floor", [math.nan, math.inf, -0.01, 0.5])
+def test_a_floor_that_is_not_a_probability_is_refused_naming_it(floor: float) -> None:
+    actions = [Action(id="a"), Action(id="b")]
+    with pytest.raises(ValueError, match="exploration_floor"):
+        SoftmaxPolicy("bot", actions, [0.0, 0.0], exploration_floor=floor)
+    with pytest.raises(ValueError, match="exploration_floor"):
+        mix_floor([0.5, 0.5], floor)

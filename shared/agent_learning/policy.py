@@ -59,7 +59,7 @@ def softmax(logits: Sequence[float], temperature: float = 1.0) -> list[float]:
 def mix_floor(probs: Sequence[float], floor: float) -> list[float]:
     """``f + (1 − K·f)·p``: every action keeps at least probability ``floor``."""
     k = len(probs)
-    if floor < 0 or floor * k >= 1:
+    if not floor >= 0 or floor * k >= 1:  # NaN fails both comparisons: refused too
         raise ValueError(f"exploration_floor must satisfy 0 <= f and f x {k} actions < 1, got {floor}")
     scale = 1.0 - k * floor
     return [floor + scale * p for p in probs]
