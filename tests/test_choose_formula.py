@@ -4,6 +4,7 @@ documents produced by real training."""
 
 from __future__ import annotations
 
+import enum
 import itertools
 import json
 import math
@@ -288,3 +289,16 @@ def test_a_floor_that_is_not_a_probability_is_refused_naming_it(floor: float) ->
         SoftmaxPolicy("bot", actions, [0.0, 0.0], exploration_floor=floor)
     with pytest.raises(ValueError, match="exploration_floor"):
         mix_floor([0.5, 0.5], floor)
+
+
+def test_a_str_enum_is_logged_as_its_value_after_the_plain_value_was_chosen_for() -> None:
+    """The plain value's table, once kept, was found by the Enum (equal hash) without the check that
+    makes it the plain string, so the decision logged the Enum object."""
+
+    class Task(str, enum.Enum):  # noqa: UP042 - the mixin whose str() is not its value
+        BILLING = "billing"
+
+    chooser = StructuredPolicy.create("bot", {"prompt": ["a", "b"]}, context={"task": "category"}, seed=1)
+    for value in ("billing", Task.BILLING, np.str_("billing")):
+        decision = chooser.choose(context={"task": value})
+        assert decision.context == {"task": "billing"} and type(decision.context["task"]) is str, value

@@ -350,13 +350,18 @@ class StructuredPolicy:
         features whose values built a cached table was checked then: it is not checked again."""
         if self._categorical and not self._numeric and type(context) is dict:
             # Tables are kept under segment names (strings): only a context of strings can hit one
-            # here, and any other value (True, 1, a list) is checked below.
+            # here, and any other value (True, 1, a list) is checked below, as is a subclass of str
+            # (a str Enum, numpy's str_), which hashes like its value but is logged as that value.
             key = tuple(map(context.get, self._categorical))
             try:
                 table = self._cache.get(key)
             except TypeError:  # an unhashable value: let the check name it
                 table = None
-            if table is not None and len(context) == len(key) - key.count(None):
+            if (
+                table is not None
+                and len(context) == len(key) - key.count(None)
+                and all(type(v) is str for v in context.values())
+            ):
                 return table, dict(context)
         checked = validated_context(context)
         if self._numeric:
