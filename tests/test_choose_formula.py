@@ -18,9 +18,10 @@ import pytest
 
 from agent_learning.documents import Action, PolicyDocument
 from agent_learning.errors import InvalidDocument
+from agent_learning.evaluation import chosen_probabilities
 from agent_learning.learner import Batch as FlatBatch
 from agent_learning.learner import LearnerConfig, Reinforce
-from agent_learning.policy import SoftmaxPolicy, mix_floor
+from agent_learning.policy import SoftmaxPolicy, mix_floor, served_entropy
 from agent_learning.structured import StructuredPolicy
 from agent_learning.structured_learner import Rows, learn_structured
 
@@ -302,3 +303,18 @@ def test_a_str_enum_is_logged_as_its_value_after_the_plain_value_was_chosen_for(
     for value in ("billing", Task.BILLING, np.str_("billing")):
         decision = chooser.choose(context={"task": value})
         assert decision.context == {"task": "billing"} and type(decision.context["task"]) is str, value
+
+
+def test_contexts_whose_values_are_equal_in_python_but_name_different_segments_are_kept_apart() -> None:
+    """``1``, ``1.0`` and ``True`` are equal (and hash alike) but name the segments ``1``, ``1.0``
+    and ``true``: the guardrail's probabilities and the served entropy grouped them as one context."""
+    base = StructuredPolicy.create("bot", {"prompt": ["a", "b"]}, context={"tier": "category"}).document
+    segments = {"1": [2.0, -2.0], "true": [-1.0, 1.0], "1.0": [0.0, 0.0]}
+    features = [{"name": "tier", "kind": "category", "segments": segments}]
+    doc = PolicyDocument.from_dict({**base.to_dict(), "features": features})
+    contexts: list[dict[str, Any] | None] = [{"tier": 1}, {"tier": True}, {"tier": 1.0}, None]
+    expected = [docs_probabilities(doc.to_dict(), x)["prompt=a"] for x in contexts]
+    assert chosen_probabilities(doc, [[0]] * len(contexts), contexts) == pytest.approx(expected, rel=1e-12)
+    entropies = [served_entropy(doc, [x]) for x in contexts]
+    assert served_entropy(doc, contexts) == pytest.approx(sum(entropies) / len(entropies), rel=1e-12)
+    assert entropies[0] + 0.1 < entropies[1] < entropies[2] - 0.1

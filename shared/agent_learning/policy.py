@@ -31,7 +31,7 @@ from .clock import SYSTEM_CLOCK
 from .decision import Decision, validated_context
 from .documents import Action, PolicyDocument, ScoreCursor, invalid_from_pydantic, policy_doc_id
 from .errors import InvalidDocument
-from .structured import StructuredPolicy, _cumulative
+from .structured import StructuredPolicy, _cumulative, context_key
 
 DEFAULT_EXPLORATION_FLOOR = 0.001
 """The floor new policies get unless configured otherwise (docs/benchmarks.md: Learning benchmark)."""
@@ -90,11 +90,12 @@ def served_entropy(doc: PolicyDocument, contexts: Sequence[Mapping[str, Any] | N
     if not (doc.structured and doc.features) or not contexts:
         return policy_entropy(policy_probabilities(doc))
     policy = StructuredPolicy(doc)
+    names = [f.name for f in doc.features]
     sample = contexts[:: -(-len(contexts) // ENTROPY_REQUESTS)]
     seen: dict[tuple[Any, ...], float] = {}
     total = 0.0
     for context in sample:
-        key = tuple(sorted((context or {}).items()))
+        key = context_key(context, names)
         if key not in seen:
             seen[key] = policy_entropy([p for v in policy.marginals(context).values() for p in v.values()])
         total += seen[key]

@@ -124,6 +124,15 @@ def feature_logits(doc: PolicyDocument, context: Mapping[str, Any] | None) -> li
     return logits
 
 
+def context_key(context: Mapping[str, Any] | None, names: Sequence[str]) -> tuple[Any, ...]:
+    """A key of ``context``'s values of the features ``names``: contexts with equal keys have equal
+    probabilities. Each value's type is part of it: ``1``, ``1.0`` and ``True`` are equal in
+    Python but name the segments ``1``, ``1.0`` and ``true``."""
+    if not context:
+        return ()
+    return tuple((type(v), v) for v in map(context.get, names))
+
+
 def is_number(value: Any) -> bool:
     """Whether ``value`` counts for a numeric feature: an int or a float, not a boolean."""
     return isinstance(value, int | float) and not isinstance(value, bool)
