@@ -9,8 +9,10 @@ import itertools
 import json
 import math
 import random
+import re
 import time
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -318,3 +320,13 @@ def test_contexts_whose_values_are_equal_in_python_but_name_different_segments_a
     entropies = [served_entropy(doc, [x]) for x in contexts]
     assert served_entropy(doc, contexts) == pytest.approx(sum(entropies) / len(entropies), rel=1e-12)
     assert entropies[0] + 0.1 < entropies[1] < entropies[2] - 0.1
+
+
+def test_the_published_schema_refuses_what_the_document_model_refuses_in_names() -> None:
+    """Another language validating against docs/policy.schema.json: an exclusion rule's keys are
+    dimension names only, and a feature's name is a whole feature name (both were unanchored)."""
+    schema = json.loads((Path(__file__).resolve().parents[1] / "docs" / "policy.schema.json").read_text())
+    rule = schema["properties"]["excluded"]["anyOf"][0]["items"]
+    assert rule["additionalProperties"] is False and all(p.startswith("^") for p in rule["patternProperties"])
+    pattern = schema["$defs"]["ContextFeature"]["properties"]["name"]["pattern"]
+    assert re.search(pattern, "task") and not re.search(pattern, "task type") and not re.search(pattern, "!x")
