@@ -330,3 +330,24 @@ def test_the_published_schema_refuses_what_the_document_model_refuses_in_names()
     assert rule["additionalProperties"] is False and all(p.startswith("^") for p in rule["patternProperties"])
     pattern = schema["$defs"]["ContextFeature"]["properties"]["name"]["pattern"]
     assert re.search(pattern, "task") and not re.search(pattern, "task type") and not re.search(pattern, "!x")
+
+
+def test_a_joint_space_too_large_for_one_table_draws_per_dimension_with_the_same_probabilities() -> None:
+    dims = {f"d{i}": list(range(6)) for i in range(4)}  # 1,296 configurations: drawn per dimension
+    created = StructuredPolicy.create("wide", dims, context={"task": "category"}, excluded=[{"d0": 0, "d1": 1}])
+    rng = random.Random(8)
+    segments = {"a": [rng.uniform(-2, 2) for _ in range(24)]}
+    fields = {
+        "logits": [rng.uniform(-3, 3) for _ in range(24)],
+        "features": [{"name": "task", "kind": "category", "segments": segments}],
+        "exploration_floor": 0.01,
+        "temperature": 1.3,
+    }
+    doc = PolicyDocument.from_dict({**created.document.to_dict(), **fields})
+    chooser = StructuredPolicy(doc, rng=rng)
+    for x in ({"task": "a"}, {"task": "b"}, None):
+        expected = docs_probabilities(doc.to_dict(), x)
+        for _ in range(50):
+            decision = chooser.choose(context=x)
+            assert decision.probability == pytest.approx(expected[decision.action_id], rel=1e-12)
+            assert decision.logprob == pytest.approx(math.log(expected[decision.action_id]), rel=1e-12)
