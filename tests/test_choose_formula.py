@@ -351,3 +351,11 @@ def test_a_joint_space_too_large_for_one_table_draws_per_dimension_with_the_same
             decision = chooser.choose(context=x)
             assert decision.probability == pytest.approx(expected[decision.action_id], rel=1e-12)
             assert decision.logprob == pytest.approx(math.log(expected[decision.action_id]), rel=1e-12)
+
+
+@pytest.mark.parametrize("action_id", [["a"], {"id": "a"}, 3, None])
+def test_the_probability_of_what_is_not_an_action_id_is_refused_naming_it(action_id: Any) -> None:
+    doc = SoftmaxPolicy.from_actions("bot", ["a", "b"]).to_document(created_at=None)
+    for chooser in (SoftmaxPolicy.from_document(doc), StructuredPolicy(doc)):
+        with pytest.raises(InvalidDocument, match="action_id"):
+            chooser.probability(action_id)

@@ -284,7 +284,7 @@ class SoftmaxPolicy:
         """The decision record of a given action (for replaying a logged choice)."""
         try:
             return self._decisions[self._index[action_id]]
-        except KeyError:
+        except (KeyError, TypeError):  # TypeError: an unhashable value (a list) is no action id either
             raise InvalidDocument(
                 "decision",
                 [
