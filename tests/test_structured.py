@@ -90,6 +90,8 @@ def test_a_structured_policy_is_schema_2_and_a_flat_one_stays_schema_1_without_n
             lambda d: d.update(features=[{"name": "task", "kind": "category", "weights": [0.0] * 7}]),
             "features[0].weights",
         ),
+        # a name no context can carry (contexts' names are checked whole): the feature would never apply
+        (lambda d: d.update(features=[{"name": "task type", "kind": "category"}]), "features[0].name"),
     ],
 )
 def test_inconsistent_structured_documents_are_refused_naming_the_field(change: Any, field: str) -> None:

@@ -604,6 +604,10 @@ MAX_EXCLUDED = 4_096
 """Configurations the exclusion rules of one policy may exclude in all (each draw checks them)."""
 DimensionName = Annotated[str, StringConstraints(strict=True, pattern=_DIMENSION_NAME)]
 SegmentName = Annotated[str, StringConstraints(strict=True, min_length=1, max_length=MAX_CONTEXT_VALUE_CHARS)]
+ExclusionRule = Annotated[
+    dict[DimensionName, Annotated[str, StringConstraints(strict=True, max_length=128)]],
+    Field(json_schema_extra={"additionalProperties": False}),  # keys are dimension names only, as validated
+]
 Offsets = list[Annotated[float, Field(strict=True, allow_inf_nan=False, ge=-MAX_LOGIT, le=MAX_LOGIT)]]
 
 
@@ -626,7 +630,7 @@ class ContextFeature(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    name: Annotated[str, StringConstraints(strict=True, pattern=CONTEXT_NAME.pattern)]
+    name: Annotated[str, StringConstraints(strict=True, pattern=f"^{CONTEXT_NAME.pattern}$")]
     kind: Literal["category", "number"]
     segments: dict[SegmentName, Offsets] | None = Field(None, exclude_if=_unset)
     weights: Offsets | None = Field(None, exclude_if=_unset)
@@ -677,9 +681,7 @@ class PolicyDocument(Document):
         None, exclude_if=_unset
     )
     """Named dimensions (schema 2): ``actions`` are their values, dimension after dimension."""
-    excluded: list[dict[DimensionName, Annotated[str, StringConstraints(strict=True, max_length=128)]]] | None = Field(
-        None, exclude_if=_unset
-    )
+    excluded: list[ExclusionRule] | None = Field(None, exclude_if=_unset)
     """Rules of configurations never chosen: the values (ids after ``=``) of some dimensions."""
     features: Annotated[list[ContextFeature], Field(max_length=MAX_CONTEXT_FEATURES)] | None = Field(
         None, exclude_if=_unset

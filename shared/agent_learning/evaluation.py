@@ -48,7 +48,7 @@ from numpy.typing import ArrayLike, NDArray
 
 from .documents import Evaluation, Interval, Measures, MetricCheck, PolicyDocument, excluded_configurations
 from .policy import policy_probabilities
-from .structured import Layout, dimension_probabilities, feature_logits, normaliser
+from .structured import Layout, context_key, dimension_probabilities, feature_logits, normaliser
 
 Array = NDArray[np.float64]
 
@@ -538,7 +538,7 @@ def chosen_probabilities(
     first: list[Mapping[str, Any] | None] = []
     rows = np.empty(len(contexts), dtype=np.int64)
     for i, context in enumerate(contexts):
-        key = tuple(map(context.get, names)) if context and names else ()
+        key = context_key(context, names)
         u = keys.get(key)
         if u is None:
             u = keys[key] = len(first)

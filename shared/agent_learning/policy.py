@@ -23,7 +23,6 @@ import random
 from bisect import bisect_right
 from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime
-from itertools import accumulate
 from typing import Any, Literal
 
 from pydantic import ValidationError
@@ -32,7 +31,7 @@ from .clock import SYSTEM_CLOCK
 from .decision import Decision, validated_context
 from .documents import Action, PolicyDocument, ScoreCursor, invalid_from_pydantic, policy_doc_id
 from .errors import InvalidDocument
-from .structured import StructuredPolicy
+from .structured import StructuredPolicy, _cumulative, context_key
 
 DEFAULT_EXPLORATION_FLOOR = 0.001
 """The floor new policies get unless configured otherwise (docs/benchmarks.md: Learning benchmark)."""
@@ -60,7 +59,7 @@ def softmax(logits: Sequence[float], temperature: float = 1.0) -> list[float]:
 def mix_floor(probs: Sequence[float], floor: float) -> list[float]:
     """``f + (1 − K·f)·p``: every action keeps at least probability ``floor``."""
     k = len(probs)
-    if floor < 0 or floor * k >= 1:
+    if not floor >= 0 or floor * k >= 1:  # NaN fails both comparisons: refused too
         raise ValueError(f"exploration_floor must satisfy 0 <= f and f x {k} actions < 1, got {floor}")
     scale = 1.0 - k * floor
     return [floor + scale * p for p in probs]
@@ -91,11 +90,12 @@ def served_entropy(doc: PolicyDocument, contexts: Sequence[Mapping[str, Any] | N
     if not (doc.structured and doc.features) or not contexts:
         return policy_entropy(policy_probabilities(doc))
     policy = StructuredPolicy(doc)
+    names = [f.name for f in doc.features]
     sample = contexts[:: -(-len(contexts) // ENTROPY_REQUESTS)]
     seen: dict[tuple[Any, ...], float] = {}
     total = 0.0
     for context in sample:
-        key = tuple(sorted((context or {}).items()))
+        key = context_key(context, names)
         if key not in seen:
             seen[key] = policy_entropy([p for v in policy.marginals(context).values() for p in v.values()])
         total += seen[key]
@@ -174,9 +174,7 @@ class SoftmaxPolicy:
         self.pinned = pinned
         self.document = document
         self._probs = tuple(mix_floor(softmax(self.logits, self.temperature), self.exploration_floor))
-        cum = list(accumulate(self._probs))
-        cum[-1] = 1.0  # absorb rounding so that every uniform draw in [0, 1) lands on an action
-        self._cum = cum
+        self._cum = _cumulative(self._probs)  # every uniform draw in [0, 1) lands on a positive probability
         self._index = {a.id: i for i, a in enumerate(self.actions)}
         self._decisions = tuple(
             Decision(agent_id, a.id, i, p, math.log(p) if p > 0 else -math.inf, version, a.config)
@@ -286,7 +284,7 @@ class SoftmaxPolicy:
         """The decision record of a given action (for replaying a logged choice)."""
         try:
             return self._decisions[self._index[action_id]]
-        except KeyError:
+        except (KeyError, TypeError):  # TypeError: an unhashable value (a list) is no action id either
             raise InvalidDocument(
                 "decision",
                 [

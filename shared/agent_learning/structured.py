@@ -11,10 +11,10 @@ categorical feature f and segment c (a value of f seen in training), offsets δ_
 numeric feature j weights β_j with a centre m_j and scale s_j. For a context x, dimension d's
 value v has the logit ::
 
-    ℓ_d(v | x) = θ_v + Σ_f δ_{f, x_f, v} + Σ_j β_{j,v} · (x_j − m_j) / s_j
+    ℓ_d(v | x) = θ_v + Σ_f δ_{f, x_f, v} + Σ_j β_{j,v} · clip((x_j − m_j) / s_j, ±4)
 
 (a feature missing from x, a segment the policy has not learned, or a value that is not a number
-for a numeric feature, adds nothing, as in the learner), and ::
+for a numeric feature, adds nothing, as in the learner; ``choose()`` refuses the last), and ::
 
     p_d(v | x) = f + (1 − K_d·f) · softmax(ℓ_d(· | x) / T)_v           floor f per dimension
     π(a | x)   = Π_d p_d(a_d | x) / Z(x),   Z(x) = 1 − Σ_{e ∈ E} Π_d p_d(e_d | x)
@@ -122,6 +122,15 @@ def feature_logits(doc: PolicyDocument, context: Mapping[str, Any] | None) -> li
             x = max(-NUMBER_CLIP, min(NUMBER_CLIP, (float(value) - feature.center) / feature.scale))
             logits = [v + w * x for v, w in zip(logits, feature.weights, strict=True)]
     return logits
+
+
+def context_key(context: Mapping[str, Any] | None, names: Sequence[str]) -> tuple[Any, ...]:
+    """A key of ``context``'s values of the features ``names``: contexts with equal keys have equal
+    probabilities. Each value's type is part of it: ``1``, ``1.0`` and ``True`` are equal in
+    Python but name the segments ``1``, ``1.0`` and ``true``."""
+    if not context:
+        return ()
+    return tuple((type(v), v) for v in map(context.get, names))
 
 
 def is_number(value: Any) -> bool:
@@ -350,13 +359,18 @@ class StructuredPolicy:
         features whose values built a cached table was checked then: it is not checked again."""
         if self._categorical and not self._numeric and type(context) is dict:
             # Tables are kept under segment names (strings): only a context of strings can hit one
-            # here, and any other value (True, 1, a list) is checked below.
+            # here, and any other value (True, 1, a list) is checked below, as is a subclass of str
+            # (a str Enum, numpy's str_), which hashes like its value but is logged as that value.
             key = tuple(map(context.get, self._categorical))
             try:
                 table = self._cache.get(key)
             except TypeError:  # an unhashable value: let the check name it
                 table = None
-            if table is not None and len(context) == len(key) - key.count(None):
+            if (
+                table is not None
+                and len(context) == len(key) - key.count(None)
+                and all(type(v) is str for v in context.values())
+            ):
                 return table, dict(context)
         checked = validated_context(context)
         if self._numeric:
@@ -397,7 +411,9 @@ class StructuredPolicy:
 
     def probability(self, action_id: str, context: Mapping[str, Any] | None = None) -> float:
         """π(a | x) of a configuration id (0 if excluded); :class:`InvalidDocument` if unknown, or
-        for a ``context`` that is not one (checked as :meth:`choose` checks its shape)."""
+        for a ``context`` that is not one (checked as :meth:`choose` checks its shape). A string or
+        a boolean for a numeric feature, which :meth:`choose` refuses, adds nothing here (a logged
+        episode's context is read as the learner reads it)."""
         local = self.layout.parse(action_id) if isinstance(action_id, str) else None
         if local is None:
             raise InvalidDocument(
@@ -418,11 +434,20 @@ class StructuredPolicy:
                 name: dict(zip(self.layout.value_ids[d], table.probs[d], strict=True))
                 for d, name in enumerate(self.layout.names)
             }
-        out = [[0.0] * k for k in self.layout.sizes]
-        for local in product(*(range(k) for k in self.layout.sizes)):
-            p = joint_probability(table.probs, local, self.excluded)
-            for d, i in enumerate(local):
-                out[d][i] += p
+        # P(a_d = v) = (p_d(v) − Σ_{e ∈ E, e_d = v} Π p(e)) / Z: a sum over the excluded
+        # configurations only, never over the joint space (up to 1024^8 configurations).
+        out = [list(p) for p in table.probs]
+        blocked = [[0] * k for k in self.layout.sizes]
+        for e in self.excluded:
+            mass = math.prod(p[i] for p, i in zip(table.probs, e, strict=True))
+            for d, i in enumerate(e):
+                out[d][i] -= mass
+                blocked[d][i] += 1
+        joint = math.prod(self.layout.sizes)
+        out = [
+            [0.0 if n * k == joint else max(0.0, p) / table.z for p, n in zip(values, counts, strict=True)]
+            for values, counts, k in zip(out, blocked, self.layout.sizes, strict=True)
+        ]  # a value every one of whose configurations is excluded is exactly 0
         return {
             name: dict(zip(self.layout.value_ids[d], out[d], strict=True)) for d, name in enumerate(self.layout.names)
         }
