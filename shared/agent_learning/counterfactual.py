@@ -42,7 +42,7 @@ from .evaluation import (
 )
 from .policy import policy_probabilities
 from .store.base import Store
-from .structured import Layout, dimension_probabilities, feature_logits, joint_index
+from .structured import JOINT_SEPARATOR, Layout, dimension_probabilities, feature_logits, joint_index
 
 MAX_EPISODES = 100_000
 """The most logged episodes one evaluation reads (the newest ones)."""
@@ -220,6 +220,12 @@ def always(doc: PolicyDocument, action_id: str) -> Distribution:
         raise ValueError(
             f"--action: {action_id!r} is not an action of {doc.agent_id!r}"
             + (f" (actions: {', '.join(doc.action_ids)})" if len(doc.action_ids) <= 20 else "")
+            + (
+                f"; a whole configuration is one value per dimension in this order, joined by "
+                f"{JOINT_SEPARATOR!r}: {layout.joint_id([0] * len(layout.sizes))!r}"
+                if len(layout.sizes) > 1
+                else ""
+            )
         )
     d, value = dims[0], layout.value_ids[dims[0]].index(action_id)
     if sum(1 for e in excluded if e[d] == value) == math.prod(layout.sizes) // layout.sizes[d]:
