@@ -132,3 +132,10 @@ def test_one_value_of_a_dimension_keeps_the_other_dimensions_as_the_policy_choos
     assert cf.uniform(doc)(None).tolist() == pytest.approx([0.2] * 5 + [0.0])
     with pytest.raises(ValueError, match="is not an action"):
         cf.always(doc, "prompt=medium")
+
+
+def test_a_misspelt_configuration_of_dimensions_is_told_the_form_of_one() -> None:
+    doc = StructuredPolicy.create(AGENT, {"prompt": ["short", "long"], "k": [1, 3]}).document
+    with pytest.raises(ValueError, match="one value per dimension in this order, joined by ':': 'prompt=short:k=1'"):
+        cf.always(doc, "prompt=long,k=3")
+    assert cf.always(doc, "prompt=long:k=3")(None).tolist() == [0.0, 0.0, 0.0, 1.0]

@@ -1262,7 +1262,8 @@ def evaluate(agent_id: str, version: int | None, action_id: str | None, uniform:
             label = f"the next candidate (v{current.version + 1}, from {new} new episodes)"
         else:
             target, label = cf.of_document(current), f"v{current.version} (current)"
-        result = cf.compare_to_current(logged, current, target, label, confidence)
+        result = cf.compare_to_current(logged, current, target, label, confidence,
+                                       option=chosen[0] if chosen else "--agent-id")
         if candidate and new < settings.train_min_batch:
             result.notes.append(f"a training run now publishes nothing: it waits for {settings.train_min_batch} new "
                                 f"scores (AGENT_LEARNING_TRAIN_MIN_BATCH), and its candidate then has them all")

@@ -42,7 +42,7 @@ from .evaluation import (
 )
 from .policy import policy_probabilities
 from .store.base import Store
-from .structured import Layout, dimension_probabilities, feature_logits, joint_index
+from .structured import JOINT_SEPARATOR, Layout, dimension_probabilities, feature_logits, joint_index
 
 MAX_EPISODES = 100_000
 """The most logged episodes one evaluation reads (the newest ones)."""
@@ -220,6 +220,12 @@ def always(doc: PolicyDocument, action_id: str) -> Distribution:
         raise ValueError(
             f"--action: {action_id!r} is not an action of {doc.agent_id!r}"
             + (f" (actions: {', '.join(doc.action_ids)})" if len(doc.action_ids) <= 20 else "")
+            + (
+                f"; a whole configuration is one value per dimension in this order, joined by "
+                f"{JOINT_SEPARATOR!r}: {layout.joint_id([0] * len(layout.sizes))!r}"
+                if len(layout.sizes) > 1
+                else ""
+            )
         )
     d, value = dims[0], layout.value_ids[dims[0]].index(action_id)
     if sum(1 for e in excluded if e[d] == value) == math.prod(layout.sizes) // layout.sizes[d]:
@@ -300,10 +306,17 @@ class Comparison:
 
 
 def compare_to_current(
-    logged: Logged, current: PolicyDocument, target: Distribution, label: str, confidence: float = 0.95
+    logged: Logged,
+    current: PolicyDocument,
+    target: Distribution,
+    label: str,
+    confidence: float = 0.95,
+    option: str = "target",
 ) -> Comparison:
-    """``target`` against ``current`` on ``logged`` with IPS, SNIPS and DR."""
+    """``target`` against ``current`` on ``logged`` with IPS, SNIPS and DR; raises NotFound, naming
+    ``option`` (what chose the target), when the target never chooses a logged configuration."""
     result = Comparison(label, current.version, len(logged.logs))
+    overlap = True
     tgt, cur = target_of(logged, target), target_of(logged, of_document(current))
     for name in ESTIMATORS:
         if name == "dr" and (tgt.table is None or cur.table is None):
@@ -314,8 +327,8 @@ def compare_to_current(
             continue
         try:
             result.estimates[name] = compare(logged.logs, tgt, cur, estimator_named(name), confidence)
-        except NoOverlap:
-            result.notes.append(f"{name}: the target never chooses a logged configuration; nothing to estimate from")
+        except NoOverlap:  # the same weights for every estimator: none can estimate
+            overlap = False
     chosen_target, chosen_current = tgt.chosen(logged.logs), cur.chosen(logged.logs)
     for name, values in logged.metrics.items():
         found = compare_metric(name, values, logged.logs.logged, chosen_target, chosen_current, confidence)
@@ -328,8 +341,11 @@ def compare_to_current(
             f"{logged.skipped} scores of configurations the current version lacks count with weight 0 "
             "(no target chooses them)"
         )
-    if not result.estimates:
-        raise NotFound(f"--agent-id: {current.agent_id!r}: " + "; ".join(result.notes))
+    if not overlap:
+        raise NotFound(
+            f"{option}: {label} never chooses a configuration {current.agent_id!r} logged; "
+            "nothing to estimate from" + "".join(f"; {note}" for note in result.notes)
+        )
     return result
 
 

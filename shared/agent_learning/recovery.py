@@ -174,9 +174,7 @@ def rescore(
         rows = _rows_in_range(store, agent_id, after, until, page_size)
     for episode_id, row in _counted(rows, progress):
         if row is None:
-            unjudged = episode_ids is not None and store.get_unjudged(episode_id, agent_id) is not None
-            hint = " (it was recorded unjudged: agent-learn rescore --unjudged judges it)" if unjudged else ""
-            result.failed.append((episode_id, "NotScored", f"{episode_id!r} has no score of agent {agent_id!r}{hint}"))
+            result.failed.append((episode_id, "NotScored", _not_scored(store, agent_id, episode_id, episode_ids)))
             continue
         try:
             old = Score.from_dict(row)
@@ -286,6 +284,22 @@ def _rows_in_range(
             cursor = position
         if len(page) < page_size:
             return
+
+
+def _not_scored(store: Store, agent_id: str, episode_id: str, named: Iterable[str] | None) -> str:
+    """Why ``episode_id`` has no score of ``agent_id`` to re-score; for an id the caller
+    ``named``, whether the episode exists, is another agent's or was recorded unjudged."""
+    problem = f"{episode_id!r} has no score of agent {agent_id!r}"
+    if named is None:
+        return problem
+    episode = store.get_episode(episode_id)
+    if episode is None:
+        return f"{episode_id!r}: no episode has this id"
+    if episode.get("agent_id") != agent_id:
+        return f"{problem}: it is an episode of {episode.get('agent_id')!r}"
+    if store.get_unjudged(episode_id, agent_id) is not None:
+        return f"{problem} (it was recorded unjudged: agent-learn rescore --unjudged judges it)"
+    return f"{problem} yet (agent-learn episodes show {episode_id} says why)"
 
 
 def _rows_by_id(store: Store, agent_id: str, episode_ids: Iterable[str]) -> Iterator[tuple[str, RawDoc | None]]:

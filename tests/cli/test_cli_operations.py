@@ -181,7 +181,7 @@ def test_runs_list_and_show(deployment: Deployment) -> None:
     assert gone.exit_code == 2 and "no run" in gone.stderr
 
 
-def test_evaluate_every_target_against_the_current_version(deployment: Deployment,
+def test_evaluate_every_target_against_the_current_version(deployment: Deployment, tmp_path: Path,
                                                            monkeypatch: pytest.MonkeyPatch) -> None:
     own = as_json("evaluate", "--agent-id", AGENT)
     assert own["episodes"] == 60 and own["current_version"] == 4 and own["target"] == "v4 (current)"
@@ -226,6 +226,15 @@ def test_evaluate_every_target_against_the_current_version(deployment: Deploymen
     assert unknown.exit_code == 2 and "--action: 'nope' is not an action of 'math-tutor'" in unknown.stderr
     future = cli("evaluate", "--agent-id", AGENT, "--since", "2999-01-01")
     assert future.exit_code == 2 and "has 0 scored episodes since 2999-01-01" in future.stderr
+
+    actions = tmp_path / "revised.json"  # an action no episode has tried yet
+    actions.write_text(json.dumps(["direct", "step-by-step", "calculator", "few-shot", "socratic"]))
+    ok("policy", "revise", "--agent-id", AGENT, "--actions", str(actions))
+    untried = cli("evaluate", "--agent-id", AGENT, "--action", "socratic")
+    assert untried.exit_code == 2 and untried.stderr.strip().count("\n") == 0
+    assert untried.stderr.strip().startswith(
+        "error: --action: always socratic never chooses a configuration 'math-tutor' logged; nothing to estimate from"
+    )
 
 
 def test_train_applies_feedback_whose_call_died_before_applying_it(deployment: Deployment) -> None:

@@ -127,6 +127,7 @@ def test_rescore_reports_trained_pending_and_failed_episodes(pipeline: LocalPipe
                    code=1)
     assert some["pending"] == [pending[0]] and some["already_trained"] == []
     assert [(f["episode_id"], f["reason"]) for f in some["failed"]] == [("nope", "NotScored")]
+    assert some["failed"][0]["description"] == "'nope': no episode has this id"  # a mistyped id, not a missing score
     text = cli("rescore", "--agent-id", AGENT, "--episode-id", trained[0]).stdout
     assert "re-scored 1 episode of" in text
     assert f"already trained (1; recorded, not learned again): {trained[0]}" in text
