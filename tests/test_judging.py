@@ -54,6 +54,7 @@ def test_the_first_matching_entry_applies_and_unmatched_agents_are_judged_in_ful
         ("support", "entry 'support': expected pattern=spec"),
         ("support bot=0.2", "'support bot' is not an agent id or pattern"),
         ("x=1.5", "entry 'x=1.5': '1.5' is more than 1"),
+        ("x=2", "entry 'x=2': '2' is more than 1"),  # a whole number is not a spec of its own kind
         ("x=-0.1", "entry 'x=-0.1': '-0.1' is not a spec"),
         ("x=20%", "entry 'x=20%': '20%' is not a spec"),
         ("x=0/min", "entry 'x=0/min': '0/min': N must be from 1"),

@@ -63,6 +63,8 @@ MAX_PER_MINUTE = 100_000
 """The largest N of ``N/min`` (beyond it, use ``all``)."""
 
 _FRACTION = re.compile(r"^(0|1|0?\.[0-9]+|[01]\.[0-9]*)$")
+_NUMBER = re.compile(r"^[0-9]+(\.[0-9]*)?$")
+"""A plain number, to say "more than 1" of 2 or 30 (a fraction was meant, or N/min)."""
 _RATE = re.compile(r"^([0-9]+)\s*/\s*min$", re.IGNORECASE)
 SPEC_RULE = "all, a fraction from 0 to 1 (e.g. 0.2) or N/min with a whole N >= 1 (e.g. 30/min)"
 
@@ -92,11 +94,12 @@ class JudgingSpec:
         value = text.strip()
         if value.lower() == "all":
             return cls("all")
-        if _FRACTION.match(value):
+        if _FRACTION.match(value) or _NUMBER.match(value):
             fraction = float(value)
             if fraction > 1:
                 raise ValueError(f"{text!r} is more than 1: use {SPEC_RULE}")
-            return cls("all") if fraction == 1 else cls("fraction", fraction=fraction)
+            if _FRACTION.match(value):
+                return cls("all") if fraction == 1 else cls("fraction", fraction=fraction)
         rate = _RATE.match(value)
         if rate:
             n = int(rate.group(1))
