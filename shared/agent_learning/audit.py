@@ -293,6 +293,7 @@ def _consumed_ranges(store: Store, agent_id: str, result: AgentAudit) -> tuple[l
     """The score ranges the published versions consumed, and the current cursor, with the
     chain's problems noted."""
     versions: list[_Link] = []
+    invalid: set[int] = set()  # versions whose documents are invalid (named as such, not as missing)
     stored = [v for v, _ in store.policy_version_times(agent_id)]
     for i in range(0, len(stored), VERSION_PAGE):  # a page of documents at a time, kept as links
         page = stored[i : i + VERSION_PAGE]
@@ -301,6 +302,8 @@ def _consumed_ranges(store: Store, agent_id: str, result: AgentAudit) -> tuple[l
                 versions.append(_Link.of(PolicyDocument.from_dict(raw)))
             except InvalidDocument as exc:
                 result.problems.append(f"version {raw.get('id')!r} is invalid: {exc}")
+                if type(number := raw.get("version")) is int:
+                    invalid.add(number)
     current = None
     try:
         current = load_current(store, agent_id)
@@ -319,8 +322,9 @@ def _consumed_ranges(store: Store, agent_id: str, result: AgentAudit) -> tuple[l
     numbers = [v.version for v in versions]
     result.versions = len(versions)
     if numbers and numbers != list(range(1, numbers[-1] + 1)):
-        missing = sorted(set(range(1, numbers[-1] + 1)) - set(numbers))
-        result.problems.append(f"versions {missing} are missing")
+        missing = sorted(set(range(1, numbers[-1] + 1)) - set(numbers) - invalid)
+        if missing:
+            result.problems.append(f"versions {missing} are missing")
 
     runs: dict[int, TrainingRun] = {}
     for raw in store.list_runs(agent_id, 1_000_000):
@@ -334,6 +338,12 @@ def _consumed_ranges(store: Store, agent_id: str, result: AgentAudit) -> tuple[l
             continue
         runs[run.policy_version] = run
     result.runs = len(runs)
+    # A trained version whose document is invalid still consumed its run's range: its scores
+    # were learned, not lost.
+    recovered = [_Link(v, "train", runs[v].cursor_to, runs[v]) for v in sorted(invalid - set(numbers)) if v in runs]
+    if recovered:
+        versions = sorted([*versions, *recovered], key=lambda v: v.version)
+        numbers = [v.version for v in versions]
 
     ranges: list[_Range] = []
     previous: _Link | None = None

@@ -263,3 +263,23 @@ def test_an_episode_whose_score_document_is_invalid_is_rejected_not_pending(tmp_
     states = ("learned", "learned_twice", "lost", "pending", "dead_lettered", "unjudged", "rejected")
     assert sum(getattr(books, state) for state in states) == books.episodes
     pipeline.queue.close()
+
+
+def test_a_trained_version_whose_document_is_invalid_is_named_once_and_its_episodes_stay_learned(
+    tmp_path: Path,
+) -> None:
+    """Its run record still holds the range it learned: its episodes were learned, not lost, and
+    the version is named as invalid, not also as missing."""
+    pipeline = open_local(load_settings(sqlite_path=str(tmp_path / "local.db")))
+    s = Setup(pipeline)
+    for _ in range(3):
+        s.round()
+    with sqlite3.connect(tmp_path / "local.db") as conn:  # a version document edited by hand
+        conn.execute("UPDATE policies SET doc = json_set(doc, '$.logits', json('[0]')) WHERE id = ?", (f"{AGENT}:v3",))
+    books = audit_agent(s.store, AGENT)
+    assert (books.episodes, books.learned, books.lost) == (30, 30, 0)
+    assert [p for p in books.problems if "v3" in p or "[3]" in p] == [
+        f"version '{AGENT}:v3' is invalid: invalid policy: logits: has 1 entries but there are 4 actions"
+    ]
+    assert not books.ok  # the invalid document is still a problem
+    pipeline.queue.close()
