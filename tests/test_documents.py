@@ -610,3 +610,22 @@ def test_documents_that_use_nothing_new_stay_readable_by_a_schema_1_library() ->
     assert all(set(a) <= set(old["$defs"]["Action"]["properties"]) for a in flat["actions"])
     structured = StructuredPolicy.create("bot", {"prompt": ["a", "b"]}, context={"task": "category"}).document
     assert structured.to_dict()["schema_version"] == 2
+
+
+def test_tool_arguments_nested_too_deep_are_refused_naming_the_step() -> None:
+    """Nested hundreds of levels, arguments failed the episode as "(document): Maximum
+    serialization depth exceeded", and Cosmos DB refuses a document nested beyond 128 levels."""
+    from factories import make_episode
+
+    deep: dict[str, Any] = {}
+    inner = deep
+    for _ in range(300):
+        inner["a"] = {}
+        inner = inner["a"]
+    doc = make_episode().to_dict()
+    doc["steps"] = [{"name": "search", "latency_ms": 1.0, "status": "ok", "arguments": deep}]
+    with pytest.raises(InvalidDocument, match=r"steps\[0\]\.arguments: .*is nested 301 levels deep; the limit is 64"):
+        Episode.from_dict(doc)
+    shallow = {"q": [[["nested", {"a": 1}]]]}
+    doc["steps"][0]["arguments"] = shallow
+    assert Episode.from_dict(doc).steps[0].arguments == shallow

@@ -74,6 +74,9 @@ MAX_NOTE_CHARS = 1_000
 """A note, pin reason or feedback comment."""
 MAX_STEPS = 256
 MAX_JSON_CHARS = 8_000
+MAX_JSON_DEPTH = 64
+"""How deep a free-form JSON field (tool arguments, a config) may nest: Cosmos DB refuses a
+document nested beyond 128 levels, and an episode adds a few around the field."""
 MAX_TOOL_DEFINITIONS_CHARS = 4 * MAX_JSON_CHARS
 """An episode's ``tool_definitions``, as compact JSON (EpisodeCapture keeps the leading ones that fit)."""
 MAX_METADATA_KEYS = 32
@@ -295,11 +298,25 @@ def _json_size(value: Any, field: str, limit: int = MAX_JSON_CHARS) -> Any:
         raise ValueError(f"must be JSON with finite numbers ({exc})") from None
     if len(text) > limit:
         raise ValueError(f"is {len(text)} characters as JSON; the limit is {limit}")
+    if text.count("{") + text.count("[") > MAX_JSON_DEPTH and (depth := _nesting(value)) > MAX_JSON_DEPTH:
+        raise ValueError(f"is nested {depth} levels deep; the limit is {MAX_JSON_DEPTH}")
     # Escaped, a surrogate (lone, or half of a pair for a character past U+FFFF) reads \udXXX:
     # only then is the text encoded to look for a lone one.
     if "\\ud" in text and not is_unicode(json.dumps(value, ensure_ascii=False)):
         raise ValueError(f"holds text that {NOT_UNICODE}")
     return value
+
+
+def _nesting(value: Any) -> int:
+    """How many objects and arrays deep ``value`` goes (iteratively: no recursion limit)."""
+    deepest, stack = 0, [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        children = item.values() if isinstance(item, dict) else item if isinstance(item, list) else None
+        if children is not None:
+            deepest = max(deepest, depth)
+            stack.extend((child, depth + 1) for child in children)
+    return deepest
 
 
 NOT_UNICODE = "is not valid Unicode (a lone surrogate, U+D800–U+DFFF): documents are stored as UTF-8"
