@@ -31,7 +31,7 @@ from .clock import SYSTEM_CLOCK
 from .decision import Decision, validated_context
 from .documents import Action, PolicyDocument, ScoreCursor, invalid_from_pydantic, policy_doc_id
 from .errors import InvalidDocument
-from .structured import StructuredPolicy, _cumulative, context_key
+from .structured import StructuredPolicy, context_key, cumulative
 
 DEFAULT_EXPLORATION_FLOOR = 0.001
 """The floor new policies get unless configured otherwise (docs/benchmarks.md: Learning benchmark)."""
@@ -174,7 +174,7 @@ class SoftmaxPolicy:
         self.pinned = pinned
         self.document = document
         self._probs = tuple(mix_floor(softmax(self.logits, self.temperature), self.exploration_floor))
-        self._cum = _cumulative(self._probs)  # every uniform draw in [0, 1) lands on a positive probability
+        self._cum = cumulative(self._probs)  # every uniform draw in [0, 1) lands on a positive probability
         self._index = {a.id: i for i, a in enumerate(self.actions)}
         self._decisions = tuple(
             Decision(agent_id, a.id, i, p, math.log(p) if p > 0 else -math.inf, version, a.config)

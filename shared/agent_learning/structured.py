@@ -202,12 +202,12 @@ class _Table:
                 0.0 if local in blocked else math.prod(p[i] for p, i in zip(probs, local, strict=True))
                 for local in product(*(range(k) for k in sizes))
             ]
-            self.cum: Any = _cumulative(joint)
+            self.cum: Any = cumulative(joint)
         else:
-            self.cum = [_cumulative(p) for p in probs]
+            self.cum = [cumulative(p) for p in probs]
 
 
-def _cumulative(probs: Sequence[float]) -> list[float]:
+def cumulative(probs: Sequence[float]) -> list[float]:
     """Cumulative sums normalised so that every uniform draw in [0, 1) lands on a positive entry."""
     cum = list(accumulate(probs))
     total = cum[-1]
