@@ -18,12 +18,14 @@ from typing import Any
 import numpy as np
 import pytest
 
+from agent_learning.capture import EpisodeCapture
 from agent_learning.documents import Action, PolicyDocument
 from agent_learning.errors import InvalidDocument
 from agent_learning.evaluation import chosen_probabilities
 from agent_learning.learner import Batch as FlatBatch
 from agent_learning.learner import LearnerConfig, Reinforce
 from agent_learning.policy import SoftmaxPolicy, mix_floor, served_entropy
+from agent_learning.store.memory import MemoryStore
 from agent_learning.structured import StructuredPolicy
 from agent_learning.structured_learner import Rows, learn_structured
 
@@ -295,16 +297,21 @@ def test_a_floor_that_is_not_a_probability_is_refused_naming_it(floor: float) ->
 
 
 def test_a_str_enum_is_logged_as_its_value_after_the_plain_value_was_chosen_for() -> None:
-    """The plain value's table, once kept, was found by the Enum (equal hash) without the check that
-    makes it the plain string, so the decision logged the Enum object."""
+    """The plain value's table, once kept, is found by the Enum (equal hash) without the check (the
+    fast path of choose): the episode still logs the plain string, as the learner reads it."""
 
     class Task(str, enum.Enum):  # noqa: UP042 - the mixin whose str() is not its value
         BILLING = "billing"
 
+    store = MemoryStore()
     chooser = StructuredPolicy.create("bot", {"prompt": ["a", "b"]}, context={"task": "category"}, seed=1)
-    for value in ("billing", Task.BILLING, np.str_("billing")):
+    for i, value in enumerate(("billing", Task.BILLING, np.str_("billing"))):
         decision = chooser.choose(context={"task": value})
-        assert decision.context == {"task": "billing"} and type(decision.context["task"]) is str, value
+        assert decision.context == {"task": "billing"}, value
+        with EpisodeCapture(store, decision, input="q", episode_id=f"ep-{i}") as run:
+            episode = run.end("answer")
+        assert episode.context is not None and type(episode.context["task"]) is str, value
+        assert json.loads(episode.to_json())["context"] == {"task": "billing"}
 
 
 def test_contexts_whose_values_are_equal_in_python_but_name_different_segments_are_kept_apart() -> None:

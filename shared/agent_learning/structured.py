@@ -359,18 +359,15 @@ class StructuredPolicy:
         features whose values built a cached table was checked then: it is not checked again."""
         if self._categorical and not self._numeric and type(context) is dict:
             # Tables are kept under segment names (strings): only a context of strings can hit one
-            # here, and any other value (True, 1, a list) is checked below, as is a subclass of str
-            # (a str Enum, numpy's str_), which hashes like its value but is logged as that value.
+            # here, and any other value (True, 1, a list) is checked below. A subclass of str (a
+            # str Enum, numpy's str_) hashes like its value and hits its table: the decision keeps
+            # it as given, and the episode logs its value (check_context, on the episode).
             key = tuple(map(context.get, self._categorical))
             try:
                 table = self._cache.get(key)
             except TypeError:  # an unhashable value: let the check name it
                 table = None
-            if (
-                table is not None
-                and len(context) == len(key) - key.count(None)
-                and all(type(v) is str for v in context.values())
-            ):
+            if table is not None and len(context) == len(key) - key.count(None):
                 return table, dict(context)
         checked = validated_context(context)
         if self._numeric:
