@@ -355,6 +355,8 @@ def _ms(value: float | None) -> str:
 
 
 def _progress(label: str, transient: bool) -> Progress:
+    """A progress bar on stderr. A transient one on stderr that is not a terminal is off: it would
+    show nothing there but the empty line it leaves (before an error message, say)."""
     return Progress(
         TextColumn(f"[bold]{label}"),
         BarColumn(),
@@ -362,6 +364,7 @@ def _progress(label: str, transient: bool) -> Progress:
         TimeElapsedColumn(),
         console=err,
         transient=transient,
+        disable=transient and not err.is_terminal,
     )
 
 

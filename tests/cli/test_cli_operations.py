@@ -224,6 +224,7 @@ def test_evaluate_every_target_against_the_current_version(deployment: Deploymen
     assert two.exit_code == 2 and "--candidate: choose one target" in two.stderr
     unknown = cli("evaluate", "--agent-id", AGENT, "--action", "nope")
     assert unknown.exit_code == 2 and "--action: 'nope' is not an action of 'math-tutor'" in unknown.stderr
+    assert unknown.stderr.startswith("error: --action")  # no empty line left by a progress bar before it
     future = cli("evaluate", "--agent-id", AGENT, "--since", "2999-01-01")
     assert future.exit_code == 2 and "has 0 scored episodes since 2999-01-01" in future.stderr
 
