@@ -45,7 +45,7 @@ from dataclasses import dataclass
 from .. import notices
 from ..clock import SYSTEM_CLOCK, Clock
 from ..documents import MAX_NOTE_CHARS, Action, PolicyDocument, stored_policy
-from ..errors import ConcurrencyConflict, InvalidDocument, NotFound
+from ..errors import ConcurrencyConflict, InvalidDocument, NotFound, StoredDocumentInvalid
 from ..store.base import Store, same_document
 
 ATTEMPTS = 5
@@ -229,12 +229,17 @@ def rollback(store: Store, agent_id: str, version: int, *, clock: Clock = SYSTEM
         return copy(current, current.version + 1, f"v{current.version}")
 
     for _ in range(ATTEMPTS):
-        tagged = store.get_current_policy(agent_id)
-        if tagged is None:
-            raise NotFound(f"agent_id: {agent_id!r} has no policy")
         try:
-            stored_policy(tagged.doc)
-        except InvalidDocument as problem:
+            return swap(store, agent_id, change)
+        except StoredDocumentInvalid as problem:  # the current document, as swap read it
+            tagged = store.get_current_policy(agent_id)
+            if tagged is None:
+                raise NotFound(f"agent_id: {agent_id!r} has no policy") from None
+            try:  # only over the document read now: if it was fixed meanwhile, the swap takes it
+                stored_policy(tagged.doc)
+                continue
+            except StoredDocumentInvalid:
+                pass
             stand_in, next_version = _stand_in(store, agent_id, tagged.doc, target)
             new = copy(stand_in, next_version, f"an invalid current document (training resumes from "
                                                f"v{stand_in.version}'s cursor)")
@@ -242,7 +247,6 @@ def rollback(store: Store, agent_id: str, version: int, *, clock: Clock = SYSTEM
                 return Change(publish(store, new, tagged.etag), True, str(problem), stand_in.version)
             except ConcurrencyConflict:
                 continue  # someone else wrote it meanwhile: read it again
-        return swap(store, agent_id, change)
     raise ConcurrencyConflict(f"the policy of {agent_id!r} kept changing; try again")
 
 
