@@ -58,8 +58,9 @@ param cosmosCapacityMode string = 'Serverless'
 @description('Cosmos DB database (AGENT_LEARNING_COSMOS_DATABASE).')
 param cosmosDatabaseName string = 'agent-learning'
 
-@description('Default time to live of episodes in seconds; -1 keeps them unless an episode carries its own ttl.')
+@description('Default time to live of episodes in seconds (at most 2^31 - 1); -1 or 0 keeps them unless an episode carries its own ttl.')
 @minValue(-1)
+@maxValue(2147483647)
 param episodeTtlSeconds int = -1
 
 @description('Scoring queue (AGENT_LEARNING_QUEUE_NAME).')

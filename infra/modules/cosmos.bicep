@@ -27,8 +27,9 @@ param capacityMode string = 'Serverless'
 @minValue(1000)
 param autoscaleMaxThroughput int = 1000
 
-@description('Default time to live of episodes in seconds: -1 keeps them unless an episode carries its own ttl.')
+@description('Default time to live of episodes in seconds (at most 2^31 - 1, as Cosmos DB allows); -1 or 0 keeps them unless an episode carries its own ttl.')
 @minValue(-1)
+@maxValue(2147483647)
 param episodeTtlSeconds int = -1
 
 @description('Principal id of the managed identity the Function app runs as.')
@@ -45,6 +46,9 @@ param agentDirectCosmosAccess bool = true
 
 var serverless = capacityMode == 'Serverless'
 
+// Cosmos DB refuses a default time to live of 0; 0 asks for no default lifetime, which is -1.
+var episodeDefaultTtl = (episodeTtlSeconds == 0) ? -1 : episodeTtlSeconds
+
 // Every container indexes everything except the ETag (CosmosStore's ContainerSpec.indexing_policy).
 var excludedPaths = [
   {
@@ -58,8 +62,9 @@ var includedPaths = [
 ]
 
 // name, partition key, time to live and composite indexes, as agent_learning.store.cosmos expects.
-// Only episodes expire (when an episode says so, or after episodeTtlSeconds); scores, policies and
-// runs and feedback are the learning record and leases belong to the change-feed trigger.
+// Only episodes expire (when an episode says so, or after episodeTtlSeconds when it is positive);
+// scores, policies, runs and feedback are the learning record and leases belong to the change-feed
+// trigger.
 // Every key keeps a logical partition (one value of the full key, capped at 20 GB) bounded
 // however long an agent runs. Score slots have a hierarchical key (MultiHash, version 2):
 // [agent_id, id] holds one document per logical partition, and the trainer's query on an agent's
@@ -76,7 +81,7 @@ var containers = [
       ]
       kind: 'Hash'
     }
-    defaultTtl: episodeTtlSeconds
+    defaultTtl: episodeDefaultTtl
     compositeIndexes: []
   }
   {

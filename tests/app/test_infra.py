@@ -293,6 +293,7 @@ def test_deployment_defaults_equal_the_library_defaults() -> None:
 
 def evaluate(expr: Any, names: dict[str, Any]) -> Any:
     """The value of a pycep arithmetic expression (integer division, as Bicep's) given its names."""
+    expr = literal(expr)
     if isinstance(expr, bool | int):
         return expr
     if isinstance(expr, str):
@@ -302,7 +303,7 @@ def evaluate(expr: Any, names: dict[str, Any]) -> Any:
         chosen = operands["true_value"] if evaluate(operands["condition"], names) else operands["false_value"]
         return evaluate(chosen, names)
     a, b = evaluate(operands["operand_1"], names), evaluate(operands["operand_2"], names)
-    return {"add": lambda: a + b, "multiply": lambda: a * b, "divide": lambda: a // b}[kind]()
+    return {"add": lambda: a + b, "multiply": lambda: a * b, "divide": lambda: a // b, "equals": lambda: a == b}[kind]()
 
 
 def test_the_judge_capacity_follows_its_rule_and_paces_the_scorer() -> None:
@@ -427,9 +428,23 @@ def test_cosmos_containers_partition_keys_and_indexes_equal_the_store() -> None:
 def test_only_episodes_expire_and_only_when_asked() -> None:
     declared = {c["name"]: c for c in variable("cosmos", "containers")}
     # A container honours an episode's own `ttl` only when its default TTL is set; -1 = never by default.
-    assert declared["episodes"]["defaultTtl"] == "episodeTtlSeconds"
+    assert declared["episodes"]["defaultTtl"] == "episodeDefaultTtl"
     assert param_default("cosmos", "episodeTtlSeconds") == param_default("main", "episodeTtlSeconds") == -1
     assert all(declared[name]["defaultTtl"] is None for name in declared if name != "episodes")
+
+
+def test_every_episode_ttl_the_parameter_admits_is_one_cosmos_accepts() -> None:
+    """Cosmos DB takes a default TTL of -1 or 1 to 2^31 - 1 seconds and refuses 0: EPISODE_TTL_SECONDS=0
+    means no default lifetime (-1), and the bounds are Cosmos DB's."""
+    cosmos_max = 2**31 - 1
+    for name in ("main", "cosmos"):
+        decorators = {d["type"]: d["argument"] for d in bicep(name)["parameters"]["episodeTtlSeconds"]["decorators"]}
+        assert (decorators["min_value"], decorators["max_value"]) == (-1, cosmos_max), name
+    assert body(bicep("main")["modules"]["cosmos"])["params"]["episodeTtlSeconds"] == "episodeTtlSeconds"
+    rule = variable("cosmos", "episodeDefaultTtl")
+    given = (-1, 0, 1, 86_400, cosmos_max)
+    applied = [evaluate(rule, {"episodeTtlSeconds": seconds}) for seconds in given]
+    assert applied == [-1, -1, 1, 86_400, cosmos_max]
 
 
 # --------------------------------------------------------------------------- no secrets
