@@ -98,7 +98,7 @@ param judging string = '*=all'
 @maxLength(64)
 param leasePrefix string = 'azure-'
 
-@description('Create an Azure OpenAI account with a judge model deployment.')
+@description('Create an Azure OpenAI account with a judge model deployment (not when judgeAzureEndpoint names an existing one).')
 param deployJudgeModel bool = true
 
 @description('Region of the judge model (default: location).')
@@ -133,7 +133,7 @@ param judgeScoringInstances int = 1
 @description('Model deployment name (AGENT_LEARNING_JUDGE_DEPLOYMENT): the one created, or an existing one at judgeAzureEndpoint.')
 param judgeDeploymentName string = 'judge'
 
-@description('Endpoint of an existing Azure OpenAI resource, used when deployJudgeModel is false (grant the app identity Cognitive Services OpenAI User on it).')
+@description('Endpoint of an existing Azure OpenAI resource to judge with; given, no judge model is created (grant the app identity Cognitive Services OpenAI User on it).')
 param judgeAzureEndpoint string = ''
 
 @description('Azure OpenAI API version of the judge calls (AGENT_LEARNING_JUDGE_API_VERSION).')
@@ -164,6 +164,8 @@ var tags = {
 }
 var functionAppName = 'func-${resourceToken}'
 var deploymentContainerName = 'app-package-${take(functionAppName, 32)}-${take(resourceToken, 7)}'
+// An existing endpoint, when given, is the judge: no second model is created beside it.
+var deployJudge = deployJudgeModel && empty(judgeAzureEndpoint)
 var judgeConfigured = deployJudgeModel || !empty(judgeAzureEndpoint)
 // The judge deployment's capacity in thousands of tokens a minute, from the rate it must judge at:
 // episodes a minute x tokens admitted per episode / 1000, rounded up (integer ceiling).
@@ -245,7 +247,7 @@ module serviceBus 'modules/servicebus.bicep' = {
   }
 }
 
-module judge 'modules/judge.bicep' = if (deployJudgeModel) {
+module judge 'modules/judge.bicep' = if (deployJudge) {
   name: 'judge'
   scope: rg
   params: {
@@ -263,7 +265,7 @@ module judge 'modules/judge.bicep' = if (deployJudgeModel) {
   }
 }
 
-var judgeEndpoint = deployJudgeModel ? judge.outputs.endpoint : judgeAzureEndpoint
+var judgeEndpoint = deployJudge ? judge.outputs.endpoint : judgeAzureEndpoint
 
 // Where things are and how to reach them: identity-based connections only. The Functions host
 // reads the CosmosDBConnection__* and ServiceBusConnection__* settings for its triggers, and the

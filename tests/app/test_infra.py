@@ -298,12 +298,27 @@ def evaluate(expr: Any, names: dict[str, Any]) -> Any:
         return expr
     if isinstance(expr, str):
         return names[expr]
+    if "function" in expr:
+        assert expr["function"]["type"] == "empty", expr
+        return not evaluate(expr["function"]["parameters"]["item_to_test"], names)
     kind, operands = expr["operator"]["type"], expr["operator"]["operands"]
     if kind == "conditional":
         chosen = operands["true_value"] if evaluate(operands["condition"], names) else operands["false_value"]
         return evaluate(chosen, names)
+    if kind == "not":
+        return not evaluate(operands["bool_value"], names)
+    if kind == "property_accessor":
+        return names[dotted(expr)]
     a, b = evaluate(operands["operand_1"], names), evaluate(operands["operand_2"], names)
-    return {"add": lambda: a + b, "multiply": lambda: a * b, "divide": lambda: a // b, "equals": lambda: a == b}[kind]()
+    return {
+        "add": lambda: a + b,
+        "multiply": lambda: a * b,
+        "divide": lambda: a // b,
+        "equals": lambda: a == b,
+        "and": lambda: a and b,
+        "or": lambda: a or b,
+    }[kind]()
+
 
 
 def test_the_judge_capacity_follows_its_rule_and_paces_the_scorer() -> None:
@@ -333,6 +348,27 @@ def test_the_judge_capacity_follows_its_rule_and_paces_the_scorer() -> None:
     concurrent = json.loads((ROOT / "host.json").read_text())["extensions"]["serviceBus"]["maxConcurrentCalls"]
     deadline = Settings.model_fields["judge_evaluator_deadline"].default
     assert capacity * 1000 // instances * deadline / 60 >= concurrent * defaults["judgeTokensPerEpisode"]
+
+
+def test_a_given_judge_endpoint_is_the_judge_and_no_model_is_created_beside_it() -> None:
+    """JUDGE_AZURE_ENDPOINT alone (DEPLOY_JUDGE_MODEL keeps its default, true) judges with that
+    endpoint: the app is not pointed at a new model while the given endpoint is dropped."""
+    assert bicep("main")["modules"]["judge"]["config"]["condition"] == "deployJudge"
+    created = "https://oai-created.openai.azure.com/"
+    for deploy, given, expected_model, expected_endpoint in (
+        (True, "", True, created),
+        (True, "https://mine.openai.azure.com/", False, "https://mine.openai.azure.com/"),
+        (False, "https://mine.openai.azure.com/", False, "https://mine.openai.azure.com/"),
+        (False, "", False, ""),
+    ):
+        names = {"deployJudgeModel": deploy, "judgeAzureEndpoint": given}
+        names["deployJudge"] = evaluate(variable("main", "deployJudge"), names)
+        assert names["deployJudge"] is expected_model, names
+        endpoint = evaluate(variable("main", "judgeEndpoint"), {**names, "judge.outputs.endpoint": created})
+        assert endpoint == expected_endpoint, names
+        assert evaluate(variable("main", "judgeConfigured"), names) is bool(expected_endpoint), names
+    assert dotted(app_settings()["AGENT_LEARNING_JUDGE_AZURE_ENDPOINT"]) == "judgeEndpoint"
+    assert dotted(bicep("main")["outputs"]["AGENT_LEARNING_JUDGE_AZURE_ENDPOINT"]["value"]) == "judgeEndpoint"
 
 
 def test_the_queue_and_the_app_get_the_same_delivery_count_and_lock() -> None:
