@@ -126,8 +126,9 @@ param judgeEpisodesPerMinute int = 4
 @minValue(1)
 param judgeTokensPerEpisode int = 9000
 
-@description('Function app instances expected to score at once against the judge deployment; each paces itself to capacity x 1000 / judgeScoringInstances tokens a minute (AGENT_LEARNING_JUDGE_TOKENS_PER_MINUTE).')
+@description('Function app instances expected to score at once against the judge deployment; each paces itself to capacity x 1000 / judgeScoringInstances tokens a minute (AGENT_LEARNING_JUDGE_TOKENS_PER_MINUTE). At most 1000, as many as the app scales to, so that share is never 0, which would mean unpaced.')
 @minValue(1)
+@maxValue(1000)
 param judgeScoringInstances int = 1
 
 @description('Model deployment name (AGENT_LEARNING_JUDGE_DEPLOYMENT): the one created, or an existing one at judgeAzureEndpoint.')

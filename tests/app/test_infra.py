@@ -338,6 +338,16 @@ def test_the_judge_capacity_follows_its_rule_and_paces_the_scorer() -> None:
     assert evaluate(share, {**names, "judgeConfigured": True}) == capacity * 1000 // instances
     assert evaluate(share, {**names, "judgeConfigured": False}) == 0  # the offline judge is not paced
     assert function_args(app_settings()["AGENT_LEARNING_JUDGE_TOKENS_PER_MINUTE"], "string") == ["judgeTokensPerMinute"]
+    # The smallest share the parameters admit still paces: 0 would turn the budget off (JudgeTokens: 0 is unpaced).
+    params = bicep("main")["parameters"]
+    bounds = {
+        p: {d["type"]: d["argument"] for d in params[p]["decorators"]}
+        for p in ("judgeEpisodesPerMinute", "judgeTokensPerEpisode", "judgeScoringInstances")
+    }
+    smallest = evaluate(rule, {p: bounds[p]["min_value"] for p in ("judgeEpisodesPerMinute", "judgeTokensPerEpisode")})
+    most = bounds["judgeScoringInstances"]["max_value"]
+    assert most == {d["type"]: d["argument"] for d in params["maximumInstanceCount"]["decorators"]}["max_value"]
+    assert evaluate(share, {"judgeCapacity": smallest, "judgeScoringInstances": most, "judgeConfigured": True}) >= 1
     # Episodes are sized at least as large as the judge's calls measure: prompt tokens + completion limits.
     measured = json.loads((ROOT / "benchmarks" / "results" / "judge_tokens.json").read_text())
     limits = sum(JudgeTokens().max_tokens(m) for m in (INTENT_RESOLUTION, TASK_ADHERENCE, TASK_COMPLETION))
