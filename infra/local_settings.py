@@ -59,7 +59,10 @@ def parse_env(text: str) -> dict[str, str]:
         match = re.fullmatch(r"([A-Za-z_][A-Za-z0-9_]*)=(.*)", line)
         if not match:
             raise ValueError(f"line {number}: expected KEY=value, found {line[:60]!r}")
-        parts = shlex.split(match.group(2)) or [""]
+        try:
+            parts = shlex.split(match.group(2)) or [""]
+        except ValueError as exc:  # shlex: "No closing quotation", naming neither the line nor the key
+            raise ValueError(f"line {number}: {match.group(1)}: {exc}") from None
         values[match.group(1)] = parts[0]
     return values
 
@@ -99,11 +102,11 @@ def main(argv: list[str] | None = None) -> int:
                 raise ValueError("azd is not installed (https://aka.ms/azd-install); or pass --values FILE") from None
         sample = json.loads((ROOT / "local.settings.sample.json").read_text())
         settings = local_settings(sample, parse_env(text), getpass.getuser())
+        args.out.write_text(json.dumps(settings, indent=2) + "\n")
     except (OSError, ValueError, subprocess.CalledProcessError) as exc:
         detail = exc.stderr.strip() if isinstance(exc, subprocess.CalledProcessError) else exc
         print(f"error: {detail}", file=sys.stderr)
         return 2
-    args.out.write_text(json.dumps(settings, indent=2) + "\n")
     print(f"wrote {args.out}: Cosmos DB {settings['Values']['CosmosDBConnection__accountEndpoint']}, "
           f"Service Bus {settings['Values']['ServiceBusConnection__fullyQualifiedNamespace']}, "
           f"judge {settings['Values']['AGENT_LEARNING_JUDGE']}")

@@ -83,3 +83,19 @@ def test_a_deployment_without_the_pacing_output_keeps_the_samples_pacing(tmp_pat
     sample = json.loads((ROOT / "local.settings.sample.json").read_text())["Values"]
     written = json.loads(out.read_text())["Values"]
     assert written["AGENT_LEARNING_JUDGE_TOKENS_PER_MINUTE"] == sample["AGENT_LEARNING_JUDGE_TOKENS_PER_MINUTE"]
+
+
+def test_an_unwritable_destination_or_a_broken_value_is_an_error_not_a_traceback(tmp_path: Path) -> None:
+    values = tmp_path / "azd.env"
+    values.write_text(AZD_VALUES)
+    done = run("--values", str(values), "--out", str(tmp_path / "missing" / "local.settings.json"))
+    assert done.returncode == 2 and "Traceback" not in done.stderr
+    assert "No such file or directory" in done.stderr and "missing" in done.stderr
+    done = run("--values", str(values), "--out", str(tmp_path), "--force")  # a directory
+    assert done.returncode == 2 and "Traceback" not in done.stderr and str(tmp_path) in done.stderr
+    values.write_text(AZD_VALUES.replace('AGENT_LEARNING_QUEUE="servicebus"', 'AGENT_LEARNING_QUEUE="servicebus'))
+    out = tmp_path / "local.settings.json"
+    done = run("--values", str(values), "--out", str(out))
+    line = AZD_VALUES.splitlines().index('AGENT_LEARNING_QUEUE="servicebus"') + 1
+    assert done.returncode == 2 and f"line {line}: AGENT_LEARNING_QUEUE: No closing quotation" in done.stderr
+    assert not out.exists()
