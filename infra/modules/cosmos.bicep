@@ -225,7 +225,10 @@ resource container 'Microsoft.DocumentDB/databaseAccounts/sqlDatabases/container
 
 
 // Data-plane access (Cosmos DB SQL role assignments, not Azure RBAC). Scopes are paths under the
-// account: /dbs/<database> and /dbs/<database>/colls/<container>.
+// account: /dbs/<database> and /dbs/<database>/colls/<container>. Cosmos DB takes an exclusive lock
+// on the account for each role definition and assignment and refuses a second one meanwhile (412,
+// "another user operation in progress"), so they are made one at a time, in the order below,
+// after the containers: each depends on the one before it (a skipped one counts as done).
 var databaseScope = '${account.id}/dbs/${databaseName}'
 var policiesScope = '${databaseScope}/colls/policies'
 var episodesScope = '${databaseScope}/colls/episodes'
@@ -246,6 +249,9 @@ var builtInDataContributor = '${account.id}/sqlRoleDefinitions/00000000-0000-000
 resource policyReaderRole 'Microsoft.DocumentDB/databaseAccounts/sqlRoleDefinitions@2024-11-15' = {
   parent: account
   name: guid(account.id, databaseName, 'policy-reader')
+  dependsOn: [
+    container
+  ]
   properties: {
     roleName: 'agent-learning policy reader (${databaseName})'
     type: 'CustomRole'
@@ -266,6 +272,9 @@ resource policyReaderRole 'Microsoft.DocumentDB/databaseAccounts/sqlRoleDefiniti
 resource episodeWriterRole 'Microsoft.DocumentDB/databaseAccounts/sqlRoleDefinitions@2024-11-15' = {
   parent: account
   name: guid(account.id, databaseName, 'episode-writer')
+  dependsOn: [
+    policyReaderRole
+  ]
   properties: {
     roleName: 'agent-learning episode writer (${databaseName})'
     type: 'CustomRole'
@@ -288,7 +297,7 @@ resource functionDataContributor 'Microsoft.DocumentDB/databaseAccounts/sqlRoleA
   parent: account
   name: guid(account.id, databaseScope, functionPrincipalId, 'data-contributor')
   dependsOn: [
-    database
+    episodeWriterRole
   ]
   properties: {
     roleDefinitionId: builtInDataContributor
@@ -302,7 +311,7 @@ resource userDataContributor 'Microsoft.DocumentDB/databaseAccounts/sqlRoleAssig
   parent: account
   name: guid(account.id, databaseScope, userPrincipalId, 'data-contributor')
   dependsOn: [
-    database
+    functionDataContributor
   ]
   properties: {
     roleDefinitionId: builtInDataContributor
@@ -315,7 +324,7 @@ resource agentPolicyReader 'Microsoft.DocumentDB/databaseAccounts/sqlRoleAssignm
   parent: account
   name: guid(account.id, policiesScope, agentPrincipalId, 'policy-reader')
   dependsOn: [
-    container
+    userDataContributor
   ]
   properties: {
     roleDefinitionId: policyReaderRole.id
@@ -328,7 +337,7 @@ resource agentEpisodeWriter 'Microsoft.DocumentDB/databaseAccounts/sqlRoleAssign
   parent: account
   name: guid(account.id, episodesScope, agentPrincipalId, 'episode-writer')
   dependsOn: [
-    container
+    agentPolicyReader
   ]
   properties: {
     roleDefinitionId: episodeWriterRole.id

@@ -624,6 +624,49 @@ def test_cosmos_data_roles_pipeline_and_user_on_the_database_agents_on_two_conta
         assert definitions[symbol]["properties"]["assignableScopes"] == [scope]
 
 
+def references(name: str, expr: Any, symbols: set[str]) -> set[str]:
+    """The resources of ``symbols`` that ``expr`` depends on: named in ``dependsOn`` or referred to
+    (``symbol.id``, ``${symbol.x}``), also through the variables it uses, as Bicep infers them."""
+    variables = bicep(name)["variables"]
+    found: set[str] = set()
+    if isinstance(expr, dict):
+        for value in expr.values():
+            found |= references(name, value, symbols)
+    elif isinstance(expr, list):
+        for value in expr:
+            found |= references(name, value, symbols)
+    elif isinstance(expr, str):
+        found |= {s for s in symbols if expr == s or expr.startswith(f"{s}.") or f"${{{s}." in expr}
+        if expr in variables:
+            found |= references(name, variables[expr]["value"], symbols)
+    return found
+
+
+def test_cosmos_role_definitions_and_assignments_are_made_one_at_a_time() -> None:
+    """Cosmos DB refuses a role definition or assignment while another is in progress on the
+    account (412 PreconditionFailed), so a first `azd up` that made them in parallel failed: each
+    must depend, directly or through the others, on every one before it, and on the containers."""
+    cosmos = bicep("cosmos")["resources"]
+    roles = {
+        s for s, r in cosmos.items() if r["type"] in (f"{COSMOS}/sqlRoleDefinitions", f"{COSMOS}/sqlRoleAssignments")
+    }
+    assert len(roles) == 6
+    direct = {s: references("cosmos", body(cosmos[s]), set(cosmos) - {s}) for s in roles}
+
+    def before(symbol: str) -> set[str]:
+        seen, todo = set(), [symbol]
+        while todo:
+            for dependency in direct.get(todo.pop(), set()) - seen:
+                seen.add(dependency)
+                todo.append(dependency)
+        return seen
+
+    for a in roles:
+        assert "container" in before(a), f"{a} may run while the containers are created"
+        for b in roles - {a}:
+            assert b in before(a) or a in before(b), f"{a} and {b} may run at the same time"
+
+
 class RecordingContainer:
     """A container client that records which SDK methods are called on it."""
 
