@@ -298,6 +298,10 @@ var connectionSettings = {
   AGENT_LEARNING_JUDGE_TOKENS_PER_MINUTE: string(judgeTokensPerMinute)
   // Who may write which agent's episodes through the ingestion route.
   AGENT_LEARNING_EPISODE_WRITERS: string(episodeWriters)
+  // Settings with a parameter of their own (and an azd variable): here, so that appSettingOverrides
+  // cannot silently outrank the parameter.
+  AGENT_LEARNING_JUDGING: judging
+  AGENT_LEARNING_GUARDRAIL: guardrail
 }
 
 // The library's defaults, stated so that a deployment shows every value it runs with and each
@@ -356,8 +360,6 @@ var pipelineSettings = {
   AGENT_LEARNING_DRIFT_WINDOW: '200'
   AGENT_LEARNING_DRIFT_Z: '3.0'
   AGENT_LEARNING_AUTO_PIN: 'false'
-  AGENT_LEARNING_JUDGING: judging
-  AGENT_LEARNING_GUARDRAIL: guardrail
   AGENT_LEARNING_GUARDRAIL_MARGIN: '0.01'
   AGENT_LEARNING_GUARDRAIL_CONFIDENCE: '0.95'
   AGENT_LEARNING_GUARDRAIL_MIN_EFFECTIVE_SAMPLES: '30'

@@ -248,6 +248,16 @@ def test_secrets_and_local_only_settings_are_not_set() -> None:
     assert "AzureWebJobsStorage" not in app_settings()
 
 
+def test_a_setting_with_its_own_parameter_cannot_be_overridden() -> None:
+    """appSettingOverrides outranks pipelineSettings: a setting there that a parameter (an azd
+    variable) gives would ignore that parameter whenever an override names it."""
+    params = set(bicep("main")["parameters"])
+    pipeline = variable("main", "pipelineSettings")
+    from_params = {name for name, value in pipeline.items() if references("main", value, params)}
+    assert not from_params, f"move to connectionSettings, which overrides cannot change: {sorted(from_params)}"
+    assert {"AGENT_LEARNING_JUDGING", "AGENT_LEARNING_GUARDRAIL"} <= set(variable("main", "connectionSettings"))
+
+
 def test_connections_are_identity_based_with_the_app_identity() -> None:
     settings = app_settings()
     prefixes = {b["connection"] for b in bindings() if "connection" in b} | {"AzureWebJobsStorage"}
