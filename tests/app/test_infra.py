@@ -606,6 +606,21 @@ def test_isolated_deployments_give_agents_no_cosmos_role_and_configure_the_inges
     assert Settings(episode_writers=json.dumps(writers["default"])).episode_writers == {}  # Bicep's string({})
 
 
+def test_the_guide_says_that_turning_agent_access_off_keeps_roles_already_given() -> None:
+    """The agent roles are conditional resources: a provision with the condition false skips them
+    and leaves assignments made before in place (deployments add and update, never delete), so
+    the guide must say how to delete them rather than promise they are gone."""
+    assignments = bicep("cosmos")["resources"]
+    conditional = {s for s in ("agentPolicyReader", "agentEpisodeWriter") if "condition" in assignments[s]["config"]}
+    assert conditional == {"agentPolicyReader", "agentEpisodeWriter"}
+    guide = (ROOT / "docs" / "deploying.md").read_text(encoding="utf-8")
+    revoking = guide[guide.index("**Revoking a role.**"):]
+    assert "AGENT_DIRECT_COSMOS_ACCESS false" in revoking and "AGENT_PRINCIPAL_ID" in revoking
+    assert "az cosmosdb sql role assignment delete" in revoking
+    row = re.search(r"^\| `AGENT_DIRECT_COSMOS_ACCESS` \|.*$", guide, re.M)
+    assert row and "stay until" in row.group(0)
+
+
 def sql_roles() -> tuple[dict[str, dict[str, Any]], set[tuple[str, str, str]]]:
     definitions = resources("cosmos", f"{COSMOS}/sqlRoleDefinitions")
     assignments = {
