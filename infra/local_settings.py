@@ -5,7 +5,8 @@
 
 Starts from ``local.settings.sample.json`` (every setting the app reads, with its default) and
 fills in where things are from the azd environment's outputs: the Cosmos DB endpoint and
-database, the Service Bus namespace and queue, the judge. No key is written: the host and the
+database, the Service Bus namespace and queue, the judge, and the deployment's judging and
+guardrail choices. No key is written: the host and the
 library connect with your identity (``az login``), to which ``azd up`` gave the data roles. The
 change-feed lease prefix becomes ``local-<user>-``, so a host on your machine keeps its own
 leases and never takes over the deployed app's. Standard library only.
@@ -38,11 +39,17 @@ FROM_AZD = {
 }
 """azd output → the setting it fills (``infra/main.bicep`` declares the outputs)."""
 
-FROM_AZD_IF_SET = {"AGENT_LEARNING_JUDGE_TOKENS_PER_MINUTE": "AGENT_LEARNING_JUDGE_TOKENS_PER_MINUTE"}
+FROM_AZD_IF_SET = {
+    "AGENT_LEARNING_JUDGE_TOKENS_PER_MINUTE": "AGENT_LEARNING_JUDGE_TOKENS_PER_MINUTE",
+    "AGENT_LEARNING_JUDGING": "AGENT_LEARNING_JUDGING",
+    "AGENT_LEARNING_GUARDRAIL": "AGENT_LEARNING_GUARDRAIL",
+}
 """Outputs that deployments made before them lack: copied when present, else the sample's value
 stays. The judge's token pacing is one instance's share of the judge deployment's capacity; a
 host run locally against that deployment paces itself as one more instance would, instead of
-sending every evaluator call at once."""
+sending every evaluator call at once. Which episodes are judged and the publish guardrail are
+the deployment's: the local host shares its queues, so a message is judged or trained alike
+whichever host receives it."""
 
 USER_IDENTITY = ("CosmosDBConnection__clientId", "ServiceBusConnection__clientId", "AGENT_LEARNING_JUDGE_CLIENT_ID")
 """Settings that select a user-assigned managed identity in Azure; left out locally, so your

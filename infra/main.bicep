@@ -407,6 +407,9 @@ output AGENT_LEARNING_JUDGE string = judgeConfigured ? 'evaluators' : 'offline'
 output AGENT_LEARNING_JUDGE_AZURE_ENDPOINT string = judgeEndpoint
 output AGENT_LEARNING_JUDGE_DEPLOYMENT string = judgeDeploymentName
 output AGENT_LEARNING_JUDGE_TOKENS_PER_MINUTE string = string(judgeTokensPerMinute)
+// A host run locally shares the queues: it judges and trains as the deployed app does.
+output AGENT_LEARNING_JUDGING string = judging
+output AGENT_LEARNING_GUARDRAIL string = guardrail
 output JUDGE_CAPACITY int = judgeCapacity
 output COSMOS_ACCOUNT_NAME string = cosmos.outputs.accountName
 output COSMOS_POLICY_READER_ROLE_ID string = cosmos.outputs.policyReaderRoleName

@@ -528,6 +528,10 @@ def test_outputs_give_agents_the_endpoints_and_name_real_settings() -> None:
     assert dotted(outputs["AGENT_LEARNING_COSMOS_ENDPOINT"]["value"]) == "cosmos.outputs.endpoint"
     assert dotted(outputs["AGENT_LEARNING_COSMOS_DATABASE"]["value"]) == "cosmos.outputs.databaseName"
     assert dotted(outputs["FUNCTION_APP_URL"]["value"]) == "functionApp.outputs.url"
+    # What a host run locally must share with the deployed app (infra/local_settings.py copies them).
+    settings = app_settings()
+    for name in ("AGENT_LEARNING_JUDGING", "AGENT_LEARNING_GUARDRAIL", "AGENT_LEARNING_JUDGE_TOKENS_PER_MINUTE"):
+        assert outputs[name]["value"] == settings[name], name
     aliases = {
         str(choice)
         for field in Settings.model_fields.values()
