@@ -5,7 +5,8 @@
 
 Starts from ``local.settings.sample.json`` (every setting the app reads, with its default) and
 fills in where things are from the azd environment's outputs: the Cosmos DB endpoint and
-database, the Service Bus namespace and queue, the judge. No key is written: the host and the
+database, the Service Bus namespace and queue, the judge, and the deployment's judging and
+guardrail choices. No key is written: the host and the
 library connect with your identity (``az login``), to which ``azd up`` gave the data roles. The
 change-feed lease prefix becomes ``local-<user>-``, so a host on your machine keeps its own
 leases and never takes over the deployed app's. Standard library only.
@@ -38,11 +39,17 @@ FROM_AZD = {
 }
 """azd output → the setting it fills (``infra/main.bicep`` declares the outputs)."""
 
-FROM_AZD_IF_SET = {"AGENT_LEARNING_JUDGE_TOKENS_PER_MINUTE": "AGENT_LEARNING_JUDGE_TOKENS_PER_MINUTE"}
+FROM_AZD_IF_SET = {
+    "AGENT_LEARNING_JUDGE_TOKENS_PER_MINUTE": "AGENT_LEARNING_JUDGE_TOKENS_PER_MINUTE",
+    "AGENT_LEARNING_JUDGING": "AGENT_LEARNING_JUDGING",
+    "AGENT_LEARNING_GUARDRAIL": "AGENT_LEARNING_GUARDRAIL",
+}
 """Outputs that deployments made before them lack: copied when present, else the sample's value
 stays. The judge's token pacing is one instance's share of the judge deployment's capacity; a
 host run locally against that deployment paces itself as one more instance would, instead of
-sending every evaluator call at once."""
+sending every evaluator call at once. Which episodes are judged and the publish guardrail are
+the deployment's: the local host shares its queues, so a message is judged or trained alike
+whichever host receives it."""
 
 USER_IDENTITY = ("CosmosDBConnection__clientId", "ServiceBusConnection__clientId", "AGENT_LEARNING_JUDGE_CLIENT_ID")
 """Settings that select a user-assigned managed identity in Azure; left out locally, so your
@@ -59,7 +66,10 @@ def parse_env(text: str) -> dict[str, str]:
         match = re.fullmatch(r"([A-Za-z_][A-Za-z0-9_]*)=(.*)", line)
         if not match:
             raise ValueError(f"line {number}: expected KEY=value, found {line[:60]!r}")
-        parts = shlex.split(match.group(2)) or [""]
+        try:
+            parts = shlex.split(match.group(2)) or [""]
+        except ValueError as exc:  # shlex: "No closing quotation", naming neither the line nor the key
+            raise ValueError(f"line {number}: {match.group(1)}: {exc}") from None
         values[match.group(1)] = parts[0]
     return values
 
@@ -99,11 +109,11 @@ def main(argv: list[str] | None = None) -> int:
                 raise ValueError("azd is not installed (https://aka.ms/azd-install); or pass --values FILE") from None
         sample = json.loads((ROOT / "local.settings.sample.json").read_text())
         settings = local_settings(sample, parse_env(text), getpass.getuser())
+        args.out.write_text(json.dumps(settings, indent=2) + "\n")
     except (OSError, ValueError, subprocess.CalledProcessError) as exc:
         detail = exc.stderr.strip() if isinstance(exc, subprocess.CalledProcessError) else exc
         print(f"error: {detail}", file=sys.stderr)
         return 2
-    args.out.write_text(json.dumps(settings, indent=2) + "\n")
     print(f"wrote {args.out}: Cosmos DB {settings['Values']['CosmosDBConnection__accountEndpoint']}, "
           f"Service Bus {settings['Values']['ServiceBusConnection__fullyQualifiedNamespace']}, "
           f"judge {settings['Values']['AGENT_LEARNING_JUDGE']}")

@@ -58,8 +58,9 @@ param cosmosCapacityMode string = 'Serverless'
 @description('Cosmos DB database (AGENT_LEARNING_COSMOS_DATABASE).')
 param cosmosDatabaseName string = 'agent-learning'
 
-@description('Default time to live of episodes in seconds; -1 keeps them unless an episode carries its own ttl.')
+@description('Default time to live of episodes in seconds (at most 2^31 - 1); -1 or 0 keeps them unless an episode carries its own ttl.')
 @minValue(-1)
+@maxValue(2147483647)
 param episodeTtlSeconds int = -1
 
 @description('Scoring queue (AGENT_LEARNING_QUEUE_NAME).')
@@ -97,7 +98,7 @@ param judging string = '*=all'
 @maxLength(64)
 param leasePrefix string = 'azure-'
 
-@description('Create an Azure OpenAI account with a judge model deployment.')
+@description('Create an Azure OpenAI account with a judge model deployment (not when judgeAzureEndpoint names an existing one).')
 param deployJudgeModel bool = true
 
 @description('Region of the judge model (default: location).')
@@ -125,14 +126,15 @@ param judgeEpisodesPerMinute int = 4
 @minValue(1)
 param judgeTokensPerEpisode int = 9000
 
-@description('Function app instances expected to score at once against the judge deployment; each paces itself to capacity x 1000 / judgeScoringInstances tokens a minute (AGENT_LEARNING_JUDGE_TOKENS_PER_MINUTE).')
+@description('Function app instances expected to score at once against the judge deployment; each paces itself to capacity x 1000 / judgeScoringInstances tokens a minute (AGENT_LEARNING_JUDGE_TOKENS_PER_MINUTE). At most 1000, as many as the app scales to, so that share is never 0, which would mean unpaced.')
 @minValue(1)
+@maxValue(1000)
 param judgeScoringInstances int = 1
 
 @description('Model deployment name (AGENT_LEARNING_JUDGE_DEPLOYMENT): the one created, or an existing one at judgeAzureEndpoint.')
 param judgeDeploymentName string = 'judge'
 
-@description('Endpoint of an existing Azure OpenAI resource, used when deployJudgeModel is false (grant the app identity Cognitive Services OpenAI User on it).')
+@description('Endpoint of an existing Azure OpenAI resource to judge with; given, no judge model is created (grant the app identity Cognitive Services OpenAI User on it).')
 param judgeAzureEndpoint string = ''
 
 @description('Azure OpenAI API version of the judge calls (AGENT_LEARNING_JUDGE_API_VERSION).')
@@ -163,6 +165,8 @@ var tags = {
 }
 var functionAppName = 'func-${resourceToken}'
 var deploymentContainerName = 'app-package-${take(functionAppName, 32)}-${take(resourceToken, 7)}'
+// An existing endpoint, when given, is the judge: no second model is created beside it.
+var deployJudge = deployJudgeModel && empty(judgeAzureEndpoint)
 var judgeConfigured = deployJudgeModel || !empty(judgeAzureEndpoint)
 // The judge deployment's capacity in thousands of tokens a minute, from the rate it must judge at:
 // episodes a minute x tokens admitted per episode / 1000, rounded up (integer ceiling).
@@ -244,7 +248,7 @@ module serviceBus 'modules/servicebus.bicep' = {
   }
 }
 
-module judge 'modules/judge.bicep' = if (deployJudgeModel) {
+module judge 'modules/judge.bicep' = if (deployJudge) {
   name: 'judge'
   scope: rg
   params: {
@@ -262,7 +266,7 @@ module judge 'modules/judge.bicep' = if (deployJudgeModel) {
   }
 }
 
-var judgeEndpoint = deployJudgeModel ? judge.outputs.endpoint : judgeAzureEndpoint
+var judgeEndpoint = deployJudge ? judge.outputs.endpoint : judgeAzureEndpoint
 
 // Where things are and how to reach them: identity-based connections only. The Functions host
 // reads the CosmosDBConnection__* and ServiceBusConnection__* settings for its triggers, and the
@@ -294,6 +298,10 @@ var connectionSettings = {
   AGENT_LEARNING_JUDGE_TOKENS_PER_MINUTE: string(judgeTokensPerMinute)
   // Who may write which agent's episodes through the ingestion route.
   AGENT_LEARNING_EPISODE_WRITERS: string(episodeWriters)
+  // Settings with a parameter of their own (and an azd variable): here, so that appSettingOverrides
+  // cannot silently outrank the parameter.
+  AGENT_LEARNING_JUDGING: judging
+  AGENT_LEARNING_GUARDRAIL: guardrail
 }
 
 // The library's defaults, stated so that a deployment shows every value it runs with and each
@@ -352,8 +360,6 @@ var pipelineSettings = {
   AGENT_LEARNING_DRIFT_WINDOW: '200'
   AGENT_LEARNING_DRIFT_Z: '3.0'
   AGENT_LEARNING_AUTO_PIN: 'false'
-  AGENT_LEARNING_JUDGING: judging
-  AGENT_LEARNING_GUARDRAIL: guardrail
   AGENT_LEARNING_GUARDRAIL_MARGIN: '0.01'
   AGENT_LEARNING_GUARDRAIL_CONFIDENCE: '0.95'
   AGENT_LEARNING_GUARDRAIL_MIN_EFFECTIVE_SAMPLES: '30'
@@ -401,6 +407,9 @@ output AGENT_LEARNING_JUDGE string = judgeConfigured ? 'evaluators' : 'offline'
 output AGENT_LEARNING_JUDGE_AZURE_ENDPOINT string = judgeEndpoint
 output AGENT_LEARNING_JUDGE_DEPLOYMENT string = judgeDeploymentName
 output AGENT_LEARNING_JUDGE_TOKENS_PER_MINUTE string = string(judgeTokensPerMinute)
+// A host run locally shares the queues: it judges and trains as the deployed app does.
+output AGENT_LEARNING_JUDGING string = judging
+output AGENT_LEARNING_GUARDRAIL string = guardrail
 output JUDGE_CAPACITY int = judgeCapacity
 output COSMOS_ACCOUNT_NAME string = cosmos.outputs.accountName
 output COSMOS_POLICY_READER_ROLE_ID string = cosmos.outputs.policyReaderRoleName

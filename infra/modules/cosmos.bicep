@@ -27,8 +27,9 @@ param capacityMode string = 'Serverless'
 @minValue(1000)
 param autoscaleMaxThroughput int = 1000
 
-@description('Default time to live of episodes in seconds: -1 keeps them unless an episode carries its own ttl.')
+@description('Default time to live of episodes in seconds (at most 2^31 - 1, as Cosmos DB allows); -1 or 0 keeps them unless an episode carries its own ttl.')
 @minValue(-1)
+@maxValue(2147483647)
 param episodeTtlSeconds int = -1
 
 @description('Principal id of the managed identity the Function app runs as.')
@@ -45,6 +46,9 @@ param agentDirectCosmosAccess bool = true
 
 var serverless = capacityMode == 'Serverless'
 
+// Cosmos DB refuses a default time to live of 0; 0 asks for no default lifetime, which is -1.
+var episodeDefaultTtl = (episodeTtlSeconds == 0) ? -1 : episodeTtlSeconds
+
 // Every container indexes everything except the ETag (CosmosStore's ContainerSpec.indexing_policy).
 var excludedPaths = [
   {
@@ -58,8 +62,9 @@ var includedPaths = [
 ]
 
 // name, partition key, time to live and composite indexes, as agent_learning.store.cosmos expects.
-// Only episodes expire (when an episode says so, or after episodeTtlSeconds); scores, policies and
-// runs and feedback are the learning record and leases belong to the change-feed trigger.
+// Only episodes expire (when an episode says so, or after episodeTtlSeconds when it is positive);
+// scores, policies, runs and feedback are the learning record and leases belong to the change-feed
+// trigger.
 // Every key keeps a logical partition (one value of the full key, capped at 20 GB) bounded
 // however long an agent runs. Score slots have a hierarchical key (MultiHash, version 2):
 // [agent_id, id] holds one document per logical partition, and the trainer's query on an agent's
@@ -76,7 +81,7 @@ var containers = [
       ]
       kind: 'Hash'
     }
-    defaultTtl: episodeTtlSeconds
+    defaultTtl: episodeDefaultTtl
     compositeIndexes: []
   }
   {
@@ -220,7 +225,10 @@ resource container 'Microsoft.DocumentDB/databaseAccounts/sqlDatabases/container
 
 
 // Data-plane access (Cosmos DB SQL role assignments, not Azure RBAC). Scopes are paths under the
-// account: /dbs/<database> and /dbs/<database>/colls/<container>.
+// account: /dbs/<database> and /dbs/<database>/colls/<container>. Cosmos DB takes an exclusive lock
+// on the account for each role definition and assignment and refuses a second one meanwhile (412,
+// "another user operation in progress"), so they are made one at a time, in the order below,
+// after the containers: each depends on the one before it (a skipped one counts as done).
 var databaseScope = '${account.id}/dbs/${databaseName}'
 var policiesScope = '${databaseScope}/colls/policies'
 var episodesScope = '${databaseScope}/colls/episodes'
@@ -241,6 +249,9 @@ var builtInDataContributor = '${account.id}/sqlRoleDefinitions/00000000-0000-000
 resource policyReaderRole 'Microsoft.DocumentDB/databaseAccounts/sqlRoleDefinitions@2024-11-15' = {
   parent: account
   name: guid(account.id, databaseName, 'policy-reader')
+  dependsOn: [
+    container
+  ]
   properties: {
     roleName: 'agent-learning policy reader (${databaseName})'
     type: 'CustomRole'
@@ -261,6 +272,9 @@ resource policyReaderRole 'Microsoft.DocumentDB/databaseAccounts/sqlRoleDefiniti
 resource episodeWriterRole 'Microsoft.DocumentDB/databaseAccounts/sqlRoleDefinitions@2024-11-15' = {
   parent: account
   name: guid(account.id, databaseName, 'episode-writer')
+  dependsOn: [
+    policyReaderRole
+  ]
   properties: {
     roleName: 'agent-learning episode writer (${databaseName})'
     type: 'CustomRole'
@@ -283,7 +297,7 @@ resource functionDataContributor 'Microsoft.DocumentDB/databaseAccounts/sqlRoleA
   parent: account
   name: guid(account.id, databaseScope, functionPrincipalId, 'data-contributor')
   dependsOn: [
-    database
+    episodeWriterRole
   ]
   properties: {
     roleDefinitionId: builtInDataContributor
@@ -297,7 +311,7 @@ resource userDataContributor 'Microsoft.DocumentDB/databaseAccounts/sqlRoleAssig
   parent: account
   name: guid(account.id, databaseScope, userPrincipalId, 'data-contributor')
   dependsOn: [
-    database
+    functionDataContributor
   ]
   properties: {
     roleDefinitionId: builtInDataContributor
@@ -310,7 +324,7 @@ resource agentPolicyReader 'Microsoft.DocumentDB/databaseAccounts/sqlRoleAssignm
   parent: account
   name: guid(account.id, policiesScope, agentPrincipalId, 'policy-reader')
   dependsOn: [
-    container
+    userDataContributor
   ]
   properties: {
     roleDefinitionId: policyReaderRole.id
@@ -323,7 +337,7 @@ resource agentEpisodeWriter 'Microsoft.DocumentDB/databaseAccounts/sqlRoleAssign
   parent: account
   name: guid(account.id, episodesScope, agentPrincipalId, 'episode-writer')
   dependsOn: [
-    container
+    agentPolicyReader
   ]
   properties: {
     roleDefinitionId: episodeWriterRole.id

@@ -248,6 +248,16 @@ def test_secrets_and_local_only_settings_are_not_set() -> None:
     assert "AzureWebJobsStorage" not in app_settings()
 
 
+def test_a_setting_with_its_own_parameter_cannot_be_overridden() -> None:
+    """appSettingOverrides outranks pipelineSettings: a setting there that a parameter (an azd
+    variable) gives would ignore that parameter whenever an override names it."""
+    params = set(bicep("main")["parameters"])
+    pipeline = variable("main", "pipelineSettings")
+    from_params = {name for name, value in pipeline.items() if references("main", value, params)}
+    assert not from_params, f"move to connectionSettings, which overrides cannot change: {sorted(from_params)}"
+    assert {"AGENT_LEARNING_JUDGING", "AGENT_LEARNING_GUARDRAIL"} <= set(variable("main", "connectionSettings"))
+
+
 def test_connections_are_identity_based_with_the_app_identity() -> None:
     settings = app_settings()
     prefixes = {b["connection"] for b in bindings() if "connection" in b} | {"AzureWebJobsStorage"}
@@ -293,16 +303,32 @@ def test_deployment_defaults_equal_the_library_defaults() -> None:
 
 def evaluate(expr: Any, names: dict[str, Any]) -> Any:
     """The value of a pycep arithmetic expression (integer division, as Bicep's) given its names."""
+    expr = literal(expr)
     if isinstance(expr, bool | int):
         return expr
     if isinstance(expr, str):
         return names[expr]
+    if "function" in expr:
+        assert expr["function"]["type"] == "empty", expr
+        return not evaluate(expr["function"]["parameters"]["item_to_test"], names)
     kind, operands = expr["operator"]["type"], expr["operator"]["operands"]
     if kind == "conditional":
         chosen = operands["true_value"] if evaluate(operands["condition"], names) else operands["false_value"]
         return evaluate(chosen, names)
+    if kind == "not":
+        return not evaluate(operands["bool_value"], names)
+    if kind == "property_accessor":
+        return names[dotted(expr)]
     a, b = evaluate(operands["operand_1"], names), evaluate(operands["operand_2"], names)
-    return {"add": lambda: a + b, "multiply": lambda: a * b, "divide": lambda: a // b}[kind]()
+    return {
+        "add": lambda: a + b,
+        "multiply": lambda: a * b,
+        "divide": lambda: a // b,
+        "equals": lambda: a == b,
+        "and": lambda: a and b,
+        "or": lambda: a or b,
+    }[kind]()
+
 
 
 def test_the_judge_capacity_follows_its_rule_and_paces_the_scorer() -> None:
@@ -322,6 +348,16 @@ def test_the_judge_capacity_follows_its_rule_and_paces_the_scorer() -> None:
     assert evaluate(share, {**names, "judgeConfigured": True}) == capacity * 1000 // instances
     assert evaluate(share, {**names, "judgeConfigured": False}) == 0  # the offline judge is not paced
     assert function_args(app_settings()["AGENT_LEARNING_JUDGE_TOKENS_PER_MINUTE"], "string") == ["judgeTokensPerMinute"]
+    # The smallest share the parameters admit still paces: 0 would turn the budget off (JudgeTokens: 0 is unpaced).
+    params = bicep("main")["parameters"]
+    bounds = {
+        p: {d["type"]: d["argument"] for d in params[p]["decorators"]}
+        for p in ("judgeEpisodesPerMinute", "judgeTokensPerEpisode", "judgeScoringInstances")
+    }
+    smallest = evaluate(rule, {p: bounds[p]["min_value"] for p in ("judgeEpisodesPerMinute", "judgeTokensPerEpisode")})
+    most = bounds["judgeScoringInstances"]["max_value"]
+    assert most == {d["type"]: d["argument"] for d in params["maximumInstanceCount"]["decorators"]}["max_value"]
+    assert evaluate(share, {"judgeCapacity": smallest, "judgeScoringInstances": most, "judgeConfigured": True}) >= 1
     # Episodes are sized at least as large as the judge's calls measure: prompt tokens + completion limits.
     measured = json.loads((ROOT / "benchmarks" / "results" / "judge_tokens.json").read_text())
     limits = sum(JudgeTokens().max_tokens(m) for m in (INTENT_RESOLUTION, TASK_ADHERENCE, TASK_COMPLETION))
@@ -332,6 +368,27 @@ def test_the_judge_capacity_follows_its_rule_and_paces_the_scorer() -> None:
     concurrent = json.loads((ROOT / "host.json").read_text())["extensions"]["serviceBus"]["maxConcurrentCalls"]
     deadline = Settings.model_fields["judge_evaluator_deadline"].default
     assert capacity * 1000 // instances * deadline / 60 >= concurrent * defaults["judgeTokensPerEpisode"]
+
+
+def test_a_given_judge_endpoint_is_the_judge_and_no_model_is_created_beside_it() -> None:
+    """JUDGE_AZURE_ENDPOINT alone (DEPLOY_JUDGE_MODEL keeps its default, true) judges with that
+    endpoint: the app is not pointed at a new model while the given endpoint is dropped."""
+    assert bicep("main")["modules"]["judge"]["config"]["condition"] == "deployJudge"
+    created = "https://oai-created.openai.azure.com/"
+    for deploy, given, expected_model, expected_endpoint in (
+        (True, "", True, created),
+        (True, "https://mine.openai.azure.com/", False, "https://mine.openai.azure.com/"),
+        (False, "https://mine.openai.azure.com/", False, "https://mine.openai.azure.com/"),
+        (False, "", False, ""),
+    ):
+        names = {"deployJudgeModel": deploy, "judgeAzureEndpoint": given}
+        names["deployJudge"] = evaluate(variable("main", "deployJudge"), names)
+        assert names["deployJudge"] is expected_model, names
+        endpoint = evaluate(variable("main", "judgeEndpoint"), {**names, "judge.outputs.endpoint": created})
+        assert endpoint == expected_endpoint, names
+        assert evaluate(variable("main", "judgeConfigured"), names) is bool(expected_endpoint), names
+    assert dotted(app_settings()["AGENT_LEARNING_JUDGE_AZURE_ENDPOINT"]) == "judgeEndpoint"
+    assert dotted(bicep("main")["outputs"]["AGENT_LEARNING_JUDGE_AZURE_ENDPOINT"]["value"]) == "judgeEndpoint"
 
 
 def test_the_queue_and_the_app_get_the_same_delivery_count_and_lock() -> None:
@@ -427,9 +484,23 @@ def test_cosmos_containers_partition_keys_and_indexes_equal_the_store() -> None:
 def test_only_episodes_expire_and_only_when_asked() -> None:
     declared = {c["name"]: c for c in variable("cosmos", "containers")}
     # A container honours an episode's own `ttl` only when its default TTL is set; -1 = never by default.
-    assert declared["episodes"]["defaultTtl"] == "episodeTtlSeconds"
+    assert declared["episodes"]["defaultTtl"] == "episodeDefaultTtl"
     assert param_default("cosmos", "episodeTtlSeconds") == param_default("main", "episodeTtlSeconds") == -1
     assert all(declared[name]["defaultTtl"] is None for name in declared if name != "episodes")
+
+
+def test_every_episode_ttl_the_parameter_admits_is_one_cosmos_accepts() -> None:
+    """Cosmos DB takes a default TTL of -1 or 1 to 2^31 - 1 seconds and refuses 0: EPISODE_TTL_SECONDS=0
+    means no default lifetime (-1), and the bounds are Cosmos DB's."""
+    cosmos_max = 2**31 - 1
+    for name in ("main", "cosmos"):
+        decorators = {d["type"]: d["argument"] for d in bicep(name)["parameters"]["episodeTtlSeconds"]["decorators"]}
+        assert (decorators["min_value"], decorators["max_value"]) == (-1, cosmos_max), name
+    assert body(bicep("main")["modules"]["cosmos"])["params"]["episodeTtlSeconds"] == "episodeTtlSeconds"
+    rule = variable("cosmos", "episodeDefaultTtl")
+    given = (-1, 0, 1, 86_400, cosmos_max)
+    applied = [evaluate(rule, {"episodeTtlSeconds": seconds}) for seconds in given]
+    assert applied == [-1, -1, 1, 86_400, cosmos_max]
 
 
 # --------------------------------------------------------------------------- no secrets
@@ -457,6 +528,10 @@ def test_outputs_give_agents_the_endpoints_and_name_real_settings() -> None:
     assert dotted(outputs["AGENT_LEARNING_COSMOS_ENDPOINT"]["value"]) == "cosmos.outputs.endpoint"
     assert dotted(outputs["AGENT_LEARNING_COSMOS_DATABASE"]["value"]) == "cosmos.outputs.databaseName"
     assert dotted(outputs["FUNCTION_APP_URL"]["value"]) == "functionApp.outputs.url"
+    # What a host run locally must share with the deployed app (infra/local_settings.py copies them).
+    settings = app_settings()
+    for name in ("AGENT_LEARNING_JUDGING", "AGENT_LEARNING_GUARDRAIL", "AGENT_LEARNING_JUDGE_TOKENS_PER_MINUTE"):
+        assert outputs[name]["value"] == settings[name], name
     aliases = {
         str(choice)
         for field in Settings.model_fields.values()
@@ -535,6 +610,21 @@ def test_isolated_deployments_give_agents_no_cosmos_role_and_configure_the_inges
     assert Settings(episode_writers=json.dumps(writers["default"])).episode_writers == {}  # Bicep's string({})
 
 
+def test_the_guide_says_that_turning_agent_access_off_keeps_roles_already_given() -> None:
+    """The agent roles are conditional resources: a provision with the condition false skips them
+    and leaves assignments made before in place (deployments add and update, never delete), so
+    the guide must say how to delete them rather than promise they are gone."""
+    assignments = bicep("cosmos")["resources"]
+    conditional = {s for s in ("agentPolicyReader", "agentEpisodeWriter") if "condition" in assignments[s]["config"]}
+    assert conditional == {"agentPolicyReader", "agentEpisodeWriter"}
+    guide = (ROOT / "docs" / "deploying.md").read_text(encoding="utf-8")
+    revoking = guide[guide.index("**Revoking a role.**"):]
+    assert "AGENT_DIRECT_COSMOS_ACCESS false" in revoking and "AGENT_PRINCIPAL_ID" in revoking
+    assert "az cosmosdb sql role assignment delete" in revoking
+    row = re.search(r"^\| `AGENT_DIRECT_COSMOS_ACCESS` \|.*$", guide, re.M)
+    assert row and "stay until" in row.group(0)
+
+
 def sql_roles() -> tuple[dict[str, dict[str, Any]], set[tuple[str, str, str]]]:
     definitions = resources("cosmos", f"{COSMOS}/sqlRoleDefinitions")
     assignments = {
@@ -561,6 +651,49 @@ def test_cosmos_data_roles_pipeline_and_user_on_the_database_agents_on_two_conta
     for symbol, scope in {"policyReaderRole": "policiesScope", "episodeWriterRole": "episodesScope"}.items():
         assert definitions[symbol]["properties"]["type"] == "CustomRole"
         assert definitions[symbol]["properties"]["assignableScopes"] == [scope]
+
+
+def references(name: str, expr: Any, symbols: set[str]) -> set[str]:
+    """The resources of ``symbols`` that ``expr`` depends on: named in ``dependsOn`` or referred to
+    (``symbol.id``, ``${symbol.x}``), also through the variables it uses, as Bicep infers them."""
+    variables = bicep(name)["variables"]
+    found: set[str] = set()
+    if isinstance(expr, dict):
+        for value in expr.values():
+            found |= references(name, value, symbols)
+    elif isinstance(expr, list):
+        for value in expr:
+            found |= references(name, value, symbols)
+    elif isinstance(expr, str):
+        found |= {s for s in symbols if expr == s or expr.startswith(f"{s}.") or f"${{{s}." in expr}
+        if expr in variables:
+            found |= references(name, variables[expr]["value"], symbols)
+    return found
+
+
+def test_cosmos_role_definitions_and_assignments_are_made_one_at_a_time() -> None:
+    """Cosmos DB refuses a role definition or assignment while another is in progress on the
+    account (412 PreconditionFailed), so a first `azd up` that made them in parallel failed: each
+    must depend, directly or through the others, on every one before it, and on the containers."""
+    cosmos = bicep("cosmos")["resources"]
+    roles = {
+        s for s, r in cosmos.items() if r["type"] in (f"{COSMOS}/sqlRoleDefinitions", f"{COSMOS}/sqlRoleAssignments")
+    }
+    assert len(roles) == 6
+    direct = {s: references("cosmos", body(cosmos[s]), set(cosmos) - {s}) for s in roles}
+
+    def before(symbol: str) -> set[str]:
+        seen, todo = set(), [symbol]
+        while todo:
+            for dependency in direct.get(todo.pop(), set()) - seen:
+                seen.add(dependency)
+                todo.append(dependency)
+        return seen
+
+    for a in roles:
+        assert "container" in before(a), f"{a} may run while the containers are created"
+        for b in roles - {a}:
+            assert b in before(a) or a in before(b), f"{a} and {b} may run at the same time"
 
 
 class RecordingContainer:

@@ -24,6 +24,8 @@ AGENT_LEARNING_JUDGE="evaluators"
 AGENT_LEARNING_JUDGE_AZURE_ENDPOINT="https://oai-abc.openai.azure.com/"
 AGENT_LEARNING_JUDGE_DEPLOYMENT="judge"
 AGENT_LEARNING_JUDGE_TOKENS_PER_MINUTE="18000"
+AGENT_LEARNING_JUDGING="support-*=0.2, *=all"
+AGENT_LEARNING_GUARDRAIL="warn"
 AGENT_LEARNING_QUEUE="servicebus"
 AGENT_LEARNING_QUEUE_NAME="score-episodes"
 AGENT_LEARNING_SERVICEBUS_NAMESPACE="sb-abc.servicebus.windows.net"
@@ -49,6 +51,9 @@ def test_the_settings_come_from_the_azd_outputs_and_select_the_users_identity(tm
     assert written["AGENT_LEARNING_JUDGE_AZURE_ENDPOINT"] == "https://oai-abc.openai.azure.com/"
     assert written["AGENT_LEARNING_TRAIN_QUEUE_NAME"] == "train-agents-dev"  # not the sample's default
     assert written["AGENT_LEARNING_JUDGE_TOKENS_PER_MINUTE"] == "18000"  # paced as the app's instances are
+    # The queues are shared: the local host judges and trains with the deployment's choices.
+    assert written["AGENT_LEARNING_JUDGING"] == "support-*=0.2, *=all"
+    assert written["AGENT_LEARNING_GUARDRAIL"] == "warn"
     assert not [v for v in written.values() if "<" in v], "a placeholder was left in"
     assert not [k for k in written if k.endswith("clientId") or k == "AGENT_LEARNING_JUDGE_CLIENT_ID"]
     assert re.fullmatch(r"local-[A-Za-z0-9]{1,20}-", written["AGENT_LEARNING_LEASE_PREFIX"])
@@ -74,12 +79,34 @@ def test_it_refuses_to_replace_a_file_or_to_guess_a_missing_output(tmp_path: Pat
     assert run("--values", str(values), "--out", str(out), "--force").returncode == 0
 
 
-def test_a_deployment_without_the_pacing_output_keeps_the_samples_pacing(tmp_path: Path) -> None:
+FROM_OUTPUTS_IF_SET = ("AGENT_LEARNING_JUDGE_TOKENS_PER_MINUTE", "AGENT_LEARNING_JUDGING", "AGENT_LEARNING_GUARDRAIL")
+"""Outputs that deployments made before them lack."""
+
+
+def test_a_deployment_without_the_newer_outputs_keeps_the_samples_values(tmp_path: Path) -> None:
     values = tmp_path / "azd.env"
-    values.write_text(AZD_VALUES.replace('AGENT_LEARNING_JUDGE_TOKENS_PER_MINUTE="18000"\n', ""))
+    older = [line for line in AZD_VALUES.splitlines(keepends=True) if not line.startswith(FROM_OUTPUTS_IF_SET)]
+    values.write_text("".join(older))
     out = tmp_path / "local.settings.json"
     done = run("--values", str(values), "--out", str(out))
     assert done.returncode == 0, done.stderr
     sample = json.loads((ROOT / "local.settings.sample.json").read_text())["Values"]
     written = json.loads(out.read_text())["Values"]
-    assert written["AGENT_LEARNING_JUDGE_TOKENS_PER_MINUTE"] == sample["AGENT_LEARNING_JUDGE_TOKENS_PER_MINUTE"]
+    for name in FROM_OUTPUTS_IF_SET:
+        assert written[name] == sample[name], name
+
+
+def test_an_unwritable_destination_or_a_broken_value_is_an_error_not_a_traceback(tmp_path: Path) -> None:
+    values = tmp_path / "azd.env"
+    values.write_text(AZD_VALUES)
+    done = run("--values", str(values), "--out", str(tmp_path / "missing" / "local.settings.json"))
+    assert done.returncode == 2 and "Traceback" not in done.stderr
+    assert "No such file or directory" in done.stderr and "missing" in done.stderr
+    done = run("--values", str(values), "--out", str(tmp_path), "--force")  # a directory
+    assert done.returncode == 2 and "Traceback" not in done.stderr and str(tmp_path) in done.stderr
+    values.write_text(AZD_VALUES.replace('AGENT_LEARNING_QUEUE="servicebus"', 'AGENT_LEARNING_QUEUE="servicebus'))
+    out = tmp_path / "local.settings.json"
+    done = run("--values", str(values), "--out", str(out))
+    line = AZD_VALUES.splitlines().index('AGENT_LEARNING_QUEUE="servicebus"') + 1
+    assert done.returncode == 2 and f"line {line}: AGENT_LEARNING_QUEUE: No closing quotation" in done.stderr
+    assert not out.exists()
