@@ -522,6 +522,30 @@ def test_strong_evidence_makes_each_dimension_lead_with_its_best_evidenced_value
         assert int(np.argmax(floor_only)) == 0 and none_lowered == 0
 
 
+@pytest.mark.parametrize("temperature", [0.5, 2.0])
+def test_each_dimension_is_bounded_in_probability_at_the_policy_temperature(temperature: float) -> None:
+    """The bounds hold for s_d = softmax(θ_d / T), what the agents draw from: capped, k=1's
+    probability relative to k=10's is at most its posterior odds; floored, k=3 (1 episode) keeps
+    at least e^(−c)·Φ(−z)/(1 + Σ_b Φ(−z_b)) of k=10's, the calibration of its evidence."""
+    rows = Rows(np.zeros((1, 2), dtype=np.int64), np.zeros(1), np.full(1, 1 / 12), [False], [None])
+    count = np.array([30.0, 30.0, 30.0, 30.0, 1.0, 30.0, 30.0])  # prompts alike; k = 1, 3, 5, 10
+    sums = np.array([15.0, 15.0, 15.0, 15.0, 0.0, 17.0, 22.0])
+    evidence = Evidence(count, sums, sums.copy())  # 0/1 rewards: squares sum as rewards
+    doc = PolicyDocument.from_dict({**policy().document.to_dict(), "temperature": temperature})
+    model, params, _ = prepare(doc, rows)
+    params.theta[:] = np.array([0.0, 0.0, 0.0, 2.0, -8.0, 0.0, -2.0]) * temperature
+    cfg = LearnerConfig()
+    StructuredReinforce(cfg).bound_by_evidence(params, model, evidence, [])
+    ratio = np.exp((params.theta[3:] - params.theta[6]) / temperature)
+    sub = Evidence(count[3:], sums[3:], sums[3:].copy())
+    z = np.maximum(sub.z_against(3, cfg.evidence_prior), 0.0)
+    odds = np.array([math.erfc(x / math.sqrt(2)) / math.erfc(-x / math.sqrt(2)) for x in z])
+    assert int(np.argmax(ratio)) == 3 and ratio[0] <= odds[0] * (1 + 1e-9)
+    assert cfg.calibration is not None
+    beats = np.array([0.5 * math.erfc(x / math.sqrt(2)) for x in z])  # Φ(−z): the chance of beating k=10
+    assert ratio[1] >= math.exp(-cfg.calibration) * beats[1] / (1 + beats[:3].sum()) * (1 - 1e-9)
+
+
 # --------------------------------------------------------------------------- training end to end
 
 

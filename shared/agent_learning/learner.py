@@ -140,6 +140,10 @@ the batches did not hold; they constrain the REINFORCE step, they do not replace
 κ → ∞ and no cap the learner is the memoryless one above). The trust region bounds the step;
 the bounds then move the policy as far as the evidence says.
 
+The bounds above are written for T = 1. They bound the policy the agents draw from, whose
+log-odds are ln π(a)/π(L) = (θ_a − θ_L)/T, so at temperature T every gap and every cap term is
+multiplied by T (``max_logit_gap`` and ``logit_bound`` are in logits and are not).
+
 The logits are finally centred and clipped to ±``logit_bound`` so that they stay finite and
 the policy document stays readable.
 
@@ -508,10 +512,17 @@ def weight_stats(cfg: LearnerConfig, ratio: Array) -> dict[str, float]:
 
 
 def evidence_floor(
-    cfg: LearnerConfig, logits: Array, evidence: Evidence, slack: float | None = None, *, normalise: bool = True
+    cfg: LearnerConfig,
+    logits: Array,
+    evidence: Evidence,
+    slack: float | None = None,
+    *,
+    normalise: bool = True,
+    temperature: float = 1.0,
 ) -> Array:
-    """θ_L − gap_a: the lowest logit each action may have (module docstring: Evidence bound), with
-    gap_a = min(g₀ + κ·z_a⁺, c − ln Φ(−z_a⁺) + ln(1 + Σ_{b≠L} Φ(−z_b⁺)), max(c_T − ln P_a + ln P_L, 0));
+    """θ_L − T·gap_a: the lowest logit each action may have (module docstring: Evidence bound), with
+    gap_a = min(g₀ + κ·z_a⁺, c − ln Φ(−z_a⁺) + ln(1 + Σ_{b≠L} Φ(−z_b⁺)), max(c_T − ln P_a + ln P_L, 0))
+    in log-probability (so ln π(a)/π(L) ≥ −gap_a at the policy's temperature T);
     ``slack`` replaces g₀, and ``normalise=False`` drops the last two terms' sharing over actions
     (the normalisation and the Thompson floor).
 
@@ -531,7 +542,7 @@ def evidence_floor(
     if cfg.thompson_floor is not None and normalise and shrunk is not None:
         log_best = log_p_best(*shrunk)
         gap = np.minimum(gap, np.maximum(cfg.thompson_floor - log_best + log_best[leader], 0.0))
-    return logits[leader] - gap
+    return logits[leader] - temperature * gap
 
 
 def bound_logits(
@@ -542,32 +553,33 @@ def bound_logits(
     *,
     normalise: bool = True,
     cap: bool = True,
+    temperature: float = 1.0,
 ) -> tuple[Array, int, int]:
     """``logits`` lowered to the odds cap (unless ``cap`` is False), then raised to the evidence
-    floor (``slack`` and ``normalise`` as in :func:`evidence_floor`); and how many were raised
-    and how many lowered (an action lowered by the cap and raised back by the floor counts once,
-    as raised)."""
+    floor (``slack``, ``normalise`` and ``temperature`` as in :func:`evidence_floor`); and how many
+    were raised and how many lowered (an action lowered by the cap and raised back by the floor
+    counts once, as raised)."""
     new = logits.copy()
-    ceiling = evidence_cap(cfg, new, evidence) if cap else None
+    ceiling = evidence_cap(cfg, new, evidence, temperature) if cap else None
     lowered = np.zeros(len(new), dtype=bool)
     if ceiling is not None:
         lowered = new > ceiling
         np.minimum(new, ceiling, out=new)
-    floor = evidence_floor(cfg, new, evidence, slack, normalise=normalise)
+    floor = evidence_floor(cfg, new, evidence, slack, normalise=normalise, temperature=temperature)
     below = new < floor
     np.maximum(new, floor, out=new)
     return new, int(below.sum()), int((lowered & ~below).sum())
 
 
-def evidence_cap(cfg: LearnerConfig, logits: Array, evidence: Evidence) -> Array | None:
-    """θ_E + d + ln Φ(−z_a⁺) − ln Φ(z_a⁺): the highest logit each action may have (module
-    docstring: Evidence bound), E the action whose mean reward the evidence puts highest (the
-    leader when it is as good), z_a the evidence that a is worse than E; None without a cap or
-    evidence. E's own logit is not capped."""
+def evidence_cap(cfg: LearnerConfig, logits: Array, evidence: Evidence, temperature: float = 1.0) -> Array | None:
+    """θ_E + T·(d + ln Φ(−z_a⁺) − ln Φ(z_a⁺)): the highest logit each action may have at the
+    policy's temperature T (module docstring: Evidence bound), E the action whose mean reward the
+    evidence puts highest (the leader when it is as good), z_a the evidence that a is worse than E;
+    None without a cap or evidence. E's own logit is not capped."""
     if cfg.odds_cap is None or (shrunk := evidence.shrunk(cfg.evidence_prior)) is None:
         return None
     best = best_evidenced(shrunk[0], logits)
-    cap = logits[best] + cfg.odds_cap + log_posterior_odds(z_statistics(shrunk, best))
+    cap = logits[best] + temperature * (cfg.odds_cap + log_posterior_odds(z_statistics(shrunk, best)))
     # Never below max_logit_gap under E (so the policy can still recover), nor beyond the logit range.
     gap = cfg.max_logit_gap if cfg.max_logit_gap is not None else 2 * cfg.logit_bound
     cap = np.maximum(cap, logits[best] - gap)
@@ -787,7 +799,7 @@ class Reinforce:
             evidence, recent, z, _ = remember(
                 cfg, evidence, recent, Evidence.of_batch(batch, len(theta)), int(batch.regular.sum())
             )
-            new, raised, lowered = self.bound_by_evidence(new, evidence)
+            new, raised, lowered = self.bound_by_evidence(new, evidence, temperature)
             kl = kl_divergence(s_old, softmax(new, temperature))
             base_metrics["raised_by_evidence"] = float(raised)
             base_metrics["lowered_by_evidence"] = float(lowered)
@@ -808,12 +820,14 @@ class Reinforce:
         }
         return Update(new, metrics, new_state)
 
-    def bound_by_evidence(self, logits: Array, evidence: Evidence) -> tuple[Array, int, int]:
-        """Lower every logit to at most the odds cap, then raise it to at least θ_L − gap_a
+    def bound_by_evidence(
+        self, logits: Array, evidence: Evidence, temperature: float = 1.0
+    ) -> tuple[Array, int, int]:
+        """Lower every logit to at most the odds cap, then raise it to at least θ_L − T·gap_a
         (module docstring: Evidence bound); returns the new centred logits and how many were
         raised and lowered."""
         cfg = self.config
-        new, raised, lowered = bound_logits(cfg, logits, evidence)
+        new, raised, lowered = bound_logits(cfg, logits, evidence, temperature=temperature)
         new -= new.mean()
         np.clip(new, -cfg.logit_bound, cfg.logit_bound, out=new)
         return new, raised, lowered

@@ -784,7 +784,7 @@ class StructuredReinforce:
         for sl in model.slices:
             sub = Evidence(evidence.count[sl], evidence.reward_sum[sl], evidence.reward_sq_sum[sl])
             params.theta[sl], count_raised, count_lowered = bound_logits(
-                per_dimension, params.theta[sl], sub, cap=not contextual
+                per_dimension, params.theta[sl], sub, cap=not contextual, temperature=model.temperature
             )
             raised += count_raised
             lowered += count_lowered
@@ -804,7 +804,7 @@ class StructuredReinforce:
                 cell = Evidence(count[sl], total[sl], count[sl] * (var + mean**2))
                 logits = params.theta[sl] + scale * row[sl]
                 bounded, count_raised, count_lowered = bound_logits(
-                    cfg, logits, cell, slack, normalise=False, cap=single
+                    cfg, logits, cell, slack, normalise=False, cap=single, temperature=model.temperature
                 )
                 raised += count_raised
                 lowered += count_lowered
