@@ -445,6 +445,21 @@ def test_when_the_world_changes_every_segment_keeps_as_little_of_the_old_evidenc
     assert global_ < 600 and segments == pytest.approx(global_, rel=1e-3)  # ≈ the recent 540 (H_r = 300)
 
 
+def test_a_segment_cell_with_negative_counts_restarts_as_the_global_evidence_would() -> None:
+    """Counts are discounted episodes, never negative: a cell edited to negative counts would
+    read as a few episodes with means far outside the rewards' range and bound the segment by
+    them. Like the global evidence, it is unusable and starts again from this batch."""
+    doc = policy(context={"task": "category"}).document
+    n = 24
+    actions = np.stack([np.arange(n) % 3, np.arange(n) % 4], axis=1)
+    rows = Rows(actions, np.linspace(0, 1, n), np.full(n, 1 / 12), [False] * n, [{"task": "a"}] * n)
+    fresh = learn_structured(LearnerConfig(), doc, rows)
+    count, total = fresh.state["segments"]["task"]["a"]
+    broken = {**fresh.state, "segments": {"task": {"a": [[-x for x in count], total]}}}
+    update = learn_structured(LearnerConfig(), doc.model_copy(update={"learner_state": broken}), rows)
+    assert update.state["segments"]["task"]["a"][0] == pytest.approx(count)
+
+
 def test_unreadable_recent_sums_restart_alone_and_say_so() -> None:
     doc = policy(context={"task": "category"}).document
     n = 12

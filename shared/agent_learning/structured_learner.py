@@ -855,7 +855,8 @@ def _groups(model: Model) -> list[tuple[str, str, list[str]]]:
 
 
 def _segment_state(state: Mapping[str, Any] | None, model: Model, v: int) -> list[list[tuple[Array, Array]]]:
-    """Per evidence group (:func:`_groups`) and cell: the discounted count and reward sum per value."""
+    """Per evidence group (:func:`_groups`) and cell: the discounted count and reward sum per value
+    (none for a cell whose stored sums are unreadable, non-finite or have a negative count)."""
     out = []
     for key, name, names in _groups(model):
         feature = ((state or {}).get(key) or {}).get(name) or {}
@@ -869,6 +870,7 @@ def _segment_state(state: Mapping[str, Any] | None, model: Model, v: int) -> lis
                     count.shape != (v,)
                     or total.shape != (v,)
                     or not (np.isfinite(count).all() and np.isfinite(total).all())
+                    or (count < 0).any()  # discounted episodes, as Evidence.from_state requires
                 ):
                     raise ValueError
             except (TypeError, ValueError, IndexError):
