@@ -359,6 +359,32 @@ def test_the_gradient_is_exact_by_finite_differences(excluded: list[dict[str, st
     assert np.abs(analytic).max() > 1e-3  # not trivially zero
 
 
+def test_a_policy_sure_of_an_excluded_configuration_still_trains() -> None:
+    """At T = 0.1 the best prompt and the best retrieval depth, each 8 logits ahead in its
+    dimension, form an excluded configuration: 1 − Σ_E Π s_d rounds to 0. The update stays finite
+    (a NaN gradient norm made every training run invalid), q stays a probability and the gradient
+    is the exact one wherever the exclusions leave mass float64 can resolve."""
+    doc = PolicyDocument.from_dict(
+        {
+            **policy(excluded=[{"prompt": "concise", "retrieval_k": "10"}]).document.to_dict(),
+            "temperature": 0.1,
+            "logits": [5.33, -2.67, -2.67, -2.0, -2.0, -2.0, 6.0],
+        }
+    )
+    rng = np.random.default_rng(3)
+    n = 60
+    actions = np.stack([rng.integers(0, 3, n), rng.integers(0, 3, n)], axis=1)  # never the excluded k=10
+    rows = Rows(actions, rng.random(n), np.full(n, 0.05), [False] * n, [None] * n)
+    update = learn_structured(LearnerConfig(), doc, rows)
+    assert np.isfinite(update.logits).all()
+    assert all(math.isfinite(value) for value in update.metrics.values()), update.metrics
+    model, params, batch = prepare(doc, rows)
+    w, _, stats = StructuredReinforce(LearnerConfig()).weights_and_advantages(params, model, batch)
+    assert np.all(w <= 1 / 0.05) and stats["max_importance_weight"] <= 1 / 0.05
+    g = gradient(params, model, batch, w, np.ones(n), 0.0).flat()
+    assert np.isfinite(g).all()
+
+
 def test_importance_weights_divide_the_learned_joint_probability_by_the_logged_one() -> None:
     rng = np.random.default_rng(6)
     doc = trained(

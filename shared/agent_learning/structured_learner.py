@@ -29,7 +29,11 @@ lets a test check it by finite differences)::
     ∇_{ℓ_i} log q(a_i | x_i) = ⊕_d (e_{a_id} − s_d(x_i)) / T  −  ∇_{ℓ_i} log Z_s(x_i)
     ∂Z_s/∂ℓ_{i,dv} = −Σ_{e ∈ E} Π_d' s_d'(e_d' | x_i) · (1[e_d = v] − s_d(v | x_i)) / T
 
-and, with G_i = (w_i A_i / N) ∇_{ℓ_i} log q(a_i | x_i), the gradient of the surrogate
+so ∇ log Z_s = ⊕_d (q_d − s_d(x_i)) / T with q_d(v) = (s_d(v) − Σ_{e ∈ E, e_d = v} Π_d' s_d'(e_d')) / Z_s
+the marginal of q, computed in that form and held in [0, 1] (Z_s at least
+:data:`MIN_ALLOWED_MASS`), so that exclusions holding all the mass float64 resolves leave the
+update finite instead of dividing by a Z_s rounded to 0 (q itself is held at most 1). With
+G_i = (w_i A_i / N) ∇_{ℓ_i} log q(a_i | x_i), the gradient of the surrogate
 L = 1/N Σ_i w_i A_i log q(a_i | x_i) + β Σ_d H(s_d(θ)) is Σ_i G_i for θ (plus the entropy term),
 Σ_{i: c_if = c} G_i for δ_{f,c} and Σ_i x̃_ij G_i for β_j.
 
@@ -511,6 +515,12 @@ def dimension_softmax(logits: Array, model: Model) -> Array:
     return out
 
 
+MIN_ALLOWED_MASS = 1e-300
+"""Floor of Z_s = 1 − Σ_E Π_d s_d: when the excluded configurations hold all the mass float64 can
+resolve (a temperature of 0.1 and a best value in each dimension that together are excluded),
+1 − Σ rounds to 0; q and the marginals of q are then held at most 1, not divided by 0."""
+
+
 def excluded_mass(s: Array, model: Model) -> Array:
     """Σ_{e ∈ E} Π_d s_d(e_d), per row (0 without exclusions)."""
     if not len(model.excluded):
@@ -525,7 +535,8 @@ def log_q(s: Array, model: Model, batch: ContextBatch, inverse: NDArray[np.int64
     log_s = np.log(np.maximum(s, 1e-300))
     out = log_s[inverse[:, None], cols].sum(axis=1)
     if len(model.excluded):
-        out -= np.log(np.maximum(1.0 - excluded_mass(s, model), 1e-300))[inverse]
+        out -= np.log(np.maximum(1.0 - excluded_mass(s, model), MIN_ALLOWED_MASS))[inverse]
+        np.minimum(out, 0.0, out=out)  # a probability, also where rounding leaves Z_s unresolved
     return out
 
 
@@ -542,13 +553,14 @@ def context_gradient(s: Array, model: Model, batch: ContextBatch, inverse: NDArr
     if len(model.excluded):
         ecols = model.excluded + np.array(model.layout.starts)
         masses = s[:, ecols].prod(axis=2)  # (U, |E|)
-        dz = np.zeros_like(s)
+        excluded_at = np.zeros_like(s)  # per value v of each dimension: Σ_{e ∈ E, e_d = v} Π_d' s_d'(e_d')
         for k in range(len(model.excluded)):
-            indicator = np.zeros(v)
-            indicator[ecols[k]] = 1.0
-            dz -= masses[:, k : k + 1] * (indicator - s) / t  # per dimension: 1[e_d = v] − s_d(v)
-        z = 1.0 - masses.sum(axis=1)
-        grad -= total * dz / z[:, None]
+            excluded_at[:, ecols[k]] += masses[:, k : k + 1]
+        z = np.maximum(1.0 - masses.sum(axis=1), MIN_ALLOWED_MASS)
+        # ∇ log Z_s = (q_d − s_d)/T with q_d(v) = (s_d(v) − excluded_at)/Z_s, q's marginal (module
+        # docstring); a marginal is in [0, 1], which holds it where rounding leaves Z_s unresolved.
+        marginal = np.clip((s - excluded_at) / z[:, None], 0.0, 1.0)
+        grad -= total * (marginal - s) / t
     return grad
 
 
