@@ -471,6 +471,33 @@ def test_when_the_world_changes_every_segment_keeps_as_little_of_the_old_evidenc
     assert global_ < 600 and segments == pytest.approx(global_, rel=1e-3)  # ≈ the recent 540 (H_r = 300)
 
 
+@pytest.mark.parametrize(
+    ("named", "actions", "rewards", "corrections"),
+    [
+        (r"actions\[0\]: must be an integer", [[0.7, 1.2], [2.9, 3.5]], [0.5, 0.1], [False, False]),
+        (r"rewards\[0\]: must be a number", [[0, 1], [2, 3]], ["0.5", "0.1"], [False, False]),
+        (r"corrections\[0\]: must be a boolean", [[0, 1], [2, 3]], [0.5, 0.1], [2, 0]),
+        (r"actions: must be 2 value indices per row", [[0, 1], [2]], [0.5, 0.1], [False, False]),
+        (r"actions: must have shape \(2, 2\)", [0, 1], [0.5, 0.1], [False, False]),
+        (r"rewards: must have shape \(2,\)", [[0, 1], [2, 3]], [0.5], [False, False]),
+    ],
+)
+def test_rows_of_the_wrong_kind_or_shape_are_named_not_converted(
+    named: str, actions: Any, rewards: Any, corrections: Any
+) -> None:
+    """As the flat learner's batch: 0.7 was silently read as value 0, "0.5" as a reward, 2 as a
+    correction flag, and a short column surfaced as a numpy reshape error."""
+    rows = Rows(actions, rewards, [0.1, 0.1], corrections, [None, None])
+    with pytest.raises(ValueError, match=named):
+        learn_structured(LearnerConfig(), policy().document, rows)
+
+
+def test_no_rows_change_nothing() -> None:
+    doc = policy().document
+    update = learn_structured(LearnerConfig(), doc, Rows([], [], [], [], []))
+    assert list(update.logits) == list(doc.logits) and update.metrics["kl"] == 0.0
+
+
 def test_a_segment_cell_with_negative_counts_restarts_as_the_global_evidence_would() -> None:
     """Counts are discounted episodes, never negative: a cell edited to negative counts would
     read as a few episodes with means far outside the rewards' range and bound the segment by

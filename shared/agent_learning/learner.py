@@ -311,12 +311,7 @@ class Batch:
         c = np.zeros(len(a), dtype=bool) if corrections is None else np.asarray(corrections)
         if not (a.ndim == r.ndim == p.ndim == c.ndim == 1 and len(a) == len(r) == len(p) == len(c)):
             raise ValueError("actions, rewards, logged_probs and corrections must be 1-D arrays of equal length")
-        # No coercion: "0.5" is not a reward, 0.5 is not an action index, 2 is not a correction flag.
-        _first_bad_kind("actions", a, "iu", "an integer action index")
-        _first_bad_kind("rewards", r, "iuf", "a number")
-        _first_bad_kind("logged_probs", p, "iuf", "a number")
-        _first_bad_kind("corrections", c, "biu", "a boolean")
-        _first_bad("corrections", (c != 0) & (c != 1), c, "must be a boolean")
+        check_kinds(a, r, p, c)
         a, r, p, c = a.astype(np.int64), r.astype(np.float64), p.astype(np.float64), c.astype(bool)
         _first_bad("rewards", ~np.isfinite(r), r, "must be finite")
         _first_bad("logged_probs", ~((p > 0) & (p <= 1)), p, "must be in (0, 1]")
@@ -873,6 +868,18 @@ def check_inputs(theta: Array, batch: Batch, temperature: float) -> None:
     if not 0 < float(temperature) < math.inf:
         raise ValueError(f"temperature: must be a positive finite number, got {temperature!r}")
     _first_bad("actions", batch.actions >= len(theta), batch.actions, f"must be an action index in [0, {len(theta)})")
+
+
+def check_kinds(
+    actions: NDArray[Any], rewards: NDArray[Any], logged_probs: NDArray[Any], corrections: NDArray[Any]
+) -> None:
+    """``ValueError`` naming the field unless every value is of the kind it stands for. No coercion:
+    "0.5" is not a reward, 0.5 is not an action index, 2 is not a correction flag."""
+    _first_bad_kind("actions", actions, "iu", "an integer action index")
+    _first_bad_kind("rewards", rewards, "iuf", "a number")
+    _first_bad_kind("logged_probs", logged_probs, "iuf", "a number")
+    _first_bad_kind("corrections", corrections, "biu", "a boolean")
+    _first_bad("corrections", (corrections != 0) & (corrections != 1), corrections, "must be a boolean")
 
 
 def _first_bad_kind(name: str, values: NDArray[Any], kinds: str, what: str) -> None:

@@ -114,6 +114,7 @@ from .learner import (
     _first_bad,
     advantages,
     bound_logits,
+    check_kinds,
     entropy,
     fade,
     remember,
@@ -255,9 +256,11 @@ def prepare(doc: PolicyDocument, rows: Rows) -> tuple[Model, Params, ContextBatc
     added (the most frequent first, up to :data:`MAX_SEGMENTS` per feature and
     :data:`MAX_LEARNED_VALUES` in all) with zero offsets;
     a numeric feature's centre and scale are set once :data:`NUMBER_FIT_EPISODES` episodes
-    (not corrections) have carried it, pooled over batches in the learner state."""
-    actions, rewards, logged_probs, corrections, contexts = rows
+    (not corrections) have carried it, pooled over batches in the learner state. Rows of the wrong
+    shape or kind raise ``ValueError`` naming the field (:func:`row_arrays`)."""
     layout = Layout.of(doc)
+    actions, rewards, logged_probs, corrections = row_arrays(rows, len(layout.sizes))
+    contexts = rows.contexts
     v = len(doc.actions)
     budget = MAX_LEARNED_VALUES // v - sum(
         len(f.segments or {}) if f.kind == "category" else 1 for f in doc.features or []
@@ -326,15 +329,28 @@ def prepare(doc: PolicyDocument, rows: Rows) -> tuple[Model, Params, ContextBatc
             x = context.get(name)
             if is_number(x) and fitted[j]:
                 nums[i, j] = standardise(float(x), centers[j], scales[j])
-    batch = ContextBatch(
-        np.asarray(actions, dtype=np.int64).reshape(n, len(layout.sizes)),
-        np.asarray(rewards, dtype=np.float64),
-        np.asarray(logged_probs, dtype=np.float64),
-        np.asarray(corrections, dtype=bool),
-        cats,
-        nums,
-    )
+    batch = ContextBatch(actions, rewards, logged_probs, corrections, cats, nums)
     return model, params, batch
+
+
+def row_arrays(rows: Rows, dimensions: int) -> tuple[NDArray[np.int64], Array, Array, NDArray[np.bool_]]:
+    """The rows' actions (N, D), rewards, logged probabilities and correction flags as arrays, their
+    kinds checked as :meth:`agent_learning.learner.Batch.from_arrays` checks a flat batch's (0.7 is
+    no value index, "0.5" no reward): ``ValueError`` naming the field, never a silent conversion."""
+    n = len(rows.contexts)
+    try:
+        a = np.asarray(rows.actions)
+    except ValueError:
+        raise ValueError(f"actions: must be {dimensions} value indices per row, got rows of other lengths") from None
+    if a.size == 0:
+        a = a.reshape(0, dimensions)  # no rows (np.asarray([]) is 1-D)
+    r, p, c = np.asarray(rows.rewards), np.asarray(rows.logged_probs), np.asarray(rows.corrections)
+    for name, values, shape in (("actions", a, (n, dimensions)), ("rewards", r, (n,)),
+                                ("logged_probs", p, (n,)), ("corrections", c, (n,))):
+        if values.shape != shape:
+            raise ValueError(f"{name}: must have shape {shape} for {n} contexts and {dimensions} dimensions")
+    check_kinds(a.ravel(), r, p, c)
+    return a.astype(np.int64), r.astype(np.float64), p.astype(np.float64), c.astype(bool)
 
 
 Moments = tuple[int, float, float]
