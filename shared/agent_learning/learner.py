@@ -31,9 +31,10 @@ Direction ``d`` (``direction``):
 * ``"plain"``: the gradient ``g`` itself.
 * ``"natural"``: the natural gradient F⁺g, where F = (diag(s) − s sᵀ)/T² is the Fisher
   information of the softmax: F⁺g = T²·g / s, centred (Kakade 2001). Its component for
-  action a is the importance-sampled estimate of a's advantage, (1/N) Σ_{i: a_i = a} w_i A_i
-  / s(a), so each logit moves by its action's advantage rather than by advantage × probability
-  and learning does not stall as the policy sharpens.
+  action a is, up to the centring, T times the importance-sampled estimate of a's advantage,
+  T·(1/N) Σ_{i: a_i = a} w_i A_i / s(a) (the entropy term aside), so each logit moves by its
+  action's advantage rather than by advantage × probability and learning does not stall as the
+  policy sharpens.
 * ``"evidence"`` (default): the natural-gradient component with its advantage estimate
   replaced by the per-action sum scaled by the evidence behind it::
 
@@ -73,7 +74,10 @@ again, and the policy locks onto the second best. The learner therefore keeps, a
 updates, a small *state* (stored with each policy version): per action the discounted count,
 reward sum and sum of squares of the episodes it has learned from,
 
-    n_a ← 2^(−N/H)·n_a + #{i: a_i = a}      (likewise S_a, Q_a)     H = evidence_half_life
+    n_a ← 2^(−n/H)·n_a + #{i: a_i = a}      (likewise S_a, Q_a)     H = evidence_half_life
+
+(n and the count over the batch's episodes only: corrections are no episodes, see Feedback
+corrections below)
 
 and after the step bounds how far any action may trail the leader L = argmax θ::
 

@@ -55,7 +55,8 @@ evidence is thin. The entropy bonus adds its natural gradient −β·T·(log s_d
 θ, as in the flat learner.
 
 Step and trust region: η·√(N/N_ref) times the direction, halved until the mean over the batch's
-contexts of Σ_d KL(s_d,old(x) ‖ s_d,new(x)) ≤ max_kl·N/N_ref; θ keeps ``max_logit_gap`` per
+episodes (over its rows when it holds corrections alone) of Σ_d KL(s_d,old(x_i) ‖ s_d,new(x_i))
+≤ max_kl·N/N_ref; θ keeps ``max_logit_gap`` per
 dimension; every block is centred per dimension and clipped to ±``logit_bound``.
 
 Evidence bound, per dimension and segment: the learner state holds, per value, the discounted
@@ -66,8 +67,9 @@ After the step each dimension's θ is bounded exactly as in the flat learner
 (z against its leader, within the dimension; with several dimensions the Thompson floor's c_T is
 ``dimension_thompson_floor``, as a dropped value's episodes were drawn beside the other
 dimensions' worse values), and in each segment the logits θ + δ_{f,c} are
-bounded the same way by the segment's evidence (means shrunk towards the dimension's by c₀
-pseudo-episodes, the dimension's pooled variance, g₀ = ``segment_gap_slack``, and the pairwise
+bounded the same way by the segment's evidence (each value's mean and variance shrunk by c₀
+pseudo-episodes towards the segment's pooled ones, within the dimension; each value's own
+variance taken as the dimension's pooled variance; g₀ = ``segment_gap_slack``, and the pairwise
 calibration without its normalisation over actions or the Thompson floor), moving δ only.
 A numeric feature's centre and scale are the mean and standard deviation of the episodes that
 carried it, pooled over batches up to the one in which they reach :data:`NUMBER_FIT_EPISODES`
