@@ -301,10 +301,11 @@ def test_configurations_an_agent_can_write_back() -> None:
 # --------------------------------------------------------------------------- the learner's math
 
 
-def test_one_dimension_without_context_learns_exactly_as_the_flat_learner() -> None:
+@pytest.mark.parametrize("temperature", [1.0, 0.3])
+def test_one_dimension_without_context_learns_exactly_as_the_flat_learner(temperature: float) -> None:
     rng = np.random.default_rng(4)
     flat = SoftmaxPolicy.from_actions("bot", ["a", "b", "c", "d"]).to_document(created_at=None)
-    doc = PolicyDocument.from_dict({**flat.to_dict(), "logits": [0.3, -0.2, 0.5, -0.6]})
+    doc = PolicyDocument.from_dict({**flat.to_dict(), "logits": [0.3, -0.2, 0.5, -0.6], "temperature": temperature})
     as_structured = PolicyDocument.from_dict({**doc.to_dict(), "schema_version": 2, "features": []})
     learner = Reinforce()
     logits, state = np.array(doc.logits), None
@@ -312,7 +313,7 @@ def test_one_dimension_without_context_learns_exactly_as_the_flat_learner() -> N
         n = 150
         acts, rew, mu = rng.integers(0, 4, n), rng.normal(0.5, 0.3, n), rng.uniform(0.05, 0.6, n)
         flags = np.arange(n) >= n - 5 * (step % 2)  # some batches carry feedback corrections
-        flat_update = learner.update(logits, Batch.from_arrays(acts, rew, mu, 4, flags), 1.0, state=state)
+        flat_update = learner.update(logits, Batch.from_arrays(acts, rew, mu, 4, flags), temperature, state=state)
         structured = learn_structured(learner.config, as_structured, Rows(acts[:, None], rew, mu, flags, [None] * n))
         np.testing.assert_allclose(structured.logits, flat_update.logits, rtol=0, atol=1e-12)
         assert structured.state == flat_update.state
