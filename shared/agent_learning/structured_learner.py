@@ -75,7 +75,8 @@ A numeric feature's centre and scale are the mean and standard deviation of the 
 carried it, pooled over batches up to the one in which they reach :data:`NUMBER_FIT_EPISODES`
 (``numbers_pending`` in the state until then; the feature is not used before). Its episodes fall
 in two halves, below and above its centre (``halves`` in the state); at x̃ = ±1 the logits
-θ ± β_j are bounded by the evidence of that half, moving β_j only.
+θ ± β_j are bounded by the evidence of that half as a segment's θ + δ is, but with g₀ = ``gap_slack``,
+moving β_j only.
 So no dimension, no segment and no side of a numeric feature is much surer than its evidence,
 nor, where the odds cap applies, much less sure. The cap bounds the logits some requests are
 drawn from with the evidence of exactly those requests: each dimension's θ of a policy without
