@@ -171,6 +171,21 @@ def test_a_batch_of_corrections_alone_moves_the_policy_by_the_state_reward_std()
     assert Evidence.empty(3).pooled_std() == 1.0
 
 
+def test_episodes_whose_weights_all_underflow_carry_no_advantage_beside_corrections() -> None:
+    """At T = 0.01 a logit 8 below the leader has probability e^(−800) = 0: episodes of such
+    actions have no weight and no baseline to be measured against, so they add nothing, as they
+    do in a batch of their own; a correction beside them counts alone (before, it turned their
+    raw rewards into advantages, as if the baseline were 0)."""
+    theta = np.array([8.0, 0.0, 0.0])
+    episodes = Batch.from_arrays([1, 2], [1.0, 0.2], [0.001, 0.001], 3)
+    with_correction = Batch.from_arrays([1, 2, 0], [1.0, 0.2, 0.1], [0.001, 0.001, 0.5], 3, [False, False, True])
+    learner = Reinforce()
+    _, alone, _ = learner.weights_and_advantages(theta, episodes, 0.01)
+    _, beside, _ = learner.weights_and_advantages(theta, with_correction, 0.01, fallback_std=0.25)
+    assert list(alone) == [0.0, 0.0]
+    assert list(beside) == [0.0, 0.0, pytest.approx(0.1 / 0.25)]
+
+
 def test_max_logit_gap_keeps_actions_recoverable() -> None:
     """No logit falls more than max_logit_gap below the largest, however strong the evidence."""
     batch = Batch.from_arrays([0] * 30 + [1] * 30 + [2] * 30, [1.0] * 30 + [0.0] * 60, [1 / 3] * 90, 3)

@@ -160,7 +160,10 @@ baseline, the reward std, the mean reward or the evidence counts; in the learner
 shift the action's reward sum S_a by δ (not n_a or Q_a). A batch of corrections alone (their
 episodes were learned in earlier batches) has no episodes to estimate σ from: σ is then the
 pooled reward std of the learner state's evidence, or 1 (the largest std a reward in [−1, 1]
-can have) without any, so such a batch moves the policy too and no feedback is lost.
+can have) without any, so such a batch moves the policy too and no feedback is lost. Episodes
+whose importance weights all underflow to 0 (at T = 0.01, actions 8 logits below the leader)
+have no baseline to be measured against: they add nothing, and corrections beside them count
+as if alone.
 
 The gradient is linear in the corrections' δ, so the corrections of one episode (same action,
 same logged probability) summed into one row move the policy as the separate rows would; only
@@ -494,9 +497,10 @@ def advantages(
 ) -> tuple[Array, dict[str, float]]:
     """A_i = (r_i − b_i) / max(σ, σ_min) (a correction's A is δ/σ), with σ² the weighted mean of
     (r − b)² over the regular rows (weights ``wr``, zero for corrections); ``fallback_std`` when
-    no row carries weight."""
+    no row carries weight, and then the regular rows, with no baseline to be measured against,
+    have no advantage."""
     wsum = wr.sum()
-    centred = np.where(regular, rewards - baseline, rewards)
+    centred = np.where(regular, rewards - baseline if wsum > 0 else 0.0, rewards)
     std = float(np.sqrt((wr * centred**2).sum() / wsum)) if wsum > 0 else fallback_std
     adv = centred / max(std, cfg.min_reward_std) if cfg.normalize_advantages else centred
     return adv, {"reward_std": std}
