@@ -171,6 +171,21 @@ def test_a_batch_of_corrections_alone_moves_the_policy_by_the_state_reward_std()
     assert Evidence.empty(3).pooled_std() == 1.0
 
 
+def test_episodes_whose_weights_all_underflow_carry_no_advantage_beside_corrections() -> None:
+    """At T = 0.01 a logit 8 below the leader has probability e^(−800) = 0: episodes of such
+    actions have no weight and no baseline to be measured against, so they add nothing, as they
+    do in a batch of their own; a correction beside them counts alone (before, it turned their
+    raw rewards into advantages, as if the baseline were 0)."""
+    theta = np.array([8.0, 0.0, 0.0])
+    episodes = Batch.from_arrays([1, 2], [1.0, 0.2], [0.001, 0.001], 3)
+    with_correction = Batch.from_arrays([1, 2, 0], [1.0, 0.2, 0.1], [0.001, 0.001, 0.5], 3, [False, False, True])
+    learner = Reinforce()
+    _, alone, _ = learner.weights_and_advantages(theta, episodes, 0.01)
+    _, beside, _ = learner.weights_and_advantages(theta, with_correction, 0.01, fallback_std=0.25)
+    assert list(alone) == [0.0, 0.0]
+    assert list(beside) == [0.0, 0.0, pytest.approx(0.1 / 0.25)]
+
+
 def test_max_logit_gap_keeps_actions_recoverable() -> None:
     """No logit falls more than max_logit_gap below the largest, however strong the evidence."""
     batch = Batch.from_arrays([0] * 30 + [1] * 30 + [2] * 30, [1.0] * 30 + [0.0] * 60, [1 / 3] * 90, 3)
@@ -602,19 +617,19 @@ def test_weak_evidence_never_pushes_an_action_far_below_the_leader() -> None:
             assert ratio >= thompson_floor(ev, 0, cfg)[1] * (1 - 1e-9) and ratio > 3e-3
 
 
-def random_update(cfg: LearnerConfig, k: int, seed: int) -> tuple[Update, Evidence]:
+def random_update(cfg: LearnerConfig, k: int, seed: int, temperature: float = 1.0) -> tuple[Update, Evidence]:
     """One update from random logits and a random learner state on a random batch, and the
     evidence of the state it returns."""
     rng = np.random.default_rng(seed)
     n = rng.integers(0, 400, k).astype(float)
     means = rng.random(k)
     state = Evidence(n, n * means, n * (means**2 + rng.random(k) * 0.05)).to_state()
-    theta = rng.normal(scale=5.0, size=k)
+    theta = rng.normal(scale=5.0 * temperature, size=k)
     size = int(rng.integers(1, 200))
     actions = rng.integers(0, k, size)
     rewards = np.clip(rng.normal(means[actions], 0.2), -1, 1)
     batch = Batch.from_arrays(actions, rewards, rng.uniform(0.05, 1, size), k)
-    update = Reinforce(cfg).update(theta, batch, state=state)
+    update = Reinforce(cfg).update(theta, batch, temperature, state=state)
     return update, Evidence.from_state(update.state, k)[0]
 
 
@@ -679,6 +694,38 @@ def test_an_unlucky_start_among_many_close_actions_is_still_explored() -> None:
                            (LearnerConfig(), np.exp(-2.5) * sampled * 0.9, 1.0)):
         new, _, _ = Reinforce(cfg).bound_by_evidence(logits, ev)
         assert low <= np.exp(new[15] - new[0]) <= high, cfg.thompson_floor
+
+
+@pytest.mark.parametrize("temperature", [0.25, 0.5, 2.0])
+@pytest.mark.parametrize("seed", range(6))
+def test_the_evidence_floor_holds_for_the_policy_at_any_temperature(temperature: float, seed: int) -> None:
+    """The floor bounds π(a)/π(L) = e^((θ_a − θ_L)/T), the policy the agents draw from, not the
+    logits alone: at T = 0.5 a gap of the calibration's size in θ would leave the action at the
+    square of its calibrated share."""
+    cfg = LearnerConfig()
+    update, ev = random_update(cfg, 5, seed, temperature)
+    probs = softmax(update.logits, temperature)
+    leader = int(np.argmax(probs))
+    ratio = probs / probs[leader]
+    assert np.all(ratio >= thompson_floor(ev, leader, cfg) * (1 - 1e-6))
+    assert np.all(ratio >= thompson_share(ev, leader, cfg) * (1 - 1e-6))
+
+
+@pytest.mark.parametrize("temperature", [0.5, 2.0])
+def test_the_odds_cap_holds_for_the_policy_at_any_temperature(temperature: float) -> None:
+    """Evidence that action 2 is better, logits that favour action 0: π(a)/π(E) is at most the
+    posterior odds that a beats E at any temperature (at T = 2 the cap in logits alone left
+    action 0 at 0.30 of E's probability where its odds are 0.09), unless max_logit_gap, which
+    is in logits, holds it higher."""
+    cfg = LearnerConfig()
+    assert cfg.max_logit_gap is not None
+    ev = Evidence(np.array([30.0, 30.0, 30.0]), np.array([18.0, 15.0, 21.0]), np.array([12.9, 9.6, 16.8]))
+    capped, _, _ = Reinforce(cfg).bound_by_evidence(np.array([2.0, 0.0, -2.0]) * temperature, ev, temperature)
+    probs = softmax(capped, temperature)
+    assert int(np.argmax(probs)) == 2
+    allowed = np.maximum(posterior_odds(ev, 2, cfg), np.exp(-cfg.max_logit_gap / temperature))
+    assert np.all(probs / probs[2] <= allowed * (1 + 1e-9))
+    assert probs[0] / probs[2] == pytest.approx(posterior_odds(ev, 2, cfg)[0], rel=1e-6)
 
 
 def test_log_p_best_is_what_thompson_sampling_draws() -> None:

@@ -301,10 +301,11 @@ def test_configurations_an_agent_can_write_back() -> None:
 # --------------------------------------------------------------------------- the learner's math
 
 
-def test_one_dimension_without_context_learns_exactly_as_the_flat_learner() -> None:
+@pytest.mark.parametrize("temperature", [1.0, 0.3])
+def test_one_dimension_without_context_learns_exactly_as_the_flat_learner(temperature: float) -> None:
     rng = np.random.default_rng(4)
     flat = SoftmaxPolicy.from_actions("bot", ["a", "b", "c", "d"]).to_document(created_at=None)
-    doc = PolicyDocument.from_dict({**flat.to_dict(), "logits": [0.3, -0.2, 0.5, -0.6]})
+    doc = PolicyDocument.from_dict({**flat.to_dict(), "logits": [0.3, -0.2, 0.5, -0.6], "temperature": temperature})
     as_structured = PolicyDocument.from_dict({**doc.to_dict(), "schema_version": 2, "features": []})
     learner = Reinforce()
     logits, state = np.array(doc.logits), None
@@ -312,7 +313,7 @@ def test_one_dimension_without_context_learns_exactly_as_the_flat_learner() -> N
         n = 150
         acts, rew, mu = rng.integers(0, 4, n), rng.normal(0.5, 0.3, n), rng.uniform(0.05, 0.6, n)
         flags = np.arange(n) >= n - 5 * (step % 2)  # some batches carry feedback corrections
-        flat_update = learner.update(logits, Batch.from_arrays(acts, rew, mu, 4, flags), 1.0, state=state)
+        flat_update = learner.update(logits, Batch.from_arrays(acts, rew, mu, 4, flags), temperature, state=state)
         structured = learn_structured(learner.config, as_structured, Rows(acts[:, None], rew, mu, flags, [None] * n))
         np.testing.assert_allclose(structured.logits, flat_update.logits, rtol=0, atol=1e-12)
         assert structured.state == flat_update.state
@@ -357,6 +358,32 @@ def test_the_gradient_is_exact_by_finite_differences(excluded: list[dict[str, st
     )
     np.testing.assert_allclose(analytic, numeric, atol=1e-8)
     assert np.abs(analytic).max() > 1e-3  # not trivially zero
+
+
+def test_a_policy_sure_of_an_excluded_configuration_still_trains() -> None:
+    """At T = 0.1 the best prompt and the best retrieval depth, each 8 logits ahead in its
+    dimension, form an excluded configuration: 1 − Σ_E Π s_d rounds to 0. The update stays finite
+    (a NaN gradient norm made every training run invalid), q stays a probability and the gradient
+    is the exact one wherever the exclusions leave mass float64 can resolve."""
+    doc = PolicyDocument.from_dict(
+        {
+            **policy(excluded=[{"prompt": "concise", "retrieval_k": "10"}]).document.to_dict(),
+            "temperature": 0.1,
+            "logits": [5.33, -2.67, -2.67, -2.0, -2.0, -2.0, 6.0],
+        }
+    )
+    rng = np.random.default_rng(3)
+    n = 60
+    actions = np.stack([rng.integers(0, 3, n), rng.integers(0, 3, n)], axis=1)  # never the excluded k=10
+    rows = Rows(actions, rng.random(n), np.full(n, 0.05), [False] * n, [None] * n)
+    update = learn_structured(LearnerConfig(), doc, rows)
+    assert np.isfinite(update.logits).all()
+    assert all(math.isfinite(value) for value in update.metrics.values()), update.metrics
+    model, params, batch = prepare(doc, rows)
+    w, _, stats = StructuredReinforce(LearnerConfig()).weights_and_advantages(params, model, batch)
+    assert np.all(w <= 1 / 0.05) and stats["max_importance_weight"] <= 1 / 0.05
+    g = gradient(params, model, batch, w, np.ones(n), 0.0).flat()
+    assert np.isfinite(g).all()
 
 
 def test_importance_weights_divide_the_learned_joint_probability_by_the_logged_one() -> None:
@@ -445,6 +472,48 @@ def test_when_the_world_changes_every_segment_keeps_as_little_of_the_old_evidenc
     assert global_ < 600 and segments == pytest.approx(global_, rel=1e-3)  # ≈ the recent 540 (H_r = 300)
 
 
+@pytest.mark.parametrize(
+    ("named", "actions", "rewards", "corrections"),
+    [
+        (r"actions\[0\]: must be an integer", [[0.7, 1.2], [2.9, 3.5]], [0.5, 0.1], [False, False]),
+        (r"rewards\[0\]: must be a number", [[0, 1], [2, 3]], ["0.5", "0.1"], [False, False]),
+        (r"corrections\[0\]: must be a boolean", [[0, 1], [2, 3]], [0.5, 0.1], [2, 0]),
+        (r"actions: must be 2 value indices per row", [[0, 1], [2]], [0.5, 0.1], [False, False]),
+        (r"actions: must have shape \(2, 2\)", [0, 1], [0.5, 0.1], [False, False]),
+        (r"rewards: must have shape \(2,\)", [[0, 1], [2, 3]], [0.5], [False, False]),
+    ],
+)
+def test_rows_of_the_wrong_kind_or_shape_are_named_not_converted(
+    named: str, actions: Any, rewards: Any, corrections: Any
+) -> None:
+    """As the flat learner's batch: 0.7 was silently read as value 0, "0.5" as a reward, 2 as a
+    correction flag, and a short column surfaced as a numpy reshape error."""
+    rows = Rows(actions, rewards, [0.1, 0.1], corrections, [None, None])
+    with pytest.raises(ValueError, match=named):
+        learn_structured(LearnerConfig(), policy().document, rows)
+
+
+def test_no_rows_change_nothing() -> None:
+    doc = policy().document
+    update = learn_structured(LearnerConfig(), doc, Rows([], [], [], [], []))
+    assert list(update.logits) == list(doc.logits) and update.metrics["kl"] == 0.0
+
+
+def test_a_segment_cell_with_negative_counts_restarts_as_the_global_evidence_would() -> None:
+    """Counts are discounted episodes, never negative: a cell edited to negative counts would
+    read as a few episodes with means far outside the rewards' range and bound the segment by
+    them. Like the global evidence, it is unusable and starts again from this batch."""
+    doc = policy(context={"task": "category"}).document
+    n = 24
+    actions = np.stack([np.arange(n) % 3, np.arange(n) % 4], axis=1)
+    rows = Rows(actions, np.linspace(0, 1, n), np.full(n, 1 / 12), [False] * n, [{"task": "a"}] * n)
+    fresh = learn_structured(LearnerConfig(), doc, rows)
+    count, total = fresh.state["segments"]["task"]["a"]
+    broken = {**fresh.state, "segments": {"task": {"a": [[-x for x in count], total]}}}
+    update = learn_structured(LearnerConfig(), doc.model_copy(update={"learner_state": broken}), rows)
+    assert update.state["segments"]["task"]["a"][0] == pytest.approx(count)
+
+
 def test_unreadable_recent_sums_restart_alone_and_say_so() -> None:
     doc = policy(context={"task": "category"}).document
     n = 12
@@ -520,6 +589,30 @@ def test_strong_evidence_makes_each_dimension_lead_with_its_best_evidenced_value
     for doc, cfg in ((policy().document, LearnerConfig(odds_cap=None)), (contextual, LearnerConfig())):
         floor_only, none_lowered = retrieval_logits(doc, cfg)
         assert int(np.argmax(floor_only)) == 0 and none_lowered == 0
+
+
+@pytest.mark.parametrize("temperature", [0.5, 2.0])
+def test_each_dimension_is_bounded_in_probability_at_the_policy_temperature(temperature: float) -> None:
+    """The bounds hold for s_d = softmax(θ_d / T), what the agents draw from: capped, k=1's
+    probability relative to k=10's is at most its posterior odds; floored, k=3 (1 episode) keeps
+    at least e^(−c)·Φ(−z)/(1 + Σ_b Φ(−z_b)) of k=10's, the calibration of its evidence."""
+    rows = Rows(np.zeros((1, 2), dtype=np.int64), np.zeros(1), np.full(1, 1 / 12), [False], [None])
+    count = np.array([30.0, 30.0, 30.0, 30.0, 1.0, 30.0, 30.0])  # prompts alike; k = 1, 3, 5, 10
+    sums = np.array([15.0, 15.0, 15.0, 15.0, 0.0, 17.0, 22.0])
+    evidence = Evidence(count, sums, sums.copy())  # 0/1 rewards: squares sum as rewards
+    doc = PolicyDocument.from_dict({**policy().document.to_dict(), "temperature": temperature})
+    model, params, _ = prepare(doc, rows)
+    params.theta[:] = np.array([0.0, 0.0, 0.0, 2.0, -8.0, 0.0, -2.0]) * temperature
+    cfg = LearnerConfig()
+    StructuredReinforce(cfg).bound_by_evidence(params, model, evidence, [])
+    ratio = np.exp((params.theta[3:] - params.theta[6]) / temperature)
+    sub = Evidence(count[3:], sums[3:], sums[3:].copy())
+    z = np.maximum(sub.z_against(3, cfg.evidence_prior), 0.0)
+    odds = np.array([math.erfc(x / math.sqrt(2)) / math.erfc(-x / math.sqrt(2)) for x in z])
+    assert int(np.argmax(ratio)) == 3 and ratio[0] <= odds[0] * (1 + 1e-9)
+    assert cfg.calibration is not None
+    beats = np.array([0.5 * math.erfc(x / math.sqrt(2)) for x in z])  # Φ(−z): the chance of beating k=10
+    assert ratio[1] >= math.exp(-cfg.calibration) * beats[1] / (1 + beats[:3].sum()) * (1 - 1e-9)
 
 
 # --------------------------------------------------------------------------- training end to end

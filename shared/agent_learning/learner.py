@@ -31,9 +31,10 @@ Direction ``d`` (``direction``):
 * ``"plain"``: the gradient ``g`` itself.
 * ``"natural"``: the natural gradient F⁺g, where F = (diag(s) − s sᵀ)/T² is the Fisher
   information of the softmax: F⁺g = T²·g / s, centred (Kakade 2001). Its component for
-  action a is the importance-sampled estimate of a's advantage, (1/N) Σ_{i: a_i = a} w_i A_i
-  / s(a), so each logit moves by its action's advantage rather than by advantage × probability
-  and learning does not stall as the policy sharpens.
+  action a is, up to the centring, T times the importance-sampled estimate of a's advantage,
+  T·(1/N) Σ_{i: a_i = a} w_i A_i / s(a) (the entropy term aside), so each logit moves by its
+  action's advantage rather than by advantage × probability and learning does not stall as the
+  policy sharpens.
 * ``"evidence"`` (default): the natural-gradient component with its advantage estimate
   replaced by the per-action sum scaled by the evidence behind it::
 
@@ -73,7 +74,10 @@ again, and the policy locks onto the second best. The learner therefore keeps, a
 updates, a small *state* (stored with each policy version): per action the discounted count,
 reward sum and sum of squares of the episodes it has learned from,
 
-    n_a ← 2^(−N/H)·n_a + #{i: a_i = a}      (likewise S_a, Q_a)     H = evidence_half_life
+    n_a ← 2^(−n/H)·n_a + #{i: a_i = a}      (likewise S_a, Q_a)     H = evidence_half_life
+
+(n and the count over the batch's episodes only: corrections are no episodes, see Feedback
+corrections below)
 
 and after the step bounds how far any action may trail the leader L = argmax θ::
 
@@ -140,6 +144,10 @@ the batches did not hold; they constrain the REINFORCE step, they do not replace
 κ → ∞ and no cap the learner is the memoryless one above). The trust region bounds the step;
 the bounds then move the policy as far as the evidence says.
 
+The bounds above are written for T = 1. They bound the policy the agents draw from, whose
+log-odds are ln π(a)/π(L) = (θ_a − θ_L)/T, so at temperature T every gap and every cap term is
+multiplied by T (``max_logit_gap`` and ``logit_bound`` are in logits and are not).
+
 The logits are finally centred and clipped to ±``logit_bound`` so that they stay finite and
 the policy document stays readable.
 
@@ -152,7 +160,10 @@ baseline, the reward std, the mean reward or the evidence counts; in the learner
 shift the action's reward sum S_a by δ (not n_a or Q_a). A batch of corrections alone (their
 episodes were learned in earlier batches) has no episodes to estimate σ from: σ is then the
 pooled reward std of the learner state's evidence, or 1 (the largest std a reward in [−1, 1]
-can have) without any, so such a batch moves the policy too and no feedback is lost.
+can have) without any, so such a batch moves the policy too and no feedback is lost. Episodes
+whose importance weights all underflow to 0 (at T = 0.01, actions 8 logits below the leader)
+have no baseline to be measured against: they add nothing, and corrections beside them count
+as if alone.
 
 The gradient is linear in the corrections' δ, so the corrections of one episode (same action,
 same logged probability) summed into one row move the policy as the separate rows would; only
@@ -307,12 +318,7 @@ class Batch:
         c = np.zeros(len(a), dtype=bool) if corrections is None else np.asarray(corrections)
         if not (a.ndim == r.ndim == p.ndim == c.ndim == 1 and len(a) == len(r) == len(p) == len(c)):
             raise ValueError("actions, rewards, logged_probs and corrections must be 1-D arrays of equal length")
-        # No coercion: "0.5" is not a reward, 0.5 is not an action index, 2 is not a correction flag.
-        _first_bad_kind("actions", a, "iu", "an integer action index")
-        _first_bad_kind("rewards", r, "iuf", "a number")
-        _first_bad_kind("logged_probs", p, "iuf", "a number")
-        _first_bad_kind("corrections", c, "biu", "a boolean")
-        _first_bad("corrections", (c != 0) & (c != 1), c, "must be a boolean")
+        check_kinds(a, r, p, c)
         a, r, p, c = a.astype(np.int64), r.astype(np.float64), p.astype(np.float64), c.astype(bool)
         _first_bad("rewards", ~np.isfinite(r), r, "must be finite")
         _first_bad("logged_probs", ~((p > 0) & (p <= 1)), p, "must be in (0, 1]")
@@ -491,9 +497,10 @@ def advantages(
 ) -> tuple[Array, dict[str, float]]:
     """A_i = (r_i − b_i) / max(σ, σ_min) (a correction's A is δ/σ), with σ² the weighted mean of
     (r − b)² over the regular rows (weights ``wr``, zero for corrections); ``fallback_std`` when
-    no row carries weight."""
+    no row carries weight, and then the regular rows, with no baseline to be measured against,
+    have no advantage."""
     wsum = wr.sum()
-    centred = np.where(regular, rewards - baseline, rewards)
+    centred = np.where(regular, rewards - baseline if wsum > 0 else 0.0, rewards)
     std = float(np.sqrt((wr * centred**2).sum() / wsum)) if wsum > 0 else fallback_std
     adv = centred / max(std, cfg.min_reward_std) if cfg.normalize_advantages else centred
     return adv, {"reward_std": std}
@@ -508,10 +515,17 @@ def weight_stats(cfg: LearnerConfig, ratio: Array) -> dict[str, float]:
 
 
 def evidence_floor(
-    cfg: LearnerConfig, logits: Array, evidence: Evidence, slack: float | None = None, *, normalise: bool = True
+    cfg: LearnerConfig,
+    logits: Array,
+    evidence: Evidence,
+    slack: float | None = None,
+    *,
+    normalise: bool = True,
+    temperature: float = 1.0,
 ) -> Array:
-    """θ_L − gap_a: the lowest logit each action may have (module docstring: Evidence bound), with
-    gap_a = min(g₀ + κ·z_a⁺, c − ln Φ(−z_a⁺) + ln(1 + Σ_{b≠L} Φ(−z_b⁺)), max(c_T − ln P_a + ln P_L, 0));
+    """θ_L − T·gap_a: the lowest logit each action may have (module docstring: Evidence bound), with
+    gap_a = min(g₀ + κ·z_a⁺, c − ln Φ(−z_a⁺) + ln(1 + Σ_{b≠L} Φ(−z_b⁺)), max(c_T − ln P_a + ln P_L, 0))
+    in log-probability (so ln π(a)/π(L) ≥ −gap_a at the policy's temperature T);
     ``slack`` replaces g₀, and ``normalise=False`` drops the last two terms' sharing over actions
     (the normalisation and the Thompson floor).
 
@@ -531,7 +545,7 @@ def evidence_floor(
     if cfg.thompson_floor is not None and normalise and shrunk is not None:
         log_best = log_p_best(*shrunk)
         gap = np.minimum(gap, np.maximum(cfg.thompson_floor - log_best + log_best[leader], 0.0))
-    return logits[leader] - gap
+    return logits[leader] - temperature * gap
 
 
 def bound_logits(
@@ -542,32 +556,33 @@ def bound_logits(
     *,
     normalise: bool = True,
     cap: bool = True,
+    temperature: float = 1.0,
 ) -> tuple[Array, int, int]:
     """``logits`` lowered to the odds cap (unless ``cap`` is False), then raised to the evidence
-    floor (``slack`` and ``normalise`` as in :func:`evidence_floor`); and how many were raised
-    and how many lowered (an action lowered by the cap and raised back by the floor counts once,
-    as raised)."""
+    floor (``slack``, ``normalise`` and ``temperature`` as in :func:`evidence_floor`); and how many
+    were raised and how many lowered (an action lowered by the cap and raised back by the floor
+    counts once, as raised)."""
     new = logits.copy()
-    ceiling = evidence_cap(cfg, new, evidence) if cap else None
+    ceiling = evidence_cap(cfg, new, evidence, temperature) if cap else None
     lowered = np.zeros(len(new), dtype=bool)
     if ceiling is not None:
         lowered = new > ceiling
         np.minimum(new, ceiling, out=new)
-    floor = evidence_floor(cfg, new, evidence, slack, normalise=normalise)
+    floor = evidence_floor(cfg, new, evidence, slack, normalise=normalise, temperature=temperature)
     below = new < floor
     np.maximum(new, floor, out=new)
     return new, int(below.sum()), int((lowered & ~below).sum())
 
 
-def evidence_cap(cfg: LearnerConfig, logits: Array, evidence: Evidence) -> Array | None:
-    """θ_E + d + ln Φ(−z_a⁺) − ln Φ(z_a⁺): the highest logit each action may have (module
-    docstring: Evidence bound), E the action whose mean reward the evidence puts highest (the
-    leader when it is as good), z_a the evidence that a is worse than E; None without a cap or
-    evidence. E's own logit is not capped."""
+def evidence_cap(cfg: LearnerConfig, logits: Array, evidence: Evidence, temperature: float = 1.0) -> Array | None:
+    """θ_E + T·(d + ln Φ(−z_a⁺) − ln Φ(z_a⁺)): the highest logit each action may have at the
+    policy's temperature T (module docstring: Evidence bound), E the action whose mean reward the
+    evidence puts highest (the leader when it is as good), z_a the evidence that a is worse than E;
+    None without a cap or evidence. E's own logit is not capped."""
     if cfg.odds_cap is None or (shrunk := evidence.shrunk(cfg.evidence_prior)) is None:
         return None
     best = best_evidenced(shrunk[0], logits)
-    cap = logits[best] + cfg.odds_cap + log_posterior_odds(z_statistics(shrunk, best))
+    cap = logits[best] + temperature * (cfg.odds_cap + log_posterior_odds(z_statistics(shrunk, best)))
     # Never below max_logit_gap under E (so the policy can still recover), nor beyond the logit range.
     gap = cfg.max_logit_gap if cfg.max_logit_gap is not None else 2 * cfg.logit_bound
     cap = np.maximum(cap, logits[best] - gap)
@@ -787,7 +802,7 @@ class Reinforce:
             evidence, recent, z, _ = remember(
                 cfg, evidence, recent, Evidence.of_batch(batch, len(theta)), int(batch.regular.sum())
             )
-            new, raised, lowered = self.bound_by_evidence(new, evidence)
+            new, raised, lowered = self.bound_by_evidence(new, evidence, temperature)
             kl = kl_divergence(s_old, softmax(new, temperature))
             base_metrics["raised_by_evidence"] = float(raised)
             base_metrics["lowered_by_evidence"] = float(lowered)
@@ -808,12 +823,14 @@ class Reinforce:
         }
         return Update(new, metrics, new_state)
 
-    def bound_by_evidence(self, logits: Array, evidence: Evidence) -> tuple[Array, int, int]:
-        """Lower every logit to at most the odds cap, then raise it to at least θ_L − gap_a
+    def bound_by_evidence(
+        self, logits: Array, evidence: Evidence, temperature: float = 1.0
+    ) -> tuple[Array, int, int]:
+        """Lower every logit to at most the odds cap, then raise it to at least θ_L − T·gap_a
         (module docstring: Evidence bound); returns the new centred logits and how many were
         raised and lowered."""
         cfg = self.config
-        new, raised, lowered = bound_logits(cfg, logits, evidence)
+        new, raised, lowered = bound_logits(cfg, logits, evidence, temperature=temperature)
         new -= new.mean()
         np.clip(new, -cfg.logit_bound, cfg.logit_bound, out=new)
         return new, raised, lowered
@@ -859,6 +876,18 @@ def check_inputs(theta: Array, batch: Batch, temperature: float) -> None:
     if not 0 < float(temperature) < math.inf:
         raise ValueError(f"temperature: must be a positive finite number, got {temperature!r}")
     _first_bad("actions", batch.actions >= len(theta), batch.actions, f"must be an action index in [0, {len(theta)})")
+
+
+def check_kinds(
+    actions: NDArray[Any], rewards: NDArray[Any], logged_probs: NDArray[Any], corrections: NDArray[Any]
+) -> None:
+    """``ValueError`` naming the field unless every value is of the kind it stands for. No coercion:
+    "0.5" is not a reward, 0.5 is not an action index, 2 is not a correction flag."""
+    _first_bad_kind("actions", actions, "iu", "an integer action index")
+    _first_bad_kind("rewards", rewards, "iuf", "a number")
+    _first_bad_kind("logged_probs", logged_probs, "iuf", "a number")
+    _first_bad_kind("corrections", corrections, "biu", "a boolean")
+    _first_bad("corrections", (corrections != 0) & (corrections != 1), corrections, "must be a boolean")
 
 
 def _first_bad_kind(name: str, values: NDArray[Any], kinds: str, what: str) -> None:

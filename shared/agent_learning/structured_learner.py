@@ -29,7 +29,11 @@ lets a test check it by finite differences)::
     ∇_{ℓ_i} log q(a_i | x_i) = ⊕_d (e_{a_id} − s_d(x_i)) / T  −  ∇_{ℓ_i} log Z_s(x_i)
     ∂Z_s/∂ℓ_{i,dv} = −Σ_{e ∈ E} Π_d' s_d'(e_d' | x_i) · (1[e_d = v] − s_d(v | x_i)) / T
 
-and, with G_i = (w_i A_i / N) ∇_{ℓ_i} log q(a_i | x_i), the gradient of the surrogate
+so ∇ log Z_s = ⊕_d (q_d − s_d(x_i)) / T with q_d(v) = (s_d(v) − Σ_{e ∈ E, e_d = v} Π_d' s_d'(e_d')) / Z_s
+the marginal of q, computed in that form and held in [0, 1] (Z_s at least
+:data:`MIN_ALLOWED_MASS`), so that exclusions holding all the mass float64 resolves leave the
+update finite instead of dividing by a Z_s rounded to 0 (q itself is held at most 1). With
+G_i = (w_i A_i / N) ∇_{ℓ_i} log q(a_i | x_i), the gradient of the surrogate
 L = 1/N Σ_i w_i A_i log q(a_i | x_i) + β Σ_d H(s_d(θ)) is Σ_i G_i for θ (plus the entropy term),
 Σ_{i: c_if = c} G_i for δ_{f,c} and Σ_i x̃_ij G_i for β_j.
 
@@ -51,7 +55,8 @@ evidence is thin. The entropy bonus adds its natural gradient −β·T·(log s_d
 θ, as in the flat learner.
 
 Step and trust region: η·√(N/N_ref) times the direction, halved until the mean over the batch's
-contexts of Σ_d KL(s_d,old(x) ‖ s_d,new(x)) ≤ max_kl·N/N_ref; θ keeps ``max_logit_gap`` per
+episodes (over its rows when it holds corrections alone) of Σ_d KL(s_d,old(x_i) ‖ s_d,new(x_i))
+≤ max_kl·N/N_ref; θ keeps ``max_logit_gap`` per
 dimension; every block is centred per dimension and clipped to ±``logit_bound``.
 
 Evidence bound, per dimension and segment: the learner state holds, per value, the discounted
@@ -62,14 +67,16 @@ After the step each dimension's θ is bounded exactly as in the flat learner
 (z against its leader, within the dimension; with several dimensions the Thompson floor's c_T is
 ``dimension_thompson_floor``, as a dropped value's episodes were drawn beside the other
 dimensions' worse values), and in each segment the logits θ + δ_{f,c} are
-bounded the same way by the segment's evidence (means shrunk towards the dimension's by c₀
-pseudo-episodes, the dimension's pooled variance, g₀ = ``segment_gap_slack``, and the pairwise
+bounded the same way by the segment's evidence (each value's mean and variance shrunk by c₀
+pseudo-episodes towards the segment's pooled ones, within the dimension; each value's own
+variance taken as the dimension's pooled variance; g₀ = ``segment_gap_slack``, and the pairwise
 calibration without its normalisation over actions or the Thompson floor), moving δ only.
 A numeric feature's centre and scale are the mean and standard deviation of the episodes that
 carried it, pooled over batches up to the one in which they reach :data:`NUMBER_FIT_EPISODES`
 (``numbers_pending`` in the state until then; the feature is not used before). Its episodes fall
 in two halves, below and above its centre (``halves`` in the state); at x̃ = ±1 the logits
-θ ± β_j are bounded by the evidence of that half, moving β_j only.
+θ ± β_j are bounded by the evidence of that half as a segment's θ + δ is, but with g₀ = ``gap_slack``,
+moving β_j only.
 So no dimension, no segment and no side of a numeric feature is much surer than its evidence,
 nor, where the odds cap applies, much less sure. The cap bounds the logits some requests are
 drawn from with the evidence of exactly those requests: each dimension's θ of a policy without
@@ -110,6 +117,7 @@ from .learner import (
     _first_bad,
     advantages,
     bound_logits,
+    check_kinds,
     entropy,
     fade,
     remember,
@@ -251,9 +259,11 @@ def prepare(doc: PolicyDocument, rows: Rows) -> tuple[Model, Params, ContextBatc
     added (the most frequent first, up to :data:`MAX_SEGMENTS` per feature and
     :data:`MAX_LEARNED_VALUES` in all) with zero offsets;
     a numeric feature's centre and scale are set once :data:`NUMBER_FIT_EPISODES` episodes
-    (not corrections) have carried it, pooled over batches in the learner state."""
-    actions, rewards, logged_probs, corrections, contexts = rows
+    (not corrections) have carried it, pooled over batches in the learner state. Rows of the wrong
+    shape or kind raise ``ValueError`` naming the field (:func:`row_arrays`)."""
     layout = Layout.of(doc)
+    actions, rewards, logged_probs, corrections = row_arrays(rows, len(layout.sizes))
+    contexts = rows.contexts
     v = len(doc.actions)
     budget = MAX_LEARNED_VALUES // v - sum(
         len(f.segments or {}) if f.kind == "category" else 1 for f in doc.features or []
@@ -322,15 +332,28 @@ def prepare(doc: PolicyDocument, rows: Rows) -> tuple[Model, Params, ContextBatc
             x = context.get(name)
             if is_number(x) and fitted[j]:
                 nums[i, j] = standardise(float(x), centers[j], scales[j])
-    batch = ContextBatch(
-        np.asarray(actions, dtype=np.int64).reshape(n, len(layout.sizes)),
-        np.asarray(rewards, dtype=np.float64),
-        np.asarray(logged_probs, dtype=np.float64),
-        np.asarray(corrections, dtype=bool),
-        cats,
-        nums,
-    )
+    batch = ContextBatch(actions, rewards, logged_probs, corrections, cats, nums)
     return model, params, batch
+
+
+def row_arrays(rows: Rows, dimensions: int) -> tuple[NDArray[np.int64], Array, Array, NDArray[np.bool_]]:
+    """The rows' actions (N, D), rewards, logged probabilities and correction flags as arrays, their
+    kinds checked as :meth:`agent_learning.learner.Batch.from_arrays` checks a flat batch's (0.7 is
+    no value index, "0.5" no reward): ``ValueError`` naming the field, never a silent conversion."""
+    n = len(rows.contexts)
+    try:
+        a = np.asarray(rows.actions)
+    except ValueError:
+        raise ValueError(f"actions: must be {dimensions} value indices per row, got rows of other lengths") from None
+    if a.size == 0:
+        a = a.reshape(0, dimensions)  # no rows (np.asarray([]) is 1-D)
+    r, p, c = np.asarray(rows.rewards), np.asarray(rows.logged_probs), np.asarray(rows.corrections)
+    for name, values, shape in (("actions", a, (n, dimensions)), ("rewards", r, (n,)),
+                                ("logged_probs", p, (n,)), ("corrections", c, (n,))):
+        if values.shape != shape:
+            raise ValueError(f"{name}: must have shape {shape} for {n} contexts and {dimensions} dimensions")
+    check_kinds(a.ravel(), r, p, c)
+    return a.astype(np.int64), r.astype(np.float64), p.astype(np.float64), c.astype(bool)
 
 
 Moments = tuple[int, float, float]
@@ -511,6 +534,12 @@ def dimension_softmax(logits: Array, model: Model) -> Array:
     return out
 
 
+MIN_ALLOWED_MASS = 1e-300
+"""Floor of Z_s = 1 − Σ_E Π_d s_d: when the excluded configurations hold all the mass float64 can
+resolve (a temperature of 0.1 and a best value in each dimension that together are excluded),
+1 − Σ rounds to 0; q and the marginals of q are then held at most 1, not divided by 0."""
+
+
 def excluded_mass(s: Array, model: Model) -> Array:
     """Σ_{e ∈ E} Π_d s_d(e_d), per row (0 without exclusions)."""
     if not len(model.excluded):
@@ -525,7 +554,8 @@ def log_q(s: Array, model: Model, batch: ContextBatch, inverse: NDArray[np.int64
     log_s = np.log(np.maximum(s, 1e-300))
     out = log_s[inverse[:, None], cols].sum(axis=1)
     if len(model.excluded):
-        out -= np.log(np.maximum(1.0 - excluded_mass(s, model), 1e-300))[inverse]
+        out -= np.log(np.maximum(1.0 - excluded_mass(s, model), MIN_ALLOWED_MASS))[inverse]
+        np.minimum(out, 0.0, out=out)  # a probability, also where rounding leaves Z_s unresolved
     return out
 
 
@@ -542,13 +572,14 @@ def context_gradient(s: Array, model: Model, batch: ContextBatch, inverse: NDArr
     if len(model.excluded):
         ecols = model.excluded + np.array(model.layout.starts)
         masses = s[:, ecols].prod(axis=2)  # (U, |E|)
-        dz = np.zeros_like(s)
+        excluded_at = np.zeros_like(s)  # per value v of each dimension: Σ_{e ∈ E, e_d = v} Π_d' s_d'(e_d')
         for k in range(len(model.excluded)):
-            indicator = np.zeros(v)
-            indicator[ecols[k]] = 1.0
-            dz -= masses[:, k : k + 1] * (indicator - s) / t  # per dimension: 1[e_d = v] − s_d(v)
-        z = 1.0 - masses.sum(axis=1)
-        grad -= total * dz / z[:, None]
+            excluded_at[:, ecols[k]] += masses[:, k : k + 1]
+        z = np.maximum(1.0 - masses.sum(axis=1), MIN_ALLOWED_MASS)
+        # ∇ log Z_s = (q_d − s_d)/T with q_d(v) = (s_d(v) − excluded_at)/Z_s, q's marginal (module
+        # docstring); a marginal is in [0, 1], which holds it where rounding leaves Z_s unresolved.
+        marginal = np.clip((s - excluded_at) / z[:, None], 0.0, 1.0)
+        grad -= total * (marginal - s) / t
     return grad
 
 
@@ -784,7 +815,7 @@ class StructuredReinforce:
         for sl in model.slices:
             sub = Evidence(evidence.count[sl], evidence.reward_sum[sl], evidence.reward_sq_sum[sl])
             params.theta[sl], count_raised, count_lowered = bound_logits(
-                per_dimension, params.theta[sl], sub, cap=not contextual
+                per_dimension, params.theta[sl], sub, cap=not contextual, temperature=model.temperature
             )
             raised += count_raised
             lowered += count_lowered
@@ -804,7 +835,7 @@ class StructuredReinforce:
                 cell = Evidence(count[sl], total[sl], count[sl] * (var + mean**2))
                 logits = params.theta[sl] + scale * row[sl]
                 bounded, count_raised, count_lowered = bound_logits(
-                    cfg, logits, cell, slack, normalise=False, cap=single
+                    cfg, logits, cell, slack, normalise=False, cap=single, temperature=model.temperature
                 )
                 raised += count_raised
                 lowered += count_lowered
@@ -855,7 +886,8 @@ def _groups(model: Model) -> list[tuple[str, str, list[str]]]:
 
 
 def _segment_state(state: Mapping[str, Any] | None, model: Model, v: int) -> list[list[tuple[Array, Array]]]:
-    """Per evidence group (:func:`_groups`) and cell: the discounted count and reward sum per value."""
+    """Per evidence group (:func:`_groups`) and cell: the discounted count and reward sum per value
+    (none for a cell whose stored sums are unreadable, non-finite or have a negative count)."""
     out = []
     for key, name, names in _groups(model):
         feature = ((state or {}).get(key) or {}).get(name) or {}
@@ -869,6 +901,7 @@ def _segment_state(state: Mapping[str, Any] | None, model: Model, v: int) -> lis
                     count.shape != (v,)
                     or total.shape != (v,)
                     or not (np.isfinite(count).all() and np.isfinite(total).all())
+                    or (count < 0).any()  # discounted episodes, as Evidence.from_state requires
                 ):
                     raise ValueError
             except (TypeError, ValueError, IndexError):
