@@ -34,7 +34,7 @@ from . import wiring
 from .audit import DEAD_LETTER_LIMIT
 from .audit import audit as run_audit
 from .config import load_settings
-from .demo import check_floor, reward_trend, run_demo
+from .demo import EMBEDDED, check_floor, reward_trend, run_demo
 from .documents import (
     MAX_NOTE_CHARS,
     MAX_TEMPERATURE,
@@ -471,7 +471,7 @@ def demo(
                 f"--db: {db} holds the policies of {', '.join(others)}, and the demo replaces the whole file; "
                 "pass --force to replace it, or choose another --db"
             )
-    settings = load_settings()
+    settings = load_settings(**EMBEDDED)
     check_floor(settings, [SCENARIOS[name]() for name in names])
     with Progress(
         TextColumn("[bold]training rounds"),

@@ -26,6 +26,7 @@ from .policy import policy_probabilities
 from .simulate import SCENARIOS, Scenario
 
 __all__ = [
+    "EMBEDDED",
     "AgentHistory",
     "DemoResult",
     "RewardTrend",
@@ -55,6 +56,12 @@ def reward_trend(h: AgentHistory) -> RewardTrend | None:
         return None
     k = max(1, len(means) // 5)
     return RewardTrend(k, sum(means[:k]) / k, sum(means[-k:]) / k)
+
+
+EMBEDDED: dict[str, Any] = {"store": "sqlite", "queue": "sqlite", "judge": "offline"}
+"""The settings the demo always runs on, whatever the environment chooses: its SQLite file for the
+store and both queues, and the offline judge (never a Cosmos account, a Service Bus namespace or
+a billed judge model configured for the real pipeline)."""
 
 
 def next_commands(db_path: str, agent_ids: Sequence[str], structured: Sequence[str] = ()) -> list[str]:
@@ -142,9 +149,9 @@ def run_demo(
     settings: Settings | None = None,
     progress: Callable[[int, int], None] | None = None,
 ) -> DemoResult:
-    """Run the demo on a fresh embedded database at ``db_path``; bad arguments raise
-    :class:`ValueError` before the file is touched."""
-    settings = settings or load_settings()
+    """Run the demo on a fresh embedded database at ``db_path``, with the offline judge (:data:`EMBEDDED`
+    overrides ``settings``); bad arguments raise :class:`ValueError` before the file is touched."""
+    settings = (settings or load_settings(**EMBEDDED)).model_copy(update=EMBEDDED)
     if batch < 1:
         raise ValueError(f"batch: {batch} is not a number of episodes (at least 1)")
     if episodes_per_agent < batch or episodes_per_agent % batch:
@@ -161,7 +168,7 @@ def run_demo(
     for suffix in ("", "-wal", "-shm"):
         Path(f"{path}{suffix}").unlink(missing_ok=True)
     clock = ManualClock()
-    pipeline = open_local(settings.model_copy(update={"store": "sqlite"}), path=path, clock=clock)
+    pipeline = open_local(settings, path=path, clock=clock)
     store = pipeline.store
     rng = random.Random(seed)
     clients = []

@@ -160,6 +160,25 @@ def test_the_demo_text_and_json_report_one_reward_trend_and_its_next_commands_ru
         assert ran.exit_code == 0, f"{command}: {ran.output}"
 
 
+def test_the_demo_runs_embedded_with_the_offline_judge_whatever_the_environment_chooses(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, judge_server: Any
+) -> None:
+    """Settings for the real pipeline in the environment (a judge model, Service Bus, Cosmos DB)
+    are not the demo's: it judges its thousands of simulated episodes offline, in its own file."""
+    for name, value in {
+        "JUDGE": "evaluators", "JUDGE_BASE_URL": judge_server.base_url, "JUDGE_MODEL": judge_server.model,
+        "JUDGE_API_KEY": "key", "QUEUE": "servicebus", "SERVICEBUS_NAMESPACE": "nowhere.servicebus.windows.net",
+        "STORE": "cosmos", "COSMOS_ENDPOINT": "https://nowhere.documents.azure.com:443/",
+    }.items():
+        monkeypatch.setenv(f"AGENT_LEARNING_{name}", value)
+    args = ["demo", "--episodes", "20", "--batch", "10", "--agents", "math-tutor", "--no-plot", "--json"]
+    result = CliRunner().invoke(main, [*args, "--db", str(tmp_path / "d.db")])
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.stdout)["outcomes"] == {"scored": 20}
+    run_demo(db_path=tmp_path / "e.db", scenarios=["math-tutor"], episodes_per_agent=10, batch=10)
+    assert judge_server.count() == 0
+
+
 def test_cli_rejects_unknown_demo_agent(tmp_path: Path) -> None:
     result = CliRunner().invoke(main, ["demo", "--agents", "nobody", "--db", str(tmp_path / "d.db")])
     assert result.exit_code == 2
