@@ -1843,8 +1843,7 @@ def train(agent_id: str | None, as_json: bool, db: str | None) -> None:
         sweep(pipeline.store, clock=pipeline.clock)
         results = pipeline.train([agent_id] if agent_id else None)
     finally:
-        pipeline.store.close()
-        pipeline.queue.close()
+        pipeline.close()
     if as_json:
         click.echo(
             json.dumps(

@@ -209,6 +209,5 @@ def run_demo(
                 pipeline.scorer.judge, pipeline.scorer.reward, n=1_000, seed=seed
             )
         agents.append(h)
-    store.close()
-    pipeline.queue.close()
+    pipeline.close()  # the store and both queues
     return DemoResult(agents, rounds * batch * len(chosen), seconds, outcomes, str(path))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import random
 import struct
 from pathlib import Path
@@ -177,6 +178,31 @@ def test_the_demo_runs_embedded_with_the_offline_judge_whatever_the_environment_
     assert json.loads(result.stdout)["outcomes"] == {"scored": 20}
     run_demo(db_path=tmp_path / "e.db", scenarios=["math-tutor"], episodes_per_agent=10, batch=10)
     assert judge_server.count() == 0
+
+
+def files_open_on(db: Path) -> list[str]:
+    """The files this process holds open of the SQLite database ``db`` (with its -wal and -shm)."""
+    found = []
+    for fd in Path("/proc/self/fd").iterdir():
+        try:
+            target = os.readlink(fd)
+        except OSError:  # closed since the listing
+            continue
+        if target.startswith(str(db)):
+            found.append(target)
+    return found
+
+
+@pytest.mark.skipif(not Path("/proc/self/fd").is_dir(), reason="needs /proc to list open files")
+def test_the_demo_and_train_close_the_store_and_both_queues(tmp_path: Path) -> None:
+    """The training queue too: an open connection keeps the file in use (on Windows the next demo
+    could not replace it)."""
+    db = tmp_path / "d.db"
+    run_demo(db_path=db, scenarios=["math-tutor"], episodes_per_agent=10, batch=10)
+    assert files_open_on(db) == []
+    trained = CliRunner().invoke(main, ["train", "--db", str(db)])
+    assert trained.exit_code == 0, trained.output
+    assert files_open_on(db) == []
 
 
 def test_cli_rejects_unknown_demo_agent(tmp_path: Path) -> None:
