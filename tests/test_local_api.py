@@ -75,3 +75,20 @@ def test_open_local_closes_what_it_opened_when_a_later_part_fails(
     with pytest.raises(ConfigurationError, match="AGENT_LEARNING_QUEUE"):
         open_local(path=tmp_path / "local.db")
     assert closed == ["store"]
+
+
+def test_the_memory_store_feed_goes_on_past_a_page_of_deleted_episodes() -> None:
+    """``AGENT_LEARNING_STORE=memory``: a deleted agent's episodes that filled a whole page at the
+    head of the feed read as its end, and run_once never enqueued another agent's new ones."""
+    clock = ManualClock()
+    with open_local(load_settings(store="memory"), clock=clock) as pipeline:
+        for agent in ("gone", "bot"):
+            doc = SoftmaxPolicy.from_actions(agent, ["good", "bad"]).to_document(created_at=clock.now())
+            create_policy(pipeline.store, doc)
+        gone = PolicyClient(pipeline.store, "gone", rng=random.Random(1), clock=clock)
+        write_episodes(gone, pipeline.store, clock, pipeline.page_size)
+        pipeline.store.delete_agent("gone")
+        bot = PolicyClient(pipeline.store, "bot", rng=random.Random(2), clock=clock)
+        write_episodes(bot, pipeline.store, clock, 20)
+        report = pipeline.run_once()
+    assert report.enqueued == 20 and report.published == {"bot": 2}
