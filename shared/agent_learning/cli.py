@@ -459,6 +459,9 @@ def demo(
                          f"each batch); try --episodes {max(batch, episodes - episodes % batch)}")
     _writable("--db", db)
     if not no_plot:
+        if Path(plot_path).resolve() == Path(db).resolve():
+            raise ValueError(f"--plot: {plot_path} is also --db, and the chart would replace the demo's store; "
+                             "choose another file for one of them")
         _writable("--plot", plot_path)
     if Path(db).exists() and not force:
         if not _agent_learning_file(db):

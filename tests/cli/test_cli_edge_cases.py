@@ -225,6 +225,17 @@ def test_report_and_demo_refuse_a_file_name_of_another_format(tmp_path: Path, db
     assert sorted(p.name for p in tmp_path.iterdir()) == ["actions.json", "agents.db"]
 
 
+def test_the_demo_refuses_a_chart_that_would_replace_its_store(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """--plot naming the --db file (by another spelling, too) would leave a PNG where the next
+    commands it prints look for the store: refused before anything is written."""
+    monkeypatch.chdir(tmp_path)
+    demo = ["demo", "--agents", "math-tutor", "--episodes", "10", "--batch", "10", "--db", "same.png"]
+    line = refused(*demo, "--plot", str(tmp_path / "same.png"))
+    assert line.startswith(f"error: --plot: {tmp_path / 'same.png'} is also --db")
+    assert list(tmp_path.iterdir()) == []
+    ok(*demo, "--no-plot")
+
+
 @pytest.mark.parametrize("command", [["agent", "list"], ["policy", "show", "--agent-id", AGENT], ["demo"]])
 def test_an_empty_db_path_is_refused_not_taken_for_the_default(command: list[str]) -> None:
     assert refused(*command, "--db", "") == (
