@@ -9,6 +9,7 @@ simulated, so the demo is fast and reproducible for a given seed.
 from __future__ import annotations
 
 import random
+import shlex
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
@@ -66,10 +67,11 @@ a billed judge model configured for the real pipeline)."""
 
 def next_commands(db_path: str, agent_ids: Sequence[str], structured: Sequence[str] = ()) -> list[str]:
     """What to run after the demo, on its data: the first agent's policy and history, the
-    structured agent's policy per segment when it ran, the audit and the report."""
+    structured agent's policy per segment when it ran, the audit and the report; each a shell
+    command line (a path with spaces is quoted)."""
     if not agent_ids:
         return []
-    db = f"--db {db_path}"
+    db = f"--db {shlex.quote(db_path)}"
     first = agent_ids[0]
     out = [
         f"agent-learn policy show --agent-id {first} {db}",

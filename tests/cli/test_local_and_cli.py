@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import random
+import shlex
 import struct
 from pathlib import Path
 from typing import Any
@@ -203,6 +204,20 @@ def test_the_demo_and_train_close_the_store_and_both_queues(tmp_path: Path) -> N
     trained = CliRunner().invoke(main, ["train", "--db", str(db)])
     assert trained.exit_code == 0, trained.output
     assert files_open_on(db) == []
+
+
+def test_the_next_commands_quote_a_store_path_with_spaces(tmp_path: Path) -> None:
+    db = str(tmp_path / "my demos" / "d.db")
+    runner = CliRunner()
+    ran = runner.invoke(main, ["demo", "--episodes", "10", "--batch", "10", "--agents", "math-tutor", "--no-plot",
+                               "--db", db])
+    assert ran.exit_code == 0, ran.output
+    printed = [line.removeprefix("next: ") for line in ran.stdout.splitlines() if line.startswith("next: ")]
+    assert len(printed) == 4
+    for command in printed:
+        argv = shlex.split(command)
+        assert argv[0] == "agent-learn" and argv[-2:] == ["--db", db]
+        assert runner.invoke(main, argv[1:]).exit_code == 0, command
 
 
 def test_cli_rejects_unknown_demo_agent(tmp_path: Path) -> None:
