@@ -34,7 +34,7 @@ from . import wiring
 from .audit import DEAD_LETTER_LIMIT
 from .audit import audit as run_audit
 from .config import load_settings
-from .demo import EMBEDDED, check_floor, reward_trend, run_demo
+from .demo import EMBEDDED, check_floor, is_demo_agent, reward_trend, run_demo
 from .documents import (
     MAX_NOTE_CHARS,
     MAX_TEMPERATURE,
@@ -468,11 +468,11 @@ def demo(
             raise ValueError(f"--db: {db} is not an agent-learning store, and the demo replaces the whole file; "
                              "pass --force to replace it, or choose another --db")
         with _usable("--db", db), SQLiteStore(db) as existing:
-            others = sorted(set(existing.list_agents()) - set(SCENARIOS))
+            others = sorted(a for a in existing.list_agents() if not is_demo_agent(existing, a))
         if others:
             raise ValueError(
-                f"--db: {db} holds the policies of {', '.join(others)}, and the demo replaces the whole file; "
-                "pass --force to replace it, or choose another --db"
+                f"--db: {db} holds the policies of {', '.join(others)}, which the demo did not write, and the demo "
+                "replaces the whole file; pass --force to replace it, or choose another --db"
             )
     settings = load_settings(**EMBEDDED)
     check_floor(settings, [SCENARIOS[name]() for name in names])

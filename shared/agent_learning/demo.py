@@ -19,12 +19,13 @@ from typing import Any
 from .client import PolicyClient
 from .clock import ManualClock
 from .config import PREFIX, Settings, load_settings
-from .errors import ConfigurationError
+from .errors import ConfigurationError, InvalidDocument
 from .history import AgentHistory, history
 from .local import open_local
-from .pipeline import create_policy
+from .pipeline import create_policy, load_current
 from .policy import policy_probabilities
 from .simulate import SCENARIOS, Scenario
+from .store.base import Store
 
 __all__ = [
     "EMBEDDED",
@@ -33,6 +34,7 @@ __all__ = [
     "RewardTrend",
     "agent_summary",
     "history",
+    "is_demo_agent",
     "next_commands",
     "policy_probabilities",
     "reward_trend",
@@ -126,6 +128,20 @@ def agent_summary(a: AgentHistory) -> dict[str, Any]:
     trend = reward_trend(a)
     out["reward_trend"] = asdict(trend) if trend else None
     return out
+
+
+def is_demo_agent(store: Store, agent_id: str) -> bool:
+    """Whether ``agent_id`` in ``store`` is one of the demo's simulated agents: a scenario's name
+    with that scenario's actions (the quick start's ``support-bot`` shares the name, not the actions)."""
+    scenario = SCENARIOS.get(agent_id)
+    if scenario is None:
+        return False
+    try:
+        doc = load_current(store, agent_id)
+    except InvalidDocument:
+        return False
+    first = scenario().first_policy(temperature=1.0, exploration_floor=0.0, created_at=None)
+    return doc is not None and doc.action_ids == first.action_ids
 
 
 def check_floor(settings: Settings, scenarios: Sequence[Scenario]) -> None:

@@ -397,6 +397,22 @@ def test_the_demo_replaces_only_its_own_store_unless_forced(tmp_path: Path) -> N
         assert store.list_agents() == ["support-bot"]
 
 
+def test_the_demo_does_not_take_an_agent_named_like_one_of_its_own_for_its_own(tmp_path: Path) -> None:
+    """The README's quick start creates ``support-bot`` (with other actions than the demo's): pointing
+    the demo at that store replaced it, agent and episodes, without --force."""
+    db = str(tmp_path / "local.db")
+    with SQLiteStore(db) as store:
+        create_policy(store, SoftmaxPolicy.from_actions("support-bot", ["k=1", "k=5"]).to_document(created_at=None))
+    args = ["demo", "--db", db, "--episodes", "10", "--batch", "10", "--agents", "support-bot", "--no-plot"]
+    refused = CliRunner().invoke(main, args)
+    assert refused.exit_code == 2 and "support-bot, which the demo did not write" in refused.stderr
+    with SQLiteStore(db) as store:
+        assert load_current(store, "support-bot").action_ids == ["k=1", "k=5"]  # untouched
+    assert CliRunner().invoke(main, args).exit_code == 2
+    assert CliRunner().invoke(main, [*args, "--force"]).exit_code == 0
+    assert CliRunner().invoke(main, args).exit_code == 0  # now the demo's own
+
+
 def test_history_of_a_structured_agent_has_its_probabilities_per_segment(tmp_path: Path) -> None:
     db = str(tmp_path / "t.db")
     runner = CliRunner()
