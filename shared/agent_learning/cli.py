@@ -485,15 +485,16 @@ def demo(
         transient=as_json,
     ) as bar:
         task = bar.add_task("demo", total=episodes // batch)
-        result = run_demo(
-            db_path=db,
-            scenarios=names,
-            episodes_per_agent=episodes,
-            batch=batch,
-            seed=seed,
-            settings=settings,
-            progress=lambda done, total: bar.update(task, completed=done),
-        )
+        with _usable("--db", db):  # the file is replaced: its folder must let it be deleted and made again
+            result = run_demo(
+                db_path=db,
+                scenarios=names,
+                episodes_per_agent=episodes,
+                batch=batch,
+                seed=seed,
+                settings=settings,
+                progress=lambda done, total: bar.update(task, completed=done),
+            )
     summary = result.summary()
     if not no_plot:
         try:

@@ -236,6 +236,27 @@ def test_the_demo_refuses_a_chart_that_would_replace_its_store(tmp_path: Path, m
     ok(*demo, "--no-plot")
 
 
+def test_a_demo_store_its_folder_will_not_let_go_of_is_named_in_one_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The demo deletes the old file first, which needs its folder writable (a shared folder, or
+    ``--db /dev/null --force`` for anyone but root): a PermissionError printed a traceback."""
+    demo = ["demo", "--agents", "math-tutor", "--episodes", "10", "--batch", "10", "--no-plot"]
+    db = tmp_path / "demo.db"
+    ok(*demo, "--db", str(db))
+    real_unlink = Path.unlink
+
+    def unlink(self: Path, missing_ok: bool = False) -> None:
+        if self == db:
+            raise PermissionError(13, "Permission denied", str(self))
+        real_unlink(self, missing_ok=missing_ok)
+
+    monkeypatch.setattr(Path, "unlink", unlink)
+    result = cli(*demo, "--db", str(db))  # after the progress bar's first line
+    assert result.exit_code == 2 and isinstance(result.exception, SystemExit), result.output
+    assert result.stderr.splitlines()[-1] == f"error: --db: cannot use {db}: Permission denied"
+
+
 @pytest.mark.parametrize("command", [["agent", "list"], ["policy", "show", "--agent-id", AGENT], ["demo"]])
 def test_an_empty_db_path_is_refused_not_taken_for_the_default(command: list[str]) -> None:
     assert refused(*command, "--db", "") == (
