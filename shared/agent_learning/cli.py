@@ -457,6 +457,8 @@ def demo(
     if episodes % batch:
         raise ValueError(f"--episodes: {episodes} is not a multiple of --batch {batch} (a training run follows "
                          f"each batch); try --episodes {max(batch, episodes - episodes % batch)}")
+    if Path(db).exists() and not Path(db).is_file():  # /dev/null, a pipe: never deleted, even with --force
+        raise ValueError(f"--db: {db} is not a regular file, and the demo replaces the whole file; choose another --db")
     _writable("--db", db)
     if not no_plot:
         if Path(plot_path).resolve() == Path(db).resolve():

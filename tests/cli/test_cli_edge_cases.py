@@ -4,7 +4,9 @@
 from __future__ import annotations
 
 import json
+import os
 import sqlite3
+import stat
 from contextlib import closing
 from pathlib import Path
 
@@ -255,6 +257,18 @@ def test_a_demo_store_its_folder_will_not_let_go_of_is_named_in_one_line(
     result = cli(*demo, "--db", str(db))  # after the progress bar's first line
     assert result.exit_code == 2 and isinstance(result.exception, SystemExit), result.output
     assert result.stderr.splitlines()[-1] == f"error: --db: cannot use {db}: Permission denied"
+
+
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="needs named pipes")
+def test_the_demo_never_replaces_what_is_not_a_regular_file(tmp_path: Path) -> None:
+    """``--db /dev/null --force`` deleted /dev/null (run as root); a named pipe stands in for it."""
+    pipe = tmp_path / "pipe"
+    os.mkfifo(pipe)
+    demo = ["demo", "--agents", "math-tutor", "--episodes", "10", "--batch", "10", "--no-plot", "--force"]
+    assert refused(*demo, "--db", str(pipe)) == (
+        f"error: --db: {pipe} is not a regular file, and the demo replaces the whole file; choose another --db"
+    )
+    assert stat.S_ISFIFO(pipe.stat().st_mode)
 
 
 @pytest.mark.parametrize("command", [["agent", "list"], ["policy", "show", "--agent-id", AGENT], ["demo"]])
