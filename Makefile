@@ -21,10 +21,15 @@ $(VENV)/.demo-installed: $(BIN)/python shared/pyproject.toml
 	@touch $@
 
 # Everything the Functions app needs (requirements.txt, minus the library itself, which is
-# installed editable) plus the test tools.
-$(VENV)/.test-installed: $(BIN)/python shared/pyproject.toml requirements.txt tests/fakes/cosmos_server/package-lock.json
+# installed editable): what `func start` runs with (docs/deploying.md).
+$(VENV)/.app-installed: $(BIN)/python shared/pyproject.toml requirements.txt
 	grep -v -e '^\./shared' -e '^#' -e '^$$' requirements.txt > $(VENV)/app-requirements.txt
-	$(PIP) install --quiet --disable-pip-version-check -r $(VENV)/app-requirements.txt -e './shared[azure,judges,plot,dev]'
+	$(PIP) install --quiet --disable-pip-version-check -r $(VENV)/app-requirements.txt -e './shared[azure,judges]'
+	@touch $@
+
+# The app's dependencies plus the test tools (Node.js for the local Cosmos server).
+$(VENV)/.test-installed: $(VENV)/.app-installed tests/fakes/cosmos_server/package-lock.json
+	$(PIP) install --quiet --disable-pip-version-check -e './shared[azure,judges,plot,dev]'
 	cd tests/fakes/cosmos_server && npm ci --no-audit --no-fund --loglevel=error
 	@touch $(VENV)/.demo-installed $@
 
@@ -33,7 +38,7 @@ demo: $(VENV)/.demo-installed
 	@echo "agent-learn is in $(BIN): 'source $(BIN)/activate' puts it on your PATH for the next commands"
 
 # local.settings.json for `func start` against the resources `azd up` created (docs/deploying.md).
-local-settings: $(VENV)/.test-installed
+local-settings: $(VENV)/.app-installed
 	$(BIN)/python infra/local_settings.py
 
 lint: $(VENV)/.test-installed

@@ -54,16 +54,19 @@ def blocks(page: Path) -> list[Block]:
     return found
 
 
-def environment() -> dict[str, str]:
+def environment(**settings: str) -> dict[str, str]:
+    """The test's environment without its settings, plus ``settings``."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("AGENT_LEARNING_", "CosmosDBConnection"))}
+    env.update(settings)
     env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
     env["PYTHONPATH"] = str(ROOT / "shared")
     env["COLUMNS"] = "160"
     return env
 
 
-def run(block: Block, argv: list[str], cwd: Path) -> None:
-    done = subprocess.run(argv, cwd=cwd, env=environment(), capture_output=True, text=True, timeout=300, check=False)
+def run(block: Block, argv: list[str], cwd: Path, **settings: str) -> None:
+    done = subprocess.run(argv, cwd=cwd, env=environment(**settings), capture_output=True, text=True, timeout=300,
+                          check=False)
     where = f"{block.page.relative_to(ROOT)}:{block.line}"
     assert done.returncode == 0, f"{where} exited {done.returncode}:\n{done.stdout[-2000:]}\n{done.stderr[-2000:]}"
     assert "Traceback" not in done.stdout + done.stderr, f"{where} printed a traceback:\n{done.stderr[-2000:]}"
@@ -91,13 +94,29 @@ def test_every_block_of_a_page_runs(page: Path, tmp_path: Path) -> None:
     if any(b.commands for b in page_blocks):
         demo_data(tmp_path)
     for block in page_blocks:
-        if block.language == "python":
-            run(block, [sys.executable, "-c", block.code], tmp_path)
-        elif block.language == "bash":
-            run(block, ["bash", "-euo", "pipefail", "-c", block.code], tmp_path)
-        else:
-            for command in block.commands:
-                run(block, ["bash", "-c", command], tmp_path)
+        run_block(block, tmp_path)
+
+
+def run_block(block: Block, cwd: Path, **settings: str) -> None:
+    """A ``python`` or ``bash`` block, or a transcript's commands one by one."""
+    if block.language == "python":
+        run(block, [sys.executable, "-c", block.code], cwd, **settings)
+    elif block.language == "bash":
+        run(block, ["bash", "-euo", "pipefail", "-c", block.code], cwd, **settings)
+    else:
+        for command in block.commands:
+            run(block, ["bash", "-c", command], cwd, **settings)
+
+
+def test_the_readme_quick_start_uses_the_store_its_setting_names(tmp_path: Path) -> None:
+    """With AGENT_LEARNING_SQLITE_PATH set, init-policy writes there: the agent's code and the loop
+    must read there too, not open an empty store at the default path."""
+    db = tmp_path / "elsewhere" / "agents.db"
+    work = tmp_path / "work"
+    work.mkdir()
+    for block in blocks(ROOT / "README.md"):
+        run_block(block, work, AGENT_LEARNING_SQLITE_PATH=str(db))
+    assert db.exists() and not (work / ".agent-learning").exists()
 
 
 README_MAX_LINES = 250

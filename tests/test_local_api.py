@@ -15,7 +15,7 @@ from agent_learning.client import PolicyClient
 from agent_learning.clock import ManualClock
 from agent_learning.config import load_settings
 from agent_learning.errors import ConfigurationError
-from agent_learning.local import open_local
+from agent_learning.local import FEED_CHECKPOINT, open_local
 from agent_learning.pipeline import create_policy, load_current
 from agent_learning.policy import SoftmaxPolicy
 from agent_learning.store.sqlite import SQLiteStore
@@ -75,3 +75,34 @@ def test_open_local_closes_what_it_opened_when_a_later_part_fails(
     with pytest.raises(ConfigurationError, match="AGENT_LEARNING_QUEUE"):
         open_local(path=tmp_path / "local.db")
     assert closed == ["store"]
+
+
+def test_the_memory_store_feed_goes_on_past_a_page_of_deleted_episodes() -> None:
+    """``AGENT_LEARNING_STORE=memory``: a deleted agent's episodes that filled a whole page at the
+    head of the feed read as its end, and run_once never enqueued another agent's new ones."""
+    clock = ManualClock()
+    with open_local(load_settings(store="memory"), clock=clock) as pipeline:
+        for agent in ("gone", "bot"):
+            doc = SoftmaxPolicy.from_actions(agent, ["good", "bad"]).to_document(created_at=clock.now())
+            create_policy(pipeline.store, doc)
+        gone = PolicyClient(pipeline.store, "gone", rng=random.Random(1), clock=clock)
+        write_episodes(gone, pipeline.store, clock, pipeline.page_size)
+        pipeline.store.delete_agent("gone")
+        bot = PolicyClient(pipeline.store, "bot", rng=random.Random(2), clock=clock)
+        write_episodes(bot, pipeline.store, clock, 20)
+        report = pipeline.run_once()
+    assert report.enqueued == 20 and report.published == {"bot": 2}
+
+
+def test_run_once_refuses_one_agent_id_given_as_a_string(tmp_path: Path) -> None:
+    """A string is an iterable of its characters: ``run_once("bot")`` trained no agent, silently."""
+    clock = ManualClock()
+    store = SQLiteStore(tmp_path / "local.db")
+    create_policy(store, SoftmaxPolicy.from_actions("bot", ["good", "bad"]).to_document(created_at=clock.now()))
+    write_episodes(PolicyClient(store, "bot", rng=random.Random(1), clock=clock), store, clock, 10)
+    with open_local(load_settings(), path=tmp_path / "local.db", clock=clock) as pipeline:
+        with pytest.raises(TypeError, match=r"agent_ids: 'bot' is one string; pass a list of agent ids, \['bot'\]"):
+            pipeline.run_once("bot")  # type: ignore[arg-type]
+        assert pipeline.store.get_checkpoint(FEED_CHECKPOINT) is None  # refused before any work
+        assert pipeline.run_once(["bot"]).published == {"bot": 2}
+    store.close()

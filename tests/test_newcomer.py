@@ -116,3 +116,12 @@ def test_the_first_hour_from_make_demo_to_a_real_agent(tmp_path: Path) -> None:
         record = os.environ.get("NEWCOMER_TRANSCRIPT")
         if record:
             Path(record).write_text("\n".join(me.transcript))
+
+
+def test_make_local_settings_installs_the_app_not_the_test_tools() -> None:
+    """``make local-settings`` installs what ``func start`` runs with (requirements.txt), not the
+    test tools: a deployer without Node.js and npm (only ``make test`` needs them) gets there.
+    A dry run (``make -n``) prints every step and runs none."""
+    plan = subprocess.run(["make", "-nB", "local-settings"], cwd=ROOT, capture_output=True, text=True, check=True)
+    assert "requirements.txt" in plan.stdout and "infra/local_settings.py" in plan.stdout
+    assert "npm" not in plan.stdout

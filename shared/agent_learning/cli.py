@@ -34,7 +34,7 @@ from . import wiring
 from .audit import DEAD_LETTER_LIMIT
 from .audit import audit as run_audit
 from .config import load_settings
-from .demo import check_floor, reward_trend, run_demo
+from .demo import EMBEDDED, check_floor, is_demo_agent, reward_trend, run_demo
 from .documents import (
     MAX_NOTE_CHARS,
     MAX_TEMPERATURE,
@@ -457,21 +457,26 @@ def demo(
     if episodes % batch:
         raise ValueError(f"--episodes: {episodes} is not a multiple of --batch {batch} (a training run follows "
                          f"each batch); try --episodes {max(batch, episodes - episodes % batch)}")
+    if Path(db).exists() and not Path(db).is_file():  # /dev/null, a pipe: never deleted, even with --force
+        raise ValueError(f"--db: {db} is not a regular file, and the demo replaces the whole file; choose another --db")
     _writable("--db", db)
     if not no_plot:
+        if Path(plot_path).resolve() == Path(db).resolve():
+            raise ValueError(f"--plot: {plot_path} is also --db, and the chart would replace the demo's store; "
+                             "choose another file for one of them")
         _writable("--plot", plot_path)
     if Path(db).exists() and not force:
         if not _agent_learning_file(db):
             raise ValueError(f"--db: {db} is not an agent-learning store, and the demo replaces the whole file; "
                              "pass --force to replace it, or choose another --db")
         with _usable("--db", db), SQLiteStore(db) as existing:
-            others = sorted(set(existing.list_agents()) - set(SCENARIOS))
+            others = sorted(a for a in existing.list_agents() if not is_demo_agent(existing, a))
         if others:
             raise ValueError(
-                f"--db: {db} holds the policies of {', '.join(others)}, and the demo replaces the whole file; "
-                "pass --force to replace it, or choose another --db"
+                f"--db: {db} holds the policies of {', '.join(others)}, which the demo did not write, and the demo "
+                "replaces the whole file; pass --force to replace it, or choose another --db"
             )
-    settings = load_settings()
+    settings = load_settings(**EMBEDDED)
     check_floor(settings, [SCENARIOS[name]() for name in names])
     with Progress(
         TextColumn("[bold]training rounds"),
@@ -482,15 +487,16 @@ def demo(
         transient=as_json,
     ) as bar:
         task = bar.add_task("demo", total=episodes // batch)
-        result = run_demo(
-            db_path=db,
-            scenarios=names,
-            episodes_per_agent=episodes,
-            batch=batch,
-            seed=seed,
-            settings=settings,
-            progress=lambda done, total: bar.update(task, completed=done),
-        )
+        with _usable("--db", db):  # the file is replaced: its folder must let it be deleted and made again
+            result = run_demo(
+                db_path=db,
+                scenarios=names,
+                episodes_per_agent=episodes,
+                batch=batch,
+                seed=seed,
+                settings=settings,
+                progress=lambda done, total: bar.update(task, completed=done),
+            )
     summary = result.summary()
     if not no_plot:
         try:
@@ -1843,8 +1849,7 @@ def train(agent_id: str | None, as_json: bool, db: str | None) -> None:
         sweep(pipeline.store, clock=pipeline.clock)
         results = pipeline.train([agent_id] if agent_id else None)
     finally:
-        pipeline.store.close()
-        pipeline.queue.close()
+        pipeline.close()
     if as_json:
         click.echo(
             json.dumps(

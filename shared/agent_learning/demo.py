@@ -9,6 +9,7 @@ simulated, so the demo is fast and reproducible for a given seed.
 from __future__ import annotations
 
 import random
+import shlex
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
@@ -18,19 +19,22 @@ from typing import Any
 from .client import PolicyClient
 from .clock import ManualClock
 from .config import PREFIX, Settings, load_settings
-from .errors import ConfigurationError
+from .errors import ConfigurationError, InvalidDocument
 from .history import AgentHistory, history
 from .local import open_local
-from .pipeline import create_policy
+from .pipeline import create_policy, load_current
 from .policy import policy_probabilities
 from .simulate import SCENARIOS, Scenario
+from .store.base import Store
 
 __all__ = [
+    "EMBEDDED",
     "AgentHistory",
     "DemoResult",
     "RewardTrend",
     "agent_summary",
     "history",
+    "is_demo_agent",
     "next_commands",
     "policy_probabilities",
     "reward_trend",
@@ -57,12 +61,19 @@ def reward_trend(h: AgentHistory) -> RewardTrend | None:
     return RewardTrend(k, sum(means[:k]) / k, sum(means[-k:]) / k)
 
 
+EMBEDDED: dict[str, Any] = {"store": "sqlite", "queue": "sqlite", "judge": "offline"}
+"""The settings the demo always runs on, whatever the environment chooses: its SQLite file for the
+store and both queues, and the offline judge (never a Cosmos account, a Service Bus namespace or
+a billed judge model configured for the real pipeline)."""
+
+
 def next_commands(db_path: str, agent_ids: Sequence[str], structured: Sequence[str] = ()) -> list[str]:
     """What to run after the demo, on its data: the first agent's policy and history, the
-    structured agent's policy per segment when it ran, the audit and the report."""
+    structured agent's policy per segment when it ran, the audit and the report; each a shell
+    command line (a path with spaces is quoted)."""
     if not agent_ids:
         return []
-    db = f"--db {db_path}"
+    db = f"--db {shlex.quote(db_path)}"
     first = agent_ids[0]
     out = [
         f"agent-learn policy show --agent-id {first} {db}",
@@ -119,6 +130,20 @@ def agent_summary(a: AgentHistory) -> dict[str, Any]:
     return out
 
 
+def is_demo_agent(store: Store, agent_id: str) -> bool:
+    """Whether ``agent_id`` in ``store`` is one of the demo's simulated agents: a scenario's name
+    with that scenario's actions (the quick start's ``support-bot`` shares the name, not the actions)."""
+    scenario = SCENARIOS.get(agent_id)
+    if scenario is None:
+        return False
+    try:
+        doc = load_current(store, agent_id)
+    except InvalidDocument:
+        return False
+    first = scenario().first_policy(temperature=1.0, exploration_floor=0.0, created_at=None)
+    return doc is not None and doc.action_ids == first.action_ids
+
+
 def check_floor(settings: Settings, scenarios: Sequence[Scenario]) -> None:
     """Raise :class:`ConfigurationError` naming ``AGENT_LEARNING_EXPLORATION_FLOOR`` when it is too
     large for one of the simulated agents (times its number of actions, it must stay below 1)."""
@@ -142,9 +167,9 @@ def run_demo(
     settings: Settings | None = None,
     progress: Callable[[int, int], None] | None = None,
 ) -> DemoResult:
-    """Run the demo on a fresh embedded database at ``db_path``; bad arguments raise
-    :class:`ValueError` before the file is touched."""
-    settings = settings or load_settings()
+    """Run the demo on a fresh embedded database at ``db_path``, with the offline judge (:data:`EMBEDDED`
+    overrides ``settings``); bad arguments raise :class:`ValueError` before the file is touched."""
+    settings = (settings or load_settings(**EMBEDDED)).model_copy(update=EMBEDDED)
     if batch < 1:
         raise ValueError(f"batch: {batch} is not a number of episodes (at least 1)")
     if episodes_per_agent < batch or episodes_per_agent % batch:
@@ -161,7 +186,7 @@ def run_demo(
     for suffix in ("", "-wal", "-shm"):
         Path(f"{path}{suffix}").unlink(missing_ok=True)
     clock = ManualClock()
-    pipeline = open_local(settings.model_copy(update={"store": "sqlite"}), path=path, clock=clock)
+    pipeline = open_local(settings, path=path, clock=clock)
     store = pipeline.store
     rng = random.Random(seed)
     clients = []
@@ -202,6 +227,5 @@ def run_demo(
                 pipeline.scorer.judge, pipeline.scorer.reward, n=1_000, seed=seed
             )
         agents.append(h)
-    store.close()
-    pipeline.queue.close()
+    pipeline.close()  # the store and both queues
     return DemoResult(agents, rounds * batch * len(chosen), seconds, outcomes, str(path))

@@ -194,7 +194,7 @@ class LocalPipeline:
         the training queue (:func:`~agent_learning.pipeline.fanout.plan_training`), then train the
         agent of every message waiting there. Returns an outcome for every agent (``agent_ids``:
         only those), ordered by agent id; one agent's failure does not stop the others."""
-        plan = plan_training(self.store, agent_ids=agent_ids)
+        plan = plan_training(self.store, agent_ids=agent_list(agent_ids))
         send_plan(plan, self.train_queue.send)
         outcomes = plan.untrained() + self.train_pending()
         return sorted(outcomes, key=lambda o: o.agent_id)
@@ -226,12 +226,21 @@ class LocalPipeline:
 
     def run_once(self, agent_ids: Iterable[str] | None = None) -> CycleReport:
         """Pump, score everything available, apply unapplied feedback, then train: one timer period's work."""
+        agent_ids = agent_list(agent_ids)  # before any work
         report = CycleReport()
         report.enqueued = self.pump()
         report.outcomes = self.score_pending()
         report.feedback = sweep(self.store, clock=self.clock)
         report.trained = self.train(agent_ids)
         return report
+
+
+def agent_list(agent_ids: Iterable[str] | None) -> list[str] | None:
+    """``agent_ids`` as a list; a single string is refused (it would be read as its characters,
+    which name no agent, and nothing would be trained)."""
+    if isinstance(agent_ids, str):
+        raise TypeError(f"agent_ids: {agent_ids!r} is one string; pass a list of agent ids, [{agent_ids!r}]")
+    return None if agent_ids is None else list(agent_ids)
 
 
 def open_local(

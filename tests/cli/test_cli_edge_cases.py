@@ -4,7 +4,9 @@
 from __future__ import annotations
 
 import json
+import os
 import sqlite3
+import stat
 from contextlib import closing
 from pathlib import Path
 
@@ -223,6 +225,50 @@ def test_report_and_demo_refuse_a_file_name_of_another_format(tmp_path: Path, db
     line = refused("demo", "--agents", "math-tutor", "--db", str(tmp_path / "d.db"), "--plot", str(tmp_path / "d.jpg"))
     assert line.startswith("error: --plot: ") and "does not end in .png" in line
     assert sorted(p.name for p in tmp_path.iterdir()) == ["actions.json", "agents.db"]
+
+
+def test_the_demo_refuses_a_chart_that_would_replace_its_store(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """--plot naming the --db file (by another spelling, too) would leave a PNG where the next
+    commands it prints look for the store: refused before anything is written."""
+    monkeypatch.chdir(tmp_path)
+    demo = ["demo", "--agents", "math-tutor", "--episodes", "10", "--batch", "10", "--db", "same.png"]
+    line = refused(*demo, "--plot", str(tmp_path / "same.png"))
+    assert line.startswith(f"error: --plot: {tmp_path / 'same.png'} is also --db")
+    assert list(tmp_path.iterdir()) == []
+    ok(*demo, "--no-plot")
+
+
+def test_a_demo_store_its_folder_will_not_let_go_of_is_named_in_one_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The demo deletes the old file first, which needs its folder writable (a shared folder, or
+    ``--db /dev/null --force`` for anyone but root): a PermissionError printed a traceback."""
+    demo = ["demo", "--agents", "math-tutor", "--episodes", "10", "--batch", "10", "--no-plot"]
+    db = tmp_path / "demo.db"
+    ok(*demo, "--db", str(db))
+    real_unlink = Path.unlink
+
+    def unlink(self: Path, missing_ok: bool = False) -> None:
+        if self == db:
+            raise PermissionError(13, "Permission denied", str(self))
+        real_unlink(self, missing_ok=missing_ok)
+
+    monkeypatch.setattr(Path, "unlink", unlink)
+    result = cli(*demo, "--db", str(db))  # after the progress bar's first line
+    assert result.exit_code == 2 and isinstance(result.exception, SystemExit), result.output
+    assert result.stderr.splitlines()[-1] == f"error: --db: cannot use {db}: Permission denied"
+
+
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="needs named pipes")
+def test_the_demo_never_replaces_what_is_not_a_regular_file(tmp_path: Path) -> None:
+    """``--db /dev/null --force`` deleted /dev/null (run as root); a named pipe stands in for it."""
+    pipe = tmp_path / "pipe"
+    os.mkfifo(pipe)
+    demo = ["demo", "--agents", "math-tutor", "--episodes", "10", "--batch", "10", "--no-plot", "--force"]
+    assert refused(*demo, "--db", str(pipe)) == (
+        f"error: --db: {pipe} is not a regular file, and the demo replaces the whole file; choose another --db"
+    )
+    assert stat.S_ISFIFO(pipe.stat().st_mode)
 
 
 @pytest.mark.parametrize("command", [["agent", "list"], ["policy", "show", "--agent-id", AGENT], ["demo"]])

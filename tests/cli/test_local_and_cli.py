@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import json
+import os
 import random
+import shlex
 import struct
 from pathlib import Path
 from typing import Any
@@ -158,6 +160,64 @@ def test_the_demo_text_and_json_report_one_reward_trend_and_its_next_commands_ru
         assert argv[0] == "agent-learn" and argv[-2:] == ["--db", "my.db"]
         ran = runner.invoke(main, argv[1:])
         assert ran.exit_code == 0, f"{command}: {ran.output}"
+
+
+def test_the_demo_runs_embedded_with_the_offline_judge_whatever_the_environment_chooses(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, judge_server: Any
+) -> None:
+    """Settings for the real pipeline in the environment (a judge model, Service Bus, Cosmos DB)
+    are not the demo's: it judges its thousands of simulated episodes offline, in its own file."""
+    for name, value in {
+        "JUDGE": "evaluators", "JUDGE_BASE_URL": judge_server.base_url, "JUDGE_MODEL": judge_server.model,
+        "JUDGE_API_KEY": "key", "QUEUE": "servicebus", "SERVICEBUS_NAMESPACE": "nowhere.servicebus.windows.net",
+        "STORE": "cosmos", "COSMOS_ENDPOINT": "https://nowhere.documents.azure.com:443/",
+    }.items():
+        monkeypatch.setenv(f"AGENT_LEARNING_{name}", value)
+    args = ["demo", "--episodes", "20", "--batch", "10", "--agents", "math-tutor", "--no-plot", "--json"]
+    result = CliRunner().invoke(main, [*args, "--db", str(tmp_path / "d.db")])
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.stdout)["outcomes"] == {"scored": 20}
+    run_demo(db_path=tmp_path / "e.db", scenarios=["math-tutor"], episodes_per_agent=10, batch=10)
+    assert judge_server.count() == 0
+
+
+def files_open_on(db: Path) -> list[str]:
+    """The files this process holds open of the SQLite database ``db`` (with its -wal and -shm)."""
+    found = []
+    for fd in Path("/proc/self/fd").iterdir():
+        try:
+            target = os.readlink(fd)
+        except OSError:  # closed since the listing
+            continue
+        if target.startswith(str(db)):
+            found.append(target)
+    return found
+
+
+@pytest.mark.skipif(not Path("/proc/self/fd").is_dir(), reason="needs /proc to list open files")
+def test_the_demo_and_train_close_the_store_and_both_queues(tmp_path: Path) -> None:
+    """The training queue too: an open connection keeps the file in use (on Windows the next demo
+    could not replace it)."""
+    db = tmp_path / "d.db"
+    run_demo(db_path=db, scenarios=["math-tutor"], episodes_per_agent=10, batch=10)
+    assert files_open_on(db) == []
+    trained = CliRunner().invoke(main, ["train", "--db", str(db)])
+    assert trained.exit_code == 0, trained.output
+    assert files_open_on(db) == []
+
+
+def test_the_next_commands_quote_a_store_path_with_spaces(tmp_path: Path) -> None:
+    db = str(tmp_path / "my demos" / "d.db")
+    runner = CliRunner()
+    ran = runner.invoke(main, ["demo", "--episodes", "10", "--batch", "10", "--agents", "math-tutor", "--no-plot",
+                               "--db", db])
+    assert ran.exit_code == 0, ran.output
+    printed = [line.removeprefix("next: ") for line in ran.stdout.splitlines() if line.startswith("next: ")]
+    assert len(printed) == 4
+    for command in printed:
+        argv = shlex.split(command)
+        assert argv[0] == "agent-learn" and argv[-2:] == ["--db", db]
+        assert runner.invoke(main, argv[1:]).exit_code == 0, command
 
 
 def test_cli_rejects_unknown_demo_agent(tmp_path: Path) -> None:
@@ -335,6 +395,22 @@ def test_the_demo_replaces_only_its_own_store_unless_forced(tmp_path: Path) -> N
     assert CliRunner().invoke(main, args).exit_code == 0  # a demo's own store is replaced without asking
     with SQLiteStore(db) as store:
         assert store.list_agents() == ["support-bot"]
+
+
+def test_the_demo_does_not_take_an_agent_named_like_one_of_its_own_for_its_own(tmp_path: Path) -> None:
+    """The README's quick start creates ``support-bot`` (with other actions than the demo's): pointing
+    the demo at that store replaced it, agent and episodes, without --force."""
+    db = str(tmp_path / "local.db")
+    with SQLiteStore(db) as store:
+        create_policy(store, SoftmaxPolicy.from_actions("support-bot", ["k=1", "k=5"]).to_document(created_at=None))
+    args = ["demo", "--db", db, "--episodes", "10", "--batch", "10", "--agents", "support-bot", "--no-plot"]
+    refused = CliRunner().invoke(main, args)
+    assert refused.exit_code == 2 and "support-bot, which the demo did not write" in refused.stderr
+    with SQLiteStore(db) as store:
+        assert load_current(store, "support-bot").action_ids == ["k=1", "k=5"]  # untouched
+    assert CliRunner().invoke(main, args).exit_code == 2
+    assert CliRunner().invoke(main, [*args, "--force"]).exit_code == 0
+    assert CliRunner().invoke(main, args).exit_code == 0  # now the demo's own
 
 
 def test_history_of_a_structured_agent_has_its_probabilities_per_segment(tmp_path: Path) -> None:

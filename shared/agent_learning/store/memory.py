@@ -60,11 +60,17 @@ class MemoryStore(Store):
             return copy.deepcopy(doc) if doc is not None else None
 
     def read_episodes(self, continuation: str | None, max_items: int = 100) -> FeedPage:
-        start = int(continuation) if continuation else 0
+        position = int(continuation) if continuation else 0
+        items: list[RawDoc] = []
         with self._lock:
-            ids = self._feed[start : start + max_items]
-            items = [copy.deepcopy(self._episodes[i]) for i in ids if i in self._episodes]  # deleted: skipped
-        return FeedPage(items, str(start + len(ids)))
+            # A deleted episode is skipped, and the page goes on past it: a page of nothing but
+            # deleted ones would read as the end of the feed and stall it there.
+            while position < len(self._feed) and len(items) < max_items:
+                episode = self._episodes.get(self._feed[position])
+                if episode is not None:
+                    items.append(copy.deepcopy(episode))
+                position += 1
+        return FeedPage(items, str(position))
 
     def list_episodes(self, agent_id: str | None = None, limit: int = 100) -> list[RawDoc]:
         check_limit(limit)
