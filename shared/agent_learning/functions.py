@@ -106,7 +106,9 @@ class Runtime:
 
 
 CACHED_POLICY_VERSIONS = 256
-"""Policy versions the episodes route keeps parsed (they are immutable; a missing one is not kept)."""
+"""Policy versions the episodes route keeps parsed (they are immutable; a missing one is not kept),
+each for at most ``AGENT_LEARNING_POLICY_REFRESH_SECONDS``, as the choose route keeps a policy: a
+deleted agent's episodes are refused (404) once that has passed."""
 
 
 _runtime: Runtime | None = None
@@ -165,7 +167,9 @@ def policy_versions_of(rt: Runtime) -> PolicyVersions:
         # lazy: pydantic (see the module docstring)
         from .pipeline.score import PolicyVersions
 
-        rt.policy_versions = PolicyVersions(rt.store, CACHED_POLICY_VERSIONS)
+        rt.policy_versions = PolicyVersions(
+            rt.store, CACHED_POLICY_VERSIONS, max_age=rt.settings.policy_refresh_seconds
+        )
     return rt.policy_versions
 
 
@@ -494,7 +498,8 @@ def post_episode(agent_id: str, body: bytes, caller: Caller, rt: Runtime) -> Htt
     rule, :func:`~agent_learning.pipeline.score.policy_problem`; an invalid policy document is
     left to the scorer). Answers 201 when written, 200 when the same episode is already stored
     (a retry), 400 naming the bad field, 403 when the caller may not write this agent, 404 when
-    the setting is empty (ingestion is off) or the agent has no policy, 409 when the id holds a
+    the setting is empty (ingestion is off) or the agent has no policy (a deleted agent's once
+    ``AGENT_LEARNING_POLICY_REFRESH_SECONDS`` has passed: :data:`CACHED_POLICY_VERSIONS`), 409 when the id holds a
     different episode (whichever agent's: its content is not revealed), 413 for a body or an
     episode over ``MAX_EPISODE_BYTES`` (the episode measured as
     :func:`~agent_learning.documents.json_bytes` does, non-ASCII characters escaped), 503 with
