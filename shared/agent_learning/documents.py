@@ -853,7 +853,8 @@ def stored_policy(raw: dict[str, Any]) -> PolicyDocument:
     try:
         return PolicyDocument.from_dict(raw)
     except InvalidDocument as exc:
-        raise StoredDocumentInvalid(f"policy {raw.get('id')!r}", exc.problems) from None
+        named = f"policy {raw.get('id')!r}" if isinstance(raw, dict) else "policy"  # a foreign writer's list, say
+        raise StoredDocumentInvalid(named, exc.problems) from None
 
 
 # --------------------------------------------------------------------------- scores

@@ -35,7 +35,9 @@ Failure semantics per trigger:
   (:mod:`agent_learning.ingestion`), if the scorer could score it (its policy version and
   action exist); posting the same episode again is a no-op.
 * Every HTTP route answers 503 with ``Retry-After`` while the store is throttled or unreachable
-  (:class:`~agent_learning.errors.TransientError`), so that the caller retries.
+  (:class:`~agent_learning.errors.TransientError`), so that the caller retries; ``policy`` and
+  ``choose`` answer so too when the current policy document is invalid
+  (:class:`~agent_learning.errors.StoredDocumentInvalid`).
 
 :func:`build_runtime` also installs the telemetry exporters the settings choose.
 """
@@ -290,7 +292,14 @@ class HttpAnswer:
 
 
 RETRY_AFTER_SECONDS = 5
-"""The ``Retry-After`` of an HTTP route's 503 when the store is throttled or unreachable."""
+"""The ``Retry-After`` of every 503 an HTTP route answers: the store throttled or unreachable, or
+the current policy invalid (until a training run or ``agent-learn policy rollback`` replaces it)."""
+
+
+def _unavailable(error: str) -> HttpAnswer:
+    """A 503 with ``error`` and ``Retry-After``."""
+    headers = {"Content-Type": "application/json", "Retry-After": str(RETRY_AFTER_SECONDS)}
+    return HttpAnswer(503, json.dumps({"error": error}), headers)
 
 
 def _unavailable_is_503(route: Callable[..., HttpAnswer]) -> Callable[..., HttpAnswer]:
@@ -303,18 +312,18 @@ def _unavailable_is_503(route: Callable[..., HttpAnswer]) -> Callable[..., HttpA
             return route(*args, **kwargs)
         except TransientError as exc:
             log.warning("%s: answered 503: %s", route.__name__, exc)  # the store's answer stays in the log
-            body = json.dumps({"error": f"the store is throttled or unreachable; retry in {RETRY_AFTER_SECONDS} s"})
-            headers = {"Content-Type": "application/json", "Retry-After": str(RETRY_AFTER_SECONDS)}
-            return HttpAnswer(503, body, headers)
+            return _unavailable(f"the store is throttled or unreachable; retry in {RETRY_AFTER_SECONDS} s")
 
     return answer
 
 
 @_unavailable_is_503
 def get_policy(agent_id: str, if_none_match: str | None, rt: Runtime) -> HttpAnswer:
-    """HTTP GET ``/api/policies/{agent_id}``: the agent's current policy document (ETag-aware)."""
+    """HTTP GET ``/api/policies/{agent_id}``: the agent's current policy document (ETag-aware);
+    404 for an agent without a policy, 503 with ``Retry-After`` naming the problem when the
+    document is invalid."""
     # lazy: pydantic (see the module docstring)
-    from .documents import PolicyDocument, agent_id_problem
+    from .documents import agent_id_problem, stored_policy
     from .store.base import NotModified
 
     if problem := agent_id_problem(agent_id):
@@ -329,10 +338,9 @@ def get_policy(agent_id: str, if_none_match: str | None, rt: Runtime) -> HttpAns
         return HttpAnswer(304, "", {"ETag": f'"{cached}"'})
     doc = {k: v for k, v in tagged.doc.items() if not k.startswith("_")}
     try:
-        PolicyDocument.from_dict(doc)
-    except InvalidDocument as exc:  # never hand agents a corrupt policy; they keep their last good one
-        log.error("policy %s: the current document is invalid and is not served: %s", agent_id, exc)
-        return _json_answer(503, {"error": f"the current policy of {agent_id!r} is invalid: {exc}"})
+        stored_policy(doc)
+    except StoredDocumentInvalid as exc:  # never hand agents a corrupt policy; they keep their last good one
+        return _invalid_policy(agent_id, exc)
     etag = tagged.etag.strip('"')
     return HttpAnswer(
         200, json.dumps(doc), {"ETag": f'"{etag}"', "Content-Type": "application/json", "Cache-Control": "no-cache"}
@@ -437,8 +445,9 @@ def choose(agent_id: str, body: bytes, rt: Runtime) -> HttpAnswer:
     takes them). Answers 200 with ``action_id``, ``config``, ``probability``, ``logprob``,
     ``policy_version``, ``context`` and a fresh ``episode_id`` for the episode the caller then
     writes (``POST /api/agents/{agent_id}/episodes`` or the ``episodes`` container), with these
-    values; 400 naming the bad field, 404 for an agent without a policy, 413 over 16 KiB, 503 when
-    the current policy cannot be read and none was read before.
+    values; 400 naming the bad field, 404 for an agent without a policy, 413 over 16 KiB, 503 with
+    ``Retry-After`` when the current policy cannot be read (the store, or an invalid document) and
+    none was read before.
     """
     # lazy: pydantic (see the module docstring)
     import uuid
@@ -466,10 +475,10 @@ def choose(agent_id: str, body: bytes, rt: Runtime) -> HttpAnswer:
         )
     try:
         decision = client.choose(context=data.get("context"))
-    except InvalidDocument as exc:
-        if str(exc).startswith("invalid context"):
-            return _json_answer(400, {"error": str(exc).removeprefix("invalid context: ")})
-        return _json_answer(503, {"error": f"the current policy of {agent_id!r} is invalid: {exc}"})
+    except StoredDocumentInvalid as exc:  # the stored policy's fault, not the request's
+        return _invalid_policy(agent_id, exc)
+    except InvalidDocument as exc:  # the request's context
+        return _json_answer(400, {"error": str(exc).removeprefix("invalid context: ")})
     except NotFound:
         rt.clients.pop(agent_id, None)
         return _json_answer(404, {"error": f"agent {agent_id!r} has no policy"})
@@ -556,6 +565,12 @@ def post_episode(agent_id: str, body: bytes, caller: Caller, rt: Runtime) -> Htt
     except ConcurrencyConflict:
         return conflict
     return _json_answer(201, {"id": episode.id, "status": "created"})
+
+
+def _invalid_policy(agent_id: str, exc: StoredDocumentInvalid) -> HttpAnswer:
+    """The 503 of a route that finds the agent's current policy document invalid (logged as an error)."""
+    log.error("policy %s: the current document is invalid and is not served: %s", agent_id, exc)
+    return _unavailable(f"the current policy of {agent_id!r} is invalid: {exc}")
 
 
 def _json_answer(status: int, body: Mapping[str, Any]) -> HttpAnswer:
