@@ -390,7 +390,7 @@ def post_feedback(episode_id: str, body: bytes, caller: Caller, rt: Runtime) -> 
     if len(body) > MAX_FEEDBACK_BYTES:
         return _json_answer(413, {"error": f"body: {len(body)} bytes; the limit is {MAX_FEEDBACK_BYTES}"})
     try:
-        data = parse_json(body or b"null")
+        data = parse_json(body or b"null", unique_names=True)
     except ValueError as exc:
         return _json_answer(400, {"error": f"body: {exc}"})
     if not isinstance(data, dict):
@@ -460,7 +460,7 @@ def choose(agent_id: str, body: bytes, rt: Runtime) -> HttpAnswer:
     if len(body) > MAX_CHOOSE_BYTES:
         return _json_answer(413, {"error": f"body: {len(body)} bytes; the limit is {MAX_CHOOSE_BYTES}"})
     try:
-        data = parse_json(body or b"{}")
+        data = parse_json(body or b"{}", unique_names=True)
     except ValueError as exc:
         return _json_answer(400, {"error": f"body: {exc}"})
     if not isinstance(data, dict):
@@ -533,7 +533,7 @@ def post_episode(agent_id: str, body: bytes, caller: Caller, rt: Runtime) -> Htt
     if len(body) > MAX_EPISODE_BYTES:
         return _json_answer(413, {"error": f"body: {len(body):,} bytes; the limit is {MAX_EPISODE_BYTES:,}"})
     try:
-        data = parse_json(body)
+        data = parse_json(body, unique_names=True)
     except ValueError as exc:
         return _json_answer(400, {"error": f"body: {exc}"})
     if not isinstance(data, dict):

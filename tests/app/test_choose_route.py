@@ -142,6 +142,7 @@ def test_a_bad_id_in_the_path_is_answered_with_the_rule_and_a_short_echo(app: Ap
     (b"{not json", "body: is not valid JSON (Expecting property name"),
     (b"\xff", "body: is not valid JSON ('utf-8' codec can't decode"),
     (b"[" * 10_000, "body: is nested too deeply to parse"),
+    (b'{"context": {"task": "billing", "task": "refund"}}', "body: names 'task' twice in one object; only the last"),
 ])
 def test_every_route_words_a_body_that_is_not_json_alike(
     app: App, route: str, param: str, body: bytes, problem: str
