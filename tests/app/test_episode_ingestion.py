@@ -130,6 +130,18 @@ def test_a_caller_cannot_write_another_agent(app: App) -> None:
     assert app.store.list_episodes() == []
 
 
+def test_in_azure_without_app_service_authentication_a_principal_header_gives_no_access(
+    app: App, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("WEBSITE_INSTANCE_ID", "abc")
+    monkeypatch.delenv("WEBSITE_AUTH_ENABLED", raising=False)
+    forged = {"X-MS-CLIENT-PRINCIPAL-ID": PRINCIPAL}  # the support key's holder posing as ops-bot's writer
+    status, body = app.post("ops-bot", episode("ep-ops", "ops-bot"), headers=forged)
+    assert status == 403 and key_identity(SUPPORT_KEY) in body["error"]
+    monkeypatch.setenv("WEBSITE_AUTH_ENABLED", "True")  # the platform's header: the principal's own
+    assert app.post("ops-bot", episode("ep-ops", "ops-bot"), headers=forged)[0] == 201
+
+
 def test_the_body_must_be_an_episode_of_the_path_agent(app: App) -> None:
     status, body = app.post("support-eu", episode(agent_id="support-us"))  # both allowed, but not the path's
     assert status == 400 and body["error"].startswith("agent_id:") and "support-us" in body["error"]
