@@ -5,6 +5,9 @@ body. Two things qualify under Azure Functions:
 
 * App Service Authentication (Easy Auth) puts the caller's Entra ID object id in the
   ``X-MS-CLIENT-PRINCIPAL-ID`` header; the platform sets it and strips any copy a client sends.
+  App Service documents that stripping for apps with authentication on (and sets
+  ``WEBSITE_AUTH_ENABLED`` in them); in Azure without it, where a client could send any
+  principal's id, the header is ignored (:func:`principal_header_trusted`).
 * The function key. The host checks it but does not tell the worker which named key matched,
   so the identity is a hash of the key itself: holders of different keys are different callers,
   and nobody can become another caller without that caller's key. Give each client its own
@@ -18,6 +21,7 @@ where keys are not checked) is ``anonymous``.
 from __future__ import annotations
 
 import hashlib
+import os
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -53,11 +57,27 @@ def principal_identity(principal_id: str) -> str:
     return "principal-" + hashlib.sha256(principal_id.encode()).hexdigest()[:16]
 
 
-def identify(headers: Mapping[str, str], params: Mapping[str, str] | None = None) -> Caller:
-    """The caller of a request, from its headers and query parameters (any key case)."""
+EASY_AUTH_SETTING = "WEBSITE_AUTH_ENABLED"
+"""What App Service sets (to ``True``) in an app whose App Service Authentication is on."""
+
+
+def principal_header_trusted(environ: Mapping[str, str] | None = None) -> bool:
+    """Whether the principal header can only come from the platform: outside Azure (no
+    ``WEBSITE_INSTANCE_ID``: the local host, where nothing is checked anyway), or in Azure with
+    App Service Authentication on (:data:`EASY_AUTH_SETTING`)."""
+    env = os.environ if environ is None else environ
+    return not env.get("WEBSITE_INSTANCE_ID") or env.get(EASY_AUTH_SETTING, "").strip().lower() == "true"
+
+
+def identify(
+    headers: Mapping[str, str], params: Mapping[str, str] | None = None, *, environ: Mapping[str, str] | None = None
+) -> Caller:
+    """The caller of a request, from its headers and query parameters (any key case); the
+    principal header counts only where :func:`principal_header_trusted` (by ``environ``, default
+    the process's environment)."""
     lower = {str(k).lower(): str(v) for k, v in headers.items()}
     principal = lower.get(PRINCIPAL_HEADER, "").strip()
-    if principal:
+    if principal and principal_header_trusted(environ):
         return Caller("principal", principal_identity(principal))
     key = lower.get(KEY_HEADER, "").strip() or str((params or {}).get(KEY_PARAM, "")).strip()
     if key:

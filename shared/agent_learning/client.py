@@ -34,7 +34,7 @@ from typing import Any
 
 from . import notices
 from .clock import SYSTEM_CLOCK, Clock
-from .documents import Episode, PolicyDocument, agent_id_problem
+from .documents import Episode, agent_id_problem, stored_policy
 from .errors import (
     ConcurrencyConflict,
     ConfigurationError,
@@ -119,7 +119,8 @@ class PolicyClient:
 
     def refresh(self) -> SoftmaxPolicy | StructuredPolicy:
         """Read the current document now; keep the last good policy if the read fails or the
-        document is invalid. No policy at all (the agent deleted) raises :class:`NotFound`."""
+        document is invalid (without one, the failure is raised: an invalid document as
+        :class:`StoredDocumentInvalid`). No policy at all (the agent deleted) raises :class:`NotFound`."""
         with self._lock:
             self._checked_at = self.clock.time()
             self._notices = notices.generation(self.agent_id)
@@ -133,7 +134,7 @@ class PolicyClient:
                         f"`agent-learn init-policy --agent-id {self.agent_id} --actions FILE`"
                     )
                 if isinstance(tagged, Tagged):
-                    doc = PolicyDocument.from_dict(tagged.doc)
+                    doc = stored_policy(tagged.doc)
                     self._policy = load_policy(doc, rng=self.rng)
                     self._etag = tagged.etag
                     self.reads_with_transfer += 1

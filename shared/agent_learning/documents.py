@@ -278,15 +278,32 @@ def json_bytes(value: Any) -> int:
     return len(json.dumps(value, separators=(",", ":")))
 
 
-def parse_json(text: str | bytes) -> Any:
+def parse_json(text: str | bytes, *, unique_names: bool = False) -> Any:
     """``text`` parsed as JSON; raises ``ValueError`` saying what is wrong with it ("is not valid
-    JSON (…)" or "is nested too deeply to parse"), for the caller to prefix with the field."""
+    JSON (…)", "is nested too deeply to parse", or with ``unique_names`` "names 'x' twice in one
+    object": JSON keeps only the last, which would drop the first unseen), for the caller to
+    prefix with the field."""
     try:
-        return json.loads(text)
+        return json.loads(text, object_pairs_hook=_unique_names if unique_names else None)
     except RecursionError:
         raise ValueError("is nested too deeply to parse") from None
+    except _NameGivenTwice as exc:
+        raise ValueError(f"names {exc.args[0]!r:.80} twice in one object; only the last would count") from None
     except ValueError as exc:  # UnicodeDecodeError included
         raise ValueError(f"is not valid JSON ({exc})") from None
+
+
+class _NameGivenTwice(Exception):
+    """A JSON object gives one name twice (raised by :func:`_unique_names`, worded by :func:`parse_json`)."""
+
+
+def _unique_names(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """A JSON object's entries as a dict; :class:`_NameGivenTwice` for a name given twice."""
+    value = dict(pairs)
+    if len(value) != len(pairs):
+        seen: set[str] = set()
+        raise _NameGivenTwice(next(name for name, _ in pairs if name in seen or seen.add(name)))
+    return value
 
 
 def _json_size(value: Any, field: str, limit: int = MAX_JSON_CHARS) -> Any:
@@ -853,7 +870,8 @@ def stored_policy(raw: dict[str, Any]) -> PolicyDocument:
     try:
         return PolicyDocument.from_dict(raw)
     except InvalidDocument as exc:
-        raise StoredDocumentInvalid(f"policy {raw.get('id')!r}", exc.problems) from None
+        named = f"policy {raw.get('id')!r}" if isinstance(raw, dict) else "policy"  # a foreign writer's list, say
+        raise StoredDocumentInvalid(named, exc.problems) from None
 
 
 # --------------------------------------------------------------------------- scores

@@ -35,7 +35,9 @@ Failure semantics per trigger:
   (:mod:`agent_learning.ingestion`), if the scorer could score it (its policy version and
   action exist); posting the same episode again is a no-op.
 * Every HTTP route answers 503 with ``Retry-After`` while the store is throttled or unreachable
-  (:class:`~agent_learning.errors.TransientError`), so that the caller retries.
+  (:class:`~agent_learning.errors.TransientError`), so that the caller retries; ``policy`` and
+  ``choose`` answer so too when the current policy document is invalid
+  (:class:`~agent_learning.errors.StoredDocumentInvalid`).
 
 :func:`build_runtime` also installs the telemetry exporters the settings choose.
 """
@@ -106,7 +108,9 @@ class Runtime:
 
 
 CACHED_POLICY_VERSIONS = 256
-"""Policy versions the episodes route keeps parsed (they are immutable; a missing one is not kept)."""
+"""Policy versions the episodes route keeps parsed (they are immutable; a missing one is not kept),
+each for at most ``AGENT_LEARNING_POLICY_REFRESH_SECONDS``, as the choose route keeps a policy: a
+deleted agent's episodes are refused (404) once that has passed."""
 
 
 _runtime: Runtime | None = None
@@ -165,7 +169,9 @@ def policy_versions_of(rt: Runtime) -> PolicyVersions:
         # lazy: pydantic (see the module docstring)
         from .pipeline.score import PolicyVersions
 
-        rt.policy_versions = PolicyVersions(rt.store, CACHED_POLICY_VERSIONS)
+        rt.policy_versions = PolicyVersions(
+            rt.store, CACHED_POLICY_VERSIONS, max_age=rt.settings.policy_refresh_seconds
+        )
     return rt.policy_versions
 
 
@@ -286,7 +292,14 @@ class HttpAnswer:
 
 
 RETRY_AFTER_SECONDS = 5
-"""The ``Retry-After`` of an HTTP route's 503 when the store is throttled or unreachable."""
+"""The ``Retry-After`` of every 503 an HTTP route answers: the store throttled or unreachable, or
+the current policy invalid (until a training run or ``agent-learn policy rollback`` replaces it)."""
+
+
+def _unavailable(error: str) -> HttpAnswer:
+    """A 503 with ``error`` and ``Retry-After``."""
+    headers = {"Content-Type": "application/json", "Retry-After": str(RETRY_AFTER_SECONDS)}
+    return HttpAnswer(503, json.dumps({"error": error}), headers)
 
 
 def _unavailable_is_503(route: Callable[..., HttpAnswer]) -> Callable[..., HttpAnswer]:
@@ -299,18 +312,18 @@ def _unavailable_is_503(route: Callable[..., HttpAnswer]) -> Callable[..., HttpA
             return route(*args, **kwargs)
         except TransientError as exc:
             log.warning("%s: answered 503: %s", route.__name__, exc)  # the store's answer stays in the log
-            body = json.dumps({"error": f"the store is throttled or unreachable; retry in {RETRY_AFTER_SECONDS} s"})
-            headers = {"Content-Type": "application/json", "Retry-After": str(RETRY_AFTER_SECONDS)}
-            return HttpAnswer(503, body, headers)
+            return _unavailable(f"the store is throttled or unreachable; retry in {RETRY_AFTER_SECONDS} s")
 
     return answer
 
 
 @_unavailable_is_503
 def get_policy(agent_id: str, if_none_match: str | None, rt: Runtime) -> HttpAnswer:
-    """HTTP GET ``/api/policies/{agent_id}``: the agent's current policy document (ETag-aware)."""
+    """HTTP GET ``/api/policies/{agent_id}``: the agent's current policy document (ETag-aware);
+    404 for an agent without a policy, 503 with ``Retry-After`` naming the problem when the
+    document is invalid."""
     # lazy: pydantic (see the module docstring)
-    from .documents import PolicyDocument, agent_id_problem
+    from .documents import agent_id_problem, stored_policy
     from .store.base import NotModified
 
     if problem := agent_id_problem(agent_id):
@@ -325,10 +338,9 @@ def get_policy(agent_id: str, if_none_match: str | None, rt: Runtime) -> HttpAns
         return HttpAnswer(304, "", {"ETag": f'"{cached}"'})
     doc = {k: v for k, v in tagged.doc.items() if not k.startswith("_")}
     try:
-        PolicyDocument.from_dict(doc)
-    except InvalidDocument as exc:  # never hand agents a corrupt policy; they keep their last good one
-        log.error("policy %s: the current document is invalid and is not served: %s", agent_id, exc)
-        return _json_answer(503, {"error": f"the current policy of {agent_id!r} is invalid: {exc}"})
+        stored_policy(doc)
+    except StoredDocumentInvalid as exc:  # never hand agents a corrupt policy; they keep their last good one
+        return _invalid_policy(agent_id, exc)
     etag = tagged.etag.strip('"')
     return HttpAnswer(
         200, json.dumps(doc), {"ETag": f'"{etag}"', "Content-Type": "application/json", "Cache-Control": "no-cache"}
@@ -378,7 +390,7 @@ def post_feedback(episode_id: str, body: bytes, caller: Caller, rt: Runtime) -> 
     if len(body) > MAX_FEEDBACK_BYTES:
         return _json_answer(413, {"error": f"body: {len(body)} bytes; the limit is {MAX_FEEDBACK_BYTES}"})
     try:
-        data = parse_json(body or b"null")
+        data = parse_json(body or b"null", unique_names=True)
     except ValueError as exc:
         return _json_answer(400, {"error": f"body: {exc}"})
     if not isinstance(data, dict):
@@ -433,8 +445,9 @@ def choose(agent_id: str, body: bytes, rt: Runtime) -> HttpAnswer:
     takes them). Answers 200 with ``action_id``, ``config``, ``probability``, ``logprob``,
     ``policy_version``, ``context`` and a fresh ``episode_id`` for the episode the caller then
     writes (``POST /api/agents/{agent_id}/episodes`` or the ``episodes`` container), with these
-    values; 400 naming the bad field, 404 for an agent without a policy, 413 over 16 KiB, 503 when
-    the current policy cannot be read and none was read before.
+    values; 400 naming the bad field, 404 for an agent without a policy, 413 over 16 KiB, 503 with
+    ``Retry-After`` when the current policy cannot be read (the store, or an invalid document) and
+    none was read before.
     """
     # lazy: pydantic (see the module docstring)
     import uuid
@@ -447,7 +460,7 @@ def choose(agent_id: str, body: bytes, rt: Runtime) -> HttpAnswer:
     if len(body) > MAX_CHOOSE_BYTES:
         return _json_answer(413, {"error": f"body: {len(body)} bytes; the limit is {MAX_CHOOSE_BYTES}"})
     try:
-        data = parse_json(body or b"{}")
+        data = parse_json(body or b"{}", unique_names=True)
     except ValueError as exc:
         return _json_answer(400, {"error": f"body: {exc}"})
     if not isinstance(data, dict):
@@ -462,10 +475,10 @@ def choose(agent_id: str, body: bytes, rt: Runtime) -> HttpAnswer:
         )
     try:
         decision = client.choose(context=data.get("context"))
-    except InvalidDocument as exc:
-        if str(exc).startswith("invalid context"):
-            return _json_answer(400, {"error": str(exc).removeprefix("invalid context: ")})
-        return _json_answer(503, {"error": f"the current policy of {agent_id!r} is invalid: {exc}"})
+    except StoredDocumentInvalid as exc:  # the stored policy's fault, not the request's
+        return _invalid_policy(agent_id, exc)
+    except InvalidDocument as exc:  # the request's context
+        return _json_answer(400, {"error": str(exc).removeprefix("invalid context: ")})
     except NotFound:
         rt.clients.pop(agent_id, None)
         return _json_answer(404, {"error": f"agent {agent_id!r} has no policy"})
@@ -494,7 +507,8 @@ def post_episode(agent_id: str, body: bytes, caller: Caller, rt: Runtime) -> Htt
     rule, :func:`~agent_learning.pipeline.score.policy_problem`; an invalid policy document is
     left to the scorer). Answers 201 when written, 200 when the same episode is already stored
     (a retry), 400 naming the bad field, 403 when the caller may not write this agent, 404 when
-    the setting is empty (ingestion is off) or the agent has no policy, 409 when the id holds a
+    the setting is empty (ingestion is off) or the agent has no policy (a deleted agent's once
+    ``AGENT_LEARNING_POLICY_REFRESH_SECONDS`` has passed: :data:`CACHED_POLICY_VERSIONS`), 409 when the id holds a
     different episode (whichever agent's: its content is not revealed), 413 for a body or an
     episode over ``MAX_EPISODE_BYTES`` (the episode measured as
     :func:`~agent_learning.documents.json_bytes` does, non-ASCII characters escaped), 503 with
@@ -519,7 +533,7 @@ def post_episode(agent_id: str, body: bytes, caller: Caller, rt: Runtime) -> Htt
     if len(body) > MAX_EPISODE_BYTES:
         return _json_answer(413, {"error": f"body: {len(body):,} bytes; the limit is {MAX_EPISODE_BYTES:,}"})
     try:
-        data = parse_json(body)
+        data = parse_json(body, unique_names=True)
     except ValueError as exc:
         return _json_answer(400, {"error": f"body: {exc}"})
     if not isinstance(data, dict):
@@ -551,6 +565,12 @@ def post_episode(agent_id: str, body: bytes, caller: Caller, rt: Runtime) -> Htt
     except ConcurrencyConflict:
         return conflict
     return _json_answer(201, {"id": episode.id, "status": "created"})
+
+
+def _invalid_policy(agent_id: str, exc: StoredDocumentInvalid) -> HttpAnswer:
+    """The 503 of a route that finds the agent's current policy document invalid (logged as an error)."""
+    log.error("policy %s: the current document is invalid and is not served: %s", agent_id, exc)
+    return _unavailable(f"the current policy of {agent_id!r} is invalid: {exc}")
 
 
 def _json_answer(status: int, body: Mapping[str, Any]) -> HttpAnswer:

@@ -8,7 +8,7 @@ pytest.importorskip("azure.functions")
 
 import azure.functions as func
 
-from agent_learning.callers import ANONYMOUS, identify, key_identity, principal_identity
+from agent_learning.callers import ANONYMOUS, identify, key_identity, principal_header_trusted, principal_identity
 
 GUID = "0F8FAD5B-D9CB-469F-A165-70867728950E"
 
@@ -45,3 +45,16 @@ def test_identity_from_a_real_functions_http_request() -> None:
     assert identify(req.headers, req.params).id == key_identity("secret")
     req = func.HttpRequest("POST", "/api/x?code=secret", headers={}, params={"code": "secret"}, body=b"")
     assert identify(req.headers, req.params).id == key_identity("secret")
+
+
+def test_in_azure_the_principal_header_counts_only_with_app_service_authentication_on() -> None:
+    """Without it nothing is documented to strip a client's own copy of the header: any key
+    holder could pass as any principal (or as many invented ones), so the key decides."""
+    sent = {"X-MS-CLIENT-PRINCIPAL-ID": GUID, "x-functions-key": "k1"}
+    azure = {"WEBSITE_INSTANCE_ID": "abc"}
+    assert identify(sent, environ=azure) == identify({"x-functions-key": "k1"})
+    assert identify({"X-MS-CLIENT-PRINCIPAL-ID": GUID}, environ=azure).id == ANONYMOUS
+    for on in ("True", "true"):
+        assert identify(sent, environ=azure | {"WEBSITE_AUTH_ENABLED": on}).id == "principal-" + GUID.lower()
+    assert not principal_header_trusted(azure | {"WEBSITE_AUTH_ENABLED": "False"})
+    assert principal_header_trusted({})  # the local host and tests: as before

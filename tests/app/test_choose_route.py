@@ -17,7 +17,10 @@ import azure.functions as func
 from app_functions import functions
 from test_episode_ingestion import SUPPORT_KEY, WRITERS, App
 
+from agent_learning import functions as handlers
+from agent_learning.client import PolicyClient
 from agent_learning.documents import AGENT_ID_RULE, DOC_ID_RULE, Episode
+from agent_learning.errors import StoredDocumentInvalid
 from agent_learning.pipeline import create_policy
 from agent_learning.policy import SoftmaxPolicy
 
@@ -91,6 +94,29 @@ def test_an_unknown_agent_is_404_and_a_bad_id_400(app: App) -> None:
     assert status == 400 and "agent_id" in answer["error"]
 
 
+def test_an_invalid_stored_policy_is_503_with_retry_after_and_a_bad_context_400(app: App) -> None:
+    """Told apart by the error's type: an invalid stored document (StoredDocumentInvalid) is the
+    service's fault, whatever the request; a bad context is the caller's. Every 503 of the app
+    carries Retry-After, as the store's outages do."""
+    good = {k: v for k, v in app.store.get_current_policy("support-eu").doc.items() if not k.startswith("_")}
+    app.store.put_raw_current_policy("support-eu", good | {"logits": [0.0]})
+    with pytest.raises(StoredDocumentInvalid):
+        PolicyClient(app.store, "support-eu").choose()
+    problem = ("the current policy of 'support-eu' is invalid: "
+               "invalid policy 'support-eu:current': logits: has 1 entries but there are 2 actions")
+    for route, body in [("choose", b"{}"), ("choose", b'{"context": {"task": null}}'), ("policy", b"")]:
+        request = func.HttpRequest(method="GET" if route == "policy" else "POST", url=f"/api/{route}/support-eu",
+                                   route_params={"agent_id": "support-eu"}, headers={}, body=body)
+        response = functions()[route].get_user_function()(request)
+        assert response.status_code == 503 and json.loads(response.get_body()) == {"error": problem}, route
+        assert response.headers.get("Retry-After") == str(handlers.RETRY_AFTER_SECONDS), route
+
+    app.store.put_raw_current_policy("support-eu", good)  # repaired: the request's own fault shows
+    status, answer = choose("support-eu", {"context": {"task": None}})
+    assert status == 400 and answer["error"].startswith("context.task: must be a category"), answer
+    assert choose("support-eu", {})[0] == 200
+
+
 def call(route: str, param: str, value: str, body: bytes, method: str = "POST") -> tuple[int, dict[str, Any]]:
     """The app's ``route`` function with ``{param}`` = ``value`` in its path, as the support caller."""
     request = func.HttpRequest(method=method, url=f"/api/{route}/{value}", route_params={param: value},
@@ -116,6 +142,7 @@ def test_a_bad_id_in_the_path_is_answered_with_the_rule_and_a_short_echo(app: Ap
     (b"{not json", "body: is not valid JSON (Expecting property name"),
     (b"\xff", "body: is not valid JSON ('utf-8' codec can't decode"),
     (b"[" * 10_000, "body: is nested too deeply to parse"),
+    (b'{"context": {"task": "billing", "task": "refund"}}', "body: names 'task' twice in one object; only the last"),
 ])
 def test_every_route_words_a_body_that_is_not_json_alike(
     app: App, route: str, param: str, body: bytes, problem: str

@@ -27,6 +27,7 @@ from agent_learning import functions as handlers
 from agent_learning.callers import identify, key_identity, principal_identity
 from agent_learning.capture import EpisodeCapture
 from agent_learning.client import HttpEpisodeWriter, HttpPolicySource, PolicyClient
+from agent_learning.clock import ManualClock
 from agent_learning.config import load_settings
 from agent_learning.documents import MAX_EPISODE_BYTES, Episode
 from agent_learning.errors import (
@@ -39,6 +40,7 @@ from agent_learning.errors import (
     TransientError,
 )
 from agent_learning.pipeline import create_policy, score_request_message
+from agent_learning.pipeline.score import PolicyVersions
 from agent_learning.policy import SoftmaxPolicy
 from agent_learning.store.sqlite import SQLiteStore
 
@@ -128,6 +130,18 @@ def test_a_caller_cannot_write_another_agent(app: App) -> None:
     assert app.store.list_episodes() == []
 
 
+def test_in_azure_without_app_service_authentication_a_principal_header_gives_no_access(
+    app: App, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("WEBSITE_INSTANCE_ID", "abc")
+    monkeypatch.delenv("WEBSITE_AUTH_ENABLED", raising=False)
+    forged = {"X-MS-CLIENT-PRINCIPAL-ID": PRINCIPAL}  # the support key's holder posing as ops-bot's writer
+    status, body = app.post("ops-bot", episode("ep-ops", "ops-bot"), headers=forged)
+    assert status == 403 and key_identity(SUPPORT_KEY) in body["error"]
+    monkeypatch.setenv("WEBSITE_AUTH_ENABLED", "True")  # the platform's header: the principal's own
+    assert app.post("ops-bot", episode("ep-ops", "ops-bot"), headers=forged)[0] == 201
+
+
 def test_the_body_must_be_an_episode_of_the_path_agent(app: App) -> None:
     status, body = app.post("support-eu", episode(agent_id="support-us"))  # both allowed, but not the path's
     assert status == 400 and body["error"].startswith("agent_id:") and "support-us" in body["error"]
@@ -190,6 +204,36 @@ def test_policy_versions_are_read_once_and_an_invalid_policy_is_left_to_the_scor
     # The episode is valid; its policy is not: the scorer dead-letters it as InvalidPolicy.
     monkeypatch.setattr(app.store, "get_policy_version", lambda agent_id, version: {"id": "broken"})
     assert app.post("support-us", episode("ep-us", "support-us"))[0] == 201
+
+
+def test_a_deleted_agents_episodes_are_refused_once_the_refresh_interval_has_passed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A warm worker's parsed versions of a deleted agent stop vouching for its episodes."""
+    monkeypatch.setenv("AGENT_LEARNING_POLICY_REFRESH_SECONDS", "0")
+    a = App(tmp_path, monkeypatch, WRITERS)
+    create_policy(a.store, SoftmaxPolicy.from_actions("support-eu", DEFAULT_ACTIONS[:2]).to_document(created_at=None))
+    assert a.post("support-eu", episode("ep-1"))[0] == 201
+    a.store.delete_agent("support-eu")  # what `agent-learn agent delete` does
+    assert a.post("support-eu", episode("ep-2")) == (404, {"error": "agent 'support-eu' has no policy"})
+    assert a.store.list_episodes() == []
+    a.store.close()
+
+
+def test_the_episodes_route_keeps_a_version_for_the_refresh_interval(app: App, monkeypatch: pytest.MonkeyPatch) -> None:
+    clock = ManualClock()
+    settings = handlers.runtime().settings
+    versions = PolicyVersions(app.store, handlers.CACHED_POLICY_VERSIONS, max_age=settings.policy_refresh_seconds,
+                              clock=clock)
+    rt = handlers.Runtime(settings, app.store, send=None, policy_versions=versions)
+    monkeypatch.setattr(handlers, "_runtime", rt)
+    assert app.post("support-eu", episode("ep-1"))[0] == 201
+    app.store.delete_agent("support-eu")
+    clock.advance(settings.policy_refresh_seconds - 1)
+    assert app.post("support-eu", episode("ep-2"))[0] == 201  # a version is kept this long
+    clock.advance(1)
+    assert app.post("support-eu", episode("ep-3")) == (404, {"error": "agent 'support-eu' has no policy"})
+    assert app.store.get_episode("ep-3") is None
 
 
 def test_an_episode_the_route_accepts_is_scored(app: App) -> None:

@@ -14,10 +14,11 @@ the message finds the record and is a ``duplicate``), to be judged later by
 
 from __future__ import annotations
 
+import threading
 import time
+from collections import OrderedDict
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from functools import lru_cache, partial
 from typing import Any, Literal
 
 from ..clock import SYSTEM_CLOCK, Clock
@@ -94,17 +95,38 @@ def load_policy_version(store: Store, agent_id: str, version: int) -> PolicyDocu
 
 class PolicyVersions:
     """:func:`load_policy_version` of one store, remembering up to ``size`` versions (they are
-    immutable); a missing version is not remembered. Thread-safe."""
+    immutable); a missing version is not remembered. Thread-safe.
 
-    def __init__(self, store: Store, size: int) -> None:
-        self._load = lru_cache(maxsize=size)(partial(load_policy_version, store))
+    ``max_age`` (seconds; ``None``: no limit) bounds how long a version is remembered: an older
+    one is read again, so a version deleted with its agent (``agent-learn agent delete``) is no
+    longer found once ``max_age`` has passed.
+    """
+
+    def __init__(self, store: Store, size: int, *, max_age: float | None = None, clock: Clock = SYSTEM_CLOCK) -> None:
+        self._store, self._size, self._max_age, self._clock = store, size, max_age, clock
+        self._kept: OrderedDict[tuple[str, int], tuple[float, PolicyDocument]] = OrderedDict()
+        self._lock = threading.Lock()
 
     def __call__(self, agent_id: str, version: int) -> PolicyDocument | None:
         """The version, or ``None`` if there is no such version; raises :class:`InvalidDocument`."""
+        key, now = (agent_id, version), self._clock.time()
+        with self._lock:
+            kept = self._kept.get(key)
+            if kept is not None and (self._max_age is None or now - kept[0] < self._max_age):
+                self._kept.move_to_end(key)
+                return kept[1]
         try:
-            return self._load(agent_id, version)
+            policy = load_policy_version(self._store, agent_id, version)
         except LookupError:
+            with self._lock:
+                self._kept.pop(key, None)
             return None
+        with self._lock:
+            self._kept[key] = (now, policy)
+            self._kept.move_to_end(key)
+            while len(self._kept) > self._size:
+                self._kept.popitem(last=False)
+        return policy
 
 
 def policy_problem(episode: Episode, version_of: Callable[[str, int], PolicyDocument | None]) -> tuple[str, str] | None:
@@ -132,10 +154,15 @@ def policy_problem(episode: Episode, version_of: Callable[[str, int], PolicyDocu
 CACHED_VERSIONS = 1024
 """Policy versions a scorer keeps parsed."""
 
+CACHED_VERSION_SECONDS = 60.0
+"""How long a scorer keeps a parsed version: once it has passed, a deleted agent's queued
+episodes are dead-lettered (``UnknownPolicyVersion``) rather than judged into scores nobody owns."""
+
 
 @dataclass
 class Scorer:
-    """Everything the score handler needs. Policy versions are immutable, so cached."""
+    """Everything the score handler needs. Policy versions are immutable, so cached (for
+    :data:`CACHED_VERSION_SECONDS` by ``clock``: an agent may be deleted)."""
 
     store: Store
     judge: Judge
@@ -145,7 +172,7 @@ class Scorer:
     """Which episodes are judged (default: every one); holds this process's ``N/min`` windows."""
 
     def __post_init__(self) -> None:
-        self._versions = PolicyVersions(self.store, CACHED_VERSIONS)
+        self._versions = PolicyVersions(self.store, CACHED_VERSIONS, max_age=CACHED_VERSION_SECONDS, clock=self.clock)
 
     def policy_version(self, agent_id: str, version: int) -> PolicyDocument | None:
         """The policy version an episode was drawn from (:func:`load_policy_version`), or ``None``
