@@ -309,13 +309,30 @@ def test_document_floor_check_names_the_field() -> None:
 
 def test_agent_side_does_not_import_numpy_or_judges() -> None:
     code = (
-        "import sys, agent_learning.policy, agent_learning.capture, agent_learning.client; "
+        "import sys, agent_learning.policy, agent_learning.capture, agent_learning.client, "
+        "agent_learning.structured, agent_learning.feedback, agent_learning.store.sqlite; "
         "print('numpy' in sys.modules, 'azure.ai.evaluation' in sys.modules)"
     )
     shared = str(Path(__file__).resolve().parents[1] / "shared")  # the library, installed or not
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [shared, os.environ.get("PYTHONPATH")]))}
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60, env=env)
     assert out.stdout.split() == ["False", "False"]
+
+
+def test_the_store_an_agent_opens_without_a_path_is_the_one_the_settings_name(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The README's agent opens ``SQLiteStore()``: the file ``init-policy`` and ``open_local`` use,
+    read from the same setting without loading the settings (and the pipeline's imports)."""
+    from agent_learning.config import load_settings
+    from agent_learning.store.sqlite import DEFAULT_PATH, PATH_SETTING, SQLiteStore
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv(PATH_SETTING, raising=False)
+    assert SQLiteStore().path == load_settings().sqlite_path == DEFAULT_PATH
+    for value in ["", str(tmp_path / "elsewhere" / "agents.db")]:
+        monkeypatch.setenv(PATH_SETTING, value)  # empty: the default, as the settings read it
+        assert SQLiteStore().path == load_settings().sqlite_path == (value or DEFAULT_PATH)
 
 
 @pytest.mark.parametrize(

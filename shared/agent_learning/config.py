@@ -36,6 +36,7 @@ from .judging import normalise as normalise_judging
 from .learner import LearnerConfig
 from .policy import DEFAULT_EXPLORATION_FLOOR
 from .rewards import RewardConfig
+from .store.sqlite import DEFAULT_PATH as SQLITE_DEFAULT_PATH
 
 T = TypeVar("T")
 
@@ -171,7 +172,7 @@ class Settings(BaseSettings):
 
     # Where things live.
     store: Literal["sqlite", "memory", "cosmos"] = "sqlite"
-    sqlite_path: str = ".agent-learning/local.db"
+    sqlite_path: str = SQLITE_DEFAULT_PATH
     queue: Literal["sqlite", "servicebus"] = "sqlite"
     queue_name: str = Field("score-episodes", min_length=1, max_length=260)
     train_queue_name: str = Field(

@@ -149,11 +149,19 @@ def busy_is_transient(path: str) -> Iterator[None]:
         ) from exc
 
 
-class SQLiteStore(Store):
-    """The local default store. ``path`` is created (with its folder) if missing."""
+DEFAULT_PATH = ".agent-learning/local.db"
+"""The local store's file when ``AGENT_LEARNING_SQLITE_PATH`` (:data:`PATH_SETTING`) is not set."""
+PATH_SETTING = "AGENT_LEARNING_SQLITE_PATH"
 
-    def __init__(self, path: str | os.PathLike[str]) -> None:
-        self.path = str(path)
+
+class SQLiteStore(Store):
+    """The local default store. ``path`` is created (with its folder) if missing; without one, the
+    file the settings name (:data:`PATH_SETTING`, else :data:`DEFAULT_PATH`), where ``agent-learn``
+    and :func:`agent_learning.local.open_local` keep it, without loading the settings (an agent
+    opens its store without the pipeline's dependencies)."""
+
+    def __init__(self, path: str | os.PathLike[str] | None = None) -> None:
+        self.path = str(path if path is not None else os.environ.get(PATH_SETTING) or DEFAULT_PATH)
         if self.path != ":memory:":
             Path(self.path).parent.mkdir(parents=True, exist_ok=True)
         self._local = threading.local()
