@@ -266,25 +266,6 @@ def test_score_raises_poison_for_bad_input_naming_the_field(env: Env) -> None:
     assert env.store.get_score(doc["id"], AGENT) is None
 
 
-def test_a_warm_scorer_does_not_judge_a_deleted_agents_queued_episodes(env: Env) -> None:
-    """Its parsed versions expire: the episode (embedded in its message, as small ones are) is
-    dead-lettered as the scorer of a cold worker would, and no score outlives the agent."""
-    from agent_learning.pipeline.score import CACHED_VERSION_SECONDS
-    from agent_learning.wiring import open_scorer
-
-    env.rt.scorer = open_scorer(env.rt.settings, env.store, clock=env.clock)
-    call("enqueue", document_list(env.episodes(2)))
-    first, second = env.queue.receive(2)
-    assert "episode" in json.loads(second.body)
-    assert call("score", sb_message(first)) is None
-    env.store.delete_agent(AGENT)
-    env.clock.advance(CACHED_VERSION_SECONDS)
-    with pytest.raises(handlers.PoisonMessage) as info:
-        call("score", sb_message(second))
-    assert info.value.reason == "UnknownPolicyVersion" and AGENT in info.value.description
-    assert env.store.get_score(second.message_id, AGENT) is None
-
-
 def test_score_raises_transient_so_the_message_is_redelivered(env: Env, monkeypatch: pytest.MonkeyPatch) -> None:
     from agent_learning.errors import TransientError
 

@@ -154,15 +154,10 @@ def policy_problem(episode: Episode, version_of: Callable[[str, int], PolicyDocu
 CACHED_VERSIONS = 1024
 """Policy versions a scorer keeps parsed."""
 
-CACHED_VERSION_SECONDS = 60.0
-"""How long a scorer keeps a parsed version: once it has passed, a deleted agent's queued
-episodes are dead-lettered (``UnknownPolicyVersion``) rather than judged into scores nobody owns."""
-
 
 @dataclass
 class Scorer:
-    """Everything the score handler needs. Policy versions are immutable, so cached (for
-    :data:`CACHED_VERSION_SECONDS` by ``clock``: an agent may be deleted)."""
+    """Everything the score handler needs. Policy versions are immutable, so cached."""
 
     store: Store
     judge: Judge
@@ -172,7 +167,7 @@ class Scorer:
     """Which episodes are judged (default: every one); holds this process's ``N/min`` windows."""
 
     def __post_init__(self) -> None:
-        self._versions = PolicyVersions(self.store, CACHED_VERSIONS, max_age=CACHED_VERSION_SECONDS, clock=self.clock)
+        self._versions = PolicyVersions(self.store, CACHED_VERSIONS)
 
     def policy_version(self, agent_id: str, version: int) -> PolicyDocument | None:
         """The policy version an episode was drawn from (:func:`load_policy_version`), or ``None``
