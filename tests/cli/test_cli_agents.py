@@ -223,6 +223,24 @@ def test_policy_rollback_repairs_an_agent_whose_current_document_was_edited_into
     assert "training resumes from v1's cursor" in said  # v2's record is invalid too: v1 stands in
 
 
+def test_a_current_document_edited_into_a_json_list_is_named_as_invalid_and_rollback_repairs_it(
+    tmp_path: Path, db: str
+) -> None:
+    """Before the fix every command that read it (and the rollback that repairs it) raised AttributeError."""
+    actions = actions_file(tmp_path, "a.json", ["a", "b"])
+    cli("init-policy", "--agent-id", "bot", "--db", db, "--actions", actions)
+    with SQLiteStore(db) as store:
+        store.put_raw_current_policy("bot", [1, 2])  # type: ignore[arg-type]
+    problem = "invalid policy document: (document): must be a JSON object, got list"
+    for args in (["policy", "show", "--agent-id", "bot"], ["agent", "list"]):
+        shown = CliRunner().invoke(main, [*args, "--db", db])
+        assert shown.exit_code == 1 and problem in shown.stderr and shown.exception is not None
+        assert isinstance(shown.exception, SystemExit)
+    said = " ".join(cli("policy", "rollback", "--agent-id", "bot", "1", "--db", db).split())
+    assert said.startswith(f"bot is now v2, a copy of v1; it replaced an invalid current document ({problem})")
+    assert json.loads(cli("agent", "list", "--json", "--db", db))[0]["version"] == 2
+
+
 def test_agent_list_names_an_agent_with_an_invalid_policy_and_lists_the_others(tmp_path: Path, db: str) -> None:
     actions = actions_file(tmp_path, "a.json", ["a", "b"])
     for agent_id in ("alpha", "beta", "gamma"):

@@ -194,7 +194,8 @@ def rollback(store: Store, agent_id: str, version: int, *, clock: Clock = SYSTEM
         if current is None:
             raise NotFound(f"agent_id: {agent_id!r} has no policy")
         # Versions run from 1 (create_policy) to the current one: no need to read them all to say so.
-        raise NotFound(f"VERSION: {agent_id!r} has no version {version} (versions 1 to {current.doc.get('version')})")
+        newest = current.doc.get("version") if isinstance(current.doc, dict) else "?"
+        raise NotFound(f"VERSION: {agent_id!r} has no version {version} (versions 1 to {newest})")
     target = stored_policy(raw)
 
     def copy(current: PolicyDocument, next_version: int, from_: str) -> PolicyDocument:
@@ -272,6 +273,7 @@ def _stand_in(store: Store, agent_id: str, invalid: dict, target: PolicyDocument
         except InvalidDocument:
             continue
     newest = max(n for r in records if type(n := r.get("version")) is int)
+    invalid = invalid if isinstance(invalid, dict) else {}  # a JSON list edited in by hand: no field readable
     if invalid.get("version") == newest + 1:
         newest += 1  # a version whose records a crash left unwritten; a number edited in is not taken
     pinned, reason = invalid.get("pinned"), invalid.get("pin_reason")
