@@ -1831,7 +1831,8 @@ def train(agent_id: str | None, as_json: bool, db: str | None) -> None:
         pipeline = open_local(settings)
     try:
         if agent_id is not None:
-            _current(pipeline.store, settings, agent_id)  # an unknown agent is bad input, as everywhere
+            with suppress(StoredDocumentInvalid):  # an invalid policy is what training reports, as for every agent
+                _current(pipeline.store, settings, agent_id)  # an unknown agent is bad input, as everywhere
         enqueued = pipeline.pump()
         with _progress("scoring", as_json) as bar:
             task = bar.add_task("score", total=enqueued or None)

@@ -263,6 +263,32 @@ def test_cli_train_trains_every_agent_and_exits_1_if_one_could_not_be(tmp_path: 
         ("alpha", "invalid_policy"), ("beta", "no_new_scores")]
 
 
+def test_cli_train_says_a_current_document_is_invalid_when_its_agent_has_no_new_scores(tmp_path: Path) -> None:
+    """Before the fix `train` said `no_new_scores` and exited 0 (with --agent-id: an error before
+    anything was scored), without pointing at the rollback that repairs it."""
+    from agent_learning.store.sqlite import SQLiteStore
+
+    db = str(tmp_path / "x.db")
+    actions = tmp_path / "actions.json"
+    actions.write_text('["a", "b"]')
+    for agent_id in ("alpha", "beta"):
+        assert CliRunner().invoke(main, ["init-policy", "--agent-id", agent_id, "--actions", str(actions),
+                                         "--db", db]).exit_code == 0
+    with SQLiteStore(db) as store:  # edited by hand: the version and cursor still read
+        store.put_raw_current_policy("alpha", {**store.get_current_policy("alpha").doc, "logits": [0.0]})
+    reason = ("invalid policy 'alpha:current': logits: has 1 entries but there are 2 actions; "
+              "`agent-learn policy rollback --agent-id alpha VERSION` repairs it")
+    for args in ([], ["--agent-id", "alpha"]):
+        result = CliRunner().invoke(main, ["train", "--db", db, "--json", *args])
+        assert result.exit_code == 1, result.output
+        training = json.loads(result.stdout)["training"]
+        assert (training[0]["agent_id"], training[0]["status"], training[0]["reason"]) == (
+            "alpha", "invalid_policy", reason)
+    assert CliRunner().invoke(main, ["policy", "rollback", "--agent-id", "alpha", "1", "--db", db]).exit_code == 0
+    result = CliRunner().invoke(main, ["train", "--db", db, "--json"])
+    assert result.exit_code == 0 and {t["status"] for t in json.loads(result.stdout)["training"]} == {"no_new_scores"}
+
+
 def test_cli_train_scores_the_rest_when_one_episode_fails_and_exits_1(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -139,8 +139,7 @@ def _train_agent(
     try:
         loaded = load_current_tagged(store, agent_id)
     except InvalidDocument as exc:
-        log.error("not training %s: its current policy document is invalid: %s", agent_id, exc)
-        return TrainOutcome("invalid_policy", agent_id, reason=str(exc))
+        return invalid_policy(agent_id, str(exc))
     if loaded is None:
         return TrainOutcome("no_policy", agent_id, reason="the agent has no current policy")
     current = loaded.policy
@@ -186,6 +185,14 @@ def _train_agent(
     return TrainOutcome("published", agent_id, new.version, new.run, reason=warned,
                         probabilities=policy_probabilities(new), choices=policy_choices(new),
                         entropy=served_entropy(new, batch.contexts))
+
+
+def invalid_policy(agent_id: str, problem: str) -> TrainOutcome:
+    """The outcome of an agent whose current document does not validate (``problem``), logged as
+    an error: no run trains it until ``agent-learn policy rollback`` repairs the document."""
+    reason = f"{problem}; `agent-learn policy rollback --agent-id {agent_id} VERSION` repairs it"
+    log.error("not training %s: its current policy document is invalid: %s", agent_id, reason)
+    return TrainOutcome("invalid_policy", agent_id, reason=reason)
 
 
 def paused(pin_reason: str) -> str:
