@@ -723,8 +723,7 @@ def policy_show(agent_id: str, as_json: bool, db: str | None) -> None:
         _show_structured(doc, as_json)
         return
     if as_json:
-        probabilities = dict(zip(doc.action_ids, policy_probabilities(doc), strict=True))
-        _echo_json({**doc.to_dict(), "probabilities": probabilities})
+        _echo_json(_shown(doc, dict(zip(doc.action_ids, policy_probabilities(doc), strict=True))))
         return
     state = f"{doc.source}{', pinned' if doc.pinned else ''}"
     table = Table(title=f"{agent_id} v{doc.version} ({state})", title_justify="left")
@@ -739,6 +738,11 @@ def policy_show(agent_id: str, as_json: bool, db: str | None) -> None:
                       *(evidence[i] if evidence else ()))
     out.print(table)
     _pinned_and_last_run(doc, f"entropy {policy_entropy(policy_probabilities(doc)):.3f} nats")
+
+
+def _shown(doc: Any, probabilities: dict[str, Any]) -> dict[str, Any]:
+    """``policy show --json``: the document as stored, and beside it what is computed from it."""
+    return {"policy": doc.to_dict(), "probabilities": probabilities}
 
 
 def _pinned_and_last_run(doc: Any, entropy_line: str | None = None) -> None:
@@ -761,7 +765,7 @@ def _show_structured(doc: Any, as_json: bool) -> None:
     context and in each segment of each categorical feature, its logit and its evidence."""
     views = segment_views(doc)
     if as_json:
-        _echo_json({**doc.to_dict(), "probabilities": views})
+        _echo_json(_shown(doc, views))
         return
     state = f"{doc.source}{', pinned' if doc.pinned else ''}"
     out.print(f"{doc.agent_id} v{doc.version} ({state})")

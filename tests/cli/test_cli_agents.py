@@ -212,7 +212,7 @@ def test_policy_rollback_repairs_an_agent_whose_current_document_was_edited_into
                            "'bot:current': logits: has 1 entries but there are 2 actions): training resumes from "
                            "v1's cursor, the newest valid version record")
     assert "actions restored" not in said
-    assert json.loads(cli("policy", "show", "--agent-id", "bot", "--json", "--db", db))["version"] == 2
+    assert json.loads(cli("policy", "show", "--agent-id", "bot", "--json", "--db", db))["policy"]["version"] == 2
 
     with SQLiteStore(db) as store:  # every record edited too: nothing to resume from
         store.put_raw_current_policy("bot", {**store.get_current_policy("bot").doc, "logits": [0.0]})

@@ -104,9 +104,10 @@ def deployment(request: pytest.FixtureRequest, tmp_path: Path, monkeypatch: pyte
 
 
 def test_policy_show_and_history(deployment: Deployment) -> None:
-    doc = as_json("policy", "show", "--agent-id", AGENT)
+    shown = as_json("policy", "show", "--agent-id", AGENT)
+    doc = shown["policy"]
     assert doc["version"] == 4 and doc["kind"] == "current" and doc["source"] == "train"
-    assert json.loads(ok("policy", "--agent-id", AGENT, "--json").stdout) == doc  # the old form still works
+    assert json.loads(ok("policy", "--agent-id", AGENT, "--json").stdout) == shown  # the old form still works
     table = ok("policy", "show", "--agent-id", AGENT).stdout
     assert f"{AGENT} v4 (train)" in table and "few-shot" in table and "last run" in table
     counts, sums = doc["learner_state"]["count"], doc["learner_state"]["reward_sum"]

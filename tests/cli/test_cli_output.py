@@ -17,6 +17,7 @@ from click.testing import CliRunner
 from agent_learning.capture import EpisodeCapture
 from agent_learning.cli import main
 from agent_learning.clock import ManualClock
+from agent_learning.documents import PolicyDocument
 from agent_learning.errors import TransientError
 from agent_learning.feedback import record_feedback
 from agent_learning.learner import Reinforce
@@ -71,6 +72,15 @@ def test_policy_show_json_has_the_probabilities_agents_draw_from(db: str) -> Non
     probabilities = shown["probabilities"]
     assert list(probabilities) == ["a", "b", "c"] and abs(sum(probabilities.values()) - 1) < 1e-12
     assert probabilities["a"] > probabilities["b"] > probabilities["c"]
+
+
+def test_policy_show_json_keeps_the_document_as_stored_and_the_probabilities_beside_it(db: str) -> None:
+    """Before the fix `probabilities` was added into the document, which then was no policy
+    document any more: nothing that reads one (PolicyDocument, the published schema) took it."""
+    shown = json.loads(CliRunner().invoke(main, ["policy", "show", "--agent-id", "bot", "--json", "--db", db]).stdout)
+    assert sorted(shown) == ["policy", "probabilities"]
+    with SQLiteStore(db) as store:
+        assert PolicyDocument.from_dict(shown["policy"]) == load_current(store, "bot")
 
 
 def test_a_run_that_learned_only_corrections_shows_no_mean_reward(db: str) -> None:

@@ -18,6 +18,7 @@ from agent_learning.cli import main
 from agent_learning.clock import ManualClock
 from agent_learning.config import load_settings
 from agent_learning.demo import run_demo
+from agent_learning.documents import PolicyDocument
 from agent_learning.local import FEED_CHECKPOINT, open_local
 from agent_learning.pipeline import create_policy, load_current
 from agent_learning.policy import SoftmaxPolicy
@@ -119,6 +120,7 @@ def test_cli_creates_and_shows_a_structured_contextual_policy(tmp_path: Path) ->
     assert "dimensions prompt (2), retrieval_k (2) learning from ['task']" in made.stdout
     shown = runner.invoke(main, ["policy", "show", "--agent-id", "triage", "--db", db, "--json"])
     views = json.loads(shown.stdout)["probabilities"]
+    assert PolicyDocument.from_dict(json.loads(shown.stdout)["policy"]).structured  # the document as stored
     assert views["no context"]["prompt"] == pytest.approx({"prompt=concise": 1 / 3, "prompt=steps": 2 / 3})
     text = runner.invoke(main, ["policy", "show", "--agent-id", "triage", "--db", db])
     assert text.exit_code == 0 and "retrieval_k" in text.stdout and "no segments learned yet" in text.stdout
@@ -181,7 +183,7 @@ def test_cli_init_policy_then_policy_then_train(tmp_path: Path) -> None:
 
     shown = runner.invoke(main, ["policy", "--agent-id", "helper", "--db", db, "--json"])
     assert shown.exit_code == 0, shown.output
-    doc = json.loads(shown.stdout)
+    doc = json.loads(shown.stdout)["policy"]
     assert doc["version"] == 1 and [a["id"] for a in doc["actions"]] == ["concise", "detailed"]
     assert doc["actions"][1]["config"] == {"max_tokens": 800}
 
