@@ -58,6 +58,7 @@ from .history import history, source_label
 from .learner import Evidence
 from .local import open_local
 from .pipeline import create_policy, load_current, message_id_of, revise, rollback, set_pinned
+from .pipeline.publish import repair_hint
 from .plots import plot_histories
 from .policy import SoftmaxPolicy, policy_entropy, policy_probabilities
 from .recovery import judge_unjudged, replay_dead_letters
@@ -870,14 +871,19 @@ def policy_history(agent_id: str, limit: int | None, since: datetime | None, unt
     since, until = _utc_window(since, until)
     windowed = since is not None or until is not None
     with _store(db) as (store, settings):
-        current = _current(store, settings, agent_id)
+        try:
+            newest = _current(store, settings, agent_id).version
+        except StoredDocumentInvalid as exc:  # the versions are what a rollback that repairs it needs
+            err.print(Text.assemble(("error:", "bold red"), f" {exc}; {repair_hint(agent_id)}, from a version "
+                                    "listed here"), highlight=False, soft_wrap=True)
+            newest = 0
         versions = history(store, agent_id, newest=limit, since=since, until=until)
         rows = _history_rows(versions)
-    invalid = _left_out([versions])
+    invalid = _left_out([versions]) or not newest
     if windowed and not rows and not invalid:
         raise _no_versions_in([agent_id])
     # versions run from 1 to the current one (``agent-learn audit`` checks it): no need to read them all to count
-    total = max(current.version, len(rows)) if limit or windowed or invalid else len(rows)
+    total = max(newest, len(rows)) if limit or windowed or invalid else len(rows)
     if as_json:
         _echo_json(rows)
         sys.exit(1 if invalid else 0)

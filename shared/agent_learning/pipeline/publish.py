@@ -251,6 +251,11 @@ def rollback(store: Store, agent_id: str, version: int, *, clock: Clock = SYSTEM
     raise ConcurrencyConflict(f"the policy of {agent_id!r} kept changing; try again")
 
 
+def repair_hint(agent_id: str) -> str:
+    """What repairs an agent whose current document is invalid (:func:`rollback`), for messages."""
+    return f"`agent-learn policy rollback --agent-id {agent_id} VERSION` repairs it"
+
+
 STAND_IN_RECORDS = 16
 """How many of the newest version records a rollback over an invalid current document reads to
 find a valid one (a crash leaves at most one version unrecorded; a corrupted store, more)."""
