@@ -291,6 +291,18 @@ def _current(store: Any, settings: Any, agent_id: str) -> Any:
     return doc
 
 
+def _current_or_said(store: Any, settings: Any, agent_id: str) -> Any:
+    """:func:`_current`, or ``None`` when the current document is invalid, said on stderr with the
+    rollback that repairs it: for commands that read the agent's other documents all the same
+    (and then exit with 1)."""
+    try:
+        return _current(store, settings, agent_id)
+    except StoredDocumentInvalid as exc:
+        err.print(Text.assemble(("error:", "bold red"), f" {exc}; {repair_hint(agent_id)}"),
+                  highlight=False, soft_wrap=True)
+        return None
+
+
 TIME_FORMATS = ["%Y-%m-%d", "%Y-%m-%dT%H:%M:%S", "%Y-%m-%d %H:%M:%S", "%Y-%m-%dT%H:%M"]
 """The forms ``--since`` and ``--until`` accept (UTC)."""
 
@@ -867,23 +879,19 @@ def policy_history(agent_id: str, limit: int | None, since: datetime | None, unt
                    as_json: bool, db: str | None) -> None:
     """Every version: its probabilities, the mean reward and the run that produced it.
 
-    Exits with 1 if a version document is invalid (it is named, and the others are listed)."""
+    Exits with 1 if a version document or the current one is invalid (it is named, and the
+    versions are listed)."""
     since, until = _utc_window(since, until)
     windowed = since is not None or until is not None
     with _store(db) as (store, settings):
-        try:
-            newest = _current(store, settings, agent_id).version
-        except StoredDocumentInvalid as exc:  # the versions are what a rollback that repairs it needs
-            err.print(Text.assemble(("error:", "bold red"), f" {exc}; {repair_hint(agent_id)}, from a version "
-                                    "listed here"), highlight=False, soft_wrap=True)
-            newest = 0
+        current = _current_or_said(store, settings, agent_id)  # the versions are what a rollback chooses from
         versions = history(store, agent_id, newest=limit, since=since, until=until)
         rows = _history_rows(versions)
-    invalid = _left_out([versions]) or not newest
+    invalid = _left_out([versions]) or current is None
     if windowed and not rows and not invalid:
         raise _no_versions_in([agent_id])
     # versions run from 1 to the current one (``agent-learn audit`` checks it): no need to read them all to count
-    total = max(newest, len(rows)) if limit or windowed or invalid else len(rows)
+    total = max(current.version if current else 0, len(rows)) if limit or windowed or invalid else len(rows)
     if as_json:
         _echo_json(rows)
         sys.exit(1 if invalid else 0)
@@ -1138,14 +1146,16 @@ def runs() -> None:
 def runs_list(agent_id: str, limit: int, as_json: bool, db: str | None) -> None:
     """An agent's training runs, newest first.
 
-    Exits with 1 if a run document is invalid (it is named, and the others are listed)."""
+    Exits with 1 if a run document or the current policy document is invalid (it is named, and
+    the runs are listed)."""
     with _store(db) as (store, settings):
-        _current(store, settings, agent_id)
+        current = _current_or_said(store, settings, agent_id)  # its runs say how it got there
         stored = store.list_runs(agent_id, limit)
     docs = [_run_fields(d) for d in stored if _valid_run(d)]
+    invalid = len(docs) < len(stored) or current is None
     if as_json:
         _echo_json(docs)
-        sys.exit(1 if len(docs) < len(stored) else 0)
+        sys.exit(1 if invalid else 0)
     table = Table(title=f"{agent_id}: {_n(len(docs), 'newest training run')}", title_justify="left")
     for col in ("run", "versions", "episodes", "correction rows", "corrected episodes", "rejected", "skipped",
                 "reward", "KL", "finished"):
@@ -1164,7 +1174,7 @@ def runs_list(agent_id: str, limit: int, as_json: bool, db: str | None) -> None:
             _fmt(m.get("kl"), 4), str(d.get("finished_at", ""))[:19],
         )
     out.print(table)
-    if len(docs) < len(stored):
+    if invalid:
         sys.exit(1)
 
 

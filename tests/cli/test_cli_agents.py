@@ -223,7 +223,7 @@ def test_policy_rollback_repairs_an_agent_whose_current_document_was_edited_into
     assert "training resumes from v1's cursor" in said  # v2's record is invalid too: v1 stands in
 
 
-def test_policy_history_lists_the_versions_of_an_agent_whose_current_document_is_invalid(
+def test_policy_history_and_runs_list_list_the_records_of_an_agent_whose_current_document_is_invalid(
     tmp_path: Path, db: str
 ) -> None:
     """Before the fix it failed on the current document: the operator could not see the versions
@@ -233,12 +233,14 @@ def test_policy_history_lists_the_versions_of_an_agent_whose_current_document_is
     with SQLiteStore(db) as store:
         store.put_raw_current_policy("bot", {**store.get_current_policy("bot").doc, "logits": [0.0]})
     said = ("error: invalid policy 'bot:current': logits: has 1 entries but there are 2 actions; "
-            "`agent-learn policy rollback --agent-id bot VERSION` repairs it, from a version listed here")
-    for args in ([], ["--json"]):
-        result = CliRunner().invoke(main, ["policy", "history", "--agent-id", "bot", "--db", db, *args])
-        assert result.exit_code == 1 and said in " ".join(result.stderr.split()), result.output
+            "`agent-learn policy rollback --agent-id bot VERSION` repairs it")
+    for command in (["policy", "history"], ["runs", "list"]):
+        for args in ([], ["--json"]):
+            result = CliRunner().invoke(main, [*command, "--agent-id", "bot", "--db", db, *args])
+            assert result.exit_code == 1 and said in " ".join(result.stderr.split()), result.output
     listed = CliRunner().invoke(main, ["policy", "history", "--agent-id", "bot", "--db", db, "--json"]).stdout
     assert [v["version"] for v in json.loads(listed)] == [1]
+    assert CliRunner().invoke(main, ["runs", "list", "--agent-id", "bot", "--db", db, "--json"]).stdout.strip() == "[]"
 
 
 def test_a_current_document_edited_into_a_json_list_is_named_as_invalid_and_rollback_repairs_it(
