@@ -252,7 +252,8 @@ def test_a_current_document_edited_into_a_json_list_is_named_as_invalid_and_roll
     with SQLiteStore(db) as store:
         store.put_raw_current_policy("bot", [1, 2])  # type: ignore[arg-type]
     problem = "invalid policy document: (document): must be a JSON object, got list"
-    for args in (["policy", "show", "--agent-id", "bot"], ["agent", "list"]):
+    for args in (["policy", "show", "--agent-id", "bot"], ["agent", "list"], ["policy", "history", "--agent-id", "bot"],
+                 ["runs", "list", "--agent-id", "bot"]):
         shown = CliRunner().invoke(main, [*args, "--db", db])
         assert shown.exit_code == 1 and problem in shown.stderr and shown.exception is not None
         assert isinstance(shown.exception, SystemExit)
