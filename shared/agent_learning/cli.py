@@ -1151,10 +1151,10 @@ def runs_list(agent_id: str, limit: int, as_json: bool, db: str | None) -> None:
     with _store(db) as (store, settings):
         current = _current_or_said(store, settings, agent_id)  # its runs say how it got there
         stored = store.list_runs(agent_id, limit)
-    docs = [_run_fields(d) for d in stored if _valid_run(d)]
+    docs = [_user_fields(d) for d in stored if _valid_run(d)]
     invalid = len(docs) < len(stored) or current is None
     if as_json:
-        _echo_json(docs)
+        _echo_json([_run_shown(d) for d in docs])
         sys.exit(1 if invalid else 0)
     table = Table(title=f"{agent_id}: {_n(len(docs), 'newest training run')}", title_justify="left")
     for col in ("run", "versions", "episodes", "correction rows", "corrected episodes", "rejected", "skipped",
@@ -1168,7 +1168,7 @@ def runs_list(agent_id: str, limit: int, as_json: bool, db: str | None) -> None:
             (f"v{d['base_version']} held" if d.get("status") == "held"
              else f"v{d['base_version']}→v{d['policy_version']}"),
             str(d["episodes"]),
-            str(d.get("corrections", 0)), str(d["corrected_episodes"]), str(d.get("rejected", 0)),
+            str(d.get("corrections", 0)), str(_corrected_episodes(d)), str(d.get("rejected", 0)),
             str(d.get("skipped", 0)),
             _fmt(m.get("mean_reward")) if d["episodes"] else "",  # corrections alone: no batch mean
             _fmt(m.get("kl"), 4), str(d.get("finished_at", ""))[:19],
@@ -1188,12 +1188,16 @@ def _valid_run(doc: dict[str, Any]) -> bool:
     return True
 
 
-def _run_fields(doc: dict[str, Any]) -> dict[str, Any]:
-    """A run as the CLI shows it: ``corrections`` counts the correction rows consumed (several for
-    an episode whose feedback changed more than once); ``corrected_episodes`` (``metrics.corrections``)
-    the episodes whose learned reward they changed."""
-    fields = _user_fields(doc)
-    return {**fields, "corrected_episodes": int(fields.get("metrics", {}).get("corrections", 0))}
+def _corrected_episodes(run: dict[str, Any]) -> int:
+    """The episodes whose learned reward a run's correction rows changed (``metrics.corrections``);
+    its ``corrections`` counts the rows consumed (several for an episode whose feedback changed
+    more than once)."""
+    return int(run.get("metrics", {}).get("corrections", 0))
+
+
+def _run_shown(run: dict[str, Any]) -> dict[str, Any]:
+    """A run in ``runs list/show --json``: the document as stored, and beside it what is computed from it."""
+    return {"run": run, "corrected_episodes": _corrected_episodes(run)}
 
 
 @runs.command("show")
@@ -1211,9 +1215,9 @@ def runs_show(run_id: str, as_json: bool, db: str | None) -> None:
         raise NotFound(f"RUN_ID: no run {run_id!r} in {_where(settings)} (agent-learn runs list --agent-id ...)")
     if not _valid_run(doc):
         sys.exit(1)
-    doc = _run_fields(doc)
+    doc = _user_fields(doc)
     if as_json:
-        _echo_json(doc)
+        _echo_json(_run_shown(doc))
         return
     table = Table(title=f"run {run_id}", title_justify="left", show_header=False)
     table.add_column("field")
@@ -1221,7 +1225,8 @@ def runs_show(run_id: str, as_json: bool, db: str | None) -> None:
     for key in ("status", "base_version", "policy_version", "episodes", "corrections", "corrected_episodes",
                 "rejected", "skipped", "cursor_from",
                 "cursor_to", "started_at", "finished_at"):
-        value = doc.get(key, "published" if key == "status" else None)
+        value = _corrected_episodes(doc) if key == "corrected_episodes" else doc.get(
+            key, "published" if key == "status" else None)
         if isinstance(value, dict) and {"seq", "id"} <= set(value):
             value = f"score {value['id']} (seq {value['seq']})"
         table.add_row(key, "—" if value is None else str(value))
