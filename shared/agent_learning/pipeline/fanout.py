@@ -10,7 +10,8 @@ SQLite queue.
 Cost of a tick. :meth:`~agent_learning.store.base.Store.training_cursors` lists every agent's
 cursor in one paged query (about one request per thousand agents on Cosmos DB), reading each
 current document whole so that an invalid one is reported (``invalid_policy``) whether or not
-its agent has new scores; then each unpinned agent with a valid document costs one single-partition query
+its agent has new scores (validating one takes 50-80 µs); then each unpinned agent with a
+valid document costs one single-partition query
 (:meth:`~agent_learning.store.base.Store.has_new_scores`), so an agent with nothing new costs
 one cheap read per tick and nothing else. The checks run one after another (a store serializes
 its queries anyway: see ``CosmosStore._query``): about 10 ms each on Cosmos DB, so 10,000 agents

@@ -41,6 +41,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 from .. import notices
 from ..clock import SYSTEM_CLOCK, Clock
@@ -261,7 +262,7 @@ STAND_IN_RECORDS = 16
 find a valid one (a crash leaves at most one version unrecorded; a corrupted store, more)."""
 
 
-def _stand_in(store: Store, agent_id: str, invalid: dict, target: PolicyDocument) -> tuple[PolicyDocument, int]:
+def _stand_in(store: Store, agent_id: str, invalid: Any, target: PolicyDocument) -> tuple[PolicyDocument, int]:
     """What replaces an invalid current document: the newest valid version record (its logits,
     learner state and training cursor: when it is the version the invalid document holds, as
     after a hand edit, nothing is lost; when it is older, the scores the versions after it had
