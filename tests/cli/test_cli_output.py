@@ -63,7 +63,7 @@ def test_every_time_in_json_is_iso_8601_utc(db: str) -> None:
     episode = json.loads(runner.invoke(main, ["episodes", "show", "ep-1", "--json", "--db", db]).stdout)
     runs = json.loads(runner.invoke(main, ["runs", "list", "--agent-id", "bot", "--json", "--db", db]).stdout)
     times = [row["created_at"] for row in history] + [episode["episode"]["started_at"], episode["episode"]["ended_at"]]
-    times += [episode["scores"][0]["scored_at"]] + [r[k] for r in runs for k in ("started_at", "finished_at")]
+    times += [episode["scores"][0]["scored_at"]] + [r["run"][k] for r in runs for k in ("started_at", "finished_at")]
     assert times and all(ISO_Z.match(t) for t in times), times
 
 
