@@ -95,6 +95,11 @@ def _fail(message: str, code: int) -> None:
     sys.exit(code)
 
 
+def _with_notes(exc: BaseException) -> str:
+    """An error's message and its notes (``add_note``: what to do about it), as one line."""
+    return "; ".join([str(exc), *getattr(exc, "__notes__", ())])
+
+
 BAD_INPUT = (InvalidDocument, ConfigurationError, ConcurrencyConflict, NotFound, ValueError, FileNotFoundError)
 
 
@@ -104,7 +109,7 @@ def _handle_errors(fn: Callable[..., Any]) -> Callable[..., Any]:
         try:
             return fn(*args, **kwargs)
         except StoredDocumentInvalid as exc:  # what the store holds, not what was asked
-            _fail(str(exc), 1)
+            _fail(_with_notes(exc), 1)
         except BAD_INPUT as exc:
             _fail(str(exc), 2)
         except AgentLearningError as exc:
@@ -283,7 +288,13 @@ def _where(settings: Any) -> str:
 
 
 def _current(store: Any, settings: Any, agent_id: str) -> Any:
-    doc = load_current(store, agent_id)
+    """The agent's current policy document; :class:`NotFound` (bad input) when it has none, and an
+    invalid one raises :class:`StoredDocumentInvalid` with the rollback that repairs it as a note."""
+    try:
+        doc = load_current(store, agent_id)
+    except StoredDocumentInvalid as exc:
+        exc.add_note(repair_hint(agent_id))
+        raise
     if doc is None:
         agents = store.list_agents()
         known = f"agents: {', '.join(agents)}" if agents else "no agent has a policy yet (agent-learn init-policy)"
@@ -298,8 +309,7 @@ def _current_or_said(store: Any, settings: Any, agent_id: str) -> Any:
     try:
         return _current(store, settings, agent_id)
     except StoredDocumentInvalid as exc:
-        err.print(Text.assemble(("error:", "bold red"), f" {exc}; {repair_hint(agent_id)}"),
-                  highlight=False, soft_wrap=True)
+        err.print(Text.assemble(("error:", "bold red"), f" {_with_notes(exc)}"), highlight=False, soft_wrap=True)
         return None
 
 
@@ -1073,7 +1083,7 @@ def agent_list(as_json: bool, db: str | None) -> None:
                 docs.append(_current(store, settings, agent_id))
             except InvalidDocument as exc:
                 invalid.append(agent_id)
-                _say_left_out(exc, agent_id)
+                _say_left_out(_with_notes(exc), agent_id)
     # a structured policy's actions are its dimensions' values: the dimensions say how they combine
     rows = [{"agent_id": d.agent_id, "version": d.version, "actions": len(d.actions),
              "dimensions": {x.name: x.size for x in d.dimensions or []} or None, "pinned": d.pinned,

@@ -207,6 +207,7 @@ def test_policy_rollback_repairs_an_agent_whose_current_document_was_edited_into
         store.put_raw_current_policy("bot", {**store.get_current_policy("bot").doc, "logits": [0.0]})
     shown = CliRunner().invoke(main, ["policy", "show", "--agent-id", "bot", "--db", db])
     assert shown.exit_code == 1 and "logits" in shown.stderr  # not 2: the store holds it, the operator did not ask it
+    assert shown.stderr.strip().endswith("; `agent-learn policy rollback --agent-id bot VERSION` repairs it")
     said = " ".join(cli("policy", "rollback", "--agent-id", "bot", "1", "--db", db).split())
     assert said.startswith("bot is now v2, a copy of v1; it replaced an invalid current document (invalid policy "
                            "'bot:current': logits: has 1 entries but there are 2 actions): training resumes from "
@@ -268,7 +269,8 @@ def test_agent_list_names_an_agent_with_an_invalid_policy_and_lists_the_others(t
         cli("init-policy", "--agent-id", agent_id, "--db", db, "--actions", actions)
     with SQLiteStore(db) as store:  # edited by hand
         store.put_raw_current_policy("beta", {**store.get_current_policy("beta").doc, "logits": [0.0]})
-    named = "error: invalid policy 'beta:current': logits: has 1 entries but there are 2 actions (left out;"
+    named = ("error: invalid policy 'beta:current': logits: has 1 entries but there are 2 actions; "
+             "`agent-learn policy rollback --agent-id beta VERSION` repairs it (left out;")
     for args in ([], ["--json"]):
         result = CliRunner().invoke(main, ["agent", "list", "--db", db, *args])
         assert result.exit_code == 1 and named in result.stderr, result.output
