@@ -11,6 +11,7 @@ import sys
 from collections import Counter
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -222,6 +223,42 @@ def test_decision_fields() -> None:
         assert d.config == policy.actions[d.index].config
     assert seen == {"small", "medium", "large"}
     assert policy.decision_for("medium").config == {"model": "m"}
+
+
+@pytest.mark.parametrize("structured", [False, True], ids=["flat", "structured"])
+def test_a_decisions_config_is_read_only_json_and_copies_are_plain(structured: bool) -> None:
+    """Before the fix ``decision.config`` was the action's own dict: a caller that changed it
+    (or a list in it) changed every later decision of that action, and the policy document."""
+    import copy
+    import json
+
+    from agent_learning.structured import StructuredPolicy
+
+    changes = [lambda c: c.__setitem__("model", "x"), lambda c: c.update(model="x"), lambda c: c.pop("model"),
+               lambda c: c.setdefault("new", 1), lambda c: c.clear(), lambda c: c.__delitem__("model")]
+    if structured:  # a dimension's values are strings, numbers or booleans
+        policy: Any = StructuredPolicy.create("agent", {"model": ["m"], "k": [3]}, rng=random.Random(1))
+        config: dict[str, Any] = {"model": "m", "k": 3}
+    else:
+        config = {"model": "m", "tools": ["search"], "limits": {"k": [1, 2]}}
+        policy = SoftmaxPolicy.from_actions("agent", [{"id": "a", "config": config}], rng=random.Random(1))
+        changes += [lambda c: c["tools"].append("x"), lambda c: c["tools"].__setitem__(0, "x"),
+                    lambda c: c["tools"].extend(["x"]), lambda c: c["limits"]["k"].append(3),
+                    lambda c: c["limits"].update(k=[])]
+    decision = policy.choose()
+    for change in changes:
+        with pytest.raises(TypeError, match="read-only"):
+            change(decision.config)
+    assert policy.choose().config == config and isinstance(decision.config, dict)
+    assert json.loads(json.dumps(decision.config)) == config and repr(decision.config) == repr(config)
+    mine = copy.deepcopy(decision.config)  # a plain, changeable copy
+    mine["model"] = "x"
+    assert type(mine) is dict and policy.choose().config == config
+    if not structured:
+        assert type(mine["tools"]) is list
+        assert policy.actions[0].config == config  # the action's own config is untouched
+    assert type(dict(decision.config)) is dict and type(decision.config | {"n": 1}) is dict
+    assert policy.choose(context={"task": "a"}).config == config
 
 
 def test_decision_for_unknown_action() -> None:

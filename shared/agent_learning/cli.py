@@ -58,6 +58,7 @@ from .history import history, source_label
 from .learner import Evidence
 from .local import open_local
 from .pipeline import create_policy, load_current, message_id_of, revise, rollback, set_pinned
+from .pipeline.publish import repair_hint
 from .plots import plot_histories
 from .policy import SoftmaxPolicy, policy_entropy, policy_probabilities
 from .recovery import judge_unjudged, replay_dead_letters
@@ -94,6 +95,11 @@ def _fail(message: str, code: int) -> None:
     sys.exit(code)
 
 
+def _with_notes(exc: BaseException) -> str:
+    """An error's message and its notes (``add_note``: what to do about it), as one line."""
+    return "; ".join([str(exc), *getattr(exc, "__notes__", ())])
+
+
 BAD_INPUT = (InvalidDocument, ConfigurationError, ConcurrencyConflict, NotFound, ValueError, FileNotFoundError)
 
 
@@ -103,7 +109,7 @@ def _handle_errors(fn: Callable[..., Any]) -> Callable[..., Any]:
         try:
             return fn(*args, **kwargs)
         except StoredDocumentInvalid as exc:  # what the store holds, not what was asked
-            _fail(str(exc), 1)
+            _fail(_with_notes(exc), 1)
         except BAD_INPUT as exc:
             _fail(str(exc), 2)
         except AgentLearningError as exc:
@@ -282,12 +288,29 @@ def _where(settings: Any) -> str:
 
 
 def _current(store: Any, settings: Any, agent_id: str) -> Any:
-    doc = load_current(store, agent_id)
+    """The agent's current policy document; :class:`NotFound` (bad input) when it has none, and an
+    invalid one raises :class:`StoredDocumentInvalid` with the rollback that repairs it as a note."""
+    try:
+        doc = load_current(store, agent_id)
+    except StoredDocumentInvalid as exc:
+        exc.add_note(repair_hint(agent_id))
+        raise
     if doc is None:
         agents = store.list_agents()
         known = f"agents: {', '.join(agents)}" if agents else "no agent has a policy yet (agent-learn init-policy)"
         raise NotFound(f"--agent-id: {agent_id!r} has no policy in {_where(settings)}; {known}")
     return doc
+
+
+def _current_or_said(store: Any, settings: Any, agent_id: str) -> Any:
+    """:func:`_current`, or ``None`` when the current document is invalid, said on stderr with the
+    rollback that repairs it: for commands that read the agent's other documents all the same
+    (and then exit with 1)."""
+    try:
+        return _current(store, settings, agent_id)
+    except StoredDocumentInvalid as exc:
+        err.print(Text.assemble(("error:", "bold red"), f" {_with_notes(exc)}"), highlight=False, soft_wrap=True)
+        return None
 
 
 TIME_FORMATS = ["%Y-%m-%d", "%Y-%m-%dT%H:%M:%S", "%Y-%m-%d %H:%M:%S", "%Y-%m-%dT%H:%M"]
@@ -729,8 +752,7 @@ def policy_show(agent_id: str, as_json: bool, db: str | None) -> None:
         _show_structured(doc, as_json)
         return
     if as_json:
-        probabilities = dict(zip(doc.action_ids, policy_probabilities(doc), strict=True))
-        _echo_json({**doc.to_dict(), "probabilities": probabilities})
+        _echo_json(_shown(doc, dict(zip(doc.action_ids, policy_probabilities(doc), strict=True))))
         return
     state = f"{doc.source}{', pinned' if doc.pinned else ''}"
     table = Table(title=f"{agent_id} v{doc.version} ({state})", title_justify="left")
@@ -745,6 +767,11 @@ def policy_show(agent_id: str, as_json: bool, db: str | None) -> None:
                       *(evidence[i] if evidence else ()))
     out.print(table)
     _pinned_and_last_run(doc, f"entropy {policy_entropy(policy_probabilities(doc)):.3f} nats")
+
+
+def _shown(doc: Any, probabilities: dict[str, Any]) -> dict[str, Any]:
+    """``policy show --json``: the document as stored, and beside it what is computed from it."""
+    return {"policy": doc.to_dict(), "probabilities": probabilities}
 
 
 def _pinned_and_last_run(doc: Any, entropy_line: str | None = None) -> None:
@@ -767,7 +794,7 @@ def _show_structured(doc: Any, as_json: bool) -> None:
     context and in each segment of each categorical feature, its logit and its evidence."""
     views = segment_views(doc)
     if as_json:
-        _echo_json({**doc.to_dict(), "probabilities": views})
+        _echo_json(_shown(doc, views))
         return
     state = f"{doc.source}{', pinned' if doc.pinned else ''}"
     out.print(f"{doc.agent_id} v{doc.version} ({state})")
@@ -868,18 +895,19 @@ def policy_history(agent_id: str, limit: int | None, since: datetime | None, unt
                    as_json: bool, db: str | None) -> None:
     """Every version: its probabilities, the mean reward and the run that produced it.
 
-    Exits with 1 if a version document is invalid (it is named, and the others are listed)."""
+    Exits with 1 if a version document or the current one is invalid (it is named, and the
+    versions are listed)."""
     since, until = _utc_window(since, until)
     windowed = since is not None or until is not None
     with _store(db) as (store, settings):
-        current = _current(store, settings, agent_id)
+        current = _current_or_said(store, settings, agent_id)  # the versions are what a rollback chooses from
         versions = history(store, agent_id, newest=limit, since=since, until=until)
         rows = _history_rows(versions)
-    invalid = _left_out([versions])
+    invalid = _left_out([versions]) or current is None
     if windowed and not rows and not invalid:
         raise _no_versions_in([agent_id])
     # versions run from 1 to the current one (``agent-learn audit`` checks it): no need to read them all to count
-    total = max(current.version, len(rows)) if limit or windowed or invalid else len(rows)
+    total = max(current.version if current else 0, len(rows)) if limit or windowed or invalid else len(rows)
     if as_json:
         _echo_json(rows)
         sys.exit(1 if invalid else 0)
@@ -1061,7 +1089,7 @@ def agent_list(as_json: bool, db: str | None) -> None:
                 docs.append(_current(store, settings, agent_id))
             except InvalidDocument as exc:
                 invalid.append(agent_id)
-                _say_left_out(exc, agent_id)
+                _say_left_out(_with_notes(exc), agent_id)
     # a structured policy's actions are its dimensions' values: the dimensions say how they combine
     rows = [{"agent_id": d.agent_id, "version": d.version, "actions": len(d.actions),
              "dimensions": {x.name: x.size for x in d.dimensions or []} or None, "pinned": d.pinned,
@@ -1134,14 +1162,16 @@ def runs() -> None:
 def runs_list(agent_id: str, limit: int, as_json: bool, db: str | None) -> None:
     """An agent's training runs, newest first.
 
-    Exits with 1 if a run document is invalid (it is named, and the others are listed)."""
+    Exits with 1 if a run document or the current policy document is invalid (it is named, and
+    the runs are listed)."""
     with _store(db) as (store, settings):
-        _current(store, settings, agent_id)
+        current = _current_or_said(store, settings, agent_id)  # its runs say how it got there
         stored = store.list_runs(agent_id, limit)
-    docs = [_run_fields(d) for d in stored if _valid_run(d)]
+    docs = [_user_fields(d) for d in stored if _valid_run(d)]
+    invalid = len(docs) < len(stored) or current is None
     if as_json:
-        _echo_json(docs)
-        sys.exit(1 if len(docs) < len(stored) else 0)
+        _echo_json([_run_shown(d) for d in docs])
+        sys.exit(1 if invalid else 0)
     table = Table(title=f"{agent_id}: {_n(len(docs), 'newest training run')}", title_justify="left")
     for col in ("run", "versions", "episodes", "correction rows", "corrected episodes", "rejected", "skipped",
                 "reward", "KL", "finished"):
@@ -1154,13 +1184,13 @@ def runs_list(agent_id: str, limit: int, as_json: bool, db: str | None) -> None:
             (f"v{d['base_version']} held" if d.get("status") == "held"
              else f"v{d['base_version']}→v{d['policy_version']}"),
             str(d["episodes"]),
-            str(d.get("corrections", 0)), str(d["corrected_episodes"]), str(d.get("rejected", 0)),
+            str(d.get("corrections", 0)), str(_corrected_episodes(d)), str(d.get("rejected", 0)),
             str(d.get("skipped", 0)),
             _fmt(m.get("mean_reward")) if d["episodes"] else "",  # corrections alone: no batch mean
             _fmt(m.get("kl"), 4), str(d.get("finished_at", ""))[:19],
         )
     out.print(table)
-    if len(docs) < len(stored):
+    if invalid:
         sys.exit(1)
 
 
@@ -1174,12 +1204,16 @@ def _valid_run(doc: dict[str, Any]) -> bool:
     return True
 
 
-def _run_fields(doc: dict[str, Any]) -> dict[str, Any]:
-    """A run as the CLI shows it: ``corrections`` counts the correction rows consumed (several for
-    an episode whose feedback changed more than once); ``corrected_episodes`` (``metrics.corrections``)
-    the episodes whose learned reward they changed."""
-    fields = _user_fields(doc)
-    return {**fields, "corrected_episodes": int(fields.get("metrics", {}).get("corrections", 0))}
+def _corrected_episodes(run: dict[str, Any]) -> int:
+    """The episodes whose learned reward a run's correction rows changed (``metrics.corrections``);
+    its ``corrections`` counts the rows consumed (several for an episode whose feedback changed
+    more than once)."""
+    return int(run.get("metrics", {}).get("corrections", 0))
+
+
+def _run_shown(run: dict[str, Any]) -> dict[str, Any]:
+    """A run in ``runs list/show --json``: the document as stored, and beside it what is computed from it."""
+    return {"run": run, "corrected_episodes": _corrected_episodes(run)}
 
 
 @runs.command("show")
@@ -1197,9 +1231,9 @@ def runs_show(run_id: str, as_json: bool, db: str | None) -> None:
         raise NotFound(f"RUN_ID: no run {run_id!r} in {_where(settings)} (agent-learn runs list --agent-id ...)")
     if not _valid_run(doc):
         sys.exit(1)
-    doc = _run_fields(doc)
+    doc = _user_fields(doc)
     if as_json:
-        _echo_json(doc)
+        _echo_json(_run_shown(doc))
         return
     table = Table(title=f"run {run_id}", title_justify="left", show_header=False)
     table.add_column("field")
@@ -1207,7 +1241,8 @@ def runs_show(run_id: str, as_json: bool, db: str | None) -> None:
     for key in ("status", "base_version", "policy_version", "episodes", "corrections", "corrected_episodes",
                 "rejected", "skipped", "cursor_from",
                 "cursor_to", "started_at", "finished_at"):
-        value = doc.get(key, "published" if key == "status" else None)
+        value = _corrected_episodes(doc) if key == "corrected_episodes" else doc.get(
+            key, "published" if key == "status" else None)
         if isinstance(value, dict) and {"seq", "id"} <= set(value):
             value = f"score {value['id']} (seq {value['seq']})"
         table.add_row(key, "—" if value is None else str(value))
@@ -1837,7 +1872,8 @@ def train(agent_id: str | None, as_json: bool, db: str | None) -> None:
         pipeline = open_local(settings)
     try:
         if agent_id is not None:
-            _current(pipeline.store, settings, agent_id)  # an unknown agent is bad input, as everywhere
+            with suppress(StoredDocumentInvalid):  # an invalid policy is what training reports, as for every agent
+                _current(pipeline.store, settings, agent_id)  # an unknown agent is bad input, as everywhere
         enqueued = pipeline.pump()
         with _progress("scoring", as_json) as bar:
             task = bar.add_task("score", total=enqueued or None)

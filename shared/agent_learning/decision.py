@@ -3,11 +3,48 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from types import MappingProxyType
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, NoReturn
 
 from .documents import check_context, policy_doc_id
 from .errors import InvalidDocument
+
+
+def _read_only(self: Any, *args: Any, **kwargs: Any) -> NoReturn:
+    raise TypeError(
+        "a decision's config is read-only: every decision of its action shares it; "
+        "change a copy (copy.deepcopy(decision.config), or dict(decision.config) for its top level)"
+    )
+
+
+class ReadOnlyDict(dict[str, Any]):
+    """A decision's config, or an object in it: a ``dict`` (``json.dumps`` takes it) that cannot
+    be changed, since every decision of the same action shares it. Copies are plain dicts."""
+
+    __slots__ = ()
+    __setitem__ = __delitem__ = __ior__ = clear = pop = popitem = setdefault = update = _read_only
+
+    def __reduce__(self) -> tuple[Any, ...]:  # copy, deepcopy and pickle give a plain dict
+        return dict, (dict(self),)
+
+
+class ReadOnlyList(list[Any]):
+    """A list in a decision's config: a ``list`` that cannot be changed. Copies are plain lists."""
+
+    __slots__ = ()
+    __setitem__ = __delitem__ = __iadd__ = __imul__ = _read_only
+    append = extend = insert = pop = remove = clear = sort = reverse = _read_only
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return list, (list(self),)
+
+
+def read_only(value: Any) -> Any:
+    """``value`` (JSON: a config or one of its values) with every dict and list in it made read-only."""
+    if isinstance(value, dict):
+        return ReadOnlyDict({k: read_only(v) for k, v in value.items()})
+    if isinstance(value, list):
+        return ReadOnlyList([read_only(v) for v in value])
+    return value
 
 
 class Decision(NamedTuple):
@@ -22,8 +59,9 @@ class Decision(NamedTuple):
     probability: float
     logprob: float
     version: int
-    config: Mapping[str, Any] = MappingProxyType({})
-    """What to run: the action's settings, or one value per dimension of a structured policy."""
+    config: Mapping[str, Any] = ReadOnlyDict()
+    """What to run: the action's settings, or one value per dimension of a structured policy.
+    A read-only dict (:class:`ReadOnlyDict`), shared by every decision of the action: change a copy."""
     context: Mapping[str, Any] | None = None
     """The request's features it was chosen for (``choose(context=...)``), logged with the episode."""
 

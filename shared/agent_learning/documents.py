@@ -870,8 +870,8 @@ def stored_policy(raw: dict[str, Any]) -> PolicyDocument:
     try:
         return PolicyDocument.from_dict(raw)
     except InvalidDocument as exc:
-        named = f"policy {raw.get('id')!r}" if isinstance(raw, dict) else "policy"  # a foreign writer's list, say
-        raise StoredDocumentInvalid(named, exc.problems) from None
+        name = f"policy {raw.get('id')!r}" if isinstance(raw, dict) else "policy document"  # a list has no id
+        raise StoredDocumentInvalid(name, exc.problems) from None
 
 
 # --------------------------------------------------------------------------- scores

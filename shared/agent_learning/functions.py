@@ -248,7 +248,7 @@ def train(rt: Runtime) -> TrainingPlan:
     plan = plan_training(rt.store)
     sent = send_plan(plan, rt.send_train)
     log.info(
-        "train: %d agents, %d with new scores (%d messages sent), %d idle, %d pinned, %d not checked",
+        "train: %d agents, %d with new scores (%d messages sent), %d idle, %d pinned, %d invalid or not checked",
         plan.agents, len(plan.requests), sent, len(plan.idle), len(plan.pinned), len(plan.failed),
     )
     for o in plan.failed:

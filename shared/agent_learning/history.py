@@ -130,8 +130,9 @@ def history(
                 view = views.get(name)
                 series.append({k: p for values in view.values() for k, p in values.items()} if view else None)
     current = store.get_current_policy(agent_id)
+    state = current.doc if current is not None and isinstance(current.doc, dict) else {}  # a list: edited by hand
     newest = h.versions[-1] if h.versions else None
-    h.pinned = bool(current and current.doc.get("pinned") and current.doc.get("version") == newest)
+    h.pinned = bool(state.get("pinned") and state.get("version") == newest)
     return h
 
 

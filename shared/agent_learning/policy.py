@@ -28,7 +28,7 @@ from typing import Any, Literal
 from pydantic import ValidationError
 
 from .clock import SYSTEM_CLOCK
-from .decision import Decision, validated_context
+from .decision import Decision, read_only, validated_context
 from .documents import Action, PolicyDocument, ScoreCursor, invalid_from_pydantic, policy_doc_id
 from .errors import InvalidDocument
 from .structured import StructuredPolicy, context_key, cumulative
@@ -177,7 +177,7 @@ class SoftmaxPolicy:
         self._cum = cumulative(self._probs)  # every uniform draw in [0, 1) lands on a positive probability
         self._index = {a.id: i for i, a in enumerate(self.actions)}
         self._decisions = tuple(
-            Decision(agent_id, a.id, i, p, math.log(p) if p > 0 else -math.inf, version, a.config)
+            Decision(agent_id, a.id, i, p, math.log(p) if p > 0 else -math.inf, version, read_only(a.config))
             for i, (a, p) in enumerate(zip(self.actions, self._probs, strict=True))
         )
         self._random = (rng or random.Random()).random

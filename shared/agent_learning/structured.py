@@ -42,7 +42,7 @@ from itertools import accumulate, product
 from typing import Any
 
 from .clock import SYSTEM_CLOCK
-from .decision import Decision, validated_context
+from .decision import Decision, ReadOnlyDict, read_only, validated_context
 from .documents import (
     ACTION_ID,
     ACTION_ID_RULE,
@@ -243,8 +243,9 @@ class StructuredPolicy:
         self._numeric = tuple(f.name for f in document.features or [] if f.kind == "number")
         self._cache: dict[tuple[Any, ...], _Table] = {}
         self._flat = document.dimensions is None
-        self._values = tuple(
-            tuple(self.actions[s + i].config.get(name, self.actions[s + i].id.partition("=")[2]) for i in range(k))
+        self._values = tuple(  # read-only: decisions share them
+            tuple(read_only(self.actions[s + i].config.get(name, self.actions[s + i].id.partition("=")[2]))
+                  for i in range(k))
             for name, s, k in zip(self.layout.names, self.layout.starts, self.layout.sizes, strict=True)
         )
 
@@ -385,11 +386,11 @@ class StructuredPolicy:
     def _decision(self, table: _Table, local: tuple[int, ...]) -> Decision:
         p = math.prod(probs[i] for probs, i in zip(table.probs, local, strict=True)) / table.z
         if self._flat:
-            config: Mapping[str, Any] = self.actions[local[0]].config
+            config: Mapping[str, Any] = read_only(self.actions[local[0]].config)
         else:
-            config = {
-                name: self._values[d][i] for d, (name, i) in enumerate(zip(self.layout.names, local, strict=True))
-            }
+            config = ReadOnlyDict(
+                {name: self._values[d][i] for d, (name, i) in enumerate(zip(self.layout.names, local, strict=True))}
+            )
         return Decision(
             self.agent_id,
             self.layout.joint_id(local),

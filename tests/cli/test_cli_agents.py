@@ -207,12 +207,13 @@ def test_policy_rollback_repairs_an_agent_whose_current_document_was_edited_into
         store.put_raw_current_policy("bot", {**store.get_current_policy("bot").doc, "logits": [0.0]})
     shown = CliRunner().invoke(main, ["policy", "show", "--agent-id", "bot", "--db", db])
     assert shown.exit_code == 1 and "logits" in shown.stderr  # not 2: the store holds it, the operator did not ask it
+    assert shown.stderr.strip().endswith("; `agent-learn policy rollback --agent-id bot VERSION` repairs it")
     said = " ".join(cli("policy", "rollback", "--agent-id", "bot", "1", "--db", db).split())
     assert said.startswith("bot is now v2, a copy of v1; it replaced an invalid current document (invalid policy "
                            "'bot:current': logits: has 1 entries but there are 2 actions): training resumes from "
                            "v1's cursor, the newest valid version record")
     assert "actions restored" not in said
-    assert json.loads(cli("policy", "show", "--agent-id", "bot", "--json", "--db", db))["version"] == 2
+    assert json.loads(cli("policy", "show", "--agent-id", "bot", "--json", "--db", db))["policy"]["version"] == 2
 
     with SQLiteStore(db) as store:  # every record edited too: nothing to resume from
         store.put_raw_current_policy("bot", {**store.get_current_policy("bot").doc, "logits": [0.0]})
@@ -223,13 +224,53 @@ def test_policy_rollback_repairs_an_agent_whose_current_document_was_edited_into
     assert "training resumes from v1's cursor" in said  # v2's record is invalid too: v1 stands in
 
 
+def test_policy_history_and_runs_list_list_the_records_of_an_agent_whose_current_document_is_invalid(
+    tmp_path: Path, db: str
+) -> None:
+    """Before the fix it failed on the current document: the operator could not see the versions
+    that `policy rollback`, which repairs it, chooses from."""
+    actions = actions_file(tmp_path, "a.json", ["a", "b"])
+    cli("init-policy", "--agent-id", "bot", "--db", db, "--actions", actions)
+    with SQLiteStore(db) as store:
+        store.put_raw_current_policy("bot", {**store.get_current_policy("bot").doc, "logits": [0.0]})
+    said = ("error: invalid policy 'bot:current': logits: has 1 entries but there are 2 actions; "
+            "`agent-learn policy rollback --agent-id bot VERSION` repairs it")
+    for command in (["policy", "history"], ["runs", "list"]):
+        for args in ([], ["--json"]):
+            result = CliRunner().invoke(main, [*command, "--agent-id", "bot", "--db", db, *args])
+            assert result.exit_code == 1 and said in " ".join(result.stderr.split()), result.output
+    listed = CliRunner().invoke(main, ["policy", "history", "--agent-id", "bot", "--db", db, "--json"]).stdout
+    assert [v["version"] for v in json.loads(listed)] == [1]
+    assert CliRunner().invoke(main, ["runs", "list", "--agent-id", "bot", "--db", db, "--json"]).stdout.strip() == "[]"
+
+
+def test_a_current_document_edited_into_a_json_list_is_named_as_invalid_and_rollback_repairs_it(
+    tmp_path: Path, db: str
+) -> None:
+    """Before the fix every command that read it (and the rollback that repairs it) raised AttributeError."""
+    actions = actions_file(tmp_path, "a.json", ["a", "b"])
+    cli("init-policy", "--agent-id", "bot", "--db", db, "--actions", actions)
+    with SQLiteStore(db) as store:
+        store.put_raw_current_policy("bot", [1, 2])  # type: ignore[arg-type]
+    problem = "invalid policy document: (document): must be a JSON object, got list"
+    for args in (["policy", "show", "--agent-id", "bot"], ["agent", "list"], ["policy", "history", "--agent-id", "bot"],
+                 ["runs", "list", "--agent-id", "bot"]):
+        shown = CliRunner().invoke(main, [*args, "--db", db])
+        assert shown.exit_code == 1 and problem in shown.stderr and shown.exception is not None
+        assert isinstance(shown.exception, SystemExit)
+    said = " ".join(cli("policy", "rollback", "--agent-id", "bot", "1", "--db", db).split())
+    assert said.startswith(f"bot is now v2, a copy of v1; it replaced an invalid current document ({problem})")
+    assert json.loads(cli("agent", "list", "--json", "--db", db))[0]["version"] == 2
+
+
 def test_agent_list_names_an_agent_with_an_invalid_policy_and_lists_the_others(tmp_path: Path, db: str) -> None:
     actions = actions_file(tmp_path, "a.json", ["a", "b"])
     for agent_id in ("alpha", "beta", "gamma"):
         cli("init-policy", "--agent-id", agent_id, "--db", db, "--actions", actions)
     with SQLiteStore(db) as store:  # edited by hand
         store.put_raw_current_policy("beta", {**store.get_current_policy("beta").doc, "logits": [0.0]})
-    named = "error: invalid policy 'beta:current': logits: has 1 entries but there are 2 actions (left out;"
+    named = ("error: invalid policy 'beta:current': logits: has 1 entries but there are 2 actions; "
+             "`agent-learn policy rollback --agent-id beta VERSION` repairs it (left out;")
     for args in ([], ["--json"]):
         result = CliRunner().invoke(main, ["agent", "list", "--db", db, *args])
         assert result.exit_code == 1 and named in result.stderr, result.output

@@ -439,7 +439,7 @@ def test_an_invalid_run_document_is_named_and_the_other_runs_are_listed(db: str)
     named = f"error: run '{AGENT}:run:v3' is invalid: invalid run: metrics.kl: Input should be a valid number"
     listed = cli("runs", "list", "--agent-id", AGENT, "--json", "--db", db)
     assert listed.exit_code == 1 and named in listed.stderr
-    assert [r["id"] for r in json.loads(listed.stdout)] == [f"{AGENT}:run:v{v}" for v in (5, 4, 2)]
+    assert [r["run"]["id"] for r in json.loads(listed.stdout)] == [f"{AGENT}:run:v{v}" for v in (5, 4, 2)]
     table = cli("runs", "list", "--agent-id", AGENT, "--db", db)
     assert table.exit_code == 1 and f"{AGENT}:run:v4" in table.stdout and named in table.stderr
     shown = cli("runs", "show", f"{AGENT}:run:v3", "--db", db)

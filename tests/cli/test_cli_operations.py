@@ -23,6 +23,7 @@ from cli_harness import clear_settings, cli, ok
 
 from agent_learning.clock import ManualClock
 from agent_learning.config import load_settings
+from agent_learning.documents import TrainingRun
 from agent_learning.local import open_local
 from agent_learning.pipeline import load_current
 from agent_learning.policy import SoftmaxPolicy
@@ -104,9 +105,10 @@ def deployment(request: pytest.FixtureRequest, tmp_path: Path, monkeypatch: pyte
 
 
 def test_policy_show_and_history(deployment: Deployment) -> None:
-    doc = as_json("policy", "show", "--agent-id", AGENT)
+    shown = as_json("policy", "show", "--agent-id", AGENT)
+    doc = shown["policy"]
     assert doc["version"] == 4 and doc["kind"] == "current" and doc["source"] == "train"
-    assert json.loads(ok("policy", "--agent-id", AGENT, "--json").stdout) == doc  # the old form still works
+    assert json.loads(ok("policy", "--agent-id", AGENT, "--json").stdout) == shown  # the old form still works
     table = ok("policy", "show", "--agent-id", AGENT).stdout
     assert f"{AGENT} v4 (train)" in table and "few-shot" in table and "last run" in table
     counts, sums = doc["learner_state"]["count"], doc["learner_state"]["reward_sum"]
@@ -169,10 +171,11 @@ def test_rollback_pin_and_unpin(deployment: Deployment) -> None:
 
 def test_runs_list_and_show(deployment: Deployment) -> None:
     runs = as_json("runs", "list", "--agent-id", AGENT)
-    assert [r["id"] for r in runs] == [f"{AGENT}:run:v{v}" for v in (4, 3, 2)]
+    assert [r["run"]["id"] for r in runs] == [f"{AGENT}:run:v{v}" for v in (4, 3, 2)]
     assert as_json("runs", "list", "--agent-id", AGENT, "--limit", "1") == runs[:1]
-    run = as_json("runs", "show", f"{AGENT}:run:v3")
-    assert run == runs[1] and run["episodes"] == 20 and run["cursor_to"]["seq"] > run["cursor_from"]["seq"]
+    shown = as_json("runs", "show", f"{AGENT}:run:v3")
+    run = shown["run"]
+    assert shown == runs[1] and run["episodes"] == 20 and run["cursor_to"]["seq"] > run["cursor_from"]["seq"]
     assert "run:v3" in ok("runs", "list", "--agent-id", AGENT).stdout
     assert "metrics.mean_reward" in ok("runs", "show", f"{AGENT}:run:v3").stdout
     bad = cli("runs", "show", "v3")
@@ -304,9 +307,11 @@ def test_runs_count_correction_rows_and_corrected_episodes_apart(deployment: Dep
     assert as_json("feedback", episode, "--down")["status"] == "corrected"
     assert as_json("feedback", episode, "--score", "0.5", "--source", "qa")["status"] == "corrected"
     deployment.round()  # new episodes, so the corrections are learned
-    (run,) = as_json("runs", "list", "--agent-id", AGENT, "--limit", "1")
-    assert (run["corrections"], run["corrected_episodes"], run["metrics"]["corrections"]) == (2, 1, 1)
-    assert as_json("runs", "show", run["id"])["corrected_episodes"] == 1
+    (listed,) = as_json("runs", "list", "--agent-id", AGENT, "--limit", "1")
+    run = listed["run"]
+    assert (run["corrections"], listed["corrected_episodes"], run["metrics"]["corrections"]) == (2, 1, 1)
+    assert as_json("runs", "show", run["id"]) == listed
+    assert TrainingRun.from_dict(run).id == run["id"]  # the document as stored: it validates as a run
     table = ok("runs", "list", "--agent-id", AGENT, "--limit", "1").stdout
     assert "correction rows" in table and "corrected episodes" in table
     row = next(line for line in table.splitlines() if run["id"] in line).split("│")

@@ -17,6 +17,7 @@ from click.testing import CliRunner
 from agent_learning.capture import EpisodeCapture
 from agent_learning.cli import main
 from agent_learning.clock import ManualClock
+from agent_learning.documents import PolicyDocument
 from agent_learning.errors import TransientError
 from agent_learning.feedback import record_feedback
 from agent_learning.learner import Reinforce
@@ -62,7 +63,7 @@ def test_every_time_in_json_is_iso_8601_utc(db: str) -> None:
     episode = json.loads(runner.invoke(main, ["episodes", "show", "ep-1", "--json", "--db", db]).stdout)
     runs = json.loads(runner.invoke(main, ["runs", "list", "--agent-id", "bot", "--json", "--db", db]).stdout)
     times = [row["created_at"] for row in history] + [episode["episode"]["started_at"], episode["episode"]["ended_at"]]
-    times += [episode["scores"][0]["scored_at"]] + [r[k] for r in runs for k in ("started_at", "finished_at")]
+    times += [episode["scores"][0]["scored_at"]] + [r["run"][k] for r in runs for k in ("started_at", "finished_at")]
     assert times and all(ISO_Z.match(t) for t in times), times
 
 
@@ -71,6 +72,15 @@ def test_policy_show_json_has_the_probabilities_agents_draw_from(db: str) -> Non
     probabilities = shown["probabilities"]
     assert list(probabilities) == ["a", "b", "c"] and abs(sum(probabilities.values()) - 1) < 1e-12
     assert probabilities["a"] > probabilities["b"] > probabilities["c"]
+
+
+def test_policy_show_json_keeps_the_document_as_stored_and_the_probabilities_beside_it(db: str) -> None:
+    """Before the fix `probabilities` was added into the document, which then was no policy
+    document any more: nothing that reads one (PolicyDocument, the published schema) took it."""
+    shown = json.loads(CliRunner().invoke(main, ["policy", "show", "--agent-id", "bot", "--json", "--db", db]).stdout)
+    assert sorted(shown) == ["policy", "probabilities"]
+    with SQLiteStore(db) as store:
+        assert PolicyDocument.from_dict(shown["policy"]) == load_current(store, "bot")
 
 
 def test_a_run_that_learned_only_corrections_shows_no_mean_reward(db: str) -> None:

@@ -20,6 +20,7 @@ from agent_learning.cli import main
 from agent_learning.clock import ManualClock
 from agent_learning.config import load_settings
 from agent_learning.demo import run_demo
+from agent_learning.documents import PolicyDocument
 from agent_learning.local import FEED_CHECKPOINT, open_local
 from agent_learning.pipeline import create_policy, load_current
 from agent_learning.policy import SoftmaxPolicy
@@ -121,6 +122,7 @@ def test_cli_creates_and_shows_a_structured_contextual_policy(tmp_path: Path) ->
     assert "dimensions prompt (2), retrieval_k (2) learning from ['task']" in made.stdout
     shown = runner.invoke(main, ["policy", "show", "--agent-id", "triage", "--db", db, "--json"])
     views = json.loads(shown.stdout)["probabilities"]
+    assert PolicyDocument.from_dict(json.loads(shown.stdout)["policy"]).structured  # the document as stored
     assert views["no context"]["prompt"] == pytest.approx({"prompt=concise": 1 / 3, "prompt=steps": 2 / 3})
     text = runner.invoke(main, ["policy", "show", "--agent-id", "triage", "--db", db])
     assert text.exit_code == 0 and "retrieval_k" in text.stdout and "no segments learned yet" in text.stdout
@@ -241,7 +243,7 @@ def test_cli_init_policy_then_policy_then_train(tmp_path: Path) -> None:
 
     shown = runner.invoke(main, ["policy", "--agent-id", "helper", "--db", db, "--json"])
     assert shown.exit_code == 0, shown.output
-    doc = json.loads(shown.stdout)
+    doc = json.loads(shown.stdout)["policy"]
     assert doc["version"] == 1 and [a["id"] for a in doc["actions"]] == ["concise", "detailed"]
     assert doc["actions"][1]["config"] == {"max_tokens": 800}
 
@@ -321,6 +323,32 @@ def test_cli_train_trains_every_agent_and_exits_1_if_one_could_not_be(tmp_path: 
     assert result.exit_code == 1
     assert [(t["agent_id"], t["status"]) for t in json.loads(result.stdout)["training"]] == [
         ("alpha", "invalid_policy"), ("beta", "no_new_scores")]
+
+
+def test_cli_train_says_a_current_document_is_invalid_when_its_agent_has_no_new_scores(tmp_path: Path) -> None:
+    """Before the fix `train` said `no_new_scores` and exited 0 (with --agent-id: an error before
+    anything was scored), without pointing at the rollback that repairs it."""
+    from agent_learning.store.sqlite import SQLiteStore
+
+    db = str(tmp_path / "x.db")
+    actions = tmp_path / "actions.json"
+    actions.write_text('["a", "b"]')
+    for agent_id in ("alpha", "beta"):
+        assert CliRunner().invoke(main, ["init-policy", "--agent-id", agent_id, "--actions", str(actions),
+                                         "--db", db]).exit_code == 0
+    with SQLiteStore(db) as store:  # edited by hand: the version and cursor still read
+        store.put_raw_current_policy("alpha", {**store.get_current_policy("alpha").doc, "logits": [0.0]})
+    reason = ("invalid policy 'alpha:current': logits: has 1 entries but there are 2 actions; "
+              "`agent-learn policy rollback --agent-id alpha VERSION` repairs it")
+    for args in ([], ["--agent-id", "alpha"]):
+        result = CliRunner().invoke(main, ["train", "--db", db, "--json", *args])
+        assert result.exit_code == 1, result.output
+        training = json.loads(result.stdout)["training"]
+        assert (training[0]["agent_id"], training[0]["status"], training[0]["reason"]) == (
+            "alpha", "invalid_policy", reason)
+    assert CliRunner().invoke(main, ["policy", "rollback", "--agent-id", "alpha", "1", "--db", db]).exit_code == 0
+    result = CliRunner().invoke(main, ["train", "--db", db, "--json"])
+    assert result.exit_code == 0 and {t["status"] for t in json.loads(result.stdout)["training"]} == {"no_new_scores"}
 
 
 def test_cli_train_scores_the_rest_when_one_episode_fails_and_exits_1(

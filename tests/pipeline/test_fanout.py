@@ -69,6 +69,26 @@ def test_a_tick_plans_only_the_agents_with_new_scores(agents: Store) -> None:
     assert plan_training(agents, agent_ids=["trained", "pinned"]).requests == []
 
 
+def test_a_tick_reports_an_invalid_current_document_whether_or_not_its_agent_has_new_scores(agents: Store) -> None:
+    """Before the fix the plan read only the cursor's fields: an agent whose document no longer
+    validated (edited by hand) but had nothing new was reported as ``no_new_scores``, a pinned
+    one as ``pinned``."""
+    for agent_id in ("trained", "pinned", "busy"):
+        tagged = agents.get_current_policy(agent_id)
+        assert tagged is not None
+        edited = load_current(agents, agent_id).model_copy(update={"logits": [0.0]})  # type: ignore[union-attr]
+        agents.replace_current_policy(edited, tagged.etag)  # model_copy does not validate: as a hand edit
+    plan = plan_training(agents)
+    assert plan.requests == [] and [a.agent_id for a in plan.idle] == ["fresh"] and plan.pinned == []
+    assert {o.agent_id: o.status for o in plan.untrained()} == {
+        "busy": "invalid_policy", "fresh": "no_new_scores", "pinned": "invalid_policy", "trained": "invalid_policy"}
+    for o in plan.failed:
+        assert o.reason.startswith(f"invalid policy '{o.agent_id}:current': logits: has 1 entries but there are 3")
+        assert o.reason.endswith(f"`agent-learn policy rollback --agent-id {o.agent_id} VERSION` repairs it")
+    outcome = train_agent("busy", agents, Reinforce())  # the trainer says the same
+    assert (outcome.status, outcome.reason) == ("invalid_policy", plan.failed[0].reason)
+
+
 def test_a_message_trains_its_agent_once_however_often_it_is_delivered(agents: Store) -> None:
     (request,) = plan_training(agents).requests
     body = request.to_message().body

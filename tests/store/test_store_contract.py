@@ -7,6 +7,7 @@ the file, several store objects on one file as several processes would have).
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 import uuid
 from concurrent.futures import ThreadPoolExecutor
@@ -1110,13 +1111,16 @@ def test_sqlite_read_scores_seeks_the_index_to_the_cursor_in_new_and_existing_fi
 
 
 def test_sqlite_training_cursors_list_an_agent_whose_current_document_is_corrupt(db_path: Path) -> None:
-    """Its fields are left unknown (the trainer then reports the document when it loads it); the
-    other agents are listed as usual."""
+    """Its fields are left unknown and its problem is said (the plan reports it as the trainer
+    would); the other agents are listed as usual."""
     with SQLiteStore(db_path) as store:
         store.replace_current_policy(make_policy_doc("agent-a", kind="current"), None)
         store.put_raw_current_policy("agent-b", {"agent_id": "agent-b", "version": "two", "cursor": {"seq": -1}})
         store.put_raw_current_policy("agent-c", ["not", "a", "document"])  # type: ignore[arg-type]
-        assert store.training_cursors() == [
+        cursors = store.training_cursors()
+        assert cursors[0].problem == "" and "version: Input should be a valid integer" in cursors[1].problem
+        assert cursors[2].problem == "invalid policy document: (document): must be a JSON object, got list"
+        assert [dataclasses.replace(c, problem="") for c in cursors] == [
             AgentCursor("agent-a", 1, None, False),
             AgentCursor("agent-b", 0, None, False),
             AgentCursor("agent-c", 0, None, False),

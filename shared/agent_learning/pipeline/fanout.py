@@ -8,8 +8,10 @@ instances as the platform gives the trigger. The embedded runner does the same t
 SQLite queue.
 
 Cost of a tick. :meth:`~agent_learning.store.base.Store.training_cursors` lists every agent's
-cursor in one paged projection query (about one request per thousand agents on Cosmos DB);
-then each unpinned agent costs one single-partition query
+cursor in one paged query (about one request per thousand agents on Cosmos DB), reading each
+current document whole so that an invalid one is reported (``invalid_policy``) whether or not
+its agent has new scores (validating one takes 50-80 µs); then each unpinned agent with a
+valid document costs one single-partition query
 (:meth:`~agent_learning.store.base.Store.has_new_scores`), so an agent with nothing new costs
 one cheap read per tick and nothing else. The checks run one after another (a store serializes
 its queries anyway: see ``CosmosStore._query``): about 10 ms each on Cosmos DB, so 10,000 agents
@@ -41,7 +43,7 @@ from ..documents import AgentId
 from ..errors import InvalidDocument
 from ..queue.base import OutgoingMessage
 from ..store.base import AgentCursor, Store
-from .train import TrainOutcome, failure_outcome, paused, train_safely
+from .train import TrainOutcome, failure_outcome, invalid_policy, paused, train_safely
 
 log = logging.getLogger(__name__)
 
@@ -108,8 +110,8 @@ class TrainingPlan:
     pinned: list[AgentCursor] = field(default_factory=list)
     """Agents whose learning is paused (not checked)."""
     failed: list[TrainOutcome] = field(default_factory=list)
-    """Agents whose check failed (``unavailable`` or ``failed``, as a training run would say);
-    the next tick checks them again."""
+    """Agents whose current document is invalid (``invalid_policy``) or whose check failed
+    (``unavailable`` or ``failed``), as a training run would say; the next tick checks them again."""
 
     @property
     def agents(self) -> int:
@@ -124,18 +126,19 @@ class TrainingPlan:
 
 
 def plan_training(store: Store, *, agent_ids: Iterable[str] | None = None) -> TrainingPlan:
-    """The agents with new settled scores after their cursor (pinned agents are not checked);
-    ``agent_ids`` restricts the plan to those agents."""
+    """The agents with new settled scores after their cursor (pinned agents are not checked; an
+    invalid current document is reported as the trainer would, pinned or not); ``agent_ids``
+    restricts the plan to those agents."""
     cursors = store.training_cursors()
     if agent_ids is not None:
         wanted = set(agent_ids)
         cursors = [c for c in cursors if c.agent_id in wanted]
-    plan = TrainingPlan(pinned=[c for c in cursors if c.pinned])
-    due = [c for c in cursors if not c.pinned]
+    plan = TrainingPlan(failed=[invalid_policy(c.agent_id, c.problem) for c in cursors if c.problem])
+    valid = [c for c in cursors if not c.problem]
+    plan.pinned = [c for c in valid if c.pinned]
+    due = [c for c in valid if not c.pinned]
 
     def check(agent: AgentCursor) -> bool | TrainOutcome:
-        if agent.version < 1:
-            return True  # a current document without a version: the trainer says what is wrong with it
         try:
             return store.has_new_scores(agent.agent_id, agent.cursor)
         except Exception as exc:  # one agent's failure must not stop the tick

@@ -41,6 +41,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 from .. import notices
 from ..clock import SYSTEM_CLOCK, Clock
@@ -194,7 +195,8 @@ def rollback(store: Store, agent_id: str, version: int, *, clock: Clock = SYSTEM
         if current is None:
             raise NotFound(f"agent_id: {agent_id!r} has no policy")
         # Versions run from 1 (create_policy) to the current one: no need to read them all to say so.
-        raise NotFound(f"VERSION: {agent_id!r} has no version {version} (versions 1 to {current.doc.get('version')})")
+        newest = current.doc.get("version") if isinstance(current.doc, dict) else "?"
+        raise NotFound(f"VERSION: {agent_id!r} has no version {version} (versions 1 to {newest})")
     target = stored_policy(raw)
 
     def copy(current: PolicyDocument, next_version: int, from_: str) -> PolicyDocument:
@@ -250,12 +252,17 @@ def rollback(store: Store, agent_id: str, version: int, *, clock: Clock = SYSTEM
     raise ConcurrencyConflict(f"the policy of {agent_id!r} kept changing; try again")
 
 
+def repair_hint(agent_id: str) -> str:
+    """What repairs an agent whose current document is invalid (:func:`rollback`), for messages."""
+    return f"`agent-learn policy rollback --agent-id {agent_id} VERSION` repairs it"
+
+
 STAND_IN_RECORDS = 16
 """How many of the newest version records a rollback over an invalid current document reads to
 find a valid one (a crash leaves at most one version unrecorded; a corrupted store, more)."""
 
 
-def _stand_in(store: Store, agent_id: str, invalid: dict, target: PolicyDocument) -> tuple[PolicyDocument, int]:
+def _stand_in(store: Store, agent_id: str, invalid: Any, target: PolicyDocument) -> tuple[PolicyDocument, int]:
     """What replaces an invalid current document: the newest valid version record (its logits,
     learner state and training cursor: when it is the version the invalid document holds, as
     after a hand edit, nothing is lost; when it is older, the scores the versions after it had
@@ -272,6 +279,7 @@ def _stand_in(store: Store, agent_id: str, invalid: dict, target: PolicyDocument
         except InvalidDocument:
             continue
     newest = max(n for r in records if type(n := r.get("version")) is int)
+    invalid = invalid if isinstance(invalid, dict) else {}  # a JSON list edited in by hand: no field readable
     if invalid.get("version") == newest + 1:
         newest += 1  # a version whose records a crash left unwritten; a number edited in is not taken
     pinned, reason = invalid.get("pinned"), invalid.get("pin_reason")

@@ -47,7 +47,7 @@ from ..policy import policy_choices, policy_probabilities, served_entropy
 from ..store.base import RawDoc, Store
 from ..structured import Layout
 from ..telemetry import MEAN_REWARD, POLICY_ENTROPY, SPAN_TRAIN, TRAINING_RUNS, count, record, span
-from .publish import load_current_tagged, materialise, publish, set_pinned
+from .publish import load_current_tagged, materialise, publish, repair_hint, set_pinned
 
 log = logging.getLogger(__name__)
 
@@ -139,8 +139,7 @@ def _train_agent(
     try:
         loaded = load_current_tagged(store, agent_id)
     except InvalidDocument as exc:
-        log.error("not training %s: its current policy document is invalid: %s", agent_id, exc)
-        return TrainOutcome("invalid_policy", agent_id, reason=str(exc))
+        return invalid_policy(agent_id, str(exc))
     if loaded is None:
         return TrainOutcome("no_policy", agent_id, reason="the agent has no current policy")
     current = loaded.policy
@@ -186,6 +185,14 @@ def _train_agent(
     return TrainOutcome("published", agent_id, new.version, new.run, reason=warned,
                         probabilities=policy_probabilities(new), choices=policy_choices(new),
                         entropy=served_entropy(new, batch.contexts))
+
+
+def invalid_policy(agent_id: str, problem: str) -> TrainOutcome:
+    """The outcome of an agent whose current document does not validate (``problem``), logged as
+    an error: no run trains it until ``agent-learn policy rollback`` repairs the document."""
+    reason = f"{problem}; {repair_hint(agent_id)}"
+    log.error("not training %s: its current policy document is invalid: %s", agent_id, reason)
+    return TrainOutcome("invalid_policy", agent_id, reason=reason)
 
 
 def paused(pin_reason: str) -> str:

@@ -45,8 +45,9 @@ Semantics every adapter keeps:
   on Cosmos DB that pair is the document's partition key, so every point read of the slot
   needs both.
 * For a training fan-out: ``training_cursors`` lists every agent's current version, cursor and
-  pin in one pass over the current documents; ``has_new_scores`` says whether ``read_scores``
-  would return anything, at the cost of one small request.
+  pin, and whether its document validates, in one pass over the current documents;
+  ``has_new_scores`` says whether ``read_scores`` would return anything, at the cost of one
+  small request.
 """
 
 from __future__ import annotations
@@ -65,7 +66,9 @@ from ..documents import (
     ScoreCursor,
     TrainingRun,
     UnjudgedRecord,
+    stored_policy,
 )
+from ..errors import InvalidDocument
 
 RawDoc = dict[str, Any]
 
@@ -109,13 +112,24 @@ class AgentCursor:
     pinned: bool
     pin_reason: str = ""
     """Why learning is paused, when it is."""
+    problem: str = ""
+    """Why the current document does not validate (``""``: it does); the trainer refuses such a
+    document whether or not the agent has new scores."""
 
 
-def agent_cursor(doc: RawDoc) -> AgentCursor:
-    """The :class:`AgentCursor` of a current policy document (or of its projection on
-    ``agent_id``, ``version``, ``cursor``, ``pinned`` and ``pin_reason``), read leniently: a field
-    that does not validate is left at its "unknown" value instead of failing the listing of every
-    agent."""
+def agent_cursor(doc: Any, agent_id: str | None = None) -> AgentCursor:
+    """The :class:`AgentCursor` of a current policy document as stored (``agent_id``: the agent
+    it is stored under; by default the document's own). The document is validated as the trainer
+    validates it (:func:`~agent_learning.documents.stored_policy`), and its problem is kept in
+    ``problem`` rather than failing the listing of every agent; its fields are read leniently,
+    one that does not validate left at its "unknown" value."""
+    try:
+        stored_policy(doc)
+        problem = ""
+    except InvalidDocument as exc:
+        problem = str(exc)
+    if not isinstance(doc, dict):
+        doc = {}
     version, raw_cursor, pinned = doc.get("version"), doc.get("cursor"), doc.get("pinned")
     reason = doc.get("pin_reason")
     cursor = None
@@ -125,11 +139,12 @@ def agent_cursor(doc: RawDoc) -> AgentCursor:
         except ValueError:
             cursor = None
     return AgentCursor(
-        agent_id=str(doc.get("agent_id")),
+        agent_id=agent_id if agent_id is not None else str(doc.get("agent_id")),
         version=version if isinstance(version, int) and not isinstance(version, bool) else 0,
         cursor=cursor,
         pinned=pinned is True,
         pin_reason=reason if isinstance(reason, str) else "",
+        problem=problem,
     )
 
 
@@ -312,8 +327,9 @@ class Store(ABC):
 
     @abstractmethod
     def training_cursors(self) -> list[AgentCursor]:
-        """The :class:`AgentCursor` of every agent that has a current policy, sorted by agent id.
-        On Cosmos DB one cross-partition projection query, read in pages of a thousand."""
+        """The :class:`AgentCursor` of every agent that has a current policy, sorted by agent id,
+        each document validated (:func:`agent_cursor`). On Cosmos DB one cross-partition query,
+        read in pages of a thousand."""
 
     @abstractmethod
     def delete_agent(self, agent_id: str) -> dict[str, int]:

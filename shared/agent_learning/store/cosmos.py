@@ -800,11 +800,12 @@ class CosmosStore(Store):
         return sorted({str(r["agent_id"]) for r in rows})
 
     def training_cursors(self) -> list[AgentCursor]:
-        """One cross-partition query projecting the five fields of every current document, read
-        in pages of :data:`CURSOR_PAGE` (about one request per thousand agents)."""
+        """One cross-partition query reading every current document whole (a projection on the
+        cursor's fields could not say whether the document validates), in pages of
+        :data:`CURSOR_PAGE` (about one request per thousand agents)."""
         rows = self._query(
             "policies",
-            "SELECT c.agent_id, c.version, c.cursor, c.pinned, c.pin_reason FROM c WHERE c.kind = 'current'",
+            "SELECT * FROM c WHERE c.kind = 'current'",
             [],
             page_size=CURSOR_PAGE,
         )

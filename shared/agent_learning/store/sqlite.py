@@ -508,7 +508,7 @@ class SQLiteStore(Store):
                 doc = json.loads(text)  # type: ignore[arg-type]
             except ValueError:
                 doc = None
-            out.append(agent_cursor({**(doc if isinstance(doc, dict) else {}), "agent_id": agent_id}))
+            out.append(agent_cursor(doc, agent_id))
         return out
 
     # ------------------------------------------------------------------ runs
