@@ -39,6 +39,7 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from statistics import NormalDist
 from typing import Any
 
 import numpy as np
@@ -76,8 +77,20 @@ class Problem:
         return np.clip(rng.normal(mu, self.sigma, (len(self.means), pulls)), self.low, self.high)
 
     @property
+    def expected(self) -> np.ndarray:
+        """Every arm's expected reward: ``means``, or for a clipped Gaussian the mean of the
+        clipped distribution (clipping pulls a mean near a bound toward the middle)."""
+        if self.kind == "bernoulli":
+            return self.means
+        z = NormalDist()
+        cdf, pdf = np.vectorize(z.cdf), np.vectorize(z.pdf)
+        lo, hi = (self.low - self.means) / self.sigma, (self.high - self.means) / self.sigma
+        inside = self.means * (cdf(hi) - cdf(lo)) + self.sigma * (pdf(lo) - pdf(hi))
+        return self.low * cdf(lo) + self.high * (1.0 - cdf(hi)) + inside
+
+    @property
     def best(self) -> int:
-        return int(np.argmax(self.means))
+        return int(np.argmax(self.expected))
 
 
 def k16_means() -> np.ndarray:
@@ -309,7 +322,7 @@ def run(
 ) -> tuple[float, float, int | None, np.ndarray]:
     env = Environment(problem, seed, horizon)
     algo = make(len(problem.means), np.random.default_rng([seed, 1]))
-    gap = problem.means[problem.best] - problem.means
+    gap = problem.expected[problem.best] - problem.expected
     curve, total, done, reach = [], 0.0, 0, None
     while done < horizon:
         n = min(problem.batch, horizon - done)

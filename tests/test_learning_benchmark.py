@@ -1,0 +1,24 @@
+"""The flat problems of the learning benchmark (``benchmarks/learning.py``): regret is measured
+against what the rewards really pay."""
+
+from __future__ import annotations
+
+import numpy as np
+from benchmark_modules import load_benchmark
+
+bench = load_benchmark("learning")
+
+
+def test_regret_on_a_clipped_gaussian_problem_uses_the_clipped_means() -> None:
+    """Clipping at 1 takes 0.03 off a mean of 0.8 with σ 0.25: the gaps are the clipped means'."""
+    for problem in [p for p in bench.PROBLEMS if p.kind == "gaussian"]:
+        paid = problem.draw(np.random.default_rng(0), 200_000).mean(axis=1)
+        np.testing.assert_allclose(problem.expected, paid, atol=0.003)
+        assert problem.best == int(np.argmax(paid))
+    k4 = bench.PROBLEMS[0]
+    np.testing.assert_array_equal(k4.expected, k4.means)  # Bernoulli: the means themselves
+
+    gaussian = next(p for p in bench.PROBLEMS if p.name == "K=4 Gaussian")
+    uniform, _, _, _ = bench.run(gaussian, bench.Uniform, seed=0, horizon=4_000)
+    gaps = gaussian.expected.max() - gaussian.expected
+    assert abs(uniform / 4_000 - gaps.mean()) < 0.01  # 0.132 per episode, not the unclipped 0.15
