@@ -585,11 +585,13 @@ def factorized_lines(seeds: int, t0: float, out: dict[str, Any]) -> list[str]:
 
 
 def paired_se(regret: np.ndarray, reference: np.ndarray) -> float:
-    """One standard error of mean(regret) ÷ mean(reference) from the seeds' paired differences
-    (the same seeds meet the same luck, so the differences are what vary); 0 for one seed."""
+    """One standard error of the ratio R = mean(regret) ÷ mean(reference) from the seeds' paired
+    residuals regret − R·reference (the delta method: the same seeds meet the same luck, so what
+    varies is how far each seed is from the ratio, not each algorithm's spread); 0 for one seed."""
     if len(regret) < 2:
         return 0.0
-    return float(np.std(regret - reference, ddof=1) / math.sqrt(len(regret)) / reference.mean())
+    ratio = regret.mean() / reference.mean()
+    return float(np.std(regret - ratio * reference, ddof=1) / math.sqrt(len(regret)) / reference.mean())
 
 
 def _table_rows(

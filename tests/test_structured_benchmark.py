@@ -53,13 +53,26 @@ def test_a_problem_drawn_per_seed_meets_a_new_instance_in_every_run_and_a_fixed_
     )
 
 
-def test_the_paired_standard_error_is_that_of_the_seeds_differences() -> None:
+def test_the_paired_standard_error_is_that_of_the_ratio() -> None:
+    """The delta method's residuals regret − R·reference: a seed that keeps the ratio adds no doubt."""
     reference = np.array([10.0, 20.0, 30.0, 40.0])
-    assert bench.paired_se(reference + 5.0, reference) == 0.0  # the same shift on every seed: no doubt
-    regret = reference + np.array([1.0, -1.0, 3.0, -3.0])
+    assert bench.paired_se(1.5 * reference, reference) == 0.0  # the same ratio on every seed: no doubt
+    assert bench.paired_se(reference + 5.0, reference) > 0.0  # the same shift is a different ratio per seed
+    regret = 1.5 * reference + np.array([1.0, -1.0, 3.0, -3.0])
     expected = np.std([1.0, -1.0, 3.0, -3.0], ddof=1) / 2.0 / 25.0
     assert math.isclose(bench.paired_se(regret, reference), expected)
     assert bench.paired_se(regret[:1], reference[:1]) == 0.0
+
+
+def test_the_paired_standard_error_matches_the_spread_of_the_ratio_over_replications() -> None:
+    rng = np.random.default_rng(5)
+    ratios, errors = [], []
+    for _ in range(2_000):
+        reference = rng.uniform(50.0, 150.0, 50)
+        regret = 1.5 * reference + rng.normal(0.0, 5.0, 50)
+        ratios.append(regret.mean() / reference.mean())
+        errors.append(bench.paired_se(regret, reference))
+    assert math.isclose(float(np.mean(errors)), float(np.std(ratios)), rel_tol=0.1)
 
 
 def test_the_factorized_tables_run_without_the_contextual_ones_and_plot(
