@@ -527,7 +527,8 @@ def tables(seeds: int, t0: float, contextual: bool = True) -> tuple[list[str], d
 def contextual_lines(seeds: int, t0: float, out: dict[str, Any]) -> list[str]:
     """The contextual table; its figures go into ``out``."""
     lines = [
-        "| contextual problem | algorithm | regret (mean ± sd) | vs Thompson per segment | best < 0.5 (seeds) |",
+        "| contextual problem | algorithm | regret (mean ± sd) | vs Thompson per segment (± paired se) | "
+        "best < 0.5 (seeds) |",
         "|---|---|---:|---:|---:|",
     ]
     for problem in CONTEXT_PROBLEMS:
@@ -597,18 +598,23 @@ def paired_se(regret: np.ndarray, reference: np.ndarray) -> float:
 def _table_rows(
     lines: list[str], out: dict[str, Any], problem: str, rows: dict[str, Row], reference: str, seeds: int
 ) -> None:
-    ref = float(np.mean(rows[reference].regret))
+    """The contextual table's rows of ``problem``: each algorithm's regret, its ratio to ``reference``
+    with the ratio's paired standard error, and its seeds below 0.5; the figures go into ``out``."""
+    ref_row = np.array(rows[reference].regret)
+    ref = float(ref_row.mean())
     out[problem] = {}
     for name, row in rows.items():
         mean = float(np.mean(row.regret))
+        se = paired_se(np.array(row.regret), ref_row)
         out[problem][name] = {
             "regret_mean": mean,
             "regret_sd": float(np.std(row.regret)),
             "vs_reference": mean / ref,
+            "vs_reference_se": se,
             "best_below_half": row.below_half,
         }
         lines.append(
-            f"| {problem} | {name} | {mean:.1f} ± {np.std(row.regret):.1f} | {mean / ref:.2f}× | "
+            f"| {problem} | {name} | {mean:.1f} ± {np.std(row.regret):.1f} | {mean / ref:.2f}× ± {se:.2f} | "
             f"{row.below_half}/{seeds} |"
         )
 

@@ -75,6 +75,18 @@ def test_the_paired_standard_error_matches_the_spread_of_the_ratio_over_replicat
     assert math.isclose(float(np.mean(errors)), float(np.std(ratios)), rel_tol=0.1)
 
 
+def test_the_contextual_rows_give_each_ratio_its_paired_standard_error() -> None:
+    reference = [100.0, 150.0, 200.0]
+    rows = {"Thompson per segment (told it)": bench.Row(reference), "ours": bench.Row([95.0, 140.0, 200.0], 1)}
+    lines: list[str] = []
+    out: dict[str, dict[str, dict[str, float]]] = {}
+    bench._table_rows(lines, out, "2 segments", rows, "Thompson per segment (told it)", 3)
+    se = bench.paired_se(np.array(rows["ours"].regret), np.array(reference))
+    assert se > 0 and out["2 segments"]["ours"]["vs_reference_se"] == se
+    assert out["2 segments"]["Thompson per segment (told it)"]["vs_reference_se"] == 0.0
+    assert lines[1] == f"| 2 segments | ours | 145.0 ± 43.0 | 0.97× ± {se:.2f} | 1/3 |"
+
+
 def test_the_factorized_tables_run_without_the_contextual_ones_and_plot(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
