@@ -443,10 +443,28 @@ def guardrail_table(seeds: int, horizon: int, t0: float) -> tuple[list[str], dic
     return lines, out
 
 
-def main() -> None:
+def positive(text: str) -> int:
+    """A command-line count: a whole number of at least 1."""
+    value = int(text)  # argparse names the option and the value if this fails
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1 (got {value})")
+    return value
+
+
+def named(parser: argparse.ArgumentParser, problems: list[Any], prefixes: str) -> list[Any]:
+    """The ``problems`` whose names start with one of the comma-separated ``prefixes`` (all if
+    none); a prefix that names none of them is an error that lists the names."""
+    wanted = [x for x in prefixes.split(",") if x]
+    for x in wanted:
+        if not any(p.name.startswith(x) for p in problems):
+            parser.error(f"--problems: {x!r} names no problem here (one of: {', '.join(p.name for p in problems)})")
+    return [p for p in problems if not wanted or any(p.name.startswith(x) for x in wanted)]
+
+
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--seeds", type=int, default=20)
-    parser.add_argument("--horizon", type=int, default=2_000)
+    parser.add_argument("--seeds", type=positive, default=20)
+    parser.add_argument("--horizon", type=positive, default=2_000)
     parser.add_argument("--plot", type=Path, default=None)
     parser.add_argument("--json", type=Path, default=None)
     parser.add_argument("--problems", default="", help="comma-separated name prefixes (default: all)")
@@ -462,15 +480,13 @@ def main() -> None:
         help="only: where ours' regret against per-dimension Thompson builds up (the factorized problems "
         "--problems names, by default the fixed 300 configurations)",
     )
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     if args.gap:
-        prefixes = args.problems.split(",") if args.problems else [structured.FACTOR_PROBLEMS[1].name]
-        for problem in [p for p in structured.FACTOR_PROBLEMS if any(p.name.startswith(x) for x in prefixes)]:
+        for problem in named(parser, structured.FACTOR_PROBLEMS, args.problems or structured.FACTOR_PROBLEMS[1].name):
             print("\n".join(structured.gap_lines(problem, args.seeds, time.perf_counter())))
         return
 
-    chosen = [p for p in PROBLEMS if not args.problems or any(p.name.startswith(x) for x in args.problems.split(","))]
-    chosen = [] if args.no_stationary else chosen
+    chosen = [] if args.no_stationary else named(parser, PROBLEMS, args.problems)
     table: dict[str, dict[str, Result]] = {}
     t0 = time.perf_counter()
     for problem in chosen:

@@ -4,6 +4,7 @@ against what the rewards really pay."""
 from __future__ import annotations
 
 import numpy as np
+import pytest
 from benchmark_modules import load_benchmark
 
 bench = load_benchmark("learning")
@@ -22,3 +23,21 @@ def test_regret_on_a_clipped_gaussian_problem_uses_the_clipped_means() -> None:
     uniform, _, _, _ = bench.run(gaussian, bench.Uniform, seed=0, horizon=4_000)
     gaps = gaussian.expected.max() - gaussian.expected
     assert abs(uniform / 4_000 - gaps.mean()) < 0.01  # 0.132 per episode, not the unclipped 0.15
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--seeds", "0"], "argument --seeds: must be at least 1 (got 0)"),
+        (["--horizon", "-5"], "argument --horizon: must be at least 1 (got -5)"),
+        (["--problems", "K=4 B,K=5"], "--problems: 'K=5' names no problem here (one of: K=4 Bernoulli,"),
+        (["--gap", "--problems", "K=4"], "--problems: 'K=4' names no problem here (one of: 3×4×2 = 24,"),
+    ],
+)
+def test_a_count_below_one_or_a_prefix_naming_no_problem_is_refused_by_name(
+    argv: list[str], message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as exit_:
+        bench.main([*argv, "--no-shift", "--no-structured"])
+    assert exit_.value.code == 2 and message in capsys.readouterr().err
+
