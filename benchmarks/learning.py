@@ -354,8 +354,8 @@ def after_change(
     before = Environment(Problem("before", K4, batch=batch), seed, horizon)
     after = Environment(Problem("after", after_means, batch=batch), seed + 10_000, SHIFT_CAP)
     algo = make(len(K4), np.random.default_rng([seed, 1]))
-    for _ in range(0, horizon, batch):
-        algo.run_batch(before, batch)
+    for done in range(0, horizon, batch):
+        algo.run_batch(before, min(batch, horizon - done))
     for _ in range(0, SHIFT_CAP, batch):
         algo.run_batch(after, batch)
         yield float(algo.probs()[after.problem.best])

@@ -41,3 +41,17 @@ def test_a_count_below_one_or_a_prefix_naming_no_problem_is_refused_by_name(
         bench.main([*argv, "--no-shift", "--no-structured"])
     assert exit_.value.code == 2 and message in capsys.readouterr().err
 
+def test_the_change_comes_after_exactly_horizon_episodes_whatever_the_batch() -> None:
+    """A horizon that is not a whole number of batches ends with a short batch, as ``run`` does."""
+    pulls: list[int] = []
+
+    class Counting(bench.Uniform):
+        def run_batch(self, env: object, n: int) -> tuple[np.ndarray, np.ndarray]:
+            pulls.append(n)
+            return super().run_batch(env, n)
+
+    assert bench.recovery(Counting, seed=0, horizon=10) is None  # uniform never prefers the new best
+    assert pulls[:1] == [10] and set(pulls[1:]) == {50}
+    pulls.clear()
+    next(bench.after_change(Counting, 0, 120, 50, bench.SHIFT_AFTER))
+    assert pulls == [50, 50, 20, 50]
