@@ -28,8 +28,8 @@ Every algorithm meets the same luck (common random numbers): episode t's context
 uniform number that decides whether the j-th pull of arm a in a context pays, are drawn from
 the seed in advance. Regret is expected regret (the best mean in the episode's context minus
 the chosen arm's). "best < 0.5" counts the seeds whose final policy gives the best arm less
-than probability 0.5 in some segment (numeric: at x = −0.5 or 0.5; factorized: the best
-configuration).
+than probability 0.5 in some segment (numeric: at the centre of some bin, x = ±0.25 or ±0.75;
+factorized: the best configuration).
 """
 
 from __future__ import annotations
@@ -81,8 +81,11 @@ class ContextProblem:
         return 0.6 + 0.2 * x[:, None] * c[None, :]
 
     def probes(self) -> np.ndarray:
-        """The contexts at which the final policy is checked for "best < 0.5"."""
-        return np.arange(self.segments, dtype=float) if self.segments is not None else np.array([-0.5, 0.5])
+        """The contexts at which the final policy is checked for "best < 0.5": every segment, or
+        the centre of every bin of x (where the best arm is the bin's, which an oracle is told)."""
+        if self.segments is not None:
+            return np.arange(self.segments, dtype=float)
+        return (np.arange(self.bins) + 0.5) / self.bins * 2.0 - 1.0
 
     def feature(self, x: float) -> dict[str, Any]:
         return {"segment": f"s{int(x)}"} if self.segments is not None else {"x": float(x)}

@@ -87,6 +87,21 @@ def test_the_contextual_rows_give_each_ratio_its_paired_standard_error() -> None
     assert lines[1] == f"| 2 segments | ours | 145.0 ± 43.0 | 0.97× ± {se:.2f} | 1/3 |"
 
 
+def test_the_numeric_problem_is_checked_at_the_centre_of_every_bin_an_oracle_is_told() -> None:
+    """One probe per bin, mirror-symmetric, none on a boundary (x = −0.5 fell in the inner bin and
+    0.5 in the outer one), each with the best arm of its bin's mean rewards."""
+    numeric = next(p for p in bench.CONTEXT_PROBLEMS if p.segments is None)
+    probes = numeric.probes()
+    np.testing.assert_array_equal(numeric.bin(probes), np.arange(numeric.bins))
+    np.testing.assert_allclose(probes, -probes[::-1])
+    for b, x in enumerate(probes):
+        grid = np.linspace(-1.0, 1.0, 4_001)
+        inside = grid[numeric.bin(grid) == b]
+        assert numeric.means(inside).mean(axis=0).argmax() == numeric.means(np.array([x])).argmax()
+    segments = next(p for p in bench.CONTEXT_PROBLEMS if p.segments == 4)
+    np.testing.assert_array_equal(segments.probes(), [0.0, 1.0, 2.0, 3.0])
+
+
 def test_the_factorized_tables_run_without_the_contextual_ones_and_plot(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
