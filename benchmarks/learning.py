@@ -1,7 +1,8 @@
 """Learning quality: our REINFORCE learner against standard bandit algorithms.
 
 Simulated K-armed problems with rewards in [0, 1]; the learner and batched Thompson sampling
-update every ``batch`` episodes (the training timer), UCB1 and ε-greedy after every episode.
+(Beta-Bernoulli, and Gaussian, which sees the rewards' scale) update every ``batch`` episodes (the
+training timer), UCB1 and ε-greedy after every episode.
 For each problem and algorithm, over ``seeds`` seeds: cumulative (expected) regret after
 ``horizon`` episodes, the probability the final policy puts on the best action, and the
 number of episodes until that probability first reaches 0.9 (checked after every update).
@@ -243,6 +244,44 @@ class BatchedThompson(Algorithm):
         self.b += np.bincount(actions, weights=1 - success, minlength=self.k)
 
 
+class GaussianThompson(Algorithm):
+    """Thompson sampling with a Normal posterior of each arm's mean reward: one prior pseudo-pull
+    of 0.5, the arm's sample variance (0.25, the most a reward in [0, 1] can have, before two
+    pulls), so N((0.5 + Σr) / (n + 1), s² / (n + 1)). Unlike the Beta-Bernoulli reference it
+    sees the rewards' scale, as the learner does. Updated once per batch."""
+
+    name = "Thompson (Gaussian, batched)"
+    min_variance = 1e-4
+    """A reward's variance is taken as at least this (sd 0.01): an arm whose few rewards agree still has doubt."""
+
+    def __init__(self, k: int, rng: Rng) -> None:
+        super().__init__(k, rng)
+        self.n, self.s, self.ss = np.zeros(k), np.zeros(k), np.zeros(k)
+
+    def posterior(self) -> tuple[np.ndarray, np.ndarray]:
+        """Every arm's posterior mean and standard deviation."""
+        n = np.maximum(self.n, 1)
+        variance = np.where(self.n > 1, (self.ss - self.s**2 / n) / np.maximum(self.n - 1, 1), 0.25)
+        return (0.5 + self.s) / (self.n + 1), np.sqrt(np.maximum(variance, self.min_variance) / (self.n + 1))
+
+    def probs(self, samples: int = 4000) -> np.ndarray:
+        mean, sd = self.posterior()
+        draws = self.rng.normal(mean, sd, size=(samples, self.k))
+        return np.bincount(draws.argmax(axis=1), minlength=self.k) / samples
+
+    def run_batch(self, env: Environment, n: int) -> tuple[np.ndarray, np.ndarray]:
+        mean, sd = self.posterior()
+        actions = self.rng.normal(mean, sd, size=(n, self.k)).argmax(axis=1)
+        rewards = env.pull(actions)
+        self.update(actions, rewards, np.ones(n))
+        return actions, rewards
+
+    def update(self, actions: np.ndarray, rewards: np.ndarray, logged: np.ndarray) -> None:
+        self.n += np.bincount(actions, minlength=self.k)
+        self.s += np.bincount(actions, weights=rewards, minlength=self.k)
+        self.ss += np.bincount(actions, weights=rewards * rewards, minlength=self.k)
+
+
 class UCB1(Algorithm):
     """UCB1 (Auer et al. 2002), updated after every episode."""
 
@@ -303,7 +342,14 @@ class Uniform(Algorithm):
         return None
 
 
-ALGORITHMS: list[Callable[[int, Rng], Algorithm]] = [Ours, BatchedThompson, UCB1, EpsilonGreedy, Uniform]
+ALGORITHMS: list[Callable[[int, Rng], Algorithm]] = [
+    Ours,
+    BatchedThompson,
+    GaussianThompson,
+    UCB1,
+    EpsilonGreedy,
+    Uniform,
+]
 
 
 # --------------------------------------------------------------------------- running

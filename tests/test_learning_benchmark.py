@@ -55,3 +55,22 @@ def test_the_change_comes_after_exactly_horizon_episodes_whatever_the_batch() ->
     pulls.clear()
     next(bench.after_change(Counting, 0, 120, 50, bench.SHIFT_AFTER))
     assert pulls == [50, 50, 20, 50]
+
+
+def test_gaussian_thompson_samples_each_mean_from_its_normal_posterior() -> None:
+    """N((0.5 + Σr) / (n + 1), s² / (n + 1)), s² the sample variance (0.25 before two pulls)."""
+    algo = bench.GaussianThompson(3, np.random.default_rng(0))
+    algo.update(np.array([0, 0, 1]), np.array([0.6, 0.7, 0.2]), np.ones(3))
+    mean, sd = algo.posterior()
+    np.testing.assert_allclose(mean, [1.8 / 3, 0.7 / 2, 0.5])
+    np.testing.assert_allclose(sd, [np.sqrt(0.005 / 3), np.sqrt(0.25 / 2), np.sqrt(0.25)])
+    algo.update(np.array([2, 2]), np.array([0.4, 0.4]), np.ones(2))
+    assert algo.posterior()[1][2] == np.sqrt(algo.min_variance / 3)  # agreeing rewards still leave doubt
+
+
+def test_on_a_narrow_band_gaussian_thompson_sees_the_scale_the_beta_reference_does_not() -> None:
+    narrow = next(p for p in bench.PROBLEMS if p.name.startswith("K=4 narrow band"))
+    beta = [bench.run(narrow, bench.BatchedThompson, seed, 2_000) for seed in range(3)]
+    gaussian = [bench.run(narrow, bench.GaussianThompson, seed, 2_000) for seed in range(3)]
+    assert np.mean([r[0] for r in gaussian]) < np.mean([r[0] for r in beta]) / 5
+    assert min(r[1] for r in gaussian) > 0.9
