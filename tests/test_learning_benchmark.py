@@ -1,5 +1,5 @@
-"""The flat problems of the learning benchmark (``benchmarks/learning.py``): regret is measured
-against what the rewards really pay."""
+"""The flat problems of the learning benchmark (``benchmarks/learning.py``) at small sizes: regret
+against what the rewards really pay, the Gaussian Thompson reference, and the command line."""
 
 from __future__ import annotations
 
