@@ -498,13 +498,14 @@ def positive(text: str) -> int:
 
 
 def named(parser: argparse.ArgumentParser, problems: list[Any], prefixes: str) -> list[Any]:
-    """The ``problems`` whose names start with one of the comma-separated ``prefixes`` (all if
-    none); a prefix that names none of them is an error that lists the names."""
-    wanted = [x for x in prefixes.split(",") if x]
+    """The ``problems`` whose names start with ``prefixes`` (all if empty; names hold commas, as in
+    "300, drawn per seed") or else with one of its comma-separated parts; a part that names none
+    of them is an error that lists the names."""
+    wanted = [prefixes] if any(p.name.startswith(prefixes) for p in problems) else prefixes.split(",")
     for x in wanted:
         if not any(p.name.startswith(x) for p in problems):
             parser.error(f"--problems: {x!r} names no problem here (one of: {', '.join(p.name for p in problems)})")
-    return [p for p in problems if not wanted or any(p.name.startswith(x) for x in wanted)]
+    return [p for p in problems if any(p.name.startswith(x) for x in wanted)]
 
 
 def main(argv: list[str] | None = None) -> None:

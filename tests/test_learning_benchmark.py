@@ -3,6 +3,8 @@ against what the rewards really pay, the Gaussian Thompson reference, and the co
 
 from __future__ import annotations
 
+import argparse
+
 import numpy as np
 import pytest
 from benchmark_modules import load_benchmark
@@ -40,6 +42,14 @@ def test_a_count_below_one_or_a_prefix_naming_no_problem_is_refused_by_name(
     with pytest.raises(SystemExit) as exit_:
         bench.main([*argv, "--no-shift", "--no-structured"])
     assert exit_.value.code == 2 and message in capsys.readouterr().err
+
+def test_problems_are_named_by_prefixes_even_those_holding_a_comma() -> None:
+    parser = argparse.ArgumentParser()
+    factorized = bench.structured.FACTOR_PROBLEMS
+    assert [p.name for p in bench.named(parser, factorized, "300, drawn")] == ["300, drawn per seed"]
+    assert [p.name for p in bench.named(parser, factorized, "24,300")] == ["24, drawn per seed", "300, drawn per seed"]
+    assert bench.named(parser, bench.PROBLEMS, "") == bench.PROBLEMS
+
 
 def test_the_change_comes_after_exactly_horizon_episodes_whatever_the_batch() -> None:
     """A horizon that is not a whole number of batches ends with a short batch, as ``run`` does."""
