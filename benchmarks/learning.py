@@ -1,7 +1,8 @@
 """Learning quality: our REINFORCE learner against standard bandit algorithms.
 
 Simulated K-armed problems with rewards in [0, 1]; the learner and batched Thompson sampling
-update every ``batch`` episodes (the training timer), UCB1 and ε-greedy after every episode.
+(Beta-Bernoulli, and Gaussian, which sees the rewards' scale) update every ``batch`` episodes (the
+training timer), UCB1 and ε-greedy after every episode.
 For each problem and algorithm, over ``seeds`` seeds: cumulative (expected) regret after
 ``horizon`` episodes, the probability the final policy puts on the best action, and the
 number of episodes until that probability first reaches 0.9 (checked after every update).
@@ -39,6 +40,7 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from statistics import NormalDist
 from typing import Any
 
 import numpy as np
@@ -76,8 +78,20 @@ class Problem:
         return np.clip(rng.normal(mu, self.sigma, (len(self.means), pulls)), self.low, self.high)
 
     @property
+    def expected(self) -> np.ndarray:
+        """Every arm's expected reward: ``means``, or for a clipped Gaussian the mean of the
+        clipped distribution (clipping pulls a mean near a bound toward the middle)."""
+        if self.kind == "bernoulli":
+            return self.means
+        z = NormalDist()
+        cdf, pdf = np.vectorize(z.cdf), np.vectorize(z.pdf)
+        lo, hi = (self.low - self.means) / self.sigma, (self.high - self.means) / self.sigma
+        inside = self.means * (cdf(hi) - cdf(lo)) + self.sigma * (pdf(lo) - pdf(hi))
+        return self.low * cdf(lo) + self.high * (1.0 - cdf(hi)) + inside
+
+    @property
     def best(self) -> int:
-        return int(np.argmax(self.means))
+        return int(np.argmax(self.expected))
 
 
 def k16_means() -> np.ndarray:
@@ -230,6 +244,44 @@ class BatchedThompson(Algorithm):
         self.b += np.bincount(actions, weights=1 - success, minlength=self.k)
 
 
+class GaussianThompson(Algorithm):
+    """Thompson sampling with a Normal posterior of each arm's mean reward: one prior pseudo-pull
+    of 0.5, the arm's sample variance (0.25, the most a reward in [0, 1] can have, before two
+    pulls), so N((0.5 + Σr) / (n + 1), s² / (n + 1)). Unlike the Beta-Bernoulli reference it
+    sees the rewards' scale, as the learner does. Updated once per batch."""
+
+    name = "Thompson (Gaussian, batched)"
+    min_variance = 1e-4
+    """A reward's variance is taken as at least this (sd 0.01): an arm whose few rewards agree still has doubt."""
+
+    def __init__(self, k: int, rng: Rng) -> None:
+        super().__init__(k, rng)
+        self.n, self.s, self.ss = np.zeros(k), np.zeros(k), np.zeros(k)
+
+    def posterior(self) -> tuple[np.ndarray, np.ndarray]:
+        """Every arm's posterior mean and standard deviation."""
+        n = np.maximum(self.n, 1)
+        variance = np.where(self.n > 1, (self.ss - self.s**2 / n) / np.maximum(self.n - 1, 1), 0.25)
+        return (0.5 + self.s) / (self.n + 1), np.sqrt(np.maximum(variance, self.min_variance) / (self.n + 1))
+
+    def probs(self, samples: int = 4000) -> np.ndarray:
+        mean, sd = self.posterior()
+        draws = self.rng.normal(mean, sd, size=(samples, self.k))
+        return np.bincount(draws.argmax(axis=1), minlength=self.k) / samples
+
+    def run_batch(self, env: Environment, n: int) -> tuple[np.ndarray, np.ndarray]:
+        mean, sd = self.posterior()
+        actions = self.rng.normal(mean, sd, size=(n, self.k)).argmax(axis=1)
+        rewards = env.pull(actions)
+        self.update(actions, rewards, np.ones(n))
+        return actions, rewards
+
+    def update(self, actions: np.ndarray, rewards: np.ndarray, logged: np.ndarray) -> None:
+        self.n += np.bincount(actions, minlength=self.k)
+        self.s += np.bincount(actions, weights=rewards, minlength=self.k)
+        self.ss += np.bincount(actions, weights=rewards * rewards, minlength=self.k)
+
+
 class UCB1(Algorithm):
     """UCB1 (Auer et al. 2002), updated after every episode."""
 
@@ -290,7 +342,14 @@ class Uniform(Algorithm):
         return None
 
 
-ALGORITHMS: list[Callable[[int, Rng], Algorithm]] = [Ours, BatchedThompson, UCB1, EpsilonGreedy, Uniform]
+ALGORITHMS: list[Callable[[int, Rng], Algorithm]] = [
+    Ours,
+    BatchedThompson,
+    GaussianThompson,
+    UCB1,
+    EpsilonGreedy,
+    Uniform,
+]
 
 
 # --------------------------------------------------------------------------- running
@@ -309,7 +368,7 @@ def run(
 ) -> tuple[float, float, int | None, np.ndarray]:
     env = Environment(problem, seed, horizon)
     algo = make(len(problem.means), np.random.default_rng([seed, 1]))
-    gap = problem.means[problem.best] - problem.means
+    gap = problem.expected[problem.best] - problem.expected
     curve, total, done, reach = [], 0.0, 0, None
     while done < horizon:
         n = min(problem.batch, horizon - done)
@@ -341,8 +400,8 @@ def after_change(
     before = Environment(Problem("before", K4, batch=batch), seed, horizon)
     after = Environment(Problem("after", after_means, batch=batch), seed + 10_000, SHIFT_CAP)
     algo = make(len(K4), np.random.default_rng([seed, 1]))
-    for _ in range(0, horizon, batch):
-        algo.run_batch(before, batch)
+    for done in range(0, horizon, batch):
+        algo.run_batch(before, min(batch, horizon - done))
     for _ in range(0, SHIFT_CAP, batch):
         algo.run_batch(after, batch)
         yield float(algo.probs()[after.problem.best])
@@ -430,10 +489,29 @@ def guardrail_table(seeds: int, horizon: int, t0: float) -> tuple[list[str], dic
     return lines, out
 
 
-def main() -> None:
+def positive(text: str) -> int:
+    """A command-line count: a whole number of at least 1."""
+    value = int(text)  # argparse names the option and the value if this fails
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1 (got {value})")
+    return value
+
+
+def named(parser: argparse.ArgumentParser, problems: list[Any], prefixes: str) -> list[Any]:
+    """The ``problems`` whose names start with ``prefixes`` (all if empty; names hold commas, as in
+    "300, drawn per seed") or else with one of its comma-separated parts; a part that names none
+    of them is an error that lists the names."""
+    wanted = [prefixes] if any(p.name.startswith(prefixes) for p in problems) else prefixes.split(",")
+    for x in wanted:
+        if not any(p.name.startswith(x) for p in problems):
+            parser.error(f"--problems: {x!r} names no problem here (one of: {', '.join(p.name for p in problems)})")
+    return [p for p in problems if any(p.name.startswith(x) for x in wanted)]
+
+
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--seeds", type=int, default=20)
-    parser.add_argument("--horizon", type=int, default=2_000)
+    parser.add_argument("--seeds", type=positive, default=20)
+    parser.add_argument("--horizon", type=positive, default=2_000)
     parser.add_argument("--plot", type=Path, default=None)
     parser.add_argument("--json", type=Path, default=None)
     parser.add_argument("--problems", default="", help="comma-separated name prefixes (default: all)")
@@ -449,15 +527,13 @@ def main() -> None:
         help="only: where ours' regret against per-dimension Thompson builds up (the factorized problems "
         "--problems names, by default the fixed 300 configurations)",
     )
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     if args.gap:
-        prefixes = args.problems.split(",") if args.problems else [structured.FACTOR_PROBLEMS[1].name]
-        for problem in [p for p in structured.FACTOR_PROBLEMS if any(p.name.startswith(x) for x in prefixes)]:
+        for problem in named(parser, structured.FACTOR_PROBLEMS, args.problems or structured.FACTOR_PROBLEMS[1].name):
             print("\n".join(structured.gap_lines(problem, args.seeds, time.perf_counter())))
         return
 
-    chosen = [p for p in PROBLEMS if not args.problems or any(p.name.startswith(x) for x in args.problems.split(","))]
-    chosen = [] if args.no_stationary else chosen
+    chosen = [] if args.no_stationary else named(parser, PROBLEMS, args.problems)
     table: dict[str, dict[str, Result]] = {}
     t0 = time.perf_counter()
     for problem in chosen:

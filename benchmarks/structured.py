@@ -28,8 +28,8 @@ Every algorithm meets the same luck (common random numbers): episode t's context
 uniform number that decides whether the j-th pull of arm a in a context pays, are drawn from
 the seed in advance. Regret is expected regret (the best mean in the episode's context minus
 the chosen arm's). "best < 0.5" counts the seeds whose final policy gives the best arm less
-than probability 0.5 in some segment (numeric: at x = −0.5 or 0.5; factorized: the best
-configuration).
+than probability 0.5 in some segment (numeric: at the centre of some bin, x = ±0.25 or ±0.75;
+factorized: the best configuration).
 """
 
 from __future__ import annotations
@@ -81,8 +81,11 @@ class ContextProblem:
         return 0.6 + 0.2 * x[:, None] * c[None, :]
 
     def probes(self) -> np.ndarray:
-        """The contexts at which the final policy is checked for "best < 0.5"."""
-        return np.arange(self.segments, dtype=float) if self.segments is not None else np.array([-0.5, 0.5])
+        """The contexts at which the final policy is checked for "best < 0.5": every segment, or
+        the centre of every bin of x (where the best arm is the bin's, which an oracle is told)."""
+        if self.segments is not None:
+            return np.arange(self.segments, dtype=float)
+        return (np.arange(self.bins) + 0.5) / self.bins * 2.0 - 1.0
 
     def feature(self, x: float) -> dict[str, Any]:
         return {"segment": f"s{int(x)}"} if self.segments is not None else {"x": float(x)}
@@ -527,7 +530,8 @@ def tables(seeds: int, t0: float, contextual: bool = True) -> tuple[list[str], d
 def contextual_lines(seeds: int, t0: float, out: dict[str, Any]) -> list[str]:
     """The contextual table; its figures go into ``out``."""
     lines = [
-        "| contextual problem | algorithm | regret (mean ± sd) | vs Thompson per segment | best < 0.5 (seeds) |",
+        "| contextual problem | algorithm | regret (mean ± sd) | vs Thompson per segment (± paired se) | "
+        "best < 0.5 (seeds) |",
         "|---|---|---:|---:|---:|",
     ]
     for problem in CONTEXT_PROBLEMS:
@@ -585,28 +589,35 @@ def factorized_lines(seeds: int, t0: float, out: dict[str, Any]) -> list[str]:
 
 
 def paired_se(regret: np.ndarray, reference: np.ndarray) -> float:
-    """One standard error of mean(regret) ÷ mean(reference) from the seeds' paired differences
-    (the same seeds meet the same luck, so the differences are what vary); 0 for one seed."""
+    """One standard error of the ratio R = mean(regret) ÷ mean(reference) from the seeds' paired
+    residuals regret − R·reference (the delta method: the same seeds meet the same luck, so what
+    varies is how far each seed is from the ratio, not each algorithm's spread); 0 for one seed."""
     if len(regret) < 2:
         return 0.0
-    return float(np.std(regret - reference, ddof=1) / math.sqrt(len(regret)) / reference.mean())
+    ratio = regret.mean() / reference.mean()
+    return float(np.std(regret - ratio * reference, ddof=1) / math.sqrt(len(regret)) / reference.mean())
 
 
 def _table_rows(
     lines: list[str], out: dict[str, Any], problem: str, rows: dict[str, Row], reference: str, seeds: int
 ) -> None:
-    ref = float(np.mean(rows[reference].regret))
+    """The contextual table's rows of ``problem``: each algorithm's regret, its ratio to ``reference``
+    with the ratio's paired standard error, and its seeds below 0.5; the figures go into ``out``."""
+    ref_row = np.array(rows[reference].regret)
+    ref = float(ref_row.mean())
     out[problem] = {}
     for name, row in rows.items():
         mean = float(np.mean(row.regret))
+        se = paired_se(np.array(row.regret), ref_row)
         out[problem][name] = {
             "regret_mean": mean,
             "regret_sd": float(np.std(row.regret)),
             "vs_reference": mean / ref,
+            "vs_reference_se": se,
             "best_below_half": row.below_half,
         }
         lines.append(
-            f"| {problem} | {name} | {mean:.1f} ± {np.std(row.regret):.1f} | {mean / ref:.2f}× | "
+            f"| {problem} | {name} | {mean:.1f} ± {np.std(row.regret):.1f} | {mean / ref:.2f}× ± {se:.2f} | "
             f"{row.below_half}/{seeds} |"
         )
 

@@ -53,13 +53,53 @@ def test_a_problem_drawn_per_seed_meets_a_new_instance_in_every_run_and_a_fixed_
     )
 
 
-def test_the_paired_standard_error_is_that_of_the_seeds_differences() -> None:
+def test_the_paired_standard_error_is_that_of_the_ratio() -> None:
+    """The delta method's residuals regret − R·reference: a seed that keeps the ratio adds no doubt."""
     reference = np.array([10.0, 20.0, 30.0, 40.0])
-    assert bench.paired_se(reference + 5.0, reference) == 0.0  # the same shift on every seed: no doubt
-    regret = reference + np.array([1.0, -1.0, 3.0, -3.0])
+    assert bench.paired_se(1.5 * reference, reference) == 0.0  # the same ratio on every seed: no doubt
+    assert bench.paired_se(reference + 5.0, reference) > 0.0  # the same shift is a different ratio per seed
+    regret = 1.5 * reference + np.array([1.0, -1.0, 3.0, -3.0])
     expected = np.std([1.0, -1.0, 3.0, -3.0], ddof=1) / 2.0 / 25.0
     assert math.isclose(bench.paired_se(regret, reference), expected)
     assert bench.paired_se(regret[:1], reference[:1]) == 0.0
+
+
+def test_the_paired_standard_error_matches_the_spread_of_the_ratio_over_replications() -> None:
+    rng = np.random.default_rng(5)
+    ratios, errors = [], []
+    for _ in range(2_000):
+        reference = rng.uniform(50.0, 150.0, 50)
+        regret = 1.5 * reference + rng.normal(0.0, 5.0, 50)
+        ratios.append(regret.mean() / reference.mean())
+        errors.append(bench.paired_se(regret, reference))
+    assert math.isclose(float(np.mean(errors)), float(np.std(ratios)), rel_tol=0.1)
+
+
+def test_the_contextual_rows_give_each_ratio_its_paired_standard_error() -> None:
+    reference = [100.0, 150.0, 200.0]
+    rows = {"Thompson per segment (told it)": bench.Row(reference), "ours": bench.Row([95.0, 140.0, 200.0], 1)}
+    lines: list[str] = []
+    out: dict[str, dict[str, dict[str, float]]] = {}
+    bench._table_rows(lines, out, "2 segments", rows, "Thompson per segment (told it)", 3)
+    se = bench.paired_se(np.array(rows["ours"].regret), np.array(reference))
+    assert se > 0 and out["2 segments"]["ours"]["vs_reference_se"] == se
+    assert out["2 segments"]["Thompson per segment (told it)"]["vs_reference_se"] == 0.0
+    assert lines[1] == f"| 2 segments | ours | 145.0 ± 43.0 | 0.97× ± {se:.2f} | 1/3 |"
+
+
+def test_the_numeric_problem_is_checked_at_the_centre_of_every_bin_an_oracle_is_told() -> None:
+    """One probe per bin, mirror-symmetric, none on a boundary (x = −0.5 fell in the inner bin and
+    0.5 in the outer one), each with the best arm of its bin's mean rewards."""
+    numeric = next(p for p in bench.CONTEXT_PROBLEMS if p.segments is None)
+    probes = numeric.probes()
+    np.testing.assert_array_equal(numeric.bin(probes), np.arange(numeric.bins))
+    np.testing.assert_allclose(probes, -probes[::-1])
+    for b, x in enumerate(probes):
+        grid = np.linspace(-1.0, 1.0, 4_001)
+        inside = grid[numeric.bin(grid) == b]
+        assert numeric.means(inside).mean(axis=0).argmax() == numeric.means(np.array([x])).argmax()
+    segments = next(p for p in bench.CONTEXT_PROBLEMS if p.segments == 4)
+    np.testing.assert_array_equal(segments.probes(), [0.0, 1.0, 2.0, 3.0])
 
 
 def test_the_factorized_tables_run_without_the_contextual_ones_and_plot(
