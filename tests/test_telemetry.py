@@ -270,6 +270,33 @@ print(json.dumps({"mode": mode, "calls": seen}))
                                          "calls": [{"connection_string": conn, "service": "agent-learning"}]}
 
 
+def test_the_demo_exports_no_telemetry_whatever_the_environment_chooses(tmp_path: Path) -> None:
+    """The demo's simulated agents never reach the Application Insights resource (nor the console)
+    the environment configures for the real pipeline: the distro's configure function is replaced
+    by a recorder, as above, and the demo's wiring goes through the real ``configure``."""
+    code = f"""
+import json, azure.monitor.opentelemetry as distro
+calls = []
+distro.configure_azure_monitor = lambda **kw: calls.append(kw)
+from click.testing import CliRunner
+from agent_learning import telemetry
+from agent_learning.cli import main
+from agent_learning.demo import run_demo
+run_demo(db_path={str(tmp_path / "a.db")!r}, scenarios=["support-bot"], episodes_per_agent=10, batch=10)
+args = ["demo", "--episodes", "10", "--batch", "10", "--agents", "support-bot", "--no-plot", "--json"]
+result = CliRunner().invoke(main, [*args, "--db", {str(tmp_path / "b.db")!r}])
+print(json.dumps({{"calls": len(calls), "configured": telemetry._configured, "exit": result.exit_code}}))
+"""
+    conn = "InstrumentationKey=00000000-0000-0000-0000-000000000000;IngestionEndpoint=https://127.0.0.1:9/"
+    for env in ({"APPLICATIONINSIGHTS_CONNECTION_STRING": conn},
+                {"AGENT_LEARNING_TELEMETRY": "azure-monitor", "APPLICATIONINSIGHTS_CONNECTION_STRING": conn},
+                {"AGENT_LEARNING_TELEMETRY": "azure-monitor"},  # would fail validation: not the demo's setting
+                {"AGENT_LEARNING_TELEMETRY": "console"}):
+        result = run_python(code, **env)
+        assert result.returncode == 0, result.stderr
+        assert json.loads(result.stdout.splitlines()[-1]) == {"calls": 0, "configured": None, "exit": 0}, env
+
+
 def test_the_functions_runtime_counts_a_poison_message_on_its_last_delivery(captured: Captured, tmp_path: Path) -> None:
     from agent_learning import functions as handlers
 
