@@ -231,7 +231,7 @@ print("recorded:", [s.name for s in exporter.get_finished_spans()])
     assert "recorded: ['agent_learning.train']" in result.stdout  # a provider installed later is used
 
 
-def test_console_mode_prints_spans_and_metrics() -> None:
+def test_console_mode_prints_spans_and_metrics_to_stderr() -> None:
     code = """
 from agent_learning import telemetry
 from agent_learning.config import load_settings
@@ -242,11 +242,13 @@ with telemetry.span(telemetry.SPAN_TRAIN, {"agent_id": "a"}):
     telemetry.count(telemetry.TRAINING_RUNS, 1, {"status": "published"})
 trace.get_tracer_provider().force_flush()
 metrics.get_meter_provider().force_flush()
+print("the program's own output")
 """
     result = run_python(code, AGENT_LEARNING_TELEMETRY="console")
     assert result.returncode == 0, result.stderr
-    assert '"name": "agent_learning.train"' in result.stdout
-    assert '"name": "agent_learning.training.runs"' in result.stdout
+    assert '"name": "agent_learning.train"' in result.stderr
+    assert '"name": "agent_learning.training.runs"' in result.stderr
+    assert result.stdout == "the program's own output\n"  # stdout stays the program's (--json is one document)
 
 
 def test_azure_monitor_mode_hands_the_connection_string_to_the_distro() -> None:
