@@ -17,7 +17,8 @@ reward std, plus between runs), the fall and its standard error are::
   a structured policy's combinations of values; a contextual policy's H averaged over the
   batch's requests, each in its own segment) is at most
   ``collapse_entropy``, and ``fall ≥ collapse_reward_fall`` and ``fall ≥ z·se``: the policy has
-  stopped exploring while doing worse, so it may not notice a better action again.
+  stopped exploring while doing worse, so it may not notice a better action again (never with
+  K = 1: one configuration has nothing to explore).
 
 No warning until both sides hold ``window`` episodes. A fall that lasts warns at every run
 until the earlier side is made of runs after it.
@@ -151,7 +152,8 @@ def assess(
                 f"{agent_id}: mean reward dropped by {fall:.3f} ({evidence}) up to the run that published v{version}",
             )
         )
-    normalised = entropy / math.log(n_actions) if n_actions > 1 else 0.0
+    # one configuration (K = 1): nothing to explore, so nothing to collapse
+    normalised = entropy / math.log(n_actions) if n_actions > 1 else math.inf
     if normalised <= config.collapse_entropy and fall >= config.collapse_reward_fall:
         warnings.append(
             DriftWarning(

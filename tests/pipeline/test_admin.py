@@ -314,6 +314,13 @@ def test_assess_warns_on_collapse_only_when_reward_falls_too() -> None:
     assert assess("a", 9, runs(0.6, 0.75, 0.72), 0.5 * math.log(4), 4, config) == []  # still exploring
 
 
+def test_a_policy_of_one_configuration_never_warns_of_an_exploration_collapse() -> None:
+    """With one action there is nothing to explore: a fall is a reward drop or nothing."""
+    config = DriftConfig(collapse_entropy=0.1, collapse_reward_fall=0.1, reward_drop=0.25, window=100)
+    assert assess("a", 9, runs(0.6, 0.75, 0.72), 0.0, 1, config) == []
+    assert [w.kind for w in assess("a", 9, runs(0.4, 0.75, 0.72), 0.0, 1, config)] == ["reward_drop"]
+
+
 def simulate(means: list[float], batch: int, seed: int, config: DriftConfig) -> list[int]:
     """Runs of ``batch`` Bernoulli rewards with these means, oldest first; the runs that warn."""
     rng = random.Random(seed)
