@@ -272,6 +272,29 @@ print(json.dumps({"mode": mode, "calls": seen}))
                                          "calls": [{"connection_string": conn, "service": "agent-learning"}]}
 
 
+def test_a_missing_exporter_package_names_the_setting_that_chose_it() -> None:
+    """With the default ``auto``, it is the connection string that chose Azure Monitor."""
+    code = """
+import sys
+sys.modules["azure.monitor.opentelemetry"] = None  # the azure extra not installed
+from agent_learning import telemetry
+from agent_learning.config import load_settings
+from agent_learning.errors import ConfigurationError
+try:
+    telemetry.configure(load_settings())
+except ConfigurationError as exc:
+    print(exc)
+"""
+    conn = "InstrumentationKey=00000000-0000-0000-0000-000000000000"
+    needs = ("needs azure.monitor.opentelemetry: pip install 'agent-learning[azure]', "
+             "or set AGENT_LEARNING_TELEMETRY=off")
+    auto = run_python(code, APPLICATIONINSIGHTS_CONNECTION_STRING=conn)
+    assert auto.stdout.strip() == ("APPLICATIONINSIGHTS_CONNECTION_STRING is set, and AGENT_LEARNING_TELEMETRY=auto "
+                                   f"then exports to Azure Monitor, which {needs}"), auto.stderr
+    chosen = run_python(code, APPLICATIONINSIGHTS_CONNECTION_STRING=conn, AGENT_LEARNING_TELEMETRY="azure-monitor")
+    assert chosen.stdout.strip() == f"AGENT_LEARNING_TELEMETRY=azure-monitor {needs}", chosen.stderr
+
+
 def test_the_demo_exports_no_telemetry_whatever_the_environment_chooses(tmp_path: Path) -> None:
     """The demo's simulated agents never reach the Application Insights resource (nor the console)
     the environment configures for the real pipeline: the distro's configure function is replaced

@@ -235,8 +235,14 @@ def configure(settings: Settings) -> str:
                 _console()
         except ImportError as exc:
             extra = "azure" if chosen == "azure-monitor" else "telemetry"
+            why = (
+                f"AGENT_LEARNING_TELEMETRY={chosen}"
+                if settings.telemetry == chosen
+                else "APPLICATIONINSIGHTS_CONNECTION_STRING is set, and AGENT_LEARNING_TELEMETRY=auto then exports to "
+                "Azure Monitor, which"
+            )
             raise ConfigurationError(
-                f"AGENT_LEARNING_TELEMETRY={chosen} needs {exc.name}: pip install 'agent-learning[{extra}]'"
+                f"{why} needs {exc.name}: pip install 'agent-learning[{extra}]', or set AGENT_LEARNING_TELEMETRY=off"
             ) from None
         _configured = chosen
         return chosen
