@@ -37,6 +37,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from .documents import TrainingRun
+from .errors import InvalidDocument
 from .store.base import Store
 from .telemetry import POLICY_WARNINGS, count
 
@@ -202,7 +204,14 @@ def latest_runs(store: Store, agent_id: str, window: int) -> list[RunReward]:
 
 
 def reward_of(run: Mapping[str, Any]) -> RunReward | None:
-    """A stored run's episodes, mean reward and reward std (None for a run without episodes)."""
+    """A stored run's episodes, mean reward and reward std (None for a run without episodes, and
+    for an invalid run document, which is logged and left out: it must not fail the training run
+    that has just published)."""
+    try:
+        TrainingRun.from_dict(dict(run))
+    except InvalidDocument as exc:
+        log.warning("drift review of %s leaves out run %r: %s", run.get("agent_id"), run.get("id"), exc)
+        return None
     metrics = run.get("metrics") or {}
     episodes = int(run.get("episodes") or 0)
     if episodes <= 0 or "mean_reward" not in metrics:

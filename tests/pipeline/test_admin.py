@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import math
 import random
+import sqlite3
+from contextlib import closing
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +35,7 @@ from agent_learning.queue.sqlite import SQLiteQueue
 from agent_learning.rewards import RewardFunction
 from agent_learning.simulate import SCENARIOS, math_tutor
 from agent_learning.store import MemoryStore, Store
+from agent_learning.store.sqlite import SQLiteStore
 from agent_learning.structured import StructuredPolicy
 
 AGENT = "math-tutor"
@@ -358,6 +361,27 @@ def test_a_warning_pins_the_agent_when_auto_pin_is_on(store: Store, tmp_path: Pa
     current = load_current(store, AGENT)
     assert current is not None and current.pinned and "mean reward dropped" in current.pin_reason
     assert [t.status for t in agent.round().trained] == ["pinned"]
+
+
+def test_an_invalid_run_document_is_left_out_of_the_review_not_a_failed_publish(
+    tmp_path: Path, caplog: Any
+) -> None:
+    """A run edited by hand (as in ``runs list``'s test) is named and left out; the version that
+    training has just published is reported published, and the other runs still warn."""
+    store = SQLiteStore(tmp_path / "s.db")
+    agent = Agent(store, tmp_path, drift=DriftConfig(reward_drop=0.2, window=30))
+    agent.round()
+    agent.round()
+    with closing(sqlite3.connect(tmp_path / "s.db")) as conn, conn:
+        conn.execute("UPDATE runs SET doc = json_set(doc, '$.metrics.mean_reward', 'high') WHERE id = ?",
+                     (f"{AGENT}:run:v2",))
+    agent.pipeline.scorer.reward = HarshReward(agent.pipeline.scorer.reward)
+    with caplog.at_level("WARNING", logger="agent_learning.drift"):
+        report = agent.round()
+    assert [(t.status, t.version) for t in report.trained] == [("published", 4)]
+    assert f"leaves out run '{AGENT}:run:v2': invalid run: metrics.mean_reward" in caplog.text
+    assert "reward_drop" in caplog.text  # v4's fall against v3
+    store.close()
 
 
 class HarshReward:
