@@ -132,6 +132,39 @@ def test_judge_failures_and_dead_letters_are_counted(
     assert failed[0].count == 2
 
 
+def test_a_message_whose_scoring_raises_is_counted_when_the_queue_dead_letters_it(
+    captured: Captured, pipeline: LocalPipeline, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """A bug (not a judge failure) raises out of scoring: the message comes back until the queue
+    dead-letters it after its last allowed delivery, and the metric counts that, embedded and
+    under Functions alike."""
+    from agent_learning import functions as handlers
+
+    def bug(episode: Any) -> Any:
+        raise RuntimeError("a bug in the judge")
+
+    monkeypatch.setattr(pipeline.scorer.judge, "judge", bug)
+    run_episodes(pipeline, 1, seed=3)
+    pipeline.pump()
+    for delivery in (1, 2):  # the queue allows 2 deliveries
+        assert pipeline.score_pending() == {"failed": 1}
+        dead = captured.total("agent_learning.episodes.dead_lettered", reason="MaxDeliveryCountExceeded")
+        assert dead == (1 if delivery == 2 else 0)
+        pipeline.clock.advance(61)  # type: ignore[attr-defined]
+    assert pipeline.score_pending() == {}
+    assert [d.reason for d in pipeline.queue.dead_letters()] == ["MaxDeliveryCountExceeded"]
+
+    rt = handlers.Runtime(load_settings(sqlite_path=str(tmp_path / "f.db"), queue_max_deliveries=2),
+                          pipeline.store, lambda messages: len(messages))
+    rt.scorer = pipeline.scorer
+    (episode_id,) = [e["id"] for e in pipeline.store.list_episodes(AGENT, limit=10)]
+    body = json.dumps({"type": "score_request", "episode_id": episode_id})
+    for delivery in (1, 2):
+        with pytest.raises(RuntimeError, match="a bug"):
+            handlers.score(body, delivery, episode_id, rt)
+    assert captured.total("agent_learning.episodes.dead_lettered", reason="MaxDeliveryCountExceeded") == 2
+
+
 def test_a_score_span_names_the_agent_whatever_the_outcome(
     captured: Captured, pipeline: LocalPipeline, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -45,8 +45,10 @@ from .judges.base import Judge
 from .judging import Judging
 from .pipeline import (
     EnqueueResult,
+    ScoreOutcome,
     Scorer,
     TrainOutcome,
+    count_settled,
     enqueue_episodes,
     plan_training,
     score_message,
@@ -177,6 +179,9 @@ class LocalPipeline:
                         " dead-lettered after the queue's max deliveries",
                         message.message_id, type(exc).__name__, exc, exc_info=log.isEnabledFor(logging.DEBUG),
                     )
+                    # On its last allowed delivery the queue dead-letters it: counted as a retry is.
+                    count_settled(ScoreOutcome("retry", None), message.delivery_count,
+                                  getattr(self.queue, "max_deliveries", None), explicit=False)
                     outcomes["failed"] += 1
                     handled += 1
                     if progress:
