@@ -17,7 +17,7 @@ from agent_learning.client import PolicyClient
 from agent_learning.clock import ManualClock
 from agent_learning.documents import PolicyDocument
 from agent_learning.drift import DriftConfig, RunReward, assess, review
-from agent_learning.errors import ConcurrencyConflict, InvalidDocument, NotFound
+from agent_learning.errors import ConcurrencyConflict, InvalidDocument, NotFound, TransientError
 from agent_learning.judges.offline import OfflineJudge
 from agent_learning.learner import RECENT, Reinforce
 from agent_learning.local import LocalPipeline
@@ -382,6 +382,24 @@ def test_an_invalid_run_document_is_left_out_of_the_review_not_a_failed_publish(
     assert f"leaves out run '{AGENT}:run:v2': invalid run: metrics.mean_reward" in caplog.text
     assert "reward_drop" in caplog.text  # v4's fall against v3
     store.close()
+
+
+def test_a_drift_review_that_fails_leaves_the_publish_reported_as_published(
+    store: Store, tmp_path: Path, caplog: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The store throttles the review's read of the runs: the version is published all the same,
+    and the outcome says so (not ``unavailable``, which would say the next run retries)."""
+    agent = Agent(store, tmp_path, drift=DriftConfig())
+
+    def throttled(*args: Any, **kwargs: Any) -> Any:
+        raise TransientError("the store is throttled (429)")
+
+    monkeypatch.setattr(store, "list_runs", throttled)
+    with caplog.at_level("ERROR", logger="agent_learning.pipeline.train"):
+        report = agent.round()
+    assert [(t.status, t.version) for t in report.trained] == [("published", 2)]
+    assert load_current(store, AGENT).version == 2  # type: ignore[union-attr]
+    assert "v2 is published, but its drift review failed: TransientError: the store is throttled" in caplog.text
 
 
 class HarshReward:
