@@ -347,7 +347,6 @@ print(json.dumps({{"calls": len(calls), "configured": telemetry._configured, "ex
 """
     conn = "InstrumentationKey=00000000-0000-0000-0000-000000000000;IngestionEndpoint=https://127.0.0.1:9/"
     for env in ({"APPLICATIONINSIGHTS_CONNECTION_STRING": conn},
-                {"AGENT_LEARNING_TELEMETRY": "azure-monitor", "APPLICATIONINSIGHTS_CONNECTION_STRING": conn},
                 {"AGENT_LEARNING_TELEMETRY": "azure-monitor"},  # would fail validation: not the demo's setting
                 {"AGENT_LEARNING_TELEMETRY": "console"}):
         result = run_python(code, **env)
