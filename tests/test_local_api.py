@@ -77,6 +77,20 @@ def test_open_local_closes_what_it_opened_when_a_later_part_fails(
     assert closed == ["store"]
 
 
+def test_open_local_on_a_folder_names_the_path_and_the_problem(tmp_path: Path) -> None:
+    from agent_learning.queue.sqlite import SQLiteQueue
+
+    folder = tmp_path / "data"
+    folder.mkdir()
+    expected = f"AGENT_LEARNING_SQLITE_PATH (--db): {folder} is a folder, not a file; name the SQLite file"
+    for opening in (lambda: open_local(load_settings(), path=folder), lambda: SQLiteStore(folder),
+                    lambda: SQLiteQueue(folder)):
+        with pytest.raises(ConfigurationError) as raised:
+            opening()
+        assert str(raised.value) == expected
+    assert list(folder.iterdir()) == []
+
+
 def test_the_memory_store_feed_goes_on_past_a_page_of_deleted_episodes() -> None:
     """``AGENT_LEARNING_STORE=memory``: a deleted agent's episodes that filled a whole page at the
     head of the feed read as its end, and run_once never enqueued another agent's new ones."""

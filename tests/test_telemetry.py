@@ -132,6 +132,39 @@ def test_judge_failures_and_dead_letters_are_counted(
     assert failed[0].count == 2
 
 
+def test_a_message_whose_scoring_raises_is_counted_when_the_queue_dead_letters_it(
+    captured: Captured, pipeline: LocalPipeline, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """A bug (not a judge failure) raises out of scoring: the message comes back until the queue
+    dead-letters it after its last allowed delivery, and the metric counts that, embedded and
+    under Functions alike."""
+    from agent_learning import functions as handlers
+
+    def bug(episode: Any) -> Any:
+        raise RuntimeError("a bug in the judge")
+
+    monkeypatch.setattr(pipeline.scorer.judge, "judge", bug)
+    run_episodes(pipeline, 1, seed=3)
+    pipeline.pump()
+    for delivery in (1, 2):  # the queue allows 2 deliveries
+        assert pipeline.score_pending() == {"failed": 1}
+        dead = captured.total("agent_learning.episodes.dead_lettered", reason="MaxDeliveryCountExceeded")
+        assert dead == (1 if delivery == 2 else 0)
+        pipeline.clock.advance(61)  # type: ignore[attr-defined]
+    assert pipeline.score_pending() == {}
+    assert [d.reason for d in pipeline.queue.dead_letters()] == ["MaxDeliveryCountExceeded"]
+
+    rt = handlers.Runtime(load_settings(sqlite_path=str(tmp_path / "f.db"), queue_max_deliveries=2),
+                          pipeline.store, lambda messages: len(messages))
+    rt.scorer = pipeline.scorer
+    (episode_id,) = [e["id"] for e in pipeline.store.list_episodes(AGENT, limit=10)]
+    body = json.dumps({"type": "score_request", "episode_id": episode_id})
+    for delivery in (1, 2):
+        with pytest.raises(RuntimeError, match="a bug"):
+            handlers.score(body, delivery, episode_id, rt)
+    assert captured.total("agent_learning.episodes.dead_lettered", reason="MaxDeliveryCountExceeded") == 2
+
+
 def test_a_score_span_names_the_agent_whatever_the_outcome(
     captured: Captured, pipeline: LocalPipeline, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -231,7 +264,7 @@ print("recorded:", [s.name for s in exporter.get_finished_spans()])
     assert "recorded: ['agent_learning.train']" in result.stdout  # a provider installed later is used
 
 
-def test_console_mode_prints_spans_and_metrics() -> None:
+def test_console_mode_prints_spans_and_metrics_to_stderr() -> None:
     code = """
 from agent_learning import telemetry
 from agent_learning.config import load_settings
@@ -242,11 +275,13 @@ with telemetry.span(telemetry.SPAN_TRAIN, {"agent_id": "a"}):
     telemetry.count(telemetry.TRAINING_RUNS, 1, {"status": "published"})
 trace.get_tracer_provider().force_flush()
 metrics.get_meter_provider().force_flush()
+print("the program's own output")
 """
     result = run_python(code, AGENT_LEARNING_TELEMETRY="console")
     assert result.returncode == 0, result.stderr
-    assert '"name": "agent_learning.train"' in result.stdout
-    assert '"name": "agent_learning.training.runs"' in result.stdout
+    assert '"name": "agent_learning.train"' in result.stderr
+    assert '"name": "agent_learning.training.runs"' in result.stderr
+    assert result.stdout == "the program's own output\n"  # stdout stays the program's (--json is one document)
 
 
 def test_azure_monitor_mode_hands_the_connection_string_to_the_distro() -> None:
@@ -268,6 +303,55 @@ print(json.dumps({"mode": mode, "calls": seen}))
     assert result.returncode == 0, result.stderr
     assert json.loads(result.stdout) == {"mode": "azure-monitor",
                                          "calls": [{"connection_string": conn, "service": "agent-learning"}]}
+
+
+def test_a_missing_exporter_package_names_the_setting_that_chose_it() -> None:
+    """With the default ``auto``, it is the connection string that chose Azure Monitor."""
+    code = """
+import sys
+sys.modules["azure.monitor.opentelemetry"] = None  # the azure extra not installed
+from agent_learning import telemetry
+from agent_learning.config import load_settings
+from agent_learning.errors import ConfigurationError
+try:
+    telemetry.configure(load_settings())
+except ConfigurationError as exc:
+    print(exc)
+"""
+    conn = "InstrumentationKey=00000000-0000-0000-0000-000000000000"
+    needs = ("needs azure.monitor.opentelemetry: pip install 'agent-learning[azure]', "
+             "or set AGENT_LEARNING_TELEMETRY=off")
+    auto = run_python(code, APPLICATIONINSIGHTS_CONNECTION_STRING=conn)
+    assert auto.stdout.strip() == ("APPLICATIONINSIGHTS_CONNECTION_STRING is set, and AGENT_LEARNING_TELEMETRY=auto "
+                                   f"then exports to Azure Monitor, which {needs}"), auto.stderr
+    chosen = run_python(code, APPLICATIONINSIGHTS_CONNECTION_STRING=conn, AGENT_LEARNING_TELEMETRY="azure-monitor")
+    assert chosen.stdout.strip() == f"AGENT_LEARNING_TELEMETRY=azure-monitor {needs}", chosen.stderr
+
+
+def test_the_demo_exports_no_telemetry_whatever_the_environment_chooses(tmp_path: Path) -> None:
+    """The demo's simulated agents never reach the Application Insights resource (nor the console)
+    the environment configures for the real pipeline: the distro's configure function is replaced
+    by a recorder, as above, and the demo's wiring goes through the real ``configure``."""
+    code = f"""
+import json, azure.monitor.opentelemetry as distro
+calls = []
+distro.configure_azure_monitor = lambda **kw: calls.append(kw)
+from click.testing import CliRunner
+from agent_learning import telemetry
+from agent_learning.cli import main
+from agent_learning.demo import run_demo
+run_demo(db_path={str(tmp_path / "a.db")!r}, scenarios=["support-bot"], episodes_per_agent=10, batch=10)
+args = ["demo", "--episodes", "10", "--batch", "10", "--agents", "support-bot", "--no-plot", "--json"]
+result = CliRunner().invoke(main, [*args, "--db", {str(tmp_path / "b.db")!r}])
+print(json.dumps({{"calls": len(calls), "configured": telemetry._configured, "exit": result.exit_code}}))
+"""
+    conn = "InstrumentationKey=00000000-0000-0000-0000-000000000000;IngestionEndpoint=https://127.0.0.1:9/"
+    for env in ({"APPLICATIONINSIGHTS_CONNECTION_STRING": conn},
+                {"AGENT_LEARNING_TELEMETRY": "azure-monitor"},  # would fail validation: not the demo's setting
+                {"AGENT_LEARNING_TELEMETRY": "console"}):
+        result = run_python(code, **env)
+        assert result.returncode == 0, result.stderr
+        assert json.loads(result.stdout.splitlines()[-1]) == {"calls": 0, "configured": None, "exit": 0}, env
 
 
 def test_the_functions_runtime_counts_a_poison_message_on_its_last_delivery(captured: Captured, tmp_path: Path) -> None:

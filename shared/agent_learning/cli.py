@@ -218,7 +218,9 @@ def _usable(option: str, path: str | Path) -> Iterator[None]:
         if isinstance(exc, sqlite3.OperationalError) and "locked" in str(exc):
             raise TransientError(f"{option}: {path} is locked by another process ({exc})") from None
         reason = (exc.strerror if isinstance(exc, OSError) else None) or str(exc)
-        if isinstance(exc, FileExistsError | NotADirectoryError):  # a file where a folder of the path should be
+        if Path(path).is_dir():  # SQLite says "disk I/O error" or "unable to open database file"
+            reason = "a folder, not a file"
+        elif isinstance(exc, FileExistsError | NotADirectoryError):  # a file where a folder of the path should be
             reason = f"{exc.filename} is a file, not a folder"
         elif isinstance(exc, OSError) and exc.filename and str(exc.filename) != str(path):
             reason += f": {exc.filename}"

@@ -61,10 +61,11 @@ def reward_trend(h: AgentHistory) -> RewardTrend | None:
     return RewardTrend(k, sum(means[:k]) / k, sum(means[-k:]) / k)
 
 
-EMBEDDED: dict[str, Any] = {"store": "sqlite", "queue": "sqlite", "judge": "offline"}
+EMBEDDED: dict[str, Any] = {"store": "sqlite", "queue": "sqlite", "judge": "offline", "telemetry": "off"}
 """The settings the demo always runs on, whatever the environment chooses: its SQLite file for the
-store and both queues, and the offline judge (never a Cosmos account, a Service Bus namespace or
-a billed judge model configured for the real pipeline)."""
+store and both queues, the offline judge and no telemetry export (never a Cosmos account, a Service
+Bus namespace, a billed judge model or an Application Insights resource configured for the real
+pipeline)."""
 
 
 def next_commands(db_path: str, agent_ids: Sequence[str], structured: Sequence[str] = ()) -> list[str]:

@@ -17,7 +17,8 @@ reward std, plus between runs), the fall and its standard error are::
   a structured policy's combinations of values; a contextual policy's H averaged over the
   batch's requests, each in its own segment) is at most
   ``collapse_entropy``, and ``fall ≥ collapse_reward_fall`` and ``fall ≥ z·se``: the policy has
-  stopped exploring while doing worse, so it may not notice a better action again.
+  stopped exploring while doing worse, so it may not notice a better action again (never with
+  K = 1: one configuration has nothing to explore).
 
 No warning until both sides hold ``window`` episodes. A fall that lasts warns at every run
 until the earlier side is made of runs after it.
@@ -36,6 +37,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from .documents import TrainingRun
+from .errors import InvalidDocument
 from .store.base import Store
 from .telemetry import POLICY_WARNINGS, count
 
@@ -151,7 +154,8 @@ def assess(
                 f"{agent_id}: mean reward dropped by {fall:.3f} ({evidence}) up to the run that published v{version}",
             )
         )
-    normalised = entropy / math.log(n_actions) if n_actions > 1 else 0.0
+    # one configuration (K = 1): nothing to explore, so nothing to collapse
+    normalised = entropy / math.log(n_actions) if n_actions > 1 else math.inf
     if normalised <= config.collapse_entropy and fall >= config.collapse_reward_fall:
         warnings.append(
             DriftWarning(
@@ -200,7 +204,14 @@ def latest_runs(store: Store, agent_id: str, window: int) -> list[RunReward]:
 
 
 def reward_of(run: Mapping[str, Any]) -> RunReward | None:
-    """A stored run's episodes, mean reward and reward std (None for a run without episodes)."""
+    """A stored run's episodes, mean reward and reward std (None for a run without episodes, and
+    for an invalid run document, which is logged and left out: it must not fail the training run
+    that has just published)."""
+    try:
+        TrainingRun.from_dict(dict(run))
+    except InvalidDocument as exc:
+        log.warning("drift review of %s leaves out run %r: %s", run.get("agent_id"), run.get("id"), exc)
+        return None
     metrics = run.get("metrics") or {}
     episodes = int(run.get("episodes") or 0)
     if episodes <= 0 or "mean_reward" not in metrics:

@@ -205,9 +205,14 @@ def enqueue(documents: Iterable[Mapping[str, Any]], rt: Runtime) -> EnqueueResul
 def score(body: bytes | str, delivery_count: int, message_id: str | None, rt: Runtime) -> str:
     """Service Bus trigger: judge and store one episode's score; returns the outcome status."""
     # lazy: pydantic (see the module docstring)
-    from .pipeline import count_settled, score_message
+    from .pipeline import ScoreOutcome, count_settled, score_message
 
-    outcome = score_message(body, scorer_of(rt), delivery_count=delivery_count)
+    try:
+        outcome = score_message(body, scorer_of(rt), delivery_count=delivery_count)
+    except Exception:
+        # The host retries it; on its last allowed delivery Service Bus dead-letters it, as a retry.
+        count_settled(ScoreOutcome("retry", None), delivery_count, rt.settings.queue_max_deliveries, explicit=False)
+        raise
     count_settled(outcome, delivery_count, rt.settings.queue_max_deliveries, explicit=False)
     if outcome.status == "retry":
         log.warning("score %s: delivery %d failed, will retry: %s", message_id, delivery_count, outcome.description)

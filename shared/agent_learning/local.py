@@ -45,8 +45,10 @@ from .judges.base import Judge
 from .judging import Judging
 from .pipeline import (
     EnqueueResult,
+    ScoreOutcome,
     Scorer,
     TrainOutcome,
+    count_settled,
     enqueue_episodes,
     plan_training,
     score_message,
@@ -75,6 +77,7 @@ class CycleReport:
 
     enqueued: int = 0
     outcomes: Counter[str] = field(default_factory=Counter)
+    """Scoring messages handled (see :meth:`LocalPipeline.score_pending`), each counted once."""
     trained: list[TrainOutcome] = field(default_factory=list)
     feedback: SweepResult | None = None
     """What the feedback sweep before training did."""
@@ -151,7 +154,12 @@ class LocalPipeline:
         progress: Callable[[int], None] | None = None,
     ) -> Counter[str]:
         """Receive and score until the queue has nothing available (or ``max_messages``);
-        ``progress`` is called with the number handled so far."""
+        ``progress`` is called with the number handled so far.
+
+        Returns the messages handled, each counted once under what became of it: the status it
+        was settled with (``scored``, ``duplicate``, ``unjudged``, ``retry``, ``dead_letter``),
+        ``failed`` (scoring raised) or ``lock_lost`` (its lock expired before it was settled,
+        whatever its outcome: it comes back, and what was stored makes it a duplicate)."""
         outcomes: Counter[str] = Counter()
         handled = 0
         while max_messages is None or handled < max_messages:
@@ -171,6 +179,9 @@ class LocalPipeline:
                         " dead-lettered after the queue's max deliveries",
                         message.message_id, type(exc).__name__, exc, exc_info=log.isEnabledFor(logging.DEBUG),
                     )
+                    # On its last allowed delivery the queue dead-letters it: counted as a retry is.
+                    count_settled(ScoreOutcome("retry", None), message.delivery_count,
+                                  getattr(self.queue, "max_deliveries", None), explicit=False)
                     outcomes["failed"] += 1
                     handled += 1
                     if progress:
@@ -178,12 +189,12 @@ class LocalPipeline:
                     continue
                 try:
                     settle(self.queue, message, outcome)
+                    outcomes[outcome.status] += 1
                 except ConcurrencyConflict:
                     # The lock expired while the episode was being judged (a slow judge, or a long
                     # batch): the message comes back, and what this delivery stored makes the
                     # next one a duplicate.
                     outcomes["lock_lost"] += 1
-                outcomes[outcome.status] += 1
                 handled += 1
                 if progress:
                     progress(handled)

@@ -7,7 +7,8 @@ settings (``AGENT_LEARNING_TELEMETRY``):
 * ``auto`` (default) — Azure Monitor when ``APPLICATIONINSIGHTS_CONNECTION_STRING`` is set
   (``azure-monitor-opentelemetry``), otherwise off;
 * ``azure-monitor`` — Azure Monitor, and the connection string is required;
-* ``console`` — spans and metrics printed to stdout (``opentelemetry-sdk``), for local runs;
+* ``console`` — spans and metrics printed to stderr (``opentelemetry-sdk``), for local runs (stdout
+  stays the program's: ``agent-learn ... --json`` still prints one JSON document);
 * ``off`` — nothing is exported.
 
 :func:`install` points the library at given providers instead of the global ones (tests use
@@ -18,6 +19,7 @@ the Functions app starts.
 from __future__ import annotations
 
 import os
+import sys
 import threading
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
@@ -233,8 +235,14 @@ def configure(settings: Settings) -> str:
                 _console()
         except ImportError as exc:
             extra = "azure" if chosen == "azure-monitor" else "telemetry"
+            why = (
+                f"AGENT_LEARNING_TELEMETRY={chosen}"
+                if settings.telemetry == chosen
+                else "APPLICATIONINSIGHTS_CONNECTION_STRING is set, and AGENT_LEARNING_TELEMETRY=auto then exports to "
+                "Azure Monitor, which"
+            )
             raise ConfigurationError(
-                f"AGENT_LEARNING_TELEMETRY={chosen} needs {exc.name}: pip install 'agent-learning[{extra}]'"
+                f"{why} needs {exc.name}: pip install 'agent-learning[{extra}]', or set AGENT_LEARNING_TELEMETRY=off"
             ) from None
         _configured = chosen
         return chosen
@@ -267,7 +275,7 @@ def _console() -> None:
 
     resource = _resource()
     tracer_provider = TracerProvider(resource=resource)
-    tracer_provider.add_span_processor(BatchSpanProcessor(ConsoleSpanExporter()))
+    tracer_provider.add_span_processor(BatchSpanProcessor(ConsoleSpanExporter(out=sys.stderr)))
     trace.set_tracer_provider(tracer_provider)
-    reader = PeriodicExportingMetricReader(ConsoleMetricExporter(), export_interval_millis=60_000)
+    reader = PeriodicExportingMetricReader(ConsoleMetricExporter(out=sys.stderr), export_interval_millis=60_000)
     metrics.set_meter_provider(MeterProvider(metric_readers=[reader], resource=resource))

@@ -145,6 +145,16 @@ def test_paths_the_filesystem_refuses_are_named_in_one_line(
     )
 
 
+def test_a_folder_given_as_the_store_is_named_as_a_folder(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Through ``AGENT_LEARNING_SQLITE_PATH`` (``--db`` itself refuses a folder), not SQLite's
+    "disk I/O error"."""
+    folder = tmp_path / "data"
+    folder.mkdir()
+    monkeypatch.setenv("AGENT_LEARNING_SQLITE_PATH", str(folder))
+    for args in (("train",), ("audit",), ("policy", "show", "--agent-id", AGENT)):
+        assert refused(*args) == f"error: --db: cannot use {folder}: a folder, not a file", args
+
+
 def test_a_refused_command_leaves_no_folder_behind(tmp_path: Path, db: str) -> None:
     (tmp_path / "afile").write_text("a file, not a folder")
     blocked = str(tmp_path / "afile" / "x")

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import math
 import random
+import sqlite3
+from contextlib import closing
 from pathlib import Path
 from typing import Any
 
@@ -15,7 +17,7 @@ from agent_learning.client import PolicyClient
 from agent_learning.clock import ManualClock
 from agent_learning.documents import PolicyDocument
 from agent_learning.drift import DriftConfig, RunReward, assess, review
-from agent_learning.errors import ConcurrencyConflict, InvalidDocument, NotFound
+from agent_learning.errors import ConcurrencyConflict, InvalidDocument, NotFound, TransientError
 from agent_learning.judges.offline import OfflineJudge
 from agent_learning.learner import RECENT, Reinforce
 from agent_learning.local import LocalPipeline
@@ -33,6 +35,7 @@ from agent_learning.queue.sqlite import SQLiteQueue
 from agent_learning.rewards import RewardFunction
 from agent_learning.simulate import SCENARIOS, math_tutor
 from agent_learning.store import MemoryStore, Store
+from agent_learning.store.sqlite import SQLiteStore
 from agent_learning.structured import StructuredPolicy
 
 AGENT = "math-tutor"
@@ -314,6 +317,13 @@ def test_assess_warns_on_collapse_only_when_reward_falls_too() -> None:
     assert assess("a", 9, runs(0.6, 0.75, 0.72), 0.5 * math.log(4), 4, config) == []  # still exploring
 
 
+def test_a_policy_of_one_configuration_never_warns_of_an_exploration_collapse() -> None:
+    """With one action there is nothing to explore: a fall is a reward drop or nothing."""
+    config = DriftConfig(collapse_entropy=0.1, collapse_reward_fall=0.1, reward_drop=0.25, window=100)
+    assert assess("a", 9, runs(0.6, 0.75, 0.72), 0.0, 1, config) == []
+    assert [w.kind for w in assess("a", 9, runs(0.4, 0.75, 0.72), 0.0, 1, config)] == ["reward_drop"]
+
+
 def simulate(means: list[float], batch: int, seed: int, config: DriftConfig) -> list[int]:
     """Runs of ``batch`` Bernoulli rewards with these means, oldest first; the runs that warn."""
     rng = random.Random(seed)
@@ -351,6 +361,45 @@ def test_a_warning_pins_the_agent_when_auto_pin_is_on(store: Store, tmp_path: Pa
     current = load_current(store, AGENT)
     assert current is not None and current.pinned and "mean reward dropped" in current.pin_reason
     assert [t.status for t in agent.round().trained] == ["pinned"]
+
+
+def test_an_invalid_run_document_is_left_out_of_the_review_not_a_failed_publish(
+    tmp_path: Path, caplog: Any
+) -> None:
+    """A run edited by hand (as in ``runs list``'s test) is named and left out; the version that
+    training has just published is reported published, and the other runs still warn."""
+    store = SQLiteStore(tmp_path / "s.db")
+    agent = Agent(store, tmp_path, drift=DriftConfig(reward_drop=0.2, window=30))
+    agent.round()
+    agent.round()
+    with closing(sqlite3.connect(tmp_path / "s.db")) as conn, conn:
+        conn.execute("UPDATE runs SET doc = json_set(doc, '$.metrics.mean_reward', 'high') WHERE id = ?",
+                     (f"{AGENT}:run:v2",))
+    agent.pipeline.scorer.reward = HarshReward(agent.pipeline.scorer.reward)
+    with caplog.at_level("WARNING", logger="agent_learning.drift"):
+        report = agent.round()
+    assert [(t.status, t.version) for t in report.trained] == [("published", 4)]
+    assert f"leaves out run '{AGENT}:run:v2': invalid run: metrics.mean_reward" in caplog.text
+    assert "reward_drop" in caplog.text  # v4's fall against v3
+    store.close()
+
+
+def test_a_drift_review_that_fails_leaves_the_publish_reported_as_published(
+    store: Store, tmp_path: Path, caplog: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The store throttles the review's read of the runs: the version is published all the same,
+    and the outcome says so (not ``unavailable``, which would say the next run retries)."""
+    agent = Agent(store, tmp_path, drift=DriftConfig())
+
+    def throttled(*args: Any, **kwargs: Any) -> Any:
+        raise TransientError("the store is throttled (429)")
+
+    monkeypatch.setattr(store, "list_runs", throttled)
+    with caplog.at_level("ERROR", logger="agent_learning.pipeline.train"):
+        report = agent.round()
+    assert [(t.status, t.version) for t in report.trained] == [("published", 2)]
+    assert load_current(store, AGENT).version == 2  # type: ignore[union-attr]
+    assert "v2 is published, but its drift review failed: TransientError: the store is throttled" in caplog.text
 
 
 class HarshReward:

@@ -682,6 +682,55 @@ def test_a_message_whose_scoring_raises_does_not_stop_the_others(
     assert env.store.get_score(first.id, AGENT) is None
 
 
+class SlowOnce(Judge):
+    """The offline judge, slower than the queue's lock (30 s) the first time it judges each of
+    ``slow``, and failing for good on ``failing``."""
+
+    def __init__(self, clock: ManualClock) -> None:
+        self.inner, self.clock = OfflineJudge(), clock
+        self.slow: set[str] = set()
+        self.failing: set[str] = set()
+
+    def judge(self, episode: Episode) -> Judgement:
+        if episode.id in self.slow:
+            self.slow.discard(episode.id)
+            self.clock.advance(31)
+        if episode.id in self.failing:
+            raise PermanentError("judge output invalid")
+        return self.inner.judge(episode)
+
+
+def test_a_message_whose_lock_expires_is_counted_once_and_not_as_dead_lettered(
+    tmp_path: Path, clock: ManualClock, captured: Any
+) -> None:
+    """A delivery whose lock expired before it was settled is ``lock_lost`` only: the outcomes add
+    up to the deliveries handled, and a dead letter is counted (report and metric) only when made."""
+    judge = SlowOnce(clock)
+    env = Env(tmp_path / "t.db", clock, judge=judge, max_deliveries=3)
+    poison, slow, fast = env.episodes(3)
+    judge.slow, judge.failing = {poison.id, slow.id}, {poison.id}
+    env.pipeline.pump()
+    # poison: lock lost, then dead-lettered; slow: lock lost (its score stored), then a duplicate
+    outcomes = env.pipeline.score_pending(receive_batch=1)
+    assert outcomes == {"lock_lost": 2, "dead_letter": 1, "duplicate": 1, "scored": 1}
+    assert [d.message_id for d in env.queue.dead_letters()] == [poison.id]
+    assert captured.total("agent_learning.episodes.dead_lettered", reason="JudgeFailed") == 1
+    assert env.store.get_score(fast.id, AGENT) is not None and env.store.get_score(slow.id, AGENT) is not None
+
+
+def test_a_lost_lock_on_the_last_delivery_is_counted_as_the_queue_dead_letters_it(
+    tmp_path: Path, clock: ManualClock, captured: Any
+) -> None:
+    judge = SlowOnce(clock)
+    env = Env(tmp_path / "t.db", clock, judge=judge, max_deliveries=1)
+    (poison,) = env.episodes(1)
+    judge.slow, judge.failing = {poison.id}, {poison.id}
+    env.pipeline.pump()
+    assert env.pipeline.score_pending() == {"lock_lost": 1}
+    assert [d.reason for d in env.queue.dead_letters()] == ["MaxDeliveryCountExceeded"]
+    assert captured.total("agent_learning.episodes.dead_lettered") == 1
+
+
 def test_settle_maps_outcomes_to_queue_actions(env: Env) -> None:
     from agent_learning.pipeline import ScoreOutcome
     from agent_learning.queue.base import OutgoingMessage

@@ -420,13 +420,22 @@ def count_settled(
 
 
 def settle(queue: WorkQueue, message: Any, outcome: ScoreOutcome) -> None:
-    """Apply a score outcome to a received queue message."""
-    count_settled(outcome, getattr(message, "delivery_count", 1), getattr(queue, "max_deliveries", None))
-    if outcome.status in ("scored", "duplicate", "unjudged"):
-        queue.complete(message)
-    elif outcome.status == "retry":
-        queue.abandon(message)
-    else:
-        queue.dead_letter(message, outcome.reason, outcome.description)
+    """Apply a score outcome to a received queue message, and count it if that dead-letters it.
+
+    Raises :class:`ConcurrencyConflict` if the message's lock expired: the message comes back,
+    and is counted as under Azure Functions, where the queue dead-letters it after its last
+    allowed delivery (a dead-letter outcome before that is not counted, nothing was dead-lettered)."""
+    delivery_count, max_deliveries = getattr(message, "delivery_count", 1), getattr(queue, "max_deliveries", None)
+    try:
+        if outcome.status in ("scored", "duplicate", "unjudged"):
+            queue.complete(message)
+        elif outcome.status == "retry":
+            queue.abandon(message)
+        else:
+            queue.dead_letter(message, outcome.reason, outcome.description)
+    except ConcurrencyConflict:
+        count_settled(outcome, delivery_count, max_deliveries, explicit=False)
+        raise
+    count_settled(outcome, delivery_count, max_deliveries)
 
 

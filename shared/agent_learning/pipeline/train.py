@@ -107,7 +107,8 @@ def train_agent(
 
     ``learner`` is a :class:`~agent_learning.learner.Reinforce` (imported by the caller, so
     that importing this module does not import numpy). ``drift`` turns on the warnings of
-    :mod:`agent_learning.drift`; with its ``auto_pin`` a warning pins the agent's policy.
+    :mod:`agent_learning.drift`; with its ``auto_pin`` a warning pins the agent's policy (a review
+    that fails is logged, and the outcome stays ``published``).
     ``guardrail`` (an :class:`~agent_learning.evaluation.GuardrailConfig`; ``None``: none)
     evaluates each candidate before it is published.
     """
@@ -124,12 +125,20 @@ def train_agent(
                 record(MEAN_REWARD, outcome.run.metrics["mean_reward"], attrs)
             record(POLICY_ENTROPY, outcome.entropy, attrs)
             if drift is not None:
-                warnings = review(store, agent_id, outcome.version or 0, outcome.entropy, outcome.choices or 1, drift,
-                                  sp)
-                if warnings and drift.auto_pin:
-                    set_pinned(store, agent_id, True, reason="; ".join(w.message for w in warnings))
-                    log.warning("policy of %s pinned automatically; unpin with `agent-learn policy unpin`", agent_id)
+                try:
+                    review_published(store, agent_id, outcome, drift, sp)
+                except Exception as exc:  # the version is published: the outcome must say so
+                    log.error("training %s: v%s is published, but its drift review failed: %s: %s", agent_id,
+                              outcome.version, type(exc).__name__, exc, exc_info=not isinstance(exc, TransientError))
         return outcome
+
+
+def review_published(store: Store, agent_id: str, outcome: TrainOutcome, drift: DriftConfig, sp: Any) -> None:
+    """Review a published version for drift warnings, and pin the agent if they ask for it."""
+    warnings = review(store, agent_id, outcome.version or 0, outcome.entropy or 0.0, outcome.choices or 1, drift, sp)
+    if warnings and drift.auto_pin:
+        set_pinned(store, agent_id, True, reason="; ".join(w.message for w in warnings))
+        log.warning("policy of %s pinned automatically; unpin with `agent-learn policy unpin`", agent_id)
 
 
 def _train_agent(

@@ -122,12 +122,16 @@ def connect(path: str | os.PathLike[str]) -> sqlite3.Connection:
 
 @contextmanager
 def not_a_database(path: str) -> Iterator[None]:
-    """Report a file that is not an SQLite database as a configuration error naming it (a
-    locked or busy database is an ``OperationalError`` and passes through unchanged)."""
+    """Report a file that is not an SQLite database, or a folder, as a configuration error naming
+    it (a locked or busy database is an ``OperationalError`` and passes through unchanged)."""
     try:
         yield
     except sqlite3.DatabaseError as exc:
         if isinstance(exc, sqlite3.OperationalError):
+            if path != ":memory:" and Path(path).is_dir():
+                raise ConfigurationError(
+                    f"AGENT_LEARNING_SQLITE_PATH (--db): {path} is a folder, not a file; name the SQLite file"
+                ) from None
             raise
         raise ConfigurationError(
             f"AGENT_LEARNING_SQLITE_PATH (--db): {path} is not an SQLite database this library can use ({exc})"
