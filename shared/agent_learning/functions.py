@@ -374,9 +374,10 @@ def post_feedback(episode_id: str, body: bytes, caller: Caller, rt: Runtime) -> 
     ID principal or its function key), never the body, so nobody can overwrite another
     caller's verdict: one feedback per caller and episode, and a caller posting again replaces
     its own. Answers 200 with what changed
-    (``status`` ``corrected`` or ``unchanged``; ``rejected``, with the ``problem``, when the
-    episode's stored score is invalid: the feedback is kept, training skips the episode), 202
-    when the episode is not scored yet (its scorer applies the feedback), 400 naming the bad
+    (``status`` ``corrected`` or ``unchanged``, with ``reward`` and ``reward_delta``; ``rejected``,
+    with the ``problem``, when the episode's stored score is invalid: the feedback is kept,
+    training skips the episode), 202 when the episode is not scored yet (its scorer applies the
+    feedback; ``reward`` and ``reward_delta`` are null until then, as for ``rejected``), 400 naming the bad
     field (a ``source`` field included), 404 for an unknown episode, 409 for a new source beyond
     :data:`~agent_learning.feedback.MAX_FEEDBACK_SOURCES` or an episode whose stored document has
     no valid agent id (written around the validation; nothing is stored), 413 for a body over 16 KiB.
