@@ -551,8 +551,9 @@ def recent_from_state(state: Mapping[str, Any] | None, k: int) -> tuple[Evidence
 def recent_to_state(recent: Evidence, corrections: Array | None) -> dict[str, Any]:
     """The ``recent`` entry of the learner state: the recent sums, and C_a when not all 0."""
     out = recent.to_state()
-    if corrections is not None and corrections.any():
-        out[CORRECTIONS] = [round(float(x), 9) for x in corrections]
+    rounded = [] if corrections is None else [round(float(x), 9) for x in corrections]
+    if any(rounded):
+        out[CORRECTIONS] = rounded
     return out
 
 
