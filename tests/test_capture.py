@@ -779,6 +779,9 @@ def test_a_tool_call_with_arguments_that_are_not_json_is_refused_before_it_runs(
         ({"tool_definitions": [{"limit": math.nan}]}, "tool_definitions", "must be JSON with finite numbers"),
         ({"tool_definitions": "search"}, "tool_definitions", "valid list"),
         ({"ttl": "60"}, "ttl", "valid integer"),
+        ({"ttl": 0}, "ttl", "must be -1 (never expires) or 1 to 2,147,483,647 seconds, as Cosmos DB accepts, got 0"),
+        ({"ttl": 2**31}, "ttl", "or 1 to 2,147,483,647 seconds, as Cosmos DB accepts, got 2147483648"),
+        ({"ttl": -2}, "ttl", "must be -1 (never expires) or 1 to"),
     ],
 )
 def test_a_bad_episode_value_is_named_where_it_is_passed(

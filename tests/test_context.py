@@ -48,6 +48,22 @@ def test_an_episode_without_context_is_stored_exactly_as_before(client: PolicyCl
     assert "context" not in client.store.get_episode("ep-2")
 
 
+def test_an_empty_context_is_no_context_in_the_decision_as_in_its_episode(client: PolicyClient) -> None:
+    """One spelling: ``choose(context={})`` decides as ``choose()`` and says ``None``, which is how
+    its episode stores it; a flat and a structured policy alike."""
+    from agent_learning.structured import StructuredPolicy
+
+    structured = StructuredPolicy.create("bot-s", {"prompt": ["a", "b"]}, context={"task": "category"})
+    for policy in (client.policy(), structured):
+        for empty in ({}, MappingProxyType({})):
+            decision = policy.choose(context=empty)
+            assert decision.context is None, type(policy).__name__
+            with EpisodeCapture(client.store, decision, input="q") as run:
+                assert run.end("answer").context is None
+        with pytest.raises(InvalidDocument):  # still checked: an empty list is no context object
+            policy.choose(context=[])  # type: ignore[arg-type]
+
+
 @pytest.mark.parametrize("context, problem", [
     ({f"f{i}": i for i in range(MAX_CONTEXT_FEATURES + 1)}, "has 21 features; the limit is 20"),
     ({"task type": "x"}, "'task type' is not a feature name"),

@@ -529,6 +529,20 @@ def test_an_episode_logged_at_a_probability_below_1e_300_is_refused(probability:
     assert err.value.fields == ["probability"] and "below 1e-300" in str(err.value)
 
 
+def test_an_episode_ttl_is_one_cosmos_db_accepts() -> None:
+    """Cosmos DB takes an item's ttl of -1 or 1 to 2^31 - 1 seconds and refuses 0 and anything
+    larger: such an episode is refused on every store, naming ttl and the range."""
+    for ttl in (-1, 1, 86_400, 2**31 - 1):
+        assert Episode.from_dict(episode_dict() | {"ttl": ttl}).ttl == ttl
+    for ttl in (0, -2, 2**31, 10**20):
+        with pytest.raises(InvalidDocument) as err:
+            Episode.from_dict(episode_dict() | {"ttl": ttl})
+        assert err.value.fields == ["ttl"]
+        assert f"must be -1 (never expires) or 1 to 2,147,483,647 seconds, as Cosmos DB accepts, got {ttl}" in str(
+            err.value
+        )
+
+
 @settings(max_examples=100, deadline=None)
 @given(
     probability=st.floats(min_value=1e-300, max_value=1.0, exclude_min=False),

@@ -10,6 +10,7 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from agent_learning.learner import (
+    CORRECTIONS,
     RECENT,
     Batch,
     Evidence,
@@ -259,6 +260,70 @@ def test_the_state_keeps_its_evidence_while_the_world_holds_and_only_the_recent_
     assert "recent" not in kept
 
 
+def with_corrections(batch: Batch, k: int, action: int, count: int, delta: float) -> Batch:
+    """``batch`` (of ``k`` actions) plus ``count`` feedback corrections of ``delta`` on ``action``."""
+    return Batch.from_arrays(
+        np.concatenate([batch.actions, np.full(count, action)]),
+        np.concatenate([batch.rewards, np.full(count, delta)]),
+        np.concatenate([batch.logged_probs, np.full(count, 0.5)]),
+        k,
+        corrections=np.concatenate([np.zeros(len(batch), bool), np.ones(count, bool)]),
+    )
+
+
+def test_a_burst_of_corrections_to_old_episodes_does_not_trip_the_change_test() -> None:
+    """Late feedback on old episodes is no news that the world changed: 300 corrections of -0.5 on
+    the leader once moved change_z from 0.8 to 12.1 (60: to 3.3) and dropped 1,700 of 2,200 episodes'
+    evidence. The
+    recent sums hold judged rewards only, and the older mean leaves out the corrections' part of
+    the state's sums; the state's reward sum still takes every correction."""
+    learner = Reinforce(LearnerConfig())
+    rng = np.random.default_rng(3)
+    theta, state, _ = run_bernoulli(learner, [0.7, 0.6, 0.5], 60, (np.zeros(3), {}), rng)
+    assert CORRECTIONS not in state[RECENT]  # a state without corrections is stored as before
+    probs = softmax(theta)
+    actions = rng.choice(3, 50, p=probs)
+    batch = Batch.from_arrays(actions, (rng.random(50) < 0.6).astype(float), probs[actions], 3)
+    plain = learner.update(theta, batch, state=state)
+    leader = int(np.argmax(theta))
+    for count in (60, 300):
+        burst = learner.update(theta, with_corrections(batch, 3, leader, count, -0.5), state=state)
+        # Only through the action's variance, which the state's sums (corrections in) give.
+        assert burst.metrics["change_z"] == pytest.approx(plain.metrics["change_z"], abs=0.2), count
+        assert sum(burst.state["count"]) == pytest.approx(sum(plain.state["count"]))  # no evidence dropped
+        assert burst.state[RECENT]["reward_sum"] == pytest.approx(plain.state[RECENT]["reward_sum"])
+        assert burst.state["reward_sum"][leader] == pytest.approx(plain.state["reward_sum"][leader] - 0.5 * count)
+        assert burst.state[RECENT][CORRECTIONS] == pytest.approx([-0.5 * count if a == leader else 0 for a in range(3)])
+    # Later batches fade the corrections' part with the state, and the test stays quiet.
+    _, after, seen = run_bernoulli(learner, [0.7, 0.6, 0.5], 10, (burst.logits, burst.state), rng)
+    assert max(m["change_z"] for m in seen) < 4.0
+    faded = 0.5 ** (500 / LearnerConfig().evidence_half_life)
+    assert after[RECENT][CORRECTIONS][leader] == pytest.approx(-150 * faded)
+
+
+def test_steady_feedback_shifts_neither_side_of_the_change_test() -> None:
+    """A fifth of each batch's episodes corrected by -0.3 in the next batch: the test's statistic
+    stays what it is without feedback (corrections left out of the recent sums but kept in the
+    older ones biased the older side by about 0.06, z ≈ 2 on average)."""
+    cfg = LearnerConfig()
+    rng = np.random.default_rng(1)
+    plain = (Evidence.empty(2), Evidence.empty(2))
+    fed: tuple[Evidence, Evidence, np.ndarray | None] = (Evidence.empty(2), Evidence.empty(2), None)
+    previous = np.zeros(0, dtype=int)
+    for _ in range(150):
+        actions = rng.integers(0, 2, 50)
+        rewards = (rng.random(50) < np.array([0.6, 0.5])[actions]).astype(float)
+        corrected = previous[rng.random(len(previous)) < 0.2]
+        delta = np.bincount(corrected, weights=np.full(len(corrected), -0.3), minlength=2)
+        judged = Evidence(np.bincount(actions, minlength=2).astype(float), np.bincount(actions, rewards, 2),
+                          np.bincount(actions, rewards**2, 2))
+        a = remember(cfg, *plain, judged, 50)
+        b = remember(cfg, fed[0], fed[1], Evidence(judged.count, judged.reward_sum + delta, judged.reward_sq_sum),
+                     50, delta, fed[2])
+        assert b.z == pytest.approx(a.z, abs=0.3)
+        plain, fed, previous = (a.state, a.recent), (b.state, b.recent, b.corrections), actions
+
+
 def episodes_to_new_best(cfg: LearnerConfig, seed: int, after: list[float]) -> int:
     """Episodes until the policy puts ≥ 0.5 on action 3 once 2,000 episodes of means
     0.8/0.7/0.6/0.5 become ``after`` (10,000: not within 200 batches)."""
@@ -322,6 +387,11 @@ def test_unreadable_recent_sums_restart_alone_and_say_so() -> None:
     assert update.state["count"] == pytest.approx([2.0, 2.0, 2.0], abs=1e-3)  # the evidence is kept
     assert update.state[RECENT]["count"] == [1.0, 1.0, 1.0]  # the recent sums hold this batch only
     assert "recent_reset" not in Reinforce().update(np.zeros(3), batch, state=update.state).metrics
+    for bad in ([1.0, 2.0], [1.0, "x", 0.0], [0.0, float("nan"), 0.0]):  # the corrections' part too
+        state[RECENT] = {**update.state[RECENT], CORRECTIONS: bad}
+        again = Reinforce().update(np.zeros(3), batch, state=state)
+        assert again.metrics["recent_reset"] == 1.0 and again.state[RECENT]["count"] == [1.0, 1.0, 1.0]
+        assert CORRECTIONS not in again.state[RECENT]
 
 
 def test_evidence_bound_lifts_actions_only_as_far_as_the_evidence_allows() -> None:

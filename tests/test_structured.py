@@ -529,6 +529,37 @@ def test_unreadable_recent_sums_restart_alone_and_say_so() -> None:
     assert update.state["recent"]["count"] == state["count"]  # the recent sums hold this batch only
 
 
+def test_a_burst_of_corrections_does_not_trip_the_change_test_of_a_structured_policy() -> None:
+    """As in the flat learner: the recent sums hold judged rewards, and the older side leaves out
+    the corrections' part of the global evidence, so late feedback drops no evidence (300
+    corrections of -0.5 on one configuration took change_z from 1.2 to 15.8 and dropped 70% of
+    the evidence)."""
+    doc = policy(context={"task": "category"}).document
+    sizes = [d.size for d in doc.dimensions or []]
+
+    def rows(rng: np.random.Generator, n: int, corrections: int = 0) -> Rows:
+        actions = np.stack([rng.integers(0, k, n) for k in sizes], axis=1)
+        rewards = (rng.random(n) < 0.4 + 0.2 * (actions[:, 0] == 1)).astype(float)
+        contexts = [{"task": str(rng.choice(["billing", "tech"]))} for _ in range(n)]
+        return Rows(
+            np.vstack([actions, np.tile(actions[:1], (corrections, 1))]),
+            np.concatenate([rewards, np.full(corrections, -0.5)]),
+            np.full(n + corrections, 0.1),
+            [False] * n + [True] * corrections,
+            contexts + contexts[:1] * corrections,
+        )
+
+    rng = np.random.default_rng(7)
+    for _ in range(30):
+        doc = learn_structured(LearnerConfig(), doc, rows(rng, 60)).applied_to(doc)
+    plain = learn_structured(LearnerConfig(), doc, rows(np.random.default_rng(8), 60))
+    burst = learn_structured(LearnerConfig(), doc, rows(np.random.default_rng(8), 60, corrections=300))
+    assert burst.metrics["change_z"] == pytest.approx(plain.metrics["change_z"], abs=0.3)
+    assert sum(burst.state["count"]) == pytest.approx(sum(plain.state["count"]))  # no evidence dropped
+    assert burst.state["recent"]["reward_sum"] == pytest.approx(plain.state["recent"]["reward_sum"])
+    assert sum(burst.state["recent"]["corrections"]) == pytest.approx(-0.5 * 300 * len(sizes))
+
+
 def test_each_dimension_keeps_the_thompson_floor_of_its_own_evidence() -> None:
     """k=10 leads with 300 episodes at 0.7, k=3 and k=5 trail closely, k=1's first 8 episodes
     were unlucky and a noisy step pushed it 8 logits down: bounded, it keeps at least e^(−c_T)

@@ -1895,7 +1895,15 @@ def train(agent_id: str | None, as_json: bool, db: str | None) -> None:
                     "enqueued": enqueued,
                     "scored": dict(outcomes),
                     "training": [
-                        {"agent_id": r.agent_id, "status": r.status, "version": r.version, "reason": r.reason}
+                        {
+                            "agent_id": r.agent_id,
+                            "status": r.status,
+                            "version": r.version,
+                            "reason": r.reason,
+                            "episodes": r.run.episodes if r.run else 0,
+                            # corrections alone have no batch mean, as in the text
+                            "mean_reward": r.run.metrics["mean_reward"] if r.run and r.run.episodes else None,
+                        }
                         for r in results
                     ],
                 },

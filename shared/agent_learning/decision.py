@@ -63,7 +63,8 @@ class Decision(NamedTuple):
     """What to run: the action's settings, or one value per dimension of a structured policy.
     A read-only dict (:class:`ReadOnlyDict`), shared by every decision of the action: change a copy."""
     context: Mapping[str, Any] | None = None
-    """The request's features it was chosen for (``choose(context=...)``), logged with the episode."""
+    """The request's features it was chosen for (``choose(context=...)``), logged with the episode;
+    ``None`` without features (an empty context included, as the episode stores it)."""
 
     @property
     def policy_id(self) -> str:

@@ -259,6 +259,10 @@ fails with 413, which no retry cures; the remaining ~97 KB are room for those sy
 (``_rid``, ``_self``, ``_etag``, ``_ts``, ...: well under 1 KB). :class:`Episode` rejects a larger
 document; :class:`~agent_learning.capture.EpisodeCapture` cuts step texts to stay below it."""
 
+MAX_TTL_SECONDS = 2**31 - 1
+"""The longest time to live an episode may carry: Cosmos DB accepts an item's ``ttl`` of -1 (never
+expires) or 1 to 2^31 - 1 seconds and refuses 0 and anything larger."""
+
 MAX_TRAIN_BATCH = 20_000
 """The most score rows one training run reads (``AGENT_LEARNING_TRAIN_MAX_BATCH``'s bound). A
 run holds its whole batch in memory; measured at 11.3 KB per row (tracemalloc peak of
@@ -517,7 +521,9 @@ class Episode(Document):
     ended_at: AwareDatetime
     metadata: dict[Annotated[str, StringConstraints(strict=True, min_length=1, max_length=64)], Any] = {}
     truncated: list[Name] = []
-    ttl: Annotated[int, Field(strict=True, ge=-1)] | None = None
+    ttl: Annotated[int, Field(strict=True)] | None = None
+    """Seconds until Cosmos DB deletes the episode (:data:`MAX_TTL_SECONDS` at most), -1 for never;
+    absent, the container's default applies."""
     context: dict[str, Any] | None = Field(None, exclude_if=_unset)
     """The request's features the action was chosen for (:func:`check_context`); absent when the
     agent gave none (an empty context is none)."""
@@ -528,6 +534,15 @@ class Episode(Document):
     @classmethod
     def _context(cls, value: dict[str, Any] | None) -> dict[str, Any] | None:
         return None if value is None else check_context(value) or None  # {} is no context
+
+    @field_validator("ttl")
+    @classmethod
+    def _ttl(cls, value: int | None) -> int | None:
+        if value is not None and value != -1 and not 1 <= value <= MAX_TTL_SECONDS:
+            raise ValueError(
+                f"must be -1 (never expires) or 1 to {MAX_TTL_SECONDS:,} seconds, as Cosmos DB accepts, got {value}"
+            )
+        return value
 
     @field_validator("tool_definitions")
     @classmethod

@@ -122,6 +122,9 @@ class FeedbackResult:
     reconciled: Reconciled
 
     def to_dict(self) -> dict[str, Any]:
+        """The answer of the HTTP route and ``agent-learn feedback --json``: ``reward`` and
+        ``reward_delta`` are None while the feedback is not applied (``waiting``, ``rejected``):
+        a change of 0 is ``unchanged``."""
         r = self.reconciled
         return {
             "feedback_id": self.feedback.id,
@@ -129,7 +132,7 @@ class FeedbackResult:
             "source": self.feedback.source,
             "status": r.status,
             "reward": r.reward,
-            "reward_delta": r.delta,
+            "reward_delta": None if r.reward is None else r.delta,
             "correction_id": r.correction.id if r.correction else None,
             "problem": r.problem,
         }

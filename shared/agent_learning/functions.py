@@ -379,9 +379,10 @@ def post_feedback(episode_id: str, body: bytes, caller: Caller, rt: Runtime) -> 
     ID principal or its function key), never the body, so nobody can overwrite another
     caller's verdict: one feedback per caller and episode, and a caller posting again replaces
     its own. Answers 200 with what changed
-    (``status`` ``corrected`` or ``unchanged``; ``rejected``, with the ``problem``, when the
-    episode's stored score is invalid: the feedback is kept, training skips the episode), 202
-    when the episode is not scored yet (its scorer applies the feedback), 400 naming the bad
+    (``status`` ``corrected`` or ``unchanged``, with ``reward`` and ``reward_delta``; ``rejected``,
+    with the ``problem``, when the episode's stored score is invalid: the feedback is kept,
+    training skips the episode), 202 when the episode is not scored yet (its scorer applies the
+    feedback; ``reward`` and ``reward_delta`` are null until then, as for ``rejected``), 400 naming the bad
     field (a ``source`` field included), 404 for an unknown episode, 409 for a new source beyond
     :data:`~agent_learning.feedback.MAX_FEEDBACK_SOURCES` or an episode whose stored document has
     no valid agent id (written around the validation; nothing is stored), 413 for a body over 16 KiB.
@@ -448,11 +449,11 @@ def choose(agent_id: str, body: bytes, rt: Runtime) -> HttpAnswer:
 
     Body: ``{}`` or ``{"context": {...}}`` (the request's features, as ``choose(context=...)``
     takes them). Answers 200 with ``action_id``, ``config``, ``probability``, ``logprob``,
-    ``policy_version``, ``context`` and a fresh ``episode_id`` for the episode the caller then
-    writes (``POST /api/agents/{agent_id}/episodes`` or the ``episodes`` container), with these
-    values; 400 naming the bad field, 404 for an agent without a policy, 413 over 16 KiB, 503 with
-    ``Retry-After`` when the current policy cannot be read (the store, or an invalid document) and
-    none was read before.
+    ``policy_version``, ``context`` (null without features, ``{}`` included) and a fresh
+    ``episode_id`` for the episode the caller then writes (``POST /api/agents/{agent_id}/episodes``
+    or the ``episodes`` container), with these values; 400 naming the bad field, 404 for an agent
+    without a policy, 413 over 16 KiB, 503 with ``Retry-After`` when the current policy cannot be
+    read (the store, or an invalid document) and none was read before.
     """
     # lazy: pydantic (see the module docstring)
     import uuid

@@ -110,11 +110,18 @@ episode 1 and the recent fades faster, so the difference weighs each episode by 
 
     z_a = |m^r_a − m^o_a| / √(v_a/n^r_a + v_a/n^o_a)      (n^r_a, n^o_a ≥ 5; v_a the action's variance)
 
+The test compares judged rewards only. A feedback correction is a late verdict on an episode
+learned before, of any age, not news that the world changed now: it shifts the state's S_a but
+not the recent S^r_a, and the state also keeps (under ``recent``, as ``corrections``) the part
+C_a of S_a that corrections make, fading with it, which the older mean leaves out:
+m^o_a = (S_a − C_a − S^r_a)/n^o_a. A burst of corrections therefore never trips the test, and
+steady feedback shifts neither side.
+
 When max_a z_a > z* = ``change_threshold``, the world has changed (for a stationary action each
 z_a is about standard normal: 4 is a false alarm in ~1 of 16,000 comparisons) and the state
-becomes the recent evidence alone, so the bounds widen at once to what the recent episodes say,
-not after the old evidence has faded. In the spirit of ADWIN (Bifet and Gavaldà 2007), with two
-exponential windows instead of a cut point.
+becomes the recent evidence alone (the corrections go with the older evidence), so the bounds
+widen at once to what the recent episodes say, not after the old evidence has faded. In the
+spirit of ADWIN (Bifet and Gavaldà 2007), with two exponential windows instead of a cut point.
 
 The pairwise chances are a cheap stand-in for the chance P_a that a is the best of all, which is
 what Thompson sampling draws a with; with many actions near the leader they undercount it for
@@ -349,6 +356,10 @@ class Update:
 
 RECENT = "recent"
 """The learner state's key for the recent evidence the change test compares (when it is on)."""
+CORRECTIONS = "corrections"
+"""The key, among the recent sums, of C_a: per action the part of the state's reward sum that
+feedback corrections make (faded with the state), which the change test leaves out. Written
+only when some entry is not 0, so that a state without corrections is stored as before."""
 
 
 @dataclass(frozen=True)
@@ -384,6 +395,13 @@ class Evidence:
 
     def to_state(self) -> dict[str, Any]:
         return {key: [round(float(x), 9) for x in getattr(self, key)] for key in self.KEYS}
+
+    @classmethod
+    def corrected(cls, batch: Batch, k: int) -> Array | None:
+        """Per action the sum of the batch's feedback corrections (None without any)."""
+        if batch.regular.all():
+            return None
+        return np.bincount(batch.actions, weights=np.where(batch.regular, 0.0, batch.rewards), minlength=k)
 
     @classmethod
     def of_batch(cls, batch: Batch, k: int) -> Evidence:
@@ -445,12 +463,13 @@ MIN_CHANGE_EPISODES = 5.0
 this many episodes' weight (below that the Gaussian approximation of a mean is too rough)."""
 
 
-def change_z(evidence: Evidence, recent: Evidence) -> float:
+def change_z(evidence: Evidence, recent: Evidence, corrections: Array | None = None) -> float:
     """The change test's statistic: the largest |m_a^recent − m_a^older| / √(v_a/n_a^recent +
     v_a/n_a^older) over the actions, where the older evidence is the state's minus the recent
     (both fade from the newest episode, the recent faster, so the difference weighs every episode
-    by a non-negative weight) and v_a the action's reward variance in the state, at least 1e-6
-    (0 when no action can be compared)."""
+    by a non-negative weight) and minus ``corrections`` (C_a: the part of the state's reward sums
+    that feedback corrections make; the recent sums hold none), and v_a the action's reward
+    variance in the state, at least 1e-6 (0 when no action can be compared)."""
     older_n = evidence.count - recent.count
     ok = (recent.count >= MIN_CHANGE_EPISODES) & (older_n >= MIN_CHANGE_EPISODES)
     shrunk = evidence.shrunk(0.0)
@@ -458,7 +477,10 @@ def change_z(evidence: Evidence, recent: Evidence) -> float:
         return 0.0
     var = np.maximum(shrunk[1][ok], 1e-6)
     n_r, n_o = recent.count[ok], older_n[ok]
-    diff = recent.reward_sum[ok] / n_r - (evidence.reward_sum[ok] - recent.reward_sum[ok]) / n_o
+    older_sum = evidence.reward_sum[ok] - recent.reward_sum[ok]
+    if corrections is not None:
+        older_sum = older_sum - corrections[ok]
+    diff = recent.reward_sum[ok] / n_r - older_sum / n_o
     return float(np.max(np.abs(diff) / np.sqrt(var / n_r + var / n_o)))
 
 
@@ -471,20 +493,68 @@ class Remembered(NamedTuple):
     """The change test's statistic (0 when it is off)."""
     kept: float
     """The share of the episodes behind the state that it kept (below 1 when the test fired)."""
+    corrections: Array | None = None
+    """C_a to store with the recent sums (None: none)."""
 
 
-def remember(cfg: LearnerConfig, evidence: Evidence, recent: Evidence, new: Evidence, episodes: int) -> Remembered:
+def remember(
+    cfg: LearnerConfig,
+    evidence: Evidence,
+    recent: Evidence,
+    new: Evidence,
+    episodes: int,
+    corrected: Array | None = None,
+    corrections: Array | None = None,
+) -> Remembered:
     """The learner state after a batch of ``episodes`` whose evidence is ``new``: the faded state
     plus the batch; with the change test on, the recent evidence too, and the state is replaced by
-    the recent evidence when the test's z exceeds the threshold."""
-    state = evidence.faded_plus(fade(episodes, cfg.evidence_half_life), new)
+    the recent evidence when the test's z exceeds the threshold. ``corrected`` is per action the
+    sum of the batch's feedback corrections (part of ``new.reward_sum``), ``corrections`` the
+    state's C_a before the batch; the recent sums and the test leave both out (module docstring:
+    Change test)."""
+    decay = fade(episodes, cfg.evidence_half_life)
+    state = evidence.faded_plus(decay, new)
     if cfg.change_threshold is None:
         return Remembered(state, None, 0.0, 1.0)
+    if corrections is not None:
+        corrections = decay * corrections
+    if corrected is not None:
+        new = Evidence(new.count, new.reward_sum - corrected, new.reward_sq_sum)
+        corrections = corrected if corrections is None else corrections + corrected
     recent = recent.faded_plus(fade(episodes, cfg.recent_half_life), new)
-    z = change_z(state, recent)
+    z = change_z(state, recent, corrections)
     if z > cfg.change_threshold:
         return Remembered(recent, recent, z, float(recent.count.sum() / state.count.sum()))
-    return Remembered(state, recent, z, 1.0)
+    return Remembered(state, recent, z, 1.0, corrections)
+
+
+def recent_from_state(state: Mapping[str, Any] | None, k: int) -> tuple[Evidence, Array | None, str | None]:
+    """The change test's recent evidence and C_a in a learner state's ``recent`` entry (both
+    empty, and the reason, when it cannot be used)."""
+    recent, problem = Evidence.from_state(state, k)
+    stored = (state or {}).get(CORRECTIONS) if not problem else None
+    if stored is None:
+        return recent, None, problem
+    try:
+        corrections = np.asarray(stored, dtype=np.float64)
+    except (TypeError, ValueError) as exc:
+        corrections = None
+        problem = f"learner state {RECENT}.{CORRECTIONS} unreadable ({type(exc).__name__}: {exc})"
+    else:
+        if corrections.shape != (k,) or not np.isfinite(corrections).all():
+            problem = f"learner state {RECENT}.{CORRECTIONS}: not {k} finite entries"
+    if problem:
+        return Evidence.empty(k), None, f"{problem}; the change test's sums restart"
+    return recent, corrections, None
+
+
+def recent_to_state(recent: Evidence, corrections: Array | None) -> dict[str, Any]:
+    """The ``recent`` entry of the learner state: the recent sums, and C_a when not all 0."""
+    out = recent.to_state()
+    rounded = [] if corrections is None else [round(float(x), 9) for x in corrections]
+    if any(rounded):
+        out[CORRECTIONS] = rounded
+    return out
 
 
 def advantages(
@@ -794,13 +864,20 @@ class Reinforce:
                 new, kl = self._step(theta, direction, scale, temperature, s_old)
         new_state: dict[str, Any] = {}
         if cfg.gap_per_evidence is not None:
-            recent, recent_problem = Evidence.from_state(
-                (state or {}).get(RECENT) if not state_problem else None, len(theta)
+            k = len(theta)
+            recent, corrections, recent_problem = recent_from_state(
+                (state or {}).get(RECENT) if not state_problem else None, k
             )
             if recent_problem:
                 base_metrics["recent_reset"] = 1.0
-            evidence, recent, z, _ = remember(
-                cfg, evidence, recent, Evidence.of_batch(batch, len(theta)), int(batch.regular.sum())
+            evidence, recent, z, _, corrections = remember(
+                cfg,
+                evidence,
+                recent,
+                Evidence.of_batch(batch, k),
+                int(batch.regular.sum()),
+                Evidence.corrected(batch, k),
+                corrections,
             )
             new, raised, lowered = self.bound_by_evidence(new, evidence, temperature)
             kl = kl_divergence(s_old, softmax(new, temperature))
@@ -809,7 +886,7 @@ class Reinforce:
             new_state = evidence.to_state()
             if recent is not None:
                 base_metrics["change_z"] = z
-                new_state[RECENT] = recent.to_state()
+                new_state[RECENT] = recent_to_state(recent, corrections)
         s_new = softmax(new, temperature)
         metrics = {
             **base_metrics,

@@ -273,12 +273,13 @@ class SoftmaxPolicy:
 
         ``context`` (the request's features: ``{"task": "billing", "tokens": 812}``) is checked
         (:func:`~agent_learning.documents.check_context`) and logged with the episode; this
-        policy's probabilities do not depend on it."""
+        policy's probabilities do not depend on it. An empty context is no context (``None``), as
+        its episode stores it."""
         u = rng.random() if rng is not None else self._random()
         decision = self._decisions[bisect_right(self._cum, u)]
-        if context is None:
+        if context is None or not (checked := validated_context(context)):
             return decision
-        return decision._replace(context=validated_context(context))
+        return decision._replace(context=checked)
 
     def decision_for(self, action_id: str) -> Decision:
         """The decision record of a given action (for replaying a logged choice)."""

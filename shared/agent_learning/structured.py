@@ -320,7 +320,8 @@ class StructuredPolicy:
         )
 
     def choose(self, rng: random.Random | None = None, *, context: Mapping[str, Any] | None = None) -> Decision:
-        """Draw a configuration for ``context`` (checked and logged with the episode)."""
+        """Draw a configuration for ``context`` (checked and logged with the episode; an empty
+        context is no context, ``None``, as its episode stores it)."""
         if context is None:
             table = self._table(None)
         else:
@@ -342,7 +343,7 @@ class StructuredPolicy:
             decision = table.drawn.get(local)
             if decision is None:
                 decision = table.drawn[local] = self._decision(table, local)
-        if context is None:
+        if not context:
             return decision
         return Decision(
             self.agent_id,

@@ -92,7 +92,8 @@ per-dimension Thompson sampling's posteriors do, and the cap helps (the 300-conf
 from 1.14× to 1.06× per-dimension Thompson over 200 seeds).
 
 The flat learner's change test runs on the global evidence (every value of every dimension,
-its recent sums under ``recent`` in the state); when it fires, the global evidence becomes the
+its recent sums under ``recent`` in the state; it compares judged rewards, feedback corrections
+left out, as the flat learner's does); when it fires, the global evidence becomes the
 recent one and every segment's and half's cells are scaled by the share of the episodes kept.
 
 One dimension without context or exclusions gives exactly the flat learner's update
@@ -120,6 +121,8 @@ from .learner import (
     check_kinds,
     entropy,
     fade,
+    recent_from_state,
+    recent_to_state,
     remember,
     weight_stats,
 )
@@ -507,6 +510,8 @@ class Tallies:
         self.advantage = tally(advantages)
         self.reward = tally(batch.rewards)
         self.reward_sq = tally(regular * batch.rewards**2)
+        self.corrected = None if batch.regular.all() else tally(np.where(batch.regular, 0.0, batch.rewards)).sum(axis=0)
+        """Per value, the sum of the batch's feedback corrections (None without any)."""
         self.categories = contexts.categories
         self.numbers = contexts.numbers
         halves = np.where(contexts.numbers > 0, 1, np.where(contexts.numbers < 0, 0, -1))
@@ -745,11 +750,13 @@ class StructuredReinforce:
                 new, kl = self._step(params, direction, scale, model, contexts, s_old, weights_u)
         new_state: dict[str, Any] = {}
         if cfg.gap_per_evidence is not None:
-            recent, recent_problem = Evidence.from_state((state or {}).get(RECENT) if not problem else None, v)
+            recent, corrections, recent_problem = recent_from_state(
+                (state or {}).get(RECENT) if not problem else None, v
+            )
             if recent_problem:
                 metrics["recent_reset"] = 1.0
-            evidence, recent_out, z, segments_state = _add_evidence(
-                cfg, evidence, recent, segments_state, tallies, model, int(batch.regular.sum())
+            evidence, recent_out, z, segments_state, corrections = _add_evidence(
+                cfg, evidence, recent, corrections, segments_state, tallies, model, int(batch.regular.sum())
             )
             raised, lowered = self.bound_by_evidence(new, model, evidence, segments_state)
             metrics["raised_by_evidence"] = float(raised)
@@ -758,7 +765,7 @@ class StructuredReinforce:
             new_state = {**evidence.to_state(), **_segment_state_out(segments_state, model)}
             if recent_out is not None:
                 metrics["change_z"] = z
-                new_state[RECENT] = recent_out.to_state()
+                new_state[RECENT] = recent_to_state(recent_out, corrections)
         g_new = dimension_softmax(new.theta[None, :], model)[0]
         regular = batch.regular
         metrics.update(
@@ -925,21 +932,25 @@ def _add_evidence(
     cfg: LearnerConfig,
     evidence: Evidence,
     recent: Evidence,
+    corrections: Array | None,
     segments: list[list[tuple[Array, Array]]],
     tallies: Tallies,
     model: Model,
     episodes: int,
-) -> tuple[Evidence, Evidence | None, float, list[list[tuple[Array, Array]]]]:
+) -> tuple[Evidence, Evidence | None, float, list[list[tuple[Array, Array]]], Array | None]:
     """Fade the state's evidence and add the batch's, globally and per cell (corrections shift
     reward sums only, as in the flat learner). The global evidence, and a numeric feature's
     halves (which together see every episode that carries it), fade by 2^(−N/H) for the batch's
     N episodes; a segment's by 2^(−n_c/H) for its own n_c, so that a segment with an eighth of
     the traffic keeps its evidence as long, in its own episodes, as the whole policy does. When
     the change test on the global evidence fires, the global state becomes the recent evidence
-    and every cell is scaled by the share of the episodes it kept."""
+    and every cell is scaled by the share of the episodes it kept. ``corrections`` is the change
+    test's C_a (:func:`~agent_learning.learner.remember`), returned updated."""
     half_life = cfg.evidence_half_life
     batch = Evidence(tallies.regular.sum(axis=0), tallies.reward.sum(axis=0), tallies.reward_sq.sum(axis=0))
-    new, recent_out, z, kept = remember(cfg, evidence, recent, batch, episodes)
+    new, recent_out, z, kept, corrections = remember(
+        cfg, evidence, recent, batch, episodes, tallies.corrected, corrections
+    )
     first = model.slices[0]  # one column per value of the first dimension: a cell's episodes sum over it
     out = []
     for f, rows in enumerate(segments):
@@ -952,7 +963,7 @@ def _add_evidence(
         out.append(
             [(kept * (fades[k] * c + counts[k]), kept * (fades[k] * r + totals[k])) for k, (c, r) in enumerate(rows)]
         )
-    return new, recent_out, z, out
+    return new, recent_out, z, out, corrections
 
 
 def learn_structured(config: LearnerConfig, doc: PolicyDocument, rows: Rows) -> StructuredUpdate:

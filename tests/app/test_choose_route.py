@@ -59,6 +59,9 @@ def test_a_choice_over_http_follows_the_policy_and_its_episode_is_accepted_back(
     expected = SoftmaxPolicy.from_document(app.store.get_current_policy("support-eu").doc).probabilities
     assert abs(drawn["k=1"] / 400 - expected["k=1"]) < 0.08  # 0.731: about 4.5 standard errors of room
 
+    for no_context in ({}, {"context": {}}, {"context": None}):  # one spelling of "no features": null
+        status, answer = choose("support-eu", no_context)
+        assert status == 200 and answer["context"] is None, no_context
     status, answer = choose("support-eu", {"context": {"task": "billing", "tokens": 812}})
     assert status == 200 and answer["context"] == {"task": "billing", "tokens": 812}
     assert answer["probability"] == pytest.approx(expected[answer["action_id"]])

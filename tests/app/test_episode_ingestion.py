@@ -147,6 +147,8 @@ def test_the_body_must_be_an_episode_of_the_path_agent(app: App) -> None:
     assert status == 400 and body["error"].startswith("agent_id:") and "support-us" in body["error"]
     status, body = app.post("support-eu", episode(probability=0.5) | {"probability": 7})
     assert status == 400 and body["error"].startswith("probability:")
+    status, body = app.post("support-eu", episode() | {"ttl": 0})  # Cosmos DB would refuse it
+    assert status == 400 and body["error"].startswith("ttl: must be -1 (never expires) or 1 to 2,147,483,647")
     status, body = app.post("support-eu", b"{not json")
     assert status == 400 and body["error"].startswith("body: is not valid JSON (")
     status, body = app.post("support-eu", b"[" * 10_000)

@@ -446,6 +446,7 @@ def test_http_feedback_before_and_after_scoring(env: Env) -> None:
     env.store.add_episode(Episode.from_dict(late))
     status, body = http_feedback(early["id"], {"thumb": "down", "comment": "did not help"})
     assert status == 202 and body["status"] == "waiting"
+    assert body["reward"] is None and body["reward_delta"] is None  # not applied yet: no change to report
     assert body["feedback_id"] == f"{early['id']}:fb:{key_identity(KEY)}" and body["source"] == key_identity(KEY)
 
     call("enqueue", document_list([early, late]))
@@ -458,6 +459,7 @@ def test_http_feedback_before_and_after_scoring(env: Env) -> None:
     assert status == 200 and body["status"] == "corrected" and body["correction_id"] == f"{late['id']}~r1"
     status, again = http_feedback(late["id"], {"score": 0.9}, key="reviewer-key")  # posted twice
     assert status == 200 and again["status"] == "unchanged" and again["reward"] == pytest.approx(body["reward"])
+    assert again["reward_delta"] == 0.0
     assert len(env.store.read_scores(AGENT, None, 10)) == 4
     assert tick(env) == [AGENT]
     run = load_current(env.store, AGENT).run  # type: ignore[union-attr]
@@ -475,6 +477,7 @@ def test_http_feedback_on_an_episode_whose_score_is_invalid_is_kept_and_says_why
     status, body = http_feedback(episode["id"], {"thumb": "up"})
     assert status == 200 and body["status"] == "rejected"  # not a 400: the caller's feedback was fine, and kept
     assert body["problem"] == "invalid score: reward_function: Field required"
+    assert body["reward"] is None and body["reward_delta"] is None
     assert [f["id"] for f in env.store.list_feedback(episode["id"])] == [body["feedback_id"]]
 
 

@@ -166,7 +166,10 @@ def test_rollback_pin_and_unpin(deployment: Deployment) -> None:
     assert trained["training"][0]["status"] == "pinned"
     assert "unpinned" in ok("policy", "unpin", "--agent-id", AGENT).stdout
     trained = json.loads(ok("train", "--json").stdout)
-    assert trained["training"] == [{"agent_id": AGENT, "status": "published", "version": 6, "reason": ""}]
+    (row,) = trained["training"]
+    assert {k: row[k] for k in ("agent_id", "status", "version", "reason")} == {
+        "agent_id": AGENT, "status": "published", "version": 6, "reason": ""}
+    assert row["episodes"] > 0 and isinstance(row["mean_reward"], float)
 
 
 def test_runs_list_and_show(deployment: Deployment) -> None:

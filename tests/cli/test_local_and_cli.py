@@ -265,13 +265,20 @@ def test_cli_init_policy_then_policy_then_train(tmp_path: Path) -> None:
     assert trained.exit_code == 0, trained.output
     report = json.loads(trained.stdout)
     assert report["enqueued"] == 20 and report["scored"] == {"scored": 20}
-    assert report["training"] == [{"agent_id": "helper", "status": "published", "version": 2, "reason": ""}]
     with SQLiteStore(db) as store:
         doc2 = load_current(store, "helper")
+        (run,) = store.list_runs("helper")
+    # The run's episode count and batch mean, as the text output shows them.
+    assert report["training"] == [{"agent_id": "helper", "status": "published", "version": 2, "reason": "",
+                                   "episodes": 20, "mean_reward": run["metrics"]["mean_reward"]}]
+    assert 0 < run["metrics"]["mean_reward"] < 1
     assert doc2 is not None and doc2.logits[1] > doc2.logits[0]  # "detailed" scores higher with the offline judge
 
     quiet = runner.invoke(main, ["train", "--db", db, "--agent-id", "helper"])
     assert quiet.exit_code == 0 and "no_new_scores" in quiet.stdout
+    quiet = runner.invoke(main, ["train", "--db", db, "--agent-id", "helper", "--json"])
+    assert json.loads(quiet.stdout)["training"] == [{"agent_id": "helper", "status": "no_new_scores", "version": 2,
+                                                     "reason": "", "episodes": 0, "mean_reward": None}]
 
 
 @pytest.mark.parametrize(
