@@ -190,3 +190,17 @@ def test_the_probabilities_of_logged_configurations_alone_are_the_joint_tables(m
         monkeypatch.undo()
         assert whole.table is not None and alone.table is None
         assert alone.chosen(logged.logs) == pytest.approx(whole.chosen(logged.logs))
+
+
+def test_the_span_of_scoring_times_holds_an_episode_re_scored_after_the_others() -> None:
+    from agent_learning.store.memory import MemoryStore
+
+    store = MemoryStore()
+    logged_uniformly(store, 5)
+    first = Score.from_dict(store.get_score("ep-0", AGENT))  # type: ignore[arg-type]
+    later = BASE_TIME + timedelta(days=3)  # re-scored in place: its row keeps its place, not its time
+    store.put_score(first.model_copy(update={"scored_at": later}))
+    current = load_current(store, AGENT)
+    assert current is not None
+    logged = cf.read_logged(store, current)
+    assert (logged.first, logged.last) == (BASE_TIME + timedelta(seconds=1), later)

@@ -73,6 +73,7 @@ class Logged:
     """Guardrail metric → its value on each episode (NaN where the score does not record it)."""
     first: datetime | None = None
     last: datetime | None = None
+    """The earliest and latest ``scored_at`` of the episodes (a re-score moves an episode's, not its place)."""
     skipped: int = 0
     """Scores of configurations the current version does not have (a revision removed them)."""
     lacking: int | None = None
@@ -159,8 +160,8 @@ def read_logged(
         contexts,
         rows,
         metric_values([v[5] for v in values]),
-        values[0][4],
-        values[-1][4],
+        min(v[4] for v in values),
+        max(v[4] for v in values),
         skipped,
         lacking,
         invalid,
