@@ -62,7 +62,7 @@ def test_feedback_changes_the_reward_an_episode_is_evaluated_with() -> None:
     assert len(logged.logs) == 20 and logged.logs.rewards[0] == changed
     since = cf.read_logged(store, current, since=BASE_TIME + timedelta(seconds=15))
     assert len(since.logs) == 5
-    with pytest.raises(NotFound, match="has 1 scored episodes since"):
+    with pytest.raises(NotFound, match=r"^--since: 'what-if' has 1 scored episodes since"):
         cf.read_logged(store, current, since=BASE_TIME + timedelta(seconds=19))
 
 

@@ -131,7 +131,7 @@ def read_logged(
     skipped = sum(v[0] is None for v in values)
     if len(values) < 2:
         raise NotFound(
-            f"--agent-id: {current.agent_id!r} has {len(values)} scored episodes"
+            f"{'--since' if since else '--agent-id'}: {current.agent_id!r} has {len(values)} scored episodes"
             + (f" since {since.isoformat()}" if since else "")
             + "; an estimate needs at least 2"
         )
