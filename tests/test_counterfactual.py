@@ -62,7 +62,7 @@ def test_feedback_changes_the_reward_an_episode_is_evaluated_with() -> None:
     assert len(logged.logs) == 20 and logged.logs.rewards[0] == changed
     since = cf.read_logged(store, current, since=BASE_TIME + timedelta(seconds=15))
     assert len(since.logs) == 5
-    with pytest.raises(NotFound, match="has 1 scored episodes since"):
+    with pytest.raises(NotFound, match=r"^--since: 'what-if' has 1 scored episodes since"):
         cf.read_logged(store, current, since=BASE_TIME + timedelta(seconds=19))
 
 
@@ -139,3 +139,68 @@ def test_a_misspelt_configuration_of_dimensions_is_told_the_form_of_one() -> Non
     with pytest.raises(ValueError, match="one value per dimension in this order, joined by ':': 'prompt=short:k=1'"):
         cf.always(doc, "prompt=long,k=3")
     assert cf.always(doc, "prompt=long:k=3")(None).tolist() == [0.0, 0.0, 0.0, 1.0]
+
+
+def test_a_joint_space_too_large_for_memory_is_evaluated_from_the_logged_configurations_alone() -> None:
+    from agent_learning.store.memory import MemoryStore
+
+    # 8 dimensions of 128 values: 128**8 configurations, a joint table of 2**59 bytes
+    policy = StructuredPolicy.create(AGENT, {f"d{i}": [f"v{j}" for j in range(128)] for i in range(8)})
+    store = MemoryStore()
+    create_policy(store, policy.document)
+    current = load_current(store, AGENT)
+    assert current is not None
+    layout = Layout.of(current)
+    rng = random.Random(3)
+    for i in range(40):
+        local = [rng.randrange(128) for _ in range(8)]
+        store.put_score(make_score(f"ep-{i}", agent_id=AGENT, action_id=layout.joint_id(local),
+                                   probability=128.0**-8, reward=rng.random(), scored_at=BASE_TIME))
+    logged = cf.read_logged(store, current)
+    result = cf.compare_to_current(logged, current, cf.uniform(current), "uniform")
+    assert set(result.estimates) == {"ips", "snips"}
+    target, now, _ = result.estimates["snips"]
+    assert target.value == pytest.approx(now.value)  # uniform is the current version
+    assert any(note.startswith("dr: not estimated") and "--since" not in note for note in result.notes)
+
+
+def test_the_probabilities_of_logged_configurations_alone_are_the_joint_tables(monkeypatch: pytest.MonkeyPatch) -> None:
+    from agent_learning.store.memory import MemoryStore
+
+    policy = StructuredPolicy.create(
+        AGENT, {"prompt": ["short", "long"], "k": [1, 3, 5]}, context={"task": "category"},
+        excluded=[{"prompt": "long", "k": "5"}],
+    )
+    doc = policy.document.model_copy(update={"logits": [0.4, -0.4, 0.9, 0.0, -0.3]})
+    store = MemoryStore()
+    create_policy(store, doc)
+    current = load_current(store, AGENT)
+    assert current is not None
+    rng = random.Random(5)
+    for i in range(60):
+        action = rng.choice(["prompt=short:k=1", "prompt=long:k=3", "prompt=short:k=5", "prompt=long:k=1"])
+        store.put_score(make_score(f"ep-{i}", agent_id=AGENT, action_id=action, probability=0.2,
+                                   reward=rng.random(), context={"task": rng.choice(["a", "b", "c"])}))
+    logged = cf.read_logged(store, current)
+    for target in (cf.of_document(current), cf.always(current, "prompt=long"), cf.uniform(current),
+                   cf.always(current, "prompt=long:k=3")):
+        whole = cf.target_of(logged, target)
+        monkeypatch.setattr(cf, "MAX_TABLE_CELLS", 0)
+        alone = cf.target_of(logged, target)
+        monkeypatch.undo()
+        assert whole.table is not None and alone.table is None
+        assert alone.chosen(logged.logs) == pytest.approx(whole.chosen(logged.logs))
+
+
+def test_the_span_of_scoring_times_holds_an_episode_re_scored_after_the_others() -> None:
+    from agent_learning.store.memory import MemoryStore
+
+    store = MemoryStore()
+    logged_uniformly(store, 5)
+    first = Score.from_dict(store.get_score("ep-0", AGENT))  # type: ignore[arg-type]
+    later = BASE_TIME + timedelta(days=3)  # re-scored in place: its row keeps its place, not its time
+    store.put_score(first.model_copy(update={"scored_at": later}))
+    current = load_current(store, AGENT)
+    assert current is not None
+    logged = cf.read_logged(store, current)
+    assert (logged.first, logged.last) == (BASE_TIME + timedelta(seconds=1), later)

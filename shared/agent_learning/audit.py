@@ -24,6 +24,10 @@ for each episode the agent wrote:
 ``dead_lettered``
     not scored, and its scoring message is in the dead-letter queue (by reason). An episode
     that was dead-lettered and later scored (replayed) counts as scored.
+``skipped``
+    its judges' score lies in exactly one consumed range, but the version that range's run trained
+    lacked its configuration (a ``policy revise`` removed or renamed it), so the run counted it in
+    ``skipped`` and learned nothing from it; neither lost nor pending.
 ``unjudged``
     not scored because its agent's ``AGENT_LEARNING_JUDGING`` rule left it out: recorded in its
     score slot (by reason: ``sampled_out``, ``over_rate``), neither lost nor pending; it is
@@ -33,14 +37,15 @@ for each episode the agent wrote:
     skips it for good (counted in its run's ``rejected``); neither lost nor pending.
 
 Every episode is in exactly one of these states, so ``episodes = learned + learned_twice +
-lost + pending + dead_lettered + unjudged + rejected``. Feedback is audited per episode: ``feedback_unapplied`` counts
-scored episodes whose learned reward (judges' score + correction deltas) is not what their
-stored feedback calls for (see :func:`agent_learning.feedback.unapplied`); a sweep on the next
-tick applies it. Versions and runs are checked as a chain: versions 1..N without gaps, each
-published by training backed by a run starting where the previous version's cursor was;
-anything else is listed in ``problems``. Runs the publish guardrail held consumed nothing
-(their scores are learned by a later run) and are only counted (``held_runs``). An audit is
-``ok`` when nothing is lost or learned twice and there are no problems.
+skipped + lost + pending + dead_lettered + unjudged + rejected``. Feedback is audited per
+episode: ``feedback_unapplied`` counts scored episodes whose learned reward (judges' score +
+correction deltas) is not what their stored feedback calls for (see
+:func:`agent_learning.feedback.unapplied`); a sweep on the next tick applies it. Versions and
+runs are checked as a chain: versions 1..N without gaps, each published by training backed by a
+run starting where the previous version's cursor was; anything else is listed in ``problems``.
+Runs the publish guardrail held consumed nothing (their scores are learned by a later run) and
+are only counted (``held_runs``). An audit is ``ok`` when nothing is lost or learned twice and
+there are no problems.
 
 Memory: the audit keeps a few sets of ids and one tuple per score row, streamed from the store.
 """
@@ -49,7 +54,7 @@ from __future__ import annotations
 
 from bisect import bisect_left, bisect_right
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass, field
 from typing import Any, NamedTuple
 
@@ -59,6 +64,7 @@ from .feedback import unapplied
 from .pipeline import load_current, message_id_of
 from .queue.base import WorkQueue
 from .store.base import Store
+from .structured import Layout
 
 PAGE = 1_000
 """Score rows read per store call."""
@@ -81,6 +87,8 @@ class AgentAudit:
     scored: int = 0
     learned: int = 0
     learned_twice: int = 0
+    skipped: int = 0
+    """Consumed by a run whose version lacked the episode's configuration (a revision): not learned."""
     lost: int = 0
     pending: int = 0
     pending_scoring: int = 0
@@ -170,14 +178,15 @@ def audit_agent(
     ``with_feedback`` is the agent's episodes with feedback (read from the store if not given)."""
     result = AgentAudit(agent_id)
     ranges, current = _consumed_ranges(store, agent_id, result)
-    lows = sorted(r.low for r in ranges)
+    by_low = sorted(ranges, key=lambda r: r.low)
+    lows = [r.low for r in by_low]
     highs = sorted(r.high for r in ranges)
     cursor = max((r.high for r in ranges), default=None)
     if current is not None:
         cursor = current if cursor is None else max(cursor, current)
 
     # One pass over the agent's score rows, in the trainer's order.
-    rows: list[tuple[Key, int, bool, str]] = []  # (key, revision, late_write, episode id)
+    rows: list[tuple[Key, int, bool, str, str]] = []  # (key, revision, late_write, episode id, action id)
     invalid: set[str] = set()  # episode ids named by invalid score documents
     after = None
     while True:
@@ -188,11 +197,11 @@ def audit_agent(
                 score = Score.from_dict(row)
             except InvalidDocument:
                 result.invalid_scores += 1
-                rows.append((key, -1, False, ""))
+                rows.append((key, -1, False, "", ""))
                 if isinstance(row.get("episode_id"), str):
                     invalid.add(row["episode_id"])
                 continue
-            rows.append((key, score.revision, score.late_write, score.episode_id))
+            rows.append((key, score.revision, score.late_write, score.episode_id, score.action_id))
         if len(page) < PAGE:
             break
         after = ScoreCursor(seq=int(page[-1]["seq"]), id=str(page[-1]["id"]))
@@ -219,7 +228,7 @@ def audit_agent(
     episodes = set(store.episode_ids(agent_id))
     result.episodes = len(episodes)
     scored: set[str] = set()
-    for key, revision, _late, episode_id in rows:
+    for key, revision, _late, episode_id, action_id in rows:
         if revision != 0:
             result.corrections += revision > 0
             continue
@@ -233,7 +242,12 @@ def audit_agent(
         elif covered == 0 or key in unlearned:
             result.lost += 1
         elif covered == 1:
-            result.learned += 1
+            i = bisect_left(lows, key)
+            trained = next(r for r in reversed(by_low[:i]) if key <= r.high)
+            if trained.knows is None or trained.knows(action_id):
+                result.learned += 1
+            else:
+                result.skipped += 1
         else:
             result.learned_twice += 1
     result.scored = len(scored)
@@ -274,6 +288,8 @@ class _Range:
     corrections_unknown: bool
     """The run counted no corrections: it may predate ``TrainingRun.corrections``, so the
     range's correction rows are taken as consumed (a late correction there goes unnoticed)."""
+    knows: Callable[[str], bool] | None
+    """Whether the version the run trained has a configuration (None: unknown, taken as yes)."""
 
 
 class _Link(NamedTuple):
@@ -283,23 +299,31 @@ class _Link(NamedTuple):
     source: str
     cursor: ScoreCursor | None
     run: TrainingRun | None
+    knows: Callable[[str], bool] | None
+    """Whether the version has a configuration, as training parses it (None: not known)."""
 
     @classmethod
-    def of(cls, doc: PolicyDocument) -> _Link:
-        return cls(doc.version, doc.source, doc.cursor, doc.run)
+    def of(cls, doc: PolicyDocument, known: dict[Any, Callable[[str], bool]]) -> _Link:
+        """The link of ``doc``; ``known`` holds one ``knows`` per distinct set of configurations."""
+        shape = (tuple(doc.action_ids), tuple((d.name, d.size) for d in doc.dimensions or []))
+        if shape not in known:
+            parse = Layout.of(doc).parse
+            known[shape] = lambda action_id: parse(action_id) is not None
+        return cls(doc.version, doc.source, doc.cursor, doc.run, known[shape])
 
 
 def _consumed_ranges(store: Store, agent_id: str, result: AgentAudit) -> tuple[list[_Range], Key | None]:
     """The score ranges the published versions consumed, and the current cursor, with the
     chain's problems noted."""
     versions: list[_Link] = []
+    known: dict[Any, Callable[[str], bool]] = {}
     invalid: set[int] = set()  # versions whose documents are invalid (named as such, not as missing)
     stored = [v for v, _ in store.policy_version_times(agent_id)]
     for i in range(0, len(stored), VERSION_PAGE):  # a page of documents at a time, kept as links
         page = stored[i : i + VERSION_PAGE]
         for raw in store.list_policy_versions(agent_id, between=(page[0], page[-1])):
             try:
-                versions.append(_Link.of(PolicyDocument.from_dict(raw)))
+                versions.append(_Link.of(PolicyDocument.from_dict(raw), known))
             except InvalidDocument as exc:
                 result.problems.append(f"version {raw.get('id')!r} is invalid: {exc}")
                 if type(number := raw.get("version")) is int:
@@ -316,7 +340,7 @@ def _consumed_ranges(store: Store, agent_id: str, result: AgentAudit) -> tuple[l
         result.current_version = current.version
         if current.version not in numbers:
             # A trainer crashed between its swap and the records: the next tick writes them.
-            versions.append(_Link.of(current))
+            versions.append(_Link.of(current, known))
             numbers.append(current.version)
     versions.sort(key=lambda v: v.version)
     numbers = [v.version for v in versions]
@@ -340,7 +364,9 @@ def _consumed_ranges(store: Store, agent_id: str, result: AgentAudit) -> tuple[l
     result.runs = len(runs)
     # A trained version whose document is invalid still consumed its run's range: its scores
     # were learned, not lost.
-    recovered = [_Link(v, "train", runs[v].cursor_to, runs[v]) for v in sorted(invalid - set(numbers)) if v in runs]
+    recovered = [
+        _Link(v, "train", runs[v].cursor_to, runs[v], None) for v in sorted(invalid - set(numbers)) if v in runs
+    ]
     if recovered:
         versions = sorted([*versions, *recovered], key=lambda v: v.version)
         numbers = [v.version for v in versions]
@@ -365,7 +391,8 @@ def _consumed_ranges(store: Store, agent_id: str, result: AgentAudit) -> tuple[l
             if high < low:
                 result.problems.append(f"the run of v{version.version} ends before it starts")
             counted = run.episodes + run.corrections + run.rejected + (run.skipped or 0)
-            ranges.append(_Range(version.version, low, high, counted, run.corrections == 0))
+            base = previous.knows if previous is not None else None
+            ranges.append(_Range(version.version, low, high, counted, run.corrections == 0, base))
         previous = version
     orphans = sorted(set(runs) - set(numbers))
     if orphans:

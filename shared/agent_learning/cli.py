@@ -1994,7 +1994,8 @@ def store_migrate_scores(source: str, overwrite: bool, as_json: bool) -> None:
 @db_option
 @_handle_errors
 def audit(agent_id: str | None, as_json: bool, db: str | None) -> None:
-    """Where every episode is: learned once, learned twice, lost, pending, unjudged, dead-lettered or rejected.
+    """Where every episode is: learned once, learned twice, skipped, lost, pending, unjudged, dead-lettered or
+    rejected.
 
     Rebuilt from the store (and the queue's dead letters); exits with 1 when an episode is lost
     or learned more than once, or the chain of versions and runs is broken."""
@@ -2026,6 +2027,9 @@ def audit(agent_id: str | None, as_json: bool, db: str | None) -> None:
             if a.dead_lettered_by_reason:
                 reasons = ", ".join(f"{r} {n}" for r, n in a.dead_lettered_by_reason.items())
                 out.print(f"{a.agent_id}: dead-lettered by reason: {reasons} (agent-learn dlq list)")
+            if a.skipped:
+                out.print(f"{a.agent_id}: {a.skipped} episodes skipped: the version their run trained lacked their "
+                          "configuration (a revision removed or renamed it); not learned, not lost")
             if a.late:
                 out.print(f"{a.agent_id}: {a.late} score rows landed after their run read the range (never learned)")
             if a.scores_without_episode or a.invalid_scores:

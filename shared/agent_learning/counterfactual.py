@@ -42,7 +42,7 @@ from .evaluation import (
 )
 from .policy import policy_probabilities
 from .store.base import Store
-from .structured import JOINT_SEPARATOR, Layout, dimension_probabilities, feature_logits, joint_index
+from .structured import JOINT_SEPARATOR, Layout, dimension_probabilities, feature_logits, joint_index, normaliser
 
 MAX_EPISODES = 100_000
 """The most logged episodes one evaluation reads (the newest ones)."""
@@ -73,6 +73,7 @@ class Logged:
     """Guardrail metric → its value on each episode (NaN where the score does not record it)."""
     first: datetime | None = None
     last: datetime | None = None
+    """The earliest and latest ``scored_at`` of the episodes (a re-score moves an episode's, not its place)."""
     skipped: int = 0
     """Scores of configurations the current version does not have (a revision removed them)."""
     lacking: int | None = None
@@ -130,7 +131,7 @@ def read_logged(
     skipped = sum(v[0] is None for v in values)
     if len(values) < 2:
         raise NotFound(
-            f"--agent-id: {current.agent_id!r} has {len(values)} scored episodes"
+            f"{'--since' if since else '--agent-id'}: {current.agent_id!r} has {len(values)} scored episodes"
             + (f" since {since.isoformat()}" if since else "")
             + "; an estimate needs at least 2"
         )
@@ -159,8 +160,8 @@ def read_logged(
         contexts,
         rows,
         metric_values([v[5] for v in values]),
-        values[0][4],
-        values[-1][4],
+        min(v[4] for v in values),
+        max(v[4] for v in values),
         skipped,
         lacking,
         invalid,
@@ -171,8 +172,38 @@ def read_logged(
 # --------------------------------------------------------------------------- targets
 
 
-Distribution = Callable[[Mapping[str, Any] | None], Array]
-"""A policy's probability of every configuration (joint index) in a context."""
+Dimensions = Callable[[Mapping[str, Any] | None], list[list[float]]]
+"""A policy's per-dimension probabilities p_d(· | x) in a context (one dimension for a flat policy)."""
+
+
+@dataclass(frozen=True)
+class Distribution:
+    """What a policy chooses in a context: its per-dimension probabilities, the configurations it
+    excludes removed. Called, the whole joint table (one entry per configuration: only for a joint
+    space that fits in memory); :meth:`chosen`, only the probabilities of given configurations."""
+
+    dimensions: Dimensions
+    excluded: Sequence[tuple[int, ...]]
+    sizes: tuple[int, ...]
+
+    def __call__(self, context: Mapping[str, Any] | None) -> Array:
+        return joint(self.dimensions(context), self.excluded, self.sizes)
+
+    def chosen(self, contexts: Sequence[Mapping[str, Any] | None], rows: NDArray[np.int64],
+               local: Sequence[tuple[int, ...] | None]) -> Array:
+        """π(a_i | x_i) of each configuration ``local[i]`` (0 for None) in context ``contexts[rows[i]]``,
+        each distinct context's probabilities computed once; the joint table is never built."""
+        probs = [self.dimensions(c) for c in contexts]
+        z = [normaliser(p, self.excluded) for p in probs]
+        excluded = set(self.excluded)
+        return np.fromiter(
+            (
+                0.0 if a is None or a in excluded else math.prod(p[i] for p, i in zip(probs[u], a, strict=True)) / z[u]
+                for u, a in zip(rows, local, strict=True)
+            ),
+            np.float64,
+            len(local),
+        )
 
 
 def joint(probs: Sequence[Sequence[float]], excluded: Sequence[tuple[int, ...]], sizes: Sequence[int]) -> Array:
@@ -188,18 +219,15 @@ def joint(probs: Sequence[Sequence[float]], excluded: Sequence[tuple[int, ...]],
 
 def of_document(doc: PolicyDocument) -> Distribution:
     """What ``doc`` chooses in a context (exploration floor included)."""
-    if not doc.structured:
-        flat = np.asarray(policy_probabilities(doc))
-        return lambda context: flat
     layout = Layout.of(doc)
-    excluded = excluded_configurations(doc)
+    if not doc.structured:
+        flat = [list(policy_probabilities(doc))]
+        return Distribution(lambda context: flat, [], layout.sizes)
 
-    def distribution(context: Mapping[str, Any] | None) -> Array:
-        logits = feature_logits(doc, context)
-        probs = dimension_probabilities(logits, layout, doc.temperature, doc.exploration_floor)
-        return joint(probs, excluded, layout.sizes)
+    def dimensions(context: Mapping[str, Any] | None) -> list[list[float]]:
+        return dimension_probabilities(feature_logits(doc, context), layout, doc.temperature, doc.exploration_floor)
 
-    return distribution
+    return Distribution(dimensions, excluded_configurations(doc), layout.sizes)
 
 
 def always(doc: PolicyDocument, action_id: str) -> Distribution:
@@ -212,9 +240,8 @@ def always(doc: PolicyDocument, action_id: str) -> Distribution:
     if local is not None:
         if local in set(excluded):
             raise ValueError(f"--action: {action_id!r} is an excluded configuration")
-        one = np.zeros(math.prod(layout.sizes))
-        one[joint_index(local, layout.sizes)] = 1.0
-        return lambda context: one
+        one = [[float(i == v) for i in range(k)] for v, k in zip(local, layout.sizes, strict=True)]
+        return Distribution(lambda context: one, excluded, layout.sizes)
     dims = [d for d, ids in enumerate(layout.value_ids) if action_id in ids]
     if not dims or len(layout.sizes) == 1:
         raise ValueError(
@@ -230,45 +257,34 @@ def always(doc: PolicyDocument, action_id: str) -> Distribution:
     d, value = dims[0], layout.value_ids[dims[0]].index(action_id)
     if sum(1 for e in excluded if e[d] == value) == math.prod(layout.sizes) // layout.sizes[d]:
         raise ValueError(f"--action: every configuration with {action_id!r} is excluded")
-    fixed = np.zeros(layout.sizes[d])
-    fixed[value] = 1.0
+    fixed = [float(i == value) for i in range(layout.sizes[d])]
+    chooses = of_document(doc).dimensions
 
-    def distribution(context: Mapping[str, Any] | None) -> Array:
-        logits = feature_logits(doc, context)
-        probs = dimension_probabilities(logits, layout, doc.temperature, doc.exploration_floor)
-        probs[d] = list(fixed)
-        return joint(probs, excluded, layout.sizes)
+    def dimensions(context: Mapping[str, Any] | None) -> list[list[float]]:
+        probs = chooses(context)
+        probs[d] = fixed
+        return probs
 
-    return distribution
+    return Distribution(dimensions, excluded, layout.sizes)
 
 
 def uniform(doc: PolicyDocument) -> Distribution:
     """Every configuration that is not excluded, equally likely."""
     layout = Layout.of(doc)
-    out = joint([[1.0] * k for k in layout.sizes], excluded_configurations(doc), layout.sizes)
-    return lambda context: out
+    equal = [[1.0 / k] * k for k in layout.sizes]
+    return Distribution(lambda context: equal, excluded_configurations(doc), layout.sizes)
 
 
 def target_of(logged: Logged, distribution: Distribution) -> Target:
     """A :class:`Target` on the logged episodes: the whole table when it fits
     (:data:`MAX_TABLE_CELLS`), else the probability of each logged configuration only; 0 for a
     configuration the current version lacks."""
-    first = distribution(logged.contexts[0])
-    k = len(first)
-    if len(logged.contexts) * k <= MAX_TABLE_CELLS:
-        table = np.vstack([first] + [distribution(c) for c in logged.contexts[1:]])
+    if len(logged.contexts) * math.prod(distribution.sizes) <= MAX_TABLE_CELLS:
+        table = np.vstack([distribution(c) for c in logged.contexts])
         if logged.lacking is not None:
             table = np.hstack([table, np.zeros((len(table), 1))])
         return Target.of_table(table, logged.rows)
-    chosen = np.fromiter(
-        (
-            0.0 if a == logged.lacking else distribution(logged.contexts[u])[a]
-            for u, a in zip(logged.rows, logged.logs.actions, strict=True)
-        ),
-        np.float64,
-        len(logged.rows),
-    )
-    return Target.of_chosen(chosen)
+    return Target.of_chosen(distribution.chosen(logged.contexts, logged.rows, logged.local))
 
 
 # --------------------------------------------------------------------------- the comparison
@@ -320,9 +336,11 @@ def compare_to_current(
     tgt, cur = target_of(logged, target), target_of(logged, of_document(current))
     for name in ESTIMATORS:
         if name == "dr" and (tgt.table is None or cur.table is None):
+            configurations = math.prod(target.sizes)
             result.notes.append(
-                f"dr: not estimated: {len(logged.contexts)} distinct contexts × configurations exceed "
-                f"{MAX_TABLE_CELLS:,} (narrow the window with --since)"
+                f"dr: not estimated: {len(logged.contexts)} distinct contexts × {configurations:,} configurations "
+                f"exceed {MAX_TABLE_CELLS:,}"
+                + (" (narrow the window with --since)" if configurations <= MAX_TABLE_CELLS else "")
             )
             continue
         try:

@@ -21,10 +21,10 @@ from agent_learning.audit import audit, audit_agent
 from agent_learning.cli import main
 from agent_learning.clock import ManualClock
 from agent_learning.config import load_settings
-from agent_learning.documents import Feedback, PolicyDocument, TrainingRun
+from agent_learning.documents import Action, Feedback, PolicyDocument, TrainingRun
 from agent_learning.feedback import sweep
 from agent_learning.local import LocalPipeline, open_local
-from agent_learning.pipeline import create_policy, load_current, rollback, set_pinned
+from agent_learning.pipeline import create_policy, load_current, revise, rollback, set_pinned
 from agent_learning.policy import SoftmaxPolicy
 from agent_learning.simulate import math_tutor
 from agent_learning.store.base import Store
@@ -79,7 +79,9 @@ def test_healthy_books_and_every_state_counted(setup: Setup) -> None:
     assert (books.episodes, books.learned, books.pending_training, books.pending_scoring) == (33, 30, 2, 1)
     assert (books.lost, books.learned_twice, books.dead_lettered, books.pending) == (0, 0, 0, 3)
     assert books.versions == 4 and books.runs == 3 and books.problems == [] and books.ok
-    assert books.episodes == books.learned + books.learned_twice + books.lost + books.pending + books.dead_lettered
+    assert books.episodes == (
+        books.learned + books.learned_twice + books.skipped + books.lost + books.pending + books.dead_lettered
+    )
     assert unscored  # (the two written before scoring were scored by then)
 
 
@@ -220,7 +222,7 @@ def test_the_command_exits_0_on_healthy_books_with_the_documented_json(db: Path)
     data: dict[str, Any] = json.loads(result.stdout)
     assert data["ok"] is True
     books = data["agents"][AGENT]
-    for key in ("episodes", "learned", "learned_twice", "dead_lettered", "pending", "lost"):
+    for key in ("episodes", "learned", "learned_twice", "skipped", "dead_lettered", "pending", "lost"):
         assert isinstance(books[key], int)
     assert (books["episodes"], books["learned"], books["pending"], books["lost"]) == (15, 12, 3, 0)
     text = cli("audit", "--db", str(db), "--agent-id", AGENT)
@@ -283,3 +285,20 @@ def test_a_trained_version_whose_document_is_invalid_is_named_once_and_its_episo
     ]
     assert not books.ok  # the invalid document is still a problem
     pipeline.queue.close()
+
+
+def test_episodes_a_run_skipped_because_a_revision_removed_their_action_are_skipped_not_learned(
+    setup: Setup,
+) -> None:
+    setup.round()
+    setup.write(20)  # chosen under v2, trained after the revision
+    revise(setup.store, AGENT, [Action(id=a) for a in ACTIONS[1:]], clock=setup.clock)
+    setup.pipeline.run_once()
+    current = load_current(setup.store, AGENT)
+    assert current is not None and current.run is not None
+    removed = current.run.skipped
+    assert removed  # some of the 20 chose the removed action
+    books = audit_agent(setup.store, AGENT)
+    assert (books.episodes, books.learned, books.skipped, books.lost) == (30, 30 - removed, removed, 0)
+    assert books.pending == 0
+    assert books.ok and books.problems == []
