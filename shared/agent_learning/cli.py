@@ -43,6 +43,7 @@ from .documents import (
     Score,
     TrainingRun,
     agent_id_problem,
+    parse_json,
 )
 from .errors import (
     AgentLearningError,
@@ -598,10 +599,10 @@ STRUCTURE_KEYS = ("dimensions", "context", "excluded")
 def _read_actions(actions_file: str) -> list[Any] | dict[str, Any]:
     """The actions in an ``--actions`` file, checked item by item: a list of actions, or an
     object with ``dimensions`` (and optionally ``context`` and ``excluded``)."""
-    try:
-        actions = json.loads(Path(actions_file).read_text())
+    try:  # a name given twice is refused, as the HTTP routes refuse it: JSON would keep only the last
+        actions = parse_json(Path(actions_file).read_text(), unique_names=True)
     except ValueError as exc:
-        raise ValueError(f"--actions: {actions_file} is not valid JSON ({exc})") from None
+        raise ValueError(f"--actions: {actions_file} {exc}") from None
     if isinstance(actions, dict):
         unknown = sorted(set(actions) - set(STRUCTURE_KEYS))
         if unknown or "dimensions" not in actions:
