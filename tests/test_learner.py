@@ -24,6 +24,7 @@ from agent_learning.learner import (
     kl_divergence,
     log_ndtr,
     log_p_best,
+    recent_to_state,
     remember,
     softmax,
     surrogate,
@@ -299,6 +300,15 @@ def test_a_burst_of_corrections_to_old_episodes_does_not_trip_the_change_test() 
     assert max(m["change_z"] for m in seen) < 4.0
     faded = 0.5 ** (500 / LearnerConfig().evidence_half_life)
     assert after[RECENT][CORRECTIONS][leader] == pytest.approx(-150 * faded)
+
+
+def test_corrections_faded_to_what_rounds_to_zero_are_no_longer_written() -> None:
+    """The state keeps the corrections' part of its sums only while it is not 0 as stored (nine
+    decimals): faded below that, it was written as a row of zeros at every run."""
+    recent = Evidence(np.ones(3), np.full(3, 0.5), np.full(3, 0.25))
+    assert CORRECTIONS not in recent_to_state(recent, np.array([4e-10, -1e-12, 0.0]))
+    assert CORRECTIONS not in recent_to_state(recent, None)
+    assert recent_to_state(recent, np.array([-0.25, 4e-10, 0.0]))[CORRECTIONS] == [-0.25, 0.0, 0.0]
 
 
 def test_steady_feedback_shifts_neither_side_of_the_change_test() -> None:

@@ -43,6 +43,7 @@ from .documents import (
     Score,
     TrainingRun,
     agent_id_problem,
+    parse_json,
 )
 from .errors import (
     AgentLearningError,
@@ -598,10 +599,10 @@ STRUCTURE_KEYS = ("dimensions", "context", "excluded")
 def _read_actions(actions_file: str) -> list[Any] | dict[str, Any]:
     """The actions in an ``--actions`` file, checked item by item: a list of actions, or an
     object with ``dimensions`` (and optionally ``context`` and ``excluded``)."""
-    try:
-        actions = json.loads(Path(actions_file).read_text())
+    try:  # a name given twice is refused, as the HTTP routes refuse it: JSON would keep only the last
+        actions = parse_json(Path(actions_file).read_text(), unique_names=True)
     except ValueError as exc:
-        raise ValueError(f"--actions: {actions_file} is not valid JSON ({exc})") from None
+        raise ValueError(f"--actions: {actions_file} {exc}") from None
     if isinstance(actions, dict):
         unknown = sorted(set(actions) - set(STRUCTURE_KEYS))
         if unknown or "dimensions" not in actions:
@@ -1813,7 +1814,10 @@ def report(agent_ids: tuple[str, ...], png_path: str, html_path: str, title: str
            since: datetime | None, until: datetime | None, smooth: int | None, as_json: bool, db: str | None
            ) -> None:
     """Charts of every policy version (PNG and a self-contained HTML page); rollbacks, revisions
-    and a pin are marked."""
+    and a pin are marked.
+
+    Exits with 1 if a version document or an agent's current one is invalid (it is named, and
+    the versions are charted)."""
     since, until = _utc_window(since, until)
     _writable("--png", png_path)
     _writable("--html", html_path)
@@ -1821,15 +1825,15 @@ def report(agent_ids: tuple[str, ...], png_path: str, html_path: str, title: str
         agents = list(dict.fromkeys(agent_ids)) or store.list_agents()  # each agent once, as given
         if not agents:
             raise NotFound(f"no agent has a policy in {_where(settings)}")
-        for agent_id in agents:
-            _current(store, settings, agent_id)
+        # an invalid current document is said, and its versions are charted: a rollback chooses from them
+        invalid_current = [a for a in agents if _current_or_said(store, settings, a) is None]
         histories = []
         with _progress("reading policy versions", as_json) as bar:
             task = bar.add_task("agents", total=len(agents))
             for agent_id in agents:
                 histories.append(history(store, agent_id, last, since=since, until=until))
                 bar.advance(task)
-    invalid = _left_out(histories)
+    invalid = _left_out(histories) or bool(invalid_current)
     empty = [h.agent_id for h in histories if not h.versions and not h.invalid]
     if empty:
         raise _no_versions_in(empty)

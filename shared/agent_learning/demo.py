@@ -61,11 +61,13 @@ def reward_trend(h: AgentHistory) -> RewardTrend | None:
     return RewardTrend(k, sum(means[:k]) / k, sum(means[-k:]) / k)
 
 
-EMBEDDED: dict[str, Any] = {"store": "sqlite", "queue": "sqlite", "judge": "offline", "telemetry": "off"}
+EMBEDDED: dict[str, Any] = {
+    "store": "sqlite", "queue": "sqlite", "judge": "offline", "judging": "*=all", "telemetry": "off"
+}
 """The settings the demo always runs on, whatever the environment chooses: its SQLite file for the
-store and both queues, the offline judge and no telemetry export (never a Cosmos account, a Service
-Bus namespace, a billed judge model or an Application Insights resource configured for the real
-pipeline)."""
+store and both queues, the offline judge on every episode and no telemetry export (never a Cosmos
+account, a Service Bus namespace, a billed judge model, the real judge's sampling or an Application
+Insights resource configured for the real pipeline)."""
 
 
 def next_commands(db_path: str, agent_ids: Sequence[str], structured: Sequence[str] = ()) -> list[str]:

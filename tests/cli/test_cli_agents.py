@@ -244,6 +244,24 @@ def test_policy_history_and_runs_list_list_the_records_of_an_agent_whose_current
     assert CliRunner().invoke(main, ["runs", "list", "--agent-id", "bot", "--db", db, "--json"]).stdout.strip() == "[]"
 
 
+def test_report_charts_the_versions_of_an_agent_whose_current_document_is_invalid(tmp_path: Path, db: str) -> None:
+    """Before the fix one agent's invalid current document stopped the report of every agent, though
+    it says the versions are read as `policy history` reads them."""
+    pytest.importorskip("matplotlib")
+    actions = actions_file(tmp_path, "a.json", ["a", "b"])
+    for agent_id in ("bot", "other"):
+        cli("init-policy", "--agent-id", agent_id, "--db", db, "--actions", actions)
+    with SQLiteStore(db) as store:
+        store.put_raw_current_policy("bot", {**store.get_current_policy("bot").doc, "logits": [0.0]})
+    png, html = tmp_path / "r.png", tmp_path / "r.html"
+    result = CliRunner().invoke(main, ["report", "--db", db, "--png", str(png), "--html", str(html), "--json"])
+    assert result.exit_code == 1, result.output
+    assert "`agent-learn policy rollback --agent-id bot VERSION` repairs it" in " ".join(result.stderr.split())
+    charted = json.loads(result.stdout)["agents"]
+    assert {a: c["versions"] for a, c in charted.items()} == {"bot": 1, "other": 1}
+    assert png.stat().st_size > 0 and html.stat().st_size > 0
+
+
 def test_a_current_document_edited_into_a_json_list_is_named_as_invalid_and_rollback_repairs_it(
     tmp_path: Path, db: str
 ) -> None:

@@ -76,6 +76,16 @@ def test_every_bad_input_is_one_line_and_exit_2(tmp_path: Path) -> None:
     assert not failures, failures
 
 
+def test_an_actions_file_naming_a_key_twice_is_refused_not_cut_to_the_last(tmp_path: Path) -> None:
+    """Before the fix `{"k": 1, "k": 3}` made the action's config {"k": 3} without a word."""
+    actions = tmp_path / "dup.json"
+    actions.write_text('[{"id": "a", "config": {"k": 1, "k": 3}}, {"id": "b"}]')
+    result = CliRunner().invoke(main, ["init-policy", "--agent-id", "a", "--actions", str(actions)])
+    assert result.exit_code == 2, result.output
+    assert result.output == f"error: --actions: {actions} names 'k' twice in one object; only the last would count\n"
+    assert not (tmp_path / "local.db").exists()
+
+
 def test_no_traceback_reaches_the_terminal(tmp_path: Path) -> None:
     """The same through the installed entry point, as a user runs it."""
     env = {**os.environ, "PYTHONPATH": str(ROOT / "shared")}

@@ -167,9 +167,10 @@ def test_the_demo_text_and_json_report_one_reward_trend_and_its_next_commands_ru
 def test_the_demo_runs_embedded_with_the_offline_judge_whatever_the_environment_chooses(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, judge_server: Any
 ) -> None:
-    """Settings for the real pipeline in the environment (a judge model, Service Bus, Cosmos DB)
-    are not the demo's: it judges its thousands of simulated episodes offline, in its own file."""
+    """Settings for the real pipeline in the environment (a judge model and its sampling, Service
+    Bus, Cosmos DB) are not the demo's: it judges all its simulated episodes offline, in its own file."""
     for name, value in {
+        "JUDGING": "*=0.1",
         "JUDGE": "evaluators", "JUDGE_BASE_URL": judge_server.base_url, "JUDGE_MODEL": judge_server.model,
         "JUDGE_API_KEY": "key", "QUEUE": "servicebus", "SERVICEBUS_NAMESPACE": "nowhere.servicebus.windows.net",
         "STORE": "cosmos", "COSMOS_ENDPOINT": "https://nowhere.documents.azure.com:443/",
