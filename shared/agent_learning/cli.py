@@ -1928,7 +1928,11 @@ def train(agent_id: str | None, as_json: bool, db: str | None) -> None:
     if outcomes["failed"] and not as_json:
         out.print(f"{outcomes['failed']} episode(s) could not be scored (the warning above says why); each is tried"
                   " again on a later run and dead-lettered after the queue's max deliveries")
-    if outcomes["failed"] or any(r.status in TRAINING_FAILED for r in results):
+    if outcomes["retry"] and not as_json:
+        out.print(f"{_n(outcomes['retry'], 'scoring attempt')} found the judge unavailable (the warning above says"
+                  " why); each episode is tried again on a later run and dead-lettered after the queue's max"
+                  " deliveries (`agent-learn dlq replay` sends it back)")
+    if outcomes["failed"] or outcomes["retry"] or any(r.status in TRAINING_FAILED for r in results):
         sys.exit(1)  # every episode and agent was tried; what failed is listed above
 
 

@@ -461,3 +461,32 @@ def test_history_of_a_structured_agent_has_its_probabilities_per_segment(tmp_pat
     last = rows[-1]["segments"]
     assert set(last) == {"task=billing", "task=technical"}
     assert sum(p for a, p in last["task=billing"].items() if a.startswith("prompt=")) == pytest.approx(1, abs=1e-5)
+
+
+def test_cli_train_exits_1_when_the_judge_is_unavailable(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, judge_server: Any
+) -> None:
+    """An episode the judge could not score comes back later: `train` said so only in a warning
+    and exited 0, so a script took a judge outage for success."""
+    from agent_learning.capture import EpisodeCapture
+    from agent_learning.client import PolicyClient
+
+    clear_settings(monkeypatch)
+    for name, value in {
+        "JUDGE": "evaluators", "JUDGE_BASE_URL": judge_server.base_url, "JUDGE_MODEL": judge_server.model,
+        "JUDGE_API_KEY": "key", "JUDGE_MAX_ATTEMPTS": "1", "QUEUE_MAX_DELIVERIES": "2",
+    }.items():
+        monkeypatch.setenv(f"AGENT_LEARNING_{name}", value)
+    db = str(tmp_path / "x.db")
+    actions = tmp_path / "actions.json"
+    actions.write_text('["a", "b"]')
+    assert CliRunner().invoke(main, ["init-policy", "--agent-id", "bot", "--actions", str(actions),
+                                     "--db", db]).exit_code == 0
+    with SQLiteStore(db) as store:
+        EpisodeCapture(store, PolicyClient(store, "bot").choose(), input="How?", episode_id="ep-0").end("Like so.")
+    judge_server.set_mode("http_500")
+    result = CliRunner().invoke(main, ["train", "--db", db])
+    assert result.exit_code == 1, result.output
+    assert "found the judge unavailable" in result.output and "dlq replay" in result.output
+    judge_server.reset()
+    assert CliRunner().invoke(main, ["train", "--db", db]).exit_code == 0  # the dead letter is not a retry
