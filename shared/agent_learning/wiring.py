@@ -13,7 +13,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from .clock import SYSTEM_CLOCK, Clock
-from .config import PREFIX, Settings, component, load_settings
+from .config import PREFIX, Settings, component
 from .drift import DriftConfig
 from .errors import ConfigurationError
 from .evaluation import GuardrailConfig
@@ -114,11 +114,8 @@ def open_scorer(settings: Settings, store: Store, *, judge: Judge | None = None,
     return Scorer(store, judge or open_judge(settings), open_reward(settings), clock, open_judging(settings))
 
 
-def open_store(
-    settings: Settings | None = None, *, path: str | Path | None = None, clock: Clock = SYSTEM_CLOCK
-) -> Store:
-    """The store ``settings`` (by default the environment's) choose: SQLite (default), memory, or Cosmos DB."""
-    settings = settings or load_settings()
+def open_store(settings: Settings, *, path: str | Path | None = None, clock: Clock = SYSTEM_CLOCK) -> Store:
+    """The store ``settings`` choose: SQLite (default), memory, or Cosmos DB."""
     if settings.store == "memory":
         return MemoryStore()
     if settings.store == "cosmos":
