@@ -877,3 +877,20 @@ def test_a_numeric_feature_first_seen_after_the_first_update_still_gets_its_cent
     assert feature.center == pytest.approx(1195.0) and feature.scale == pytest.approx(
         np.std([10 * i for i in range(n)])
     )
+
+
+def test_an_update_that_leaves_the_policy_as_it_was_reports_a_kl_of_zero_not_below() -> None:
+    """Every reward alike leaves every logit where it was; the per-dimension KL summed to about
+    −1e-17 and `agent-learn runs` printed "KL -0.0000"."""
+    doc = policy(context={"task": "category"}).document
+    n = 300
+    rng = np.random.default_rng(1)
+    actions = np.stack([rng.integers(0, 3, n), rng.integers(0, 4, n)], axis=1)
+    contexts = [{"task": str(rng.choice(["billing", "tech"]))} for _ in range(n)]
+    rows = Rows(actions, np.full(n, 0.3), np.full(n, 1 / 12), [False] * n, contexts)
+    kls = []
+    for _ in range(5):
+        update = learn_structured(LearnerConfig(), doc, rows)
+        kls.append(update.metrics["kl"])
+        doc = update.applied_to(doc)
+    assert min(kls) == 0.0 and max(kls) < 1e-12

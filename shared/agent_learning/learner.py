@@ -758,9 +758,9 @@ def entropy(probs: Array) -> float:
 
 
 def kl_divergence(p: Array, q: Array) -> float:
-    """KL(p ‖ q) in nats."""
+    """KL(p ‖ q) in nats (never below 0: rounding makes equal distributions' sum about −1e-17)."""
     mask = p > 0
-    return float((p[mask] * (np.log(p[mask]) - np.log(q[mask]))).sum())
+    return max(0.0, float((p[mask] * (np.log(p[mask]) - np.log(q[mask]))).sum()))
 
 
 def surrogate(

@@ -874,11 +874,11 @@ def _clip(params: Params, bound: float) -> None:
 
 
 def _mean_kl(old: Array, new: Array, model: Model, weights: Array) -> float:
-    """Weighted mean over contexts of Σ_d KL(old_d ‖ new_d)."""
+    """Weighted mean over contexts of Σ_d KL(old_d ‖ new_d), never below 0 (as ``kl_divergence``)."""
     with np.errstate(divide="ignore", invalid="ignore"):
         terms = np.where(old > 0, old * (np.log(np.maximum(old, 1e-300)) - np.log(np.maximum(new, 1e-300))), 0.0)
     per_context = terms.sum(axis=1)
-    return float((per_context * weights).sum() / weights.sum())
+    return max(0.0, float((per_context * weights).sum() / weights.sum()))
 
 
 HALVES = ("below", "above")
