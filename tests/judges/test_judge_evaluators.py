@@ -21,7 +21,7 @@ from support.judge_limits import fast_limits
 from agent_learning.clock import ManualClock
 from agent_learning.documents import Episode, Step
 from agent_learning.errors import PermanentError, TransientError
-from agent_learning.judges.evaluators import EvaluatorJudge, JudgeLimits, JudgeModel
+from agent_learning.judges.evaluators import DEADLINE_GRACE, EvaluatorJudge, JudgeLimits, JudgeModel
 from agent_learning.learner import Reinforce
 from agent_learning.local import LocalPipeline
 from agent_learning.pipeline import create_policy
@@ -185,6 +185,22 @@ def test_a_hanging_judge_is_cut_off_at_the_deadline(judge_server: Any, judge: Ev
     result, seconds = timed(lambda: judge.judge(episode("x [judge:good]")))
     assert isinstance(result, TransientError)
     assert seconds < FAST.episode_deadline + SLACK
+
+
+def test_a_blocked_event_loop_cannot_hold_the_caller_past_the_deadline(
+    judge_server: Any, judge: EvaluatorJudge
+) -> None:
+    judge.judge(episode("warm up [judge:good]"))
+    # Something synchronous on the judge's loop (an Entra ID token fetched with a synchronous
+    # credential, say) stops it from enforcing its own deadlines.
+    blocked = FAST.episode_deadline + DEADLINE_GRACE + 1.0
+    judge._runner.loop.call_soon_threadsafe(time.sleep, blocked)
+    result, seconds = timed(lambda: judge.judge(episode("x [judge:good]")))
+    assert isinstance(result, TransientError) and "AGENT_LEARNING_JUDGE_EPISODE_DEADLINE" in str(result), result
+    assert seconds < FAST.episode_deadline + DEADLINE_GRACE + SLACK
+    time.sleep(blocked - seconds)
+    assert judge.judge(episode("after [judge:bad]")).metrics["intent_resolution"].raw == 1.0
+    assert judge_server.count() == 6  # the abandoned judgement was cancelled, never sent
 
 
 @pytest.mark.parametrize("mode", ["non_json", "out_of_range", "null_score", "missing_score"])

@@ -61,6 +61,9 @@ from .offline import OfflineJudge
 
 log = logging.getLogger(__name__)
 
+DEADLINE_GRACE = 2.0
+"""Seconds past ``episode_deadline`` a caller of :meth:`EvaluatorJudge.judge` waits before giving
+up on a judgement whose loop did not get to enforce the deadline itself."""
 TRANSIENT_STATUS = frozenset({408, 409, 429, 500, 502, 503, 504})
 CONFIGURATION_STATUS = frozenset({401, 403, 404})
 
@@ -288,8 +291,18 @@ class EvaluatorJudge(Judge):
     # ------------------------------------------------------------------ the port
 
     def judge(self, episode: Episode) -> Judgement:
-        """Judge on the judge's own event loop (one for its lifetime, whatever thread calls)."""
-        return self._runner.run(self.judge_async(episode))
+        """Judge on the judge's own event loop (one for its lifetime, whatever thread calls).
+
+        The caller waits at most ``episode_deadline`` + :data:`DEADLINE_GRACE`, even when something
+        synchronous blocks the loop (an Entra ID token fetched with a synchronous credential)."""
+        timeout = self.limits.episode_deadline + DEADLINE_GRACE
+        try:
+            return self._runner.run(self.judge_async(episode), timeout=timeout)
+        except TimeoutError as exc:
+            raise TransientError(
+                f"judge unavailable: no judgement within AGENT_LEARNING_JUDGE_EPISODE_DEADLINE "
+                f"({self.limits.episode_deadline:g} s); its event loop was blocked ({exc})"
+            ) from None
 
     def close(self) -> None:
         """Close the judge's HTTP clients and stop its event loop."""
@@ -310,15 +323,22 @@ class EvaluatorJudge(Judge):
             m: asyncio.ensure_future(self._metric(m, episode, deadline, first.get(m))) for m in self.evaluators
         }
         pending = set(tasks.values())
-        while pending:
-            _, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_EXCEPTION)
-            if pending and any(not t.cancelled() and t.exception() for t in tasks.values() if t.done()):
-                # One evaluator failed for good, so the judgement fails whatever the others say:
-                # stop them rather than spend their tokens and retries on it.
-                for t in pending:
-                    t.cancel()
+        try:
+            while pending:
+                _, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_EXCEPTION)
+                if pending and any(not t.cancelled() and t.exception() for t in tasks.values() if t.done()):
+                    # One evaluator failed for good, so the judgement fails whatever the others say:
+                    # stop them rather than spend their tokens and retries on it.
+                    for t in pending:
+                        t.cancel()
+                    await asyncio.wait(pending)
+                    break
+        except asyncio.CancelledError:  # the caller gave up on the judgement: its evaluators stop too
+            for t in pending:
+                t.cancel()
+            if pending:
                 await asyncio.wait(pending)
-                break
+            raise
         errors = {m: t.exception() for m, t in tasks.items() if not t.cancelled() and t.exception() is not None}
         if errors:
             permanent = {m: e for m, e in errors.items() if isinstance(e, PermanentError)}
