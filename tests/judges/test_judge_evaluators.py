@@ -180,6 +180,19 @@ def test_a_long_retry_after_is_capped(judge_server: Any, judge: EvaluatorJudge) 
     assert seconds < FAST.episode_deadline + SLACK  # not 120 s
 
 
+@pytest.mark.parametrize("mode", ["insufficient_quota", "http_401", "http_404"])
+def test_a_judge_only_its_configuration_can_fix_is_not_retried(
+    judge_server: Any, judge: EvaluatorJudge, mode: str
+) -> None:
+    judge_server.set_mode(mode)
+    result, _ = timed(lambda: judge.judge(episode("x [judge:good]")))
+    assert isinstance(result, TransientError) and "check the judge configuration" in str(result), result
+    counts = [judge_server.count(m) for m in ("intent_resolution", "task_adherence", "task_completion")]
+    assert max(counts) == 1  # not max_attempts calls each: the message comes again, once it is fixed
+    if mode == "insufficient_quota":
+        assert "out of quota" in str(result)
+
+
 def test_a_hanging_judge_is_cut_off_at_the_deadline(judge_server: Any, judge: EvaluatorJudge) -> None:
     judge_server.set_mode("hang")
     result, seconds = timed(lambda: judge.judge(episode("x [judge:good]")))

@@ -20,8 +20,9 @@ malformed reply, ``TypeError`` on a null score. So this adapter:
 * classifies failures: throttling (429), server errors (5xx), timeouts and connection errors
   are transient (the message is redelivered later); invalid output after every attempt and
   content-filtered requests and replies are permanent (dead letter). Authentication, permission and
-  not-found errors are configuration problems and count as transient, so that fixing the
-  configuration lets the messages through instead of dead-lettering everything.
+  not-found errors and an account out of quota (429 ``insufficient_quota``) are configuration
+  problems (:class:`JudgeMisconfigured`): not retried within the judgement, but transient, so that
+  fixing the configuration lets the messages through instead of dead-lettering everything.
 
 A failed evaluator never becomes a zero metric: the whole judgement fails, and the evaluators
 still running are cancelled (their calls would be wasted). An episode with an
@@ -66,6 +67,12 @@ DEADLINE_GRACE = 2.0
 up on a judgement whose loop did not get to enforce the deadline itself."""
 TRANSIENT_STATUS = frozenset({408, 409, 429, 500, 502, 503, 504})
 CONFIGURATION_STATUS = frozenset({401, 403, 404})
+
+
+class JudgeMisconfigured(TransientError):
+    """The judge model refused a call for a reason only its configuration can fix (a key, a role,
+    a deployment, an account out of quota): not retried within the judgement, but transient, so
+    the message is redelivered once the configuration is fixed."""
 
 
 @dataclass(frozen=True)
@@ -428,6 +435,8 @@ class EvaluatorJudge(Judge):
                 last, retry_after = classify(exc, name)
                 if isinstance(last, PermanentError) and not isinstance(last, InvalidJudgeOutput):
                     raise last from exc  # e.g. content filtered: retrying cannot help
+                if isinstance(last, JudgeMisconfigured):
+                    break  # retrying in seconds cannot fix a key, a role, a deployment or a quota
             if attempt == lim.max_attempts:
                 break
             delay = _backoff(attempt, lim, retry_after)
@@ -573,10 +582,15 @@ def classify(exc: BaseException, evaluator: str) -> tuple[Exception, float | Non
         body = str(getattr(cause, "body", "") or cause)
         if status == 400 and "content_filter" in body:
             return PermanentError(f"{evaluator}: the judge model's content filter rejected the episode"), None
+        if status == 429 and "insufficient_quota" in (getattr(cause, "code", None), getattr(cause, "type", None)):
+            return JudgeMisconfigured(
+                f"{evaluator}: HTTP 429 insufficient_quota: the judge model's account is out of quota (billing, "
+                f"not throttling): check the judge configuration ({cause})"
+            ), None
         if status in TRANSIENT_STATUS:
             return TransientError(f"{evaluator}: HTTP {status}"), _retry_after(cause)
         if status in CONFIGURATION_STATUS:
-            return TransientError(f"{evaluator}: HTTP {status}: check the judge configuration ({cause})"), None
+            return JudgeMisconfigured(f"{evaluator}: HTTP {status}: check the judge configuration ({cause})"), None
         return PermanentError(f"{evaluator}: HTTP {status}: {cause}"), None
     if isinstance(exc, (ConnectionError, OSError)):
         return TransientError(f"{evaluator}: {type(exc).__name__}: {exc}"), None
