@@ -197,7 +197,20 @@ def test_a_hanging_judge_is_cut_off_at_the_deadline(judge_server: Any, judge: Ev
     judge_server.set_mode("hang")
     result, seconds = timed(lambda: judge.judge(episode("x [judge:good]")))
     assert isinstance(result, TransientError)
+    assert "within AGENT_LEARNING_JUDGE_EVALUATOR_DEADLINE (3 s)" in str(result), result
     assert seconds < FAST.episode_deadline + SLACK
+
+
+def test_the_deadline_that_cut_a_judge_off_is_the_one_named(judge_server: Any) -> None:
+    shorter = JudgeLimits(attempt_timeout=2.0, evaluator_deadline=3.0, episode_deadline=1.5, max_attempts=2)
+    judge = EvaluatorJudge(openai_model(judge_server), shorter)
+    judge_server.set_mode("hang")
+    result, seconds = timed(lambda: judge.judge(episode("x [judge:good]")))
+    assert isinstance(result, TransientError) and "within AGENT_LEARNING_JUDGE_EPISODE_DEADLINE (1.5 s)" in str(
+        result
+    ), result  # it said "within the deadline (3 s)", the evaluator deadline that never came
+    assert seconds < shorter.episode_deadline + SLACK
+    judge.close()
 
 
 def test_a_blocked_event_loop_cannot_hold_the_caller_past_the_deadline(

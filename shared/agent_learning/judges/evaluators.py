@@ -425,7 +425,13 @@ class EvaluatorJudge(Judge):
                 served = properties.get("model") if isinstance(properties, Mapping) else None
                 return score, served if isinstance(served, str) else ""
             except TimeoutError:
-                last = TransientError(f"{name} gave no answer within the deadline ({lim.evaluator_deadline:g} s)")
+                if deadline < episode_deadline:
+                    setting, seconds = "EVALUATOR_DEADLINE", lim.evaluator_deadline
+                else:
+                    setting, seconds = "EPISODE_DEADLINE", lim.episode_deadline
+                last = TransientError(
+                    f"{name} gave no answer within AGENT_LEARNING_JUDGE_{setting} ({seconds:g} s)"
+                )
                 break
             except InvalidJudgeOutput as exc:
                 last = exc
