@@ -190,6 +190,10 @@ def test_judge_limits_reject_nonsense() -> None:
         JudgeLimits(episode_deadline=0)
     with pytest.raises(ValueError, match="max_attempts"):
         JudgeLimits(max_attempts=0)
+    for name in ("attempt_timeout", "evaluator_deadline", "episode_deadline"):
+        for value in (float("inf"), float("nan")):  # inf made every judge() call raise OverflowError
+            with pytest.raises(ValueError, match=f"{name} must be a finite number"):
+                JudgeLimits(**{name: value})
 
 
 def test_settings_build_the_judge_and_name_missing_variables(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -96,10 +96,11 @@ class JudgeLimits:
 
     def __post_init__(self) -> None:
         for name in ("attempt_timeout", "evaluator_deadline", "episode_deadline", "backoff_max", "retry_after_cap"):
-            if not getattr(self, name) > 0:
-                raise ValueError(f"judge limit {name} must be > 0")
-        if self.max_attempts < 1 or self.backoff_base < 0:
-            raise ValueError("judge limits need max_attempts >= 1 and backoff_base >= 0")
+            value = getattr(self, name)
+            if not 0 < value < math.inf:  # a deadline that never comes bounds nothing
+                raise ValueError(f"judge limit {name} must be a finite number of seconds > 0, got {value!r}")
+        if self.max_attempts < 1 or not 0 <= self.backoff_base < math.inf:
+            raise ValueError("judge limits need max_attempts >= 1 and a finite backoff_base >= 0")
 
 
 @dataclass(frozen=True)
