@@ -315,9 +315,16 @@ def test_a_score_between_the_scales_numbers_is_invalid(
     assert isinstance(result, PermanentError) and "not a whole number" in str(result), result
 
 
-def test_a_reply_withheld_by_the_content_filter_is_permanent_at_once(judge_server: Any, judge: EvaluatorJudge) -> None:
+@pytest.mark.parametrize("shared", [True, False])
+def test_a_reply_withheld_by_the_content_filter_is_permanent_at_once(
+    judge_server: Any, judge: EvaluatorJudge, shared: bool
+) -> None:
+    import asyncio
+
     judge_server.set_mode("filtered_output", evaluator="task_adherence")  # HTTP 200, null content
-    result, _ = timed(lambda: judge.judge(episode("x [judge:good]")))
+    ep = episode("x [judge:good]")
+    # On another loop the evaluators' own flow sends: it was retried and reported as a TypeError.
+    result, _ = timed((lambda: judge.judge(ep)) if shared else (lambda: asyncio.run(judge.judge_async(ep))))
     assert isinstance(result, PermanentError) and "content filter withheld its reply" in str(result), result
     assert judge_server.count("task_adherence") == 1
 

@@ -39,7 +39,6 @@ completion limit of :class:`JudgeTokens`.
 from __future__ import annotations
 
 import asyncio
-import functools
 import json
 import logging
 import math
@@ -284,7 +283,7 @@ class EvaluatorJudge(Judge):
             config = model.model_config()  # a fresh dict each: the evaluators write into it
             evaluator = cls(config, credential=credential) if credential is not None else cls(config)
             evaluator._LLM_CALL_TIMEOUT = self.limits.attempt_timeout  # seconds per HTTP attempt
-            self.retry_loop_disabled[metric] = _disable_internal_retries(evaluator)
+            self.retry_loop_disabled[metric] = _disable_internal_retries(evaluator, metric)
             prompty.set_completion_limit(evaluator, self.tokens.max_tokens(metric))
             self.max_tokens[metric] = prompty.completion_limit(evaluator)
             self.shared_clients[metric] = prompty.install(evaluator, self._clients, metric)
@@ -690,15 +689,23 @@ def _backoff(attempt: int, limits: JudgeLimits, retry_after: float | None) -> fl
     return min(limits.backoff_max, limits.backoff_base * 2 ** (attempt - 1)) * (0.5 + random.random() / 2)
 
 
-def _disable_internal_retries(evaluator: Any) -> bool:
-    """Turn the evaluator's own retry loop (10 retries, waits up to 60 s) off; True if done."""
+def _disable_internal_retries(evaluator: Any, metric: str) -> bool:
+    """Turn the evaluator's own retry loop (10 retries, waits up to 60 s) off, and refuse a reply
+    the model did not finish as the shared clients do (:func:`prompty.check_finish`); True if done."""
+    name = type(evaluator).__name__
     try:
         flow = evaluator._flow
         send = flow._send_with_retries
     except (AttributeError, RuntimeError):
-        log.warning("%s: cannot reach the evaluator's retry loop; relying on deadlines alone", type(evaluator).__name__)
+        log.warning("%s: cannot reach the evaluator's retry loop; relying on deadlines alone", name)
         return False
-    flow._send_with_retries = functools.partial(send, max_retries=0)
+
+    async def send_once(*args: Any, **kwargs: Any) -> Any:
+        response = await send(*args, **{**kwargs, "max_retries": 0})
+        prompty.check_finish(response, name, metric)
+        return response
+
+    flow._send_with_retries = send_once
     return True
 
 
