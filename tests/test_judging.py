@@ -62,6 +62,8 @@ def test_the_first_matching_entry_applies_and_unmatched_agents_are_judged_in_ful
         ("x=10/h", "entry 'x=10/h': '10/h' is not a spec"),
         ("x=0.2, x=all", "entry 'x=all': the pattern 'x' is given twice"),
         ("*=all, support-*=0.2", "entry 'support-*=0.2' is never used"),
+        ("support-*=0.2, support-eu=all", "entry 'support-eu=all' is never used: the entry 'support-*=...'"),
+        ("bot-?=5/min, bot-1=all", "entry 'bot-1=all' is never used: the entry 'bot-?=...' before it matches 'bot-1'"),
         ("=0.2", "'' is not an agent id or pattern"),
     ],
 )

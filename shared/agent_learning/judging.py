@@ -8,7 +8,8 @@ chooses per agent (:meth:`JudgingRules.parse`)::
 
 Comma-separated ``pattern=spec`` entries; a pattern is an agent id or an ``fnmatch`` pattern
 (as in ``AGENT_LEARNING_EPISODE_WRITERS``), the first entry whose pattern matches an agent
-applies to it, and an agent no entry matches is judged in full. ``spec`` is
+applies to it, and an agent no entry matches is judged in full (an entry an earlier one makes
+unreachable, such as ``support-eu`` after ``support-*``, is refused). ``spec`` is
 
 * ``all`` — judge every episode (the default for every agent);
 * a fraction ``f`` from 0 to 1 (``0.2``) — judge an episode if and only if
@@ -66,6 +67,8 @@ _FRACTION = re.compile(r"^(0|1|0?\.[0-9]+|[01]\.[0-9]*)$")
 _NUMBER = re.compile(r"^[0-9]+(\.[0-9]*)?$")
 """A plain number, to say "more than 1" of 2 or 30 (a fraction was meant, or N/min)."""
 _RATE = re.compile(r"^([0-9]+)\s*/\s*min$", re.IGNORECASE)
+_WILDCARD = re.compile(r"[*?\[]")
+"""A pattern without one of these is a single agent id."""
 SPEC_RULE = "all, a fraction from 0 to 1 (e.g. 0.2) or N/min with a whole N >= 1 (e.g. 30/min)"
 
 Reason = Literal["sampled_out", "over_rate"]
@@ -133,7 +136,7 @@ class JudgingRules:
     def parse(cls, text: str) -> JudgingRules:
         """The rules of a setting's value; raises ValueError naming the bad entry."""
         rules: list[JudgingRule] = []
-        seen: set[str] = set()
+        seen: list[str] = []
         for raw in text.split(","):
             entry = raw.strip()
             if not entry:
@@ -151,7 +154,13 @@ class JudgingRules:
                 raise ValueError(f"entry {entry!r}: the pattern {pattern!r} is given twice")
             if "*" in seen:
                 raise ValueError(f"entry {entry!r} is never used: the entry '*=...' before it matches every agent")
-            seen.add(pattern)
+            if not _WILDCARD.search(pattern):  # one agent: an earlier pattern that matches it wins
+                shadow = next((p for p in seen if fnmatch.fnmatchcase(pattern, p)), None)
+                if shadow is not None:
+                    raise ValueError(
+                        f"entry {entry!r} is never used: the entry '{shadow}=...' before it matches {pattern!r}"
+                    )
+            seen.append(pattern)
             try:
                 rules.append(JudgingRule(pattern, JudgingSpec.parse(spec)))
             except ValueError as exc:

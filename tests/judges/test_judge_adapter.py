@@ -20,7 +20,14 @@ import openai
 from agent_learning.documents import Episode, Step
 from agent_learning.errors import ConfigurationError, PermanentError, TransientError
 from agent_learning.judges.base import InvalidJudgeOutput
-from agent_learning.judges.evaluators import JudgeLimits, JudgeModel, _backoff, classify, evaluator_inputs
+from agent_learning.judges.evaluators import (
+    JudgeLimits,
+    JudgeMisconfigured,
+    JudgeModel,
+    _backoff,
+    classify,
+    evaluator_inputs,
+)
 
 
 def status_error(status: int, body: dict | None = None, headers: dict | None = None) -> openai.APIStatusError:
@@ -73,6 +80,15 @@ def test_configuration_errors_are_transient_so_fixing_them_lets_messages_through
     for status in (401, 403, 404):
         failure, _ = classify(wrapped(status_error(status)), "x")
         assert isinstance(failure, TransientError) and "configuration" in str(failure)
+
+
+def test_an_account_out_of_quota_is_a_configuration_error_not_throttling() -> None:
+    body = {"message": "You exceeded your current quota", "type": "insufficient_quota", "code": "insufficient_quota"}
+    failure, delay = classify(wrapped(status_error(429, body=body, headers={"Retry-After": "7"})), "x")
+    assert isinstance(failure, JudgeMisconfigured) and "insufficient_quota" in str(failure), failure
+    assert "configuration" in str(failure) and delay is None
+    throttled, _ = classify(wrapped(status_error(429, body={"code": "429", "message": "rate limit"})), "x")
+    assert isinstance(throttled, TransientError) and not isinstance(throttled, JudgeMisconfigured)
 
 
 def test_other_client_errors_are_permanent() -> None:
@@ -174,6 +190,10 @@ def test_judge_limits_reject_nonsense() -> None:
         JudgeLimits(episode_deadline=0)
     with pytest.raises(ValueError, match="max_attempts"):
         JudgeLimits(max_attempts=0)
+    for name in ("attempt_timeout", "evaluator_deadline", "episode_deadline"):
+        for value in (float("inf"), float("nan")):  # inf made every judge() call raise OverflowError
+            with pytest.raises(ValueError, match=f"{name} must be a finite number"):
+                JudgeLimits(**{name: value})
 
 
 def test_settings_build_the_judge_and_name_missing_variables(monkeypatch: pytest.MonkeyPatch) -> None:

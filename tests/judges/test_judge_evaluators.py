@@ -21,7 +21,7 @@ from support.judge_limits import fast_limits
 from agent_learning.clock import ManualClock
 from agent_learning.documents import Episode, Step
 from agent_learning.errors import PermanentError, TransientError
-from agent_learning.judges.evaluators import EvaluatorJudge, JudgeLimits, JudgeModel
+from agent_learning.judges.evaluators import DEADLINE_GRACE, EvaluatorJudge, JudgeLimits, JudgeModel
 from agent_learning.learner import Reinforce
 from agent_learning.local import LocalPipeline
 from agent_learning.pipeline import create_policy
@@ -180,11 +180,53 @@ def test_a_long_retry_after_is_capped(judge_server: Any, judge: EvaluatorJudge) 
     assert seconds < FAST.episode_deadline + SLACK  # not 120 s
 
 
+@pytest.mark.parametrize("mode", ["insufficient_quota", "http_401", "http_404"])
+def test_a_judge_only_its_configuration_can_fix_is_not_retried(
+    judge_server: Any, judge: EvaluatorJudge, mode: str
+) -> None:
+    judge_server.set_mode(mode)
+    result, _ = timed(lambda: judge.judge(episode("x [judge:good]")))
+    assert isinstance(result, TransientError) and "check the judge configuration" in str(result), result
+    counts = [judge_server.count(m) for m in ("intent_resolution", "task_adherence", "task_completion")]
+    assert max(counts) == 1  # not max_attempts calls each: the message comes again, once it is fixed
+    if mode == "insufficient_quota":
+        assert "out of quota" in str(result)
+
+
 def test_a_hanging_judge_is_cut_off_at_the_deadline(judge_server: Any, judge: EvaluatorJudge) -> None:
     judge_server.set_mode("hang")
     result, seconds = timed(lambda: judge.judge(episode("x [judge:good]")))
     assert isinstance(result, TransientError)
+    assert "within AGENT_LEARNING_JUDGE_EVALUATOR_DEADLINE (3 s)" in str(result), result
     assert seconds < FAST.episode_deadline + SLACK
+
+
+def test_the_deadline_that_cut_a_judge_off_is_the_one_named(judge_server: Any) -> None:
+    shorter = JudgeLimits(attempt_timeout=2.0, evaluator_deadline=3.0, episode_deadline=1.5, max_attempts=2)
+    judge = EvaluatorJudge(openai_model(judge_server), shorter)
+    judge_server.set_mode("hang")
+    result, seconds = timed(lambda: judge.judge(episode("x [judge:good]")))
+    assert isinstance(result, TransientError) and "within AGENT_LEARNING_JUDGE_EPISODE_DEADLINE (1.5 s)" in str(
+        result
+    ), result  # it said "within the deadline (3 s)", the evaluator deadline that never came
+    assert seconds < shorter.episode_deadline + SLACK
+    judge.close()
+
+
+def test_a_blocked_event_loop_cannot_hold_the_caller_past_the_deadline(
+    judge_server: Any, judge: EvaluatorJudge
+) -> None:
+    judge.judge(episode("warm up [judge:good]"))
+    # Something synchronous on the judge's loop (an Entra ID token fetched with a synchronous
+    # credential, say) stops it from enforcing its own deadlines.
+    blocked = FAST.episode_deadline + DEADLINE_GRACE + 1.0
+    judge._runner.loop.call_soon_threadsafe(time.sleep, blocked)
+    result, seconds = timed(lambda: judge.judge(episode("x [judge:good]")))
+    assert isinstance(result, TransientError) and "AGENT_LEARNING_JUDGE_EPISODE_DEADLINE" in str(result), result
+    assert seconds < FAST.episode_deadline + DEADLINE_GRACE + SLACK
+    time.sleep(blocked - seconds)
+    assert judge.judge(episode("after [judge:bad]")).metrics["intent_resolution"].raw == 1.0
+    assert judge_server.count() == 6  # the abandoned judgement was cancelled, never sent
 
 
 @pytest.mark.parametrize("mode", ["non_json", "out_of_range", "null_score", "missing_score"])
@@ -273,9 +315,16 @@ def test_a_score_between_the_scales_numbers_is_invalid(
     assert isinstance(result, PermanentError) and "not a whole number" in str(result), result
 
 
-def test_a_reply_withheld_by_the_content_filter_is_permanent_at_once(judge_server: Any, judge: EvaluatorJudge) -> None:
+@pytest.mark.parametrize("shared", [True, False])
+def test_a_reply_withheld_by_the_content_filter_is_permanent_at_once(
+    judge_server: Any, judge: EvaluatorJudge, shared: bool
+) -> None:
+    import asyncio
+
     judge_server.set_mode("filtered_output", evaluator="task_adherence")  # HTTP 200, null content
-    result, _ = timed(lambda: judge.judge(episode("x [judge:good]")))
+    ep = episode("x [judge:good]")
+    # On another loop the evaluators' own flow sends: it was retried and reported as a TypeError.
+    result, _ = timed((lambda: judge.judge(ep)) if shared else (lambda: asyncio.run(judge.judge_async(ep))))
     assert isinstance(result, PermanentError) and "content filter withheld its reply" in str(result), result
     assert judge_server.count("task_adherence") == 1
 

@@ -76,6 +76,13 @@ def test_last_number_is_the_answer() -> None:
     assert judge("What is 17 + 25?", "43, no wait, 42")[2] == 1.0
 
 
+def test_numbers_with_thousands_separators_are_read_whole() -> None:
+    assert judge("What is 999 * 999?", "998,001") == (4.0, 1.0, 1.0)  # was read as 1, a wrong answer
+    assert judge("What is 1,500 + 2,250?", "That makes 3,750.")[2] == 1.0
+    assert judge("What is 999 * 999?", "998,002")[2] == 0.0
+    assert expected_answer("Compute 1,000.5 - 0.5") == 1000.0
+
+
 def test_arithmetic_without_a_number() -> None:
     assert judge("What is 17 + 25?", "I am not sure") == (3.0, 1.0, 0.0)
 

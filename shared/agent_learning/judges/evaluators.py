@@ -20,8 +20,9 @@ malformed reply, ``TypeError`` on a null score. So this adapter:
 * classifies failures: throttling (429), server errors (5xx), timeouts and connection errors
   are transient (the message is redelivered later); invalid output after every attempt and
   content-filtered requests and replies are permanent (dead letter). Authentication, permission and
-  not-found errors are configuration problems and count as transient, so that fixing the
-  configuration lets the messages through instead of dead-lettering everything.
+  not-found errors and an account out of quota (429 ``insufficient_quota``) are configuration
+  problems (:class:`JudgeMisconfigured`): not retried within the judgement, but transient, so that
+  fixing the configuration lets the messages through instead of dead-lettering everything.
 
 A failed evaluator never becomes a zero metric: the whole judgement fails, and the evaluators
 still running are cancelled (their calls would be wasted). An episode with an
@@ -38,7 +39,6 @@ completion limit of :class:`JudgeTokens`.
 from __future__ import annotations
 
 import asyncio
-import functools
 import json
 import logging
 import math
@@ -61,8 +61,17 @@ from .offline import OfflineJudge
 
 log = logging.getLogger(__name__)
 
+DEADLINE_GRACE = 2.0
+"""Seconds past ``episode_deadline`` a caller of :meth:`EvaluatorJudge.judge` waits before giving
+up on a judgement whose loop did not get to enforce the deadline itself."""
 TRANSIENT_STATUS = frozenset({408, 409, 429, 500, 502, 503, 504})
 CONFIGURATION_STATUS = frozenset({401, 403, 404})
+
+
+class JudgeMisconfigured(TransientError):
+    """The judge model refused a call for a reason only its configuration can fix (a key, a role,
+    a deployment, an account out of quota): not retried within the judgement, but transient, so
+    the message is redelivered once the configuration is fixed."""
 
 
 @dataclass(frozen=True)
@@ -86,10 +95,11 @@ class JudgeLimits:
 
     def __post_init__(self) -> None:
         for name in ("attempt_timeout", "evaluator_deadline", "episode_deadline", "backoff_max", "retry_after_cap"):
-            if not getattr(self, name) > 0:
-                raise ValueError(f"judge limit {name} must be > 0")
-        if self.max_attempts < 1 or self.backoff_base < 0:
-            raise ValueError("judge limits need max_attempts >= 1 and backoff_base >= 0")
+            value = getattr(self, name)
+            if not 0 < value < math.inf:  # a deadline that never comes bounds nothing
+                raise ValueError(f"judge limit {name} must be a finite number of seconds > 0, got {value!r}")
+        if self.max_attempts < 1 or not 0 <= self.backoff_base < math.inf:
+            raise ValueError("judge limits need max_attempts >= 1 and a finite backoff_base >= 0")
 
 
 @dataclass(frozen=True)
@@ -273,7 +283,7 @@ class EvaluatorJudge(Judge):
             config = model.model_config()  # a fresh dict each: the evaluators write into it
             evaluator = cls(config, credential=credential) if credential is not None else cls(config)
             evaluator._LLM_CALL_TIMEOUT = self.limits.attempt_timeout  # seconds per HTTP attempt
-            self.retry_loop_disabled[metric] = _disable_internal_retries(evaluator)
+            self.retry_loop_disabled[metric] = _disable_internal_retries(evaluator, metric)
             prompty.set_completion_limit(evaluator, self.tokens.max_tokens(metric))
             self.max_tokens[metric] = prompty.completion_limit(evaluator)
             self.shared_clients[metric] = prompty.install(evaluator, self._clients, metric)
@@ -288,8 +298,18 @@ class EvaluatorJudge(Judge):
     # ------------------------------------------------------------------ the port
 
     def judge(self, episode: Episode) -> Judgement:
-        """Judge on the judge's own event loop (one for its lifetime, whatever thread calls)."""
-        return self._runner.run(self.judge_async(episode))
+        """Judge on the judge's own event loop (one for its lifetime, whatever thread calls).
+
+        The caller waits at most ``episode_deadline`` + :data:`DEADLINE_GRACE`, even when something
+        synchronous blocks the loop (an Entra ID token fetched with a synchronous credential)."""
+        timeout = self.limits.episode_deadline + DEADLINE_GRACE
+        try:
+            return self._runner.run(self.judge_async(episode), timeout=timeout)
+        except TimeoutError as exc:
+            raise TransientError(
+                f"judge unavailable: no judgement within AGENT_LEARNING_JUDGE_EPISODE_DEADLINE "
+                f"({self.limits.episode_deadline:g} s); its event loop was blocked ({exc})"
+            ) from None
 
     def close(self) -> None:
         """Close the judge's HTTP clients and stop its event loop."""
@@ -310,15 +330,22 @@ class EvaluatorJudge(Judge):
             m: asyncio.ensure_future(self._metric(m, episode, deadline, first.get(m))) for m in self.evaluators
         }
         pending = set(tasks.values())
-        while pending:
-            _, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_EXCEPTION)
-            if pending and any(not t.cancelled() and t.exception() for t in tasks.values() if t.done()):
-                # One evaluator failed for good, so the judgement fails whatever the others say:
-                # stop them rather than spend their tokens and retries on it.
-                for t in pending:
-                    t.cancel()
+        try:
+            while pending:
+                _, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_EXCEPTION)
+                if pending and any(not t.cancelled() and t.exception() for t in tasks.values() if t.done()):
+                    # One evaluator failed for good, so the judgement fails whatever the others say:
+                    # stop them rather than spend their tokens and retries on it.
+                    for t in pending:
+                        t.cancel()
+                    await asyncio.wait(pending)
+                    break
+        except asyncio.CancelledError:  # the caller gave up on the judgement: its evaluators stop too
+            for t in pending:
+                t.cancel()
+            if pending:
                 await asyncio.wait(pending)
-                break
+            raise
         errors = {m: t.exception() for m, t in tasks.items() if not t.cancelled() and t.exception() is not None}
         if errors:
             permanent = {m: e for m, e in errors.items() if isinstance(e, PermanentError)}
@@ -398,7 +425,13 @@ class EvaluatorJudge(Judge):
                 served = properties.get("model") if isinstance(properties, Mapping) else None
                 return score, served if isinstance(served, str) else ""
             except TimeoutError:
-                last = TransientError(f"{name} gave no answer within the deadline ({lim.evaluator_deadline:g} s)")
+                if deadline < episode_deadline:
+                    setting, seconds = "EVALUATOR_DEADLINE", lim.evaluator_deadline
+                else:
+                    setting, seconds = "EPISODE_DEADLINE", lim.episode_deadline
+                last = TransientError(
+                    f"{name} gave no answer within AGENT_LEARNING_JUDGE_{setting} ({seconds:g} s)"
+                )
                 break
             except InvalidJudgeOutput as exc:
                 last = exc
@@ -408,6 +441,8 @@ class EvaluatorJudge(Judge):
                 last, retry_after = classify(exc, name)
                 if isinstance(last, PermanentError) and not isinstance(last, InvalidJudgeOutput):
                     raise last from exc  # e.g. content filtered: retrying cannot help
+                if isinstance(last, JudgeMisconfigured):
+                    break  # retrying in seconds cannot fix a key, a role, a deployment or a quota
             if attempt == lim.max_attempts:
                 break
             delay = _backoff(attempt, lim, retry_after)
@@ -553,10 +588,15 @@ def classify(exc: BaseException, evaluator: str) -> tuple[Exception, float | Non
         body = str(getattr(cause, "body", "") or cause)
         if status == 400 and "content_filter" in body:
             return PermanentError(f"{evaluator}: the judge model's content filter rejected the episode"), None
+        if status == 429 and "insufficient_quota" in (getattr(cause, "code", None), getattr(cause, "type", None)):
+            return JudgeMisconfigured(
+                f"{evaluator}: HTTP 429 insufficient_quota: the judge model's account is out of quota (billing, "
+                f"not throttling): check the judge configuration ({cause})"
+            ), None
         if status in TRANSIENT_STATUS:
             return TransientError(f"{evaluator}: HTTP {status}"), _retry_after(cause)
         if status in CONFIGURATION_STATUS:
-            return TransientError(f"{evaluator}: HTTP {status}: check the judge configuration ({cause})"), None
+            return JudgeMisconfigured(f"{evaluator}: HTTP {status}: check the judge configuration ({cause})"), None
         return PermanentError(f"{evaluator}: HTTP {status}: {cause}"), None
     if isinstance(exc, (ConnectionError, OSError)):
         return TransientError(f"{evaluator}: {type(exc).__name__}: {exc}"), None
@@ -649,15 +689,23 @@ def _backoff(attempt: int, limits: JudgeLimits, retry_after: float | None) -> fl
     return min(limits.backoff_max, limits.backoff_base * 2 ** (attempt - 1)) * (0.5 + random.random() / 2)
 
 
-def _disable_internal_retries(evaluator: Any) -> bool:
-    """Turn the evaluator's own retry loop (10 retries, waits up to 60 s) off; True if done."""
+def _disable_internal_retries(evaluator: Any, metric: str) -> bool:
+    """Turn the evaluator's own retry loop (10 retries, waits up to 60 s) off, and refuse a reply
+    the model did not finish as the shared clients do (:func:`prompty.check_finish`); True if done."""
+    name = type(evaluator).__name__
     try:
         flow = evaluator._flow
         send = flow._send_with_retries
     except (AttributeError, RuntimeError):
-        log.warning("%s: cannot reach the evaluator's retry loop; relying on deadlines alone", type(evaluator).__name__)
+        log.warning("%s: cannot reach the evaluator's retry loop; relying on deadlines alone", name)
         return False
-    flow._send_with_retries = functools.partial(send, max_retries=0)
+
+    async def send_once(*args: Any, **kwargs: Any) -> Any:
+        response = await send(*args, **{**kwargs, "max_retries": 0})
+        prompty.check_finish(response, name, metric)
+        return response
+
+    flow._send_with_retries = send_once
     return True
 
 

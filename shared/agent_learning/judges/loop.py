@@ -10,6 +10,7 @@ judge's HTTP connections and clients live as long as the judge. The caller's con
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import threading
 from collections.abc import Callable, Coroutine
 from typing import Any, TypeVar
@@ -50,13 +51,23 @@ class LoopThread:
                 self._loop = loop
             return self._loop
 
-    def run(self, coro: Coroutine[Any, Any, T]) -> T:
-        """Run ``coro`` on the loop and wait for its result (in the caller's context)."""
+    def run(self, coro: Coroutine[Any, Any, T], timeout: float | None = None) -> T:
+        """Run ``coro`` on the loop and wait for its result (in the caller's context).
+
+        After ``timeout`` seconds the caller stops waiting: ``coro`` is cancelled (as soon as the loop
+        runs again, if something blocks it) and TimeoutError is raised."""
         loop = self.loop
         if threading.current_thread() is self._thread:
             coro.close()
             raise RuntimeError(f"{self.name}: a blocking call from the judge's own event loop would deadlock")
-        return asyncio.run_coroutine_threadsafe(coro, loop).result()
+        future = asyncio.run_coroutine_threadsafe(coro, loop)
+        try:
+            return future.result(timeout)
+        except concurrent.futures.TimeoutError:
+            if future.done():  # coro's own TimeoutError, or it finished just now
+                return future.result()
+            future.cancel()
+            raise TimeoutError(f"{self.name}: no result within {timeout:g} s") from None
 
     def call(self, fn: Callable[[], T]) -> T:
         """Call ``fn`` in the loop's thread and wait for its result."""

@@ -5,7 +5,7 @@ episode's own content, so the whole pipeline runs offline and the same episode a
 the same score. The rules:
 
 * **Arithmetic questions** ("What is 17 + 25?", "Compute 6 * 7"): the judge computes the
-  answer. Task completion is 1 when the last number in the output is that answer.
+  answer. Task completion is 1 when the last number in the output (``1,234`` read whole) is that answer.
   Intent resolution is 5 for a correct answer with an explanation, 4 for a bare correct
   answer, 2 for a wrong number, 3 for no number at all.
 * **Other questions**: the share of the query's content words that the output covers,
@@ -27,10 +27,13 @@ from ..documents import Episode, JudgeInfo
 from ..rewards import INTENT_RESOLUTION, TASK_ADHERENCE, TASK_COMPLETION
 from .base import Judge, Judgement, metric_from_output
 
-VERSION = "offline-rules/1"
+VERSION = "offline-rules/2"
+"""The rules' version, stored with every score they give (2: thousands separators read)."""
 
-_ARITH = re.compile(r"(-?\d+(?:\.\d+)?)\s*([-+*x×/])\s*(-?\d+(?:\.\d+)?)")
-_NUMBER = re.compile(r"-?\d+(?:\.\d+)?")
+_NUM = r"-?(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?"
+"""A number, with or without thousands separators (``1,234.5``; ``42, 43`` is two numbers)."""
+_ARITH = re.compile(rf"({_NUM})\s*([-+*x×/])\s*({_NUM})")
+_NUMBER = re.compile(_NUM)
 _WORD = re.compile(r"[a-z0-9]+")
 _STOP = frozenset(
     [
@@ -87,7 +90,7 @@ def expected_answer(query: str) -> float | None:
     m = _ARITH.search(query)
     if not m:
         return None
-    a, op, b = float(m.group(1)), m.group(2), float(m.group(3))
+    a, op, b = _number(m.group(1)), m.group(2), _number(m.group(3))
     if op == "+":
         return a + b
     if op == "-":
@@ -95,6 +98,11 @@ def expected_answer(query: str) -> float | None:
     if op in "*x×":
         return a * b
     return a / b if b != 0 else None
+
+
+def _number(text: str) -> float:
+    """The value of a number :data:`_NUM` matched."""
+    return float(text.replace(",", ""))
 
 
 def _content_words(text: str) -> set[str]:
@@ -126,7 +134,7 @@ class OfflineJudge(Judge):
             numbers = _NUMBER.findall(text)
             if not numbers:
                 intent, completion, why = 3.0, 0.0, "no numeric answer given"
-            elif abs(float(numbers[-1]) - expected) < 1e-9:
+            elif abs(_number(numbers[-1]) - expected) < 1e-9:
                 explained = words >= 8
                 intent, completion = (5.0 if explained else 4.0), 1.0
                 why = f"correct answer {numbers[-1]}" + (" with an explanation" if explained else "")

@@ -60,6 +60,18 @@ def cut_off_message(evaluator: str, metric: str) -> str:
     )
 
 
+def check_finish(response: Any, evaluator: str, metric: str) -> None:
+    """Refuse a reply the judge model did not finish: cut off at its completion limit (invalid
+    output) or withheld by the content filter (permanent, as a filtered request: there is no reply
+    to parse, and its JSON would fail as a TypeError)."""
+    choices = getattr(response, "choices", None)
+    finish = getattr(choices[0], "finish_reason", None) if choices else None
+    if finish == "length":
+        raise InvalidJudgeOutput(cut_off_message(evaluator, metric))
+    if finish == "content_filter":
+        raise PermanentError(f"{evaluator}: the judge model's content filter withheld its reply")
+
+
 def _warn_once(key: str, message: str, *args: Any) -> None:
     if key not in _warned:
         _warned.add(key)
@@ -232,12 +244,7 @@ class SharedClientFlow:
             )
         except parts.openai_error as error:
             raise parts.wrapped_error(error=error) from error
-        choices = getattr(response, "choices", None)
-        finish = getattr(choices[0], "finish_reason", None) if choices else None
-        if finish == "length":
-            raise InvalidJudgeOutput(cut_off_message(self.evaluator, self.metric))
-        if finish == "content_filter":  # no reply to parse (its JSON would fail as a TypeError); as a filtered request
-            raise PermanentError(f"{self.evaluator}: the judge model's content filter withheld its reply")
+        check_finish(response, self.evaluator, self.metric)
         return await parts.format_response(
             response=response,
             is_first_choice=self.is_first_choice,
@@ -340,6 +347,7 @@ __all__ = [
     "COMPLETION_LIMIT_KEYS",
     "ClientPool",
     "SharedClientFlow",
+    "check_finish",
     "completion_limit",
     "cut_off_message",
     "install",
