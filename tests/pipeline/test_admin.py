@@ -188,6 +188,24 @@ def test_rollback_rejects_unknown_and_current_versions(store: Store, tmp_path: P
         rollback(store, "nobody", 1)
 
 
+def test_an_operators_note_is_stored_whole_or_refused_never_cut(tmp_path: Path) -> None:
+    """The version's note starts with the intervention's own words; the operator's note after
+    them is kept to its last character, or refused (nothing published) when it does not fit."""
+    store = MemoryStore()
+    agent = Agent(store, tmp_path)
+    agent.round()
+    prefix = "rollback from v2 to v1: "
+    with pytest.raises(ValueError, match=r"--note: is 1,000 characters; .* at most 976 of the 1,000 are left"):
+        rollback(store, AGENT, 1, note="n" * 997 + "END")
+    assert load_current(store, AGENT).version == 2  # type: ignore[union-attr]
+    fits = "n" * (1000 - len(prefix) - 3) + "END"
+    assert rollback(store, AGENT, 1, note=fits).policy.note == prefix + fits
+    actions = list(agent.scenario.actions)
+    with pytest.raises(ValueError, match="--note: is 1,000 characters"):
+        revise(store, AGENT, actions[:-1], note="n" * 1000)
+    assert revise(store, AGENT, actions[:-1], note="fewer").policy.note.endswith(": fewer")
+
+
 def test_a_rollback_repairs_an_invalid_current_document_from_the_newest_valid_version(
     backend: Any, tmp_path: Path
 ) -> None:

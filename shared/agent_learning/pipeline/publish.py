@@ -219,7 +219,7 @@ def rollback(store: Store, agent_id: str, version: int, *, clock: Clock = SYSTEM
                 "parent_version": version,
                 "run": None,
                 "created_at": clock.now(),
-                "note": (f"rollback from {from_} to v{version}" + (f": {note}" if note else ""))[:MAX_NOTE_CHARS],
+                "note": noted(f"rollback from {from_} to v{version}", note),
             }
         )
 
@@ -250,6 +250,20 @@ def rollback(store: Store, agent_id: str, version: int, *, clock: Clock = SYSTEM
             except ConcurrencyConflict:
                 continue  # someone else wrote it meanwhile: read it again
     raise ConcurrencyConflict(f"the policy of {agent_id!r} kept changing; try again")
+
+
+def noted(text: str, note: str) -> str:
+    """The note a new version stores: the intervention's own ``text``, then the operator's ``note``,
+    within :data:`MAX_NOTE_CHARS`. Without a note, ``text`` is cut to fit; a note that does not fit
+    after ``text`` is refused (``ValueError`` naming ``--note``) rather than cut unsaid."""
+    if not note:
+        return text[:MAX_NOTE_CHARS]
+    room = MAX_NOTE_CHARS - len(text) - 2
+    if len(note) > room:
+        start = text if len(text) <= 60 else text[:57] + "..."
+        raise ValueError(f"--note: is {len(note):,} characters; the version's note starts with {len(text) + 2:,} "
+                         f"of its own ({start!r}), so at most {max(room, 0):,} of the {MAX_NOTE_CHARS:,} are left")
+    return f"{text}: {note}"
 
 
 def repair_hint(agent_id: str) -> str:
@@ -366,7 +380,7 @@ def revise(
                 "parent_version": current.version,
                 "run": None,
                 "created_at": clock.now(),
-                "note": (f"revised actions: {summary}" + (f": {note}" if note else ""))[:MAX_NOTE_CHARS],
+                "note": noted(f"revised actions: {summary}", note),
             }
         )
 
