@@ -16,9 +16,11 @@ Neither can make an episode count twice in learning:
     inspection and reporting, and the policy keeps the update it made with the old reward;
   - an episode scored but not trained yet is learned from **once, with the new reward**.
 
-  To make new rewards change the policy for episodes already learned from, roll the policy
-  back to a version before them or start a new one; re-feeding them on top of the updates
-  they already made would count them twice.
+  Nothing learns from an already-learned episode again (re-feeding it on top of the update
+  it made would count it twice): not a rollback either, which publishes an earlier version's
+  logits but keeps the training cursor, so a rollback to a version before such episodes undoes
+  their updates without learning their new scores. New rewards shape what is learned from the
+  episodes after the cursor.
 
   Feedback stays exact across a re-score (see :mod:`agent_learning.feedback`): a pending
   episode's feedback is reconciled against its new judges' reward right after, so that what is

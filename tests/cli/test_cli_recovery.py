@@ -140,6 +140,18 @@ def test_rescore_reports_trained_pending_and_failed_episodes(pipeline: LocalPipe
     assert [o.status for o in pipeline.train()] == ["published"]  # the pending episodes, learned once
 
 
+def test_a_rollback_after_a_rescore_undoes_the_update_and_learns_no_episode_again(pipeline: LocalPipeline) -> None:
+    """As recovery.py and Reliability say: a rollback keeps the cursor, so the re-scored episodes
+    a version learned from are not learned again, with their new score or otherwise."""
+    trained = episodes(pipeline, 8)
+    pipeline.run_once()
+    assert sorted(as_json("rescore", "--agent-id", AGENT)["already_trained"]) == sorted(trained)
+    assert as_json("policy", "rollback", "--agent-id", AGENT, "1")["policy"]["logits"] == [0.0] * 4
+    assert as_json("train")["training"][0]["status"] == "no_new_scores"
+    books = as_json("audit")["agents"][AGENT]
+    assert (books["learned"], books["learned_twice"], books["pending"]) == (8, 0, 0)
+
+
 def test_episodes_left_unjudged_are_shown_audited_and_judged_later(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
