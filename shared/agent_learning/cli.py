@@ -62,7 +62,7 @@ from .pipeline import create_policy, load_current, message_id_of, revise, rollba
 from .pipeline.publish import repair_hint
 from .plots import plot_histories
 from .policy import SoftmaxPolicy, policy_entropy, policy_probabilities
-from .recovery import judge_unjudged, replay_dead_letters
+from .recovery import REPLAY_LIMIT, judge_unjudged, replay_dead_letters
 from .recovery import rescore as run_rescore
 from .report import write_report
 from .simulate import SCENARIOS
@@ -1676,19 +1676,19 @@ def dlq_replay(
     with _queue(db) as (queue, settings), _progress("reading" if dry_run else "replaying", as_json) as bar:
         task = bar.add_task("replay", total=None)
         if replay_all and not dry_run:
-            replayed, chosen, left = queue.replay_dead_letters(None), None, None
+            replayed, chosen, left, more = queue.replay_dead_letters(None), None, None, False
         else:
             result = replay_dead_letters(
                 queue, reasons=reasons or None, message_ids=ids or None, dry_run=dry_run
             )
-            replayed, chosen, left = len(result.replayed), result.replayed, result.left
+            replayed, chosen, left, more = len(result.replayed), result.replayed, result.left, result.more
         bar.update(task, total=replayed, completed=replayed)
     # --id alone: the ids no dead letter has (with --reason, an id may be there with another reason)
     not_found = [i for i in dict.fromkeys(ids) if i not in (chosen or [])] if ids and not reasons else None
     if as_json:
         data: dict[str, Any] = {"would_replay" if dry_run else "replayed": replayed}
         if chosen is not None:
-            data.update(message_ids=chosen, left=dict(left or {}))
+            data.update(message_ids=chosen, left=dict(left or {}), **({"more": True} if more else {}))
         if not_found is not None:
             data["not_found"] = not_found
         _echo_json(data)
@@ -1699,6 +1699,12 @@ def dlq_replay(
             out.print(f"replayed {_n(replayed, 'dead letter')} to {settings.queue_name}")
         if left:
             out.print("left in the dead-letter queue: " + ", ".join(f"{n} {r}" for r, n in sorted(left.items())))
+        if more:
+            out.print(f"only the oldest {REPLAY_LIMIT:,} dead letters were read; any after them were not considered "
+                      "(running it again reads past those replayed)")
+    if not_found and more:
+        _fail(f"--id: none of the oldest {REPLAY_LIMIT:,} dead letters, the ones read, has the id "
+              f"{', '.join(not_found)}; the ones after them were not read", 1 if chosen else 2)
     if not_found:  # none found: bad input, nothing changed (2); some: those were replayed, the rest missing (1)
         _fail(f"--id: no dead letter has the id {', '.join(not_found)} (agent-learn dlq list shows them)",
               1 if chosen else 2)

@@ -23,7 +23,7 @@ from agent_learning.local import LocalPipeline, open_local
 from agent_learning.pipeline import create_policy, load_current
 from agent_learning.policy import SoftmaxPolicy
 from agent_learning.queue.base import OutgoingMessage
-from agent_learning.recovery import rescore
+from agent_learning.recovery import REPLAY_LIMIT, rescore
 from agent_learning.simulate import math_tutor
 
 AGENT = "math-tutor"
@@ -99,6 +99,24 @@ def test_dlq_replay_by_id_replays_those_found_and_exits_1_naming_the_others(pipe
     alone = cli("dlq", "replay", "--id", "nope")
     assert alone.exit_code == 2 and "replayed 0 dead letters" in alone.stdout
     assert alone.stderr.strip().splitlines()[-1].startswith("error: --id: no dead letter has the id nope")
+
+
+def test_dlq_replay_says_when_dead_letters_past_those_it_reads_were_not_considered(pipeline: LocalPipeline) -> None:
+    """A long outage leaves more dead letters than a replay reads: it says so, rather than report
+    the first part as all of them, or an id past them as one no dead letter has."""
+    n = REPLAY_LIMIT + 2
+    pipeline.queue.send([OutgoingMessage(f"e{i:06d}", json.dumps({"episode_id": f"e{i:06d}"})) for i in range(n)])
+    while batch := pipeline.queue.receive(500):
+        for message in batch:
+            pipeline.queue.dead_letter(message, "JudgeFailed")
+    last = f"e{n - 1:06d}"
+    missed = cli("dlq", "replay", "--id", last, "--dry-run")
+    assert missed.exit_code == 2 and "none of the oldest 10,000 dead letters, the ones read" in missed.stderr
+    assert "only the oldest 10,000 dead letters were read" in cli("dlq", "replay", "--all", "--dry-run").stdout
+    first = as_json("dlq", "replay", "--reason", "JudgeFailed")
+    assert (first["replayed"], first["more"]) == (REPLAY_LIMIT, True)
+    rest = as_json("dlq", "replay", "--id", last)  # running it again reads past those replayed
+    assert rest == {"replayed": 1, "message_ids": [last], "left": {"JudgeFailed": 1}, "not_found": []}  # no "more"
 
 
 def test_dlq_list_json_gives_times_in_iso_8601_utc(pipeline: LocalPipeline) -> None:
