@@ -906,11 +906,14 @@ def policy_history(agent_id: str, limit: int | None, since: datetime | None, unt
         current = _current_or_said(store, settings, agent_id)  # the versions are what a rollback chooses from
         versions = history(store, agent_id, newest=limit, since=since, until=until)
         rows = _history_rows(versions)
+        # versions run from 1 to the current one (``agent-learn audit`` checks it): no need to read them all to
+        # count; an invalid current document's number is that of the newest version record
+        newest = current.version if current else next(
+            (n for d in store.list_policy_versions(agent_id, 1) if type(n := d.get("version")) is int), 0)
     invalid = _left_out([versions]) or current is None
     if windowed and not rows and not invalid:
         raise _no_versions_in([agent_id])
-    # versions run from 1 to the current one (``agent-learn audit`` checks it): no need to read them all to count
-    total = max(current.version if current else 0, len(rows)) if limit or windowed or invalid else len(rows)
+    total = max(newest, len(rows)) if limit or windowed or invalid else len(rows)
     if as_json:
         _echo_json(rows)
         sys.exit(1 if invalid else 0)
