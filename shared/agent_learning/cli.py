@@ -1642,12 +1642,15 @@ def dlq() -> None:
 def dlq_list(limit: int, as_json: bool, db: str | None) -> None:
     """Dead letters, oldest first, with their reasons."""
     with _queue(db) as (queue, settings):
-        dead = queue.dead_letters(limit)
-    rows = [_dead_letter_row(d) for d in dead]
+        dead = queue.dead_letters(limit + 1)  # one more than shown: whether others remain
+    rows = [_dead_letter_row(d) for d in dead[:limit]]
     if as_json:
         _echo_json(rows)
         return
-    table = Table(title=f"{_n(len(rows), 'dead letter')} in {settings.queue_name}", title_justify="left")
+    title = f"{_n(len(rows), 'dead letter')} in {settings.queue_name}"
+    if len(dead) > limit:
+        title = f"the oldest {title} (more remain: --limit N lists more)"
+    table = Table(title=title, title_justify="left")
     for col in ("message id", "reason", "deliveries", "description"):
         table.add_column(col, justify="right" if col == "deliveries" else "left")
     for r in rows:

@@ -119,6 +119,15 @@ def test_dlq_replay_says_when_dead_letters_past_those_it_reads_were_not_consider
     assert rest == {"replayed": 1, "message_ids": [last], "left": {"JudgeFailed": 1}, "not_found": []}  # no "more"
 
 
+def test_dlq_list_says_when_more_dead_letters_remain_than_it_lists(pipeline: LocalPipeline) -> None:
+    """Before the fix `--limit 2` of three dead letters was titled "2 dead letters", as if all."""
+    dead_letter(pipeline, ["ghost-1", "ghost-2", "ghost-3"])
+    title = " ".join(cli("dlq", "list", "--limit", "2").stdout.split())
+    assert title.startswith("the oldest 2 dead letters in score-episodes (more remain: --limit N lists more)")
+    assert " ".join(cli("dlq", "list", "--limit", "3").stdout.split()).startswith("3 dead letters in score-episodes ")
+    assert [d["message_id"] for d in as_json("dlq", "list", "--limit", "2")] == ["ghost-1", "ghost-2"]
+
+
 def test_dlq_list_json_gives_times_in_iso_8601_utc(pipeline: LocalPipeline) -> None:
     dead_letter(pipeline, ["ghost-1"])
     (dead,) = as_json("dlq", "list")
