@@ -757,7 +757,7 @@ def policy_show(agent_id: str, as_json: bool, db: str | None) -> None:
     if as_json:
         _echo_json(_shown(doc, dict(zip(doc.action_ids, policy_probabilities(doc), strict=True))))
         return
-    state = f"{doc.source}{', pinned' if doc.pinned else ''}"
+    state = f"{source_label(doc.source, doc.parent_version)}{', pinned' if doc.pinned else ''}"
     table = Table(title=f"{agent_id} v{doc.version} ({state})", title_justify="left")
     evidence = _evidence_columns(doc)
     described = any(a.description for a in doc.actions)
@@ -778,7 +778,10 @@ def _shown(doc: Any, probabilities: dict[str, Any]) -> dict[str, Any]:
 
 
 def _pinned_and_last_run(doc: Any, entropy_line: str | None = None) -> None:
-    """The end of ``policy show``: whether learning is paused, the entropy, the last run."""
+    """The end of ``policy show``: the note of a version no run made (a rollback's, a revision's),
+    whether learning is paused, the entropy, the last run."""
+    if doc.note and doc.run is None:
+        out.print(f"note: {doc.note}")
     if doc.pinned:
         out.print(f"learning is paused{': ' + doc.pin_reason if doc.pin_reason else ''} (agent-learn policy unpin)")
     if entropy_line:
@@ -799,7 +802,7 @@ def _show_structured(doc: Any, as_json: bool) -> None:
     if as_json:
         _echo_json(_shown(doc, views))
         return
-    state = f"{doc.source}{', pinned' if doc.pinned else ''}"
+    state = f"{source_label(doc.source, doc.parent_version)}{', pinned' if doc.pinned else ''}"
     out.print(f"{doc.agent_id} v{doc.version} ({state})")
     evidence = _evidence_columns(doc)
     logits = dict(zip(doc.action_ids, doc.logits, strict=True))

@@ -179,6 +179,25 @@ def test_a_rollback_after_a_rescore_undoes_the_update_and_learns_no_episode_agai
     assert (books["learned"], books["learned_twice"], books["pending"]) == (8, 0, 0)
 
 
+def test_policy_show_says_which_version_a_rollback_restored_and_why(pipeline: LocalPipeline) -> None:
+    """Before the fix it said only "v3 (rollback)": the version restored and the operator's note
+    were in `policy history --json` alone."""
+    episodes(pipeline, 6)
+    pipeline.run_once()
+    cli("policy", "rollback", "--agent-id", AGENT, "1", "--note", "v2 [answers] too long")
+    shown = cli("policy", "show", "--agent-id", AGENT).stdout
+    assert shown.splitlines()[0].strip() == f"{AGENT} v3 (rollback of v1)"
+    assert "note: rollback from v2 to v1: v2 [answers] too long\n" in shown
+    cli("policy", "pin", "--agent-id", AGENT, "--reason", "checking")
+    pinned = cli("policy", "show", "--agent-id", AGENT).stdout
+    assert pinned.splitlines()[0].strip() == f"{AGENT} v3 (rollback of v1, pinned)"
+    episodes(pipeline, 6, seed=2)
+    cli("policy", "unpin", "--agent-id", AGENT)
+    pipeline.run_once()
+    trained = cli("policy", "show", "--agent-id", AGENT).stdout
+    assert trained.splitlines()[0].strip() == f"{AGENT} v4 (train)" and "note:" not in trained  # the run says it
+
+
 def test_episodes_left_unjudged_are_shown_audited_and_judged_later(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
