@@ -987,6 +987,8 @@ def policy_rollback(agent_id: str, version: int, note: str, as_json: bool, db: s
     if change.replaced_invalid:
         done += (f"; it replaced an invalid current document ({change.replaced_invalid}): training resumes "
                  f"from v{change.resumed_from}'s cursor, the newest valid version record")
+    if change.policy.pinned:  # a pin is state of the current document: the rollback keeps it
+        done += "; learning stays paused (agent-learn policy unpin resumes it)"
     _report_change(change, as_json, done,
                    f"{agent_id} v{change.policy.version} is already a rollback to v{version}; nothing changed")
 

@@ -179,9 +179,10 @@ def test_a_rollback_after_a_rescore_undoes_the_update_and_learns_no_episode_agai
     assert (books["learned"], books["learned_twice"], books["pending"]) == (8, 0, 0)
 
 
-def test_policy_show_says_which_version_a_rollback_restored_and_why(pipeline: LocalPipeline) -> None:
-    """Before the fix it said only "v3 (rollback)": the version restored and the operator's note
-    were in `policy history --json` alone."""
+def test_a_rollback_is_shown_with_the_version_it_restored_its_note_and_the_pin_it_keeps(pipeline: LocalPipeline) -> None:
+    """Before the fix `policy show` said only "v3 (rollback)" (the version restored and the operator's
+    note were in `policy history --json` alone), and a rollback of a pinned agent did not say that
+    learning stays paused."""
     episodes(pipeline, 6)
     pipeline.run_once()
     cli("policy", "rollback", "--agent-id", AGENT, "1", "--note", "v2 [answers] too long")
@@ -191,11 +192,14 @@ def test_policy_show_says_which_version_a_rollback_restored_and_why(pipeline: Lo
     cli("policy", "pin", "--agent-id", AGENT, "--reason", "checking")
     pinned = cli("policy", "show", "--agent-id", AGENT).stdout
     assert pinned.splitlines()[0].strip() == f"{AGENT} v3 (rollback of v1, pinned)"
+    kept = " ".join(cli("policy", "rollback", "--agent-id", AGENT, "2").stdout.split())  # a pin outlasts a rollback
+    assert kept == f"{AGENT} is now v4, a copy of v2; learning stays paused (agent-learn policy unpin resumes it)"
+    cli("policy", "rollback", "--agent-id", AGENT, "1")
     episodes(pipeline, 6, seed=2)
     cli("policy", "unpin", "--agent-id", AGENT)
     pipeline.run_once()
     trained = cli("policy", "show", "--agent-id", AGENT).stdout
-    assert trained.splitlines()[0].strip() == f"{AGENT} v4 (train)" and "note:" not in trained  # the run says it
+    assert trained.splitlines()[0].strip() == f"{AGENT} v6 (train)" and "note:" not in trained  # the run says it
 
 
 def test_episodes_left_unjudged_are_shown_audited_and_judged_later(
