@@ -196,6 +196,11 @@ def rollback(store: Store, agent_id: str, version: int, *, clock: Clock = SYSTEM
             raise NotFound(f"agent_id: {agent_id!r} has no policy")
         # Versions run from 1 (create_policy) to the current one: no need to read them all to say so.
         newest = current.doc.get("version") if isinstance(current.doc, dict) else "?"
+        if newest == version:  # a crash left the current version unrecorded (the next run records it)
+            raise ValueError(f"VERSION: v{version} is the current version of {agent_id!r}; nothing to roll back")
+        if type(newest) is int and version < newest:
+            raise NotFound(f"VERSION: the record of {agent_id!r} v{version} is missing (versions 1 to {newest}; "
+                           f"agent-learn audit --agent-id {agent_id} checks them)")
         raise NotFound(f"VERSION: {agent_id!r} has no version {version} (versions 1 to {newest})")
     target = stored_policy(raw)
 
