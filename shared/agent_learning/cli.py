@@ -1072,7 +1072,9 @@ def policy_unpin(agent_id: str, as_json: bool, db: str | None) -> None:
 
 def _report_change(change: Any, as_json: bool, done: str, unchanged: str) -> None:
     if as_json:
-        _echo_json({"changed": change.changed, "policy": change.policy.to_dict()})
+        repaired = ({"replaced_invalid": change.replaced_invalid, "resumed_from": change.resumed_from}
+                    if change.replaced_invalid else {})  # a rollback over an invalid current document
+        _echo_json({"changed": change.changed, "policy": change.policy.to_dict(), **repaired})
     else:
         out.print(done if change.changed else unchanged)
 
