@@ -90,6 +90,15 @@ def test_a_version_whose_time_is_not_a_time_is_named() -> None:
         versions_created(naive, "agent-a", None, at(0))
 
 
+def test_a_window_bound_without_a_time_zone_is_named_not_a_type_error(store: DocumentsRead) -> None:
+    """Before the fix a naive ``since`` raised "can't compare offset-naive and offset-aware datetimes"."""
+    with pytest.raises(ValueError, match=r"^since: 2026-.* has no time zone; give one"):
+        history(store, "agent-a", since=at(5).replace(tzinfo=None))
+    with pytest.raises(ValueError, match=r"^until: .* has no time zone"):
+        versions_created(store, "agent-a", None, at(5).replace(tzinfo=None))
+    assert history(store, "agent-a", since=at(39)).versions == [39, 40]
+
+
 def test_the_store_access_benchmark_reads_a_window_of_its_history() -> None:
     figures = load_benchmark("store_access").history_figures(30)  # asserts each read's length itself
     assert figures["versions"] == 30

@@ -110,6 +110,8 @@ class AgentAudit:
     scores_without_episode: int = 0
     """Judges' scores whose episode is gone (expired by its TTL); not in ``episodes``."""
     versions: int = 0
+    """Policy versions stored (an invalid document among them, named in ``problems``), and the
+    current one if a crash left it unrecorded."""
     current_version: int | None = None
     runs: int = 0
     held_runs: int = 0
@@ -344,7 +346,7 @@ def _consumed_ranges(store: Store, agent_id: str, result: AgentAudit) -> tuple[l
             numbers.append(current.version)
     versions.sort(key=lambda v: v.version)
     numbers = [v.version for v in versions]
-    result.versions = len(versions)
+    result.versions = len(set(numbers) | invalid)
     if numbers and numbers != list(range(1, numbers[-1] + 1)):
         missing = sorted(set(range(1, numbers[-1] + 1)) - set(numbers) - invalid)
         if missing:

@@ -62,7 +62,7 @@ from .pipeline import create_policy, load_current, message_id_of, revise, rollba
 from .pipeline.publish import repair_hint
 from .plots import plot_histories
 from .policy import SoftmaxPolicy, policy_entropy, policy_probabilities
-from .recovery import judge_unjudged, replay_dead_letters
+from .recovery import REPLAY_LIMIT, judge_unjudged, replay_dead_letters
 from .recovery import rescore as run_rescore
 from .report import write_report
 from .simulate import SCENARIOS
@@ -757,7 +757,7 @@ def policy_show(agent_id: str, as_json: bool, db: str | None) -> None:
     if as_json:
         _echo_json(_shown(doc, dict(zip(doc.action_ids, policy_probabilities(doc), strict=True))))
         return
-    state = f"{doc.source}{', pinned' if doc.pinned else ''}"
+    state = f"{source_label(doc.source, doc.parent_version)}{', pinned' if doc.pinned else ''}"
     table = Table(title=f"{agent_id} v{doc.version} ({state})", title_justify="left")
     evidence = _evidence_columns(doc)
     described = any(a.description for a in doc.actions)
@@ -778,7 +778,10 @@ def _shown(doc: Any, probabilities: dict[str, Any]) -> dict[str, Any]:
 
 
 def _pinned_and_last_run(doc: Any, entropy_line: str | None = None) -> None:
-    """The end of ``policy show``: whether learning is paused, the entropy, the last run."""
+    """The end of ``policy show``: the note of a version no run made (a rollback's, a revision's),
+    whether learning is paused, the entropy, the last run."""
+    if doc.note and doc.run is None:
+        out.print(f"note: {doc.note}")
     if doc.pinned:
         out.print(f"learning is paused{': ' + doc.pin_reason if doc.pin_reason else ''} (agent-learn policy unpin)")
     if entropy_line:
@@ -799,7 +802,7 @@ def _show_structured(doc: Any, as_json: bool) -> None:
     if as_json:
         _echo_json(_shown(doc, views))
         return
-    state = f"{doc.source}{', pinned' if doc.pinned else ''}"
+    state = f"{source_label(doc.source, doc.parent_version)}{', pinned' if doc.pinned else ''}"
     out.print(f"{doc.agent_id} v{doc.version} ({state})")
     evidence = _evidence_columns(doc)
     logits = dict(zip(doc.action_ids, doc.logits, strict=True))
@@ -906,11 +909,14 @@ def policy_history(agent_id: str, limit: int | None, since: datetime | None, unt
         current = _current_or_said(store, settings, agent_id)  # the versions are what a rollback chooses from
         versions = history(store, agent_id, newest=limit, since=since, until=until)
         rows = _history_rows(versions)
+        # versions run from 1 to the current one (``agent-learn audit`` checks it): no need to read them all to
+        # count; an invalid current document's number is that of the newest version record
+        newest = current.version if current else next(
+            (n for d in store.list_policy_versions(agent_id, 1) if type(n := d.get("version")) is int), 0)
     invalid = _left_out([versions]) or current is None
     if windowed and not rows and not invalid:
         raise _no_versions_in([agent_id])
-    # versions run from 1 to the current one (``agent-learn audit`` checks it): no need to read them all to count
-    total = max(current.version if current else 0, len(rows)) if limit or windowed or invalid else len(rows)
+    total = max(newest, len(rows)) if limit or windowed or invalid else len(rows)
     if as_json:
         _echo_json(rows)
         sys.exit(1 if invalid else 0)
@@ -981,6 +987,8 @@ def policy_rollback(agent_id: str, version: int, note: str, as_json: bool, db: s
     if change.replaced_invalid:
         done += (f"; it replaced an invalid current document ({change.replaced_invalid}): training resumes "
                  f"from v{change.resumed_from}'s cursor, the newest valid version record")
+    if change.policy.pinned:  # a pin is state of the current document: the rollback keeps it
+        done += "; learning stays paused (agent-learn policy unpin resumes it)"
     _report_change(change, as_json, done,
                    f"{agent_id} v{change.policy.version} is already a rollback to v{version}; nothing changed")
 
@@ -1064,7 +1072,9 @@ def policy_unpin(agent_id: str, as_json: bool, db: str | None) -> None:
 
 def _report_change(change: Any, as_json: bool, done: str, unchanged: str) -> None:
     if as_json:
-        _echo_json({"changed": change.changed, "policy": change.policy.to_dict()})
+        repaired = ({"replaced_invalid": change.replaced_invalid, "resumed_from": change.resumed_from}
+                    if change.replaced_invalid else {})  # a rollback over an invalid current document
+        _echo_json({"changed": change.changed, "policy": change.policy.to_dict(), **repaired})
     else:
         out.print(done if change.changed else unchanged)
 
@@ -1639,12 +1649,15 @@ def dlq() -> None:
 def dlq_list(limit: int, as_json: bool, db: str | None) -> None:
     """Dead letters, oldest first, with their reasons."""
     with _queue(db) as (queue, settings):
-        dead = queue.dead_letters(limit)
-    rows = [_dead_letter_row(d) for d in dead]
+        dead = queue.dead_letters(limit + 1)  # one more than shown: whether others remain
+    rows = [_dead_letter_row(d) for d in dead[:limit]]
     if as_json:
         _echo_json(rows)
         return
-    table = Table(title=f"{_n(len(rows), 'dead letter')} in {settings.queue_name}", title_justify="left")
+    title = f"{_n(len(rows), 'dead letter')} in {settings.queue_name}"
+    if len(dead) > limit:
+        title = f"the oldest {title} (more remain: --limit N lists more)"
+    table = Table(title=title, title_justify="left")
     for col in ("message id", "reason", "deliveries", "description"):
         table.add_column(col, justify="right" if col == "deliveries" else "left")
     for r in rows:
@@ -1676,19 +1689,19 @@ def dlq_replay(
     with _queue(db) as (queue, settings), _progress("reading" if dry_run else "replaying", as_json) as bar:
         task = bar.add_task("replay", total=None)
         if replay_all and not dry_run:
-            replayed, chosen, left = queue.replay_dead_letters(None), None, None
+            replayed, chosen, left, more = queue.replay_dead_letters(None), None, None, False
         else:
             result = replay_dead_letters(
                 queue, reasons=reasons or None, message_ids=ids or None, dry_run=dry_run
             )
-            replayed, chosen, left = len(result.replayed), result.replayed, result.left
+            replayed, chosen, left, more = len(result.replayed), result.replayed, result.left, result.more
         bar.update(task, total=replayed, completed=replayed)
     # --id alone: the ids no dead letter has (with --reason, an id may be there with another reason)
     not_found = [i for i in dict.fromkeys(ids) if i not in (chosen or [])] if ids and not reasons else None
     if as_json:
         data: dict[str, Any] = {"would_replay" if dry_run else "replayed": replayed}
         if chosen is not None:
-            data.update(message_ids=chosen, left=dict(left or {}))
+            data.update(message_ids=chosen, left=dict(left or {}), **({"more": True} if more else {}))
         if not_found is not None:
             data["not_found"] = not_found
         _echo_json(data)
@@ -1699,6 +1712,12 @@ def dlq_replay(
             out.print(f"replayed {_n(replayed, 'dead letter')} to {settings.queue_name}")
         if left:
             out.print("left in the dead-letter queue: " + ", ".join(f"{n} {r}" for r, n in sorted(left.items())))
+        if more:
+            out.print(f"only the oldest {REPLAY_LIMIT:,} dead letters were read; any after them were not considered "
+                      "(running it again reads past those replayed)")
+    if not_found and more:
+        _fail(f"--id: none of the oldest {REPLAY_LIMIT:,} dead letters, the ones read, has the id "
+              f"{', '.join(not_found)}; the ones after them were not read", 1 if chosen else 2)
     if not_found:  # none found: bad input, nothing changed (2); some: those were replayed, the rest missing (1)
         _fail(f"--id: no dead letter has the id {', '.join(not_found)} (agent-learn dlq list shows them)",
               1 if chosen else 2)

@@ -26,7 +26,8 @@ until the earlier side is made of runs after it.
 Each warning is logged, counted in the ``agent_learning.policy.warnings`` metric and added
 to the training span as an event. :func:`review` only reports: with ``auto_pin`` the trainer
 (:func:`~agent_learning.pipeline.train_agent`) pins the agent's policy (learning frozen) with
-the warnings as the reason, for an operator to inspect, roll back or unpin.
+the warnings as the reason, for an operator to inspect, roll back if need be, and unpin (a
+rollback keeps the pin).
 """
 
 from __future__ import annotations

@@ -144,7 +144,11 @@ def source_label(source: str, parent_version: int | None) -> str:
 def versions_created(store: Any, agent_id: str, since: datetime | None, until: datetime | None) -> list[int]:
     """The numbers of an agent's versions created from ``since`` to ``until`` (inclusive; either
     may be None), oldest first. Raises :class:`InvalidDocument` for a version whose creation
-    time is not an ISO 8601 date and time with its offset, rather than leave it out unsaid."""
+    time is not an ISO 8601 date and time with its offset, rather than leave it out unsaid, and
+    ``ValueError`` for a ``since`` or ``until`` without a time zone (which no stored time compares with)."""
+    for name, bound in (("since", since), ("until", until)):
+        if bound is not None and bound.utcoffset() is None:
+            raise ValueError(f"{name}: {bound.isoformat()} has no time zone; give one (e.g. tzinfo=UTC)")
     out = []
     for version, stamp in store.policy_version_times(agent_id):
         try:

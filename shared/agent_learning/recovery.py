@@ -16,9 +16,11 @@ Neither can make an episode count twice in learning:
     inspection and reporting, and the policy keeps the update it made with the old reward;
   - an episode scored but not trained yet is learned from **once, with the new reward**.
 
-  To make new rewards change the policy for episodes already learned from, roll the policy
-  back to a version before them or start a new one; re-feeding them on top of the updates
-  they already made would count them twice.
+  Nothing learns from an already-learned episode again (re-feeding it on top of the update
+  it made would count it twice): not a rollback either, which publishes an earlier version's
+  logits but keeps the training cursor, so a rollback to a version before such episodes undoes
+  their updates without learning their new scores. New rewards shape what is learned from the
+  episodes after the cursor.
 
   Feedback stays exact across a re-score (see :mod:`agent_learning.feedback`): a pending
   episode's feedback is reconciled against its new judges' reward right after, so that what is
@@ -59,6 +61,9 @@ from .store.base import RawDoc, Store
 
 T = TypeVar("T")
 
+REPLAY_LIMIT = 10_000
+"""How many dead letters, oldest first, :func:`replay_dead_letters` reads to choose from by default."""
+
 # --------------------------------------------------------------------------- dead letters
 
 
@@ -70,6 +75,9 @@ class ReplayResult:
     """Message ids sent back to the queue."""
     left: Counter[str] = field(default_factory=Counter)
     """Dead letters left where they are, by reason."""
+    more: bool = False
+    """The ``limit`` dead letters read may not be all: any after them were not considered (run it
+    again once these are replayed, or with a larger ``limit``)."""
 
 
 def replay_dead_letters(
@@ -77,7 +85,7 @@ def replay_dead_letters(
     *,
     reasons: Iterable[str] | None = None,
     message_ids: Iterable[str] | None = None,
-    limit: int = 10_000,
+    limit: int = REPLAY_LIMIT,
     dry_run: bool = False,
 ) -> ReplayResult:
     """Send dead-lettered messages back to the queue, with their delivery count reset.
@@ -86,7 +94,8 @@ def replay_dead_letters(
     fix, on the embedded queue; under Azure Functions every message that failed its deliveries is
     ``"MaxDeliveryCountExceeded"``, whatever the cause), ``message_ids`` by message id
     (the episode id); both given, a dead letter must match both. Neither given, every dead
-    letter (up to ``limit``) is replayed. ``dry_run`` only reports what would be replayed.
+    letter (up to ``limit``) is replayed. Only the oldest ``limit`` dead letters are read: ``more``
+    in the result says there may be others. ``dry_run`` only reports what would be replayed.
     Queues replay by message id, so a dead letter that shares its id with a chosen one (another
     copy of the same message) goes back with it.
     """
@@ -96,7 +105,8 @@ def replay_dead_letters(
     wanted_ids = None if message_ids is None else set(message_ids)
     chosen: list[str] = []
     left: Counter[str] = Counter()
-    for letter in queue.dead_letters(limit):
+    letters = queue.dead_letters(limit)
+    for letter in letters:
         if (wanted_reasons is None or letter.reason in wanted_reasons) and (
             wanted_ids is None or letter.message_id in wanted_ids
         ):
@@ -106,7 +116,7 @@ def replay_dead_letters(
     ids = list(dict.fromkeys(chosen))
     if ids and not dry_run:
         queue.replay_dead_letters(ids)
-    return ReplayResult(ids, left)
+    return ReplayResult(ids, left, more=len(letters) >= limit)
 
 
 # --------------------------------------------------------------------------- re-scoring

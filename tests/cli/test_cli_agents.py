@@ -223,6 +223,14 @@ def test_policy_rollback_repairs_an_agent_whose_current_document_was_edited_into
     assert said.startswith("bot is now v3, a copy of v1; it replaced an invalid current document")
     assert "training resumes from v1's cursor" in said  # v2's record is invalid too: v1 stands in
 
+    with SQLiteStore(db) as store:  # --json says it too (before the fix only the text did)
+        store.put_raw_current_policy("bot", {**store.get_current_policy("bot").doc, "temperature": 0.001})
+    done = json.loads(cli("policy", "rollback", "--agent-id", "bot", "1", "--json", "--db", db))
+    assert (done["changed"], done["policy"]["version"], done["resumed_from"]) == (True, 4, 3)
+    assert done["replaced_invalid"].startswith("invalid policy 'bot:current': temperature:")
+    again = json.loads(cli("policy", "rollback", "--agent-id", "bot", "1", "--json", "--db", db))
+    assert not again["changed"] and "replaced_invalid" not in again
+
 
 def test_policy_history_and_runs_list_list_the_records_of_an_agent_whose_current_document_is_invalid(
     tmp_path: Path, db: str

@@ -23,7 +23,7 @@ from agent_learning.local import LocalPipeline, open_local
 from agent_learning.pipeline import create_policy, load_current
 from agent_learning.policy import SoftmaxPolicy
 from agent_learning.queue.base import OutgoingMessage
-from agent_learning.recovery import rescore
+from agent_learning.recovery import REPLAY_LIMIT, rescore
 from agent_learning.simulate import math_tutor
 
 AGENT = "math-tutor"
@@ -101,6 +101,33 @@ def test_dlq_replay_by_id_replays_those_found_and_exits_1_naming_the_others(pipe
     assert alone.stderr.strip().splitlines()[-1].startswith("error: --id: no dead letter has the id nope")
 
 
+def test_dlq_replay_says_when_dead_letters_past_those_it_reads_were_not_considered(pipeline: LocalPipeline) -> None:
+    """A long outage leaves more dead letters than a replay reads: it says so, rather than report
+    the first part as all of them, or an id past them as one no dead letter has."""
+    n = REPLAY_LIMIT + 2
+    pipeline.queue.send([OutgoingMessage(f"e{i:06d}", json.dumps({"episode_id": f"e{i:06d}"})) for i in range(n)])
+    while batch := pipeline.queue.receive(500):
+        for message in batch:
+            pipeline.queue.dead_letter(message, "JudgeFailed")
+    last = f"e{n - 1:06d}"
+    missed = cli("dlq", "replay", "--id", last, "--dry-run")
+    assert missed.exit_code == 2 and "none of the oldest 10,000 dead letters, the ones read" in missed.stderr
+    assert "only the oldest 10,000 dead letters were read" in cli("dlq", "replay", "--all", "--dry-run").stdout
+    first = as_json("dlq", "replay", "--reason", "JudgeFailed")
+    assert (first["replayed"], first["more"]) == (REPLAY_LIMIT, True)
+    rest = as_json("dlq", "replay", "--id", last)  # running it again reads past those replayed
+    assert rest == {"replayed": 1, "message_ids": [last], "left": {"JudgeFailed": 1}, "not_found": []}  # no "more"
+
+
+def test_dlq_list_says_when_more_dead_letters_remain_than_it_lists(pipeline: LocalPipeline) -> None:
+    """Before the fix `--limit 2` of three dead letters was titled "2 dead letters", as if all."""
+    dead_letter(pipeline, ["ghost-1", "ghost-2", "ghost-3"])
+    title = " ".join(cli("dlq", "list", "--limit", "2").stdout.split())
+    assert title.startswith("the oldest 2 dead letters in score-episodes (more remain: --limit N lists more)")
+    assert " ".join(cli("dlq", "list", "--limit", "3").stdout.split()).startswith("3 dead letters in score-episodes ")
+    assert [d["message_id"] for d in as_json("dlq", "list", "--limit", "2")] == ["ghost-1", "ghost-2"]
+
+
 def test_dlq_list_json_gives_times_in_iso_8601_utc(pipeline: LocalPipeline) -> None:
     dead_letter(pipeline, ["ghost-1"])
     (dead,) = as_json("dlq", "list")
@@ -138,6 +165,41 @@ def test_rescore_reports_trained_pending_and_failed_episodes(pipeline: LocalPipe
     unknown = cli("rescore", "--agent-id", "nobody")
     assert unknown.exit_code == 2 and "nobody" in unknown.stderr
     assert [o.status for o in pipeline.train()] == ["published"]  # the pending episodes, learned once
+
+
+def test_a_rollback_after_a_rescore_undoes_the_update_and_learns_no_episode_again(pipeline: LocalPipeline) -> None:
+    """As recovery.py and Reliability say: a rollback keeps the cursor, so the re-scored episodes
+    a version learned from are not learned again, with their new score or otherwise."""
+    trained = episodes(pipeline, 8)
+    pipeline.run_once()
+    assert sorted(as_json("rescore", "--agent-id", AGENT)["already_trained"]) == sorted(trained)
+    assert as_json("policy", "rollback", "--agent-id", AGENT, "1")["policy"]["logits"] == [0.0] * 4
+    assert as_json("train")["training"][0]["status"] == "no_new_scores"
+    books = as_json("audit")["agents"][AGENT]
+    assert (books["learned"], books["learned_twice"], books["pending"]) == (8, 0, 0)
+
+
+def test_a_rollback_is_shown_with_the_version_it_restored_its_note_and_the_pin_it_keeps(pipeline: LocalPipeline) -> None:
+    """Before the fix `policy show` said only "v3 (rollback)" (the version restored and the operator's
+    note were in `policy history --json` alone), and a rollback of a pinned agent did not say that
+    learning stays paused."""
+    episodes(pipeline, 6)
+    pipeline.run_once()
+    cli("policy", "rollback", "--agent-id", AGENT, "1", "--note", "v2 [answers] too long")
+    shown = cli("policy", "show", "--agent-id", AGENT).stdout
+    assert shown.splitlines()[0].strip() == f"{AGENT} v3 (rollback of v1)"
+    assert "note: rollback from v2 to v1: v2 [answers] too long\n" in shown
+    cli("policy", "pin", "--agent-id", AGENT, "--reason", "checking")
+    pinned = cli("policy", "show", "--agent-id", AGENT).stdout
+    assert pinned.splitlines()[0].strip() == f"{AGENT} v3 (rollback of v1, pinned)"
+    kept = " ".join(cli("policy", "rollback", "--agent-id", AGENT, "2").stdout.split())  # a pin outlasts a rollback
+    assert kept == f"{AGENT} is now v4, a copy of v2; learning stays paused (agent-learn policy unpin resumes it)"
+    cli("policy", "rollback", "--agent-id", AGENT, "1")
+    episodes(pipeline, 6, seed=2)
+    cli("policy", "unpin", "--agent-id", AGENT)
+    pipeline.run_once()
+    trained = cli("policy", "show", "--agent-id", AGENT).stdout
+    assert trained.splitlines()[0].strip() == f"{AGENT} v6 (train)" and "note:" not in trained  # the run says it
 
 
 def test_episodes_left_unjudged_are_shown_audited_and_judged_later(

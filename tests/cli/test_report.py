@@ -218,3 +218,16 @@ def test_an_invalid_version_document_is_named_and_left_out_while_the_others_are_
     restored = runner.invoke(main, ["policy", "rollback", "--agent-id", "support-bot", "5", "--db", db])
     # what the store holds, not the operator's input: 1, not 2 (bad input)
     assert restored.exit_code == 1 and "invalid policy 'support-bot:v5': logits:" in restored.stderr
+
+
+def test_history_of_an_agent_whose_current_document_is_invalid_counts_every_version(db: str) -> None:
+    """Before the fix `--limit 3` titled the table "3 policy versions": the count came from the
+    current document, unreadable here, though the operator picks the version to roll back to from it."""
+    with sqlite3.connect(db) as conn:  # the current document edited by hand
+        conn.execute("UPDATE policies SET doc = json_set(doc, '$.temperature', 0.001) WHERE id = 'support-bot:current'")
+    runner = CliRunner()
+    every = runner.invoke(main, ["policy", "history", "--agent-id", "support-bot", "--json", "--db", db])
+    assert every.exit_code == 1 and "rollback --agent-id support-bot VERSION` repairs it" in every.stderr
+    total = len(json.loads(every.stdout))
+    limited = runner.invoke(main, ["policy", "history", "--agent-id", "support-bot", "--limit", "3", "--db", db])
+    assert limited.exit_code == 1 and f"{total} policy versions, the newest 3 valid shown" in limited.stdout

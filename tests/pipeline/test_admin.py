@@ -188,6 +188,45 @@ def test_rollback_rejects_unknown_and_current_versions(store: Store, tmp_path: P
         rollback(store, "nobody", 1)
 
 
+def test_a_version_without_a_record_is_named_as_missing_or_as_the_current_one(tmp_path: Path) -> None:
+    """Before the fix both said "has no version N (versions 1 to 3)", N being one of those."""
+    store = SQLiteStore(str(tmp_path / "s.db"))
+    agent = Agent(store, tmp_path)
+    agent.round()
+    current = load_current(store, AGENT)
+    assert current is not None
+    unrecorded = current.model_copy(update={"version": 3, "source": "rollback", "parent_version": 1, "run": None})
+    store.replace_current_policy(unrecorded, store.get_current_policy(AGENT).etag)  # type: ignore[union-attr]
+    with pytest.raises(ValueError, match=r"^VERSION: v3 is the current version of 'math-tutor'; nothing to roll back"):
+        rollback(store, AGENT, 3)  # a crash left it unrecorded: the next run records it
+    with closing(sqlite3.connect(str(tmp_path / "s.db"))) as conn, conn:
+        conn.execute("DELETE FROM policies WHERE id = 'math-tutor:v2'")  # a record lost
+    with pytest.raises(NotFound, match=r"^VERSION: the record of 'math-tutor' v2 is missing \(versions 1 to 3; "
+                                       r"agent-learn audit --agent-id math-tutor checks them\)"):
+        rollback(store, AGENT, 2)
+    with pytest.raises(NotFound, match=r"^VERSION: 'math-tutor' has no version 4 \(versions 1 to 3\)"):
+        rollback(store, AGENT, 4)
+    store.close()
+
+
+def test_an_operators_note_is_stored_whole_or_refused_never_cut(tmp_path: Path) -> None:
+    """The version's note starts with the intervention's own words; the operator's note after
+    them is kept to its last character, or refused (nothing published) when it does not fit."""
+    store = MemoryStore()
+    agent = Agent(store, tmp_path)
+    agent.round()
+    prefix = "rollback from v2 to v1: "
+    with pytest.raises(ValueError, match=r"--note: is 1,000 characters; .* at most 976 of the 1,000 are left"):
+        rollback(store, AGENT, 1, note="n" * 997 + "END")
+    assert load_current(store, AGENT).version == 2  # type: ignore[union-attr]
+    fits = "n" * (1000 - len(prefix) - 3) + "END"
+    assert rollback(store, AGENT, 1, note=fits).policy.note == prefix + fits
+    actions = list(agent.scenario.actions)
+    with pytest.raises(ValueError, match="--note: is 1,000 characters"):
+        revise(store, AGENT, actions[:-1], note="n" * 1000)
+    assert revise(store, AGENT, actions[:-1], note="fewer").policy.note.endswith(": fewer")
+
+
 def test_a_rollback_repairs_an_invalid_current_document_from_the_newest_valid_version(
     backend: Any, tmp_path: Path
 ) -> None:

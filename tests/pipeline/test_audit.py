@@ -280,6 +280,7 @@ def test_a_trained_version_whose_document_is_invalid_is_named_once_and_its_episo
         conn.execute("UPDATE policies SET doc = json_set(doc, '$.logits', json('[0]')) WHERE id = ?", (f"{AGENT}:v3",))
     books = audit_agent(s.store, AGENT)
     assert (books.episodes, books.learned, books.lost) == (30, 30, 0)
+    assert books.versions == 4  # as many as `policy history` counts: the invalid one too
     assert [p for p in books.problems if "v3" in p or "[3]" in p] == [
         f"version '{AGENT}:v3' is invalid: invalid policy: logits: has 1 entries but there are 4 actions"
     ]

@@ -196,6 +196,11 @@ def rollback(store: Store, agent_id: str, version: int, *, clock: Clock = SYSTEM
             raise NotFound(f"agent_id: {agent_id!r} has no policy")
         # Versions run from 1 (create_policy) to the current one: no need to read them all to say so.
         newest = current.doc.get("version") if isinstance(current.doc, dict) else "?"
+        if newest == version:  # a crash left the current version unrecorded (the next run records it)
+            raise ValueError(f"VERSION: v{version} is the current version of {agent_id!r}; nothing to roll back")
+        if type(newest) is int and version < newest:
+            raise NotFound(f"VERSION: the record of {agent_id!r} v{version} is missing (versions 1 to {newest}; "
+                           f"agent-learn audit --agent-id {agent_id} checks them)")
         raise NotFound(f"VERSION: {agent_id!r} has no version {version} (versions 1 to {newest})")
     target = stored_policy(raw)
 
@@ -219,7 +224,7 @@ def rollback(store: Store, agent_id: str, version: int, *, clock: Clock = SYSTEM
                 "parent_version": version,
                 "run": None,
                 "created_at": clock.now(),
-                "note": (f"rollback from {from_} to v{version}" + (f": {note}" if note else ""))[:MAX_NOTE_CHARS],
+                "note": noted(f"rollback from {from_} to v{version}", note),
             }
         )
 
@@ -250,6 +255,20 @@ def rollback(store: Store, agent_id: str, version: int, *, clock: Clock = SYSTEM
             except ConcurrencyConflict:
                 continue  # someone else wrote it meanwhile: read it again
     raise ConcurrencyConflict(f"the policy of {agent_id!r} kept changing; try again")
+
+
+def noted(text: str, note: str) -> str:
+    """The note a new version stores: the intervention's own ``text``, then the operator's ``note``,
+    within :data:`MAX_NOTE_CHARS`. Without a note, ``text`` is cut to fit; a note that does not fit
+    after ``text`` is refused (``ValueError`` naming ``--note``) rather than cut unsaid."""
+    if not note:
+        return text[:MAX_NOTE_CHARS]
+    room = MAX_NOTE_CHARS - len(text) - 2
+    if len(note) > room:
+        start = text if len(text) <= 60 else text[:57] + "..."
+        raise ValueError(f"--note: is {len(note):,} characters; the version's note starts with {len(text) + 2:,} "
+                         f"of its own ({start!r}), so at most {max(room, 0):,} of the {MAX_NOTE_CHARS:,} are left")
+    return f"{text}: {note}"
 
 
 def repair_hint(agent_id: str) -> str:
@@ -366,7 +385,7 @@ def revise(
                 "parent_version": current.version,
                 "run": None,
                 "created_at": clock.now(),
-                "note": (f"revised actions: {summary}" + (f": {note}" if note else ""))[:MAX_NOTE_CHARS],
+                "note": noted(f"revised actions: {summary}", note),
             }
         )
 
