@@ -29,7 +29,7 @@ still running are cancelled (their calls would be wasted). An episode with an
 empty output is not sent: the evaluators' prompts tell the model to skip it (no score), so it
 gets the offline judge's scores for an empty answer (1 / 0 / 0, evaluator ``offline:<metric>``).
 
-``azure.ai.evaluation`` (about 1 s and 150 MiB to import) is imported when this judge is
+``azure.ai.evaluation`` (1.1–1.5 s and 150 MiB to import here) is imported when this judge is
 built, never at Functions start-up or on the agent side. The evaluator objects are built once
 and reused for every episode, on one event loop per judge with long-lived HTTP clients
 (:mod:`~agent_learning.judges.loop`, :mod:`~agent_learning.judges.prompty`), each sending the
