@@ -177,6 +177,7 @@ def test_a_long_retry_after_is_capped(judge_server: Any, judge: EvaluatorJudge) 
     judge_server.set_mode("rate_limit:120")
     result, seconds = timed(lambda: judge.judge(episode("x [judge:good]")))
     assert isinstance(result, TransientError) and "429" in str(result)
+    assert "Please try again in 120" in str(result)  # the server's own words, for the operator
     assert seconds < FAST.episode_deadline + SLACK  # not 120 s
 
 

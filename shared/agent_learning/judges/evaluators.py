@@ -594,7 +594,7 @@ def classify(exc: BaseException, evaluator: str) -> tuple[Exception, float | Non
                 f"not throttling): check the judge configuration ({cause})"
             ), None
         if status in TRANSIENT_STATUS:
-            return TransientError(f"{evaluator}: HTTP {status}"), _retry_after(cause)
+            return TransientError(f"{evaluator}: HTTP {status}: {_server_message(cause)}"), _retry_after(cause)
         if status in CONFIGURATION_STATUS:
             return JudgeMisconfigured(f"{evaluator}: HTTP {status}: check the judge configuration ({cause})"), None
         return PermanentError(f"{evaluator}: HTTP {status}: {cause}"), None
@@ -607,6 +607,18 @@ def classify(exc: BaseException, evaluator: str) -> tuple[Exception, float | Non
     if "could not" in message.lower() or "parse" in message.lower():
         return InvalidJudgeOutput(f"{evaluator}: {message}"), None
     return TransientError(f"{evaluator}: unexpected {type(exc).__name__}: {message}"), None
+
+
+SERVER_MESSAGE_CHARS = 300
+"""How much of a judge server's own error message a transient error carries into logs and dead letters."""
+
+
+def _server_message(cause: Any) -> str:
+    """The error message the judge's server sent (Azure OpenAI's says e.g. "exceeded token rate
+    limit ... retry after 6 seconds"), else the exception's text, cut to SERVER_MESSAGE_CHARS."""
+    body = getattr(cause, "body", None)
+    message = body.get("message") if isinstance(body, Mapping) else None
+    return (message if isinstance(message, str) and message else str(cause))[:SERVER_MESSAGE_CHARS]
 
 
 def check_complete(metric: str, output: Mapping[str, Any], evaluator: str) -> None:
