@@ -134,3 +134,16 @@ def test_a_place_given_back_is_free_again() -> None:
     assert window.acquire("a", 1, 12.0)
     window.release("b", 12.0)  # nothing of b's: no effect
     assert not window.acquire("a", 1, 13.0)
+
+
+def test_the_fraction_of_the_largest_hash_stays_below_one(monkeypatch: pytest.MonkeyPatch) -> None:
+    """An id whose hash starts with 64 one-bits falls in [0, 1), as documented (the first 64 bits
+    over 2⁶⁴ rounded to 1.0 for one id in 2⁵⁴)."""
+    import agent_learning.judging as judging
+
+    class Largest:
+        def digest(self) -> bytes:
+            return b"\xff" * 32
+
+    monkeypatch.setattr(judging.hashlib, "sha256", lambda data: Largest())
+    assert 0.999 < id_fraction("any") < 1.0
