@@ -1749,13 +1749,17 @@ def rescore(agent_id: str, episode_ids: tuple[str, ...], rejudge: bool, unjudged
             )
     failed = [{"episode_id": e, "reason": r, "description": d} for e, r, d in result.failed]
     if as_json:
-        _echo_json({"already_trained": result.already_trained, "pending": result.pending, "failed": failed})
+        _echo_json({"already_trained": result.already_trained, "lost": result.lost, "pending": result.pending,
+                    "failed": failed})
     else:
         out.print(f"re-scored {_n(result.rescored, 'episode')} of {agent_id}")
         out.print(
             f"already trained ({len(result.already_trained)}; recorded, not learned again): "
             + _ids(result.already_trained)
         )
+        if result.lost:
+            out.print(f"lost ({len(result.lost)}; no run learned their earlier score and none reads behind the"
+                      " cursor: recorded, not learned): " + _ids(result.lost))
         out.print(f"pending ({len(result.pending)}; learned once, with the new score): " + _ids(result.pending))
         for f in failed:
             out.print(f"failed: {f['episode_id']}: {f['reason']}: {f['description']}")
