@@ -1901,7 +1901,8 @@ def train(agent_id: str | None, as_json: bool, db: str | None) -> None:
             json.dumps(
                 {
                     "enqueued": enqueued,
-                    "scored": dict(outcomes),
+                    "outcomes": dict(outcomes),  # as demo --json and LocalPipeline.run_once name them
+                    "scored": dict(outcomes),  # the same, under the name it had first (scripts read it)
                     "training": [
                         {
                             "agent_id": r.agent_id,
