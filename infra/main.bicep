@@ -411,6 +411,8 @@ output AGENT_LEARNING_JUDGE_TOKENS_PER_MINUTE string = string(judgeTokensPerMinu
 // A host run locally shares the queues: it judges and trains as the deployed app does.
 output AGENT_LEARNING_JUDGING string = judging
 output AGENT_LEARNING_GUARDRAIL string = toLower(guardrail)
+// ... and shapes rewards and trains with the same overrides (JSON; infra/local_settings.py applies them).
+output APP_SETTING_OVERRIDES string = string(appSettingOverrides)
 output JUDGE_CAPACITY int = judgeCapacity
 output COSMOS_ACCOUNT_NAME string = cosmos.outputs.accountName
 output COSMOS_POLICY_READER_ROLE_ID string = cosmos.outputs.policyReaderRoleName

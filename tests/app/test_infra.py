@@ -6,6 +6,7 @@ it is for. ``make infra-check`` scans the same files with checkov."""
 from __future__ import annotations
 
 import functools
+import importlib.util
 import json
 import re
 import typing
@@ -554,6 +555,13 @@ def test_outputs_give_agents_the_endpoints_and_name_real_settings() -> None:
     settings = app_settings()
     for name in ("AGENT_LEARNING_JUDGING", "AGENT_LEARNING_GUARDRAIL", "AGENT_LEARNING_JUDGE_TOKENS_PER_MINUTE"):
         assert outputs[name]["value"] == settings[name], name
+    # The overrides too (reward weights...), except where connectionSettings outrank them in Azure.
+    assert function_args(outputs["APP_SETTING_OVERRIDES"]["value"], "string") == ["appSettingOverrides"]
+    spec = importlib.util.spec_from_file_location("local_settings", INFRA / "local_settings.py")
+    assert spec is not None and spec.loader is not None
+    local_settings = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(local_settings)
+    assert set(variable("main", "connectionSettings")) == local_settings.NOT_OVERRIDDEN
     aliases = {
         str(choice)
         for field in Settings.model_fields.values()
