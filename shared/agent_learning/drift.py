@@ -78,6 +78,8 @@ class DriftConfig:
                 raise ValueError(f"drift setting {name}={getattr(self, name)!r} must be {bound}")
         if isinstance(self.window, bool) or not isinstance(self.window, int) or self.window < 1:
             raise ValueError(f"drift setting window={self.window!r} must be a whole number of episodes >= 1")
+        if not isinstance(self.auto_pin, bool):  # "false" would pin
+            raise ValueError(f"drift setting auto_pin={self.auto_pin!r} must be True or False")
 
 
 FIRST_RUNS_READ = 16

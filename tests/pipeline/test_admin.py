@@ -337,6 +337,7 @@ def test_a_policy_of_one_configuration_never_warns_of_an_exploration_collapse() 
         ({"reward_drop": "0.25"}, "reward_drop='0.25' must be a finite number"),
         ({"window": 0}, "window=0 must be a whole number"),
         ({"window": 2.5}, "window=2.5 must be a whole number"),
+        ({"auto_pin": "false"}, "auto_pin='false' must be True or False"),
     ],
 )
 def test_a_drift_config_built_in_code_refuses_values_that_would_warn_wrongly(
