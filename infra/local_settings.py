@@ -5,11 +5,11 @@
 
 Starts from ``local.settings.sample.json`` (every setting the app reads, with its default) and
 fills in where things are from the azd environment's outputs: the Cosmos DB endpoint and
-database, the Service Bus namespace and queue, the judge, and the deployment's judging and
-guardrail choices. No key is written: the host and the
-library connect with your identity (``az login``), to which ``azd up`` gave the data roles. The
-change-feed lease prefix becomes ``local-<user>-``, so a host on your machine keeps its own
-leases and never takes over the deployed app's. Standard library only.
+database, the Service Bus namespace and queue, the judge, the deployment's judging and
+guardrail choices and its ``appSettingOverrides`` (reward weights, learner settings...). No key
+is written: the host and the library connect with your identity (``az login``), to which
+``azd up`` gave the data roles. The change-feed lease prefix becomes ``local-<user>-``, so a
+host on your machine keeps its own leases and never takes over the deployed app's. Standard library only.
 """
 
 from __future__ import annotations
@@ -51,6 +51,43 @@ sending every evaluator call at once. Which episodes are judged and the publish 
 the deployment's: the local host shares its queues, so a message is judged or trained alike
 whichever host receives it."""
 
+OVERRIDES = "APP_SETTING_OVERRIDES"
+"""The output holding the deployment's ``appSettingOverrides`` as JSON (deployments made before
+it lack it): the local host shares the queues, so it shapes rewards and trains with the same
+settings as the deployed app."""
+
+NOT_OVERRIDDEN = frozenset({
+    "AGENT_LEARNING_ALLOW_OFFLINE_JUDGE",
+    "AGENT_LEARNING_COSMOS_DATABASE",
+    "AGENT_LEARNING_EPISODE_WRITERS",
+    "AGENT_LEARNING_GUARDRAIL",
+    "AGENT_LEARNING_JUDGE",
+    "AGENT_LEARNING_JUDGE_API_VERSION",
+    "AGENT_LEARNING_JUDGE_AZURE_ENDPOINT",
+    "AGENT_LEARNING_JUDGE_BASE_URL",
+    "AGENT_LEARNING_JUDGE_CLIENT_ID",
+    "AGENT_LEARNING_JUDGE_DEPLOYMENT",
+    "AGENT_LEARNING_JUDGE_MODEL",
+    "AGENT_LEARNING_JUDGE_TOKENS_PER_MINUTE",
+    "AGENT_LEARNING_JUDGING",
+    "AGENT_LEARNING_LEASE_PREFIX",
+    "AGENT_LEARNING_QUEUE",
+    "AGENT_LEARNING_QUEUE_LOCK_SECONDS",
+    "AGENT_LEARNING_QUEUE_MAX_DELIVERIES",
+    "AGENT_LEARNING_QUEUE_NAME",
+    "AGENT_LEARNING_STORE",
+    "AGENT_LEARNING_TRAIN_QUEUE_NAME",
+    "AGENT_LEARNING_TRAIN_SCHEDULE",
+    "CosmosDBConnection__accountEndpoint",
+    "CosmosDBConnection__clientId",
+    "CosmosDBConnection__credential",
+    "ServiceBusConnection__clientId",
+    "ServiceBusConnection__credential",
+    "ServiceBusConnection__fullyQualifiedNamespace",
+})
+"""The settings ``infra/main.bicep`` gives after the overrides (its ``connectionSettings``): an
+override of one is ignored in Azure, so here too (tests/app/test_infra.py keeps the two equal)."""
+
 USER_IDENTITY = ("CosmosDBConnection__clientId", "ServiceBusConnection__clientId", "AGENT_LEARNING_JUDGE_CLIENT_ID")
 """Settings that select a user-assigned managed identity in Azure; left out locally, so your
 own identity (``az login``) is used."""
@@ -74,12 +111,31 @@ def parse_env(text: str) -> dict[str, str]:
     return values
 
 
+def overrides(text: str) -> dict[str, str]:
+    """The deployment's ``appSettingOverrides`` from its JSON, each value as an app setting's text."""
+    try:
+        given = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"{OVERRIDES}: not JSON ({exc})") from None
+    if not isinstance(given, dict):
+        raise ValueError(f"{OVERRIDES}: expected a JSON object of settings, found {text[:60]!r}")
+    settings = {}
+    for name, value in given.items():
+        if not isinstance(value, str | int | float | bool):
+            found = json.dumps(value)[:60]
+            raise ValueError(f"{OVERRIDES}: {name}: expected a string, number or boolean, found {found}")
+        settings[name] = value if isinstance(value, str) else json.dumps(value)
+    return settings
+
+
 def local_settings(sample: dict, azd: dict[str, str], user: str) -> dict:
     """The sample with the azd environment's values filled in."""
     missing = [name for name in FROM_AZD if name not in azd]
     if missing:
         raise ValueError(f"the azd environment has no {', '.join(missing)}: run `azd up` (or `azd env refresh`) first")
     values = dict(sample["Values"])
+    if azd.get(OVERRIDES):
+        values.update({k: v for k, v in overrides(azd[OVERRIDES]).items() if k not in NOT_OVERRIDDEN})
     for output, setting in FROM_AZD.items():
         values[setting] = azd[output]
     for output, setting in FROM_AZD_IF_SET.items():

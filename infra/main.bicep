@@ -301,7 +301,8 @@ var connectionSettings = {
   // Settings with a parameter of their own (and an azd variable): here, so that appSettingOverrides
   // cannot silently outrank the parameter.
   AGENT_LEARNING_JUDGING: judging
-  AGENT_LEARNING_GUARDRAIL: guardrail
+  // Resource Manager admits any case of an @allowed value; the library reads lower case only.
+  AGENT_LEARNING_GUARDRAIL: toLower(guardrail)
 }
 
 // The library's defaults, stated so that a deployment shows every value it runs with and each
@@ -409,7 +410,9 @@ output AGENT_LEARNING_JUDGE_DEPLOYMENT string = judgeDeploymentName
 output AGENT_LEARNING_JUDGE_TOKENS_PER_MINUTE string = string(judgeTokensPerMinute)
 // A host run locally shares the queues: it judges and trains as the deployed app does.
 output AGENT_LEARNING_JUDGING string = judging
-output AGENT_LEARNING_GUARDRAIL string = guardrail
+output AGENT_LEARNING_GUARDRAIL string = toLower(guardrail)
+// ... and shapes rewards and trains with the same overrides (JSON; infra/local_settings.py applies them).
+output APP_SETTING_OVERRIDES string = string(appSettingOverrides)
 output JUDGE_CAPACITY int = judgeCapacity
 output COSMOS_ACCOUNT_NAME string = cosmos.outputs.accountName
 output COSMOS_POLICY_READER_ROLE_ID string = cosmos.outputs.policyReaderRoleName

@@ -44,7 +44,8 @@ param agentPrincipalId string = ''
 @description('Assign agentPrincipalId the agent roles (false: agents reach Cosmos DB only through the Function app).')
 param agentDirectCosmosAccess bool = true
 
-var serverless = capacityMode == 'Serverless'
+// Resource Manager checks @allowed without regard to case, so 'serverless' arrives here too.
+var serverless = capacityMode =~ 'Serverless'
 
 // Cosmos DB refuses a default time to live of 0; 0 asks for no default lifetime, which is -1.
 var episodeDefaultTtl = (episodeTtlSeconds == 0) ? -1 : episodeTtlSeconds

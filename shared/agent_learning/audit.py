@@ -175,9 +175,12 @@ def audit_agent(
     agent_id: str,
     dead_letters: dict[str, str] | None = None,
     with_feedback: set[str] | None = None,
+    *,
+    lost: set[str] | None = None,
 ) -> AgentAudit:
     """The books of one agent. ``dead_letters`` maps message ids to dead-letter reasons;
-    ``with_feedback`` is the agent's episodes with feedback (read from the store if not given)."""
+    ``with_feedback`` is the agent's episodes with feedback (read from the store if not given);
+    ``lost``, if given, receives the ids of the lost episodes."""
     result = AgentAudit(agent_id)
     ranges, current = _consumed_ranges(store, agent_id, result)
     by_low = sorted(ranges, key=lambda r: r.low)
@@ -243,6 +246,8 @@ def audit_agent(
             result.pending_training += 1
         elif covered == 0 or key in unlearned:
             result.lost += 1
+            if lost is not None:
+                lost.add(episode_id)
         elif covered == 1:
             i = bisect_left(lows, key)
             trained = next(r for r in reversed(by_low[:i]) if key <= r.high)

@@ -26,7 +26,7 @@ from typing import Any
 
 import click
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
 from rich.table import Table
 from rich.text import Text
 
@@ -380,9 +380,51 @@ def _ms(value: float | None) -> str:
     return f"{value:.1f} ms" if value >= 1 else f"{value:.3g} ms"
 
 
+PLAIN_PROGRESS_SECONDS = 30.0
+"""On stderr that is not a terminal (a CI log), the most often progress is written as a line."""
+
+
+class PlainProgress(Progress):
+    """Progress on stderr that is not a terminal (a CI log, a file), where a bar is drawn once,
+    at the end, as a row of bar characters (``scoring ━━━━ 0/? 0:00:00``): plain lines instead,
+    one every :data:`PLAIN_PROGRESS_SECONDS` while it runs and one when it ends (none when the
+    command fails: its error says what happened)."""
+
+    def __init__(self, label: str) -> None:
+        super().__init__(console=err, disable=True)
+        self.label = label
+        self._said = self.get_time()
+
+    def update(self, task_id: TaskID, **kwargs: Any) -> None:
+        super().update(task_id, **kwargs)
+        self._say(final=False)
+
+    def advance(self, task_id: TaskID, advance: float = 1) -> None:
+        super().advance(task_id, advance)
+        self._say(final=False)
+
+    def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
+        super().__exit__(exc_type, exc, tb)
+        if exc_type is None:
+            self._say(final=True)
+
+    def _say(self, final: bool) -> None:
+        now = self.get_time()
+        if not final and now - self._said < PLAIN_PROGRESS_SECONDS:
+            return
+        self._said = now
+        for task in self.tasks:
+            of = f" of {task.total:.0f}" if task.total is not None else ""
+            when = "done in" if final else "so far, after"
+            err.print(f"{self.label}: {task.completed:.0f}{of} {when} {task.elapsed or 0:.1f} s")
+
+
 def _progress(label: str, transient: bool) -> Progress:
-    """A progress bar on stderr. A transient one on stderr that is not a terminal is off: it would
-    show nothing there but the empty line it leaves (before an error message, say)."""
+    """A progress bar on stderr. On stderr that is not a terminal, plain lines
+    (:class:`PlainProgress`), and none for a transient bar: it would show nothing there but the
+    empty line it leaves (before an error message, say)."""
+    if not err.is_terminal and not transient:
+        return PlainProgress(label)
     return Progress(
         TextColumn(f"[bold]{label}"),
         BarColumn(),
@@ -504,14 +546,7 @@ def demo(
             )
     settings = load_settings(**EMBEDDED)
     check_floor(settings, [SCENARIOS[name]() for name in names])
-    with Progress(
-        TextColumn("[bold]training rounds"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TimeElapsedColumn(),
-        console=err,
-        transient=as_json,
-    ) as bar:
+    with _progress("training rounds", as_json) as bar:
         task = bar.add_task("demo", total=episodes // batch)
         with _usable("--db", db):  # the file is replaced: its folder must let it be deleted and made again
             result = run_demo(
@@ -1768,13 +1803,17 @@ def rescore(agent_id: str, episode_ids: tuple[str, ...], rejudge: bool, unjudged
             )
     failed = [{"episode_id": e, "reason": r, "description": d} for e, r, d in result.failed]
     if as_json:
-        _echo_json({"already_trained": result.already_trained, "pending": result.pending, "failed": failed})
+        _echo_json({"already_trained": result.already_trained, "lost": result.lost, "pending": result.pending,
+                    "failed": failed})
     else:
         out.print(f"re-scored {_n(result.rescored, 'episode')} of {agent_id}")
         out.print(
             f"already trained ({len(result.already_trained)}; recorded, not learned again): "
             + _ids(result.already_trained)
         )
+        if result.lost:
+            out.print(f"lost ({len(result.lost)}; no run learned their earlier score and none reads behind the"
+                      " cursor: recorded, not learned): " + _ids(result.lost))
         out.print(f"pending ({len(result.pending)}; learned once, with the new score): " + _ids(result.pending))
         for f in failed:
             out.print(f"failed: {f['episode_id']}: {f['reason']}: {f['description']}")
@@ -1916,7 +1955,8 @@ def train(agent_id: str | None, as_json: bool, db: str | None) -> None:
             json.dumps(
                 {
                     "enqueued": enqueued,
-                    "scored": dict(outcomes),
+                    "outcomes": dict(outcomes),  # as demo --json and LocalPipeline.run_once name them
+                    "scored": dict(outcomes),  # the same, under the name it had first (scripts read it)
                     "training": [
                         {
                             "agent_id": r.agent_id,

@@ -63,6 +63,25 @@ class DriftConfig:
     auto_pin: bool = False
     """Pin an agent's policy when a warning fires."""
 
+    def __post_init__(self) -> None:
+        for name in ("collapse_entropy", "collapse_reward_fall", "reward_drop", "evidence_z"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+                raise ValueError(f"drift setting {name}={value!r} must be a finite number")
+        ranges = {
+            "collapse_entropy": (0 <= self.collapse_entropy <= 1, "between 0 and 1"),
+            "collapse_reward_fall": (self.collapse_reward_fall >= 0, ">= 0"),
+            "reward_drop": (self.reward_drop > 0, "> 0"),
+            "evidence_z": (self.evidence_z >= 0, ">= 0"),
+        }
+        for name, (ok, bound) in ranges.items():
+            if not ok:
+                raise ValueError(f"drift setting {name}={getattr(self, name)!r} must be {bound}")
+        if isinstance(self.window, bool) or not isinstance(self.window, int) or self.window < 1:
+            raise ValueError(f"drift setting window={self.window!r} must be a whole number of episodes >= 1")
+        if not isinstance(self.auto_pin, bool):  # "false" would pin
+            raise ValueError(f"drift setting auto_pin={self.auto_pin!r} must be True or False")
+
 
 FIRST_RUNS_READ = 16
 """Runs :func:`review` reads first; while the two sides are not both full it reads four times as

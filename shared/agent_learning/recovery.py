@@ -14,7 +14,10 @@ Neither can make an episode count twice in learning:
   - an episode that a published policy version has already learned from is **not learned
     from again**: its new score is recorded (with its new reward-function version) for
     inspection and reporting, and the policy keeps the update it made with the old reward;
-  - an episode scored but not trained yet is learned from **once, with the new reward**.
+  - an episode scored but not trained yet is learned from **once, with the new reward**;
+  - an episode behind the cursor that no run learned from (*lost* in :mod:`agent_learning.audit`:
+    a late write on Cosmos DB) is listed as lost: its new score is recorded but not learned
+    either, as no run reads behind the cursor.
 
   Nothing learns from an already-learned episode again (re-feeding it on top of the update
   it made would count it twice): not a rollback either, which publishes an earlier version's
@@ -51,6 +54,7 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field, replace
 from typing import TypeVar
 
+from .audit import audit_agent
 from .documents import Episode, Score, ScoreCursor
 from .errors import InvalidDocument
 from .feedback import keep_learned_base, reconcile
@@ -128,6 +132,9 @@ class RescoreResult:
 
     already_trained: list[str] = field(default_factory=list)
     """Re-scored; a published version had learned from them: not learned from again."""
+    lost: list[str] = field(default_factory=list)
+    """Re-scored; behind the training cursor, but no run learned their earlier score (``lost`` in
+    :mod:`agent_learning.audit`): the new score is not learned either."""
     pending: list[str] = field(default_factory=list)
     """Re-scored before any training run read them: learned from once, with the new score."""
     failed: list[tuple[str, str, str]] = field(default_factory=list)
@@ -135,7 +142,7 @@ class RescoreResult:
 
     @property
     def rescored(self) -> int:
-        return len(self.already_trained) + len(self.pending)
+        return len(self.already_trained) + len(self.lost) + len(self.pending)
 
 
 class _StoredJudgement(Judge):
@@ -178,6 +185,7 @@ def rescore(
     current = load_current(store, agent_id)
     trained_to = None if current is None or current.cursor is None else current.cursor
     result = RescoreResult()
+    lost: set[str] | None = None  # read from the books before the first score behind the cursor changes
     if episode_ids is not None:
         rows = _rows_by_id(store, agent_id, episode_ids)
     else:
@@ -198,13 +206,16 @@ def rescore(
             continue
         trained = trained_to is not None and not trained_to < old.cursor
         if trained:
+            if lost is None:
+                lost = set()
+                audit_agent(store, agent_id, with_feedback=set(), lost=lost)
             keep_learned_base(store, old, clock=scorer.clock)
         judge = scorer.judge if rejudge else _StoredJudgement(old)
         outcome = score_episode(episode_id, replace(scorer, judge=judge), force=True)
         if outcome.status != "scored":
             result.failed.append((episode_id, outcome.reason, outcome.description))
         elif trained:
-            result.already_trained.append(episode_id)
+            (result.lost if episode_id in (lost or ()) else result.already_trained).append(episode_id)
         else:
             reconcile(store, episode_id, agent_id, clock=scorer.clock)
             result.pending.append(episode_id)

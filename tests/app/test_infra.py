@@ -6,6 +6,7 @@ it is for. ``make infra-check`` scans the same files with checkov."""
 from __future__ import annotations
 
 import functools
+import importlib.util
 import json
 import re
 import typing
@@ -309,8 +310,11 @@ def evaluate(expr: Any, names: dict[str, Any]) -> Any:
     if isinstance(expr, str):
         return names[expr]
     if "function" in expr:
-        assert expr["function"]["type"] == "empty", expr
-        return not evaluate(expr["function"]["parameters"]["item_to_test"], names)
+        kind, params = expr["function"]["type"], expr["function"]["parameters"]
+        if kind == "to_lower":
+            return evaluate(params["string_to_change"], names).lower()
+        assert kind == "empty", expr
+        return not evaluate(params["item_to_test"], names)
     kind, operands = expr["operator"]["type"], expr["operator"]["operands"]
     if kind == "conditional":
         chosen = operands["true_value"] if evaluate(operands["condition"], names) else operands["false_value"]
@@ -325,6 +329,7 @@ def evaluate(expr: Any, names: dict[str, Any]) -> Any:
         "multiply": lambda: a * b,
         "divide": lambda: a // b,
         "equals": lambda: a == b,
+        "equals_case_insensitive": lambda: a.lower() == b.lower(),
         "and": lambda: a and b,
         "or": lambda: a or b,
     }[kind]()
@@ -457,6 +462,24 @@ def test_cosmos_account_is_serverless_by_default_and_keyless() -> None:
     assert param_default("cosmos", "capacityMode") == param_default("main", "cosmosCapacityMode") == "Serverless"
 
 
+def test_enumerated_parameters_work_in_any_case_as_resource_manager_admits_them() -> None:
+    """Resource Manager checks a value against @allowed without regard to case, so
+    COSMOS_CAPACITY_MODE=serverless or GUARDRAIL=Enforce deploy: each must mean what it says."""
+    serverless = variable("cosmos", "serverless")
+    literal = {"Serverless": "Serverless"}  # pycep writes a string literal as it writes a name
+    for mode in ("Serverless", "serverless", "SERVERLESS"):
+        assert evaluate(serverless, {**literal, "capacityMode": mode}) is True, mode
+    for mode in ("Provisioned", "provisioned", "PROVISIONED"):
+        assert evaluate(serverless, {**literal, "capacityMode": mode}) is False, mode
+    setting = app_settings()["AGENT_LEARNING_GUARDRAIL"]
+    output = bicep("main")["outputs"]["AGENT_LEARNING_GUARDRAIL"]["value"]
+    allowed = {d["type"]: d["argument"] for d in bicep("main")["parameters"]["guardrail"]["decorators"]}["allowed"]
+    for mode in allowed:
+        for given in (mode, mode.upper(), mode.capitalize()):
+            assert evaluate(setting, {"guardrail": given}) == evaluate(output, {"guardrail": given}) == mode
+            assert Settings(guardrail=evaluate(setting, {"guardrail": given})).guardrail == mode
+
+
 def test_cosmos_containers_partition_keys_and_indexes_equal_the_store() -> None:
     declared = {c["name"]: c for c in variable("cosmos", "containers")}
     expected = {**CONTAINERS, LEASES.name: LEASES}
@@ -532,6 +555,13 @@ def test_outputs_give_agents_the_endpoints_and_name_real_settings() -> None:
     settings = app_settings()
     for name in ("AGENT_LEARNING_JUDGING", "AGENT_LEARNING_GUARDRAIL", "AGENT_LEARNING_JUDGE_TOKENS_PER_MINUTE"):
         assert outputs[name]["value"] == settings[name], name
+    # The overrides too (reward weights...), except where connectionSettings outrank them in Azure.
+    assert function_args(outputs["APP_SETTING_OVERRIDES"]["value"], "string") == ["appSettingOverrides"]
+    spec = importlib.util.spec_from_file_location("local_settings", INFRA / "local_settings.py")
+    assert spec is not None and spec.loader is not None
+    local_settings = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(local_settings)
+    assert set(variable("main", "connectionSettings")) == local_settings.NOT_OVERRIDDEN
     aliases = {
         str(choice)
         for field in Settings.model_fields.values()

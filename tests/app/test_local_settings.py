@@ -79,7 +79,12 @@ def test_it_refuses_to_replace_a_file_or_to_guess_a_missing_output(tmp_path: Pat
     assert run("--values", str(values), "--out", str(out), "--force").returncode == 0
 
 
-FROM_OUTPUTS_IF_SET = ("AGENT_LEARNING_JUDGE_TOKENS_PER_MINUTE", "AGENT_LEARNING_JUDGING", "AGENT_LEARNING_GUARDRAIL")
+FROM_OUTPUTS_IF_SET = (
+    "AGENT_LEARNING_JUDGE_TOKENS_PER_MINUTE",
+    "AGENT_LEARNING_JUDGING",
+    "AGENT_LEARNING_GUARDRAIL",
+    "APP_SETTING_OVERRIDES",
+)
 """Outputs that deployments made before them lack."""
 
 
@@ -92,8 +97,35 @@ def test_a_deployment_without_the_newer_outputs_keeps_the_samples_values(tmp_pat
     assert done.returncode == 0, done.stderr
     sample = json.loads((ROOT / "local.settings.sample.json").read_text())["Values"]
     written = json.loads(out.read_text())["Values"]
-    for name in FROM_OUTPUTS_IF_SET:
+    for name in FROM_OUTPUTS_IF_SET[:-1]:
         assert written[name] == sample[name], name
+    assert written["AGENT_LEARNING_W_INTENT"] == sample["AGENT_LEARNING_W_INTENT"]  # no overrides to apply
+
+
+# As `azd env get-values` prints a string output holding JSON.
+OVERRIDES = (
+    'APP_SETTING_OVERRIDES="{\\"AGENT_LEARNING_W_INTENT\\":\\"0.5\\",\\"AGENT_LEARNING_LATENCY_PENALTY\\":0.2,'
+    '\\"AGENT_LEARNING_NORMALIZE_ADVANTAGES\\":false,\\"AGENT_LEARNING_QUEUE_NAME\\":\\"elsewhere\\"}"\n'
+)
+
+
+def test_the_deployments_overrides_reach_the_local_host_except_where_azure_ignores_them(tmp_path: Path) -> None:
+    """A local host shares the deployed app's queues: it must shape rewards and train with the
+    same settings, or a message's reward depends on which host received it."""
+    values = tmp_path / "azd.env"
+    values.write_text(AZD_VALUES + OVERRIDES)
+    out = tmp_path / "local.settings.json"
+    done = run("--values", str(values), "--out", str(out))
+    assert done.returncode == 0, done.stderr
+    written = json.loads(out.read_text())["Values"]
+    assert written["AGENT_LEARNING_W_INTENT"] == "0.5"
+    assert written["AGENT_LEARNING_LATENCY_PENALTY"] == "0.2"  # app settings are text
+    assert written["AGENT_LEARNING_NORMALIZE_ADVANTAGES"] == "false"
+    assert written["AGENT_LEARNING_QUEUE_NAME"] == "score-episodes"  # a connection setting: Azure ignores it too
+    values.write_text(AZD_VALUES + 'APP_SETTING_OVERRIDES="{\\"AGENT_LEARNING_W_INTENT\\": [0.5]}"\n')
+    done = run("--values", str(values), "--out", str(out), "--force")
+    assert done.returncode == 2 and "Traceback" not in done.stderr
+    assert "APP_SETTING_OVERRIDES: AGENT_LEARNING_W_INTENT: expected a string, number or boolean" in done.stderr
 
 
 def test_an_unwritable_destination_or_a_broken_value_is_an_error_not_a_traceback(tmp_path: Path) -> None:

@@ -122,3 +122,25 @@ def test_episodes_list_does_not_call_an_episode_not_scored_when_the_dead_letters
     assert listed.exit_code == 0, listed.output
     row = next(line for line in listed.stdout.splitlines() if "ep-2" in line)
     assert "not scored?" in row and "dead letters could not be read" in listed.stdout, listed.stdout
+
+
+def test_progress_on_stderr_that_is_not_a_terminal_is_plain_lines(db: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """In a CI log a bar is drawn once, at the end, as bar characters and ``0/?``: plain lines instead."""
+    from agent_learning import cli as cli_module
+
+    with SQLiteStore(db) as store:
+        policy = SoftmaxPolicy.from_document(load_current(store, "bot"))  # type: ignore[arg-type]
+        for i in range(3):
+            EpisodeCapture(store, policy.decision_for("b"), input="2 + 2?", episode_id=f"ep-p{i}").end("4")
+    monkeypatch.setattr(cli_module, "PLAIN_PROGRESS_SECONDS", 0.0)  # a line at every step, as a long run gets
+    trained = CliRunner().invoke(main, ["train", "--db", db])
+    assert trained.exit_code == 0, trained.output
+    lines = trained.stderr.splitlines()
+    assert lines[-1].startswith("scoring: 3 of 3 done in ") and lines[-1].endswith(" s"), lines
+    assert [line.split(" so far")[0] for line in lines[:-1]] == [f"scoring: {n} of 3" for n in (1, 2, 3)]
+    idle = CliRunner().invoke(main, ["train", "--db", db])
+    assert idle.exit_code == 0 and idle.stderr.startswith("scoring: 0 done in "), idle.stderr
+    for result in (trained, idle):
+        assert "━" not in result.stderr and "/?" not in result.stderr
+    quiet = CliRunner().invoke(main, ["train", "--db", db, "--json"])
+    assert quiet.exit_code == 0 and quiet.stderr == ""  # --json: no progress at all

@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import json
 import random
+import sqlite3
 from collections.abc import Iterator
+from contextlib import closing
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -16,6 +18,7 @@ pytest.importorskip("rich")
 
 from cli_harness import clear_settings, cli
 
+from agent_learning.audit import audit_agent
 from agent_learning.clock import ManualClock
 from agent_learning.config import load_settings
 from agent_learning.judging import id_fraction
@@ -200,6 +203,33 @@ def test_a_rollback_is_shown_with_the_version_it_restored_its_note_and_the_pin_i
     pipeline.run_once()
     trained = cli("policy", "show", "--agent-id", AGENT).stdout
     assert trained.splitlines()[0].strip() == f"{AGENT} v6 (train)" and "note:" not in trained  # the run says it
+
+
+def test_rescore_reports_a_lost_episode_as_lost_not_as_already_trained(pipeline: LocalPipeline) -> None:
+    """A score that landed inside a range a run had already read (a late write on Cosmos DB) was
+    never learned: a re-score records its new score and says so, as the audit does."""
+    trained = episodes(pipeline, 6)
+    pipeline.pump()
+    pipeline.score_pending()
+    with closing(sqlite3.connect(pipeline.store.path, isolation_level=None)) as conn:  # type: ignore[attr-defined]
+        conn.execute("UPDATE scores SET seq = -seq")  # room between the seqs (unique at every row's update)
+        conn.execute("UPDATE scores SET seq = -seq * 10")
+    assert [o.status for o in pipeline.train()] == ["published"]
+    (late,) = episodes(pipeline, 1, seed=2)
+    pipeline.pump()
+    pipeline.score_pending()
+    with closing(sqlite3.connect(pipeline.store.path, isolation_level=None)) as conn:  # type: ignore[attr-defined]
+        conn.execute("UPDATE scores SET seq = 15, doc = json_set(doc, '$.seq', 15, '$.late_write', json('true'))"
+                     " WHERE id = ?", (late,))  # as Cosmos DB marks it
+    assert audit_agent(pipeline.store, AGENT).lost == 1
+
+    result = as_json("rescore", "--agent-id", AGENT)
+    assert result["lost"] == [late] and sorted(result["already_trained"]) == sorted(trained)
+    text = " ".join(cli("rescore", "--agent-id", AGENT, "--episode-id", late).stdout.split())
+    assert "already trained (0; recorded, not learned again): -" in text
+    assert ("lost (1; no run learned their earlier score and none reads behind the cursor: recorded, not learned): "
+            f"{late}") in text
+    assert audit_agent(pipeline.store, AGENT).lost == 1  # still lost: a re-score cannot make a run read it
 
 
 def test_episodes_left_unjudged_are_shown_audited_and_judged_later(

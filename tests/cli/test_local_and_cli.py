@@ -265,7 +265,8 @@ def test_cli_init_policy_then_policy_then_train(tmp_path: Path) -> None:
     trained = runner.invoke(main, ["train", "--db", db, "--json"])
     assert trained.exit_code == 0, trained.output
     report = json.loads(trained.stdout)
-    assert report["enqueued"] == 20 and report["scored"] == {"scored": 20}
+    assert report["enqueued"] == 20 and report["outcomes"] == {"scored": 20}  # named as in demo --json
+    assert report["scored"] == report["outcomes"]  # the name it had first, kept for scripts
     with SQLiteStore(db) as store:
         doc2 = load_current(store, "helper")
         (run,) = store.list_runs("helper")

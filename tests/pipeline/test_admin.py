@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import random
+import re
 import sqlite3
 from contextlib import closing
 from pathlib import Path
@@ -361,6 +362,29 @@ def test_a_policy_of_one_configuration_never_warns_of_an_exploration_collapse() 
     config = DriftConfig(collapse_entropy=0.1, collapse_reward_fall=0.1, reward_drop=0.25, window=100)
     assert assess("a", 9, runs(0.6, 0.75, 0.72), 0.0, 1, config) == []
     assert [w.kind for w in assess("a", 9, runs(0.4, 0.75, 0.72), 0.0, 1, config)] == ["reward_drop"]
+
+
+@pytest.mark.parametrize(
+    ("given", "problem"),
+    [
+        ({"reward_drop": -0.1}, "reward_drop=-0.1 must be > 0"),
+        ({"reward_drop": 0}, "reward_drop=0 must be > 0"),
+        ({"collapse_reward_fall": -1.0}, "collapse_reward_fall=-1.0 must be >= 0"),
+        ({"collapse_entropy": 1.5}, "collapse_entropy=1.5 must be between 0 and 1"),
+        ({"evidence_z": float("nan")}, "evidence_z=nan must be a finite number"),
+        ({"evidence_z": -3.0}, "evidence_z=-3.0 must be >= 0"),
+        ({"reward_drop": "0.25"}, "reward_drop='0.25' must be a finite number"),
+        ({"window": 0}, "window=0 must be a whole number"),
+        ({"window": 2.5}, "window=2.5 must be a whole number"),
+        ({"auto_pin": "false"}, "auto_pin='false' must be True or False"),
+    ],
+)
+def test_a_drift_config_built_in_code_refuses_values_that_would_warn_wrongly(
+    given: dict[str, Any], problem: str
+) -> None:
+    """A negative threshold warns (and with auto_pin pins) on a rising reward; a NaN z never asks for evidence."""
+    with pytest.raises(ValueError, match=re.escape(problem)):
+        DriftConfig(**given)
 
 
 def simulate(means: list[float], batch: int, seed: int, config: DriftConfig) -> list[int]:

@@ -477,6 +477,9 @@ def test_a_score_that_completed_after_its_settle_window_is_logged_marked_and_cou
     assert captured.total("agent_learning.scores.late", agent_id="agent-a") == 1
     on_time = store.add_score(make_score("ep-next"))
     assert not on_time.late_write and on_time.seq > late.seq + 100e6  # type: ignore[operator]
+    rescored = store.put_score(make_score("ep-late", reward=0.9))  # a re-score keeps the seq and its mark
+    assert rescored.seq == late.seq and rescored.late_write
+    assert store.get_score("ep-late", "agent-a")["late_write"] is True  # type: ignore[index]
 
 
 

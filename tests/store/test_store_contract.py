@@ -290,10 +290,12 @@ def test_the_store_assigns_seq_even_if_the_score_carries_one(store: Store) -> No
 
 
 def test_overwriting_a_score_keeps_its_seq_and_replaces_its_content(store: Store) -> None:
-    a = store.put_score(make_score("ep-a", reward=0.1))
+    a = store.put_score(make_score("ep-a", reward=0.1, late_write=True))  # (Cosmos DB marks late writes itself)
     b = store.put_score(make_score("ep-b", reward=0.2))
     again = store.put_score(make_score("ep-a", reward=-0.7, action_id="calculator"))
     assert again.seq == a.seq
+    # The mark says where the seq landed, which a re-score keeps: the audit needs it to tell which score was lost.
+    assert again.late_write == a.late_write == store.get_score("ep-a", "agent-a")["late_write"]  # type: ignore[index]
     row = store.get_score("ep-a", "agent-a")
     assert row is not None
     assert row["seq"] == a.seq

@@ -204,7 +204,8 @@ class Store(ABC):
     @abstractmethod
     def put_score(self, score: Score) -> Score:
         """Create or overwrite the score of an episode (re-scoring); keeps an existing ``seq``
-        (a feedback marker is replaced as by :meth:`add_score`)."""
+        and its ``late_write`` mark, which says where that ``seq`` landed (a feedback marker is
+        replaced as by :meth:`add_score`)."""
 
     @abstractmethod
     def get_score(self, episode_id: str, agent_id: str) -> RawDoc | None:

@@ -514,7 +514,8 @@ class CosmosStore(Store):
                 if replaced is not None:
                     return replaced
                 continue
-            stored = score.model_copy(update={"seq": existing.get("seq")})
+            kept = {"seq": existing.get("seq"), "late_write": existing.get("late_write") is True}
+            stored = score.model_copy(update=kept)
             if self._replace_if_unchanged(stored, existing["_etag"]) is not None:
                 return stored
         raise TransientError(f"score {score.id!r} kept changing while it was being re-scored")

@@ -102,6 +102,7 @@ class MemoryStore(Store):
             update: dict[str, object] = {}
             if existing is not None and isinstance(existing.get("seq"), int):
                 update["seq"] = existing["seq"]
+                update["late_write"] = existing.get("late_write") is True
             else:
                 update["seq"] = self._next_seq
                 self._next_seq += 1

@@ -292,14 +292,16 @@ class SQLiteStore(Store):
 
     def _write_score(self, score: Score, overwrite: bool) -> Score:
         with self._tx() as conn:
-            row = conn.execute("SELECT seq FROM scores WHERE id = ?", (score.id,)).fetchone()
+            row = conn.execute(
+                "SELECT seq, json_extract(doc, '$.late_write') FROM scores WHERE id = ?", (score.id,)
+            ).fetchone()
             if row is not None and not overwrite:
                 raise ConcurrencyConflict(f"episode {score.id!r} already has a score")
             conn.execute("DELETE FROM unjudged WHERE id = ?", (score.id,))
             if conn.execute("DELETE FROM feedback_markers WHERE id = ?", (score.id,)).rowcount:
                 score = score.model_copy(update={"feedback_pending": True})
             if row is not None:
-                stored = score.model_copy(update={"seq": row[0]})
+                stored = score.model_copy(update={"seq": row[0], "late_write": row[1] == 1})
                 conn.execute(
                     "UPDATE scores SET agent_id = ?, doc = ? WHERE id = ?",
                     (stored.agent_id, stored.to_json(), stored.id),
