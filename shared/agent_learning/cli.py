@@ -18,7 +18,7 @@ import math
 import os
 import sqlite3
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import closing, contextmanager, nullcontext, suppress
 from datetime import UTC, datetime
 from pathlib import Path
@@ -157,6 +157,11 @@ def _note_text(ctx: click.Context, param: click.Parameter, value: str) -> str:
     if len(value) > MAX_NOTE_CHARS:
         raise click.BadParameter(f"is {len(value):,} characters; at most {MAX_NOTE_CHARS:,} are stored")
     return value
+
+
+def _counts(counts: Mapping[str, int]) -> str:
+    """``scored 2, failed 1`` (or ``none``): counts by name as a reader reads them, not a dict."""
+    return ", ".join(f"{name} {count:,}" for name, count in counts.items()) or "none"
 
 
 def _n(count: int, noun: str) -> str:
@@ -609,7 +614,7 @@ def demo(
                 )
     out.print(
         f"{_n(summary['episodes'], 'episode')} in {summary['seconds']:.1f} s "
-        f"({summary['episodes_per_second']:.0f}/s); outcomes {summary['outcomes']}; store {result.db_path}"
+        f"({summary['episodes_per_second']:.0f}/s); outcomes {_counts(summary['outcomes'])}; store {result.db_path}"
     )
     if "plot" in summary:
         out.print(f"chart: {summary['plot']}")
@@ -1974,7 +1979,7 @@ def train(agent_id: str | None, as_json: bool, db: str | None) -> None:
             )
         )
     else:
-        out.print(f"enqueued {enqueued}; scoring outcomes {dict(outcomes) or 'none'}")
+        out.print(f"enqueued {enqueued}; scoring outcomes: {_counts(outcomes)}")
         for r in results:
             line = f"{r.agent_id}: {r.status}" + (
                 f" → v{r.version}" if r.status == "published" else f" (v{r.version} stays current)" if r.version else ""

@@ -386,7 +386,7 @@ def test_cli_train_scores_the_rest_when_one_episode_fails_and_exits_1(
     monkeypatch.setattr(local, "score_message", broken_on_ep_1)
     result = CliRunner().invoke(main, ["train", "--db", db])
     assert result.exit_code == 1
-    assert "scoring outcomes {'scored': 2, 'failed': 1}" in result.stdout
+    assert "scoring outcomes: scored 2, failed 1" in result.stdout
     assert "1 episode(s) could not be scored" in result.stdout
     assert "alpha: published → v2 (2 episodes" in result.stdout
 
