@@ -32,6 +32,7 @@ from agent_learning.pipeline import (
     score_message,
     settle,
     train_agent,
+    train_safely,
 )
 from agent_learning.policy import SoftmaxPolicy
 from agent_learning.queue.sqlite import SQLiteQueue
@@ -322,6 +323,46 @@ def test_a_crash_during_training_is_repaired_without_double_counting(tmp_path: P
     assert got is not None and want is not None
     assert got.version == want.version == 2
     assert got.logits == pytest.approx(want.logits)
+
+
+class OutageWriting(CrashOnce):
+    """The store fails transiently (an outage) at the first call of ``method``, before it writes."""
+
+    def __init__(self, inner: Store, method: str) -> None:
+        super().__init__(inner, method, after=False)
+
+
+def _outage(name: str):
+    crash = _crashing(name)
+
+    def call(self: OutageWriting, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return crash(self, *args, **kwargs)
+        except RuntimeError as exc:
+            raise TransientError(f"the store is unavailable ({exc})") from None
+
+    return call
+
+
+for _name in Store.__abstractmethods__:
+    setattr(OutageWriting, _name, _outage(_name))
+
+
+@pytest.mark.parametrize("method", ["create_policy_version", "put_run"])
+def test_an_outage_writing_the_records_after_the_swap_still_reports_the_published_version(
+    env: Env, method: str
+) -> None:
+    env.episodes(40)
+    env.pipeline.pump()
+    env.pipeline.score_pending()
+    outcome = train_safely(AGENT, OutageWriting(env.store, method), Reinforce(), clock=env.clock)
+    current = load_current(env.store, AGENT)
+    assert current is not None and current.version == 2  # agents already draw from v2
+    assert (outcome.status, outcome.version) == ("published", 2)
+    assert outcome.run is not None and outcome.run.episodes == 40
+    # The next run writes the records the outage left unwritten, and learns nothing twice.
+    assert train_agent(AGENT, env.store, Reinforce(), clock=env.clock).status == "no_new_scores"
+    consumed_ranges_are_exact(env.store, 40)
 
 
 def test_a_crash_between_scoring_and_settling_redelivers_without_rescoring(env: Env) -> None:
