@@ -200,14 +200,15 @@ def test_the_learner_state_rides_with_each_version_into_the_next_update(env: Env
 
 
 class StaleReader(Store):
-    """A store whose current-policy read returns an earlier snapshot: a trainer that read
+    """A store whose first current-policy read returns an earlier snapshot: a trainer that read
     the policy just before another trainer published."""
 
     def __init__(self, inner: Store, stale: Tagged) -> None:
         self.inner, self.stale = inner, stale
 
     def get_current_policy(self, agent_id: str) -> Tagged | None:
-        return self.stale
+        stale, self.stale = self.stale, None
+        return stale if stale is not None else self.inner.get_current_policy(agent_id)
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.inner, name)
@@ -229,6 +230,9 @@ def test_a_stale_publish_is_rejected_and_nothing_is_double_applied(env: Env) -> 
 
     late = train_agent(AGENT, StaleReader(env.store, stale), Reinforce(), clock=env.clock)
     assert late.status == "lost_race"
+    # The version it reports is the one current now (the winner's), not the one it read.
+    assert late.version == 2 and late.run is None
+    assert late.reason == "another writer replaced v1 while this run trained from it; this run published nothing"
     assert env.snapshot() == before
     with pytest.raises(ConcurrencyConflict):
         env.store.replace_current_policy(PolicyDocument.from_dict(stale.doc), stale.etag)
