@@ -16,7 +16,7 @@ import pytest
 from agent_learning import functions as handlers
 from agent_learning.clock import ManualClock
 from agent_learning.config import load_settings
-from agent_learning.documents import Episode, PolicyDocument, Score, TrainingRun
+from agent_learning.documents import Action, Episode, PolicyDocument, Score, TrainingRun
 from agent_learning.errors import ConcurrencyConflict, PermanentError, TransientError
 from agent_learning.feedback import record_feedback
 from agent_learning.judges.base import Judge, Judgement
@@ -795,6 +795,21 @@ def test_scorer_caches_immutable_policy_versions(env: Env) -> None:
     first = scorer.policy_version(AGENT, 1)
     assert first is not None and scorer.policy_version(AGENT, 1) is first
     assert scorer.policy_version(AGENT, 42) is None
+
+
+def test_an_agent_re_created_under_its_id_is_scored_against_its_new_actions(env: Env) -> None:
+    env.episodes(3)
+    assert env.pipeline.run_once().outcomes == {"scored": 3}  # the scorer now remembers v1
+    env.store.delete_agent(AGENT)
+    actions = [Action(id="short"), Action(id="long")]
+    create_policy(env.store, SoftmaxPolicy.from_actions(AGENT, actions).to_document(created_at=env.clock.now()))
+    decision, now = env.policy().decision_for("short"), env.clock.now()
+    env.store.add_episode(Episode(id="ep-short", agent_id=AGENT, policy_version=1, action_id="short",
+                                  probability=decision.probability, logprob=decision.logprob, input="What is 2 + 2?",
+                                  output="4", started_at=now, ended_at=now + timedelta(seconds=1)))
+    report = env.pipeline.run_once()  # the same long-lived scorer, as in a warm Functions worker
+    assert report.outcomes == {"scored": 1}, env.queue.dead_letters()
+    assert env.queue.counts().dead_letter == 0
 
 
 class CountingStore(StaleReader):

@@ -99,7 +99,7 @@ class PolicyVersions:
 
     ``max_age`` (seconds; ``None``: no limit) bounds how long a version is remembered: an older
     one is read again, so a version deleted with its agent (``agent-learn agent delete``) is no
-    longer found once ``max_age`` has passed.
+    longer found once ``max_age`` has passed. ``fresh=True`` reads it again whatever its age.
     """
 
     def __init__(self, store: Store, size: int, *, max_age: float | None = None, clock: Clock = SYSTEM_CLOCK) -> None:
@@ -107,11 +107,11 @@ class PolicyVersions:
         self._kept: OrderedDict[tuple[str, int], tuple[float, PolicyDocument]] = OrderedDict()
         self._lock = threading.Lock()
 
-    def __call__(self, agent_id: str, version: int) -> PolicyDocument | None:
+    def __call__(self, agent_id: str, version: int, *, fresh: bool = False) -> PolicyDocument | None:
         """The version, or ``None`` if there is no such version; raises :class:`InvalidDocument`."""
         key, now = (agent_id, version), self._clock.time()
         with self._lock:
-            kept = self._kept.get(key)
+            kept = None if fresh else self._kept.get(key)
             if kept is not None and (self._max_age is None or now - kept[0] < self._max_age):
                 self._kept.move_to_end(key)
                 return kept[1]
@@ -129,14 +129,18 @@ class PolicyVersions:
         return policy
 
 
-def policy_problem(episode: Episode, version_of: Callable[[str, int], PolicyDocument | None]) -> tuple[str, str] | None:
+def policy_problem(episode: Episode, version_of: Callable[..., PolicyDocument | None]) -> tuple[str, str] | None:
     """Why ``episode`` cannot be scored against its policy, as the dead-letter reason and
     description (``UnknownPolicyVersion``, ``UnknownAction``), or ``None`` if it can be.
 
-    ``version_of`` finds the version (e.g. a :class:`PolicyVersions`); its
-    :class:`InvalidDocument` (an invalid policy document) propagates.
+    ``version_of`` finds the version (e.g. a :class:`PolicyVersions`; ``fresh=True`` bypasses its
+    cache); its :class:`InvalidDocument` (an invalid policy document) propagates. An action the
+    remembered version lacks is checked again on a fresh read: the version may be of a deleted
+    agent, re-created under the same id since.
     """
     policy = version_of(episode.agent_id, episode.policy_version)
+    if policy is not None and not knows_action(policy, episode.action_id):
+        policy = version_of(episode.agent_id, episode.policy_version, fresh=True)
     if policy is None:
         return (
             "UnknownPolicyVersion",
@@ -169,10 +173,10 @@ class Scorer:
     def __post_init__(self) -> None:
         self._versions = PolicyVersions(self.store, CACHED_VERSIONS)
 
-    def policy_version(self, agent_id: str, version: int) -> PolicyDocument | None:
+    def policy_version(self, agent_id: str, version: int, *, fresh: bool = False) -> PolicyDocument | None:
         """The policy version an episode was drawn from (:func:`load_policy_version`), or ``None``
-        if there is no such version. A missing version is not cached."""
-        return self._versions(agent_id, version)
+        if there is no such version. A missing version is not cached; ``fresh`` reads it again."""
+        return self._versions(agent_id, version, fresh=fresh)
 
 
 def score_message(body: bytes | str, scorer: Scorer, *, delivery_count: int = 1, force: bool = False) -> ScoreOutcome:
