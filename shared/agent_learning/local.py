@@ -56,6 +56,7 @@ from .pipeline import (
     settle,
     train_requested,
 )
+from .pipeline.train import agent_list
 from .queue.base import WorkQueue
 from .queue.sqlite import SQLiteQueue
 from .rewards import RewardFunction
@@ -244,14 +245,6 @@ class LocalPipeline:
         report.feedback = sweep(self.store, clock=self.clock)
         report.trained = self.train(agent_ids)
         return report
-
-
-def agent_list(agent_ids: Iterable[str] | None) -> list[str] | None:
-    """``agent_ids`` as a list; a single string is refused (it would be read as its characters,
-    which name no agent, and nothing would be trained)."""
-    if isinstance(agent_ids, str):
-        raise TypeError(f"agent_ids: {agent_ids!r} is one string; pass a list of agent ids, [{agent_ids!r}]")
-    return None if agent_ids is None else list(agent_ids)
 
 
 def open_local(

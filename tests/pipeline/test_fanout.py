@@ -22,6 +22,7 @@ from agent_learning.pipeline import (
     send_plan,
     set_pinned,
     train_agent,
+    train_all,
     train_requested,
 )
 from agent_learning.queue.base import OutgoingMessage
@@ -67,6 +68,15 @@ def test_a_tick_plans_only_the_agents_with_new_scores(agents: Store) -> None:
         "fresh": "no_new_scores", "trained": "no_new_scores", "pinned": "pinned"}
 
     assert plan_training(agents, agent_ids=["trained", "pinned"]).requests == []
+
+
+def test_one_agent_id_passed_as_a_string_is_refused_not_read_as_its_characters(agents: Store) -> None:
+    assert [r.agent_id for r in plan_training(agents, agent_ids=["busy"]).requests] == ["busy"]
+    with pytest.raises(TypeError, match=r"agent_ids: 'busy' is one string; pass a list of agent ids, \['busy'\]"):
+        plan_training(agents, agent_ids="busy")
+    with pytest.raises(TypeError, match="agent_ids: 'busy' is one string"):
+        train_all(agents, Reinforce(), agent_ids="busy")
+    assert load_current(agents, "busy").version == 1  # nothing trained
 
 
 def test_a_tick_reports_an_invalid_current_document_whether_or_not_its_agent_has_new_scores(agents: Store) -> None:

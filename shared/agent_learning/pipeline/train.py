@@ -472,8 +472,16 @@ def train_all(
             drift=drift,
             guardrail=guardrail,
         )
-        for agent_id in (store.list_agents() if agent_ids is None else agent_ids)
+        for agent_id in (store.list_agents() if agent_ids is None else agent_list(agent_ids))
     ]
+
+
+def agent_list(agent_ids: Iterable[str] | None) -> list[str] | None:
+    """``agent_ids`` as a list; a single string is refused (it would be read as its characters,
+    which name no agent, and nothing would be trained)."""
+    if isinstance(agent_ids, str):
+        raise TypeError(f"agent_ids: {agent_ids!r} is one string; pass a list of agent ids, [{agent_ids!r}]")
+    return None if agent_ids is None else list(agent_ids)
 
 
 def train_safely(agent_id: str, store: Store, learner: Any, **train_kwargs: Any) -> TrainOutcome:
