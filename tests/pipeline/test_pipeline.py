@@ -117,6 +117,17 @@ def test_each_stage_run_twice_leaves_the_same_state(env: Env) -> None:
     assert env.snapshot() == after_train
 
 
+def test_a_re_score_is_not_measured_as_queue_lag(env: Env, captured: Any) -> None:
+    (episode,) = env.episodes(1)
+    body = json.dumps({"type": "score_request", "episode_id": episode.id})
+    env.clock.advance(30)
+    assert score_message(body, env.pipeline.scorer).status == "scored"
+    env.clock.advance(30 * 86_400)  # an operator re-scores it a month later
+    assert score_message(body, env.pipeline.scorer, force=True).status == "scored"
+    (lag,) = captured.points("agent_learning.queue.lag")
+    assert lag.count == 1 and lag.max < 60  # the first score only: a month is no queue lag
+
+
 def test_scoring_the_same_message_twice_keeps_the_first_score(env: Env) -> None:
     (episode,) = env.episodes(1)
     scorer = env.pipeline.scorer

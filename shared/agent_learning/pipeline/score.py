@@ -261,6 +261,7 @@ def _score_episode(
     elif agent_id is None:  # its agent keys the score slot: read the episode to learn it
         raw = store.get_episode(episode_id)
         agent_id = raw.get("agent_id") if raw is not None else None
+    existing = None
     if (check_existing or force) and isinstance(agent_id, str):
         existing = store.get_score(episode_id, agent_id)
         if taken := _slot_taken(episode_id, existing):
@@ -327,7 +328,9 @@ def _score_episode(
         return _slot_taken(episode_id, store.get_score(episode_id, episode.agent_id)) or ScoreOutcome(
             "duplicate", episode_id, "AlreadyScored"
         )
-    record(QUEUE_LAG, max(0.0, (stored.scored_at - episode.ended_at).total_seconds()), {"agent_id": episode.agent_id})
+    if existing is None:  # a re-score of an old episode says nothing about the queue
+        lag = max(0.0, (stored.scored_at - episode.ended_at).total_seconds())
+        record(QUEUE_LAG, lag, {"agent_id": episode.agent_id})
     if stored.feedback_pending:
         reconcile(store, episode_id, episode.agent_id, clock=scorer.clock)
     return ScoreOutcome("scored", episode_id, score=stored)
