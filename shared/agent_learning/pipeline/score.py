@@ -1,9 +1,10 @@
 """Score: judge the episode a message names, shape its reward and store the score.
 
 Idempotent, because every trigger delivers at least once: an episode that already has a
-score is not judged again (unless ``force``); scores have the episode's id, so even a
-concurrent duplicate overwrites. :func:`settle` and :func:`count_settled` apply an outcome to
-the queue message that carried it.
+score is not judged again (unless ``force``); scores have the episode's id and are created
+only once, so of two concurrent deliveries the first write wins and the other is a
+``duplicate`` (it does not overwrite). :func:`settle` and :func:`count_settled` apply an
+outcome to the queue message that carried it.
 
 Not every episode need be judged (``AGENT_LEARNING_JUDGING``, :mod:`agent_learning.judging`):
 a valid episode that its agent's rule leaves out is recorded in its score slot
