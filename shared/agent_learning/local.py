@@ -56,6 +56,7 @@ from .pipeline import (
     settle,
     train_requested,
 )
+from .pipeline.train import agent_list
 from .queue.base import WorkQueue
 from .queue.sqlite import SQLiteQueue
 from .rewards import RewardFunction
@@ -213,9 +214,13 @@ class LocalPipeline:
     def train_pending(self) -> list[TrainOutcome]:
         """Train the agent of every message on the training queue (the training trigger's work):
         each message is completed once trained, whatever the outcome (the next tick plans
-        again); one that is not a training request is dead-lettered with the reason."""
+        again); one that is not a training request is dead-lettered with the reason.
+
+        Messages are received one at a time, so that each lock starts when its run does; a run
+        that outlasts its lock keeps its outcome, and its message comes back, to a run that
+        changes nothing."""
         outcomes: list[TrainOutcome] = []
-        while messages := self.train_queue.receive(100):
+        while messages := self.train_queue.receive(1):
             for message in messages:
                 try:
                     outcome = train_requested(
@@ -231,7 +236,11 @@ class LocalPipeline:
                 except InvalidDocument as exc:
                     self.train_queue.dead_letter(message, "InvalidMessage", str(exc))
                     continue
-                self.train_queue.complete(message)
+                try:
+                    self.train_queue.complete(message)
+                except ConcurrencyConflict as exc:
+                    log.warning("training %s outlasted its message's lock (%s); it is trained again, changing "
+                                "nothing", outcome.agent_id, exc)
                 outcomes.append(outcome)
         return outcomes
 
@@ -244,14 +253,6 @@ class LocalPipeline:
         report.feedback = sweep(self.store, clock=self.clock)
         report.trained = self.train(agent_ids)
         return report
-
-
-def agent_list(agent_ids: Iterable[str] | None) -> list[str] | None:
-    """``agent_ids`` as a list; a single string is refused (it would be read as its characters,
-    which name no agent, and nothing would be trained)."""
-    if isinstance(agent_ids, str):
-        raise TypeError(f"agent_ids: {agent_ids!r} is one string; pass a list of agent ids, [{agent_ids!r}]")
-    return None if agent_ids is None else list(agent_ids)
 
 
 def open_local(

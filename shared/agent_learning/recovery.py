@@ -176,14 +176,15 @@ def rescore(
     to apply new reward weights); with it, ``scorer.judge`` judges every episode again.
 
     Each score is overwritten in place and keeps its ``seq``; see the module docstring for what
-    that means for learning. An episode that fails (expired, invalid, the judge unavailable)
-    keeps its old score and is listed in ``failed``. ``progress`` is told how many episodes were
-    done, after each.
+    that means for learning. Before each episode not trained yet the cursor is read again, so a
+    trainer publishing meanwhile is seen; only an episode a trainer reads while it is being
+    re-scored is learned with its old score and listed in ``pending``. An episode that fails
+    (expired, invalid, the judge unavailable) keeps its old score and is listed in ``failed``.
+    ``progress`` is told how many episodes were done, after each.
     """
     if isinstance(episode_ids, str):
         raise TypeError("episode_ids takes an iterable of ids, not a single string")
-    current = load_current(store, agent_id)
-    trained_to = None if current is None or current.cursor is None else current.cursor
+    trained_to = _trained_to(store, agent_id)
     result = RescoreResult()
     lost: set[str] | None = None  # read from the books before the first score behind the cursor changes
     if episode_ids is not None:
@@ -205,6 +206,9 @@ def rescore(
                                       f"{episode_id!r} is feedback correction {old.revision} of {old.episode_id!r}"))
             continue
         trained = trained_to is not None and not trained_to < old.cursor
+        if not trained:  # a trainer may have passed it since the range was read: look again
+            trained_to = _trained_to(store, agent_id)
+            trained = trained_to is not None and not trained_to < old.cursor
         if trained:
             if lost is None:
                 lost = set()
@@ -220,6 +224,12 @@ def rescore(
             reconcile(store, episode_id, agent_id, clock=scorer.clock)
             result.pending.append(episode_id)
     return result
+
+
+def _trained_to(store: Store, agent_id: str) -> ScoreCursor | None:
+    """The cursor up to which the agent's published versions have learned (``None``: nothing yet)."""
+    current = load_current(store, agent_id)
+    return None if current is None else current.cursor
 
 
 def _counted(items: Iterable[T], progress: Callable[[int], None] | None) -> Iterator[T]:

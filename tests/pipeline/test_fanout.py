@@ -10,6 +10,7 @@ import pytest
 from adapters import QueueUnderTest
 from factories import make_episode, make_policy_doc, make_score
 
+from agent_learning.clock import ManualClock
 from agent_learning.errors import InvalidDocument
 from agent_learning.judges.offline import OfflineJudge
 from agent_learning.learner import Reinforce
@@ -22,6 +23,7 @@ from agent_learning.pipeline import (
     send_plan,
     set_pinned,
     train_agent,
+    train_all,
     train_requested,
 )
 from agent_learning.queue.base import OutgoingMessage
@@ -67,6 +69,15 @@ def test_a_tick_plans_only_the_agents_with_new_scores(agents: Store) -> None:
         "fresh": "no_new_scores", "trained": "no_new_scores", "pinned": "pinned"}
 
     assert plan_training(agents, agent_ids=["trained", "pinned"]).requests == []
+
+
+def test_one_agent_id_passed_as_a_string_is_refused_not_read_as_its_characters(agents: Store) -> None:
+    assert [r.agent_id for r in plan_training(agents, agent_ids=["busy"]).requests] == ["busy"]
+    with pytest.raises(TypeError, match=r"agent_ids: 'busy' is one string; pass a list of agent ids, \['busy'\]"):
+        plan_training(agents, agent_ids="busy")
+    with pytest.raises(TypeError, match="agent_ids: 'busy' is one string"):
+        train_all(agents, Reinforce(), agent_ids="busy")
+    assert load_current(agents, "busy").version == 1  # nothing trained
 
 
 def test_a_tick_reports_an_invalid_current_document_whether_or_not_its_agent_has_new_scores(agents: Store) -> None:
@@ -169,4 +180,37 @@ def test_the_embedded_runner_trains_through_its_queue_and_reports_every_agent(ag
     assert pipeline.train_pending() == []
     (dead,) = pipeline.train_queue.dead_letters()
     assert dead.reason == "InvalidMessage" and "type" in dead.description
+
+
+class SlowLearner(Reinforce):
+    """Each update takes ``seconds`` of the clock: a training run as long as a big batch's."""
+
+    def __init__(self, clock: ManualClock, seconds: float) -> None:
+        super().__init__()
+        self.clock, self.seconds = clock, seconds
+
+    def update(self, *args: Any, **kwargs: Any) -> Any:
+        self.clock.advance(self.seconds)
+        return super().update(*args, **kwargs)
+
+
+@pytest.mark.parametrize("seconds", [40, 70])
+def test_the_embedded_runner_keeps_its_outcomes_when_runs_outlast_the_training_queue_lock(
+    agents: Store, seconds: float
+) -> None:
+    """Two runs of 40 s within one 60-s lock used to expire the second message's lock, and the
+    tick raised after publishing; a run longer than its own lock is trained again, changing nothing."""
+    score(agents, "trained", 2, first=2)
+    clock = ManualClock()
+    queue = SQLiteQueue(":memory:", clock=clock, lock_seconds=60)
+    pipeline = LocalPipeline(agents, SQLiteQueue(":memory:", clock=clock), OfflineJudge(), RewardFunction(),
+                             SlowLearner(clock, seconds), clock=clock, train_queue=queue)
+    outcomes = [(o.agent_id, o.status) for o in pipeline.train() if o.agent_id in ("busy", "trained")]
+    expected = [("busy", "published"), ("trained", "published")]
+    if seconds > 60:  # its lock expired: trained again, and nothing was left to learn
+        expected = [("busy", "published"), ("busy", "no_new_scores"),
+                    ("trained", "published"), ("trained", "no_new_scores")]
+    assert outcomes == expected
+    assert queue.counts().active == 0
+    assert load_current(agents, "busy").version == 2 and load_current(agents, "trained").version == 3
 

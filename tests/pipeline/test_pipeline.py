@@ -16,7 +16,7 @@ import pytest
 from agent_learning import functions as handlers
 from agent_learning.clock import ManualClock
 from agent_learning.config import load_settings
-from agent_learning.documents import Episode, PolicyDocument, Score, TrainingRun
+from agent_learning.documents import Action, Episode, PolicyDocument, Score, TrainingRun
 from agent_learning.errors import ConcurrencyConflict, PermanentError, TransientError
 from agent_learning.feedback import record_feedback
 from agent_learning.judges.base import Judge, Judgement
@@ -32,6 +32,7 @@ from agent_learning.pipeline import (
     score_message,
     settle,
     train_agent,
+    train_safely,
 )
 from agent_learning.policy import SoftmaxPolicy
 from agent_learning.queue.sqlite import SQLiteQueue
@@ -114,6 +115,17 @@ def test_each_stage_run_twice_leaves_the_same_state(env: Env) -> None:
     second = env.pipeline.train()
     assert [o.status for o in second] == ["no_new_scores"]
     assert env.snapshot() == after_train
+
+
+def test_a_re_score_is_not_measured_as_queue_lag(env: Env, captured: Any) -> None:
+    (episode,) = env.episodes(1)
+    body = json.dumps({"type": "score_request", "episode_id": episode.id})
+    env.clock.advance(30)
+    assert score_message(body, env.pipeline.scorer).status == "scored"
+    env.clock.advance(30 * 86_400)  # an operator re-scores it a month later
+    assert score_message(body, env.pipeline.scorer, force=True).status == "scored"
+    (lag,) = captured.points("agent_learning.queue.lag")
+    assert lag.count == 1 and lag.max < 60  # the first score only: a month is no queue lag
 
 
 def test_scoring_the_same_message_twice_keeps_the_first_score(env: Env) -> None:
@@ -199,14 +211,15 @@ def test_the_learner_state_rides_with_each_version_into_the_next_update(env: Env
 
 
 class StaleReader(Store):
-    """A store whose current-policy read returns an earlier snapshot: a trainer that read
+    """A store whose first current-policy read returns an earlier snapshot: a trainer that read
     the policy just before another trainer published."""
 
     def __init__(self, inner: Store, stale: Tagged) -> None:
         self.inner, self.stale = inner, stale
 
     def get_current_policy(self, agent_id: str) -> Tagged | None:
-        return self.stale
+        stale, self.stale = self.stale, None
+        return stale if stale is not None else self.inner.get_current_policy(agent_id)
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.inner, name)
@@ -228,6 +241,9 @@ def test_a_stale_publish_is_rejected_and_nothing_is_double_applied(env: Env) -> 
 
     late = train_agent(AGENT, StaleReader(env.store, stale), Reinforce(), clock=env.clock)
     assert late.status == "lost_race"
+    # The version it reports is the one current now (the winner's), not the one it read.
+    assert late.version == 2 and late.run is None
+    assert late.reason == "another writer replaced v1 while this run trained from it; this run published nothing"
     assert env.snapshot() == before
     with pytest.raises(ConcurrencyConflict):
         env.store.replace_current_policy(PolicyDocument.from_dict(stale.doc), stale.etag)
@@ -322,6 +338,46 @@ def test_a_crash_during_training_is_repaired_without_double_counting(tmp_path: P
     assert got is not None and want is not None
     assert got.version == want.version == 2
     assert got.logits == pytest.approx(want.logits)
+
+
+class OutageWriting(CrashOnce):
+    """The store fails transiently (an outage) at the first call of ``method``, before it writes."""
+
+    def __init__(self, inner: Store, method: str) -> None:
+        super().__init__(inner, method, after=False)
+
+
+def _outage(name: str):
+    crash = _crashing(name)
+
+    def call(self: OutageWriting, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return crash(self, *args, **kwargs)
+        except RuntimeError as exc:
+            raise TransientError(f"the store is unavailable ({exc})") from None
+
+    return call
+
+
+for _name in Store.__abstractmethods__:
+    setattr(OutageWriting, _name, _outage(_name))
+
+
+@pytest.mark.parametrize("method", ["create_policy_version", "put_run"])
+def test_an_outage_writing_the_records_after_the_swap_still_reports_the_published_version(
+    env: Env, method: str
+) -> None:
+    env.episodes(40)
+    env.pipeline.pump()
+    env.pipeline.score_pending()
+    outcome = train_safely(AGENT, OutageWriting(env.store, method), Reinforce(), clock=env.clock)
+    current = load_current(env.store, AGENT)
+    assert current is not None and current.version == 2  # agents already draw from v2
+    assert (outcome.status, outcome.version) == ("published", 2)
+    assert outcome.run is not None and outcome.run.episodes == 40
+    # The next run writes the records the outage left unwritten, and learns nothing twice.
+    assert train_agent(AGENT, env.store, Reinforce(), clock=env.clock).status == "no_new_scores"
+    consumed_ranges_are_exact(env.store, 40)
 
 
 def test_a_crash_between_scoring_and_settling_redelivers_without_rescoring(env: Env) -> None:
@@ -750,6 +806,21 @@ def test_scorer_caches_immutable_policy_versions(env: Env) -> None:
     first = scorer.policy_version(AGENT, 1)
     assert first is not None and scorer.policy_version(AGENT, 1) is first
     assert scorer.policy_version(AGENT, 42) is None
+
+
+def test_an_agent_re_created_under_its_id_is_scored_against_its_new_actions(env: Env) -> None:
+    env.episodes(3)
+    assert env.pipeline.run_once().outcomes == {"scored": 3}  # the scorer now remembers v1
+    env.store.delete_agent(AGENT)
+    actions = [Action(id="short"), Action(id="long")]
+    create_policy(env.store, SoftmaxPolicy.from_actions(AGENT, actions).to_document(created_at=env.clock.now()))
+    decision, now = env.policy().decision_for("short"), env.clock.now()
+    env.store.add_episode(Episode(id="ep-short", agent_id=AGENT, policy_version=1, action_id="short",
+                                  probability=decision.probability, logprob=decision.logprob, input="What is 2 + 2?",
+                                  output="4", started_at=now, ended_at=now + timedelta(seconds=1)))
+    report = env.pipeline.run_once()  # the same long-lived scorer, as in a warm Functions worker
+    assert report.outcomes == {"scored": 1}, env.queue.dead_letters()
+    assert env.queue.counts().dead_letter == 0
 
 
 class CountingStore(StaleReader):

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import statistics
 import threading
+from collections.abc import Callable
 
 import pytest
 
@@ -20,7 +21,8 @@ from faults import AGENT, Agent, FaultyJudge, OutageJudge, account, dead_lettere
 from reliability_report import Backend, record
 
 from agent_learning.clock import ManualClock
-from agent_learning.documents import ScoreCursor
+from agent_learning.documents import Episode, ScoreCursor
+from agent_learning.judges.base import Judge, Judgement
 from agent_learning.learner import Reinforce
 from agent_learning.local import LocalPipeline
 from agent_learning.pipeline import Scorer, load_current, score_episode, train_agent
@@ -184,3 +186,35 @@ def test_rescoring_while_a_trainer_runs_counts_each_episode_once(backend: Backen
     assert books.lost == 0 and books.double == set()
     current = load_current(s.store, AGENT)
     assert current is not None and current.version == 6
+
+
+class TrainsDuringFirstCall(Judge):
+    """A judge during whose first call a training run publishes (the timer, while a re-score runs)."""
+
+    def __init__(self, inner: Judge, train: Callable[[], object]) -> None:
+        self.inner, self.train = inner, train
+
+    def judge(self, episode: Episode) -> Judgement:
+        train, self.train = self.train, None
+        if train is not None:
+            train()
+        return self.inner.judge(episode)
+
+
+def test_a_re_score_says_which_episodes_a_trainer_learned_while_it_ran(backend: Backend) -> None:
+    s = Setup(backend)
+    s.scored_round(6)  # scored, not trained yet
+    ids = [sid for sid, _ in sorted(s.scores().items(), key=lambda kv: (kv[1]["seq"], kv[0]))]
+    published: list[str] = []
+    judge = TrainsDuringFirstCall(OutageJudge(), lambda: published.append(
+        train_agent(AGENT, s.store, Reinforce(), clock=s.clock).status))
+    result = rescore(s.store, Scorer(s.store, judge, NEW_WEIGHTS, s.clock), AGENT, rejudge=True)
+    assert published == ["published"]  # it learned all six with their old rewards
+    # The first was being judged when the trainer read it; the other five were read by then
+    # (the re-score had looked at the cursor only before it started).
+    assert result.pending == ids[:1] and result.already_trained == ids[1:]
+    for episode_id in ids[1:]:  # feedback keeps being applied to the reward that was learned
+        ledger = s.store.get_correction_ledger(episode_id, AGENT)
+        assert ledger is not None and ledger.doc["learned_base"] is not None
+    books = account(s.store, s.agent.written)
+    assert books.lost == 0 and books.double == set()

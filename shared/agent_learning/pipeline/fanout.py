@@ -43,7 +43,7 @@ from ..documents import AgentId
 from ..errors import InvalidDocument
 from ..queue.base import OutgoingMessage
 from ..store.base import AgentCursor, Store
-from .train import TrainOutcome, failure_outcome, invalid_policy, paused, train_safely
+from .train import TrainOutcome, agent_list, failure_outcome, invalid_policy, paused, train_safely
 
 log = logging.getLogger(__name__)
 
@@ -129,6 +129,7 @@ def plan_training(store: Store, *, agent_ids: Iterable[str] | None = None) -> Tr
     """The agents with new settled scores after their cursor (pinned agents are not checked; an
     invalid current document is reported as the trainer would, pinned or not); ``agent_ids``
     restricts the plan to those agents."""
+    agent_ids = agent_list(agent_ids)  # before any read
     cursors = store.training_cursors()
     if agent_ids is not None:
         wanted = set(agent_ids)

@@ -39,6 +39,7 @@ record, so it existing means both do), else the version record.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -46,8 +47,10 @@ from typing import Any
 from .. import notices
 from ..clock import SYSTEM_CLOCK, Clock
 from ..documents import MAX_NOTE_CHARS, Action, PolicyDocument, stored_policy
-from ..errors import ConcurrencyConflict, InvalidDocument, NotFound, StoredDocumentInvalid
+from ..errors import ConcurrencyConflict, InvalidDocument, NotFound, StoredDocumentInvalid, TransientError
 from ..store.base import Store, same_document
+
+log = logging.getLogger(__name__)
 
 ATTEMPTS = 5
 """How often an intervention re-reads and retries when a trainer publishes in between."""
@@ -113,11 +116,18 @@ def publish(store: Store, new: PolicyDocument, etag: str | None) -> PolicyDocume
     again first.
 
     Raises :class:`~agent_learning.errors.ConcurrencyConflict` when another writer got there first.
+    Once the swap succeeded, ``new`` is published: a store outage while writing its records is
+    logged, not raised (the next run or intervention writes them, :func:`materialise`), so that
+    the caller does not report as failed a version agents already use.
     """
     new = PolicyDocument.from_dict(new.to_dict())
     store.replace_current_policy(new, etag)
     notices.policy_changed(new.agent_id)  # clients in this process pick it up at their next choice
-    record(store, new)
+    try:
+        record(store, new)
+    except TransientError as exc:
+        log.warning("%s v%d is published; writing its version and run records failed (%s), the next run "
+                    "writes them", new.agent_id, new.version, exc)
     return new
 
 

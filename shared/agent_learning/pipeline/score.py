@@ -1,9 +1,10 @@
 """Score: judge the episode a message names, shape its reward and store the score.
 
 Idempotent, because every trigger delivers at least once: an episode that already has a
-score is not judged again (unless ``force``); scores have the episode's id, so even a
-concurrent duplicate overwrites. :func:`settle` and :func:`count_settled` apply an outcome to
-the queue message that carried it.
+score is not judged again (unless ``force``); scores have the episode's id and are created
+only once, so of two concurrent deliveries the first write wins and the other is a
+``duplicate`` (it does not overwrite). :func:`settle` and :func:`count_settled` apply an
+outcome to the queue message that carried it.
 
 Not every episode need be judged (``AGENT_LEARNING_JUDGING``, :mod:`agent_learning.judging`):
 a valid episode that its agent's rule leaves out is recorded in its score slot
@@ -99,7 +100,7 @@ class PolicyVersions:
 
     ``max_age`` (seconds; ``None``: no limit) bounds how long a version is remembered: an older
     one is read again, so a version deleted with its agent (``agent-learn agent delete``) is no
-    longer found once ``max_age`` has passed.
+    longer found once ``max_age`` has passed. ``fresh=True`` reads it again whatever its age.
     """
 
     def __init__(self, store: Store, size: int, *, max_age: float | None = None, clock: Clock = SYSTEM_CLOCK) -> None:
@@ -107,11 +108,11 @@ class PolicyVersions:
         self._kept: OrderedDict[tuple[str, int], tuple[float, PolicyDocument]] = OrderedDict()
         self._lock = threading.Lock()
 
-    def __call__(self, agent_id: str, version: int) -> PolicyDocument | None:
+    def __call__(self, agent_id: str, version: int, *, fresh: bool = False) -> PolicyDocument | None:
         """The version, or ``None`` if there is no such version; raises :class:`InvalidDocument`."""
         key, now = (agent_id, version), self._clock.time()
         with self._lock:
-            kept = self._kept.get(key)
+            kept = None if fresh else self._kept.get(key)
             if kept is not None and (self._max_age is None or now - kept[0] < self._max_age):
                 self._kept.move_to_end(key)
                 return kept[1]
@@ -129,14 +130,18 @@ class PolicyVersions:
         return policy
 
 
-def policy_problem(episode: Episode, version_of: Callable[[str, int], PolicyDocument | None]) -> tuple[str, str] | None:
+def policy_problem(episode: Episode, version_of: Callable[..., PolicyDocument | None]) -> tuple[str, str] | None:
     """Why ``episode`` cannot be scored against its policy, as the dead-letter reason and
     description (``UnknownPolicyVersion``, ``UnknownAction``), or ``None`` if it can be.
 
-    ``version_of`` finds the version (e.g. a :class:`PolicyVersions`); its
-    :class:`InvalidDocument` (an invalid policy document) propagates.
+    ``version_of`` finds the version (e.g. a :class:`PolicyVersions`; ``fresh=True`` bypasses its
+    cache); its :class:`InvalidDocument` (an invalid policy document) propagates. An action the
+    remembered version lacks is checked again on a fresh read: the version may be of a deleted
+    agent, re-created under the same id since.
     """
     policy = version_of(episode.agent_id, episode.policy_version)
+    if policy is not None and not knows_action(policy, episode.action_id):
+        policy = version_of(episode.agent_id, episode.policy_version, fresh=True)
     if policy is None:
         return (
             "UnknownPolicyVersion",
@@ -169,10 +174,10 @@ class Scorer:
     def __post_init__(self) -> None:
         self._versions = PolicyVersions(self.store, CACHED_VERSIONS)
 
-    def policy_version(self, agent_id: str, version: int) -> PolicyDocument | None:
+    def policy_version(self, agent_id: str, version: int, *, fresh: bool = False) -> PolicyDocument | None:
         """The policy version an episode was drawn from (:func:`load_policy_version`), or ``None``
-        if there is no such version. A missing version is not cached."""
-        return self._versions(agent_id, version)
+        if there is no such version. A missing version is not cached; ``fresh`` reads it again."""
+        return self._versions(agent_id, version, fresh=fresh)
 
 
 def score_message(body: bytes | str, scorer: Scorer, *, delivery_count: int = 1, force: bool = False) -> ScoreOutcome:
@@ -257,6 +262,7 @@ def _score_episode(
     elif agent_id is None:  # its agent keys the score slot: read the episode to learn it
         raw = store.get_episode(episode_id)
         agent_id = raw.get("agent_id") if raw is not None else None
+    existing = None
     if (check_existing or force) and isinstance(agent_id, str):
         existing = store.get_score(episode_id, agent_id)
         if taken := _slot_taken(episode_id, existing):
@@ -323,7 +329,9 @@ def _score_episode(
         return _slot_taken(episode_id, store.get_score(episode_id, episode.agent_id)) or ScoreOutcome(
             "duplicate", episode_id, "AlreadyScored"
         )
-    record(QUEUE_LAG, max(0.0, (stored.scored_at - episode.ended_at).total_seconds()), {"agent_id": episode.agent_id})
+    if existing is None:  # a re-score of an old episode says nothing about the queue
+        lag = max(0.0, (stored.scored_at - episode.ended_at).total_seconds())
+        record(QUEUE_LAG, lag, {"agent_id": episode.agent_id})
     if stored.feedback_pending:
         reconcile(store, episode_id, episode.agent_id, clock=scorer.clock)
     return ScoreOutcome("scored", episode_id, score=stored)

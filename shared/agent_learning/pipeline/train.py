@@ -47,7 +47,7 @@ from ..policy import policy_choices, policy_probabilities, served_entropy
 from ..store.base import RawDoc, Store
 from ..structured import Layout
 from ..telemetry import MEAN_REWARD, POLICY_ENTROPY, SPAN_TRAIN, TRAINING_RUNS, count, record, span
-from .publish import load_current_tagged, materialise, publish, repair_hint, set_pinned
+from .publish import load_current, load_current_tagged, materialise, publish, repair_hint, set_pinned
 
 log = logging.getLogger(__name__)
 
@@ -69,12 +69,15 @@ class TrainOutcome:
         "failed",
     ]
     """``held``: the publish guardrail held the candidate (``run`` is the held run, ``reason`` why);
+    ``lost_race``: another writer replaced the document the run read, and the run changed nothing;
     ``published`` with a ``reason``: the guardrail in ``warn`` mode found the candidate worse;
     ``invalid_policy``: the current document does not validate (an operator must fix it);
     ``unavailable``: the store (or another dependency) failed transiently, the next tick retries;
     ``failed``: anything else went wrong (``reason`` names the exception)."""
     agent_id: str
     version: int | None = None
+    """The agent's current version after the run: the one it published, or the one that stays
+    (after a ``lost_race``, the winner's); ``None`` when unknown (no policy, or the run failed)."""
     run: TrainingRun | None = None
     reason: str = ""
     probabilities: list[float] | None = None
@@ -187,13 +190,25 @@ def _train_agent(
             )
     try:
         new = publish(store, new, loaded.etag)
-    except ConcurrencyConflict as exc:
-        return TrainOutcome("lost_race", agent_id, current.version, reason=str(exc))
+    except ConcurrencyConflict:
+        return lost_race(store, agent_id, current.version)
     evaluation = new.run.evaluation if new.run is not None else None
     warned = evaluation.reason if evaluation is not None and evaluation.verdict == "warned" else ""
     return TrainOutcome("published", agent_id, new.version, new.run, reason=warned,
                         probabilities=policy_probabilities(new), choices=policy_choices(new),
                         entropy=served_entropy(new, batch.contexts))
+
+
+def lost_race(store: Store, agent_id: str, base: int) -> TrainOutcome:
+    """The outcome of a run whose swap another writer (a second trainer, a rollback, a pin) won
+    after the run read v``base``: nothing was published; ``version`` is the one current now (one
+    point read; ``None`` if it cannot be read)."""
+    try:
+        now = load_current(store, agent_id)
+    except (InvalidDocument, TransientError):
+        now = None
+    reason = f"another writer replaced v{base} while this run trained from it; this run published nothing"
+    return TrainOutcome("lost_race", agent_id, now.version if now is not None else None, reason=reason)
 
 
 def invalid_policy(agent_id: str, problem: str) -> TrainOutcome:
@@ -457,8 +472,16 @@ def train_all(
             drift=drift,
             guardrail=guardrail,
         )
-        for agent_id in (store.list_agents() if agent_ids is None else agent_ids)
+        for agent_id in (store.list_agents() if agent_ids is None else agent_list(agent_ids))
     ]
+
+
+def agent_list(agent_ids: Iterable[str] | None) -> list[str] | None:
+    """``agent_ids`` as a list; a single string is refused (it would be read as its characters,
+    which name no agent, and nothing would be trained)."""
+    if isinstance(agent_ids, str):
+        raise TypeError(f"agent_ids: {agent_ids!r} is one string; pass a list of agent ids, [{agent_ids!r}]")
+    return None if agent_ids is None else list(agent_ids)
 
 
 def train_safely(agent_id: str, store: Store, learner: Any, **train_kwargs: Any) -> TrainOutcome:
