@@ -209,7 +209,7 @@ def audit_agent(
             rows.append((key, score.revision, score.late_write, score.episode_id, score.action_id))
         if len(page) < PAGE:
             break
-        after = ScoreCursor(seq=int(page[-1]["seq"]), id=str(page[-1]["id"]))
+        after = ScoreCursor.of_row(page[-1])
 
     # Surplus rows per range (scores that landed after the run read it), charged to late
     # writes first, then to judges' scores, then to anything else.

@@ -126,7 +126,7 @@ def read_logged(
             progress(read)
         if len(page) < PAGE:
             break
-        after = ScoreCursor(seq=int(page[-1]["seq"]), id=str(page[-1]["id"]))
+        after = ScoreCursor.of_row(page[-1])
     values = list(episodes.values())
     skipped = sum(v[0] is None for v in values)
     if len(values) < 2:
@@ -397,7 +397,7 @@ def candidate_target(
             "the next candidate would be the current version"
         )
     update = learn(learner, current, batch)
-    cursor = ScoreCursor(seq=int(rows[-1]["seq"]), id=str(rows[-1]["id"]))
+    cursor = ScoreCursor.of_row(rows[-1])
     now = datetime.now().astimezone()
     doc = next_version(current, learner, update, batch, cursor, now, now)
     return of_document(doc), batch.episodes

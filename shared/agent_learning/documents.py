@@ -638,6 +638,11 @@ class ScoreCursor(BaseModel):
     def __lt__(self, other: ScoreCursor) -> bool:
         return (self.seq, self.id) < (other.seq, other.id)
 
+    @classmethod
+    def of_row(cls, row: Mapping[str, Any]) -> ScoreCursor:
+        """The position of a score row as a store's ``read_scores`` returns it."""
+        return cls(seq=int(row["seq"]), id=str(row["id"]))
+
 
 MAX_DIMENSIONS = 8
 """Named dimensions one structured policy may have."""

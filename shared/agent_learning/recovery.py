@@ -308,7 +308,7 @@ def _rows_in_range(
     while True:
         page = store.read_scores(agent_id, cursor, page_size)
         for row in page:
-            position = ScoreCursor(seq=int(row["seq"]), id=str(row["id"]))
+            position = ScoreCursor.of_row(row)
             if until is not None and until < position:
                 return
             yield position.id, row

@@ -313,3 +313,48 @@ def test_scores_carry_the_episodes_latency_tool_outcomes_and_tokens(tmp_path: An
     measures = score["measures"]
     assert (measures["tool_calls"], measures["tool_failures"], measures["tokens"]) == (2, 1, 1_250)
     assert measures["latency_ms"] >= 0 and measures["judge_tokens"] is None  # the offline judge reports none
+
+
+class InvertedOnLargeBatches(Reinforce):
+    """A learner that goes wrong on batches of more than 100 episodes (an overflow, say)."""
+
+    def update(self, logits: Any, batch: Batch, temperature: float = 1.0, state: Any = None) -> Update:
+        if len(batch.rewards) > 100:
+            batch = dataclasses.replace(batch, rewards=1.0 - batch.rewards)
+        return super().update(logits, batch, temperature, state)
+
+
+def test_behind_a_full_page_a_held_candidate_is_followed_by_smaller_pages_not_the_same_verdict(store: Store) -> None:
+    """Behind a full page the same rows come back at every run, so the same candidate would be held
+    for as long as the backlog lasts: the next runs learn from the page's first half, then quarter,
+    so a candidate the guardrail holds wrongly, or a fault of large batches alone, cannot stop the
+    agent for good. Nothing is lost or learned twice."""
+    start(store)
+    log_episodes(store, 600, seed=1)
+    sizes = []
+    for _ in range(3):
+        outcome = train_agent(AGENT, store, InvertedOnLargeBatches(), guardrail=ENFORCE, max_batch=200)
+        assert outcome.run is not None
+        sizes.append((outcome.status, outcome.run.episodes))
+    assert sizes == [("held", 200), ("published", 100), ("held", 200)]
+    current = load_current(store, AGENT)
+    assert current is not None and current.version == 2
+    log_episodes(store, 300, seed=2, first=600)  # more scores behind the page held at v2: its half is learned
+    assert train_agent(AGENT, store, InvertedOnLargeBatches(), guardrail=ENFORCE, max_batch=200).status == "published"
+    books = audit_agent(store, AGENT)
+    assert books.ok and books.learned == 200 and books.held_runs == 2, books.problems
+
+
+def test_a_persistent_problem_is_held_at_every_page_size_down_to_an_eighth(store: Store) -> None:
+    start(store)
+    log_episodes(store, 2000, seed=1)
+    before = load_current(store, AGENT)
+    sizes = []
+    for _ in range(5):
+        outcome = train_agent(AGENT, store, InvertedRewards(), guardrail=ENFORCE, max_batch=1600)
+        assert outcome.status == "held" and outcome.run is not None, outcome.reason
+        sizes.append(outcome.run.episodes)
+    assert sizes == [1600, 800, 400, 200, 200]  # the eighth again: the same run, not a smaller page
+    assert load_current(store, AGENT) == before
+    assert len(runs(store)) == 4
+    assert train_agent(AGENT, store, InvertedRewards(), guardrail=ENFORCE).status == "held"  # no full page: all of it

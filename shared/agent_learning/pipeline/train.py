@@ -162,8 +162,11 @@ def _train_agent(
     rows = store.read_scores(agent_id, current.cursor, max_batch)
     if not rows:
         return TrainOutcome("no_new_scores", agent_id, current.version)
+    page_full = len(rows) >= max_batch
+    if page_full and guardrail is not None:
+        rows = _past_held_pages(store, agent_id, current.version, rows)
     batch = collect(agent_id, rows, current)
-    if batch.waits(min_batch, page_full=len(rows) >= max_batch):
+    if batch.waits(min_batch, page_full=page_full):
         return TrainOutcome(
             "too_few_scores",
             agent_id,
@@ -172,7 +175,7 @@ def _train_agent(
             f"training waits for {min_batch} new scores",
         )
     update = learn(learner, current, batch)
-    cursor_to = ScoreCursor(seq=int(rows[-1]["seq"]), id=str(rows[-1]["id"]))
+    cursor_to = ScoreCursor.of_row(rows[-1])
     new = next_version(current, learner, update, batch, cursor_to, started, clock.now())
     if guardrail is not None:
         new, held = _guard(guardrail, current, new, batch)
@@ -222,6 +225,29 @@ def invalid_policy(agent_id: str, problem: str) -> TrainOutcome:
 def paused(pin_reason: str) -> str:
     """The reason a pinned agent is not trained."""
     return "learning is paused for this agent" + (f": {pin_reason}" if pin_reason else "")
+
+
+HELD_PAGE_HALVINGS = 3
+"""How many times a full page is halved for the next run when the guardrail held the candidate
+learned from it (down to an eighth). Behind a full page the same rows come back at every run, so
+the same candidate would get the same verdict for as long as the backlog keeps the page full, and
+a sound candidate wrongly held (at most 2.5% of them) would stop the agent's learning. Each half
+is a new candidate on fewer scores; a persistent problem is held at every size."""
+
+
+def _past_held_pages(store: Store, agent_id: str, version: int, rows: list[RawDoc]) -> list[RawDoc]:
+    """``rows`` (a full page), or its first half, quarter or eighth when the candidate of every
+    larger one was held already (its held run's record is there: one point read per size)."""
+    size = len(rows)
+    while size > max(len(rows) >> HELD_PAGE_HALVINGS, 1):
+        last = rows[size - 1]
+        if store.get_run(held_run_doc_id(agent_id, version, ScoreCursor.of_row(last))) is None:
+            break
+        size //= 2
+    if size < len(rows):
+        log.info("training %s: the candidate of a full page of %d scores was held before (and of each page "
+                 "between); learning from the first %d", agent_id, len(rows), size)
+    return rows[:size]
 
 
 def _guard(
