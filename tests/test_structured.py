@@ -894,3 +894,26 @@ def test_an_update_that_leaves_the_policy_as_it_was_reports_a_kl_of_zero_not_bel
         kls.append(update.metrics["kl"])
         doc = update.applied_to(doc)
     assert min(kls) == 0.0 and max(kls) < 1e-12
+
+
+def test_the_entropy_a_run_reports_is_over_its_own_requests_not_the_contexts_of_old_episodes_corrected() -> None:
+    """``TrainOutcome.entropy`` is the published version's entropy as the batch's requests draw
+    from it; a feedback correction is a late verdict on an old episode, not a request of this batch."""
+    from agent_learning.documents import correction_doc_id
+    from agent_learning.store.memory import MemoryStore
+
+    store = MemoryStore()
+    create_policy(store, policy(context={"task": "category"}).document)
+    action = "prompt=concise:retrieval_k=1"
+    store.put_score(make_score("e1", agent_id="bot", action_id=action, probability=1 / 12, context={"task": "a"}))
+    for i in range(20):
+        store.put_score(make_score(f"old-{i}", id=correction_doc_id(f"old-{i}", 1), revision=1,
+                                   reward_delta=0.4, agent_id="bot", action_id=action, probability=1 / 12,
+                                   context={"task": "b"}))
+    outcome = train_agent("bot", store, StructuredReinforce())
+    assert outcome.status == "published" and outcome.run is not None and outcome.run.metrics["corrections"] == 20
+    new = store.get_current_policy("bot")
+    assert new is not None
+    doc = PolicyDocument.from_dict(new.doc)
+    assert outcome.entropy == pytest.approx(served_entropy(doc, [{"task": "a"}]))
+    assert outcome.entropy != pytest.approx(served_entropy(doc, [{"task": "a"}] + [{"task": "b"}] * 20))

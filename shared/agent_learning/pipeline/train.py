@@ -199,7 +199,7 @@ def _train_agent(
     warned = evaluation.reason if evaluation is not None and evaluation.verdict == "warned" else ""
     return TrainOutcome("published", agent_id, new.version, new.run, reason=warned,
                         probabilities=policy_probabilities(new), choices=policy_choices(new),
-                        entropy=served_entropy(new, batch.contexts))
+                        entropy=served_entropy(new, batch.contexts[: batch.episodes]))
 
 
 def lost_race(store: Store, agent_id: str, base: int) -> TrainOutcome:
