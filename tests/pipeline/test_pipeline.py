@@ -869,3 +869,26 @@ def test_a_redelivered_message_is_not_judged_again(tmp_path: Path, clock: Manual
     # window, a dead-letter replay or a change-feed rewind), is not judged either.
     assert score_message(body, env.pipeline.scorer, delivery_count=1).status == "duplicate"
     assert judge.calls == 1
+
+
+class TwoSecondJudge(Judge):
+    """The offline judge at a judge model's pace: 2 s an episode on the pipeline's clock."""
+
+    def __init__(self, clock: ManualClock) -> None:
+        self.inner, self.clock = OfflineJudge(), clock
+
+    def judge(self, episode: Episode) -> Judgement:
+        self.clock.advance(2)
+        return self.inner.judge(episode)
+
+
+def test_a_slow_judge_is_given_no_more_messages_at_once_than_it_scores_within_their_lock(
+    tmp_path: Path, clock: ManualClock
+) -> None:
+    """At 2 s an episode, 100 messages received under one 30 s lock lost the lock of all but the
+    first 15, which came back as duplicates: now a batch is sized to half the lock at the pace seen."""
+    env = Env(tmp_path / "t.db", clock, judge=TwoSecondJudge(clock))
+    env.episodes(40)
+    env.pipeline.pump()
+    assert env.pipeline.score_pending() == {"scored": 40}
+    assert env.queue.dead_letters() == [] and env.pipeline.score_pending() == {}
