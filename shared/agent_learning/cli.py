@@ -1800,6 +1800,10 @@ def _judge_unjudged(agent_id: str, limit: int | None, as_json: bool, db: str | N
             out.print(f"judged meanwhile ({len(result.duplicates)}): " + _ids(result.duplicates))
         for f in failed:
             out.print(f"failed: {f['episode_id']}: {f['reason']}: {f['description']} (it stays unjudged)")
+        stuck = len(failed) - bool(result.stopped)  # a stopped run's last failure is worth retrying
+        if stuck:
+            out.print(f"not judged, for a reason retrying does not fix: {_n(stuck, 'episode')}; each run tries "
+                      "them again without counting them against --limit, so it goes on to the others")
         if result.stopped:
             out.print(f"stopped: {result.stopped}")
         if result.more:
