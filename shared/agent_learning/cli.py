@@ -909,20 +909,13 @@ def policy_history(agent_id: str, limit: int | None, since: datetime | None, unt
         current = _current_or_said(store, settings, agent_id)  # the versions are what a rollback chooses from
         versions = history(store, agent_id, newest=limit, since=since, until=until)
         rows = _history_rows(versions)
-        # versions run from 1 to the current one (``agent-learn audit`` checks it): no need to read them all to
-        # count; an invalid current document's number is that of the newest version record
-        newest = current.version if current else next(
-            (n for d in store.list_policy_versions(agent_id, 1) if type(n := d.get("version")) is int), 0)
-    invalid = _left_out([versions]) or current is None
+        invalid = _left_out([versions]) or current is None
+        shown = _versions_read(store, agent_id, current, len(rows), limit, windowed, invalid)
     if windowed and not rows and not invalid:
         raise _no_versions_in([agent_id])
-    total = max(newest, len(rows)) if limit or windowed or invalid else len(rows)
     if as_json:
         _echo_json(rows)
         sys.exit(1 if invalid else 0)
-    which = (("the newest " if limit else "the ") + str(len(rows)) + (" valid" if invalid else "")
-             + (" created in the window" if windowed else ""))
-    shown = _n(total, "policy version") + (f", {which} shown" if len(rows) < total else "")
     table = Table(title=f"{agent_id}: {shown}", title_justify="left")
     table.add_column("version", justify="right")
     table.add_column("source")
@@ -949,6 +942,24 @@ def policy_history(agent_id: str, limit: int | None, since: datetime | None, unt
         out.print("reward: mean reward of the run's batch; entropy: of the policy agents draw from (nats)")
     if invalid:
         sys.exit(1)
+
+
+def _versions_read(store: Any, agent_id: str, current: Any, read: int, newest: int | None, windowed: bool,
+                   invalid: bool, verb: str = "shown") -> str:
+    """How many versions the agent has, and which ``read`` of them a command shows: ``14 policy
+    versions`` or ``14 policy versions, the newest 4 shown`` (``newest``: ``--limit``/``--last``;
+    ``windowed``: ``--since``/``--until``; ``invalid``: a version or the current document was left
+    out). Versions run from 1 to the current one (``agent-learn audit`` checks it), so counting
+    them reads no version; an invalid current document's number is that of the newest version record."""
+    if newest or windowed or invalid:
+        last = current.version if current else next(
+            (n for d in store.list_policy_versions(agent_id, 1) if type(n := d.get("version")) is int), 0)
+        total = max(last, read)
+    else:
+        total = read
+    which = (("the newest " if newest else "the ") + str(read) + (" valid" if invalid else "")
+             + (" created in the window" if windowed else ""))
+    return _n(total, "policy version") + (f", {which} {verb}" if read < total else "")
 
 
 def _positive_version(ctx: click.Context, param: click.Parameter, value: str) -> int:
@@ -1849,14 +1860,19 @@ def report(agent_ids: tuple[str, ...], png_path: str, html_path: str, title: str
         if not agents:
             raise NotFound(f"no agent has a policy in {_where(settings)}")
         # an invalid current document is said, and its versions are charted: a rollback chooses from them
-        invalid_current = [a for a in agents if _current_or_said(store, settings, a) is None]
-        histories = []
+        currents = {a: _current_or_said(store, settings, a) for a in agents}
+        histories, headings = [], {}
+        windowed = since is not None or until is not None
         with _progress("reading policy versions", as_json) as bar:
             task = bar.add_task("agents", total=len(agents))
             for agent_id in agents:
-                histories.append(history(store, agent_id, last, since=since, until=until))
+                h = history(store, agent_id, last, since=since, until=until)
+                histories.append(h)
+                headings[agent_id] = _versions_read(store, agent_id, currents[agent_id], len(h.versions), last,
+                                                    windowed, bool(h.invalid) or currents[agent_id] is None,
+                                                    "charted")
                 bar.advance(task)
-    invalid = _left_out(histories) or bool(invalid_current)
+    invalid = _left_out(histories) or any(c is None for c in currents.values())
     empty = [h.agent_id for h in histories if not h.versions and not h.invalid]
     if empty:
         raise _no_versions_in(empty)
@@ -1864,7 +1880,7 @@ def report(agent_ids: tuple[str, ...], png_path: str, html_path: str, title: str
     if not histories:
         sys.exit(1)
     try:
-        files = write_report(histories, png_path, html_path, title, smooth)
+        files = write_report(histories, png_path, html_path, title, smooth, headings)
     except RuntimeError as exc:  # matplotlib missing
         raise ConfigurationError(str(exc)) from None
     summary = {"png": str(files.png), "html": str(files.html),
@@ -1874,7 +1890,7 @@ def report(agent_ids: tuple[str, ...], png_path: str, html_path: str, title: str
         _echo_json(summary)
         sys.exit(1 if invalid else 0)
     for h in histories:
-        out.print(f"{h.agent_id}: {_n(len(h.versions), 'version')}; series per chart (probabilities, reward, entropy) "
+        out.print(f"{h.agent_id}: {headings[h.agent_id]}; series per chart (probabilities, reward, entropy) "
                   f"{files.series[h.agent_id]}")
     out.print(f"wrote {files.png} and {files.html}")
     if invalid:
