@@ -1336,7 +1336,7 @@ def evaluate(agent_id: str, version: int | None, action_id: str | None, uniform:
             result.notes.append(f"a training run now publishes nothing: it waits for {settings.train_min_batch} new "
                                 f"scores (AGENT_LEARNING_TRAIN_MIN_BATCH), and its candidate then has them all")
     if as_json:
-        _echo_json({**result.to_dict(), "confidence": confidence,
+        _echo_json({**result.to_dict(), "confidence": confidence, "reward_function": logged.reward_function,
                     "scored_from": logged.first, "scored_to": logged.last})
         return
     span = f"{_iso(logged.first)[:19]} to {_iso(logged.last)[:19]}" if logged.first and logged.last else ""

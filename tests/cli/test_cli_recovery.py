@@ -298,3 +298,21 @@ def test_a_limited_judging_of_the_backlog_goes_past_expired_episodes_and_says_so
     second = as_json("rescore", "--agent-id", AGENT, "--unjudged", "--limit", "2", code=1)
     assert second["judged"] == ids[2:] and [f["episode_id"] for f in second["failed"]] == [gone]
     assert not second["more"]
+
+
+def test_evaluate_after_a_rescore_with_other_weights_estimates_one_reward_function(
+    pipeline: LocalPipeline, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Before the fix the 5 re-scored rewards were averaged with the 15 others, of another scale."""
+    ids = episodes(pipeline, 20)
+    pipeline.run_once()
+    before = as_json("evaluate", "--agent-id", AGENT)
+    assert before["episodes"] == 20 and not before["notes"]
+    monkeypatch.setenv("AGENT_LEARNING_W_INTENT", "0")
+    rescored = as_json("rescore", "--agent-id", AGENT, *(a for i in ids[:5] for a in ("--episode-id", i)))
+    assert len(rescored["already_trained"]) == 5
+    after = as_json("evaluate", "--agent-id", AGENT)
+    assert after["episodes"] == 5 and after["reward_function"] != before["reward_function"]
+    (note,) = after["notes"]
+    assert note.startswith(f"rewards of reward function {after['reward_function']} (the newest score's) only: "
+                           f"episodes rewarded by another (15 of {before['reward_function']}) are left out")
