@@ -186,7 +186,40 @@ def _agent_id(ctx: click.Context, param: click.Parameter, value: Any) -> Any:
     return value
 
 
-COUNT = click.IntRange(1, 1_000_000)
+class _AsciiDigits(click.ParamType):
+    """Refuses a number written in another script's digits, which ``int()`` and ``float()`` read
+    (``١٢`` is 12): a number on the command line is written in ASCII digits."""
+
+    @staticmethod
+    def problem(value: Any) -> str | None:
+        """What is wrong with ``value`` as a number on the command line, if it is written in other digits."""
+        if isinstance(value, str) and not value.isascii():
+            return f"{value!r} is not a number in ASCII digits (0-9)"
+        return None
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        if problem := self.problem(value):
+            self.fail(problem, param, ctx)
+        return super().convert(value, param, ctx)
+
+
+class Int(_AsciiDigits, click.types.IntParamType):
+    """:data:`click.INT` of ASCII digits only."""
+
+
+class Float(_AsciiDigits, click.types.FloatParamType):
+    """:data:`click.FLOAT` of ASCII digits only."""
+
+
+class IntRange(_AsciiDigits, click.IntRange):
+    """:class:`click.IntRange` of ASCII digits only."""
+
+
+class FloatRange(_AsciiDigits, click.FloatRange):
+    """:class:`click.FloatRange` of ASCII digits only."""
+
+
+COUNT = IntRange(1, 1_000_000)
 """The type of ``--limit``, ``--last`` and ``--smooth``: a number of items, within what a store can query."""
 
 agent_option = click.option(
@@ -433,11 +466,12 @@ def main() -> None:
 
 
 @main.command()
-@click.option("--episodes", "episodes", type=click.IntRange(1, 10_000_000), default=4_000, show_default=True,
+@click.option("--episodes", "episodes", type=IntRange(1, 10_000_000), default=4_000, show_default=True,
               help="Episodes per simulated agent (a multiple of --batch).")
-@click.option("--batch", type=click.IntRange(1, 1_000_000), default=100, show_default=True,
+@click.option("--batch", type=IntRange(1, 1_000_000), default=100, show_default=True,
               help="Episodes per agent between training runs.")
-@click.option("--seed", default=7, show_default=True, help="Random seed: the same seed gives the same run.")
+@click.option("--seed", type=Int(), default=7, show_default=True,
+              help="Random seed: the same seed gives the same run.")
 @click.option(
     "--agents",
     default="math-tutor,support-bot,triage-bot",
@@ -673,11 +707,11 @@ def _checked_floor(floor: float, given: str, actions: list[Any] | dict[str, Any]
 )
 @click.option(
     "--temperature",
-    type=click.FloatRange(MIN_TEMPERATURE, MAX_TEMPERATURE),
+    type=FloatRange(MIN_TEMPERATURE, MAX_TEMPERATURE),
     default=None,
     help="Default: AGENT_LEARNING_TEMPERATURE.",
 )
-@click.option("--exploration-floor", type=float, default=None,
+@click.option("--exploration-floor", type=Float(), default=None,
               help="Minimum probability of every action; times the number of actions, below 1. "
               "Default: AGENT_LEARNING_EXPLORATION_FLOOR.")
 @db_option
@@ -968,6 +1002,8 @@ def _positive_version(ctx: click.Context, param: click.Parameter, value: str) ->
     if value.startswith("--"):
         name, known = value.partition("=")[0], [o for p in ctx.command.params for o in p.opts if o.startswith("--")]
         raise click.NoSuchOption(name, possibilities=difflib.get_close_matches(name, known), ctx=ctx)
+    if problem := _AsciiDigits.problem(value):  # isdecimal() and int() take other scripts' digits too
+        raise click.BadParameter(problem)
     if not value.isdecimal() or int(value) < 1:
         raise click.BadParameter(f"must be a positive integer (a policy version, as policy history lists), "
                                  f"got {value!r}")
@@ -1287,7 +1323,7 @@ def runs_show(run_id: str, as_json: bool, db: str | None) -> None:
 
 @main.command()
 @agent_option
-@click.option("--version", "version", type=click.IntRange(min=1), default=None,
+@click.option("--version", "version", type=IntRange(min=1), default=None,
               help="Evaluate this version of the agent's policy.")
 @click.option("--action", "action_id", default=None,
               help="Evaluate always choosing this configuration (for dimensions: this value, e.g. prompt=concise, "
@@ -1296,7 +1332,7 @@ def runs_show(run_id: str, as_json: bool, db: str | None) -> None:
 @click.option("--candidate", is_flag=True, help="Evaluate the version the next training run would publish.")
 @click.option("--since", type=click.DateTime(TIME_FORMATS), default=None,
               help="Only episodes scored at or after this UTC date or time (default: all, the newest 100,000).")
-@click.option("--confidence", type=click.FloatRange(0.5, 0.999), default=0.95, show_default=True,
+@click.option("--confidence", type=FloatRange(0.5, 0.999), default=0.95, show_default=True,
               help="Two-sided confidence of the intervals.")
 @json_option
 @db_option
@@ -1538,7 +1574,7 @@ FEEDBACK_OPTIONS = {"episode_id": "EPISODE_ID", "source": "--source", "comment":
 @click.argument("episode_id")
 @click.option("--up", is_flag=True, help="Thumbs up.")
 @click.option("--down", is_flag=True, help="Thumbs down.")
-@click.option("--score", type=click.FloatRange(0, 1), default=None, help="A score from 0 to 1 instead of a thumb.")
+@click.option("--score", type=FloatRange(0, 1), default=None, help="A score from 0 to 1 instead of a thumb.")
 @click.option("--source", default="user", show_default=True, help="Who gives it: one feedback per source.")
 @click.option("--comment", default="", help="Why, in the user's words (stored with the feedback).")
 @json_option
