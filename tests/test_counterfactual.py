@@ -204,3 +204,35 @@ def test_the_span_of_scoring_times_holds_an_episode_re_scored_after_the_others()
     assert current is not None
     logged = cf.read_logged(store, current)
     assert (logged.first, logged.last) == (BASE_TIME + timedelta(seconds=1), later)
+
+
+def test_rewards_of_one_reward_function_are_estimated_the_newest_scores(store: Store) -> None:
+    """Before the fix, episodes re-scored with other reward weights were averaged with the others,
+    rewards on two scales in one estimate."""
+    logged_uniformly(store, 30)
+    current = load_current(store, AGENT)
+    assert current is not None
+    later = BASE_TIME + timedelta(days=1)
+    for i in range(10):  # re-scored in place with another reward function: its scale, not the others'
+        first = Score.from_dict(store.get_score(f"ep-{i}", AGENT))  # type: ignore[arg-type]
+        info = first.reward_function.model_copy(update={"version": "heavier-penalties"})
+        store.put_score(first.model_copy(update={"reward": first.reward / 2 - 0.75, "reward_function": info,
+                                                 "scored_at": later}))
+    logged = cf.read_logged(store, current)
+    assert (len(logged.logs), logged.reward_function, logged.other_rewards) == (10, "heavier-penalties",
+                                                                                {"test-reward": 20})
+    assert logged.logs.rewards.max() < 0
+    result = cf.compare_to_current(logged, current, cf.uniform(current), "uniform")
+    assert any("reward function heavier-penalties" in n and "20 of test-reward" in n for n in result.notes)
+    # an episode whose feedback was applied to the reward it was learned with: that reward's function
+    first = Score.from_dict(store.get_score("ep-0", AGENT))  # type: ignore[arg-type]
+    store.put_score(make_score("ep-0", id="ep-0~r1", agent_id=AGENT, action_id=first.action_id, probability=1 / 3,
+                               revision=1, reward=1.0, reward_delta=0.5, scored_at=later + timedelta(hours=1)))
+    logged = cf.read_logged(store, current)
+    assert len(logged.logs) == 9 and logged.other_rewards == {"test-reward": 21}
+    one = Score.from_dict(store.get_score("ep-5", AGENT))  # type: ignore[arg-type]  # one more change of weights
+    info = one.reward_function.model_copy(update={"version": "third"})
+    store.put_score(one.model_copy(update={"reward_function": info, "scored_at": later + timedelta(days=1)}))
+    alone = r"has 1 scored episodes with a reward of reward function third \(the newest; 29 of other reward functions"
+    with pytest.raises(NotFound, match=alone + r" are not comparable\); an estimate needs at least 2"):
+        cf.read_logged(store, current)

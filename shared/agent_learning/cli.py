@@ -191,7 +191,40 @@ def _agent_id(ctx: click.Context, param: click.Parameter, value: Any) -> Any:
     return value
 
 
-COUNT = click.IntRange(1, 1_000_000)
+class _AsciiDigits(click.ParamType):
+    """Refuses a number written in another script's digits, which ``int()`` and ``float()`` read
+    (``١٢`` is 12): a number on the command line is written in ASCII digits."""
+
+    @staticmethod
+    def problem(value: Any) -> str | None:
+        """What is wrong with ``value`` as a number on the command line, if it is written in other digits."""
+        if isinstance(value, str) and not value.isascii():
+            return f"{value!r} is not a number in ASCII digits (0-9)"
+        return None
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        if problem := self.problem(value):
+            self.fail(problem, param, ctx)
+        return super().convert(value, param, ctx)
+
+
+class Int(_AsciiDigits, click.types.IntParamType):
+    """:data:`click.INT` of ASCII digits only."""
+
+
+class Float(_AsciiDigits, click.types.FloatParamType):
+    """:data:`click.FLOAT` of ASCII digits only."""
+
+
+class IntRange(_AsciiDigits, click.IntRange):
+    """:class:`click.IntRange` of ASCII digits only."""
+
+
+class FloatRange(_AsciiDigits, click.FloatRange):
+    """:class:`click.FloatRange` of ASCII digits only."""
+
+
+COUNT = IntRange(1, 1_000_000)
 """The type of ``--limit``, ``--last`` and ``--smooth``: a number of items, within what a store can query."""
 
 agent_option = click.option(
@@ -480,11 +513,12 @@ def main() -> None:
 
 
 @main.command()
-@click.option("--episodes", "episodes", type=click.IntRange(1, 10_000_000), default=4_000, show_default=True,
+@click.option("--episodes", "episodes", type=IntRange(1, 10_000_000), default=4_000, show_default=True,
               help="Episodes per simulated agent (a multiple of --batch).")
-@click.option("--batch", type=click.IntRange(1, 1_000_000), default=100, show_default=True,
+@click.option("--batch", type=IntRange(1, 1_000_000), default=100, show_default=True,
               help="Episodes per agent between training runs.")
-@click.option("--seed", default=7, show_default=True, help="Random seed: the same seed gives the same run.")
+@click.option("--seed", type=Int(), default=7, show_default=True,
+              help="Random seed: the same seed gives the same run.")
 @click.option(
     "--agents",
     default="math-tutor,support-bot,triage-bot",
@@ -713,11 +747,11 @@ def _checked_floor(floor: float, given: str, actions: list[Any] | dict[str, Any]
 )
 @click.option(
     "--temperature",
-    type=click.FloatRange(MIN_TEMPERATURE, MAX_TEMPERATURE),
+    type=FloatRange(MIN_TEMPERATURE, MAX_TEMPERATURE),
     default=None,
     help="Default: AGENT_LEARNING_TEMPERATURE.",
 )
-@click.option("--exploration-floor", type=float, default=None,
+@click.option("--exploration-floor", type=Float(), default=None,
               help="Minimum probability of every action; times the number of actions, below 1. "
               "Default: AGENT_LEARNING_EXPLORATION_FLOOR.")
 @db_option
@@ -949,20 +983,13 @@ def policy_history(agent_id: str, limit: int | None, since: datetime | None, unt
         current = _current_or_said(store, settings, agent_id)  # the versions are what a rollback chooses from
         versions = history(store, agent_id, newest=limit, since=since, until=until)
         rows = _history_rows(versions)
-        # versions run from 1 to the current one (``agent-learn audit`` checks it): no need to read them all to
-        # count; an invalid current document's number is that of the newest version record
-        newest = current.version if current else next(
-            (n for d in store.list_policy_versions(agent_id, 1) if type(n := d.get("version")) is int), 0)
-    invalid = _left_out([versions]) or current is None
+        invalid = _left_out([versions]) or current is None
+        shown = _versions_read(store, agent_id, current, len(rows), limit, windowed, invalid)
     if windowed and not rows and not invalid:
         raise _no_versions_in([agent_id])
-    total = max(newest, len(rows)) if limit or windowed or invalid else len(rows)
     if as_json:
         _echo_json(rows)
         sys.exit(1 if invalid else 0)
-    which = (("the newest " if limit else "the ") + str(len(rows)) + (" valid" if invalid else "")
-             + (" created in the window" if windowed else ""))
-    shown = _n(total, "policy version") + (f", {which} shown" if len(rows) < total else "")
     table = Table(title=f"{agent_id}: {shown}", title_justify="left")
     table.add_column("version", justify="right")
     table.add_column("source")
@@ -991,12 +1018,32 @@ def policy_history(agent_id: str, limit: int | None, since: datetime | None, unt
         sys.exit(1)
 
 
+def _versions_read(store: Any, agent_id: str, current: Any, read: int, newest: int | None, windowed: bool,
+                   invalid: bool, verb: str = "shown") -> str:
+    """How many versions the agent has, and which ``read`` of them a command shows: ``14 policy
+    versions`` or ``14 policy versions, the newest 4 shown`` (``newest``: ``--limit``/``--last``;
+    ``windowed``: ``--since``/``--until``; ``invalid``: a version or the current document was left
+    out). Versions run from 1 to the current one (``agent-learn audit`` checks it), so counting
+    them reads no version; an invalid current document's number is that of the newest version record."""
+    if newest or windowed or invalid:
+        last = current.version if current else next(
+            (n for d in store.list_policy_versions(agent_id, 1) if type(n := d.get("version")) is int), 0)
+        total = max(last, read)
+    else:
+        total = read
+    which = (("the newest " if newest else "the ") + str(read) + (" valid" if invalid else "")
+             + (" created in the window" if windowed else ""))
+    return _n(total, "policy version") + (f", {which} {verb}" if read < total else "")
+
+
 def _positive_version(ctx: click.Context, param: click.Parameter, value: str) -> int:
     """VERSION as a policy version number: ``-1`` and ``abc`` are refused in one sentence, and an
     unknown ``--option`` (which ``ignore_unknown_options`` lets through) as what it is."""
     if value.startswith("--"):
         name, known = value.partition("=")[0], [o for p in ctx.command.params for o in p.opts if o.startswith("--")]
         raise click.NoSuchOption(name, possibilities=difflib.get_close_matches(name, known), ctx=ctx)
+    if problem := _AsciiDigits.problem(value):  # isdecimal() and int() take other scripts' digits too
+        raise click.BadParameter(problem)
     if not value.isdecimal() or int(value) < 1:
         raise click.BadParameter(f"must be a positive integer (a policy version, as policy history lists), "
                                  f"got {value!r}")
@@ -1316,7 +1363,7 @@ def runs_show(run_id: str, as_json: bool, db: str | None) -> None:
 
 @main.command()
 @agent_option
-@click.option("--version", "version", type=click.IntRange(min=1), default=None,
+@click.option("--version", "version", type=IntRange(min=1), default=None,
               help="Evaluate this version of the agent's policy.")
 @click.option("--action", "action_id", default=None,
               help="Evaluate always choosing this configuration (for dimensions: this value, e.g. prompt=concise, "
@@ -1325,7 +1372,7 @@ def runs_show(run_id: str, as_json: bool, db: str | None) -> None:
 @click.option("--candidate", is_flag=True, help="Evaluate the version the next training run would publish.")
 @click.option("--since", type=click.DateTime(TIME_FORMATS), default=None,
               help="Only episodes scored at or after this UTC date or time (default: all, the newest 100,000).")
-@click.option("--confidence", type=click.FloatRange(0.5, 0.999), default=0.95, show_default=True,
+@click.option("--confidence", type=FloatRange(0.5, 0.999), default=0.95, show_default=True,
               help="Two-sided confidence of the intervals.")
 @json_option
 @db_option
@@ -1365,7 +1412,7 @@ def evaluate(agent_id: str, version: int | None, action_id: str | None, uniform:
             result.notes.append(f"a training run now publishes nothing: it waits for {settings.train_min_batch} new "
                                 f"scores (AGENT_LEARNING_TRAIN_MIN_BATCH), and its candidate then has them all")
     if as_json:
-        _echo_json({**result.to_dict(), "confidence": confidence,
+        _echo_json({**result.to_dict(), "confidence": confidence, "reward_function": logged.reward_function,
                     "scored_from": logged.first, "scored_to": logged.last})
         return
     span = f"{_iso(logged.first)[:19]} to {_iso(logged.last)[:19]}" if logged.first and logged.last else ""
@@ -1567,7 +1614,7 @@ FEEDBACK_OPTIONS = {"episode_id": "EPISODE_ID", "source": "--source", "comment":
 @click.argument("episode_id")
 @click.option("--up", is_flag=True, help="Thumbs up.")
 @click.option("--down", is_flag=True, help="Thumbs down.")
-@click.option("--score", type=click.FloatRange(0, 1), default=None, help="A score from 0 to 1 instead of a thumb.")
+@click.option("--score", type=FloatRange(0, 1), default=None, help="A score from 0 to 1 instead of a thumb.")
 @click.option("--source", default="user", show_default=True, help="Who gives it: one feedback per source.")
 @click.option("--comment", default="", help="Why, in the user's words (stored with the feedback).")
 @json_option
@@ -1844,6 +1891,10 @@ def _judge_unjudged(agent_id: str, limit: int | None, as_json: bool, db: str | N
             out.print(f"judged meanwhile ({len(result.duplicates)}): " + _ids(result.duplicates))
         for f in failed:
             out.print(f"failed: {f['episode_id']}: {f['reason']}: {f['description']} (it stays unjudged)")
+        stuck = len(failed) - bool(result.stopped)  # a stopped run's last failure is worth retrying
+        if stuck:
+            out.print(f"not judged, for a reason retrying does not fix: {_n(stuck, 'episode')}; each run tries "
+                      "them again without counting them against --limit, so it goes on to the others")
         if result.stopped:
             out.print(f"stopped: {result.stopped}")
         if result.more:
@@ -1889,14 +1940,19 @@ def report(agent_ids: tuple[str, ...], png_path: str, html_path: str, title: str
         if not agents:
             raise NotFound(f"no agent has a policy in {_where(settings)}")
         # an invalid current document is said, and its versions are charted: a rollback chooses from them
-        invalid_current = [a for a in agents if _current_or_said(store, settings, a) is None]
-        histories = []
+        currents = {a: _current_or_said(store, settings, a) for a in agents}
+        histories, headings = [], {}
+        windowed = since is not None or until is not None
         with _progress("reading policy versions", as_json) as bar:
             task = bar.add_task("agents", total=len(agents))
             for agent_id in agents:
-                histories.append(history(store, agent_id, last, since=since, until=until))
+                h = history(store, agent_id, last, since=since, until=until)
+                histories.append(h)
+                headings[agent_id] = _versions_read(store, agent_id, currents[agent_id], len(h.versions), last,
+                                                    windowed, bool(h.invalid) or currents[agent_id] is None,
+                                                    "charted")
                 bar.advance(task)
-    invalid = _left_out(histories) or bool(invalid_current)
+    invalid = _left_out(histories) or any(c is None for c in currents.values())
     empty = [h.agent_id for h in histories if not h.versions and not h.invalid]
     if empty:
         raise _no_versions_in(empty)
@@ -1904,7 +1960,7 @@ def report(agent_ids: tuple[str, ...], png_path: str, html_path: str, title: str
     if not histories:
         sys.exit(1)
     try:
-        files = write_report(histories, png_path, html_path, title, smooth)
+        files = write_report(histories, png_path, html_path, title, smooth, headings)
     except RuntimeError as exc:  # matplotlib missing
         raise ConfigurationError(str(exc)) from None
     summary = {"png": str(files.png), "html": str(files.html),
@@ -1914,7 +1970,7 @@ def report(agent_ids: tuple[str, ...], png_path: str, html_path: str, title: str
         _echo_json(summary)
         sys.exit(1 if invalid else 0)
     for h in histories:
-        out.print(f"{h.agent_id}: {_n(len(h.versions), 'version')}; series per chart (probabilities, reward, entropy) "
+        out.print(f"{h.agent_id}: {headings[h.agent_id]}; series per chart (probabilities, reward, entropy) "
                   f"{files.series[h.agent_id]}")
     out.print(f"wrote {files.png} and {files.html}")
     if invalid:

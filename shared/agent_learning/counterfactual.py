@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import json
 import math
-from collections import OrderedDict
+from collections import Counter, OrderedDict
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -81,6 +81,10 @@ class Logged:
     invalid: int = 0
     truncated: bool = False
     """More episodes matched than :data:`MAX_EPISODES`: the newest were kept."""
+    reward_function: str | None = None
+    """The version of the reward function every reward is of (:func:`read_logged` keeps one)."""
+    other_rewards: dict[str, int] = field(default_factory=dict)
+    """Episodes left out because their reward is of another reward function, by its version."""
 
 
 def read_logged(
@@ -93,10 +97,14 @@ def read_logged(
 ) -> Logged:
     """The agent's judged episodes scored at or after ``since`` (the newest ``limit``), each with
     its reward after feedback. Every score is read, oldest first (``progress`` is told how many so
-    far), and at most ``limit`` episodes are held. Raises :class:`NotFound` when there are fewer
-    than two."""
+    far), and at most ``limit`` episodes are held. Rewards of different reward functions (a change
+    of weights, a ``rescore`` of some episodes) are on different scales, so only the episodes whose
+    reward is of the reward function the newest score was written with are kept; the others are
+    counted in ``other_rewards``. Raises :class:`NotFound` when fewer than two are kept."""
     layout = Layout.of(current)
-    episodes: OrderedDict[str, list[Any]] = OrderedDict()  # episode id → [local, reward, probability, ...]
+    # episode id → [local, reward, probability, context, scored_at, measures, the score's reward function,
+    # the reward function of the reward after feedback (a correction's: it may be the one the episode was learned with)]
+    episodes: OrderedDict[str, list[Any]] = OrderedDict()
     invalid = read = 0
     truncated = False
     after: ScoreCursor | None = None
@@ -110,14 +118,16 @@ def read_logged(
                 invalid += 1
                 continue
             if score.is_correction:
-                if score.episode_id in episodes:
-                    episodes[score.episode_id][1] = score.reward  # the reward after this feedback
+                if score.episode_id in episodes:  # the reward after this feedback
+                    episodes[score.episode_id][1] = score.reward
+                    episodes[score.episode_id][7] = score.reward_function.version
                 continue
             if since is not None and score.scored_at < since:
                 continue
             local = layout.parse(score.action_id)
+            version = score.reward_function.version
             episodes[score.episode_id] = [
-                local, score.reward, score.probability, score.context, score.scored_at, score.measures
+                local, score.reward, score.probability, score.context, score.scored_at, score.measures, version, version
             ]
             if len(episodes) > limit:  # the oldest goes: memory stays bounded however long the agent ran
                 episodes.popitem(last=False)
@@ -128,11 +138,16 @@ def read_logged(
             break
         after = ScoreCursor.of_row(page[-1])
     values = list(episodes.values())
+    newest = max(values, key=lambda v: v[4])[6] if values else None
+    other_rewards = dict(Counter(v[7] for v in values if v[7] != newest))
+    values = [v for v in values if v[7] == newest]
     skipped = sum(v[0] is None for v in values)
     if len(values) < 2:
         raise NotFound(
             f"{'--since' if since else '--agent-id'}: {current.agent_id!r} has {len(values)} scored episodes"
             + (f" since {since.isoformat()}" if since else "")
+            + (f" with a reward of reward function {newest} (the newest; {sum(other_rewards.values())} of other "
+               "reward functions are not comparable)" if other_rewards else "")
             + "; an estimate needs at least 2"
         )
     keys: dict[str, int] = {}
@@ -140,7 +155,7 @@ def read_logged(
     rows = np.empty(len(values), dtype=np.int64)
     segments: dict[tuple[Any, ...], int] = {}
     groups = np.empty(len(values), dtype=np.int64)
-    for i, (_, _, _, context, _, _) in enumerate(values):
+    for i, (_, _, _, context, *_) in enumerate(values):
         key = json.dumps(context, sort_keys=True)
         if key not in keys:
             keys[key] = len(contexts)
@@ -166,6 +181,8 @@ def read_logged(
         lacking,
         invalid,
         truncated,
+        newest,
+        other_rewards,
     )
 
 
@@ -354,6 +371,13 @@ def compare_to_current(
             result.metrics[name] = found[:2]
     if logged.truncated:
         result.notes.append(f"only the newest {len(logged.logs):,} episodes were read")
+    if logged.other_rewards:
+        others = ", ".join(f"{n} of {version}" for version, n in sorted(logged.other_rewards.items()))
+        result.notes.append(
+            f"rewards of reward function {logged.reward_function} (the newest score's) only: episodes rewarded by "
+            f"another ({others}) are left out, their rewards being on another scale (agent-learn rescore "
+            "scores episodes again with the settings' reward function)"
+        )
     if logged.skipped:
         result.notes.append(
             f"{logged.skipped} scores of configurations the current version lacks count with weight 0 "

@@ -741,6 +741,9 @@ class PolicyDocument(Document):
         None, exclude_if=_unset
     )
     """Context features the policy's choice depends on (schema 2)."""
+    unpinned_version: Version | None = Field(None, exclude_if=_unset)
+    """The version the current document was at when an operator last unpinned it: a drift warning
+    pins the agent again (``AGENT_LEARNING_AUTO_PIN``) only on the evidence of the runs after it."""
 
     @model_validator(mode="before")
     @classmethod
@@ -850,14 +853,15 @@ class PolicyDocument(Document):
     def as_kind(self, kind: Literal["version", "current"]) -> PolicyDocument:
         """The same policy as a version document or as the current document.
 
-        ``pinned`` and ``pin_reason`` are state of the current document only (pausing learning
-        does not make a new policy), so version documents are never pinned.
+        ``pinned``, ``pin_reason`` and ``unpinned_version`` are state of the current document only
+        (pausing learning does not make a new policy), so version documents are never pinned.
         """
         doc_id = policy_doc_id(self.agent_id, self.version if kind == "version" else None)
         update: dict[str, Any] = {"kind": kind, "id": doc_id}
         if kind == "version":
             update["pinned"] = False
             update["pin_reason"] = ""
+            update["unpinned_version"] = None
         return self.model_copy(update=update)
 
 

@@ -27,7 +27,8 @@ Each warning is logged, counted in the ``agent_learning.policy.warnings`` metric
 to the training span as an event. :func:`review` only reports: with ``auto_pin`` the trainer
 (:func:`~agent_learning.pipeline.train_agent`) pins the agent's policy (learning frozen) with
 the warnings as the reason, for an operator to inspect, roll back if need be, and unpin (a
-rollback keeps the pin).
+rollback keeps the pin). An unpin holds until new evidence: a warning pins the agent again only
+when the runs after the unpin give it on their own (both sides of the comparison made of them).
 """
 
 from __future__ import annotations
@@ -98,6 +99,8 @@ class RunReward:
     episodes: int
     mean: float
     std: float
+    version: int = 0
+    """The version the run published."""
 
 
 @dataclass(frozen=True)
@@ -197,17 +200,30 @@ def review(
     choices: int,
     config: DriftConfig,
     span: Any = None,
+    *,
+    pin_after: int | None = None,
 ) -> list[DriftWarning]:
     """Check a freshly published version: log, count and return its warnings (the caller
     decides whether to pin). ``entropy`` is what its requests draw from, in nats
     (:func:`~agent_learning.policy.served_entropy`), and ``choices`` how many configurations it
-    chooses among (:func:`~agent_learning.policy.policy_choices`)."""
-    warnings = assess(agent_id, version, latest_runs(store, agent_id, config.window), entropy, choices, config)
+    chooses among (:func:`~agent_learning.policy.policy_choices`).
+
+    With ``pin_after`` (the version an operator unpinned the agent at), only the warnings that
+    the runs after that version give on their own are returned: the others are logged and
+    counted all the same, but rest on evidence the operator has seen, so they must not pin it again."""
+    runs = latest_runs(store, agent_id, config.window)
+    warnings = assess(agent_id, version, runs, entropy, choices, config)
     for w in warnings:
         log.warning("policy warning (%s): %s", w.kind, w.message)
         count(POLICY_WARNINGS, 1, {"agent_id": agent_id, "kind": w.kind})
         if span is not None:
             span.add_event(w.kind, {"message": w.message})
+    if warnings and pin_after is not None:
+        fresh = assess(agent_id, version, [r for r in runs if r.version > pin_after], entropy, choices, config)
+        if not fresh:
+            log.warning("%s: not pinned again: the fall rests on runs up to v%s, when an operator unpinned it",
+                        agent_id, pin_after)
+        return fresh
     return warnings
 
 
@@ -239,4 +255,5 @@ def reward_of(run: Mapping[str, Any]) -> RunReward | None:
     # episode_reward_std: the std of the episodes' rewards (runs before it was recorded: the
     # learner's importance-weighted reward_std, close to it).
     std = metrics.get("episode_reward_std", metrics.get("reward_std", 0.0))
-    return RunReward(episodes, float(metrics["mean_reward"]), float(std))
+    version = run.get("policy_version")
+    return RunReward(episodes, float(metrics["mean_reward"]), float(std), version if type(version) is int else 0)

@@ -43,7 +43,9 @@ their messages.
   the policy version it was drawn under, as for any episode). Episodes are taken in episode-id
   order: with random ids, a ``limit`` judges a uniform random part of the backlog, so judging
   only part of it keeps the learning unbiased. Idempotent: an episode judged meanwhile is a
-  duplicate, and one that fails keeps its record. Feedback that waited for the episode's
+  duplicate, and one that fails keeps its record (one that cannot be judged, such as an
+  episode expired by TTL, is tried again by every run, and does not count against the limit, so
+  a limited run still reaches the episodes after it). Feedback that waited for the episode's
   score is applied when the score is written.
 """
 
@@ -250,7 +252,9 @@ class JudgeUnjudgedResult:
     duplicates: list[str] = field(default_factory=list)
     """Judged by someone else meanwhile: nothing to do."""
     failed: list[tuple[str, str, str]] = field(default_factory=list)
-    """``(episode id, reason, description)``: not judged; the record stays."""
+    """``(episode id, reason, description)``: not judged; the record stays. Apart from the one a
+    ``stopped`` run ends with, these cannot be judged as they stand (e.g. ``EpisodeNotFound``:
+    expired by TTL) and every run meets them again."""
     stopped: str | None = None
     """Why the run stopped before its limit (the judge was unavailable), if it did."""
     more: bool = False
@@ -269,19 +273,22 @@ def judge_unjudged(
     """Judge up to ``limit`` (``None``: all) of the episodes ``agent_id``'s judging rule left
     unjudged, whatever the rule says now; see the module docstring. A transient judge failure
     (throttling, an outage) stops the run, so that a throttled judge is not pressed further:
-    run it again later. ``progress`` is told how many were tried, after each."""
+    run it again later. An episode that cannot be judged as it stands (expired, invalid, a
+    permanent judge failure) keeps its record and is listed in ``failed``, and is not counted
+    against ``limit``: every run tries it again, and goes on to the episodes after it, so a
+    limited run always reaches the rest of the backlog. ``progress`` is told how many were
+    judged (or found judged meanwhile), after each."""
     if limit is not None and limit < 1:
         raise ValueError(f"limit: {limit} must be at least 1")
     result = JudgeUnjudgedResult()
     after: str | None = None
-    tried = 0
-    while limit is None or tried < limit:
-        want = page_size if limit is None else min(page_size, limit - tried)
+    done = 0  # judged, or judged meanwhile: what counts against the limit
+    while limit is None or done < limit:
+        want = page_size if limit is None else min(page_size, limit - done)
         page = store.list_unjudged(agent_id, after, want)
         for row in page:
             episode_id = str(row["id"])
             after = episode_id
-            tried += 1
             outcome = score_episode(episode_id, scorer, sample=False)
             if outcome.status == "scored":
                 result.judged.append(episode_id)
@@ -293,8 +300,10 @@ def judge_unjudged(
                     result.stopped = f"the judge is unavailable ({outcome.description}); run again later"
                     result.more = True
                     return result
+                continue
+            done += 1
             if progress is not None:
-                progress(tried)
+                progress(done)
         if len(page) < want:
             return result
     result.more = bool(store.list_unjudged(agent_id, after, 1))

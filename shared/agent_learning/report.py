@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import base64
 import html
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -42,8 +42,10 @@ def write_report(
     html_path: str | Path,
     title: str = "agent-learning",
     smooth: int | None = None,
+    headings: Mapping[str, str] | None = None,
 ) -> ReportFiles:
-    """Write the PNG and the HTML page; returns where, and how many data series each panel holds."""
+    """Write the PNG and the HTML page; returns where, and how many data series each panel holds.
+    ``headings`` says, per agent, what its versions are (``14 policy versions, the newest 4 charted``)."""
     fig = history_figure(histories, title, smooth)
     try:
         png = png_bytes(fig)
@@ -55,12 +57,14 @@ def write_report(
     for out in (png_out, html_out):
         out.parent.mkdir(parents=True, exist_ok=True)
     png_out.write_bytes(png)
-    html_out.write_text(render_html(histories, png, title), encoding="utf-8")
+    html_out.write_text(render_html(histories, png, title, headings), encoding="utf-8")
     return ReportFiles(png_out, html_out, series)
 
 
-def render_html(histories: Sequence[AgentHistory], png: bytes, title: str) -> str:
-    """The page: the chart as a data URI and one table of versions per agent."""
+def render_html(histories: Sequence[AgentHistory], png: bytes, title: str,
+                headings: Mapping[str, str] | None = None) -> str:
+    """The page: the chart as a data URI and one table of versions per agent, headed by its id and
+    its ``headings`` entry, if any."""
     esc = html.escape
     parts = [
         "<!doctype html>",
@@ -72,7 +76,8 @@ def render_html(histories: Sequence[AgentHistory], png: bytes, title: str) -> st
         f'src="data:image/png;base64,{base64.b64encode(png).decode()}">',
     ]
     for h in histories:
-        parts.append(f"<h2>{esc(h.agent_id)}</h2>")
+        heading = (headings or {}).get(h.agent_id)
+        parts.append(f"<h2>{esc(h.agent_id)}{': ' + esc(heading) if heading else ''}</h2>")
         if h.segments:  # agents draw from their segment's probabilities, which the chart shows
             parts.append("<p>Each value's probability in its dimension, and the entropy, with no context (what a "
                          "request without features gets); the chart gives the probabilities per segment.</p>")

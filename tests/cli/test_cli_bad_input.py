@@ -140,6 +140,25 @@ def test_a_rollback_version_must_be_a_positive_integer(version: str) -> None:
                                      f"history lists), got {version!r}")
 
 
+@pytest.mark.parametrize("args, name, value", [
+    (["policy", "rollback", "--agent-id", "a", "١٢"], "VERSION", "١٢"),  # Arabic-Indic 12
+    (["policy", "rollback", "--agent-id", "a", "１２"], "VERSION", "１２"),  # fullwidth 12
+    (["evaluate", "--agent-id", "a", "--version", "٣"], "--version", "٣"),
+    (["policy", "history", "--agent-id", "a", "--limit", "٢"], "--limit", "٢"),
+    (["report", "--last", "٥"], "--last", "٥"),
+    (["demo", "--seed", "٧"], "--seed", "٧"),
+    (["evaluate", "--agent-id", "a", "--confidence", "٠.٩"], "--confidence", "٠.٩"),
+    (["feedback", "ep-1", "--score", "٠.٥"], "--score", "٠.٥"),
+    (["init-policy", "--exploration-floor", "٠.١", "--agent-id", "a", "--actions", "x.json"],
+     "--exploration-floor", "٠.١"),
+])
+def test_a_number_in_other_digits_is_refused_naming_its_argument(args: list[str], name: str, value: str) -> None:
+    """Before the fix `policy rollback ... ١٢` rolled back to v12: int() reads every script's digits."""
+    result = CliRunner().invoke(main, args)
+    assert result.exit_code == 2
+    assert result.output.strip() == f"error: {name}: {value!r} is not a number in ASCII digits (0-9)"
+
+
 def test_a_rollback_with_an_unknown_option_names_the_option_not_version() -> None:
     """Unknown options reach VERSION (so that ``-1`` is refused there); a ``--name`` is still one."""
     result = CliRunner().invoke(main, ["policy", "rollback", "--agent-id", "a", "--not", "2"], prog_name="agent-learn")

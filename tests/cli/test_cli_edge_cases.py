@@ -292,7 +292,7 @@ def test_counts_of_one_are_singular(tmp_path: Path, db: str) -> None:
     assert "1 agent in" in ok("agent", "list", "--db", db).stdout
     assert f"{AGENT}: 1 policy version" in ok("policy", "history", "--agent-id", AGENT, "--db", db).stdout
     text = ok("report", "--db", db, "--png", str(tmp_path / "r.png"), "--html", str(tmp_path / "r.html")).stdout
-    assert f"{AGENT}: 1 version;" in text
+    assert f"{AGENT}: 1 policy version;" in text
 
 
 def test_read_commands_leave_a_file_that_is_not_a_store_unchanged(tmp_path: Path, db: str) -> None:

@@ -17,6 +17,7 @@ import pytest
 pytest.importorskip("rich")
 
 from cli_harness import clear_settings, cli
+from factories import make_unjudged
 
 from agent_learning.audit import audit_agent
 from agent_learning.clock import ManualClock
@@ -182,7 +183,9 @@ def test_a_rollback_after_a_rescore_undoes_the_update_and_learns_no_episode_agai
     assert (books["learned"], books["learned_twice"], books["pending"]) == (8, 0, 0)
 
 
-def test_a_rollback_is_shown_with_the_version_it_restored_its_note_and_the_pin_it_keeps(pipeline: LocalPipeline) -> None:
+def test_a_rollback_is_shown_with_the_version_it_restored_its_note_and_the_pin_it_keeps(
+    pipeline: LocalPipeline,
+) -> None:
     """Before the fix `policy show` said only "v3 (rollback)" (the version restored and the operator's
     note were in `policy history --json` alone), and a rollback of a pinned agent did not say that
     learning stays paused."""
@@ -299,3 +302,47 @@ def test_audit_of_one_agent_with_a_corrupt_policy_reports_it_as_the_whole_audit_
     assert one["learned"] == 5
     text = cli("audit", "--agent-id", AGENT)
     assert text.exit_code == 1 and "temperature" in text.stdout and "NOT OK" in text.stdout
+
+
+def test_a_limited_judging_of_the_backlog_goes_past_expired_episodes_and_says_so(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    clear_settings(monkeypatch)
+    monkeypatch.setenv("AGENT_LEARNING_SQLITE_PATH", str(tmp_path / "local.db"))
+    monkeypatch.setenv("AGENT_LEARNING_JUDGING", f"{AGENT}=0")
+    p = open_local(load_settings(), clock=ManualClock())
+    scenario = math_tutor(AGENT)
+    create_policy(p.store, SoftmaxPolicy.from_actions(AGENT, scenario.actions).to_document(created_at=p.clock.now()))
+    ids = sorted(episodes(p, 3))
+    assert p.run_once().outcomes["unjudged"] == 3
+    gone = "0-expired"  # sorts first; its episode expired by TTL after it was recorded
+    p.store.mark_unjudged(make_unjudged(gone, agent_id=AGENT, action_id=scenario.actions[0].id))
+    p.store.close()
+    p.queue.close()
+
+    first = cli("rescore", "--agent-id", AGENT, "--unjudged", "--limit", "2")
+    text = " ".join(first.stdout.split())
+    assert first.exit_code == 1 and f"failed: {gone}: EpisodeNotFound" in text
+    assert "judged 2 unjudged episodes" in text and all(i in text for i in ids[:2])
+    assert "not judged, for a reason retrying does not fix: 1 episode; each run tries them again" in text
+    second = as_json("rescore", "--agent-id", AGENT, "--unjudged", "--limit", "2", code=1)
+    assert second["judged"] == ids[2:] and [f["episode_id"] for f in second["failed"]] == [gone]
+    assert not second["more"]
+
+
+def test_evaluate_after_a_rescore_with_other_weights_estimates_one_reward_function(
+    pipeline: LocalPipeline, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Before the fix the 5 re-scored rewards were averaged with the 15 others, of another scale."""
+    ids = episodes(pipeline, 20)
+    pipeline.run_once()
+    before = as_json("evaluate", "--agent-id", AGENT)
+    assert before["episodes"] == 20 and not before["notes"]
+    monkeypatch.setenv("AGENT_LEARNING_W_INTENT", "0")
+    rescored = as_json("rescore", "--agent-id", AGENT, *(a for i in ids[:5] for a in ("--episode-id", i)))
+    assert len(rescored["already_trained"]) == 5
+    after = as_json("evaluate", "--agent-id", AGENT)
+    assert after["episodes"] == 5 and after["reward_function"] != before["reward_function"]
+    (note,) = after["notes"]
+    assert note.startswith(f"rewards of reward function {after['reward_function']} (the newest score's) only: "
+                           f"episodes rewarded by another (15 of {before['reward_function']}) are left out")

@@ -169,7 +169,7 @@ def test_a_contextual_agents_tables_say_their_probabilities_are_with_no_context(
     files = ["--png", str(tmp_path / "r.png"), "--html", str(tmp_path / "r.html"), "--db", db]
     assert runner.invoke(main, ["report", *files]).exit_code == 0
     page = (tmp_path / "r.html").read_text()
-    triage_part, support_part = page.split("<h2>triage-bot</h2>")[1], page.split("<h2>support-bot</h2>")[1]
+    triage_part, support_part = page.split("<h2>triage-bot: ")[1], page.split("<h2>support-bot: ")[1]
     assert "with no context" in triage_part.split("<table>")[0]
     assert "no context" not in support_part.split("<h2>")[0]
     with SQLiteStore(db) as store:
@@ -231,3 +231,23 @@ def test_history_of_an_agent_whose_current_document_is_invalid_counts_every_vers
     total = len(json.loads(every.stdout))
     limited = runner.invoke(main, ["policy", "history", "--agent-id", "support-bot", "--limit", "3", "--db", db])
     assert limited.exit_code == 1 and f"{total} policy versions, the newest 3 valid shown" in limited.stdout
+
+
+def test_the_report_says_how_many_versions_the_agent_has_and_which_it_charted(db: str, tmp_path: Path) -> None:
+    """Before the fix the report said "5 versions" for the newest 5 of 61, or for 60 of 61 valid
+    ones, where `policy history` says "61 policy versions, the newest 5 shown"."""
+    runner = CliRunner()
+    files = ["--png", str(tmp_path / "r.png"), "--html", str(tmp_path / "r.html"), "--db", db]
+    total = len(json.loads(runner.invoke(main, ["policy", "history", "--agent-id", "support-bot", "--json",
+                                                "--db", db]).stdout))
+    every = runner.invoke(main, ["report", *files])
+    assert every.exit_code == 0 and f"support-bot: {total} policy versions; series" in every.stdout
+    assert f"<h2>support-bot: {total} policy versions</h2>" in (tmp_path / "r.html").read_text()
+    last = runner.invoke(main, ["report", "--last", "5", *files])
+    assert last.exit_code == 0 and f"support-bot: {total} policy versions, the newest 5 charted;" in last.stdout
+    assert f"<h2>support-bot: {total} policy versions, the newest 5 charted</h2>" in (tmp_path / "r.html").read_text()
+    with sqlite3.connect(db) as conn:  # a version document edited by hand
+        conn.execute("UPDATE policies SET doc = json_set(doc, '$.logits', json('[0, 0, 0]')) "
+                     "WHERE id = 'support-bot:v5'")
+    valid = runner.invoke(main, ["report", *files])
+    assert valid.exit_code == 1 and f"{total} policy versions, the {total - 1} valid charted;" in valid.stdout

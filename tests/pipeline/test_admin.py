@@ -426,6 +426,34 @@ def test_a_warning_pins_the_agent_when_auto_pin_is_on(store: Store, tmp_path: Pa
     assert [t.status for t in agent.round().trained] == ["pinned"]
 
 
+def test_an_unpin_holds_until_runs_after_it_show_a_fall_of_their_own(store: Store, tmp_path: Path, caplog: Any) -> None:
+    """Before the fix the next review pinned the agent again on the very runs the operator had
+    seen when unpinning it (the recent side pooled the run that had pinned it)."""
+    agent = Agent(store, tmp_path, drift=DriftConfig(reward_drop=0.2, window=60, auto_pin=True))
+    for _ in range(4):
+        agent.round()
+    agent.pipeline.scorer.reward = HarshReward(agent.pipeline.scorer.reward)
+    agent.round()
+    pinned = load_current(store, AGENT)
+    assert pinned is not None and pinned.pinned and pinned.version == 6 and pinned.unpinned_version is None
+    set_pinned(store, AGENT, False)  # the operator accepts the lower reward
+    unpinned = load_current(store, AGENT)
+    assert unpinned is not None and unpinned.unpinned_version == 6
+    with caplog.at_level("WARNING", logger="agent_learning.drift"):
+        report = agent.round()  # the fall still shows, on runs up to v6: warned, not pinned
+    assert [(t.status, t.version) for t in report.trained] == [("published", 7)]
+    assert "reward_drop" in caplog.text and "not pinned again: the fall rests on runs up to v6" in caplog.text
+    assert not load_current(store, AGENT).pinned  # type: ignore[union-attr]
+    assert store.get_policy_version(AGENT, 7).get("unpinned_version") is None  # type: ignore[union-attr]
+    agent.round()
+    agent.pipeline.scorer.reward = HarshReward(agent.pipeline.scorer.reward)  # a new fall, after the unpin
+    statuses = [agent.round().trained[0].status for _ in range(3)]
+    repinned = load_current(store, AGENT)
+    assert repinned is not None and repinned.pinned and "mean reward dropped" in repinned.pin_reason
+    # v9: the runs after the unpin fill one side only; v10: both, and they fall: pinned
+    assert statuses == ["published", "published", "pinned"] and repinned.version == 10
+
+
 def test_an_invalid_run_document_is_left_out_of_the_review_not_a_failed_publish(
     tmp_path: Path, caplog: Any
 ) -> None:

@@ -9,7 +9,7 @@ import json
 from collections import Counter
 
 import pytest
-from factories import CountingStore, make_episode, make_policy_doc
+from factories import CountingStore, make_episode, make_policy_doc, make_unjudged
 
 from agent_learning.audit import audit_agent
 from agent_learning.clock import ManualClock
@@ -316,3 +316,23 @@ def test_a_duplicate_message_without_the_episode_costs_one_read(store: Store, cl
     scorer.store = counted
     assert score_message(bare, scorer).status == "duplicate"
     assert dict(counted.calls) == {"get_score": 1}
+
+
+def test_episodes_that_cannot_be_judged_do_not_hold_a_limited_run_back(store: Store, clock: ManualClock) -> None:
+    """Records whose episode expired sort first on every run; before, a ``limit`` spent itself on
+    them run after run and never reached the others."""
+    scorer = scorer_for(store, clock, "*=0")
+    for i in range(2):  # recorded unjudged, then expired by TTL: no episode to judge
+        store.mark_unjudged(make_unjudged(f"a-gone-{i}", agent_id=AGENT))
+    ids = add_episodes(store, 3, prefix="b")
+    for i in ids:
+        assert score_message(message(i), scorer).status == "unjudged"
+
+    done: list[int] = []
+    first = judge_unjudged(store, scorer, AGENT, limit=2, progress=done.append)
+    assert first.judged == ids[:2] and first.more and first.stopped is None and done == [1, 2]
+    assert [(e, reason) for e, reason, _ in first.failed] == [("a-gone-0", "EpisodeNotFound"),
+                                                              ("a-gone-1", "EpisodeNotFound")]
+    second = judge_unjudged(store, scorer, AGENT, limit=2)
+    assert second.judged == ids[2:] and not second.more and len(second.failed) == 2
+    assert [r["id"] for r in store.list_unjudged(AGENT)] == ["a-gone-0", "a-gone-1"]  # they keep their records

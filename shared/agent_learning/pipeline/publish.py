@@ -179,12 +179,16 @@ def swap(store: Store, agent_id: str, change: Callable[[PolicyDocument], PolicyD
 
 
 def set_pinned(store: Store, agent_id: str, pinned: bool, reason: str = "") -> Change:
-    """Pin (freeze learning) or unpin an agent's policy. Idempotent."""
+    """Pin (freeze learning) or unpin an agent's policy. Idempotent. An unpin records the version
+    it resumes from (``unpinned_version``): a drift warning pins the agent again only on the
+    evidence of the runs after it, not on the runs the operator has just seen."""
 
     def change(current: PolicyDocument) -> PolicyDocument | None:
         if current.pinned == pinned:
             return None
-        return current.model_copy(update={"pinned": pinned, "pin_reason": reason[:MAX_NOTE_CHARS] if pinned else ""})
+        if pinned:
+            return current.model_copy(update={"pinned": True, "pin_reason": reason[:MAX_NOTE_CHARS]})
+        return current.model_copy(update={"pinned": False, "pin_reason": "", "unpinned_version": current.version})
 
     return swap(store, agent_id, change)
 

@@ -137,8 +137,14 @@ def train_agent(
 
 
 def review_published(store: Store, agent_id: str, outcome: TrainOutcome, drift: DriftConfig, sp: Any) -> None:
-    """Review a published version for drift warnings, and pin the agent if they ask for it."""
-    warnings = review(store, agent_id, outcome.version or 0, outcome.entropy or 0.0, outcome.choices or 1, drift, sp)
+    """Review a published version for drift warnings, and pin the agent if they ask for it (on the
+    evidence of the runs after an operator's unpin, if there was one)."""
+    unpinned = None
+    if drift.auto_pin:
+        current = load_current_tagged(store, agent_id)
+        unpinned = current.policy.unpinned_version if current is not None else None
+    warnings = review(store, agent_id, outcome.version or 0, outcome.entropy or 0.0, outcome.choices or 1, drift, sp,
+                      pin_after=unpinned)
     if warnings and drift.auto_pin:
         set_pinned(store, agent_id, True, reason="; ".join(w.message for w in warnings))
         log.warning("policy of %s pinned automatically; unpin with `agent-learn policy unpin`", agent_id)
