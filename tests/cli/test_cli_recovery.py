@@ -235,13 +235,18 @@ def test_rescore_reports_a_lost_episode_as_lost_not_as_already_trained(pipeline:
     assert audit_agent(pipeline.store, AGENT).lost == 1  # still lost: a re-score cannot make a run read it
 
 
+def judging_share(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, share: str) -> LocalPipeline:
+    """The embedded runner on a fresh file, judging ``share`` of the agent's episodes."""
+    clear_settings(monkeypatch)
+    monkeypatch.setenv("AGENT_LEARNING_SQLITE_PATH", str(tmp_path / "local.db"))
+    monkeypatch.setenv("AGENT_LEARNING_JUDGING", f"{AGENT}={share}")
+    return open_local(load_settings(), clock=ManualClock())
+
+
 def test_episodes_left_unjudged_are_shown_audited_and_judged_later(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    clear_settings(monkeypatch)
-    monkeypatch.setenv("AGENT_LEARNING_SQLITE_PATH", str(tmp_path / "local.db"))
-    monkeypatch.setenv("AGENT_LEARNING_JUDGING", f"{AGENT}=0.4")
-    p = open_local(load_settings(), clock=ManualClock())  # the embedded runner honours the setting
+    p = judging_share(tmp_path, monkeypatch, "0.4")  # the embedded runner honours the setting
     scenario = math_tutor(AGENT)
     create_policy(p.store, SoftmaxPolicy.from_actions(AGENT, scenario.actions).to_document(created_at=p.clock.now()))
     ids = episodes(p, 20)
@@ -307,10 +312,7 @@ def test_audit_of_one_agent_with_a_corrupt_policy_reports_it_as_the_whole_audit_
 def test_a_limited_judging_of_the_backlog_goes_past_expired_episodes_and_says_so(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    clear_settings(monkeypatch)
-    monkeypatch.setenv("AGENT_LEARNING_SQLITE_PATH", str(tmp_path / "local.db"))
-    monkeypatch.setenv("AGENT_LEARNING_JUDGING", f"{AGENT}=0")
-    p = open_local(load_settings(), clock=ManualClock())
+    p = judging_share(tmp_path, monkeypatch, "0")
     scenario = math_tutor(AGENT)
     create_policy(p.store, SoftmaxPolicy.from_actions(AGENT, scenario.actions).to_document(created_at=p.clock.now()))
     ids = sorted(episodes(p, 3))
