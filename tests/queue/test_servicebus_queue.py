@@ -10,6 +10,7 @@ with a stand-in administration client.
 from __future__ import annotations
 
 import asyncio
+import socket
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -289,7 +290,7 @@ def test_counts_maps_transient_http_failures(make_queue: Callable[..., ServiceBu
         def __init__(self, error: Exception) -> None:
             self.error = error
 
-        def get_queue_runtime_properties(self, name: str) -> Any:
+        def get_queue_runtime_properties(self, name: str, **kwargs: Any) -> Any:
             raise self.error
 
     busy = HttpResponseError("busy")
@@ -299,6 +300,18 @@ def test_counts_maps_transient_http_failures(make_queue: Callable[..., ServiceBu
     assert error.value.__cause__ is busy
     with pytest.raises(ResourceNotFoundError):
         make_queue(admin_client=FailingAdmin(ResourceNotFoundError("no such queue"))).counts()
+
+
+def test_counts_is_bounded_by_operation_timeout_when_the_management_endpoint_never_answers() -> None:
+    with socket.socket() as silent:  # accepts connections and never replies
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(8)
+        conn_str = f"Endpoint=sb://127.0.0.1:{silent.getsockname()[1]}/;SharedAccessKeyName=k;SharedAccessKey=x"
+        queue = ServiceBusQueue.from_connection_string(conn_str, QUEUE, operation_timeout=1.0, **CLIENT_KW)
+        started = time.monotonic()
+        with queue, pytest.raises(TransientError, match="counts"):
+            queue.counts()
+        assert time.monotonic() - started < 10  # azure-core's defaults would wait 300 s per attempt
 
 
 def test_counts_without_an_administration_client(amqp_broker: Broker) -> None:

@@ -39,7 +39,7 @@ How the port maps onto Service Bus:
   not AMQP). Service Bus reports no lock count, so ``locked`` counts the unexpired locks held by
   *this object* only. This path is not exercised against a broker in the tests: the local AMQP
   test broker does not serve the HTTP management API (against it, :meth:`counts` fails with
-  :class:`~agent_learning.errors.TransientError` after the HTTP client's retries).
+  :class:`~agent_learning.errors.TransientError` within ``operation_timeout``, retries included).
 * **Errors.** ``ServiceBusConnectionError``, ``ServiceBusCommunicationError``,
   ``OperationTimeoutError`` and ``ServiceBusServerBusyError`` (after the SDK's own retries) are
   raised as :class:`~agent_learning.errors.TransientError` with the SDK error as the cause, as
@@ -134,7 +134,8 @@ class ServiceBusQueue(WorkQueue):
 
     ``max_wait_time`` bounds each :meth:`receive` (seconds to wait for a first message);
     ``send_timeout`` bounds each batch send; ``operation_timeout`` bounds the other broker
-    calls (peek, dead-letter receive). Settlement is bounded by the client's ``timeout``
+    calls (peek, dead-letter receive) and, retries included, the administration API request of
+    :meth:`counts`. Settlement is bounded by the client's ``timeout``
     keyword (SDK default 60 s). ``admin_client`` serves :meth:`counts`; the classmethod
     constructors create one. Methods may be called from several threads: calls are
     serialised, since the SDK's sync handlers are not thread-safe.
@@ -506,7 +507,11 @@ class ServiceBusQueue(WorkQueue):
                 )
             admin = self._admin.get() if isinstance(self._admin, _LazyAdmin) else self._admin
             with self._translate("counts"):
-                runtime = admin.get_queue_runtime_properties(self.name)
+                # azure-core's defaults wait 300 s for a reply, per retry: bound the whole call.
+                bound = self.operation_timeout
+                runtime = admin.get_queue_runtime_properties(
+                    self.name, timeout=bound, connection_timeout=bound, read_timeout=bound
+                )
             self._forget_expired()
             return QueueCounts(
                 active=int(runtime.active_message_count or 0),
