@@ -150,6 +150,29 @@ def test_received_message_times(queue: ServiceBusQueue) -> None:
     assert m.locked_until == pytest.approx(time.time() + 30.0, abs=3)
 
 
+def test_a_value_or_sequence_body_from_another_client_does_not_fail_the_receive(
+    queue: ServiceBusQueue, amqp_broker: Broker
+) -> None:
+    from azure.servicebus import ServiceBusClient
+    from azure.servicebus.amqp import AmqpAnnotatedMessage
+
+    queue.send([msg("ours", '{"x": 1}')])
+    foreign = [{"value_body": 42}, {"sequence_body": [[1, 2]]}, {"value_body": {1: b"\xff"}}]
+    client = ServiceBusClient.from_connection_string(amqp_broker.connection_string, **CLIENT_KW)
+    with client, client.get_queue_sender(QUEUE) as sender:
+        for i, body in enumerate(foreign):
+            sender.send_messages(AmqpAnnotatedMessage(**body, properties={"message_id": f"foreign-{i}"}))
+    received = receive_exactly(queue, 4)
+    assert [(m.message_id, m.body) for m in received[:3]] == [
+        ("ours", b'{"x": 1}'),
+        ("foreign-0", b"42"),
+        ("foreign-1", b"[[1, 2]]"),
+    ]
+    assert received[3].message_id == "foreign-2" and received[3].body  # no JSON for an int key: its repr
+    queue.dead_letter(received[1], "InvalidMessage")
+    assert [(d.message_id, d.body) for d in queue.dead_letters()] == [("foreign-0", b"42")]
+
+
 def test_receive_with_nothing_waits_at_most_max_wait_time(queue: ServiceBusQueue) -> None:
     queue.send([msg("a")])
     queue.complete(queue.receive()[0])

@@ -49,6 +49,7 @@ How the port maps onto Service Bus:
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 import uuid
@@ -66,6 +67,7 @@ from azure.servicebus import (
     ServiceBusSender,
     ServiceBusSubQueue,
 )
+from azure.servicebus.amqp import AmqpMessageBodyType
 from azure.servicebus.exceptions import (
     MessageAlreadySettled,
     MessageLockLostError,
@@ -604,15 +606,24 @@ def _properties(raw: Mapping[Any, Any] | None) -> dict[str, PropertyValue]:
 
 
 def _body_bytes(message: ServiceBusReceivedMessage) -> bytes:
+    """The body as bytes: data sections joined, a string or binary value as it is.
+
+    Another client may send an AMQP value or sequence body of any other type; it becomes its JSON
+    text (its ``repr`` if it has none), which the scorer rejects like any malformed message,
+    instead of the conversion failing the receive of every message delivered with it.
+    """
     body = message.body
     if isinstance(body, bytes | bytearray | memoryview):
         return bytes(body)
     if isinstance(body, str):
         return body.encode("utf-8")
-    chunks: list[bytes] = []
-    for chunk in body:  # a data body is an iterable of sections
-        chunks.append(bytes(chunk) if not isinstance(chunk, str) else chunk.encode("utf-8"))
-    return b"".join(chunks)
+    if message.body_type == AmqpMessageBodyType.DATA:  # an iterable of sections
+        return b"".join(bytes(chunk) if not isinstance(chunk, str) else chunk.encode("utf-8") for chunk in body)
+    value = list(body) if message.body_type == AmqpMessageBodyType.SEQUENCE else body
+    try:
+        return json.dumps(value, default=repr).encode("ascii")
+    except (TypeError, ValueError):  # keys JSON cannot have
+        return repr(value).encode("utf-8", errors="backslashreplace")
 
 
 def _port_message_id(message: ServiceBusReceivedMessage) -> str:
