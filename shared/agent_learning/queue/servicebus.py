@@ -33,8 +33,8 @@ How the port maps onto Service Bus:
 * **Application properties.** Received keys and string values arrive as ``bytes`` from the SDK
   and are decoded to ``str``. azure-servicebus 7.15 cannot send a Python ``int`` outside the
   32-bit range (Azure/azure-sdk-for-python#34717), so such ints are sent as AMQP longs with
-  the SDK's own (private) wrapper; ints beyond 64 bits raise
-  :class:`~agent_learning.errors.InvalidDocument`.
+  the SDK's own (private) wrapper; :class:`~agent_learning.queue.OutgoingMessage` refuses ints
+  beyond 64 bits, on every adapter.
 * **Counts** come from ``ServiceBusAdministrationClient.get_queue_runtime_properties`` (HTTPS,
   not AMQP). Service Bus reports no lock count, so ``locked`` counts the unexpired locks held by
   *this object* only. This path is not exercised against a broker in the tests: the local AMQP
@@ -546,7 +546,6 @@ def _split_keywords(kw: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]
 
 
 _INT32 = range(-(2**31), 2**31)
-_INT64 = range(-(2**63), 2**63)
 
 
 def _wire_properties(properties: Mapping[str, PropertyValue]) -> dict[str, Any]:
@@ -554,13 +553,12 @@ def _wire_properties(properties: Mapping[str, PropertyValue]) -> dict[str, Any]:
 
     azure-servicebus 7.15 encodes every Python ``int`` as an AMQP int (32 bits) and raises
     ``ValueError`` for anything larger (Azure/azure-sdk-for-python#34717), so larger ints are
-    wrapped as AMQP longs with the SDK's own helper; ints beyond 64 bits cannot be sent.
+    wrapped as AMQP longs with the SDK's own helper (:class:`OutgoingMessage` refuses ints
+    beyond 64 bits).
     """
     wire: dict[str, Any] = {}
     for key, value in properties.items():
         if isinstance(value, int) and not isinstance(value, bool) and value not in _INT32:
-            if value not in _INT64:
-                raise InvalidDocument("message", [(f"properties.{key}", "integer does not fit in 64 bits")])
             wire[key] = _amqp_long(value)
         else:
             wire[key] = value
