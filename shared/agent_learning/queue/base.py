@@ -23,8 +23,22 @@ PROPERTY_INT_RANGE = range(-(2**63), 2**63)
 MAX_MESSAGE_ID_CHARS = 128
 """Service Bus rejects longer message ids."""
 
+MAX_DEAD_LETTER_TEXT_CHARS = 4096
+"""Service Bus's limit on a dead-letter reason and on a description (its .NET and JavaScript SDKs
+refuse longer ones); every adapter cuts longer text to it (see :func:`dead_letter_text`)."""
+
 MAX_DELIVERY_COUNT_EXCEEDED = "MaxDeliveryCountExceeded"
 """Dead-letter reason of a message delivered ``max_deliveries`` times (the Service Bus string)."""
+
+
+def dead_letter_text(text: str) -> str:
+    """``text`` as a dead-letter reason or description can hold it: a lone surrogate escaped, and
+    cut to :data:`MAX_DEAD_LETTER_TEXT_CHARS` characters, the last one "…", when longer."""
+    if not is_unicode(text):
+        text = text.encode("utf-8", "backslashreplace").decode("utf-8")
+    if len(text) > MAX_DEAD_LETTER_TEXT_CHARS:
+        text = text[: MAX_DEAD_LETTER_TEXT_CHARS - 1] + "…"
+    return text
 
 
 @dataclass(frozen=True)
@@ -142,7 +156,10 @@ class WorkQueue(ABC):
 
     @abstractmethod
     def dead_letter(self, message: ReceivedMessage, reason: str, description: str = "") -> None:
-        """Move a received message to the dead-letter sub-queue."""
+        """Move a received message to the dead-letter sub-queue.
+
+        ``reason`` and ``description`` longer than :data:`MAX_DEAD_LETTER_TEXT_CHARS` are cut to it.
+        """
 
     @abstractmethod
     def dead_letters(self, limit: int = 100) -> list[DeadLetter]:

@@ -87,6 +87,7 @@ from .base import (
     QueueCounts,
     ReceivedMessage,
     WorkQueue,
+    dead_letter_text,
 )
 
 try:  # the SDK's own wrapper for an AMQP long (private: see _wire_properties)
@@ -370,7 +371,7 @@ class ServiceBusQueue(WorkQueue):
     def dead_letter(self, message: ReceivedMessage, reason: str, description: str = "") -> None:
         if not isinstance(reason, str) or not isinstance(description, str):
             raise TypeError("reason and description must be strings")
-        self._settle(message, "dead_letter", reason, description)
+        self._settle(message, "dead_letter", dead_letter_text(reason), dead_letter_text(description))
 
     def _settle(self, message: ReceivedMessage, action: str, reason: str = "", description: str = "") -> None:
         with self._lock:

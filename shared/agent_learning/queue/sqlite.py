@@ -41,6 +41,7 @@ from .base import (
     QueueCounts,
     ReceivedMessage,
     WorkQueue,
+    dead_letter_text,
 )
 
 _TOKEN_BYTES = 12  # random part of a lock token
@@ -330,7 +331,7 @@ class SQLiteQueue(WorkQueue):
             raise TypeError("reason and description must be strings")
         with self._write() as (conn, now):
             seq, _ = self._locked(conn, message, now)
-            self._move_to_dead_letters(conn, seq, reason, description, now)
+            self._move_to_dead_letters(conn, seq, dead_letter_text(reason), dead_letter_text(description), now)
 
     def _locked(self, conn: sqlite3.Connection, message: ReceivedMessage, now: float) -> tuple[int, int]:
         """``(seq, delivery_count)`` of a message whose lock ``message`` still holds, else raise."""
