@@ -297,6 +297,13 @@ def test_second_object_on_same_file_sees_the_same_messages(tmp_path: Path, clock
     reopened.close()
 
 
+def test_a_new_file_in_a_folder_that_does_not_exist_yet(tmp_path: Path, clock: ManualClock) -> None:
+    # The store makes its file's folder; the queue beside it (a Cosmos DB store, say) must too.
+    with SQLiteQueue(tmp_path / "new" / "queue.db", clock=clock) as q:
+        assert q.send([msg("a")]) == 1
+    assert (tmp_path / "new" / "queue.db").is_file()
+
+
 def test_memory_queue(clock: ManualClock) -> None:
     with SQLiteQueue(":memory:", clock=clock) as q:
         q.send([msg("a")])

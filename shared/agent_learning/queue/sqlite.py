@@ -29,6 +29,7 @@ import sqlite3
 import threading
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
 from ..clock import SYSTEM_CLOCK, Clock
@@ -131,6 +132,8 @@ class SQLiteQueue(WorkQueue):
         if isinstance(max_deliveries, bool) or not isinstance(max_deliveries, int) or max_deliveries < 1:
             raise ValueError(f"max_deliveries must be an integer >= 1, got {max_deliveries!r}")
         self.path = os.fspath(path)
+        if self.path != ":memory:":  # as the store does: a new file's folder is made
+            Path(self.path).parent.mkdir(parents=True, exist_ok=True)
         self.name = name
         self.lock_seconds = _positive("lock_seconds", lock_seconds)
         self.max_deliveries = max_deliveries
