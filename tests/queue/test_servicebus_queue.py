@@ -30,7 +30,7 @@ from agent_learning.queue import (
     OutgoingMessage,
     ReceivedMessage,
 )
-from agent_learning.queue.servicebus import ORIGINAL_MESSAGE_ID_PROPERTY, ServiceBusQueue
+from agent_learning.queue.servicebus import ORIGINAL_MESSAGE_ID_PROPERTY, REPLAY_PROPERTY, ServiceBusQueue
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -117,6 +117,8 @@ def test_oversize_body_raises_invalid_document_naming_body(queue: ServiceBusQueu
 def test_send_validates_what_service_bus_cannot_carry(queue: ServiceBusQueue) -> None:
     with pytest.raises(InvalidDocument, match=ORIGINAL_MESSAGE_ID_PROPERTY):
         queue.send([OutgoingMessage("a", "{}", {ORIGINAL_MESSAGE_ID_PROPERTY: "b"})])
+    with pytest.raises(InvalidDocument, match=REPLAY_PROPERTY):
+        queue.send([OutgoingMessage("a", "{}", {REPLAY_PROPERTY: "b"})])
     with pytest.raises(InvalidDocument) as error:
         queue.send([msg("a", big=2**63)])
     assert error.value.fields == ["properties.big"]
@@ -276,6 +278,39 @@ def test_dead_letter_with_reason_is_listed_then_replayed(queue: ServiceBusQueue,
     assert wire.message_id != "a"
     assert wire.application_properties[ORIGINAL_MESSAGE_ID_PROPERTY] == "a"
     assert wire.content_type == "application/json"
+
+
+@pytest.mark.parametrize("new_id", [True, False])
+def test_replay_does_not_replay_its_own_copies_dead_lettered_again_meanwhile(
+    make_queue: Callable[..., ServiceBusQueue], new_id: bool
+) -> None:
+    """A live consumer that still fails every message (the cause not fixed yet) dead-letters the
+    copies while the replay runs; the replay moves what was dead-lettered, once, and ends."""
+    queue = make_queue(replay_with_new_message_id=new_id, settings={"duplicate_detection_window": 0.001})
+    consumer = make_queue()
+    queue.send(msg(f"m{i}") for i in range(3))
+    for m in receive_exactly(queue, 3):
+        queue.dead_letter(m, "JudgeFailed")
+    stop = threading.Event()
+
+    def fail_everything() -> None:
+        while not stop.is_set():
+            for m in consumer.receive(10):
+                consumer.dead_letter(m, "JudgeFailed")
+
+    worker = threading.Thread(target=fail_everything, daemon=True)
+    worker.start()
+    try:
+        started = time.monotonic()
+        assert queue.replay_dead_letters() == 3
+        assert time.monotonic() - started < 15
+    finally:
+        stop.set()
+        worker.join(10)
+    deadline = time.monotonic() + 10
+    while len(queue.dead_letters()) < 3 and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert sorted(ids(queue.dead_letters())) == ["m0", "m1", "m2"]  # the copies, back for the next replay
 
 
 def test_replay_with_the_same_id_is_dropped_within_the_duplicate_window(

@@ -24,7 +24,9 @@ How the port maps onto Service Bus:
   :data:`ORIGINAL_MESSAGE_ID_PROPERTY`; this adapter reports the original id everywhere
   (received messages and dead letters), so the port's message id survives a replay. With
   ``replay_with_new_message_id=False`` the copy reuses the id, which is only safe when the
-  queue has no duplicate detection or the window has certainly passed.
+  queue has no duplicate detection or the window has certainly passed. Either way the copy
+  carries :data:`REPLAY_PROPERTY`, so a replay never replays its own copies: it moves the dead
+  letters once and ends, even while a consumer dead-letters the copies again.
 * **Dead letters** are listed with ``peek_messages`` on the dead-letter sub-queue, in sequence
   number order (a ``$management`` request: no lock is taken and delivery counts do not move;
   the test broker serves it too). Service Bus has no dead-lettering timestamp:
@@ -105,10 +107,16 @@ if TYPE_CHECKING:
 ORIGINAL_MESSAGE_ID_PROPERTY = "agent-learning-original-message-id"
 """Application property of a replayed copy: the message id the port reports for it."""
 
+REPLAY_PROPERTY = "agent-learning-replay"
+"""Application property of a replayed copy: the replay that sent it, which does not replay it again
+when a consumer dead-letters it before that replay ends."""
+
+_REPLAY_PROPERTIES = (ORIGINAL_MESSAGE_ID_PROPERTY, REPLAY_PROPERTY)  # only a replay may send them
+
 DEAD_LETTER_REASON_PROPERTY = "DeadLetterReason"
 DEAD_LETTER_DESCRIPTION_PROPERTY = "DeadLetterErrorDescription"
 _SYSTEM_PROPERTIES = frozenset(
-    {ORIGINAL_MESSAGE_ID_PROPERTY, DEAD_LETTER_REASON_PROPERTY, DEAD_LETTER_DESCRIPTION_PROPERTY}
+    {ORIGINAL_MESSAGE_ID_PROPERTY, REPLAY_PROPERTY, DEAD_LETTER_REASON_PROPERTY, DEAD_LETTER_DESCRIPTION_PROPERTY}
 )
 
 TRANSIENT_ERRORS: tuple[type[BaseException], ...] = (
@@ -303,11 +311,9 @@ class ServiceBusQueue(WorkQueue):
         for message in messages:
             if not isinstance(message, OutgoingMessage):
                 raise TypeError(f"send() takes OutgoingMessage objects, got {type(message).__name__}")
-            if ORIGINAL_MESSAGE_ID_PROPERTY in message.properties:
-                raise InvalidDocument(
-                    "message",
-                    [(f"properties.{ORIGINAL_MESSAGE_ID_PROPERTY}", "is reserved for replayed messages")],
-                )
+            if reserved := [key for key in _REPLAY_PROPERTIES if key in message.properties]:
+                problem = "is reserved for replayed messages"
+                raise InvalidDocument("message", [(f"properties.{key}", problem) for key in reserved])
             outgoing.append(message)
         if not outgoing:
             return 0
@@ -436,7 +442,8 @@ class ServiceBusQueue(WorkQueue):
         before its dead letter is completed, so a failure in between duplicates rather than
         loses. Dead letters not chosen stay locked until the replay ends and are then abandoned
         (which increments their delivery count in the sub-queue); the replay must finish within
-        the queue's lock duration.
+        the queue's lock duration. A copy this replay sent that is dead-lettered again before it
+        ends (a consumer still failing) is left for the next replay, so the replay ends.
         """
         wanted: set[str] | None = None
         if message_ids is not None:
@@ -447,6 +454,7 @@ class ServiceBusQueue(WorkQueue):
                 return 0
         replayed = 0
         skipped: list[ServiceBusReceivedMessage] = []
+        replay = uuid.uuid4().hex
         with self._lock:
             self._check_open()
             with self._translate("replay_dead_letters"):
@@ -462,12 +470,13 @@ class ServiceBusQueue(WorkQueue):
                             break
                         chosen = []
                         for message in page:
-                            if wanted is None or _port_message_id(message) in wanted:
+                            own = _properties(message.application_properties).get(REPLAY_PROPERTY) == replay
+                            if not own and (wanted is None or _port_message_id(message) in wanted):
                                 chosen.append(message)
                             else:
                                 skipped.append(message)
                         if chosen:
-                            copies = [self._replay_copy(m) for m in chosen]
+                            copies = [self._replay_copy(m, replay) for m in chosen]
                             for batch in self._batches(sender, copies):
                                 sender.send_messages(batch, timeout=self.send_timeout)
                             for message in chosen:
@@ -479,13 +488,14 @@ class ServiceBusQueue(WorkQueue):
                             receiver.abandon_message(message)
         return replayed
 
-    def _replay_copy(self, dead: ServiceBusReceivedMessage) -> ServiceBusMessage:
+    def _replay_copy(self, dead: ServiceBusReceivedMessage, replay: str) -> ServiceBusMessage:
         original_id = _port_message_id(dead)
         properties = {
             key: value
             for key, value in _properties(dead.application_properties).items()
             if key not in _SYSTEM_PROPERTIES
         }
+        properties[REPLAY_PROPERTY] = replay
         if self.replay_with_new_message_id:
             properties[ORIGINAL_MESSAGE_ID_PROPERTY] = original_id
             message_id = uuid.uuid4().hex
