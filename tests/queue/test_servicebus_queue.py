@@ -175,6 +175,24 @@ def test_a_value_or_sequence_body_from_another_client_does_not_fail_the_receive(
     assert [(d.message_id, d.body) for d in queue.dead_letters()] == [("foreign-0", b"42")]
 
 
+def test_a_binary_property_from_another_client_does_not_fail_the_receive(
+    queue: ServiceBusQueue, amqp_broker: Broker
+) -> None:
+    from proton import Message
+    from proton.utils import BlockingConnection
+
+    queue.send([msg("ours")])
+    connection = BlockingConnection(f"{amqp_broker.host}:{amqp_broker.port}", timeout=10)
+    try:  # a .NET producer's byte[] property, say: the SDK hands it over as bytes, like a string
+        connection.create_sender(QUEUE).send(Message(id="foreign", body=b"{}", properties={"sum": b"\xff\x00a"}))
+    finally:
+        connection.close()
+    received = receive_exactly(queue, 2)
+    assert [(m.message_id, m.properties) for m in received] == [("ours", {}), ("foreign", {"sum": "\\xff\x00a"})]
+    queue.dead_letter(received[1], "InvalidMessage")
+    assert [d.properties for d in queue.dead_letters()] == [{"sum": "\\xff\x00a"}]
+
+
 def test_receive_with_nothing_waits_at_most_max_wait_time(queue: ServiceBusQueue) -> None:
     queue.send([msg("a")])
     queue.complete(queue.receive()[0])

@@ -33,10 +33,11 @@ How the port maps onto Service Bus:
   ``dead_lettered_at`` is the enqueued time the sub-queue reports, which a dead letter keeps
   from the original send, so it is a lower bound.
 * **Application properties.** Received keys and string values arrive as ``bytes`` from the SDK
-  and are decoded to ``str``. azure-servicebus 7.15 cannot send a Python ``int`` outside the
-  32-bit range (Azure/azure-sdk-for-python#34717), so such ints are sent as AMQP longs with
-  the SDK's own (private) wrapper; :class:`~agent_learning.queue.OutgoingMessage` refuses ints
-  beyond 64 bits, on every adapter.
+  and are decoded to ``str`` (a binary value another client sent too, its bytes that are not
+  UTF-8 as ``\\xNN`` escapes, rather than failing the receive). azure-servicebus 7.15 cannot
+  send a Python ``int`` outside the 32-bit range (Azure/azure-sdk-for-python#34717), so such
+  ints are sent as AMQP longs with the SDK's own (private) wrapper;
+  :class:`~agent_learning.queue.OutgoingMessage` refuses ints beyond 64 bits, on every adapter.
 * **Counts** come from ``ServiceBusAdministrationClient.get_queue_runtime_properties`` (HTTPS,
   not AMQP). Service Bus reports no lock count, so ``locked`` counts the unexpired locks held by
   *this object* only. This path is not exercised against a broker in the tests: the local AMQP
@@ -604,8 +605,10 @@ def _too_large(message: ServiceBusMessage, batch: ServiceBusMessageBatch) -> Inv
 
 
 def _text(value: Any) -> Any:
+    """``bytes`` from the SDK as ``str``: it hands AMQP strings over as bytes, and cannot tell them from
+    binary values (another client's), whose bytes that are not UTF-8 become ``\\xNN`` escapes."""
     if isinstance(value, bytes | bytearray | memoryview):
-        return bytes(value).decode("utf-8")
+        return bytes(value).decode("utf-8", errors="backslashreplace")
     return value
 
 
