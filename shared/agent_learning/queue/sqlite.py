@@ -132,8 +132,6 @@ class SQLiteQueue(WorkQueue):
         if isinstance(max_deliveries, bool) or not isinstance(max_deliveries, int) or max_deliveries < 1:
             raise ValueError(f"max_deliveries must be an integer >= 1, got {max_deliveries!r}")
         self.path = os.fspath(path)
-        if self.path != ":memory:":  # as the store does: a new file's folder is made
-            Path(self.path).parent.mkdir(parents=True, exist_ok=True)
         self.name = name
         self.lock_seconds = _positive("lock_seconds", lock_seconds)
         self.max_deliveries = max_deliveries
@@ -144,6 +142,8 @@ class SQLiteQueue(WorkQueue):
         self._pid = os.getpid()
         self._closed = False
         self._inherited: list[sqlite3.Connection] = []
+        if self.path != ":memory:":  # as the store does: a new file's folder is made
+            Path(self.path).parent.mkdir(parents=True, exist_ok=True)
         with not_a_database(self.path), self._write() as (conn, _):
             for statement in _SCHEMA.split(";"):
                 if statement.strip():
