@@ -331,6 +331,26 @@ def test_replay_does_not_replay_its_own_copies_dead_lettered_again_meanwhile(
     assert sorted(ids(queue.dead_letters())) == ["m0", "m1", "m2"]  # the copies, back for the next replay
 
 
+def test_a_replay_that_outlasts_the_dead_letter_lock_raises_concurrency_conflict(
+    queue: ServiceBusQueue, amqp_broker: Broker
+) -> None:
+    queue.send([msg("a")])
+    queue.dead_letter(queue.receive()[0], "JudgeFailed")
+    sender = queue._get_sender()
+    send = sender.send_messages
+
+    def send_then_expire(*args: Any, **kwargs: Any) -> None:  # the copies sent, the locks run out
+        send(*args, **kwargs)
+        amqp_broker.queue(QUEUE).expire_locks()
+
+    sender.send_messages = send_then_expire  # type: ignore[method-assign]
+    with pytest.raises(ConcurrencyConflict, match="outlasted the dead-letter lock after 0 replayed: 'a'"):
+        queue.replay_dead_letters()
+    sender.send_messages = send  # type: ignore[method-assign]
+    assert ids(queue.dead_letters()) == ["a"]  # still there, to replay again
+    assert ids(receive_exactly(queue, 1)) == ["a"]  # and its copy was sent
+
+
 def test_replay_with_the_same_id_is_dropped_within_the_duplicate_window(
     make_queue: Callable[..., ServiceBusQueue], amqp_broker: Broker
 ) -> None:

@@ -443,8 +443,10 @@ class ServiceBusQueue(WorkQueue):
         before its dead letter is completed, so a failure in between duplicates rather than
         loses. Dead letters not chosen stay locked until the replay ends and are then abandoned
         (which increments their delivery count in the sub-queue); the replay must finish within
-        the queue's lock duration. A copy this replay sent that is dead-lettered again before it
-        ends (a consumer still failing) is left for the next replay, so the replay ends.
+        the queue's lock duration: a dead letter whose lock expired raises
+        :class:`~agent_learning.errors.ConcurrencyConflict` saying so. A copy this replay sent that
+        is dead-lettered again before it ends (a consumer still failing) is left for the next
+        replay, so the replay ends.
         """
         wanted: set[str] | None = None
         if message_ids is not None:
@@ -481,7 +483,15 @@ class ServiceBusQueue(WorkQueue):
                             for batch in self._batches(sender, copies):
                                 sender.send_messages(batch, timeout=self.send_timeout)
                             for message in chosen:
-                                receiver.complete_message(message)
+                                try:
+                                    receiver.complete_message(message)
+                                except (MessageLockLostError, MessageAlreadySettled) as exc:
+                                    raise ConcurrencyConflict(
+                                        f"replay of queue {self.name!r} outlasted the dead-letter lock after"
+                                        f" {replayed} replayed: {_port_message_id(message)!r} and the other"
+                                        " dead letters sent with it stay dead-lettered, their copies sent;"
+                                        " replay them again (a copy already scored is a duplicate)"
+                                    ) from exc
                                 replayed += 1
                 finally:
                     for message in skipped:
