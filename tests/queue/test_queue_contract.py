@@ -18,6 +18,7 @@ from adapters import MAX_DELIVERIES, QueueUnderTest
 
 from agent_learning.errors import ConcurrencyConflict
 from agent_learning.queue import (
+    MAX_DEAD_LETTER_TEXT_CHARS,
     MAX_DELIVERY_COUNT_EXCEEDED,
     DeadLetter,
     OutgoingMessage,
@@ -176,6 +177,19 @@ def test_explicit_dead_letter_keeps_everything(queue: QueueUnderTest) -> None:
     assert (dead.reason, dead.description) == ("InvalidDocument", "steps[2].latency_ms: not a number")
     assert dead.delivery_count == 1
     assert q.dead_letters() == [dead]  # listing takes no lock and changes nothing
+
+
+def test_dead_letter_reason_and_description_are_cut_to_what_service_bus_takes(queue: QueueUnderTest) -> None:
+    q = queue.queue
+    q.send([msg("a"), msg("b")])
+    a, b = queue.receive_exactly(2)
+    problems = "; ".join(f"steps[{i}].latency_ms: Input should be a valid number" for i in range(256))
+    q.dead_letter(a, "InvalidEpisode", problems)  # ~14,000 characters
+    q.dead_letter(b, "R" * 5000, "lone \ud800")
+    dead_a, dead_b = q.dead_letters()
+    assert len(dead_a.description) == MAX_DEAD_LETTER_TEXT_CHARS == 4096
+    assert dead_a.description == problems[:4095] + "…"
+    assert (len(dead_b.reason), dead_b.description) == (4096, "lone \\ud800")
 
 
 def test_dead_letters_are_listed_oldest_first_up_to_limit(queue: QueueUnderTest) -> None:

@@ -10,6 +10,7 @@ with a stand-in administration client.
 from __future__ import annotations
 
 import asyncio
+import socket
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -29,7 +30,7 @@ from agent_learning.queue import (
     OutgoingMessage,
     ReceivedMessage,
 )
-from agent_learning.queue.servicebus import ORIGINAL_MESSAGE_ID_PROPERTY, ServiceBusQueue
+from agent_learning.queue.servicebus import ORIGINAL_MESSAGE_ID_PROPERTY, REPLAY_PROPERTY, ServiceBusQueue
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -116,6 +117,8 @@ def test_oversize_body_raises_invalid_document_naming_body(queue: ServiceBusQueu
 def test_send_validates_what_service_bus_cannot_carry(queue: ServiceBusQueue) -> None:
     with pytest.raises(InvalidDocument, match=ORIGINAL_MESSAGE_ID_PROPERTY):
         queue.send([OutgoingMessage("a", "{}", {ORIGINAL_MESSAGE_ID_PROPERTY: "b"})])
+    with pytest.raises(InvalidDocument, match=REPLAY_PROPERTY):
+        queue.send([OutgoingMessage("a", "{}", {REPLAY_PROPERTY: "b"})])
     with pytest.raises(InvalidDocument) as error:
         queue.send([msg("a", big=2**63)])
     assert error.value.fields == ["properties.big"]
@@ -147,6 +150,47 @@ def test_received_message_times(queue: ServiceBusQueue) -> None:
     [m] = queue.receive()
     assert before - 1 <= m.enqueued_at <= time.time() + 1
     assert m.locked_until == pytest.approx(time.time() + 30.0, abs=3)
+
+
+def test_a_value_or_sequence_body_from_another_client_does_not_fail_the_receive(
+    queue: ServiceBusQueue, amqp_broker: Broker
+) -> None:
+    from azure.servicebus import ServiceBusClient
+    from azure.servicebus.amqp import AmqpAnnotatedMessage
+
+    queue.send([msg("ours", '{"x": 1}')])
+    foreign = [{"value_body": 42}, {"sequence_body": [[1, 2]]}, {"value_body": {1: b"\xff"}}]
+    client = ServiceBusClient.from_connection_string(amqp_broker.connection_string, **CLIENT_KW)
+    with client, client.get_queue_sender(QUEUE) as sender:
+        for i, body in enumerate(foreign):
+            sender.send_messages(AmqpAnnotatedMessage(**body, properties={"message_id": f"foreign-{i}"}))
+    received = receive_exactly(queue, 4)
+    assert [(m.message_id, m.body) for m in received[:3]] == [
+        ("ours", b'{"x": 1}'),
+        ("foreign-0", b"42"),
+        ("foreign-1", b"[[1, 2]]"),
+    ]
+    assert received[3].message_id == "foreign-2" and received[3].body  # no JSON for an int key: its repr
+    queue.dead_letter(received[1], "InvalidMessage")
+    assert [(d.message_id, d.body) for d in queue.dead_letters()] == [("foreign-0", b"42")]
+
+
+def test_a_binary_property_from_another_client_does_not_fail_the_receive(
+    queue: ServiceBusQueue, amqp_broker: Broker
+) -> None:
+    from proton import Message
+    from proton.utils import BlockingConnection
+
+    queue.send([msg("ours")])
+    connection = BlockingConnection(f"{amqp_broker.host}:{amqp_broker.port}", timeout=10)
+    try:  # a .NET producer's byte[] property, say: the SDK hands it over as bytes, like a string
+        connection.create_sender(QUEUE).send(Message(id="foreign", body=b"{}", properties={"sum": b"\xff\x00a"}))
+    finally:
+        connection.close()
+    received = receive_exactly(queue, 2)
+    assert [(m.message_id, m.properties) for m in received] == [("ours", {}), ("foreign", {"sum": "\\xff\x00a"})]
+    queue.dead_letter(received[1], "InvalidMessage")
+    assert [d.properties for d in queue.dead_letters()] == [{"sum": "\\xff\x00a"}]
 
 
 def test_receive_with_nothing_waits_at_most_max_wait_time(queue: ServiceBusQueue) -> None:
@@ -254,6 +298,59 @@ def test_dead_letter_with_reason_is_listed_then_replayed(queue: ServiceBusQueue,
     assert wire.content_type == "application/json"
 
 
+@pytest.mark.parametrize("new_id", [True, False])
+def test_replay_does_not_replay_its_own_copies_dead_lettered_again_meanwhile(
+    make_queue: Callable[..., ServiceBusQueue], new_id: bool
+) -> None:
+    """A live consumer that still fails every message (the cause not fixed yet) dead-letters the
+    copies while the replay runs; the replay moves what was dead-lettered, once, and ends."""
+    queue = make_queue(replay_with_new_message_id=new_id, settings={"duplicate_detection_window": 0.001})
+    consumer = make_queue()
+    queue.send(msg(f"m{i}") for i in range(3))
+    for m in receive_exactly(queue, 3):
+        queue.dead_letter(m, "JudgeFailed")
+    stop = threading.Event()
+
+    def fail_everything() -> None:
+        while not stop.is_set():
+            for m in consumer.receive(10):
+                consumer.dead_letter(m, "JudgeFailed")
+
+    worker = threading.Thread(target=fail_everything, daemon=True)
+    worker.start()
+    try:
+        started = time.monotonic()
+        assert queue.replay_dead_letters() == 3
+        assert time.monotonic() - started < 15
+    finally:
+        stop.set()
+        worker.join(10)
+    deadline = time.monotonic() + 10
+    while len(queue.dead_letters()) < 3 and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert sorted(ids(queue.dead_letters())) == ["m0", "m1", "m2"]  # the copies, back for the next replay
+
+
+def test_a_replay_that_outlasts_the_dead_letter_lock_raises_concurrency_conflict(
+    queue: ServiceBusQueue, amqp_broker: Broker
+) -> None:
+    queue.send([msg("a")])
+    queue.dead_letter(queue.receive()[0], "JudgeFailed")
+    sender = queue._get_sender()
+    send = sender.send_messages
+
+    def send_then_expire(*args: Any, **kwargs: Any) -> None:  # the copies sent, the locks run out
+        send(*args, **kwargs)
+        amqp_broker.queue(QUEUE).expire_locks()
+
+    sender.send_messages = send_then_expire  # type: ignore[method-assign]
+    with pytest.raises(ConcurrencyConflict, match="outlasted the dead-letter lock after 0 replayed: 'a'"):
+        queue.replay_dead_letters()
+    sender.send_messages = send  # type: ignore[method-assign]
+    assert ids(queue.dead_letters()) == ["a"]  # still there, to replay again
+    assert ids(receive_exactly(queue, 1)) == ["a"]  # and its copy was sent
+
+
 def test_replay_with_the_same_id_is_dropped_within_the_duplicate_window(
     make_queue: Callable[..., ServiceBusQueue], amqp_broker: Broker
 ) -> None:
@@ -289,7 +386,7 @@ def test_counts_maps_transient_http_failures(make_queue: Callable[..., ServiceBu
         def __init__(self, error: Exception) -> None:
             self.error = error
 
-        def get_queue_runtime_properties(self, name: str) -> Any:
+        def get_queue_runtime_properties(self, name: str, **kwargs: Any) -> Any:
             raise self.error
 
     busy = HttpResponseError("busy")
@@ -299,6 +396,18 @@ def test_counts_maps_transient_http_failures(make_queue: Callable[..., ServiceBu
     assert error.value.__cause__ is busy
     with pytest.raises(ResourceNotFoundError):
         make_queue(admin_client=FailingAdmin(ResourceNotFoundError("no such queue"))).counts()
+
+
+def test_counts_is_bounded_by_operation_timeout_when_the_management_endpoint_never_answers() -> None:
+    with socket.socket() as silent:  # accepts connections and never replies
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(8)
+        conn_str = f"Endpoint=sb://127.0.0.1:{silent.getsockname()[1]}/;SharedAccessKeyName=k;SharedAccessKey=x"
+        queue = ServiceBusQueue.from_connection_string(conn_str, QUEUE, operation_timeout=1.0, **CLIENT_KW)
+        started = time.monotonic()
+        with queue, pytest.raises(TransientError, match="counts"):
+            queue.counts()
+        assert time.monotonic() - started < 10  # azure-core's defaults would wait 300 s per attempt
 
 
 def test_counts_without_an_administration_client(amqp_broker: Broker) -> None:

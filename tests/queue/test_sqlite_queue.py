@@ -216,6 +216,27 @@ def test_outgoing_message_validation() -> None:
     assert message.properties == {"k": 1}
 
 
+def test_outgoing_message_refuses_text_and_integers_no_queue_can_carry() -> None:
+    with pytest.raises(InvalidDocument) as error:
+        OutgoingMessage("a\ud800", '"\udc00"', {"s": "\ud800", "big": 2**63, "small": -(2**63) - 1})
+    assert error.value.fields == ["message_id", "body", "properties.s", "properties.big", "properties.small"]
+    assert "lone surrogate" in str(error.value) and "64 bits" in str(error.value)
+    with pytest.raises(InvalidDocument, match="lone surrogate"):
+        OutgoingMessage("a", "{}", {"\udfff": 1})
+    assert OutgoingMessage("a", "{}", {"max": 2**63 - 1, "min": -(2**63), "pair": "\U0001f600"}).properties["min"] < 0
+
+
+def test_an_episode_id_no_queue_can_carry_is_reported_and_the_rest_of_the_batch_is_sent(
+    queue: SQLiteQueue,
+) -> None:
+    from agent_learning.pipeline.enqueue import enqueue_episodes
+
+    docs = [{"id": "ep-1", "agent_id": "a"}, {"id": "ep-\ud800", "agent_id": "a"}, {"id": "ep-3", "agent_id": "a"}]
+    result = enqueue_episodes(docs, queue.send)  # before, the whole batch failed with UnicodeEncodeError
+    assert (result.sent, [i for i, _ in result.failed]) == (2, [1])
+    assert ids(queue.receive(10)) == ["ep-1", "ep-3"]
+
+
 @pytest.mark.parametrize(
     ("kwargs", "argument"),
     [
@@ -274,6 +295,13 @@ def test_second_object_on_same_file_sees_the_same_messages(tmp_path: Path, clock
     [b] = reopened.receive()
     assert (b.message_id, b.delivery_count) == ("b", 2)
     reopened.close()
+
+
+def test_a_new_file_in_a_folder_that_does_not_exist_yet(tmp_path: Path, clock: ManualClock) -> None:
+    # The store makes its file's folder; the queue beside it (a Cosmos DB store, say) must too.
+    with SQLiteQueue(tmp_path / "new" / "queue.db", clock=clock) as q:
+        assert q.send([msg("a")]) == 1
+    assert (tmp_path / "new" / "queue.db").is_file()
 
 
 def test_memory_queue(clock: ManualClock) -> None:

@@ -122,7 +122,7 @@ class BrokerAdmin:
     def __init__(self, broker: Any) -> None:
         self.broker = broker
 
-    def get_queue_runtime_properties(self, name: str) -> Any:
+    def get_queue_runtime_properties(self, name: str, **kwargs: Any) -> Any:  # kwargs: the timeouts
         view = self.broker.queue(name)
 
         @dataclasses.dataclass

@@ -1,6 +1,7 @@
 """Work queues with Azure Service Bus peek-lock semantics: the port and the SQLite adapter."""
 
 from .base import (
+    MAX_DEAD_LETTER_TEXT_CHARS,
     MAX_DELIVERY_COUNT_EXCEEDED,
     DeadLetter,
     OutgoingMessage,
@@ -11,6 +12,7 @@ from .base import (
 from .sqlite import SQLiteQueue
 
 __all__ = [
+    "MAX_DEAD_LETTER_TEXT_CHARS",
     "MAX_DELIVERY_COUNT_EXCEEDED",
     "DeadLetter",
     "OutgoingMessage",

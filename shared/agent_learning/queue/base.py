@@ -11,16 +11,34 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from types import TracebackType
 
+from ..documents import NOT_UNICODE, is_unicode
 from ..errors import InvalidDocument
 
 PropertyValue = str | int | float | bool
-"""The types an application property may have."""
+"""The types an application property may have (an ``int`` within 64 bits, as AMQP carries it)."""
+
+PROPERTY_INT_RANGE = range(-(2**63), 2**63)
+"""The integers an application property can carry (an AMQP long)."""
 
 MAX_MESSAGE_ID_CHARS = 128
 """Service Bus rejects longer message ids."""
 
+MAX_DEAD_LETTER_TEXT_CHARS = 4096
+"""Service Bus's limit on a dead-letter reason and on a description (its .NET and JavaScript SDKs
+refuse longer ones); every adapter cuts longer text to it (see :func:`dead_letter_text`)."""
+
 MAX_DELIVERY_COUNT_EXCEEDED = "MaxDeliveryCountExceeded"
 """Dead-letter reason of a message delivered ``max_deliveries`` times (the Service Bus string)."""
+
+
+def dead_letter_text(text: str) -> str:
+    """``text`` as a dead-letter reason or description can hold it: a lone surrogate escaped, and
+    cut to :data:`MAX_DEAD_LETTER_TEXT_CHARS` characters, the last one "…", when longer."""
+    if not is_unicode(text):
+        text = text.encode("utf-8", "backslashreplace").decode("utf-8")
+    if len(text) > MAX_DEAD_LETTER_TEXT_CHARS:
+        text = text[: MAX_DEAD_LETTER_TEXT_CHARS - 1] + "…"
+    return text
 
 
 @dataclass(frozen=True)
@@ -37,16 +55,26 @@ class OutgoingMessage:
             problems.append(("message_id", "must be a string"))
         elif not 1 <= len(self.message_id) <= MAX_MESSAGE_ID_CHARS:
             problems.append(("message_id", f"must be 1 to {MAX_MESSAGE_ID_CHARS} characters"))
+        elif not is_unicode(self.message_id):
+            problems.append(("message_id", NOT_UNICODE))
         if not isinstance(self.body, str):
             problems.append(("body", "must be a string (JSON text)"))
+        elif not is_unicode(self.body):
+            problems.append(("body", NOT_UNICODE))
         if not isinstance(self.properties, Mapping):
             problems.append(("properties", "must be a mapping"))
         else:
             for key, value in self.properties.items():
                 if not isinstance(key, str) or not key:
                     problems.append(("properties", f"key {key!r} must be a non-empty string"))
+                elif not is_unicode(key):
+                    problems.append(("properties", f"key {key!r} {NOT_UNICODE}"))
                 elif not isinstance(value, str | int | float | bool):
                     problems.append((f"properties.{key}", f"unsupported type {type(value).__name__}"))
+                elif isinstance(value, str) and not is_unicode(value):
+                    problems.append((f"properties.{key}", NOT_UNICODE))
+                elif isinstance(value, int) and value not in PROPERTY_INT_RANGE:
+                    problems.append((f"properties.{key}", "integer does not fit in 64 bits"))
             # A private copy: the caller mutating its dict later must not change the message.
             object.__setattr__(self, "properties", dict(self.properties))
         if problems:
@@ -128,7 +156,10 @@ class WorkQueue(ABC):
 
     @abstractmethod
     def dead_letter(self, message: ReceivedMessage, reason: str, description: str = "") -> None:
-        """Move a received message to the dead-letter sub-queue."""
+        """Move a received message to the dead-letter sub-queue.
+
+        ``reason`` and ``description`` longer than :data:`MAX_DEAD_LETTER_TEXT_CHARS` are cut to it.
+        """
 
     @abstractmethod
     def dead_letters(self, limit: int = 100) -> list[DeadLetter]:

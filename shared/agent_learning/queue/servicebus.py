@@ -24,22 +24,25 @@ How the port maps onto Service Bus:
   :data:`ORIGINAL_MESSAGE_ID_PROPERTY`; this adapter reports the original id everywhere
   (received messages and dead letters), so the port's message id survives a replay. With
   ``replay_with_new_message_id=False`` the copy reuses the id, which is only safe when the
-  queue has no duplicate detection or the window has certainly passed.
+  queue has no duplicate detection or the window has certainly passed. Either way the copy
+  carries :data:`REPLAY_PROPERTY`, so a replay never replays its own copies: it moves the dead
+  letters once and ends, even while a consumer dead-letters the copies again.
 * **Dead letters** are listed with ``peek_messages`` on the dead-letter sub-queue, in sequence
   number order (a ``$management`` request: no lock is taken and delivery counts do not move;
   the test broker serves it too). Service Bus has no dead-lettering timestamp:
   ``dead_lettered_at`` is the enqueued time the sub-queue reports, which a dead letter keeps
   from the original send, so it is a lower bound.
 * **Application properties.** Received keys and string values arrive as ``bytes`` from the SDK
-  and are decoded to ``str``. azure-servicebus 7.15 cannot send a Python ``int`` outside the
-  32-bit range (Azure/azure-sdk-for-python#34717), so such ints are sent as AMQP longs with
-  the SDK's own (private) wrapper; ints beyond 64 bits raise
-  :class:`~agent_learning.errors.InvalidDocument`.
+  and are decoded to ``str`` (a binary value another client sent too, its bytes that are not
+  UTF-8 as ``\\xNN`` escapes, rather than failing the receive). azure-servicebus 7.15 cannot
+  send a Python ``int`` outside the 32-bit range (Azure/azure-sdk-for-python#34717), so such
+  ints are sent as AMQP longs with the SDK's own (private) wrapper;
+  :class:`~agent_learning.queue.OutgoingMessage` refuses ints beyond 64 bits, on every adapter.
 * **Counts** come from ``ServiceBusAdministrationClient.get_queue_runtime_properties`` (HTTPS,
   not AMQP). Service Bus reports no lock count, so ``locked`` counts the unexpired locks held by
   *this object* only. This path is not exercised against a broker in the tests: the local AMQP
   test broker does not serve the HTTP management API (against it, :meth:`counts` fails with
-  :class:`~agent_learning.errors.TransientError` after the HTTP client's retries).
+  :class:`~agent_learning.errors.TransientError` within ``operation_timeout``, retries included).
 * **Errors.** ``ServiceBusConnectionError``, ``ServiceBusCommunicationError``,
   ``OperationTimeoutError`` and ``ServiceBusServerBusyError`` (after the SDK's own retries) are
   raised as :class:`~agent_learning.errors.TransientError` with the SDK error as the cause, as
@@ -49,6 +52,7 @@ How the port maps onto Service Bus:
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 import uuid
@@ -66,6 +70,7 @@ from azure.servicebus import (
     ServiceBusSender,
     ServiceBusSubQueue,
 )
+from azure.servicebus.amqp import AmqpMessageBodyType
 from azure.servicebus.exceptions import (
     MessageAlreadySettled,
     MessageLockLostError,
@@ -85,6 +90,7 @@ from .base import (
     QueueCounts,
     ReceivedMessage,
     WorkQueue,
+    dead_letter_text,
 )
 
 try:  # the SDK's own wrapper for an AMQP long (private: see _wire_properties)
@@ -102,10 +108,16 @@ if TYPE_CHECKING:
 ORIGINAL_MESSAGE_ID_PROPERTY = "agent-learning-original-message-id"
 """Application property of a replayed copy: the message id the port reports for it."""
 
+REPLAY_PROPERTY = "agent-learning-replay"
+"""Application property of a replayed copy: the replay that sent it, which does not replay it again
+when a consumer dead-letters it before that replay ends."""
+
+_REPLAY_PROPERTIES = (ORIGINAL_MESSAGE_ID_PROPERTY, REPLAY_PROPERTY)  # only a replay may send them
+
 DEAD_LETTER_REASON_PROPERTY = "DeadLetterReason"
 DEAD_LETTER_DESCRIPTION_PROPERTY = "DeadLetterErrorDescription"
 _SYSTEM_PROPERTIES = frozenset(
-    {ORIGINAL_MESSAGE_ID_PROPERTY, DEAD_LETTER_REASON_PROPERTY, DEAD_LETTER_DESCRIPTION_PROPERTY}
+    {ORIGINAL_MESSAGE_ID_PROPERTY, REPLAY_PROPERTY, DEAD_LETTER_REASON_PROPERTY, DEAD_LETTER_DESCRIPTION_PROPERTY}
 )
 
 TRANSIENT_ERRORS: tuple[type[BaseException], ...] = (
@@ -134,7 +146,8 @@ class ServiceBusQueue(WorkQueue):
 
     ``max_wait_time`` bounds each :meth:`receive` (seconds to wait for a first message);
     ``send_timeout`` bounds each batch send; ``operation_timeout`` bounds the other broker
-    calls (peek, dead-letter receive). Settlement is bounded by the client's ``timeout``
+    calls (peek, dead-letter receive) and, retries included, the administration API request of
+    :meth:`counts`. Settlement is bounded by the client's ``timeout``
     keyword (SDK default 60 s). ``admin_client`` serves :meth:`counts`; the classmethod
     constructors create one. Methods may be called from several threads: calls are
     serialised, since the SDK's sync handlers are not thread-safe.
@@ -299,11 +312,9 @@ class ServiceBusQueue(WorkQueue):
         for message in messages:
             if not isinstance(message, OutgoingMessage):
                 raise TypeError(f"send() takes OutgoingMessage objects, got {type(message).__name__}")
-            if ORIGINAL_MESSAGE_ID_PROPERTY in message.properties:
-                raise InvalidDocument(
-                    "message",
-                    [(f"properties.{ORIGINAL_MESSAGE_ID_PROPERTY}", "is reserved for replayed messages")],
-                )
+            if reserved := [key for key in _REPLAY_PROPERTIES if key in message.properties]:
+                problem = "is reserved for replayed messages"
+                raise InvalidDocument("message", [(f"properties.{key}", problem) for key in reserved])
             outgoing.append(message)
         if not outgoing:
             return 0
@@ -367,7 +378,7 @@ class ServiceBusQueue(WorkQueue):
     def dead_letter(self, message: ReceivedMessage, reason: str, description: str = "") -> None:
         if not isinstance(reason, str) or not isinstance(description, str):
             raise TypeError("reason and description must be strings")
-        self._settle(message, "dead_letter", reason, description)
+        self._settle(message, "dead_letter", dead_letter_text(reason), dead_letter_text(description))
 
     def _settle(self, message: ReceivedMessage, action: str, reason: str = "", description: str = "") -> None:
         with self._lock:
@@ -432,7 +443,10 @@ class ServiceBusQueue(WorkQueue):
         before its dead letter is completed, so a failure in between duplicates rather than
         loses. Dead letters not chosen stay locked until the replay ends and are then abandoned
         (which increments their delivery count in the sub-queue); the replay must finish within
-        the queue's lock duration.
+        the queue's lock duration: a dead letter whose lock expired raises
+        :class:`~agent_learning.errors.ConcurrencyConflict` saying so. A copy this replay sent that
+        is dead-lettered again before it ends (a consumer still failing) is left for the next
+        replay, so the replay ends.
         """
         wanted: set[str] | None = None
         if message_ids is not None:
@@ -443,6 +457,7 @@ class ServiceBusQueue(WorkQueue):
                 return 0
         replayed = 0
         skipped: list[ServiceBusReceivedMessage] = []
+        replay = uuid.uuid4().hex
         with self._lock:
             self._check_open()
             with self._translate("replay_dead_letters"):
@@ -458,16 +473,25 @@ class ServiceBusQueue(WorkQueue):
                             break
                         chosen = []
                         for message in page:
-                            if wanted is None or _port_message_id(message) in wanted:
+                            own = _properties(message.application_properties).get(REPLAY_PROPERTY) == replay
+                            if not own and (wanted is None or _port_message_id(message) in wanted):
                                 chosen.append(message)
                             else:
                                 skipped.append(message)
                         if chosen:
-                            copies = [self._replay_copy(m) for m in chosen]
+                            copies = [self._replay_copy(m, replay) for m in chosen]
                             for batch in self._batches(sender, copies):
                                 sender.send_messages(batch, timeout=self.send_timeout)
                             for message in chosen:
-                                receiver.complete_message(message)
+                                try:
+                                    receiver.complete_message(message)
+                                except (MessageLockLostError, MessageAlreadySettled) as exc:
+                                    raise ConcurrencyConflict(
+                                        f"replay of queue {self.name!r} outlasted the dead-letter lock after"
+                                        f" {replayed} replayed: {_port_message_id(message)!r} and the other"
+                                        " dead letters sent with it stay dead-lettered, their copies sent;"
+                                        " replay them again (a copy already scored is a duplicate)"
+                                    ) from exc
                                 replayed += 1
                 finally:
                     for message in skipped:
@@ -475,13 +499,14 @@ class ServiceBusQueue(WorkQueue):
                             receiver.abandon_message(message)
         return replayed
 
-    def _replay_copy(self, dead: ServiceBusReceivedMessage) -> ServiceBusMessage:
+    def _replay_copy(self, dead: ServiceBusReceivedMessage, replay: str) -> ServiceBusMessage:
         original_id = _port_message_id(dead)
         properties = {
             key: value
             for key, value in _properties(dead.application_properties).items()
             if key not in _SYSTEM_PROPERTIES
         }
+        properties[REPLAY_PROPERTY] = replay
         if self.replay_with_new_message_id:
             properties[ORIGINAL_MESSAGE_ID_PROPERTY] = original_id
             message_id = uuid.uuid4().hex
@@ -506,7 +531,11 @@ class ServiceBusQueue(WorkQueue):
                 )
             admin = self._admin.get() if isinstance(self._admin, _LazyAdmin) else self._admin
             with self._translate("counts"):
-                runtime = admin.get_queue_runtime_properties(self.name)
+                # azure-core's defaults wait 300 s for a reply, per retry: bound the whole call.
+                bound = self.operation_timeout
+                runtime = admin.get_queue_runtime_properties(
+                    self.name, timeout=bound, connection_timeout=bound, read_timeout=bound
+                )
             self._forget_expired()
             return QueueCounts(
                 active=int(runtime.active_message_count or 0),
@@ -539,7 +568,6 @@ def _split_keywords(kw: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]
 
 
 _INT32 = range(-(2**31), 2**31)
-_INT64 = range(-(2**63), 2**63)
 
 
 def _wire_properties(properties: Mapping[str, PropertyValue]) -> dict[str, Any]:
@@ -547,13 +575,12 @@ def _wire_properties(properties: Mapping[str, PropertyValue]) -> dict[str, Any]:
 
     azure-servicebus 7.15 encodes every Python ``int`` as an AMQP int (32 bits) and raises
     ``ValueError`` for anything larger (Azure/azure-sdk-for-python#34717), so larger ints are
-    wrapped as AMQP longs with the SDK's own helper; ints beyond 64 bits cannot be sent.
+    wrapped as AMQP longs with the SDK's own helper (:class:`OutgoingMessage` refuses ints
+    beyond 64 bits).
     """
     wire: dict[str, Any] = {}
     for key, value in properties.items():
         if isinstance(value, int) and not isinstance(value, bool) and value not in _INT32:
-            if value not in _INT64:
-                raise InvalidDocument("message", [(f"properties.{key}", "integer does not fit in 64 bits")])
             wire[key] = _amqp_long(value)
         else:
             wire[key] = value
@@ -588,8 +615,10 @@ def _too_large(message: ServiceBusMessage, batch: ServiceBusMessageBatch) -> Inv
 
 
 def _text(value: Any) -> Any:
+    """``bytes`` from the SDK as ``str``: it hands AMQP strings over as bytes, and cannot tell them from
+    binary values (another client's), whose bytes that are not UTF-8 become ``\\xNN`` escapes."""
     if isinstance(value, bytes | bytearray | memoryview):
-        return bytes(value).decode("utf-8")
+        return bytes(value).decode("utf-8", errors="backslashreplace")
     return value
 
 
@@ -599,15 +628,24 @@ def _properties(raw: Mapping[Any, Any] | None) -> dict[str, PropertyValue]:
 
 
 def _body_bytes(message: ServiceBusReceivedMessage) -> bytes:
+    """The body as bytes: data sections joined, a string or binary value as it is.
+
+    Another client may send an AMQP value or sequence body of any other type; it becomes its JSON
+    text (its ``repr`` if it has none), which the scorer rejects like any malformed message,
+    instead of the conversion failing the receive of every message delivered with it.
+    """
     body = message.body
     if isinstance(body, bytes | bytearray | memoryview):
         return bytes(body)
     if isinstance(body, str):
         return body.encode("utf-8")
-    chunks: list[bytes] = []
-    for chunk in body:  # a data body is an iterable of sections
-        chunks.append(bytes(chunk) if not isinstance(chunk, str) else chunk.encode("utf-8"))
-    return b"".join(chunks)
+    if message.body_type == AmqpMessageBodyType.DATA:  # an iterable of sections
+        return b"".join(bytes(chunk) if not isinstance(chunk, str) else chunk.encode("utf-8") for chunk in body)
+    value = list(body) if message.body_type == AmqpMessageBodyType.SEQUENCE else body
+    try:
+        return json.dumps(value, default=repr).encode("ascii")
+    except (TypeError, ValueError):  # keys JSON cannot have
+        return repr(value).encode("utf-8", errors="backslashreplace")
 
 
 def _port_message_id(message: ServiceBusReceivedMessage) -> str:

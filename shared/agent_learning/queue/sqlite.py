@@ -29,6 +29,7 @@ import sqlite3
 import threading
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
 from ..clock import SYSTEM_CLOCK, Clock
@@ -41,6 +42,7 @@ from .base import (
     QueueCounts,
     ReceivedMessage,
     WorkQueue,
+    dead_letter_text,
 )
 
 _TOKEN_BYTES = 12  # random part of a lock token
@@ -140,6 +142,8 @@ class SQLiteQueue(WorkQueue):
         self._pid = os.getpid()
         self._closed = False
         self._inherited: list[sqlite3.Connection] = []
+        if self.path != ":memory:":  # as the store does: a new file's folder is made
+            Path(self.path).parent.mkdir(parents=True, exist_ok=True)
         with not_a_database(self.path), self._write() as (conn, _):
             for statement in _SCHEMA.split(";"):
                 if statement.strip():
@@ -330,7 +334,7 @@ class SQLiteQueue(WorkQueue):
             raise TypeError("reason and description must be strings")
         with self._write() as (conn, now):
             seq, _ = self._locked(conn, message, now)
-            self._move_to_dead_letters(conn, seq, reason, description, now)
+            self._move_to_dead_letters(conn, seq, dead_letter_text(reason), dead_letter_text(description), now)
 
     def _locked(self, conn: sqlite3.Connection, message: ReceivedMessage, now: float) -> tuple[int, int]:
         """``(seq, delivery_count)`` of a message whose lock ``message`` still holds, else raise."""
