@@ -1781,7 +1781,8 @@ def dlq_replay(
             result = replay_dead_letters(
                 queue, reasons=reasons or None, message_ids=ids or None, dry_run=dry_run
             )
-            replayed, chosen, left, more = len(result.replayed), result.replayed, result.left, result.more
+            replayed = len(result.replayed) if result.moved is None else result.moved
+            chosen, left, more = result.replayed, result.left, result.more
         bar.update(task, total=replayed, completed=replayed)
     # --id alone: the ids no dead letter has (with --reason, an id may be there with another reason)
     not_found = [i for i in dict.fromkeys(ids) if i not in (chosen or [])] if ids and not reasons else None

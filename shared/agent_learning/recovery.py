@@ -84,6 +84,9 @@ class ReplayResult:
     more: bool = False
     """The ``limit`` dead letters read may not be all: any after them were not considered (run it
     again once these are replayed, or with a larger ``limit``)."""
+    moved: int | None = None
+    """How many dead letters the queue moved back (``None`` on a dry run): more than ``replayed``
+    when copies share an id, fewer when another replay moved some first."""
 
 
 def replay_dead_letters(
@@ -120,9 +123,8 @@ def replay_dead_letters(
         else:
             left[letter.reason] += 1
     ids = list(dict.fromkeys(chosen))
-    if ids and not dry_run:
-        queue.replay_dead_letters(ids)
-    return ReplayResult(ids, left, more=len(letters) >= limit)
+    moved = None if dry_run else queue.replay_dead_letters(ids) if ids else 0
+    return ReplayResult(ids, left, more=len(letters) >= limit, moved=moved)
 
 
 # --------------------------------------------------------------------------- re-scoring

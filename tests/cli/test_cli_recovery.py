@@ -27,7 +27,7 @@ from agent_learning.local import LocalPipeline, open_local
 from agent_learning.pipeline import create_policy, load_current
 from agent_learning.policy import SoftmaxPolicy
 from agent_learning.queue.base import OutgoingMessage
-from agent_learning.recovery import REPLAY_LIMIT, rescore
+from agent_learning.recovery import REPLAY_LIMIT, replay_dead_letters, rescore
 from agent_learning.simulate import math_tutor
 
 AGENT = "math-tutor"
@@ -84,6 +84,26 @@ def test_dlq_replay_by_reason_with_a_dry_run_first(pipeline: LocalPipeline) -> N
     assert both == {"replayed": 0, "message_ids": [], "left": {"InvalidMessage": 1}}
     refused = cli("dlq", "replay", "--all", "--reason", "InvalidMessage")
     assert refused.exit_code == 2 and "--reason" in refused.stderr
+
+
+def test_a_replay_reports_how_many_dead_letters_the_queue_moved_not_how_many_it_chose(pipeline: LocalPipeline) -> None:
+    """Another operator's replay between reading the dead letters and moving them: the ids chosen
+    were 2, the queue moved none, and "replayed 2" said otherwise."""
+    dead_letter(pipeline, ["ghost-1", "ghost-2"])
+    inner = pipeline.queue
+
+    class Raced:
+        def __getattr__(self, name: str) -> Any:
+            return getattr(inner, name)
+
+        def dead_letters(self, limit: int = 100) -> Any:
+            letters = inner.dead_letters(limit)
+            inner.replay_dead_letters(None)  # the other replay, first
+            return letters
+
+    result = replay_dead_letters(Raced(), reasons=["EpisodeNotFound"])  # type: ignore[arg-type]
+    assert result.replayed == ["ghost-1", "ghost-2"] and result.moved == 0
+    assert replay_dead_letters(inner, dry_run=True).moved is None
 
 
 def test_dlq_replay_by_id_replays_those_found_and_exits_1_naming_the_others(pipeline: LocalPipeline) -> None:
