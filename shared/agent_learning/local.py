@@ -74,8 +74,6 @@ LOCK_SHARE = 0.5
 """The embedded runner receives no more scoring messages at once than it scored in this share of
 the queue's lock, at the pace of the batch before (a judge model takes seconds an episode): the
 rest of a batch would wait past its lock, come back, and be counted ``lock_lost``."""
-SERVICE_BUS_LOCK_SECONDS = 60.0
-"""A Service Bus queue's message lock when the queue object does not say (the entity's default)."""
 
 
 
@@ -171,7 +169,7 @@ class LocalPipeline:
         whatever its outcome: it comes back, and what was stored makes it a duplicate)."""
         outcomes: Counter[str] = Counter()
         handled = 0
-        lock = float(getattr(self.queue, "lock_seconds", SERVICE_BUS_LOCK_SECONDS))
+        lock = self.queue.lock_seconds
         seconds_each: float | None = None  # unknown until a first message is scored
         while max_messages is None or handled < max_messages:
             want = receive_batch if max_messages is None else min(receive_batch, max_messages - handled)
