@@ -62,3 +62,18 @@ def test_a_malformed_service_bus_connection_string_names_the_variable_without_re
     with pytest.raises(ConfigurationError) as info:
         wiring.open_queue(settings)
     assert "AGENT_LEARNING_SERVICEBUS_CONNECTION_STRING" in str(info.value) and "s3cret" not in str(info.value)
+
+
+def test_a_service_bus_queue_carries_the_deployed_lock_that_the_embedded_runner_sizes_its_receives_by() -> None:
+    """The runner (``agent-learn train`` on Service Bus) planned with a 60 s lock whatever the
+    deployment set: at 30 s, batches sized to half a 60 s lock outlasted the lock."""
+    pytest.importorskip("azure.servicebus")
+    conn = "Endpoint=sb://example.servicebus.windows.net/;SharedAccessKeyName=k;SharedAccessKey=a2V5"
+    settings = load_settings(queue="servicebus", servicebus_connection_string=conn, queue_lock_seconds=30)
+    queue, train_queue = wiring.open_queue(settings), wiring.open_train_queue(settings)
+    try:
+        assert (queue.lock_seconds, train_queue.lock_seconds) == (30.0, 30.0)
+    finally:
+        queue.close()
+        train_queue.close()
+    assert SQLiteQueue(":memory:").lock_seconds == load_settings().queue_lock_seconds  # one default

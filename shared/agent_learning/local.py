@@ -73,9 +73,9 @@ log = logging.getLogger(__name__)
 LOCK_SHARE = 0.5
 """The embedded runner receives no more scoring messages at once than it scored in this share of
 the queue's lock, at the pace of the batch before (a judge model takes seconds an episode): the
-rest of a batch would wait past its lock, come back, and be counted ``lock_lost``."""
-SERVICE_BUS_LOCK_SECONDS = 60.0
-"""A Service Bus queue's message lock when the queue object does not say (the entity's default)."""
+rest of a batch would wait past its lock, come back, and be counted ``lock_lost``. Nor more than
+twice the batch before (the first is one message): a batch of duplicates or dead letters, settled
+in no time, says nothing of the judge's pace."""
 
 
 
@@ -163,7 +163,8 @@ class LocalPipeline:
     ) -> Counter[str]:
         """Receive and score until the queue has nothing available (or ``max_messages``);
         ``progress`` is called with the number handled so far. At most ``receive_batch`` messages
-        are received at once, fewer when a slow judge would keep them past their lock (:data:`LOCK_SHARE`).
+        are received at once, fewer at first and when a slow judge would keep them past their lock
+        (:data:`LOCK_SHARE`).
 
         Returns the messages handled, each counted once under what became of it: the status it
         was settled with (``scored``, ``duplicate``, ``unjudged``, ``retry``, ``dead_letter``),
@@ -171,13 +172,12 @@ class LocalPipeline:
         whatever its outcome: it comes back, and what was stored makes it a duplicate)."""
         outcomes: Counter[str] = Counter()
         handled = 0
-        lock = float(getattr(self.queue, "lock_seconds", SERVICE_BUS_LOCK_SECONDS))
-        seconds_each: float | None = None  # unknown until a first message is scored
+        lock = self.queue.lock_seconds
+        received, seconds_each = 0, 0.0  # the batch before: its size and its pace
         while max_messages is None or handled < max_messages:
             want = receive_batch if max_messages is None else min(receive_batch, max_messages - handled)
-            if seconds_each is None:
-                want = 1
-            elif seconds_each > 0:
+            want = min(want, 2 * received or 1)
+            if seconds_each > 0:
                 want = max(1, min(want, int(LOCK_SHARE * lock / seconds_each)))
             started = self.clock.now()
             messages = self.queue.receive(want)
@@ -214,7 +214,8 @@ class LocalPipeline:
                 handled += 1
                 if progress:
                     progress(handled)
-            seconds_each = (self.clock.now() - started).total_seconds() / len(messages)
+            received = len(messages)
+            seconds_each = (self.clock.now() - started).total_seconds() / received
         return outcomes
 
     def train(self, agent_ids: Iterable[str] | None = None) -> list[TrainOutcome]:

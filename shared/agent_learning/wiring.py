@@ -159,14 +159,15 @@ def _open_queue(
         if settings.servicebus_connection_string:
             secret = settings.servicebus_connection_string.get_secret_value()
             try:
-                return ServiceBusQueue.from_connection_string(secret, name)
+                return ServiceBusQueue.from_connection_string(secret, name, lock_seconds=settings.queue_lock_seconds)
             except ValueError as exc:  # the SDK's parse; its message does not repeat the string
                 raise ConfigurationError(
                     f"invalid configuration: {PREFIX}SERVICEBUS_CONNECTION_STRING: {exc}"
                 ) from None
         assert settings.servicebus_namespace is not None  # load_settings checks it
         return ServiceBusQueue.from_namespace(
-            settings.servicebus_namespace, name, managed_identity_client_id=settings.servicebus_client_id
+            settings.servicebus_namespace, name, managed_identity_client_id=settings.servicebus_client_id,
+            lock_seconds=settings.queue_lock_seconds,
         )
     queue_path = ":memory:" if settings.store == "memory" else str(path or settings.sqlite_path)
     window = {} if duplicate_window is None else {"duplicate_window_seconds": duplicate_window}

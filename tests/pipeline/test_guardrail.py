@@ -358,3 +358,16 @@ def test_a_persistent_problem_is_held_at_every_page_size_down_to_an_eighth(store
     assert load_current(store, AGENT) == before
     assert len(runs(store)) == 4
     assert train_agent(AGENT, store, InvertedRewards(), guardrail=ENFORCE).status == "held"  # no full page: all of it
+
+
+def test_a_held_page_is_halved_no_lower_than_the_fewest_scores_worth_a_run(store: Store) -> None:
+    """AGENT_LEARNING_TRAIN_MIN_BATCH is the fewest new scores worth a run: the halving that gets
+    a held page unstuck learned from 100 of the 200 scores waiting when the setting asked for 150."""
+    start(store)
+    log_episodes(store, 600, seed=1)
+    sizes = []
+    for _ in range(4):
+        outcome = train_agent(AGENT, store, InvertedRewards(), guardrail=ENFORCE, max_batch=400, min_batch=150)
+        assert outcome.status == "held" and outcome.run is not None, outcome.reason
+        sizes.append(outcome.run.episodes)
+    assert sizes == [400, 200, 200, 200]  # never the 100 or 50 below the setting

@@ -892,3 +892,17 @@ def test_a_slow_judge_is_given_no_more_messages_at_once_than_it_scores_within_th
     env.pipeline.pump()
     assert env.pipeline.score_pending() == {"scored": 40}
     assert env.queue.dead_letters() == [] and env.pipeline.score_pending() == {}
+
+
+def test_a_batch_grows_no_faster_than_it_doubles_after_messages_that_took_no_judge_call(
+    tmp_path: Path, clock: ManualClock
+) -> None:
+    """A message that comes back scored (the run before was stopped) is a duplicate, settled in no
+    time: at the head of the queue its pace let the next receive take a full batch of 100, which a
+    2 s judge held past their 30 s lock."""
+    env = Env(tmp_path / "t.db", clock, judge=TwoSecondJudge(clock))
+    first, *_ = env.episodes(40)
+    body = json.dumps({"type": "score_request", "episode_id": first.id})
+    assert score_message(body, env.pipeline.scorer).status == "scored"  # before the queue delivers it
+    env.pipeline.pump()
+    assert env.pipeline.score_pending() == {"duplicate": 1, "scored": 39}

@@ -21,8 +21,10 @@ malformed reply, ``TypeError`` on a null score. So this adapter:
   are transient (the message is redelivered later); invalid output after every attempt and
   content-filtered requests and replies are permanent (dead letter). Authentication, permission and
   not-found errors and an account out of quota (429 ``insufficient_quota``) are configuration
-  problems (:class:`JudgeMisconfigured`): not retried within the judgement, but transient, so that
-  fixing the configuration lets the messages through instead of dead-lettering everything.
+  problems (:class:`JudgeMisconfigured`): not retried within the judgement, but transient, so a
+  message is redelivered (up to the queue's max deliveries, which come quickly: then it is
+  dead-lettered ``MaxDeliveryCountExceeded``, and ``agent-learn dlq replay`` sends it back once
+  the configuration is fixed) rather than dead-lettered at its first failure.
 
 A failed evaluator never becomes a zero metric: the whole judgement fails, and the evaluators
 still running are cancelled (their calls would be wasted). An episode with an
@@ -71,7 +73,7 @@ CONFIGURATION_STATUS = frozenset({401, 403, 404})
 class JudgeMisconfigured(TransientError):
     """The judge model refused a call for a reason only its configuration can fix (a key, a role,
     a deployment, an account out of quota): not retried within the judgement, but transient, so
-    the message is redelivered once the configuration is fixed."""
+    the message is redelivered, up to the queue's max deliveries (see the module docstring)."""
 
 
 @dataclass(frozen=True)

@@ -170,7 +170,7 @@ def _train_agent(
         return TrainOutcome("no_new_scores", agent_id, current.version)
     page_full = len(rows) >= max_batch
     if page_full and guardrail is not None:
-        rows = _past_held_pages(store, agent_id, current.version, rows)
+        rows = _past_held_pages(store, agent_id, current.version, rows, min_batch)
     batch = collect(agent_id, rows, current)
     if batch.waits(min_batch, page_full=page_full):
         return TrainOutcome(
@@ -235,17 +235,19 @@ def paused(pin_reason: str) -> str:
 
 HELD_PAGE_HALVINGS = 3
 """How many times a full page is halved for the next run when the guardrail held the candidate
-learned from it (down to an eighth). Behind a full page the same rows come back at every run, so
-the same candidate would get the same verdict for as long as the backlog keeps the page full, and
-a sound candidate wrongly held (at most 2.5% of them) would stop the agent's learning. Each half
-is a new candidate on fewer scores; a persistent problem is held at every size."""
+learned from it (down to an eighth, and never below ``AGENT_LEARNING_TRAIN_MIN_BATCH`` scores).
+Behind a full page the same rows come back at every run, so the same candidate would get the same
+verdict for as long as the backlog keeps the page full, and a sound candidate wrongly held (at
+most 2.5% of them) would stop the agent's learning. Each half is a new candidate on fewer scores;
+a persistent problem is held at every size."""
 
 
-def _past_held_pages(store: Store, agent_id: str, version: int, rows: list[RawDoc]) -> list[RawDoc]:
+def _past_held_pages(store: Store, agent_id: str, version: int, rows: list[RawDoc], min_batch: int) -> list[RawDoc]:
     """``rows`` (a full page), or its first half, quarter or eighth when the candidate of every
-    larger one was held already (its held run's record is there: one point read per size)."""
-    size = len(rows)
-    while size > max(len(rows) >> HELD_PAGE_HALVINGS, 1):
+    larger one was held already (its held run's record is there: one point read per size); never
+    fewer than ``min_batch`` rows, the fewest new scores worth a run."""
+    size, floor = len(rows), max(len(rows) >> HELD_PAGE_HALVINGS, min_batch, 1)
+    while size // 2 >= floor:
         last = rows[size - 1]
         if store.get_run(held_run_doc_id(agent_id, version, ScoreCursor.of_row(last))) is None:
             break

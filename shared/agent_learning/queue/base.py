@@ -116,6 +116,10 @@ class QueueCounts:
     dead_letter: int
 
 
+LOCK_SECONDS = 60.0
+"""A queue's message lock when nothing else says (Service Bus's default LockDuration)."""
+
+
 class WorkQueue(ABC):
     """A queue with Azure Service Bus peek-lock semantics.
 
@@ -137,6 +141,10 @@ class WorkQueue(ABC):
       enqueued.
     * :meth:`receive` returns available messages in FIFO order of enqueueing.
     """
+
+    lock_seconds: float = LOCK_SECONDS
+    """How long a received message stays locked (on Service Bus the queue's LockDuration decides;
+    this is what the receiver plans with)."""
 
     @abstractmethod
     def send(self, messages: Iterable[OutgoingMessage]) -> int:

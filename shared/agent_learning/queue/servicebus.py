@@ -83,6 +83,7 @@ from azure.servicebus.exceptions import (
 
 from ..errors import ConcurrencyConflict, InvalidDocument, TransientError
 from .base import (
+    LOCK_SECONDS,
     MAX_MESSAGE_ID_CHARS,
     DeadLetter,
     OutgoingMessage,
@@ -131,7 +132,8 @@ TRANSIENT_ERRORS: tuple[type[BaseException], ...] = (
 CONTENT_TYPE = "application/json"
 
 _QUEUE_KEYWORDS = frozenset(
-    {"max_wait_time", "send_timeout", "operation_timeout", "replay_with_new_message_id", "replay_batch_size"}
+    {"max_wait_time", "send_timeout", "operation_timeout", "replay_with_new_message_id", "replay_batch_size",
+     "lock_seconds"}
 )
 
 
@@ -148,7 +150,9 @@ class ServiceBusQueue(WorkQueue):
     ``send_timeout`` bounds each batch send; ``operation_timeout`` bounds the other broker
     calls (peek, dead-letter receive) and, retries included, the administration API request of
     :meth:`counts`. Settlement is bounded by the client's ``timeout``
-    keyword (SDK default 60 s). ``admin_client`` serves :meth:`counts`; the classmethod
+    keyword (SDK default 60 s). ``lock_seconds`` is the queue's LockDuration as deployed
+    (``AGENT_LEARNING_QUEUE_LOCK_SECONDS``), which receivers size their work by; the broker's
+    own setting decides the lock. ``admin_client`` serves :meth:`counts`; the classmethod
     constructors create one. Methods may be called from several threads: calls are
     serialised, since the SDK's sync handlers are not thread-safe.
     """
@@ -164,6 +168,7 @@ class ServiceBusQueue(WorkQueue):
         admin_client: ServiceBusAdministrationClient | None = None,
         replay_with_new_message_id: bool = True,
         replay_batch_size: int = 50,
+        lock_seconds: float = LOCK_SECONDS,
     ) -> None:
         if not isinstance(queue_name, str) or not queue_name.strip():
             raise ValueError(f"queue_name must be a non-empty string, got {queue_name!r}")
@@ -174,6 +179,7 @@ class ServiceBusQueue(WorkQueue):
         self.max_wait_time = _positive("max_wait_time", max_wait_time)
         self.send_timeout = _positive("send_timeout", send_timeout)
         self.operation_timeout = _positive("operation_timeout", operation_timeout)
+        self.lock_seconds = _positive("lock_seconds", lock_seconds)
         self.replay_with_new_message_id = bool(replay_with_new_message_id)
         self.replay_batch_size = replay_batch_size
         self._admin: ServiceBusAdministrationClient | _LazyAdmin | None = admin_client

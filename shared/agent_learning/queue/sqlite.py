@@ -36,6 +36,7 @@ from ..clock import SYSTEM_CLOCK, Clock
 from ..errors import ConcurrencyConflict
 from ..store.sqlite import BUSY_TIMEOUT_MS, busy_is_transient, not_a_database
 from .base import (
+    LOCK_SECONDS,
     MAX_DELIVERY_COUNT_EXCEEDED,
     DeadLetter,
     OutgoingMessage,
@@ -120,7 +121,7 @@ class SQLiteQueue(WorkQueue):
         path: str | os.PathLike[str],
         *,
         name: str = "score-episodes",
-        lock_seconds: float = 60.0,
+        lock_seconds: float = LOCK_SECONDS,
         max_deliveries: int = 10,
         duplicate_window_seconds: float = 600.0,
         clock: Clock | None = None,
