@@ -40,6 +40,18 @@ def png_size(path: Path) -> tuple[int, int]:
     return width, height
 
 
+def agents_with_actions_a_and_b(tmp_path: Path, *agent_ids: str) -> str:
+    """A store file in ``tmp_path`` where ``init-policy`` created each agent with actions a and b."""
+    db = str(tmp_path / "x.db")
+    actions = tmp_path / "actions.json"
+    actions.write_text('["a", "b"]')
+    for agent_id in agent_ids:
+        args = ["init-policy", "--agent-id", agent_id, "--actions", str(actions), "--db", db]
+        created = CliRunner().invoke(main, args)
+        assert created.exit_code == 0, created.output
+    return db
+
+
 def test_local_pipeline_learns_and_its_checkpoint_survives_a_restart(tmp_path: Path) -> None:
     db = tmp_path / "local.db"
     clock = ManualClock()
@@ -320,12 +332,7 @@ def test_cli_init_policy_refuses_a_temperature_no_training_could_use(tmp_path: P
 def test_cli_train_trains_every_agent_and_exits_1_if_one_could_not_be(tmp_path: Path) -> None:
     from agent_learning.store.sqlite import SQLiteStore
 
-    db = str(tmp_path / "x.db")
-    actions = tmp_path / "actions.json"
-    actions.write_text('["a", "b"]')
-    for agent_id in ("alpha", "beta"):
-        assert CliRunner().invoke(main, ["init-policy", "--agent-id", agent_id, "--actions", str(actions),
-                                         "--db", db]).exit_code == 0
+    db = agents_with_actions_a_and_b(tmp_path, "alpha", "beta")
     with SQLiteStore(db) as store:
         store.put_raw_current_policy("alpha", {"id": "alpha:current", "logits": ["NaN"]})
     result = CliRunner().invoke(main, ["train", "--db", db, "--json"])
@@ -339,12 +346,7 @@ def test_cli_train_says_a_current_document_is_invalid_when_its_agent_has_no_new_
     anything was scored), without pointing at the rollback that repairs it."""
     from agent_learning.store.sqlite import SQLiteStore
 
-    db = str(tmp_path / "x.db")
-    actions = tmp_path / "actions.json"
-    actions.write_text('["a", "b"]')
-    for agent_id in ("alpha", "beta"):
-        assert CliRunner().invoke(main, ["init-policy", "--agent-id", agent_id, "--actions", str(actions),
-                                         "--db", db]).exit_code == 0
+    db = agents_with_actions_a_and_b(tmp_path, "alpha", "beta")
     with SQLiteStore(db) as store:  # edited by hand: the version and cursor still read
         store.put_raw_current_policy("alpha", {**store.get_current_policy("alpha").doc, "logits": [0.0]})
     reason = ("invalid policy 'alpha:current': logits: has 1 entries but there are 2 actions; "
@@ -367,11 +369,7 @@ def test_cli_train_scores_the_rest_when_one_episode_fails_and_exits_1(
     from agent_learning.capture import EpisodeCapture
     from agent_learning.store.sqlite import SQLiteStore
 
-    db = str(tmp_path / "x.db")
-    actions = tmp_path / "actions.json"
-    actions.write_text('["a", "b"]')
-    assert CliRunner().invoke(main, ["init-policy", "--agent-id", "alpha", "--actions", str(actions),
-                                     "--db", db]).exit_code == 0
+    db = agents_with_actions_a_and_b(tmp_path, "alpha")
     with SQLiteStore(db) as store:
         policy = SoftmaxPolicy.from_document(load_current(store, "alpha"), seed=1)  # type: ignore[arg-type]
         for i in range(3):
@@ -478,11 +476,7 @@ def test_cli_train_exits_1_when_the_judge_is_unavailable(
         "JUDGE_API_KEY": "key", "JUDGE_MAX_ATTEMPTS": "1", "QUEUE_MAX_DELIVERIES": "2",
     }.items():
         monkeypatch.setenv(f"AGENT_LEARNING_{name}", value)
-    db = str(tmp_path / "x.db")
-    actions = tmp_path / "actions.json"
-    actions.write_text('["a", "b"]')
-    assert CliRunner().invoke(main, ["init-policy", "--agent-id", "bot", "--actions", str(actions),
-                                     "--db", db]).exit_code == 0
+    db = agents_with_actions_a_and_b(tmp_path, "bot")
     with SQLiteStore(db) as store:
         EpisodeCapture(store, PolicyClient(store, "bot").choose(), input="How?", episode_id="ep-0").end("Like so.")
     judge_server.set_mode("http_500")
