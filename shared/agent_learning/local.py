@@ -78,7 +78,6 @@ twice the batch before (the first is one message): a batch of duplicates or dead
 in no time, says nothing of the judge's pace."""
 
 
-
 @dataclass
 class CycleReport:
     """What one :meth:`LocalPipeline.run_once` did."""

@@ -593,13 +593,15 @@ def classify(exc: BaseException, evaluator: str) -> tuple[Exception, float | Non
         if status == 429 and "insufficient_quota" in (getattr(cause, "code", None), getattr(cause, "type", None)):
             return JudgeMisconfigured(
                 f"{evaluator}: HTTP 429 insufficient_quota: the judge model's account is out of quota (billing, "
-                f"not throttling): check the judge configuration ({cause})"
+                f"not throttling): check the judge configuration ({_server_message(cause)})"
             ), None
         if status in TRANSIENT_STATUS:
             return TransientError(f"{evaluator}: HTTP {status}: {_server_message(cause)}"), _retry_after(cause)
         if status in CONFIGURATION_STATUS:
-            return JudgeMisconfigured(f"{evaluator}: HTTP {status}: check the judge configuration ({cause})"), None
-        return PermanentError(f"{evaluator}: HTTP {status}: {cause}"), None
+            return JudgeMisconfigured(
+                f"{evaluator}: HTTP {status}: check the judge configuration ({_server_message(cause)})"
+            ), None
+        return PermanentError(f"{evaluator}: HTTP {status}: {_server_message(cause)}"), None
     if isinstance(exc, (ConnectionError, OSError)):
         return TransientError(f"{evaluator}: {type(exc).__name__}: {exc}"), None
     if any(c.__name__ == "EvaluationException" for c in type(exc).__mro__):
