@@ -17,7 +17,7 @@ Connections are identity-based: `CosmosDBConnection__accountEndpoint` and
 import azure.functions as func
 
 from agent_learning import functions
-from agent_learning.callers import identify
+from agent_learning.callers import Caller, identify
 
 app = func.FunctionApp(http_auth_level=func.AuthLevel.FUNCTION)
 
@@ -75,23 +75,28 @@ def policy(req: func.HttpRequest) -> func.HttpResponse:
 
 @app.route(route="episodes/{episode_id}/feedback", methods=["POST"], auth_level=func.AuthLevel.FUNCTION)
 def feedback(req: func.HttpRequest) -> func.HttpResponse:
-    caller = identify(req.headers, req.params)
+    rt = functions.runtime()
     return _response(
-        functions.post_feedback(req.route_params.get("episode_id", ""), req.get_body(), caller, functions.runtime())
+        functions.post_feedback(req.route_params.get("episode_id", ""), req.get_body(), _caller(req, rt), rt)
     )
 
 
 @app.route(route="agents/{agent_id}/episodes", methods=["POST"], auth_level=func.AuthLevel.FUNCTION)
 def ingest(req: func.HttpRequest) -> func.HttpResponse:
-    caller = identify(req.headers, req.params)
+    rt = functions.runtime()
     return _response(
-        functions.post_episode(req.route_params.get("agent_id", ""), req.get_body(), caller, functions.runtime())
+        functions.post_episode(req.route_params.get("agent_id", ""), req.get_body(), _caller(req, rt), rt)
     )
 
 
 @app.route(route="agents/{agent_id}/choose", methods=["POST"], auth_level=func.AuthLevel.FUNCTION)
 def choose(req: func.HttpRequest) -> func.HttpResponse:
     return _response(functions.choose(req.route_params.get("agent_id", ""), req.get_body(), functions.runtime()))
+
+
+def _caller(req: func.HttpRequest, rt: functions.Runtime) -> Caller:
+    """Who sent ``req``: the principal header counts only where the settings trust it."""
+    return identify(req.headers, req.params, trust_principal=rt.settings.trust_principal_header)
 
 
 def _response(answer: functions.HttpAnswer) -> func.HttpResponse:

@@ -78,6 +78,7 @@ NOT_OVERRIDDEN = frozenset({
     "AGENT_LEARNING_STORE",
     "AGENT_LEARNING_TRAIN_QUEUE_NAME",
     "AGENT_LEARNING_TRAIN_SCHEDULE",
+    "AGENT_LEARNING_TRUST_PRINCIPAL_HEADER",
     "CosmosDBConnection__accountEndpoint",
     "CosmosDBConnection__clientId",
     "CosmosDBConnection__credential",

@@ -143,6 +143,9 @@ param judgeApiVersion string = '2024-10-21'
 @description('Allow the offline rule-based judge in Azure when no judge model is configured (AGENT_LEARNING_ALLOW_OFFLINE_JUDGE).')
 param allowOfflineJudge bool = false
 
+@description('App Service Authentication is on for the Function app (turned on outside this template): its X-MS-CLIENT-PRINCIPAL-ID header then names HTTP callers (AGENT_LEARNING_TRUST_PRINCIPAL_HEADER). Off, the header is ignored and a caller is its function key.')
+param appServiceAuthentication bool = false
+
 @description('Most instances the Function app scales out to.')
 @minValue(40)
 @maxValue(1000)
@@ -298,6 +301,8 @@ var connectionSettings = {
   AGENT_LEARNING_JUDGE_TOKENS_PER_MINUTE: string(judgeTokensPerMinute)
   // Who may write which agent's episodes through the ingestion route.
   AGENT_LEARNING_EPISODE_WRITERS: string(episodeWriters)
+  // Whether the principal header names callers: only where the platform sets it (never inferred).
+  AGENT_LEARNING_TRUST_PRINCIPAL_HEADER: appServiceAuthentication ? 'true' : 'false'
   // Settings with a parameter of their own (and an azd variable): here, so that appSettingOverrides
   // cannot silently outrank the parameter.
   AGENT_LEARNING_JUDGING: judging

@@ -132,7 +132,7 @@ resource site 'Microsoft.Web/sites@2024-04-01' = {
 // The checks skipped here are written for the 'web' and 'authsettings' configs of an App Service
 // web app; this config holds only app settings.
 resource siteAppSettings 'Microsoft.Web/sites/config@2024-04-01' = {
-  // checkov:skip=CKV_AZURE_13: App Service Authentication is optional here: every HTTP function requires a function key (with authentication on, the caller's Entra principal is read too)
+  // checkov:skip=CKV_AZURE_13: App Service Authentication is optional here: every HTTP function requires a function key (with authentication on and the appServiceAuthentication parameter stating it, the caller's Entra principal is read too)
   // checkov:skip=CKV_AZURE_222: app settings have no network access property; see the site for why it is public
   // checkov:skip=CKV_AZURE_88: Flex Consumption has no Azure Files content share; the package is read from blob storage with the managed identity
   parent: site

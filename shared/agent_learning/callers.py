@@ -5,23 +5,24 @@ body. Two things qualify under Azure Functions:
 
 * App Service Authentication (Easy Auth) puts the caller's Entra ID object id in the
   ``X-MS-CLIENT-PRINCIPAL-ID`` header; the platform sets it and strips any copy a client sends.
-  App Service documents that stripping for apps with authentication on (and sets
-  ``WEBSITE_AUTH_ENABLED`` in them); in Azure without it, where a client could send any
-  principal's id, the header is ignored (:func:`principal_header_trusted`).
+  Nothing else strips it (a self-hosted Functions container checks keys but passes the header
+  through), so the header counts only where the deployment states that authentication is on:
+  ``AGENT_LEARNING_TRUST_PRINCIPAL_HEADER=true`` (``Settings.trust_principal_header``; the Bicep
+  sets it from its ``appServiceAuthentication`` parameter). It is never inferred from the
+  environment; without it the header is ignored and the caller is its key.
 * The function key. The host checks it but does not tell the worker which named key matched,
   so the identity is a hash of the key itself: holders of different keys are different callers,
   and nobody can become another caller without that caller's key. Give each client its own
   key (``az functionapp function keys set``) and compute the identity to configure with
   :func:`key_identity`.
 
-The principal wins when both are present. A request with neither (the local Functions host,
-where keys are not checked) is ``anonymous``.
+A trusted principal wins over a key. A request with neither (the local Functions host, where
+keys are not checked) is ``anonymous``.
 """
 
 from __future__ import annotations
 
 import hashlib
-import os
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -57,27 +58,15 @@ def principal_identity(principal_id: str) -> str:
     return "principal-" + hashlib.sha256(principal_id.encode()).hexdigest()[:16]
 
 
-EASY_AUTH_SETTING = "WEBSITE_AUTH_ENABLED"
-"""What App Service sets (to ``True``) in an app whose App Service Authentication is on."""
-
-
-def principal_header_trusted(environ: Mapping[str, str] | None = None) -> bool:
-    """Whether the principal header can only come from the platform: outside Azure (no
-    ``WEBSITE_INSTANCE_ID``: the local host, where nothing is checked anyway), or in Azure with
-    App Service Authentication on (:data:`EASY_AUTH_SETTING`)."""
-    env = os.environ if environ is None else environ
-    return not env.get("WEBSITE_INSTANCE_ID") or env.get(EASY_AUTH_SETTING, "").strip().lower() == "true"
-
-
 def identify(
-    headers: Mapping[str, str], params: Mapping[str, str] | None = None, *, environ: Mapping[str, str] | None = None
+    headers: Mapping[str, str], params: Mapping[str, str] | None = None, *, trust_principal: bool = False
 ) -> Caller:
     """The caller of a request, from its headers and query parameters (any key case); the
-    principal header counts only where :func:`principal_header_trusted` (by ``environ``, default
-    the process's environment)."""
+    principal header counts only with ``trust_principal`` (the deployment's
+    ``trust_principal_header`` setting), else it is ignored."""
     lower = {str(k).lower(): str(v) for k, v in headers.items()}
     principal = lower.get(PRINCIPAL_HEADER, "").strip()
-    if principal and principal_header_trusted(environ):
+    if principal and trust_principal:
         return Caller("principal", principal_identity(principal))
     key = lower.get(KEY_HEADER, "").strip() or str((params or {}).get(KEY_PARAM, "")).strip()
     if key:

@@ -315,6 +315,11 @@ class Settings(BaseSettings):
         {}, description="JSON: caller identity → agent ids or patterns it may write; empty: the route is off"
     )
 
+    trust_principal_header: bool = Field(
+        False,
+        description="App Service Authentication is on: its X-MS-CLIENT-PRINCIPAL-ID header names the caller",
+    )
+
     @field_validator("episode_writers", mode="before")
     @classmethod
     def _episode_writers(cls, value: Any) -> dict[str, list[str]]:

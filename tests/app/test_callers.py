@@ -8,13 +8,15 @@ pytest.importorskip("azure.functions")
 
 import azure.functions as func
 
-from agent_learning.callers import ANONYMOUS, identify, key_identity, principal_header_trusted, principal_identity
+from agent_learning.callers import ANONYMOUS, identify, key_identity, principal_identity
+from agent_learning.config import load_settings
+from agent_learning.errors import ConfigurationError
 
 GUID = "0F8FAD5B-D9CB-469F-A165-70867728950E"
 
 
-def test_principal_header_wins_over_the_key_and_is_case_insensitive() -> None:
-    caller = identify({"X-MS-CLIENT-PRINCIPAL-ID": GUID, "x-functions-key": "k1"})
+def test_a_trusted_principal_header_wins_over_the_key_and_is_case_insensitive() -> None:
+    caller = identify({"X-MS-CLIENT-PRINCIPAL-ID": GUID, "x-functions-key": "k1"}, trust_principal=True)
     assert caller.kind == "principal"
     assert caller.id == "principal-" + GUID.lower()
 
@@ -47,14 +49,25 @@ def test_identity_from_a_real_functions_http_request() -> None:
     assert identify(req.headers, req.params).id == key_identity("secret")
 
 
-def test_in_azure_the_principal_header_counts_only_with_app_service_authentication_on() -> None:
-    """Without it nothing is documented to strip a client's own copy of the header: any key
-    holder could pass as any principal (or as many invented ones), so the key decides."""
+def test_the_principal_header_counts_only_where_the_settings_say_app_service_authentication_is_on(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Only the platform strips a client's own copy of the header; a self-hosted container checks
+    keys but passes it through. So it is never inferred from the environment (neither the
+    absence of ``WEBSITE_INSTANCE_ID`` nor ``WEBSITE_AUTH_ENABLED`` makes it count): one key
+    could otherwise pass as any principal, or as many invented ones."""
     sent = {"X-MS-CLIENT-PRINCIPAL-ID": GUID, "x-functions-key": "k1"}
-    azure = {"WEBSITE_INSTANCE_ID": "abc"}
-    assert identify(sent, environ=azure) == identify({"x-functions-key": "k1"})
-    assert identify({"X-MS-CLIENT-PRINCIPAL-ID": GUID}, environ=azure).id == ANONYMOUS
-    for on in ("True", "true"):
-        assert identify(sent, environ=azure | {"WEBSITE_AUTH_ENABLED": on}).id == "principal-" + GUID.lower()
-    assert not principal_header_trusted(azure | {"WEBSITE_AUTH_ENABLED": "False"})
-    assert principal_header_trusted({})  # the local host and tests: as before
+    monkeypatch.delenv("AGENT_LEARNING_TRUST_PRINCIPAL_HEADER", raising=False)
+    monkeypatch.delenv("WEBSITE_INSTANCE_ID", raising=False)
+    monkeypatch.setenv("WEBSITE_AUTH_ENABLED", "True")
+    trusted = load_settings().trust_principal_header
+    assert trusted is False
+    assert identify(sent, trust_principal=trusted) == identify(sent) == identify({"x-functions-key": "k1"})
+    assert identify({"X-MS-CLIENT-PRINCIPAL-ID": GUID}).id == ANONYMOUS
+    for on in ("true", "True", "1"):
+        monkeypatch.setenv("AGENT_LEARNING_TRUST_PRINCIPAL_HEADER", on)
+        trusted = load_settings().trust_principal_header
+        assert identify(sent, trust_principal=trusted).id == "principal-" + GUID.lower()
+    monkeypatch.setenv("AGENT_LEARNING_TRUST_PRINCIPAL_HEADER", "yes please")
+    with pytest.raises(ConfigurationError, match="AGENT_LEARNING_TRUST_PRINCIPAL_HEADER"):
+        load_settings()

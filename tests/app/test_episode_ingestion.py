@@ -20,7 +20,7 @@ import pytest
 pytest.importorskip("azure.functions")
 
 import azure.functions as func
-from app_functions import functions
+from app_functions import functions, trust_principal_header
 from factories import DEFAULT_ACTIONS, CountingStore, make_episode
 
 from agent_learning import functions as handlers
@@ -115,9 +115,6 @@ def test_an_allowed_caller_writes_and_a_retry_is_a_no_op(app: App) -> None:
     stored = app.store.get_episode("ep-1")
     assert stored is not None and Episode.from_dict(stored) == Episode.from_dict(doc)
     assert len(app.store.list_episodes()) == 1
-    # The principal header wins over a key, and maps to its own agents.
-    status, _ = app.post("ops-bot", episode("ep-ops", "ops-bot"), headers={"X-MS-CLIENT-PRINCIPAL-ID": PRINCIPAL})
-    assert status == 201
 
 
 def test_a_caller_cannot_write_another_agent(app: App) -> None:
@@ -130,16 +127,19 @@ def test_a_caller_cannot_write_another_agent(app: App) -> None:
     assert app.store.list_episodes() == []
 
 
-def test_in_azure_without_app_service_authentication_a_principal_header_gives_no_access(
+def test_a_principal_header_names_the_writer_only_where_the_settings_trust_it(
     app: App, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setenv("WEBSITE_INSTANCE_ID", "abc")
-    monkeypatch.delenv("WEBSITE_AUTH_ENABLED", raising=False)
-    forged = {"X-MS-CLIENT-PRINCIPAL-ID": PRINCIPAL}  # the support key's holder posing as ops-bot's writer
+    """A self-hosted container (no ``WEBSITE_INSTANCE_ID``) checks keys but passes the header
+    through: without the setting, the support key's holder posing as ops-bot's writer is still
+    the support key."""
+    monkeypatch.delenv("WEBSITE_INSTANCE_ID", raising=False)
+    forged = {"X-MS-CLIENT-PRINCIPAL-ID": PRINCIPAL}
     status, body = app.post("ops-bot", episode("ep-ops", "ops-bot"), headers=forged)
-    assert status == 403 and key_identity(SUPPORT_KEY) in body["error"]
-    monkeypatch.setenv("WEBSITE_AUTH_ENABLED", "True")  # the platform's header: the principal's own
-    assert app.post("ops-bot", episode("ep-ops", "ops-bot"), headers=forged)[0] == 201
+    assert status == 403 and key_identity(SUPPORT_KEY) in body["error"] and "principal" not in body["error"]
+    assert app.store.list_episodes() == []
+    trust_principal_header(monkeypatch)  # App Service Authentication on: the header is the platform's
+    assert app.post("ops-bot", episode("ep-ops", "ops-bot"), headers=forged)[0] == 201  # it wins over the key
 
 
 def test_the_body_must_be_an_episode_of_the_path_agent(app: App) -> None:

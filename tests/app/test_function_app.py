@@ -17,7 +17,7 @@ import pytest
 pytest.importorskip("azure.functions")
 
 import azure.functions as func
-from app_functions import document_list, functions, sb_message
+from app_functions import document_list, functions, sb_message, trust_principal_header
 from azure.functions.servicebus import ServiceBusMessage
 from azure.functions.timer import TimerRequest
 
@@ -481,12 +481,13 @@ def test_http_feedback_on_an_episode_whose_score_is_invalid_is_kept_and_says_why
     assert [f["id"] for f in env.store.list_feedback(episode["id"])] == [body["feedback_id"]]
 
 
-def test_http_feedback_sources_are_the_callers_not_the_body(env: Env) -> None:
+def test_http_feedback_sources_are_the_callers_not_the_body(env: Env, monkeypatch: pytest.MonkeyPatch) -> None:
     (doc,) = env.episodes(1)
     env.store.add_episode(Episode.from_dict(doc))
     assert http_feedback(doc["id"], {"thumb": "up"}, key="key-of-alice")[0] == 202
     assert http_feedback(doc["id"], {"thumb": "down"}, key=None, params={"code": "key-of-bob"})[0] == 202
     principal = "4f1c2a3b-0000-4000-8000-00000000abcd"
+    trust_principal_header(monkeypatch)  # App Service Authentication on
     assert http_feedback(doc["id"], {"thumb": "up"}, headers={"X-MS-CLIENT-PRINCIPAL-ID": principal})[0] == 202
     by_source = {f["source"]: f["value"] for f in env.store.list_feedback(doc["id"])}
     assert by_source == {key_identity("key-of-alice"): 1.0, key_identity("key-of-bob"): 0.0,
@@ -515,6 +516,24 @@ def test_http_feedback_takes_a_bounded_number_of_sources(env: Env) -> None:
     assert len(env.store.list_feedback(doc["id"])) == MAX_FEEDBACK_SOURCES
     assert http_feedback(doc["id"], {"thumb": "down"}, key="key-3")[0] == 202  # an existing source may change
     assert {f["value"] for f in env.store.list_feedback(doc["id"])} == {0.0, 1.0}
+
+
+def test_http_feedback_from_one_key_posing_as_many_principals_is_one_source(env: Env) -> None:
+    """Without the setting that states App Service Authentication is on, the principal header is
+    the client's own: a key sending a new principal each time replaces its one verdict, instead
+    of outvoting the others and filling the sources so that the real users are refused."""
+    from agent_learning.feedback import MAX_FEEDBACK_SOURCES
+
+    (doc,) = env.episodes(1)
+    env.store.add_episode(Episode.from_dict(doc))
+    assert http_feedback(doc["id"], {"thumb": "up"}, key="key-of-alice")[0] == 202
+    for i in range(MAX_FEEDBACK_SOURCES):
+        forged = {"X-MS-CLIENT-PRINCIPAL-ID": f"4f1c2a3b-0000-4000-8000-{i:012d}"}
+        status, body = http_feedback(doc["id"], {"thumb": "down"}, key="key-of-mallory", headers=forged)
+        assert status == 202 and body["source"] == key_identity("key-of-mallory")
+    by_source = {f["source"]: f["value"] for f in env.store.list_feedback(doc["id"])}
+    assert by_source == {key_identity("key-of-alice"): 1.0, key_identity("key-of-mallory"): 0.0}
+    assert http_feedback(doc["id"], {"thumb": "up"}, key="key-of-bob")[0] == 202  # room for the real users
 
 
 def test_http_feedback_nested_too_deeply_is_a_400_naming_the_body(env: Env) -> None:

@@ -14,6 +14,7 @@ import azure.functions as func
 from azure.functions.servicebus import ServiceBusMessage
 
 import function_app
+from agent_learning import functions as handlers
 
 
 @functools.cache
@@ -37,3 +38,9 @@ def sb_message(received: Any) -> ServiceBusMessage:
         user_properties=dict(received.properties),
         content_type="application/json",
     )
+
+
+def trust_principal_header(monkeypatch: Any, trusted: bool = True) -> None:
+    """Make the app's current runtime state (or not) that App Service Authentication is on."""
+    rt = handlers.runtime()
+    monkeypatch.setattr(rt, "settings", rt.settings.model_copy(update={"trust_principal_header": trusted}))
