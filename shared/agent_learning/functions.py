@@ -333,35 +333,48 @@ def get_policy(agent_id: str, if_none_match: str | None, rt: Runtime) -> HttpAns
 
     if problem := agent_id_problem(agent_id):
         return _json_answer(400, {"error": f"agent_id: {problem}"})
-    cached = _cached_etag(if_none_match)
-    # Cosmos ETags carry their quotes; the conditional read saves the transfer there, and the
-    # comparison below answers 304 on stores whose ETags do not.
-    tagged = rt.store.get_current_policy_if_changed(agent_id, f'"{cached}"' if cached else None)
+    cached = _if_none_match(if_none_match)
+    # Cosmos ETags carry their quotes; a conditional read of the one cached tag saves the transfer
+    # there, and the comparison below answers 304 on stores whose ETags do not, for "*" and for lists.
+    only = next(iter(cached)) if isinstance(cached, frozenset) and len(cached) == 1 else None
+    tagged = rt.store.get_current_policy_if_changed(agent_id, f'"{only}"' if only else None)
     if tagged is None:
         return _json_answer(404, {"error": f"agent {agent_id!r} has no policy"})
-    if isinstance(tagged, NotModified) or (cached and tagged.etag in (cached, f'"{cached}"')):
-        return HttpAnswer(304, "", {"ETag": f'"{cached}"'})
+    if isinstance(tagged, NotModified):  # the one tag asked about is the current one
+        return HttpAnswer(304, "", {"ETag": f'"{only}"'})
+    etag = tagged.etag.strip('"')
+    if cached == ANY_TAG or (cached and etag in cached):
+        return HttpAnswer(304, "", {"ETag": f'"{etag}"'})
     doc = {k: v for k, v in tagged.doc.items() if not k.startswith("_")}
     try:
         stored_policy(doc)
     except StoredDocumentInvalid as exc:  # never hand agents a corrupt policy; they keep their last good one
         return _invalid_policy(agent_id, exc)
-    etag = tagged.etag.strip('"')
     return HttpAnswer(
         200, json.dumps(doc), {"ETag": f'"{etag}"', "Content-Type": "application/json", "Cache-Control": "no-cache"}
     )
 
 
-def _cached_etag(if_none_match: str | None) -> str | None:
-    """The opaque tag of an ``If-None-Match`` header holding one entity tag (``"x"`` or
-    ``W/"x"``: the comparison is weak); ``None`` for anything else (absent, empty, ``*``,
-    several tags, malformed), which means no cached copy: the client gets the document."""
-    match = _ENTITY_TAG.fullmatch((if_none_match or "").strip())
-    return match.group(1) if match else None
+ANY_TAG = "*"
+"""``If-None-Match: *``: any current document (RFC 9110 §13.1.2), so an existing policy answers 304."""
 
 
-_ENTITY_TAG = re.compile(r'(?:W/)?"([\x21\x23-\x7e]+)"')
+def _if_none_match(header: str | None) -> frozenset[str] | str | None:
+    """The opaque tags an ``If-None-Match`` header lists (``"x"`` or ``W/"x"``: the comparison is
+    weak), or :data:`ANY_TAG`; ``None`` for anything else (absent, empty, malformed), which
+    means no cached copy: the client gets the document."""
+    text = (header or "").strip(" \t")
+    if text == ANY_TAG:
+        return ANY_TAG
+    if not _TAG_LIST.fullmatch(text):
+        return None
+    return frozenset(_ENTITY_TAG.findall(text)) - {""} or None
+
+
+_ENTITY_TAG = re.compile(r'(?:W/)?"([\x21\x23-\x7e]*)"')
 """One entity tag (RFC 9110): visible ASCII other than the quote, between quotes."""
+_TAG_LIST = re.compile(rf"[ \t,]*{_ENTITY_TAG.pattern}(?:[ \t]*,[ \t,]*{_ENTITY_TAG.pattern})*[ \t,]*")
+"""Entity tags separated by commas (empty list elements are allowed, as RFC 9110 §5.6.1 says)."""
 
 
 MAX_FEEDBACK_BYTES = 16_384

@@ -366,7 +366,8 @@ def policy_runtime(durable_store: Store, tmp_path: Path, monkeypatch: pytest.Mon
 
 
 @pytest.mark.parametrize(
-    "header", ['"', '""', " ", 'W/""', "*", '"a", "b"', 'x"', '"unterminated', 'W/"', '"a b"', '"€"']
+    "header", ['"', '""', " ", 'W/""', "* ,", '*, "a"', '"a", "b"', '"a" "b"', 'x"', '"unterminated', 'W/"', '"a b"',
+               '"€"']
 )
 def test_http_policy_with_an_empty_or_malformed_if_none_match_answers_the_document(
     policy_runtime: Any, header: str
@@ -383,6 +384,19 @@ def test_http_policy_etag_round_trips_on_every_store(policy_runtime: Any) -> Non
     assert http_get(AGENT, etag).status_code == 304
     assert http_get(AGENT, f"W/{etag}").status_code == 304  # If-None-Match compares weakly
     assert http_get(AGENT, '"stale"').status_code == 200
+
+
+def test_http_policy_if_none_match_star_or_a_list_holding_the_current_tag_answers_304(policy_runtime: Any) -> None:
+    """RFC 9110 §13.1.2: ``*`` matches any current document, and a list matches when one of its
+    tags does (weakly); either way the answer carries the current tag."""
+    etag = http_get(AGENT).headers["ETag"]
+    for header in ("*", f'"stale", {etag}', f'W/"stale",W/{etag}', f' , {etag}, "other" ,', f'"a,b", {etag}'):
+        resp = http_get(AGENT, header)
+        assert resp.status_code == 304 and resp.get_body() == b"" and resp.headers["ETag"] == etag, header
+    for header in ('"stale", "older"', '"a,b", W/"c"'):
+        assert http_get(AGENT, header).status_code == 200, header
+    missing = http_get("nobody", "*")  # no current document: nothing matches "*"
+    assert missing.status_code == 404 and "nobody" in json.loads(missing.get_body())["error"]
 
 
 class QuotedETagStore(SQLiteStore):
