@@ -7,19 +7,21 @@ import json
 import math
 import random
 from collections import Counter
+from datetime import timedelta
 from typing import Any
 
 import numpy as np
 import pytest
-from support.factories import make_score
+from support.factories import BASE_TIME, make_score
 
 from agent_learning.client import PolicyClient
 from agent_learning.documents import MAX_CONTEXT_FEATURES, MAX_LEARNED_VALUES, PolicyDocument
-from agent_learning.errors import InvalidDocument
+from agent_learning.errors import AlreadyExists, InvalidDocument
 from agent_learning.learner import Batch, Evidence, LearnerConfig, Reinforce, log_p_best
 from agent_learning.pipeline import create_policy, train_agent
 from agent_learning.policy import SoftmaxPolicy, load_policy, policy_probabilities, served_entropy
 from agent_learning.store.base import Store
+from agent_learning.store.memory import MemoryStore
 from agent_learning.structured import StructuredPolicy, knows_action
 from agent_learning.structured_learner import (
     NUMBER_FIT_EPISODES,
@@ -831,6 +833,22 @@ def test_segments_stop_being_added_when_the_budget_is_spent_and_training_goes_on
     assert len(doc.to_json()) < 128 * 1024
     with pytest.raises(InvalidDocument, match="the limit is 2048"):
         StructuredPolicy.create("bot", {"d": list(range(300))}, context={f"n{i}": "number" for i in range(7)})
+
+
+def test_creating_the_same_structured_policy_again_changes_nothing_and_another_is_refused_by_name() -> None:
+    """Re-running the README's snippet: the same policy made a second later is a no-op."""
+    store, made = MemoryStore(), BASE_TIME
+    spec = {"prompt": ["concise", "step-by-step"], "retrieval_k": [1, 3, 5]}
+    triage = StructuredPolicy.create("triage-bot", spec, context={"task": "category"}, created_at=made)
+    first = create_policy(store, triage.document)
+    tagged = store.get_current_policy("triage-bot")
+    later = made + timedelta(seconds=1)
+    again = StructuredPolicy.create("triage-bot", spec, context={"task": "category"}, created_at=later)
+    assert create_policy(store, again.document) == first
+    assert store.get_current_policy("triage-bot") == tagged
+    other = StructuredPolicy.create("triage-bot", spec, context={"task": "category", "tokens": "number"})
+    with pytest.raises(AlreadyExists, match="agent 'triage-bot' already has a policy"):
+        create_policy(store, other.document)
 
 
 def test_a_structured_policy_rolls_back_with_its_features_and_refuses_a_flat_revision() -> None:

@@ -67,6 +67,7 @@ from .recovery import rescore as run_rescore
 from .report import write_report
 from .simulate import SCENARIOS
 from .store.sqlite import SQLiteStore
+from .store.sqlite import described as sqlite_described
 from .structured import NO_CONTEXT, StructuredPolicy, is_number, knows_action, segment_views
 
 
@@ -239,7 +240,7 @@ def _existing(settings: Any) -> Any:
         return settings
     if not Path(settings.sqlite_path).exists():
         raise NotFound(
-            f"--db: there is no store at {settings.sqlite_path} (AGENT_LEARNING_SQLITE_PATH); "
+            f"--db: there is no store at {sqlite_described(settings.sqlite_path)}; "
             "agent-learn init-policy creates one, and the demo writes .agent-learning/demo.db"
         )
     if not _agent_learning_file(settings.sqlite_path):
@@ -322,10 +323,14 @@ def _store(db: str | None, *, create: bool = False) -> Iterator[tuple[Any, Any]]
         store.close()
 
 
-def _where(settings: Any) -> str:
+def _where(settings: Any, how: bool = False) -> str:
+    """The store the settings choose; with ``how``, for messages about what it lacks, an embedded
+    file's absolute path and how it is chosen (a relative one depends on the working directory)."""
     if settings.store == "cosmos":
         return f"Cosmos DB {settings.cosmos_endpoint} database {settings.cosmos_database}"
-    return "the memory store" if settings.store == "memory" else str(settings.sqlite_path)
+    if settings.store == "memory":
+        return "the memory store"
+    return sqlite_described(settings.sqlite_path) if how else str(settings.sqlite_path)
 
 
 def _current(store: Any, settings: Any, agent_id: str) -> Any:
@@ -339,7 +344,7 @@ def _current(store: Any, settings: Any, agent_id: str) -> Any:
     if doc is None:
         agents = store.list_agents()
         known = f"agents: {', '.join(agents)}" if agents else "no agent has a policy yet (agent-learn init-policy)"
-        raise NotFound(f"--agent-id: {agent_id!r} has no policy in {_where(settings)}; {known}")
+        raise NotFound(f"--agent-id: {agent_id!r} has no policy in {_where(settings, how=True)}; {known}")
     return doc
 
 
@@ -787,11 +792,14 @@ def init_policy(
     except InvalidDocument as exc:
         raise _actions_problem(exc) from None
     with _store(db, create=True) as (store, _):
+        existed = store.get_current_policy(agent_id) is not None
         try:
             doc = create_policy(store, first)
         except ConcurrencyConflict as exc:
             raise ValueError(f"--agent-id: {exc}") from None
-    if doc.dimensions:
+    if existed:  # the same policy again: nothing changed
+        out.print(f"{agent_id} already has this policy (now v{doc.version}) in {_where(settings)}; nothing changed")
+    elif doc.dimensions:
         dims = ", ".join(f"{d.name} ({d.size})" for d in doc.dimensions)
         features = f" learning from {[f.name for f in doc.features]}" if doc.features else ""
         out.print(f"created {doc.agent_id} v{doc.version} with dimensions {dims}{features} in {_where(settings)}")
@@ -1198,7 +1206,7 @@ def agent_list(as_json: bool, db: str | None) -> None:
         _echo_json(rows)
         sys.exit(1 if invalid else 0)
     if not rows and not invalid:
-        out.print(f"no agent has a policy in {_where(settings)} (agent-learn init-policy)")
+        out.print(f"no agent has a policy in {_where(settings, how=True)} (agent-learn init-policy)")
         return
     table = Table(title=f"{_n(len(rows), 'agent')} in {_where(settings)}", title_justify="left")
     for col in ("agent", "version", "actions", "pinned", "version created"):
@@ -1328,7 +1336,8 @@ def runs_show(run_id: str, as_json: bool, db: str | None) -> None:
     with _store(db) as (store, settings):
         doc = store.get_run(run_id)
     if doc is None:
-        raise NotFound(f"RUN_ID: no run {run_id!r} in {_where(settings)} (agent-learn runs list --agent-id ...)")
+        where = _where(settings, how=True)
+        raise NotFound(f"RUN_ID: no run {run_id!r} in {where} (agent-learn runs list --agent-id ...)")
     if not _valid_run(doc):
         sys.exit(1)
     doc = _user_fields(doc)
@@ -1539,7 +1548,8 @@ def episodes_show(episode_id: str, as_json: bool, db: str | None) -> None:
     with _store(db) as (store, settings):
         doc = store.get_episode(episode_id)
         if doc is None:
-            raise NotFound(f"EPISODE_ID: no episode {episode_id!r} in {_where(settings)} (agent-learn episodes list)")
+            where = _where(settings, how=True)
+            raise NotFound(f"EPISODE_ID: no episode {episode_id!r} in {where} (agent-learn episodes list)")
         scores = [_user_fields(s) for s in score_rows(store, episode_id, str(doc.get("agent_id")))]
         feedback = [_user_fields(f) for f in store.list_feedback(episode_id)]
         record = None if scores else store.get_unjudged(episode_id, str(doc.get("agent_id")))
@@ -1939,7 +1949,7 @@ def report(agent_ids: tuple[str, ...], png_path: str, html_path: str, title: str
     with _store(db) as (store, settings):
         agents = list(dict.fromkeys(agent_ids)) or store.list_agents()  # each agent once, as given
         if not agents:
-            raise NotFound(f"no agent has a policy in {_where(settings)}")
+            raise NotFound(f"no agent has a policy in {_where(settings, how=True)}")
         # an invalid current document is said, and its versions are charted: a rollback chooses from them
         currents = {a: _current_or_said(store, settings, a) for a in agents}
         histories, headings = [], {}

@@ -130,7 +130,7 @@ class PolicyClient:
                 if tagged is None:
                     self._policy, self._etag = None, None
                     raise NotFound(
-                        f"agent {self.agent_id!r} has no policy; create one with "
+                        f"agent {self.agent_id!r} has no policy in {self.store.location}; create one with "
                         f"`agent-learn init-policy --agent-id {self.agent_id} --actions FILE`"
                     )
                 if isinstance(tagged, Tagged):
@@ -174,6 +174,11 @@ class HttpPolicySource:
 
     def __repr__(self) -> str:  # never the key
         return f"HttpPolicySource({self.base_url!r})"
+
+    @property
+    def location(self) -> str:
+        """Where the policies are read, for messages."""
+        return self.base_url
 
     def url(self, agent_id: str) -> str:
         return f"{self.base_url}/api/policies/{urllib.parse.quote(agent_id, safe='')}"

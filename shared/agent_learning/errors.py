@@ -9,7 +9,7 @@ The pipeline decides what to do with a failure by its class, never by its messag
 * :class:`PermanentError` — retrying cannot help (judge output invalid after retries, an
   episode that references an unknown policy version).
 * :class:`ConcurrencyConflict` — an optimistic-concurrency write lost its race (stale ETag,
-  or the document already exists).
+  or the document already exists); :class:`AlreadyExists` when one to create exists with other content.
 * :class:`LimitExceeded` — the request would grow something past a documented bound.
 """
 
@@ -60,6 +60,10 @@ class PermanentError(AgentLearningError):
 
 class ConcurrencyConflict(AgentLearningError):
     """An optimistic-concurrency write was rejected (stale ETag or existing document)."""
+
+
+class AlreadyExists(ConcurrencyConflict):
+    """A document to create exists already with other content; nothing is overwritten."""
 
 
 class LimitExceeded(AgentLearningError):

@@ -19,6 +19,7 @@ from cli_harness import clear_settings, cli, ok
 from agent_learning.capture import EpisodeCapture
 from agent_learning.client import PolicyClient
 from agent_learning.config import load_settings
+from agent_learning.errors import NotFound
 from agent_learning.local import open_local
 from agent_learning.pipeline import load_current
 from agent_learning.store.sqlite import SQLiteStore
@@ -51,6 +52,28 @@ def refused(*args: str) -> str:
     assert result.exit_code == 2 and isinstance(result.exception, SystemExit), (args, result.output)
     assert len(lines) == 1 and lines[0].startswith("error: "), (args, result.output)
     return lines[0]
+
+
+def test_a_store_opened_from_another_folder_names_its_file_when_it_finds_no_agent(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``SQLiteStore()`` takes the default path in the working directory: opened from another
+    folder, it creates an empty file there. What then finds no agent names that file (absolute)
+    and how the path is chosen: in PolicyClient's exception, and in the CLI's one line."""
+    monkeypatch.delenv("AGENT_LEARNING_SQLITE_PATH")
+    (tmp_path / "elsewhere").mkdir()
+    monkeypatch.chdir(tmp_path / "elsewhere")
+    file = Path.cwd() / ".agent-learning" / "local.db"
+    store = SQLiteStore()
+    with pytest.raises(NotFound) as missing:
+        PolicyClient(store, AGENT).choose()
+    store.close()
+    assert str(missing.value).startswith(
+        f"agent {AGENT!r} has no policy in the SQLite file {file} (AGENT_LEARNING_SQLITE_PATH or --db; else "
+        ".agent-learning/local.db in the working directory), created empty when this store opened it;"
+    )
+    line = refused("policy", "show", "--agent-id", AGENT)
+    assert line.startswith(f"error: --agent-id: {AGENT!r} has no policy in {file} (AGENT_LEARNING_SQLITE_PATH")
 
 
 @pytest.fixture

@@ -252,7 +252,13 @@ def test_cli_init_policy_then_policy_then_train(tmp_path: Path) -> None:
     assert "helper v1" in created.stdout
 
     again = runner.invoke(main, ["init-policy", "--agent-id", "helper", "--actions", str(actions), "--db", db])
-    assert again.exit_code == 2 and again.stderr.startswith("error: --agent-id: agent 'helper' already has a policy")
+    assert again.exit_code == 0 and "helper already has this policy (now v1)" in again.stdout  # re-run: no change
+    other = tmp_path / "other-actions.json"
+    other.write_text(json.dumps(["concise", "bulleted"]))
+    refused = runner.invoke(main, ["init-policy", "--agent-id", "helper", "--actions", str(other), "--db", db])
+    assert refused.exit_code == 2 and "Traceback" not in refused.output
+    assert refused.stderr.startswith("error: --agent-id: agent 'helper' already has a policy, made from other")
+    assert "agent-learn policy revise --agent-id helper --actions FILE" in refused.stderr
 
     shown = runner.invoke(main, ["policy", "--agent-id", "helper", "--db", db, "--json"])
     assert shown.exit_code == 0, shown.output

@@ -30,7 +30,7 @@ from agent_learning.documents import (
     correction_doc_id,
     correction_ledger_id,
 )
-from agent_learning.errors import ConcurrencyConflict, InvalidDocument
+from agent_learning.errors import AlreadyExists, ConcurrencyConflict, InvalidDocument
 from agent_learning.pipeline import create_policy, materialise
 from agent_learning.store import SQLiteStore, Store
 from agent_learning.store.base import NOT_MODIFIED, AgentCursor, RawDoc, Tagged
@@ -676,12 +676,31 @@ def test_create_policy_and_materialise_write_current_and_version_once(store: Sto
     tagged = store.get_current_policy("agent-a")
     assert tagged is not None and user_fields(tagged.doc) == current.to_dict()
     assert [user_fields(d) for d in store.list_policy_versions("agent-a")] == [doc.to_dict()]
-    with pytest.raises(ConcurrencyConflict, match="never overwritten"):
+    with pytest.raises(AlreadyExists, match="never overwritten") as refused:
         create_policy(store, make_policy_doc(version=1, logits=[1.0, 0.0, 0.0]))
+    assert "'agent-a'" in str(refused.value) and "agent-learn policy revise --agent-id agent-a" in str(refused.value)
     materialise(store, current)  # idempotent: re-creating the same version is a no-op
     assert len(store.list_policy_versions("agent-a")) == 1
     again = store.get_current_policy("agent-a")
     assert again is not None and again.etag == tagged.etag
+
+
+def test_create_policy_again_with_the_same_policy_is_a_no_op_returning_the_current(store: Store) -> None:
+    """Re-running a script that creates an agent's policy: the same document made at another time
+    changes nothing, also once the agent has learned (the current document is returned)."""
+    create_policy(store, make_policy_doc(version=1))
+    before = store.get_current_policy("agent-a")
+    again = create_policy(store, make_policy_doc(version=1, created_at=BASE_TIME + timedelta(days=1)))
+    assert again.version == 1 and again.created_at == BASE_TIME
+    after = store.get_current_policy("agent-a")
+    assert before is not None and after is not None and after.etag == before.etag
+    assert len(store.list_policy_versions("agent-a")) == 1
+    tagged = store.get_current_policy("agent-a")
+    assert tagged is not None
+    store.replace_current_policy(make_policy_doc(version=2, kind="current", logits=[2.0, 0.0, 0.0]), tagged.etag)
+    assert create_policy(store, make_policy_doc(version=1)).version == 2
+    with pytest.raises(AlreadyExists, match="'agent-a' already has a policy"):  # other actions: not the same
+        create_policy(store, make_policy_doc(version=1, actions=["x", "y"]))
 
 
 def test_materialise_writes_the_run_of_a_trained_version(store: Store) -> None:

@@ -47,7 +47,14 @@ from typing import Any
 from .. import notices
 from ..clock import SYSTEM_CLOCK, Clock
 from ..documents import MAX_NOTE_CHARS, Action, PolicyDocument, stored_policy
-from ..errors import ConcurrencyConflict, InvalidDocument, NotFound, StoredDocumentInvalid, TransientError
+from ..errors import (
+    AlreadyExists,
+    ConcurrencyConflict,
+    InvalidDocument,
+    NotFound,
+    StoredDocumentInvalid,
+    TransientError,
+)
 from ..store.base import Store, same_document
 
 log = logging.getLogger(__name__)
@@ -132,15 +139,34 @@ def publish(store: Store, new: PolicyDocument, etag: str | None) -> PolicyDocume
 
 
 def create_policy(store: Store, policy_doc: PolicyDocument) -> PolicyDocument:
-    """Publish the first version of an agent's policy; refuses to overwrite an existing one."""
+    """Publish the first version of an agent's policy and return the agent's current document.
+
+    Idempotent: when the agent's version 1 is this document already (made at another time: the
+    creation time is not compared), nothing is written and the current document, perhaps of a
+    later version, is returned. Raises :class:`~agent_learning.errors.AlreadyExists`, naming the
+    agent, when it has another policy: a policy is never overwritten.
+    """
     if policy_doc.version != 1 or policy_doc.source != "init":
         raise ValueError("a new policy starts at version 1 with source 'init'")
     try:
         return publish(store, policy_doc.as_kind("current"), None)
     except ConcurrencyConflict:
-        raise ConcurrencyConflict(
-            f"agent {policy_doc.agent_id!r} already has a policy; it is never overwritten (roll back or pin it instead)"
-        ) from None
+        pass
+    agent_id = policy_doc.agent_id
+    first = store.get_policy_version(agent_id, 1)
+    current = load_current(store, agent_id)
+    if first is None and current is not None and current.version == 1:  # its records not written yet
+        first = current.as_kind("version").to_dict()
+    if current is not None and first is not None and same_document(
+        first, policy_doc.as_kind("version").to_dict(), ignore=("created_at",)
+    ):
+        return current
+    raise AlreadyExists(
+        f"agent {agent_id!r} already has a policy, made from other actions or settings; it is never overwritten: "
+        f"change its actions with `agent-learn policy revise --agent-id {agent_id} --actions FILE` (what it "
+        "learned is kept), roll it back or pin it (`agent-learn policy --help`), or create this one under a new "
+        "agent id"
+    )
 
 
 # --------------------------------------------------------------------------- interventions

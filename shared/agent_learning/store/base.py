@@ -170,6 +170,11 @@ UnjudgedMark = Literal["recorded", "kept", "scored"]
 class Store(ABC):
     """The persistence port. Thread-safe in every adapter."""
 
+    @property
+    def location(self) -> str:
+        """Where the store keeps its documents, for messages (a file, a database)."""
+        return type(self).__name__
+
     # ------------------------------------------------------------------ episodes
 
     @abstractmethod

@@ -321,6 +321,10 @@ class CosmosStore(Store):
         self._c: dict[str, ContainerProxy] = {name: database.get_container_client(name) for name in CONTAINERS}
         self._client: CosmosClient | None = None
 
+    @property
+    def location(self) -> str:
+        return f"Cosmos DB database {self.database.id}"
+
     # ------------------------------------------------------------------ construction
 
     @classmethod

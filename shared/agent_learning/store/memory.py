@@ -26,6 +26,8 @@ from .base import AgentCursor, FeedPage, RawDoc, Store, Tagged, UnjudgedMark, ag
 class MemoryStore(Store):
     """Everything in process memory; lost when the object goes away."""
 
+    location = "the memory store"
+
     def __init__(self) -> None:
         self._lock = threading.RLock()
         self._episodes: dict[str, RawDoc] = {}

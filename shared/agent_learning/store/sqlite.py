@@ -158,6 +158,14 @@ DEFAULT_PATH = ".agent-learning/local.db"
 PATH_SETTING = "AGENT_LEARNING_SQLITE_PATH"
 
 
+def described(path: str) -> str:
+    """The store's file at ``path`` for messages: its absolute path, and how the path is chosen
+    (a relative one depends on the working directory)."""
+    if path == ":memory:":
+        return "an in-memory SQLite database"
+    return f"{os.path.abspath(path)} ({PATH_SETTING} or --db; else {DEFAULT_PATH} in the working directory)"
+
+
 class SQLiteStore(Store):
     """The local default store. ``path`` is created (with its folder) if missing; without one, the
     file the settings name (:data:`PATH_SETTING`, else :data:`DEFAULT_PATH`), where ``agent-learn``
@@ -166,6 +174,8 @@ class SQLiteStore(Store):
 
     def __init__(self, path: str | os.PathLike[str] | None = None) -> None:
         self.path = str(path if path is not None else os.environ.get(PATH_SETTING) or DEFAULT_PATH)
+        self.created = self.path != ":memory:" and not Path(self.path).exists()
+        """Whether opening the store created its file (empty)."""
         if self.path != ":memory:":
             Path(self.path).parent.mkdir(parents=True, exist_ok=True)
         self._local = threading.local()
@@ -181,6 +191,11 @@ class SQLiteStore(Store):
             conn.executescript(SCHEMA)
             if new_feed:  # a file from before the feedback feed existed: its feedback enters the feed once
                 conn.execute("INSERT OR IGNORE INTO feedback_feed (feedback_id) SELECT id FROM feedback ORDER BY rowid")
+
+    @property
+    def location(self) -> str:
+        new = ", created empty when this store opened it" if self.created else ""
+        return f"the SQLite file {described(self.path)}{new}"
 
     # ------------------------------------------------------------------ plumbing
 
