@@ -190,7 +190,9 @@ class HttpPolicySource:
             headers["If-None-Match"] = f'"{etag}"'
         try:
             with urllib.request.urlopen(urllib.request.Request(url, headers=headers), timeout=self.timeout) as answer:
-                body, etag = answer.read(), answer.headers.get("ETag", "").strip('"')
+                # A proxy that compresses the answer may weaken the tag (W/"x"): the server
+                # compares If-None-Match weakly, so the opaque part is what is sent back.
+                body, etag = answer.read(), answer.headers.get("ETag", "").strip().removeprefix("W/").strip('"')
         except urllib.error.HTTPError as exc:
             if exc.code == 304:
                 return NOT_MODIFIED

@@ -333,6 +333,7 @@ class IngestServer:
         self.faults: list[tuple[int, dict[str, str]]] = []
         self.fault_error = "probability: injected"
         self.pages: list[bytes] = []
+        self.weak_etags = False  # a compressing proxy in front of the app weakens its ETags
         self.requests = 0
         outer = self
 
@@ -376,8 +377,10 @@ class IngestServer:
                     body=b"",
                 )
                 response = functions()["policy"].get_user_function()(request)
-                body = response.get_body()
-                self.answer(response.status_code, json.loads(body) if body else None, dict(response.headers))
+                body, headers = response.get_body(), dict(response.headers)
+                if outer.weak_etags and "ETag" in headers:
+                    headers["ETag"] = "W/" + headers["ETag"]
+                self.answer(response.status_code, json.loads(body) if body else None, headers)
 
             def answer(self, status: int, data: Any, headers: dict[str, str] | None = None) -> None:
                 raw = data if isinstance(data, bytes) else b"" if data is None else json.dumps(data).encode()
@@ -418,6 +421,11 @@ def test_an_isolated_agent_reads_its_policy_and_writes_episodes_over_http(app: A
     client = PolicyClient(source, "support-apac", refresh_seconds=0)
     decision = client.choose()
     assert client.choose().version == 1 and client.reads_with_transfer == 1 and client.reads_not_modified == 1
+    server.weak_etags = True  # W/"x" from a proxy: the next refresh sends "x" back, still a 304
+    weakened = PolicyClient(source, "support-apac", refresh_seconds=0)
+    weakened.choose(), weakened.choose()
+    assert weakened.reads_with_transfer == 1 and weakened.reads_not_modified == 1
+    server.weak_etags = False
     with EpisodeCapture(writer, decision, input="Where is my order?", episode_id="ep-sync") as run:
         with run.tool("lookup", arguments={"order": "A-1"}) as call:
             call.result = "shipped"
