@@ -40,7 +40,9 @@ Every episode is in exactly one of these states, so ``episodes = learned + learn
 skipped + lost + pending + dead_lettered + unjudged + rejected``. Feedback is audited per
 episode: ``feedback_unapplied`` counts scored episodes whose learned reward (judges' score +
 correction deltas) is not what their stored feedback calls for (see
-:func:`agent_learning.feedback.unapplied`); a sweep on the next tick applies it. Versions and
+:func:`agent_learning.feedback.unapplied`); a sweep on the next tick applies it.
+``pending_corrections`` counts the correction rows after the current cursor: the next tick
+learns them. Versions and
 runs are checked as a chain: versions 1..N without gaps, each published by training backed by a
 run starting where the previous version's cursor was; anything else is listed in ``problems``.
 Runs the publish guardrail held consumed nothing (their scores are learned by a later run) and
@@ -103,6 +105,8 @@ class AgentAudit:
     late: int = 0
     """Score rows (judges' scores or corrections) in consumed ranges beyond what their runs counted."""
     corrections: int = 0
+    pending_corrections: int = 0
+    """Feedback corrections scored after the current cursor: the next tick learns them."""
     feedback_episodes: int = 0
     """Episodes with stored feedback."""
     feedback_unapplied: int = 0
@@ -236,6 +240,7 @@ def audit_agent(
     for key, revision, _late, episode_id, action_id in rows:
         if revision != 0:
             result.corrections += revision > 0
+            result.pending_corrections += revision > 0 and (cursor is None or key > cursor)
             continue
         if episode_id not in episodes:
             result.scores_without_episode += 1

@@ -2149,6 +2149,9 @@ def audit(agent_id: str | None, as_json: bool, db: str | None) -> None:
             if a.pending:
                 waiting = f"{a.pending_scoring} not scored yet, {a.pending_training} not learned yet"
                 out.print(f"{a.agent_id}: pending {waiting}")
+            if a.pending_corrections:
+                out.print(f"{a.agent_id}: {_n(a.pending_corrections, 'feedback correction')} not learned yet "
+                          "(the next tick learns them)")
             if a.unjudged_by_reason:
                 reasons = ", ".join(f"{r} {n}" for r, n in a.unjudged_by_reason.items())
                 out.print(f"{a.agent_id}: not judged (AGENT_LEARNING_JUDGING): {reasons}; neither lost nor pending, "
