@@ -64,7 +64,7 @@ from .documents import PolicyDocument, Score, ScoreCursor, TrainingRun
 from .errors import InvalidDocument
 from .feedback import unapplied
 from .pipeline import load_current, message_id_of
-from .queue.base import WorkQueue
+from .queue.base import DeadLetter, WorkQueue
 from .store.base import Store
 from .structured import Layout
 
@@ -138,6 +138,9 @@ class Audit:
     dead_letters_read: bool = True
     """False when the queue could not list its dead letters (they then count as pending)."""
     notes: list[str] = field(default_factory=list)
+    dead_letters: dict[str, dict[str, int]] = field(default_factory=dict)
+    """Each queue read (scoring and training) → its dead letters by reason. A training dead letter
+    loses nothing (the next tick asks for the agent's training again) and replaying it is safe."""
 
     @property
     def ok(self) -> bool:
@@ -148,30 +151,52 @@ class Audit:
             "ok": self.ok,
             "dead_letters_read": self.dead_letters_read,
             "notes": list(self.notes),
+            "dead_letters": {queue: dict(reasons) for queue, reasons in self.dead_letters.items()},
             "agents": {a.agent_id: a.to_dict() for a in self.agents},
         }
 
 
-def audit(store: Store, queue: WorkQueue | None = None, agent_ids: Iterable[str] | None = None) -> Audit:
-    """Audit ``agent_ids`` (every agent with a policy by default); ``queue`` supplies dead letters."""
+def audit(
+    store: Store,
+    queue: WorkQueue | None = None,
+    agent_ids: Iterable[str] | None = None,
+    *,
+    train_queue: WorkQueue | None = None,
+) -> Audit:
+    """Audit ``agent_ids`` (every agent with a policy by default); ``queue`` (the scoring queue)
+    supplies the episodes' dead letters; both queues' dead letters are counted by reason."""
     notes: list[str] = []
-    letters: dict[str, str] = {}
-    read = queue is not None
-    if queue is not None:
-        try:
-            found = queue.dead_letters(DEAD_LETTER_LIMIT)
-        except Exception as exc:  # a queue that cannot list them: say so, do not fail the audit
-            read = False
-            notes.append(f"dead letters could not be read ({type(exc).__name__}: {exc}); they count as pending")
-        else:
-            letters = {d.message_id: d.reason for d in found}
-            if len(found) >= DEAD_LETTER_LIMIT:
-                notes.append(f"only the first {DEAD_LETTER_LIMIT} dead letters were read")
-    else:
+    counted: dict[str, dict[str, int]] = {}
+    found = _dead_letters(queue, notes, counted)
+    if queue is None:
         notes.append("no queue given: dead-lettered episodes count as pending")
+    elif found is None:
+        notes[-1] += "; they count as pending"
+    _dead_letters(train_queue, notes, counted)
+    letters = {d.message_id: d.reason for d in found or []}
     agents = list(agent_ids) if agent_ids is not None else store.list_agents()
     feedback = episodes_with_feedback(store)  # one pass over the feedback feed, for every agent
-    return Audit([audit_agent(store, a, letters, feedback.get(a, set())) for a in agents], read, notes)
+    books = [audit_agent(store, a, letters, feedback.get(a, set())) for a in agents]
+    return Audit(books, queue is not None and found is not None, notes, counted)
+
+
+def _dead_letters(
+    queue: WorkQueue | None, notes: list[str], counted: dict[str, dict[str, int]]
+) -> list[DeadLetter] | None:
+    """``queue``'s dead letters, counted by reason under its name in ``counted``; None when there
+    is no queue or it cannot list them (said in ``notes``: the audit does not fail for it)."""
+    if queue is None:
+        return None
+    name = queue.name
+    try:
+        found = queue.dead_letters(DEAD_LETTER_LIMIT)
+    except Exception as exc:  # a queue that cannot list them: say so, do not fail the audit
+        notes.append(f"dead letters of {name} could not be read ({type(exc).__name__}: {exc})")
+        return None
+    if len(found) >= DEAD_LETTER_LIMIT:
+        notes.append(f"only the first {DEAD_LETTER_LIMIT} dead letters of {name} were read")
+    counted[name] = dict(sorted(Counter(d.reason for d in found).items()))
+    return found
 
 
 def audit_agent(
