@@ -2126,7 +2126,9 @@ def store_migrate_scores(source: str, overwrite: bool, as_json: bool) -> None:
     """Copy the scores of a Cosmos DB deployment from before hierarchical partition keys (container
     `scores`, key /id) into `agent-scores` (key [agent_id, id]), keeping every field (seq too).
 
-    Idempotent: run it again to finish an interrupted copy. Exits with 1 when a copy differs
+    Each agent it copies for is paused (pinned) until the whole copy is there, so a trainer running
+    meanwhile loses nothing; an interrupted copy leaves them paused. Idempotent: run it again to
+    finish an interrupted copy (and resume them). Exits with 1 when a copy differs
     from the old document or a document without an agent id was left behind
     (docs/operating.md: migrating the scores container)."""
     settings = _settings(None)
@@ -2135,18 +2137,19 @@ def store_migrate_scores(source: str, overwrite: bool, as_json: bool) -> None:
                          "AGENT_LEARNING_STORE=cosmos and CosmosDBConnection__accountEndpoint "
                          f"(the {settings.store} store has one place for scores)")
     with _store(None) as (store, settings):
-        from .store.cosmos import copy_legacy_scores  # azure-cosmos: only on Cosmos DB
+        from .recovery import migrate_scores
 
         with _progress("copying scores", transient=as_json) as bar:
             task = bar.add_task("copying scores", total=None)
-            result = copy_legacy_scores(store, source=source, overwrite=overwrite,
-                                        progress=lambda n: bar.update(task, completed=n))
+            result = migrate_scores(store, source=source, overwrite=overwrite,
+                                    progress=lambda n: bar.update(task, completed=n))
     if as_json:
         _echo_json(result.to_dict())
     else:
         out.print(f"{result.read} read from {source!r}: {result.copied} copied, {result.already} already there, "
                   f"{result.overwritten} overwritten, {len(result.differing)} differing, "
-                  f"{len(result.skipped)} without an agent id")
+                  f"{len(result.skipped)} without an agent id; {_n(len(result.paused), 'agent')} paused for the "
+                  "copy and resumed")
         if result.differing:
             out.print(f"differing (kept as they are; --overwrite copies the old ones): {result.differing[:20]}")
         if result.skipped:
