@@ -40,7 +40,9 @@ Every episode is in exactly one of these states, so ``episodes = learned + learn
 skipped + lost + pending + dead_lettered + unjudged + rejected``. Feedback is audited per
 episode: ``feedback_unapplied`` counts scored episodes whose learned reward (judges' score +
 correction deltas) is not what their stored feedback calls for (see
-:func:`agent_learning.feedback.unapplied`); a sweep on the next tick applies it. Versions and
+:func:`agent_learning.feedback.unapplied`); a sweep on the next tick applies it.
+``pending_corrections`` counts the correction rows after the current cursor: the next tick
+learns them. Versions and
 runs are checked as a chain: versions 1..N without gaps, each published by training backed by a
 run starting where the previous version's cursor was; anything else is listed in ``problems``.
 Runs the publish guardrail held consumed nothing (their scores are learned by a later run) and
@@ -62,7 +64,7 @@ from .documents import PolicyDocument, Score, ScoreCursor, TrainingRun
 from .errors import InvalidDocument
 from .feedback import unapplied
 from .pipeline import load_current, message_id_of
-from .queue.base import WorkQueue
+from .queue.base import DeadLetter, WorkQueue
 from .store.base import Store
 from .structured import Layout
 
@@ -103,6 +105,8 @@ class AgentAudit:
     late: int = 0
     """Score rows (judges' scores or corrections) in consumed ranges beyond what their runs counted."""
     corrections: int = 0
+    pending_corrections: int = 0
+    """Feedback corrections scored after the current cursor: the next tick learns them."""
     feedback_episodes: int = 0
     """Episodes with stored feedback."""
     feedback_unapplied: int = 0
@@ -134,6 +138,9 @@ class Audit:
     dead_letters_read: bool = True
     """False when the queue could not list its dead letters (they then count as pending)."""
     notes: list[str] = field(default_factory=list)
+    dead_letters: dict[str, dict[str, int]] = field(default_factory=dict)
+    """Each queue read (scoring and training) → its dead letters by reason. A training dead letter
+    loses nothing (the next tick asks for the agent's training again) and replaying it is safe."""
 
     @property
     def ok(self) -> bool:
@@ -144,30 +151,52 @@ class Audit:
             "ok": self.ok,
             "dead_letters_read": self.dead_letters_read,
             "notes": list(self.notes),
+            "dead_letters": {queue: dict(reasons) for queue, reasons in self.dead_letters.items()},
             "agents": {a.agent_id: a.to_dict() for a in self.agents},
         }
 
 
-def audit(store: Store, queue: WorkQueue | None = None, agent_ids: Iterable[str] | None = None) -> Audit:
-    """Audit ``agent_ids`` (every agent with a policy by default); ``queue`` supplies dead letters."""
+def audit(
+    store: Store,
+    queue: WorkQueue | None = None,
+    agent_ids: Iterable[str] | None = None,
+    *,
+    train_queue: WorkQueue | None = None,
+) -> Audit:
+    """Audit ``agent_ids`` (every agent with a policy by default); ``queue`` (the scoring queue)
+    supplies the episodes' dead letters; both queues' dead letters are counted by reason."""
     notes: list[str] = []
-    letters: dict[str, str] = {}
-    read = queue is not None
-    if queue is not None:
-        try:
-            found = queue.dead_letters(DEAD_LETTER_LIMIT)
-        except Exception as exc:  # a queue that cannot list them: say so, do not fail the audit
-            read = False
-            notes.append(f"dead letters could not be read ({type(exc).__name__}: {exc}); they count as pending")
-        else:
-            letters = {d.message_id: d.reason for d in found}
-            if len(found) >= DEAD_LETTER_LIMIT:
-                notes.append(f"only the first {DEAD_LETTER_LIMIT} dead letters were read")
-    else:
+    counted: dict[str, dict[str, int]] = {}
+    found = _dead_letters(queue, notes, counted)
+    if queue is None:
         notes.append("no queue given: dead-lettered episodes count as pending")
+    elif found is None:
+        notes[-1] += "; they count as pending"
+    _dead_letters(train_queue, notes, counted)
+    letters = {d.message_id: d.reason for d in found or []}
     agents = list(agent_ids) if agent_ids is not None else store.list_agents()
     feedback = episodes_with_feedback(store)  # one pass over the feedback feed, for every agent
-    return Audit([audit_agent(store, a, letters, feedback.get(a, set())) for a in agents], read, notes)
+    books = [audit_agent(store, a, letters, feedback.get(a, set())) for a in agents]
+    return Audit(books, queue is not None and found is not None, notes, counted)
+
+
+def _dead_letters(
+    queue: WorkQueue | None, notes: list[str], counted: dict[str, dict[str, int]]
+) -> list[DeadLetter] | None:
+    """``queue``'s dead letters, counted by reason under its name in ``counted``; None when there
+    is no queue or it cannot list them (said in ``notes``: the audit does not fail for it)."""
+    if queue is None:
+        return None
+    name = queue.name
+    try:
+        found = queue.dead_letters(DEAD_LETTER_LIMIT)
+    except Exception as exc:  # a queue that cannot list them: say so, do not fail the audit
+        notes.append(f"dead letters of {name} could not be read ({type(exc).__name__}: {exc})")
+        return None
+    if len(found) >= DEAD_LETTER_LIMIT:
+        notes.append(f"only the first {DEAD_LETTER_LIMIT} dead letters of {name} were read")
+    counted[name] = dict(sorted(Counter(d.reason for d in found).items()))
+    return found
 
 
 def audit_agent(
@@ -236,6 +265,7 @@ def audit_agent(
     for key, revision, _late, episode_id, action_id in rows:
         if revision != 0:
             result.corrections += revision > 0
+            result.pending_corrections += revision > 0 and (cursor is None or key > cursor)
             continue
         if episode_id not in episodes:
             result.scores_without_episode += 1

@@ -1698,16 +1698,28 @@ def _not_learned(store: Any, feedback: Any) -> str:
 
 
 @contextmanager
-def _queue(db: str | None) -> Iterator[tuple[Any, Any]]:
+def _queues(db: str | None, name: str | None = None, *, scoring: bool = False) -> Iterator[tuple[dict[str, Any], Any]]:
+    """The deployment's queues by name, the scoring queue first, then the training queue (``name``:
+    only that one; ``scoring``: only the scoring queue), and the settings; closed afterwards."""
     settings = _settings(db)
+    kinds = {settings.queue_name: wiring.open_queue, settings.train_queue_name: wiring.open_train_queue}
+    if name is not None and name not in kinds:
+        raise ValueError(f"--queue: {name!r} is not a queue of this deployment: {' or '.join(kinds)} "
+                         "(AGENT_LEARNING_QUEUE_NAME, AGENT_LEARNING_TRAIN_QUEUE_NAME)")
+    if scoring:
+        name = settings.queue_name
     if settings.queue == "sqlite":
-        _existing(settings.model_copy(update={"store": "sqlite"}))  # the embedded queue lives in that file
-    with _embedded(settings, "queue"):
-        queue = wiring.open_queue(settings)
+        _existing(settings.model_copy(update={"store": "sqlite"}))  # the embedded queues live in that file
+    queues: dict[str, Any] = {}
     try:
-        yield queue, settings
+        for queue_name, open_queue in kinds.items():
+            if name in (None, queue_name):
+                with _embedded(settings, "queue"):
+                    queues[queue_name] = open_queue(settings)
+        yield queues, settings
     finally:
-        queue.close()
+        for queue in queues.values():
+            queue.close()
 
 
 def _dead_letter_row(d: Any) -> dict[str, Any]:
@@ -1727,38 +1739,52 @@ def _dead_letters(db: str | None) -> dict[str, Any] | None:
     """The queue's dead letters by message id (an episode's is ``message_id_of`` its id), or None
     when the queue cannot list them: episodes are shown all the same."""
     try:
-        with _queue(db) as (queue, _):
-            return {d.message_id: d for d in queue.dead_letters(DEAD_LETTER_LIMIT)}
+        with _queues(db, scoring=True) as (queues, settings):
+            return {d.message_id: d for d in queues[settings.queue_name].dead_letters(DEAD_LETTER_LIMIT)}
     except Exception:  # Service Bus unreachable, no rights to peek: the store's view stands
         return None
 
 
 @main.group()
 def dlq() -> None:
-    """Dead-lettered scoring messages (embedded queue or Service Bus, by AGENT_LEARNING_QUEUE)."""
+    """Dead-lettered messages of the scoring and the training queue (embedded queue or Service Bus,
+    by AGENT_LEARNING_QUEUE)."""
+
+
+queue_option = click.option(
+    "--queue", "queue_name", default=None, metavar="NAME",
+    help="Only this queue: score-episodes or train-agents, as AGENT_LEARNING_QUEUE_NAME and "
+         "AGENT_LEARNING_TRAIN_QUEUE_NAME name them (default: both).",
+)
 
 
 @dlq.command("list")
 @click.option("--limit", type=COUNT, default=100, show_default=True, help="At most N dead letters.")
+@queue_option
 @json_option
 @db_option
 @_handle_errors
-def dlq_list(limit: int, as_json: bool, db: str | None) -> None:
-    """Dead letters, oldest first, with their reasons."""
-    with _queue(db) as (queue, settings):
-        dead = queue.dead_letters(limit + 1)  # one more than shown: whether others remain
-    rows = [_dead_letter_row(d) for d in dead[:limit]]
+def dlq_list(limit: int, queue_name: str | None, as_json: bool, db: str | None) -> None:
+    """Dead letters of every queue (or --queue's), oldest first, with their reasons."""
+    with _queues(db, queue_name) as (queues, _):
+        # one more than shown from each: whether others remain
+        dead = [(name, d) for name, queue in queues.items() for d in queue.dead_letters(limit + 1)]
+    if len(queues) > 1:
+        dead.sort(key=lambda pair: pair[1].dead_lettered_at or 0.0)  # stable: each queue's order stays
+    rows = [{"queue": name, **_dead_letter_row(d)} for name, d in dead[:limit]]
     if as_json:
         _echo_json(rows)
         return
-    title = f"{_n(len(rows), 'dead letter')} in {settings.queue_name}"
+    title = f"{_n(len(rows), 'dead letter')} in {' and '.join(queues)}"
     if len(dead) > limit:
         title = f"the oldest {title} (more remain: --limit N lists more)"
     table = Table(title=title, title_justify="left")
-    for col in ("message id", "reason", "deliveries", "description"):
+    columns = ("queue",) * (len(queues) > 1) + ("message id", "reason", "deliveries", "description")
+    for col in columns:
         table.add_column(col, justify="right" if col == "deliveries" else "left")
     for r in rows:
-        table.add_row(r["message_id"], r["reason"], str(r["delivery_count"]), r["description"][:200])
+        cells = (r["queue"],) * (len(queues) > 1) + (r["message_id"], r["reason"], str(r["delivery_count"]))
+        table.add_row(*cells, r["description"][:200])
     out.print(table)
 
 
@@ -1769,13 +1795,17 @@ def dlq_list(limit: int, as_json: bool, db: str | None) -> None:
 )
 @click.option("--all", "replay_all", is_flag=True, help="Replay every dead letter.")
 @click.option("--dry-run", is_flag=True, help="Show what would be replayed; change nothing.")
+@queue_option
 @json_option
 @db_option
 @_handle_errors
 def dlq_replay(
-    ids: tuple[str, ...], reasons: tuple[str, ...], replay_all: bool, dry_run: bool, as_json: bool, db: str | None
+    ids: tuple[str, ...], reasons: tuple[str, ...], replay_all: bool, dry_run: bool, queue_name: str | None,
+    as_json: bool, db: str | None,
 ) -> None:
-    """Send dead letters back to the queue to be scored again (after fixing their cause).
+    """Send dead letters back to their queue (every queue, or --queue's) to be scored or trained again
+    (after fixing their cause). A training message trains its agent from its current cursor, so
+    replaying one is safe however late.
 
     Choose them with --all, or with --id and/or --reason (given both, a dead letter must match both)."""
     if bool(ids or reasons) == replay_all:
@@ -1783,36 +1813,45 @@ def dlq_replay(
             "--all/--id/--reason: give --all, or --id MESSAGE_ID and/or --reason REASON"
             " (agent-learn dlq list shows them)"
         )
-    with _queue(db) as (queue, settings), _progress("reading" if dry_run else "replaying", as_json) as bar:
+    counts: dict[str, int] = {}  # replayed per queue
+    chosen: list[str] | None = None if replay_all and not dry_run else []
+    left: dict[str, int] = {}
+    more: list[str] = []  # the queues holding more dead letters than were read
+    with _queues(db, queue_name) as (queues, _), _progress("reading" if dry_run else "replaying", as_json) as bar:
         task = bar.add_task("replay", total=None)
-        if replay_all and not dry_run:
-            replayed, chosen, left, more = queue.replay_dead_letters(None), None, None, False
-        else:
-            result = replay_dead_letters(
-                queue, reasons=reasons or None, message_ids=ids or None, dry_run=dry_run
-            )
-            replayed = len(result.replayed) if result.moved is None else result.moved
-            chosen, left, more = result.replayed, result.left, result.more
+        for name, queue in queues.items():
+            if chosen is None:  # a peek first: an empty dead-letter queue costs no receive (seconds on Service Bus)
+                counts[name] = queue.replay_dead_letters(None) if queue.dead_letters(1) else 0
+                continue
+            result = replay_dead_letters(queue, reasons=reasons or None, message_ids=ids or None, dry_run=dry_run)
+            counts[name] = len(result.replayed) if result.moved is None else result.moved
+            chosen += result.replayed
+            for reason, n in result.left.items():
+                left[reason] = left.get(reason, 0) + n
+            more += [name] * result.more
+        replayed = sum(counts.values())
         bar.update(task, total=replayed, completed=replayed)
     # --id alone: the ids no dead letter has (with --reason, an id may be there with another reason)
     not_found = [i for i in dict.fromkeys(ids) if i not in (chosen or [])] if ids and not reasons else None
     if as_json:
         data: dict[str, Any] = {"would_replay" if dry_run else "replayed": replayed}
         if chosen is not None:
-            data.update(message_ids=chosen, left=dict(left or {}), **({"more": True} if more else {}))
+            data.update(message_ids=chosen, left=dict(left), **({"more": True} if more else {}))
         if not_found is not None:
             data["not_found"] = not_found
         _echo_json(data)
     else:
+        to = (f" to {next(iter(counts))}" if len(counts) == 1
+              else " (" + ", ".join(f"{n} to {name}" for name, n in counts.items()) + ")")
         if dry_run:
-            out.print(f"would replay {_n(replayed, 'dead letter')} to {settings.queue_name}: {_ids(chosen or [])}")
+            out.print(f"would replay {_n(replayed, 'dead letter')}{to}: {_ids(chosen or [])}")
         else:
-            out.print(f"replayed {_n(replayed, 'dead letter')} to {settings.queue_name}")
+            out.print(f"replayed {_n(replayed, 'dead letter')}{to}")
         if left:
             out.print("left in the dead-letter queue: " + ", ".join(f"{n} {r}" for r, n in sorted(left.items())))
         if more:
-            out.print(f"only the oldest {REPLAY_LIMIT:,} dead letters were read; any after them were not considered "
-                      "(running it again reads past those replayed)")
+            out.print(f"only the oldest {REPLAY_LIMIT:,} dead letters were read (of {' and '.join(more)}); any after "
+                      "them were not considered (running it again reads past those replayed)")
     if not_found and more:
         _fail(f"--id: none of the oldest {REPLAY_LIMIT:,} dead letters, the ones read, has the id "
               f"{', '.join(not_found)}; the ones after them were not read", 1 if chosen else 2)
@@ -2097,7 +2136,9 @@ def store_migrate_scores(source: str, overwrite: bool, as_json: bool) -> None:
     """Copy the scores of a Cosmos DB deployment from before hierarchical partition keys (container
     `scores`, key /id) into `agent-scores` (key [agent_id, id]), keeping every field (seq too).
 
-    Idempotent: run it again to finish an interrupted copy. Exits with 1 when a copy differs
+    Each agent it copies for is paused (pinned) until the whole copy is there, so a trainer running
+    meanwhile loses nothing; an interrupted copy leaves them paused. Idempotent: run it again to
+    finish an interrupted copy (and resume them). Exits with 1 when a copy differs
     from the old document or a document without an agent id was left behind
     (docs/operating.md: migrating the scores container)."""
     settings = _settings(None)
@@ -2106,18 +2147,19 @@ def store_migrate_scores(source: str, overwrite: bool, as_json: bool) -> None:
                          "AGENT_LEARNING_STORE=cosmos and CosmosDBConnection__accountEndpoint "
                          f"(the {settings.store} store has one place for scores)")
     with _store(None) as (store, settings):
-        from .store.cosmos import copy_legacy_scores  # azure-cosmos: only on Cosmos DB
+        from .recovery import migrate_scores
 
         with _progress("copying scores", transient=as_json) as bar:
             task = bar.add_task("copying scores", total=None)
-            result = copy_legacy_scores(store, source=source, overwrite=overwrite,
-                                        progress=lambda n: bar.update(task, completed=n))
+            result = migrate_scores(store, source=source, overwrite=overwrite,
+                                    progress=lambda n: bar.update(task, completed=n))
     if as_json:
         _echo_json(result.to_dict())
     else:
         out.print(f"{result.read} read from {source!r}: {result.copied} copied, {result.already} already there, "
                   f"{result.overwritten} overwritten, {len(result.differing)} differing, "
-                  f"{len(result.skipped)} without an agent id")
+                  f"{len(result.skipped)} without an agent id; {_n(len(result.paused), 'agent')} paused for the "
+                  "copy and resumed")
         if result.differing:
             out.print(f"differing (kept as they are; --overwrite copies the old ones): {result.differing[:20]}")
         if result.skipped:
@@ -2138,11 +2180,12 @@ def audit(agent_id: str | None, as_json: bool, db: str | None) -> None:
 
     Rebuilt from the store (and the queue's dead letters); exits with 1 when an episode is lost
     or learned more than once, or the chain of versions and runs is broken."""
-    with _store(db) as (store, settings), _queue(db) as (queue, _):
+    with _store(db) as (store, settings), _queues(db) as (queues, _):
         if agent_id is not None:
             with suppress(InvalidDocument):  # a corrupt policy is a problem the audit reports
                 _current(store, settings, agent_id)  # an unknown agent is bad input
-        result = run_audit(store, queue, [agent_id] if agent_id else None)
+        result = run_audit(store, queues[settings.queue_name], [agent_id] if agent_id else None,
+                           train_queue=queues[settings.train_queue_name])
     if as_json:
         _echo_json(result.to_dict())
     else:
@@ -2159,6 +2202,9 @@ def audit(agent_id: str | None, as_json: bool, db: str | None) -> None:
             if a.pending:
                 waiting = f"{a.pending_scoring} not scored yet, {a.pending_training} not learned yet"
                 out.print(f"{a.agent_id}: pending {waiting}")
+            if a.pending_corrections:
+                out.print(f"{a.agent_id}: {_n(a.pending_corrections, 'feedback correction')} not learned yet "
+                          "(the next tick learns them)")
             if a.unjudged_by_reason:
                 reasons = ", ".join(f"{r} {n}" for r, n in a.unjudged_by_reason.items())
                 out.print(f"{a.agent_id}: not judged (AGENT_LEARNING_JUDGING): {reasons}; neither lost nor pending, "
@@ -2177,6 +2223,10 @@ def audit(agent_id: str | None, as_json: bool, db: str | None) -> None:
                           "training skips them)")
             for problem in a.problems:
                 out.print(f"{a.agent_id}: problem: {problem}")
+        for name, by_reason in result.dead_letters.items():
+            if by_reason:
+                reasons = ", ".join(f"{r} {n}" for r, n in by_reason.items())
+                out.print(f"dead letters in {name} by reason: {reasons} (agent-learn dlq list --queue {name})")
         for note in result.notes:
             out.print(f"note: {note}")
         out.print("ok: nothing lost or learned twice" if result.ok else "NOT OK: see above")

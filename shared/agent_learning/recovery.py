@@ -36,6 +36,10 @@ Neither can make an episode count twice in learning:
 Episodes that never got a score (dead-lettered) are not re-scored by :func:`rescore`: replay
 their messages.
 
+* :func:`migrate_scores` copies a Cosmos DB deployment's old scores container into the new one
+  with every agent it copies for paused (pinned) until the whole copy is there, so that a trainer
+  running beside it cannot learn part of an agent's scores and move its cursor past the rest.
+
 * :func:`judge_unjudged` judges the episodes of an agent that the scorer recorded unjudged
   (``AGENT_LEARNING_JUDGING`` left them out), e.g. at a quiet hour when the judge model has
   quota to spare. Each judges' score replaces the episode's record and gets a new ``seq``, so
@@ -51,19 +55,22 @@ their messages.
 
 from __future__ import annotations
 
+import logging
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field, replace
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from .audit import audit_agent
 from .documents import Episode, Score, ScoreCursor
-from .errors import InvalidDocument
+from .errors import InvalidDocument, NotFound
 from .feedback import keep_learned_base, reconcile
 from .judges.base import Judge, Judgement
-from .pipeline import Scorer, load_current, score_episode
+from .pipeline import Scorer, load_current, score_episode, set_pinned
 from .queue.base import WorkQueue
 from .store.base import RawDoc, Store
+
+log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
@@ -347,3 +354,40 @@ def _not_scored(store: Store, agent_id: str, episode_id: str, named: Iterable[st
 def _rows_by_id(store: Store, agent_id: str, episode_ids: Iterable[str]) -> Iterator[tuple[str, RawDoc | None]]:
     for episode_id in dict.fromkeys(episode_ids):
         yield episode_id, store.get_score(episode_id, agent_id)
+
+
+# --------------------------------------------------------------------------- migrating scores
+
+COPY_PIN_REASON = "agent-learn store migrate-scores is copying this agent's scores (run it again if it stopped)"
+"""The pin reason of an agent whose scores :func:`migrate_scores` copies; a later migration knows
+the pin for its own and lifts it when its copy is whole."""
+
+
+def migrate_scores(store: Any, **options: Any) -> Any:
+    """Copy the old ``scores`` container of a Cosmos DB deployment into ``agent-scores``
+    (:func:`~agent_learning.store.cosmos.copy_legacy_scores` with ``options``; returns its
+    ``ScoreCopy``), losing nothing to a trainer running beside it.
+
+    A copy lands in an agent's feed in ``(seq, id)`` order only once it is whole: a trainer that read
+    part of it would move the agent's cursor past scores still to come, and no run reads behind the
+    cursor. So each agent is pinned before the first of its documents is copied (a run that read the
+    policy before the pin loses its compare-and-swap and publishes nothing), and every agent pinned so
+    is unpinned after the whole copy, its pins of an interrupted migration too. A copy that fails
+    leaves them pinned: running it again finishes the copy and unpins them. An agent an operator had
+    pinned stays pinned; one without a policy (no trainer) or with an invalid one (which no trainer
+    trains until it is repaired) is copied as it is.
+    """
+    from .store.cosmos import copy_legacy_scores  # azure-cosmos: only on Cosmos DB
+
+    def pause(agent_id: str) -> None:
+        try:
+            set_pinned(store, agent_id, True, COPY_PIN_REASON)
+        except (NotFound, InvalidDocument) as exc:
+            log.warning("migrate-scores: %s is not paused (%s): no trainer trains it", agent_id, exc)
+
+    result = copy_legacy_scores(store, **options, before_agent=pause)
+    for agent in store.training_cursors():
+        if agent.pinned and agent.pin_reason == COPY_PIN_REASON:
+            set_pinned(store, agent.agent_id, False)
+            result.paused.append(agent.agent_id)
+    return result

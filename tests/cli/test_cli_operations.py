@@ -18,16 +18,19 @@ import pytest
 pytest.importorskip("rich")
 pytest.importorskip("azure.servicebus")
 pytest.importorskip("proton")
-from adapters import DURABLE_STORE_ADAPTERS, adapter_params
+from adapters import DURABLE_STORE_ADAPTERS, QUEUE_ADAPTERS, adapter_params
 from cli_harness import clear_settings, cli, ok
 
+from agent_learning import wiring
+from agent_learning.audit import audit_agent
 from agent_learning.clock import ManualClock
 from agent_learning.config import load_settings
 from agent_learning.documents import TrainingRun
-from agent_learning.local import open_local
-from agent_learning.pipeline import load_current
+from agent_learning.judges.offline import OfflineJudge
+from agent_learning.local import LocalPipeline, open_local
+from agent_learning.pipeline import TrainRequest, create_policy, load_current, score_episode
 from agent_learning.policy import SoftmaxPolicy
-from agent_learning.queue.base import OutgoingMessage
+from agent_learning.queue.base import MAX_DELIVERY_COUNT_EXCEEDED, OutgoingMessage
 from agent_learning.simulate import math_tutor
 
 AGENT = "math-tutor"
@@ -394,20 +397,84 @@ def test_dlq_list_and_replay_on_service_bus(amqp_broker: Any, monkeypatch: pytes
             received.extend(queue.receive(3))
         for m in received:
             queue.dead_letter(m, "InvalidEpisode", f"{m.message_id}: probability: must be in (0, 1]")
-        dead = as_json("dlq", "list")
+        dead = as_json("dlq", "list", "--queue", "score-episodes")
         assert [d["message_id"] for d in dead] == ["ep-0", "ep-1", "ep-2"]
         assert dead[1]["reason"] == "InvalidEpisode" and "probability" in dead[1]["description"]
-        replayed = as_json("dlq", "replay", "--id", "ep-1")
+        replayed = as_json("dlq", "replay", "--id", "ep-1", "--queue", "score-episodes")
         assert replayed == {"replayed": 1, "message_ids": ["ep-1"], "left": {"InvalidEpisode": 2}, "not_found": []}
-        assert [d["message_id"] for d in as_json("dlq", "list")] == ["ep-0", "ep-2"]
-        assert "replayed 2" in ok("dlq", "replay", "--all").stdout
-        assert as_json("dlq", "list") == []
+        assert [d["message_id"] for d in as_json("dlq", "list", "--queue", "score-episodes")] == ["ep-0", "ep-2"]
+        assert "replayed 2" in ok("dlq", "replay", "--all", "--queue", "score-episodes").stdout
+        assert as_json("dlq", "list", "--queue", "score-episodes") == []
         back = []
         while len(back) < 3:
             back.extend(queue.receive(3))
         assert sorted(m.message_id for m in back) == ["ep-0", "ep-1", "ep-2"]
     finally:
         queue.close()
+
+
+def _training_queue(adapter: str, broker: Any, settings: Any) -> Any:
+    """The deployment's training queue on ``adapter`` (on Service Bus, one whose empty receive
+    returns within a second)."""
+    if adapter == "sqlite":
+        return wiring.open_train_queue(settings)
+    from agent_learning.queue.servicebus import ServiceBusQueue
+
+    return ServiceBusQueue.from_connection_string(broker.connection_string, settings.train_queue_name,
+                                                  max_wait_time=1)
+
+
+@pytest.mark.parametrize("adapter", adapter_params(*QUEUE_ADAPTERS))
+def test_training_dead_letters_are_listed_replayed_and_audited(
+    adapter: str, request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """Before the fix the dead letters of train-agents were invisible: `dlq list` showed none,
+    `dlq replay --all` replayed none and the audit said nothing."""
+    monkeypatch.setenv("AGENT_LEARNING_SQLITE_PATH", str(tmp_path / "local.db"))
+    broker = None
+    if adapter == "servicebus":
+        broker = request.getfixturevalue("amqp_broker")
+        monkeypatch.setenv("AGENT_LEARNING_QUEUE", "servicebus")
+        monkeypatch.setenv("AGENT_LEARNING_SERVICEBUS_CONNECTION_STRING", broker.connection_string)
+    settings = load_settings()
+    store = wiring.open_store(settings)
+    pipeline = LocalPipeline(store, wiring.open_queue(settings), OfflineJudge(), wiring.open_reward(settings),
+                             wiring.open_learner(settings), train_queue=_training_queue(adapter, broker, settings))
+    try:
+        clock, rng, scenario = ManualClock(), random.Random(3), math_tutor(AGENT)
+        create_policy(store, SoftmaxPolicy.from_actions(AGENT, ACTIONS).to_document(created_at=clock.now()))
+        policy = SoftmaxPolicy.from_document(load_current(store, AGENT), rng=rng)  # type: ignore[arg-type]
+        for i in range(4):
+            episode = scenario.run_episode(store, policy.choose(), rng, clock, episode_id=f"ep-{i}")
+            score_episode(episode.id, pipeline.scorer, check_existing=False)
+        train = pipeline.train_queue
+        train.send([OutgoingMessage("train-poison", json.dumps({"type": "train_request"}))])
+        assert pipeline.train_pending() == []  # not a training request: dead-lettered as InvalidMessage
+        train.send([TrainRequest(AGENT, 1).to_message()])
+        (stuck,) = train.receive(1)
+        train.dead_letter(stuck, MAX_DELIVERY_COUNT_EXCEEDED)  # what the host does after failed deliveries
+
+        dead = as_json("dlq", "list")
+        assert {(d["queue"], d["reason"]) for d in dead} == {
+            ("train-agents", "InvalidMessage"), ("train-agents", MAX_DELIVERY_COUNT_EXCEEDED)}
+        unknown = cli("dlq", "list", "--queue", "train")
+        assert unknown.exit_code == 2 and "--queue: 'train' is not a queue" in unknown.stderr
+        books = json.loads(cli("audit", "--json").stdout)
+        assert books["dead_letters"] == {
+            "score-episodes": {}, "train-agents": {"InvalidMessage": 1, MAX_DELIVERY_COUNT_EXCEEDED: 1}}
+        assert books["agents"][AGENT]["pending_training"] == 4
+
+        assert as_json("dlq", "replay", "--all", "--queue", "train-agents") == {"replayed": 2}
+        (trained,) = pipeline.train_pending()  # the replayed request trains; the poison is dead-lettered again
+        assert trained.status == "published" and trained.run is not None and trained.run.episodes == 4
+        assert "replayed 1 dead letter (0 to score-episodes, 1 to train-agents)" in ok("dlq", "replay", "--all").stdout
+        assert pipeline.train_pending() == []  # replaying again is safe: nothing is learned twice
+        said = " ".join(ok("audit").stdout.split())
+        assert "dead letters in train-agents by reason: InvalidMessage 1 " in said and said.endswith("learned twice")
+        books = audit_agent(store, AGENT)
+        assert (books.learned, books.learned_twice, books.versions) == (4, 0, 2)
+    finally:
+        pipeline.close()
 
 
 from amqp_broker import amqp_broker  # noqa: E402, F401  (the fixture; needs python-qpid-proton)

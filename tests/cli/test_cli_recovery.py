@@ -147,7 +147,8 @@ def test_dlq_list_says_when_more_dead_letters_remain_than_it_lists(pipeline: Loc
     """Before the fix `--limit 2` of three dead letters was titled "2 dead letters", as if all."""
     dead_letter(pipeline, ["ghost-1", "ghost-2", "ghost-3"])
     title = " ".join(cli("dlq", "list", "--limit", "2").stdout.split())
-    assert title.startswith("the oldest 2 dead letters in score-episodes (more remain: --limit N lists more)")
+    assert title.startswith(
+        "the oldest 2 dead letters in score-episodes and train-agents (more remain: --limit N lists more)")
     assert " ".join(cli("dlq", "list", "--limit", "3").stdout.split()).startswith("3 dead letters in score-episodes ")
     assert [d["message_id"] for d in as_json("dlq", "list", "--limit", "2")] == ["ghost-1", "ghost-2"]
 

@@ -22,7 +22,7 @@ from agent_learning.cli import main
 from agent_learning.clock import ManualClock
 from agent_learning.config import load_settings
 from agent_learning.documents import Action, Feedback, PolicyDocument, TrainingRun
-from agent_learning.feedback import sweep
+from agent_learning.feedback import record_feedback, sweep
 from agent_learning.local import LocalPipeline, open_local
 from agent_learning.pipeline import create_policy, load_current, revise, rollback, set_pinned
 from agent_learning.policy import SoftmaxPolicy
@@ -128,6 +128,20 @@ def test_feedback_stored_but_not_applied_is_reported_until_the_sweep_applies_it(
     sweep(setup.store, clock=setup.clock)
     books = audit_agent(setup.store, AGENT)
     assert (books.feedback_episodes, books.feedback_unapplied, books.corrections) == (1, 0, 1)
+
+
+def test_a_late_correction_is_pending_until_the_next_tick_learns_it_without_new_episodes(setup: Setup) -> None:
+    setup.round()
+    episode_id = min(setup.store.episode_ids(AGENT))
+    assert record_feedback(setup.store, episode_id, thumb="down", clock=setup.clock).reconciled.status == "corrected"
+    books = audit_agent(setup.store, AGENT)
+    assert (books.pending_corrections, books.pending, books.feedback_unapplied) == (1, 0, 0)
+    (outcome,) = setup.pipeline.run_once().trained  # a tick, and no episode written since the last
+    assert outcome.status == "published" and outcome.run is not None
+    assert (outcome.run.episodes, outcome.run.corrections) == (0, 1)
+    books = audit_agent(setup.store, AGENT)
+    assert (books.pending_corrections, books.corrections, books.learned, books.versions) == (0, 1, 10, 3)
+    assert books.ok
 
 
 def test_dead_letters_are_counted_by_reason(tmp_path: Path) -> None:

@@ -156,25 +156,34 @@ def test_feedback_after_scoring_before_training_is_learned_in_the_same_run(
     assert train(store, clock).status == "no_new_scores"  # nothing is read twice
 
 
-def test_late_feedback_is_learned_once_with_the_next_episodes(store: Store, scorer: Scorer, clock: ManualClock) -> None:
+def test_late_feedback_is_learned_by_the_next_run_or_with_the_episodes_it_waits_beside(
+    store: Store, scorer: Scorer, clock: ManualClock
+) -> None:
     first = add_episodes(store, 3)
     for eid in first:
         score_episode(eid, scorer, check_existing=False)
     assert train(store, clock).status == "published"  # the episode's judged reward is learned
-    before = load_current(store, AGENT)
 
-    record_feedback(store, first[1], thumb="down", clock=clock)
-    waiting = train(store, clock)
-    assert waiting.status == "too_few_scores" and "1 feedback corrections" in waiting.reason
-    assert load_current(store, AGENT) == before  # a correction alone does not move the policy
-
-    for eid in add_episodes(store, 2, start=3):
-        score_episode(eid, scorer, check_existing=False)
-    outcome = train(store, clock)
-    assert outcome.status == "published" and outcome.run is not None
-    assert (outcome.run.episodes, outcome.run.metrics["corrections"]) == (2, 1)
+    record_feedback(store, first[1], thumb="down", clock=clock)  # no new episode comes after it
+    alone = train(store, clock)
+    assert alone.status == "published" and alone.run is not None
+    assert (alone.run.episodes, alone.run.metrics["corrections"]) == (0, 1)
     assert train(store, clock).status == "no_new_scores"
     assert learned(store, first[1]) == pytest.approx(expected(store, first[1], [0.0]))
+
+    record_feedback(store, first[1], thumb="up", clock=clock)  # beside too few new episodes: it waits with them
+    for eid in add_episodes(store, 2, start=3):
+        score_episode(eid, scorer, check_existing=False)
+    before = load_current(store, AGENT)
+    waiting = train_agent(AGENT, store, Reinforce(), clock=clock, min_batch=3)
+    assert waiting.status == "too_few_scores" and "1 feedback corrections" in waiting.reason
+    assert load_current(store, AGENT) == before
+    for eid in add_episodes(store, 1, start=5):
+        score_episode(eid, scorer, check_existing=False)
+    outcome = train_agent(AGENT, store, Reinforce(), clock=clock, min_batch=3)
+    assert outcome.status == "published" and outcome.run is not None
+    assert (outcome.run.episodes, outcome.run.metrics["corrections"]) == (3, 1)
+    assert learned(store, first[1]) == pytest.approx(expected(store, first[1], [1.0]))
 
 
 def test_repeated_and_changed_feedback_never_double_counts(store: Store, scorer: Scorer, clock: ManualClock) -> None:

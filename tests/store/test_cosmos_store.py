@@ -6,6 +6,7 @@ import asyncio
 import json
 import logging
 import random
+import threading
 import time
 import uuid
 from collections.abc import Iterator
@@ -18,15 +19,24 @@ from azure.cosmos import PartitionKey
 from azure.cosmos.exceptions import CosmosHttpResponseError
 from cosmos_fixture import CLIENT_KWARGS, status_rewriting_store
 from cosmos_requests import RequestCounter
-from factories import make_episode, make_score, record_steps_at_the_caps
+from factories import make_episode, make_policy_doc, make_score, record_steps_at_the_caps
 
 from agent_learning.capture import EpisodeCapture
 from agent_learning.client import PolicyClient
 from agent_learning.clock import ManualClock
-from agent_learning.documents import MAX_EPISODE_BYTES, MAX_TEXT_CHARS, Episode, ScoreCursor, json_bytes
+from agent_learning.documents import (
+    MAX_EPISODE_BYTES,
+    MAX_TEXT_CHARS,
+    Episode,
+    ScoreCursor,
+    TrainingRun,
+    json_bytes,
+)
 from agent_learning.errors import TransientError
-from agent_learning.pipeline import create_policy
+from agent_learning.learner import Reinforce
+from agent_learning.pipeline import create_policy, set_pinned, train_agent
 from agent_learning.policy import SoftmaxPolicy
+from agent_learning.recovery import migrate_scores
 from agent_learning.store.base import NOT_MODIFIED, Tagged
 from agent_learning.store.cosmos import (
     BY_AGENT_SEQ_ID,
@@ -205,6 +215,49 @@ def test_copying_the_old_scores_container_keeps_seq_and_is_idempotent(store: Cos
 
     assert store.add_score(make_score("ep-4")).feedback_pending  # the marker came along
     assert copy_legacy_scores(store).differing == ["ep-4"]  # the new container was written since: never undone
+
+
+def test_a_migration_beside_a_running_trainer_loses_no_score(store: CosmosStore, clock: ManualClock) -> None:
+    """Before the fix a trainer that ran while the copy was under way learned part of an agent's
+    scores and moved its cursor past the rest, which then landed behind it for good (an operator
+    lost 72 of 200 episodes so)."""
+    agents = ["agent-a", "agent-b", "agent-c"]
+    for agent in agents:
+        create_policy(store, make_policy_doc(agent))
+    set_pinned(store, "agent-c", True, "checking")  # an operator's pin stays
+    old = legacy_scores(store.database)
+    for i in range(120):
+        old.create_item({**make_score(f"ep-{i:03d}", agent_id=agents[i % 3]).to_dict(), "seq": 1_000 + i})
+
+    rounds, changed, stop = [0], threading.Condition(), threading.Event()
+
+    def trainer() -> None:  # the app's trainer, running all along
+        while not stop.is_set():
+            for agent in agents:
+                train_agent(agent, store, Reinforce(), clock=clock)
+            with changed:
+                rounds[0] += 1
+                changed.notify_all()
+
+    def after_page(_read: int) -> None:  # a whole training round between two pages of the copy
+        with changed:
+            due = rounds[0] + 2
+            assert changed.wait_for(lambda: rounds[0] >= due, timeout=60)
+
+    thread = threading.Thread(target=trainer)
+    thread.start()
+    try:
+        result = migrate_scores(store, page_size=10, progress=after_page)
+    finally:
+        stop.set()
+        thread.join()
+    assert (result.copied, sorted(result.paused)) == (120, ["agent-a", "agent-b"])
+    set_pinned(store, "agent-c", False)
+    for agent in agents:
+        while train_agent(agent, store, Reinforce(), clock=clock).status == "published":
+            pass
+        runs = [TrainingRun.from_dict(raw) for raw in store.list_runs(agent, 1_000)]
+        assert sum(run.episodes for run in runs if not run.held) == 40, agent  # every score learned, none lost
 
 
 def test_the_migrate_scores_command_copies_and_names_what_it_left(

@@ -102,10 +102,11 @@ def train_agent(
 ) -> TrainOutcome:
     """Fold an agent's new scores into its policy and publish the next version.
 
-    A run reads at most ``max_batch`` score rows after the cursor. While fewer than
+    A run reads at most ``max_batch`` score rows after the cursor. While some but fewer than
     ``min_batch`` of them are new episodes it waits (``too_few_scores``), unless the page is
     full: then more rows wait behind it, and what was read is learned, so that feedback
-    corrections never block the episodes behind them. An episode's corrections in one batch
+    corrections never block the episodes behind them. Feedback corrections without new
+    episodes are learned at once (:meth:`Collected.waits`). An episode's corrections in one batch
     enter the update as one row, their net reward change (none if it nets to zero).
 
     ``learner`` is a :class:`~agent_learning.learner.Reinforce` (imported by the caller, so
@@ -319,12 +320,12 @@ class Collected:
     weight is 0), counted in the run."""
 
     def waits(self, min_batch: int, *, page_full: bool) -> bool:
-        """Whether training waits for more new episodes. Feedback corrections alone wait too, to
-        be learned together with them; but only while nothing is queued behind them (a full
-        page), or they would block the episodes."""
+        """Whether training waits for more new episodes: while there are some, but fewer than
+        ``min_batch`` (the feedback corrections among them wait with them), and nothing is queued
+        behind them (a full page). Feedback corrections alone never wait: with no new traffic
+        they would never be learned."""
         return bool(
-            (self.episodes or self.corrections)
-            and self.episodes < min_batch
+            0 < self.episodes < min_batch
             and not self.rejected
             and not self.skipped
             and not page_full

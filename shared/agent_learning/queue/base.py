@@ -142,6 +142,9 @@ class WorkQueue(ABC):
     * :meth:`receive` returns available messages in FIFO order of enqueueing.
     """
 
+    name: str
+    """The queue's name (on Service Bus the entity's): ``score-episodes``, ``train-agents``."""
+
     lock_seconds: float = LOCK_SECONDS
     """How long a received message stays locked (on Service Bus the queue's LockDuration decides;
     this is what the receiver plans with)."""

@@ -36,8 +36,9 @@ leases        ``/id``               the change-feed trigger's leases (never touc
 Deployments from before the hierarchical key keep their scores in ``scores`` (partition key
 ``/id``, where the trainer's query crossed every physical partition). Cosmos cannot change a
 container's partition key, so the scores live in a new container, and
-:func:`copy_legacy_scores` (``agent-learn store migrate-scores``) copies the old one into it
-(docs/operating.md gives the order of the steps).
+:func:`copy_legacy_scores` copies the old one into it (``agent-learn store migrate-scores``, through
+:func:`agent_learning.recovery.migrate_scores`, which pauses the agents it copies for; docs/operating.md
+gives the order of the steps).
 
 Training cursor. A score's ``seq`` is the writer's clock in microseconds, taken right
 before a create that must finish within ``write_timeout`` seconds (strictly increasing per
@@ -923,10 +924,13 @@ class ScoreCopy:
     """Present with other content and left as they are (the ids)."""
     skipped: list[str] = field(default_factory=list)
     """Without a string ``agent_id``: no place under the new key (the ids; kept in the old container)."""
+    paused: list[str] = field(default_factory=list)
+    """Agents whose learning was paused for the copy and resumed after it
+    (:func:`agent_learning.recovery.migrate_scores`)."""
 
     def to_dict(self) -> dict[str, Any]:
         return {"read": self.read, "copied": self.copied, "already": self.already, "overwritten": self.overwritten,
-                "differing": self.differing, "skipped": self.skipped}
+                "differing": self.differing, "skipped": self.skipped, "paused": self.paused}
 
 
 @_guarded
@@ -937,6 +941,7 @@ def copy_legacy_scores(
     overwrite: bool = False,
     page_size: int = 1_000,
     progress: Any = None,
+    before_agent: Callable[[str], None] | None = None,
 ) -> ScoreCopy:
     """Copy every document of the old ``scores`` container (partition key ``/id``) into the
     score slots' container (key [agent_id, id]), as it is: ``seq`` and every other field are
@@ -946,7 +951,8 @@ def copy_legacy_scores(
     interrupted copy is finished by running it again. A copy with other content is left as it is
     and reported in ``differing`` (the old container changed after it was copied, or the new one
     was written meanwhile), unless ``overwrite`` replaces it with the old container's version.
-    ``progress`` is called with the count read so far after each page.
+    ``progress`` is called with the count read so far after each page; ``before_agent`` with each
+    agent id before the first of its documents is copied.
     """
     if source == SCORES:
         raise ValueError(f"--source: {source!r} is the container the scores are copied into")
@@ -963,10 +969,14 @@ def copy_legacy_scores(
                 f"{role}: the database {store.database.id!r} has no container {container.id!r}; {fix}"
             ) from None
     result = ScoreCopy()
+    seen: set[Any] = set()
     pages = old.query_items("SELECT * FROM c", enable_cross_partition_query=True, max_item_count=page_size)
     for batch in pages.by_page():
         for doc in batch:
             result.read += 1
+            if before_agent is not None and isinstance(agent_id := doc.get("agent_id"), str) and agent_id not in seen:
+                before_agent(agent_id)
+                seen.add(agent_id)
             _copy_one({k: v for k, v in doc.items() if k not in SYSTEM_FIELDS}, target, overwrite, result)
         if progress is not None:
             progress(result.read)
