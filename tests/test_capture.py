@@ -528,7 +528,8 @@ def test_client_caches_until_refresh_seconds(store: MemoryStore, clock: ManualCl
     clock.advance(0.1)
     second = client.policy()
     assert second.version == 2
-    assert second.probabilities["careful"] == pytest.approx(1 / (1 + math.exp(-2)))
+    floor = second.exploration_floor
+    assert second.probabilities["careful"] == pytest.approx(floor + (1 - 2 * floor) / (1 + math.exp(-2)))
     assert client.choose().policy_id == f"{AGENT}:v2"
     assert client.last_error is None
 

@@ -1109,7 +1109,7 @@ def policy_revise(agent_id: str, actions_file: str, renames: tuple[tuple[str, st
             "of actions, and revising a policy's dimensions is not supported: create a new agent with them"
         )
     try:
-        actions = SoftmaxPolicy.from_actions(agent_id, listed).actions
+        actions = SoftmaxPolicy.from_actions(agent_id, listed, exploration_floor=0.0).actions  # the floor kept: below
     except InvalidDocument as exc:
         raise _actions_problem(exc) from None
     with _store(db) as (store, settings):
