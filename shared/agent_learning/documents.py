@@ -534,6 +534,11 @@ class Episode(Document):
     agent gave none (an empty context is none)."""
     usage: Usage | None = Field(None, exclude_if=_unset)
     """Model tokens the run spent, when the agent recorded them (:meth:`EpisodeCapture.add_usage`)."""
+    reward: Annotated[float, Field(strict=True, allow_inf_nan=False, ge=0, le=1)] | None = Field(
+        None, exclude_if=_unset
+    )
+    """The agent's own reward in [0, 1] (a test result, a rating, a business metric): the episode is
+    scored from it, without the judges (:func:`agent_learning.rewards.agent_reward`)."""
 
     @field_validator("context")
     @classmethod

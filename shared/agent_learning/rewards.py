@@ -59,6 +59,10 @@ SCALES: dict[str, tuple[float, float]] = {
 }
 
 RULE = "judges-feedback/2"
+AGENT_RULE = "agent-reward/1"
+"""The rule of an episode that carries its own reward: that reward, no judges, no penalties."""
+AGENT = "agent"
+"""Key of the agent's own reward in ``components`` (rule ``agent-reward/1``)."""
 FEEDBACK = "feedback"
 """Key of the feedback weight in ``RewardInfo.weights`` and of f̄ in ``components``."""
 DEFAULT_FEEDBACK_WEIGHT = 0.5
@@ -186,10 +190,22 @@ class RewardFunction:
         return reward, info
 
 
+def agent_reward(reward: float, config: RewardConfig) -> tuple[float, RewardInfo]:
+    """The reward of an episode that carries its own (rule ``agent-reward/1``): ``reward`` as it
+    is; user feedback is blended into it later as into a judged reward, with ``config``'s weight."""
+    info = RewardInfo(
+        version=AGENT_RULE, weights={FEEDBACK: config.feedback_weight}, penalties={}, components={AGENT: reward}
+    )
+    return reward, info
+
+
 def judged_reward(info: RewardInfo) -> float:
-    """The judges' part of a score's reward, from its stored components."""
+    """The judges' part of a score's reward (the agent's own reward, under ``agent-reward/1``),
+    from its stored components."""
     if "judged" in info.components:
         return info.components["judged"]
+    if AGENT in info.components:
+        return info.components[AGENT]
     parts = ("weighted", "tool_failures", "latency", "empty_output")  # scores of rule weighted-penalties/1
     return max(-1.0, min(1.0, math.fsum(info.components.get(p, 0.0) for p in parts)))
 
