@@ -1418,7 +1418,9 @@ def evaluate(agent_id: str, version: int | None, action_id: str | None, uniform:
     span = f"{_iso(logged.first)[:19]} to {_iso(logged.last)[:19]}" if logged.first and logged.last else ""
     out.print(f"{agent_id}: {label} against v{current.version} (current) on {result.episodes:,} episodes "
               f"scored {span} UTC")
-    table = Table(title=f"mean reward, {percent(confidence)} intervals", title_justify="left")
+    low, high = result.reward_range
+    table = Table(title=f"mean reward, {percent(confidence)} intervals, cut to the reward's range [{low:g}, {high:g}]",
+                  title_justify="left")
     for col in ("estimator", "target", "current", "target − current", "ESS"):
         table.add_column(col, justify="left" if col == "estimator" else "right")
     for name, (t, c, d) in result.estimates.items():
