@@ -24,6 +24,10 @@ process applies it. Feedback never rewrites a score: it is applied through corre
 carry only the change of the reward, so it is learned exactly once (see
 :mod:`agent_learning.feedback`).
 
+Rule ``agent-reward/1``: an episode that carries the agent's own reward (``Episode.reward``, in
+[0, 1]: :func:`agent_reward`) is scored from it alone, without the judges or the penalties; later
+feedback is blended into it as above.
+
 Normalisation: ``intent_resolution`` is 1–5 → (raw − 1) / 4; ``task_adherence`` and
 ``task_completion`` are 0/1 → raw. A raw value outside its scale, or between its whole
 numbers (0.5 from a pass/fail judge), is an error, never clamped or rounded.
