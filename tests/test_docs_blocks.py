@@ -127,8 +127,10 @@ def test_every_block_of_a_page_runs(page: Path, tmp_path: Path, request: pytest.
             if os.environ.get("UPDATE_DOCS") == "1":
                 updated = updated.replace(f"$ {command}\n{shown}\n", f"$ {command}\n{output}\n", 1)
             else:
-                assert output == printed(shown), (f"{page.relative_to(ROOT)}:{block.line}: `{command}` prints otherwise than "
-                                         f"the page shows (UPDATE_DOCS=1 rewrites it):\n{output}")
+                where = f"{page.relative_to(ROOT)}:{block.line}"
+                assert output == printed(shown), (
+                    f"{where}: `{command}` prints otherwise than the page shows (UPDATE_DOCS=1 rewrites it):\n{output}"
+                )
     if updated != page.read_text(encoding="utf-8"):
         page.write_text(updated, encoding="utf-8")
 

@@ -202,7 +202,7 @@ def test_evaluate_every_target_against_the_current_version(deployment: Deploymen
         assert u["target"]["low"] <= u["target"]["value"] <= u["target"]["high"]
         own_value = {k: e["value"] if e["clipped_from"] is None else e["clipped_from"] for k, e in u.items()}
         assert own_value["difference"] == pytest.approx(own_value["target"] - own_value["current"])
-        assert 0 <= u["target"]["low"] and u["target"]["high"] <= 1  # cut to the reward's range
+        assert u["target"]["low"] >= 0 and u["target"]["high"] <= 1  # cut to the reward's range
     always = as_json("evaluate", "--agent-id", AGENT, "--action", "calculator", "--since", "2020-01-01")
     assert always["target"] == "always calculator" and always["episodes"] == 60
 
