@@ -64,6 +64,27 @@ def capture(store: MemoryStore, decision: Decision, clock: ManualClock, **kw: ob
 # --------------------------------------------------------------------------- sync flow
 
 
+def test_the_agents_own_reward_is_stored_and_a_bad_one_names_the_field(
+    store: MemoryStore, decision: Decision, clock: ManualClock
+) -> None:
+    run = capture(store, decision, clock)
+    for bad in (1.5, -0.1, math.nan, True, "0.8"):
+        with pytest.raises(InvalidDocument, match=r"reward: must be a number from 0 to 1"):
+            run.end("4", reward=bad)  # type: ignore[arg-type]
+    assert run.end("4", reward=1).reward == 1.0 and store.get_episode("ep-1")["reward"] == 1.0
+    plain = capture(store, decision, clock, episode_id="ep-2").end("4")
+    assert plain.reward is None and "reward" not in store.get_episode("ep-2")  # absent, as before
+
+
+def test_a_reward_set_before_a_crash_is_carried_by_the_crash_episode(
+    store: MemoryStore, decision: Decision, clock: ManualClock
+) -> None:
+    with pytest.raises(RuntimeError), capture(store, decision, clock) as run:
+        run.reward = 0.0
+        raise RuntimeError("the tests did not even run")
+    assert store.get_episode("ep-1")["reward"] == 0.0
+
+
 def test_full_flow_stores_the_episode(store: MemoryStore, decision: Decision, clock: ManualClock) -> None:
     run = capture(store, decision, clock, instructions="Explain.", metadata={"user": "u1", "n": 2})
     run.step("retrieve", latency_ms=12.5, kind="retrieval", result=["doc-1"])
@@ -528,7 +549,8 @@ def test_client_caches_until_refresh_seconds(store: MemoryStore, clock: ManualCl
     clock.advance(0.1)
     second = client.policy()
     assert second.version == 2
-    assert second.probabilities["careful"] == pytest.approx(1 / (1 + math.exp(-2)))
+    floor = second.exploration_floor
+    assert second.probabilities["careful"] == pytest.approx(floor + (1 - 2 * floor) / (1 + math.exp(-2)))
     assert client.choose().policy_id == f"{AGENT}:v2"
     assert client.last_error is None
 

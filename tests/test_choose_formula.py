@@ -236,7 +236,9 @@ class _LastDraw(random.Random):
 def test_the_last_uniform_draw_never_lands_on_an_action_of_probability_zero() -> None:
     """Ten actions of 0.1 add up to 0.9999999999999999: the draw above that once took the last
     action, of probability 0 (logprob -inf), which no episode can log."""
-    doc = SoftmaxPolicy.from_actions("flat", [f"a{i}" for i in range(11)]).to_document(created_at=None)
+    doc = SoftmaxPolicy.from_actions("flat", [f"a{i}" for i in range(11)], exploration_floor=0.0).to_document(
+        created_at=None
+    )
     doc = PolicyDocument.from_dict({**doc.to_dict(), "logits": [0.0] * 10 + [-1000.0]})
     expected = docs_probabilities(doc.to_dict())
     for chooser in (SoftmaxPolicy.from_document(doc), StructuredPolicy(doc)):

@@ -2,16 +2,21 @@
 
 from __future__ import annotations
 
+import inspect
 import os
 import re
 
 import pytest
 
+from agent_learning.client import PolicyClient
 from agent_learning.config import PREFIX, Settings, load_settings
 from agent_learning.errors import ConfigurationError
 from agent_learning.learner import LearnerConfig
 from agent_learning.pipeline import MAX_TRAIN_BATCH
+from agent_learning.policy import SoftmaxPolicy
+from agent_learning.queue.sqlite import SQLiteQueue
 from agent_learning.rewards import RewardConfig
+from agent_learning.structured import StructuredPolicy
 
 
 @pytest.fixture(autouse=True)
@@ -41,6 +46,24 @@ def test_defaults() -> None:
     learner = s.learner_config()
     assert learner == LearnerConfig()  # the environment's defaults are the learner's defaults
     assert (learner.evidence_prior, learner.reference_batch, learner.max_logit_gap) == (3.0, 50, 8.0)
+
+
+def test_the_python_api_defaults_are_the_settings_defaults() -> None:
+    """A policy, a policy client or a queue made from Python without an argument gets what the
+    settings give by default (a policy made from Python once had no exploration floor)."""
+    s = load_settings()
+
+    def default(call: object, name: str) -> object:
+        return inspect.signature(call).parameters[name].default  # type: ignore[arg-type]
+
+    for make in (SoftmaxPolicy.from_actions, StructuredPolicy.create, SoftmaxPolicy):
+        assert default(make, "temperature") == s.temperature
+        assert default(make, "exploration_floor") == s.exploration_floor
+    flat, structured = SoftmaxPolicy.from_actions("bot", ["a", "b"]), StructuredPolicy.create("bot", {"k": [1, 3]})
+    assert flat.exploration_floor == structured.exploration_floor == s.exploration_floor > 0
+    assert default(PolicyClient, "refresh_seconds") == s.policy_refresh_seconds
+    assert (default(SQLiteQueue, "lock_seconds"), default(SQLiteQueue, "max_deliveries")) == (
+        s.queue_lock_seconds, s.queue_max_deliveries)
 
 
 def test_env_overrides(clean_env: pytest.MonkeyPatch) -> None:

@@ -156,3 +156,37 @@ def test_a_metrics_interval_for_one_policy_stays_within_the_values_it_can_take(r
     assert (cand.value, cur.value, diff) == (uncut[0].value, uncut[1].value, uncut[2])  # the difference is not cut
     seconds = compare_metric(LATENCY, np.r_[np.zeros(59), 900.0], logged, candidate, current, 0.95)
     assert seconds is not None and seconds[0].low == 0.0 and seconds[0].high > 900 / 60
+
+
+def test_with_the_rewards_range_an_estimate_stays_in_it_and_a_small_sample_keeps_a_width() -> None:
+    """Right after a quick start every logged reward is 1: the intervals once read
+    ``ips 2.000 [2.000, 2.000]`` and ``snips 1.000 [1.000, 1.000]``."""
+    actions, rewards, logged = [0, 0], [1.0, 1.0], [0.5, 0.5]
+    always_first = [[1.0, 0.0]] * 2
+    ips = estimate(actions, rewards, logged, always_first, estimator="ips", bounds=(0, 1))
+    assert (ips.value, ips.clipped_from, ips.high) == (1.0, 2.0, 1.0) and 0 <= ips.low < 1
+    for name in ("snips", "dr"):
+        e = estimate(actions, rewards, logged, always_first, estimator=name, bounds=(0, 1))
+        assert 0 <= e.low < e.value == e.high == 1.0 and e.clipped_from is None
+    logs = Logs.of(actions, rewards, logged, 2)
+    same = compare(logs, Target.of(always_first, 2), Target.of(always_first, 2), SNIPS(), bounds=(0, 1))[2]
+    assert same.low == same.value == same.high == 0.0  # one policy against itself: exactly no difference
+    uniform = Target.of([[0.5, 0.5]] * 2, 2)
+    apart = compare(logs, Target.of(always_first, 2), uniform, SNIPS(), bounds=(0, 1))[2]
+    assert -1 <= apart.low < apart.value == 0.0 < apart.high <= 1  # the other action was never tried
+    with pytest.raises(ValueError, match=r"bounds: \(1, 0\)"):
+        estimate(actions, rewards, logged, always_first, bounds=(1, 0))
+
+
+def test_a_small_sample_interval_within_the_rewards_range_covers_a_truth_near_its_edge() -> None:
+    """16 on-policy episodes of a 0/1 reward with mean 0.95: all 16 are 1 in 44% of samples,
+    where the interval without the range collapsed onto 1 and missed the truth."""
+    rng = np.random.default_rng(14)
+    n, truth = 16, 0.95
+    covered = {None: 0, (0.0, 1.0): 0}
+    for _ in range(400):
+        rewards = (rng.random(n) < truth).astype(float)
+        for bounds in covered:
+            e = estimate(np.zeros(n, dtype=np.int64), rewards, np.ones(n), np.ones((n, 1)), bounds=bounds)
+            covered[bounds] += e.low <= truth <= e.high
+    assert covered[(0.0, 1.0)] / 400 >= 0.93 and covered[None] / 400 < 0.6, covered

@@ -105,3 +105,18 @@ def test_with_another_store_the_example_does_not_print_a_db_it_never_used(tmp_pa
     assert done.returncode == 0, done.stderr
     assert "unused.db" not in done.stdout and done.stdout.splitlines()[-1] == (
         "store: MemoryStore; next: agent-learn policy show --agent-id example-agent")
+
+
+def test_the_commands_of_the_examples_readme_run_in_the_demos_environment(tmp_path: Path) -> None:
+    """examples/README.md's block, run from a repository root whose ``.venv`` is the one ``make demo``
+    makes (here: this interpreter's, its ``agent-learn`` beside it)."""
+    readme = (ROOT / "examples" / "README.md").read_text(encoding="utf-8")
+    block = readme.split("```bash\n", 1)[1].split("```", 1)[0]
+    assert block.splitlines() and all(line.startswith(".venv/bin/") for line in block.splitlines()), block
+    (tmp_path / "examples").symlink_to(ROOT / "examples")
+    (tmp_path / ".venv" / "bin").mkdir(parents=True)
+    for name in ("python", "agent-learn"):
+        (tmp_path / ".venv" / "bin" / name).symlink_to(Path(sys.executable).parent / name)
+    done = subprocess.run(["bash", "-euo", "pipefail", "-c", block], cwd=tmp_path, env=clean_env(),
+                          capture_output=True, text=True, timeout=300, check=False)
+    assert done.returncode == 0 and "example-agent v7" in done.stdout, done.stdout + done.stderr

@@ -120,3 +120,34 @@ def test_run_once_refuses_one_agent_id_given_as_a_string(tmp_path: Path) -> None
         assert pipeline.store.get_checkpoint(FEED_CHECKPOINT) is None  # refused before any work
         assert pipeline.run_once(["bot"]).published == {"bot": 2}
     store.close()
+
+
+def test_an_agent_learns_from_its_own_reward_with_no_episode_judged(tmp_path: Path) -> None:
+    """500 episodes that carry the agent's own reward (a test passed or not), judging off for every
+    agent: each is scored from its reward, no judge is asked, and training moves the policy to
+    the configuration whose tests pass more often."""
+    clock = ManualClock()
+    db = tmp_path / "local.db"
+    store = SQLiteStore(db)
+    create_policy(store, SoftmaxPolicy.from_actions("coder", ["fast", "careful"]).to_document(created_at=clock.now()))
+    client = PolicyClient(store, "coder", refresh_seconds=30, rng=random.Random(2), clock=clock)
+    tests_pass = {"fast": 0.4, "careful": 0.8}
+    rng = random.Random(3)
+    published = []
+    with open_local(load_settings(judging="*=0"), path=db, clock=clock) as pipeline:
+        for i in range(500):
+            decision = client.choose()
+            with EpisodeCapture(store, decision, input=f"fix issue {i}", clock=clock) as run:
+                clock.advance(0.2)
+                run.end("a patch", reward=1.0 if rng.random() < tests_pass[decision.action_id] else 0.0)
+            if i % 100 == 99:
+                report = pipeline.run_once()
+                assert report.outcomes == {"scored": 100}, report.outcomes  # none recorded unjudged
+                published.append(report.published.get("coder"))
+    assert published == [2, 3, 4, 5, 6]
+    scores = store.read_scores("coder", None, 1_000)
+    assert len(scores) == 500 and {(s["judge"]["name"], s["reward_function"]["version"]) for s in scores} == {
+        ("agent", "agent-reward/1")}
+    assert {s["reward"] for s in scores} == {0.0, 1.0}
+    assert client.policy().probabilities["careful"] > 0.9
+    store.close()

@@ -38,7 +38,8 @@ DIMENSIONS = {"prompt": ["concise", "detailed", "steps"], "retrieval_k": [1, 3, 
 
 
 def policy(**kwargs: Any) -> StructuredPolicy:
-    return StructuredPolicy.create("bot", DIMENSIONS, seed=3, **kwargs)
+    """A uniform policy over DIMENSIONS; without a floor unless given, so the learner's own bounds show."""
+    return StructuredPolicy.create("bot", DIMENSIONS, seed=3, **{"exploration_floor": 0.0, **kwargs})
 
 
 def trained(doc: PolicyDocument, rng: np.random.Generator, n: int = 400) -> PolicyDocument:
@@ -792,7 +793,7 @@ def test_a_value_that_makes_no_action_id_is_named_in_its_dimension() -> None:
 def test_a_numeric_slope_is_bounded_by_the_evidence_on_each_side_of_its_centre() -> None:
     """A few lucky episodes cannot make the policy sure of an arm at one scale from the centre;
     the state keeps each side's evidence."""
-    doc = StructuredPolicy.create("bot", {"arm": [0, 1, 2]}, context={"x": "number"}).document
+    doc = StructuredPolicy.create("bot", {"arm": [0, 1, 2]}, context={"x": "number"}, exploration_floor=0.0).document
     rng = np.random.default_rng(9)
     n = 30  # NUMBER_FIT_EPISODES: the feature is fitted in this batch
     xs = rng.uniform(-1, 1, n)

@@ -165,6 +165,8 @@ class EpisodeCapture:
         self.started_at = clock.now()
         self.steps: list[Step] = []
         self.usage: Usage | None = None
+        self.reward: float | None = None
+        """The agent's own reward (``end(reward=)``; set it earlier, e.g. to 0, and a crash episode carries it)."""
         self.episode: Episode | None = None
         self.discarded: str | None = None
         """Why the run was discarded (:meth:`discard`), or None."""
@@ -392,7 +394,17 @@ class EpisodeCapture:
             "ttl": self.ttl,
             "context": dict(d.context) if isinstance(d.context, Mapping) else d.context,
             "usage": self.usage,
+            "reward": self.reward,
         }
+
+    def _own_reward(self, reward: float | None) -> None:
+        """Keep ``reward`` (None keeps :attr:`reward`) if it is a number in [0, 1], else
+        :class:`InvalidDocument` naming ``reward``; a bad one is not kept for a crash episode."""
+        if reward is None:
+            return
+        if isinstance(reward, bool) or not isinstance(reward, int | float) or not 0 <= reward <= 1:
+            raise InvalidDocument("episode", [("reward", f"must be a number from 0 to 1, got {reward!r:.40}")])
+        self.reward = float(reward)
 
     def _check_not_ended(self, what: str, name: object) -> None:
         """``RuntimeError`` once the episode is written: what is recorded now would never be stored."""
@@ -406,10 +418,12 @@ class EpisodeCapture:
         if self.discarded is not None:
             raise RuntimeError(f"episode {self.episode_id} was discarded ({self.discarded}); nothing is written")
 
-    def end(self, output: str) -> Episode:
+    def end(self, output: str, *, reward: float | None = None) -> Episode:
         """Finish the run and write the episode; returns the stored episode. ``output`` is the
-        agent's answer, a string (``""`` for none: :class:`InvalidDocument` for ``None``)."""
+        agent's answer, a string (``""`` for none: :class:`InvalidDocument` for ``None``);
+        ``reward``, the agent's own reward in [0, 1], scores the episode without the judges."""
         self._check_open()
+        self._own_reward(reward)
         episode = self.build(output)
         try:
             self.store.add_episode(episode)
@@ -419,9 +433,10 @@ class EpisodeCapture:
         self.episode = episode
         return episode
 
-    async def aend(self, output: str) -> Episode:
+    async def aend(self, output: str, *, reward: float | None = None) -> Episode:
         """``end()`` for async agents: uses the store's async write if it has one."""
         self._check_open()
+        self._own_reward(reward)
         episode = self.build(output)
         writer = getattr(self.store, "add_episode_async", None)
         try:

@@ -1117,7 +1117,7 @@ def policy_revise(agent_id: str, actions_file: str, renames: tuple[tuple[str, st
             "of actions, and revising a policy's dimensions is not supported: create a new agent with them"
         )
     try:
-        actions = SoftmaxPolicy.from_actions(agent_id, listed).actions
+        actions = SoftmaxPolicy.from_actions(agent_id, listed, exploration_floor=0.0).actions  # the floor kept: below
     except InvalidDocument as exc:
         raise _actions_problem(exc) from None
     with _store(db) as (store, settings):
@@ -1427,7 +1427,9 @@ def evaluate(agent_id: str, version: int | None, action_id: str | None, uniform:
     span = f"{_iso(logged.first)[:19]} to {_iso(logged.last)[:19]}" if logged.first and logged.last else ""
     out.print(f"{agent_id}: {label} against v{current.version} (current) on {result.episodes:,} episodes "
               f"scored {span} UTC")
-    table = Table(title=f"mean reward, {percent(confidence)} intervals", title_justify="left")
+    low, high = result.reward_range
+    table = Table(title=f"mean reward, {percent(confidence)} intervals, cut to the reward's range [{low:g}, {high:g}]",
+                  title_justify="left")
     for col in ("estimator", "target", "current", "target − current", "ESS"):
         table.add_column(col, justify="left" if col == "estimator" else "right")
     for name, (t, c, d) in result.estimates.items():

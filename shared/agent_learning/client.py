@@ -50,6 +50,9 @@ from .structured import StructuredPolicy
 
 log = logging.getLogger(__name__)
 
+REFRESH_SECONDS = 30.0
+"""How often a client re-reads its agent's current policy, unless told otherwise (settings alike)."""
+
 
 class PolicyClient:
     """The agent's handle on its policy: ``client.choose()`` → :class:`Decision`. It reads from
@@ -60,7 +63,7 @@ class PolicyClient:
         store: Store | HttpPolicySource,
         agent_id: str,
         *,
-        refresh_seconds: float = 30.0,
+        refresh_seconds: float = REFRESH_SECONDS,
         rng: random.Random | None = None,
         clock: Clock = SYSTEM_CLOCK,
     ) -> None:

@@ -25,8 +25,16 @@ from urllib.parse import urlsplit
 from pydantic import AliasChoices, Field, SecretStr, ValidationError, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
+from .client import REFRESH_SECONDS
 from .clock import SCORE_SETTLE_SECONDS, check_settle_window
-from .documents import MAX_TEMPERATURE, MAX_TRAIN_BATCH, MIN_TEMPERATURE, TRAIN_BATCH
+from .documents import (
+    DEFAULT_EXPLORATION_FLOOR,
+    DEFAULT_TEMPERATURE,
+    MAX_TEMPERATURE,
+    MAX_TRAIN_BATCH,
+    MIN_TEMPERATURE,
+    TRAIN_BATCH,
+)
 from .drift import DriftConfig
 from .errors import ConfigurationError
 from .evaluation import GuardrailConfig
@@ -34,7 +42,7 @@ from .ingestion import parse_episode_writers
 from .judges.evaluators import JudgeLimits, JudgeModel, JudgeTokens
 from .judging import normalise as normalise_judging
 from .learner import LearnerConfig
-from .policy import DEFAULT_EXPLORATION_FLOOR
+from .queue.base import LOCK_SECONDS, MAX_DELIVERIES
 from .rewards import RewardConfig
 from .store.sqlite import DEFAULT_PATH as SQLITE_DEFAULT_PATH
 
@@ -178,8 +186,8 @@ class Settings(BaseSettings):
     train_queue_name: str = Field(
         "train-agents", min_length=1, max_length=260, description="the queue of one training message per agent"
     )
-    queue_max_deliveries: int = Field(10, ge=1, le=2000)
-    queue_lock_seconds: float = Field(60.0, gt=0, le=300)
+    queue_max_deliveries: int = Field(MAX_DELIVERIES, ge=1, le=2000)
+    queue_lock_seconds: float = Field(LOCK_SECONDS, gt=0, le=300)
     judge: Literal["offline", "evaluators"] = "offline"
     allow_offline_judge: bool = Field(False, description="allow the offline judge inside Azure Functions")
 
@@ -306,9 +314,9 @@ class Settings(BaseSettings):
     )
 
     # New policies and agents.
-    temperature: float = Field(1.0, ge=MIN_TEMPERATURE, le=MAX_TEMPERATURE)
+    temperature: float = Field(DEFAULT_TEMPERATURE, ge=MIN_TEMPERATURE, le=MAX_TEMPERATURE)
     exploration_floor: float = Field(DEFAULT_EXPLORATION_FLOOR, ge=0, lt=1)
-    policy_refresh_seconds: float = Field(30.0, ge=0)
+    policy_refresh_seconds: float = Field(REFRESH_SECONDS, ge=0)
 
     # Episode ingestion over HTTP for deployments that isolate agents (see agent_learning.ingestion).
     episode_writers: Annotated[dict[str, list[str]], NoDecode] = Field(

@@ -39,6 +39,7 @@ from .evaluation import (
     compare_metric,
     estimator_named,
     metric_values,
+    reward_range,
 )
 from .policy import policy_probabilities
 from .store.base import Store
@@ -319,12 +320,15 @@ class Comparison:
     metrics: dict[str, tuple[Estimate, Estimate]] = field(default_factory=dict)
     """Guardrail metric → its mean per episode under the target and the current version (SNIPS)."""
     notes: list[str] = field(default_factory=list)
+    reward_range: tuple[float, float] = (0.0, 1.0)
+    """The range of a mean reward (:func:`~agent_learning.evaluation.reward_range`): estimates are cut to it."""
 
     def to_dict(self) -> dict[str, Any]:
         return {
             "target": self.target,
             "current_version": self.current_version,
             "episodes": self.episodes,
+            "reward_range": list(self.reward_range),
             "estimates": {
                 name: {
                     "target": t._asdict(),
@@ -348,7 +352,8 @@ def compare_to_current(
 ) -> Comparison:
     """``target`` against ``current`` on ``logged`` with IPS, SNIPS and DR; raises NotFound, naming
     ``option`` (what chose the target), when the target never chooses a logged configuration."""
-    result = Comparison(label, current.version, len(logged.logs))
+    bounds = reward_range(logged.logs.rewards)
+    result = Comparison(label, current.version, len(logged.logs), reward_range=bounds)
     overlap = True
     tgt, cur = target_of(logged, target), target_of(logged, of_document(current))
     for name in ESTIMATORS:
@@ -361,9 +366,17 @@ def compare_to_current(
             )
             continue
         try:
-            result.estimates[name] = compare(logged.logs, tgt, cur, estimator_named(name), confidence)
+            result.estimates[name] = compare(logged.logs, tgt, cur, estimator_named(name), confidence, bounds)
         except NoOverlap:  # the same weights for every estimator: none can estimate
             overlap = False
+            continue
+        for what, e in zip(("target", "current", "target − current"), result.estimates[name], strict=True):
+            if e.clipped_from is not None:
+                result.notes.append(
+                    f"{name}: the {what} estimate {e.clipped_from:.3f} lies outside the range of a mean reward "
+                    f"[{bounds[0]:g}, {bounds[1]:g}] (of a difference, ±{bounds[1] - bounds[0]:g}); shown cut to "
+                    f"{e.value:.3f}, with its interval"
+                )
     chosen_target, chosen_current = tgt.chosen(logged.logs), cur.chosen(logged.logs)
     for name, values in logged.metrics.items():
         found = compare_metric(name, values, logged.logs.logged, chosen_target, chosen_current, confidence)

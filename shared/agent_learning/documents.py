@@ -90,6 +90,11 @@ finite for logits up to ``MAX_LOGIT``. A document below it fails validation, so 
 could never be trained is refused when it is created, not at every training run."""
 MAX_TEMPERATURE = 100.0
 """The highest policy temperature: above it every policy is practically uniform."""
+DEFAULT_TEMPERATURE = 1.0
+"""The temperature new policies get unless configured otherwise (settings, CLI and Python API alike)."""
+DEFAULT_EXPLORATION_FLOOR = 0.001
+"""The exploration floor new policies get unless configured otherwise (settings, CLI and Python API
+alike; docs/benchmarks.md: Learning benchmark). A stored document without the field has none (0)."""
 
 _ID = r"^[A-Za-z0-9][A-Za-z0-9._\-]{0,127}$"
 AgentId = Annotated[str, StringConstraints(strict=True, pattern=_ID)]
@@ -529,6 +534,11 @@ class Episode(Document):
     agent gave none (an empty context is none)."""
     usage: Usage | None = Field(None, exclude_if=_unset)
     """Model tokens the run spent, when the agent recorded them (:meth:`EpisodeCapture.add_usage`)."""
+    reward: Annotated[float, Field(strict=True, allow_inf_nan=False, ge=0, le=1)] | None = Field(
+        None, exclude_if=_unset
+    )
+    """The agent's own reward in [0, 1] (a test result, a rating, a business metric): the episode is
+    scored from it, without the judges (:func:`agent_learning.rewards.agent_reward`)."""
 
     @field_validator("context")
     @classmethod

@@ -63,6 +63,21 @@ class Estimate(NamedTuple):
     low: float
     high: float
     effective_sample_size: float
+    clipped_from: float | None = None
+    """The estimator's own value when it lay outside the reward's range and ``value`` is cut to it."""
+
+
+def reward_range(rewards: ArrayLike) -> tuple[float, float]:
+    """The range a mean reward lies in: [0, 1], the scale of the judges, feedback and agents' own
+    rewards, widened to any logged reward beyond it (penalties take a reward below 0)."""
+    r = np.asarray(rewards, dtype=np.float64)
+    return (min(0.0, float(r.min())), max(1.0, float(r.max()))) if r.size else (0.0, 1.0)
+
+
+def difference_range(bounds: tuple[float, float]) -> tuple[float, float]:
+    """The range of a difference of two means that each lie in ``bounds``."""
+    width = bounds[1] - bounds[0]
+    return -width, width
 
 
 class NoOverlap(ValueError):
@@ -312,8 +327,21 @@ def estimator_named(name: str, clip: float | None = None) -> IPS | SNIPS | Doubl
     return ESTIMATORS[name](clip=clip)
 
 
-def interval(terms: Array, effective: float, confidence: float = 0.95) -> Estimate:
-    """The mean of ``terms`` with its normal-approximation interval (module docstring)."""
+def interval(
+    terms: Array,
+    effective: float,
+    confidence: float = 0.95,
+    bounds: tuple[float, float] | None = None,
+    spread: float = 1.0,
+) -> Estimate:
+    """The mean of ``terms`` with its normal-approximation interval (module docstring).
+
+    With ``bounds``, the range the estimated mean lies in, the value and the interval are cut to
+    it (which keeps the coverage: the truth lies in it too), and the half-width is at least the
+    Wilson score interval's at the edge of the range, ``spread · (high − low) · z² / (ESS + z²)``:
+    a few effective samples that happen to agree (every reward 1) say little, not everything.
+    ``spread`` (0 to 1) is the share of the range the terms span: 1 for one policy's mean; for a
+    difference, :func:`weight_spread` (0 for identical policies, whose difference is exactly 0)."""
     if not 0 < confidence < 1:
         raise ValueError(f"confidence: {confidence!r} must be between 0 and 1")
     n = len(terms)
@@ -321,7 +349,21 @@ def interval(terms: Array, effective: float, confidence: float = 0.95) -> Estima
     scale = float(np.abs(terms).max())  # the spread of terms / scale: huge weights do not overflow its squares
     sd = scale * float((terms / scale).std(ddof=1)) if scale > 0 else 0.0
     half = t_quantile(0.5 + confidence / 2, max(effective - 1, 1.0)) * sd / math.sqrt(n)
-    return Estimate(value, value - half, value + half, effective)
+    if bounds is None:
+        return Estimate(value, value - half, value + half, effective)
+    low, high = bounds
+    z2 = NormalDist().inv_cdf(0.5 + confidence / 2) ** 2
+    half = max(half, spread * (high - low) * z2 / (effective + z2))
+    cut = min(max(value, low), high)
+    return Estimate(cut, max(cut - half, low), min(cut + half, high), effective, None if cut == value else value)
+
+
+def weight_spread(w_a: Array, w_b: Array) -> float:
+    """How far apart two policies' importance weights are, from 0 (the same policy) to 1 (disjoint
+    on every episode): mean |w_a − w_b| / (mean w_a + mean w_b), the share of a difference's range
+    its terms span."""
+    total = float(w_a.mean() + w_b.mean())
+    return min(float(np.abs(w_a - w_b).mean()) / total, 1.0) if total > 0 else 1.0
 
 
 EXACT_T_BELOW = 30
@@ -379,6 +421,7 @@ def estimate(
     confidence: float = 0.95,
     clip: float | None = None,
     groups: ArrayLike | None = None,
+    bounds: tuple[float, float] | None = None,
 ) -> Estimate:
     """The target policy's mean reward on logged episodes, with a ``confidence`` interval.
 
@@ -386,7 +429,9 @@ def estimate(
     array of the target's probabilities for every action on each logged episode;
     ``logged_probabilities`` the probability with which each logged action was drawn.
     ``estimator`` is ``"ips"``, ``"snips"`` or ``"dr"`` (whose reward model is fitted per
-    action and, if given, per ``groups`` index); ``clip`` caps the importance weights.
+    action and, if given, per ``groups`` index); ``clip`` caps the importance weights;
+    ``bounds``, the range the mean reward lies in (e.g. ``(0, 1)``), cuts the estimate and its
+    interval to it and keeps a few agreeing samples from giving a zero-width interval.
     """
     try:
         table = np.asarray(target_probabilities, dtype=np.float64)
@@ -396,29 +441,44 @@ def estimate(
         raise ValueError(f"target_probabilities: shape {table.shape}, expected (n, K): one row per episode")
     k = table.shape[1]
     logs = Logs.of(actions, rewards, logged_probabilities, k, groups)
-    return evaluate(logs, Target.of(table, len(logs), k), estimator_named(estimator, clip), confidence)
+    if bounds is not None and not (len(bounds) == 2 and all(map(math.isfinite, bounds)) and bounds[0] < bounds[1]):
+        raise ValueError(f"bounds: {bounds!r} must be (low, high), two finite numbers with low < high")
+    return evaluate(logs, Target.of(table, len(logs), k), estimator_named(estimator, clip), confidence, bounds)
 
 
-def evaluate(logs: Logs, target: Target, estimator: Estimator, confidence: float = 0.95) -> Estimate:
-    """:func:`estimate` on validated inputs."""
+def evaluate(
+    logs: Logs,
+    target: Target,
+    estimator: Estimator,
+    confidence: float = 0.95,
+    bounds: tuple[float, float] | None = None,
+) -> Estimate:
+    """:func:`estimate` on validated inputs (``bounds``: see :func:`interval`)."""
     w = weights(logs, target, getattr(estimator, "clip", None))
-    return interval(estimator.terms(logs, target), effective_sample_size(w), confidence)
+    return interval(estimator.terms(logs, target), effective_sample_size(w), confidence, bounds)
 
 
 def compare(
-    logs: Logs, candidate: Target, current: Target, estimator: Estimator, confidence: float = 0.95
+    logs: Logs,
+    candidate: Target,
+    current: Target,
+    estimator: Estimator,
+    confidence: float = 0.95,
+    bounds: tuple[float, float] | None = None,
 ) -> tuple[Estimate, Estimate, Estimate]:
     """The candidate's and the current policy's estimates and their paired difference
-    (candidate − current, whose interval is narrower than either's when they choose alike)."""
+    (candidate − current, whose interval is narrower than either's when they choose alike);
+    with ``bounds``, the range of a mean, each cut to its range (:func:`interval`)."""
     cand_terms = estimator.terms(logs, candidate)
     cur_terms = estimator.terms(logs, current)
     w_cand = weights(logs, candidate, getattr(estimator, "clip", None))
     w_cur = weights(logs, current, getattr(estimator, "clip", None))
     ess = min(effective_sample_size(w_cand), effective_sample_size(w_cur))
+    apart = difference_range(bounds) if bounds is not None else None
     return (
-        interval(cand_terms, effective_sample_size(w_cand), confidence),
-        interval(cur_terms, effective_sample_size(w_cur), confidence),
-        interval(cand_terms - cur_terms, ess, confidence),
+        interval(cand_terms, effective_sample_size(w_cand), confidence, bounds),
+        interval(cur_terms, effective_sample_size(w_cur), confidence, bounds),
+        interval(cand_terms - cur_terms, ess, confidence, apart, weight_spread(w_cand, w_cur)),
     )
 
 
@@ -617,7 +677,8 @@ def judge(
     # Only π(a_i | x_i) enters SNIPS: every episode is given action 0 of a one-action log.
     logs = Logs.of(np.zeros(len(r), dtype=np.int64), r, logged, 1)
     try:
-        cand, cur, diff = compare(logs, Target.of_chosen(candidate), Target.of_chosen(current), est, config.confidence)
+        cand, cur, diff = compare(logs, Target.of_chosen(candidate), Target.of_chosen(current), est, config.confidence,
+                                  reward_range(r))
     except NoOverlap:
         return Evaluation(
             verdict="too_few_samples",

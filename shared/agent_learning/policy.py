@@ -29,12 +29,17 @@ from pydantic import ValidationError
 
 from .clock import SYSTEM_CLOCK
 from .decision import Decision, read_only, validated_context
-from .documents import Action, PolicyDocument, ScoreCursor, invalid_from_pydantic, policy_doc_id
+from .documents import (
+    DEFAULT_EXPLORATION_FLOOR,
+    DEFAULT_TEMPERATURE,
+    Action,
+    PolicyDocument,
+    ScoreCursor,
+    invalid_from_pydantic,
+    policy_doc_id,
+)
 from .errors import InvalidDocument
 from .structured import StructuredPolicy, context_key, cumulative
-
-DEFAULT_EXPLORATION_FLOOR = 0.001
-"""The floor new policies get unless configured otherwise (docs/benchmarks.md: Learning benchmark)."""
 
 
 def _number(name: str, value: Any) -> float:
@@ -155,8 +160,8 @@ class SoftmaxPolicy:
         logits: Sequence[float],
         *,
         version: int = 1,
-        temperature: float = 1.0,
-        exploration_floor: float = 0.0,
+        temperature: float = DEFAULT_TEMPERATURE,
+        exploration_floor: float = DEFAULT_EXPLORATION_FLOOR,
         pinned: bool = False,
         rng: random.Random | None = None,
         document: PolicyDocument | None = None,
@@ -190,8 +195,8 @@ class SoftmaxPolicy:
         agent_id: str,
         actions: Iterable[str | Action | Mapping[str, Any]],
         *,
-        temperature: float = 1.0,
-        exploration_floor: float = 0.0,
+        temperature: float = DEFAULT_TEMPERATURE,
+        exploration_floor: float = DEFAULT_EXPLORATION_FLOOR,
         rng: random.Random | None = None,
         seed: int | None = None,
     ) -> SoftmaxPolicy:

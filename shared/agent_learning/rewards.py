@@ -24,6 +24,10 @@ process applies it. Feedback never rewrites a score: it is applied through corre
 carry only the change of the reward, so it is learned exactly once (see
 :mod:`agent_learning.feedback`).
 
+Rule ``agent-reward/1``: an episode that carries the agent's own reward (``Episode.reward``, in
+[0, 1]: :func:`agent_reward`) is scored from it alone, without the judges or the penalties; later
+feedback is blended into it as above.
+
 Normalisation: ``intent_resolution`` is 1–5 → (raw − 1) / 4; ``task_adherence`` and
 ``task_completion`` are 0/1 → raw. A raw value outside its scale, or between its whole
 numbers (0.5 from a pass/fail judge), is an error, never clamped or rounded.
@@ -59,6 +63,10 @@ SCALES: dict[str, tuple[float, float]] = {
 }
 
 RULE = "judges-feedback/2"
+AGENT_RULE = "agent-reward/1"
+"""The rule of an episode that carries its own reward: that reward, no judges, no penalties."""
+AGENT = "agent"
+"""Key of the agent's own reward in ``components`` (rule ``agent-reward/1``)."""
 FEEDBACK = "feedback"
 """Key of the feedback weight in ``RewardInfo.weights`` and of f̄ in ``components``."""
 DEFAULT_FEEDBACK_WEIGHT = 0.5
@@ -186,10 +194,22 @@ class RewardFunction:
         return reward, info
 
 
+def agent_reward(reward: float, config: RewardConfig) -> tuple[float, RewardInfo]:
+    """The reward of an episode that carries its own (rule ``agent-reward/1``): ``reward`` as it
+    is; user feedback is blended into it later as into a judged reward, with ``config``'s weight."""
+    info = RewardInfo(
+        version=AGENT_RULE, weights={FEEDBACK: config.feedback_weight}, penalties={}, components={AGENT: reward}
+    )
+    return reward, info
+
+
 def judged_reward(info: RewardInfo) -> float:
-    """The judges' part of a score's reward, from its stored components."""
+    """The judges' part of a score's reward (the agent's own reward, under ``agent-reward/1``),
+    from its stored components."""
     if "judged" in info.components:
         return info.components["judged"]
+    if AGENT in info.components:
+        return info.components[AGENT]
     parts = ("weighted", "tool_failures", "latency", "empty_output")  # scores of rule weighted-penalties/1
     return max(-1.0, min(1.0, math.fsum(info.components.get(p, 0.0) for p in parts)))
 

@@ -26,6 +26,7 @@ from agent_learning.pipeline import create_policy, load_current
 from agent_learning.policy import SoftmaxPolicy
 from agent_learning.simulate import support_bot
 from agent_learning.store.sqlite import SQLiteStore
+from agent_learning.structured import StructuredPolicy
 
 
 @pytest.fixture(autouse=True)
@@ -138,6 +139,25 @@ def test_cli_creates_and_shows_a_structured_contextual_policy(tmp_path: Path) ->
     assert views["no context"]["prompt"] == pytest.approx({"prompt=concise": 1 / 3, "prompt=steps": 2 / 3})
     text = runner.invoke(main, ["policy", "show", "--agent-id", "triage", "--db", db])
     assert text.exit_code == 0 and "retrieval_k" in text.stdout and "no segments learned yet" in text.stdout
+
+
+def test_every_way_of_creating_a_policy_gives_it_the_same_exploration_floor(tmp_path: Path) -> None:
+    """init-policy (flat and with dimensions) and the Python API as the README shows it start from
+    the settings' floor and temperature (the Python API once had no floor)."""
+    dims = tmp_path / "dims.json"
+    dims.write_text(json.dumps({"dimensions": {"prompt": ["concise", "steps"]}, "context": {"task": "category"}}))
+    db = agents_with_actions_a_and_b(tmp_path, "flat")
+    made_dims = CliRunner().invoke(main, ["init-policy", "--agent-id", "dims", "--actions", str(dims), "--db", db])
+    assert made_dims.exit_code == 0, made_dims.output
+    with SQLiteStore(db) as store:
+        made = [load_current(store, "flat"), load_current(store, "dims")]
+    made += [
+        SoftmaxPolicy.from_actions("bot", ["a", "b"]).to_document(created_at=None),
+        StructuredPolicy.create("bot", {"prompt": ["a", "b"]}, context={"task": "category"}).document,
+    ]
+    settings = load_settings()
+    assert {(doc.exploration_floor, doc.temperature) for doc in made} == {
+        (settings.exploration_floor, settings.temperature)}
 
 
 def test_cli_demo_tables(tmp_path: Path) -> None:

@@ -549,7 +549,8 @@ def test_a_structured_policy_is_measured_against_its_configurations_not_its_valu
 def test_a_contextual_policy_sure_in_every_segment_is_a_collapse_though_unsure_without_context() -> None:
     """Billing requests draw a, technical ones b, each at 99 %: the requests' policy has stopped
     exploring, though with no context (global logits 0) it is uniform."""
-    doc = StructuredPolicy.create("triage", {"prompt": ["a", "b"]}, context={"task": "category"}).document
+    doc = StructuredPolicy.create("triage", {"prompt": ["a", "b"]}, context={"task": "category"},
+                                  exploration_floor=0.0).document
     offsets = {"billing": [4.6, -4.6], "technical": [-4.6, 4.6]}
     doc = PolicyDocument.from_dict({**doc.to_dict(), "features": [{"name": "task", "kind": "category",
                                                                   "segments": offsets}]})

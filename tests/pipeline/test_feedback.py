@@ -156,6 +156,25 @@ def test_feedback_after_scoring_before_training_is_learned_in_the_same_run(
     assert train(store, clock).status == "no_new_scores"  # nothing is read twice
 
 
+def test_a_run_reports_the_mean_reward_it_learned_feedback_included(
+    store: Store, scorer: Scorer, clock: ManualClock
+) -> None:
+    """Feedback carrying the agent's real reward is part of what the run reports (policy show's
+    "last run ... mean reward"), not only the judges' score."""
+    ids = add_episodes(store, 4)
+    for eid, value in zip(ids[:3], (0.0, 0.25, 1.0), strict=True):
+        record_feedback(store, eid, score=value, clock=clock)
+    for eid in ids:
+        score_episode(eid, scorer, check_existing=False)
+    run = train(store, clock).run
+    assert run is not None and (run.episodes, run.corrections) == (4, 3)
+    rewards = [learned(store, eid) for eid in ids]
+    assert run.metrics["mean_reward"] == pytest.approx(np.mean(rewards))
+    assert run.metrics["episode_reward_std"] == pytest.approx(np.std(rewards))
+    judged = [Score.from_dict(store.get_score(eid, AGENT)).reward for eid in ids]  # type: ignore[arg-type]
+    assert abs(np.mean(judged) - np.mean(rewards)) > 0.05  # what the run said before
+
+
 def test_late_feedback_is_learned_by_the_next_run_or_with_the_episodes_it_waits_beside(
     store: Store, scorer: Scorer, clock: ManualClock
 ) -> None:

@@ -25,9 +25,11 @@ from typing import Any, Literal
 from ..clock import SYSTEM_CLOCK, Clock
 from ..documents import (
     Episode,
+    JudgeInfo,
     Measures,
     MetricScore,
     PolicyDocument,
+    RewardInfo,
     Score,
     ScoreRequest,
     UnjudgedRecord,
@@ -38,7 +40,7 @@ from ..feedback import reconcile
 from ..judges.base import Judge
 from ..judging import Decision, Judging
 from ..queue.base import WorkQueue
-from ..rewards import RewardFunction
+from ..rewards import RewardFunction, agent_reward
 from ..store.base import Store
 from ..structured import knows_action
 from ..telemetry import (
@@ -158,6 +160,8 @@ def policy_problem(episode: Episode, version_of: Callable[..., PolicyDocument | 
 
 CACHED_VERSIONS = 1024
 """Policy versions a scorer keeps parsed."""
+AGENT_JUDGE = JudgeInfo(name="agent", model="none")
+"""Who scored an episode that carries its own reward: the agent itself, no judge model."""
 
 
 @dataclass
@@ -291,6 +295,9 @@ def _score_episode(
     if problem is not None:
         return ScoreOutcome("dead_letter", episode_id, *problem)
     decision: Decision | None = None
+    if episode.reward is not None:  # the agent's own reward: no judges, whatever the judging rule
+        reward, info = agent_reward(episode.reward, scorer.reward.config)
+        return _store_score(scorer, episode, existing, force, {}, AGENT_JUDGE, reward, info)
     if sample and not force:
         decision = scorer.judging.decide(episode.agent_id, episode.id, scorer.clock.time())
         if not decision.judge:
@@ -308,6 +315,22 @@ def _score_episode(
         return ScoreOutcome("retry", episode_id, "JudgeUnavailable", str(exc))
     except PermanentError as exc:
         return ScoreOutcome("dead_letter", episode_id, "JudgeFailed", str(exc))
+    return _store_score(scorer, episode, existing, force, judgement.metrics, judgement.judge, reward, info)
+
+
+def _store_score(
+    scorer: Scorer,
+    episode: Episode,
+    existing: Mapping[str, Any] | None,
+    force: bool,
+    metrics: Mapping[str, MetricScore],
+    judge: JudgeInfo,
+    reward: float,
+    info: RewardInfo,
+) -> ScoreOutcome:
+    """Write the episode's score (create-only, or over ``existing`` when ``force``) and apply the
+    feedback that waited for it."""
+    store, episode_id = scorer.store, episode.id
     score = Score(
         id=episode.id,
         episode_id=episode.id,
@@ -315,13 +338,13 @@ def _score_episode(
         action_id=episode.action_id,
         policy_version=episode.policy_version,
         probability=episode.probability,
-        metrics=judgement.metrics,
-        judge=judgement.judge,
+        metrics=dict(metrics),
+        judge=judge,
         reward=reward,
         reward_function=info,
         scored_at=scorer.clock.now(),
         context=episode.context,
-        measures=measures_of(episode, judgement.metrics),
+        measures=measures_of(episode, metrics),
     )
     try:
         stored = store.put_score(score) if force else store.add_score(score)

@@ -21,6 +21,7 @@ the drift settings ask for it.
 from __future__ import annotations
 
 import logging
+import math
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -308,6 +309,8 @@ class Collected:
     """Each row's context (structured policies learn from it)."""
     measures: list[Measures | None] = field(default_factory=list)
     """Each new episode's latency, tool outcomes and tokens (the guardrail's metrics)."""
+    learned: list[float] = field(default_factory=list)
+    """Each new episode's reward with the feedback learned in the same batch: what the run reports."""
     episodes: int = 0
     """New episodes (rows of revision 0)."""
     corrections: int = 0
@@ -346,6 +349,7 @@ def collect(agent_id: str, rows: Sequence[RawDoc], policy: PolicyDocument | Sequ
         ids = policy.action_ids if isinstance(policy, PolicyDocument) else policy
         parse = {a: i for i, a in enumerate(ids)}.get
     out = Collected()
+    new_ids: list[str] = []
     corrected: dict[str, tuple[Any, float, float, Any]] = {}  # episode id → (action, probability, net delta, context)
     for row in rows:
         try:
@@ -372,6 +376,7 @@ def collect(agent_id: str, rows: Sequence[RawDoc], policy: PolicyDocument | Sequ
             continue
         out.actions.append(action)
         out.rewards.append(score.reward)
+        new_ids.append(score.episode_id)
         out.probabilities.append(score.probability)
         out.contexts.append(score.context)
         out.measures.append(score.measures)
@@ -385,6 +390,7 @@ def collect(agent_id: str, rows: Sequence[RawDoc], policy: PolicyDocument | Sequ
             out.rejected[0].error,
         )
     out.episodes = len(out.actions)
+    out.learned = [r + corrected[e][2] if e in corrected else r for r, e in zip(out.rewards, new_ids, strict=True)]
     for action, probability, net, context in corrected.values():
         if abs(net) > TOLERANCE:
             out.actions.append(action)
@@ -450,7 +456,7 @@ def next_version(
         rejected=len(batch.rejected),
         rejected_samples=batch.rejected[:20],
         skipped=len(batch.skipped) or None,
-        metrics=update.metrics,
+        metrics={**update.metrics, **learned_reward(batch)},
         learner={"name": getattr(learner, "name", type(learner).__name__), **learner.config.to_dict()},
         started_at=started,
         finished_at=finished,
@@ -480,6 +486,16 @@ def next_version(
             ),
         }
     )
+
+
+def learned_reward(batch: Collected) -> dict[str, float]:
+    """The run's ``mean_reward`` and ``episode_reward_std``: of its new episodes' rewards with the
+    feedback learned in the same batch (the learner's own are of the judges' scores alone)."""
+    if not batch.learned:
+        return {}
+    n = len(batch.learned)
+    mean = math.fsum(batch.learned) / n
+    return {"mean_reward": mean, "episode_reward_std": math.sqrt(math.fsum((r - mean) ** 2 for r in batch.learned) / n)}
 
 
 def train_all(

@@ -118,6 +118,8 @@ class QueueCounts:
 
 LOCK_SECONDS = 60.0
 """A queue's message lock when nothing else says (Service Bus's default LockDuration)."""
+MAX_DELIVERIES = 10
+"""Deliveries of a message before it is dead-lettered, when nothing else says (Service Bus's default)."""
 
 
 class WorkQueue(ABC):

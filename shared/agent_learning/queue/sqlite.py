@@ -37,6 +37,7 @@ from ..errors import ConcurrencyConflict
 from ..store.sqlite import BUSY_TIMEOUT_MS, busy_is_transient, not_a_database
 from .base import (
     LOCK_SECONDS,
+    MAX_DELIVERIES,
     MAX_DELIVERY_COUNT_EXCEEDED,
     DeadLetter,
     OutgoingMessage,
@@ -122,7 +123,7 @@ class SQLiteQueue(WorkQueue):
         *,
         name: str = "score-episodes",
         lock_seconds: float = LOCK_SECONDS,
-        max_deliveries: int = 10,
+        max_deliveries: int = MAX_DELIVERIES,
         duplicate_window_seconds: float = 600.0,
         clock: Clock | None = None,
     ) -> None:
