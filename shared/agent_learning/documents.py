@@ -1038,6 +1038,11 @@ def correction_ledger_id(episode_id: str) -> str:
     return _with_suffix(episode_id, "~ledger")
 
 
+def feedback_sources_id(episode_id: str) -> str:
+    """The id of the list of sources that gave feedback on an episode (where a store keeps one)."""
+    return _with_suffix(episode_id, "~sources")
+
+
 def _with_suffix(episode_id: str, suffix: str) -> str:
     if len(episode_id) + len(suffix) <= MAX_ID_CHARS:
         return episode_id + suffix
