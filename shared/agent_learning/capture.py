@@ -392,6 +392,7 @@ class EpisodeCapture:
             "ttl": self.ttl,
             "context": dict(d.context) if isinstance(d.context, Mapping) else d.context,
             "usage": self.usage,
+            "incarnation": d.incarnation,
         }
 
     def _check_not_ended(self, what: str, name: object) -> None:

@@ -354,6 +354,7 @@ class StructuredPolicy:
             self.version,
             decision.config,
             context,
+            decision.incarnation,
         )
 
     def _checked(self, context: Mapping[str, Any]) -> tuple[_Table, dict[str, Any]]:
@@ -400,6 +401,7 @@ class StructuredPolicy:
             math.log(p),
             self.version,
             config,
+            incarnation=self.document.incarnation,
         )
 
     def _check_kinds(self, context: Mapping[str, Any]) -> None:

@@ -40,6 +40,7 @@ record, so it existing means both do), else the version record.
 from __future__ import annotations
 
 import logging
+import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -132,9 +133,16 @@ def publish(store: Store, new: PolicyDocument, etag: str | None) -> PolicyDocume
 
 
 def create_policy(store: Store, policy_doc: PolicyDocument) -> PolicyDocument:
-    """Publish the first version of an agent's policy; refuses to overwrite an existing one."""
+    """Publish the first version of an agent's policy; refuses to overwrite an existing one.
+
+    Each creation gets a new :data:`~agent_learning.documents.Incarnation` (unless the document
+    names one), which every later version keeps: an agent deleted and created again under the
+    same id never learns from its predecessor's episodes still queued (the scorer dead-letters
+    them, training refuses their scores)."""
     if policy_doc.version != 1 or policy_doc.source != "init":
         raise ValueError("a new policy starts at version 1 with source 'init'")
+    if policy_doc.incarnation is None:
+        policy_doc = policy_doc.model_copy(update={"incarnation": uuid.uuid4().hex})
     try:
         return publish(store, policy_doc.as_kind("current"), None)
     except ConcurrencyConflict:
