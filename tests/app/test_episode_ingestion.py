@@ -42,6 +42,7 @@ from agent_learning.errors import (
 from agent_learning.pipeline import create_policy, score_request_message
 from agent_learning.pipeline.score import PolicyVersions
 from agent_learning.policy import SoftmaxPolicy
+from agent_learning.store.base import Store
 from agent_learning.store.sqlite import SQLiteStore
 
 SUPPORT_KEY = "support-team-function-key"
@@ -85,12 +86,17 @@ AGENTS = ("support-eu", "support-us", "billing", "ops-bot")
 """The agents with a policy: uniform over make_episode's action and one other, so its 0.5."""
 
 
+def start(store: Store, agent_id: str) -> None:
+    """Create ``agent_id`` over make_episode's action and one other, of make_episode's incarnation."""
+    first = SoftmaxPolicy.from_actions(agent_id, DEFAULT_ACTIONS[:2]).to_document(created_at=None)
+    create_policy(store, first.model_copy(update={"incarnation": INCARNATION}))
+
+
 @pytest.fixture
 def app(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[App]:
     a = App(tmp_path, monkeypatch, WRITERS)
     for agent in AGENTS:
-        first = SoftmaxPolicy.from_actions(agent, DEFAULT_ACTIONS[:2]).to_document(created_at=None)
-        create_policy(a.store, first.model_copy(update={"incarnation": INCARNATION}))  # make_episode's
+        start(a.store, agent)
     yield a
     a.store.close()
 
@@ -221,8 +227,7 @@ def test_a_deleted_agents_episodes_are_refused_once_the_refresh_interval_has_pas
     """A warm worker's parsed versions of a deleted agent stop vouching for its episodes."""
     monkeypatch.setenv("AGENT_LEARNING_POLICY_REFRESH_SECONDS", "0")
     a = App(tmp_path, monkeypatch, WRITERS)
-    first = SoftmaxPolicy.from_actions("support-eu", DEFAULT_ACTIONS[:2]).to_document(created_at=None)
-    create_policy(a.store, first.model_copy(update={"incarnation": INCARNATION}))
+    start(a.store, "support-eu")
     assert a.post("support-eu", episode("ep-1"))[0] == 201
     a.store.delete_agent("support-eu")  # what `agent-learn agent delete` does
     assert a.post("support-eu", episode("ep-2")) == (404, {"error": "agent 'support-eu' has no policy"})
@@ -288,7 +293,7 @@ def test_a_throttled_store_answers_503_with_retry_after(
     from cosmos_fixture import status_rewriting_store
 
     store, status = status_rewriting_store(cosmos_server, cosmos_database)
-    create_policy(store, SoftmaxPolicy.from_actions("support-eu", DEFAULT_ACTIONS[:2]).to_document(created_at=None))
+    start(store, "support-eu")
     settings = load_settings(sqlite_path=str(tmp_path / "unused.db"), episode_writers=WRITERS)
     rt = handlers.Runtime(settings, store, send=None)
     caller = identify({"x-functions-key": SUPPORT_KEY})
