@@ -395,6 +395,7 @@ class EpisodeCapture:
             "context": dict(d.context) if isinstance(d.context, Mapping) else d.context,
             "usage": self.usage,
             "reward": self.reward,
+            "incarnation": d.incarnation,
         }
 
     def _own_reward(self, reward: float | None) -> None:

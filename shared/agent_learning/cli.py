@@ -2219,6 +2219,9 @@ def audit(agent_id: str | None, as_json: bool, db: str | None) -> None:
                           "configuration (a revision removed or renamed it); not learned, not lost")
             if a.late:
                 out.print(f"{a.agent_id}: {a.late} score rows landed after their run read the range (never learned)")
+            if a.other_incarnation:
+                out.print(f"{a.agent_id}: {a.other_incarnation} episodes of an earlier incarnation (the agent was "
+                          "deleted and created again): dead-lettered or refused by training, never learned")
             if a.scores_without_episode or a.invalid_scores:
                 out.print(f"{a.agent_id}: {a.scores_without_episode} scores whose episode expired, "
                           f"{a.invalid_scores} invalid score documents ({a.rejected} episodes rejected: "

@@ -65,6 +65,8 @@ class Decision(NamedTuple):
     context: Mapping[str, Any] | None = None
     """The request's features it was chosen for (``choose(context=...)``), logged with the episode;
     ``None`` without features (an empty context included, as the episode stores it)."""
+    incarnation: str | None = None
+    """The policy's incarnation (``PolicyDocument.incarnation``), which the episode carries."""
 
     @property
     def policy_id(self) -> str:

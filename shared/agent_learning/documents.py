@@ -128,6 +128,12 @@ DOC_ID_RULE = "letters, digits, '.', '_', ':' and '-', starting with a letter or
 _FEEDBACK_SOURCE = r"^[A-Za-z0-9][A-Za-z0-9._\-]{0,63}$"
 FEEDBACK_SOURCE_RULE = "letters, digits, '.', '_' and '-', starting with a letter or digit, at most 64 characters"
 _DIMENSION_NAME = r"^[A-Za-z_][A-Za-z0-9_]{0,31}$"
+_INCARNATION = r"^[0-9a-f]{32}$"
+Incarnation = Annotated[str, StringConstraints(strict=True, pattern=_INCARNATION)]
+"""Which creation of an agent a document belongs to (:func:`~agent_learning.pipeline.create_policy`
+draws one per creation). A document without one belongs to the agent's first creation under a
+release from before incarnations (the "legacy incarnation"), and to no later one."""
+INCARNATION_RULE = "32 lowercase hexadecimal digits, copied from the policy document the action was drawn from"
 DIMENSION_NAME_RULE = "a letter or '_' first, then letters, digits or '_', at most 32 characters"
 ACTION_ID_RULE = "letters, digits, '.', '_', ':', '=' and '-', starting with a letter or digit, at most 128 characters"
 ACTION_ID = re.compile(_ACTION_ID)
@@ -459,6 +465,7 @@ _PATTERN_RULES = {
     _DOC_ID: DOC_ID_RULE,
     _FEEDBACK_SOURCE: FEEDBACK_SOURCE_RULE,
     _DIMENSION_NAME: DIMENSION_NAME_RULE,
+    _INCARNATION: INCARNATION_RULE,
 }
 """Plain sentences for the id patterns, in place of pydantic's "String should match pattern '…'"."""
 
@@ -539,6 +546,9 @@ class Episode(Document):
     )
     """The agent's own reward in [0, 1] (a test result, a rating, a business metric): the episode is
     scored from it, without the judges (:func:`agent_learning.rewards.agent_reward`)."""
+    incarnation: Incarnation | None = Field(None, exclude_if=_unset)
+    """The incarnation of the policy the action was drawn from (:data:`Incarnation`); the scorer
+    dead-letters an episode of another incarnation than its policy version's."""
 
     @field_validator("context")
     @classmethod
@@ -754,6 +764,10 @@ class PolicyDocument(Document):
     unpinned_version: Version | None = Field(None, exclude_if=_unset)
     """The version the current document was at when an operator last unpinned it: a drift warning
     pins the agent again (``AGENT_LEARNING_AUTO_PIN``) only on the evidence of the runs after it."""
+    incarnation: Incarnation | None = Field(None, exclude_if=_unset)
+    """Which creation of the agent this is (:data:`Incarnation`): drawn by ``create_policy`` and
+    kept by every later version, so the episodes and scores of a deleted agent re-created under
+    the same id are told from the new one's."""
 
     @model_validator(mode="before")
     @classmethod
@@ -999,6 +1013,8 @@ class Score(Document):
     """The episode's context, copied by the scorer so that the trainer reads it with the reward."""
     measures: Measures | None = Field(None, exclude_if=_unset)
     """Latency, tool outcomes and tokens of the episode (judges' scores written by this version)."""
+    incarnation: Incarnation | None = Field(None, exclude_if=_unset)
+    """The episode's incarnation: training refuses a score of another one than its policy's."""
 
     @field_validator("context")
     @classmethod
@@ -1046,6 +1062,11 @@ def legacy_correction_doc_id(episode_id: str, revision: int) -> str:
 def correction_ledger_id(episode_id: str) -> str:
     """The id of an episode's :class:`CorrectionLedger`."""
     return _with_suffix(episode_id, "~ledger")
+
+
+def feedback_sources_id(episode_id: str) -> str:
+    """The id of the list of sources that gave feedback on an episode (where a store keeps one)."""
+    return _with_suffix(episode_id, "~sources")
 
 
 def _with_suffix(episode_id: str, suffix: str) -> str:

@@ -181,8 +181,10 @@ class SoftmaxPolicy:
         self._probs = tuple(mix_floor(softmax(self.logits, self.temperature), self.exploration_floor))
         self._cum = cumulative(self._probs)  # every uniform draw in [0, 1) lands on a positive probability
         self._index = {a.id: i for i, a in enumerate(self.actions)}
+        incarnation = document.incarnation if document is not None else None
         self._decisions = tuple(
-            Decision(agent_id, a.id, i, p, math.log(p) if p > 0 else -math.inf, version, read_only(a.config))
+            Decision(agent_id, a.id, i, p, math.log(p) if p > 0 else -math.inf, version, read_only(a.config),
+                     incarnation=incarnation)
             for i, (a, p) in enumerate(zip(self.actions, self._probs, strict=True))
         )
         self._random = (rng or random.Random()).random

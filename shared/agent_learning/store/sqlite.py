@@ -33,7 +33,18 @@ from ..documents import (
     policy_doc_id,
 )
 from ..errors import ConcurrencyConflict, ConfigurationError, TransientError
-from .base import AgentCursor, FeedPage, RawDoc, Store, Tagged, UnjudgedMark, agent_cursor, check_limit, same_document
+from .base import (
+    AgentCursor,
+    FeedPage,
+    RawDoc,
+    Store,
+    Tagged,
+    UnjudgedMark,
+    agent_cursor,
+    check_limit,
+    same_document,
+    sources_full,
+)
 
 ID_PAGE = 1_000
 """Rows per query when ids are streamed."""
@@ -393,8 +404,15 @@ class SQLiteStore(Store):
 
     # ------------------------------------------------------------------ feedback
 
-    def put_feedback(self, feedback: Feedback) -> None:
-        with self._tx() as conn:
+    def put_feedback(self, feedback: Feedback, max_sources: int | None = None) -> None:
+        with self._tx() as conn:  # BEGIN IMMEDIATE: no other writer between the count and the write
+            if max_sources is not None:
+                given, known = conn.execute(
+                    "SELECT COUNT(*), COALESCE(SUM(id = ?), 0) FROM feedback WHERE episode_id = ?",
+                    (feedback.id, feedback.episode_id),
+                ).fetchone()
+                if not known and given >= max_sources:
+                    raise sources_full(feedback.episode_id, given)
             conn.execute(
                 "INSERT OR REPLACE INTO feedback (id, episode_id, doc) VALUES (?, ?, ?)",
                 (feedback.id, feedback.episode_id, feedback.to_json()),
