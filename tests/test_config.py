@@ -73,8 +73,12 @@ def test_variables_without_the_prefix_are_ignored(clean_env: pytest.MonkeyPatch)
 
 @pytest.mark.parametrize(
     ("name", "closest"),
-    [("AGENT_LEARNING_W_INTNET", "AGENT_LEARNING_W_INTENT"), ("agent_learning_learning_rat", "AGENT_LEARNING_LEARNING_RATE"),
-     ("AGENT_LEARNING_COSMOS_DB", "AGENT_LEARNING_COSMOS_DATABASE"), ("AGENT_LEARNING_NOT_A_SETTING", None)],
+    [
+        ("AGENT_LEARNING_W_INTNET", "AGENT_LEARNING_W_INTENT"),
+        ("agent_learning_learning_rat", "AGENT_LEARNING_LEARNING_RATE"),  # read whatever the case
+        ("AGENT_LEARNING_COSMOS_DB", "AGENT_LEARNING_COSMOS_DATABASE"),
+        ("AGENT_LEARNING_NOT_A_SETTING", None),
+    ],
 )
 def test_an_unknown_variable_is_refused_naming_the_closest_setting(
     clean_env: pytest.MonkeyPatch, name: str, closest: str | None

@@ -528,6 +528,60 @@ def seed_overrides(environ: Mapping[str, str] | None = None) -> dict[str, Any]:
     return values
 
 
+@dataclass(frozen=True)
+class Effective:
+    """One setting as the library uses it, and where its value came from (``agent-learn config``)."""
+
+    setting: str
+    variable: str
+    """Its documented variable (docs/configuration.md)."""
+    value: Any
+    """The value; a secret's is ``"<set>"``."""
+    source: Literal["default", "environment", "implied", "option", "local.settings.json"]
+    """``implied``: chosen by another variable (:data:`SEED_SWITCHES`); ``local.settings.json``: not
+    set here, only in that file, which ``func start`` reads (the value is then the default)."""
+    origin: str = ""
+    """The variable that set it (another name of it, the seed's included) or implied it."""
+
+
+def effective_settings(
+    settings: Settings,
+    overrides: Mapping[str, Any] | None = None,
+    environ: Mapping[str, str] | None = None,
+    local_settings: Mapping[str, str] | None = None,
+) -> list[Effective]:
+    """Every setting of ``settings``, with its source: an ``overrides`` option, an environment
+    variable, implied by one, or the default (noted when ``local_settings``, the ``Values`` of a
+    local.settings.json, set it for the Functions host)."""
+    environ = os.environ if environ is None else environ
+    upper = {k.upper(): k for k, v in environ.items() if v.strip()}
+    readers: dict[str, list[str]] = {}
+    for name, info in Settings.model_fields.items():
+        alias = info.validation_alias
+        readers[name] = ([str(c) for c in alias.choices] if isinstance(alias, AliasChoices)
+                         else [PREFIX + name.upper()])
+    for seed, name in SEED_NAMES.items():
+        readers[name].insert(0, seed)
+    switched = {field: seed for seed, (field, _) in SEED_SWITCHES.items() if seed in upper}
+    documented = environment_names()
+    rows = []
+    for name in Settings.model_fields:
+        value = getattr(settings, name)
+        value = "<set>" if isinstance(value, SecretStr) else value
+        found = next((upper[r.upper()] for r in readers[name] if r.upper() in upper), None)
+        if overrides and name in overrides:
+            rows.append(Effective(name, documented[name], value, "option"))
+        elif found is not None:
+            rows.append(Effective(name, documented[name], value, "environment", found))
+        elif name in switched and PREFIX + name.upper() not in upper:
+            rows.append(Effective(name, documented[name], value, "implied", switched[name]))
+        elif local_settings and any(local_settings.get(r, "").strip() for r in readers[name]):
+            rows.append(Effective(name, documented[name], value, "local.settings.json"))
+        else:
+            rows.append(Effective(name, documented[name], value, "default"))
+    return rows
+
+
 def load_settings(**overrides: Any) -> Settings:
     """Read and validate the environment; ``overrides`` win over it. Unknown ``AGENT_LEARNING_*``
     variables are refused (:func:`check_variables`); the seed's names are read (:func:`seed_overrides`)."""
