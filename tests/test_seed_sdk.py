@@ -138,9 +138,12 @@ SEED_SETTINGS = [
 def test_each_seed_variable_sets_the_setting_doing_its_job(
     embedded: Path, monkeypatch: pytest.MonkeyPatch, variable: str, value: str, setting: str, expected: Any
 ) -> None:
+    judge_model = {"AGENT_LEARNING_JUDGE_ENDPOINT": "https://oai.openai.azure.com/",
+                   "AGENT_LEARNING_JUDGE_DEPLOYMENT": "gpt-4o"}
+    if variable in judge_model:  # the evaluators need both
+        for name, other in judge_model.items():
+            monkeypatch.setenv(name, other)
     monkeypatch.setenv(variable, value)
-    if variable == "AGENT_LEARNING_JUDGE_ENDPOINT":
-        monkeypatch.setenv("AGENT_LEARNING_JUDGE_DEPLOYMENT", "gpt-4o")  # the evaluators need both
     settings = load_settings()
     assert getattr(settings, setting) == expected
     shown = {r["setting"]: r for r in json.loads(ok("config", "--json").output)}
@@ -166,6 +169,15 @@ def test_a_seed_variable_without_a_knob_here_is_refused_saying_what_replaces_it(
     monkeypatch.setenv("AGENT_LEARNING_BASELINE_DECAY", "0.9")
     with pytest.raises(ConfigurationError, match=r"AGENT_LEARNING_BASELINE_DECAY: .*mean reward of its own batch"):
         load_settings()
+
+
+def test_a_judge_model_without_the_judge_chosen_is_refused(embedded: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The seed skipped judging without a judge endpoint; here a deployment alone is not ignored."""
+    monkeypatch.setenv("AGENT_LEARNING_JUDGE_DEPLOYMENT", "gpt-4o")
+    with pytest.raises(ConfigurationError, match=r"AGENT_LEARNING_JUDGE_DEPLOYMENT configure.*JUDGE=evaluators"):
+        load_settings()
+    monkeypatch.setenv("AGENT_LEARNING_JUDGE", "offline")  # chosen knowingly
+    assert load_settings().judge == "offline"
 
 
 def test_a_seed_name_and_ours_set_apart_are_refused(embedded: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -228,6 +240,18 @@ def test_from_actions_takes_both_orders_and_refuses_a_mixed_call() -> None:
         SoftmaxPolicy.from_actions(["a", "b"], "dq")
     with pytest.raises(TypeError, match="given twice"):
         SoftmaxPolicy.from_actions("dq", ["a"], agent_id="dq")
+
+
+def test_the_top_level_episode_capture_with_arguments_is_the_context_manager(tmp_path: Path) -> None:
+    from agent_learning import EpisodeCapture
+    from agent_learning.capture import EpisodeCapture as Capture
+
+    decision = SoftmaxPolicy.from_actions("dq", ["a"]).choose()
+    with SQLiteStore(tmp_path / "s.db") as store:
+        with EpisodeCapture(store, decision, input="q") as run:
+            assert isinstance(run, Capture)
+            run.end("answer")
+        assert [e["output"] for e in store.list_episodes("dq")] == ["answer"]
 
 
 def test_the_start_form_refuses_a_policy_id_that_is_not_the_snapshots(tmp_path: Path) -> None:

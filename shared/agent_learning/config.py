@@ -478,6 +478,10 @@ SEED_SWITCHES = {
 store, the azure-ai-evaluation judges. An explicit ``AGENT_LEARNING_STORE`` / ``_JUDGE`` wins."""
 
 
+JUDGE_MODEL_SETTINGS = ("judge_azure_endpoint", "judge_deployment", "judge_base_url", "judge_model")
+"""The settings that choose a judge model: set while the judge is left at offline, they are refused."""
+
+
 def known_variables() -> set[str]:
     """Every ``AGENT_LEARNING_*`` variable the library reads or refuses with a reason."""
     names = {PREFIX + name.upper() for name in Settings.model_fields}
@@ -630,6 +634,14 @@ def load_settings(**overrides: Any) -> Settings:
         raise ConfigurationError("invalid configuration: missing " + " and ".join(missing))
     if settings.judge == "evaluators":
         component(settings, JudgeModel)  # raises ConfigurationError naming the missing variables
+    elif "judge" not in settings.model_fields_set:
+        unused = [PREFIX + name.upper() for name in JUDGE_MODEL_SETTINGS if getattr(settings, name) is not None]
+        if unused:  # a judge model configured for a judge that is not chosen would be ignored
+            raise ConfigurationError(
+                f"invalid configuration: {' and '.join(unused)} configure the judge model, but the judge is the "
+                f"offline one ({PREFIX}JUDGE unset): set {PREFIX}JUDGE=evaluators (with {PREFIX}JUDGE_ENDPOINT "
+                f"or {PREFIX}JUDGE_AZURE_ENDPOINT and {PREFIX}JUDGE_DEPLOYMENT), or {PREFIX}JUDGE=offline to keep it"
+            )
     return settings
 
 
