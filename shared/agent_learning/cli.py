@@ -2035,10 +2035,12 @@ TRAINING_FAILED = ("invalid_policy", "unavailable", "failed")
 
 @main.command()
 @click.option("--agent-id", default=None, callback=_agent_id, help="Train one agent (default: every agent).")
+@click.option("--limit", type=IntRange(1, None), default=None,
+              help="Score at most this many episodes and learn from at most this many per agent (default: all).")
 @json_option
 @db_option
 @_handle_errors
-def train(agent_id: str | None, as_json: bool, db: str | None) -> None:
+def train(agent_id: str | None, limit: int | None, as_json: bool, db: str | None) -> None:
     """Enqueue and score new episodes, apply feedback left unapplied, then run one training step
     (what the timer does).
 
@@ -2057,10 +2059,10 @@ def train(agent_id: str | None, as_json: bool, db: str | None) -> None:
             # Messages already waiting (a replayed dead letter, an earlier run's leftovers) are scored
             # too: the total grows with them rather than read 3/2.
             outcomes = pipeline.score_pending(
-                progress=lambda n: bar.update(task, completed=n, total=max(n, enqueued) or None)
+                max_messages=limit, progress=lambda n: bar.update(task, completed=n, total=max(n, enqueued) or None)
             )
         sweep(pipeline.store, clock=pipeline.clock)
-        results = pipeline.train([agent_id] if agent_id else None)
+        results = pipeline.train([agent_id] if agent_id else None, limit=limit)
     finally:
         pipeline.close()
     if as_json:
@@ -2106,6 +2108,35 @@ def train(agent_id: str | None, as_json: bool, db: str | None) -> None:
                   " deliveries (`agent-learn dlq replay` sends it back)")
     if outcomes["failed"] or outcomes["retry"] or any(r.status in TRAINING_FAILED for r in results):
         sys.exit(1)  # every episode and agent was tried; what failed is listed above
+
+
+LOCAL_SETTINGS = "local.settings.json"
+"""The Functions host's settings file, which ``config`` compares with what the command line reads."""
+
+
+@main.command("config")
+@json_option
+@db_option
+@_handle_errors
+def config_command(as_json: bool, db: str | None) -> None:
+    """Every effective setting and where it came from: an environment variable (the
+    azure-agents-learning-sdk's names under their own), implied by one, --db, or the default.
+    Settings only ./local.settings.json sets are marked: func start reads that file, agent-learn does not."""
+    from .config import effective_settings
+
+    overrides = {"sqlite_path": db} if db else {}
+    local = Path(LOCAL_SETTINGS)
+    values = parse_json(local.read_text()).get("Values", {}) if local.is_file() else {}
+    rows = effective_settings(_settings(db), overrides, local_settings=values if isinstance(values, dict) else {})
+    if as_json:
+        _echo_json([{"setting": r.setting, "variable": r.variable, "value": r.value, "source": r.source,
+                     "origin": r.origin or None} for r in rows])
+        return
+    for r in rows:
+        source = {"environment": f"environment:{r.origin}", "implied": f"implied by {r.origin}", "option": "--db",
+                  LOCAL_SETTINGS: f"{LOCAL_SETTINGS} (func start only)"}.get(r.source, r.source)
+        value = "" if r.value is None else r.value if isinstance(r.value, str) else json.dumps(r.value)
+        out.print(f"{source:<48} {r.variable}={value}")
 
 
 AUDIT_COLUMNS = (

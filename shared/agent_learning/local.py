@@ -217,17 +217,18 @@ class LocalPipeline:
             seconds_each = (self.clock.now() - started).total_seconds() / received
         return outcomes
 
-    def train(self, agent_ids: Iterable[str] | None = None) -> list[TrainOutcome]:
+    def train(self, agent_ids: Iterable[str] | None = None, *, limit: int | None = None) -> list[TrainOutcome]:
         """One training tick as in Azure: plan it, send one message per agent with new scores to
         the training queue (:func:`~agent_learning.pipeline.fanout.plan_training`), then train the
         agent of every message waiting there. Returns an outcome for every agent (``agent_ids``:
-        only those), ordered by agent id; one agent's failure does not stop the others."""
+        only those), ordered by agent id; one agent's failure does not stop the others. ``limit``:
+        each run learns from at most that many scores (fewer than the configured batch)."""
         plan = plan_training(self.store, agent_ids=agent_list(agent_ids))
         send_plan(plan, self.train_queue.send)
-        outcomes = plan.untrained() + self.train_pending()
+        outcomes = plan.untrained() + self.train_pending(limit=limit)
         return sorted(outcomes, key=lambda o: o.agent_id)
 
-    def train_pending(self) -> list[TrainOutcome]:
+    def train_pending(self, *, limit: int | None = None) -> list[TrainOutcome]:
         """Train the agent of every message on the training queue (the training trigger's work):
         each message is completed once trained, whatever the outcome (the next tick plans
         again); one that is not a training request is dead-lettered with the reason.
@@ -244,7 +245,7 @@ class LocalPipeline:
                         self.store,
                         self.learner,
                         clock=self.clock,
-                        max_batch=self.max_batch,
+                        max_batch=self.max_batch if limit is None else min(limit, self.max_batch),
                         min_batch=self.min_batch,
                         drift=self.drift,
                         guardrail=self.guardrail,
@@ -260,14 +261,16 @@ class LocalPipeline:
                 outcomes.append(outcome)
         return outcomes
 
-    def run_once(self, agent_ids: Iterable[str] | None = None) -> CycleReport:
-        """Pump, score everything available, apply unapplied feedback, then train: one timer period's work."""
+    def run_once(self, agent_ids: Iterable[str] | None = None, *, limit: int | None = None) -> CycleReport:
+        """Pump, score everything available, apply unapplied feedback, then train: one timer period's
+        work. ``limit``: score at most that many episodes and learn from at most that many per agent
+        (the rest wait for the next run)."""
         agent_ids = agent_list(agent_ids)  # before any work
         report = CycleReport()
         report.enqueued = self.pump()
-        report.outcomes = self.score_pending()
+        report.outcomes = self.score_pending(max_messages=limit)
         report.feedback = sweep(self.store, clock=self.clock)
-        report.trained = self.train(agent_ids)
+        report.trained = self.train(agent_ids, limit=limit)
         return report
 
 
