@@ -6,7 +6,8 @@
 
 * ``Action`` is :class:`~agent_learning.documents.Action`; ``SoftmaxPolicy`` is
   :class:`~agent_learning.policy.SoftmaxPolicy` (``from_actions(actions, agent_id=...)`` and
-  ``snapshot()`` included).
+  ``snapshot()`` included), whose ``snapshot()`` also remembers the policy, so that a ``start``
+  for an agent with no stored policy stores it first, as that README's policies persist at once.
 * ``EpisodeCapture()`` with no arguments is that README's start/end form
   (:class:`EpisodeRecorder`): ``start(...)`` returns the run (an
   :class:`~agent_learning.capture.EpisodeCapture`, which also records tool calls) and
@@ -23,15 +24,27 @@ used, so that the agent side stays light. docs/migrating.md maps every name, var
 from __future__ import annotations
 
 import math
+import weakref
 from pathlib import Path
 from typing import Any
 
-from . import capture
+from . import capture, policy
 from .clock import SYSTEM_CLOCK, Clock
 from .decision import Decision
 from .documents import Action
 from .errors import InvalidDocument
-from .policy import SoftmaxPolicy
+
+_snapshotted: weakref.WeakValueDictionary[str, SoftmaxPolicy] = weakref.WeakValueDictionary()
+"""Agent id → the policy whose ``snapshot()`` was taken last, for :meth:`EpisodeRecorder.start`."""
+
+
+class SoftmaxPolicy(policy.SoftmaxPolicy):
+    """:class:`~agent_learning.policy.SoftmaxPolicy`, whose ``snapshot()`` remembers it (weakly)
+    for :meth:`EpisodeRecorder.start`."""
+
+    def snapshot(self) -> policy.PolicySnapshot:
+        _snapshotted[self.agent_id] = self
+        return super().snapshot()
 
 __all__ = ["Action", "EpisodeCapture", "EpisodeRecorder", "LearningRunner", "SoftmaxPolicy"]
 
@@ -81,8 +94,26 @@ class EpisodeRecorder:
             from .wiring import open_store
 
             self.store = open_store(load_settings(), clock=self.clock)
-        decision = Decision(agent_id, action_id, -1, math.exp(action_logprob), action_logprob, policy_version)
+        incarnation = self._incarnation(agent_id, policy_version)
+        decision = Decision(
+            agent_id, action_id, -1, math.exp(action_logprob), action_logprob, policy_version, incarnation=incarnation
+        )
         return capture.EpisodeCapture(self.store, decision, input=user_input, clock=self.clock, **options)
+
+    def _incarnation(self, agent_id: str, version: int) -> str | None:
+        """The incarnation of the agent's stored policy ``version``, which the episode must carry
+        (the scorer dead-letters one of another incarnation). An agent with no stored policy gets
+        the one whose ``snapshot()`` gave ``policy_id``, stored now as its version 1."""
+        read = getattr(self.store, "get_policy_version", None)
+        if read is None:  # a writer that cannot read policies (over HTTP): the route checks the episode
+            return None
+        stored = read(agent_id, version)
+        unsaved = _snapshotted.get(agent_id)
+        if stored is None and version == 1 and unsaved is not None and unsaved.version == 1:
+            from .pipeline import create_policy  # the learner side, as above
+
+            stored = create_policy(self.store, unsaved.to_document(created_at=self.clock.now())).to_dict()
+        return stored.get("incarnation") if stored else None
 
     def end(self, run: capture.EpisodeCapture, *, assistant_output: str) -> Any:
         """Write the episode of ``run`` (what ``start`` returned) with the agent's output; returns it."""
