@@ -28,6 +28,7 @@ detection plus the idempotent scorer absorb that.
 from __future__ import annotations
 
 import logging
+import time
 from collections import Counter
 from collections.abc import Callable, Iterable
 from contextlib import ExitStack
@@ -88,6 +89,8 @@ class CycleReport:
     trained: list[TrainOutcome] = field(default_factory=list)
     feedback: SweepResult | None = None
     """What the feedback sweep before training did."""
+    cpu_seconds: Counter[str] = field(default_factory=Counter)
+    """CPU seconds of this process per stage: ``enqueue``, ``score``, ``feedback``, ``train``."""
 
     @property
     def published(self) -> dict[str, int]:
@@ -264,11 +267,24 @@ class LocalPipeline:
         """Pump, score everything available, apply unapplied feedback, then train: one timer period's work."""
         agent_ids = agent_list(agent_ids)  # before any work
         report = CycleReport()
+        since = time.process_time()
         report.enqueued = self.pump()
+        since = charge(report.cpu_seconds, "enqueue", since)
         report.outcomes = self.score_pending()
+        since = charge(report.cpu_seconds, "score", since)
         report.feedback = sweep(self.store, clock=self.clock)
+        since = charge(report.cpu_seconds, "feedback", since)
         report.trained = self.train(agent_ids)
+        charge(report.cpu_seconds, "train", since)
         return report
+
+
+def charge(cpu: Counter[str], stage: str, since: float) -> float:
+    """Add this process's CPU seconds since ``since`` (a :func:`time.process_time`) to ``cpu[stage]``;
+    returns the time now, the start of the next stage."""
+    now = time.process_time()
+    cpu[stage] += now - since
+    return now
 
 
 def open_local(
