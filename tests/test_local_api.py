@@ -120,3 +120,21 @@ def test_run_once_refuses_one_agent_id_given_as_a_string(tmp_path: Path) -> None
         assert pipeline.store.get_checkpoint(FEED_CHECKPOINT) is None  # refused before any work
         assert pipeline.run_once(["bot"]).published == {"bot": 2}
     store.close()
+
+
+def test_scoring_an_episode_takes_a_bounded_number_of_sql_statements(tmp_path: Path) -> None:
+    """Receiving, the duplicate check, the score's write and the completion: at most 9 statements an
+    episode on the embedded store and queue, counted as SQLite runs them."""
+    clock = ManualClock()
+    db = tmp_path / "local.db"
+    store = SQLiteStore(db)
+    create_policy(store, SoftmaxPolicy.from_actions("bot", ["good", "bad"]).to_document(created_at=clock.now()))
+    write_episodes(PolicyClient(store, "bot", rng=random.Random(2), clock=clock), store, clock, 40)
+    with open_local(load_settings(), path=db, clock=clock) as pipeline:
+        assert pipeline.pump() == 40
+        statements: list[str] = []
+        for connection in [pipeline.store._conn(), pipeline.queue._connection()]:  # type: ignore[attr-defined]
+            connection.set_trace_callback(statements.append)
+        assert pipeline.score_pending() == {"scored": 40}
+    assert len(statements) / 40 <= 9
+    store.close()
