@@ -78,6 +78,10 @@ class ScoreOutcome:
     record: UnjudgedRecord | None = None
 
 
+COMPLETED = ("scored", "duplicate", "unjudged")
+"""The outcomes whose message is completed (:func:`settle`)."""
+
+
 def load_policy_version(store: Store, agent_id: str, version: int) -> PolicyDocument:
     """The policy version an episode was drawn from: its version record, or the current document
     standing in for it.
@@ -487,7 +491,7 @@ def settle(queue: WorkQueue, message: Any, outcome: ScoreOutcome) -> None:
     allowed delivery (a dead-letter outcome before that is not counted, nothing was dead-lettered)."""
     delivery_count, max_deliveries = getattr(message, "delivery_count", 1), getattr(queue, "max_deliveries", None)
     try:
-        if outcome.status in ("scored", "duplicate", "unjudged"):
+        if outcome.status in COMPLETED:
             queue.complete(message)
         elif outcome.status == "retry":
             queue.abandon(message)
