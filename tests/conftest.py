@@ -34,6 +34,15 @@ else:
     settings.register_profile("ci", derandomize=True, print_blob=True)
     settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "dev"))
 
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """The CLI's tables wrap at COLUMNS when it is set, and a terminal or a pytest-xdist worker
+    may set it (and LINES): clear both, so every test sees the CLI's own width."""
+    for name in ("COLUMNS", "LINES"):
+        os.environ.pop(name, None)
+
+
 MISSING_MODULE = "could not import"  # how pytest.importorskip words its skip
 
 
