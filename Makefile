@@ -59,10 +59,11 @@ infra-check: $(CHECKOV_VENV)/.installed
 
 # Everything is installed here, so a test skipped for a missing module is a failed install step.
 # The tests run in one pytest-xdist worker per CPU, each test file on one worker (its module
-# fixtures are made once); PYTEST_WORKERS=0 runs them in this process.
+# fixtures are made once), the slowest files first (tests/conftest.py); PYTEST_WORKERS=0 runs
+# them in this process.
 PYTEST_WORKERS ?= logical
 pytest: $(VENV)/.test-installed
-	REQUIRE_TEST_DEPENDENCIES=1 $(BIN)/python -m pytest -n $(PYTEST_WORKERS) --dist loadfile
+	REQUIRE_TEST_DEPENDENCIES=1 $(BIN)/python -m pytest -n $(PYTEST_WORKERS) --dist loadfile --no-loadscope-reorder
 
 # .ci/run runs these three one by one, to time each.
 test: lint infra-check pytest
