@@ -35,7 +35,6 @@ else:
     settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "dev"))
 
 
-
 def pytest_configure(config: pytest.Config) -> None:
     """The CLI's tables wrap at COLUMNS when it is set, and a terminal or a pytest-xdist worker
     may set it (and LINES): clear both, so every test sees the CLI's own width."""

@@ -69,9 +69,10 @@ def adapter_params(*adapters: str) -> list[Any]:
 
 
 def only_on(fixture: str, *adapters: str) -> pytest.MarkDecorator:
-    """Run a test on some adapters of ``fixture`` ("store", "durable_store") only: for a test whose
-    use of the store another test of the same behaviour already makes over the wire, so the wire
-    case would repeat it at many times the cost of the embedded ones (say which test, beside it)."""
+    """Run a test on some adapters of ``fixture`` ("store", "durable_store") only: where only one
+    adapter has what the test needs, or where another test already makes the same use of the store
+    over the wire, so the wire case would repeat it at many times the cost of the embedded ones
+    (then say which test, beside it)."""
     return pytest.mark.parametrize(fixture, adapter_params(*adapters), indirect=True)
 
 
