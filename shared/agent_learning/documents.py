@@ -1243,8 +1243,9 @@ class WeightDiagnostics(BaseModel):
     rare_logged: NonNegative
     """The share of episodes logged below that floor."""
     reliable: bool
-    """False when the estimate relies on rarely logged actions: mean weight off 1 by more than 0.1, or the
-    target's mass on rarely logged actions more than 0.1 above their share of the log."""
+    """False when the estimate relies on rarely logged actions: mean weight off 1 by more than 0.1 (and by
+    more than chance), one episode carrying more than a tenth of the weight, or the target's mass on rarely
+    logged actions more than 0.1 above their share of the log."""
 
 
 class Evaluation(BaseModel):

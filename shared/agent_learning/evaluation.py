@@ -88,6 +88,9 @@ MEAN_WEIGHT_TOLERANCE = 0.1
 estimate is unreliable — if that is also more than :data:`MEAN_WEIGHT_Z` standard errors of it: the log
 missed, or over-sampled, actions the target takes (SNIPS renormalises that away, and its interval does not
 see it), beyond what the weights' own spread explains."""
+MAX_WEIGHT_SHARE = 0.1
+"""The share of all the weight one episode may carry before the estimate is unreliable: it rests on that
+episode's action, logged too rarely for its reward to be known."""
 MEAN_WEIGHT_Z = 3.0
 """Standard errors of the mean weight within which its distance from 1 is chance, not a missed action."""
 
@@ -103,6 +106,7 @@ class Diagnostics(NamedTuple):
     """The share of episodes that took them."""
     mean_weight_se: float = 0.0
     """The standard error of ``mean_weight``."""
+    episodes: int = 0
 
     @property
     def problem(self) -> str:
@@ -110,6 +114,9 @@ class Diagnostics(NamedTuple):
         off = abs(self.mean_weight - 1)
         if off > MEAN_WEIGHT_TOLERANCE and off > MEAN_WEIGHT_Z * self.mean_weight_se:
             return f"mean importance weight {self.mean_weight:.3g}, not within {MEAN_WEIGHT_TOLERANCE:g} of 1"
+        if self.max_weight > MAX_WEIGHT_SHARE * self.mean_weight * self.episodes:
+            return (f"one episode carries {self.max_weight / (self.mean_weight * self.episodes):.0%} of the weight "
+                    f"(largest weight {self.max_weight:.3g})")
         if self.rare_mass - self.rare_logged > RARE_MASS_EXCESS:
             return (f"{self.rare_mass:.0%} of the target's mass is on actions logged too rarely to judge "
                     f"({self.rare_logged:.0%} of the episodes; largest weight {self.max_weight:.3g})")
@@ -132,7 +139,7 @@ def weight_diagnostics(w: Array, logged: Array) -> Diagnostics:
     rare = logged * len(w) < RARE_EPISODES
     top = float(w.max())
     se = top * float((w / top).std(ddof=1)) / math.sqrt(len(w)) if top > 0 and len(w) > 1 else 0.0
-    return Diagnostics(top, float(w.mean()), float((w * rare).mean()), float(rare.mean()), se)
+    return Diagnostics(top, float(w.mean()), float((w * rare).mean()), float(rare.mean()), se, len(w))
 
 
 def reward_range(rewards: ArrayLike) -> tuple[float, float]:
