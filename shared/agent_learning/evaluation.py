@@ -640,6 +640,13 @@ class GuardrailConfig:
     the trust region on the probability ratio (the effective share is 1 / E_μ[w²], so a candidate may not put
     more than a χ² divergence of 1/share − 1 between itself and what the log chose). A healthy step keeps
     above 0.8; a step ten times too large falls below it and is shrunk."""
+    safe_confidence: float | None = 0.9
+    """One-sided confidence with which a published step is shown to lose no more than ``margin`` (the lower
+    bound of candidate − current at this confidence at least −margin, as safe policy improvement asks); a
+    candidate not shown so is shrunk towards the current version until it is. Above 0.5 so that a step
+    truly worse by more than the margin is published whole at most 1 − safe_confidence of the time; the
+    higher, the slower healthy learning (docs/benchmarks.md: Guardrail benchmark). None: a step is
+    published unless it is confidently worse."""
     budget_latency_ms: float | None = None
     """Mean latency per episode, in milliseconds, that a candidate may not confidently exceed (None: no budget)."""
     budget_tool_failure_rate: float | None = None
@@ -672,6 +679,8 @@ class GuardrailConfig:
             raise ValueError(f"min_effective_samples: {self.min_effective_samples!r} must be at least 2")
         if not 0 <= self.min_effective_share <= 1:
             raise ValueError(f"min_effective_share: {self.min_effective_share!r} must be between 0 and 1")
+        if self.safe_confidence is not None and not 0.5 <= self.safe_confidence < 1:
+            raise ValueError(f"safe_confidence: {self.safe_confidence!r} must be at least 0.5 and below 1")
 
 
 def chosen_probabilities(
@@ -716,6 +725,13 @@ SHRINK_BISECTIONS = 8
 not evaluable is evaluable and passes: to within 1/256 of it; one that passes at no share of 1/256 or more
 is held. (A saturated step — logits far beyond the exploration floor — changes the policy little until it
 is shrunk a long way, so halving a few times is not enough.)"""
+
+
+SHRUNK_SHARE = 0.5
+"""The share of the largest step that passes the bisection (:data:`SHRINK_BISECTIONS`) that is published:
+that step is the one of several whose estimate happened to pass, so its estimate is likely to flatter it,
+and a step just inside the margin by its estimate is often just outside it in truth. (A step confidently
+better than the current version is published as it passed.)"""
 
 
 def toward(current: PolicyDocument, candidate: PolicyDocument, step: float) -> PolicyDocument:
@@ -779,9 +795,11 @@ def review(
 ) -> tuple[Evaluation, PolicyDocument] | None:
     """The guardrail's evaluation of ``candidate`` against ``current`` on logged episodes
     (:func:`judge`) and the document to publish if it is not held: the candidate, or — when it is not
-    evaluable and would otherwise pass — the largest share of its step (:func:`toward`,
-    :data:`SHRINK_BISECTIONS`) whose estimate is evaluable and passes (verdict ``shrunk``); if none
-    does, it is held. ``None`` when the guardrail is off."""
+    evaluable or not shown safe (``safe_confidence``) and not confidently worse — the largest share of
+    its step (:func:`toward`, :data:`SHRINK_BISECTIONS`) whose estimate is evaluable and passes, times
+    :data:`SHRUNK_SHARE` unless that step is confidently better (verdict ``shrunk``). Held when no share
+    of 1/256 or more passes, or when a smaller share is confidently worse or over budget. ``None`` when
+    the guardrail is off."""
     if config.mode == "off":
         return None
     metrics = metric_values(measures) if measures is not None and config.budgets else None
@@ -799,14 +817,23 @@ def review(
     for _ in range(SHRINK_BISECTIONS):
         step = (low + high) / 2
         shrunk = toward(current, candidate, step)
-        found, _ = verdict(shrunk)
+        found, why = verdict(shrunk)
         if found.verdict == "published":
             low, best = step, (found, shrunk)
+        elif not why:  # confidently worse (or over budget) even at a smaller step: held, nothing of it published
+            reason = f"at {step:.3g} of its step (as trained, {unevaluable}) {found.reason}"
+            return found.model_copy(update={"reason": reason[:4000]}), candidate
         else:
             high = step
     if best is None:
         return evaluation, candidate
     found, shrunk = best
+    assert found.difference is not None
+    if found.difference.low <= 0:  # not confidently better: the step that passed may be flattered by its estimate
+        safer = toward(current, candidate, low * SHRUNK_SHARE)
+        again, _ = verdict(safer)
+        if again.verdict == "published":
+            low, found, shrunk = low * SHRUNK_SHARE, again, safer
     reason = f"shrunk to {low:.3g} of its step (as trained, {unevaluable}); {found.reason}"
     return found.model_copy(update={"verdict": "shrunk", "reason": reason[:4000], "step": low}), shrunk
 
@@ -837,7 +864,9 @@ def judge(
       at the confidence shared among those segments (Bonferroni): a segment never regresses;
     - or the estimate is not evaluable: fewer effective samples than ``min_effective_samples``
       or than ``min_effective_share`` of the episodes, or weights that rely on rarely logged
-      actions (:class:`Diagnostics`). :func:`review` then shrinks the candidate's step until it is.
+      actions (:class:`Diagnostics`); or it is not shown safe: the difference's lower bound at
+      ``safe_confidence`` (one-sided) below −margin. :func:`review` then shrinks the candidate's
+      step until it is both.
 
     Otherwise ``published``."""
     return _judge(config, rewards, logged, candidate, current, metrics, segments)[0]
@@ -903,6 +932,11 @@ def _judge(
                        f"{config.min_effective_share:g} its step may leave (the trust region)")
     elif not diag.reliable:
         unevaluable = f"unreliable: {diag.problem}"
+    elif config.safe_confidence is not None:
+        safe = compare(logs, cand_p, cur_p, est, 2 * config.safe_confidence - 1, bounds)[2]
+        if safe.low < -config.margin:
+            unevaluable = (f"not shown to lose less than the margin {config.margin:g} "
+                           f"({percent(config.safe_confidence)} lower bound {safe.low:+.4g})")
     why = ""
     if diff.high < -config.margin:
         verdict = stop

@@ -14,7 +14,7 @@ from support.factories import make_episode, make_policy_doc, make_score
 
 from agent_learning.audit import audit_agent
 from agent_learning.documents import TrainingRun
-from agent_learning.evaluation import GuardrailConfig, chosen_probabilities, judge
+from agent_learning.evaluation import GuardrailConfig, chosen_probabilities, judge, review
 from agent_learning.learner import Batch, Reinforce, Update
 from agent_learning.pipeline import create_policy, load_current, train_agent
 from agent_learning.policy import policy_probabilities
@@ -136,6 +136,32 @@ def test_a_candidate_worse_by_less_than_the_margin_is_published_and_the_reason_s
     assert "(99.5% interval" in stricter.reason, stricter.reason  # not rounded up to "100%"
 
 
+@pytest.mark.parametrize("seed", [0, 3, 5])
+def test_a_candidate_truly_worse_but_not_confidently_is_shrunk_to_within_the_margin(seed: int) -> None:
+    """40 episodes, a candidate 0.036 worse whose interval reaches above −margin: it was published whole,
+    as "not confidently worse"; a published step must be shown to lose less than the margin."""
+    current = make_policy_doc(AGENT, kind="current", actions=ACTIONS, logits=[1.0, 0.5, 0.0], exploration_floor=0.01)
+    candidate = current.model_copy(update={"logits": [0.8, 0.5, 0.2]})
+    rng, probs = random.Random(seed), policy_probabilities(current)
+    actions = [rng.choices(range(len(ACTIONS)), probs)[0] for _ in range(40)]
+    rewards = [float(rng.random() < MEANS[ACTIONS[a]]) for a in actions]
+    logged = [probs[a] for a in actions]
+
+    def truth(doc: Any) -> float:
+        return float(np.dot(policy_probabilities(doc), [MEANS[a] for a in ACTIONS]))
+
+    assert truth(candidate) < truth(current) - ENFORCE.margin
+    lax = dataclasses.replace(ENFORCE, safe_confidence=None)
+    found = review(lax, current, candidate, actions, rewards, logged, [None] * 40)
+    assert found is not None and found[0].verdict == "published"  # as before: not confidently worse
+    found = review(ENFORCE, current, candidate, actions, rewards, logged, [None] * 40)
+    assert found is not None
+    evaluation, published = found
+    assert evaluation.verdict == "shrunk" and "not shown to lose less than the margin" in evaluation.reason
+    assert evaluation.step is not None and 0 < evaluation.step < 1
+    assert truth(published) >= truth(current) - ENFORCE.margin
+
+
 class TenfoldStep(Reinforce):
     """A learner whose step is ten times what it should be (a learning rate set wrong)."""
 
@@ -158,6 +184,7 @@ def test_a_candidate_too_few_samples_speak_for_is_held_not_published_as_is() -> 
     assert outcome.run is not None and outcome.run.evaluation is not None
     assert outcome.run.evaluation.verdict == "held"
     assert "effective samples, fewer than the 30 needed to judge" in outcome.run.evaluation.reason
+    assert "of its step" in outcome.run.evaluation.reason  # confidently worse when shrunk: held, not published
     assert load_current(store, AGENT) == before
 
 
@@ -461,6 +488,8 @@ def test_a_contextual_candidate_confidently_worse_on_a_segment_is_held() -> None
 def test_the_guardrail_benchmark_runs_at_a_tiny_size() -> None:
     from benchmark_modules import load_benchmark
 
-    found = load_benchmark("guardrail").main(seeds=1, healthy_episodes=300, bad_episodes=300)
+    found = load_benchmark("guardrail").main(seeds=1, healthy_episodes=300, bad_episodes=300, change_at=300,
+                                             after_change=300)
     assert 0 <= found["healthy"]["false_holds"] <= 1 and found["healthy"]["regret_ratio"] > 0
     assert all(0 <= found[name]["caught"] <= 1 for name in ("gone wrong", "tenfold"))
+    assert found["world changes"]["on"] <= 300 and found["world changes"]["off"] <= 300
