@@ -13,8 +13,8 @@ K=4 Bernoulli actions (means 0.5/0.55/0.6/0.7), episodes drawn from the current 
   version's true value, and the seeds whose first one is.
 - tenfold: 1,000 episodes, each step ten times the learner's; the same share.
 - world changes: 1,500 healthy episodes, then the best action becomes the worst (:data:`CHANGED`); the
-  episodes until the current version recovers (:data:`RECOVERED`; 3,000 if it does not), guardrail on
-  against off.
+  episodes until the current version recovers (:data:`RECOVERED`; 3,000 if it does not) and the regret
+  after the change, guardrail on against off.
 
 The seeds are the same whichever library is imported, so a checkout's figures (PYTHONPATH at its
 ``shared``) compare with another's.
@@ -86,13 +86,14 @@ def run(seed: int, episodes: int, learner: Recording, guardrail: GuardrailConfig
     store, rng = MemoryStore(), random.Random(seed)
     create_policy(store, make_policy_doc(AGENT, kind="current", actions=ACTIONS, logits=[0.0] * len(MEANS),
                                          exploration_floor=0.01))
-    rows, regret, recovered = [], 0.0, None
+    rows, regret, changed_regret, recovered = [], 0.0, 0.0, None
     for start in range(0, episodes, BATCH):
         means = CHANGED if change_at is not None and start >= change_at else MEANS
         current = load_current(store, AGENT)
         assert current is not None
         probs = policy_probabilities(current)
         regret += BATCH * (max(means) - value(probs, means))
+        changed_regret += BATCH * (max(means) - value(probs, means)) * (means is CHANGED)
         if means is CHANGED and recovered is None and value(probs, means) >= max(means) - RECOVERED:
             recovered = start - change_at
         for i in range(start, start + BATCH):
@@ -108,7 +109,7 @@ def run(seed: int, episodes: int, learner: Recording, guardrail: GuardrailConfig
         ev = outcome.run.evaluation if outcome.run is not None else None
         published = value(policy_probabilities(after), means)
         rows.append((outcome.status, ev.verdict if ev else "", value(probs, means), candidate, published))
-    return {"rows": rows, "regret": regret, "recovered": recovered}
+    return {"rows": rows, "regret": regret, "regret_after_change": changed_regret, "recovered": recovered}
 
 
 def caught(rows: list[tuple[Any, ...]]) -> tuple[int, int, bool]:
@@ -141,14 +142,17 @@ def main(seeds: int = 20, healthy_episodes: int = 3_000, bad_episodes: int = 1_0
             worse, ok, first, any_worse = worse + w, ok + k, first + f, any_worse + (w > 0)
         out[name] = {"caught": ok / worse if worse else 1.0, "first_caught": first / any_worse if any_worse else 1.0}
     recovery: dict[str, list[int]] = {"on": [], "off": []}
-    missed = {"on": 0, "off": 0}
+    missed, lost = {"on": 0, "off": 0}, {"on": 0.0, "off": 0.0}
     for seed in range(seeds):
         for side, guard in (("on", GUARD), ("off", None)):
-            took = run(seed, change_at + after_change, Recording(), guard, change_at)["recovered"]
+            found = run(seed, change_at + after_change, Recording(), guard, change_at)
+            took = found["recovered"]
             missed[side] += took is None
             recovery[side].append(after_change if took is None else took)
+            lost[side] += found["regret_after_change"]
     mean_on, mean_off = (float(np.mean(recovery[side])) for side in ("on", "off"))
-    out["world changes"] = {"on": mean_on, "off": mean_off, "ratio": mean_on / mean_off, "missed": missed}
+    out["world changes"] = {"on": mean_on, "off": mean_off, "ratio": mean_on / mean_off, "missed": missed,
+                            "regret_ratio": lost["on"] / lost["off"]}
     return out
 
 
@@ -174,3 +178,4 @@ if __name__ == "__main__":
         print(f"| {name} | first one caught (seeds) | {found[name]['first_caught']:.0%} |")
     print(f"| world changes | episodes to recover, on / off | {w['on']:.0f} / {w['off']:.0f} = {w['ratio']:.2f} |")
     print(f"| world changes | seeds not recovered, on / off | {w['missed']['on']} / {w['missed']['off']} |")
+    print(f"| world changes | regret after the change, on / off | {w['regret_ratio']:.3f} |")
