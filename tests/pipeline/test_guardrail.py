@@ -136,7 +136,7 @@ def test_a_candidate_worse_by_less_than_the_margin_is_published_and_the_reason_s
     assert "(99.5% interval" in stricter.reason, stricter.reason  # not rounded up to "100%"
 
 
-@pytest.mark.parametrize("seed", [0, 3, 5])
+@pytest.mark.parametrize("seed", [0, 3, 6])
 def test_a_candidate_truly_worse_but_not_confidently_is_shrunk_to_within_the_margin(seed: int) -> None:
     """40 episodes, a candidate 0.036 worse whose interval reaches above −margin: it was published whole,
     as "not confidently worse"; a published step must be shown to lose less than the margin."""
