@@ -9,7 +9,7 @@ PIP    := $(BIN)/python -m pip
 CHECKOV_VENV    := .venv-checkov
 CHECKOV_VERSION := 3.3.30
 
-.PHONY: demo test lint infra-check local-settings clean
+.PHONY: demo test lint infra-check pytest local-settings clean
 
 $(BIN)/python:
 	@$(PYTHON) -c 'import sys; assert sys.version_info >= (3, 11), "Python 3.11 or newer is needed, found " + sys.version' \
@@ -58,8 +58,15 @@ infra-check: $(CHECKOV_VENV)/.installed
 	$(CHECKOV_VENV)/bin/python tests/support/checkov_gate.py $(CHECKOV_VENV)/report/results_json.json
 
 # Everything is installed here, so a test skipped for a missing module is a failed install step.
-test: lint infra-check
-	REQUIRE_TEST_DEPENDENCIES=1 $(BIN)/python -m pytest
+# The tests run in one pytest-xdist worker per CPU, each test file on one worker (its module
+# fixtures are made once), the slowest files first (tests/conftest.py); PYTEST_WORKERS=0 runs
+# them in this process.
+PYTEST_WORKERS ?= logical
+pytest: $(VENV)/.test-installed
+	REQUIRE_TEST_DEPENDENCIES=1 $(BIN)/python -m pytest -n $(PYTEST_WORKERS) --dist loadfile --no-loadscope-reorder
+
+# .ci/run runs these three one by one, to time each.
+test: lint infra-check pytest
 
 clean:
 	rm -rf $(VENV) $(CHECKOV_VENV) .agent-learning agent-learning-demo.png agent-learning-report.png agent-learning-report.html .pytest_cache .ruff_cache

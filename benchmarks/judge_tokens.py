@@ -89,21 +89,16 @@ def longest_reply(metric: str, words: list[str]) -> str:
     return json.dumps(reply, indent=2, ensure_ascii=False)
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--json", type=Path, default=None, help="also write the results here")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     name, count = tokenizer()
     ours = JudgeTokens()
     results: dict[str, Any] = {"tokenizer": name, "headroom": HEADROOM, "evaluators": {}}
     with JudgeServer() as server:
         model = JudgeModel(base_url=server.base_url, model=server.model, api_key=server.api_key)
-        judge = EvaluatorJudge(
-            model,
-            tokens=JudgeTokens(
-                max_tokens_intent_resolution=1, max_tokens_task_adherence=1, max_tokens_task_completion=1
-            ),
-        )
+        judge = EvaluatorJudge(model, tokens=ours)  # a reply cut at its limit would fail the judging
         stock = {m: prompty.stock_flow(e) for m, e in judge.evaluators.items()}
         prompty_limits = {
             m: prompty.completion_limit(cls(model.model_config())) for m, cls in _evaluator_classes().items()

@@ -83,7 +83,7 @@ from agent_learning.pipeline import create_policy, score_message, train_all  # n
 from agent_learning.pipeline.enqueue import score_request_message  # noqa: E402
 from agent_learning.policy import SoftmaxPolicy  # noqa: E402
 from agent_learning.simulate import support_bot  # noqa: E402
-from agent_learning.store.cosmos import CosmosStore  # noqa: E402
+from agent_learning.store.cosmos import CONTAINERS, CosmosStore  # noqa: E402
 from agent_learning.store.memory import MemoryStore  # noqa: E402
 from agent_learning.wiring import drift_config, guardrail_config, open_scorer  # noqa: E402
 
@@ -362,7 +362,7 @@ def measure_episode_path(wire: Wire, episodes: int) -> tuple[dict[str, Any], Any
             **stage(m.counts, n_embedded),
             "statuses": dict(Counter(r.status for r in results[-n_embedded:])),
             "cpu_ms_per_episode": round(cpu * 1000 / n_embedded, 2),
-            "containers": {c: dict(m.container(c)) for c in ("episodes", "scores", "policies", "runs")},
+            "containers": {c: dict(m.container(c)) for c in CONTAINERS if m.container(c)},  # every one it used
         }
         with counter.measure() as m:
             results += [score_message(body, scorer) for body in bare[half:]]

@@ -34,6 +34,27 @@ else:
     settings.register_profile("ci", derandomize=True, print_blob=True)
     settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "dev"))
 
+
+def pytest_configure(config: pytest.Config) -> None:
+    """The CLI's tables wrap at COLUMNS when it is set, and a terminal or a pytest-xdist worker
+    may set it (and LINES): clear both, so every test sees the CLI's own width."""
+    for name in ("COLUMNS", "LINES"):
+        os.environ.pop(name, None)
+
+
+SLOWEST_FILES = ("test_newcomer.py", "test_deployment_package.py", "test_judge_evaluators.py", "test_docs_blocks.py",
+                 "test_telemetry.py")
+"""Test files of half a minute or more each (a `make demo` and a `pip install` from nothing first),
+run first, slowest first: under pytest-xdist (`make pytest`, which keeps this order) a long file
+that starts last keeps one worker busy after the others are done."""
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Put the tests of :data:`SLOWEST_FILES` first, in that order, each file's tests in their own."""
+    rank = {name: i for i, name in enumerate(SLOWEST_FILES)}
+    items.sort(key=lambda item: rank.get(item.path.name, len(rank)))
+
+
 MISSING_MODULE = "could not import"  # how pytest.importorskip words its skip
 
 

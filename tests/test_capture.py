@@ -8,6 +8,7 @@ import json
 import math
 import random
 import re
+from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -83,6 +84,32 @@ def test_a_reward_set_before_a_crash_is_carried_by_the_crash_episode(
         run.reward = 0.0
         raise RuntimeError("the tests did not even run")
     assert store.get_episode("ep-1")["reward"] == 0.0
+
+
+class _Counting:
+    """A pydantic validator or serializer that counts its calls by method."""
+
+    def __init__(self, inner: object, calls: Counter[str]) -> None:
+        self._inner, self._calls = inner, calls
+
+    def __getattr__(self, name: str) -> object:
+        self._calls[name] += 1
+        return getattr(self._inner, name)
+
+
+def test_an_episode_is_validated_and_serialised_once_on_its_way_to_the_store(
+    decision: Decision, clock: ManualClock, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = SQLiteStore(tmp_path / "e.db")
+    run = capture(store, decision, clock)  # type: ignore[arg-type]
+    run.step("search", latency_ms=5, arguments={"q": "2 + 2"}, result="4")
+    calls: Counter[str] = Counter()
+    for attr in ("__pydantic_validator__", "__pydantic_serializer__"):
+        monkeypatch.setattr(Episode, attr, _Counting(getattr(Episode, attr), calls))
+    episode = run.end("4")
+    assert calls == {"validate_python": 1, "to_json": 1}
+    assert store.get_episode("ep-1") == json.loads(episode.to_json())
+    store.close()
 
 
 def test_full_flow_stores_the_episode(store: MemoryStore, decision: Decision, clock: ManualClock) -> None:

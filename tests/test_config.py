@@ -88,10 +88,29 @@ def test_keyword_overrides_win_over_env(clean_env: pytest.MonkeyPatch) -> None:
     assert load_settings(w_intent=0.2).w_intent == 0.2
 
 
-def test_unrelated_env_vars_are_ignored(clean_env: pytest.MonkeyPatch) -> None:
-    clean_env.setenv("AGENT_LEARNING_NOT_A_SETTING", "x")
+def test_variables_without_the_prefix_are_ignored(clean_env: pytest.MonkeyPatch) -> None:
     clean_env.setenv("W_INTENT", "0.9")
+    clean_env.setenv("AGENT_LEARNING_EMPTY_IS_UNSET", "")
     assert load_settings().w_intent == 0.4
+
+
+@pytest.mark.parametrize(
+    ("name", "closest"),
+    [
+        ("AGENT_LEARNING_W_INTNET", "AGENT_LEARNING_W_INTENT"),
+        ("agent_learning_learning_rat", "AGENT_LEARNING_LEARNING_RATE"),  # read whatever the case
+        ("AGENT_LEARNING_COSMOS_DB", "AGENT_LEARNING_COSMOS_DATABASE"),
+        ("AGENT_LEARNING_NOT_A_SETTING", None),
+    ],
+)
+def test_an_unknown_variable_is_refused_naming_the_closest_setting(
+    clean_env: pytest.MonkeyPatch, name: str, closest: str | None
+) -> None:
+    clean_env.setenv(name, "0.5")
+    with pytest.raises(ConfigurationError) as info:
+        load_settings()
+    assert f"{name.upper()} is not a setting" in str(info.value)
+    assert (f"did you mean {closest}?" if closest else "docs/configuration.md lists the settings") in str(info.value)
 
 
 @pytest.mark.parametrize(

@@ -617,7 +617,8 @@ def test_documents_that_use_nothing_new_stay_readable_by_a_schema_1_library() ->
     from agent_learning.structured import StructuredPolicy
 
     old = json.loads((Path(__file__).resolve().parent / "fixtures" / "policy.schema.v1.json").read_text())
-    flat = make_policy_doc(version=2, run=make_run(), learner_state={"count": [1.0, 2.0, 3.0]}).to_dict()
+    flat = make_policy_doc(version=2, run=make_run(), learner_state={"count": [1.0, 2.0, 3.0]},
+                           incarnation=None).to_dict()  # an agent created before incarnations
     assert flat["schema_version"] == 1
     assert set(flat) <= set(old["properties"])
     assert set(flat["run"]) <= set(old["$defs"]["TrainingRun"]["properties"])

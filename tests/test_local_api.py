@@ -150,4 +150,21 @@ def test_an_agent_learns_from_its_own_reward_with_no_episode_judged(tmp_path: Pa
         ("agent", "agent-reward/1")}
     assert {s["reward"] for s in scores} == {0.0, 1.0}
     assert client.policy().probabilities["careful"] > 0.9
+
+
+def test_scoring_an_episode_takes_a_bounded_number_of_sql_statements(tmp_path: Path) -> None:
+    """Receiving, the duplicate check, the score's write and the completion: at most 9 statements an
+    episode on the embedded store and queue, counted as SQLite runs them."""
+    clock = ManualClock()
+    db = tmp_path / "local.db"
+    store = SQLiteStore(db)
+    create_policy(store, SoftmaxPolicy.from_actions("bot", ["good", "bad"]).to_document(created_at=clock.now()))
+    write_episodes(PolicyClient(store, "bot", rng=random.Random(2), clock=clock), store, clock, 40)
+    with open_local(load_settings(), path=db, clock=clock) as pipeline:
+        assert pipeline.pump() == 40
+        statements: list[str] = []
+        for connection in [pipeline.store._conn(), pipeline.queue._connection()]:  # type: ignore[attr-defined]
+            connection.set_trace_callback(statements.append)
+        assert pipeline.score_pending() == {"scored": 40}
+    assert len(statements) / 40 <= 9
     store.close()

@@ -15,6 +15,8 @@ from benchmark_modules import load_benchmark
 from cosmos_fixture import CLIENT_KWARGS
 from cosmos_requests import RequestCounter, operation_kind
 
+from agent_learning.store.cosmos import SCORES
+
 bench = load_benchmark("scale")
 
 pytestmark = pytest.mark.timeout(300)
@@ -104,6 +106,12 @@ def test_the_per_episode_counts_follow_the_code_path(results: dict[str, Any]) ->
     total = results["totals"]["batch_4"]
     parts = sum(path[s]["documents_per_episode"] for s in ("agent_write", "enqueue", "scorer_embedded"))
     assert total == pytest.approx(parts + results["trainer_batches"][0]["documents_per_episode"], abs=1e-3)
+
+
+def test_the_request_unit_estimate_counts_every_container_the_scorer_used(results: dict[str, Any]) -> None:
+    embedded = results["episode_path"]["scorer_embedded"]
+    assert sum(n for kinds in embedded["containers"].values() for n in kinds.values()) == embedded["documents"]
+    assert results["estimate"]["cosmos_ru_per_episode"][SCORES] > 0  # the score written to its slot
 
 
 def test_an_idle_agent_costs_the_same_every_tick_and_publishes_nothing(results: dict[str, Any]) -> None:

@@ -677,6 +677,7 @@ def test_the_trainer_learns_a_different_best_prompt_per_task_over_every_store(st
                     probability=decision.probability,
                     reward=reward,
                     context={"task": task},
+                    incarnation=decision.incarnation,
                 )
             )
         outcome = train_agent("bot", store, Reinforce())
@@ -870,6 +871,7 @@ def test_a_structured_policy_rolls_back_with_its_features_and_refuses_a_flat_rev
                 probability=decision.probability,
                 reward=float(i % 2),
                 context={"task": "billing"},
+                incarnation=decision.incarnation,
             )
         )
     assert train_agent("bot", store, Reinforce()).status == "published"
@@ -922,13 +924,14 @@ def test_the_entropy_a_run_reports_is_over_its_own_requests_not_the_contexts_of_
     from agent_learning.store.memory import MemoryStore
 
     store = MemoryStore()
-    create_policy(store, policy(context={"task": "category"}).document)
+    incarnation = create_policy(store, policy(context={"task": "category"}).document).incarnation
     action = "prompt=concise:retrieval_k=1"
-    store.put_score(make_score("e1", agent_id="bot", action_id=action, probability=1 / 12, context={"task": "a"}))
+    store.put_score(make_score("e1", agent_id="bot", action_id=action, probability=1 / 12, context={"task": "a"},
+                               incarnation=incarnation))
     for i in range(20):
         store.put_score(make_score(f"old-{i}", id=correction_doc_id(f"old-{i}", 1), revision=1,
                                    reward_delta=0.4, agent_id="bot", action_id=action, probability=1 / 12,
-                                   context={"task": "b"}))
+                                   context={"task": "b"}, incarnation=incarnation))
     outcome = train_agent("bot", store, StructuredReinforce())
     assert outcome.status == "published" and outcome.run is not None and outcome.run.metrics["corrections"] == 20
     new = store.get_current_policy("bot")

@@ -3,6 +3,30 @@
 The agent side needs only :mod:`agent_learning.policy`, :mod:`agent_learning.capture` and a
 store; the learner (numpy) and the judges (azure-ai-evaluation) are imported only where
 training and scoring run.
+
+The names of the ``azure-agents-learning-sdk`` README (``Action``, ``EpisodeCapture``,
+``LearningRunner``, ``SoftmaxPolicy``) are importable from here; each is loaded when first used
+(:mod:`agent_learning.compat`, docs/migrating.md).
 """
 
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
 __version__ = "0.1.0"
+
+LAZY = {"Action": "compat", "EpisodeCapture": "compat", "LearningRunner": "compat", "SoftmaxPolicy": "compat"}
+"""Name importable from the package → the module it is loaded from when first used."""
+
+
+def __getattr__(name: str) -> Any:
+    if name not in LAZY:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"{__name__}.{LAZY[name]}"), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *LAZY])

@@ -36,6 +36,10 @@ for each episode the agent wrote:
     not scored validly: its score document does not validate (``invalid_scores``), so training
     skips it for good (counted in its run's ``rejected``); neither lost nor pending.
 
+Episodes of another incarnation of the agent (deleted and created again under its id since they
+were written) are not the agent's episodes: ``other_incarnation`` counts their scoring messages
+in the dead-letter queue (``IncarnationMismatch``) and any score of theirs, which training refuses.
+
 Every episode is in exactly one of these states, so ``episodes = learned + learned_twice +
 skipped + lost + pending + dead_lettered + unjudged + rejected``. Feedback is audited per
 episode: ``feedback_unapplied`` counts scored episodes whose learned reward (judges' score +
@@ -64,6 +68,7 @@ from .documents import PolicyDocument, Score, ScoreCursor, TrainingRun
 from .errors import InvalidDocument
 from .feedback import unapplied
 from .pipeline import load_current, message_id_of
+from .pipeline.score import INCARNATION_MISMATCH
 from .queue.base import DeadLetter, WorkQueue
 from .store.base import Store
 from .structured import Layout
@@ -113,6 +118,10 @@ class AgentAudit:
     invalid_scores: int = 0
     scores_without_episode: int = 0
     """Judges' scores whose episode is gone (expired by its TTL); not in ``episodes``."""
+    other_incarnation: int = 0
+    """Episodes of an earlier incarnation of the agent (deleted and created again since): scoring
+    messages dead-lettered as ``IncarnationMismatch``, and judges' scores training refuses; not in
+    ``episodes``, never learned."""
     versions: int = 0
     """Policy versions stored (an invalid document among them, named in ``problems``), and the
     current one if a crash left it unrecorded."""
@@ -176,7 +185,10 @@ def audit(
     letters = {d.message_id: d.reason for d in found or []}
     agents = list(agent_ids) if agent_ids is not None else store.list_agents()
     feedback = episodes_with_feedback(store)  # one pass over the feedback feed, for every agent
-    books = [audit_agent(store, a, letters, feedback.get(a, set())) for a in agents]
+    earlier = Counter(d.properties.get("agent_id") for d in found or [] if d.reason == INCARNATION_MISMATCH)
+    books = [
+        audit_agent(store, a, letters, feedback.get(a, set()), other_incarnation=earlier[a]) for a in agents
+    ]
     return Audit(books, queue is not None and found is not None, notes, counted)
 
 
@@ -206,12 +218,14 @@ def audit_agent(
     with_feedback: set[str] | None = None,
     *,
     lost: set[str] | None = None,
+    other_incarnation: int = 0,
 ) -> AgentAudit:
     """The books of one agent. ``dead_letters`` maps message ids to dead-letter reasons;
     ``with_feedback`` is the agent's episodes with feedback (read from the store if not given);
-    ``lost``, if given, receives the ids of the lost episodes."""
-    result = AgentAudit(agent_id)
-    ranges, current = _consumed_ranges(store, agent_id, result)
+    ``lost``, if given, receives the ids of the lost episodes; ``other_incarnation`` is how many
+    dead letters are of the agent's earlier incarnations."""
+    result = AgentAudit(agent_id, other_incarnation=other_incarnation)
+    ranges, current, incarnation = _consumed_ranges(store, agent_id, result)
     by_low = sorted(ranges, key=lambda r: r.low)
     lows = [r.low for r in by_low]
     highs = sorted(r.high for r in ranges)
@@ -220,7 +234,8 @@ def audit_agent(
         cursor = current if cursor is None else max(cursor, current)
 
     # One pass over the agent's score rows, in the trainer's order.
-    rows: list[tuple[Key, int, bool, str, str]] = []  # (key, revision, late_write, episode id, action id)
+    # (key, revision, late_write, episode id, action id, of another incarnation)
+    rows: list[tuple[Key, int, bool, str, str, bool]] = []
     invalid: set[str] = set()  # episode ids named by invalid score documents
     after = None
     while True:
@@ -231,11 +246,12 @@ def audit_agent(
                 score = Score.from_dict(row)
             except InvalidDocument:
                 result.invalid_scores += 1
-                rows.append((key, -1, False, "", ""))
+                rows.append((key, -1, False, "", "", False))
                 if isinstance(row.get("episode_id"), str):
                     invalid.add(row["episode_id"])
                 continue
-            rows.append((key, score.revision, score.late_write, score.episode_id, score.action_id))
+            other = incarnation is not UNKNOWN and score.incarnation != incarnation
+            rows.append((key, score.revision, score.late_write, score.episode_id, score.action_id, other))
         if len(page) < PAGE:
             break
         after = ScoreCursor.of_row(page[-1])
@@ -262,10 +278,13 @@ def audit_agent(
     episodes = set(store.episode_ids(agent_id))
     result.episodes = len(episodes)
     scored: set[str] = set()
-    for key, revision, _late, episode_id, action_id in rows:
+    for key, revision, _late, episode_id, action_id, other in rows:
         if revision != 0:
             result.corrections += revision > 0
             result.pending_corrections += revision > 0 and (cursor is None or key > cursor)
+            continue
+        if other:
+            result.other_incarnation += 1
             continue
         if episode_id not in episodes:
             result.scores_without_episode += 1
@@ -349,9 +368,13 @@ class _Link(NamedTuple):
         return cls(doc.version, doc.source, doc.cursor, doc.run, known[shape])
 
 
-def _consumed_ranges(store: Store, agent_id: str, result: AgentAudit) -> tuple[list[_Range], Key | None]:
-    """The score ranges the published versions consumed, and the current cursor, with the
-    chain's problems noted."""
+UNKNOWN = object()
+"""The incarnation of an agent whose current policy document is missing or invalid."""
+
+
+def _consumed_ranges(store: Store, agent_id: str, result: AgentAudit) -> tuple[list[_Range], Key | None, Any]:
+    """The score ranges the published versions consumed, the current cursor and incarnation
+    (:data:`UNKNOWN` without a valid current document), with the chain's problems noted."""
     versions: list[_Link] = []
     known: dict[Any, Callable[[str], bool]] = {}
     invalid: set[int] = set()  # versions whose documents are invalid (named as such, not as missing)
@@ -435,7 +458,7 @@ def _consumed_ranges(store: Store, agent_id: str, result: AgentAudit) -> tuple[l
     if orphans:
         result.problems.append(f"runs for versions {orphans} that were never published")
     cursor = None if current is None or current.cursor is None else (current.cursor.seq, current.cursor.id)
-    return ranges, cursor
+    return ranges, cursor, UNKNOWN if current is None else current.incarnation
 
 
 def unjudged_reasons(store: Store, agent_id: str) -> dict[str, str]:

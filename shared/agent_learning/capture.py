@@ -87,13 +87,14 @@ from .documents import (
     MAX_STEPS,
     MAX_TEXT_CHARS,
     MAX_TOOL_DEFINITIONS_CHARS,
+    PARTIAL,
     Episode,
     Step,
     Usage,
     invalid_from_pydantic,
     json_bytes,
 )
-from .errors import InvalidDocument
+from .errors import DocumentTooLarge, InvalidDocument
 from .policy import Decision
 
 _MARK = " …[truncated]"
@@ -173,7 +174,7 @@ class EpisodeCapture:
         self._write_error: BaseException | None = None
         """The error of end()'s own write, which is no crash of the run (:meth:`_crashed`)."""
         try:  # the episode as it stands (what a crash would write): its values are refused here, not at the end
-            Episode(**self._fields("", [], self.started_at))
+            Episode.model_validate(self._fields("", [], self.started_at), context=PARTIAL)
         except ValidationError as exc:
             problems = invalid_from_pydantic("episode", exc).problems
             raise InvalidDocument("episode", [("episode_id" if f == "id" else f, p) for f, p in problems]) from None
@@ -341,11 +342,9 @@ class EpisodeCapture:
         if problems:
             raise InvalidDocument("episode", problems)
         added = {name: sum(int(value) for value in values if value is not None) for name, values in counts.items()}
-        before = self.usage or Usage()
-        self.usage = Usage(
-            prompt_tokens=before.prompt_tokens + added["prompt_tokens"],
-            completion_tokens=before.completion_tokens + added["completion_tokens"],
-        )
+        if self.usage is not None:
+            added = {name: getattr(self.usage, name) + count for name, count in added.items()}
+        self.usage = Usage(**added)
 
     def discard(self, reason: str = "") -> None:
         """Write no episode for this run (module docstring: Failures); ``end()`` then refuses."""
@@ -361,12 +360,16 @@ class EpisodeCapture:
         fields = self._fields(capped, list(self.steps), max(self.clock.now(), self.started_at))
         if capped != output:
             fields["truncated"].append("output")
-        truncated = fields["truncated"]
+        try:
+            return Episode(**fields)  # validated and serialised once: the store writes its JSON
+        except ValidationError as exc:
+            invalid = invalid_from_pydantic("episode", exc)
+            if not isinstance(invalid, DocumentTooLarge):
+                raise invalid from None
         size = json_bytes(Episode.model_construct(**fields).model_dump(mode="json"))
-        if size > MAX_EPISODE_BYTES:
-            names = [f"steps.{f}" for f in _CUT_FIELDS]  # recorded in `truncated`: room for them too
-            fields["steps"], cut = _fit_steps(fields["steps"], size - MAX_EPISODE_BYTES + json_bytes(names))
-            fields["truncated"] = [*truncated, *(f"steps.{f}" for f in cut)]
+        names = [f"steps.{f}" for f in _CUT_FIELDS]  # recorded in `truncated`: room for them too
+        fields["steps"], cut = _fit_steps(fields["steps"], size - MAX_EPISODE_BYTES + json_bytes(names))
+        fields["truncated"] = [*fields["truncated"], *(f"steps.{f}" for f in cut)]
         try:
             return Episode(**fields)
         except ValidationError as exc:
@@ -395,6 +398,7 @@ class EpisodeCapture:
             "context": dict(d.context) if isinstance(d.context, Mapping) else d.context,
             "usage": self.usage,
             "reward": self.reward,
+            "incarnation": d.incarnation,
         }
 
     def _own_reward(self, reward: float | None) -> None:

@@ -30,21 +30,6 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextC
 from rich.table import Table
 from rich.text import Text
 
-from . import wiring
-from .audit import DEAD_LETTER_LIMIT
-from .audit import audit as run_audit
-from .config import load_settings
-from .demo import EMBEDDED, check_floor, is_demo_agent, reward_trend, run_demo
-from .documents import (
-    MAX_NOTE_CHARS,
-    MAX_TEMPERATURE,
-    MIN_TEMPERATURE,
-    Episode,
-    Score,
-    TrainingRun,
-    agent_id_problem,
-    parse_json,
-)
 from .errors import (
     AgentLearningError,
     ConcurrencyConflict,
@@ -54,21 +39,7 @@ from .errors import (
     StoredDocumentInvalid,
     TransientError,
 )
-from .feedback import record_feedback, score_rows, sweep
-from .history import history, source_label
-from .learner import Evidence
-from .local import open_local
-from .pipeline import create_policy, load_current, message_id_of, revise, rollback, set_pinned
-from .pipeline.publish import repair_hint
-from .plots import plot_histories
-from .policy import SoftmaxPolicy, policy_entropy, policy_probabilities
-from .recovery import REPLAY_LIMIT, judge_unjudged, replay_dead_letters
-from .recovery import rescore as run_rescore
-from .report import write_report
-from .simulate import SCENARIOS
-from .store.sqlite import SQLiteStore
-from .store.sqlite import described as sqlite_described
-from .structured import NO_CONTEXT, StructuredPolicy, is_number, knows_action, segment_views
+from .limits import MAX_TEMPERATURE, MIN_TEMPERATURE, agent_id_problem
 
 
 def _console(stderr: bool = False) -> Console:
@@ -88,6 +59,7 @@ out = _console()
 
 
 def _settings(db: str | None) -> Any:
+    from .config import load_settings
     return load_settings(**({"sqlite_path": db} if db else {}))
 
 
@@ -155,6 +127,7 @@ def _ids(ids: list[str]) -> str:
 
 def _note_text(ctx: click.Context, param: click.Parameter, value: str) -> str:
     """A --note or --reason: refused over :data:`MAX_NOTE_CHARS` rather than cut unsaid."""
+    from .documents import MAX_NOTE_CHARS
     if len(value) > MAX_NOTE_CHARS:
         raise click.BadParameter(f"is {len(value):,} characters; at most {MAX_NOTE_CHARS:,} are stored")
     return value
@@ -239,6 +212,8 @@ def _existing(settings: Any) -> Any:
     if settings.store != "sqlite":
         return settings
     if not Path(settings.sqlite_path).exists():
+        from .store.sqlite import described as sqlite_described
+
         raise NotFound(
             f"--db: there is no store at {sqlite_described(settings.sqlite_path)}; "
             "agent-learn init-policy creates one, and the demo writes .agent-learning/demo.db"
@@ -314,6 +289,7 @@ def _writable(option: str, path: str) -> None:
 @contextmanager
 def _store(db: str | None, *, create: bool = False) -> Iterator[tuple[Any, Any]]:
     """The store the settings choose, and the settings; an embedded one must exist unless ``create``."""
+    from . import wiring
     settings = _settings(db) if create else _existing(_settings(db))
     with _embedded(settings, "store"):
         store = wiring.open_store(settings)
@@ -330,12 +306,18 @@ def _where(settings: Any, how: bool = False) -> str:
         return f"Cosmos DB {settings.cosmos_endpoint} database {settings.cosmos_database}"
     if settings.store == "memory":
         return "the memory store"
-    return sqlite_described(settings.sqlite_path) if how else str(settings.sqlite_path)
+    if not how:
+        return str(settings.sqlite_path)
+    from .store.sqlite import described as sqlite_described
+
+    return sqlite_described(settings.sqlite_path)
 
 
 def _current(store: Any, settings: Any, agent_id: str) -> Any:
     """The agent's current policy document; :class:`NotFound` (bad input) when it has none, and an
     invalid one raises :class:`StoredDocumentInvalid` with the rollback that repairs it as a note."""
+    from .pipeline import load_current
+    from .pipeline.publish import repair_hint
     try:
         doc = load_current(store, agent_id)
     except StoredDocumentInvalid as exc:
@@ -407,6 +389,7 @@ def _user_fields(doc: dict[str, Any]) -> dict[str, Any]:
 
 def _fmt(value: float | None, digits: int = 3) -> str:
     """A number to ``digits`` decimals; anything else (a hand-edited document's ``"high"``) as its repr."""
+    from .structured import is_number
     if value is None:
         return ""
     return f"{value:.{digits}f}" if is_number(value) else f"{value!r:.40}"
@@ -414,6 +397,7 @@ def _fmt(value: float | None, digits: int = 3) -> str:
 
 def _ms(value: float | None) -> str:
     """A latency for people: ``628.7 ms``, ``0.002 ms``, ``12.3 s``."""
+    from .structured import is_number
     if value is None:
         return ""
     if not is_number(value):
@@ -557,6 +541,11 @@ def demo(
     force: bool,
 ) -> None:
     """Simulated agents learn through the embedded pipeline (SQLite store and queue, offline judge)."""
+    from .config import load_settings
+    from .demo import EMBEDDED, check_floor, is_demo_agent, reward_trend, run_demo
+    from .plots import plot_histories
+    from .simulate import SCENARIOS
+    from .store.sqlite import SQLiteStore
     names = [a.strip() for a in agents.split(",") if a.strip()]
     if not names:
         raise ValueError(f"--agents: no agent given; choose from {sorted(SCENARIOS)}")
@@ -678,6 +667,7 @@ STRUCTURE_KEYS = ("dimensions", "context", "excluded")
 def _read_actions(actions_file: str) -> list[Any] | dict[str, Any]:
     """The actions in an ``--actions`` file, checked item by item: a list of actions, or an
     object with ``dimensions`` (and optionally ``context`` and ``excluded``)."""
+    from .documents import parse_json
     try:  # a name given twice is refused, as the HTTP routes refuse it: JSON would keep only the last
         actions = parse_json(Path(actions_file).read_text(), unique_names=True)
     except ValueError as exc:
@@ -765,6 +755,9 @@ def init_policy(
     agent_id: str, actions_file: str, temperature: float | None, exploration_floor: float | None, db: str | None
 ) -> None:
     """Create version 1 (uniform) of an agent's policy."""
+    from .pipeline import create_policy
+    from .policy import SoftmaxPolicy
+    from .structured import StructuredPolicy
     settings = _settings(db)
     actions = _read_actions(actions_file)
     if exploration_floor is None:
@@ -831,6 +824,8 @@ def policy(ctx: click.Context, agent_id: str | None, as_json: bool, db: str | No
 @_handle_errors
 def policy_show(agent_id: str, as_json: bool, db: str | None) -> None:
     """An agent's current policy: probabilities, logits and the last training run."""
+    from .history import source_label
+    from .policy import policy_entropy, policy_probabilities
     with _store(db) as (store, settings):
         doc = _current(store, settings, agent_id)
     if doc.structured:
@@ -880,6 +875,8 @@ def _pinned_and_last_run(doc: Any, entropy_line: str | None = None) -> None:
 def _show_structured(doc: Any, as_json: bool) -> None:
     """``policy show`` of a structured policy: per dimension, each value's probability with no
     context and in each segment of each categorical feature, its logit and its evidence."""
+    from .history import source_label
+    from .structured import NO_CONTEXT, segment_views
     views = segment_views(doc)
     if as_json:
         _echo_json(_shown(doc, views))
@@ -915,6 +912,7 @@ def _show_structured(doc: Any, as_json: bool) -> None:
 
 def _evidence_columns(doc: Any) -> list[tuple[str, str]] | None:
     """Per action, the learner state's faded episode count and mean reward (None: no usable state)."""
+    from .learner import Evidence
     evidence, problem = Evidence.from_state(doc.learner_state, len(doc.action_ids))
     if problem or not doc.learner_state:
         return None
@@ -985,6 +983,7 @@ def policy_history(agent_id: str, limit: int | None, since: datetime | None, unt
 
     Exits with 1 if a version document or the current one is invalid (it is named, and the
     versions are listed)."""
+    from .history import history, source_label
     since, until = _utc_window(since, until)
     windowed = since is not None or until is not None
     with _store(db) as (store, settings):
@@ -1068,6 +1067,7 @@ def _positive_version(ctx: click.Context, param: click.Parameter, value: str) ->
 @_handle_errors
 def policy_rollback(agent_id: str, version: int, note: str, as_json: bool, db: str | None) -> None:
     """Publish VERSION's logits as a new version (history is never rewritten)."""
+    from .pipeline import rollback
     with _store(db) as (store, settings):
         try:
             before = _current(store, settings, agent_id).action_ids
@@ -1106,6 +1106,8 @@ def policy_rollback(agent_id: str, version: int, note: str, as_json: bool, db: s
 def policy_revise(agent_id: str, actions_file: str, renames: tuple[tuple[str, str], ...], note: str, as_json: bool,
                   db: str | None) -> None:
     """Change an agent's actions (add, remove, rename) as a new version; history is kept."""
+    from .pipeline import revise
+    from .policy import SoftmaxPolicy
     pairs = dict(renames)
     if len(pairs) < len(renames):
         old = next(o for o in pairs if sum(o == r for r, _ in renames) > 1)
@@ -1142,6 +1144,7 @@ def policy_revise(agent_id: str, actions_file: str, renames: tuple[tuple[str, st
 @_handle_errors
 def policy_pin(agent_id: str, reason: str, as_json: bool, db: str | None) -> None:
     """Freeze learning for an agent: the trainer leaves its policy alone until unpinned."""
+    from .pipeline import set_pinned
     with _store(db) as (store, settings):
         _current(store, settings, agent_id)
         change = set_pinned(store, agent_id, True, reason)
@@ -1159,6 +1162,7 @@ def policy_pin(agent_id: str, reason: str, as_json: bool, db: str | None) -> Non
 @_handle_errors
 def policy_unpin(agent_id: str, as_json: bool, db: str | None) -> None:
     """Resume learning; scores that arrived while pinned are learned on the next run."""
+    from .pipeline import set_pinned
     with _store(db) as (store, settings):
         _current(store, settings, agent_id)
         change = set_pinned(store, agent_id, False)
@@ -1304,6 +1308,7 @@ def runs_list(agent_id: str, limit: int, as_json: bool, db: str | None) -> None:
 
 def _valid_run(doc: dict[str, Any]) -> bool:
     """Whether a stored run document validates; one that does not is named on stderr (left out)."""
+    from .documents import TrainingRun
     try:
         TrainingRun.from_dict(doc)
     except InvalidDocument as exc:
@@ -1392,6 +1397,7 @@ def evaluate(agent_id: str, version: int | None, action_id: str | None, uniform:
     policy, against the current version (IPS, self-normalised IPS and doubly robust, with intervals).
     Without a target option, the current version is evaluated on its own logs."""
     from . import counterfactual as cf  # numpy: only for this command
+    from . import wiring
     from .evaluation import percent
 
     chosen = [name for name, given in (("--version", version is not None), ("--action", action_id is not None),
@@ -1475,6 +1481,8 @@ def episodes() -> None:
 @_handle_errors
 def episodes_list(agent_id: str | None, limit: int, as_json: bool, db: str | None) -> None:
     """The newest episodes and their rewards."""
+    from .feedback import score_rows
+    from .pipeline import message_id_of
     with _store(db) as (store, settings):
         docs = store.list_episodes(agent_id, limit)
         if agent_id is not None and not docs:
@@ -1532,6 +1540,7 @@ def episodes_list(agent_id: str | None, limit: int, as_json: bool, db: str | Non
 def _rejected(scores: list[dict[str, Any]]) -> str | None:
     """What is wrong with the first of an episode's score rows that does not validate (training
     rejects it, and the audit counts it so), or None when they all do."""
+    from .documents import Score
     for row in scores:
         try:
             Score.from_dict(row)
@@ -1547,6 +1556,9 @@ def _rejected(scores: list[dict[str, Any]]) -> str | None:
 @_handle_errors
 def episodes_show(episode_id: str, as_json: bool, db: str | None) -> None:
     """One episode, its score with every judge's reason, its corrections and feedback."""
+    from .documents import Episode
+    from .feedback import score_rows
+    from .pipeline import message_id_of
     with _store(db) as (store, settings):
         doc = store.get_episode(episode_id)
         if doc is None:
@@ -1637,6 +1649,8 @@ def feedback(
     db: str | None,
 ) -> None:
     """Attach a user's feedback to an episode; its reward is corrected exactly once."""
+    from .feedback import record_feedback
+    from .pipeline import message_id_of
     if up + down + (score is not None) != 1:
         raise ValueError("--up/--down/--score: give exactly one")
     if score is not None and not math.isfinite(score):
@@ -1682,6 +1696,8 @@ def _not_learned(store: Any, feedback: Any) -> str:
     """Why the reward feedback changed will not be learned when training runs next ("" if it
     will be): the episode's action is not in its agent's current policy (the trainer skips its
     rows), or its agent has no policy."""
+    from .pipeline import load_current
+    from .structured import knows_action
     episode = store.get_episode(feedback.episode_id) or {}
     action_id = str(episode.get("action_id"))
     try:
@@ -1703,6 +1719,7 @@ def _not_learned(store: Any, feedback: Any) -> str:
 def _queues(db: str | None, name: str | None = None, *, scoring: bool = False) -> Iterator[tuple[dict[str, Any], Any]]:
     """The deployment's queues by name, the scoring queue first, then the training queue (``name``:
     only that one; ``scoring``: only the scoring queue), and the settings; closed afterwards."""
+    from . import wiring
     settings = _settings(db)
     kinds = {settings.queue_name: wiring.open_queue, settings.train_queue_name: wiring.open_train_queue}
     if name is not None and name not in kinds:
@@ -1740,6 +1757,7 @@ def _dead_letter_row(d: Any) -> dict[str, Any]:
 def _dead_letters(db: str | None) -> dict[str, Any] | None:
     """The queue's dead letters by message id (an episode's is ``message_id_of`` its id), or None
     when the queue cannot list them: episodes are shown all the same."""
+    from .audit import DEAD_LETTER_LIMIT
     try:
         with _queues(db, scoring=True) as (queues, settings):
             return {d.message_id: d for d in queues[settings.queue_name].dead_letters(DEAD_LETTER_LIMIT)}
@@ -1810,6 +1828,7 @@ def dlq_replay(
     replaying one is safe however late.
 
     Choose them with --all, or with --id and/or --reason (given both, a dead letter must match both)."""
+    from .recovery import REPLAY_LIMIT, replay_dead_letters
     if bool(ids or reasons) == replay_all:
         raise ValueError(
             "--all/--id/--reason: give --all, or --id MESSAGE_ID and/or --reason REASON"
@@ -1885,6 +1904,8 @@ def rescore(agent_id: str, episode_ids: tuple[str, ...], rejudge: bool, unjudged
     new score. With --unjudged, judge the episodes the agent's judging rule left unjudged: each
     is learned once, by the next training run; running it again judges only those still
     unjudged. Exits with 1 when an episode could not be (re-)scored (it keeps what it had)."""
+    from . import wiring
+    from .recovery import rescore as run_rescore
     if unjudged and (episode_ids or rejudge):
         raise ValueError("--unjudged: judges every episode recorded unjudged (up to --limit); "
                          "it takes neither --episode-id nor --rejudge")
@@ -1926,6 +1947,8 @@ def rescore(agent_id: str, episode_ids: tuple[str, ...], rejudge: bool, unjudged
 
 
 def _judge_unjudged(agent_id: str, limit: int | None, as_json: bool, db: str | None) -> None:
+    from . import wiring
+    from .recovery import judge_unjudged
     with _store(db) as (store, settings):
         _current(store, settings, agent_id)
         with _progress("judging", transient=True) as bar:
@@ -1984,6 +2007,8 @@ def report(agent_ids: tuple[str, ...], png_path: str, html_path: str, title: str
 
     Exits with 1 if a version document or an agent's current one is invalid (it is named, and
     the versions are charted)."""
+    from .history import history
+    from .report import write_report
     since, until = _utc_window(since, until)
     _writable("--png", png_path)
     _writable("--html", html_path)
@@ -2035,15 +2060,19 @@ TRAINING_FAILED = ("invalid_policy", "unavailable", "failed")
 
 @main.command()
 @click.option("--agent-id", default=None, callback=_agent_id, help="Train one agent (default: every agent).")
+@click.option("--limit", type=IntRange(1, None), default=None,
+              help="Score at most this many episodes and learn from at most this many per agent (default: all).")
 @json_option
 @db_option
 @_handle_errors
-def train(agent_id: str | None, as_json: bool, db: str | None) -> None:
+def train(agent_id: str | None, limit: int | None, as_json: bool, db: str | None) -> None:
     """Enqueue and score new episodes, apply feedback left unapplied, then run one training step
     (what the timer does).
 
     Exits with 1 if an episode could not be scored (it is tried again on a later run) or an agent
     could not be trained (the others are scored and trained all the same)."""
+    from .feedback import sweep
+    from .local import open_local
     settings = _existing(_settings(db))
     with _embedded(settings, "store"):
         pipeline = open_local(settings)
@@ -2057,10 +2086,10 @@ def train(agent_id: str | None, as_json: bool, db: str | None) -> None:
             # Messages already waiting (a replayed dead letter, an earlier run's leftovers) are scored
             # too: the total grows with them rather than read 3/2.
             outcomes = pipeline.score_pending(
-                progress=lambda n: bar.update(task, completed=n, total=max(n, enqueued) or None)
+                max_messages=limit, progress=lambda n: bar.update(task, completed=n, total=max(n, enqueued) or None)
             )
         sweep(pipeline.store, clock=pipeline.clock)
-        results = pipeline.train([agent_id] if agent_id else None)
+        results = pipeline.train([agent_id] if agent_id else None, limit=limit)
     finally:
         pipeline.close()
     if as_json:
@@ -2106,6 +2135,36 @@ def train(agent_id: str | None, as_json: bool, db: str | None) -> None:
                   " deliveries (`agent-learn dlq replay` sends it back)")
     if outcomes["failed"] or outcomes["retry"] or any(r.status in TRAINING_FAILED for r in results):
         sys.exit(1)  # every episode and agent was tried; what failed is listed above
+
+
+LOCAL_SETTINGS = "local.settings.json"
+"""The Functions host's settings file, which ``config`` compares with what the command line reads."""
+
+
+@main.command("config")
+@json_option
+@db_option
+@_handle_errors
+def config_command(as_json: bool, db: str | None) -> None:
+    """Every effective setting and where it came from: an environment variable (the
+    azure-agents-learning-sdk's names under their own), implied by one, --db, or the default.
+    Settings only ./local.settings.json sets are marked: func start reads that file, agent-learn does not."""
+    from .config import effective_settings
+    from .documents import parse_json
+
+    overrides = {"sqlite_path": db} if db else {}
+    local = Path(LOCAL_SETTINGS)
+    values = parse_json(local.read_text()).get("Values", {}) if local.is_file() else {}
+    rows = effective_settings(_settings(db), overrides, local_settings=values if isinstance(values, dict) else {})
+    if as_json:
+        _echo_json([{"setting": r.setting, "variable": r.variable, "value": r.value, "source": r.source,
+                     "origin": r.origin or None} for r in rows])
+        return
+    for r in rows:
+        source = {"environment": f"environment:{r.origin}", "implied": f"implied by {r.origin}", "option": "--db",
+                  LOCAL_SETTINGS: f"{LOCAL_SETTINGS} (func start only)"}.get(r.source, r.source)
+        value = "" if r.value is None else r.value if isinstance(r.value, str) else json.dumps(r.value)
+        out.print(f"{source:<48} {r.variable}={value}")
 
 
 AUDIT_COLUMNS = (
@@ -2182,6 +2241,7 @@ def audit(agent_id: str | None, as_json: bool, db: str | None) -> None:
 
     Rebuilt from the store (and the queue's dead letters); exits with 1 when an episode is lost
     or learned more than once, or the chain of versions and runs is broken."""
+    from .audit import audit as run_audit
     with _store(db) as (store, settings), _queues(db) as (queues, _):
         if agent_id is not None:
             with suppress(InvalidDocument):  # a corrupt policy is a problem the audit reports
@@ -2219,6 +2279,9 @@ def audit(agent_id: str | None, as_json: bool, db: str | None) -> None:
                           "configuration (a revision removed or renamed it); not learned, not lost")
             if a.late:
                 out.print(f"{a.agent_id}: {a.late} score rows landed after their run read the range (never learned)")
+            if a.other_incarnation:
+                out.print(f"{a.agent_id}: {a.other_incarnation} episodes of an earlier incarnation (the agent was "
+                          "deleted and created again): dead-lettered or refused by training, never learned")
             if a.scores_without_episode or a.invalid_scores:
                 out.print(f"{a.agent_id}: {a.scores_without_episode} scores whose episode expired, "
                           f"{a.invalid_scores} invalid score documents ({a.rejected} episodes rejected: "

@@ -11,6 +11,7 @@ from __future__ import annotations
 import ast
 import base64
 import binascii
+import difflib
 import inspect
 import os
 import re
@@ -463,14 +464,150 @@ def _set_twice(overrides: dict[str, Any]) -> list[str]:
     return problems
 
 
+SEED_NAMES = {
+    f"{PREFIX}LR": "learning_rate",
+    f"{PREFIX}JUDGE_ENDPOINT": "judge_azure_endpoint",
+}
+"""Variables of the ``azure-agents-learning-sdk`` README that this library names otherwise →
+the setting that does their job (docs/migrating.md). Its other variables have the same names here."""
+SEED_REFUSED = {
+    f"{PREFIX}BASELINE_DECAY": (
+        "this learner keeps no moving-average baseline to decay: each training run's baseline is the "
+        f"importance-weighted mean reward of its own batch; unset it ({PREFIX}BASELINE_PRIOR shrinks a context's "
+        "baseline towards the batch's for structured policies)"
+    ),
+}
+"""Variables of that README with no knob here → what replaces them; setting one is an error."""
+SEED_SWITCHES = {
+    f"{PREFIX}COSMOS_ENDPOINT": ("store", "cosmos"),
+    f"{PREFIX}JUDGE_ENDPOINT": ("judge", "evaluators"),
+}
+"""Seed variables that, set alone, also choose what they imply (as in that README): the Cosmos DB
+store, the azure-ai-evaluation judges. An explicit ``AGENT_LEARNING_STORE`` / ``_JUDGE`` wins."""
+
+
+JUDGE_MODEL_SETTINGS = ("judge_azure_endpoint", "judge_deployment", "judge_base_url", "judge_model")
+"""The settings that choose a judge model: set while the judge is left at offline, they are refused."""
+
+
+def known_variables() -> set[str]:
+    """Every ``AGENT_LEARNING_*`` variable the library reads or refuses with a reason."""
+    names = {PREFIX + name.upper() for name in Settings.model_fields}
+    for info in Settings.model_fields.values():
+        if isinstance(info.validation_alias, AliasChoices):
+            names.update(str(c).upper() for c in info.validation_alias.choices if str(c).upper().startswith(PREFIX))
+    return names | set(SEED_NAMES) | set(SEED_REFUSED)
+
+
+def _given(environ: Mapping[str, str]) -> dict[str, str]:
+    """The environment's non-empty ``AGENT_LEARNING_*`` variables, names in upper case (they are
+    read whatever their case; an empty one is unset)."""
+    return {k.upper(): v for k, v in environ.items() if k.upper().startswith(PREFIX) and v.strip()}
+
+
+def check_variables(environ: Mapping[str, str] | None = None) -> None:
+    """Refuse unknown ``AGENT_LEARNING_*`` variables (a typo would be ignored) and the seed's
+    variables that have no knob here, naming each and what to use instead."""
+    given = _given(os.environ if environ is None else environ)
+    known = sorted(n.removeprefix(PREFIX) for n in known_variables() - set(SEED_REFUSED))
+    problems = [f"{name}: {SEED_REFUSED[name]}" for name in sorted(given) if name in SEED_REFUSED]
+    for name in sorted(set(given) - known_variables()):
+        close = difflib.get_close_matches(name.removeprefix(PREFIX), known, n=1, cutoff=0.75)
+        hint = f"did you mean {PREFIX}{close[0]}?" if close else "docs/configuration.md lists the settings"
+        problems.append(f"{name} is not a setting ({hint})")
+    if problems:
+        raise ConfigurationError("invalid configuration: " + "; ".join(problems))
+
+
+def seed_overrides(environ: Mapping[str, str] | None = None) -> dict[str, Any]:
+    """Setting → value from the seed's names (:data:`SEED_NAMES`, :data:`SEED_SWITCHES`). Its
+    name and this library's set to different values is an error."""
+    given = _given(os.environ if environ is None else environ)
+    values: dict[str, Any] = {}
+    for seed, field in SEED_NAMES.items():
+        if seed not in given:
+            continue
+        ours = PREFIX + field.upper()
+        if ours in given and given[ours].strip() != given[seed].strip():
+            raise ConfigurationError(
+                f"invalid configuration: {seed} and {ours} are both set, to different values (they are one "
+                "setting): set one of them"
+            )
+        values[field] = given[seed]
+    for seed, (field, value) in SEED_SWITCHES.items():
+        if seed in given and PREFIX + field.upper() not in given:
+            values[field] = value
+    return values
+
+
+@dataclass(frozen=True)
+class Effective:
+    """One setting as the library uses it, and where its value came from (``agent-learn config``)."""
+
+    setting: str
+    variable: str
+    """Its documented variable (docs/configuration.md)."""
+    value: Any
+    """The value; a secret's is ``"<set>"``."""
+    source: Literal["default", "environment", "implied", "option", "local.settings.json"]
+    """``implied``: chosen by another variable (:data:`SEED_SWITCHES`); ``local.settings.json``: not
+    set here, only in that file, which ``func start`` reads (the value is then the default)."""
+    origin: str = ""
+    """The variable that set it (another name of it, the seed's included) or implied it."""
+
+
+def effective_settings(
+    settings: Settings,
+    overrides: Mapping[str, Any] | None = None,
+    environ: Mapping[str, str] | None = None,
+    local_settings: Mapping[str, str] | None = None,
+) -> list[Effective]:
+    """Every setting of ``settings``, with its source: an ``overrides`` option, an environment
+    variable, implied by one, or the default (noted when ``local_settings``, the ``Values`` of a
+    local.settings.json, set it for the Functions host)."""
+    environ = os.environ if environ is None else environ
+    upper = {k.upper(): k for k, v in environ.items() if v.strip()}
+    readers: dict[str, list[str]] = {}
+    for name, info in Settings.model_fields.items():
+        alias = info.validation_alias
+        readers[name] = ([str(c) for c in alias.choices] if isinstance(alias, AliasChoices)
+                         else [PREFIX + name.upper()])
+    for seed, name in SEED_NAMES.items():
+        readers[name].insert(0, seed)
+    switched = {field: seed for seed, (field, _) in SEED_SWITCHES.items() if seed in upper}
+    documented = environment_names()
+    rows = []
+    for name in Settings.model_fields:
+        value = getattr(settings, name)
+        value = "<set>" if isinstance(value, SecretStr) else value
+        found = next((upper[r.upper()] for r in readers[name] if r.upper() in upper), None)
+        if overrides and name in overrides:
+            rows.append(Effective(name, documented[name], value, "option"))
+        elif found is not None:
+            rows.append(Effective(name, documented[name], value, "environment", found))
+        elif name in switched and PREFIX + name.upper() not in upper:
+            rows.append(Effective(name, documented[name], value, "implied", switched[name]))
+        elif local_settings and any(local_settings.get(r, "").strip() for r in readers[name]):
+            rows.append(Effective(name, documented[name], value, "local.settings.json"))
+        else:
+            rows.append(Effective(name, documented[name], value, "default"))
+    return rows
+
+
 def load_settings(**overrides: Any) -> Settings:
-    """Read and validate the environment; ``overrides`` win over it."""
+    """Read and validate the environment; ``overrides`` win over it. Unknown ``AGENT_LEARNING_*``
+    variables are refused (:func:`check_variables`); the seed's names are read (:func:`seed_overrides`)."""
+    check_variables()
+    seeded = {k: v for k, v in seed_overrides().items() if k not in overrides}
     try:
-        settings = Settings(**overrides)
+        settings = Settings(**seeded, **overrides)
     except ValidationError as exc:
         problems = []
+        seed_of = {field: seed for seed, field in SEED_NAMES.items()}
         for err in exc.errors(include_url=False):
             name = _variables(".".join(str(p) for p in err["loc"]))
+            if err["loc"] and err["loc"][0] in seeded and err["loc"][0] in seed_of:
+                name = seed_of[str(err["loc"][0])]
             given = err.get("input")
             if err["loc"] and err["loc"][0] in NOT_ECHOED:
                 got = ""
@@ -505,6 +642,14 @@ def load_settings(**overrides: Any) -> Settings:
         raise ConfigurationError("invalid configuration: missing " + " and ".join(missing))
     if settings.judge == "evaluators":
         component(settings, JudgeModel)  # raises ConfigurationError naming the missing variables
+    elif "judge" not in settings.model_fields_set:
+        unused = [PREFIX + name.upper() for name in JUDGE_MODEL_SETTINGS if getattr(settings, name) is not None]
+        if unused:  # a judge model configured for a judge that is not chosen would be ignored
+            raise ConfigurationError(
+                f"invalid configuration: {' and '.join(unused)} configure the judge model, but the judge is the "
+                f"offline one ({PREFIX}JUDGE unset): set {PREFIX}JUDGE=evaluators (with {PREFIX}JUDGE_ENDPOINT "
+                f"or {PREFIX}JUDGE_AZURE_ENDPOINT and {PREFIX}JUDGE_DEPLOYMENT), or {PREFIX}JUDGE=offline to keep it"
+            )
     return settings
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, NamedTuple, NoReturn
 
-from .documents import check_context, policy_doc_id
+from .documents import Action, check_context, policy_doc_id
 from .errors import InvalidDocument
 
 
@@ -65,6 +65,13 @@ class Decision(NamedTuple):
     context: Mapping[str, Any] | None = None
     """The request's features it was chosen for (``choose(context=...)``), logged with the episode;
     ``None`` without features (an empty context included, as the episode stores it)."""
+    incarnation: str | None = None
+    """The policy's incarnation (``PolicyDocument.incarnation``), which the episode carries."""
+
+    @property
+    def action(self) -> Action:
+        """The action drawn, as an :class:`~agent_learning.documents.Action` (``decision.action.id``)."""
+        return Action.model_construct(id=self.action_id, description="", config=self.config)
 
     @property
     def policy_id(self) -> str:

@@ -11,8 +11,9 @@ from __future__ import annotations
 import random
 import shlex
 import time
+from collections import Counter
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +22,7 @@ from .clock import ManualClock
 from .config import PREFIX, Settings, load_settings
 from .errors import ConfigurationError, InvalidDocument
 from .history import AgentHistory, history
-from .local import open_local
+from .local import charge, open_local
 from .pipeline import create_policy, load_current
 from .policy import policy_probabilities
 from .simulate import SCENARIOS, Scenario
@@ -93,6 +94,9 @@ class DemoResult:
     seconds: float
     outcomes: dict[str, int]
     db_path: str
+    cpu_seconds: Counter[str] = field(default_factory=Counter)
+    """CPU seconds of this process per stage: ``agents`` (choosing and writing the episodes), then
+    the pipeline's (:attr:`~agent_learning.local.CycleReport.cpu_seconds`)."""
 
     def summary(self) -> dict[str, Any]:
         """The machine-readable summary printed by ``agent-learn demo --json``."""
@@ -204,14 +208,18 @@ def run_demo(
 
     rounds = episodes_per_agent // batch
     outcomes: dict[str, int] = {}
+    cpu: Counter[str] = Counter()
     t0 = time.perf_counter()
     for r in range(rounds):
+        since = time.process_time()
         for scenario, client in zip(chosen, clients, strict=True):
             policy = client.policy()
             for _ in range(batch):
                 scenario.step(store, policy, rng, clock)
+        charge(cpu, "agents", since)
         clock.advance(60)
         report = pipeline.run_once()
+        cpu.update(report.cpu_seconds)
         for status, n in report.outcomes.items():
             outcomes[status] = outcomes.get(status, 0) + n
         if progress:
@@ -231,4 +239,4 @@ def run_demo(
             )
         agents.append(h)
     pipeline.close()  # the store and both queues
-    return DemoResult(agents, rounds * batch * len(chosen), seconds, outcomes, str(path))
+    return DemoResult(agents, rounds * batch * len(chosen), seconds, outcomes, str(path), cpu)

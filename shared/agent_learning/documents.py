@@ -48,13 +48,25 @@ from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
+    PrivateAttr,
     StringConstraints,
     ValidationError,
+    ValidationInfo,
     field_validator,
     model_validator,
 )
 
 from .errors import DocumentTooLarge, InvalidDocument, StoredDocumentInvalid
+from .limits import AGENT_ID_PATTERN as _ID
+from .limits import AGENT_ID_RULE as AGENT_ID_RULE
+from .limits import DEFAULT_EXPLORATION_FLOOR as DEFAULT_EXPLORATION_FLOOR
+from .limits import DEFAULT_TEMPERATURE as DEFAULT_TEMPERATURE
+from .limits import DOC_ID_PATTERN as _DOC_ID
+from .limits import DOC_ID_RULE as DOC_ID_RULE
+from .limits import MAX_TEMPERATURE as MAX_TEMPERATURE
+from .limits import MIN_TEMPERATURE as MIN_TEMPERATURE
+from .limits import agent_id_problem as agent_id_problem
+from .limits import episode_id_problem as episode_id_problem
 
 SCHEMA_VERSION = 2
 """The newest schema this library understands. Documents are written with the oldest schema
@@ -82,52 +94,22 @@ MAX_TOOL_DEFINITIONS_CHARS = 4 * MAX_JSON_CHARS
 MAX_METADATA_KEYS = 32
 MAX_ACTIONS = 1_024
 MAX_LOGIT = 1_000.0
-MIN_TEMPERATURE = 0.01
-"""The lowest policy temperature. A policy is already greedy well above it (a logit gap of 0.5
-is odds of e^50 at T = 0.01), so lower values only shrink the numbers the math works with:
-the learner's gradient grows as 1/T and overflows near T = 1e-300, and logits / T must stay
-finite for logits up to ``MAX_LOGIT``. A document below it fails validation, so a policy that
-could never be trained is refused when it is created, not at every training run."""
-MAX_TEMPERATURE = 100.0
-"""The highest policy temperature: above it every policy is practically uniform."""
-DEFAULT_TEMPERATURE = 1.0
-"""The temperature new policies get unless configured otherwise (settings, CLI and Python API alike)."""
-DEFAULT_EXPLORATION_FLOOR = 0.001
-"""The exploration floor new policies get unless configured otherwise (settings, CLI and Python API
-alike; docs/benchmarks.md: Learning benchmark). A stored document without the field has none (0)."""
 
-_ID = r"^[A-Za-z0-9][A-Za-z0-9._\-]{0,127}$"
 AgentId = Annotated[str, StringConstraints(strict=True, pattern=_ID)]
-AGENT_ID_RULE = "letters, digits, '.', '_' and '-', starting with a letter or digit, at most 128 characters"
-
-
-def agent_id_problem(value: object) -> str | None:
-    """Why ``value`` is not an agent id, in one plain sentence (None if it is one)."""
-    return _id_problem(value, _ID, "agent id", AGENT_ID_RULE)
-
-
-def episode_id_problem(value: object) -> str | None:
-    """Why ``value`` is not an episode id, in one plain sentence (None if it is one)."""
-    return _id_problem(value, _DOC_ID, "episode id", DOC_ID_RULE)
-
-
-def _id_problem(value: object, pattern: str, name: str, rule: str) -> str | None:
-    if not isinstance(value, str) or not value:
-        return f"{name} must be a non-empty string, got {value!r:.80}"
-    if not re.fullmatch(pattern, value):
-        return f"{value[:80]!r} is not an {name}: use {rule}"
-    return None
 
 
 _ACTION_ID = r"^[A-Za-z0-9][A-Za-z0-9._:=\-]{0,127}$"
 ActionId = Annotated[str, StringConstraints(strict=True, pattern=_ACTION_ID)]
-# Cosmos ids may not contain / \ ? # and are at most 255 characters.
-_DOC_ID = r"^[A-Za-z0-9][A-Za-z0-9._:\-]{0,199}$"
 DocId = Annotated[str, StringConstraints(strict=True, pattern=_DOC_ID)]
-DOC_ID_RULE = "letters, digits, '.', '_', ':' and '-', starting with a letter or digit, at most 200 characters"
 _FEEDBACK_SOURCE = r"^[A-Za-z0-9][A-Za-z0-9._\-]{0,63}$"
 FEEDBACK_SOURCE_RULE = "letters, digits, '.', '_' and '-', starting with a letter or digit, at most 64 characters"
 _DIMENSION_NAME = r"^[A-Za-z_][A-Za-z0-9_]{0,31}$"
+_INCARNATION = r"^[0-9a-f]{32}$"
+Incarnation = Annotated[str, StringConstraints(strict=True, pattern=_INCARNATION)]
+"""Which creation of an agent a document belongs to (:func:`~agent_learning.pipeline.create_policy`
+draws one per creation). A document without one belongs to the agent's first creation under a
+release from before incarnations (the "legacy incarnation"), and to no later one."""
+INCARNATION_RULE = "32 lowercase hexadecimal digits, copied from the policy document the action was drawn from"
 DIMENSION_NAME_RULE = "a letter or '_' first, then letters, digits or '_', at most 32 characters"
 ACTION_ID_RULE = "letters, digits, '.', '_', ':', '=' and '-', starting with a letter or digit, at most 128 characters"
 ACTION_ID = re.compile(_ACTION_ID)
@@ -459,6 +441,7 @@ _PATTERN_RULES = {
     _DOC_ID: DOC_ID_RULE,
     _FEEDBACK_SOURCE: FEEDBACK_SOURCE_RULE,
     _DIMENSION_NAME: DIMENSION_NAME_RULE,
+    _INCARNATION: INCARNATION_RULE,
 }
 """Plain sentences for the id patterns, in place of pydantic's "String should match pattern '…'"."""
 
@@ -507,6 +490,33 @@ class Usage(BaseModel):
         return self.prompt_tokens + self.completion_tokens
 
 
+PARTIAL: dict[str, Any] = {"partial": True}
+"""Validation context of an episode still being recorded (``Episode.model_validate(fields,
+context=PARTIAL)``): its fields are checked, not its size as a whole (its caps bound the fields given
+so far well under :data:`MAX_EPISODE_BYTES`; the finished episode is measured)."""
+
+MAX_ESCAPED_PER_CHAR = 12
+"""The most characters one character of an episode's JSON (pydantic's, non-ASCII kept) takes in
+the JSON :data:`MAX_EPISODE_BYTES` measures (:func:`json_bytes`): 12 for a character past U+FFFF
+(``\\udXXX\\udXXX``), fewer for a number Python writes longer; an episode whose JSON is at most
+the limit over this long is under the limit, unmeasured."""
+
+
+class _Serialised:
+    """The JSON text validation made of an episode, with the field values it was made from (a copy
+    with other values is serialised again). It never makes two episodes unequal."""
+
+    __slots__ = ("fields", "text")
+
+    def __init__(self, fields: dict[str, Any], text: str) -> None:
+        self.fields, self.text = fields, text
+
+    def __eq__(self, other: object) -> bool:
+        return True
+
+    __hash__ = None  # type: ignore[assignment]
+
+
 class Episode(Document):
     """One agent run under one policy decision. Written once by the agent; never updated."""
 
@@ -539,6 +549,9 @@ class Episode(Document):
     )
     """The agent's own reward in [0, 1] (a test result, a rating, a business metric): the episode is
     scored from it, without the judges (:func:`agent_learning.rewards.agent_reward`)."""
+    incarnation: Incarnation | None = Field(None, exclude_if=_unset)
+    """The incarnation of the policy the action was drawn from (:data:`Incarnation`); the scorer
+    dead-letters an episode of another incarnation than its policy version's."""
 
     @field_validator("context")
     @classmethod
@@ -580,8 +593,10 @@ class Episode(Document):
                 )
         return value
 
+    _json: _Serialised | None = PrivateAttr(None)
+
     @model_validator(mode="after")
-    def _consistent(self) -> Episode:
+    def _consistent(self, info: ValidationInfo) -> Episode:
         if self.ended_at < self.started_at:
             raise ValueError("ended_at: is before started_at")
         if abs(self.logprob - math.log(self.probability)) > 1e-6:
@@ -589,13 +604,23 @@ class Episode(Document):
         if self.probability < MIN_LOGGED_PROBABILITY:
             raise ValueError(f"probability: {self.probability!r} is below {MIN_LOGGED_PROBABILITY!r}, the smallest "
                              f"an episode may log (its importance weight would not be finite)")
-        size = json_bytes(self.model_dump(mode="json"))
-        if size > MAX_EPISODE_BYTES:
-            raise _OverLimit(
-                f"is {size:,} bytes as JSON; the limit is {MAX_EPISODE_BYTES:,} (MAX_EPISODE_BYTES: the 2 MB "
-                "Cosmos DB item limit less room for system properties)"
-            )
+        if info.context is PARTIAL:
+            return self
+        text = self.model_dump_json()
+        if len(text) > MAX_EPISODE_BYTES // MAX_ESCAPED_PER_CHAR:  # only then can it be over the limit
+            size = json_bytes(self.model_dump(mode="json"))
+            if size > MAX_EPISODE_BYTES:
+                raise _OverLimit(
+                    f"is {size:,} bytes as JSON; the limit is {MAX_EPISODE_BYTES:,} (MAX_EPISODE_BYTES: the 2 MB "
+                    "Cosmos DB item limit less room for system properties)"
+                )
+        self._json = _Serialised(self.__dict__, text)
         return self
+
+    def to_json(self) -> str:
+        """The episode as JSON, serialised once, when it was validated (what the stores write)."""
+        kept = self._json
+        return kept.text if kept is not None and kept.fields is self.__dict__ else self.model_dump_json()
 
     @property
     def latency_ms(self) -> float:
@@ -754,6 +779,10 @@ class PolicyDocument(Document):
     unpinned_version: Version | None = Field(None, exclude_if=_unset)
     """The version the current document was at when an operator last unpinned it: a drift warning
     pins the agent again (``AGENT_LEARNING_AUTO_PIN``) only on the evidence of the runs after it."""
+    incarnation: Incarnation | None = Field(None, exclude_if=_unset)
+    """Which creation of the agent this is (:data:`Incarnation`): drawn by ``create_policy`` and
+    kept by every later version, so the episodes and scores of a deleted agent re-created under
+    the same id are told from the new one's."""
 
     @model_validator(mode="before")
     @classmethod
@@ -999,6 +1028,8 @@ class Score(Document):
     """The episode's context, copied by the scorer so that the trainer reads it with the reward."""
     measures: Measures | None = Field(None, exclude_if=_unset)
     """Latency, tool outcomes and tokens of the episode (judges' scores written by this version)."""
+    incarnation: Incarnation | None = Field(None, exclude_if=_unset)
+    """The episode's incarnation: training refuses a score of another one than its policy's."""
 
     @field_validator("context")
     @classmethod
@@ -1046,6 +1077,11 @@ def legacy_correction_doc_id(episode_id: str, revision: int) -> str:
 def correction_ledger_id(episode_id: str) -> str:
     """The id of an episode's :class:`CorrectionLedger`."""
     return _with_suffix(episode_id, "~ledger")
+
+
+def feedback_sources_id(episode_id: str) -> str:
+    """The id of the list of sources that gave feedback on an episode (where a store keeps one)."""
+    return _with_suffix(episode_id, "~sources")
 
 
 def _with_suffix(episode_id: str, suffix: str) -> str:

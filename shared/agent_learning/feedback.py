@@ -89,8 +89,8 @@ MAX_FEEDBACK_SOURCES = 16
 """How many sources may give feedback on one episode. The reward averages over sources, and
 applying feedback reads every source's document, so this bounds both how far invented sources
 could outvote real ones and what one post costs. A new source beyond it is refused; a source
-that already gave feedback may always change it. Posts of new sources that race each other
-can pass it by as many as are in flight at that moment."""
+that already gave feedback may always change it. The store checks and writes in one atomic
+step (``Store.put_feedback``), so posts of new sources racing each other cannot pass it."""
 
 SWEEP_CHECKPOINT = "feedback-sweep"
 """The durable checkpoint (``Store.get_checkpoint``) of :func:`sweep` in the feedback feed."""
@@ -178,14 +178,14 @@ def record_feedback(
         agent_id = raw.get("agent_id")
         if problem := agent_id_problem(agent_id):  # written around the validation (by hand, or a foreign writer)
             raise StoredDocumentInvalid(f"episode {episode_id!r}", [("agent_id", problem)])
-        sources = {doc.get("source") for doc in store.list_feedback(episode_id)}
-        if source not in sources and len(sources) >= MAX_FEEDBACK_SOURCES:
-            raise LimitExceeded(
-                f"source: episode {episode_id!r} already has feedback from {len(sources)} sources, the limit "
-                f"(MAX_FEEDBACK_SOURCES = {MAX_FEEDBACK_SOURCES}); a source that gave feedback may still change it"
-            )
         feedback = Feedback.from_dict({**fields, "agent_id": agent_id})
-        store.put_feedback(feedback)
+        try:
+            store.put_feedback(feedback, MAX_FEEDBACK_SOURCES)
+        except LimitExceeded as exc:
+            raise LimitExceeded(
+                f"{exc}, the limit (MAX_FEEDBACK_SOURCES = {MAX_FEEDBACK_SOURCES}); "
+                "a source that gave feedback may still change it"
+            ) from None
         count(FEEDBACK_RECEIVED, 1, {"agent_id": agent_id, "kind": "thumb" if thumb is not None else "score"})
         try:
             result = apply(store, episode_id, agent_id, clock=clock)

@@ -462,9 +462,10 @@ def choose(agent_id: str, body: bytes, rt: Runtime) -> HttpAnswer:
 
     Body: ``{}`` or ``{"context": {...}}`` (the request's features, as ``choose(context=...)``
     takes them). Answers 200 with ``action_id``, ``config``, ``probability``, ``logprob``,
-    ``policy_version``, ``context`` (null without features, ``{}`` included) and a fresh
-    ``episode_id`` for the episode the caller then writes (``POST /api/agents/{agent_id}/episodes``
-    or the ``episodes`` container), with these values; 400 naming the bad field, 404 for an agent
+    ``policy_version``, ``context`` (null without features, ``{}`` included), ``incarnation``
+    (null for an agent created before incarnations) and a fresh ``episode_id`` for the episode
+    the caller then writes (``POST /api/agents/{agent_id}/episodes`` or the ``episodes``
+    container), with these values (``incarnation`` left out when null); 400 naming the bad field, 404 for an agent
     without a policy, 413 over 16 KiB, 503 with ``Retry-After`` when the current policy cannot be
     read (the store, or an invalid document) and none was read before.
     """
@@ -511,6 +512,7 @@ def choose(agent_id: str, body: bytes, rt: Runtime) -> HttpAnswer:
             "logprob": decision.logprob,
             "policy_version": decision.version,
             "context": decision.context,
+            "incarnation": decision.incarnation,
             "episode_id": uuid.uuid4().hex,
         },
     )

@@ -28,6 +28,7 @@ detection plus the idempotent scorer absorb that.
 from __future__ import annotations
 
 import logging
+import time
 from collections import Counter
 from collections.abc import Callable, Iterable
 from contextlib import ExitStack
@@ -56,6 +57,7 @@ from .pipeline import (
     settle,
     train_requested,
 )
+from .pipeline.score import COMPLETED
 from .pipeline.train import agent_list
 from .queue.base import WorkQueue
 from .queue.sqlite import SQLiteQueue
@@ -88,6 +90,8 @@ class CycleReport:
     trained: list[TrainOutcome] = field(default_factory=list)
     feedback: SweepResult | None = None
     """What the feedback sweep before training did."""
+    cpu_seconds: Counter[str] = field(default_factory=Counter)
+    """CPU seconds of this process per stage: ``enqueue``, ``score``, ``feedback``, ``train``."""
 
     @property
     def published(self) -> dict[str, int]:
@@ -163,7 +167,8 @@ class LocalPipeline:
         """Receive and score until the queue has nothing available (or ``max_messages``);
         ``progress`` is called with the number handled so far. At most ``receive_batch`` messages
         are received at once, fewer at first and when a slow judge would keep them past their lock
-        (:data:`LOCK_SHARE`).
+        (:data:`LOCK_SHARE`). The messages of a batch to complete are completed together once it is
+        scored (:meth:`~agent_learning.queue.base.WorkQueue.complete_all`: one commit on the embedded queue).
 
         Returns the messages handled, each counted once under what became of it: the status it
         was settled with (``scored``, ``duplicate``, ``unjudged``, ``retry``, ``dead_letter``),
@@ -182,6 +187,7 @@ class LocalPipeline:
             messages = self.queue.receive(want)
             if not messages:
                 break
+            done: list[tuple[Any, ScoreOutcome]] = []  # completed together once the batch is scored (one commit)
             for message in messages:
                 try:
                     outcome = score_message(message.body, self.scorer, delivery_count=message.delivery_count)
@@ -203,31 +209,36 @@ class LocalPipeline:
                         progress(handled)
                     continue
                 try:
-                    settle(self.queue, message, outcome)
-                    outcomes[outcome.status] += 1
+                    if outcome.status in COMPLETED:
+                        done.append((message, outcome))
+                    else:
+                        settle(self.queue, message, outcome)
+                        outcomes[outcome.status] += 1
                 except ConcurrencyConflict:
-                    # The lock expired while the episode was being judged (a slow judge, or a long
-                    # batch): the message comes back, and what this delivery stored makes the
-                    # next one a duplicate.
                     outcomes["lock_lost"] += 1
                 handled += 1
                 if progress:
                     progress(handled)
+            # A lock lost (it expired while the batch was judged: a slow judge, or a long batch): the
+            # message comes back, and what this delivery stored makes the next one a duplicate.
+            lost = {id(message) for message in self.queue.complete_all([message for message, _ in done])}
+            outcomes.update("lock_lost" if id(message) in lost else outcome.status for message, outcome in done)
             received = len(messages)
             seconds_each = (self.clock.now() - started).total_seconds() / received
         return outcomes
 
-    def train(self, agent_ids: Iterable[str] | None = None) -> list[TrainOutcome]:
+    def train(self, agent_ids: Iterable[str] | None = None, *, limit: int | None = None) -> list[TrainOutcome]:
         """One training tick as in Azure: plan it, send one message per agent with new scores to
         the training queue (:func:`~agent_learning.pipeline.fanout.plan_training`), then train the
         agent of every message waiting there. Returns an outcome for every agent (``agent_ids``:
-        only those), ordered by agent id; one agent's failure does not stop the others."""
+        only those), ordered by agent id; one agent's failure does not stop the others. ``limit``:
+        each run learns from at most that many scores (fewer than the configured batch)."""
         plan = plan_training(self.store, agent_ids=agent_list(agent_ids))
         send_plan(plan, self.train_queue.send)
-        outcomes = plan.untrained() + self.train_pending()
+        outcomes = plan.untrained() + self.train_pending(limit=limit)
         return sorted(outcomes, key=lambda o: o.agent_id)
 
-    def train_pending(self) -> list[TrainOutcome]:
+    def train_pending(self, *, limit: int | None = None) -> list[TrainOutcome]:
         """Train the agent of every message on the training queue (the training trigger's work):
         each message is completed once trained, whatever the outcome (the next tick plans
         again); one that is not a training request is dead-lettered with the reason.
@@ -244,7 +255,7 @@ class LocalPipeline:
                         self.store,
                         self.learner,
                         clock=self.clock,
-                        max_batch=self.max_batch,
+                        max_batch=self.max_batch if limit is None else min(limit, self.max_batch),
                         min_batch=self.min_batch,
                         drift=self.drift,
                         guardrail=self.guardrail,
@@ -260,15 +271,30 @@ class LocalPipeline:
                 outcomes.append(outcome)
         return outcomes
 
-    def run_once(self, agent_ids: Iterable[str] | None = None) -> CycleReport:
-        """Pump, score everything available, apply unapplied feedback, then train: one timer period's work."""
+    def run_once(self, agent_ids: Iterable[str] | None = None, *, limit: int | None = None) -> CycleReport:
+        """Pump, score everything available, apply unapplied feedback, then train: one timer period's
+        work. ``limit``: score at most that many episodes and learn from at most that many per agent
+        (the rest wait for the next run)."""
         agent_ids = agent_list(agent_ids)  # before any work
         report = CycleReport()
+        since = time.process_time()
         report.enqueued = self.pump()
-        report.outcomes = self.score_pending()
+        since = charge(report.cpu_seconds, "enqueue", since)
+        report.outcomes = self.score_pending(max_messages=limit)
+        since = charge(report.cpu_seconds, "score", since)
         report.feedback = sweep(self.store, clock=self.clock)
-        report.trained = self.train(agent_ids)
+        since = charge(report.cpu_seconds, "feedback", since)
+        report.trained = self.train(agent_ids, limit=limit)
+        charge(report.cpu_seconds, "train", since)
         return report
+
+
+def charge(cpu: Counter[str], stage: str, since: float) -> float:
+    """Add this process's CPU seconds since ``since`` (a :func:`time.process_time`) to ``cpu[stage]``;
+    returns the time now, the start of the next stage."""
+    now = time.process_time()
+    cpu[stage] += now - since
+    return now
 
 
 def open_local(

@@ -23,7 +23,7 @@ import random
 from bisect import bisect_right
 from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime
-from typing import Any, Literal
+from typing import Any, Literal, NamedTuple
 
 from pydantic import ValidationError
 
@@ -181,8 +181,10 @@ class SoftmaxPolicy:
         self._probs = tuple(mix_floor(softmax(self.logits, self.temperature), self.exploration_floor))
         self._cum = cumulative(self._probs)  # every uniform draw in [0, 1) lands on a positive probability
         self._index = {a.id: i for i, a in enumerate(self.actions)}
+        incarnation = document.incarnation if document is not None else None
         self._decisions = tuple(
-            Decision(agent_id, a.id, i, p, math.log(p) if p > 0 else -math.inf, version, read_only(a.config))
+            Decision(agent_id, a.id, i, p, math.log(p) if p > 0 else -math.inf, version, read_only(a.config),
+                     incarnation=incarnation)
             for i, (a, p) in enumerate(zip(self.actions, self._probs, strict=True))
         )
         self._random = (rng or random.Random()).random
@@ -192,19 +194,22 @@ class SoftmaxPolicy:
     @classmethod
     def from_actions(
         cls,
-        agent_id: str,
-        actions: Iterable[str | Action | Mapping[str, Any]],
-        *,
+        *args: Any,
+        agent_id: str | None = None,
+        actions: Iterable[str | Action | Mapping[str, Any]] | None = None,
         temperature: float = DEFAULT_TEMPERATURE,
         exploration_floor: float = DEFAULT_EXPLORATION_FLOOR,
         rng: random.Random | None = None,
         seed: int | None = None,
     ) -> SoftmaxPolicy:
-        """A uniform policy (all logits 0) over ``actions``, as version 1.
+        """A uniform policy (all logits 0) over ``actions``, as version 1:
+        ``from_actions(agent_id, actions)``, or ``from_actions(actions, agent_id=...)`` (the
+        ``azure-agents-learning-sdk`` order); either may be passed by keyword.
 
         ``actions`` may be ids, :class:`~agent_learning.documents.Action` objects or dicts
         with ``id``, ``description`` and ``config``.
         """
+        agent_id, actions = _agent_and_actions(args, agent_id, actions)
         if isinstance(actions, str | bytes | Mapping):
             raise InvalidDocument(
                 "policy", [("actions", f"must be a list of actions, got {type(actions).__name__} {actions!r:.80}")]
@@ -301,6 +306,10 @@ class SoftmaxPolicy:
                 ],
             ) from None
 
+    def snapshot(self) -> PolicySnapshot:
+        """Which stored policy version this is: its document ``id`` (``agent:vN``) and ``version``."""
+        return PolicySnapshot(policy_doc_id(self.agent_id, self.version), self.version, self.agent_id)
+
     @property
     def action_ids(self) -> list[str]:
         return [a.id for a in self.actions]
@@ -320,6 +329,34 @@ class SoftmaxPolicy:
     def __repr__(self) -> str:
         probs = ", ".join(f"{k}={v:.3f}" for k, v in self.probabilities.items())
         return f"SoftmaxPolicy({self.agent_id!r}, v{self.version}: {probs})"
+
+
+class PolicySnapshot(NamedTuple):
+    """What :meth:`SoftmaxPolicy.snapshot` returns: the policy version document's id and version."""
+
+    id: str
+    version: int
+    agent_id: str
+
+
+def _agent_and_actions(args: tuple[Any, ...], agent_id: str | None, actions: Any) -> tuple[str, Any]:
+    """``from_actions``' agent id and actions from its arguments, in either order it takes."""
+    given = list(args)
+    if len(given) > 2:
+        raise TypeError(f"from_actions() takes an agent id and actions, got {len(given)} positional arguments")
+    if agent_id is None and given:
+        agent_id = given.pop(0)
+    if actions is None and given:
+        actions = given.pop(0)
+    if given or agent_id is None or actions is None:
+        raise TypeError(
+            "from_actions() takes from_actions(agent_id, actions) or from_actions(actions, agent_id=...): "
+            + ("an argument was given twice" if given else f"missing {'agent_id' if agent_id is None else 'actions'}")
+        )
+    if not isinstance(agent_id, str):
+        raise TypeError(f"from_actions(): agent_id must be a string, got {type(agent_id).__name__} {agent_id!r:.60}; "
+                        "pass the actions first only with agent_id=... as a keyword")
+    return agent_id, actions
 
 
 def _as_action(value: str | Action | Mapping[str, Any], where: str = "action") -> Action:

@@ -356,6 +356,7 @@ class StructuredPolicy:
             self.version,
             decision.config,
             context,
+            decision.incarnation,
         )
 
     def _checked(self, context: Mapping[str, Any]) -> tuple[_Table, dict[str, Any]]:
@@ -402,6 +403,7 @@ class StructuredPolicy:
             math.log(p),
             self.version,
             config,
+            incarnation=self.document.incarnation,
         )
 
     def _check_kinds(self, context: Mapping[str, Any]) -> None:

@@ -70,7 +70,7 @@ def test_a_choice_over_http_follows_the_policy_and_its_episode_is_accepted_back(
     episode = {"id": answer["episode_id"], "agent_id": "support-eu", "policy_version": answer["policy_version"],
                "action_id": answer["action_id"], "probability": answer["probability"], "logprob": answer["logprob"],
                "context": answer["context"], "input": "How do I reset my password?", "output": "Settings.",
-               "started_at": now, "ended_at": now}
+               "started_at": now, "ended_at": now, "incarnation": answer["incarnation"]}
     assert app.post("support-eu", episode) == (201, {"id": answer["episode_id"], "status": "created"})
     stored = app.store.get_episode(answer["episode_id"])
     assert stored is not None and Episode.from_dict(stored).context == {"task": "billing", "tokens": 812}
@@ -177,7 +177,7 @@ def test_a_structured_contextual_policy_answers_one_value_per_dimension_and_the_
     episode = {"id": answer["episode_id"], "agent_id": "support-eu", "policy_version": 1,
                "action_id": answer["action_id"], "probability": answer["probability"], "logprob": answer["logprob"],
                "context": answer["context"], "input": "Why was I charged twice?", "output": "A refund is on its way.",
-               "started_at": now, "ended_at": now}
+               "started_at": now, "ended_at": now, "incarnation": answer["incarnation"]}
     assert app_post_status(a, episode) == 201
     status, answer = choose("support-eu", {"context": {"task": 3.5, "extra": "x"}})
     assert status == 200 and answer["context"] == {"task": 3.5, "extra": "x"}

@@ -21,7 +21,7 @@ pytest.importorskip("azure.functions")
 
 import azure.functions as func
 from app_functions import functions, trust_principal_header
-from factories import DEFAULT_ACTIONS, CountingStore, make_episode
+from factories import DEFAULT_ACTIONS, INCARNATION, CountingStore, make_episode
 
 from agent_learning import functions as handlers
 from agent_learning.callers import identify, key_identity, principal_identity
@@ -42,6 +42,7 @@ from agent_learning.errors import (
 from agent_learning.pipeline import create_policy, score_request_message
 from agent_learning.pipeline.score import PolicyVersions
 from agent_learning.policy import SoftmaxPolicy
+from agent_learning.store.base import Store
 from agent_learning.store.sqlite import SQLiteStore
 
 SUPPORT_KEY = "support-team-function-key"
@@ -85,11 +86,17 @@ AGENTS = ("support-eu", "support-us", "billing", "ops-bot")
 """The agents with a policy: uniform over make_episode's action and one other, so its 0.5."""
 
 
+def start(store: Store, agent_id: str) -> None:
+    """Create ``agent_id`` over make_episode's action and one other, of make_episode's incarnation."""
+    first = SoftmaxPolicy.from_actions(agent_id, DEFAULT_ACTIONS[:2]).to_document(created_at=None)
+    create_policy(store, first.model_copy(update={"incarnation": INCARNATION}))
+
+
 @pytest.fixture
 def app(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[App]:
     a = App(tmp_path, monkeypatch, WRITERS)
     for agent in AGENTS:
-        create_policy(a.store, SoftmaxPolicy.from_actions(agent, DEFAULT_ACTIONS[:2]).to_document(created_at=None))
+        start(a.store, agent)
     yield a
     a.store.close()
 
@@ -190,8 +197,14 @@ def test_an_episode_the_scorer_would_dead_letter_is_refused(app: App) -> None:
     assert app.store.list_episodes() == []
 
     # A miss is not remembered: once the agent has a policy its episodes are written.
-    create_policy(app.store, SoftmaxPolicy.from_actions("support-new", ["direct"]).to_document(created_at=None))
-    assert app.post("support-new", episode(agent_id="support-new", probability=1.0))[0] == 201
+    first = SoftmaxPolicy.from_actions("support-new", ["direct"]).to_document(created_at=None)
+    created = create_policy(app.store, first)
+    new = episode(agent_id="support-new", probability=1.0, incarnation=created.incarnation)
+    assert app.post("support-new", new)[0] == 201
+
+    # An episode of another incarnation of the agent (deleted and created again since) is refused.
+    status, body = app.post("support-eu", episode(incarnation="f" * 32))
+    assert status == 400 and body["error"].startswith(f"incarnation: episode 'ep-1' belongs to incarnation {'f' * 32}")
 
 
 def test_policy_versions_are_read_once_and_an_invalid_policy_is_left_to_the_scorer(
@@ -214,7 +227,7 @@ def test_a_deleted_agents_episodes_are_refused_once_the_refresh_interval_has_pas
     """A warm worker's parsed versions of a deleted agent stop vouching for its episodes."""
     monkeypatch.setenv("AGENT_LEARNING_POLICY_REFRESH_SECONDS", "0")
     a = App(tmp_path, monkeypatch, WRITERS)
-    create_policy(a.store, SoftmaxPolicy.from_actions("support-eu", DEFAULT_ACTIONS[:2]).to_document(created_at=None))
+    start(a.store, "support-eu")
     assert a.post("support-eu", episode("ep-1"))[0] == 201
     a.store.delete_agent("support-eu")  # what `agent-learn agent delete` does
     assert a.post("support-eu", episode("ep-2")) == (404, {"error": "agent 'support-eu' has no policy"})
@@ -280,7 +293,7 @@ def test_a_throttled_store_answers_503_with_retry_after(
     from cosmos_fixture import status_rewriting_store
 
     store, status = status_rewriting_store(cosmos_server, cosmos_database)
-    create_policy(store, SoftmaxPolicy.from_actions("support-eu", DEFAULT_ACTIONS[:2]).to_document(created_at=None))
+    start(store, "support-eu")
     settings = load_settings(sqlite_path=str(tmp_path / "unused.db"), episode_writers=WRITERS)
     rt = handlers.Runtime(settings, store, send=None)
     caller = identify({"x-functions-key": SUPPORT_KEY})

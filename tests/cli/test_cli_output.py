@@ -38,7 +38,7 @@ def db(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> str:
     clock = ManualClock()
     with SQLiteStore(path) as store:
         policy = SoftmaxPolicy("bot", SoftmaxPolicy.from_actions("bot", ["a", "b", "c"]).actions, [0.3, 0.1, -0.2])
-        create_policy(store, policy.to_document(created_at=clock.now()))
+        policy = SoftmaxPolicy.from_document(create_policy(store, policy.to_document(created_at=clock.now())))
         with EpisodeCapture(store, policy.decision_for("a"), input="What is 2 + 2?", episode_id="ep-1",
                             clock=clock) as run:
             run.step("calc", latency_ms=0.0022029998945072293)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import math
 import random
+import shutil
 import sqlite3
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -85,16 +86,27 @@ def test_hundreds_of_estimates_are_drawn_as_a_mean_in_a_band_and_a_few_as_error_
             close(fig)
 
 
-@pytest.fixture
-def db(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> str:
-    clear_settings(monkeypatch)
-    # Batches of 10 are too few to judge: an enforcing guardrail would hold them; one that warns still estimates.
-    monkeypatch.setenv("AGENT_LEARNING_GUARDRAIL", "warn")
-    path = str(tmp_path / "r.db")
-    result = CliRunner().invoke(main, ["demo", "--db", path, "--episodes", "600", "--batch", "10", "--no-plot",
-                                       "--agents", "support-bot"])
+@pytest.fixture(scope="module")
+def demo_db(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The demo's store, made once for the module: tests read it through ``db``, a copy of their own."""
+    path = tmp_path_factory.mktemp("demo") / "r.db"
+    with pytest.MonkeyPatch.context() as monkeypatch:
+        clear_settings(monkeypatch)
+        # Batches of 10 are too few to judge: an enforcing guardrail would hold them; one that warns still estimates.
+        monkeypatch.setenv("AGENT_LEARNING_GUARDRAIL", "warn")
+        result = CliRunner().invoke(main, ["demo", "--db", str(path), "--episodes", "600", "--batch", "10",
+                                           "--no-plot", "--agents", "support-bot"])
     assert result.exit_code == 0, result.output
     return path
+
+
+@pytest.fixture
+def db(demo_db: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> str:
+    """A copy of the demo's store for one test, which may edit it."""
+    clear_settings(monkeypatch)
+    for part in demo_db.parent.glob(demo_db.name + "*"):  # the database and any journal beside it
+        shutil.copy2(part, tmp_path / part.name)
+    return str(tmp_path / demo_db.name)
 
 
 def test_report_draws_the_newest_versions_or_a_time_window(db: str, tmp_path: Path) -> None:

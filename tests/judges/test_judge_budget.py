@@ -218,8 +218,9 @@ def test_real_pacing_spaces_the_requests_the_deployment_sees(judge_server: Any) 
         judge.judge(episode(i))
     times = sorted(r.timestamp for r in judge_server.requests)
     assert len(times) == 6
-    # Booked 0.2 s apart (unpaced, they arrive together). Arrival gaps carry the machine's
-    # scheduling jitter, so the span of the six is what is checked; the spacing itself is
+    # Booked 0.2 s apart, a span of 1.0 s (unpaced, the six take about 0.15 s). Arrivals carry the
+    # machine's scheduling jitter: a first request late by a few tenths on a busy machine shortens
+    # the span by as much, so the check only tells paced from unpaced; the spacing itself is
     # checked exactly on a manual clock above.
-    assert times[-1] - times[0] >= 1.0 - 0.1
+    assert times[-1] - times[0] >= 0.6
     judge.close()

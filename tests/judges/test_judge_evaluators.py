@@ -367,8 +367,8 @@ def test_the_embedded_pipeline_scores_with_the_real_evaluators(judge_server: Any
     pipeline = LocalPipeline(
         store, queue, EvaluatorJudge(openai_model(judge_server), FAST), RewardFunction(), Reinforce(), clock=clock
     )
-    policy = SoftmaxPolicy.from_actions("support-bot", ["k=1", "k=3"], seed=1)
-    create_policy(store, policy.to_document(created_at=clock.now()))
+    first = SoftmaxPolicy.from_actions("support-bot", ["k=1", "k=3"]).to_document(created_at=clock.now())
+    policy = SoftmaxPolicy.from_document(create_policy(store, first), seed=1)
     rng = random.Random(0)
     from agent_learning.capture import EpisodeCapture
 

@@ -21,10 +21,10 @@ from agent_learning.audit import audit, audit_agent
 from agent_learning.cli import main
 from agent_learning.clock import ManualClock
 from agent_learning.config import load_settings
-from agent_learning.documents import Action, Feedback, PolicyDocument, TrainingRun
+from agent_learning.documents import Action, Episode, Feedback, PolicyDocument, TrainingRun
 from agent_learning.feedback import record_feedback, sweep
 from agent_learning.local import LocalPipeline, open_local
-from agent_learning.pipeline import create_policy, load_current, revise, rollback, set_pinned
+from agent_learning.pipeline import create_policy, load_current, publish, revise, rollback, set_pinned
 from agent_learning.policy import SoftmaxPolicy
 from agent_learning.simulate import math_tutor
 from agent_learning.store.base import Store
@@ -160,6 +160,72 @@ def test_dead_letters_are_counted_by_reason(tmp_path: Path) -> None:
     pipeline.queue.close()
 
 
+def recreate(setup: Setup) -> tuple[str | None, str | None]:
+    """Delete the agent and create it again under its id: its incarnations before and after."""
+    before = load_current(setup.store, AGENT)
+    setup.store.delete_agent(AGENT)  # what `agent-learn agent delete` does
+    create_policy(setup.store, SoftmaxPolicy.from_actions(AGENT, ACTIONS).to_document(created_at=setup.clock.now()))
+    after = load_current(setup.store, AGENT)
+    assert before is not None and after is not None
+    return before.incarnation, after.incarnation
+
+
+def test_a_re_created_agent_dead_letters_its_predecessors_queued_episodes_and_learns_nothing(setup: Setup) -> None:
+    setup.write(5)
+    setup.pipeline.pump()
+    setup.pipeline.score_pending()  # the scorer now remembers v1 of the first incarnation
+    queued = setup.write(20, prefix="old")
+    setup.pipeline.pump()  # their scoring messages wait in the queue
+    old, new = recreate(setup)
+    assert old and new and old != new
+    setup.pipeline.run_once()  # the queue drained by the same long-lived scorer
+    letters = setup.pipeline.queue.dead_letters()
+    assert sorted(d.message_id for d in letters) == sorted(queued)
+    assert {d.reason for d in letters} == {"IncarnationMismatch"}
+    assert all(f"incarnation {old} of agent {AGENT!r}" in d.description and new in d.description for d in letters)
+    assert setup.store.read_scores(AGENT, None, 100, settled=False) == []
+    current = load_current(setup.store, AGENT)
+    assert current is not None and current.version == 1  # learned nothing
+    books = audit(setup.store, setup.pipeline.queue, [AGENT]).agents[0]
+    assert (books.other_incarnation, books.scores_without_episode, books.episodes, books.lost) == (20, 0, 0, 0)
+    assert books.ok
+
+
+def test_training_refuses_a_score_of_another_incarnation_and_the_audit_counts_it(setup: Setup) -> None:
+    """A scorer in another process that still remembered the deleted agent's version scored its
+    episode: the score is not learned (the run rejects it, saying why) and the audit counts it."""
+    old, _ = recreate(setup)
+    setup.write(4)
+    stale = make_score("old-1", agent_id=AGENT, action_id=ACTIONS[0], incarnation=old)
+    setup.store.add_score(stale)
+    setup.pipeline.run_once()
+    current = load_current(setup.store, AGENT)
+    assert current is not None and current.run is not None
+    assert (current.run.episodes, current.run.rejected) == (4, 1)
+    assert "incarnation" in current.run.rejected_samples[0].error and old in current.run.rejected_samples[0].error
+    books = audit(setup.store, setup.pipeline.queue, [AGENT]).agents[0]
+    assert (books.other_incarnation, books.scores_without_episode, books.learned) == (1, 0, 4) and books.ok
+
+
+def test_an_episode_without_an_incarnation_belongs_to_an_agent_created_before_incarnations(setup: Setup) -> None:
+    """Documents of earlier releases are read unchanged: an agent whose policy has no incarnation
+    learns from episodes without one, as before; once re-created, it refuses them."""
+    setup.store.delete_agent(AGENT)
+    first = SoftmaxPolicy.from_actions(AGENT, ACTIONS).to_document(created_at=setup.clock.now())
+    publish(setup.store, first.as_kind("current"), None)  # created as an earlier release created it
+    assert "incarnation" not in setup.store.get_policy_version(AGENT, 1)  # type: ignore[operator]
+    setup.round(5)
+    written = setup.store.get_episode(next(iter(setup.store.episode_ids(AGENT))))
+    assert written is not None and "incarnation" not in written
+    assert audit_agent(setup.store, AGENT).learned == 5
+    old, new = recreate(setup)
+    assert old is None and new
+    setup.store.add_episode(Episode.from_dict({**written, "id": "from-an-earlier-writer"}))
+    setup.pipeline.run_once()
+    (letter,) = setup.pipeline.queue.dead_letters()
+    assert letter.reason == "IncarnationMismatch" and "legacy (from before incarnations)" in letter.description
+
+
 def sqlite_file(store: Store) -> sqlite3.Connection:
     return sqlite3.connect(store.path, isolation_level=None)  # type: ignore[attr-defined]
 
@@ -177,7 +243,8 @@ def test_a_score_that_landed_behind_the_cursor_is_lost(tmp_path: Path) -> None:
         conn.execute("UPDATE scores SET seq = -seq * 10")
     s.pipeline.train()
     late_episode = s.write(1)[0]
-    template = make_score(late_episode, agent_id=AGENT, action_id=ACTIONS[0], policy_version=2)
+    template = make_score(late_episode, agent_id=AGENT, action_id=ACTIONS[0], policy_version=2,
+                          incarnation=load_current(s.store, AGENT).incarnation)  # type: ignore[union-attr]
     with sqlite_file(s.store) as conn:  # its seq lies in v2's consumed range
         conn.execute("INSERT INTO scores (id, agent_id, seq, doc) VALUES (?, ?, ?, ?)",
                      (late_episode, AGENT, 15, template.model_copy(update={"seq": 15}).to_json()))

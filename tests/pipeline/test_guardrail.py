@@ -10,6 +10,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from adapters import EMBEDDED_STORE_ADAPTERS, only_on
 from support.factories import make_episode, make_policy_doc, make_score
 
 from agent_learning.audit import audit_agent
@@ -59,6 +60,13 @@ def runs(store: Store) -> list[TrainingRun]:
     return [TrainingRun.from_dict(r) for r in store.list_runs(AGENT, 100)]
 
 
+WIRE_IN_BROKEN_LEARNER_TEST = only_on("store", *EMBEDDED_STORE_ADAPTERS)
+"""The guardrail's use of the store (a held run recorded and held again on the same scores, their
+evaluation read back, the held scores learned by the next publish, the audit's books) is tested over
+the wire by the first test below, on every store; the page sizes and verdicts of the others are the
+trainer's own, and run on the embedded stores."""
+
+
 def test_a_broken_learner_is_held_and_a_sound_one_then_learns_the_same_scores(store: Store) -> None:
     start(store)
     log_episodes(store, 600, seed=1)
@@ -86,10 +94,13 @@ def test_a_broken_learner_is_held_and_a_sound_one_then_learns_the_same_scores(st
     assert published.status == "published" and published.version == 2
     assert published.run is not None and published.run.episodes == 700  # the held scores too
     assert published.run.evaluation is not None and published.run.evaluation.verdict == "published"
+    current = load_current(store, AGENT)  # the verdict read back with the version it published
+    assert current is not None and current.run == published.run
     books = audit_agent(store, AGENT)
     assert books.ok and books.learned == 700 and books.lost == 0 and books.held_runs == 1, books.problems
 
 
+@WIRE_IN_BROKEN_LEARNER_TEST
 def test_in_warn_mode_a_worse_candidate_is_published_with_its_verdict(store: Store) -> None:
     start(store)
     log_episodes(store, 600, seed=1)
@@ -403,6 +414,7 @@ class InvertedOnLargeBatches(Reinforce):
         return super().update(logits, batch, temperature, state)
 
 
+@WIRE_IN_BROKEN_LEARNER_TEST
 def test_behind_a_full_page_a_held_candidate_is_followed_by_smaller_pages_not_the_same_verdict(store: Store) -> None:
     """Behind a full page the same rows come back at every run, so the same candidate would be held
     for as long as the backlog lasts: the next runs learn from the page's first half, then quarter,
@@ -434,6 +446,7 @@ def held_page_sizes(store: Store, runs: int, **train: Any) -> list[int]:
     return sizes
 
 
+@WIRE_IN_BROKEN_LEARNER_TEST
 def test_a_persistent_problem_is_held_at_every_page_size_down_to_an_eighth(store: Store) -> None:
     start(store)
     log_episodes(store, 2000, seed=1)
@@ -445,6 +458,7 @@ def test_a_persistent_problem_is_held_at_every_page_size_down_to_an_eighth(store
     assert train_agent(AGENT, store, InvertedRewards(), guardrail=ENFORCE).status == "held"  # no full page: all of it
 
 
+@WIRE_IN_BROKEN_LEARNER_TEST
 def test_a_held_page_is_halved_no_lower_than_the_fewest_scores_worth_a_run(store: Store) -> None:
     """AGENT_LEARNING_TRAIN_MIN_BATCH is the fewest new scores worth a run: the halving that gets
     a held page unstuck learned from 100 of the 200 scores waiting when the setting asked for 150."""

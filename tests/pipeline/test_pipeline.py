@@ -511,7 +511,7 @@ def _raw_episode(env: Env, **changes: Any) -> dict[str, Any]:
     doc = Episode(id=f"raw-{random.Random(str(changes)).getrandbits(40):x}", agent_id=AGENT, policy_version=1,
                   action_id=base.action_id, probability=base.probability, logprob=base.logprob,
                   input="What is 2 + 2?", output="2 + 2 makes 4, so the answer is 4.", started_at=now,
-                  ended_at=now + timedelta(seconds=1)).to_dict()
+                  ended_at=now + timedelta(seconds=1), incarnation=base.incarnation).to_dict()
     for key, value in changes.items():
         if value is ...:
             doc.pop(key)
@@ -817,7 +817,8 @@ def test_an_agent_re_created_under_its_id_is_scored_against_its_new_actions(env:
     decision, now = env.policy().decision_for("short"), env.clock.now()
     env.store.add_episode(Episode(id="ep-short", agent_id=AGENT, policy_version=1, action_id="short",
                                   probability=decision.probability, logprob=decision.logprob, input="What is 2 + 2?",
-                                  output="4", started_at=now, ended_at=now + timedelta(seconds=1)))
+                                  output="4", started_at=now, ended_at=now + timedelta(seconds=1),
+                                  incarnation=decision.incarnation))
     report = env.pipeline.run_once()  # the same long-lived scorer, as in a warm Functions worker
     assert report.outcomes == {"scored": 1}, env.queue.dead_letters()
     assert env.queue.counts().dead_letter == 0

@@ -107,6 +107,18 @@ def test_complete_removes(queue: QueueUnderTest) -> None:
     assert q.receive() == []
 
 
+def test_complete_all_removes_every_message_it_holds_the_lock_of_and_returns_the_others(
+    queue: QueueUnderTest,
+) -> None:
+    q = queue.queue
+    q.send([msg("a"), msg("b"), msg("c")])
+    [a, b, c] = queue.receive_exactly(3)
+    q.complete(b)  # settled already: its lock is gone
+    assert q.complete_all([a, b, c]) == [b]
+    assert q.counts() == QueueCounts(active=0, locked=0, dead_letter=0)
+    assert q.complete_all([]) == []
+
+
 def test_abandon_redelivers_at_the_head_with_the_delivery_count_raised(queue: QueueUnderTest) -> None:
     q = queue.queue
     q.send([msg("a"), msg("b")])

@@ -19,7 +19,7 @@ import pytest
 pytest.importorskip("azure.functions")
 pytest.importorskip("azure.servicebus")
 pytest.importorskip("proton")
-from adapters import adapter_params
+from adapters import only_on
 from amqp_broker import amqp_broker  # noqa: F401  (the fixture; needs python-qpid-proton)
 from app_functions import sb_message
 from factories import make_episode
@@ -446,7 +446,7 @@ def test_fuzzed_settings_are_rejected_naming_the_variable(name: str, value: str)
 
 
 # The deployed pair: Cosmos DB and Service Bus.
-@pytest.mark.parametrize("durable_store", adapter_params("cosmos"), indirect=True)
+@only_on("durable_store", "cosmos")
 def test_an_oversized_episode_does_not_block_the_change_feed_on_service_bus(
     backend: Backend, amqp_broker: Any
 ) -> None:

@@ -29,8 +29,10 @@ from agent_learning.documents import (
     ScoreCursor,
     correction_doc_id,
     correction_ledger_id,
+    feedback_sources_id,
 )
-from agent_learning.errors import AlreadyExists, ConcurrencyConflict, InvalidDocument
+from agent_learning.errors import AlreadyExists, ConcurrencyConflict, InvalidDocument, LimitExceeded
+from agent_learning.feedback import MAX_FEEDBACK_SOURCES
 from agent_learning.pipeline import create_policy, materialise
 from agent_learning.store import SQLiteStore, Store
 from agent_learning.store.base import NOT_MODIFIED, AgentCursor, RawDoc, Tagged
@@ -896,6 +898,42 @@ def test_the_feedback_feed_pages_through_every_write_once_and_an_overwrite_comes
     assert user_fields(again) == changed.to_dict()
     everything = ids(store.read_feedback_changes(None, 100).items)
     assert sorted(everything) == sorted(make_feedback(e, s).id for e, s in written)  # each document once
+
+
+def test_racing_new_sources_are_capped_exactly_and_a_listed_source_may_still_change(store: Store) -> None:
+    cap, posters = MAX_FEEDBACK_SOURCES, 24
+    store.put_feedback(make_feedback("ep-1", "first"), cap)
+    barrier = threading.Barrier(posters)
+
+    def post(i: int) -> bool:
+        barrier.wait()
+        try:
+            store.put_feedback(make_feedback("ep-1", f"source-{i:02d}"), cap)
+            return True
+        except LimitExceeded:
+            return False
+
+    with ThreadPoolExecutor(max_workers=posters) as pool:
+        accepted = sum(pool.map(post, range(posters)))
+    assert accepted == cap - 1
+    assert len(store.list_feedback("ep-1")) == cap
+    store.put_feedback(make_feedback("ep-1", "first", thumb="down"), cap)  # a listed source changes its verdict
+    assert [r["value"] for r in store.list_feedback("ep-1") if r["source"] == "first"] == [0.0]
+    with pytest.raises(LimitExceeded, match=f"^source: episode 'ep-1' already has feedback from {cap} sources$"):
+        store.put_feedback(make_feedback("ep-1", "late"), cap)
+    store.put_feedback(make_feedback("ep-2", "late"), cap)  # each episode has its own cap
+    assert store.get_score(feedback_sources_id("ep-1"), "agent-a") is None  # whatever keeps the count is no score
+    assert store.read_scores("agent-a", None, 10) == []
+
+
+def test_feedback_stored_without_a_cap_counts_toward_it(store: Store) -> None:
+    for i in range(3):  # as an earlier release stored it
+        store.put_feedback(make_feedback("ep-1", f"source-{i}"))
+    with pytest.raises(LimitExceeded):
+        store.put_feedback(make_feedback("ep-1", "new"), 3)
+    store.put_feedback(make_feedback("ep-1", "source-0", thumb="down"), 3)
+    store.put_feedback(make_feedback("ep-1", "new"), 4)
+    assert [r["source"] for r in store.list_feedback("ep-1")] == ["new", "source-0", "source-1", "source-2"]
 
 
 def make_ledger(episode_id: str = "ep-1", revision: int = 1, delta_sum: float = -0.25) -> CorrectionLedger:

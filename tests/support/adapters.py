@@ -13,6 +13,9 @@ Registered in ``tests/conftest.py``. Fixtures:
   (a 30 s lock, at most 3 deliveries), as a :class:`QueueUnderTest`. The queue contract suite
   (``tests/queue/test_queue_contract.py``) takes it; the adapter files override it with their own.
 
+Every behaviour is tested over the wire once: a test that would repeat another's use of Cosmos DB at
+many times the cost of the embedded stores runs on those only (:func:`only_on`).
+
 The ``cosmos`` case is the real azure-cosmos SDK against the patched local Cosmos server
 (``tests/fakes/cosmos_fixture.py``), in a new database per test. The ``servicebus`` case is the real
 azure-servicebus SDK against the in-process AMQP broker (``tests/fakes/amqp_broker.py``), with an
@@ -45,6 +48,9 @@ STORE_ADAPTERS: Final = ("memory", "sqlite", "cosmos")
 DURABLE_STORE_ADAPTERS: Final = ("sqlite", "cosmos")
 """The store adapters a deployment runs on: embedded SQLite, and Cosmos DB."""
 
+EMBEDDED_STORE_ADAPTERS: Final = ("memory", "sqlite")
+"""The store adapters that run in the test's process, with no server."""
+
 EXTERNAL_MARKS: Final = {"cosmos": pytest.mark.cosmos, "servicebus": pytest.mark.servicebus}
 """The mark of each adapter that needs a local server (registered in ``pytest.ini``)."""
 
@@ -60,6 +66,14 @@ FAKE_FIXTURES: Final = {
 def adapter_params(*adapters: str) -> list[Any]:
     """``pytest.param`` per adapter, with the adapter's mark when it is an external one."""
     return [pytest.param(a, id=a, marks=[EXTERNAL_MARKS[a]] if a in EXTERNAL_MARKS else []) for a in adapters]
+
+
+def only_on(fixture: str, *adapters: str) -> pytest.MarkDecorator:
+    """Run a test on some adapters of ``fixture`` ("store", "durable_store") only: where only one
+    adapter has what the test needs, or where another test already makes the same use of the store
+    over the wire, so the wire case would repeat it at many times the cost of the embedded ones
+    (then say which test, beside it)."""
+    return pytest.mark.parametrize(fixture, adapter_params(*adapters), indirect=True)
 
 
 # --------------------------------------------------------------------------- store

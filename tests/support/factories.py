@@ -40,6 +40,10 @@ DEFAULT_AGENT = "agent-a"
 """The default ``agent_id`` of every factory-built document."""
 
 DEFAULT_ACTIONS = ("direct", "step-by-step", "calculator")
+
+INCARNATION = "0123456789abcdef0123456789abcdef"
+"""The incarnation of the policies, episodes and scores these factories make (``incarnation=None``:
+a document of a release from before incarnations)."""
 """The default action ids of :func:`make_policy_doc`; episodes and scores default to the first."""
 
 
@@ -64,6 +68,7 @@ def make_episode(id: str = "ep-1", **overrides: Any) -> Episode:
         "started_at": started_at,
         "ended_at": started_at + timedelta(seconds=1.5),
         "metadata": {"user": "u-1", "turn": 1},
+        "incarnation": INCARNATION,
     }
     fields.update(overrides)
     return Episode(**fields)
@@ -92,6 +97,7 @@ def make_policy_doc(
         "source": "init" if version == 1 else "train",
         "parent_version": None if version == 1 else version - 1,
         "created_at": BASE_TIME,
+        "incarnation": INCARNATION,
     }
     fields.update(overrides)
     return PolicyDocument(**fields)
@@ -128,6 +134,7 @@ def make_score(episode_id: str = "ep-1", episode: Episode | None = None, **overr
             version="test-reward", weights={"relevance": 1.0}, penalties={}, components={"weighted": 0.75}
         ),
         "scored_at": BASE_TIME + timedelta(seconds=5),
+        "incarnation": episode.incarnation if episode else INCARNATION,
     }
     fields.update(overrides)
     return Score(**fields)

@@ -40,6 +40,7 @@ from typing import Any
 import azure.functions as func
 from app_functions import functions, sb_message
 from azure.functions.timer import TimerRequest
+from factories import INCARNATION
 
 from agent_learning import functions as handlers
 from agent_learning.audit import AgentAudit, audit_agent
@@ -259,10 +260,11 @@ class NetworkCut:
 
 
 def start_policy(store: Store, clock: ManualClock) -> None:
-    """Version 1 of the math tutor's policy (uniform over its four prompt variants)."""
+    """Version 1 of the math tutor's policy (uniform over its four prompt variants), of the
+    incarnation of the factories' episodes."""
     actions = math_tutor(AGENT).actions
-    create_policy(store, SoftmaxPolicy.from_actions(AGENT, actions, exploration_floor=0.01).to_document(
-        created_at=clock.now()))
+    first = SoftmaxPolicy.from_actions(AGENT, actions, exploration_floor=0.01).to_document(created_at=clock.now())
+    create_policy(store, first.model_copy(update={"incarnation": INCARNATION}))
 
 
 class Agent:

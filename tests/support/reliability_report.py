@@ -4,7 +4,8 @@ Registered in ``tests/conftest.py``. The reliability tests (``tests/reliability/
 record what each scenario did with :func:`record`: how many faults they injected, how many
 episodes the agents wrote, and how many of those the audit found lost or learned from more
 than once (see ``faults.account``). At the end of the session a table of these counts is
-printed, one row per scenario and store; nothing is printed when no reliability test ran.
+printed, one row per scenario and store (under pytest-xdist, by the controller, from every
+worker's counts); nothing is printed when no reliability test ran.
 
 The ``backend`` fixture gives a reliability test a fresh store of each kind in turn: the
 embedded SQLite store, and the Cosmos DB adapter (the real azure-cosmos SDK) against the
@@ -38,16 +39,17 @@ _ROWS: dict[tuple[str, str], Row] = {}
 _LOCK = threading.Lock()
 
 
-def record(scenario: str, store: str, *, faults: int, episodes: int, lost: int, double: int, kept: int = 0) -> None:
-    """Add one test's counts to the report (call it before asserting, so failures show too)."""
+def _add(scenario: str, store: str, counts: dict[str, int]) -> None:
     with _LOCK:
         row = _ROWS.setdefault((scenario, store), Row())
-        row.tests += 1
-        row.faults += faults
-        row.episodes += episodes
-        row.lost += lost
-        row.double += double
-        row.kept += kept
+        for name, value in counts.items():
+            setattr(row, name, getattr(row, name) + value)
+
+
+def record(scenario: str, store: str, *, faults: int, episodes: int, lost: int, double: int, kept: int = 0) -> None:
+    """Add one test's counts to the report (call it before asserting, so failures show too)."""
+    _add(scenario, store, {"tests": 1, "faults": faults, "episodes": episodes, "lost": lost, "double": double,
+                           "kept": kept})
 
 
 def rows() -> dict[tuple[str, str], Row]:
@@ -72,6 +74,20 @@ def format_report(table: dict[tuple[str, str], Row]) -> list[str]:
     widths = [max(len(line[i]) for line in (header, *body)) for i in range(len(header))]
     fmt = "  ".join(f"{{:<{w}}}" if i < 2 else f"{{:>{w}}}" for i, w in enumerate(widths))
     return [fmt.format(*header), fmt.format(*("-" * w for w in widths)), *(fmt.format(*line) for line in body)]
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    """On a pytest-xdist worker, hand the counts to the controller, which prints the report."""
+    output = getattr(session.config, "workeroutput", None)
+    if output is not None:
+        output["reliability_rows"] = [[scenario, store, vars(row)] for (scenario, store), row in rows().items()]
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node: Any, error: Any) -> None:
+    """On the pytest-xdist controller, add a finished worker's counts to the report."""
+    for scenario, store, counts in getattr(node, "workeroutput", {}).get("reliability_rows", []):
+        _add(scenario, store, counts)
 
 
 def pytest_terminal_summary(terminalreporter: Any) -> None:

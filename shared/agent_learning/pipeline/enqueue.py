@@ -58,9 +58,9 @@ def score_request_message(doc: Mapping[str, Any], embed_limit: int = EMBED_LIMIT
         text = json.dumps(episode, allow_nan=True)
     except (TypeError, ValueError):
         text = None
-    if text is not None and len(text) <= embed_limit:
-        body["episode"] = episode
     payload = json.dumps(body, allow_nan=True)
+    if text is not None and len(text) <= embed_limit:  # as "episode" last in the body: encoded once
+        payload = f'{payload[:-1]}, "episode": {text}}}'
     return OutgoingMessage(message_id=message_id_of(episode_id), body=payload, properties=props)
 
 

@@ -40,6 +40,7 @@ record, so it existing means both do), else the version record.
 from __future__ import annotations
 
 import logging
+import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -141,13 +142,23 @@ def publish(store: Store, new: PolicyDocument, etag: str | None) -> PolicyDocume
 def create_policy(store: Store, policy_doc: PolicyDocument) -> PolicyDocument:
     """Publish the first version of an agent's policy and return the agent's current document.
 
+    Each creation gets a new :data:`~agent_learning.documents.Incarnation` (unless the document
+    names one), which every later version keeps: an agent deleted and created again under the
+    same id never learns from its predecessor's episodes still queued (the scorer dead-letters
+    them, training refuses their scores).
+
     Idempotent: when the agent's version 1 is this document already (made at another time: the
-    creation time is not compared), nothing is written and the current document, perhaps of a
-    later version, is returned. Raises :class:`~agent_learning.errors.AlreadyExists`, naming the
-    agent, when it has another policy: a policy is never overwritten.
+    creation time, and the incarnation when the document names none, are not compared), nothing
+    is written and the current document, perhaps of a later version, is returned. Raises
+    :class:`~agent_learning.errors.AlreadyExists`, naming the agent, when it has another policy:
+    a policy is never overwritten.
     """
     if policy_doc.version != 1 or policy_doc.source != "init":
         raise ValueError("a new policy starts at version 1 with source 'init'")
+    ignore: tuple[str, ...] = ("created_at",)
+    if policy_doc.incarnation is None:
+        policy_doc = policy_doc.model_copy(update={"incarnation": uuid.uuid4().hex})
+        ignore += ("incarnation",)
     try:
         return publish(store, policy_doc.as_kind("current"), None)
     except ConcurrencyConflict:
@@ -158,7 +169,7 @@ def create_policy(store: Store, policy_doc: PolicyDocument) -> PolicyDocument:
     if first is None and current is not None and current.version == 1:  # its records not written yet
         first = current.as_kind("version").to_dict()
     if current is not None and first is not None and same_document(
-        first, policy_doc.as_kind("version").to_dict(), ignore=("created_at",)
+        first, policy_doc.as_kind("version").to_dict(), ignore=ignore
     ):
         return current
     raise AlreadyExists(

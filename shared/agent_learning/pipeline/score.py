@@ -22,6 +22,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from .. import notices
 from ..clock import SYSTEM_CLOCK, Clock
 from ..documents import (
     Episode,
@@ -77,6 +78,10 @@ class ScoreOutcome:
     record: UnjudgedRecord | None = None
 
 
+COMPLETED = ("scored", "duplicate", "unjudged")
+"""The outcomes whose message is completed (:func:`settle`)."""
+
+
 def load_policy_version(store: Store, agent_id: str, version: int) -> PolicyDocument:
     """The policy version an episode was drawn from: its version record, or the current document
     standing in for it.
@@ -102,22 +107,24 @@ class PolicyVersions:
 
     ``max_age`` (seconds; ``None``: no limit) bounds how long a version is remembered: an older
     one is read again, so a version deleted with its agent (``agent-learn agent delete``) is no
-    longer found once ``max_age`` has passed. ``fresh=True`` reads it again whatever its age.
+    longer found once ``max_age`` has passed. ``fresh=True`` reads it again whatever its age, and
+    so does a notice that the agent's policy changed in this process (:mod:`agent_learning.notices`:
+    it may have been created again, as another incarnation).
     """
 
     def __init__(self, store: Store, size: int, *, max_age: float | None = None, clock: Clock = SYSTEM_CLOCK) -> None:
         self._store, self._size, self._max_age, self._clock = store, size, max_age, clock
-        self._kept: OrderedDict[tuple[str, int], tuple[float, PolicyDocument]] = OrderedDict()
+        self._kept: OrderedDict[tuple[str, int], tuple[float, int, PolicyDocument]] = OrderedDict()
         self._lock = threading.Lock()
 
     def __call__(self, agent_id: str, version: int, *, fresh: bool = False) -> PolicyDocument | None:
         """The version, or ``None`` if there is no such version; raises :class:`InvalidDocument`."""
-        key, now = (agent_id, version), self._clock.time()
+        key, now, notice = (agent_id, version), self._clock.time(), notices.generation(agent_id)
         with self._lock:
             kept = None if fresh else self._kept.get(key)
-            if kept is not None and (self._max_age is None or now - kept[0] < self._max_age):
+            if kept is not None and kept[1] == notice and (self._max_age is None or now - kept[0] < self._max_age):
                 self._kept.move_to_end(key)
-                return kept[1]
+                return kept[2]
         try:
             policy = load_policy_version(self._store, agent_id, version)
         except LookupError:
@@ -125,29 +132,42 @@ class PolicyVersions:
                 self._kept.pop(key, None)
             return None
         with self._lock:
-            self._kept[key] = (now, policy)
+            self._kept[key] = (now, notice, policy)
             self._kept.move_to_end(key)
             while len(self._kept) > self._size:
                 self._kept.popitem(last=False)
         return policy
 
 
+INCARNATION_MISMATCH = "IncarnationMismatch"
+"""The dead-letter reason of an episode of another incarnation of its agent than its policy
+version's (the agent was deleted and created again since it was written)."""
+
+
 def policy_problem(episode: Episode, version_of: Callable[..., PolicyDocument | None]) -> tuple[str, str] | None:
     """Why ``episode`` cannot be scored against its policy, as the dead-letter reason and
-    description (``UnknownPolicyVersion``, ``UnknownAction``), or ``None`` if it can be.
+    description (``UnknownPolicyVersion``, :data:`INCARNATION_MISMATCH`, ``UnknownAction``), or
+    ``None`` if it can be.
 
     ``version_of`` finds the version (e.g. a :class:`PolicyVersions`; ``fresh=True`` bypasses its
-    cache); its :class:`InvalidDocument` (an invalid policy document) propagates. An action the
-    remembered version lacks is checked again on a fresh read: the version may be of a deleted
-    agent, re-created under the same id since.
+    cache); its :class:`InvalidDocument` (an invalid policy document) propagates. An action or an
+    incarnation the remembered version lacks is checked again on a fresh read: the version may be
+    of a deleted agent, re-created under the same id since. An episode without an incarnation
+    belongs to the legacy incarnation (:data:`~agent_learning.documents.Incarnation`).
     """
     policy = version_of(episode.agent_id, episode.policy_version)
-    if policy is not None and not knows_action(policy, episode.action_id):
+    if policy is not None and (
+        policy.incarnation != episode.incarnation or not knows_action(policy, episode.action_id)
+    ):
         policy = version_of(episode.agent_id, episode.policy_version, fresh=True)
     if policy is None:
         return (
             "UnknownPolicyVersion",
             f"invalid episode: policy_version: agent {episode.agent_id!r} has no version {episode.policy_version}",
+        )
+    if policy.incarnation != episode.incarnation:
+        return INCARNATION_MISMATCH, "invalid episode: incarnation: " + other_incarnation(
+            f"episode {episode.id!r}", episode.incarnation, policy.incarnation, episode.agent_id
         )
     if not knows_action(policy, episode.action_id):
         return (
@@ -156,6 +176,18 @@ def policy_problem(episode: Episode, version_of: Callable[..., PolicyDocument | 
             f"{policy.id} (known: {policy.action_ids})",
         )
     return None
+
+
+def other_incarnation(what: str, found: str | None, expected: str | None, agent_id: str) -> str:
+    """Why ``what`` (of incarnation ``found``) is not learned by ``agent_id``, now ``expected``."""
+    def name(incarnation: str | None) -> str:
+        return incarnation or "legacy (from before incarnations)"
+
+    return (
+        f"{what} belongs to incarnation {name(found)} of agent {agent_id!r}, whose policy is incarnation "
+        f"{name(expected)}: the agent was deleted and created again since (or the episode's writer did not "
+        "copy the policy's incarnation); the new agent does not learn from it"
+    )
 
 
 CACHED_VERSIONS = 1024
@@ -345,6 +377,7 @@ def _store_score(
         scored_at=scorer.clock.now(),
         context=episode.context,
         measures=measures_of(episode, metrics),
+        incarnation=episode.incarnation,
     )
     try:
         stored = store.put_score(score) if force else store.add_score(score)
@@ -458,7 +491,7 @@ def settle(queue: WorkQueue, message: Any, outcome: ScoreOutcome) -> None:
     allowed delivery (a dead-letter outcome before that is not counted, nothing was dead-lettered)."""
     delivery_count, max_deliveries = getattr(message, "delivery_count", 1), getattr(queue, "max_deliveries", None)
     try:
-        if outcome.status in ("scored", "duplicate", "unjudged"):
+        if outcome.status in COMPLETED:
             queue.complete(message)
         elif outcome.status == "retry":
             queue.abandon(message)

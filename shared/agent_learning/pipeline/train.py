@@ -49,6 +49,7 @@ from ..store.base import RawDoc, Store
 from ..structured import Layout
 from ..telemetry import MEAN_REWARD, POLICY_ENTROPY, SPAN_TRAIN, TRAINING_RUNS, count, record, span
 from .publish import load_current, load_current_tagged, materialise, publish, repair_hint, set_pinned
+from .score import other_incarnation
 
 log = logging.getLogger(__name__)
 
@@ -365,6 +366,9 @@ def collect(agent_id: str, rows: Sequence[RawDoc], policy: PolicyDocument | Sequ
             score = Score.from_dict(row)
             if score.agent_id != agent_id:
                 raise InvalidDocument("score", [("agent_id", f"{score.agent_id!r} is not {agent_id!r}")])
+            if isinstance(policy, PolicyDocument) and score.incarnation != policy.incarnation:
+                why = other_incarnation(f"score {score.id!r}", score.incarnation, policy.incarnation, agent_id)
+                raise InvalidDocument("score", [("incarnation", why)])
         except InvalidDocument as exc:
             out.rejected.append(Rejected(id=str(row.get("id")), error=str(exc)[:4000]))
             continue

@@ -7,12 +7,12 @@ Both follow Service Bus queue semantics in peek-lock mode, so one handler runs o
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import TracebackType
 
 from ..documents import NOT_UNICODE, is_unicode
-from ..errors import InvalidDocument
+from ..errors import ConcurrencyConflict, InvalidDocument
 
 PropertyValue = str | int | float | bool
 """The types an application property may have (an ``int`` within 64 bits, as AMQP carries it)."""
@@ -162,6 +162,18 @@ class WorkQueue(ABC):
     @abstractmethod
     def complete(self, message: ReceivedMessage) -> None:
         """Remove a received message from the queue."""
+
+    def complete_all(self, messages: Sequence[ReceivedMessage]) -> list[ReceivedMessage]:
+        """:meth:`complete` each message; returns those whose lock was lost (for which :meth:`complete`
+        raises :class:`~agent_learning.errors.ConcurrencyConflict`), in order. The embedded queue
+        completes them all in one transaction."""
+        lost = []
+        for message in messages:
+            try:
+                self.complete(message)
+            except ConcurrencyConflict:
+                lost.append(message)
+        return lost
 
     @abstractmethod
     def abandon(self, message: ReceivedMessage) -> None:

@@ -27,7 +27,7 @@ import math
 import os
 import sqlite3
 import threading
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -312,13 +312,25 @@ class SQLiteQueue(WorkQueue):
     # -- settlement ----------------------------------------------------------------------------
 
     def complete(self, message: ReceivedMessage) -> None:
-        with self._write() as (conn, now):
+        with self._read() as conn:  # one statement, atomic on its own: no transaction around it
+            now = self._clock.time()
             deleted = conn.execute(
                 f"DELETE FROM {_BY_TOKEN} AND locked_until > ?",
                 (*self._token_key(message), now),
             ).rowcount
             if deleted != 1:
                 raise self._lock_lost(conn, message, now)
+
+    def complete_all(self, messages: Sequence[ReceivedMessage]) -> list[ReceivedMessage]:
+        if not messages:
+            return []
+        with self._write() as (conn, now):  # one commit for them all
+            return [
+                message
+                for message in messages
+                if conn.execute(f"DELETE FROM {_BY_TOKEN} AND locked_until > ?", (*self._token_key(message), now))
+                .rowcount != 1
+            ]
 
     def abandon(self, message: ReceivedMessage) -> None:
         with self._write() as (conn, now):

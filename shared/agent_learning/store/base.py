@@ -20,7 +20,9 @@ Semantics every adapter keeps:
   by ``(seq, id)`` after a cursor, so a re-scored episode is never read twice.
 * ``replace_current_policy`` is compare-and-swap on the ETag; ``create_policy_version`` is
   create-only (an identical existing version is accepted, a different one conflicts).
-* Feedback: ``put_feedback`` creates or overwrites (the id is per episode and source).
+* Feedback: ``put_feedback`` creates or overwrites (the id is per episode and source). Given
+  ``max_sources``, it refuses a source new to the episode once that many sources gave feedback
+  on it, counting and writing as one atomic step, so posts racing each other cannot pass the cap.
   ``mark_feedback_waiting`` leaves a marker in an episode's score slot when it has no score
   yet; the first write of that score replaces the marker atomically and comes back with
   ``feedback_pending=True``, so the scorer knows to apply the feedback. Markers are never
@@ -68,7 +70,7 @@ from ..documents import (
     UnjudgedRecord,
     stored_policy,
 )
-from ..errors import InvalidDocument
+from ..errors import InvalidDocument, LimitExceeded
 
 RawDoc = dict[str, Any]
 
@@ -153,6 +155,12 @@ def check_limit(limit: int) -> None:
     as "all but the last", "all" or "none", depending on the store)."""
     if isinstance(limit, bool) or not isinstance(limit, int) or limit < 0:
         raise ValueError(f"limit: must be a whole number of at least 0, got {limit!r}")
+
+
+def sources_full(episode_id: str, sources: int) -> LimitExceeded:
+    """What :meth:`Store.put_feedback` raises for a new source of an episode that has feedback
+    from ``sources`` sources, its ``max_sources``."""
+    return LimitExceeded(f"source: episode {episode_id!r} already has feedback from {sources} sources")
 
 
 @dataclass(frozen=True)
@@ -253,8 +261,11 @@ class Store(ABC):
     # ------------------------------------------------------------------ feedback
 
     @abstractmethod
-    def put_feedback(self, feedback: Feedback) -> None:
-        """Create or overwrite one feedback document (its id is per episode and source)."""
+    def put_feedback(self, feedback: Feedback, max_sources: int | None = None) -> None:
+        """Create or overwrite one feedback document (its id is per episode and source). With
+        ``max_sources``, a source new to the episode is refused (:func:`sources_full`) when
+        ``max_sources`` sources already gave feedback on it, atomically with the write; a source
+        that gave feedback may always overwrite it."""
 
     @abstractmethod
     def list_feedback(self, episode_id: str) -> list[RawDoc]:

@@ -70,6 +70,15 @@ unjudged episode sets ``feedback_pending`` on the record instead of leaving a ma
 (type ``correction_ledger``, id ``{episode_id}~ledger``) live in ``agent-scores`` too, also without
 ``seq``: a point read next to the score they describe, and not in the feedback change feed,
 which :meth:`CosmosStore.read_feedback_changes` reads like the episodes' one.
+
+The sources that gave feedback on an episode (type ``feedback_sources``, id
+``{episode_id}~sources``, in ``agent-scores`` beside the ledger, at most ``max_sources`` names)
+are what makes ``put_feedback``'s cap atomic: a source new to the episode is added to the list
+by a compare-and-swap on its ETag before its feedback is written, so a post that loses the
+swap reads the list again and counts the winner. The list only grows, so a post loses at most
+``max_sources`` + 1 swaps. An episode whose feedback predates the list gets one, made from its
+feedback documents, at the next new post. A post that dies between the swap and the write
+leaves its source listed without feedback: the source keeps its place and may post again.
 """
 
 from __future__ import annotations
@@ -107,9 +116,10 @@ from ..documents import (
     TrainingRun,
     UnjudgedRecord,
     correction_ledger_id,
+    feedback_sources_id,
     policy_doc_id,
 )
-from ..errors import ConcurrencyConflict, ConfigurationError, NotFound, TransientError
+from ..errors import ConcurrencyConflict, ConfigurationError, NotFound, StoredDocumentInvalid, TransientError
 from ..telemetry import SCORES_LATE, count
 from .base import (
     NOT_MODIFIED,
@@ -123,6 +133,7 @@ from .base import (
     agent_cursor,
     check_limit,
     same_document,
+    sources_full,
 )
 
 log = logging.getLogger(__name__)
@@ -192,6 +203,7 @@ CONTAINERS: dict[str, ContainerSpec] = {
 }
 MARKER = "feedback_marker"
 LEDGER = "correction_ledger"
+SOURCES = "feedback_sources"
 LEASES = ContainerSpec("leases", ("/id",))
 CURSOR_PAGE = 1_000
 """Current documents per page of :meth:`CosmosStore.training_cursors` (one request each)."""
@@ -554,7 +566,7 @@ class CosmosStore(Store):
 
     def get_score(self, episode_id: str, agent_id: str) -> RawDoc | None:
         doc = self._read(SCORES, episode_id, [agent_id, episode_id])
-        return None if doc is None or doc.get("type") in (MARKER, LEDGER, UNJUDGED) else doc
+        return None if doc is None or doc.get("type") in (MARKER, LEDGER, UNJUDGED, SOURCES) else doc
 
     def read_scores(
         self, agent_id: str, after: ScoreCursor | None, limit: int, *, settled: bool = True
@@ -659,8 +671,46 @@ class CosmosStore(Store):
 
     # ------------------------------------------------------------------ feedback
 
-    def put_feedback(self, feedback: Feedback) -> None:
+    def put_feedback(self, feedback: Feedback, max_sources: int | None = None) -> None:
+        if max_sources is not None:
+            self._list_source(feedback, max_sources)
         self._c["feedback"].upsert_item(feedback.to_dict())
+
+    def _list_source(self, feedback: Feedback, max_sources: int) -> None:
+        """Add the feedback's source to its episode's sources (module docstring) unless listed."""
+        doc_id, episode_id = feedback_sources_id(feedback.episode_id), feedback.episode_id
+        key = [feedback.agent_id, doc_id]
+        for _ in range(max_sources + 2):
+            doc = self._read(SCORES, doc_id, key)
+            if doc is None:  # none yet: the sources of the episode's feedback, if any
+                sources = sorted({str(d.get("source")) for d in self.list_feedback(episode_id)})
+            else:
+                sources = doc.get("sources")
+                if not isinstance(sources, list) or not all(isinstance(s, str) for s in sources):
+                    raise StoredDocumentInvalid(f"document {doc_id!r}", [("sources", "must be a list of strings")])
+            if feedback.source in sources and doc is not None:
+                return
+            if feedback.source not in sources:
+                if len(sources) >= max_sources:
+                    raise sources_full(episode_id, len(sources))
+                sources = [*sources, feedback.source]
+            body = {"id": doc_id, "type": SOURCES, "episode_id": episode_id, "agent_id": feedback.agent_id,
+                    "sources": sources}
+            try:
+                if doc is None:
+                    self._c[SCORES].create_item(body, timeout=self.write_timeout)
+                else:
+                    self._c[SCORES].replace_item(doc_id, body, etag=doc["_etag"],
+                                                 match_condition=MatchConditions.IfNotModified,
+                                                 timeout=self.write_timeout)
+                return
+            except (
+                cosmos_errors.CosmosResourceExistsError,
+                cosmos_errors.CosmosAccessConditionFailedError,
+                cosmos_errors.CosmosResourceNotFoundError,
+            ):
+                continue  # another post changed the list: count again
+        raise TransientError(f"the feedback sources of episode {episode_id!r} kept changing")
 
     def list_feedback(self, episode_id: str) -> list[RawDoc]:
         rows = self._query(

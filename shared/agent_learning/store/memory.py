@@ -20,7 +20,18 @@ from ..documents import (
     policy_doc_id,
 )
 from ..errors import ConcurrencyConflict
-from .base import AgentCursor, FeedPage, RawDoc, Store, Tagged, UnjudgedMark, agent_cursor, check_limit, same_document
+from .base import (
+    AgentCursor,
+    FeedPage,
+    RawDoc,
+    Store,
+    Tagged,
+    UnjudgedMark,
+    agent_cursor,
+    check_limit,
+    same_document,
+    sources_full,
+)
 
 
 class MemoryStore(Store):
@@ -167,8 +178,12 @@ class MemoryStore(Store):
         return {**copy.deepcopy(doc), "feedback_pending": doc["id"] in self._markers}
 
     # feedback
-    def put_feedback(self, feedback: Feedback) -> None:
+    def put_feedback(self, feedback: Feedback, max_sources: int | None = None) -> None:
         with self._lock:
+            if max_sources is not None and feedback.id not in self._feedback:
+                given = sum(d.get("episode_id") == feedback.episode_id for d in self._feedback.values())
+                if given >= max_sources:
+                    raise sources_full(feedback.episode_id, given)
             self._feedback[feedback.id] = feedback.to_dict()
             self._feedback_lsn[feedback.id] = self._next_feedback_lsn
             self._next_feedback_lsn += 1

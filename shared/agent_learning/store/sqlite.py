@@ -33,7 +33,18 @@ from ..documents import (
     policy_doc_id,
 )
 from ..errors import ConcurrencyConflict, ConfigurationError, TransientError
-from .base import AgentCursor, FeedPage, RawDoc, Store, Tagged, UnjudgedMark, agent_cursor, check_limit, same_document
+from .base import (
+    AgentCursor,
+    FeedPage,
+    RawDoc,
+    Store,
+    Tagged,
+    UnjudgedMark,
+    agent_cursor,
+    check_limit,
+    same_document,
+    sources_full,
+)
 
 ID_PAGE = 1_000
 """Rows per query when ids are streamed."""
@@ -243,17 +254,19 @@ class SQLiteStore(Store):
     # ------------------------------------------------------------------ episodes
 
     def add_episode(self, episode: Episode) -> None:
-        doc = episode.to_dict()
-        text = json.dumps(doc)
-        with self._tx() as conn:
-            row = conn.execute("SELECT doc FROM episodes WHERE id = ?", (episode.id,)).fetchone()
-            if row is not None:
-                if same_document(json.loads(row[0]), doc):
-                    return
-                raise ConcurrencyConflict(f"episode {episode.id!r} already exists with different content")
-            conn.execute(
-                "INSERT INTO episodes (id, agent_id, doc) VALUES (?, ?, ?)", (episode.id, episode.agent_id, text)
-            )
+        # One statement, atomic on its own: the episode's JSON as validation made it, unless its id is taken.
+        with self._lock(), busy_is_transient(self.path):
+            inserted = self._conn().execute(
+                "INSERT INTO episodes (id, agent_id, doc) VALUES (?, ?, ?) ON CONFLICT (id) DO NOTHING",
+                (episode.id, episode.agent_id, episode.to_json()),
+            ).rowcount
+        if inserted:
+            return
+        rows = self._query("SELECT doc FROM episodes WHERE id = ?", (episode.id,))
+        if not rows:  # deleted since (its agent was): write it again
+            return self.add_episode(episode)
+        if not same_document(json.loads(rows[0][0]), episode.to_dict()):  # type: ignore[arg-type]
+            raise ConcurrencyConflict(f"episode {episode.id!r} already exists with different content")
 
     def add_raw_episode(self, doc: RawDoc) -> None:
         """Store an unvalidated episode document, as a non-Python agent writing to Cosmos
@@ -305,24 +318,31 @@ class SQLiteStore(Store):
     def put_score(self, score: Score) -> Score:
         return self._write_score(score, overwrite=True)
 
+    _SLOT = (
+        "SELECT s.seq, json_extract(s.doc, '$.late_write'), (SELECT COALESCE(MAX(seq), 0) FROM scores),"
+        " EXISTS (SELECT 1 FROM unjudged WHERE id = ?1), EXISTS (SELECT 1 FROM feedback_markers WHERE id = ?1)"
+        " FROM (SELECT 1) LEFT JOIN scores s ON s.id = ?1"
+    )
+    """What writing a score to slot ``?1`` must know, in one read: the seq and ``late_write`` of a score
+    there (NULL for none), the highest seq, whether an unjudged record and a feedback marker are there."""
+
     def _write_score(self, score: Score, overwrite: bool) -> Score:
         with self._tx() as conn:
-            row = conn.execute(
-                "SELECT seq, json_extract(doc, '$.late_write') FROM scores WHERE id = ?", (score.id,)
-            ).fetchone()
-            if row is not None and not overwrite:
+            seq, late_write, top, unjudged, marked = conn.execute(self._SLOT, (score.id,)).fetchone()
+            if seq is not None and not overwrite:
                 raise ConcurrencyConflict(f"episode {score.id!r} already has a score")
-            conn.execute("DELETE FROM unjudged WHERE id = ?", (score.id,))
-            if conn.execute("DELETE FROM feedback_markers WHERE id = ?", (score.id,)).rowcount:
+            if unjudged:
+                conn.execute("DELETE FROM unjudged WHERE id = ?", (score.id,))
+            if marked:
+                conn.execute("DELETE FROM feedback_markers WHERE id = ?", (score.id,))
                 score = score.model_copy(update={"feedback_pending": True})
-            if row is not None:
-                stored = score.model_copy(update={"seq": row[0], "late_write": row[1] == 1})
+            if seq is not None:
+                stored = score.model_copy(update={"seq": seq, "late_write": late_write == 1})
                 conn.execute(
                     "UPDATE scores SET agent_id = ?, doc = ? WHERE id = ?",
                     (stored.agent_id, stored.to_json(), stored.id),
                 )
             else:
-                (top,) = conn.execute("SELECT COALESCE(MAX(seq), 0) FROM scores").fetchone()
                 stored = score.model_copy(update={"seq": top + 1})
                 conn.execute(
                     "INSERT INTO scores (id, agent_id, seq, doc) VALUES (?, ?, ?, ?)",
@@ -393,8 +413,15 @@ class SQLiteStore(Store):
 
     # ------------------------------------------------------------------ feedback
 
-    def put_feedback(self, feedback: Feedback) -> None:
-        with self._tx() as conn:
+    def put_feedback(self, feedback: Feedback, max_sources: int | None = None) -> None:
+        with self._tx() as conn:  # BEGIN IMMEDIATE: no other writer between the count and the write
+            if max_sources is not None:
+                given, known = conn.execute(
+                    "SELECT COUNT(*), COALESCE(SUM(id = ?), 0) FROM feedback WHERE episode_id = ?",
+                    (feedback.id, feedback.episode_id),
+                ).fetchone()
+                if not known and given >= max_sources:
+                    raise sources_full(feedback.episode_id, given)
             conn.execute(
                 "INSERT OR REPLACE INTO feedback (id, episode_id, doc) VALUES (?, ?, ?)",
                 (feedback.id, feedback.episode_id, feedback.to_json()),
