@@ -1288,12 +1288,13 @@ class Evaluation(BaseModel):
     """A trained candidate evaluated off-policy against the current version on the episodes of
     its batch, before it is published (the publish guardrail, :mod:`agent_learning.evaluation`).
 
-    ``verdict``: ``published`` (evaluable and not confidently worse), ``shrunk`` (not evaluable as
-    trained: its step was shrunk towards the current version until it was, and that is published;
-    ``step`` says how much of it), ``held`` (confidently worse, over a budget, worse on a segment,
-    or not evaluable at any step: not published), ``warned`` (would have been held, published because
-    the guardrail only warns) or ``too_few_samples`` (published by an earlier guardrail that let a
-    candidate it could not evaluate through; no longer given)."""
+    ``verdict``: ``published`` (evaluable, shown to lose less than the margin, within its budgets
+    and not confidently worse on any segment: published as trained), ``shrunk`` (not evaluable or not
+    shown safe as trained: its step was shrunk towards the current version until it was, and that is
+    published; ``step`` says how much of it), ``held`` (confidently worse, over a budget, worse on a
+    segment, or not evaluable at any step: not published), ``warned`` (would have been held or shrunk,
+    published as trained because the guardrail only warns) or ``too_few_samples`` (published by an
+    earlier guardrail that let a candidate it could not evaluate through; no longer given)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
