@@ -114,7 +114,8 @@ def test_the_score_carries_the_episodes_context_for_the_trainer(tmp_path) -> Non
     from agent_learning.local import open_local
 
     clock = ManualClock()
-    with open_local(load_settings(), path=tmp_path / "ctx.db", clock=clock) as pipeline:
+    # Two episodes: too few for the guardrail to judge (it would hold them); it warns.
+    with open_local(load_settings(guardrail="warn"), path=tmp_path / "ctx.db", clock=clock) as pipeline:
         create_policy(pipeline.store, SoftmaxPolicy.from_actions("bot", ["a", "b"]).to_document(created_at=clock.now()))
         client = PolicyClient(pipeline.store, "bot", rng=random.Random(2), clock=clock)
         for episode_id, context in (("with", CONTEXT), ("without", None)):

@@ -236,3 +236,27 @@ def test_rewards_of_one_reward_function_are_estimated_the_newest_scores(store: S
     alone = r"has 1 scored episodes with a reward of reward function third \(the newest; 29 of other reward functions"
     with pytest.raises(NotFound, match=alone + r" are not comparable\); an estimate needs at least 2"):
         cf.read_logged(store, current)
+
+
+def test_a_target_relying_on_rarely_logged_actions_is_marked_unreliable() -> None:
+    """A target on an action the log took at 1%: its intervals covered 16–88% at n ≤ 1,000 while the
+    effective sample size looked fine, and nothing warned."""
+    from agent_learning.store.memory import MemoryStore
+
+    store = MemoryStore()
+    create_policy(store, make_policy_doc(AGENT, kind="current", actions=ACTIONS, logits=[0.0, 0.0, 0.0]))
+    rng = random.Random(1)
+    shares = {"a": 0.495, "b": 0.01, "c": 0.495}
+    for i in range(300):
+        action = rng.choices(ACTIONS, list(shares.values()))[0]
+        store.put_score(make_score(f"ep-{i}", agent_id=AGENT, action_id=action, probability=shares[action],
+                                   reward=float(rng.random() < MEANS[action])))
+    current = load_current(store, AGENT)
+    assert current is not None
+    result = cf.compare_to_current(cf.read_logged(store, current), current, cf.always(current, "b"), "always b")
+    assert any(note.startswith("unreliable:") for note in result.notes), result.notes
+    diagnostics = result.to_dict()["estimates"]["snips"]["target"]["diagnostics"]
+    assert diagnostics["reliable"] is False and diagnostics["max_weight"] > 50
+    ordinary = cf.compare_to_current(cf.read_logged(store, current), current, cf.always(current, "a"), "always a")
+    assert not any(note.startswith("unreliable:") for note in ordinary.notes), ordinary.notes
+    assert ordinary.to_dict()["estimates"]["snips"]["target"]["diagnostics"]["reliable"] is True

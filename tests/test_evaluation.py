@@ -190,3 +190,27 @@ def test_a_small_sample_interval_within_the_rewards_range_covers_a_truth_near_it
             e = estimate(np.zeros(n, dtype=np.int64), rewards, np.ones(n), np.ones((n, 1)), bounds=bounds)
             covered[bounds] += e.low <= truth <= e.high
     assert covered[(0.0, 1.0)] / 400 >= 0.93 and covered[None] / 400 < 0.6, covered
+
+
+def test_an_estimate_relying_on_rarely_logged_actions_is_unreliable_and_the_guardrail_does_not_publish_it() -> None:
+    """K=100 logged uniformly, n=200, a target with half its mass on one action: whether that action was
+    logged or not, the effective sample size can look fine while the interval misses; the diagnostics see it."""
+    from agent_learning.evaluation import GuardrailConfig, judge
+
+    rng = np.random.default_rng(5)
+    n, k = 200, 100
+    unreliable = 0
+    for _ in range(20):
+        actions = rng.integers(k, size=n)
+        rewards = (rng.random(n) < np.where(actions == 0, 0.9, 0.4)).astype(float)
+        target = np.full((n, k), 0.5 / (k - 1))
+        target[:, 0] = 0.5
+        found = estimate(actions, rewards, np.full(n, 1 / k), target, bounds=(0, 1))
+        assert found.diagnostics is not None
+        unreliable += not found.diagnostics.reliable
+        verdict = judge(GuardrailConfig(), rewards, np.full(n, 1 / k), target[np.arange(n), actions], np.full(n, 1 / k))
+        assert verdict.verdict == "held" or (found.diagnostics.reliable and verdict.verdict == "published")
+    assert unreliable >= 18
+    ordinary = estimate(actions, rewards, np.full(n, 1 / k), np.full((n, k), 1 / k), bounds=(0, 1))
+    assert ordinary.diagnostics is not None and ordinary.diagnostics.reliable
+    assert ordinary.diagnostics.mean_weight == pytest.approx(1.0)

@@ -324,22 +324,28 @@ class Comparison:
     """The range of a mean reward (:func:`~agent_learning.evaluation.reward_range`): estimates are cut to it."""
 
     def to_dict(self) -> dict[str, Any]:
+        """As ``evaluate --json`` prints it (each estimate with its weights' diagnostics)."""
         return {
             "target": self.target,
             "current_version": self.current_version,
             "episodes": self.episodes,
             "reward_range": list(self.reward_range),
             "estimates": {
-                name: {
-                    "target": t._asdict(),
-                    "current": c._asdict(),
-                    "difference": d._asdict(),
-                }
+                name: {"target": estimate_dict(t), "current": estimate_dict(c), "difference": estimate_dict(d)}
                 for name, (t, c, d) in self.estimates.items()
             },
-            "metrics": {name: {"target": t._asdict(), "current": c._asdict()} for name, (t, c) in self.metrics.items()},
+            "metrics": {name: {"target": estimate_dict(t), "current": estimate_dict(c)}
+                        for name, (t, c) in self.metrics.items()},
             "notes": list(self.notes),
         }
+
+
+def estimate_dict(e: Estimate) -> dict[str, Any]:
+    """An estimate as JSON: its figures, and its diagnostics with whether it is ``reliable``."""
+    out = e._asdict()
+    if e.diagnostics is not None:
+        out["diagnostics"] = {**e.diagnostics._asdict(), "reliable": e.diagnostics.reliable}
+    return out
 
 
 def compare_to_current(
@@ -377,6 +383,10 @@ def compare_to_current(
                     f"[{bounds[0]:g}, {bounds[1]:g}] (of a difference, ±{bounds[1] - bounds[0]:g}); shown cut to "
                     f"{e.value:.3f}, with its interval"
                 )
+    snips = result.estimates.get("snips")
+    if snips is not None and snips[0].diagnostics is not None and not snips[0].diagnostics.reliable:
+        result.notes.append(f"unreliable: the target's estimates rely on rarely logged configurations "
+                            f"({snips[0].diagnostics.problem}); the guardrail would not publish on them")
     chosen_target, chosen_current = tgt.chosen(logged.logs), cur.chosen(logged.logs)
     for name, values in logged.metrics.items():
         found = compare_metric(name, values, logged.logs.logged, chosen_target, chosen_current, confidence)

@@ -1261,21 +1261,44 @@ class MetricCheck(BaseModel):
     current: Interval
     over: bool
     """Confidently over the budget (lower bound above it) and confidently above the current version (the paired
-    difference's lower bound above 0), on at least the guardrail's minimum of effective samples among the
-    episodes that record the metric."""
+    difference's lower bound above 0), at any number of episodes that record the metric."""
+
+
+class WeightDiagnostics(BaseModel):
+    """How far an off-policy estimate can be trusted, from its importance weights w = π / μ
+    (:func:`agent_learning.evaluation.weight_diagnostics`)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+
+    max_weight: NonNegative
+    mean_weight: NonNegative
+    """The target's total probability as the log sees it: 1 in expectation; far from 1, the log missed (or
+    over-sampled) where the target goes."""
+    rare_mass: NonNegative
+    """The target's mass (estimated) on actions logged below the floor: fewer than 10 expected in the batch."""
+    rare_logged: NonNegative
+    """The share of episodes logged below that floor."""
+    reliable: bool
+    """False when the estimate relies on rarely logged actions: mean weight off 1 by more than 0.1 (and by
+    more than chance), one episode carrying more than a tenth of the weight, or the target's mass on rarely
+    logged actions more than 0.1 above their share of the log."""
 
 
 class Evaluation(BaseModel):
     """A trained candidate evaluated off-policy against the current version on the episodes of
     its batch, before it is published (the publish guardrail, :mod:`agent_learning.evaluation`).
 
-    ``verdict``: ``published`` (not confidently worse), ``held`` (confidently worse: not
-    published), ``warned`` (confidently worse, published because the guardrail only warns) or
-    ``too_few_samples`` (published: too few effective samples to judge)."""
+    ``verdict``: ``published`` (evaluable, shown to lose less than the margin, within its budgets
+    and not confidently worse on any segment: published as trained), ``shrunk`` (not evaluable or not
+    shown safe as trained: its step was shrunk towards the current version until it was, and that is
+    published; ``step`` says how much of it), ``held`` (confidently worse, over a budget, worse on a
+    segment, or not evaluable at any step: not published), ``warned`` (would have been held or shrunk,
+    published as trained because the guardrail only warns) or ``too_few_samples`` (published by an
+    earlier guardrail that let a candidate it could not evaluate through; no longer given)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
-    verdict: Literal["published", "held", "warned", "too_few_samples"]
+    verdict: Literal["published", "shrunk", "held", "warned", "too_few_samples"]
     reason: ShortText
     estimator: Literal["ips", "snips", "dr"]
     confidence: Annotated[float, Field(strict=True, gt=0, lt=1)]
@@ -1288,6 +1311,10 @@ class Evaluation(BaseModel):
     """candidate − current on the same episodes (paired)."""
     metrics: dict[str, MetricCheck] | None = Field(None, exclude_if=_unset)
     """The guardrail metrics that have a budget."""
+    diagnostics: WeightDiagnostics | None = Field(None, exclude_if=_unset)
+    """The candidate's importance weights on the batch (of the shrunk candidate when ``shrunk``)."""
+    step: Annotated[float, Field(strict=True, gt=0, le=1)] | None = Field(None, exclude_if=_unset)
+    """The share of the trained step that was published (``shrunk``)."""
 
 
 class TrainingRun(Document):

@@ -46,9 +46,17 @@ from typing import Any, ClassVar, Literal, NamedTuple, Protocol
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from .documents import Evaluation, Interval, Measures, MetricCheck, PolicyDocument, excluded_configurations
+from .documents import (
+    Evaluation,
+    Interval,
+    Measures,
+    MetricCheck,
+    PolicyDocument,
+    WeightDiagnostics,
+    excluded_configurations,
+)
 from .policy import policy_probabilities
-from .structured import Layout, context_key, dimension_probabilities, feature_logits, normaliser
+from .structured import Layout, context_key, dimension_probabilities, feature_logits, normaliser, segment_name
 
 Array = NDArray[np.float64]
 
@@ -65,6 +73,73 @@ class Estimate(NamedTuple):
     effective_sample_size: float
     clipped_from: float | None = None
     """The estimator's own value when it lay outside the reward's range and ``value`` is cut to it."""
+    diagnostics: Diagnostics | None = None
+    """How far its importance weights let it be trusted (:func:`weight_diagnostics`)."""
+
+
+RARE_EPISODES = 10.0
+"""An action is *rarely logged* in a batch of n episodes when fewer than this many of them are expected to
+take it: logged at μ < RARE_EPISODES / n."""
+RARE_MASS_EXCESS = 0.1
+"""How much more of its mass a target may put on rarely logged actions than their share of the log before
+its estimate is unreliable: the few episodes that took them would carry it."""
+MEAN_WEIGHT_TOLERANCE = 0.1
+"""How far the mean importance weight may be from 1 (its expectation: the target's total mass) before the
+estimate is unreliable — if that is also more than :data:`MEAN_WEIGHT_Z` standard errors of it: the log
+missed, or over-sampled, actions the target takes (SNIPS renormalises that away, and its interval does not
+see it), beyond what the weights' own spread explains."""
+MAX_WEIGHT_SHARE = 0.1
+"""The share of all the weight one episode may carry before the estimate is unreliable: it rests on that
+episode's action, logged too rarely for its reward to be known."""
+MEAN_WEIGHT_Z = 3.0
+"""Standard errors of the mean weight within which its distance from 1 is chance, not a missed action."""
+
+
+class Diagnostics(NamedTuple):
+    """An estimate's importance weights, summarised (:func:`weight_diagnostics`)."""
+
+    max_weight: float
+    mean_weight: float
+    rare_mass: float
+    """IPS estimate of the target's mass on rarely logged actions (:data:`RARE_EPISODES`)."""
+    rare_logged: float
+    """The share of episodes that took them."""
+    mean_weight_se: float = 0.0
+    """The standard error of ``mean_weight``."""
+    episodes: int = 0
+
+    @property
+    def problem(self) -> str:
+        """Why the estimate relies on rarely logged actions ("" when it does not)."""
+        off = abs(self.mean_weight - 1)
+        if off > MEAN_WEIGHT_TOLERANCE and off > MEAN_WEIGHT_Z * self.mean_weight_se:
+            return f"mean importance weight {self.mean_weight:.3g}, not within {MEAN_WEIGHT_TOLERANCE:g} of 1"
+        if self.max_weight > MAX_WEIGHT_SHARE * self.mean_weight * self.episodes:
+            return (f"one episode carries {self.max_weight / (self.mean_weight * self.episodes):.0%} of the weight "
+                    f"(largest weight {self.max_weight:.3g})")
+        if self.rare_mass - self.rare_logged > RARE_MASS_EXCESS:
+            return (f"{self.rare_mass:.0%} of the target's mass is on actions logged too rarely to judge "
+                    f"({self.rare_logged:.0%} of the episodes; largest weight {self.max_weight:.3g})")
+        return ""
+
+    @property
+    def reliable(self) -> bool:
+        return not self.problem
+
+    def document(self) -> WeightDiagnostics:
+        """As stored in a run's :class:`~agent_learning.documents.Evaluation`."""
+        return WeightDiagnostics(max_weight=self.max_weight, mean_weight=self.mean_weight, rare_mass=self.rare_mass,
+                                 rare_logged=self.rare_logged, reliable=self.reliable)
+
+
+def weight_diagnostics(w: Array, logged: Array) -> Diagnostics:
+    """Largest and mean weight, and the target's mass on rarely logged actions against their share of the
+    log. With the mean weight they flag what the effective sample size cannot: a target whose mass lies
+    where the log rarely went has few or no episodes there, and the ones it has look ordinary."""
+    rare = logged * len(w) < RARE_EPISODES
+    top = float(w.max())
+    se = top * float((w / top).std(ddof=1)) / math.sqrt(len(w)) if top > 0 and len(w) > 1 else 0.0
+    return Diagnostics(top, float(w.mean()), float((w * rare).mean()), float(rare.mean()), se, len(w))
 
 
 def reward_range(rewards: ArrayLike) -> tuple[float, float]:
@@ -453,9 +528,10 @@ def evaluate(
     confidence: float = 0.95,
     bounds: tuple[float, float] | None = None,
 ) -> Estimate:
-    """:func:`estimate` on validated inputs (``bounds``: see :func:`interval`)."""
+    """:func:`estimate` on validated inputs (``bounds``: see :func:`interval`), with its diagnostics."""
     w = weights(logs, target, getattr(estimator, "clip", None))
-    return interval(estimator.terms(logs, target), effective_sample_size(w), confidence, bounds)
+    found = interval(estimator.terms(logs, target), effective_sample_size(w), confidence, bounds)
+    return found._replace(diagnostics=weight_diagnostics(w, logs.logged))
 
 
 def compare(
@@ -467,18 +543,24 @@ def compare(
     bounds: tuple[float, float] | None = None,
 ) -> tuple[Estimate, Estimate, Estimate]:
     """The candidate's and the current policy's estimates and their paired difference
-    (candidate − current, whose interval is narrower than either's when they choose alike);
-    with ``bounds``, the range of a mean, each cut to its range (:func:`interval`)."""
+    (candidate − current, whose interval is narrower than either's when they choose alike, with
+    the candidate's diagnostics); with ``bounds``, the range of a mean, each cut to its range
+    (:func:`interval`)."""
     cand_terms = estimator.terms(logs, candidate)
     cur_terms = estimator.terms(logs, current)
     w_cand = weights(logs, candidate, getattr(estimator, "clip", None))
     w_cur = weights(logs, current, getattr(estimator, "clip", None))
     ess = min(effective_sample_size(w_cand), effective_sample_size(w_cur))
     apart = difference_range(bounds) if bounds is not None else None
+    cand_diag = weight_diagnostics(w_cand, logs.logged)
     return (
-        interval(cand_terms, effective_sample_size(w_cand), confidence, bounds),
-        interval(cur_terms, effective_sample_size(w_cur), confidence, bounds),
-        interval(cand_terms - cur_terms, ess, confidence, apart, weight_spread(w_cand, w_cur)),
+        interval(cand_terms, effective_sample_size(w_cand), confidence, bounds)._replace(diagnostics=cand_diag),
+        interval(cur_terms, effective_sample_size(w_cur), confidence, bounds)._replace(
+            diagnostics=weight_diagnostics(w_cur, logs.logged)
+        ),
+        interval(cand_terms - cur_terms, ess, confidence, apart, weight_spread(w_cand, w_cur))._replace(
+            diagnostics=cand_diag
+        ),
     )
 
 
@@ -550,8 +632,21 @@ class GuardrailConfig:
     """Two-sided confidence of the intervals: a candidate no worse than the current version is held at most
     (1 − confidence)/2 of the time."""
     min_effective_samples: float = 30.0
-    """Effective samples the comparison needs before it may hold a candidate; with fewer it is published and
-    its run says so."""
+    """Effective samples a candidate's estimate needs to be evaluable: with fewer, its step is shrunk towards
+    the current version until it has them, or it is held (a confident loss or budget breach is held at any
+    number)."""
+    min_effective_share: float = 0.5
+    """The share of the batch's episodes whose effective samples a candidate's estimate needs to be evaluable:
+    the trust region on the probability ratio (the effective share is 1 / E_μ[w²], so a candidate may not put
+    more than a χ² divergence of 1/share − 1 between itself and what the log chose). A healthy step keeps
+    above 0.8; a step ten times too large falls below it and is shrunk."""
+    safe_confidence: float | None = 0.9
+    """One-sided confidence with which a published step is shown to lose no more than ``margin`` (the lower
+    bound of candidate − current at this confidence at least −margin, as safe policy improvement asks); a
+    candidate not shown so is shrunk towards the current version until it is. Above 0.5 so that a step
+    truly worse by more than the margin is published whole at most 1 − safe_confidence of the time; the
+    higher, the slower healthy learning (docs/benchmarks.md: Guardrail benchmark). None: a step is
+    published unless it is confidently worse."""
     budget_latency_ms: float | None = None
     """Mean latency per episode, in milliseconds, that a candidate may not confidently exceed (None: no budget)."""
     budget_tool_failure_rate: float | None = None
@@ -582,6 +677,10 @@ class GuardrailConfig:
             raise ValueError(f"confidence: {self.confidence!r} must be between 0 and 1")
         if not (math.isfinite(self.min_effective_samples) and self.min_effective_samples >= 2):
             raise ValueError(f"min_effective_samples: {self.min_effective_samples!r} must be at least 2")
+        if not 0 <= self.min_effective_share <= 1:
+            raise ValueError(f"min_effective_share: {self.min_effective_share!r} must be between 0 and 1")
+        if self.safe_confidence is not None and not 0.5 <= self.safe_confidence < 1:
+            raise ValueError(f"safe_confidence: {self.safe_confidence!r} must be at least 0.5 and below 1")
 
 
 def chosen_probabilities(
@@ -621,6 +720,72 @@ def chosen_probabilities(
     return chosen
 
 
+SHRINK_BISECTIONS = 8
+"""Bisections of the search for the largest share of its step (:func:`toward`) at which a candidate that is
+not evaluable is evaluable and passes: to within 1/256 of it; one that passes at no share of 1/256 or more
+is held. (A saturated step — logits far beyond the exploration floor — changes the policy little until it
+is shrunk a long way, so halving a few times is not enough.)"""
+
+
+SHRUNK_SHARE = 0.75
+"""The share of the largest step that passes the bisection (:data:`SHRINK_BISECTIONS`) that is published:
+that step is the one of several whose estimate happened to pass, so its estimate is likely to flatter it,
+and a step just inside the margin by its estimate is often just outside it in truth. (A step confidently
+better than the current version is published as it passed.) On ``benchmarks/guardrail.py`` (20 seeds) a
+step ten times too large was held or shrunk to within the margin 69% of the time at 1, 92% at 0.75 and
+96% at 0.5, and recovery after the best action became the worst took 1.38×, 1.41× and 1.68× as long as
+without the guardrail (docs/benchmarks.md: The guardrail benchmark)."""
+
+
+def toward(current: PolicyDocument, candidate: PolicyDocument, step: float) -> PolicyDocument:
+    """``candidate`` with its step shrunk to ``step`` (0: the current version, 1: the candidate): every
+    parameter interpolated, θ_s = θ_cur + s (θ_cand − θ_cur) — the logits, each segment's offsets and each
+    numeric feature's weights (a parameter one of them lacks counts as 0; a feature's center and scale are
+    the candidate's, set once before it has weights, so they agree wherever both have weights).
+
+    Every context's logits are linear in these parameters, so they interpolate the same way, ℓ_s = ℓ_cur
+    + s Δℓ, for the flat policy and for each dimension of a structured one (a joint configuration's logit
+    is the sum of its values'), and the log probability ratio is log π_s(a|x) / π_cur(a|x) = s (Δℓ_a − E_u
+    Δℓ) / T for a softmax u between the two: the ratio lies within exp(± s (max Δℓ − min Δℓ) / T), a trust
+    region that shrinks with s; the exploration floor mixes both with the same uniform distribution, which
+    only brings the ratio nearer 1. Mixing the two versions' probabilities instead is exact for a flat
+    policy but is no structured policy: a mixture of factorised (or contextual) distributions is not one."""
+    def mix(new: Sequence[float] | None, old: Sequence[float] | None, k: int) -> list[float]:
+        a, b = (np.zeros(k) if v is None else np.asarray(v, dtype=np.float64) for v in (new, old))
+        return [float(x) for x in b + step * (a - b)]
+
+    k = len(candidate.logits)
+    features = None
+    if candidate.features is not None or current.features is not None:
+        before = {f.name: f for f in current.features or []}
+        features = []
+        for f in candidate.features or []:
+            old = before.get(f.name)
+            if f.kind == "category":
+                segs, old_segs = f.segments or {}, (old.segments or {}) if old is not None else {}
+                mixed = {name: mix(segs.get(name), old_segs.get(name), k) for name in {**old_segs, **segs}}
+                features.append(f.model_copy(update={"segments": mixed or None}))
+            elif f.weights is not None:
+                features.append(f.model_copy(update={"weights": mix(f.weights, old.weights if old else None, k)}))
+            else:
+                features.append(f)
+    return candidate.model_copy(
+        update={"logits": mix(candidate.logits, current.logits, k), "features": features}
+    )
+
+
+def segment_labels(doc: PolicyDocument, contexts: Sequence[Mapping[str, Any] | None]) -> list[str] | None:
+    """Each episode's segment for a contextual policy — its category features' segments, as the policy
+    names them (``"tier=gold, region=eu"``) — or None for a policy without category features."""
+    names = [f.name for f in doc.features or [] if f.kind == "category"]
+    if not names:
+        return None
+    return [
+        ", ".join(f"{n}={segment_name(c[n])}" if c and n in c else f"{n}=(none)" for n in names)
+        for c in contexts
+    ]
+
+
 def review(
     config: GuardrailConfig,
     current: PolicyDocument,
@@ -630,19 +795,50 @@ def review(
     logged: Sequence[float],
     contexts: Sequence[Mapping[str, Any] | None],
     measures: Sequence[Measures | None] | None = None,
-) -> Evaluation | None:
+) -> tuple[Evaluation, PolicyDocument] | None:
     """The guardrail's evaluation of ``candidate`` against ``current`` on logged episodes
-    (:func:`judge`; ``None`` when the guardrail is off)."""
+    (:func:`judge`) and the document to publish if it is not held: the candidate, or — when it is not
+    evaluable or not shown safe (``safe_confidence``) and not confidently worse — the largest share of
+    its step (:func:`toward`, :data:`SHRINK_BISECTIONS`) whose estimate is evaluable and passes, times
+    :data:`SHRUNK_SHARE` unless that step is confidently better (verdict ``shrunk``). Held when no share
+    of 1/256 or more passes, or when a smaller share is confidently worse or over budget. ``None`` when
+    the guardrail is off."""
     if config.mode == "off":
         return None
-    return judge(
-        config,
-        rewards,
-        logged,
-        chosen_probabilities(candidate, actions, contexts),
-        chosen_probabilities(current, actions, contexts),
-        metric_values(measures) if measures is not None and config.budgets else None,
-    )
+    metrics = metric_values(measures) if measures is not None and config.budgets else None
+    segments = segment_labels(candidate, contexts) if candidate.structured else None
+    p_cur = chosen_probabilities(current, actions, contexts)
+
+    def verdict(doc: PolicyDocument) -> tuple[Evaluation, str]:
+        return _judge(config, rewards, logged, chosen_probabilities(doc, actions, contexts), p_cur, metrics,
+                      segments)
+
+    evaluation, unevaluable = verdict(candidate)
+    if not unevaluable or config.mode != "enforce":
+        return evaluation, candidate
+    low, high, best = 0.0, 1.0, None
+    for _ in range(SHRINK_BISECTIONS):
+        step = (low + high) / 2
+        shrunk = toward(current, candidate, step)
+        found, why = verdict(shrunk)
+        if found.verdict == "published":
+            low, best = step, (found, shrunk)
+        elif not why:  # confidently worse (or over budget) even at a smaller step: held, nothing of it published
+            reason = f"at {step:.3g} of its step (as trained, {unevaluable}) {found.reason}"
+            return found.model_copy(update={"reason": reason[:4000]}), candidate
+        else:
+            high = step
+    if best is None:
+        return evaluation, candidate
+    found, shrunk = best
+    assert found.difference is not None
+    if found.difference.low <= 0:  # not confidently better: the step that passed may be flattered by its estimate
+        safer = toward(current, candidate, low * SHRUNK_SHARE)
+        again, _ = verdict(safer)
+        if again.verdict == "published":
+            low, found, shrunk = low * SHRUNK_SHARE, again, safer
+    reason = f"shrunk to {low:.3g} of its step (as trained, {unevaluable}); {found.reason}"
+    return found.model_copy(update={"verdict": "shrunk", "reason": reason[:4000], "step": low}), shrunk
 
 
 def judge(
@@ -652,42 +848,65 @@ def judge(
     candidate: ArrayLike,
     current: ArrayLike,
     metrics: Mapping[str, Array] | None = None,
+    segments: Sequence[str] | None = None,
 ) -> Evaluation:
     """The verdict on a candidate from each logged episode's reward, logged probability and
     probability under the candidate and under the current version. SNIPS, paired: the
     difference candidate − current is estimated on the same episodes, so what they choose alike
-    cancels. ``held`` (``warned`` in warn mode) when its upper bound is below −margin, or when a
-    guardrail metric with a budget (``metrics``: per metric, its value on each episode, NaN
-    where unknown) is confidently over it — its lower bound above the budget — and confidently
-    above the current version on it — the paired difference's lower bound above 0 (so a
-    candidate that moves towards the budget, or keeps to the current version's, is not held
-    for it) — on at least ``min_effective_samples`` effective samples of the
-    episodes that record the metric; ``too_few_samples`` when fewer effective samples than
-    ``min_effective_samples`` (or fewer than two episodes) carry the comparison."""
+    cancels. ``held`` (``warned`` in warn mode), at any number of episodes (the intervals keep a
+    minimum width on few effective samples, :func:`interval`), when
+
+    - the difference's upper bound is below −margin (confidently worse);
+    - a guardrail metric with a budget (``metrics``: per metric, its value on each episode, NaN
+      where unknown) is confidently over it — its lower bound above the budget — and confidently
+      above the current version on it — the paired difference's lower bound above 0 (so a
+      candidate that moves towards the budget, or keeps to the current version's, is not held
+      for it);
+    - on a segment (``segments``: each episode's, for a contextual policy) with at least
+      ``min_effective_samples`` effective samples, the difference's upper bound is below −margin
+      at the confidence shared among those segments (Bonferroni): a segment never regresses;
+    - or the estimate is not evaluable: fewer effective samples than ``min_effective_samples``
+      or than ``min_effective_share`` of the episodes, or weights that rely on rarely logged
+      actions (:class:`Diagnostics`); or it is not shown safe: the difference's lower bound at
+      ``safe_confidence`` (one-sided) below −margin. :func:`review` then shrinks the candidate's
+      step until it is both.
+
+    Otherwise ``published``."""
+    return _judge(config, rewards, logged, candidate, current, metrics, segments)[0]
+
+
+def _judge(
+    config: GuardrailConfig,
+    rewards: ArrayLike,
+    logged: ArrayLike,
+    candidate: ArrayLike,
+    current: ArrayLike,
+    metrics: Mapping[str, Array] | None,
+    segments: Sequence[str] | None,
+) -> tuple[Evaluation, str]:
+    """:func:`judge`'s evaluation and, when it is held only because it is not evaluable, why not ("" else)."""
     est = SNIPS()
     r = np.asarray(rewards, dtype=np.float64)
     common = {"estimator": est.name, "confidence": config.confidence, "margin": config.margin, "episodes": len(r)}
+    stop = "held" if config.mode == "enforce" else "warned"
     if len(r) < 2:
-        return Evaluation(
-            verdict="too_few_samples",
-            reason="fewer than 2 episodes to evaluate on",
-            effective_sample_size=float(len(r)),
-            **common,
-        )
+        why = "fewer than 2 episodes to evaluate on"
+        return Evaluation(verdict=stop, reason=f"not evaluable: {why}", effective_sample_size=float(len(r)),
+                          **common), why
     # Only π(a_i | x_i) enters SNIPS: every episode is given action 0 of a one-action log.
     logs = Logs.of(np.zeros(len(r), dtype=np.int64), r, logged, 1)
+    cand_p, cur_p = Target.of_chosen(candidate), Target.of_chosen(current)
+    bounds = reward_range(r)
     try:
-        cand, cur, diff = compare(logs, Target.of_chosen(candidate), Target.of_chosen(current), est, config.confidence,
-                                  reward_range(r))
+        cand, cur, diff = compare(logs, cand_p, cur_p, est, config.confidence, bounds)
     except NoOverlap:
-        return Evaluation(
-            verdict="too_few_samples",
-            reason="no logged episode has a positive probability under both versions",
-            effective_sample_size=0.0,
-            **common,
-        )
+        why = "no logged episode has a positive probability under both versions"
+        return Evaluation(verdict=stop, reason=f"not evaluable: {why}", effective_sample_size=0.0, **common), why
     ess = diff.effective_sample_size
-    figures = {"candidate": _interval(cand), "current": _interval(cur), "difference": _interval(diff)}
+    diag = cand.diagnostics
+    assert diag is not None
+    figures = {"candidate": _interval(cand), "current": _interval(cur), "difference": _interval(diff),
+               "diagnostics": diag.document()}
     change = f"{diff.value:+.4g} reward ({percent(config.confidence)} interval {diff.low:+.4g} to {diff.high:+.4g})"
     checks: dict[str, MetricCheck] = {}
     mu, p_cand, p_cur = (np.asarray(x, dtype=np.float64) for x in (logged, candidate, current))
@@ -700,10 +919,7 @@ def judge(
         if found is not None:
             c, k, d = found
             checks[name] = MetricCheck(
-                budget=budget,
-                candidate=_interval(c),
-                current=_interval(k),
-                over=d.effective_sample_size >= config.min_effective_samples and c.low > budget and d.low > 0,
+                budget=budget, candidate=_interval(c), current=_interval(k), over=c.low > budget and d.low > 0
             )
     over = [
         f"{name} {c.candidate.value:.4g} (lower bound {c.candidate.low:.4g}, current {c.current.value:.4g}) "
@@ -711,22 +927,78 @@ def judge(
         for name, c in checks.items()
         if c.over
     ]
+    unevaluable = ""
     if ess < config.min_effective_samples:
-        verdict = "too_few_samples"
-        needed = f"{config.min_effective_samples:g}"
-        reason = f"{ess:.0f} effective samples, fewer than the {needed} needed to judge: {change}"
-    elif diff.high < -config.margin:
-        verdict = "held" if config.mode == "enforce" else "warned"
+        unevaluable = f"{ess:.0f} effective samples, fewer than the {config.min_effective_samples:g} needed to judge"
+    elif ess < config.min_effective_share * len(r):
+        unevaluable = (f"{ess:.0f} effective samples of {len(r)} episodes, fewer than the share "
+                       f"{config.min_effective_share:g} its step may leave (the trust region)")
+    elif not diag.reliable:
+        unevaluable = f"unreliable: {diag.problem}"
+    elif config.safe_confidence is not None:
+        safe = compare(logs, cand_p, cur_p, est, 2 * config.safe_confidence - 1, bounds)[2]
+        if safe.low < -config.margin:
+            unevaluable = (f"not shown to lose less than the margin {config.margin:g} "
+                           f"({percent(config.safe_confidence)} lower bound {safe.low:+.4g})")
+    why = ""
+    if diff.high < -config.margin:
+        verdict = stop
         reason = f"confidently worse than the current version by more than the margin {config.margin:g}: {change}"
     elif over:
-        verdict = "held" if config.mode == "enforce" else "warned"
+        verdict = stop
         reason = "confidently over budget: " + "; ".join(over)
+    elif lost := segment_losses(config, logs, cand_p, cur_p, bounds, segments):
+        verdict = stop
+        reason = "confidently worse on a segment by more than the margin: " + "; ".join(lost)
+    elif unevaluable:
+        verdict, why = stop, unevaluable
+        reason = f"not evaluable: {unevaluable}: {change}"
     else:
         verdict = "published"
         reason = f"not confidently worse than the current version by more than the margin {config.margin:g}: {change}"
-    return Evaluation(
-        verdict=verdict, reason=reason, effective_sample_size=ess, metrics=checks or None, **figures, **common
-    )
+    evaluation = Evaluation(verdict=verdict, reason=reason[:4000], effective_sample_size=ess, metrics=checks or None,
+                            **figures, **common)
+    return evaluation, why
+
+
+def segment_losses(
+    config: GuardrailConfig,
+    logs: Logs,
+    candidate: Target,
+    current: Target,
+    bounds: tuple[float, float],
+    segments: Sequence[str] | None,
+) -> list[str]:
+    """The segments on which the candidate is confidently worse than the current version by more than the
+    margin, among those with at least ``min_effective_samples`` effective samples, each at confidence
+    1 − (1 − confidence) / (their number), so that a sound candidate is held on some segment no more often
+    than on the whole batch."""
+    if segments is None:
+        return []
+    labels = np.asarray(segments, dtype=object)
+    if len(labels) != len(logs):
+        raise ValueError(f"segments: has {len(labels)} entries but there are {len(logs)} episodes")
+    p_cand, p_cur = candidate.chosen(logs), current.chosen(logs)
+    w_cand, w_cur = p_cand / logs.logged, p_cur / logs.logged
+    eligible = []
+    for label in dict.fromkeys(labels):
+        on = labels == label
+        if on.sum() >= 2 and min(effective_sample_size(w_cand[on]), effective_sample_size(w_cur[on])) >= (
+            config.min_effective_samples
+        ):
+            eligible.append((label, on))
+    if len(eligible) < 2:
+        return []  # one segment is the whole batch, judged already
+    confidence = 1 - (1 - config.confidence) / len(eligible)
+    lost = []
+    for label, on in eligible:
+        part = Logs(logs.actions[on], logs.rewards[on], logs.logged[on], logs.groups[on])
+        _, _, diff = compare(part, Target.of_chosen(p_cand[on]), Target.of_chosen(p_cur[on]), SNIPS(), confidence,
+                             bounds)
+        if diff.high < -config.margin:
+            lost.append(f"{label}: {diff.value:+.4g} reward ({percent(confidence)} interval {diff.low:+.4g} to "
+                        f"{diff.high:+.4g})")
+    return lost
 
 
 def percent(confidence: float) -> str:

@@ -36,8 +36,8 @@ def clean_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
 
 def judged_episodes(db: str, n: int, *, train_each: bool = False) -> None:
     """``n`` episodes of AGENT (``ep-0`` ...) through the embedded pipeline, trained once at the
-    end or after each (one version each)."""
-    with open_local(load_settings(), path=db) as pipeline:
+    end or after each (one version each: the guardrail, which cannot judge so few, warns)."""
+    with open_local(load_settings(guardrail="warn"), path=db) as pipeline:
         for i in range(n):
             decision = PolicyClient(pipeline.store, AGENT).choose()
             EpisodeCapture(pipeline.store, decision, input="How?", episode_id=f"ep-{i}").end("Like this.")

@@ -51,6 +51,9 @@ class Deployment:
 
     def __init__(self, kind: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, request: Any) -> None:
         monkeypatch.setenv("AGENT_LEARNING_SQLITE_PATH", str(tmp_path / "local.db"))
+        # Rounds of 20 episodes are too few for the guardrail to judge at its default of 30 effective samples
+        # (it holds them until that many accumulate, tests/pipeline/test_guardrail.py).
+        monkeypatch.setenv("AGENT_LEARNING_GUARDRAIL_MIN_EFFECTIVE_SAMPLES", "5")
         self.kind = kind
         self.cleanup: Any = None
         if kind == "cosmos":

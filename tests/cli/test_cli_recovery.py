@@ -43,6 +43,8 @@ def as_json(*args: str, code: int = 0) -> Any:
 def pipeline(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[LocalPipeline]:
     clear_settings(monkeypatch)
     monkeypatch.setenv("AGENT_LEARNING_SQLITE_PATH", str(tmp_path / "local.db"))
+    # Rescores and rollbacks of a few episodes: too few for the guardrail to judge (it would hold them); it warns.
+    monkeypatch.setenv("AGENT_LEARNING_GUARDRAIL", "warn")
     p = open_local(load_settings(), clock=ManualClock())
     scenario = math_tutor(AGENT)
     create_policy(p.store, SoftmaxPolicy.from_actions(AGENT, scenario.actions).to_document(created_at=p.clock.now()))
@@ -261,6 +263,7 @@ def judging_share(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, share: str) -
     clear_settings(monkeypatch)
     monkeypatch.setenv("AGENT_LEARNING_SQLITE_PATH", str(tmp_path / "local.db"))
     monkeypatch.setenv("AGENT_LEARNING_JUDGING", f"{AGENT}={share}")
+    monkeypatch.setenv("AGENT_LEARNING_GUARDRAIL", "warn")  # a dozen judged episodes: too few to judge the update
     return open_local(load_settings(), clock=ManualClock())
 
 
@@ -356,16 +359,17 @@ def test_a_limited_judging_of_the_backlog_goes_past_expired_episodes_and_says_so
 def test_evaluate_after_a_rescore_with_other_weights_estimates_one_reward_function(
     pipeline: LocalPipeline, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Before the fix the 5 re-scored rewards were averaged with the 15 others, of another scale."""
-    ids = episodes(pipeline, 20)
+    """Before the fix the 30 re-scored rewards were averaged with the 30 others, of another scale."""
+    ids = episodes(pipeline, 60)  # enough that the update's estimate does not rest on a few episodes
     pipeline.run_once()
     before = as_json("evaluate", "--agent-id", AGENT)
-    assert before["episodes"] == 20 and not before["notes"]
+    assert before["episodes"] == 60 and not before["notes"]
     monkeypatch.setenv("AGENT_LEARNING_W_INTENT", "0")
-    rescored = as_json("rescore", "--agent-id", AGENT, *(a for i in ids[:5] for a in ("--episode-id", i)))
-    assert len(rescored["already_trained"]) == 5
+    # Enough re-scored that their estimate does not rest on a few episodes either (no note of its own).
+    rescored = as_json("rescore", "--agent-id", AGENT, *(a for i in ids[:30] for a in ("--episode-id", i)))
+    assert len(rescored["already_trained"]) == 30
     after = as_json("evaluate", "--agent-id", AGENT)
-    assert after["episodes"] == 5 and after["reward_function"] != before["reward_function"]
+    assert after["episodes"] == 30 and after["reward_function"] != before["reward_function"]
     (note,) = after["notes"]
     assert note.startswith(f"rewards of reward function {after['reward_function']} (the newest score's) only: "
-                           f"episodes rewarded by another (15 of {before['reward_function']}) are left out")
+                           f"episodes rewarded by another (30 of {before['reward_function']}) are left out")

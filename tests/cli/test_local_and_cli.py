@@ -261,7 +261,9 @@ def test_cli_rejects_unknown_demo_agent(tmp_path: Path) -> None:
     assert "--agents" in result.stderr and "nobody" in result.stderr
 
 
-def test_cli_init_policy_then_policy_then_train(tmp_path: Path) -> None:
+def test_cli_init_policy_then_policy_then_train(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # 20 episodes: fewer than the guardrail's default effective samples to judge (it would hold them).
+    monkeypatch.setenv("AGENT_LEARNING_GUARDRAIL_MIN_EFFECTIVE_SAMPLES", "5")
     db = str(tmp_path / "cli.db")
     actions = tmp_path / "actions.json"
     actions.write_text(json.dumps(["concise", {"id": "detailed", "description": "long answers",
@@ -408,6 +410,7 @@ def test_cli_train_scores_the_rest_when_one_episode_fails_and_exits_1(
         return score(body, *args, **kwargs)
 
     monkeypatch.setattr(local, "score_message", broken_on_ep_1)
+    monkeypatch.setenv("AGENT_LEARNING_GUARDRAIL", "warn")  # two episodes: too few to judge, the guardrail warns
     result = CliRunner().invoke(main, ["train", "--db", db])
     assert result.exit_code == 1
     assert "scoring outcomes: scored 2, failed 1" in result.stdout

@@ -21,7 +21,6 @@ from reliability_report import Backend, record
 
 from agent_learning import functions as handlers
 from agent_learning.clock import ManualClock
-from agent_learning.config import load_settings
 from agent_learning.judges.offline import OfflineJudge
 from agent_learning.learner import Reinforce
 from agent_learning.pipeline import Scorer, TrainOutcome, score_episode, train_agent
@@ -49,7 +48,7 @@ def test_two_trainers_racing_for_100_ticks_publish_each_version_once(backend: Ba
     queue = SQLiteQueue(backend.path / "queue.db", clock=clock)
     host = FunctionsHost(backend.store, queue, clock)
     agent = Agent(backend.store, clock)
-    settings = load_settings(store="memory", queue="sqlite")
+    settings = host.runtime.settings  # the host's: a guardrail that warns on these small batches
     trainers = [
         handlers.Runtime(settings, store, queue.send, learner=Reinforce(settings.learner_config()),
                          send_train=lambda messages: len(messages))

@@ -173,7 +173,9 @@ def _train_agent(
         return TrainOutcome("no_new_scores", agent_id, current.version)
     page_full = len(rows) >= max_batch
     if page_full and guardrail is not None:
-        rows = _past_held_pages(store, agent_id, current.version, rows, min_batch)
+        # No halved page smaller than the guardrail can evaluate: it would be held, or (before) published unjudged.
+        smallest = max(min_batch, math.ceil(guardrail.min_effective_samples))
+        rows = _past_held_pages(store, agent_id, current.version, rows, smallest)
     batch = collect(agent_id, rows, current)
     if batch.waits(min_batch, page_full=page_full):
         return TrainOutcome(
@@ -238,17 +240,18 @@ def paused(pin_reason: str) -> str:
 
 HELD_PAGE_HALVINGS = 3
 """How many times a full page is halved for the next run when the guardrail held the candidate
-learned from it (down to an eighth, and never below ``AGENT_LEARNING_TRAIN_MIN_BATCH`` scores).
+learned from it (down to an eighth, and never below ``AGENT_LEARNING_TRAIN_MIN_BATCH`` scores nor below
+the guardrail's ``min_effective_samples``, the fewest episodes it can evaluate).
 Behind a full page the same rows come back at every run, so the same candidate would get the same
 verdict for as long as the backlog keeps the page full, and a sound candidate wrongly held (at
 most 2.5% of them) would stop the agent's learning. Each half is a new candidate on fewer scores;
-a persistent problem is held at every size."""
+a persistent problem is held at every size (and a page too small to evaluate is never published unjudged)."""
 
 
 def _past_held_pages(store: Store, agent_id: str, version: int, rows: list[RawDoc], min_batch: int) -> list[RawDoc]:
     """``rows`` (a full page), or its first half, quarter or eighth when the candidate of every
     larger one was held already (its held run's record is there: one point read per size); never
-    fewer than ``min_batch`` rows, the fewest new scores worth a run."""
+    fewer than ``min_batch`` rows (the fewest new scores worth a run, and the fewest the guardrail evaluates)."""
     size, floor = len(rows), max(len(rows) >> HELD_PAGE_HALVINGS, min_batch, 1)
     while size // 2 >= floor:
         last = rows[size - 1]
@@ -264,11 +267,12 @@ def _past_held_pages(store: Store, agent_id: str, version: int, rows: list[RawDo
 def _guard(
     guardrail: Any, current: PolicyDocument, new: PolicyDocument, batch: Collected
 ) -> tuple[PolicyDocument, TrainingRun | None]:
-    """``new`` with the guardrail's evaluation on its run, and the held run if it is held."""
+    """``new`` with the guardrail's evaluation on its run (shrunk towards ``current`` when the guardrail
+    shrank it), and the held run if it is held."""
     from ..evaluation import review  # numpy, like the learner: only where training runs
 
     n = batch.episodes  # corrections are reward changes, not episodes: they are not evaluated
-    evaluation = review(
+    reviewed = review(
         guardrail,
         current,
         new,
@@ -278,11 +282,16 @@ def _guard(
         batch.contexts[:n],
         batch.measures,
     )
-    if evaluation is None or new.run is None:
+    if reviewed is None or new.run is None:
         return new, None
+    evaluation, new = reviewed
+    assert new.run is not None
     run = new.run.model_copy(update={"evaluation": evaluation})
     if evaluation.verdict == "warned":
         log.warning("training %s: v%d published although %s", new.agent_id, new.version, evaluation.reason)
+    if evaluation.verdict == "shrunk":
+        log.info("training %s: v%d %s", new.agent_id, new.version, evaluation.reason)
+        new = new.model_copy(update={"note": f"{new.note}; its step shrunk to {evaluation.step:g} by the guardrail"})
     if evaluation.verdict != "held":
         return new.model_copy(update={"run": run}), None
     assert new.cursor is not None

@@ -1,0 +1,181 @@
+"""The publish guardrail on the trainer the embedded pipeline runs: false holds and regret of healthy
+learning, and what it stops of a learner gone wrong and of a step ten times too large.
+
+K=4 Bernoulli actions (means 0.5/0.55/0.6/0.7), episodes drawn from the current version, one training run
+(:func:`agent_learning.pipeline.train_agent`, memory store) per batch of 100. Per scenario and seed:
+
+- healthy: 3,000 episodes of :class:`~agent_learning.learner.Reinforce`; false holds are held runs whose
+  candidate is not truly worse than the current version by more than the margin (true values: the
+  means under each version's probabilities), and the share of those shrunk; regret is the expected
+  reward lost against the best action, with the guardrail on and off.
+- gone wrong: 1,000 episodes learned from 1 − reward; of the candidates truly worse than the current
+  version by more than the margin, the share held or shrunk to within the margin of the current
+  version's true value, and the seeds whose first one is.
+- tenfold: 1,000 episodes, each step ten times the learner's; the same share.
+- world changes: 1,500 healthy episodes, then the best action becomes the worst (:data:`CHANGED`); the
+  episodes until the current version recovers (:data:`RECOVERED`; 3,000 if it does not) and the regret
+  after the change, guardrail on against off.
+
+The seeds are the same whichever library is imported, so a checkout's figures (PYTHONPATH at its
+``shared``) compare with another's.
+
+    python benchmarks/guardrail.py [--seeds 20] [--safe-confidence P]
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import random
+from typing import Any
+
+import numpy as np
+
+from agent_learning.documents import PolicyDocument
+from agent_learning.evaluation import GuardrailConfig
+from agent_learning.learner import Batch, Reinforce, Update
+from agent_learning.pipeline import create_policy, load_current, train_agent
+from agent_learning.policy import mix_floor, policy_probabilities, softmax
+from agent_learning.store.memory import MemoryStore
+
+AGENT = "bench"
+MEANS = (0.5, 0.55, 0.6, 0.7)
+ACTIONS = tuple(f"a{i}" for i in range(len(MEANS)))
+BATCH = 100
+GUARD = GuardrailConfig()
+
+
+class Recording(Reinforce):
+    """Reinforce that keeps the logits of its last candidate; ``invert`` learns from 1 − reward, ``scale``
+    multiplies its step."""
+
+    def __init__(self, invert: bool = False, scale: float = 1.0) -> None:
+        super().__init__()
+        self.invert, self.scale = invert, scale
+        self.last: Any = None
+
+    def update(self, logits: Any, batch: Batch, temperature: float = 1.0, state: Any = None) -> Update:
+        if self.invert:
+            batch = dataclasses.replace(batch, rewards=1.0 - batch.rewards)
+        update = super().update(logits, batch, temperature, state)
+        start = np.asarray(logits, dtype=np.float64)
+        scaled = start + self.scale * (np.asarray(update.logits) - start)
+        bound = self.config.logit_bound  # as the learner keeps its own logits, so the document stays valid
+        update = dataclasses.replace(update, logits=np.clip(scaled, -bound, bound))
+        self.last = update.logits
+        return update
+
+
+CHANGED = (0.5, 0.55, 0.6, 0.4)
+"""The world that changes: the best action (a3) becomes the worst."""
+RECOVERED = 0.05
+"""Recovered: the current version's expected reward within this of the best action's."""
+
+
+def value(probs: Any, means: tuple[float, ...] = MEANS) -> float:
+    return float(np.dot(probs, means))
+
+
+def run(seed: int, episodes: int, learner: Recording, guardrail: GuardrailConfig | None,
+        change_at: int | None = None) -> dict[str, Any]:
+    """One agent over ``episodes`` (the means :data:`CHANGED` from episode ``change_at`` on): per run,
+    (status, verdict, true value of current, candidate, published); the regret; the episodes after the
+    change until it recovered (:data:`RECOVERED`; None if it did not)."""
+    from support.factories import make_episode, make_policy_doc, make_score  # the tests' factories
+
+    store, rng = MemoryStore(), random.Random(seed)
+    create_policy(store, make_policy_doc(AGENT, kind="current", actions=ACTIONS, logits=[0.0] * len(MEANS),
+                                         exploration_floor=0.01))
+    rows, regret, changed_regret, recovered = [], 0.0, 0.0, None
+    for start in range(0, episodes, BATCH):
+        means = CHANGED if change_at is not None and start >= change_at else MEANS
+        current = load_current(store, AGENT)
+        assert current is not None
+        probs = policy_probabilities(current)
+        regret += BATCH * (max(means) - value(probs, means))
+        changed_regret += BATCH * (max(means) - value(probs, means)) * (means is CHANGED)
+        if means is CHANGED and recovered is None and value(probs, means) >= max(means) - RECOVERED:
+            recovered = start - change_at
+        for i in range(start, start + BATCH):
+            k = rng.choices(range(len(means)), probs)[0]
+            episode = make_episode(f"ep-{i}", agent_id=AGENT, action_id=ACTIONS[k], probability=probs[k],
+                                   policy_version=current.version)
+            store.add_episode(episode)
+            store.put_score(make_score(episode=episode, reward=float(rng.random() < means[k])))
+        outcome = train_agent(AGENT, store, learner, guardrail=guardrail)
+        after: PolicyDocument | None = load_current(store, AGENT)
+        assert after is not None and learner.last is not None
+        candidate = value(mix_floor(list(softmax(learner.last)), current.exploration_floor), means)
+        ev = outcome.run.evaluation if outcome.run is not None else None
+        published = value(policy_probabilities(after), means)
+        rows.append((outcome.status, ev.verdict if ev else "", value(probs, means), candidate, published))
+    return {"rows": rows, "regret": regret, "regret_after_change": changed_regret, "recovered": recovered}
+
+
+def caught(rows: list[tuple[Any, ...]]) -> tuple[int, int, bool]:
+    """Truly worse candidates, those held or shrunk to within the margin, whether the first was."""
+    worse = [r for r in rows if r[3] < r[2] - GUARD.margin]
+    ok = [r for r in worse if r[0] == "held" or (r[1] == "shrunk" and r[4] >= r[2] - GUARD.margin)]
+    return len(worse), len(ok), bool(worse) and (worse[0] in ok)
+
+
+def main(seeds: int = 20, healthy_episodes: int = 3_000, bad_episodes: int = 1_000,
+         change_at: int = 1_500, after_change: int = 3_000) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    false_holds = shrunk = runs = 0
+    regret_on = regret_off = 0.0
+    for seed in range(seeds):
+        on = run(seed, healthy_episodes, Recording(), GUARD)
+        off = run(seed, healthy_episodes, Recording(), None)
+        regret_on, regret_off = regret_on + on["regret"], regret_off + off["regret"]
+        for r in on["rows"]:
+            runs += 1
+            fine = r[3] >= r[2] - GUARD.margin
+            false_holds += r[0] == "held" and fine
+            shrunk += r[1] == "shrunk" and fine
+    out["healthy"] = {"false_holds": false_holds / runs, "shrunk": shrunk / runs,
+                      "regret_ratio": regret_on / regret_off}
+    for name, learner in (("gone wrong", lambda: Recording(invert=True)), ("tenfold", lambda: Recording(scale=10))):
+        worse = ok = first = any_worse = 0
+        for seed in range(seeds):
+            w, k, f = caught(run(seed, bad_episodes, learner(), GUARD)["rows"])
+            worse, ok, first, any_worse = worse + w, ok + k, first + f, any_worse + (w > 0)
+        out[name] = {"caught": ok / worse if worse else 1.0, "first_caught": first / any_worse if any_worse else 1.0}
+    recovery: dict[str, list[int]] = {"on": [], "off": []}
+    missed, lost = {"on": 0, "off": 0}, {"on": 0.0, "off": 0.0}
+    for seed in range(seeds):
+        for side, guard in (("on", GUARD), ("off", None)):
+            found = run(seed, change_at + after_change, Recording(), guard, change_at)
+            took = found["recovered"]
+            missed[side] += took is None
+            recovery[side].append(after_change if took is None else took)
+            lost[side] += found["regret_after_change"]
+    mean_on, mean_off = (float(np.mean(recovery[side])) for side in ("on", "off"))
+    out["world changes"] = {"on": mean_on, "off": mean_off, "ratio": mean_on / mean_off, "missed": missed,
+                            "regret_ratio": lost["on"] / lost["off"]}
+    return out
+
+
+if __name__ == "__main__":
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--seeds", type=int, default=20)
+    parser.add_argument("--safe-confidence", type=float, help="GuardrailConfig.safe_confidence (0: None)")
+    args = parser.parse_args()
+    if args.safe_confidence is not None:
+        GUARD = dataclasses.replace(GUARD, safe_confidence=args.safe_confidence or None)
+    found = main(args.seeds)
+    h, w = found["healthy"], found["world changes"]
+    print("| scenario | measure | value |\n|---|---|---|")
+    print(f"| healthy | false holds | {h['false_holds']:.1%} |")
+    print(f"| healthy | sound candidates shrunk | {h['shrunk']:.1%} |")
+    print(f"| healthy | regret on / off | {h['regret_ratio']:.3f} |")
+    for name in ("gone wrong", "tenfold"):
+        print(f"| {name} | truly worse held or shrunk | {found[name]['caught']:.0%} |")
+        print(f"| {name} | first one caught (seeds) | {found[name]['first_caught']:.0%} |")
+    print(f"| world changes | episodes to recover, on / off | {w['on']:.0f} / {w['off']:.0f} = {w['ratio']:.2f} |")
+    print(f"| world changes | seeds not recovered, on / off | {w['missed']['on']} / {w['missed']['off']} |")
+    print(f"| world changes | regret after the change, on / off | {w['regret_ratio']:.3f} |")
