@@ -1,5 +1,5 @@
 """The Azure Functions app (Python v2 model). Wiring only: each trigger forwards to
-``agent_learning.functions``, which holds the logic and is tested without the host.
+``agent_learning.app.handlers``, which holds the logic and is tested without the host.
 
     enqueue  Cosmos DB change feed on `episodes`  → one Service Bus message per episode
     score    Service Bus queue                    → judges → shaped reward → `agent-scores`
@@ -16,8 +16,8 @@ Connections are identity-based: `CosmosDBConnection__accountEndpoint` and
 
 import azure.functions as func
 
-from agent_learning import functions
-from agent_learning.callers import Caller, identify
+from agent_learning.app import handlers
+from agent_learning.app.callers import Caller, identify
 
 app = func.FunctionApp(http_auth_level=func.AuthLevel.FUNCTION)
 
@@ -38,7 +38,7 @@ app = func.FunctionApp(http_auth_level=func.AuthLevel.FUNCTION)
     create_lease_container_if_not_exists=False,
 )
 def enqueue(documents: func.DocumentList) -> None:
-    functions.enqueue(documents, functions.runtime())
+    handlers.enqueue(documents, handlers.runtime())
 
 
 @app.service_bus_queue_trigger(
@@ -47,12 +47,12 @@ def enqueue(documents: func.DocumentList) -> None:
     queue_name="%AGENT_LEARNING_QUEUE_NAME%",
 )
 def score(message: func.ServiceBusMessage) -> None:
-    functions.score(message.get_body(), message.delivery_count or 1, message.message_id, functions.runtime())
+    handlers.score(message.get_body(), message.delivery_count or 1, message.message_id, handlers.runtime())
 
 
 @app.timer_trigger(arg_name="timer", schedule="%AGENT_LEARNING_TRAIN_SCHEDULE%", run_on_startup=False, use_monitor=True)
 def train(timer: func.TimerRequest) -> None:
-    functions.train(functions.runtime())
+    handlers.train(handlers.runtime())
 
 
 @app.service_bus_queue_trigger(
@@ -61,45 +61,45 @@ def train(timer: func.TimerRequest) -> None:
     queue_name="%AGENT_LEARNING_TRAIN_QUEUE_NAME%",
 )
 def train_agent(message: func.ServiceBusMessage) -> None:
-    functions.train_agent(message.get_body(), message.delivery_count or 1, message.message_id, functions.runtime())
+    handlers.train_agent(message.get_body(), message.delivery_count or 1, message.message_id, handlers.runtime())
 
 
 @app.route(route="policies/{agent_id}", methods=["GET"], auth_level=func.AuthLevel.FUNCTION)
 def policy(req: func.HttpRequest) -> func.HttpResponse:
     return _response(
-        functions.get_policy(
-            req.route_params.get("agent_id", ""), req.headers.get("If-None-Match"), functions.runtime()
+        handlers.get_policy(
+            req.route_params.get("agent_id", ""), req.headers.get("If-None-Match"), handlers.runtime()
         )
     )
 
 
 @app.route(route="episodes/{episode_id}/feedback", methods=["POST"], auth_level=func.AuthLevel.FUNCTION)
 def feedback(req: func.HttpRequest) -> func.HttpResponse:
-    rt = functions.runtime()
+    rt = handlers.runtime()
     return _response(
-        functions.post_feedback(req.route_params.get("episode_id", ""), req.get_body(), _caller(req, rt), rt)
+        handlers.post_feedback(req.route_params.get("episode_id", ""), req.get_body(), _caller(req, rt), rt)
     )
 
 
 @app.route(route="agents/{agent_id}/episodes", methods=["POST"], auth_level=func.AuthLevel.FUNCTION)
 def ingest(req: func.HttpRequest) -> func.HttpResponse:
-    rt = functions.runtime()
+    rt = handlers.runtime()
     return _response(
-        functions.post_episode(req.route_params.get("agent_id", ""), req.get_body(), _caller(req, rt), rt)
+        handlers.post_episode(req.route_params.get("agent_id", ""), req.get_body(), _caller(req, rt), rt)
     )
 
 
 @app.route(route="agents/{agent_id}/choose", methods=["POST"], auth_level=func.AuthLevel.FUNCTION)
 def choose(req: func.HttpRequest) -> func.HttpResponse:
-    return _response(functions.choose(req.route_params.get("agent_id", ""), req.get_body(), functions.runtime()))
+    return _response(handlers.choose(req.route_params.get("agent_id", ""), req.get_body(), handlers.runtime()))
 
 
-def _caller(req: func.HttpRequest, rt: functions.Runtime) -> Caller:
+def _caller(req: func.HttpRequest, rt: handlers.Runtime) -> Caller:
     """Who sent ``req``: the principal header counts only where the settings trust it."""
     return identify(req.headers, req.params, trust_principal=rt.settings.trust_principal_header)
 
 
-def _response(answer: functions.HttpAnswer) -> func.HttpResponse:
+def _response(answer: handlers.HttpAnswer) -> func.HttpResponse:
     headers = dict(answer.headers or {})
     return func.HttpResponse(
         answer.body, status_code=answer.status, headers=headers, mimetype=headers.pop("Content-Type", "text/plain")

@@ -18,13 +18,13 @@ import time
 from pathlib import Path
 from typing import Any
 
-from agent_learning.clock import ManualClock
-from agent_learning.feedback import record_feedback
+from agent_learning.core.clock import ManualClock
 from agent_learning.judges.offline import OfflineJudge
 from agent_learning.pipeline import Scorer, create_policy, score_episode
 from agent_learning.policy import SoftmaxPolicy
 from agent_learning.rewards import RewardFunction
-from agent_learning.simulate import math_tutor
+from agent_learning.rewards.feedback import record_feedback
+from agent_learning.sim.simulate import math_tutor
 from agent_learning.store.base import Store
 from agent_learning.store.sqlite import SQLiteStore
 

@@ -4,7 +4,7 @@ learning, and what it stops of a learner gone wrong and of a step ten times too 
 K=4 Bernoulli actions (means 0.5/0.55/0.6/0.7), episodes drawn from the current version, one training run
 (:func:`agent_learning.pipeline.train_agent`, memory store) per batch of 100. Per scenario and seed:
 
-- healthy: 3,000 episodes of :class:`~agent_learning.learner.Reinforce`; false holds are held runs whose
+- healthy: 3,000 episodes of :class:`~agent_learning.learning.reinforce.Reinforce`; false holds are held runs whose
   candidate is not truly worse than the current version by more than the margin (true values: the
   means under each version's probabilities), and the share of those shrunk; regret is the expected
   reward lost against the best action, with the guardrail on and off.
@@ -33,7 +33,7 @@ import numpy as np
 
 from agent_learning.documents import PolicyDocument
 from agent_learning.evaluation import GuardrailConfig
-from agent_learning.learner import Batch, Reinforce, Update
+from agent_learning.learning.reinforce import Batch, Reinforce, Update
 from agent_learning.pipeline import create_policy, load_current, train_agent
 from agent_learning.policy import mix_floor, policy_probabilities, softmax
 from agent_learning.store.memory import MemoryStore

@@ -34,7 +34,7 @@ from judge_throughput import make_episode  # noqa: E402
 
 from agent_learning.judges import prompty  # noqa: E402
 from agent_learning.judges.evaluators import EvaluatorJudge, JudgeModel, JudgeTokens, _evaluator_classes  # noqa: E402
-from agent_learning.rewards import INTENT_RESOLUTION, TASK_ADHERENCE, TASK_COMPLETION  # noqa: E402
+from agent_learning.judges.metrics import INTENT_RESOLUTION, TASK_ADHERENCE, TASK_COMPLETION  # noqa: E402
 
 # The longest reply each output format allows, as (field, words) pairs: the word limits the prompty
 # files state ("15-60 words"). Task adherence states none ("some sentences citing evidence and

@@ -46,7 +46,7 @@ from typing import Any
 import numpy as np
 
 from agent_learning.evaluation import GuardrailConfig, judge
-from agent_learning.learner import Batch, LearnerConfig, Reinforce, softmax
+from agent_learning.learning.reinforce import Batch, LearnerConfig, Reinforce, softmax
 from agent_learning.policy import DEFAULT_EXPLORATION_FLOOR, mix_floor
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))

@@ -74,18 +74,18 @@ sys.path.insert(0, str(ROOT / "tests" / "support"))
 import cosmos_fixture  # noqa: E402  (the local server, as the wire tests start it)
 from cosmos_requests import Counts, RequestCounter  # noqa: E402
 
-from agent_learning import functions as handlers  # noqa: E402
-from agent_learning.clock import ManualClock  # noqa: E402
-from agent_learning.config import Settings, load_settings  # noqa: E402
+from agent_learning.app import handlers  # noqa: E402
+from agent_learning.app.settings import Settings, load_settings  # noqa: E402
+from agent_learning.app.wiring import drift_config, guardrail_config, open_scorer  # noqa: E402
+from agent_learning.core.clock import ManualClock  # noqa: E402
 from agent_learning.judges.evaluators import JudgeTokens  # noqa: E402
 from agent_learning.judges.offline import OfflineJudge  # noqa: E402
 from agent_learning.pipeline import create_policy, score_message, train_all  # noqa: E402
 from agent_learning.pipeline.enqueue import score_request_message  # noqa: E402
 from agent_learning.policy import SoftmaxPolicy  # noqa: E402
-from agent_learning.simulate import support_bot  # noqa: E402
+from agent_learning.sim.simulate import support_bot  # noqa: E402
 from agent_learning.store.cosmos import CONTAINERS, CosmosStore  # noqa: E402
 from agent_learning.store.memory import MemoryStore  # noqa: E402
-from agent_learning.wiring import drift_config, guardrail_config, open_scorer  # noqa: E402
 
 # --------------------------------------------------------------------------- assumptions
 # Each number the estimate needs that the code and infra/ do not state, beside its source.

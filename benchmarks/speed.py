@@ -26,9 +26,9 @@ from pathlib import Path
 
 import numpy as np
 
-from agent_learning.demo import run_demo
+from agent_learning.app.demo import run_demo
 from agent_learning.documents import Action
-from agent_learning.learner import Batch, Reinforce
+from agent_learning.learning.reinforce import Batch, Reinforce
 from agent_learning.policy import SoftmaxPolicy
 
 
@@ -74,7 +74,7 @@ def pipeline_eps(episodes_per_agent: int = 4_000, repeats: int = 3) -> float:
 
 
 STAGES = ("agents", "enqueue", "score", "feedback", "train")
-"""The demo's stages, in order (:attr:`agent_learning.demo.DemoResult.cpu_seconds`)."""
+"""The demo's stages, in order (:attr:`agent_learning.app.demo.DemoResult.cpu_seconds`)."""
 
 
 def pipeline_cpu_ms(episodes_per_agent: int = 2_000, repeats: int = 5) -> dict[str, float]:

@@ -105,8 +105,8 @@ def sqlite_figures(n: int) -> dict[str, Any]:
 def history_figures(n: int) -> dict[str, Any]:
     """Milliseconds to read the history of an agent with ``n`` versions (one a minute): all, the
     newest 5, and the 5 created in a window of five minutes in the middle."""
-    from agent_learning.history import history
-    from agent_learning.structured import StructuredPolicy
+    from agent_learning.ops.history import history
+    from agent_learning.policy.structured import StructuredPolicy
 
     folder = Path(tempfile.mkdtemp(prefix="store-access-"))
     try:
@@ -147,7 +147,7 @@ def cosmos_figures(new_scores: int = 50) -> dict[str, Any]:
     from cosmos_requests import RequestCounter
     from factories import make_policy_doc, make_score
 
-    from agent_learning.learner import Reinforce
+    from agent_learning.learning.reinforce import Reinforce
     from agent_learning.pipeline import create_policy, train_agent
     from agent_learning.store.cosmos import CosmosStore
 

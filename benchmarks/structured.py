@@ -44,10 +44,10 @@ from typing import Any
 import numpy as np
 
 from agent_learning.documents import PolicyDocument
-from agent_learning.learner import LearnerConfig
+from agent_learning.learning.reinforce import LearnerConfig
+from agent_learning.learning.structured import Rows, learn_structured
 from agent_learning.policy import DEFAULT_EXPLORATION_FLOOR
-from agent_learning.structured import StructuredPolicy
-from agent_learning.structured_learner import Rows, learn_structured
+from agent_learning.policy.structured import StructuredPolicy
 
 Rng = np.random.Generator
 BATCH = 50
@@ -635,7 +635,7 @@ def speed(repeats: int = 50) -> dict[str, float]:
     import random
     import statistics
 
-    from agent_learning.structured_learner import StructuredReinforce, prepare
+    from agent_learning.learning.structured import StructuredReinforce, prepare
 
     policy = StructuredPolicy.create(
         "speed",

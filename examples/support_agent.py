@@ -26,9 +26,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from agent_learning.capture import EpisodeCapture
-from agent_learning.client import PolicyClient
-from agent_learning.local import open_local
+from agent_learning.agent.capture import EpisodeCapture
+from agent_learning.agent.client import PolicyClient
+from agent_learning.app.embedded import open_local
 from agent_learning.pipeline import create_policy, load_current
 from agent_learning.policy import SoftmaxPolicy
 from agent_learning.store.sqlite import SQLiteStore

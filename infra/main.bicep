@@ -45,7 +45,7 @@ param agentPrincipalId string = ''
 @description('Agents read policies and write episodes straight to Cosmos DB (true), where one role covers every agent id; false gives agentPrincipalId no Cosmos DB role: agents use GET /api/policies and POST /api/agents/{agent_id}/episodes, which writes only the agents episodeWriters allows each caller.')
 param agentDirectCosmosAccess bool = true
 
-@description('Caller identity -> agent ids or fnmatch patterns it may write through POST /api/agents/{agent_id}/episodes (AGENT_LEARNING_EPISODE_WRITERS), e.g. {"key-0123456789abcdef": ["support-*"]}; key-<16 hex> is agent_learning.callers.key_identity of a function key. Empty: the route is off.')
+@description('Caller identity -> agent ids or fnmatch patterns it may write through POST /api/agents/{agent_id}/episodes (AGENT_LEARNING_EPISODE_WRITERS), e.g. {"key-0123456789abcdef": ["support-*"]}; key-<16 hex> is agent_learning.app.callers.key_identity of a function key. Empty: the route is off.')
 param episodeWriters object = {}
 
 @description('Serverless (billed per request and GB, nothing at rest beyond storage) or Provisioned (shared autoscale throughput).')

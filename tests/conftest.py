@@ -15,7 +15,7 @@ import os
 
 import pytest
 
-from agent_learning.clock import ManualClock
+from agent_learning.core.clock import ManualClock
 
 # Local servers from tests/fakes/, helpers from tests/support/ (both on pytest.ini's pythonpath).
 # The AMQP broker is imported by the tests that use it.

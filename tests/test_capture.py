@@ -14,9 +14,10 @@ from pathlib import Path
 import pytest
 from factories import record_steps_at_the_caps
 
-from agent_learning.capture import _MARK, EpisodeCapture
-from agent_learning.client import PolicyClient
-from agent_learning.clock import ManualClock
+from agent_learning.agent.capture import _MARK, EpisodeCapture
+from agent_learning.agent.client import PolicyClient
+from agent_learning.core.clock import ManualClock
+from agent_learning.core.errors import ConcurrencyConflict, InvalidDocument, NotFound
 from agent_learning.documents import (
     MAX_EPISODE_BYTES,
     MAX_JSON_CHARS,
@@ -31,7 +32,6 @@ from agent_learning.documents import (
     Episode,
     json_bytes,
 )
-from agent_learning.errors import ConcurrencyConflict, InvalidDocument, NotFound
 from agent_learning.pipeline import create_policy, score_request_message
 from agent_learning.policy import Decision, SoftmaxPolicy
 from agent_learning.store.memory import MemoryStore

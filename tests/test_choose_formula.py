@@ -18,16 +18,16 @@ from typing import Any
 import numpy as np
 import pytest
 
-from agent_learning.capture import EpisodeCapture
+from agent_learning.agent.capture import EpisodeCapture
+from agent_learning.core.errors import InvalidDocument
 from agent_learning.documents import Action, PolicyDocument
-from agent_learning.errors import InvalidDocument
 from agent_learning.evaluation import chosen_probabilities
-from agent_learning.learner import Batch as FlatBatch
-from agent_learning.learner import LearnerConfig, Reinforce
+from agent_learning.learning.reinforce import Batch as FlatBatch
+from agent_learning.learning.reinforce import LearnerConfig, Reinforce
+from agent_learning.learning.structured import Rows, learn_structured
 from agent_learning.policy import SoftmaxPolicy, mix_floor, served_entropy
+from agent_learning.policy.structured import StructuredPolicy
 from agent_learning.store.memory import MemoryStore
-from agent_learning.structured import StructuredPolicy
-from agent_learning.structured_learner import Rows, learn_structured
 
 # --------------------------------------------------------------------------- the docs' formula
 

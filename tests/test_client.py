@@ -10,9 +10,9 @@ from typing import Any
 
 import pytest
 
-from agent_learning.client import HttpEpisodeWriter, HttpPolicySource, PolicyClient
-from agent_learning.clock import ManualClock
-from agent_learning.errors import InvalidDocument, NotFound, TransientError
+from agent_learning.agent.client import HttpEpisodeWriter, HttpPolicySource, PolicyClient
+from agent_learning.core.clock import ManualClock
+from agent_learning.core.errors import InvalidDocument, NotFound, TransientError
 from agent_learning.pipeline import create_policy
 from agent_learning.policy import SoftmaxPolicy
 from agent_learning.store.memory import MemoryStore

@@ -8,15 +8,15 @@ import re
 
 import pytest
 
-from agent_learning.client import PolicyClient
-from agent_learning.config import PREFIX, Settings, load_settings
-from agent_learning.errors import ConfigurationError
-from agent_learning.learner import LearnerConfig
+from agent_learning.agent.client import PolicyClient
+from agent_learning.app.settings import PREFIX, Settings, load_settings
+from agent_learning.core.errors import ConfigurationError
+from agent_learning.learning.reinforce import LearnerConfig
 from agent_learning.pipeline import MAX_TRAIN_BATCH
 from agent_learning.policy import SoftmaxPolicy
+from agent_learning.policy.structured import StructuredPolicy
 from agent_learning.queue.sqlite import SQLiteQueue
 from agent_learning.rewards import RewardConfig
-from agent_learning.structured import StructuredPolicy
 
 
 @pytest.fixture(autouse=True)

@@ -7,7 +7,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from agent_learning.config import PREFIX, Settings, environment_names
+from agent_learning.app.settings import PREFIX, Settings, environment_names
 
 DOC = Path(__file__).resolve().parents[1] / "docs" / "configuration.md"
 

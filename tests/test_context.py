@@ -9,11 +9,11 @@ from types import MappingProxyType
 
 import pytest
 
-from agent_learning.capture import EpisodeCapture
-from agent_learning.client import PolicyClient
-from agent_learning.clock import ManualClock
+from agent_learning.agent.capture import EpisodeCapture
+from agent_learning.agent.client import PolicyClient
+from agent_learning.core.clock import ManualClock
+from agent_learning.core.errors import InvalidDocument
 from agent_learning.documents import MAX_CONTEXT_FEATURES, Episode
-from agent_learning.errors import InvalidDocument
 from agent_learning.pipeline import create_policy
 from agent_learning.policy import SoftmaxPolicy
 from agent_learning.store.memory import MemoryStore
@@ -51,7 +51,7 @@ def test_an_episode_without_context_is_stored_exactly_as_before(client: PolicyCl
 def test_an_empty_context_is_no_context_in_the_decision_as_in_its_episode(client: PolicyClient) -> None:
     """One spelling: ``choose(context={})`` decides as ``choose()`` and says ``None``, which is how
     its episode stores it; a flat and a structured policy alike."""
-    from agent_learning.structured import StructuredPolicy
+    from agent_learning.policy.structured import StructuredPolicy
 
     structured = StructuredPolicy.create("bot-s", {"prompt": ["a", "b"]}, context={"task": "category"})
     for policy in (client.policy(), structured):
@@ -110,8 +110,8 @@ def test_a_stored_episode_with_bad_context_is_invalid_naming_the_field(client: P
 
 
 def test_the_score_carries_the_episodes_context_for_the_trainer(tmp_path) -> None:  # type: ignore[no-untyped-def]
-    from agent_learning.config import load_settings
-    from agent_learning.local import open_local
+    from agent_learning.app.embedded import open_local
+    from agent_learning.app.settings import load_settings
 
     clock = ManualClock()
     # Two episodes: too few for the guardrail to judge (it would hold them); it warns.

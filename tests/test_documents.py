@@ -13,6 +13,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from agent_learning.core.errors import DocumentTooLarge, InvalidDocument
 from agent_learning.documents import (
     MAX_EPISODE_BYTES,
     MAX_STEP_TEXT_CHARS,
@@ -25,7 +26,6 @@ from agent_learning.documents import (
     TrainingRun,
     json_bytes,
 )
-from agent_learning.errors import DocumentTooLarge, InvalidDocument
 
 # --------------------------------------------------------------------------- valid documents
 
@@ -614,7 +614,7 @@ def test_documents_that_use_nothing_new_stay_readable_by_a_schema_1_library() ->
 
     from factories import make_policy_doc, make_run
 
-    from agent_learning.structured import StructuredPolicy
+    from agent_learning.policy.structured import StructuredPolicy
 
     old = json.loads((Path(__file__).resolve().parent / "fixtures" / "policy.schema.v1.json").read_text())
     flat = make_policy_doc(version=2, run=make_run(), learner_state={"count": [1.0, 2.0, 3.0]},

@@ -11,8 +11,8 @@ import pytest
 from benchmark_modules import load_benchmark
 from factories import BASE_TIME, CountingStore, make_policy_doc
 
-from agent_learning.errors import InvalidDocument
-from agent_learning.history import history, versions_created
+from agent_learning.core.errors import InvalidDocument
+from agent_learning.ops.history import history, versions_created
 from agent_learning.store import SQLiteStore, Store
 
 

@@ -9,9 +9,9 @@ from collections import Counter
 
 import pytest
 
-from agent_learning.config import load_settings
-from agent_learning.errors import ConfigurationError
-from agent_learning.judging import Judging, JudgingRules, JudgingSpec, RateWindow, id_fraction
+from agent_learning.app.settings import load_settings
+from agent_learning.core.errors import ConfigurationError
+from agent_learning.judges.sampling import Judging, JudgingRules, JudgingSpec, RateWindow, id_fraction
 
 
 def test_the_default_judges_every_episode_of_every_agent() -> None:
@@ -139,7 +139,7 @@ def test_a_place_given_back_is_free_again() -> None:
 def test_the_fraction_of_the_largest_hash_stays_below_one(monkeypatch: pytest.MonkeyPatch) -> None:
     """An id whose hash starts with 64 one-bits falls in [0, 1), as documented (the first 64 bits
     over 2⁶⁴ rounded to 1.0 for one id in 2⁵⁴)."""
-    import agent_learning.judging as judging
+    import agent_learning.judges.sampling as judging
 
     class Largest:
         def digest(self) -> bytes:

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from agent_learning.learner import (
+from agent_learning.learning.reinforce import (
     CORRECTIONS,
     RECENT,
     Batch,

@@ -9,13 +9,13 @@ from typing import Any
 
 import pytest
 
-from agent_learning import wiring
-from agent_learning.capture import EpisodeCapture
-from agent_learning.client import PolicyClient
-from agent_learning.clock import ManualClock
-from agent_learning.config import load_settings
-from agent_learning.errors import ConfigurationError
-from agent_learning.local import FEED_CHECKPOINT, open_local
+from agent_learning.agent.capture import EpisodeCapture
+from agent_learning.agent.client import PolicyClient
+from agent_learning.app import wiring
+from agent_learning.app.embedded import FEED_CHECKPOINT, open_local
+from agent_learning.app.settings import load_settings
+from agent_learning.core.clock import ManualClock
+from agent_learning.core.errors import ConfigurationError
 from agent_learning.pipeline import create_policy, load_current
 from agent_learning.policy import SoftmaxPolicy
 from agent_learning.store.sqlite import SQLiteStore

@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
+from agent_learning.core.errors import PermanentError
 from agent_learning.documents import Episode, MetricScore, Step
-from agent_learning.errors import PermanentError
 from agent_learning.rewards import (
     INTENT_RESOLUTION,
     TASK_ADHERENCE,

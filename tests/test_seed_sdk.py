@@ -15,10 +15,10 @@ from typing import Any
 import pytest
 from cli_harness import clear_settings, cli, ok
 
-from agent_learning import functions, wiring
-from agent_learning.config import load_settings
-from agent_learning.errors import ConfigurationError, InvalidDocument
-from agent_learning.local import open_local
+from agent_learning.app import handlers, wiring
+from agent_learning.app.embedded import open_local
+from agent_learning.app.settings import load_settings
+from agent_learning.core.errors import ConfigurationError, InvalidDocument
 from agent_learning.policy import SoftmaxPolicy
 from agent_learning.store.sqlite import SQLiteStore
 
@@ -218,9 +218,9 @@ def test_an_unknown_variable_stops_the_embedded_runner(embedded: Path, monkeypat
 
 def test_an_unknown_variable_stops_the_functions_app(embedded: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv(TYPO[0], "0.5")
-    monkeypatch.setattr(functions, "_runtime", None)
+    monkeypatch.setattr(handlers, "_runtime", None)
     with pytest.raises(ConfigurationError, match=TYPO[1]):
-        functions.runtime()
+        handlers.runtime()
 
 
 def test_config_names_each_source(embedded: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -249,7 +249,7 @@ def test_from_actions_takes_both_orders_and_refuses_a_mixed_call() -> None:
 
 def test_the_top_level_episode_capture_with_arguments_is_the_context_manager(tmp_path: Path) -> None:
     from agent_learning import EpisodeCapture
-    from agent_learning.capture import EpisodeCapture as Capture
+    from agent_learning.agent.capture import EpisodeCapture as Capture
 
     decision = SoftmaxPolicy.from_actions("dq", ["a"]).choose()
     with SQLiteStore(tmp_path / "s.db") as store:
@@ -260,7 +260,7 @@ def test_the_top_level_episode_capture_with_arguments_is_the_context_manager(tmp
 
 
 def test_the_start_form_refuses_a_policy_id_that_is_not_the_snapshots(tmp_path: Path) -> None:
-    from agent_learning.compat import EpisodeRecorder
+    from agent_learning.app.seed import EpisodeRecorder
 
     with SQLiteStore(tmp_path / "s.db") as store:
         recorder = EpisodeRecorder(store)

@@ -7,14 +7,14 @@ from dataclasses import replace
 
 import pytest
 
-from agent_learning.clock import ManualClock
+from agent_learning.core.clock import ManualClock
 from agent_learning.documents import Episode
 from agent_learning.judges.offline import OfflineJudge
 from agent_learning.policy import SoftmaxPolicy, load_policy
+from agent_learning.policy.structured import StructuredPolicy
 from agent_learning.rewards import RewardFunction
-from agent_learning.simulate import SCENARIOS, Scenario, math_tutor, simulate_round, support_bot, triage_bot
+from agent_learning.sim.simulate import SCENARIOS, Scenario, math_tutor, simulate_round, support_bot, triage_bot
 from agent_learning.store.memory import MemoryStore
-from agent_learning.structured import StructuredPolicy
 
 
 @pytest.mark.parametrize("name", sorted(SCENARIOS))

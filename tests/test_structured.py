@@ -14,16 +14,11 @@ import numpy as np
 import pytest
 from support.factories import BASE_TIME, make_score
 
-from agent_learning.client import PolicyClient
+from agent_learning.agent.client import PolicyClient
+from agent_learning.core.errors import AlreadyExists, InvalidDocument
 from agent_learning.documents import MAX_CONTEXT_FEATURES, MAX_LEARNED_VALUES, PolicyDocument
-from agent_learning.errors import AlreadyExists, InvalidDocument
-from agent_learning.learner import Batch, Evidence, LearnerConfig, Reinforce, log_p_best
-from agent_learning.pipeline import create_policy, train_agent
-from agent_learning.policy import SoftmaxPolicy, load_policy, policy_probabilities, served_entropy
-from agent_learning.store.base import Store
-from agent_learning.store.memory import MemoryStore
-from agent_learning.structured import StructuredPolicy, knows_action
-from agent_learning.structured_learner import (
+from agent_learning.learning.reinforce import Batch, Evidence, LearnerConfig, Reinforce, log_p_best
+from agent_learning.learning.structured import (
     NUMBER_FIT_EPISODES,
     PENDING_NUMBERS,
     Rows,
@@ -33,6 +28,11 @@ from agent_learning.structured_learner import (
     prepare,
     surrogate,
 )
+from agent_learning.pipeline import create_policy, train_agent
+from agent_learning.policy import SoftmaxPolicy, load_policy, policy_probabilities, served_entropy
+from agent_learning.policy.structured import StructuredPolicy, knows_action
+from agent_learning.store.base import Store
+from agent_learning.store.memory import MemoryStore
 
 DIMENSIONS = {"prompt": ["concise", "detailed", "steps"], "retrieval_k": [1, 3, 5, 10]}
 

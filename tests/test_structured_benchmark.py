@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from benchmark_modules import load_benchmark
 
-from agent_learning.learner import LearnerConfig
+from agent_learning.learning.reinforce import LearnerConfig
 
 bench = load_benchmark("structured")
 TINY = bench.FactorProblem("2×3 = 6", (2, 3), 300)

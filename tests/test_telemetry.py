@@ -17,21 +17,21 @@ pytest.importorskip("opentelemetry.sdk")
 
 from telemetry_capture import Captured
 
-from agent_learning import telemetry
-from agent_learning.clock import ManualClock
-from agent_learning.config import load_settings
-from agent_learning.drift import DriftConfig
-from agent_learning.errors import ConfigurationError, PermanentError, TransientError
-from agent_learning.feedback import record_feedback
+from agent_learning.app.embedded import LocalPipeline
+from agent_learning.app.settings import load_settings
+from agent_learning.core import telemetry
+from agent_learning.core.clock import ManualClock
+from agent_learning.core.errors import ConfigurationError, PermanentError, TransientError
 from agent_learning.judges.offline import OfflineJudge
-from agent_learning.learner import Reinforce
-from agent_learning.local import LocalPipeline
+from agent_learning.learning.reinforce import Reinforce
 from agent_learning.pipeline import create_policy, load_current
+from agent_learning.pipeline.drift import DriftConfig
 from agent_learning.policy import SoftmaxPolicy
 from agent_learning.queue.base import OutgoingMessage
 from agent_learning.queue.sqlite import SQLiteQueue
 from agent_learning.rewards import RewardFunction
-from agent_learning.simulate import support_bot
+from agent_learning.rewards.feedback import record_feedback
+from agent_learning.sim.simulate import support_bot
 from agent_learning.store import SQLiteStore
 
 AGENT = "support-bot"
@@ -104,8 +104,8 @@ def test_pipeline_metrics(captured: Captured, pipeline: LocalPipeline) -> None:
     assert captured.total("agent_learning.training.runs", status="published") == 1
 
     record_feedback(pipeline.store, ids[0], thumb="down", clock=pipeline.clock)
-    assert captured.total("agent_learning.feedback.received", kind="thumb") == 1
-    assert captured.total("agent_learning.feedback.corrections") == 1
+    assert captured.total("agent_learning.rewards.feedback.received", kind="thumb") == 1
+    assert captured.total("agent_learning.rewards.feedback.corrections") == 1
     assert telemetry.SPAN_FEEDBACK in captured.span_names()
 
 
@@ -138,7 +138,7 @@ def test_a_message_whose_scoring_raises_is_counted_when_the_queue_dead_letters_i
     """A bug (not a judge failure) raises out of scoring: the message comes back until the queue
     dead-letters it after its last allowed delivery, and the metric counts that, embedded and
     under Functions alike."""
-    from agent_learning import functions as handlers
+    from agent_learning.app import handlers
 
     def bug(episode: Any) -> Any:
         raise RuntimeError("a bug in the judge")
@@ -242,7 +242,7 @@ def run_python(code: str, **env: str) -> subprocess.CompletedProcess[str]:
 
 def test_spans_are_skipped_until_a_provider_is_installed_and_recorded_after() -> None:
     code = """
-from agent_learning import telemetry
+from agent_learning.core import telemetry
 from opentelemetry import trace
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
@@ -266,8 +266,8 @@ print("recorded:", [s.name for s in exporter.get_finished_spans()])
 
 def test_console_mode_prints_spans_and_metrics_to_stderr() -> None:
     code = """
-from agent_learning import telemetry
-from agent_learning.config import load_settings
+from agent_learning.core import telemetry
+from agent_learning.app.settings import load_settings
 from opentelemetry import metrics, trace
 assert telemetry.configure(load_settings()) == "console"
 assert telemetry.configure(load_settings()) == "console"  # once per process
@@ -291,8 +291,8 @@ def test_azure_monitor_mode_hands_the_connection_string_to_the_distro() -> None:
 import json, azure.monitor.opentelemetry as distro
 calls = []
 distro.configure_azure_monitor = lambda **kw: calls.append(kw)
-from agent_learning import telemetry
-from agent_learning.config import load_settings
+from agent_learning.core import telemetry
+from agent_learning.app.settings import load_settings
 mode = telemetry.configure(load_settings())
 seen = [{"connection_string": c["connection_string"], "service": c["resource"].attributes["service.name"]}
         for c in calls]
@@ -310,9 +310,9 @@ def test_a_missing_exporter_package_names_the_setting_that_chose_it() -> None:
     code = """
 import sys
 sys.modules["azure.monitor.opentelemetry"] = None  # the azure extra not installed
-from agent_learning import telemetry
-from agent_learning.config import load_settings
-from agent_learning.errors import ConfigurationError
+from agent_learning.core import telemetry
+from agent_learning.app.settings import load_settings
+from agent_learning.core.errors import ConfigurationError
 try:
     telemetry.configure(load_settings())
 except ConfigurationError as exc:
@@ -337,9 +337,9 @@ import json, azure.monitor.opentelemetry as distro
 calls = []
 distro.configure_azure_monitor = lambda **kw: calls.append(kw)
 from click.testing import CliRunner
-from agent_learning import telemetry
+from agent_learning.core import telemetry
 from agent_learning.cli import main
-from agent_learning.demo import run_demo
+from agent_learning.app.demo import run_demo
 run_demo(db_path={str(tmp_path / "a.db")!r}, scenarios=["support-bot"], episodes_per_agent=10, batch=10)
 args = ["demo", "--episodes", "10", "--batch", "10", "--agents", "support-bot", "--no-plot", "--json"]
 result = CliRunner().invoke(main, [*args, "--db", {str(tmp_path / "b.db")!r}])
@@ -355,7 +355,7 @@ print(json.dumps({{"calls": len(calls), "configured": telemetry._configured, "ex
 
 
 def test_the_functions_runtime_counts_a_poison_message_on_its_last_delivery(captured: Captured, tmp_path: Path) -> None:
-    from agent_learning import functions as handlers
+    from agent_learning.app import handlers
 
     settings = load_settings(sqlite_path=str(tmp_path / "f.db"), queue_max_deliveries=3)
     store = SQLiteStore(settings.sqlite_path)

@@ -1,5 +1,5 @@
 """Settings → components: each tunable is stated once, on its component's dataclass, and
-:mod:`agent_learning.wiring` builds every component from settings."""
+:mod:`agent_learning.app.wiring` builds every component from settings."""
 
 from __future__ import annotations
 
@@ -8,13 +8,13 @@ from pathlib import Path
 
 import pytest
 
-from agent_learning import wiring
-from agent_learning.config import COMPONENTS, Settings, field_docs, load_settings
-from agent_learning.drift import DriftConfig
-from agent_learning.errors import ConfigurationError
+from agent_learning.app import wiring
+from agent_learning.app.settings import COMPONENTS, Settings, field_docs, load_settings
+from agent_learning.core.errors import ConfigurationError
 from agent_learning.judges.offline import OfflineJudge
-from agent_learning.learner import LearnerConfig, Reinforce
+from agent_learning.learning.reinforce import LearnerConfig, Reinforce
 from agent_learning.pipeline import Scorer
+from agent_learning.pipeline.drift import DriftConfig
 from agent_learning.queue.sqlite import SQLiteQueue
 from agent_learning.rewards import RewardConfig, RewardFunction
 from agent_learning.store.sqlite import SQLiteStore

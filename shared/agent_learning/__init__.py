@@ -1,12 +1,12 @@
 """agent_learning: agents learn which configuration to use from judged experience.
 
-The agent side needs only :mod:`agent_learning.policy`, :mod:`agent_learning.capture` and a
+The agent side needs only :mod:`agent_learning.policy`, :mod:`agent_learning.agent.capture` and a
 store; the learner (numpy) and the judges (azure-ai-evaluation) are imported only where
 training and scoring run.
 
 The names of the ``azure-agents-learning-sdk`` README (``Action``, ``EpisodeCapture``,
 ``LearningRunner``, ``SoftmaxPolicy``) are importable from here; each is loaded when first used
-(:mod:`agent_learning.compat`, docs/migrating.md).
+(:mod:`agent_learning.app.seed`, docs/migrating.md).
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from typing import Any
 
 __version__ = "0.1.0"
 
-LAZY = {"Action": "compat", "EpisodeCapture": "compat", "LearningRunner": "compat", "SoftmaxPolicy": "compat"}
+LAZY = {"Action": "app.seed", "EpisodeCapture": "app.seed", "LearningRunner": "app.seed", "SoftmaxPolicy": "app.seed"}
 """Name importable from the package → the module it is loaded from when first used."""
 
 

@@ -18,7 +18,7 @@ These document types live in five containers (Cosmos) or in tables (SQLite):
 
 A score with ``revision`` k ≥ 1 is a *feedback correction* (id ``{episode_id}~r{k}``): it
 carries the change of the episode's reward that feedback caused, so that feedback arriving
-after the episode was learned from is learned exactly once (see :mod:`agent_learning.feedback`).
+after the episode was learned from is learned exactly once (see :mod:`agent_learning.rewards.feedback`).
 Episode ids may not contain ``~``, so no episode id is ever a correction id. Corrections written
 before this form existed have ids ``{episode_id}:r{k}``; they are still read and counted
 (:func:`legacy_correction_doc_id`), and none are written any more. A :class:`CorrectionLedger`
@@ -56,17 +56,17 @@ from pydantic import (
     model_validator,
 )
 
-from .errors import DocumentTooLarge, InvalidDocument, StoredDocumentInvalid
-from .limits import AGENT_ID_PATTERN as _ID
-from .limits import AGENT_ID_RULE as AGENT_ID_RULE
-from .limits import DEFAULT_EXPLORATION_FLOOR as DEFAULT_EXPLORATION_FLOOR
-from .limits import DEFAULT_TEMPERATURE as DEFAULT_TEMPERATURE
-from .limits import DOC_ID_PATTERN as _DOC_ID
-from .limits import DOC_ID_RULE as DOC_ID_RULE
-from .limits import MAX_TEMPERATURE as MAX_TEMPERATURE
-from .limits import MIN_TEMPERATURE as MIN_TEMPERATURE
-from .limits import agent_id_problem as agent_id_problem
-from .limits import episode_id_problem as episode_id_problem
+from agent_learning.core.errors import DocumentTooLarge, InvalidDocument, StoredDocumentInvalid
+from agent_learning.core.limits import AGENT_ID_PATTERN as _ID
+from agent_learning.core.limits import AGENT_ID_RULE as AGENT_ID_RULE
+from agent_learning.core.limits import DEFAULT_EXPLORATION_FLOOR as DEFAULT_EXPLORATION_FLOOR
+from agent_learning.core.limits import DEFAULT_TEMPERATURE as DEFAULT_TEMPERATURE
+from agent_learning.core.limits import DOC_ID_PATTERN as _DOC_ID
+from agent_learning.core.limits import DOC_ID_RULE as DOC_ID_RULE
+from agent_learning.core.limits import MAX_TEMPERATURE as MAX_TEMPERATURE
+from agent_learning.core.limits import MIN_TEMPERATURE as MIN_TEMPERATURE
+from agent_learning.core.limits import agent_id_problem as agent_id_problem
+from agent_learning.core.limits import episode_id_problem as episode_id_problem
 
 SCHEMA_VERSION = 2
 """The newest schema this library understands. Documents are written with the oldest schema
@@ -244,7 +244,7 @@ escaped as ``\\uXXXX``, so never less than its UTF-8 length; see :func:`json_byt
 items are limited to 2 MB (2,097,152 bytes, the properties Cosmos adds included) and a larger write
 fails with 413, which no retry cures; the remaining ~97 KB are room for those system properties
 (``_rid``, ``_self``, ``_etag``, ``_ts``, ...: well under 1 KB). :class:`Episode` rejects a larger
-document; :class:`~agent_learning.capture.EpisodeCapture` cuts step texts to stay below it."""
+document; :class:`~agent_learning.agent.capture.EpisodeCapture` cuts step texts to stay below it."""
 
 MAX_TTL_SECONDS = 2**31 - 1
 """The longest time to live an episode may carry: Cosmos DB accepts an item's ``ttl`` of -1 (never
@@ -710,7 +710,7 @@ class Dimension(BaseModel):
 
 
 class ContextFeature(BaseModel):
-    """A context feature a policy learns from (:mod:`agent_learning.structured`).
+    """A context feature a policy learns from (:mod:`agent_learning.policy.structured`).
 
     ``category``: ``segments`` maps each learned segment to one logit offset per action.
     ``number``: one ``weights`` entry per action, applied to ``(x − center) / scale``; the
@@ -886,7 +886,7 @@ class PolicyDocument(Document):
 
     @property
     def structured(self) -> bool:
-        """Whether choosing needs :class:`~agent_learning.structured.StructuredPolicy`."""
+        """Whether choosing needs :class:`~agent_learning.policy.structured.StructuredPolicy`."""
         return self.dimensions is not None or self.excluded is not None or self.features is not None
 
     def as_kind(self, kind: Literal["version", "current"]) -> PolicyDocument:
@@ -1166,7 +1166,7 @@ class Feedback(Document):
 
     ``id`` is :func:`feedback_doc_id` of the episode and the source, so one source has one
     feedback per episode: posting again replaces it. Over HTTP the source is the caller's
-    identity (:mod:`agent_learning.callers`), never a field of the request. ``value`` is the verdict on [0, 1]
+    identity (:mod:`agent_learning.app.callers`), never a field of the request. ``value`` is the verdict on [0, 1]
     (thumbs up 1, thumbs down 0), which the reward rule blends with the judges' reward.
     """
 

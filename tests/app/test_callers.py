@@ -8,9 +8,9 @@ pytest.importorskip("azure.functions")
 
 import azure.functions as func
 
-from agent_learning.callers import ANONYMOUS, identify, key_identity, principal_identity
-from agent_learning.config import load_settings
-from agent_learning.errors import ConfigurationError
+from agent_learning.app.callers import ANONYMOUS, identify, key_identity, principal_identity
+from agent_learning.app.settings import load_settings
+from agent_learning.core.errors import ConfigurationError
 
 GUID = "0F8FAD5B-D9CB-469F-A165-70867728950E"
 

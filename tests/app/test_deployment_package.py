@@ -125,8 +125,8 @@ def test_the_package_holds_everything_the_handlers_import(package: Path) -> None
 import json
 from agent_learning.store.cosmos import CosmosStore
 from agent_learning.queue.servicebus import ServiceBusQueue
-from agent_learning.learner import Reinforce
-from agent_learning import functions
+from agent_learning.learning.reinforce import Reinforce
+from agent_learning.app import handlers
 import azure.identity, azure.ai.evaluation, azure.monitor.opentelemetry, opentelemetry.sdk
 print(json.dumps({"ok": True}))
 """,

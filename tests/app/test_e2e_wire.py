@@ -26,14 +26,14 @@ from azure.functions.servicebus import ServiceBusMessage
 from azure.functions.timer import TimerRequest
 from cosmos_fixture import CLIENT_KWARGS, SteppingClock
 
-from agent_learning import functions as handlers
-from agent_learning.client import PolicyClient
-from agent_learning.clock import ManualClock
-from agent_learning.config import load_settings
+from agent_learning.agent.client import PolicyClient
+from agent_learning.app import handlers
+from agent_learning.app.settings import load_settings
+from agent_learning.core.clock import ManualClock
 from agent_learning.pipeline import create_policy
 from agent_learning.policy import SoftmaxPolicy
 from agent_learning.queue.servicebus import ServiceBusQueue
-from agent_learning.simulate import support_bot
+from agent_learning.sim.simulate import support_bot
 from agent_learning.store.cosmos import CosmosStore
 
 pytestmark = pytest.mark.timeout(300)

@@ -23,14 +23,13 @@ import azure.functions as func
 from app_functions import functions, trust_principal_header
 from factories import DEFAULT_ACTIONS, INCARNATION, CountingStore, make_episode
 
-from agent_learning import functions as handlers
-from agent_learning.callers import identify, key_identity, principal_identity
-from agent_learning.capture import EpisodeCapture
-from agent_learning.client import HttpEpisodeWriter, HttpPolicySource, PolicyClient
-from agent_learning.clock import ManualClock
-from agent_learning.config import load_settings
-from agent_learning.documents import MAX_EPISODE_BYTES, Episode
-from agent_learning.errors import (
+from agent_learning.agent.capture import EpisodeCapture
+from agent_learning.agent.client import HttpEpisodeWriter, HttpPolicySource, PolicyClient
+from agent_learning.app import handlers
+from agent_learning.app.callers import identify, key_identity, principal_identity
+from agent_learning.app.settings import load_settings
+from agent_learning.core.clock import ManualClock
+from agent_learning.core.errors import (
     ConcurrencyConflict,
     ConfigurationError,
     DocumentTooLarge,
@@ -39,6 +38,7 @@ from agent_learning.errors import (
     PermanentError,
     TransientError,
 )
+from agent_learning.documents import MAX_EPISODE_BYTES, Episode
 from agent_learning.pipeline import create_policy, score_request_message
 from agent_learning.pipeline.score import PolicyVersions
 from agent_learning.policy import SoftmaxPolicy

@@ -21,15 +21,15 @@ from app_functions import document_list, functions, sb_message, trust_principal_
 from azure.functions.servicebus import ServiceBusMessage
 from azure.functions.timer import TimerRequest
 
-from agent_learning import functions as handlers
-from agent_learning.callers import key_identity, principal_identity
-from agent_learning.clock import ManualClock
-from agent_learning.config import environment_names, load_settings
+from agent_learning.app import handlers
+from agent_learning.app.callers import key_identity, principal_identity
+from agent_learning.app.settings import environment_names, load_settings
+from agent_learning.core.clock import ManualClock
 from agent_learning.documents import Episode
 from agent_learning.pipeline import create_policy, load_current
 from agent_learning.policy import SoftmaxPolicy
 from agent_learning.queue.sqlite import SQLiteQueue
-from agent_learning.simulate import math_tutor
+from agent_learning.sim.simulate import math_tutor
 from agent_learning.store.base import Store, Tagged
 from agent_learning.store.sqlite import SQLiteStore
 
@@ -267,7 +267,7 @@ def test_score_raises_poison_for_bad_input_naming_the_field(env: Env) -> None:
 
 
 def test_score_raises_transient_so_the_message_is_redelivered(env: Env, monkeypatch: pytest.MonkeyPatch) -> None:
-    from agent_learning.errors import TransientError
+    from agent_learning.core.errors import TransientError
 
     doc = env.episodes(1)[0]
     scorer = handlers.scorer_of(env.rt)
@@ -312,7 +312,7 @@ def test_a_training_message_that_is_not_a_request_is_poison(env: Env) -> None:
 def test_the_timer_holds_a_candidate_the_guardrail_finds_worse(env: Env, caplog: pytest.LogCaptureFixture) -> None:
     import dataclasses
 
-    from agent_learning.learner import Reinforce
+    from agent_learning.learning.reinforce import Reinforce
 
     class InvertedRewards(Reinforce):
         def update(self, logits: Any, batch: Any, temperature: float = 1.0, state: Any = None) -> Any:
@@ -523,7 +523,7 @@ def test_http_feedback_sources_are_the_callers_not_the_body(env: Env, monkeypatc
 
 
 def test_http_feedback_takes_a_bounded_number_of_sources(env: Env) -> None:
-    from agent_learning.feedback import MAX_FEEDBACK_SOURCES
+    from agent_learning.rewards.feedback import MAX_FEEDBACK_SOURCES
 
     (doc,) = env.episodes(1)
     env.store.add_episode(Episode.from_dict(doc))
@@ -541,7 +541,7 @@ def test_http_feedback_from_one_key_posing_as_many_principals_is_one_source(env:
     """Without the setting that states App Service Authentication is on, the principal header is
     the client's own: a key sending a new principal each time replaces its one verdict, instead
     of outvoting the others and filling the sources so that the real users are refused."""
-    from agent_learning.feedback import MAX_FEEDBACK_SOURCES
+    from agent_learning.rewards.feedback import MAX_FEEDBACK_SOURCES
 
     (doc,) = env.episodes(1)
     env.store.add_episode(Episode.from_dict(doc))

@@ -23,10 +23,10 @@ from azure.cosmos import exceptions as cosmos_errors
 from pycep import BicepParser
 from pydantic import SecretStr
 
-from agent_learning.capture import EpisodeCapture
-from agent_learning.client import PolicyClient
-from agent_learning.clock import ManualClock
-from agent_learning.config import PREFIX, Settings, environment_names
+from agent_learning.agent.capture import EpisodeCapture
+from agent_learning.agent.client import PolicyClient
+from agent_learning.app.settings import PREFIX, Settings, environment_names
+from agent_learning.core.clock import ManualClock
 from agent_learning.policy import SoftmaxPolicy
 from agent_learning.store.cosmos import CONTAINERS, LEASES, CosmosStore
 
@@ -338,7 +338,7 @@ def evaluate(expr: Any, names: dict[str, Any]) -> Any:
 
 def test_the_judge_capacity_follows_its_rule_and_paces_the_scorer() -> None:
     from agent_learning.judges.evaluators import JudgeTokens
-    from agent_learning.rewards import INTENT_RESOLUTION, TASK_ADHERENCE, TASK_COMPLETION
+    from agent_learning.judges.metrics import INTENT_RESOLUTION, TASK_ADHERENCE, TASK_COMPLETION
 
     rule = variable("main", "judgeCapacity")
     for per_minute, per_episode in ((4, 9_000), (1, 1), (3, 7_481), (10, 12_500), (7, 1_000)):

@@ -13,15 +13,15 @@ pytest.importorskip("rich")
 from cli_harness import clear_settings
 from click.testing import CliRunner
 
-from agent_learning.audit import audit
+from agent_learning.app.embedded import open_local
+from agent_learning.app.settings import load_settings
 from agent_learning.cli import main
-from agent_learning.clock import ManualClock
-from agent_learning.config import load_settings
-from agent_learning.history import history
-from agent_learning.local import open_local
+from agent_learning.core.clock import ManualClock
+from agent_learning.ops.audit import audit
+from agent_learning.ops.history import history
 from agent_learning.pipeline import load_current
 from agent_learning.policy import SoftmaxPolicy
-from agent_learning.simulate import support_bot
+from agent_learning.sim.simulate import support_bot
 from agent_learning.store.sqlite import SQLiteStore
 
 
@@ -178,8 +178,8 @@ def test_deleting_an_agent_asks_first_and_then_the_id_is_free(tmp_path: Path, db
 def test_what_is_left_of_a_deleted_agent_and_an_agent_with_a_corrupt_policy_can_be_deleted(
     tmp_path: Path, db: str
 ) -> None:
-    from agent_learning.capture import EpisodeCapture
-    from agent_learning.client import PolicyClient
+    from agent_learning.agent.capture import EpisodeCapture
+    from agent_learning.agent.client import PolicyClient
 
     actions = actions_file(tmp_path, "a.json", ["a", "b"])
     cli("init-policy", "--agent-id", "support-bot", "--db", db, "--actions", actions)

@@ -16,11 +16,11 @@ pytest.importorskip("rich")
 
 from cli_harness import clear_settings, cli, ok
 
-from agent_learning.capture import EpisodeCapture
-from agent_learning.client import PolicyClient
-from agent_learning.config import load_settings
-from agent_learning.errors import NotFound
-from agent_learning.local import open_local
+from agent_learning.agent.capture import EpisodeCapture
+from agent_learning.agent.client import PolicyClient
+from agent_learning.app.embedded import open_local
+from agent_learning.app.settings import load_settings
+from agent_learning.core.errors import NotFound
 from agent_learning.pipeline import load_current
 from agent_learning.store.sqlite import SQLiteStore
 
@@ -118,7 +118,7 @@ def test_the_demo_refuses_repeated_or_unknown_agents_before_touching_its_db(
 
 
 def test_run_demo_refuses_a_repeated_scenario_before_touching_its_db(tmp_path: Path) -> None:
-    from agent_learning.demo import run_demo
+    from agent_learning.app.demo import run_demo
 
     demo_db = tmp_path / "d.db"
     demo_db.write_bytes(b"kept")
@@ -424,7 +424,7 @@ def test_run_demo_refuses_episodes_that_are_not_whole_batches(
 ) -> None:
     """run_demo(150, batch=100) would run one batch and report 100 episodes: refused, naming the
     argument, as the CLI's --episodes is."""
-    from agent_learning.demo import run_demo
+    from agent_learning.app.demo import run_demo
 
     demo_db = tmp_path / "d.db"
     demo_db.write_bytes(b"kept")

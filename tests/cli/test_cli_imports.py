@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 HEAVY = ("numpy", "pydantic", "pydantic_settings", "opentelemetry", "azure", "agent_learning.judges",
-         "agent_learning.documents", "agent_learning.config", "agent_learning.pipeline")
+         "agent_learning.documents", "agent_learning.app.settings", "agent_learning.pipeline")
 """Packages and library modules the command tree must not import (directly or through another)."""
 
 PROBE = """

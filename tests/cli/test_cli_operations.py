@@ -21,17 +21,17 @@ pytest.importorskip("proton")
 from adapters import DURABLE_STORE_ADAPTERS, QUEUE_ADAPTERS, adapter_params
 from cli_harness import clear_settings, cli, ok
 
-from agent_learning import wiring
-from agent_learning.audit import audit_agent
-from agent_learning.clock import ManualClock
-from agent_learning.config import load_settings
+from agent_learning.app import wiring
+from agent_learning.app.embedded import LocalPipeline, open_local
+from agent_learning.app.settings import load_settings
+from agent_learning.core.clock import ManualClock
 from agent_learning.documents import TrainingRun
 from agent_learning.judges.offline import OfflineJudge
-from agent_learning.local import LocalPipeline, open_local
+from agent_learning.ops.audit import audit_agent
 from agent_learning.pipeline import TrainRequest, create_policy, load_current, score_episode
 from agent_learning.policy import SoftmaxPolicy
 from agent_learning.queue.base import MAX_DELIVERY_COUNT_EXCEEDED, OutgoingMessage
-from agent_learning.simulate import math_tutor
+from agent_learning.sim.simulate import math_tutor
 
 AGENT = "math-tutor"
 ACTIONS = ["direct", "step-by-step", "calculator", "few-shot"]
@@ -59,7 +59,7 @@ class Deployment:
         if kind == "cosmos":
             from cosmos_fixture import CLIENT_KWARGS, SteppingClock
 
-            from agent_learning import wiring
+            from agent_learning.app import wiring
             from agent_learning.store.cosmos import CosmosStore
 
             server = request.getfixturevalue("cosmos_server")

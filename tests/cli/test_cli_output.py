@@ -14,18 +14,18 @@ pytest.importorskip("rich")
 from cli_harness import clear_settings
 from click.testing import CliRunner
 
-from agent_learning.capture import EpisodeCapture
+from agent_learning.agent.capture import EpisodeCapture
+from agent_learning.app.embedded import open_local
 from agent_learning.cli import main
-from agent_learning.clock import ManualClock
+from agent_learning.core.clock import ManualClock
+from agent_learning.core.errors import TransientError
 from agent_learning.documents import PolicyDocument
-from agent_learning.errors import TransientError
-from agent_learning.feedback import record_feedback
-from agent_learning.learner import Reinforce
-from agent_learning.local import open_local
+from agent_learning.learning.reinforce import Reinforce
 from agent_learning.pipeline import create_policy, load_current
 from agent_learning.pipeline.train import train_agent
 from agent_learning.policy import SoftmaxPolicy
 from agent_learning.queue.sqlite import SQLiteQueue
+from agent_learning.rewards.feedback import record_feedback
 from agent_learning.store.sqlite import SQLiteStore
 
 ISO_Z = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?Z$")

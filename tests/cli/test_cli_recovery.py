@@ -1,5 +1,5 @@
 """``agent-learn dlq replay --reason/--dry-run`` and ``agent-learn rescore`` on the embedded store
-and queue, through the CLI as an operator runs them (:mod:`agent_learning.recovery` underneath)."""
+and queue, through the CLI as an operator runs them (:mod:`agent_learning.ops.recovery` underneath)."""
 
 from __future__ import annotations
 
@@ -19,16 +19,16 @@ pytest.importorskip("rich")
 from cli_harness import clear_settings, cli
 from factories import make_unjudged
 
-from agent_learning.audit import audit_agent
-from agent_learning.clock import ManualClock
-from agent_learning.config import load_settings
-from agent_learning.judging import id_fraction
-from agent_learning.local import LocalPipeline, open_local
+from agent_learning.app.embedded import LocalPipeline, open_local
+from agent_learning.app.settings import load_settings
+from agent_learning.core.clock import ManualClock
+from agent_learning.judges.sampling import id_fraction
+from agent_learning.ops.audit import audit_agent
+from agent_learning.ops.recovery import REPLAY_LIMIT, replay_dead_letters, rescore
 from agent_learning.pipeline import create_policy, load_current
 from agent_learning.policy import SoftmaxPolicy
 from agent_learning.queue.base import OutgoingMessage
-from agent_learning.recovery import REPLAY_LIMIT, replay_dead_letters, rescore
-from agent_learning.simulate import math_tutor
+from agent_learning.sim.simulate import math_tutor
 
 AGENT = "math-tutor"
 

@@ -16,17 +16,17 @@ pytest.importorskip("rich")
 from cli_harness import clear_settings
 from click.testing import CliRunner
 
+from agent_learning.app.demo import run_demo
+from agent_learning.app.embedded import FEED_CHECKPOINT, open_local
+from agent_learning.app.settings import load_settings
 from agent_learning.cli import main
-from agent_learning.clock import ManualClock
-from agent_learning.config import load_settings
-from agent_learning.demo import run_demo
+from agent_learning.core.clock import ManualClock
 from agent_learning.documents import PolicyDocument
-from agent_learning.local import FEED_CHECKPOINT, open_local
 from agent_learning.pipeline import create_policy, load_current
 from agent_learning.policy import SoftmaxPolicy
-from agent_learning.simulate import support_bot
+from agent_learning.policy.structured import StructuredPolicy
+from agent_learning.sim.simulate import support_bot
 from agent_learning.store.sqlite import SQLiteStore
-from agent_learning.structured import StructuredPolicy
 
 
 @pytest.fixture(autouse=True)
@@ -103,7 +103,7 @@ def test_demo_reaches_the_best_action_and_writes_a_plot(tmp_path: Path) -> None:
     assert min(b["probability"] for b in best.values()) >= 0.6
     assert "agent-learn policy show --agent-id triage-bot --db " + str(tmp_path / "demo.db") in summary["next"]
 
-    from agent_learning.plots import plot_histories
+    from agent_learning.ops.plots import plot_histories
 
     png = plot_histories(result.agents, tmp_path / "chart.png")
     width, height = png_size(png)
@@ -292,7 +292,7 @@ def test_cli_init_policy_then_policy_then_train(tmp_path: Path, monkeypatch: pyt
     assert table.exit_code == 0 and "0.5000" in table.stdout
 
     # An agent writes episodes with the library; `train` scores them and publishes v2.
-    from agent_learning.capture import EpisodeCapture
+    from agent_learning.agent.capture import EpisodeCapture
     from agent_learning.store.sqlite import SQLiteStore
 
     with SQLiteStore(db) as store:
@@ -393,8 +393,8 @@ def test_cli_train_says_a_current_document_is_invalid_when_its_agent_has_no_new_
 def test_cli_train_scores_the_rest_when_one_episode_fails_and_exits_1(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import agent_learning.local as local
-    from agent_learning.capture import EpisodeCapture
+    import agent_learning.app.embedded as local
+    from agent_learning.agent.capture import EpisodeCapture
     from agent_learning.store.sqlite import SQLiteStore
 
     db = agents_with_actions_a_and_b(tmp_path, "alpha")
@@ -496,8 +496,8 @@ def test_cli_train_exits_1_when_the_judge_is_unavailable(
 ) -> None:
     """An episode the judge could not score comes back later: `train` said so only in a warning
     and exited 0, so a script took a judge outage for success."""
-    from agent_learning.capture import EpisodeCapture
-    from agent_learning.client import PolicyClient
+    from agent_learning.agent.capture import EpisodeCapture
+    from agent_learning.agent.client import PolicyClient
 
     clear_settings(monkeypatch)
     for name, value in {

@@ -18,8 +18,8 @@ from cli_harness import clear_settings
 from click.testing import CliRunner
 
 from agent_learning.cli import main
-from agent_learning.history import AgentHistory, history
-from agent_learning.plots import MARK, close, data_lines, history_figure, rolling_mean
+from agent_learning.ops.history import AgentHistory, history
+from agent_learning.ops.plots import MARK, close, data_lines, history_figure, rolling_mean
 from agent_learning.store.sqlite import SQLiteStore
 
 

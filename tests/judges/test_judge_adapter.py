@@ -17,8 +17,8 @@ pytest.importorskip("rich")
 import httpx
 import openai
 
+from agent_learning.core.errors import ConfigurationError, PermanentError, TransientError
 from agent_learning.documents import Episode, Step
-from agent_learning.errors import ConfigurationError, PermanentError, TransientError
 from agent_learning.judges.base import InvalidJudgeOutput
 from agent_learning.judges.evaluators import (
     JudgeLimits,
@@ -145,7 +145,7 @@ def test_judge_model_needs_one_complete_endpoint() -> None:
     ],
 )
 def test_a_judge_url_the_client_cannot_use_is_refused_naming_its_setting(fields: dict, setting: str) -> None:
-    from agent_learning.config import load_settings
+    from agent_learning.app.settings import load_settings
 
     with pytest.raises(ConfigurationError, match=f"{setting} must be an http:// or https:// URL"):
         JudgeModel(**fields)
@@ -163,7 +163,7 @@ def test_without_azure_ai_evaluation_the_judge_says_what_to_install(monkeypatch:
 
 
 def test_the_judge_api_key_is_in_no_repr(tmp_path: Any) -> None:
-    from agent_learning.config import load_settings
+    from agent_learning.app.settings import load_settings
     from agent_learning.judges.evaluators import EvaluatorJudge
     from agent_learning.pipeline import Scorer
     from agent_learning.rewards import RewardConfig, RewardFunction
@@ -197,7 +197,7 @@ def test_judge_limits_reject_nonsense() -> None:
 
 
 def test_settings_build_the_judge_and_name_missing_variables(monkeypatch: pytest.MonkeyPatch) -> None:
-    from agent_learning.config import load_settings
+    from agent_learning.app.settings import load_settings
 
     for name in ("AGENT_LEARNING_JUDGE_AZURE_ENDPOINT", "AGENT_LEARNING_JUDGE_DEPLOYMENT"):
         monkeypatch.delenv(name, raising=False)
@@ -215,8 +215,8 @@ def test_settings_build_the_judge_and_name_missing_variables(monkeypatch: pytest
 
 
 def test_inside_azure_the_offline_judge_is_refused(tmp_path) -> None:
-    from agent_learning.config import load_settings
-    from agent_learning.functions import build_runtime
+    from agent_learning.app.handlers import build_runtime
+    from agent_learning.app.settings import load_settings
 
     settings = load_settings(sqlite_path=str(tmp_path / "x.db"))
     with pytest.raises(ConfigurationError, match="no judge model is configured"):

@@ -11,8 +11,8 @@ from typing import Any
 
 import pytest
 
+from agent_learning.core.errors import PermanentError, TransientError
 from agent_learning.documents import Episode
-from agent_learning.errors import PermanentError, TransientError
 from agent_learning.judges.budget import PromptEstimate, TokenBudget
 
 

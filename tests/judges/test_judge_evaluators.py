@@ -18,12 +18,12 @@ pytest.importorskip("azure.ai.evaluation")
 
 from support.judge_limits import fast_limits
 
-from agent_learning.clock import ManualClock
+from agent_learning.app.embedded import LocalPipeline
+from agent_learning.core.clock import ManualClock
+from agent_learning.core.errors import PermanentError, TransientError
 from agent_learning.documents import Episode, Step
-from agent_learning.errors import PermanentError, TransientError
 from agent_learning.judges.evaluators import DEADLINE_GRACE, EvaluatorJudge, JudgeLimits, JudgeModel
-from agent_learning.learner import Reinforce
-from agent_learning.local import LocalPipeline
+from agent_learning.learning.reinforce import Reinforce
 from agent_learning.pipeline import create_policy
 from agent_learning.policy import SoftmaxPolicy
 from agent_learning.queue.sqlite import SQLiteQueue
@@ -370,7 +370,7 @@ def test_the_embedded_pipeline_scores_with_the_real_evaluators(judge_server: Any
     first = SoftmaxPolicy.from_actions("support-bot", ["k=1", "k=3"]).to_document(created_at=clock.now())
     policy = SoftmaxPolicy.from_document(create_policy(store, first), seed=1)
     rng = random.Random(0)
-    from agent_learning.capture import EpisodeCapture
+    from agent_learning.agent.capture import EpisodeCapture
 
     for i in range(6):
         decision = policy.choose()
@@ -409,7 +409,7 @@ def test_every_evaluator_call_has_a_span_inside_the_judge_span(judge_server: Any
     from opentelemetry.sdk.trace.export import SimpleSpanProcessor
     from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-    from agent_learning import telemetry
+    from agent_learning.core import telemetry
     from agent_learning.pipeline import run_judge
 
     exporter = InMemorySpanExporter()

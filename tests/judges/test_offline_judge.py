@@ -8,11 +8,11 @@ from typing import Any
 
 import pytest
 
+from agent_learning.core.errors import PermanentError
 from agent_learning.documents import MAX_STEP_TEXT_CHARS, Episode
-from agent_learning.errors import PermanentError
 from agent_learning.judges import InvalidJudgeOutput, Judgement, OfflineJudge, metric_from_output
+from agent_learning.judges.metrics import INTENT_RESOLUTION, METRICS, TASK_ADHERENCE, TASK_COMPLETION
 from agent_learning.judges.offline import VERSION, expected_answer
-from agent_learning.rewards import INTENT_RESOLUTION, METRICS, TASK_ADHERENCE, TASK_COMPLETION
 
 START = datetime(2026, 1, 1, tzinfo=UTC)
 LONG = " ".join(["word"] * 61)

@@ -13,16 +13,16 @@ from typing import Any
 import pytest
 from factories import make_policy_doc, make_run
 
-from agent_learning.admin import rollback, set_pinned
-from agent_learning.client import PolicyClient
-from agent_learning.clock import ManualClock
+from agent_learning.agent.client import PolicyClient
+from agent_learning.app.embedded import LocalPipeline
+from agent_learning.core.clock import ManualClock
+from agent_learning.core.errors import ConcurrencyConflict, InvalidDocument, NotFound, TransientError
 from agent_learning.documents import PolicyDocument
-from agent_learning.drift import DriftConfig, RunReward, assess, review
-from agent_learning.errors import ConcurrencyConflict, InvalidDocument, NotFound, TransientError
 from agent_learning.judges.offline import OfflineJudge
-from agent_learning.learner import RECENT, Reinforce
-from agent_learning.local import LocalPipeline
+from agent_learning.learning.reinforce import RECENT, Reinforce
+from agent_learning.ops.admin import rollback, set_pinned
 from agent_learning.pipeline import create_policy, load_current
+from agent_learning.pipeline.drift import DriftConfig, RunReward, assess, review
 from agent_learning.pipeline.publish import revise
 from agent_learning.policy import (
     Action,
@@ -32,12 +32,12 @@ from agent_learning.policy import (
     policy_probabilities,
     served_entropy,
 )
+from agent_learning.policy.structured import StructuredPolicy
 from agent_learning.queue.sqlite import SQLiteQueue
 from agent_learning.rewards import RewardFunction
-from agent_learning.simulate import SCENARIOS, math_tutor
+from agent_learning.sim.simulate import SCENARIOS, math_tutor
 from agent_learning.store import MemoryStore, Store
 from agent_learning.store.sqlite import SQLiteStore
-from agent_learning.structured import StructuredPolicy
 
 AGENT = "math-tutor"
 
@@ -417,7 +417,7 @@ def test_a_warning_pins_the_agent_when_auto_pin_is_on(store: Store, tmp_path: Pa
     agent.round()
     # The judge turns harsh: every later episode gets a much lower reward.
     agent.pipeline.scorer.reward = HarshReward(agent.pipeline.scorer.reward)
-    with caplog.at_level("WARNING", logger="agent_learning.drift"):
+    with caplog.at_level("WARNING", logger="agent_learning.pipeline.drift"):
         report = agent.round()
     assert [t.status for t in report.trained] == ["published"]
     assert any("reward_drop" in r.getMessage() for r in caplog.records)
@@ -439,7 +439,7 @@ def test_an_unpin_holds_until_runs_after_it_show_a_fall_of_their_own(store: Stor
     set_pinned(store, AGENT, False)  # the operator accepts the lower reward
     unpinned = load_current(store, AGENT)
     assert unpinned is not None and unpinned.unpinned_version == 6
-    with caplog.at_level("WARNING", logger="agent_learning.drift"):
+    with caplog.at_level("WARNING", logger="agent_learning.pipeline.drift"):
         report = agent.round()  # the fall still shows, on runs up to v6: warned, not pinned
     assert [(t.status, t.version) for t in report.trained] == [("published", 7)]
     assert "reward_drop" in caplog.text and "not pinned again: the fall rests on runs up to v6" in caplog.text
@@ -467,7 +467,7 @@ def test_an_invalid_run_document_is_left_out_of_the_review_not_a_failed_publish(
         conn.execute("UPDATE runs SET doc = json_set(doc, '$.metrics.mean_reward', 'high') WHERE id = ?",
                      (f"{AGENT}:run:v2",))
     agent.pipeline.scorer.reward = HarshReward(agent.pipeline.scorer.reward)
-    with caplog.at_level("WARNING", logger="agent_learning.drift"):
+    with caplog.at_level("WARNING", logger="agent_learning.pipeline.drift"):
         report = agent.round()
     assert [(t.status, t.version) for t in report.trained] == [("published", 4)]
     assert f"leaves out run '{AGENT}:run:v2': invalid run: metrics.mean_reward" in caplog.text

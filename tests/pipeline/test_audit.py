@@ -16,17 +16,17 @@ pytest.importorskip("rich")
 from click.testing import CliRunner, Result
 from factories import CountingStore, make_score
 
-from agent_learning import audit as audit_module
-from agent_learning.audit import audit, audit_agent
+from agent_learning.app.embedded import LocalPipeline, open_local
+from agent_learning.app.settings import load_settings
 from agent_learning.cli import main
-from agent_learning.clock import ManualClock
-from agent_learning.config import load_settings
+from agent_learning.core.clock import ManualClock
 from agent_learning.documents import Action, Episode, Feedback, PolicyDocument, TrainingRun
-from agent_learning.feedback import record_feedback, sweep
-from agent_learning.local import LocalPipeline, open_local
+from agent_learning.ops import audit as audit_module
+from agent_learning.ops.audit import audit, audit_agent
 from agent_learning.pipeline import create_policy, load_current, publish, revise, rollback, set_pinned
 from agent_learning.policy import SoftmaxPolicy
-from agent_learning.simulate import math_tutor
+from agent_learning.rewards.feedback import record_feedback, sweep
+from agent_learning.sim.simulate import math_tutor
 from agent_learning.store.base import Store
 
 AGENT = "math-tutor"

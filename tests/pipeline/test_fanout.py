@@ -10,11 +10,11 @@ import pytest
 from adapters import QueueUnderTest
 from factories import make_episode, make_policy_doc, make_score
 
-from agent_learning.clock import ManualClock
-from agent_learning.errors import InvalidDocument
+from agent_learning.app.embedded import LocalPipeline
+from agent_learning.core.clock import ManualClock
+from agent_learning.core.errors import InvalidDocument
 from agent_learning.judges.offline import OfflineJudge
-from agent_learning.learner import Reinforce
-from agent_learning.local import LocalPipeline
+from agent_learning.learning.reinforce import Reinforce
 from agent_learning.pipeline import (
     TrainRequest,
     create_policy,

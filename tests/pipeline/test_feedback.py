@@ -16,7 +16,8 @@ import numpy as np
 import pytest
 from factories import CountingStore, make_episode, make_policy_doc
 
-from agent_learning.clock import ManualClock
+from agent_learning.core.clock import ManualClock
+from agent_learning.core.errors import InvalidDocument, NotFound
 from agent_learning.documents import (
     Episode,
     Feedback,
@@ -26,13 +27,11 @@ from agent_learning.documents import (
     correction_doc_id,
     legacy_correction_doc_id,
 )
-from agent_learning.errors import InvalidDocument, NotFound
-from agent_learning.feedback import reconcile, record_feedback, score_rows, sweep
 from agent_learning.judges.base import Judge, Judgement
 from agent_learning.judges.offline import OfflineJudge
-from agent_learning.learner import Batch, LearnerConfig, Reinforce
+from agent_learning.learning.reinforce import Batch, LearnerConfig, Reinforce
+from agent_learning.ops.recovery import rescore
 from agent_learning.pipeline import Scorer, create_policy, load_current, score_episode, score_message, train_agent
-from agent_learning.recovery import rescore
 from agent_learning.rewards import (
     INTENT_RESOLUTION,
     TASK_ADHERENCE,
@@ -42,6 +41,7 @@ from agent_learning.rewards import (
     judged_reward,
     with_feedback,
 )
+from agent_learning.rewards.feedback import reconcile, record_feedback, score_rows, sweep
 from agent_learning.store import Store
 
 AGENT = "agent-a"
@@ -464,7 +464,7 @@ def test_rescoring_a_trained_episode_writes_no_correction_and_its_feedback_stays
 def test_the_sweep_applies_stored_feedback_once_and_leaves_unscored_episodes_their_marker(
     store: Store, scorer: Scorer, clock: ManualClock
 ) -> None:
-    from agent_learning.local import LocalPipeline
+    from agent_learning.app.embedded import LocalPipeline
     from agent_learning.queue.sqlite import SQLiteQueue
 
     scored, unscored = add_episodes(store, 2)

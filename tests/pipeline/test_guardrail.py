@@ -13,14 +13,14 @@ import pytest
 from adapters import EMBEDDED_STORE_ADAPTERS, only_on
 from support.factories import make_episode, make_policy_doc, make_score
 
-from agent_learning.audit import audit_agent
 from agent_learning.documents import TrainingRun
 from agent_learning.evaluation import GuardrailConfig, chosen_probabilities, judge, review
-from agent_learning.learner import Batch, Reinforce, Update
+from agent_learning.learning.reinforce import Batch, Reinforce, Update
+from agent_learning.ops.audit import audit_agent
 from agent_learning.pipeline import create_policy, load_current, train_agent
 from agent_learning.policy import policy_probabilities
+from agent_learning.policy.structured import StructuredPolicy
 from agent_learning.store.base import Store
-from agent_learning.structured import StructuredPolicy
 
 AGENT = "guarded"
 ACTIONS = ("good", "fair", "poor")
@@ -377,9 +377,9 @@ def test_a_candidate_no_costlier_than_an_over_budget_current_version_is_rarely_h
 
 
 def test_scores_carry_the_episodes_latency_tool_outcomes_and_tokens(tmp_path: Any) -> None:
-    from agent_learning.capture import EpisodeCapture
+    from agent_learning.agent.capture import EpisodeCapture
+    from agent_learning.app.embedded import LocalPipeline
     from agent_learning.judges.offline import OfflineJudge
-    from agent_learning.local import LocalPipeline
     from agent_learning.policy import SoftmaxPolicy
     from agent_learning.queue.sqlite import SQLiteQueue
     from agent_learning.rewards import RewardFunction

@@ -13,16 +13,15 @@ from typing import Any
 
 import pytest
 
-from agent_learning import functions as handlers
-from agent_learning.clock import ManualClock
-from agent_learning.config import load_settings
+from agent_learning.app import handlers
+from agent_learning.app.embedded import LocalPipeline
+from agent_learning.app.settings import load_settings
+from agent_learning.core.clock import ManualClock
+from agent_learning.core.errors import ConcurrencyConflict, PermanentError, TransientError
 from agent_learning.documents import Action, Episode, PolicyDocument, Score, TrainingRun
-from agent_learning.errors import ConcurrencyConflict, PermanentError, TransientError
-from agent_learning.feedback import record_feedback
 from agent_learning.judges.base import Judge, Judgement
 from agent_learning.judges.offline import OfflineJudge
-from agent_learning.learner import LearnerConfig, Reinforce
-from agent_learning.local import LocalPipeline
+from agent_learning.learning.reinforce import LearnerConfig, Reinforce
 from agent_learning.pipeline import (
     MAX_TRAIN_BATCH,
     Scorer,
@@ -37,7 +36,8 @@ from agent_learning.pipeline import (
 from agent_learning.policy import SoftmaxPolicy
 from agent_learning.queue.sqlite import SQLiteQueue
 from agent_learning.rewards import RewardFunction
-from agent_learning.simulate import math_tutor
+from agent_learning.rewards.feedback import record_feedback
+from agent_learning.sim.simulate import math_tutor
 from agent_learning.store.base import Store, Tagged
 from agent_learning.store.sqlite import SQLiteStore
 
@@ -641,7 +641,7 @@ def test_one_agent_failing_does_not_stop_the_others_in_either_runner(
 
     settings = load_settings(store="memory", queue="sqlite")
     caplog.clear()
-    with caplog.at_level(logging.INFO, logger="agent_learning.functions"):
+    with caplog.at_level(logging.INFO, logger="agent_learning.app.handlers"):
         handlers.train(handlers.Runtime(settings, store, None, learner=Reinforce(), send_train=len))
     (record,) = [r for r in caplog.records if "train alpha" in r.getMessage()]
     assert record.levelno == level and status in record.getMessage() and str(error) in record.getMessage()
@@ -723,7 +723,7 @@ def test_a_message_whose_scoring_raises_does_not_stop_the_others(
     first, *others = env.episodes(3)
     judge.episode_id = first.id
     env.pipeline.pump()
-    with caplog.at_level(logging.WARNING, logger="agent_learning.local"):
+    with caplog.at_level(logging.WARNING, logger="agent_learning.app.embedded"):
         assert env.pipeline.score_pending() == {"failed": 1, "scored": 2}
     assert f"{first.id} failed (RuntimeError: a bug in the judge)" in caplog.text
     assert all(env.store.get_score(e.id, AGENT) is not None for e in others)

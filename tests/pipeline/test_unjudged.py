@@ -11,19 +11,19 @@ from collections import Counter
 import pytest
 from factories import CountingStore, make_episode, make_policy_doc, make_unjudged
 
-from agent_learning.audit import audit_agent
-from agent_learning.clock import ManualClock
+from agent_learning.core.clock import ManualClock
 from agent_learning.documents import Episode
-from agent_learning.feedback import record_feedback, score_rows
 from agent_learning.judges.base import Judgement
 from agent_learning.judges.offline import OfflineJudge
-from agent_learning.judging import Judging, JudgingRules, id_fraction
-from agent_learning.learner import Reinforce
+from agent_learning.judges.sampling import Judging, JudgingRules, id_fraction
+from agent_learning.learning.reinforce import Reinforce
+from agent_learning.ops.audit import audit_agent
+from agent_learning.ops.recovery import judge_unjudged, rescore
 from agent_learning.pipeline import Scorer, create_policy, score_episode, score_message, settle, train_agent
 from agent_learning.queue.base import OutgoingMessage
 from agent_learning.queue.sqlite import SQLiteQueue
-from agent_learning.recovery import judge_unjudged, rescore
 from agent_learning.rewards import RewardFunction
+from agent_learning.rewards.feedback import record_feedback, score_rows
 from agent_learning.store import MemoryStore, Store
 
 AGENT = "agent-a"
@@ -157,7 +157,7 @@ def test_a_rate_judges_n_a_minute_and_a_redelivery_keeps_the_first_answer(clock:
 
 
 def test_a_judgement_that_fails_transiently_gives_its_rate_place_back(clock: ManualClock) -> None:
-    from agent_learning.errors import TransientError
+    from agent_learning.core.errors import TransientError
 
     class Throttled(CountingJudge):
         failures = 4
@@ -271,7 +271,7 @@ def test_feedback_before_the_decision_keeps_waiting_through_the_record(store: St
 def test_rescoring_by_id_names_an_unjudged_episode_and_judging_stops_when_the_judge_is_down(
     clock: ManualClock,
 ) -> None:
-    from agent_learning.errors import TransientError
+    from agent_learning.core.errors import TransientError
 
     store = MemoryStore()
     create_policy(store, make_policy_doc(AGENT))

@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 from adapters import MAX_DELIVERIES, QueueUnderTest
 
-from agent_learning.errors import ConcurrencyConflict
+from agent_learning.core.errors import ConcurrencyConflict
 from agent_learning.queue import (
     MAX_DEAD_LETTER_TEXT_CHARS,
     MAX_DELIVERY_COUNT_EXCEEDED,

@@ -23,7 +23,7 @@ pytest.importorskip("proton")
 
 from amqp_broker import Broker, amqp_broker  # noqa: F401  (amqp_broker is the fixture)
 
-from agent_learning.errors import ConcurrencyConflict, InvalidDocument, TransientError
+from agent_learning.core.errors import ConcurrencyConflict, InvalidDocument, TransientError
 from agent_learning.queue import (
     MAX_DELIVERY_COUNT_EXCEEDED,
     DeadLetter,

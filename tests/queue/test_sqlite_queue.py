@@ -19,8 +19,8 @@ from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
-from agent_learning.clock import ManualClock
-from agent_learning.errors import ConcurrencyConflict, InvalidDocument, TransientError
+from agent_learning.core.clock import ManualClock
+from agent_learning.core.errors import ConcurrencyConflict, InvalidDocument, TransientError
 from agent_learning.queue import (
     MAX_DELIVERY_COUNT_EXCEEDED,
     OutgoingMessage,

@@ -28,21 +28,21 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from reliability_report import Backend, record
 
-from agent_learning import functions as handlers
-from agent_learning.clock import ManualClock
-from agent_learning.config import Settings, environment_names, load_settings
+from agent_learning.app import handlers
+from agent_learning.app.embedded import LocalPipeline
+from agent_learning.app.settings import Settings, environment_names, load_settings
+from agent_learning.core.clock import ManualClock
+from agent_learning.core.errors import ConfigurationError, InvalidDocument
 from agent_learning.documents import Episode, PolicyDocument
-from agent_learning.errors import ConfigurationError, InvalidDocument
 from agent_learning.judges.offline import OfflineJudge
-from agent_learning.learner import Reinforce
-from agent_learning.local import LocalPipeline
+from agent_learning.learning.reinforce import Reinforce
+from agent_learning.ops.recovery import replay_dead_letters
 from agent_learning.pipeline import Scorer, load_current, score_message, train_agent
 from agent_learning.policy import SoftmaxPolicy
 from agent_learning.queue.base import OutgoingMessage
 from agent_learning.queue.sqlite import SQLiteQueue
-from agent_learning.recovery import replay_dead_letters
 from agent_learning.rewards import RewardFunction
-from agent_learning.simulate import math_tutor
+from agent_learning.sim.simulate import math_tutor
 
 FUZZ = settings(  # the same examples on every run (no example database), so the report is stable
     max_examples=40,

@@ -29,16 +29,16 @@ from faults import (
 )
 from reliability_report import Backend, record
 
-from agent_learning.admin import rollback, set_pinned
-from agent_learning.clock import ManualClock
+from agent_learning.app.embedded import LocalPipeline
+from agent_learning.core.clock import ManualClock
 from agent_learning.documents import PolicyDocument, Score, TrainingRun, run_doc_id
-from agent_learning.feedback import score_rows
 from agent_learning.judges.offline import OfflineJudge
-from agent_learning.learner import Reinforce
-from agent_learning.local import LocalPipeline
+from agent_learning.learning.reinforce import Reinforce
+from agent_learning.ops.admin import rollback, set_pinned
 from agent_learning.pipeline import load_current
 from agent_learning.queue.sqlite import SQLiteQueue
 from agent_learning.rewards import RewardFunction, with_feedback
+from agent_learning.rewards.feedback import score_rows
 
 ROUNDS, PER_ROUND = 3, 20
 

@@ -29,7 +29,7 @@ from faults import (
 )
 from reliability_report import Backend, record
 
-from agent_learning.clock import ManualClock
+from agent_learning.core.clock import ManualClock
 from agent_learning.pipeline import load_current
 from agent_learning.queue.sqlite import SQLiteQueue
 

@@ -4,7 +4,7 @@ The scoring queue has Service Bus semantics: a transient failure is redelivered 
 MaxDeliveryCount and then dead-lettered; invalid judge output after every attempt is
 dead-lettered at once by the embedded runner (the Functions app fails it fast on every
 delivery, so Service Bus dead-letters it after MaxDeliveryCount). After the outage the dead
-letters are replayed (``agent_learning.recovery``): every episode is scored in the end, except
+letters are replayed (``agent_learning.ops.recovery``): every episode is scored in the end, except
 the poison ones, which stay in the dead-letter queue with their reason. No failure ever
 becomes a score, and no judge call outlives its deadline.
 """
@@ -21,13 +21,13 @@ pytest.importorskip("azure.functions")
 from faults import AGENT, Agent, FaultyJudge, FunctionsHost, OutageJudge, account, dead_lettered, start_policy
 from reliability_report import Backend, record
 
-from agent_learning.clock import SYSTEM_CLOCK, ManualClock
+from agent_learning.app.embedded import LocalPipeline
+from agent_learning.core.clock import SYSTEM_CLOCK, ManualClock
 from agent_learning.judges.evaluators import EvaluatorJudge, JudgeLimits, JudgeModel
-from agent_learning.learner import Reinforce
-from agent_learning.local import LocalPipeline
+from agent_learning.learning.reinforce import Reinforce
+from agent_learning.ops.recovery import replay_dead_letters
 from agent_learning.queue.base import MAX_DELIVERY_COUNT_EXCEEDED
 from agent_learning.queue.sqlite import SQLiteQueue
-from agent_learning.recovery import replay_dead_letters
 from agent_learning.rewards import RewardFunction
 from agent_learning.store.sqlite import SQLiteStore
 
@@ -123,7 +123,7 @@ def test_an_outage_on_the_functions_path_dead_letters_then_replays(
     host.pump()
 
     judge.mode = "unavailable"
-    with caplog.at_level(logging.WARNING, logger="agent_learning.functions"):
+    with caplog.at_level(logging.WARNING, logger="agent_learning.app.handlers"):
         host.score()
     assert dead_lettered(queue) == {*agent.written, "poison-unknown-action"}
     assert {d.reason for d in queue.dead_letters()} == {MAX_DELIVERY_COUNT_EXCEEDED}

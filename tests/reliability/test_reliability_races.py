@@ -19,10 +19,10 @@ pytest.importorskip("azure.functions")
 from faults import AGENT, Agent, FunctionsHost, account, dead_lettered, start_policy
 from reliability_report import Backend, record
 
-from agent_learning import functions as handlers
-from agent_learning.clock import ManualClock
+from agent_learning.app import handlers
+from agent_learning.core.clock import ManualClock
 from agent_learning.judges.offline import OfflineJudge
-from agent_learning.learner import Reinforce
+from agent_learning.learning.reinforce import Reinforce
 from agent_learning.pipeline import Scorer, TrainOutcome, score_episode, train_agent
 from agent_learning.queue.sqlite import SQLiteQueue
 from agent_learning.rewards import RewardFunction

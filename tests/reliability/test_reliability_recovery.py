@@ -1,4 +1,4 @@
-"""Reliability: the recovery tools (``agent_learning.recovery``) never make an episode count twice.
+"""Reliability: the recovery tools (``agent_learning.ops.recovery``) never make an episode count twice.
 
 * Replaying dead letters after the cause is fixed scores what could not be scored, leaves the
   rest (and what still fails) in the dead-letter queue with its reason, and an episode that got
@@ -20,15 +20,15 @@ pytest.importorskip("azure.functions")
 from faults import AGENT, Agent, FaultyJudge, OutageJudge, account, dead_lettered, start_policy
 from reliability_report import Backend, record
 
-from agent_learning.clock import ManualClock
+from agent_learning.app.embedded import LocalPipeline
+from agent_learning.core.clock import ManualClock
 from agent_learning.documents import Episode, ScoreCursor
 from agent_learning.judges.base import Judge, Judgement
-from agent_learning.learner import Reinforce
-from agent_learning.local import LocalPipeline
+from agent_learning.learning.reinforce import Reinforce
+from agent_learning.ops.recovery import replay_dead_letters, rescore
 from agent_learning.pipeline import Scorer, load_current, score_episode, train_agent
 from agent_learning.queue.base import MAX_DELIVERY_COUNT_EXCEEDED
 from agent_learning.queue.sqlite import SQLiteQueue
-from agent_learning.recovery import replay_dead_letters, rescore
 from agent_learning.rewards import RewardConfig, RewardFunction
 
 NEW_WEIGHTS = RewardFunction(RewardConfig(w_intent=1.0, w_adherence=0.0, w_completion=0.0, latency_penalty=0.0))

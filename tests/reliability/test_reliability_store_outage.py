@@ -21,10 +21,10 @@ from factories import make_episode
 from faults import AGENT, Agent, FunctionsHost, NetworkCut, account, dead_lettered, start_policy
 from reliability_report import record
 
-from agent_learning.client import PolicyClient
-from agent_learning.clock import ManualClock
-from agent_learning.errors import TransientError
-from agent_learning.learner import Reinforce
+from agent_learning.agent.client import PolicyClient
+from agent_learning.core.clock import ManualClock
+from agent_learning.core.errors import TransientError
+from agent_learning.learning.reinforce import Reinforce
 from agent_learning.pipeline import train_safely
 from agent_learning.queue.sqlite import SQLiteQueue
 from agent_learning.store.cosmos import CosmosStore

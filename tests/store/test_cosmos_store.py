@@ -21,9 +21,10 @@ from cosmos_fixture import CLIENT_KWARGS, status_rewriting_store
 from cosmos_requests import RequestCounter
 from factories import make_episode, make_policy_doc, make_score, record_steps_at_the_caps
 
-from agent_learning.capture import EpisodeCapture
-from agent_learning.client import PolicyClient
-from agent_learning.clock import ManualClock
+from agent_learning.agent.capture import EpisodeCapture
+from agent_learning.agent.client import PolicyClient
+from agent_learning.core.clock import ManualClock
+from agent_learning.core.errors import TransientError
 from agent_learning.documents import (
     MAX_EPISODE_BYTES,
     MAX_TEXT_CHARS,
@@ -32,11 +33,10 @@ from agent_learning.documents import (
     TrainingRun,
     json_bytes,
 )
-from agent_learning.errors import TransientError
-from agent_learning.learner import Reinforce
+from agent_learning.learning.reinforce import Reinforce
+from agent_learning.ops.recovery import migrate_scores
 from agent_learning.pipeline import create_policy, set_pinned, train_agent
 from agent_learning.policy import SoftmaxPolicy
-from agent_learning.recovery import migrate_scores
 from agent_learning.store.base import NOT_MODIFIED, Tagged
 from agent_learning.store.cosmos import (
     BY_AGENT_SEQ_ID,
@@ -147,7 +147,7 @@ def test_a_training_run_costs_six_requests_with_new_scores_and_three_without(
 ) -> None:
     """Read the current document, check its run record, query the new scores; then swap, and
     write the version and run records without reading them first."""
-    from agent_learning.learner import Reinforce
+    from agent_learning.learning.reinforce import Reinforce
     from agent_learning.pipeline import train_agent
 
     store, counter = counted
@@ -454,10 +454,10 @@ def test_change_feed_is_incremental_and_resumable(store: CosmosStore) -> None:
 
 def test_the_local_runner_runs_against_cosmos(cosmos_server: Any, tmp_path: Any) -> None:
     """`AGENT_LEARNING_STORE=cosmos`: the embedded runner's pump reads the Cosmos change feed."""
-    from agent_learning.config import load_settings
-    from agent_learning.local import open_local
+    from agent_learning.app.embedded import open_local
+    from agent_learning.app.settings import load_settings
     from agent_learning.pipeline import load_current
-    from agent_learning.simulate import math_tutor
+    from agent_learning.sim.simulate import math_tutor
 
     database = f"runner-{uuid.uuid4().hex[:8]}"
     setup = CosmosStore.connect(cosmos_server.endpoint, database, key=cosmos_server.key, create_containers=True,
@@ -660,7 +660,7 @@ def test_a_missing_database_or_container_is_a_configuration_error_not_a_missing_
 ) -> None:
     """A mistyped AGENT_LEARNING_COSMOS_DATABASE used to read as "no such document": no policy for
     any agent, and the scorer dead-lettering every episode it had to read as EpisodeNotFound."""
-    from agent_learning.errors import ConfigurationError
+    from agent_learning.core.errors import ConfigurationError
 
     for database in (cosmos_client.get_database_client("no-such-database"), cosmos_database):  # no containers
         store = CosmosStore(database)

@@ -21,6 +21,7 @@ from factories import BASE_TIME, make_episode, make_policy_doc, make_run, make_s
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from agent_learning.core.errors import AlreadyExists, ConcurrencyConflict, InvalidDocument, LimitExceeded
 from agent_learning.documents import (
     CorrectionLedger,
     Episode,
@@ -31,9 +32,8 @@ from agent_learning.documents import (
     correction_ledger_id,
     feedback_sources_id,
 )
-from agent_learning.errors import AlreadyExists, ConcurrencyConflict, InvalidDocument, LimitExceeded
-from agent_learning.feedback import MAX_FEEDBACK_SOURCES
 from agent_learning.pipeline import create_policy, materialise
+from agent_learning.rewards.feedback import MAX_FEEDBACK_SOURCES
 from agent_learning.store import SQLiteStore, Store
 from agent_learning.store.base import NOT_MODIFIED, AgentCursor, RawDoc, Tagged
 
@@ -1018,7 +1018,7 @@ def test_sqlite_a_file_another_process_keeps_locked_is_a_transient_error_naming_
     tells "try again later" from a bug by the port's error, not by sqlite3's."""
     import sqlite3
 
-    from agent_learning.errors import TransientError
+    from agent_learning.core.errors import TransientError
 
     monkeypatch.setattr("agent_learning.store.sqlite.BUSY_TIMEOUT_MS", 50)
     with SQLiteStore(db_path) as store:

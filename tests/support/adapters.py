@@ -38,7 +38,7 @@ from typing import Any, Final
 import pytest
 from cosmos_fixture import new_cosmos_store
 
-from agent_learning.clock import ManualClock
+from agent_learning.core.clock import ManualClock
 from agent_learning.queue import ReceivedMessage, SQLiteQueue, WorkQueue
 from agent_learning.store import MemoryStore, SQLiteStore, Store
 

@@ -14,7 +14,7 @@ import azure.functions as func
 from azure.functions.servicebus import ServiceBusMessage
 
 import function_app
-from agent_learning import functions as handlers
+from agent_learning.app import handlers
 
 
 @functools.cache

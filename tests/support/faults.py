@@ -42,25 +42,25 @@ from app_functions import functions, sb_message
 from azure.functions.timer import TimerRequest
 from factories import INCARNATION
 
-from agent_learning import functions as handlers
-from agent_learning.audit import AgentAudit, audit_agent
-from agent_learning.capture import EpisodeCapture
-from agent_learning.client import PolicyClient
-from agent_learning.clock import ManualClock
-from agent_learning.config import load_settings
+from agent_learning.agent.capture import EpisodeCapture
+from agent_learning.agent.client import PolicyClient
+from agent_learning.app import handlers
+from agent_learning.app.settings import load_settings
+from agent_learning.app.wiring import EMBEDDED_TRAIN_DUPLICATE_WINDOW
+from agent_learning.core.clock import ManualClock
+from agent_learning.core.errors import PermanentError, TransientError
 from agent_learning.documents import Episode, PolicyDocument, TrainingRun
-from agent_learning.errors import PermanentError, TransientError
 from agent_learning.judges.base import Judge, Judgement
 from agent_learning.judges.offline import OfflineJudge
-from agent_learning.learner import Reinforce
+from agent_learning.learning.reinforce import Reinforce
+from agent_learning.ops.audit import AgentAudit, audit_agent
 from agent_learning.pipeline import Scorer, create_policy, load_current
 from agent_learning.policy import SoftmaxPolicy
 from agent_learning.queue.base import OutgoingMessage, WorkQueue
 from agent_learning.queue.sqlite import SQLiteQueue
 from agent_learning.rewards import RewardFunction
-from agent_learning.simulate import math_tutor
+from agent_learning.sim.simulate import math_tutor
 from agent_learning.store.base import Store
-from agent_learning.wiring import EMBEDDED_TRAIN_DUPLICATE_WINDOW
 
 AGENT = "math-tutor"
 FUNCTIONS = {name: f.get_user_function() for name, f in functions().items()}

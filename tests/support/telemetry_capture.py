@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from agent_learning import telemetry
+from agent_learning.core import telemetry
 
 
 class Captured:

@@ -1,7 +1,7 @@
 """The judge port: an episode in, validated per-metric scores out.
 
-Judges report failures by class: :class:`~agent_learning.errors.TransientError` (try the
-message again later) or :class:`~agent_learning.errors.PermanentError` (dead-letter it). A
+Judges report failures by class: :class:`~agent_learning.core.errors.TransientError` (try the
+message again later) or :class:`~agent_learning.core.errors.PermanentError` (dead-letter it). A
 judge never returns a partial judgement and never stands in a default for a failed metric.
 
 Evaluator outputs follow azure-ai-evaluation's shape: ``<metric>`` (the raw score),
@@ -17,9 +17,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from ..documents import MAX_STEP_TEXT_CHARS, Episode, JudgeInfo, MetricScore
-from ..errors import PermanentError
-from ..rewards import normalise
+from agent_learning.core.errors import PermanentError
+from agent_learning.documents import MAX_STEP_TEXT_CHARS, Episode, JudgeInfo, MetricScore
+from agent_learning.judges.metrics import normalise
 
 
 @dataclass(frozen=True)

@@ -51,15 +51,15 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit
 
-from ..documents import MAX_NAME_CHARS, Episode, JudgeInfo, MetricScore
-from ..errors import ConfigurationError, PermanentError, TransientError
-from ..rewards import INTENT_RESOLUTION, TASK_ADHERENCE, TASK_COMPLETION
-from ..telemetry import SPAN_EVALUATOR, span
-from . import prompty
-from .base import InvalidJudgeOutput, Judge, Judgement, metric_from_output
-from .budget import PromptEstimate, Reservation, TokenBudget
-from .loop import LoopThread
-from .offline import OfflineJudge
+from agent_learning.core.errors import ConfigurationError, PermanentError, TransientError
+from agent_learning.core.telemetry import SPAN_EVALUATOR, span
+from agent_learning.documents import MAX_NAME_CHARS, Episode, JudgeInfo, MetricScore
+from agent_learning.judges import prompty
+from agent_learning.judges.base import InvalidJudgeOutput, Judge, Judgement, metric_from_output
+from agent_learning.judges.budget import PromptEstimate, Reservation, TokenBudget
+from agent_learning.judges.loop import LoopThread
+from agent_learning.judges.metrics import INTENT_RESOLUTION, TASK_ADHERENCE, TASK_COMPLETION
+from agent_learning.judges.offline import OfflineJudge
 
 log = logging.getLogger(__name__)
 

@@ -23,9 +23,9 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from ..documents import Episode, JudgeInfo
-from ..rewards import INTENT_RESOLUTION, TASK_ADHERENCE, TASK_COMPLETION
-from .base import Judge, Judgement, metric_from_output
+from agent_learning.documents import Episode, JudgeInfo
+from agent_learning.judges.base import Judge, Judgement, metric_from_output
+from agent_learning.judges.metrics import INTENT_RESOLUTION, TASK_ADHERENCE, TASK_COMPLETION
 
 VERSION = "offline-rules/2"
 """The rules' version, stored with every score they give (2: thousands separators read)."""

@@ -35,8 +35,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from ..errors import PermanentError
-from .base import InvalidJudgeOutput
+from agent_learning.core.errors import PermanentError
+from agent_learning.judges.base import InvalidJudgeOutput
 
 log = logging.getLogger(__name__)
 

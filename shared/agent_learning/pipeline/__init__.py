@@ -16,13 +16,19 @@ trigger delivers at least once:
   compare-and-swap, :func:`create_policy`, pin, unpin and rollback) and :func:`load_current`,
   its one validated loader.
 
-Each stage runs in an OpenTelemetry span and records its metrics (:mod:`agent_learning.telemetry`).
+Each stage runs in an OpenTelemetry span and records its metrics (:mod:`agent_learning.core.telemetry`).
 """
 
-from ..documents import MAX_TRAIN_BATCH
-from .enqueue import EMBED_LIMIT_CHARS, EnqueueResult, enqueue_episodes, message_id_of, score_request_message
-from .fanout import TrainingPlan, TrainRequest, plan_training, send_plan, train_requested
-from .publish import (
+from agent_learning.documents import MAX_TRAIN_BATCH
+from agent_learning.pipeline.enqueue import (
+    EMBED_LIMIT_CHARS,
+    EnqueueResult,
+    enqueue_episodes,
+    message_id_of,
+    score_request_message,
+)
+from agent_learning.pipeline.fanout import TrainingPlan, TrainRequest, plan_training, send_plan, train_requested
+from agent_learning.pipeline.publish import (
     Change,
     Current,
     create_policy,
@@ -34,8 +40,16 @@ from .publish import (
     rollback,
     set_pinned,
 )
-from .score import ScoreOutcome, Scorer, count_settled, run_judge, score_episode, score_message, settle
-from .train import TrainOutcome, train_agent, train_all, train_safely
+from agent_learning.pipeline.score import (
+    ScoreOutcome,
+    Scorer,
+    count_settled,
+    run_judge,
+    score_episode,
+    score_message,
+    settle,
+)
+from agent_learning.pipeline.train import TrainOutcome, train_agent, train_all, train_safely
 
 __all__ = [
     "EMBED_LIMIT_CHARS",

@@ -13,9 +13,9 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..errors import InvalidDocument
-from ..queue.base import OutgoingMessage
-from ..telemetry import EPISODES_ENQUEUED, SPAN_ENQUEUE, count, span
+from agent_learning.core.errors import InvalidDocument
+from agent_learning.core.telemetry import EPISODES_ENQUEUED, SPAN_ENQUEUE, count, span
+from agent_learning.queue.base import OutgoingMessage
 
 log = logging.getLogger(__name__)
 

@@ -39,11 +39,18 @@ from typing import Any
 
 from pydantic import TypeAdapter, ValidationError
 
-from ..documents import AgentId
-from ..errors import InvalidDocument
-from ..queue.base import OutgoingMessage
-from ..store.base import AgentCursor, Store
-from .train import TrainOutcome, agent_list, failure_outcome, invalid_policy, paused, train_safely
+from agent_learning.core.errors import InvalidDocument
+from agent_learning.documents import AgentId
+from agent_learning.pipeline.train import (
+    TrainOutcome,
+    agent_list,
+    failure_outcome,
+    invalid_policy,
+    paused,
+    train_safely,
+)
+from agent_learning.queue.base import OutgoingMessage
+from agent_learning.store.base import AgentCursor, Store
 
 log = logging.getLogger(__name__)
 
@@ -74,7 +81,7 @@ class TrainRequest:
 
     @classmethod
     def from_json(cls, body: bytes | str) -> TrainRequest:
-        """Parse a message body; :class:`~agent_learning.errors.InvalidDocument` names the bad field."""
+        """Parse a message body; :class:`~agent_learning.core.errors.InvalidDocument` names the bad field."""
         try:
             data = json.loads(body)
         except (ValueError, UnicodeDecodeError, RecursionError):
@@ -166,7 +173,7 @@ def send_plan(plan: TrainingPlan, send: Any) -> int:
 
 def train_requested(body: bytes | str, store: Store, learner: Any, **train_kwargs: Any) -> TrainOutcome:
     """Train the agent a training message names (:func:`~agent_learning.pipeline.train.train_safely`
-    with ``train_kwargs``: it never raises). Raises :class:`~agent_learning.errors.InvalidDocument`
+    with ``train_kwargs``: it never raises). Raises :class:`~agent_learning.core.errors.InvalidDocument`
     for a body that is not a training request."""
     request = TrainRequest.from_json(body)
     return train_safely(request.agent_id, store, learner, **train_kwargs)

@@ -45,10 +45,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from .. import notices
-from ..clock import SYSTEM_CLOCK, Clock
-from ..documents import MAX_NOTE_CHARS, Action, PolicyDocument, stored_policy
-from ..errors import (
+from agent_learning.core import notices
+from agent_learning.core.clock import SYSTEM_CLOCK, Clock
+from agent_learning.core.errors import (
     AlreadyExists,
     ConcurrencyConflict,
     InvalidDocument,
@@ -56,7 +55,8 @@ from ..errors import (
     StoredDocumentInvalid,
     TransientError,
 )
-from ..store.base import Store, same_document
+from agent_learning.documents import MAX_NOTE_CHARS, Action, PolicyDocument, stored_policy
+from agent_learning.store.base import Store, same_document
 
 log = logging.getLogger(__name__)
 
@@ -75,7 +75,7 @@ class Current:
 def load_current_tagged(store: Store, agent_id: str) -> Current | None:
     """The agent's current policy document, validated, with its ETag; ``None`` if it has none.
 
-    Raises :class:`~agent_learning.errors.InvalidDocument` if the document does not validate.
+    Raises :class:`~agent_learning.core.errors.InvalidDocument` if the document does not validate.
     """
     tagged = store.get_current_policy(agent_id)
     return None if tagged is None else Current(stored_policy(tagged.doc), tagged.etag)
@@ -91,7 +91,7 @@ def materialise(store: Store, current: PolicyDocument) -> None:
     """Make sure the version and run records of ``current`` exist (idempotent): one point read
     when they do, the writes of :func:`record` when a crash left them unwritten.
 
-    Raises :class:`~agent_learning.errors.ConcurrencyConflict` if a version record without a run
+    Raises :class:`~agent_learning.core.errors.ConcurrencyConflict` if a version record without a run
     differs from ``current`` (it is immutable history: nothing overwrites it).
     """
     if current.run is not None:
@@ -123,7 +123,7 @@ def publish(store: Store, new: PolicyDocument, etag: str | None) -> PolicyDocume
     then write its version and run records (:func:`record`). The whole document is validated
     again first.
 
-    Raises :class:`~agent_learning.errors.ConcurrencyConflict` when another writer got there first.
+    Raises :class:`~agent_learning.core.errors.ConcurrencyConflict` when another writer got there first.
     Once the swap succeeded, ``new`` is published: a store outage while writing its records is
     logged, not raised (the next run or intervention writes them, :func:`materialise`), so that
     the caller does not report as failed a version agents already use.
@@ -150,7 +150,7 @@ def create_policy(store: Store, policy_doc: PolicyDocument) -> PolicyDocument:
     Idempotent: when the agent's version 1 is this document already (made at another time: the
     creation time, and the incarnation when the document names none, are not compared), nothing
     is written and the current document, perhaps of a later version, is returned. Raises
-    :class:`~agent_learning.errors.AlreadyExists`, naming the agent, when it has another policy:
+    :class:`~agent_learning.core.errors.AlreadyExists`, naming the agent, when it has another policy:
     a policy is never overwritten.
     """
     if policy_doc.version != 1 or policy_doc.source != "init":

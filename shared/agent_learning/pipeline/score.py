@@ -6,11 +6,11 @@ only once, so of two concurrent deliveries the first write wins and the other is
 ``duplicate`` (it does not overwrite). :func:`settle` and :func:`count_settled` apply an
 outcome to the queue message that carried it.
 
-Not every episode need be judged (``AGENT_LEARNING_JUDGING``, :mod:`agent_learning.judging`):
+Not every episode need be judged (``AGENT_LEARNING_JUDGING``, :mod:`agent_learning.judges.sampling`):
 a valid episode that its agent's rule leaves out is recorded in its score slot
 (``Store.mark_unjudged``) and its message completed (outcome ``unjudged``, counted once: a copy of
 the message finds the record and is a ``duplicate``), to be judged later by
-:func:`agent_learning.recovery.judge_unjudged`.
+:func:`agent_learning.ops.recovery.judge_unjudged`.
 """
 
 from __future__ import annotations
@@ -22,29 +22,10 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from .. import notices
-from ..clock import SYSTEM_CLOCK, Clock
-from ..documents import (
-    Episode,
-    JudgeInfo,
-    Measures,
-    MetricScore,
-    PolicyDocument,
-    RewardInfo,
-    Score,
-    ScoreRequest,
-    UnjudgedRecord,
-    stored_policy,
-)
-from ..errors import ConcurrencyConflict, InvalidDocument, PermanentError, TransientError
-from ..feedback import reconcile
-from ..judges.base import Judge
-from ..judging import Decision, Judging
-from ..queue.base import WorkQueue
-from ..rewards import RewardFunction, agent_reward
-from ..store.base import Store
-from ..structured import knows_action
-from ..telemetry import (
+from agent_learning.core import notices
+from agent_learning.core.clock import SYSTEM_CLOCK, Clock
+from agent_learning.core.errors import ConcurrencyConflict, InvalidDocument, PermanentError, TransientError
+from agent_learning.core.telemetry import (
     EPISODES_DEAD_LETTERED,
     EPISODES_SCORED,
     EPISODES_UNJUDGED,
@@ -58,7 +39,26 @@ from ..telemetry import (
     record,
     span,
 )
-from .publish import load_current
+from agent_learning.documents import (
+    Episode,
+    JudgeInfo,
+    Measures,
+    MetricScore,
+    PolicyDocument,
+    RewardInfo,
+    Score,
+    ScoreRequest,
+    UnjudgedRecord,
+    stored_policy,
+)
+from agent_learning.judges.base import Judge
+from agent_learning.judges.sampling import Decision, Judging
+from agent_learning.pipeline.publish import load_current
+from agent_learning.policy.structured import knows_action
+from agent_learning.queue.base import WorkQueue
+from agent_learning.rewards import RewardFunction, agent_reward
+from agent_learning.rewards.feedback import reconcile
+from agent_learning.store.base import Store
 
 
 @dataclass(frozen=True)
@@ -108,7 +108,7 @@ class PolicyVersions:
     ``max_age`` (seconds; ``None``: no limit) bounds how long a version is remembered: an older
     one is read again, so a version deleted with its agent (``agent-learn agent delete``) is no
     longer found once ``max_age`` has passed. ``fresh=True`` reads it again whatever its age, and
-    so does a notice that the agent's policy changed in this process (:mod:`agent_learning.notices`:
+    so does a notice that the agent's policy changed in this process (:mod:`agent_learning.core.notices`:
     it may have been created again, as another incarnation).
     """
 

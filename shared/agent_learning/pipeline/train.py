@@ -27,8 +27,10 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Literal
 
-from ..clock import SYSTEM_CLOCK, Clock
-from ..documents import (
+from agent_learning.core.clock import SYSTEM_CLOCK, Clock
+from agent_learning.core.errors import ConcurrencyConflict, InvalidDocument, TransientError
+from agent_learning.core.telemetry import MEAN_REWARD, POLICY_ENTROPY, SPAN_TRAIN, TRAINING_RUNS, count, record, span
+from agent_learning.documents import (
     MAX_TRAIN_BATCH,
     TRAIN_BATCH,
     ContextFeature,
@@ -41,15 +43,20 @@ from ..documents import (
     held_run_doc_id,
     run_doc_id,
 )
-from ..drift import DriftConfig, review
-from ..errors import ConcurrencyConflict, InvalidDocument, TransientError
-from ..feedback import TOLERANCE
-from ..policy import policy_choices, policy_probabilities, served_entropy
-from ..store.base import RawDoc, Store
-from ..structured import Layout
-from ..telemetry import MEAN_REWARD, POLICY_ENTROPY, SPAN_TRAIN, TRAINING_RUNS, count, record, span
-from .publish import load_current, load_current_tagged, materialise, publish, repair_hint, set_pinned
-from .score import other_incarnation
+from agent_learning.pipeline.drift import DriftConfig, review
+from agent_learning.pipeline.publish import (
+    load_current,
+    load_current_tagged,
+    materialise,
+    publish,
+    repair_hint,
+    set_pinned,
+)
+from agent_learning.pipeline.score import other_incarnation
+from agent_learning.policy import policy_choices, policy_probabilities, served_entropy
+from agent_learning.policy.structured import Layout
+from agent_learning.rewards.feedback import TOLERANCE
+from agent_learning.store.base import RawDoc, Store
 
 log = logging.getLogger(__name__)
 
@@ -111,9 +118,9 @@ def train_agent(
     episodes are learned at once (:meth:`Collected.waits`). An episode's corrections in one batch
     enter the update as one row, their net reward change (none if it nets to zero).
 
-    ``learner`` is a :class:`~agent_learning.learner.Reinforce` (imported by the caller, so
+    ``learner`` is a :class:`~agent_learning.learning.reinforce.Reinforce` (imported by the caller, so
     that importing this module does not import numpy). ``drift`` turns on the warnings of
-    :mod:`agent_learning.drift`; with its ``auto_pin`` a warning pins the agent's policy (a review
+    :mod:`agent_learning.pipeline.drift`; with its ``auto_pin`` a warning pins the agent's policy (a review
     that fails is logged, and the outcome stays ``published``).
     ``guardrail`` (an :class:`~agent_learning.evaluation.GuardrailConfig`; ``None``: none)
     evaluates each candidate before it is published.
@@ -269,7 +276,7 @@ def _guard(
 ) -> tuple[PolicyDocument, TrainingRun | None]:
     """``new`` with the guardrail's evaluation on its run (shrunk towards ``current`` when the guardrail
     shrank it), and the held run if it is held."""
-    from ..evaluation import review  # numpy, like the learner: only where training runs
+    from agent_learning.evaluation import review  # numpy, like the learner: only where training runs
 
     n = batch.episodes  # corrections are reward changes, not episodes: they are not evaluated
     reviewed = review(
@@ -415,10 +422,10 @@ def collect(agent_id: str, rows: Sequence[RawDoc], policy: PolicyDocument | Sequ
 
 
 def learn(learner: Any, current: PolicyDocument, batch: Collected) -> Any:
-    """One learner update of ``current`` on ``batch`` (a :class:`~agent_learning.learner.Update`)."""
+    """One learner update of ``current`` on ``batch`` (a :class:`~agent_learning.learning.reinforce.Update`)."""
     # numpy only where training runs: enqueueing and scoring import this package without it.
-    from ..learner import Batch
-    from ..structured_learner import Rows, learn_structured
+    from agent_learning.learning.reinforce import Batch
+    from agent_learning.learning.structured import Rows, learn_structured
 
     if current.structured:
         rows = Rows(batch.actions, batch.rewards, batch.probabilities, batch.flags, batch.contexts)

@@ -1,6 +1,6 @@
 """Work queues with Azure Service Bus peek-lock semantics: the port and the SQLite adapter."""
 
-from .base import (
+from agent_learning.queue.base import (
     MAX_DEAD_LETTER_TEXT_CHARS,
     MAX_DELIVERY_COUNT_EXCEEDED,
     DeadLetter,
@@ -9,7 +9,7 @@ from .base import (
     ReceivedMessage,
     WorkQueue,
 )
-from .sqlite import SQLiteQueue
+from agent_learning.queue.sqlite import SQLiteQueue
 
 __all__ = [
     "MAX_DEAD_LETTER_TEXT_CHARS",

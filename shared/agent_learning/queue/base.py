@@ -11,8 +11,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import TracebackType
 
-from ..documents import NOT_UNICODE, is_unicode
-from ..errors import ConcurrencyConflict, InvalidDocument
+from agent_learning.core.errors import ConcurrencyConflict, InvalidDocument
+from agent_learning.documents import NOT_UNICODE, is_unicode
 
 PropertyValue = str | int | float | bool
 """The types an application property may have (an ``int`` within 64 bits, as AMQP carries it)."""
@@ -133,7 +133,7 @@ class WorkQueue(ABC):
       :meth:`complete` removes the message, :meth:`abandon` releases the lock at once,
       :meth:`dead_letter` moves it to the dead-letter sub-queue with a reason and description.
       A lock that expired, or a message already settled or received again, raises
-      :class:`~agent_learning.errors.ConcurrencyConflict` ("lock lost", like Service Bus's
+      :class:`~agent_learning.core.errors.ConcurrencyConflict` ("lock lost", like Service Bus's
       ``MessageLockLostError``).
     * A message is delivered at most ``max_deliveries`` times (Service Bus MaxDeliveryCount):
       when a message that has reached it is abandoned or its lock expires, it is dead-lettered
@@ -165,7 +165,7 @@ class WorkQueue(ABC):
 
     def complete_all(self, messages: Sequence[ReceivedMessage]) -> list[ReceivedMessage]:
         """:meth:`complete` each message; returns those whose lock was lost (for which :meth:`complete`
-        raises :class:`~agent_learning.errors.ConcurrencyConflict`), in order. The embedded queue
+        raises :class:`~agent_learning.core.errors.ConcurrencyConflict`), in order. The embedded queue
         completes them all in one transaction."""
         lost = []
         for message in messages:

@@ -12,7 +12,7 @@ How the port maps onto Service Bus:
   queue, so this adapter adds 1.
 * **Settlement** goes through the receiver that received the message: :meth:`receive` keeps a
   map from lock token to the SDK message. A token this object did not hand out, already
-  settled, or whose lock expired raises :class:`~agent_learning.errors.ConcurrencyConflict`, as
+  settled, or whose lock expired raises :class:`~agent_learning.core.errors.ConcurrencyConflict`, as
   does the SDK's ``MessageLockLostError`` / ``MessageAlreadySettled``.
 * **Lock duration, MaxDeliveryCount and duplicate detection** are properties of the queue in
   Azure (Bicep), not of this object. :meth:`send` returns how many messages were handed to
@@ -42,10 +42,10 @@ How the port maps onto Service Bus:
   not AMQP). Service Bus reports no lock count, so ``locked`` counts the unexpired locks held by
   *this object* only. This path is not exercised against a broker in the tests: the local AMQP
   test broker does not serve the HTTP management API (against it, :meth:`counts` fails with
-  :class:`~agent_learning.errors.TransientError` within ``operation_timeout``, retries included).
+  :class:`~agent_learning.core.errors.TransientError` within ``operation_timeout``, retries included).
 * **Errors.** ``ServiceBusConnectionError``, ``ServiceBusCommunicationError``,
   ``OperationTimeoutError`` and ``ServiceBusServerBusyError`` (after the SDK's own retries) are
-  raised as :class:`~agent_learning.errors.TransientError` with the SDK error as the cause, as
+  raised as :class:`~agent_learning.core.errors.TransientError` with the SDK error as the cause, as
   are the administration API's connection failures and 408/429/5xx answers; anything else
   propagates unchanged.
 """
@@ -81,8 +81,8 @@ from azure.servicebus.exceptions import (
     ServiceBusServerBusyError,
 )
 
-from ..errors import ConcurrencyConflict, InvalidDocument, TransientError
-from .base import (
+from agent_learning.core.errors import ConcurrencyConflict, InvalidDocument, TransientError
+from agent_learning.queue.base import (
     LOCK_SECONDS,
     MAX_MESSAGE_ID_CHARS,
     DeadLetter,
@@ -310,7 +310,7 @@ class ServiceBusQueue(WorkQueue):
         The count includes messages that Service Bus then drops as duplicates (duplicate
         detection happens in the broker and is invisible to the sender). Every batch is built
         before the first is sent, so a message too large for a Service Bus message raises
-        :class:`~agent_learning.errors.InvalidDocument` (naming ``body``) before anything is
+        :class:`~agent_learning.core.errors.InvalidDocument` (naming ``body``) before anything is
         sent. Each batch is atomic; if a later batch fails, earlier ones stay enqueued, and
         sending the same messages again is safe on a queue with duplicate detection.
         """
@@ -450,7 +450,7 @@ class ServiceBusQueue(WorkQueue):
         loses. Dead letters not chosen stay locked until the replay ends and are then abandoned
         (which increments their delivery count in the sub-queue); the replay must finish within
         the queue's lock duration: a dead letter whose lock expired raises
-        :class:`~agent_learning.errors.ConcurrencyConflict` saying so. A copy this replay sent that
+        :class:`~agent_learning.core.errors.ConcurrencyConflict` saying so. A copy this replay sent that
         is dead-lettered again before it ends (a consumer still failing) is left for the next
         replay, so the replay ends.
         """

@@ -15,7 +15,7 @@ queue name, so several queues can share a file):
 Concurrency: WAL journal, a busy timeout, and every write in one ``BEGIN IMMEDIATE`` transaction,
 so receivers in several threads or processes never get the same message under the same lock. A
 file another connection keeps locked beyond the busy timeout raises
-:class:`~agent_learning.errors.TransientError`, as the store does.
+:class:`~agent_learning.core.errors.TransientError`, as the store does.
 Within a process one connection is shared under a lock (which also makes ``":memory:"`` work);
 a process forked after the queue was opened opens its own connection on first use.
 """
@@ -32,10 +32,9 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from ..clock import SYSTEM_CLOCK, Clock
-from ..errors import ConcurrencyConflict
-from ..store.sqlite import BUSY_TIMEOUT_MS, busy_is_transient, not_a_database
-from .base import (
+from agent_learning.core.clock import SYSTEM_CLOCK, Clock
+from agent_learning.core.errors import ConcurrencyConflict
+from agent_learning.queue.base import (
     LOCK_SECONDS,
     MAX_DELIVERIES,
     MAX_DELIVERY_COUNT_EXCEEDED,
@@ -46,6 +45,7 @@ from .base import (
     WorkQueue,
     dead_letter_text,
 )
+from agent_learning.store.sqlite import BUSY_TIMEOUT_MS, busy_is_transient, not_a_database
 
 _TOKEN_BYTES = 12  # random part of a lock token
 

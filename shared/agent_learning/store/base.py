@@ -59,7 +59,8 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from ..documents import (
+from agent_learning.core.errors import InvalidDocument, LimitExceeded
+from agent_learning.documents import (
     CorrectionLedger,
     Episode,
     Feedback,
@@ -70,7 +71,6 @@ from ..documents import (
     UnjudgedRecord,
     stored_policy,
 )
-from ..errors import InvalidDocument, LimitExceeded
 
 RawDoc = dict[str, Any]
 

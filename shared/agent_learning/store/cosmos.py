@@ -37,7 +37,7 @@ Deployments from before the hierarchical key keep their scores in ``scores`` (pa
 ``/id``, where the trainer's query crossed every physical partition). Cosmos cannot change a
 container's partition key, so the scores live in a new container, and
 :func:`copy_legacy_scores` copies the old one into it (``agent-learn store migrate-scores``, through
-:func:`agent_learning.recovery.migrate_scores`, which pauses the agents it copies for; docs/operating.md
+:func:`agent_learning.ops.recovery.migrate_scores`, which pauses the agents it copies for; docs/operating.md
 gives the order of the steps).
 
 Training cursor. A score's ``seq`` is the writer's clock in microseconds, taken right
@@ -48,10 +48,10 @@ as writes finish within the settle window and instance clocks agree to within it
 checked rather than assumed:
 
 * the window must exceed the write timeout plus a clock-skew allowance
-  (:func:`~agent_learning.clock.check_settle_window`; the defaults, 10 s + 5 s and 60 s,
+  (:func:`~agent_learning.core.clock.check_settle_window`; the defaults, 10 s + 5 s and 60 s,
   leave a wide margin), or the store refuses to start;
 * the clock is the server's where it is ahead of the local one
-  (:class:`~agent_learning.clock.ServerClock`): every write's answer carries the server's time
+  (:class:`~agent_learning.core.clock.ServerClock`): every write's answer carries the server's time
   of the write (``_ts``), and before its first score an instance makes one small write to learn
   it, so a scorer whose clock lags cannot push ``seq`` behind the cursor;
 * a score whose create completed later (by ``_ts``) than its ``seq`` plus the settle window (a
@@ -98,7 +98,7 @@ from azure.core.exceptions import ServiceRequestError, ServiceResponseError
 from azure.cosmos import ContainerProxy, CosmosClient, DatabaseProxy, PartitionKey
 from azure.cosmos import exceptions as cosmos_errors
 
-from ..clock import (
+from agent_learning.core.clock import (
     SCORE_SETTLE_SECONDS,
     SCORE_WRITE_TIMEOUT_SECONDS,
     SYSTEM_CLOCK,
@@ -106,7 +106,15 @@ from ..clock import (
     ServerClock,
     check_settle_window,
 )
-from ..documents import (
+from agent_learning.core.errors import (
+    ConcurrencyConflict,
+    ConfigurationError,
+    NotFound,
+    StoredDocumentInvalid,
+    TransientError,
+)
+from agent_learning.core.telemetry import SCORES_LATE, count
+from agent_learning.documents import (
     CorrectionLedger,
     Episode,
     Feedback,
@@ -119,9 +127,7 @@ from ..documents import (
     feedback_sources_id,
     policy_doc_id,
 )
-from ..errors import ConcurrencyConflict, ConfigurationError, NotFound, StoredDocumentInvalid, TransientError
-from ..telemetry import SCORES_LATE, count
-from .base import (
+from agent_learning.store.base import (
     NOT_MODIFIED,
     AgentCursor,
     FeedPage,
@@ -976,7 +982,7 @@ class ScoreCopy:
     """Without a string ``agent_id``: no place under the new key (the ids; kept in the old container)."""
     paused: list[str] = field(default_factory=list)
     """Agents whose learning was paused for the copy and resumed after it
-    (:func:`agent_learning.recovery.migrate_scores`)."""
+    (:func:`agent_learning.ops.recovery.migrate_scores`)."""
 
     def to_dict(self) -> dict[str, Any]:
         return {"read": self.read, "copied": self.copied, "already": self.already, "overwritten": self.overwritten,

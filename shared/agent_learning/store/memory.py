@@ -8,7 +8,8 @@ import uuid
 from collections.abc import Iterator
 from typing import Any
 
-from ..documents import (
+from agent_learning.core.errors import ConcurrencyConflict
+from agent_learning.documents import (
     CorrectionLedger,
     Episode,
     Feedback,
@@ -19,8 +20,7 @@ from ..documents import (
     UnjudgedRecord,
     policy_doc_id,
 )
-from ..errors import ConcurrencyConflict
-from .base import (
+from agent_learning.store.base import (
     AgentCursor,
     FeedPage,
     RawDoc,

@@ -4,7 +4,7 @@ Documents are stored as JSON text next to the few columns queries need. WAL jour
 readers run while one writer commits; writes that must be atomic (assigning a score's
 ``seq``, the current-policy compare-and-swap) run in ``BEGIN IMMEDIATE`` transactions, so
 SQLite serialises them; a writer waits up to :data:`BUSY_TIMEOUT_MS` for another's, then raises
-:class:`~agent_learning.errors.TransientError`. The episode change feed is the table's
+:class:`~agent_learning.core.errors.TransientError`. The episode change feed is the table's
 autoincrement ``lsn``; the feedback change feed is the ``feedback_feed`` table, whose row for a
 feedback document is replaced (with a new ``lsn``) in the transaction that writes the document.
 """
@@ -21,7 +21,8 @@ from contextlib import AbstractContextManager, contextmanager, nullcontext
 from pathlib import Path
 from typing import Any
 
-from ..documents import (
+from agent_learning.core.errors import ConcurrencyConflict, ConfigurationError, TransientError
+from agent_learning.documents import (
     CorrectionLedger,
     Episode,
     Feedback,
@@ -32,8 +33,7 @@ from ..documents import (
     UnjudgedRecord,
     policy_doc_id,
 )
-from ..errors import ConcurrencyConflict, ConfigurationError, TransientError
-from .base import (
+from agent_learning.store.base import (
     AgentCursor,
     FeedPage,
     RawDoc,
@@ -51,7 +51,7 @@ ID_PAGE = 1_000
 
 BUSY_TIMEOUT_MS = 30_000
 """How long a connection waits for another connection's write transaction before it gives up
-(then :class:`~agent_learning.errors.TransientError`, see :func:`busy_is_transient`)."""
+(then :class:`~agent_learning.core.errors.TransientError`, see :func:`busy_is_transient`)."""
 
 AFTER_CURSOR = "agent_id = ? AND (seq, id) > (?, ?)"
 """An agent's scores strictly after a cursor. The row-value comparison lets SQLite seek the
@@ -152,7 +152,7 @@ def not_a_database(path: str) -> Iterator[None]:
 @contextmanager
 def busy_is_transient(path: str) -> Iterator[None]:
     """Report a database another connection kept locked for longer than :data:`BUSY_TIMEOUT_MS`
-    as a :class:`~agent_learning.errors.TransientError` naming the file, as Cosmos DB's throttling
+    as a :class:`~agent_learning.core.errors.TransientError` naming the file, as Cosmos DB's throttling
     is one: trying again later may pass. Any other error passes through unchanged."""
     try:
         yield
@@ -180,7 +180,7 @@ def described(path: str) -> str:
 class SQLiteStore(Store):
     """The local default store. ``path`` is created (with its folder) if missing; without one, the
     file the settings name (:data:`PATH_SETTING`, else :data:`DEFAULT_PATH`), where ``agent-learn``
-    and :func:`agent_learning.local.open_local` keep it, without loading the settings (an agent
+    and :func:`agent_learning.app.embedded.open_local` keep it, without loading the settings (an agent
     opens its store without the pipeline's dependencies)."""
 
     def __init__(self, path: str | os.PathLike[str] | None = None) -> None:

@@ -1,0 +1,1 @@
+"""What an agent imports: read the policy (client), record an episode (capture)."""

@@ -1,0 +1,1 @@
+"""The composition root: settings, wiring, the Functions handlers, the embedded runner."""

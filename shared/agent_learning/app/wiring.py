@@ -1,0 +1,183 @@
+"""Settings → objects: the one composition root.
+
+The Functions app (:mod:`agent_learning.app.handlers`), the embedded runner
+(:mod:`agent_learning.app.embedded`) and the CLI build their store, queue, judge, reward function,
+learner, telemetry and drift configuration here, from one :class:`~agent_learning.app.settings.Settings`,
+so they are wired alike. The adapters of Cosmos DB and Service Bus are imported
+only when the settings choose them (the evaluators import azure-ai-evaluation only when built);
+the Functions app imports this module on its first invocation, not at start-up.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from agent_learning.app.settings import PREFIX, Settings, component
+from agent_learning.core.clock import SYSTEM_CLOCK, Clock
+from agent_learning.core.errors import ConfigurationError
+from agent_learning.core.telemetry import configure
+from agent_learning.evaluation import GuardrailConfig
+from agent_learning.judges.base import Judge
+from agent_learning.judges.evaluators import EvaluatorJudge, JudgeLimits, JudgeModel, JudgeTokens
+from agent_learning.judges.offline import OfflineJudge
+from agent_learning.judges.sampling import Judging, JudgingRules
+from agent_learning.learning.reinforce import LearnerConfig, Reinforce
+from agent_learning.pipeline import Scorer
+from agent_learning.pipeline.drift import DriftConfig
+from agent_learning.queue.base import WorkQueue
+from agent_learning.queue.sqlite import SQLiteQueue
+from agent_learning.rewards import RewardConfig, RewardFunction
+from agent_learning.store.base import Store
+from agent_learning.store.memory import MemoryStore
+from agent_learning.store.sqlite import SQLiteStore
+
+__all__ = [
+    "configure",
+    "drift_config",
+    "guardrail_config",
+    "judge_limits",
+    "judge_model_config",
+    "judge_tokens",
+    "learner_config",
+    "open_judge",
+    "open_judging",
+    "open_learner",
+    "open_queue",
+    "open_reward",
+    "open_scorer",
+    "open_store",
+    "reward_config",
+]
+
+
+def reward_config(settings: Settings) -> RewardConfig:
+    """The reward shaping the settings configure."""
+    return component(settings, RewardConfig)
+
+
+def learner_config(settings: Settings) -> LearnerConfig:
+    """The learner's configuration."""
+    return component(settings, LearnerConfig)
+
+
+def drift_config(settings: Settings) -> DriftConfig:
+    """The thresholds of the drift warnings, and whether a warning pins."""
+    return component(settings, DriftConfig)
+
+
+def guardrail_config(settings: Settings) -> GuardrailConfig | None:
+    """The publish guardrail (``None`` when it is off)."""
+    config = component(settings, GuardrailConfig)
+    return None if config.mode == "off" else config
+
+
+def judge_model_config(settings: Settings) -> JudgeModel:
+    """The judge model of the azure-ai-evaluation evaluators."""
+    return component(settings, JudgeModel)
+
+
+def judge_limits(settings: Settings) -> JudgeLimits:
+    """Timeouts and retries of the evaluators' calls."""
+    return component(settings, JudgeLimits)
+
+
+def judge_tokens(settings: Settings) -> JudgeTokens:
+    """The evaluators' completion limits and the judge's token budget."""
+    return component(settings, JudgeTokens)
+
+
+def open_judge(settings: Settings) -> Judge:
+    """The judge ``settings`` choose: the offline rules judge or the azure-ai-evaluation evaluators."""
+    if settings.judge == "evaluators":
+        return EvaluatorJudge(judge_model_config(settings), judge_limits(settings), tokens=judge_tokens(settings))
+    return OfflineJudge()
+
+
+def open_reward(settings: Settings) -> RewardFunction:
+    """The reward function the settings configure."""
+    return RewardFunction(reward_config(settings))
+
+
+def open_learner(settings: Settings) -> Reinforce:
+    """The learner the settings configure."""
+    return Reinforce(learner_config(settings))
+
+
+def open_judging(settings: Settings) -> Judging:
+    """Which episodes are judged (``AGENT_LEARNING_JUDGING``), with a fresh ``N/min`` window."""
+    return Judging(JudgingRules.parse(settings.judging))
+
+
+def open_scorer(settings: Settings, store: Store, *, judge: Judge | None = None, clock: Clock = SYSTEM_CLOCK) -> Scorer:
+    """The score stage's dependencies: ``store``, the judge (``judge`` or the settings'), the reward
+    and which episodes are judged."""
+    return Scorer(store, judge or open_judge(settings), open_reward(settings), clock, open_judging(settings))
+
+
+def open_store(settings: Settings, *, path: str | Path | None = None, clock: Clock = SYSTEM_CLOCK) -> Store:
+    """The store ``settings`` choose: SQLite (default), memory, or Cosmos DB."""
+    if settings.store == "memory":
+        return MemoryStore()
+    if settings.store == "cosmos":
+        from agent_learning.store.cosmos import CosmosStore  # azure-cosmos: only when the settings choose it
+
+        assert settings.cosmos_endpoint is not None  # load_settings checks it
+        key = settings.cosmos_key.get_secret_value() if settings.cosmos_key else None
+        return CosmosStore.connect(
+            settings.cosmos_endpoint,
+            settings.cosmos_database,
+            key=key,
+            managed_identity_client_id=settings.cosmos_client_id,
+            settle_seconds=settings.score_settle_seconds,
+            clock=clock,
+        )
+    return SQLiteStore(path or settings.sqlite_path)
+
+
+def open_queue(settings: Settings, *, path: str | Path | None = None, clock: Clock = SYSTEM_CLOCK) -> WorkQueue:
+    """The scoring queue ``settings`` choose: the embedded SQLite queue or Service Bus."""
+    return _open_queue(settings, settings.queue_name, path, clock)
+
+
+EMBEDDED_TRAIN_DUPLICATE_WINDOW = 0.001
+"""Seconds the embedded training queue remembers a message id. Embedded ticks run back to back
+and each drains the queue before the next, so an agent still at the same cursor (waiting for
+more scores, or its candidate held) must be sent again at the next tick, not dropped."""
+
+
+def open_train_queue(settings: Settings, *, path: str | Path | None = None, clock: Clock = SYSTEM_CLOCK) -> WorkQueue:
+    """The training queue (one message per agent to train): embedded SQLite or Service Bus."""
+    return _open_queue(settings, settings.train_queue_name, path, clock, EMBEDDED_TRAIN_DUPLICATE_WINDOW)
+
+
+def _open_queue(
+    settings: Settings, name: str, path: str | Path | None, clock: Clock, duplicate_window: float | None = None
+) -> WorkQueue:
+    if settings.queue == "servicebus":
+        from agent_learning.queue.servicebus import (
+            ServiceBusQueue,  # azure-servicebus: only when the settings choose it
+        )
+
+        if settings.servicebus_connection_string:
+            secret = settings.servicebus_connection_string.get_secret_value()
+            try:
+                return ServiceBusQueue.from_connection_string(secret, name, lock_seconds=settings.queue_lock_seconds)
+            except ValueError as exc:  # the SDK's parse; its message does not repeat the string
+                raise ConfigurationError(
+                    f"invalid configuration: {PREFIX}SERVICEBUS_CONNECTION_STRING: {exc}"
+                ) from None
+        assert settings.servicebus_namespace is not None  # load_settings checks it
+        return ServiceBusQueue.from_namespace(
+            settings.servicebus_namespace, name, managed_identity_client_id=settings.servicebus_client_id,
+            lock_seconds=settings.queue_lock_seconds,
+        )
+    queue_path = ":memory:" if settings.store == "memory" else str(path or settings.sqlite_path)
+    window = {} if duplicate_window is None else {"duplicate_window_seconds": duplicate_window}
+    return SQLiteQueue(
+        queue_path,
+        name=name,
+        lock_seconds=settings.queue_lock_seconds,
+        max_deliveries=settings.queue_max_deliveries,
+        clock=clock,
+        **window,
+    )

@@ -1,0 +1,1 @@
+"""Leaves every layer may use: errors, clock, notices, telemetry, limits."""

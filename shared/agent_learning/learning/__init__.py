@@ -1,0 +1,1 @@
+"""REINFORCE with a baseline: the one learner of the one policy model (numpy)."""

@@ -1,0 +1,1 @@
+"""What operators run: audit, recovery, history, reports and plots, counterfactual replay."""

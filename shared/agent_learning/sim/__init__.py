@@ -1,0 +1,1 @@
+"""Simulated agents and worlds with a known truth."""
