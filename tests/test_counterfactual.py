@@ -12,7 +12,7 @@ from support.factories import BASE_TIME, make_policy_doc, make_score
 
 from agent_learning.core.errors import NotFound
 from agent_learning.documents import Action, Score
-from agent_learning.ops import counterfactual as cf
+from agent_learning.evaluation import counterfactual as cf
 from agent_learning.pipeline import create_policy, load_current, revise
 from agent_learning.policy.structured import Layout, StructuredPolicy, joint_index
 from agent_learning.store.base import Store

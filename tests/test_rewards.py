@@ -11,6 +11,7 @@ import pytest
 
 from agent_learning.core.errors import PermanentError
 from agent_learning.documents import Episode, MetricScore, Step
+from agent_learning.judges.metrics import normalise
 from agent_learning.rewards import (
     INTENT_RESOLUTION,
     TASK_ADHERENCE,
@@ -18,7 +19,6 @@ from agent_learning.rewards import (
     MissingMetric,
     RewardConfig,
     RewardFunction,
-    normalise,
 )
 
 START = datetime(2026, 1, 1, tzinfo=UTC)

@@ -1397,8 +1397,9 @@ def evaluate(agent_id: str, version: int | None, action_id: str | None, uniform:
     policy, against the current version (IPS, self-normalised IPS and doubly robust, with intervals).
     Without a target option, the current version is evaluated on its own logs."""
     from agent_learning.app import wiring
+    from agent_learning.evaluation import counterfactual as cf  # numpy: only for this command
     from agent_learning.evaluation import percent
-    from agent_learning.ops import counterfactual as cf  # numpy: only for this command
+    from agent_learning.ops.candidate import candidate_target
 
     chosen = [name for name, given in (("--version", version is not None), ("--action", action_id is not None),
                                        ("--uniform", uniform), ("--candidate", candidate)) if given]
@@ -1417,7 +1418,7 @@ def evaluate(agent_id: str, version: int | None, action_id: str | None, uniform:
         elif uniform:
             target, label = cf.uniform(current), "uniform"
         elif candidate:
-            target, new = cf.candidate_target(store, current, wiring.open_learner(settings), settings.train_max_batch)
+            target, new = candidate_target(store, current, wiring.open_learner(settings), settings.train_max_batch)
             label = f"the next candidate (v{current.version + 1}, from {new} new episodes)"
         else:
             target, label = cf.of_document(current), f"v{current.version} (current)"

@@ -1,1 +1,1 @@
-"""What operators run: audit, recovery, history, reports and plots, counterfactual replay."""
+"""What operators run: audit, recovery, rollback and pins, history, reports and plots, candidates."""

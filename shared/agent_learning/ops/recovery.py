@@ -61,7 +61,7 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field, replace
 from typing import Any, TypeVar
 
-from agent_learning.core.errors import InvalidDocument, NotFound
+from agent_learning.core.errors import ConfigurationError, InvalidDocument, NotFound
 from agent_learning.documents import Episode, Score, ScoreCursor
 from agent_learning.judges.base import Judge, Judgement
 from agent_learning.ops.audit import audit_agent
@@ -365,7 +365,8 @@ the pin for its own and lifts it when its copy is whole."""
 
 def migrate_scores(store: Any, **options: Any) -> Any:
     """Copy the old ``scores`` container of a Cosmos DB deployment into ``agent-scores``
-    (:func:`~agent_learning.store.cosmos.copy_legacy_scores` with ``options``; returns its
+    (the store's ``copy_legacy_scores``, :func:`agent_learning.store.cosmos.copy_legacy_scores`, with
+    ``options``; returns its
     ``ScoreCopy``), losing nothing to a trainer running beside it.
 
     A copy lands in an agent's feed in ``(seq, id)`` order only once it is whole: a trainer that read
@@ -377,7 +378,10 @@ def migrate_scores(store: Any, **options: Any) -> Any:
     pinned stays pinned; one without a policy (no trainer) or with an invalid one (which no trainer
     trains until it is repaired) is copied as it is.
     """
-    from agent_learning.store.cosmos import copy_legacy_scores  # azure-cosmos: only on Cosmos DB
+    copy_legacy_scores = getattr(store, "copy_legacy_scores", None)
+    if copy_legacy_scores is None:
+        raise ConfigurationError("AGENT_LEARNING_STORE: migrate-scores copies between Cosmos DB containers: "
+                                 f"a {type(store).__name__} has one place for scores")
 
     def pause(agent_id: str) -> None:
         try:
@@ -385,7 +389,7 @@ def migrate_scores(store: Any, **options: Any) -> Any:
         except (NotFound, InvalidDocument) as exc:
             log.warning("migrate-scores: %s is not paused (%s): no trainer trains it", agent_id, exc)
 
-    result = copy_legacy_scores(store, **options, before_agent=pause)
+    result = copy_legacy_scores(**options, before_agent=pause)
     for agent in store.training_cursors():
         if agent.pinned and agent.pin_reason == COPY_PIN_REASON:
             set_pinned(store, agent.agent_id, False)

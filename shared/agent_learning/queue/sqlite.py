@@ -34,6 +34,7 @@ from typing import Any
 
 from agent_learning.core.clock import SYSTEM_CLOCK, Clock
 from agent_learning.core.errors import ConcurrencyConflict
+from agent_learning.core.sqlite import BUSY_TIMEOUT_MS, busy_is_transient, not_a_database
 from agent_learning.queue.base import (
     LOCK_SECONDS,
     MAX_DELIVERIES,
@@ -45,7 +46,6 @@ from agent_learning.queue.base import (
     WorkQueue,
     dead_letter_text,
 )
-from agent_learning.store.sqlite import BUSY_TIMEOUT_MS, busy_is_transient, not_a_database
 
 _TOKEN_BYTES = 12  # random part of a lock token
 

@@ -960,6 +960,10 @@ class CosmosStore(Store):
         with self._query_lock:
             return list(self._c[container].query_items(**kwargs))
 
+    def copy_legacy_scores(self, **options: Any) -> ScoreCopy:
+        """:func:`copy_legacy_scores` of this store (``agent-learn store migrate-scores``)."""
+        return copy_legacy_scores(self, **options)
+
 
 SYSTEM_FIELDS = ("_rid", "_self", "_etag", "_attachments", "_ts", "_lsn")
 """Properties Cosmos adds to every document; a copy gets its own."""
