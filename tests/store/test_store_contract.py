@@ -1020,7 +1020,7 @@ def test_sqlite_a_file_another_process_keeps_locked_is_a_transient_error_naming_
 
     from agent_learning.core.errors import TransientError
 
-    monkeypatch.setattr("agent_learning.store.sqlite.BUSY_TIMEOUT_MS", 50)
+    monkeypatch.setattr("agent_learning.core.sqlite.BUSY_TIMEOUT_MS", 50)
     with SQLiteStore(db_path) as store:
         other = sqlite3.connect(db_path, isolation_level=None)
         other.execute("BEGIN EXCLUSIVE")  # another process writing (a long transaction, a backup)
