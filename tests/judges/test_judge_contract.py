@@ -102,6 +102,8 @@ class JudgeUnderTest:
 
     adapter: str
     judge: Judge
+    make: Callable[[], Judge]
+    """Another judge configured as :attr:`judge` (as another worker would have)."""
     info: JudgeInfo
     """The judge a judgement names."""
     evaluators: dict[str, str]
@@ -125,7 +127,8 @@ class JudgeUnderTest:
 def offline_judge() -> JudgeUnderTest:
     rules = ScriptedRules()
     return JudgeUnderTest(
-        "offline", rules, JudgeInfo(name="offline", model=VERSION), {m: f"offline:{m}" for m in METRICS}, VERSION,
+        "offline", rules, ScriptedRules, JudgeInfo(name="offline", model=VERSION),
+        evaluators={m: f"offline:{m}" for m in METRICS}, evaluator_version=VERSION,
         attempts=1,  # deterministic rules: asking again cannot help
         deadline=math.inf, deadline_setting="",
         fail=lambda fault, metric: rules.faults.update(dict.fromkeys([metric] if metric else METRICS, fault)),
@@ -136,12 +139,13 @@ def offline_judge() -> JudgeUnderTest:
 
 def evaluator_judge(server: Any) -> JudgeUnderTest:
     pytest.importorskip("azure.ai.evaluation")
-    judge = EvaluatorJudge(JudgeModel(base_url=server.base_url, model=server.model, api_key="test-key"), FAST)
+    model = JudgeModel(base_url=server.base_url, model=server.model, api_key="test-key")
     package = f"azure-ai-evaluation {version('azure-ai-evaluation')}"
     classes = {INTENT_RESOLUTION: "IntentResolutionEvaluator", TASK_ADHERENCE: "TaskAdherenceEvaluator",
                TASK_COMPLETION: "_TaskCompletionEvaluator"}
     return JudgeUnderTest(
-        "evaluators", judge, JudgeInfo(name=package, model=server.model), classes, package,
+        "evaluators", EvaluatorJudge(model, FAST), lambda: EvaluatorJudge(model, FAST),
+        JudgeInfo(name=package, model=server.model), evaluators=classes, evaluator_version=package,
         attempts=FAST.max_attempts,
         deadline=FAST.episode_deadline + DEADLINE_GRACE,
         deadline_setting=f"AGENT_LEARNING_JUDGE_EVALUATOR_DEADLINE ({FAST.evaluator_deadline:g} s)",
@@ -218,6 +222,11 @@ def test_the_same_episode_gets_the_same_judgement(judge: JudgeUnderTest) -> None
     first = judge.judge.judge(ep)
     assert judge.judge.judge(ep) == first
     assert judge.judge.judge(Episode.from_json(ep.to_json())) == first
+    other = judge.make()
+    try:
+        assert other.judge(ep) == first
+    finally:
+        other.close()
 
 
 def test_a_judge_is_safe_to_call_from_several_threads(judge: JudgeUnderTest) -> None:
