@@ -1,6 +1,8 @@
 """The real azure-ai-evaluation evaluators through the judge adapter, against the local
 OpenAI-compatible judge server: scores, configuration styles, and every failure mode within
-its time bound."""
+its time bound. What the judge port promises of every judge (scales and names, the same judgement
+for the same episode, an empty output, invalid output, a transient failure, the deadline) is
+tested once per adapter in ``test_judge_contract.py``."""
 
 from __future__ import annotations
 
@@ -102,15 +104,8 @@ def test_real_evaluators_score_episodes(judge_server: Any, style: str, marker: s
     model = openai_model(judge_server) if style == "openai" else azure_model(judge_server)
     judge = EvaluatorJudge(model, FAST)
     judgement = judge.judge(episode(f"Open Settings, choose Security, select Reset password. {marker}"))
-    assert {m: s.raw for m, s in judgement.metrics.items()} == expected
-    intent = judgement.metrics["intent_resolution"]
-    assert intent.normalised == (expected["intent_resolution"] - 1) / 4
-    assert intent.result == ("pass" if expected["intent_resolution"] >= 3 else "fail")
-    assert intent.evaluator == "IntentResolutionEvaluator" and intent.evaluator_version.startswith(
-        "azure-ai-evaluation"
-    )
-    assert judgement.metrics["task_completion"].evaluator == "_TaskCompletionEvaluator"
-    assert all(s.reason for s in judgement.metrics.values())
+    assert {m: s.raw for m, s in judgement.metrics.items()} == expected  # scales, names: test_judge_contract.py
+    assert judgement.metrics["intent_resolution"].result == ("pass" if expected["intent_resolution"] >= 3 else "fail")
     assert all(s.prompt_tokens and s.completion_tokens for s in judgement.metrics.values())  # the judge's usage
     # Azure names the deployment; the reply names the model that answered (its version may change).
     served = model.name if style == "openai" else f"{judge_server.deployment} ({judge_server.model})"
@@ -155,15 +150,6 @@ def test_a_brief_server_error_is_retried_and_recovers(judge_server: Any, judge: 
     assert judge_server.count("task_adherence") == 3 and seconds < FAST.episode_deadline + SLACK
 
 
-def test_persistent_server_errors_are_transient_within_the_bound(judge_server: Any, judge: EvaluatorJudge) -> None:
-    judge_server.set_mode("http_500")
-    result, seconds = timed(lambda: judge.judge(episode("x [judge:good]")))
-    assert isinstance(result, TransientError) and "500" in str(result)
-    counts = [judge_server.count(m) for m in ("intent_resolution", "task_adherence", "task_completion")]
-    assert max(counts) == FAST.max_attempts  # our retries, not the evaluator's 11; the first to give up stops all
-    assert seconds < FAST.episode_deadline + SLACK
-
-
 def test_429_honours_retry_after(judge_server: Any, judge: EvaluatorJudge) -> None:
     judge_server.script("rate_limit:0.4", evaluator="intent_resolution")
     result, seconds = timed(lambda: judge.judge(episode("x [judge:good]")))
@@ -194,14 +180,6 @@ def test_a_judge_only_its_configuration_can_fix_is_not_retried(
         assert "out of quota" in str(result)
 
 
-def test_a_hanging_judge_is_cut_off_at_the_deadline(judge_server: Any, judge: EvaluatorJudge) -> None:
-    judge_server.set_mode("hang")
-    result, seconds = timed(lambda: judge.judge(episode("x [judge:good]")))
-    assert isinstance(result, TransientError)
-    assert "within AGENT_LEARNING_JUDGE_EVALUATOR_DEADLINE (3 s)" in str(result), result
-    assert seconds < FAST.episode_deadline + SLACK
-
-
 def test_the_deadline_that_cut_a_judge_off_is_the_one_named(judge_server: Any) -> None:
     shorter = JudgeLimits(attempt_timeout=2.0, evaluator_deadline=3.0, episode_deadline=1.5, max_attempts=2)
     judge = EvaluatorJudge(openai_model(judge_server), shorter)
@@ -230,11 +208,8 @@ def test_a_blocked_event_loop_cannot_hold_the_caller_past_the_deadline(
     assert judge_server.count() == 6  # the abandoned judgement was cancelled, never sent
 
 
-@pytest.mark.parametrize("mode", ["non_json", "out_of_range", "null_score", "missing_score"])
-def test_invalid_replies_are_permanent_after_retries_never_a_zero(
-    judge_server: Any, judge: EvaluatorJudge, mode: str
-) -> None:
-    judge_server.set_mode(mode, evaluator="task_adherence")
+def test_a_reply_that_is_not_json_is_permanent_after_retries(judge_server: Any, judge: EvaluatorJudge) -> None:
+    judge_server.set_mode("non_json", evaluator="task_adherence")
     result, seconds = timed(lambda: judge.judge(episode("x [judge:good]")))
     assert isinstance(result, PermanentError), result
     assert "task_adherence" in str(result) or "TaskAdherence" in str(result)
@@ -252,12 +227,6 @@ def test_the_attempts_an_invalid_reply_got_are_counted_truly(judge_server: Any) 
     assert "still invalid after 1 of 4 attempts" in str(result)
 
 
-def test_out_of_range_intent_is_rejected(judge_server: Any, judge: EvaluatorJudge) -> None:
-    judge_server.set_mode("out_of_range", evaluator="intent_resolution")
-    result, _ = timed(lambda: judge.judge(episode("x [judge:good]")))
-    assert isinstance(result, PermanentError) and "7" in str(result)
-
-
 def test_content_filter_is_permanent_at_once(judge_server: Any, judge: EvaluatorJudge) -> None:
     judge_server.set_mode("content_filter", evaluator="task_completion")
     result, seconds = timed(lambda: judge.judge(episode("x [judge:good]")))
@@ -273,28 +242,6 @@ def test_one_evaluator_failing_for_good_stops_the_others_retries(judge_server: A
     assert judge_server.count("intent_resolution") == 1 and seconds < FAST.attempt_timeout + SLACK
 
 
-def test_a_skipped_evaluation_is_invalid_and_says_why(judge_server: Any, judge: EvaluatorJudge) -> None:
-    judge_server.set_mode("skipped", evaluator="task_completion")
-    result, _ = timed(lambda: judge.judge(episode("x [judge:good]")))
-    assert isinstance(result, PermanentError), result
-    assert "not applicable" in str(result) and "scripted skipped" in str(result)  # the model's reason
-
-
-@pytest.mark.parametrize("output", ["", "  \n"])
-def test_an_empty_output_is_scored_without_asking_the_model(
-    judge_server: Any, judge: EvaluatorJudge, output: str
-) -> None:
-    judge_server.set_mode("skipped")  # what the evaluators' prompts tell the model to answer for an empty response
-    judgement = judge.judge(episode(output))
-    assert {m: s.raw for m, s in judgement.metrics.items()} == {
-        "intent_resolution": 1.0, "task_adherence": 0.0, "task_completion": 0.0,
-    }
-    assert all(s.evaluator.startswith("offline:") for s in judgement.metrics.values())
-    assert judgement.judge == judge.info and judge_server.requests == []
-    reward, _ = RewardFunction()(judgement.metrics, episode(output))
-    assert reward == -0.5  # learned from, with the empty-output penalty
-
-
 @pytest.mark.parametrize(
     ("evaluator", "said", "expected"),
     [("intent_resolution", '"4"', 4.0), ("task_adherence", '"0"', 0.0), ("task_completion", '"1"', 1.0)],
@@ -305,15 +252,6 @@ def test_a_quoted_score_counts_as_the_number_the_evaluator_reads(
     judge_server.set_mode(f"score:{said}", evaluator=evaluator)
     judgement = judge.judge(episode("x [judge:good]"))
     assert judgement.metrics[evaluator].raw == expected and judge_server.count(evaluator) == 1
-
-
-@pytest.mark.parametrize("evaluator", ["intent_resolution", "task_adherence", "task_completion"])
-def test_a_score_between_the_scales_numbers_is_invalid(
-    judge_server: Any, judge: EvaluatorJudge, evaluator: str
-) -> None:
-    judge_server.set_mode("score:0.5" if evaluator != "intent_resolution" else "score:4.5", evaluator=evaluator)
-    result, _ = timed(lambda: judge.judge(episode("x [judge:good]")))
-    assert isinstance(result, PermanentError) and "not a whole number" in str(result), result
 
 
 @pytest.mark.parametrize("shared", [True, False])
@@ -341,12 +279,6 @@ def test_tool_definitions_in_any_form_are_judged(judge_server: Any, judge: Evalu
     with_tools = episode("Open Settings. [judge:good]").model_copy(update={"tool_definitions": tools})
     judgement = judge.judge(with_tools)
     assert judgement.metrics["task_completion"].raw == 1.0 and judge_server.count() == 3
-
-
-def test_a_real_zero_score_is_accepted(judge_server: Any, judge: EvaluatorJudge) -> None:
-    judge_server.set_mode("score:0", evaluator="task_completion")
-    judgement = judge.judge(episode("x [judge:good]"))
-    assert judgement.metrics["task_completion"].raw == 0.0
 
 
 def test_judging_from_inside_an_event_loop_works(judge_server: Any, judge: EvaluatorJudge) -> None:

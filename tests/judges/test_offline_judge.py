@@ -1,4 +1,5 @@
-"""The offline rules judge and the validation of evaluator outputs."""
+"""The offline rules judge's rules and the validation of evaluator outputs (what the judge port
+promises of it is in ``test_judge_contract.py``)."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from agent_learning.core.errors import PermanentError
 from agent_learning.documents import MAX_STEP_TEXT_CHARS, Episode
 from agent_learning.judges import InvalidJudgeOutput, Judgement, OfflineJudge, metric_from_output
 from agent_learning.judges.metrics import INTENT_RESOLUTION, METRICS, TASK_ADHERENCE, TASK_COMPLETION
-from agent_learning.judges.offline import VERSION, expected_answer
+from agent_learning.judges.offline import expected_answer
 
 START = datetime(2026, 1, 1, tzinfo=UTC)
 LONG = " ".join(["word"] * 61)
@@ -46,14 +47,6 @@ def judge(query: str, output: str, instructions: str | None = None) -> tuple[flo
 # --------------------------------------------------------------------------- rules
 
 
-def test_same_episode_same_judgement() -> None:
-    ep = episode("What is 17 + 25?", "Adding 17 and 25 gives 42 as the final answer.", "Explain your steps.")
-    first = OfflineJudge().judge(ep)
-    assert OfflineJudge().judge(ep) == first
-    assert OfflineJudge().judge(Episode.from_json(ep.to_json())) == first
-    assert first.judge.name == "offline" and first.judge.model == VERSION
-
-
 def test_correct_arithmetic_with_explanation() -> None:
     assert judge("What is 17 + 25?", "Adding 17 and 25 gives 42 as the final answer.") == (5.0, 1.0, 1.0)
 
@@ -85,12 +78,6 @@ def test_numbers_with_thousands_separators_are_read_whole() -> None:
 
 def test_arithmetic_without_a_number() -> None:
     assert judge("What is 17 + 25?", "I am not sure") == (3.0, 1.0, 0.0)
-
-
-@pytest.mark.parametrize("output", ["", "   \n"])
-def test_empty_output(output: str) -> None:
-    assert judge("What is 17 + 25?", output) == (1.0, 0.0, 0.0)
-    assert judge("What is the capital of France?", output, "Be brief.") == (1.0, 0.0, 0.0)
 
 
 @pytest.mark.parametrize(
@@ -153,14 +140,6 @@ def test_evaluate_output_shape() -> None:
     assert out[INTENT_RESOLUTION][f"{INTENT_RESOLUTION}_threshold"] == 3.0
     assert out[INTENT_RESOLUTION][f"{INTENT_RESOLUTION}_result"] == "fail"
     assert out[TASK_ADHERENCE][f"{TASK_ADHERENCE}_result"] == "pass"
-
-
-def test_judgement_metrics_are_normalised() -> None:
-    judgement = OfflineJudge().judge(episode("What is 17 + 25?", "42"))
-    intent = judgement.metrics[INTENT_RESOLUTION]
-    assert (intent.raw, intent.normalised, intent.result, intent.threshold) == (4.0, 0.75, "pass", 3.0)
-    assert intent.evaluator == f"offline:{INTENT_RESOLUTION}" and intent.evaluator_version == VERSION
-    assert judgement.metrics[TASK_COMPLETION].normalised == 1.0
 
 
 # --------------------------------------------------------------------------- metric_from_output
