@@ -56,17 +56,17 @@ from pydantic import (
     model_validator,
 )
 
-from .errors import DocumentTooLarge, InvalidDocument, StoredDocumentInvalid
-from .limits import AGENT_ID_PATTERN as _ID
-from .limits import AGENT_ID_RULE as AGENT_ID_RULE
-from .limits import DEFAULT_EXPLORATION_FLOOR as DEFAULT_EXPLORATION_FLOOR
-from .limits import DEFAULT_TEMPERATURE as DEFAULT_TEMPERATURE
-from .limits import DOC_ID_PATTERN as _DOC_ID
-from .limits import DOC_ID_RULE as DOC_ID_RULE
-from .limits import MAX_TEMPERATURE as MAX_TEMPERATURE
-from .limits import MIN_TEMPERATURE as MIN_TEMPERATURE
-from .limits import agent_id_problem as agent_id_problem
-from .limits import episode_id_problem as episode_id_problem
+from ..errors import DocumentTooLarge, InvalidDocument, StoredDocumentInvalid
+from ..limits import AGENT_ID_PATTERN as _ID
+from ..limits import AGENT_ID_RULE as AGENT_ID_RULE
+from ..limits import DEFAULT_EXPLORATION_FLOOR as DEFAULT_EXPLORATION_FLOOR
+from ..limits import DEFAULT_TEMPERATURE as DEFAULT_TEMPERATURE
+from ..limits import DOC_ID_PATTERN as _DOC_ID
+from ..limits import DOC_ID_RULE as DOC_ID_RULE
+from ..limits import MAX_TEMPERATURE as MAX_TEMPERATURE
+from ..limits import MIN_TEMPERATURE as MIN_TEMPERATURE
+from ..limits import agent_id_problem as agent_id_problem
+from ..limits import episode_id_problem as episode_id_problem
 
 SCHEMA_VERSION = 2
 """The newest schema this library understands. Documents are written with the oldest schema
