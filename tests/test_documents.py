@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import ast
 import copy
+import importlib
 import json
 import math
 import re
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -644,3 +647,41 @@ def test_tool_arguments_nested_too_deep_are_refused_naming_the_step() -> None:
     shallow = {"q": [[["nested", {"a": 1}]]]}
     doc["steps"][0]["arguments"] = shallow
     assert Episode.from_dict(doc).steps[0].arguments == shallow
+
+
+def _public_names(source: str) -> set[str]:
+    """The public names a module's source defines at its top level or re-exports (``import x as x``)."""
+    names: set[str] = set()
+    for node in ast.parse(source).body:
+        if isinstance(node, ast.FunctionDef | ast.ClassDef):
+            names.add(node.name)
+        elif isinstance(node, ast.Assign):
+            names.update(t.id for t in node.targets if isinstance(t, ast.Name))
+        elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
+            names.add(node.target.id)
+        elif isinstance(node, ast.ImportFrom):
+            names.update(a.name for a in node.names if a.asname == a.name)
+    return {name for name in names if not name.startswith("_")}
+
+
+def test_every_name_of_the_documents_modules_is_importable_from_the_package() -> None:
+    """``agent_learning.documents`` is a package with a module per document kind; its ``__all__`` is
+    every public name the single module had, and ``from agent_learning.documents import X`` keeps
+    working for each. A public name a module of the package defines is exported too, so a name
+    added to or moved between those modules stays importable from the package."""
+    import agent_learning.documents as package
+
+    exported = set(package.__all__)
+    assert len(exported) == len(package.__all__), "a name is listed twice in __all__"
+    star: dict[str, Any] = {}
+    exec("from agent_learning.documents import *", star)
+    assert exported <= star.keys()
+    modules = sorted(Path(package.__file__).parent.glob("*.py"))
+    assert [p.stem for p in modules if p.stem != "__init__"], "the package has no modules"
+    for path in modules:
+        if path.stem == "__init__":
+            continue
+        module = importlib.import_module(f"agent_learning.documents.{path.stem}")
+        defined = _public_names(path.read_text())
+        assert defined - exported == set(), f"{path.name} defines names the package does not export"
+        assert all(getattr(package, name) is getattr(module, name) for name in defined)
