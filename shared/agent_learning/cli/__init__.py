@@ -30,7 +30,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextC
 from rich.table import Table
 from rich.text import Text
 
-from .errors import (
+from ..errors import (
     AgentLearningError,
     ConcurrencyConflict,
     ConfigurationError,
@@ -39,7 +39,7 @@ from .errors import (
     StoredDocumentInvalid,
     TransientError,
 )
-from .limits import MAX_TEMPERATURE, MIN_TEMPERATURE, agent_id_problem
+from ..limits import MAX_TEMPERATURE, MIN_TEMPERATURE, agent_id_problem
 
 
 def _console(stderr: bool = False) -> Console:
@@ -59,7 +59,7 @@ out = _console()
 
 
 def _settings(db: str | None) -> Any:
-    from .config import load_settings
+    from ..config import load_settings
     return load_settings(**({"sqlite_path": db} if db else {}))
 
 
@@ -127,7 +127,7 @@ def _ids(ids: list[str]) -> str:
 
 def _note_text(ctx: click.Context, param: click.Parameter, value: str) -> str:
     """A --note or --reason: refused over :data:`MAX_NOTE_CHARS` rather than cut unsaid."""
-    from .documents import MAX_NOTE_CHARS
+    from ..documents import MAX_NOTE_CHARS
     if len(value) > MAX_NOTE_CHARS:
         raise click.BadParameter(f"is {len(value):,} characters; at most {MAX_NOTE_CHARS:,} are stored")
     return value
@@ -212,7 +212,7 @@ def _existing(settings: Any) -> Any:
     if settings.store != "sqlite":
         return settings
     if not Path(settings.sqlite_path).exists():
-        from .store.sqlite import described as sqlite_described
+        from ..store.sqlite import described as sqlite_described
 
         raise NotFound(
             f"--db: there is no store at {sqlite_described(settings.sqlite_path)}; "
@@ -289,7 +289,7 @@ def _writable(option: str, path: str) -> None:
 @contextmanager
 def _store(db: str | None, *, create: bool = False) -> Iterator[tuple[Any, Any]]:
     """The store the settings choose, and the settings; an embedded one must exist unless ``create``."""
-    from . import wiring
+    from .. import wiring
     settings = _settings(db) if create else _existing(_settings(db))
     with _embedded(settings, "store"):
         store = wiring.open_store(settings)
@@ -308,7 +308,7 @@ def _where(settings: Any, how: bool = False) -> str:
         return "the memory store"
     if not how:
         return str(settings.sqlite_path)
-    from .store.sqlite import described as sqlite_described
+    from ..store.sqlite import described as sqlite_described
 
     return sqlite_described(settings.sqlite_path)
 
@@ -316,8 +316,8 @@ def _where(settings: Any, how: bool = False) -> str:
 def _current(store: Any, settings: Any, agent_id: str) -> Any:
     """The agent's current policy document; :class:`NotFound` (bad input) when it has none, and an
     invalid one raises :class:`StoredDocumentInvalid` with the rollback that repairs it as a note."""
-    from .pipeline import load_current
-    from .pipeline.publish import repair_hint
+    from ..pipeline import load_current
+    from ..pipeline.publish import repair_hint
     try:
         doc = load_current(store, agent_id)
     except StoredDocumentInvalid as exc:
@@ -389,7 +389,7 @@ def _user_fields(doc: dict[str, Any]) -> dict[str, Any]:
 
 def _fmt(value: float | None, digits: int = 3) -> str:
     """A number to ``digits`` decimals; anything else (a hand-edited document's ``"high"``) as its repr."""
-    from .structured import is_number
+    from ..structured import is_number
     if value is None:
         return ""
     return f"{value:.{digits}f}" if is_number(value) else f"{value!r:.40}"
@@ -397,7 +397,7 @@ def _fmt(value: float | None, digits: int = 3) -> str:
 
 def _ms(value: float | None) -> str:
     """A latency for people: ``628.7 ms``, ``0.002 ms``, ``12.3 s``."""
-    from .structured import is_number
+    from ..structured import is_number
     if value is None:
         return ""
     if not is_number(value):
@@ -541,11 +541,11 @@ def demo(
     force: bool,
 ) -> None:
     """Simulated agents learn through the embedded pipeline (SQLite store and queue, offline judge)."""
-    from .config import load_settings
-    from .demo import EMBEDDED, check_floor, is_demo_agent, reward_trend, run_demo
-    from .plots import plot_histories
-    from .simulate import SCENARIOS
-    from .store.sqlite import SQLiteStore
+    from ..config import load_settings
+    from ..demo import EMBEDDED, check_floor, is_demo_agent, reward_trend, run_demo
+    from ..plots import plot_histories
+    from ..simulate import SCENARIOS
+    from ..store.sqlite import SQLiteStore
     names = [a.strip() for a in agents.split(",") if a.strip()]
     if not names:
         raise ValueError(f"--agents: no agent given; choose from {sorted(SCENARIOS)}")
@@ -667,7 +667,7 @@ STRUCTURE_KEYS = ("dimensions", "context", "excluded")
 def _read_actions(actions_file: str) -> list[Any] | dict[str, Any]:
     """The actions in an ``--actions`` file, checked item by item: a list of actions, or an
     object with ``dimensions`` (and optionally ``context`` and ``excluded``)."""
-    from .documents import parse_json
+    from ..documents import parse_json
     try:  # a name given twice is refused, as the HTTP routes refuse it: JSON would keep only the last
         actions = parse_json(Path(actions_file).read_text(), unique_names=True)
     except ValueError as exc:
@@ -755,9 +755,9 @@ def init_policy(
     agent_id: str, actions_file: str, temperature: float | None, exploration_floor: float | None, db: str | None
 ) -> None:
     """Create version 1 (uniform) of an agent's policy."""
-    from .pipeline import create_policy
-    from .policy import SoftmaxPolicy
-    from .structured import StructuredPolicy
+    from ..pipeline import create_policy
+    from ..policy import SoftmaxPolicy
+    from ..structured import StructuredPolicy
     settings = _settings(db)
     actions = _read_actions(actions_file)
     if exploration_floor is None:
@@ -824,8 +824,8 @@ def policy(ctx: click.Context, agent_id: str | None, as_json: bool, db: str | No
 @_handle_errors
 def policy_show(agent_id: str, as_json: bool, db: str | None) -> None:
     """An agent's current policy: probabilities, logits and the last training run."""
-    from .history import source_label
-    from .policy import policy_entropy, policy_probabilities
+    from ..history import source_label
+    from ..policy import policy_entropy, policy_probabilities
     with _store(db) as (store, settings):
         doc = _current(store, settings, agent_id)
     if doc.structured:
@@ -875,8 +875,8 @@ def _pinned_and_last_run(doc: Any, entropy_line: str | None = None) -> None:
 def _show_structured(doc: Any, as_json: bool) -> None:
     """``policy show`` of a structured policy: per dimension, each value's probability with no
     context and in each segment of each categorical feature, its logit and its evidence."""
-    from .history import source_label
-    from .structured import NO_CONTEXT, segment_views
+    from ..history import source_label
+    from ..structured import NO_CONTEXT, segment_views
     views = segment_views(doc)
     if as_json:
         _echo_json(_shown(doc, views))
@@ -912,7 +912,7 @@ def _show_structured(doc: Any, as_json: bool) -> None:
 
 def _evidence_columns(doc: Any) -> list[tuple[str, str]] | None:
     """Per action, the learner state's faded episode count and mean reward (None: no usable state)."""
-    from .learner import Evidence
+    from ..learner import Evidence
     evidence, problem = Evidence.from_state(doc.learner_state, len(doc.action_ids))
     if problem or not doc.learner_state:
         return None
@@ -983,7 +983,7 @@ def policy_history(agent_id: str, limit: int | None, since: datetime | None, unt
 
     Exits with 1 if a version document or the current one is invalid (it is named, and the
     versions are listed)."""
-    from .history import history, source_label
+    from ..history import history, source_label
     since, until = _utc_window(since, until)
     windowed = since is not None or until is not None
     with _store(db) as (store, settings):
@@ -1067,7 +1067,7 @@ def _positive_version(ctx: click.Context, param: click.Parameter, value: str) ->
 @_handle_errors
 def policy_rollback(agent_id: str, version: int, note: str, as_json: bool, db: str | None) -> None:
     """Publish VERSION's logits as a new version (history is never rewritten)."""
-    from .pipeline import rollback
+    from ..pipeline import rollback
     with _store(db) as (store, settings):
         try:
             before = _current(store, settings, agent_id).action_ids
@@ -1106,8 +1106,8 @@ def policy_rollback(agent_id: str, version: int, note: str, as_json: bool, db: s
 def policy_revise(agent_id: str, actions_file: str, renames: tuple[tuple[str, str], ...], note: str, as_json: bool,
                   db: str | None) -> None:
     """Change an agent's actions (add, remove, rename) as a new version; history is kept."""
-    from .pipeline import revise
-    from .policy import SoftmaxPolicy
+    from ..pipeline import revise
+    from ..policy import SoftmaxPolicy
     pairs = dict(renames)
     if len(pairs) < len(renames):
         old = next(o for o in pairs if sum(o == r for r, _ in renames) > 1)
@@ -1144,7 +1144,7 @@ def policy_revise(agent_id: str, actions_file: str, renames: tuple[tuple[str, st
 @_handle_errors
 def policy_pin(agent_id: str, reason: str, as_json: bool, db: str | None) -> None:
     """Freeze learning for an agent: the trainer leaves its policy alone until unpinned."""
-    from .pipeline import set_pinned
+    from ..pipeline import set_pinned
     with _store(db) as (store, settings):
         _current(store, settings, agent_id)
         change = set_pinned(store, agent_id, True, reason)
@@ -1162,7 +1162,7 @@ def policy_pin(agent_id: str, reason: str, as_json: bool, db: str | None) -> Non
 @_handle_errors
 def policy_unpin(agent_id: str, as_json: bool, db: str | None) -> None:
     """Resume learning; scores that arrived while pinned are learned on the next run."""
-    from .pipeline import set_pinned
+    from ..pipeline import set_pinned
     with _store(db) as (store, settings):
         _current(store, settings, agent_id)
         change = set_pinned(store, agent_id, False)
@@ -1308,7 +1308,7 @@ def runs_list(agent_id: str, limit: int, as_json: bool, db: str | None) -> None:
 
 def _valid_run(doc: dict[str, Any]) -> bool:
     """Whether a stored run document validates; one that does not is named on stderr (left out)."""
-    from .documents import TrainingRun
+    from ..documents import TrainingRun
     try:
         TrainingRun.from_dict(doc)
     except InvalidDocument as exc:
@@ -1396,9 +1396,9 @@ def evaluate(agent_id: str, version: int | None, action_id: str | None, uniform:
     """Estimate, from the logged episodes, what the mean reward would have been under another
     policy, against the current version (IPS, self-normalised IPS and doubly robust, with intervals).
     Without a target option, the current version is evaluated on its own logs."""
-    from . import counterfactual as cf  # numpy: only for this command
-    from . import wiring
-    from .evaluation import percent
+    from .. import counterfactual as cf  # numpy: only for this command
+    from .. import wiring
+    from ..evaluation import percent
 
     chosen = [name for name, given in (("--version", version is not None), ("--action", action_id is not None),
                                        ("--uniform", uniform), ("--candidate", candidate)) if given]
@@ -1481,8 +1481,8 @@ def episodes() -> None:
 @_handle_errors
 def episodes_list(agent_id: str | None, limit: int, as_json: bool, db: str | None) -> None:
     """The newest episodes and their rewards."""
-    from .feedback import score_rows
-    from .pipeline import message_id_of
+    from ..feedback import score_rows
+    from ..pipeline import message_id_of
     with _store(db) as (store, settings):
         docs = store.list_episodes(agent_id, limit)
         if agent_id is not None and not docs:
@@ -1540,7 +1540,7 @@ def episodes_list(agent_id: str | None, limit: int, as_json: bool, db: str | Non
 def _rejected(scores: list[dict[str, Any]]) -> str | None:
     """What is wrong with the first of an episode's score rows that does not validate (training
     rejects it, and the audit counts it so), or None when they all do."""
-    from .documents import Score
+    from ..documents import Score
     for row in scores:
         try:
             Score.from_dict(row)
@@ -1556,9 +1556,9 @@ def _rejected(scores: list[dict[str, Any]]) -> str | None:
 @_handle_errors
 def episodes_show(episode_id: str, as_json: bool, db: str | None) -> None:
     """One episode, its score with every judge's reason, its corrections and feedback."""
-    from .documents import Episode
-    from .feedback import score_rows
-    from .pipeline import message_id_of
+    from ..documents import Episode
+    from ..feedback import score_rows
+    from ..pipeline import message_id_of
     with _store(db) as (store, settings):
         doc = store.get_episode(episode_id)
         if doc is None:
@@ -1649,8 +1649,8 @@ def feedback(
     db: str | None,
 ) -> None:
     """Attach a user's feedback to an episode; its reward is corrected exactly once."""
-    from .feedback import record_feedback
-    from .pipeline import message_id_of
+    from ..feedback import record_feedback
+    from ..pipeline import message_id_of
     if up + down + (score is not None) != 1:
         raise ValueError("--up/--down/--score: give exactly one")
     if score is not None and not math.isfinite(score):
@@ -1696,8 +1696,8 @@ def _not_learned(store: Any, feedback: Any) -> str:
     """Why the reward feedback changed will not be learned when training runs next ("" if it
     will be): the episode's action is not in its agent's current policy (the trainer skips its
     rows), or its agent has no policy."""
-    from .pipeline import load_current
-    from .structured import knows_action
+    from ..pipeline import load_current
+    from ..structured import knows_action
     episode = store.get_episode(feedback.episode_id) or {}
     action_id = str(episode.get("action_id"))
     try:
@@ -1719,7 +1719,7 @@ def _not_learned(store: Any, feedback: Any) -> str:
 def _queues(db: str | None, name: str | None = None, *, scoring: bool = False) -> Iterator[tuple[dict[str, Any], Any]]:
     """The deployment's queues by name, the scoring queue first, then the training queue (``name``:
     only that one; ``scoring``: only the scoring queue), and the settings; closed afterwards."""
-    from . import wiring
+    from .. import wiring
     settings = _settings(db)
     kinds = {settings.queue_name: wiring.open_queue, settings.train_queue_name: wiring.open_train_queue}
     if name is not None and name not in kinds:
@@ -1757,7 +1757,7 @@ def _dead_letter_row(d: Any) -> dict[str, Any]:
 def _dead_letters(db: str | None) -> dict[str, Any] | None:
     """The queue's dead letters by message id (an episode's is ``message_id_of`` its id), or None
     when the queue cannot list them: episodes are shown all the same."""
-    from .audit import DEAD_LETTER_LIMIT
+    from ..audit import DEAD_LETTER_LIMIT
     try:
         with _queues(db, scoring=True) as (queues, settings):
             return {d.message_id: d for d in queues[settings.queue_name].dead_letters(DEAD_LETTER_LIMIT)}
@@ -1828,7 +1828,7 @@ def dlq_replay(
     replaying one is safe however late.
 
     Choose them with --all, or with --id and/or --reason (given both, a dead letter must match both)."""
-    from .recovery import REPLAY_LIMIT, replay_dead_letters
+    from ..recovery import REPLAY_LIMIT, replay_dead_letters
     if bool(ids or reasons) == replay_all:
         raise ValueError(
             "--all/--id/--reason: give --all, or --id MESSAGE_ID and/or --reason REASON"
@@ -1904,8 +1904,8 @@ def rescore(agent_id: str, episode_ids: tuple[str, ...], rejudge: bool, unjudged
     new score. With --unjudged, judge the episodes the agent's judging rule left unjudged: each
     is learned once, by the next training run; running it again judges only those still
     unjudged. Exits with 1 when an episode could not be (re-)scored (it keeps what it had)."""
-    from . import wiring
-    from .recovery import rescore as run_rescore
+    from .. import wiring
+    from ..recovery import rescore as run_rescore
     if unjudged and (episode_ids or rejudge):
         raise ValueError("--unjudged: judges every episode recorded unjudged (up to --limit); "
                          "it takes neither --episode-id nor --rejudge")
@@ -1947,8 +1947,8 @@ def rescore(agent_id: str, episode_ids: tuple[str, ...], rejudge: bool, unjudged
 
 
 def _judge_unjudged(agent_id: str, limit: int | None, as_json: bool, db: str | None) -> None:
-    from . import wiring
-    from .recovery import judge_unjudged
+    from .. import wiring
+    from ..recovery import judge_unjudged
     with _store(db) as (store, settings):
         _current(store, settings, agent_id)
         with _progress("judging", transient=True) as bar:
@@ -2007,8 +2007,8 @@ def report(agent_ids: tuple[str, ...], png_path: str, html_path: str, title: str
 
     Exits with 1 if a version document or an agent's current one is invalid (it is named, and
     the versions are charted)."""
-    from .history import history
-    from .report import write_report
+    from ..history import history
+    from ..report import write_report
     since, until = _utc_window(since, until)
     _writable("--png", png_path)
     _writable("--html", html_path)
@@ -2071,8 +2071,8 @@ def train(agent_id: str | None, limit: int | None, as_json: bool, db: str | None
 
     Exits with 1 if an episode could not be scored (it is tried again on a later run) or an agent
     could not be trained (the others are scored and trained all the same)."""
-    from .feedback import sweep
-    from .local import open_local
+    from ..feedback import sweep
+    from ..local import open_local
     settings = _existing(_settings(db))
     with _embedded(settings, "store"):
         pipeline = open_local(settings)
@@ -2149,8 +2149,8 @@ def config_command(as_json: bool, db: str | None) -> None:
     """Every effective setting and where it came from: an environment variable (the
     azure-agents-learning-sdk's names under their own), implied by one, --db, or the default.
     Settings only ./local.settings.json sets are marked: func start reads that file, agent-learn does not."""
-    from .config import effective_settings
-    from .documents import parse_json
+    from ..config import effective_settings
+    from ..documents import parse_json
 
     overrides = {"sqlite_path": db} if db else {}
     local = Path(LOCAL_SETTINGS)
@@ -2208,7 +2208,7 @@ def store_migrate_scores(source: str, overwrite: bool, as_json: bool) -> None:
                          "AGENT_LEARNING_STORE=cosmos and CosmosDBConnection__accountEndpoint "
                          f"(the {settings.store} store has one place for scores)")
     with _store(None) as (store, settings):
-        from .recovery import migrate_scores
+        from ..recovery import migrate_scores
 
         with _progress("copying scores", transient=as_json) as bar:
             task = bar.add_task("copying scores", total=None)
@@ -2241,7 +2241,7 @@ def audit(agent_id: str | None, as_json: bool, db: str | None) -> None:
 
     Rebuilt from the store (and the queue's dead letters); exits with 1 when an episode is lost
     or learned more than once, or the chain of versions and runs is broken."""
-    from .audit import audit as run_audit
+    from ..audit import audit as run_audit
     with _store(db) as (store, settings), _queues(db) as (queues, _):
         if agent_id is not None:
             with suppress(InvalidDocument):  # a corrupt policy is a problem the audit reports
