@@ -127,13 +127,13 @@ def test_episodes_list_does_not_call_an_episode_not_scored_when_the_dead_letters
 
 def test_progress_on_stderr_that_is_not_a_terminal_is_plain_lines(db: str, monkeypatch: pytest.MonkeyPatch) -> None:
     """In a CI log a bar is drawn once, at the end, as bar characters and ``0/?``: plain lines instead."""
-    from agent_learning import cli as cli_module
+    from agent_learning.cli import output as cli_output
 
     with SQLiteStore(db) as store:
         policy = SoftmaxPolicy.from_document(load_current(store, "bot"))  # type: ignore[arg-type]
         for i in range(3):
             EpisodeCapture(store, policy.decision_for("b"), input="2 + 2?", episode_id=f"ep-p{i}").end("4")
-    monkeypatch.setattr(cli_module, "PLAIN_PROGRESS_SECONDS", 0.0)  # a line at every step, as a long run gets
+    monkeypatch.setattr(cli_output, "PLAIN_PROGRESS_SECONDS", 0.0)  # a line at every step, as a long run gets
     trained = CliRunner().invoke(main, ["train", "--db", db])
     assert trained.exit_code == 0, trained.output
     lines = trained.stderr.splitlines()

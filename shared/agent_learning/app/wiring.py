@@ -29,10 +29,11 @@ from agent_learning.queue.sqlite import SQLiteQueue
 from agent_learning.rewards import RewardConfig, RewardFunction
 from agent_learning.store.base import Store
 from agent_learning.store.memory import MemoryStore
-from agent_learning.store.sqlite import SQLiteStore
+from agent_learning.store.sqlite import SQLiteStore, described
 
 __all__ = [
     "configure",
+    "describe_store",
     "drift_config",
     "guardrail_config",
     "judge_limits",
@@ -132,6 +133,16 @@ def open_store(settings: Settings, *, path: str | Path | None = None, clock: Clo
             clock=clock,
         )
     return SQLiteStore(path or settings.sqlite_path)
+
+
+def describe_store(settings: Settings, path: str | Path | None = None) -> str:
+    """The store the settings choose, for messages: an embedded file's absolute path and how it is
+    chosen (a relative one depends on the working directory)."""
+    if settings.store == "cosmos":
+        return f"Cosmos DB {settings.cosmos_endpoint} database {settings.cosmos_database}"
+    if settings.store == "memory":
+        return "the memory store"
+    return described(str(path or settings.sqlite_path))
 
 
 def open_queue(settings: Settings, *, path: str | Path | None = None, clock: Clock = SYSTEM_CLOCK) -> WorkQueue:
