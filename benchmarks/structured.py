@@ -653,7 +653,7 @@ def speed(repeats: int = 50) -> dict[str, float]:
     update_ms = []
     for _ in range(5):
         t = time.perf_counter()
-        params, _, _ = learner.update(params, model, batch, None)
+        params, _, _ = learner.step(params, model, batch, None)
         update_ms.append((time.perf_counter() - t) * 1e3)
     trained = learn_structured(
         LearnerConfig(),

@@ -69,9 +69,9 @@ from .errors import InvalidDocument
 from .feedback import unapplied
 from .pipeline import load_current, message_id_of
 from .pipeline.score import INCARNATION_MISMATCH
+from .policy import Layout
 from .queue.base import DeadLetter, WorkQueue
 from .store.base import Store
-from .structured import Layout
 
 PAGE = 1_000
 """Score rows read per store call."""

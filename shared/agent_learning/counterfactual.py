@@ -41,9 +41,8 @@ from .evaluation import (
     metric_values,
     reward_range,
 )
-from .policy import policy_probabilities
+from .policy import JOINT_SEPARATOR, Layout, dimension_probabilities, feature_logits, joint_index, normaliser
 from .store.base import Store
-from .structured import JOINT_SEPARATOR, Layout, dimension_probabilities, feature_logits, joint_index, normaliser
 
 MAX_EPISODES = 100_000
 """The most logged episodes one evaluation reads (the newest ones)."""
@@ -238,9 +237,6 @@ def joint(probs: Sequence[Sequence[float]], excluded: Sequence[tuple[int, ...]],
 def of_document(doc: PolicyDocument) -> Distribution:
     """What ``doc`` chooses in a context (exploration floor included)."""
     layout = Layout.of(doc)
-    if not doc.structured:
-        flat = [list(policy_probabilities(doc))]
-        return Distribution(lambda context: flat, [], layout.sizes)
 
     def dimensions(context: Mapping[str, Any] | None) -> list[list[float]]:
         return dimension_probabilities(feature_logits(doc, context), layout, doc.temperature, doc.exploration_floor)

@@ -55,8 +55,7 @@ from .documents import (
     WeightDiagnostics,
     excluded_configurations,
 )
-from .policy import policy_probabilities
-from .structured import Layout, context_key, dimension_probabilities, feature_logits, normaliser, segment_name
+from .policy import Layout, context_key, dimension_probabilities, feature_logits, normaliser, segment_name
 
 Array = NDArray[np.float64]
 
@@ -687,10 +686,8 @@ def chosen_probabilities(
     doc: PolicyDocument, actions: Sequence[Any], contexts: Sequence[Mapping[str, Any] | None]
 ) -> Array:
     """π(a_i | x_i) under ``doc``, exploration floor included: the probability an agent choosing
-    from it would have given each logged action (a flat policy's action index, or a structured
-    policy's value index per dimension) in its context."""
-    if not doc.structured:
-        return np.asarray(policy_probabilities(doc))[np.asarray(actions, dtype=np.int64)]
+    from it would have given each logged action (its value index per dimension: a flat list's
+    action index as one dimension) in its context."""
     # Once per distinct context (the features the document knows), then gathered per episode.
     names = [f.name for f in doc.features or []]
     keys: dict[tuple[Any, ...], int] = {}
@@ -806,7 +803,7 @@ def review(
     if config.mode == "off":
         return None
     metrics = metric_values(measures) if measures is not None and config.budgets else None
-    segments = segment_labels(candidate, contexts) if candidate.structured else None
+    segments = segment_labels(candidate, contexts)
     p_cur = chosen_probabilities(current, actions, contexts)
 
     def verdict(doc: PolicyDocument) -> tuple[Evaluation, str]:

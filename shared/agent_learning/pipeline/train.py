@@ -44,9 +44,8 @@ from ..documents import (
 from ..drift import DriftConfig, review
 from ..errors import ConcurrencyConflict, InvalidDocument, TransientError
 from ..feedback import TOLERANCE
-from ..policy import policy_choices, policy_probabilities, served_entropy
+from ..policy import Layout, policy_choices, policy_probabilities, served_entropy
 from ..store.base import RawDoc, Store
-from ..structured import Layout
 from ..telemetry import MEAN_REWARD, POLICY_ENTROPY, SPAN_TRAIN, TRAINING_RUNS, count, record, span
 from .publish import load_current, load_current_tagged, materialise, publish, repair_hint, set_pinned
 from .score import other_incarnation
@@ -352,12 +351,10 @@ def collect(agent_id: str, rows: Sequence[RawDoc], policy: PolicyDocument | Sequ
     One row per corrected episode, with the net change of its reward: the learner's step grows
     with its rows, and feedback that nets to zero (a thumb toggled back) must change nothing.
     """
-    if isinstance(policy, PolicyDocument) and policy.structured:
-        layout = Layout.of(policy)
-        parse: Callable[[str], Any] = layout.parse
+    if isinstance(policy, PolicyDocument):
+        parse: Callable[[str], Any] = Layout.of(policy).parse
     else:
-        ids = policy.action_ids if isinstance(policy, PolicyDocument) else policy
-        parse = {a: i for i, a in enumerate(ids)}.get
+        parse = {a: (i,) for i, a in enumerate(policy)}.get
     out = Collected()
     new_ids: list[str] = []
     corrected: dict[str, tuple[Any, float, float, Any]] = {}  # episode id → (action, probability, net delta, context)
@@ -417,16 +414,10 @@ def collect(agent_id: str, rows: Sequence[RawDoc], policy: PolicyDocument | Sequ
 def learn(learner: Any, current: PolicyDocument, batch: Collected) -> Any:
     """One learner update of ``current`` on ``batch`` (a :class:`~agent_learning.learner.Update`)."""
     # numpy only where training runs: enqueueing and scoring import this package without it.
-    from ..learner import Batch
-    from ..structured_learner import Rows, learn_structured
+    from ..learner import Rows
 
-    if current.structured:
-        rows = Rows(batch.actions, batch.rewards, batch.probabilities, batch.flags, batch.contexts)
-        update = learn_structured(learner.config, current, rows)
-        _warn_state_reset(update, current)
-        return update
-    arrays = Batch.from_arrays(batch.actions, batch.rewards, batch.probabilities, len(current.action_ids), batch.flags)
-    update = learner.update(current.logits, arrays, current.temperature, state=current.learner_state)
+    rows = Rows(batch.actions, batch.rewards, batch.probabilities, batch.flags, batch.contexts)
+    update = learner.learn(current, rows)
     _warn_state_reset(update, current)
     return update
 
@@ -494,7 +485,7 @@ def next_version(
             "learner_state": update.state,
             **(
                 {"features": [ContextFeature.model_validate(f) for f in update.features]}
-                if getattr(update, "features", None) is not None
+                if update.features is not None
                 else {}
             ),
         }
