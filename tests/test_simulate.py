@@ -39,7 +39,7 @@ def test_episodes_are_stored_valid_and_carry_the_decision(name: str) -> None:
     episodes = simulate_round(scenario, policy, store, 50, random.Random(2), ManualClock())
     for episode in episodes:
         assert Episode.from_dict(store.get_episode(episode.id)) == episode
-        if isinstance(policy, StructuredPolicy):
+        if policy.features:  # a contextual agent
             assert episode.context is not None and set(episode.context) == {"task"}
             assert episode.probability == pytest.approx(policy.probability(episode.action_id, episode.context))
         else:

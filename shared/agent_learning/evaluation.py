@@ -688,6 +688,8 @@ def chosen_probabilities(
     """π(a_i | x_i) under ``doc``, exploration floor included: the probability an agent choosing
     from it would have given each logged action (its value index per dimension: a flat list's
     action index as one dimension) in its context."""
+    if not len(actions):
+        return np.zeros(0)
     # Once per distinct context (the features the document knows), then gathered per episode.
     names = [f.name for f in doc.features or []]
     keys: dict[tuple[Any, ...], int] = {}
