@@ -39,8 +39,7 @@ from agent_learning.evaluation import (
     evaluate,
     review,
 )
-from agent_learning.policy import SoftmaxPolicy
-from agent_learning.policy.structured import StructuredPolicy
+from agent_learning.policy.softmax import SoftmaxPolicy, StructuredPolicy
 
 GROUP_SHARES = np.array([0.5, 0.3, 0.2])
 MEANS = np.array(  # true mean reward q(g, a)

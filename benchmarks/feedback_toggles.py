@@ -21,7 +21,7 @@ from typing import Any
 from agent_learning.core.clock import ManualClock
 from agent_learning.judges.offline import OfflineJudge
 from agent_learning.pipeline import Scorer, create_policy, score_episode
-from agent_learning.policy import SoftmaxPolicy
+from agent_learning.policy.softmax import SoftmaxPolicy
 from agent_learning.rewards import RewardFunction
 from agent_learning.rewards.feedback import record_feedback
 from agent_learning.sim.simulate import math_tutor

@@ -33,9 +33,9 @@ import numpy as np
 
 from agent_learning.documents import PolicyDocument
 from agent_learning.evaluation import GuardrailConfig
-from agent_learning.learning.reinforce import Batch, Reinforce, Update
+from agent_learning.learning.reinforce import Reinforce
 from agent_learning.pipeline import create_policy, load_current, train_agent
-from agent_learning.policy import mix_floor, policy_probabilities, softmax
+from agent_learning.policy.softmax import mix_floor, policy_probabilities, softmax
 from agent_learning.store.memory import MemoryStore
 
 AGENT = "bench"
@@ -54,16 +54,15 @@ class Recording(Reinforce):
         self.invert, self.scale = invert, scale
         self.last: Any = None
 
-    def update(self, logits: Any, batch: Batch, temperature: float = 1.0, state: Any = None) -> Update:
+    def step(self, params: Any, model: Any, batch: Any, state: Any = None) -> Any:
         if self.invert:
             batch = dataclasses.replace(batch, rewards=1.0 - batch.rewards)
-        update = super().update(logits, batch, temperature, state)
-        start = np.asarray(logits, dtype=np.float64)
-        scaled = start + self.scale * (np.asarray(update.logits) - start)
+        new, metrics, learned = super().step(params, model, batch, state)
+        scaled = params.theta + self.scale * (new.theta - params.theta)
         bound = self.config.logit_bound  # as the learner keeps its own logits, so the document stays valid
-        update = dataclasses.replace(update, logits=np.clip(scaled, -bound, bound))
-        self.last = update.logits
-        return update
+        new.theta = np.clip(scaled, -bound, bound)
+        self.last = new.theta
+        return new, metrics, learned
 
 
 CHANGED = (0.5, 0.55, 0.6, 0.4)

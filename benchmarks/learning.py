@@ -47,7 +47,7 @@ import numpy as np
 
 from agent_learning.evaluation import GuardrailConfig, judge
 from agent_learning.learning.reinforce import Batch, LearnerConfig, Reinforce, softmax
-from agent_learning.policy import DEFAULT_EXPLORATION_FLOOR, mix_floor
+from agent_learning.policy.softmax import DEFAULT_EXPLORATION_FLOOR, mix_floor
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import structured  # beside this file: the contextual and factorized problems

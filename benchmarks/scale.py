@@ -82,7 +82,7 @@ from agent_learning.judges.evaluators import JudgeTokens  # noqa: E402
 from agent_learning.judges.offline import OfflineJudge  # noqa: E402
 from agent_learning.pipeline import create_policy, score_message, train_all  # noqa: E402
 from agent_learning.pipeline.enqueue import score_request_message  # noqa: E402
-from agent_learning.policy import SoftmaxPolicy  # noqa: E402
+from agent_learning.policy.softmax import SoftmaxPolicy  # noqa: E402
 from agent_learning.sim.simulate import support_bot  # noqa: E402
 from agent_learning.store.cosmos import CONTAINERS, CosmosStore  # noqa: E402
 from agent_learning.store.memory import MemoryStore  # noqa: E402

@@ -29,7 +29,7 @@ import numpy as np
 from agent_learning.app.demo import run_demo
 from agent_learning.documents import Action
 from agent_learning.learning.reinforce import Batch, Reinforce
-from agent_learning.policy import SoftmaxPolicy
+from agent_learning.policy.softmax import SoftmaxPolicy
 
 
 def choose_median_us(k: int = 4, calls: int = 200_000, repeats: int = 7) -> float:

@@ -106,7 +106,7 @@ def history_figures(n: int) -> dict[str, Any]:
     """Milliseconds to read the history of an agent with ``n`` versions (one a minute): all, the
     newest 5, and the 5 created in a window of five minutes in the middle."""
     from agent_learning.ops.history import history
-    from agent_learning.policy.structured import StructuredPolicy
+    from agent_learning.policy.softmax import StructuredPolicy
 
     folder = Path(tempfile.mkdtemp(prefix="store-access-"))
     try:

@@ -44,10 +44,8 @@ from typing import Any
 import numpy as np
 
 from agent_learning.documents import PolicyDocument
-from agent_learning.learning.reinforce import LearnerConfig
-from agent_learning.learning.structured import Rows, learn_structured
-from agent_learning.policy import DEFAULT_EXPLORATION_FLOOR
-from agent_learning.policy.structured import StructuredPolicy
+from agent_learning.learning.reinforce import LearnerConfig, Rows, learn_structured
+from agent_learning.policy.softmax import DEFAULT_EXPLORATION_FLOOR, StructuredPolicy
 
 Rng = np.random.Generator
 BATCH = 50
@@ -635,7 +633,7 @@ def speed(repeats: int = 50) -> dict[str, float]:
     import random
     import statistics
 
-    from agent_learning.learning.structured import StructuredReinforce, prepare
+    from agent_learning.learning.reinforce import StructuredReinforce, prepare
 
     policy = StructuredPolicy.create(
         "speed",
@@ -653,7 +651,7 @@ def speed(repeats: int = 50) -> dict[str, float]:
     update_ms = []
     for _ in range(5):
         t = time.perf_counter()
-        params, _, _ = learner.update(params, model, batch, None)
+        params, _, _ = learner.step(params, model, batch, None)
         update_ms.append((time.perf_counter() - t) * 1e3)
     trained = learn_structured(
         LearnerConfig(),

@@ -33,7 +33,7 @@ from agent_learning.documents import (
     json_bytes,
 )
 from agent_learning.pipeline import create_policy, score_request_message
-from agent_learning.policy import Decision, SoftmaxPolicy
+from agent_learning.policy.softmax import Decision, SoftmaxPolicy
 from agent_learning.store.memory import MemoryStore
 from agent_learning.store.sqlite import SQLiteStore
 

@@ -23,10 +23,8 @@ from agent_learning.core.errors import InvalidDocument
 from agent_learning.documents import Action, PolicyDocument
 from agent_learning.evaluation import chosen_probabilities
 from agent_learning.learning.reinforce import Batch as FlatBatch
-from agent_learning.learning.reinforce import LearnerConfig, Reinforce
-from agent_learning.learning.structured import Rows, learn_structured
-from agent_learning.policy import SoftmaxPolicy, mix_floor, served_entropy
-from agent_learning.policy.structured import StructuredPolicy
+from agent_learning.learning.reinforce import LearnerConfig, Reinforce, Rows, learn_structured
+from agent_learning.policy.softmax import SoftmaxPolicy, StructuredPolicy, mix_floor, served_entropy
 from agent_learning.store.memory import MemoryStore
 
 # --------------------------------------------------------------------------- the docs' formula

@@ -14,7 +14,7 @@ from agent_learning.agent.client import HttpEpisodeWriter, HttpPolicySource, Pol
 from agent_learning.core.clock import ManualClock
 from agent_learning.core.errors import InvalidDocument, NotFound, TransientError
 from agent_learning.pipeline import create_policy
-from agent_learning.policy import SoftmaxPolicy
+from agent_learning.policy.softmax import SoftmaxPolicy
 from agent_learning.store.memory import MemoryStore
 
 AGENT = "tn2"

@@ -13,8 +13,7 @@ from agent_learning.app.settings import PREFIX, Settings, load_settings
 from agent_learning.core.errors import ConfigurationError
 from agent_learning.learning.reinforce import LearnerConfig
 from agent_learning.pipeline import MAX_TRAIN_BATCH
-from agent_learning.policy import SoftmaxPolicy
-from agent_learning.policy.structured import StructuredPolicy
+from agent_learning.policy.softmax import SoftmaxPolicy, StructuredPolicy
 from agent_learning.queue.sqlite import SQLiteQueue
 from agent_learning.rewards import RewardConfig
 
@@ -70,7 +69,7 @@ def test_env_overrides(clean_env: pytest.MonkeyPatch) -> None:
     clean_env.setenv("AGENT_LEARNING_W_INTENT", "0.5")
     clean_env.setenv("AGENT_LEARNING_STORE", "memory")
     clean_env.setenv("AGENT_LEARNING_QUEUE_MAX_DELIVERIES", "3")
-    clean_env.setenv("AGENT_LEARNING_DIRECTION", "natural")
+    clean_env.setenv("AGENT_LEARNING_DIRECTION", "plain")
     clean_env.setenv("AGENT_LEARNING_MAX_LOGIT_GAP", "0")
     clean_env.setenv("AGENT_LEARNING_LATENCY_BUDGET_MS", "1500")
     s = load_settings()
@@ -79,7 +78,7 @@ def test_env_overrides(clean_env: pytest.MonkeyPatch) -> None:
     assert s.reward_config().latency_budget_ms == 1500.0
     assert s.reward_config().w_adherence == 0.3
     assert (s.store, s.queue_max_deliveries) == ("memory", 3)
-    assert s.learner_config().direction == "natural"
+    assert s.learner_config().direction == "plain"
     assert s.learner_config().max_logit_gap is None  # 0 turns the limit off
 
 

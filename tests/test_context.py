@@ -15,7 +15,7 @@ from agent_learning.core.clock import ManualClock
 from agent_learning.core.errors import InvalidDocument
 from agent_learning.documents import MAX_CONTEXT_FEATURES, Episode
 from agent_learning.pipeline import create_policy
-from agent_learning.policy import SoftmaxPolicy
+from agent_learning.policy.softmax import SoftmaxPolicy
 from agent_learning.store.memory import MemoryStore
 
 CONTEXT = {"task": "billing", "language": "de", "tier": "gold", "tokens": 812, "score": 0.25, "returning": True}
@@ -51,7 +51,7 @@ def test_an_episode_without_context_is_stored_exactly_as_before(client: PolicyCl
 def test_an_empty_context_is_no_context_in_the_decision_as_in_its_episode(client: PolicyClient) -> None:
     """One spelling: ``choose(context={})`` decides as ``choose()`` and says ``None``, which is how
     its episode stores it; a flat and a structured policy alike."""
-    from agent_learning.policy.structured import StructuredPolicy
+    from agent_learning.policy.softmax import StructuredPolicy
 
     structured = StructuredPolicy.create("bot-s", {"prompt": ["a", "b"]}, context={"task": "category"})
     for policy in (client.policy(), structured):

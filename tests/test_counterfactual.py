@@ -14,7 +14,7 @@ from agent_learning.core.errors import NotFound
 from agent_learning.documents import Action, Score
 from agent_learning.evaluation import counterfactual as cf
 from agent_learning.pipeline import create_policy, load_current, revise
-from agent_learning.policy.structured import Layout, StructuredPolicy, joint_index
+from agent_learning.policy.softmax import Layout, StructuredPolicy, joint_index
 from agent_learning.store.base import Store
 
 AGENT = "what-if"

@@ -617,7 +617,7 @@ def test_documents_that_use_nothing_new_stay_readable_by_a_schema_1_library() ->
 
     from factories import make_policy_doc, make_run
 
-    from agent_learning.policy.structured import StructuredPolicy
+    from agent_learning.policy.softmax import StructuredPolicy
 
     old = json.loads((Path(__file__).resolve().parent / "fixtures" / "policy.schema.v1.json").read_text())
     flat = make_policy_doc(version=2, run=make_run(), learner_state={"count": [1.0, 2.0, 3.0]},

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from agent_learning.pipeline import load_current
-from agent_learning.policy import SoftmaxPolicy
+from agent_learning.policy.softmax import SoftmaxPolicy
 from agent_learning.store.sqlite import SQLiteStore
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -17,7 +17,7 @@ from agent_learning.app.settings import load_settings
 from agent_learning.core.clock import ManualClock
 from agent_learning.core.errors import ConfigurationError
 from agent_learning.pipeline import create_policy, load_current
-from agent_learning.policy import SoftmaxPolicy
+from agent_learning.policy.softmax import SoftmaxPolicy
 from agent_learning.store.sqlite import SQLiteStore
 
 

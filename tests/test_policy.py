@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 
 from agent_learning.core.errors import InvalidDocument
 from agent_learning.documents import Action, PolicyDocument, ScoreCursor
-from agent_learning.policy import Decision, SoftmaxPolicy, mix_floor, softmax
+from agent_learning.policy.softmax import Decision, SoftmaxPolicy, mix_floor, softmax
 
 CREATED = datetime(2026, 1, 1, tzinfo=UTC)
 
@@ -232,7 +232,7 @@ def test_a_decisions_config_is_read_only_json_and_copies_are_plain(structured: b
     import copy
     import json
 
-    from agent_learning.policy.structured import StructuredPolicy
+    from agent_learning.policy.softmax import StructuredPolicy
 
     changes = [lambda c: c.__setitem__("model", "x"), lambda c: c.update(model="x"), lambda c: c.pop("model"),
                lambda c: c.setdefault("new", 1), lambda c: c.clear(), lambda c: c.__delitem__("model")]
@@ -347,7 +347,7 @@ def test_document_floor_check_names_the_field() -> None:
 def test_agent_side_does_not_import_numpy_or_judges() -> None:
     code = (
         "import sys, agent_learning.policy, agent_learning.agent.capture, agent_learning.agent.client, "
-        "agent_learning.policy.structured, agent_learning.rewards.feedback, agent_learning.store.sqlite; "
+        "agent_learning.policy, agent_learning.rewards.feedback, agent_learning.store.sqlite; "
         "print('numpy' in sys.modules, 'azure.ai.evaluation' in sys.modules)"
     )
     shared = str(Path(__file__).resolve().parents[1] / "shared")  # the library, installed or not
@@ -392,7 +392,7 @@ def test_a_sure_policy_has_entropy_zero_not_minus_zero() -> None:
     import numpy as np
 
     from agent_learning.learning.reinforce import entropy
-    from agent_learning.policy import policy_entropy
+    from agent_learning.policy.softmax import policy_entropy
 
     assert math.copysign(1.0, policy_entropy([1.0])) == 1.0
     assert math.copysign(1.0, entropy(np.array([1.0, 0.0]))) == 1.0

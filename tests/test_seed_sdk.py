@@ -19,7 +19,7 @@ from agent_learning.app import handlers, wiring
 from agent_learning.app.embedded import open_local
 from agent_learning.app.settings import load_settings
 from agent_learning.core.errors import ConfigurationError, InvalidDocument
-from agent_learning.policy import SoftmaxPolicy
+from agent_learning.policy.softmax import SoftmaxPolicy
 from agent_learning.store.sqlite import SQLiteStore
 
 SEED = Path(__file__).resolve().parent / "fixtures" / "seed"

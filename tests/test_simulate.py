@@ -10,8 +10,7 @@ import pytest
 from agent_learning.core.clock import ManualClock
 from agent_learning.documents import Episode
 from agent_learning.judges.offline import OfflineJudge
-from agent_learning.policy import SoftmaxPolicy, load_policy
-from agent_learning.policy.structured import StructuredPolicy
+from agent_learning.policy.softmax import SoftmaxPolicy, StructuredPolicy, load_policy
 from agent_learning.rewards import RewardFunction
 from agent_learning.sim.simulate import SCENARIOS, Scenario, math_tutor, simulate_round, support_bot, triage_bot
 from agent_learning.store.memory import MemoryStore
@@ -39,7 +38,7 @@ def test_episodes_are_stored_valid_and_carry_the_decision(name: str) -> None:
     episodes = simulate_round(scenario, policy, store, 50, random.Random(2), ManualClock())
     for episode in episodes:
         assert Episode.from_dict(store.get_episode(episode.id)) == episode
-        if isinstance(policy, StructuredPolicy):
+        if policy.features:  # a contextual agent
             assert episode.context is not None and set(episode.context) == {"task"}
             assert episode.probability == pytest.approx(policy.probability(episode.action_id, episode.context))
         else:

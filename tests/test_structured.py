@@ -17,20 +17,30 @@ from support.factories import BASE_TIME, make_score
 from agent_learning.agent.client import PolicyClient
 from agent_learning.core.errors import AlreadyExists, InvalidDocument
 from agent_learning.documents import MAX_CONTEXT_FEATURES, MAX_LEARNED_VALUES, PolicyDocument
-from agent_learning.learning.reinforce import Batch, Evidence, LearnerConfig, Reinforce, log_p_best
-from agent_learning.learning.structured import (
+from agent_learning.learning.reinforce import (
     NUMBER_FIT_EPISODES,
     PENDING_NUMBERS,
+    Batch,
+    Evidence,
+    LearnerConfig,
+    Reinforce,
     Rows,
     StructuredReinforce,
     gradient,
     learn_structured,
+    log_p_best,
     prepare,
     surrogate,
 )
 from agent_learning.pipeline import create_policy, train_agent
-from agent_learning.policy import SoftmaxPolicy, load_policy, policy_probabilities, served_entropy
-from agent_learning.policy.structured import StructuredPolicy, knows_action
+from agent_learning.policy.softmax import (
+    SoftmaxPolicy,
+    StructuredPolicy,
+    knows_action,
+    load_policy,
+    policy_probabilities,
+    served_entropy,
+)
 from agent_learning.store.base import Store
 from agent_learning.store.memory import MemoryStore
 

@@ -26,7 +26,7 @@ from agent_learning.judges.offline import OfflineJudge
 from agent_learning.learning.reinforce import Reinforce
 from agent_learning.pipeline import create_policy, load_current
 from agent_learning.pipeline.drift import DriftConfig
-from agent_learning.policy import SoftmaxPolicy
+from agent_learning.policy.softmax import SoftmaxPolicy
 from agent_learning.queue.base import OutgoingMessage
 from agent_learning.queue.sqlite import SQLiteQueue
 from agent_learning.rewards import RewardFunction

@@ -22,7 +22,7 @@ from agent_learning.app import handlers
 from agent_learning.core.errors import StoredDocumentInvalid
 from agent_learning.documents import AGENT_ID_RULE, DOC_ID_RULE, Episode
 from agent_learning.pipeline import create_policy
-from agent_learning.policy import SoftmaxPolicy
+from agent_learning.policy.softmax import SoftmaxPolicy
 
 
 def choose(agent_id: str, body: Any) -> tuple[int, dict[str, Any]]:
@@ -157,7 +157,7 @@ def test_every_route_words_a_body_that_is_not_json_alike(
 def test_a_structured_contextual_policy_answers_one_value_per_dimension_and_the_joint_probability(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from agent_learning.policy.structured import StructuredPolicy
+    from agent_learning.policy.softmax import StructuredPolicy
 
     a = App(tmp_path, monkeypatch, WRITERS)
     first = StructuredPolicy.create("support-eu", {"prompt": ["concise", "steps"], "retrieval_k": [1, 3, 5]},

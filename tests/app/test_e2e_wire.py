@@ -31,7 +31,7 @@ from agent_learning.app import handlers
 from agent_learning.app.settings import load_settings
 from agent_learning.core.clock import ManualClock
 from agent_learning.pipeline import create_policy
-from agent_learning.policy import SoftmaxPolicy
+from agent_learning.policy.softmax import SoftmaxPolicy
 from agent_learning.queue.servicebus import ServiceBusQueue
 from agent_learning.sim.simulate import support_bot
 from agent_learning.store.cosmos import CosmosStore

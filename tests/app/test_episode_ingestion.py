@@ -41,7 +41,7 @@ from agent_learning.core.errors import (
 from agent_learning.documents import MAX_EPISODE_BYTES, Episode
 from agent_learning.pipeline import create_policy, score_request_message
 from agent_learning.pipeline.score import PolicyVersions
-from agent_learning.policy import SoftmaxPolicy
+from agent_learning.policy.softmax import SoftmaxPolicy
 from agent_learning.store.base import Store
 from agent_learning.store.sqlite import SQLiteStore
 

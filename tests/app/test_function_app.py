@@ -27,7 +27,7 @@ from agent_learning.app.settings import environment_names, load_settings
 from agent_learning.core.clock import ManualClock
 from agent_learning.documents import Episode
 from agent_learning.pipeline import create_policy, load_current
-from agent_learning.policy import SoftmaxPolicy
+from agent_learning.policy.softmax import SoftmaxPolicy
 from agent_learning.queue.sqlite import SQLiteQueue
 from agent_learning.sim.simulate import math_tutor
 from agent_learning.store.base import Store, Tagged

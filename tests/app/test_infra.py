@@ -27,7 +27,7 @@ from agent_learning.agent.capture import EpisodeCapture
 from agent_learning.agent.client import PolicyClient
 from agent_learning.app.settings import PREFIX, Settings, environment_names
 from agent_learning.core.clock import ManualClock
-from agent_learning.policy import SoftmaxPolicy
+from agent_learning.policy.softmax import SoftmaxPolicy
 from agent_learning.store.cosmos import CONTAINERS, LEASES, CosmosStore
 
 ROOT = Path(__file__).resolve().parents[2]

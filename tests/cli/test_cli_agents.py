@@ -20,7 +20,7 @@ from agent_learning.core.clock import ManualClock
 from agent_learning.ops.audit import audit
 from agent_learning.ops.history import history
 from agent_learning.pipeline import load_current
-from agent_learning.policy import SoftmaxPolicy
+from agent_learning.policy.softmax import SoftmaxPolicy
 from agent_learning.sim.simulate import support_bot
 from agent_learning.store.sqlite import SQLiteStore
 

@@ -29,7 +29,7 @@ from agent_learning.documents import TrainingRun
 from agent_learning.judges.offline import OfflineJudge
 from agent_learning.ops.audit import audit_agent
 from agent_learning.pipeline import TrainRequest, create_policy, load_current, score_episode
-from agent_learning.policy import SoftmaxPolicy
+from agent_learning.policy.softmax import SoftmaxPolicy
 from agent_learning.queue.base import MAX_DELIVERY_COUNT_EXCEEDED, OutgoingMessage
 from agent_learning.sim.simulate import math_tutor
 

@@ -23,7 +23,7 @@ from agent_learning.documents import PolicyDocument
 from agent_learning.learning.reinforce import Reinforce
 from agent_learning.pipeline import create_policy, load_current
 from agent_learning.pipeline.train import train_agent
-from agent_learning.policy import SoftmaxPolicy
+from agent_learning.policy.softmax import SoftmaxPolicy
 from agent_learning.queue.sqlite import SQLiteQueue
 from agent_learning.rewards.feedback import record_feedback
 from agent_learning.store.sqlite import SQLiteStore

@@ -26,7 +26,7 @@ from agent_learning.judges.sampling import id_fraction
 from agent_learning.ops.audit import audit_agent
 from agent_learning.ops.recovery import REPLAY_LIMIT, replay_dead_letters, rescore
 from agent_learning.pipeline import create_policy, load_current
-from agent_learning.policy import SoftmaxPolicy
+from agent_learning.policy.softmax import SoftmaxPolicy
 from agent_learning.queue.base import OutgoingMessage
 from agent_learning.sim.simulate import math_tutor
 

@@ -23,8 +23,7 @@ from agent_learning.cli import main
 from agent_learning.core.clock import ManualClock
 from agent_learning.documents import PolicyDocument
 from agent_learning.pipeline import create_policy, load_current
-from agent_learning.policy import SoftmaxPolicy
-from agent_learning.policy.structured import StructuredPolicy
+from agent_learning.policy.softmax import SoftmaxPolicy, StructuredPolicy
 from agent_learning.sim.simulate import support_bot
 from agent_learning.store.sqlite import SQLiteStore
 

@@ -27,7 +27,7 @@ from agent_learning.documents import Episode, Step
 from agent_learning.judges.evaluators import DEADLINE_GRACE, EvaluatorJudge, JudgeLimits, JudgeModel
 from agent_learning.learning.reinforce import Reinforce
 from agent_learning.pipeline import create_policy
-from agent_learning.policy import SoftmaxPolicy
+from agent_learning.policy.softmax import SoftmaxPolicy
 from agent_learning.queue.sqlite import SQLiteQueue
 from agent_learning.rewards import RewardFunction
 from agent_learning.store.sqlite import SQLiteStore

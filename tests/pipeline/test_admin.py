@@ -24,15 +24,15 @@ from agent_learning.ops.admin import rollback, set_pinned
 from agent_learning.pipeline import create_policy, load_current
 from agent_learning.pipeline.drift import DriftConfig, RunReward, assess, review
 from agent_learning.pipeline.publish import revise
-from agent_learning.policy import (
+from agent_learning.policy.softmax import (
     Action,
     SoftmaxPolicy,
+    StructuredPolicy,
     policy_choices,
     policy_entropy,
     policy_probabilities,
     served_entropy,
 )
-from agent_learning.policy.structured import StructuredPolicy
 from agent_learning.queue.sqlite import SQLiteQueue
 from agent_learning.rewards import RewardFunction
 from agent_learning.sim.simulate import SCENARIOS, math_tutor

@@ -24,7 +24,7 @@ from agent_learning.documents import Action, Episode, Feedback, PolicyDocument, 
 from agent_learning.ops import audit as audit_module
 from agent_learning.ops.audit import audit, audit_agent
 from agent_learning.pipeline import create_policy, load_current, publish, revise, rollback, set_pinned
-from agent_learning.policy import SoftmaxPolicy
+from agent_learning.policy.softmax import SoftmaxPolicy
 from agent_learning.rewards.feedback import record_feedback, sweep
 from agent_learning.sim.simulate import math_tutor
 from agent_learning.store.base import Store

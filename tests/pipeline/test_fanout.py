@@ -189,9 +189,9 @@ class SlowLearner(Reinforce):
         super().__init__()
         self.clock, self.seconds = clock, seconds
 
-    def update(self, *args: Any, **kwargs: Any) -> Any:
+    def learn(self, *args: Any, **kwargs: Any) -> Any:
         self.clock.advance(self.seconds)
-        return super().update(*args, **kwargs)
+        return super().learn(*args, **kwargs)
 
 
 @pytest.mark.parametrize("seconds", [40, 70])

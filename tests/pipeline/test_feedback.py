@@ -29,7 +29,7 @@ from agent_learning.documents import (
 )
 from agent_learning.judges.base import Judge, Judgement
 from agent_learning.judges.offline import OfflineJudge
-from agent_learning.learning.reinforce import Batch, LearnerConfig, Reinforce
+from agent_learning.learning.reinforce import Batch, LearnerConfig, Reinforce, flat_inputs, gradient
 from agent_learning.ops.recovery import rescore
 from agent_learning.pipeline import Scorer, create_policy, load_current, score_episode, score_message, train_agent
 from agent_learning.rewards import (
@@ -304,14 +304,19 @@ def test_a_correction_moves_the_gradient_by_its_delta_alone() -> None:
     rewards = rng.random(40)
     logged = np.full(40, 1 / 3)
     learner = Reinforce(LearnerConfig(entropy_coef=0.0, normalize_advantages=False))
-    g_reg, _ = learner.gradient(theta, Batch.from_arrays(actions, rewards, logged, 3))
+
+    def flat_gradient(batch: Batch) -> tuple[np.ndarray, dict[str, float]]:
+        model, params, rows = flat_inputs(theta, batch)
+        w, adv, stats = learner.weights_and_advantages(params, model, rows)
+        return gradient(params, model, rows, w, adv, 0.0).theta, stats
+
+    g_reg, regular = flat_gradient(Batch.from_arrays(actions, rewards, logged, 3))
     both = Batch.from_arrays([*actions, 1], [*rewards, -0.4], [*logged, 0.25], 3, [False] * 40 + [True])
-    g_both, stats = learner.gradient(theta, both)
+    g_both, stats = flat_gradient(both)
     s = np.exp(theta) / np.exp(theta).sum()
     w = min(s[1] / 0.25, 5.0)
     np.testing.assert_allclose(g_both * 41, g_reg * 40 + w * -0.4 * (np.eye(3)[1] - s), atol=1e-12)
-    assert stats["baseline"] == pytest.approx(learner.weights_and_advantages(theta, Batch.from_arrays(
-        actions, rewards, logged, 3))[2]["baseline"])
+    assert stats["baseline"] == pytest.approx(regular["baseline"])
     update = Reinforce().update(theta, both)
     assert update.metrics["episodes"] == 40 and update.metrics["corrections"] == 1
     assert update.metrics["mean_reward"] == pytest.approx(rewards.mean())

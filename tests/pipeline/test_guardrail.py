@@ -15,11 +15,10 @@ from support.factories import make_episode, make_policy_doc, make_score
 
 from agent_learning.documents import TrainingRun
 from agent_learning.evaluation import GuardrailConfig, chosen_probabilities, judge, review
-from agent_learning.learning.reinforce import Batch, Reinforce, Update
+from agent_learning.learning.reinforce import Batch, Reinforce
 from agent_learning.ops.audit import audit_agent
 from agent_learning.pipeline import create_policy, load_current, train_agent
-from agent_learning.policy import policy_probabilities
-from agent_learning.policy.structured import StructuredPolicy
+from agent_learning.policy.softmax import StructuredPolicy, policy_probabilities
 from agent_learning.store.base import Store
 
 AGENT = "guarded"
@@ -31,8 +30,8 @@ ENFORCE = GuardrailConfig()
 class InvertedRewards(Reinforce):
     """A broken learner: it learns from 1 − reward, so it moves towards the worst action."""
 
-    def update(self, logits: Any, batch: Batch, temperature: float = 1.0, state: Any = None) -> Update:
-        return super().update(logits, dataclasses.replace(batch, rewards=1.0 - batch.rewards), temperature, state)
+    def step(self, params: Any, model: Any, batch: Any, state: Any = None) -> Any:
+        return super().step(params, model, dataclasses.replace(batch, rewards=1.0 - batch.rewards), state)
 
 
 def start(store: Store) -> None:
@@ -176,10 +175,10 @@ def test_a_candidate_truly_worse_but_not_confidently_is_shrunk_to_within_the_mar
 class TenfoldStep(Reinforce):
     """A learner whose step is ten times what it should be (a learning rate set wrong)."""
 
-    def update(self, logits: Any, batch: Batch, temperature: float = 1.0, state: Any = None) -> Update:
-        update = super().update(logits, batch, temperature, state)
-        start = np.asarray(logits, dtype=np.float64)
-        return dataclasses.replace(update, logits=start + 10 * (np.asarray(update.logits) - start))
+    def step(self, params: Any, model: Any, batch: Any, state: Any = None) -> Any:
+        new, metrics, learned = super().step(params, model, batch, state)
+        new.theta = params.theta + 10 * (new.theta - params.theta)
+        return new, metrics, learned
 
 
 def test_a_candidate_too_few_samples_speak_for_is_held_not_published_as_is() -> None:
@@ -380,7 +379,7 @@ def test_scores_carry_the_episodes_latency_tool_outcomes_and_tokens(tmp_path: An
     from agent_learning.agent.capture import EpisodeCapture
     from agent_learning.app.embedded import LocalPipeline
     from agent_learning.judges.offline import OfflineJudge
-    from agent_learning.policy import SoftmaxPolicy
+    from agent_learning.policy.softmax import SoftmaxPolicy
     from agent_learning.queue.sqlite import SQLiteQueue
     from agent_learning.rewards import RewardFunction
     from agent_learning.store.sqlite import SQLiteStore
@@ -408,10 +407,10 @@ def test_scores_carry_the_episodes_latency_tool_outcomes_and_tokens(tmp_path: An
 class InvertedOnLargeBatches(Reinforce):
     """A learner that goes wrong on batches of more than 100 episodes (an overflow, say)."""
 
-    def update(self, logits: Any, batch: Batch, temperature: float = 1.0, state: Any = None) -> Update:
+    def step(self, params: Any, model: Any, batch: Any, state: Any = None) -> Any:
         if len(batch.rewards) > 100:
             batch = dataclasses.replace(batch, rewards=1.0 - batch.rewards)
-        return super().update(logits, batch, temperature, state)
+        return super().step(params, model, batch, state)
 
 
 @WIRE_IN_BROKEN_LEARNER_TEST

@@ -33,7 +33,7 @@ from agent_learning.pipeline import (
     train_agent,
     train_safely,
 )
-from agent_learning.policy import SoftmaxPolicy
+from agent_learning.policy.softmax import SoftmaxPolicy
 from agent_learning.queue.sqlite import SQLiteQueue
 from agent_learning.rewards import RewardFunction
 from agent_learning.rewards.feedback import record_feedback

@@ -38,7 +38,7 @@ from agent_learning.judges.offline import OfflineJudge
 from agent_learning.learning.reinforce import Reinforce
 from agent_learning.ops.recovery import replay_dead_letters
 from agent_learning.pipeline import Scorer, load_current, score_message, train_agent
-from agent_learning.policy import SoftmaxPolicy
+from agent_learning.policy.softmax import SoftmaxPolicy
 from agent_learning.queue.base import OutgoingMessage
 from agent_learning.queue.sqlite import SQLiteQueue
 from agent_learning.rewards import RewardFunction

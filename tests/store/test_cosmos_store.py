@@ -36,7 +36,7 @@ from agent_learning.documents import (
 from agent_learning.learning.reinforce import Reinforce
 from agent_learning.ops.recovery import migrate_scores
 from agent_learning.pipeline import create_policy, set_pinned, train_agent
-from agent_learning.policy import SoftmaxPolicy
+from agent_learning.policy.softmax import SoftmaxPolicy
 from agent_learning.store.base import NOT_MODIFIED, Tagged
 from agent_learning.store.cosmos import (
     BY_AGENT_SEQ_ID,

@@ -95,7 +95,7 @@ from agent_learning.documents import (
     invalid_from_pydantic,
     json_bytes,
 )
-from agent_learning.policy import Decision
+from agent_learning.policy.softmax import Decision
 
 _MARK = " …[truncated]"
 _ABSENT = object()

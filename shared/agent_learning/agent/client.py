@@ -44,8 +44,7 @@ from agent_learning.core.errors import (
     TransientError,
 )
 from agent_learning.documents import Episode, agent_id_problem, stored_policy
-from agent_learning.policy import Decision, SoftmaxPolicy, load_policy
-from agent_learning.policy.structured import StructuredPolicy
+from agent_learning.policy.softmax import Decision, SoftmaxPolicy
 from agent_learning.store.base import NOT_MODIFIED, NotModified, Store, Tagged
 
 log = logging.getLogger(__name__)
@@ -76,7 +75,7 @@ class PolicyClient:
         self.refresh_seconds = refresh_seconds
         self.rng = rng or random.Random()
         self.clock = clock
-        self._policy: SoftmaxPolicy | StructuredPolicy | None = None
+        self._policy: SoftmaxPolicy | None = None
         self._etag: str | None = None
         self._checked_at = -float("inf")
         self._notices = -1
@@ -86,7 +85,7 @@ class PolicyClient:
         self.reads_with_transfer = 0
         self.reads_not_modified = 0
 
-    def policy(self) -> SoftmaxPolicy | StructuredPolicy:
+    def policy(self) -> SoftmaxPolicy:
         """The current policy, refreshed if older than ``refresh_seconds`` or replaced in this process.
 
         Raises :class:`NotFound` when the agent has no policy (never had one, or it was deleted).
@@ -120,7 +119,7 @@ class PolicyClient:
                 self._refreshing = False
         return policy.choose(context=context)
 
-    def refresh(self) -> SoftmaxPolicy | StructuredPolicy:
+    def refresh(self) -> SoftmaxPolicy:
         """Read the current document now; keep the last good policy if the read fails or the
         document is invalid (without one, the failure is raised: an invalid document as
         :class:`StoredDocumentInvalid`). No policy at all (the agent deleted) raises :class:`NotFound`."""
@@ -138,7 +137,7 @@ class PolicyClient:
                     )
                 if isinstance(tagged, Tagged):
                     doc = stored_policy(tagged.doc)
-                    self._policy = load_policy(doc, rng=self.rng)
+                    self._policy = SoftmaxPolicy.from_document(doc, rng=self.rng)
                     self._etag = tagged.etag
                     self.reads_with_transfer += 1
                 else:

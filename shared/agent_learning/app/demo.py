@@ -24,7 +24,7 @@ from agent_learning.core.clock import ManualClock
 from agent_learning.core.errors import ConfigurationError, InvalidDocument
 from agent_learning.ops.history import AgentHistory, history
 from agent_learning.pipeline import create_policy, load_current
-from agent_learning.policy import policy_probabilities
+from agent_learning.policy.softmax import policy_probabilities
 from agent_learning.sim.simulate import SCENARIOS, Scenario
 from agent_learning.store.base import Store
 

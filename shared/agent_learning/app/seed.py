@@ -185,6 +185,6 @@ class LearningRunner:
             self.report = pipeline.run_once([agent_id], limit=episode_limit)
             (outcome,) = self.report.trained
             current = load_current(pipeline.store, agent_id)
-        if current is not None and not current.structured:
+        if current is not None:
             self.policy = SoftmaxPolicy.from_document(current)
         return outcome

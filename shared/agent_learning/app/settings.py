@@ -261,7 +261,7 @@ class Settings(BaseSettings):
     # Learner (see agent_learning.learning.reinforce).
     # A learner setting whose off is None in LearnerConfig is turned off with 0 here.
     learning_rate: float = tunable(LearnerConfig, "learning_rate", gt=0)
-    direction: Literal["evidence", "natural", "plain"] = tunable(LearnerConfig, "direction")
+    direction: Literal["evidence", "plain"] = tunable(LearnerConfig, "direction")
     normalize_advantages: bool = tunable(LearnerConfig, "normalize_advantages")
     min_reward_std: float = tunable(LearnerConfig, "min_reward_std", gt=0)
     entropy_coef: float = tunable(LearnerConfig, "entropy_coef", ge=0)

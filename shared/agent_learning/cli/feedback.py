@@ -81,7 +81,7 @@ def _not_learned(store: Any, feedback: Any) -> str:
     will be): the episode's action is not in its agent's current policy (the trainer skips its
     rows), or its agent has no policy."""
     from agent_learning.pipeline import load_current
-    from agent_learning.policy.structured import knows_action
+    from agent_learning.policy.softmax import knows_action
     episode = store.get_episode(feedback.episode_id) or {}
     action_id = str(episode.get("action_id"))
     try:

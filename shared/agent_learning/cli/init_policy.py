@@ -112,8 +112,7 @@ def init_policy(
 ) -> None:
     """Create version 1 (uniform) of an agent's policy."""
     from agent_learning.pipeline import create_policy
-    from agent_learning.policy import SoftmaxPolicy
-    from agent_learning.policy.structured import StructuredPolicy
+    from agent_learning.policy.softmax import SoftmaxPolicy, StructuredPolicy
     settings = _settings(db)
     actions = _read_actions(actions_file)
     if exploration_floor is None:

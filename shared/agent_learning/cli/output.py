@@ -87,7 +87,7 @@ def _user_fields(doc: dict[str, Any]) -> dict[str, Any]:
 
 def _fmt(value: float | None, digits: int = 3) -> str:
     """A number to ``digits`` decimals; anything else (a hand-edited document's ``"high"``) as its repr."""
-    from agent_learning.policy.structured import is_number
+    from agent_learning.policy.softmax import is_number
     if value is None:
         return ""
     return f"{value:.{digits}f}" if is_number(value) else f"{value!r:.40}"
@@ -95,7 +95,7 @@ def _fmt(value: float | None, digits: int = 3) -> str:
 
 def _ms(value: float | None) -> str:
     """A latency for people: ``628.7 ms``, ``0.002 ms``, ``12.3 s``."""
-    from agent_learning.policy.structured import is_number
+    from agent_learning.policy.softmax import is_number
     if value is None:
         return ""
     if not is_number(value):

@@ -42,7 +42,7 @@ def policy(ctx: click.Context, agent_id: str | None, as_json: bool, db: str | No
 def policy_show(agent_id: str, as_json: bool, db: str | None) -> None:
     """An agent's current policy: probabilities, logits and the last training run."""
     from agent_learning.ops.history import source_label
-    from agent_learning.policy import policy_entropy, policy_probabilities
+    from agent_learning.policy.softmax import policy_entropy, policy_probabilities
     with _store(db) as (store, settings):
         doc = _current(store, settings, agent_id)
     if doc.structured:
@@ -93,7 +93,7 @@ def _show_structured(doc: Any, as_json: bool) -> None:
     """``policy show`` of a structured policy: per dimension, each value's probability with no
     context and in each segment of each categorical feature, its logit and its evidence."""
     from agent_learning.ops.history import source_label
-    from agent_learning.policy.structured import NO_CONTEXT, segment_views
+    from agent_learning.policy.softmax import NO_CONTEXT, segment_views
     views = segment_views(doc)
     if as_json:
         _echo_json(_shown(doc, views))
@@ -203,7 +203,7 @@ def policy_revise(agent_id: str, actions_file: str, renames: tuple[tuple[str, st
                   db: str | None) -> None:
     """Change an agent's actions (add, remove, rename) as a new version; history is kept."""
     from agent_learning.pipeline import revise
-    from agent_learning.policy import SoftmaxPolicy
+    from agent_learning.policy.softmax import SoftmaxPolicy
     pairs = dict(renames)
     if len(pairs) < len(renames):
         old = next(o for o in pairs if sum(o == r for r, _ in renames) > 1)

@@ -82,7 +82,7 @@ class Dimension(BaseModel):
 
 
 class ContextFeature(BaseModel):
-    """A context feature a policy learns from (:mod:`agent_learning.policy.structured`).
+    """A context feature a policy learns from (:mod:`agent_learning.policy`).
 
     ``category``: ``segments`` maps each learned segment to one logit offset per action.
     ``number``: one ``weights`` entry per action, applied to ``(x − center) / scale``; the
@@ -258,7 +258,7 @@ class PolicyDocument(Document):
 
     @property
     def structured(self) -> bool:
-        """Whether choosing needs :class:`~agent_learning.policy.structured.StructuredPolicy`."""
+        """Whether choosing needs :class:`~agent_learning.policy.StructuredPolicy`."""
         return self.dimensions is not None or self.excluded is not None or self.features is not None
 
     def as_kind(self, kind: Literal["version", "current"]) -> PolicyDocument:

@@ -55,8 +55,7 @@ from agent_learning.documents import (
     WeightDiagnostics,
     excluded_configurations,
 )
-from agent_learning.policy import policy_probabilities
-from agent_learning.policy.structured import (
+from agent_learning.policy.softmax import (
     Layout,
     context_key,
     dimension_probabilities,
@@ -694,10 +693,10 @@ def chosen_probabilities(
     doc: PolicyDocument, actions: Sequence[Any], contexts: Sequence[Mapping[str, Any] | None]
 ) -> Array:
     """π(a_i | x_i) under ``doc``, exploration floor included: the probability an agent choosing
-    from it would have given each logged action (a flat policy's action index, or a structured
-    policy's value index per dimension) in its context."""
-    if not doc.structured:
-        return np.asarray(policy_probabilities(doc))[np.asarray(actions, dtype=np.int64)]
+    from it would have given each logged action (its value index per dimension: a flat list's
+    action index as one dimension) in its context."""
+    if not len(actions):
+        return np.zeros(0)
     # Once per distinct context (the features the document knows), then gathered per episode.
     names = [f.name for f in doc.features or []]
     keys: dict[tuple[Any, ...], int] = {}
@@ -813,7 +812,7 @@ def review(
     if config.mode == "off":
         return None
     metrics = metric_values(measures) if measures is not None and config.budgets else None
-    segments = segment_labels(candidate, contexts) if candidate.structured else None
+    segments = segment_labels(candidate, contexts)
     p_cur = chosen_probabilities(current, actions, contexts)
 
     def verdict(doc: PolicyDocument) -> tuple[Evaluation, str]:

@@ -47,8 +47,7 @@ from agent_learning.evaluation import (
     metric_values,
     reward_range,
 )
-from agent_learning.policy import policy_probabilities
-from agent_learning.policy.structured import (
+from agent_learning.policy.softmax import (
     JOINT_SEPARATOR,
     Layout,
     dimension_probabilities,
@@ -251,9 +250,6 @@ def joint(probs: Sequence[Sequence[float]], excluded: Sequence[tuple[int, ...]],
 def of_document(doc: PolicyDocument) -> Distribution:
     """What ``doc`` chooses in a context (exploration floor included)."""
     layout = Layout.of(doc)
-    if not doc.structured:
-        flat = [list(policy_probabilities(doc))]
-        return Distribution(lambda context: flat, [], layout.sizes)
 
     def dimensions(context: Mapping[str, Any] | None) -> list[list[float]]:
         return dimension_probabilities(feature_logits(doc, context), layout, doc.temperature, doc.exploration_floor)

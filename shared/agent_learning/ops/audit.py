@@ -68,7 +68,7 @@ from agent_learning.core.errors import InvalidDocument
 from agent_learning.documents import PolicyDocument, Score, ScoreCursor, TrainingRun
 from agent_learning.pipeline import load_current, message_id_of
 from agent_learning.pipeline.score import INCARNATION_MISMATCH
-from agent_learning.policy.structured import Layout
+from agent_learning.policy.softmax import Layout
 from agent_learning.queue.base import DeadLetter, WorkQueue
 from agent_learning.rewards.feedback import unapplied
 from agent_learning.store.base import Store

@@ -12,8 +12,7 @@ from typing import Any
 
 from agent_learning.core.errors import InvalidDocument
 from agent_learning.documents import PolicyDocument, stored_policy
-from agent_learning.policy import policy_entropy, policy_probabilities
-from agent_learning.policy.structured import NO_CONTEXT, StructuredPolicy, segment_views
+from agent_learning.policy.softmax import NO_CONTEXT, SoftmaxPolicy, policy_entropy, policy_probabilities, segment_views
 
 __all__ = ["AgentHistory", "history", "policy_entropy", "policy_probabilities", "source_label", "versions_created"]
 
@@ -57,7 +56,7 @@ class AgentHistory:
         the latest version gives it in that segment (the demo's structured agent)."""
         if not self.expected_by_segment or not self.documents:
             return {}
-        policy = StructuredPolicy(self.documents[-1])
+        policy = SoftmaxPolicy(self.documents[-1])
         out = {}
         for segment, means in self.expected_by_segment.items():
             best = max(means, key=means.__getitem__)
@@ -111,9 +110,9 @@ def history(
             invalid.append(str(exc))
     h = AgentHistory(agent_id, list(dict.fromkeys(a for doc in docs for a in doc.action_ids)), invalid=invalid)
     for doc in docs:
-        views = segment_views(doc) if doc.structured else None
-        # a structured policy's probabilities with no context are its view of that name (computed once)
-        probs = [p for v in views[NO_CONTEXT].values() for p in v.values()] if views else policy_probabilities(doc)
+        views = segment_views(doc)
+        # the probabilities with no context are the view of that name (computed once)
+        probs = [p for v in views[NO_CONTEXT].values() for p in v.values()]
         own = dict(zip(doc.action_ids, probs, strict=True))
         h.versions.append(doc.version)
         h.probabilities.append([own.get(a) for a in h.action_ids])

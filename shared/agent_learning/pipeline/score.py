@@ -54,7 +54,7 @@ from agent_learning.documents import (
 from agent_learning.judges.base import Judge
 from agent_learning.judges.sampling import Decision, Judging
 from agent_learning.pipeline.publish import load_current
-from agent_learning.policy.structured import knows_action
+from agent_learning.policy.softmax import knows_action
 from agent_learning.queue.base import WorkQueue
 from agent_learning.rewards import RewardFunction, agent_reward
 from agent_learning.rewards.feedback import reconcile

@@ -53,8 +53,7 @@ from agent_learning.pipeline.publish import (
     set_pinned,
 )
 from agent_learning.pipeline.score import other_incarnation
-from agent_learning.policy import policy_choices, policy_probabilities, served_entropy
-from agent_learning.policy.structured import Layout
+from agent_learning.policy.softmax import Layout, policy_choices, policy_probabilities, served_entropy
 from agent_learning.rewards.feedback import TOLERANCE
 from agent_learning.store.base import RawDoc, Store
 
@@ -359,12 +358,10 @@ def collect(agent_id: str, rows: Sequence[RawDoc], policy: PolicyDocument | Sequ
     One row per corrected episode, with the net change of its reward: the learner's step grows
     with its rows, and feedback that nets to zero (a thumb toggled back) must change nothing.
     """
-    if isinstance(policy, PolicyDocument) and policy.structured:
-        layout = Layout.of(policy)
-        parse: Callable[[str], Any] = layout.parse
+    if isinstance(policy, PolicyDocument):
+        parse: Callable[[str], Any] = Layout.of(policy).parse
     else:
-        ids = policy.action_ids if isinstance(policy, PolicyDocument) else policy
-        parse = {a: i for i, a in enumerate(ids)}.get
+        parse = {a: (i,) for i, a in enumerate(policy)}.get
     out = Collected()
     new_ids: list[str] = []
     corrected: dict[str, tuple[Any, float, float, Any]] = {}  # episode id → (action, probability, net delta, context)
@@ -424,16 +421,10 @@ def collect(agent_id: str, rows: Sequence[RawDoc], policy: PolicyDocument | Sequ
 def learn(learner: Any, current: PolicyDocument, batch: Collected) -> Any:
     """One learner update of ``current`` on ``batch`` (a :class:`~agent_learning.learning.reinforce.Update`)."""
     # numpy only where training runs: enqueueing and scoring import this package without it.
-    from agent_learning.learning.reinforce import Batch
-    from agent_learning.learning.structured import Rows, learn_structured
+    from agent_learning.learning.reinforce import Rows
 
-    if current.structured:
-        rows = Rows(batch.actions, batch.rewards, batch.probabilities, batch.flags, batch.contexts)
-        update = learn_structured(learner.config, current, rows)
-        _warn_state_reset(update, current)
-        return update
-    arrays = Batch.from_arrays(batch.actions, batch.rewards, batch.probabilities, len(current.action_ids), batch.flags)
-    update = learner.update(current.logits, arrays, current.temperature, state=current.learner_state)
+    rows = Rows(batch.actions, batch.rewards, batch.probabilities, batch.flags, batch.contexts)
+    update = learner.learn(current, rows)
     _warn_state_reset(update, current)
     return update
 
@@ -501,7 +492,7 @@ def next_version(
             "learner_state": update.state,
             **(
                 {"features": [ContextFeature.model_validate(f) for f in update.features]}
-                if getattr(update, "features", None) is not None
+                if update.features is not None
                 else {}
             ),
         }

@@ -35,8 +35,7 @@ from typing import Any
 from agent_learning.agent.capture import EpisodeCapture
 from agent_learning.core.clock import Clock, ManualClock
 from agent_learning.documents import Action, Episode, PolicyDocument
-from agent_learning.policy import Decision, SoftmaxPolicy
-from agent_learning.policy.structured import StructuredPolicy, value_id
+from agent_learning.policy.softmax import Decision, SoftmaxPolicy, value_id
 from agent_learning.store.base import Store
 from agent_learning.store.memory import MemoryStore
 
@@ -88,7 +87,7 @@ class Scenario:
     metadata: dict[str, Any] = field(default_factory=dict)
     dimensions: Mapping[str, Sequence[Any]] | None = None
     """A structured agent's configuration: its policy is a
-    :class:`~agent_learning.policy.structured.StructuredPolicy` and ``behave`` says how each
+    :meth:`~agent_learning.policy.SoftmaxPolicy.create` and ``behave`` says how each
     configuration behaves in each context (``behaviours`` is then empty)."""
     context_features: Mapping[str, str] | None = None
     behave: Callable[[Mapping[str, Any], Mapping[str, Any] | None], Behaviour] | None = None
@@ -103,7 +102,7 @@ class Scenario:
     def first_policy(self, *, temperature: float, exploration_floor: float, created_at: Any) -> PolicyDocument:
         """Version 1 of this agent's policy: uniform over its actions or configurations."""
         if self.dimensions is not None:
-            return StructuredPolicy.create(
+            return SoftmaxPolicy.create(
                 self.agent_id,
                 self.dimensions,
                 context=self.context_features,
@@ -202,7 +201,7 @@ class Scenario:
         task type every configuration's simulation starts from the same seed, as in :meth:`expected_rewards`."""
         assert self.dimensions is not None and self.make_typed_task is not None and self.context_features
         feature = next(iter(self.context_features))
-        policy = StructuredPolicy.create(self.agent_id, self.dimensions)
+        policy = SoftmaxPolicy.create(self.agent_id, self.dimensions)
         clock = ManualClock()
         out: dict[str, dict[str, float]] = {}
         names = list(self.dimensions)

@@ -1,0 +1,919 @@
+"""The softmax policy agents choose from: one class for a flat list of actions and for named
+dimensions with context features and exclusions. Pure Python: no numpy on the agent side.
+
+For logits θ, temperature T and exploration floor f over K actions, the probability of
+action a is::
+
+    π(a) = f + (1 − K·f) · softmax(θ / T)_a
+
+* ``temperature`` T > 0 scales the logits: T > 1 flattens the policy, T < 1 sharpens it.
+* ``exploration_floor`` f ≥ 0 is the minimum probability of every action (K·f < 1). It keeps
+  every action tried now and then, so the policy notices when the best action changes, and
+  it bounds the importance weights the learner uses for off-policy episodes.
+
+The learner optimises the softmax part (``softmax(θ/T)``); the floor is exploration on top
+of it. Episodes log π(a) as it was when the action was drawn, which is the behaviour
+probability the learner's importance weights divide by.
+
+Dimensions and context. A policy may declare its configuration as named dimensions, each a short
+list of values (``{"prompt": ["concise", "detailed"], "retrieval_k": [1, 3, 5, 10]}``), and may
+declare context features (``{"task": "category", "tokens": "number"}``) that its choice depends on.
+Its document keeps the flat fields' meaning: ``actions`` are the values, dimension after dimension
+(ids ``{dimension}={value}``), and ``logits`` their global logits θ. Context adds, per
+categorical feature f and segment c (a value of f seen in training), offsets δ_{f,c}, and per
+numeric feature j weights β_j with a centre m_j and scale s_j. For a context x, dimension d's
+value v has the logit ::
+
+    ℓ_d(v | x) = θ_v + Σ_f δ_{f, x_f, v} + Σ_j β_{j,v} · clip((x_j − m_j) / s_j, ±4)
+
+(a feature missing from x, a segment the policy has not learned, or a value that is not a number
+for a numeric feature, adds nothing, as in the learner; ``choose()`` refuses the last), and ::
+
+    p_d(v | x) = f + (1 − K_d·f) · softmax(ℓ_d(· | x) / T)_v           floor f per dimension
+    π(a | x)   = Π_d p_d(a_d | x) / Z(x),   Z(x) = 1 − Σ_{e ∈ E} Π_d p_d(e_d | x)
+
+for a configuration a = (a_1, …, a_D), where E is the set of excluded configurations (Z = 1
+without exclusions). A flat list of actions is one dimension without context or exclusions: the
+first formula. A configuration's id joins its values' ids with ``:``
+(``prompt=concise:retrieval_k=3``); episodes log that id, π(a | x) and the context.
+
+Drawing is exact. A policy whose probabilities do not depend on the context (no features) with
+one dimension, or at most :data:`FIXED_SIZE` configurations, keeps every configuration's decision
+ready: a draw is one uniform number and a binary search. For another context the policy keeps
+ready (every context without numeric features), a joint space of at most
+:data:`JOINT_TABLE_SIZE` configurations is drawn from one cumulative table of π (excluded
+configurations have zero width: one uniform number). Otherwise each dimension is drawn from p_d,
+and a draw that lands on an excluded configuration is drawn again, which samples Π_d p_d
+conditioned on a ∉ E, i.e. π.
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+import random
+from bisect import bisect_right
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from itertools import accumulate, product
+from typing import Any, Literal, NamedTuple
+
+from pydantic import ValidationError
+
+from agent_learning.core.clock import SYSTEM_CLOCK
+from agent_learning.core.errors import InvalidDocument
+from agent_learning.documents import (
+    ACTION_ID,
+    ACTION_ID_RULE,
+    DEFAULT_EXPLORATION_FLOOR,
+    DEFAULT_TEMPERATURE,
+    DIMENSION_NAME,
+    DIMENSION_NAME_RULE,
+    Action,
+    ContextFeature,
+    Dimension,
+    PolicyDocument,
+    ScoreCursor,
+    check_context,
+    excluded_configurations,
+    invalid_from_pydantic,
+    policy_doc_id,
+)
+from agent_learning.policy.decision import Decision, ReadOnlyDict, read_only, validated_context
+
+JOINT_SEPARATOR = ":"
+"""Joins the values' ids into a configuration's id: ``prompt=concise:retrieval_k=3``."""
+MAX_DRAWS = 10_000
+"""Rejection draws before choose() gives up (only if excluded configurations hold ~all the mass)."""
+NUMBER_CLIP = 4.0
+"""A numeric feature enters as (x − centre) / scale, clipped to ±4: an outlier cannot swing the policy."""
+NO_CONTEXT = "no context"
+"""The name of the view of a policy's probabilities for a request without context features."""
+JOINT_TABLE_SIZE = 1_024
+"""Joint spaces up to this size are drawn from one cumulative table per context (one uniform draw)."""
+CACHE_SIZE = 4_096
+"""Contexts whose per-dimension probabilities a policy keeps ready (cleared when full)."""
+
+
+FIXED_SIZE = 64
+"""A context-free policy with several dimensions and at most this many configurations keeps every
+configuration's decision ready (one with a single dimension always does, as a flat list of actions)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Layout:
+    """Where each dimension's values sit in a policy document's ``actions``: a flat list of
+    actions is one dimension, unnamed, whose values' settings are the actions' own."""
+
+    names: tuple[str, ...]
+    starts: tuple[int, ...]
+    sizes: tuple[int, ...]
+    value_ids: tuple[tuple[str, ...], ...]
+    """Per dimension, its values' action ids (``prompt=concise``)."""
+    configs: tuple[tuple[Mapping[str, Any], ...], ...]
+    """Per dimension, what each value sets in a decision's ``config`` (read-only): a named
+    dimension's value under its name, an action of a flat list its whole ``config``."""
+    indices: tuple[dict[str, int], ...]
+    """Per dimension, value id → its index."""
+
+    @classmethod
+    def of(cls, doc: PolicyDocument) -> Layout:
+        return cls.build(doc.actions, doc.dimensions)
+
+    @classmethod
+    def build(cls, actions: Sequence[Action], dimensions: Sequence[Dimension] | None) -> Layout:
+        """The layout of ``actions`` in ``dimensions``: where a stored document's kind is read
+        (named dimensions, or one unnamed dimension of the actions as they are)."""
+        dims = dimensions or [Dimension.model_construct(name="", size=len(actions))]
+        starts = tuple(accumulate([0] + [d.size for d in dims]))[:-1]
+        blocks = [actions[s : s + d.size] for s, d in zip(starts, dims, strict=True)]
+        ids = tuple(tuple(a.id for a in block) for block in blocks)
+        configs = tuple(
+            tuple(read_only({d.name: a.config.get(d.name, a.id.partition("=")[2])} if dimensions else a.config)
+                  for a in block)
+            for d, block in zip(dims, blocks, strict=True)
+        )
+        indices = tuple({a: i for i, a in enumerate(block)} for block in ids)
+        return cls(tuple(d.name for d in dims), starts, tuple(d.size for d in dims), ids, configs, indices)
+
+    def joint_id(self, local: Sequence[int]) -> str:
+        return JOINT_SEPARATOR.join(self.value_ids[d][i] for d, i in enumerate(local))
+
+    def parse(self, joint_id: str) -> tuple[int, ...] | None:
+        """Per dimension, the index of a configuration's value (None if it is not one of these)."""
+        parts = joint_id.split(JOINT_SEPARATOR) if len(self.names) > 1 else [joint_id]
+        if len(parts) != len(self.names):
+            return None
+        out = []
+        for index, part in zip(self.indices, parts, strict=True):
+            i = index.get(part)
+            if i is None:
+                return None
+            out.append(i)
+        return tuple(out)
+
+
+def feature_logits(doc: PolicyDocument, context: Mapping[str, Any] | None) -> list[float]:
+    """ℓ(· | x) of ``doc``'s values for the context x (:func:`context_logits`)."""
+    return context_logits(doc.logits, doc.features or (), context)
+
+
+def context_logits(
+    logits: Sequence[float], features: Sequence[ContextFeature], context: Mapping[str, Any] | None
+) -> list[float]:
+    """ℓ(· | x) for every value (all dimensions, in ``actions`` order) from the global logits and the
+    context features. A numeric feature's value that is not a number (a string, a boolean) adds
+    nothing, as the learner treats it."""
+    logits = list(logits)
+    if not features or not context:
+        return logits
+    for feature in features:
+        if feature.name not in context:
+            continue
+        value = context[feature.name]
+        if feature.kind == "category":
+            offsets = (feature.segments or {}).get(segment_name(value))
+            if offsets is not None:
+                logits = [x + o for x, o in zip(logits, offsets, strict=True)]
+        elif feature.weights is not None and is_number(value):
+            x = max(-NUMBER_CLIP, min(NUMBER_CLIP, (float(value) - feature.center) / feature.scale))
+            logits = [v + w * x for v, w in zip(logits, feature.weights, strict=True)]
+    return logits
+
+
+def context_key(context: Mapping[str, Any] | None, names: Sequence[str]) -> tuple[Any, ...]:
+    """A key of ``context``'s values of the features ``names``: contexts with equal keys have equal
+    probabilities. Each value's type is part of it: ``1``, ``1.0`` and ``True`` are equal in
+    Python but name the segments ``1``, ``1.0`` and ``true``."""
+    if not context:
+        return ()
+    return tuple((type(v), v) for v in map(context.get, names))
+
+
+def is_number(value: Any) -> bool:
+    """Whether ``value`` counts for a numeric feature: an int or a float, not a boolean."""
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+def segment_name(value: Any) -> str:
+    """The segment a categorical value names: the string itself, ``true``/``false`` for booleans,
+    and a number's decimal form (a category given as a number)."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return value if isinstance(value, str) else repr(value)
+
+
+def dimension_probabilities(
+    logits: Sequence[float], layout: Layout, temperature: float, floor: float
+) -> list[list[float]]:
+    """p_d(· | x) of every dimension from the values' logits ℓ(· | x)."""
+    out = []
+    for start, size in zip(layout.starts, layout.sizes, strict=True):
+        scaled = [x / temperature for x in logits[start : start + size]]
+        top = max(scaled)
+        exps = [math.exp(x - top) for x in scaled]
+        total = math.fsum(exps)
+        scale = 1.0 - size * floor
+        out.append([floor + scale * (e / total) for e in exps])  # as mix_floor(softmax(...)): the same rounding
+    return out
+
+
+def joint_probability(
+    probs: Sequence[Sequence[float]], local: Sequence[int], excluded: Sequence[tuple[int, ...]]
+) -> float:
+    """π(a | x) from the per-dimension probabilities (0 for an excluded configuration)."""
+    if excluded and tuple(local) in set(excluded):
+        return 0.0
+    product_ = math.prod(p[i] for p, i in zip(probs, local, strict=True))
+    return product_ / normaliser(probs, excluded)
+
+
+def normaliser(probs: Sequence[Sequence[float]], excluded: Sequence[tuple[int, ...]]) -> float:
+    """Z(x) = 1 − Σ_{e ∈ E} Π_d p_d(e_d | x)."""
+    if not excluded:
+        return 1.0
+    return 1.0 - math.fsum(math.prod(p[i] for p, i in zip(probs, e, strict=True)) for e in excluded)
+
+
+class _Table:
+    """One context's probabilities, ready to draw from: the joint distribution's cumulative sums
+    when the joint space has at most :data:`JOINT_TABLE_SIZE` configurations (one uniform draw,
+    exclusions have zero width), else each dimension's (a draw per dimension, rejecting
+    excluded configurations)."""
+
+    __slots__ = ("cum", "drawn", "joint", "probs", "z")
+
+    def __init__(
+        self, probs: list[list[float]], excluded: Sequence[tuple[int, ...]], sizes: Sequence[int], *, kept: bool
+    ) -> None:
+        self.probs = probs
+        self.z = normaliser(probs, excluded)
+        self.drawn: dict[Any, Any] = {}
+        """Configurations drawn so far (by joint index or value indices) → their Decision without a context."""
+        self.joint = kept and math.prod(sizes) <= JOINT_TABLE_SIZE
+        """Whether to build the joint table: only for a table kept for later draws (building it
+        costs one product per configuration, which one draw does not repay)."""
+        if self.joint:
+            blocked = set(excluded)
+            joint = [
+                0.0 if local in blocked else math.prod(p[i] for p, i in zip(probs, local, strict=True))
+                for local in product(*(range(k) for k in sizes))
+            ]
+            self.cum: Any = cumulative(joint)
+        else:
+            self.cum = [cumulative(p) for p in probs]
+
+
+def cumulative(probs: Sequence[float]) -> list[float]:
+    """Cumulative sums normalised so that every uniform draw in [0, 1) lands on a positive entry."""
+    cum = list(accumulate(probs))
+    total = cum[-1]
+    cum = [c / total for c in cum]
+    last = max(i for i, p in enumerate(probs) if p > 0)
+    for i in range(last, len(cum)):
+        cum[i] = 1.0
+    return cum
+
+
+def _number(name: str, value: Any) -> float:
+    """``value`` as a float if it is a real number (numpy's too), else ``ValueError`` naming ``name``:
+    ``"1"`` and ``True`` are not numbers here."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise ValueError(f"{name}: must be a number, got {type(value).__name__} {value!r:.40}")
+    return float(value)
+
+
+def softmax(logits: Sequence[float], temperature: float = 1.0) -> list[float]:
+    """Numerically stable softmax of ``logits / temperature``."""
+    if temperature <= 0 or not math.isfinite(temperature):
+        raise ValueError(f"temperature must be a positive finite number, got {temperature}")
+    scaled = [x / temperature for x in logits]
+    top = max(scaled)
+    exps = [math.exp(x - top) for x in scaled]
+    total = math.fsum(exps)
+    return [e / total for e in exps]
+
+
+def mix_floor(probs: Sequence[float], floor: float) -> list[float]:
+    """``f + (1 − K·f)·p``: every action keeps at least probability ``floor``."""
+    k = len(probs)
+    if not floor >= 0 or floor * k >= 1:  # NaN fails both comparisons: refused too
+        raise ValueError(f"exploration_floor must satisfy 0 <= f and f x {k} actions < 1, got {floor}")
+    scale = 1.0 - k * floor
+    return [floor + scale * p for p in probs]
+
+
+def policy_probabilities(doc: PolicyDocument) -> list[float]:
+    """π(a) of every action of a policy document, exploration floor included. For a structured
+    policy, each value's probability of being chosen in its dimension when no context is given
+    (so the list sums to the number of dimensions, and its entropy is the joint choice's when
+    nothing is excluded)."""
+    return [p for values in SoftmaxPolicy(doc).marginals().values() for p in values.values()]
+
+
+ENTROPY_REQUESTS = 500
+"""Requests :func:`served_entropy` averages over at most (evenly spaced over those given): enough
+for a drift threshold, and a numeric feature's table is built per request."""
+
+
+def served_entropy(doc: PolicyDocument, contexts: Sequence[Mapping[str, Any] | None]) -> float:
+    """The entropy (nats) of what requests with ``contexts`` draw from, averaged over them (over
+    :data:`ENTROPY_REQUESTS` of them): with context features, each request draws from its own
+    segment's probabilities, which the entropy with no context does not show (a policy sure in
+    every segment can look uncertain without one). Without features, or without contexts,
+    :func:`policy_entropy` of :func:`policy_probabilities`."""
+    if not doc.features or not contexts:
+        return policy_entropy(policy_probabilities(doc))
+    policy = SoftmaxPolicy(doc)
+    names = [f.name for f in doc.features]
+    sample = contexts[:: -(-len(contexts) // ENTROPY_REQUESTS)]
+    seen: dict[tuple[Any, ...], float] = {}
+    total = 0.0
+    for context in sample:
+        key = context_key(context, names)
+        if key not in seen:
+            seen[key] = policy_entropy([p for v in policy.marginals(context).values() for p in v.values()])
+        total += seen[key]
+    return total / len(sample)
+
+
+def policy_choices(doc: PolicyDocument) -> int:
+    """How many configurations a policy chooses among: its actions, or a structured policy's
+    combinations of one value per dimension. Its log is the largest entropy the probabilities of
+    :func:`policy_probabilities` can have (the uniform policy's; excluded combinations counted)."""
+    return math.prod(Layout.of(doc).sizes)
+
+
+def load_policy(document: PolicyDocument | Mapping[str, Any], *, rng: random.Random | None = None) -> SoftmaxPolicy:
+    """The policy a stored document describes (:meth:`SoftmaxPolicy.from_document`)."""
+    return SoftmaxPolicy.from_document(document, rng=rng)
+
+
+def policy_entropy(probabilities: list[float]) -> float:
+    """Entropy in nats (0.0, not −0.0, for a sure policy)."""
+    return max(0.0, -math.fsum(p * math.log(p) for p in probabilities if p > 0))
+
+
+class SoftmaxPolicy:
+    """An immutable softmax policy: over a flat list of actions, or over named dimensions whose
+    probabilities may depend on the request's context (module docstring).
+
+    Build one with :meth:`from_actions` (a flat list, uniform, version 1), :meth:`create`
+    (dimensions, context features, exclusions; uniform, version 1) or :meth:`from_document`.
+    ``choose()`` draws with the injected ``random.Random`` (seed it for reproducible runs) and
+    returns a :class:`~agent_learning.policy.decision.Decision` whose ``config`` holds the action's
+    settings (one value per dimension) and whose probability is π(a | x).
+    """
+
+    __slots__ = (
+        "_cache",
+        "_categorical",
+        "_cum",
+        "_excluded_set",
+        "_features",
+        "_fixed",
+        "_numeric",
+        "_random",
+        "actions",
+        "agent_id",
+        "document",
+        "excluded",
+        "exploration_floor",
+        "features",
+        "incarnation",
+        "layout",
+        "logits",
+        "pinned",
+        "temperature",
+        "version",
+    )
+
+    def __init__(
+        self,
+        source: PolicyDocument | str,
+        actions: Sequence[Action] | None = None,
+        logits: Sequence[float] | None = None,
+        *,
+        version: int = 1,
+        temperature: float = DEFAULT_TEMPERATURE,
+        exploration_floor: float = DEFAULT_EXPLORATION_FLOOR,
+        pinned: bool = False,
+        rng: random.Random | None = None,
+        document: PolicyDocument | None = None,
+    ) -> None:
+        """``SoftmaxPolicy(document, rng=...)``: the policy a stored document describes; or
+        ``SoftmaxPolicy(agent_id, actions, logits, ...)``: one over a flat list of actions
+        (``document``: the stored document they come from, if any)."""
+        if isinstance(source, PolicyDocument):
+            document = source
+            agent_id, actions, logits, version = document.agent_id, document.actions, document.logits, document.version
+            temperature, exploration_floor, pinned = document.temperature, document.exploration_floor, document.pinned
+        else:
+            agent_id = source
+        if actions is None or logits is None or len(actions) != len(logits) or not actions:
+            given = (len(actions or ()), len(logits or ()))
+            raise ValueError(f"need one logit per action and at least one action ({given[0]} vs {given[1]})")
+        self.logits = tuple(_number(f"logits[{i}]", x) for i, x in enumerate(logits))
+        if not all(math.isfinite(x) for x in self.logits):
+            raise ValueError("logits must be finite")
+        self.agent_id = agent_id
+        self.version = version
+        self.actions = tuple(actions)
+        self.temperature = _number("temperature", temperature)
+        self.exploration_floor = _number("exploration_floor", exploration_floor)
+        self.pinned = pinned
+        self.document = document
+        self.incarnation = document.incarnation if document is not None else None
+        self.layout = Layout.build(self.actions, document.dimensions if document is not None else None)
+        mix_floor([0.0] * max(self.layout.sizes), self.exploration_floor)  # the floor, checked
+        self.features = tuple(document.features or ()) if document is not None else ()
+        self.excluded = tuple(excluded_configurations(document)) if document is not None else ()
+        self._excluded_set = frozenset(self.excluded)
+        self._random = (rng or random.Random()).random
+        self._features = {f.name: f for f in self.features}
+        self._categorical = tuple(f.name for f in self.features if f.kind == "category")
+        self._numeric = tuple(f.name for f in self.features if f.kind == "number")
+        self._cache: dict[tuple[Any, ...], _Table] = {}
+        self._fixed: tuple[Decision, ...] | None = None
+        self._cum: list[float] | None = None
+        sizes = self.layout.sizes
+        if not self.features and (len(sizes) == 1 or math.prod(sizes) <= FIXED_SIZE):
+            table = self._table(None)
+            self._fixed = tuple(self._decision(table, local) for local in product(*(range(k) for k in sizes)))
+            self._cum = cumulative([d.probability for d in self._fixed])
+
+    # ------------------------------------------------------------------ construction
+
+    @classmethod
+    def from_actions(
+        cls,
+        *args: Any,
+        agent_id: str | None = None,
+        actions: Iterable[str | Action | Mapping[str, Any]] | None = None,
+        temperature: float = DEFAULT_TEMPERATURE,
+        exploration_floor: float = DEFAULT_EXPLORATION_FLOOR,
+        rng: random.Random | None = None,
+        seed: int | None = None,
+    ) -> SoftmaxPolicy:
+        """A uniform policy (all logits 0) over ``actions``, as version 1:
+        ``from_actions(agent_id, actions)``, or ``from_actions(actions, agent_id=...)`` (the
+        ``azure-agents-learning-sdk`` order); either may be passed by keyword.
+
+        ``actions`` may be ids, :class:`~agent_learning.documents.Action` objects or dicts
+        with ``id``, ``description`` and ``config``.
+        """
+        agent_id, actions = _agent_and_actions(args, agent_id, actions)
+        if isinstance(actions, str | bytes | Mapping):
+            raise InvalidDocument(
+                "policy", [("actions", f"must be a list of actions, got {type(actions).__name__} {actions!r:.80}")]
+            )
+        parsed = [_as_action(a, f"actions[{i}]") for i, a in enumerate(actions)]
+        if rng is None and seed is not None:
+            rng = random.Random(seed)
+        policy = cls(
+            agent_id, parsed, [0.0] * len(parsed), temperature=temperature, exploration_floor=exploration_floor, rng=rng
+        )
+        policy.to_document(created_at=None)  # validate ids, floor and sizes now, with field names
+        return policy
+
+    @classmethod
+    def create(
+        cls,
+        agent_id: str,
+        dimensions: Mapping[str, Sequence[Any]],
+        *,
+        context: Mapping[str, str] | None = None,
+        excluded: Sequence[Mapping[str, Any]] = (),
+        temperature: float = DEFAULT_TEMPERATURE,
+        exploration_floor: float = DEFAULT_EXPLORATION_FLOOR,
+        rng: random.Random | None = None,
+        seed: int | None = None,
+        created_at: Any = None,
+    ) -> SoftmaxPolicy:
+        """A uniform version-1 policy over ``dimensions`` (name → its values: strings, numbers or
+        booleans), learning from the ``context`` features named (name → ``"category"`` or
+        ``"number"``), never choosing a configuration that matches a rule of ``excluded``."""
+        doc = PolicyDocument.from_dict(
+            {
+                "id": policy_doc_id(agent_id, 1),
+                "kind": "version",
+                "agent_id": agent_id,
+                "version": 1,
+                **structure_fields(dimensions, context, excluded),
+                "temperature": temperature,
+                "exploration_floor": exploration_floor,
+                "source": "init",
+                "created_at": (created_at or SYSTEM_CLOCK.now()).isoformat(),
+            }
+        )
+        return cls.from_document(doc, rng=rng, seed=seed)
+
+    @classmethod
+    def from_document(
+        cls, document: PolicyDocument | Mapping[str, Any], *, rng: random.Random | None = None, seed: int | None = None
+    ) -> SoftmaxPolicy:
+        """The policy described by a stored policy document (version or current), of any kind."""
+        doc = document if isinstance(document, PolicyDocument) else PolicyDocument.from_dict(dict(document))
+        if rng is None and seed is not None:
+            rng = random.Random(seed)
+        return cls(doc, rng=rng)
+
+    def to_document(
+        self,
+        *,
+        kind: Literal["version", "current"] = "version",
+        source: Literal["init", "train", "rollback", "import"] = "init",
+        created_at: datetime | None,
+        parent_version: int | None = None,
+        cursor: ScoreCursor | None = None,
+        run: Any = None,
+        note: str = "",
+        learner_state: Mapping[str, Any] | None = None,
+    ) -> PolicyDocument:
+        """This policy as a validated :class:`PolicyDocument` (its dimensions, exclusions and
+        features as its stored document has them)."""
+        stored = self.document.to_dict() if self.document is not None else {}
+        data = {
+            **{k: stored[k] for k in ("schema_version", "dimensions", "excluded", "features") if k in stored},
+            "id": policy_doc_id(self.agent_id, self.version if kind == "version" else None),
+            "kind": kind,
+            "agent_id": self.agent_id,
+            "version": self.version,
+            "actions": [a.model_dump() for a in self.actions],
+            "logits": list(self.logits),
+            "temperature": self.temperature,
+            "exploration_floor": self.exploration_floor,
+            "pinned": self.pinned and kind == "current",
+            "source": source,
+            "parent_version": parent_version,
+            "cursor": cursor.model_dump() if cursor else None,
+            "run": run.to_dict() if hasattr(run, "to_dict") else run,
+            "created_at": (created_at or SYSTEM_CLOCK.now()),
+            "note": note,
+            "learner_state": dict(learner_state or {}),
+        }
+        return PolicyDocument.from_dict(data)
+
+    # ------------------------------------------------------------------ use
+
+    def choose(self, rng: random.Random | None = None, *, context: Mapping[str, Any] | None = None) -> Decision:
+        """Draw a configuration for ``context`` (the request's features: ``{"task": "billing",
+        "tokens": 812}``), checked (:func:`~agent_learning.documents.check_context`) and logged with
+        the episode; an empty context is no context (``None``), as its episode stores it. Pass
+        ``rng`` to override the policy's generator for this draw."""
+        fixed = self._fixed
+        if fixed is None:  # the probabilities depend on the context: its table
+            return self._choose_in(rng, context)
+        decision = fixed[bisect_right(self._cum, rng.random() if rng is not None else self._random())]
+        if context is None or not (checked := validated_context(context)):
+            return decision
+        return decision._replace(context=checked)
+
+    def _choose_in(self, rng: random.Random | None, context: Mapping[str, Any] | None) -> Decision:
+        """:meth:`choose` from the table of ``context``'s probabilities."""
+        if context is None:
+            table = self._table(None)
+        else:
+            table, context = self._checked(context)
+        draw = rng.random if rng is not None else self._random
+        if table.joint:
+            index = bisect_right(table.cum, draw())
+            decision = table.drawn.get(index)
+            if decision is None:
+                decision = table.drawn[index] = self._decision(table, self._local(index))
+        else:
+            excluded = self._excluded_set
+            for _ in range(MAX_DRAWS):
+                local = tuple([bisect_right(c, draw()) for c in table.cum])
+                if local not in excluded:
+                    break
+            else:  # pragma: no cover - only when exclusions hold ~all the probability
+                raise RuntimeError(f"{self.agent_id}: no allowed configuration drawn in {MAX_DRAWS} tries")
+            decision = table.drawn.get(local)
+            if decision is None:
+                decision = table.drawn[local] = self._decision(table, local)
+        if not context:
+            return decision
+        return decision._replace(context=context)
+
+    def _table(self, context: Mapping[str, Any] | None) -> _Table:
+        if not context or not self._features:
+            key: tuple[Any, ...] = ()
+        elif self._numeric and any(n in context for n in self._numeric):
+            return self._build(context, kept=False)  # numbers rarely repeat: not kept
+        else:
+            key = tuple(None if (v := context.get(n)) is None else segment_name(v) for n in self._categorical)
+        table = self._cache.get(key)
+        if table is None:
+            if len(self._cache) >= CACHE_SIZE:
+                self._cache.clear()
+            table = self._cache[key] = self._build(context, kept=True)
+        return table
+
+    def _build(self, context: Mapping[str, Any] | None, *, kept: bool) -> _Table:
+        logits = context_logits(self.logits, self.features, context)
+        return _Table(
+            dimension_probabilities(logits, self.layout, self.temperature, self.exploration_floor),
+            self.excluded,
+            self.layout.sizes,
+            kept=kept,
+        )
+
+    def _checked(self, context: Mapping[str, Any]) -> tuple[_Table, dict[str, Any]]:
+        """The table for ``context``, and ``context`` checked. A context made only of categorical
+        features whose values built a cached table was checked then: it is not checked again."""
+        if self._categorical and not self._numeric and type(context) is dict:
+            # Tables are kept under segment names (strings): only a context of strings can hit one
+            # here, and any other value (True, 1, a list) is checked below. A subclass of str (a
+            # str Enum, numpy's str_) hashes like its value and hits its table: the decision keeps
+            # it as given, and the episode logs its value (check_context, on the episode).
+            key = tuple(map(context.get, self._categorical))
+            try:
+                table = self._cache.get(key)
+            except TypeError:  # an unhashable value: let the check name it
+                table = None
+            if table is not None and len(context) == len(key) - key.count(None):
+                return table, dict(context)
+        checked = validated_context(context)
+        if self._numeric:
+            self._check_kinds(checked)
+        return self._table(checked), checked
+
+    def _local(self, index: int) -> tuple[int, ...]:
+        """The value indices of the configuration at ``index`` (:func:`joint_index` inverted)."""
+        local = []
+        for k in reversed(self.layout.sizes):
+            index, i = divmod(index, k)
+            local.append(i)
+        return tuple(reversed(local))
+
+    def _decision(self, table: _Table, local: tuple[int, ...]) -> Decision:
+        """The decision of the configuration ``local`` in ``table`` (probability 0 if excluded), without a context."""
+        p = 0.0 if local in self._excluded_set else (
+            math.prod(probs[i] for probs, i in zip(table.probs, local, strict=True)) / table.z)
+        configs = [self.layout.configs[d][i] for d, i in enumerate(local)]
+        config = configs[0] if len(configs) == 1 else ReadOnlyDict({k: v for c in configs for k, v in c.items()})
+        return Decision(
+            self.agent_id,
+            self.layout.joint_id(local),
+            joint_index(local, self.layout.sizes),
+            p,
+            math.log(p) if p > 0 else -math.inf,
+            self.version,
+            config,
+            incarnation=self.incarnation,
+        )
+
+    def _check_kinds(self, context: Mapping[str, Any]) -> None:
+        for name, value in context.items():
+            feature = self._features.get(name)
+            if feature is not None and feature.kind == "number" and (isinstance(value, bool | str)):
+                raise InvalidDocument("context", [(f"context.{name}", f"must be a number (got {value!r:.80})")])
+
+    def _parse(self, action_id: str) -> tuple[int, ...]:
+        """The value indices of a configuration id; :class:`InvalidDocument` if it is none of this policy's."""
+        local = self.layout.parse(action_id) if isinstance(action_id, str) else None
+        if local is None:
+            what = f"an action of policy {self.agent_id!r} (known: {self.action_ids})" if len(self.layout.sizes) == 1 \
+                else f"a configuration of policy {self.agent_id!r}"
+            raise InvalidDocument("decision", [("action_id", f"{action_id!r} is not {what}")])
+        return local
+
+    def decision_for(self, action_id: str) -> Decision:
+        """The decision record of a configuration without context (for replaying a logged choice)."""
+        local = self._parse(action_id)
+        if self._fixed is not None:
+            return self._fixed[joint_index(local, self.layout.sizes)]
+        table = self._table(None)
+        return self._decision(table, local)
+
+    def probability(self, action_id: str, context: Mapping[str, Any] | None = None) -> float:
+        """π(a | x) of a configuration id (0 if excluded); :class:`InvalidDocument` if unknown, or
+        for a ``context`` that is not one (checked as :meth:`choose` checks its shape). A string or
+        a boolean for a numeric feature, which :meth:`choose` refuses, adds nothing here (a logged
+        episode's context is read as the learner reads it)."""
+        if context is None and self._fixed is not None:
+            return self.decision_for(action_id).probability
+        return self.probability_at(self._parse(action_id), context)
+
+    def probability_at(self, local: Sequence[int], context: Mapping[str, Any] | None = None) -> float:
+        """π(a | x) of a configuration given as one value index per dimension."""
+        return joint_probability(self._table(_shape_checked(context)).probs, local, self.excluded)
+
+    def marginals(self, context: Mapping[str, Any] | None = None) -> dict[str, dict[str, float]]:
+        """Per dimension, each value's probability of being chosen for ``context`` (exclusions
+        included: the marginals of π, not the p_d); ``context`` is checked as in :meth:`probability`."""
+        table = self._table(_shape_checked(context))
+        if not self.excluded:
+            return {
+                name: dict(zip(self.layout.value_ids[d], table.probs[d], strict=True))
+                for d, name in enumerate(self.layout.names)
+            }
+        # P(a_d = v) = (p_d(v) − Σ_{e ∈ E, e_d = v} Π p(e)) / Z: a sum over the excluded
+        # configurations only, never over the joint space (up to 1024^8 configurations).
+        out = [list(p) for p in table.probs]
+        blocked = [[0] * k for k in self.layout.sizes]
+        for e in self.excluded:
+            mass = math.prod(p[i] for p, i in zip(table.probs, e, strict=True))
+            for d, i in enumerate(e):
+                out[d][i] -= mass
+                blocked[d][i] += 1
+        joint = math.prod(self.layout.sizes)
+        out = [
+            [0.0 if n * k == joint else max(0.0, p) / table.z for p, n in zip(values, counts, strict=True)]
+            for values, counts, k in zip(out, blocked, self.layout.sizes, strict=True)
+        ]  # a value every one of whose configurations is excluded is exactly 0
+        return {
+            name: dict(zip(self.layout.value_ids[d], out[d], strict=True)) for d, name in enumerate(self.layout.names)
+        }
+
+    def snapshot(self) -> PolicySnapshot:
+        """Which stored policy version this is: its document ``id`` (``agent:vN``) and ``version``."""
+        return PolicySnapshot(policy_doc_id(self.agent_id, self.version), self.version, self.agent_id)
+
+    @property
+    def action_ids(self) -> list[str]:
+        """The actions' ids: a flat list's actions, or the values' ids dimension after dimension."""
+        return [a.id for a in self.actions]
+
+    @property
+    def probabilities(self) -> dict[str, float]:
+        """Configuration id → probability that ``choose()`` without context returns it (every
+        configuration of a policy with dimensions: see :meth:`marginals` for large ones)."""
+        if self._fixed is not None:
+            return {d.action_id: d.probability for d in self._fixed}
+        table = self._table(None)
+        return {
+            self.layout.joint_id(local): joint_probability(table.probs, local, self.excluded)
+            for local in product(*(range(k) for k in self.layout.sizes))
+        }
+
+    def entropy(self) -> float:
+        """Shannon entropy of the choice distribution without context, in nats."""
+        return -math.fsum(p * math.log(p) for p in self.probabilities.values() if p > 0)
+
+    def __repr__(self) -> str:
+        if self._fixed is not None:
+            probs = ", ".join(f"{k}={v:.3f}" for k, v in self.probabilities.items())
+        else:
+            probs = ", ".join(f"{n}[{k}]" for n, k in zip(self.layout.names, self.layout.sizes, strict=True))
+        return f"SoftmaxPolicy({self.agent_id!r}, v{self.version}: {probs})"
+
+
+StructuredPolicy = SoftmaxPolicy
+"""The same class, under the name the policies with dimensions had."""
+
+
+class PolicySnapshot(NamedTuple):
+    """What :meth:`SoftmaxPolicy.snapshot` returns: the policy version document's id and version."""
+
+    id: str
+    version: int
+    agent_id: str
+
+
+def _agent_and_actions(args: tuple[Any, ...], agent_id: str | None, actions: Any) -> tuple[str, Any]:
+    """``from_actions``' agent id and actions from its arguments, in either order it takes."""
+    given = list(args)
+    if len(given) > 2:
+        raise TypeError(f"from_actions() takes an agent id and actions, got {len(given)} positional arguments")
+    if agent_id is None and given:
+        agent_id = given.pop(0)
+    if actions is None and given:
+        actions = given.pop(0)
+    if given or agent_id is None or actions is None:
+        raise TypeError(
+            "from_actions() takes from_actions(agent_id, actions) or from_actions(actions, agent_id=...): "
+            + ("an argument was given twice" if given else f"missing {'agent_id' if agent_id is None else 'actions'}")
+        )
+    if not isinstance(agent_id, str):
+        raise TypeError(f"from_actions(): agent_id must be a string, got {type(agent_id).__name__} {agent_id!r:.60}; "
+                        "pass the actions first only with agent_id=... as a keyword")
+    return agent_id, actions
+
+
+def _as_action(value: str | Action | Mapping[str, Any], where: str = "action") -> Action:
+    """``value`` as an :class:`Action`; problems are named under ``where`` (``actions[2].id``)."""
+    if isinstance(value, Action):
+        return value
+    if isinstance(value, str):
+        return _as_action({"id": value}, where)
+    if isinstance(value, Mapping):
+        try:
+            return Action.model_validate(dict(value))
+        except ValidationError as exc:
+            problems = invalid_from_pydantic("action", exc).problems
+            raise InvalidDocument("policy", [(f"{where}.{field}", problem) for field, problem in problems]) from None
+    raise InvalidDocument(
+        "policy", [(where, f"must be an id, an Action or an object with an id, got {type(value).__name__}")]
+    )
+
+
+def _shape_checked(context: Mapping[str, Any] | None) -> dict[str, Any] | None:
+    """``context`` checked (:func:`~agent_learning.policy.decision.validated_context`), or None: what
+    :meth:`SoftmaxPolicy._table` may keep a table under, where :meth:`~SoftmaxPolicy.choose`
+    finds it without checking again."""
+    return None if context is None else validated_context(context)
+
+
+def joint_index(local: Sequence[int], sizes: Sequence[int]) -> int:
+    """The configuration's position in the joint space (mixed radix, first dimension slowest)."""
+    index = 0
+    for i, k in zip(local, sizes, strict=True):
+        index = index * k + i
+    return index
+
+
+def structure_fields(
+    dimensions: Mapping[str, Sequence[Any]],
+    context: Mapping[str, str] | None = None,
+    excluded: Sequence[Mapping[str, Any]] = (),
+) -> dict[str, Any]:
+    """The document fields (``actions``, ``logits``, ``dimensions``, ``features``, ``excluded``)
+    of a uniform policy over ``dimensions``; problems raise :class:`InvalidDocument`."""
+    if not isinstance(dimensions, Mapping) or not dimensions:
+        raise InvalidDocument("policy", [("dimensions", "must name at least one dimension and its values")])
+    actions: list[dict[str, Any]] = []
+    dims = []
+    for name, values in dimensions.items():
+        if not isinstance(name, str) or not DIMENSION_NAME.fullmatch(name):
+            raise InvalidDocument("policy", [("dimensions", f"{name!r:.80} is not a dimension name: "
+                                              f"use {DIMENSION_NAME_RULE}")])
+        if isinstance(values, str | bytes) or not isinstance(values, Sequence) or not values:
+            raise InvalidDocument("policy", [(f"dimensions.{name}", "must be a non-empty list of values")])
+        by_value: dict[tuple[type, Any], Any] = {}  # no value listed twice, nor two that make one action id
+        by_id: dict[str, Any] = {}
+        for value in values:
+            if not (isinstance(value, str | bool) or (isinstance(value, int | float) and math.isfinite(value))):
+                raise InvalidDocument(
+                    "policy",
+                    [(f"dimensions.{name}", f"values must be strings, numbers or booleans, got {value!r:.80}")],
+                )
+            action_id = f"{name}={value_id(value)}"
+            if not ACTION_ID.fullmatch(action_id):
+                raise InvalidDocument("policy", [(f"dimensions.{name}", f"the value {value!r:.80} makes the action id "
+                                                  f"{action_id!r:.140}, which does not fit: use {ACTION_ID_RULE}")])
+            as_json = (bool if isinstance(value, bool) else float if isinstance(value, int | float) else str, value)
+            earlier, why = by_value.get(as_json), "are the same value"  # 1 = 1.0 ≠ true, as JSON compares them
+            if earlier is None:
+                earlier, why = by_id.get(action_id), f"both make the action id {action_id!r:.140}"
+            if earlier is not None:  # a value is never None (checked above)
+                problem = (f"the value {value!r:.80} is listed twice" if repr(earlier) == repr(value)
+                           else f"the values {earlier!r:.80} and {value!r:.80} {why}")
+                raise InvalidDocument("policy", [(f"dimensions.{name}", problem)])
+            by_value[as_json] = by_id[action_id] = value
+            actions.append({"id": action_id, "config": {name: value}})
+        dims.append({"name": name, "size": len(values)})
+    fields: dict[str, Any] = {"actions": actions, "logits": [0.0] * len(actions), "dimensions": dims}
+    if context is not None and not isinstance(context, Mapping):
+        raise InvalidDocument("policy", [("context", "must map feature names to \"category\" or \"number\"")])
+    if isinstance(excluded, str | bytes | Mapping) or not isinstance(excluded, Sequence):
+        raise InvalidDocument("policy", [("excluded", "must be a list of rules, each mapping dimensions to values")])
+    for i, rule in enumerate(excluded):
+        if not isinstance(rule, Mapping):
+            raise InvalidDocument("policy", [(f"excluded[{i}]", "must map dimension names to values")])
+    if context:
+        try:
+            check_context({name: 0 for name in context})
+        except ValueError as exc:
+            raise InvalidDocument("policy", [("context", str(exc))]) from None
+        for name, kind in context.items():
+            if kind not in ("category", "number"):
+                problem = f'must be "category" or "number", got {kind!r:.80}'
+                raise InvalidDocument("policy", [(f"context.{name}", problem)])
+        fields["features"] = [{"name": name, "kind": kind} for name, kind in context.items()]
+    if excluded:
+        fields["excluded"] = [{str(k): value_id(v) for k, v in rule.items()} for rule in excluded]
+    return fields
+
+
+def value_id(value: Any) -> str:
+    """A dimension value's id: booleans as ``true``/``false``, numbers and strings as written."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value)
+
+
+def knows_action(doc: PolicyDocument, action_id: str) -> bool:
+    """Whether ``action_id`` is something ``doc`` can choose: one of its configurations (a flat
+    list's actions) that no rule excludes."""
+    local = Layout.of(doc).parse(action_id)
+    return local is not None and local not in set(excluded_configurations(doc))
+
+
+def segment_views(doc: PolicyDocument) -> dict[str, dict[str, dict[str, float]]]:
+    """Per dimension (a flat list's: ``action``), each value's probability of being chosen:
+    :data:`NO_CONTEXT` (i.e. the global logits) and, for each learned segment of each categorical
+    feature, in a context with that segment alone (``"task=billing"``)."""
+    chooser = SoftmaxPolicy(doc)
+    names = tuple(name or "action" for name in chooser.layout.names)
+
+    def view(context: Mapping[str, Any] | None) -> dict[str, dict[str, float]]:
+        return dict(zip(names, chooser.marginals(context).values(), strict=True))
+
+    out = {NO_CONTEXT: view(None)}
+    for feature in doc.features or []:
+        for segment in feature.segments or {}:
+            out[f"{feature.name}={segment}"] = view({feature.name: segment})
+    return out
