@@ -12,8 +12,10 @@ packages: pytest imports each test module by its file name, so file names stay u
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 import pytest
+from cli_harness import clear_settings
 
 from agent_learning.core.clock import ManualClock
 
@@ -75,6 +77,21 @@ def pytest_make_collect_report(collector: pytest.Collector):  # type: ignore[no-
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]):  # type: ignore[no-untyped-def]
     outcome = yield
     _fail_missing_modules(outcome.get_result())
+
+
+@pytest.fixture
+def clean_env(monkeypatch: pytest.MonkeyPatch) -> pytest.MonkeyPatch:
+    """No setting of the outer environment leaks into the test: it sees the defaults and what it sets."""
+    clear_settings(monkeypatch)
+    return monkeypatch
+
+
+@pytest.fixture
+def embedded_env(clean_env: pytest.MonkeyPatch, tmp_path: Path) -> Path:
+    """:func:`clean_env`, with the embedded store in the test's own folder; returns the store's path."""
+    path = tmp_path / "local.db"
+    clean_env.setenv("AGENT_LEARNING_SQLITE_PATH", str(path))
+    return path
 
 
 @pytest.fixture

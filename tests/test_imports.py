@@ -11,6 +11,8 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1] / "shared" / "agent_learning"
 PACKAGE = "agent_learning"
 
@@ -258,3 +260,19 @@ def test_own_modules_are_imported_at_the_top_or_say_why() -> None:
                 and not _says_why(lines, node, imports)
             ]
     assert sorted(set(silent)) == []
+
+
+def test_a_module_of_the_last_release_imports_from_its_new_place_with_a_warning() -> None:
+    import importlib
+    import sys
+
+    import agent_learning
+
+    modules = module_names()
+    for old, new in agent_learning.MOVED.items():
+        assert f"{PACKAGE}.{new}" in modules, (old, new)
+        assert f"{PACKAGE}.{old}" not in modules, old  # the old place is free: no module shadows the alias
+        sys.modules.pop(f"{PACKAGE}.{old}", None)
+        with pytest.warns(DeprecationWarning, match=f"{PACKAGE}.{old} moved to {PACKAGE}.{new}"):
+            moved = importlib.import_module(f"{PACKAGE}.{old}")
+        assert moved is importlib.import_module(f"{PACKAGE}.{new}")

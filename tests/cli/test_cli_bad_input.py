@@ -11,7 +11,6 @@ from pathlib import Path
 import pytest
 
 pytest.importorskip("rich")
-from cli_harness import clear_settings
 from click.testing import CliRunner
 
 from agent_learning.cli import main
@@ -19,10 +18,7 @@ from agent_learning.cli import main
 ROOT = Path(__file__).resolve().parents[2]
 
 
-@pytest.fixture(autouse=True)
-def clean_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    clear_settings(monkeypatch)
-    monkeypatch.setenv("AGENT_LEARNING_SQLITE_PATH", str(tmp_path / "local.db"))
+pytestmark = pytest.mark.usefixtures("embedded_env")
 
 
 def bad_inputs(tmp_path: Path) -> dict[str, list[str]]:

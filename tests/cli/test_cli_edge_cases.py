@@ -28,9 +28,8 @@ AGENT = "support-bot"
 
 
 @pytest.fixture(autouse=True)
-def clean_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    clear_settings(monkeypatch)
-    monkeypatch.setenv("AGENT_LEARNING_SQLITE_PATH", str(tmp_path / "local.db"))
+def in_tmp(embedded_env: Path, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """The embedded settings of :func:`embedded_env`, run from the test's own folder."""
     monkeypatch.chdir(tmp_path)
 
 

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 pytest.importorskip("rich")
-from cli_harness import clear_settings, cli
+from cli_harness import cli
 from factories import make_run
 
 from agent_learning.documents import Episode, Rejected, Step
@@ -25,10 +25,7 @@ TEXT = " ".join(TOKENS)
 ACTION = "calc:smile:"  # a valid action id that Rich would turn into an emoji
 
 
-@pytest.fixture(autouse=True)
-def clean_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    clear_settings(monkeypatch)
-    monkeypatch.setenv("AGENT_LEARNING_SQLITE_PATH", str(tmp_path / "local.db"))
+pytestmark = pytest.mark.usefixtures("embedded_env")
 
 
 def ok(*args: str) -> str:

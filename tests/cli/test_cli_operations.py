@@ -19,7 +19,7 @@ pytest.importorskip("rich")
 pytest.importorskip("azure.servicebus")
 pytest.importorskip("proton")
 from adapters import DURABLE_STORE_ADAPTERS, QUEUE_ADAPTERS, adapter_params
-from cli_harness import clear_settings, cli, ok
+from cli_harness import cli, ok
 
 from agent_learning.app import wiring
 from agent_learning.app.embedded import LocalPipeline, open_local
@@ -37,9 +37,7 @@ AGENT = "math-tutor"
 ACTIONS = ["direct", "step-by-step", "calculator", "few-shot"]
 
 
-@pytest.fixture(autouse=True)
-def clean_env(monkeypatch: pytest.MonkeyPatch) -> None:
-    clear_settings(monkeypatch)
+pytestmark = pytest.mark.usefixtures("clean_env")
 
 
 def as_json(*args: str) -> Any:
@@ -52,7 +50,7 @@ class Deployment:
     def __init__(self, kind: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, request: Any) -> None:
         monkeypatch.setenv("AGENT_LEARNING_SQLITE_PATH", str(tmp_path / "local.db"))
         # Rounds of 20 episodes are too few for the guardrail to judge at its default of 30 effective samples
-        # (it holds them until that many accumulate, tests/pipeline/test_guardrail.py).
+        # (it holds them until that many accumulate, tests/evaluation/test_guardrail.py).
         monkeypatch.setenv("AGENT_LEARNING_GUARDRAIL_MIN_EFFECTIVE_SAMPLES", "5")
         self.kind = kind
         self.cleanup: Any = None

@@ -27,10 +27,7 @@ from agent_learning.policy.softmax import SoftmaxPolicy, StructuredPolicy
 from agent_learning.sim.simulate import support_bot
 from agent_learning.store.sqlite import SQLiteStore
 
-
-@pytest.fixture(autouse=True)
-def clean_env(monkeypatch: pytest.MonkeyPatch) -> None:
-    clear_settings(monkeypatch)
+pytestmark = pytest.mark.usefixtures("clean_env")
 
 
 def png_size(path: Path) -> tuple[int, int]:

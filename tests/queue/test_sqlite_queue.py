@@ -43,11 +43,6 @@ def ids(messages: list[ReceivedMessage]) -> list[str]:
 
 
 @pytest.fixture
-def clock() -> ManualClock:
-    return ManualClock()
-
-
-@pytest.fixture
 def queue(tmp_path: Path, clock: ManualClock) -> Iterator[SQLiteQueue]:
     q = SQLiteQueue(
         tmp_path / "queue.db",

@@ -333,7 +333,7 @@ class FunctionsHost:
         self.deliveries = deliveries or Deliveries()
         self.workers, self.page_size = workers, page_size
         # Crash and redelivery runs train on batches too small for the guardrail to judge (it would hold
-        # them, tests/pipeline/test_guardrail.py); warning keeps every run publishing so the books can be checked.
+        # them, tests/evaluation/test_guardrail.py); warning keeps every run publishing so the books can be checked.
         settings = load_settings(store="memory", queue="sqlite", guardrail="warn")
         faulty = FaultyStore(store, self.injector)
         self.judge = FaultyJudge(judge or OfflineJudge(), self.injector)

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from agent_learning.app.settings import PREFIX, Settings, environment_names
 
-DOC = Path(__file__).resolve().parents[1] / "docs" / "configuration.md"
+DOC = Path(__file__).resolve().parents[2] / "docs" / "configuration.md"
 
 
 def table() -> dict[str, str]:

@@ -41,11 +41,6 @@ AGENT = "helper"
 
 
 @pytest.fixture
-def clock() -> ManualClock:
-    return ManualClock()
-
-
-@pytest.fixture
 def store() -> MemoryStore:
     return MemoryStore()
 

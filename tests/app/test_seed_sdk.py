@@ -22,12 +22,12 @@ from agent_learning.core.errors import ConfigurationError, InvalidDocument
 from agent_learning.policy.softmax import SoftmaxPolicy
 from agent_learning.store.sqlite import SQLiteStore
 
-SEED = Path(__file__).resolve().parent / "fixtures" / "seed"
+SEED = Path(__file__).resolve().parents[1] / "fixtures" / "seed"
 EXAMPLE = (SEED / "example.py").read_text()
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 GUARDRAIL = "warn"
 """The example trains on one episode and the CLI lines on two: too few for the guardrail to judge (it would hold
-them, tests/pipeline/test_guardrail.py); it warns, so they publish as the seed's SDK, which had no guardrail, did."""
+them, tests/evaluation/test_guardrail.py); it warns, so they publish as the seed's SDK, which had no guardrail, did."""
 
 
 @pytest.fixture

@@ -350,7 +350,7 @@ def test_agent_side_does_not_import_numpy_or_judges() -> None:
         "agent_learning.policy, agent_learning.rewards.feedback, agent_learning.store.sqlite; "
         "print('numpy' in sys.modules, 'azure.ai.evaluation' in sys.modules)"
     )
-    shared = str(Path(__file__).resolve().parents[1] / "shared")  # the library, installed or not
+    shared = str(Path(__file__).resolve().parents[2] / "shared")  # the library, installed or not
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [shared, os.environ.get("PYTHONPATH")]))}
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60, env=env)
     assert out.stdout.split() == ["False", "False"]

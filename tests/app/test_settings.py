@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import inspect
-import os
 import re
 
 import pytest
@@ -17,14 +16,7 @@ from agent_learning.policy.softmax import SoftmaxPolicy, StructuredPolicy
 from agent_learning.queue.sqlite import SQLiteQueue
 from agent_learning.rewards import RewardConfig
 
-
-@pytest.fixture(autouse=True)
-def clean_env(monkeypatch: pytest.MonkeyPatch) -> pytest.MonkeyPatch:
-    """No AGENT_LEARNING_* variable from the outer environment leaks into a test."""
-    for name in list(os.environ):
-        if name.upper().startswith(PREFIX):
-            monkeypatch.delenv(name)
-    return monkeypatch
+pytestmark = pytest.mark.usefixtures("clean_env")
 
 
 def test_defaults() -> None:

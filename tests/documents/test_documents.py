@@ -570,7 +570,7 @@ def test_the_published_policy_schema_is_the_documents_own() -> None:
 
     from agent_learning.documents import PolicyDocument
 
-    published = json.loads((Path(__file__).resolve().parents[1] / "docs" / "policy.schema.json").read_text())
+    published = json.loads((Path(__file__).resolve().parents[2] / "docs" / "policy.schema.json").read_text())
     current = PolicyDocument.model_json_schema(mode="serialization")
     assert {k: v for k, v in published.items() if k != "$schema"} == current, (
         "regenerate docs/policy.schema.json from PolicyDocument.model_json_schema(mode='serialization')"
@@ -619,7 +619,7 @@ def test_documents_that_use_nothing_new_stay_readable_by_a_schema_1_library() ->
 
     from agent_learning.policy.softmax import StructuredPolicy
 
-    old = json.loads((Path(__file__).resolve().parent / "fixtures" / "policy.schema.v1.json").read_text())
+    old = json.loads((Path(__file__).resolve().parents[1] / "fixtures" / "policy.schema.v1.json").read_text())
     flat = make_policy_doc(version=2, run=make_run(), learner_state={"count": [1.0, 2.0, 3.0]},
                            incarnation=None).to_dict()  # an agent created before incarnations
     assert flat["schema_version"] == 1

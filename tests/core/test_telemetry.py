@@ -35,7 +35,7 @@ from agent_learning.sim.simulate import support_bot
 from agent_learning.store import SQLiteStore
 
 AGENT = "support-bot"
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 

@@ -332,7 +332,7 @@ def test_contexts_whose_values_are_equal_in_python_but_name_different_segments_a
 def test_the_published_schema_refuses_what_the_document_model_refuses_in_names() -> None:
     """Another language validating against docs/policy.schema.json: an exclusion rule's keys are
     dimension names only, and a feature's name is a whole feature name (both were unanchored)."""
-    schema = json.loads((Path(__file__).resolve().parents[1] / "docs" / "policy.schema.json").read_text())
+    schema = json.loads((Path(__file__).resolve().parents[2] / "docs" / "policy.schema.json").read_text())
     rule = schema["properties"]["excluded"]["anyOf"][0]["items"]
     assert rule["additionalProperties"] is False and all(p.startswith("^") for p in rule["patternProperties"])
     pattern = schema["$defs"]["ContextFeature"]["properties"]["name"]["pattern"]
