@@ -21,7 +21,7 @@ from app_functions import document_list, functions, sb_message, trust_principal_
 from azure.functions.servicebus import ServiceBusMessage
 from azure.functions.timer import TimerRequest
 
-from agent_learning.app import handlers
+from agent_learning.app import deliveries, handlers
 from agent_learning.app.callers import key_identity, principal_identity
 from agent_learning.app.settings import environment_names, load_settings
 from agent_learning.core.clock import ManualClock
@@ -260,7 +260,7 @@ def test_score_raises_poison_for_bad_input_naming_the_field(env: Env) -> None:
         application_properties={},
         user_properties={},
     )
-    with pytest.raises(handlers.PoisonMessage) as info:
+    with pytest.raises(deliveries.PoisonMessage) as info:
         call("score", bad)
     assert info.value.reason == "InvalidEpisode" and "probability" in info.value.description
     assert env.store.get_score(doc["id"], AGENT) is None
@@ -283,7 +283,7 @@ def test_score_raises_transient_so_the_message_is_redelivered(env: Env, monkeypa
         application_properties={},
         user_properties={},
     )
-    with pytest.raises(handlers.TransientScoringError, match="503"):
+    with pytest.raises(deliveries.TransientScoringError, match="503"):
         call("score", msg)
 
 
@@ -304,19 +304,13 @@ def test_train_publishes_for_every_agent_with_new_scores(env: Env) -> None:
 def test_a_training_message_that_is_not_a_request_is_poison(env: Env) -> None:
     bad = ServiceBusMessage(body=b'{"type": "train_request", "agent_id": "a b", "version": 1}', message_id="x",
                             delivery_count=1, application_properties={}, user_properties={})
-    with pytest.raises(handlers.PoisonMessage) as info:
+    with pytest.raises(deliveries.PoisonMessage) as info:
         call("train_agent", bad)
     assert info.value.reason == "InvalidMessage" and "agent_id" in info.value.description
 
 
 def test_the_timer_holds_a_candidate_the_guardrail_finds_worse(env: Env, caplog: pytest.LogCaptureFixture) -> None:
-    import dataclasses
-
-    from agent_learning.learning.reinforce import Reinforce
-
-    class InvertedRewards(Reinforce):
-        def update(self, logits: Any, batch: Any, temperature: float = 1.0, state: Any = None) -> Any:
-            return super().update(logits, dataclasses.replace(batch, rewards=1.0 - batch.rewards), temperature, state)
+    from learners import InvertedRewards
 
     env.rt.learner = InvertedRewards()
     call("enqueue", document_list(env.episodes(20)))

@@ -355,7 +355,7 @@ print(json.dumps({{"calls": len(calls), "configured": telemetry._configured, "ex
 
 
 def test_the_functions_runtime_counts_a_poison_message_on_its_last_delivery(captured: Captured, tmp_path: Path) -> None:
-    from agent_learning.app import handlers
+    from agent_learning.app import deliveries, handlers
 
     settings = load_settings(sqlite_path=str(tmp_path / "f.db"), queue_max_deliveries=3)
     store = SQLiteStore(settings.sqlite_path)
@@ -363,7 +363,7 @@ def test_the_functions_runtime_counts_a_poison_message_on_its_last_delivery(capt
     body = json.dumps({"type": "score_request", "episode_id": "ghost"})
     try:
         for delivery in (1, 2, 3):
-            with pytest.raises(handlers.PoisonMessage):
+            with pytest.raises(deliveries.PoisonMessage):
                 handlers.score(body, delivery, "ghost", rt)
             expected = 1 if delivery == 3 else 0  # Service Bus dead-letters it after the last delivery
             assert captured.total("agent_learning.episodes.dead_lettered", reason="EpisodeNotFound") == expected

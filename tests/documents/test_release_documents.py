@@ -15,8 +15,8 @@ import pytest
 from agent_learning.documents import PolicyDocument
 from agent_learning.learning.reinforce import Reinforce
 from agent_learning.pipeline.train import collect, learn
+from agent_learning.policy import StructuredPolicy
 from agent_learning.policy.softmax import SoftmaxPolicy, load_policy, policy_probabilities
-from agent_learning.policy.structured import StructuredPolicy
 
 RELEASE = json.loads((Path(__file__).resolve().parents[1] / "fixtures" / "release_documents.json").read_text())
 KINDS = ["flat", "structured"]

@@ -11,6 +11,7 @@ from typing import Any
 import numpy as np
 import pytest
 from adapters import EMBEDDED_STORE_ADAPTERS, only_on
+from learners import InvertedRewards, TenfoldStep
 from support.factories import make_episode, make_policy_doc, make_score
 
 from agent_learning.documents import TrainingRun
@@ -25,13 +26,6 @@ AGENT = "guarded"
 ACTIONS = ("good", "fair", "poor")
 MEANS = {"good": 0.8, "fair": 0.5, "poor": 0.2}
 ENFORCE = GuardrailConfig()
-
-
-class InvertedRewards(Reinforce):
-    """A broken learner: it learns from 1 − reward, so it moves towards the worst action."""
-
-    def step(self, params: Any, model: Any, batch: Any, state: Any = None) -> Any:
-        return super().step(params, model, dataclasses.replace(batch, rewards=1.0 - batch.rewards), state)
 
 
 def start(store: Store) -> None:
@@ -170,15 +164,6 @@ def test_a_candidate_truly_worse_but_not_confidently_is_shrunk_to_within_the_mar
     assert evaluation.verdict == "shrunk" and "not shown to lose less than the margin" in evaluation.reason
     assert evaluation.step is not None and 0 < evaluation.step < 1
     assert truth(published) >= truth(current) - ENFORCE.margin
-
-
-class TenfoldStep(Reinforce):
-    """A learner whose step is ten times what it should be (a learning rate set wrong)."""
-
-    def step(self, params: Any, model: Any, batch: Any, state: Any = None) -> Any:
-        new, metrics, learned = super().step(params, model, batch, state)
-        new.theta = params.theta + 10 * (new.theta - params.theta)
-        return new, metrics, learned
 
 
 def test_a_candidate_too_few_samples_speak_for_is_held_not_published_as_is() -> None:

@@ -36,16 +36,16 @@ from agent_learning.core.errors import PermanentError, TransientError
 from agent_learning.documents import MAX_STEP_TEXT_CHARS, Episode, JudgeInfo
 from agent_learning.judges import Judge, OfflineJudge
 from agent_learning.judges.evaluators import DEADLINE_GRACE, EvaluatorJudge, JudgeModel
-from agent_learning.judges.offline import VERSION
-from agent_learning.rewards import (
+from agent_learning.judges.metrics import (
     INTENT_RESOLUTION,
     METRICS,
     SCALES,
     TASK_ADHERENCE,
     TASK_COMPLETION,
-    RewardFunction,
     normalise,
 )
+from agent_learning.rewards import RewardFunction
+from agent_learning.judges.offline import VERSION
 
 pytestmark = pytest.mark.timeout(120)
 

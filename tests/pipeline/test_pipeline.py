@@ -29,7 +29,6 @@ from agent_learning.pipeline import (
     enqueue_episodes,
     load_current,
     score_message,
-    settle,
     train_agent,
     train_safely,
 )
@@ -785,20 +784,6 @@ def test_a_lost_lock_on_the_last_delivery_is_counted_as_the_queue_dead_letters_i
     assert env.pipeline.score_pending() == {"lock_lost": 1}
     assert [d.reason for d in env.queue.dead_letters()] == ["MaxDeliveryCountExceeded"]
     assert captured.total("agent_learning.episodes.dead_lettered") == 1
-
-
-def test_settle_maps_outcomes_to_queue_actions(env: Env) -> None:
-    from agent_learning.pipeline import ScoreOutcome
-    from agent_learning.queue.base import OutgoingMessage
-
-    env.queue.send([OutgoingMessage(f"m{i}", "{}") for i in range(3)])
-    m0, m1, m2 = env.queue.receive(3)
-    settle(env.queue, m0, ScoreOutcome("scored", "e"))
-    settle(env.queue, m1, ScoreOutcome("retry", "e"))
-    settle(env.queue, m2, ScoreOutcome("dead_letter", "e", "Why", "because"))
-    counts = env.queue.counts()
-    assert (counts.active, counts.locked, counts.dead_letter) == (1, 0, 1)
-    assert env.queue.dead_letters()[0].reason == "Why"
 
 
 def test_scorer_caches_immutable_policy_versions(env: Env) -> None:

@@ -11,6 +11,7 @@ from collections import Counter
 import pytest
 from factories import CountingStore, make_episode, make_policy_doc, make_unjudged
 
+from agent_learning.app.deliveries import QueueSettles, settle_score
 from agent_learning.core.clock import ManualClock
 from agent_learning.documents import Episode
 from agent_learning.judges.base import Judgement
@@ -19,7 +20,7 @@ from agent_learning.judges.sampling import Judging, JudgingRules, id_fraction
 from agent_learning.learning.reinforce import Reinforce
 from agent_learning.ops.audit import audit_agent
 from agent_learning.ops.recovery import judge_unjudged, rescore
-from agent_learning.pipeline import Scorer, create_policy, score_episode, score_message, settle, train_agent
+from agent_learning.pipeline import Scorer, create_policy, score_episode, score_message, train_agent
 from agent_learning.queue.base import OutgoingMessage
 from agent_learning.queue.sqlite import SQLiteQueue
 from agent_learning.rewards import RewardFunction
@@ -187,7 +188,8 @@ def test_left_out_messages_complete_and_are_counted(clock: ManualClock, captured
     ids = add_episodes(store, 4)
     queue.send([OutgoingMessage(i, message(i)) for i in ids])
     for m in queue.receive(10):
-        settle(queue, m, score_message(m.body, scorer, delivery_count=m.delivery_count))
+        settle_score(score_message(m.body, scorer, delivery_count=m.delivery_count), QueueSettles(queue, m),
+                     m.delivery_count, None)
     clock.advance(3600)
     counts = queue.counts()
     assert (counts.active, counts.dead_letter) == (0, 0) and queue.receive(10) == []  # completed, not retried

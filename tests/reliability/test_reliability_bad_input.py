@@ -28,7 +28,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from reliability_report import Backend, record
 
-from agent_learning.app import handlers
+from agent_learning.app import deliveries, handlers
 from agent_learning.app.embedded import LocalPipeline
 from agent_learning.app.settings import Settings, environment_names, load_settings
 from agent_learning.core.clock import ManualClock
@@ -244,7 +244,7 @@ def test_fuzzed_queue_messages_are_dead_lettered_never_crash_a_handler(backend: 
         # The same body through the Functions app: it fails as poison, never with another error.
         queue.send([OutgoingMessage(f"m{sum(seen.values())}", body.decode("utf-8", "replace"))])
         (message,) = queue.receive(1)
-        with pytest.raises(handlers.PoisonMessage) as info, host.active():
+        with pytest.raises(deliveries.PoisonMessage) as info, host.active():
             FUNCTIONS["score"](sb_message(message))
         assert info.value.reason == outcome.reason
         queue.abandon(message)  # the last allowed delivery: dead-lettered

@@ -31,34 +31,30 @@ import logging
 import time
 from collections import Counter
 from collections.abc import Callable, Iterable
-from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from agent_learning.app import wiring
+from agent_learning.app.deliveries import QueueSettles, deliver_training, scoring_failed, settle_score
 from agent_learning.app.settings import Settings, load_settings
-from agent_learning.app.wiring import open_judge, open_queue, open_store
+from agent_learning.app.wiring import Components, open_judge, open_queue, open_store
 from agent_learning.core.clock import SYSTEM_CLOCK, Clock
-from agent_learning.core.errors import ConcurrencyConflict, InvalidDocument
+from agent_learning.core.errors import ConcurrencyConflict
 from agent_learning.core.telemetry import configure
 from agent_learning.documents import TRAIN_BATCH
 from agent_learning.judges.base import Judge
 from agent_learning.judges.sampling import Judging
 from agent_learning.pipeline import (
     EnqueueResult,
-    ScoreOutcome,
     Scorer,
     TrainOutcome,
-    count_settled,
     enqueue_episodes,
     plan_training,
     score_message,
     send_plan,
-    settle,
     train_requested,
 )
-from agent_learning.pipeline.score import COMPLETED
 from agent_learning.pipeline.train import agent_list
 from agent_learning.queue.base import WorkQueue
 from agent_learning.queue.sqlite import SQLiteQueue
@@ -133,6 +129,15 @@ class LocalPipeline:
         self.drift = drift
         self.guardrail = guardrail
 
+    @classmethod
+    def of(cls, parts: Components) -> LocalPipeline:
+        """The runner on the parts the settings choose (:class:`~agent_learning.app.wiring.Components`)."""
+        return cls(
+            parts.store, parts.queue, parts.judge, parts.reward, parts.learner, clock=parts.clock,
+            max_batch=parts.settings.train_max_batch, min_batch=parts.settings.train_min_batch, drift=parts.drift,
+            guardrail=parts.guardrail, train_queue=parts.train_queue, judging=parts.judging,
+        )
+
     def close(self) -> None:
         """Close the store and the queues."""
         self.store.close()
@@ -187,7 +192,8 @@ class LocalPipeline:
             messages = self.queue.receive(want)
             if not messages:
                 break
-            done: list[tuple[Any, ScoreOutcome]] = []  # completed together once the batch is scored (one commit)
+            completed: list[Any] = []  # completed together once the batch is scored (one commit)
+            done: list[tuple[Any, str]] = []
             for message in messages:
                 try:
                     outcome = score_message(message.body, self.scorer, delivery_count=message.delivery_count)
@@ -200,29 +206,26 @@ class LocalPipeline:
                         " dead-lettered after the queue's max deliveries",
                         message.message_id, type(exc).__name__, exc, exc_info=log.isEnabledFor(logging.DEBUG),
                     )
-                    # On its last allowed delivery the queue dead-letters it: counted as a retry is.
-                    count_settled(ScoreOutcome("retry", None), message.delivery_count,
-                                  getattr(self.queue, "max_deliveries", None), explicit=False)
+                    scoring_failed(message.delivery_count, getattr(self.queue, "max_deliveries", None))
                     outcomes["failed"] += 1
-                    handled += 1
-                    if progress:
-                        progress(handled)
-                    continue
-                try:
-                    if outcome.status in COMPLETED:
-                        done.append((message, outcome))
+                else:
+                    try:
+                        settle_score(outcome, QueueSettles(self.queue, message, completed), message.delivery_count,
+                                     getattr(self.queue, "max_deliveries", None))
+                    except ConcurrencyConflict:
+                        outcomes["lock_lost"] += 1
                     else:
-                        settle(self.queue, message, outcome)
-                        outcomes[outcome.status] += 1
-                except ConcurrencyConflict:
-                    outcomes["lock_lost"] += 1
+                        if completed and completed[-1] is message:
+                            done.append((message, outcome.status))
+                        else:
+                            outcomes[outcome.status] += 1
                 handled += 1
                 if progress:
                     progress(handled)
             # A lock lost (it expired while the batch was judged: a slow judge, or a long batch): the
             # message comes back, and what this delivery stored makes the next one a duplicate.
-            lost = {id(message) for message in self.queue.complete_all([message for message, _ in done])}
-            outcomes.update("lock_lost" if id(message) in lost else outcome.status for message, outcome in done)
+            lost = {id(message) for message in self.queue.complete_all(completed)}
+            outcomes.update("lock_lost" if id(message) in lost else status for message, status in done)
             received = len(messages)
             seconds_each = (self.clock.now() - started).total_seconds() / received
         return outcomes
@@ -247,28 +250,17 @@ class LocalPipeline:
         that outlasts its lock keeps its outcome, and its message comes back, to a run that
         changes nothing."""
         outcomes: list[TrainOutcome] = []
+        max_batch = self.max_batch if limit is None else min(limit, self.max_batch)
+
+        def train(body: bytes | str) -> TrainOutcome:
+            return train_requested(body, self.store, self.learner, clock=self.clock, max_batch=max_batch,
+                                   min_batch=self.min_batch, drift=self.drift, guardrail=self.guardrail)
+
         while messages := self.train_queue.receive(1):
             for message in messages:
-                try:
-                    outcome = train_requested(
-                        message.body,
-                        self.store,
-                        self.learner,
-                        clock=self.clock,
-                        max_batch=self.max_batch if limit is None else min(limit, self.max_batch),
-                        min_batch=self.min_batch,
-                        drift=self.drift,
-                        guardrail=self.guardrail,
-                    )
-                except InvalidDocument as exc:
-                    self.train_queue.dead_letter(message, "InvalidMessage", str(exc))
-                    continue
-                try:
-                    self.train_queue.complete(message)
-                except ConcurrencyConflict as exc:
-                    log.warning("training %s outlasted its message's lock (%s); it is trained again, changing "
-                                "nothing", outcome.agent_id, exc)
-                outcomes.append(outcome)
+                outcome = deliver_training(message.body, train, QueueSettles(self.train_queue, message))
+                if outcome is not None:
+                    outcomes.append(outcome)
         return outcomes
 
     def run_once(self, agent_ids: Iterable[str] | None = None, *, limit: int | None = None) -> CycleReport:
@@ -308,29 +300,12 @@ def open_local(
     If any part fails to open, the parts already open are closed."""
     settings = settings or load_settings()
     configure(settings)
-    with ExitStack() as opened:
-        store = wiring.open_store(settings, path=path, clock=clock)
-        opened.callback(store.close)
-        queue = wiring.open_queue(settings, path=path, clock=clock)
-        opened.callback(queue.close)
-        train_queue = wiring.open_train_queue(settings, path=path, clock=clock)
-        opened.callback(train_queue.close)
-        pipeline = LocalPipeline(
-            store,
-            queue,
-            judge or wiring.open_judge(settings),
-            wiring.open_reward(settings),
-            wiring.open_learner(settings),
-            clock=clock,
-            max_batch=settings.train_max_batch,
-            min_batch=settings.train_min_batch,
-            drift=wiring.drift_config(settings),
-            guardrail=wiring.guardrail_config(settings),
-            train_queue=train_queue,
-            judging=wiring.open_judging(settings),
-        )
-        opened.pop_all()
-    return pipeline
+    parts = Components(settings, path=path, clock=clock, judge=judge)
+    try:
+        return LocalPipeline.of(parts)
+    except BaseException:
+        parts.close()
+        raise
 
 
 def train_queue_beside(queue: WorkQueue, clock: Clock = SYSTEM_CLOCK) -> WorkQueue:

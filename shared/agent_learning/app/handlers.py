@@ -14,9 +14,10 @@ Failure semantics per trigger:
   trigger's retry policy retries the whole batch (a redelivered batch is deduplicated by
   message id); documents that cannot be turned into messages are logged and skipped.
 * ``score`` (Service Bus) returns normally when the message is done (the host completes it),
-  raises :class:`TransientScoringError` to have it redelivered, and raises
-  :class:`PoisonMessage` for bad input: the reason is logged on every delivery, each of which
-  fails fast, and Service Bus dead-letters the message after MaxDeliveryCount deliveries.
+  raises ``TransientScoringError`` to have it redelivered, and raises ``PoisonMessage`` for bad
+  input: the reason is logged on every delivery, each of which fails fast, and Service Bus
+  dead-letters the message after MaxDeliveryCount deliveries (:mod:`agent_learning.app.deliveries`
+  decides what becomes of a message, for this host and the embedded runner alike).
 * ``train`` (timer) first applies feedback whose handler died before applying it, then plans
   the tick: one message per agent with new scores on the training queue
   (:mod:`agent_learning.pipeline.fanout`); it raises only if the store cannot list the agents
@@ -24,8 +25,8 @@ Failure semantics per trigger:
 * ``train_agent`` (Service Bus, the training queue) trains the agent a message names; every
   outcome completes the message (a store outage is logged as a warning, ``unavailable``; a
   corrupt policy or anything else as an error; the next tick asks again), except a body that
-  is not a training request, which is a :class:`PoisonMessage`. Every published version is
-  checked for exploration collapse and reward drops.
+  is not a training request, which is a ``PoisonMessage``. Every published version is checked
+  for exploration collapse and reward drops.
 * ``feedback`` (HTTP POST) stores a caller's feedback on an episode and reconciles its reward;
   bad input is a 400 naming the field, an unknown episode a 404, and posting again is a no-op.
 * ``choose`` (HTTP POST) draws a configuration for a caller in another language, from the
@@ -54,8 +55,13 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from agent_learning.app.deliveries import (
+    HostSettles,
+    deliver_training,
+    scoring_failed,
+    settle_score,
+)
 from agent_learning.core.errors import (
-    AgentLearningError,
     ConcurrencyConflict,
     ConfigurationError,
     InvalidDocument,
@@ -68,24 +74,12 @@ from agent_learning.core.errors import (
 if TYPE_CHECKING:  # imported lazily at run time: the app's cold start stays short
     from agent_learning.app.callers import Caller
     from agent_learning.app.settings import Settings
+    from agent_learning.app.wiring import Components
     from agent_learning.pipeline import EnqueueResult, Scorer, TrainingPlan, TrainOutcome
     from agent_learning.pipeline.score import PolicyVersions
     from agent_learning.store.base import Store
 
 log = logging.getLogger("agent_learning.app.handlers")
-
-
-class TransientScoringError(AgentLearningError):
-    """Scoring failed for a reason that may pass; the message is redelivered."""
-
-
-class PoisonMessage(AgentLearningError):
-    """The message can never be scored; Service Bus dead-letters it after its last delivery."""
-
-    def __init__(self, reason: str, description: str) -> None:
-        self.reason = reason
-        self.description = description
-        super().__init__(f"{reason}: {description}")
 
 
 @dataclass
@@ -105,6 +99,9 @@ class Runtime:
     policy_versions: PolicyVersions | None = None
     """The policy versions the episodes route checks episodes against, built on first use
     (:func:`policy_versions_of`)."""
+    parts: Components | None = None
+    """Where the scorer and the learner are built on first use (:class:`~agent_learning.app.wiring.Components`
+    of the settings and the store, unless given)."""
 
 
 CACHED_POLICY_VERSIONS = 256
@@ -137,7 +134,7 @@ def build_runtime(settings: Settings, environ: Mapping[str, str] | None = None) 
     configuration fails loudly instead of producing made-up rewards.
     """
     # lazy: pydantic (see the module docstring)
-    from agent_learning.app.wiring import configure, open_queue, open_store, open_train_queue
+    from agent_learning.app.wiring import Components, configure
 
     env = os.environ if environ is None else environ
     if env.get("WEBSITE_INSTANCE_ID") and settings.judge == "offline" and not settings.allow_offline_judge:
@@ -149,17 +146,24 @@ def build_runtime(settings: Settings, environ: Mapping[str, str] | None = None) 
         )
 
     configure(settings)
-    store, send, send_train = open_store(settings), open_queue(settings).send, open_train_queue(settings).send
-    return Runtime(settings, store, send, send_train=send_train)
+    parts = Components(settings)
+    return Runtime(settings, parts.store, parts.queue.send, send_train=parts.train_queue.send, parts=parts)
+
+
+def parts_of(rt: Runtime) -> Components:
+    """Where the runtime's scorer and learner are built: the settings' parts around its store."""
+    if rt.parts is None:
+        # lazy: pydantic (see the module docstring)
+        from agent_learning.app.wiring import Components
+
+        rt.parts = Components(rt.settings, store=rt.store)
+    return rt.parts
 
 
 def scorer_of(rt: Runtime) -> Scorer:
     """The runtime's scorer, built on first use (the judge may be a remote model)."""
     if rt.scorer is None:
-        # lazy: pydantic (see the module docstring)
-        from agent_learning.app.wiring import open_scorer
-
-        rt.scorer = open_scorer(rt.settings, rt.store)
+        rt.scorer = parts_of(rt).scorer
     return rt.scorer
 
 
@@ -178,10 +182,7 @@ def policy_versions_of(rt: Runtime) -> PolicyVersions:
 def learner_of(rt: Runtime) -> Any:
     """The runtime's learner, built on first use (it imports numpy)."""
     if rt.learner is None:
-        # lazy: pydantic (see the module docstring)
-        from agent_learning.app.wiring import open_learner
-
-        rt.learner = open_learner(rt.settings)
+        rt.learner = parts_of(rt).learner
     return rt.learner
 
 
@@ -203,29 +204,18 @@ def enqueue(documents: Iterable[Mapping[str, Any]], rt: Runtime) -> EnqueueResul
 
 
 def score(body: bytes | str, delivery_count: int, message_id: str | None, rt: Runtime) -> str:
-    """Service Bus trigger: judge and store one episode's score; returns the outcome status."""
+    """Service Bus trigger: judge and store one episode's score; returns the outcome status, or
+    raises what the host settles the message by (:mod:`agent_learning.app.deliveries`)."""
     # lazy: pydantic (see the module docstring)
-    from agent_learning.pipeline import ScoreOutcome, count_settled, score_message
+    from agent_learning.pipeline import score_message
 
     try:
         outcome = score_message(body, scorer_of(rt), delivery_count=delivery_count)
     except Exception:
-        # The host retries it; on its last allowed delivery Service Bus dead-letters it, as a retry.
-        count_settled(ScoreOutcome("retry", None), delivery_count, rt.settings.queue_max_deliveries, explicit=False)
+        scoring_failed(delivery_count, rt.settings.queue_max_deliveries)  # the host retries it
         raise
-    count_settled(outcome, delivery_count, rt.settings.queue_max_deliveries, explicit=False)
-    if outcome.status == "retry":
-        log.warning("score %s: delivery %d failed, will retry: %s", message_id, delivery_count, outcome.description)
-        raise TransientScoringError(outcome.description)
-    if outcome.status == "dead_letter":
-        log.error(
-            "score %s: poison message (delivery %d): %s: %s",
-            message_id,
-            delivery_count,
-            outcome.reason,
-            outcome.description,
-        )
-        raise PoisonMessage(outcome.reason, outcome.description)
+    settle_score(outcome, HostSettles("score", message_id, delivery_count), delivery_count,
+                 rt.settings.queue_max_deliveries)
     return outcome.status
 
 
@@ -268,19 +258,13 @@ def train_agent(body: bytes | str, delivery_count: int, message_id: str | None, 
     from agent_learning.pipeline import train_requested
 
     s = rt.settings
-    try:
-        o = train_requested(
-            body,
-            rt.store,
-            learner_of(rt),
-            max_batch=s.train_max_batch,
-            min_batch=s.train_min_batch,
-            drift=drift_config(s),
-            guardrail=guardrail_config(s),
-        )
-    except InvalidDocument as exc:
-        log.error("train_agent %s: poison message (delivery %d): %s", message_id, delivery_count, exc)
-        raise PoisonMessage("InvalidMessage", str(exc)) from None
+    o = deliver_training(
+        body,
+        lambda b: train_requested(b, rt.store, learner_of(rt), max_batch=s.train_max_batch, min_batch=s.train_min_batch,
+                                  drift=drift_config(s), guardrail=guardrail_config(s)),
+        HostSettles("train_agent", message_id, delivery_count),
+    )
+    assert o is not None  # a body that is not a training request raised PoisonMessage
     level = TRAIN_LOG_LEVELS.get(o.status, logging.INFO)
     detail = f" v{o.version}" if o.status == "published" else f": {o.reason}" if level > logging.INFO else ""
     log.log(level, "train %s: %s%s", o.agent_id, o.status, detail)

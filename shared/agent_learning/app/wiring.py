@@ -10,7 +10,10 @@ the Functions app imports this module on its first invocation, not at start-up.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from contextlib import ExitStack
 from pathlib import Path
+from typing import Any
 
 from agent_learning.app.settings import PREFIX, Settings, component
 from agent_learning.core.clock import SYSTEM_CLOCK, Clock
@@ -32,6 +35,7 @@ from agent_learning.store.memory import MemoryStore
 from agent_learning.store.sqlite import SQLiteStore, described
 
 __all__ = [
+    "Components",
     "configure",
     "describe_store",
     "drift_config",
@@ -192,3 +196,91 @@ def _open_queue(
         clock=clock,
         **window,
     )
+
+
+class Components:
+    """The pipeline's parts as ``settings`` choose them, each built on first use, and closed
+    together (what was opened here): the one place the Functions app
+    (:func:`~agent_learning.app.handlers.build_runtime`), the embedded runner
+    (:func:`~agent_learning.app.embedded.open_local`), the CLI and the demo build them.
+
+    ``path`` is the embedded store's and queues' file (else the settings'); ``judge`` and ``store``
+    replace the settings' choice with a part the caller opened (and closes)."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        *,
+        path: str | Path | None = None,
+        clock: Clock = SYSTEM_CLOCK,
+        judge: Judge | None = None,
+        store: Store | None = None,
+    ) -> None:
+        self.settings, self.path, self.clock = settings, path, clock
+        self._given = {"judge": judge, "store": store}
+        self._opened: list[Any] = []
+
+    def _part(self, name: str, build: Callable[[], Any], closes: bool = False) -> Any:
+        if name not in self.__dict__:
+            given = self._given.get(name)
+            part = given if given is not None else build()
+            if closes and given is None:
+                self._opened.append(part)
+            self.__dict__[name] = part
+        return self.__dict__[name]
+
+    @property
+    def store(self) -> Store:
+        return self._part("store", lambda: open_store(self.settings, path=self.path, clock=self.clock), closes=True)
+
+    @property
+    def queue(self) -> WorkQueue:
+        """The scoring queue."""
+        return self._part("queue", lambda: open_queue(self.settings, path=self.path, clock=self.clock), closes=True)
+
+    @property
+    def train_queue(self) -> WorkQueue:
+        """The training queue (one message per agent to train)."""
+        return self._part(
+            "train_queue", lambda: open_train_queue(self.settings, path=self.path, clock=self.clock), closes=True
+        )
+
+    @property
+    def judge(self) -> Judge:
+        return self._part("judge", lambda: open_judge(self.settings))
+
+    @property
+    def reward(self) -> RewardFunction:
+        return self._part("reward", lambda: open_reward(self.settings))
+
+    @property
+    def judging(self) -> Judging:
+        return self._part("judging", lambda: open_judging(self.settings))
+
+    @property
+    def scorer(self) -> Scorer:
+        return self._part("scorer", lambda: Scorer(self.store, self.judge, self.reward, self.clock, self.judging))
+
+    @property
+    def learner(self) -> Reinforce:
+        return self._part("learner", lambda: open_learner(self.settings))
+
+    @property
+    def drift(self) -> DriftConfig:
+        return self._part("drift", lambda: drift_config(self.settings))
+
+    @property
+    def guardrail(self) -> GuardrailConfig | None:
+        return self._part("guardrail", lambda: guardrail_config(self.settings))
+
+    def close(self) -> None:
+        """Close the parts opened here, the last opened first; each is closed even if another fails."""
+        with ExitStack() as closing:
+            while self._opened:
+                closing.callback(self._opened.pop(0).close)
+
+    def __enter__(self) -> Components:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

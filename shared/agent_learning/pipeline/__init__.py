@@ -43,11 +43,9 @@ from agent_learning.pipeline.publish import (
 from agent_learning.pipeline.score import (
     ScoreOutcome,
     Scorer,
-    count_settled,
     run_judge,
     score_episode,
     score_message,
-    settle,
 )
 from agent_learning.pipeline.train import TrainOutcome, train_agent, train_all, train_safely
 
@@ -62,7 +60,6 @@ __all__ = [
     "TrainOutcome",
     "TrainRequest",
     "TrainingPlan",
-    "count_settled",
     "create_policy",
     "enqueue_episodes",
     "load_current",
@@ -79,7 +76,6 @@ __all__ = [
     "score_request_message",
     "send_plan",
     "set_pinned",
-    "settle",
     "train_agent",
     "train_all",
     "train_requested",

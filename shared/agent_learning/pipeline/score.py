@@ -3,7 +3,7 @@
 Idempotent, because every trigger delivers at least once: an episode that already has a
 score is not judged again (unless ``force``); scores have the episode's id and are created
 only once, so of two concurrent deliveries the first write wins and the other is a
-``duplicate`` (it does not overwrite). :func:`settle` and :func:`count_settled` apply an
+``duplicate`` (it does not overwrite). :func:`agent_learning.app.deliveries.settle_score` applies an
 outcome to the queue message that carried it.
 
 Not every episode need be judged (``AGENT_LEARNING_JUDGING``, :mod:`agent_learning.judges.sampling`):
@@ -76,10 +76,6 @@ class ScoreOutcome:
     description: str = ""
     score: Score | None = None
     record: UnjudgedRecord | None = None
-
-
-COMPLETED = ("scored", "duplicate", "unjudged")
-"""The outcomes whose message is completed (:func:`settle`)."""
 
 
 def load_policy_version(store: Store, agent_id: str, version: int) -> PolicyDocument:
@@ -469,37 +465,5 @@ def run_judge(judge: Judge, episode: Episode) -> Any:
         record(JUDGE_DURATION, time.perf_counter() - started, {**attrs, "outcome": outcome})
         if outcome != "ok":
             count(JUDGE_FAILURES, 1, {**attrs, "kind": outcome})
-
-
-def count_settled(
-    outcome: ScoreOutcome, delivery_count: int, max_deliveries: int | None, *, explicit: bool = True
-) -> None:
-    """Count a message that is dead-lettered now: explicitly (``explicit``: the caller can
-    dead-letter, as the embedded runner does), or by failing its last allowed delivery (as under
-    Azure Functions, which cannot dead-letter a message itself)."""
-    last = max_deliveries is not None and delivery_count >= max_deliveries
-    if (outcome.status == "dead_letter" and (explicit or last)) or (outcome.status == "retry" and last):
-        reason = outcome.reason if outcome.status == "dead_letter" else "MaxDeliveryCountExceeded"
-        count(EPISODES_DEAD_LETTERED, 1, {"reason": reason})
-
-
-def settle(queue: WorkQueue, message: Any, outcome: ScoreOutcome) -> None:
-    """Apply a score outcome to a received queue message, and count it if that dead-letters it.
-
-    Raises :class:`ConcurrencyConflict` if the message's lock expired: the message comes back,
-    and is counted as under Azure Functions, where the queue dead-letters it after its last
-    allowed delivery (a dead-letter outcome before that is not counted, nothing was dead-lettered)."""
-    delivery_count, max_deliveries = getattr(message, "delivery_count", 1), getattr(queue, "max_deliveries", None)
-    try:
-        if outcome.status in COMPLETED:
-            queue.complete(message)
-        elif outcome.status == "retry":
-            queue.abandon(message)
-        else:
-            queue.dead_letter(message, outcome.reason, outcome.description)
-    except ConcurrencyConflict:
-        count_settled(outcome, delivery_count, max_deliveries, explicit=False)
-        raise
-    count_settled(outcome, delivery_count, max_deliveries)
 
 
