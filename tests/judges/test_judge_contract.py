@@ -44,8 +44,8 @@ from agent_learning.judges.metrics import (
     TASK_COMPLETION,
     normalise,
 )
-from agent_learning.rewards import RewardFunction
 from agent_learning.judges.offline import VERSION
+from agent_learning.rewards import RewardFunction
 
 pytestmark = pytest.mark.timeout(120)
 

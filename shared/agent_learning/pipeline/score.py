@@ -26,7 +26,6 @@ from agent_learning.core import notices
 from agent_learning.core.clock import SYSTEM_CLOCK, Clock
 from agent_learning.core.errors import ConcurrencyConflict, InvalidDocument, PermanentError, TransientError
 from agent_learning.core.telemetry import (
-    EPISODES_DEAD_LETTERED,
     EPISODES_SCORED,
     EPISODES_UNJUDGED,
     JUDGE_DURATION,
@@ -55,7 +54,6 @@ from agent_learning.judges.base import Judge
 from agent_learning.judges.sampling import Decision, Judging
 from agent_learning.pipeline.publish import load_current
 from agent_learning.policy.softmax import knows_action
-from agent_learning.queue.base import WorkQueue
 from agent_learning.rewards import RewardFunction, agent_reward
 from agent_learning.rewards.feedback import reconcile
 from agent_learning.store.base import Store
