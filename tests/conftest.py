@@ -15,7 +15,7 @@ import os
 from pathlib import Path
 
 import pytest
-from cli_harness import clear_settings
+from clean_settings import clear_settings
 
 from agent_learning.core.clock import ManualClock
 

@@ -2,22 +2,12 @@
 
 from __future__ import annotations
 
-import os
-
-import pytest
+from clean_settings import clear_settings
 from click.testing import CliRunner, Result
 
 from agent_learning.cli import main
 
-SETTING_PREFIXES = ("AGENT_LEARNING_", "CosmosDBConnection", "ServiceBusConnection")
-
-
-def clear_settings(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Remove every setting the library reads (and COLUMNS, which changes the tables' width), so a
-    test sees the defaults plus what it sets itself."""
-    for name in list(os.environ):
-        if name.startswith(SETTING_PREFIXES) or name == "COLUMNS":
-            monkeypatch.delenv(name)
+__all__ = ["clear_settings", "cli"]
 
 
 def cli(*args: str) -> Result:
