@@ -16,8 +16,7 @@ Connections are identity-based: `CosmosDBConnection__accountEndpoint` and
 
 import azure.functions as func
 
-from agent_learning.app import handlers
-from agent_learning.app.callers import Caller, identify
+from agent_learning.app import handlers, http
 
 app = func.FunctionApp(http_auth_level=func.AuthLevel.FUNCTION)
 
@@ -64,42 +63,30 @@ def train_agent(message: func.ServiceBusMessage) -> None:
     handlers.train_agent(message.get_body(), message.delivery_count or 1, message.message_id, handlers.runtime())
 
 
-@app.route(route="policies/{agent_id}", methods=["GET"], auth_level=func.AuthLevel.FUNCTION)
+@app.route(route=http.BY_NAME["policy"].template, methods=["GET"], auth_level=func.AuthLevel.FUNCTION)
 def policy(req: func.HttpRequest) -> func.HttpResponse:
-    return _response(
-        handlers.get_policy(
-            req.route_params.get("agent_id", ""), req.headers.get("If-None-Match"), handlers.runtime()
-        )
-    )
+    return _serve("policy", req)
 
 
-@app.route(route="episodes/{episode_id}/feedback", methods=["POST"], auth_level=func.AuthLevel.FUNCTION)
+@app.route(route=http.BY_NAME["feedback"].template, methods=["POST"], auth_level=func.AuthLevel.FUNCTION)
 def feedback(req: func.HttpRequest) -> func.HttpResponse:
-    rt = handlers.runtime()
-    return _response(
-        handlers.post_feedback(req.route_params.get("episode_id", ""), req.get_body(), _caller(req, rt), rt)
-    )
+    return _serve("feedback", req)
 
 
-@app.route(route="agents/{agent_id}/episodes", methods=["POST"], auth_level=func.AuthLevel.FUNCTION)
+@app.route(route=http.BY_NAME["ingest"].template, methods=["POST"], auth_level=func.AuthLevel.FUNCTION)
 def ingest(req: func.HttpRequest) -> func.HttpResponse:
-    rt = handlers.runtime()
-    return _response(
-        handlers.post_episode(req.route_params.get("agent_id", ""), req.get_body(), _caller(req, rt), rt)
-    )
+    return _serve("ingest", req)
 
 
-@app.route(route="agents/{agent_id}/choose", methods=["POST"], auth_level=func.AuthLevel.FUNCTION)
+@app.route(route=http.BY_NAME["choose"].template, methods=["POST"], auth_level=func.AuthLevel.FUNCTION)
 def choose(req: func.HttpRequest) -> func.HttpResponse:
-    return _response(handlers.choose(req.route_params.get("agent_id", ""), req.get_body(), handlers.runtime()))
+    return _serve("choose", req)
 
 
-def _caller(req: func.HttpRequest, rt: handlers.Runtime) -> Caller:
-    """Who sent ``req``: the principal header counts only where the settings trust it."""
-    return identify(req.headers, req.params, trust_principal=rt.settings.trust_principal_header)
-
-
-def _response(answer: handlers.HttpAnswer) -> func.HttpResponse:
+def _serve(name: str, req: func.HttpRequest) -> func.HttpResponse:
+    """Route ``name`` of :mod:`agent_learning.app.http`, answering ``req``."""
+    request = http.Request(req.method, dict(req.route_params), dict(req.params), dict(req.headers), req.get_body())
+    answer = http.dispatch(name, request, handlers.runtime())
     headers = dict(answer.headers or {})
     return func.HttpResponse(
         answer.body, status_code=answer.status, headers=headers, mimetype=headers.pop("Content-Type", "text/plain")

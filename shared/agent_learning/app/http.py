@@ -1,0 +1,68 @@
+"""The app's HTTP routes in one table, for every host: the Functions app declares one function per
+route (``function_app.py``), and a local server can serve them all; each calls :func:`dispatch`
+with a plain :class:`Request`, so the same handler answers wherever it runs.
+
+A route's handler takes the request and the :class:`~agent_learning.app.handlers.Runtime` and
+returns a :class:`~agent_learning.app.handlers.HttpAnswer`. Routes are relative to ``/api/``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+
+from agent_learning.app import handlers
+from agent_learning.app.callers import Caller, identify
+from agent_learning.app.handlers import HttpAnswer, Runtime
+
+
+@dataclass(frozen=True)
+class Request:
+    """An HTTP request as every host hands it over."""
+
+    method: str
+    params: Mapping[str, str] = field(default_factory=dict)
+    """The route's parameters (``{"agent_id": "support-bot"}``)."""
+    query: Mapping[str, str] = field(default_factory=dict)
+    headers: Mapping[str, str] = field(default_factory=dict)
+    body: bytes = b""
+
+    def header(self, name: str) -> str | None:
+        """A header's value, whatever the case of its name."""
+        wanted = name.lower()
+        return next((str(v) for k, v in self.headers.items() if str(k).lower() == wanted), None)
+
+    def caller(self, rt: Runtime) -> Caller:
+        """Who sent the request: the principal header counts only where the settings trust it."""
+        return identify(self.headers, self.query, trust_principal=rt.settings.trust_principal_header)
+
+
+@dataclass(frozen=True)
+class Route:
+    """One route: its function name in the Functions app, methods, template and handler."""
+
+    name: str
+    methods: tuple[str, ...]
+    template: str
+    """Relative to ``/api/``, with ``{name}`` parameters (``agents/{agent_id}/choose``)."""
+    handle: Callable[[Request, Runtime], HttpAnswer]
+
+
+ROUTES: tuple[Route, ...] = (
+    Route("policy", ("GET",), "policies/{agent_id}",
+          lambda r, rt: handlers.get_policy(r.params.get("agent_id", ""), r.header("If-None-Match"), rt)),
+    Route("feedback", ("POST",), "episodes/{episode_id}/feedback",
+          lambda r, rt: handlers.post_feedback(r.params.get("episode_id", ""), r.body, r.caller(rt), rt)),
+    Route("ingest", ("POST",), "agents/{agent_id}/episodes",
+          lambda r, rt: handlers.post_episode(r.params.get("agent_id", ""), r.body, r.caller(rt), rt)),
+    Route("choose", ("POST",), "agents/{agent_id}/choose",
+          lambda r, rt: handlers.choose(r.params.get("agent_id", ""), r.body, rt)),
+)
+"""Every HTTP route of the app."""
+
+BY_NAME: dict[str, Route] = {route.name: route for route in ROUTES}
+
+
+def dispatch(name: str, request: Request, rt: Runtime) -> HttpAnswer:
+    """The answer of route ``name`` to ``request``."""
+    return BY_NAME[name].handle(request, rt)
