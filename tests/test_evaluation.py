@@ -214,3 +214,17 @@ def test_an_estimate_relying_on_rarely_logged_actions_is_unreliable_and_the_guar
     ordinary = estimate(actions, rewards, np.full(n, 1 / k), np.full((n, k), 1 / k), bounds=(0, 1))
     assert ordinary.diagnostics is not None and ordinary.diagnostics.reliable
     assert ordinary.diagnostics.mean_weight == pytest.approx(1.0)
+
+
+@pytest.mark.parametrize(("k", "n"), [(4, 200), (16, 200)])
+def test_a_rare_action_targets_intervals_that_miss_are_marked_unreliable(k: int, n: int) -> None:
+    """The coverage grid's cells where the intervals cover less than 90% (a target with 90% of its mass
+    on the actions logged least, few episodes): there, 90% of the misses must be marked unreliable."""
+    figures = bench.grid_cell(bench.Cell(k, "rare actions"), n, reps=150, seed=3)
+    assert figures["coverage"] < bench.GRID_COVERS, figures  # the cell where the rule rests on the diagnostics
+    assert bench.passes(figures), figures
+
+
+def test_the_coverage_grid_prints_every_cell() -> None:
+    rows = bench.coverage_grid(reps=3)
+    assert len(rows) == len(bench.GRID_ACTIONS) * len(bench.GRID_EPISODES) * len(bench.GRID_TARGETS)
