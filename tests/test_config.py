@@ -91,7 +91,7 @@ def test_the_guardrails_safe_confidence_is_a_setting(clean_env: pytest.MonkeyPat
 
 def test_a_safe_confidence_below_one_half_is_refused_naming_the_variable(clean_env: pytest.MonkeyPatch) -> None:
     clean_env.setenv("AGENT_LEARNING_GUARDRAIL_SAFE_CONFIDENCE", "0.3")
-    with pytest.raises(ConfigurationError, match="AGENT_LEARNING_GUARDRAIL_SAFE_CONFIDENCE: 0.3 must be at least 0.5"):
+    with pytest.raises(ConfigurationError, match=r"_SAFE_CONFIDENCE: 0\.3 must be at least 0\.5"):
         load_settings().guardrail_config()
 
 
