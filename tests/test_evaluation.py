@@ -228,3 +228,20 @@ def test_a_rare_action_targets_intervals_that_miss_are_marked_unreliable(k: int,
 def test_the_coverage_grid_prints_every_cell() -> None:
     rows = bench.coverage_grid(reps=3)
     assert len(rows) == len(bench.GRID_ACTIONS) * len(bench.GRID_EPISODES) * len(bench.GRID_TARGETS)
+
+
+@pytest.mark.parametrize(("neglected", "reliable"), [(15, True), (5, False)])
+def test_a_step_towards_neglected_actions_is_judged_once_enough_episodes_took_them(neglected: int,
+                                                                                   reliable: bool) -> None:
+    """100 episodes of a version that puts the rest of its mass on one action, and a candidate with 40% on the
+    three it neglects (each logged below 10 expected episodes): taken by 15 episodes in all, what they earn
+    is measured and the estimate was wrongly unreliable (the step the world's change asks for was shrunk);
+    taken by 5, it rests on those few."""
+    from agent_learning.evaluation import weight_diagnostics
+
+    n, lead = 100, 1 - neglected / 100
+    logged = np.array([lead] * (n - neglected) + [neglected / 300] * neglected)
+    target = np.array([0.6] * (n - neglected) + [0.4 / 3] * neglected)
+    found = weight_diagnostics(target / logged, logged)
+    assert found.mean_weight == pytest.approx(1.0) and found.rare_mass == pytest.approx(0.4)
+    assert found.reliable is reliable, found.problem
