@@ -8,12 +8,16 @@ error, the spread (standard deviation of the estimates), the mean interval width
 (share of intervals holding the truth) and the mean effective sample size.
 
     python benchmarks/evaluation.py [--reps 400] [--episodes 2000] [--json out.json] [--speed]
+    python benchmarks/evaluation.py --grid [--reps 1000]
 
 Logging policies: uniform; a softmax per group (what a learning agent logs); and a
 near-deterministic one (0.96 on one action per group, 0.01 on the others). Targets: another
 per-group softmax (a candidate), and "always action 4" (what would every request on one
 configuration have earned). ``--speed`` times one candidate against the current version over
-100,000 episodes (:func:`speed`). Progress to stderr, a markdown table to stdout.
+100,000 episodes (:func:`speed`). ``--grid`` prints the known-truth coverage grid instead
+(:func:`coverage_grid`): K 4/16/100 × n 200/1,000/10,000, a rare-action target and an ordinary
+one, whether each cell's intervals cover or its misses are marked unreliable. Progress to stderr,
+a markdown table to stdout.
 """
 
 from __future__ import annotations
@@ -115,6 +119,80 @@ def replicate(setting: Setting, estimator: str, reps: int, n: int, seed: int = 0
     }
 
 
+GRID_ACTIONS = (4, 16, 100)
+GRID_EPISODES = (200, 1_000, 10_000)
+GRID_TARGETS = ("ordinary", "rare actions")
+GRID_COVERS = 0.9
+"""A grid cell passes when its intervals cover the truth this often, or when this share of the
+replications whose interval misses are marked unreliable (:class:`~agent_learning.evaluation.Diagnostics`)."""
+
+
+@dataclass(frozen=True)
+class Cell:
+    """One cell of the coverage grid: K Bernoulli actions, logged by a learning agent's softmax (the
+    exploration floor 0.01 mixed in), so that some actions are logged far less than others, and a
+    target: ``ordinary``, the log's softmax sharpened towards the better actions (a candidate one step
+    on), or ``rare actions``, 90% of its mass on the quarter of the actions the log takes least."""
+
+    k: int
+    target: str
+
+    def arrays(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """The true means, the logging policy and the target (each over the K actions)."""
+        rng = np.random.default_rng(self.k)
+        means = rng.uniform(0.2, 0.8, self.k)
+        logits = np.linspace(0.0, -6.0, self.k)[rng.permutation(self.k)]
+        logging = 0.99 * _softmax(logits[None, :])[0] + 0.01 / self.k
+        if self.target == "ordinary":
+            target = _softmax((logits + 4 * (means - means.mean()))[None, :])[0]
+        else:
+            rare = np.argsort(logging)[: max(self.k // 4, 1)]
+            target = np.full(self.k, 0.1 / (self.k - len(rare)))
+            target[rare] = 0.9 / len(rare)
+        return means, logging, target
+
+
+def grid_cell(cell: Cell, n: int, reps: int, seed: int = 0) -> dict[str, float]:
+    """Over ``reps`` logs of ``n`` episodes, SNIPS's 95% interval within the rewards' range (as the
+    guardrail takes it): the share that covers the target's true value, and of those that miss, the
+    share marked unreliable (1 when none misses)."""
+    means, logging, target = cell.arrays()
+    truth = float(target @ means)
+    rng = np.random.default_rng(seed)
+    snips = estimator_named("snips")
+    covered = missed_unreliable = 0
+    for _ in range(reps):
+        actions = rng.choice(cell.k, size=n, p=logging)
+        rewards = (rng.random(n) < means[actions]).astype(float)
+        logs = Logs.of(actions, rewards, logging[actions], cell.k)
+        found = evaluate(logs, Target.of_table(target[None, :], np.zeros(n, dtype=np.int64)), snips,
+                         bounds=(0.0, 1.0))
+        if found.low <= truth <= found.high:
+            covered += 1
+        else:
+            assert found.diagnostics is not None
+            missed_unreliable += not found.diagnostics.reliable
+    misses = reps - covered
+    return {"coverage": covered / reps, "misses_unreliable": missed_unreliable / misses if misses else 1.0}
+
+
+def passes(figures: dict[str, float]) -> bool:
+    """The grid's rule (:data:`GRID_COVERS`)."""
+    return figures["coverage"] >= GRID_COVERS or figures["misses_unreliable"] >= GRID_COVERS
+
+
+def coverage_grid(reps: int = 1000, seed: int = 0) -> list[dict[str, object]]:
+    """Every cell of the grid (progress to stderr)."""
+    rows: list[dict[str, object]] = []
+    for target in GRID_TARGETS:
+        for k in GRID_ACTIONS:
+            for n in GRID_EPISODES:
+                print(f"grid: {target}, K={k}, n={n} ...", file=sys.stderr, flush=True)
+                figures = grid_cell(Cell(k, target), n, reps, seed)
+                rows.append({"target": target, "k": k, "n": n, **figures, "passes": passes(figures)})
+    return rows
+
+
 def _median_ms(fn: Callable[[], object], repeats: int) -> float:
     times = []
     for _ in range(repeats):
@@ -167,7 +245,15 @@ def main() -> None:
     parser.add_argument("--episodes", type=int, default=2000, help="logged episodes per replication (default 2000)")
     parser.add_argument("--json", help="also write the figures to this JSON file")
     parser.add_argument("--speed", action="store_true", help="time a comparison over 100,000 episodes")
+    parser.add_argument("--grid", action="store_true", help="the known-truth coverage grid (--reps per cell)")
     args = parser.parse_args()
+    if args.grid:
+        print("| target | K | n | coverage | misses marked unreliable | passes |")
+        print("|---|---:|---:|---:|---:|---|")
+        for row in coverage_grid(args.reps):
+            print(f"| {row['target']} | {row['k']} | {row['n']:,} | {row['coverage']:.1%} | "
+                  f"{row['misses_unreliable']:.1%} | {'yes' if row['passes'] else 'NO'} |", flush=True)
+        return
     rows = []
     print("| logging | target | estimator | truth | bias ± se | std | width | coverage | ESS |")
     print("|---|---|---|---:|---:|---:|---:|---:|---:|")

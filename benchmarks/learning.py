@@ -22,8 +22,9 @@ Contextual and factorized problems (``benchmarks/structured.py``) run in the sam
 seeds); the contextual ones need ``vowpalwabbit`` (``pip install -e 'shared[bench]'``). Every row
 counts the seeds whose final policy gives the best action less than 0.5 ("best < 0.5").
 ``--speed`` adds the structured policy's choose and update times; ``--guardrail`` the regret of
-ours behind the publish guardrail (a held update is not applied, its batch is learned again
-with the next one, as the trainer does) against ours without it. ``--gap`` runs nothing else:
+ours behind the publish guardrail as the trainer runs it (:func:`agent_learning.evaluation.review`:
+a held update is not applied and its batch is learned again with the next one; a shrunk one is
+applied as shrunk) against ours without it. ``--gap`` runs nothing else:
 where ours' regret against per-dimension Thompson builds up on the 300-configuration problem,
 per 500 episodes, with what Thompson's probabilities and the greedy choice would cost on ours'
 own episodes (``docs/benchmarks.md``, "Where the gap is").
@@ -39,15 +40,16 @@ import sys
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from pathlib import Path
 from statistics import NormalDist
 from typing import Any
 
 import numpy as np
 
-from agent_learning.evaluation import GuardrailConfig, judge
+from agent_learning.evaluation import GuardrailConfig, review
 from agent_learning.learning.reinforce import Batch, LearnerConfig, Reinforce, softmax
-from agent_learning.policy.softmax import DEFAULT_EXPLORATION_FLOOR, mix_floor
+from agent_learning.policy.softmax import DEFAULT_EXPLORATION_FLOOR, SoftmaxPolicy, mix_floor
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import structured  # beside this file: the contextual and factorized problems
@@ -192,29 +194,37 @@ class Ours(Algorithm):
 
 
 class Guarded(Ours):
-    """Ours behind the publish guardrail (:func:`agent_learning.evaluation.judge`), as the trainer
-    runs it: a held candidate is not applied and its batch is learned again with the next one."""
+    """Ours behind the publish guardrail as the trainer runs it (:func:`agent_learning.evaluation.review`
+    on the two versions' documents): a held candidate is not applied and its batch is learned again
+    with the next one; a shrunk one is applied as shrunk, with the candidate's learner state."""
 
     name = "REINFORCE + guardrail"
 
     def __init__(self, k: int, rng: Rng, guardrail: GuardrailConfig | None = None) -> None:
         super().__init__(k, rng)
         self.guardrail = guardrail or GuardrailConfig()
+        self.document = SoftmaxPolicy.from_actions(
+            "bench", [f"a{i}" for i in range(k)], exploration_floor=self.floor
+        ).to_document(created_at=datetime(2026, 1, 1, tzinfo=UTC))
         self.pending: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
-        self.held = 0
-        self.updates = 0
+        self.held = self.shrunk = self.updates = 0
 
     def update(self, actions: np.ndarray, rewards: np.ndarray, logged: np.ndarray) -> None:
         self.pending.append((actions, rewards, logged))
         a, r, mu = (np.concatenate(x) for x in zip(*self.pending, strict=True))
         update = self.learner.update(self.theta, Batch.from_arrays(a, r, mu, self.k), state=self.state)
-        current = self.probs()
-        candidate = np.asarray(mix_floor(list(softmax(update.logits)), self.floor))
+        current = self.document.model_copy(update={"logits": [float(x) for x in self.theta]})
+        candidate = current.model_copy(update={"logits": [float(x) for x in update.logits]})
+        found = review(self.guardrail, current, candidate, [(int(x),) for x in a], r.tolist(), mu.tolist(),
+                       [None] * len(a))
+        assert found is not None
+        evaluation, published = found
         self.updates += 1
-        if judge(self.guardrail, r, mu, candidate[a], current[a]).verdict == "held":
+        if evaluation.verdict == "held":
             self.held += 1
             return
-        self.theta, self.state, self.pending = update.logits, update.state, []
+        self.shrunk += evaluation.verdict == "shrunk"
+        self.theta, self.state, self.pending = np.asarray(published.logits), update.state, []
 
 
 class BatchedThompson(Algorithm):
@@ -457,8 +467,8 @@ def guardrail_table(seeds: int, horizon: int, t0: float) -> tuple[list[str], dic
     """Regret of ours with the publish guardrail (defaults) against ours without it, same seeds,
     and how many updates it held; then episodes to recover when the best arm changes."""
     lines = [
-        "| problem | ours | ours + guardrail | ratio | updates held |",
-        "|---|---:|---:|---:|---:|",
+        "| problem | ours | ours + guardrail | ratio | updates held | updates shrunk |",
+        "|---|---:|---:|---:|---:|---:|",
     ]
     out: dict[str, dict[str, float | int]] = {}
     for problem in PROBLEMS:
@@ -471,11 +481,14 @@ def guardrail_table(seeds: int, horizon: int, t0: float) -> tuple[list[str], dic
         plain = [run(problem, Ours, seed, horizon)[0] for seed in range(seeds)]
         on = [run(problem, make, seed, horizon)[0] for seed in range(seeds)]
         held, updates = sum(g.held for g in guarded), sum(g.updates for g in guarded)
-        row = {"ours": float(np.mean(plain)), "guarded": float(np.mean(on)), "held": held, "updates": updates}
+        shrunk = sum(g.shrunk for g in guarded)
+        row = {"ours": float(np.mean(plain)), "guarded": float(np.mean(on)), "held": held, "shrunk": shrunk,
+               "updates": updates}
         row["ratio"] = row["guarded"] / row["ours"]
         out[problem.name] = row
         lines.append(
-            f"| {problem.name} | {row['ours']:.1f} | {row['guarded']:.1f} | {row['ratio']:.3f}× | {held}/{updates} |"
+            f"| {problem.name} | {row['ours']:.1f} | {row['guarded']:.1f} | {row['ratio']:.3f}× | {held}/{updates} "
+            f"| {shrunk}/{updates} |"
         )
         print(f"[{time.perf_counter() - t0:6.1f} s] guardrail: {problem.name} done", file=sys.stderr, flush=True)
     lines += ["", "| best arm changes | seeds recovering | episodes to recover: median | max |", "|---|---:|---:|---:|"]

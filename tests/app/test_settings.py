@@ -74,6 +74,19 @@ def test_env_overrides(clean_env: pytest.MonkeyPatch) -> None:
     assert s.learner_config().max_logit_gap is None  # 0 turns the limit off
 
 
+@pytest.mark.parametrize(("value", "expected"), [("0.8", 0.8), ("0", None)])
+def test_the_guardrails_safe_confidence_is_a_setting(clean_env: pytest.MonkeyPatch, value: str,
+                                                     expected: float | None) -> None:
+    clean_env.setenv("AGENT_LEARNING_GUARDRAIL_SAFE_CONFIDENCE", value)
+    assert load_settings().guardrail_config().safe_confidence == expected  # 0: no safety bound, as None
+
+
+def test_a_safe_confidence_below_one_half_is_refused_naming_the_variable(clean_env: pytest.MonkeyPatch) -> None:
+    clean_env.setenv("AGENT_LEARNING_GUARDRAIL_SAFE_CONFIDENCE", "0.3")
+    with pytest.raises(ConfigurationError, match=r"_SAFE_CONFIDENCE: 0\.3 must be at least 0\.5"):
+        load_settings().guardrail_config()
+
+
 def test_keyword_overrides_win_over_env(clean_env: pytest.MonkeyPatch) -> None:
     clean_env.setenv("AGENT_LEARNING_W_INTENT", "0.5")
     assert load_settings(w_intent=0.2).w_intent == 0.2
@@ -122,6 +135,7 @@ def test_an_unknown_variable_is_refused_naming_the_closest_setting(
         ("SCORE_SETTLE_SECONDS", "15"),  # not more than the write timeout plus the clock-skew allowance
         ("TRAIN_MAX_BATCH", "190000"),  # beyond MAX_TRAIN_BATCH's memory budget
         ("LATENCY_BUDGET_MS", "0"),
+        ("GUARDRAIL_SAFE_CONFIDENCE", "1"),
         ("QUEUE_NAME", "x" * 261),
         ("QUEUE_NAME", "score episodes"),  # Service Bus: letters, digits, . - _ in segments joined by /
         ("TRAIN_QUEUE_NAME", "/train"),

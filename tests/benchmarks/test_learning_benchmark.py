@@ -4,6 +4,7 @@ against what the rewards really pay, the Gaussian Thompson reference, and the co
 from __future__ import annotations
 
 import argparse
+from typing import Any
 
 import numpy as np
 import pytest
@@ -84,3 +85,21 @@ def test_on_a_narrow_band_gaussian_thompson_sees_the_scale_the_beta_reference_do
     gaussian = [bench.run(narrow, bench.GaussianThompson, seed, 2_000) for seed in range(3)]
     assert np.mean([r[0] for r in gaussian]) < np.mean([r[0] for r in beta]) / 5
     assert min(r[1] for r in gaussian) > 0.9
+
+
+def test_the_guarded_learner_is_reviewed_as_the_trainer_reviews_it() -> None:
+    """The guardrail as the trainer runs it: a step it cannot show safe is shrunk and applied, and a batch
+    of 10 (fewer effective samples than the 30 it judges on) is held and learned again with the next,
+    until 30 episodes speak for the step."""
+    guarded: list[Any] = []
+
+    def make(k: int, rng: np.random.Generator) -> Any:
+        guarded.append(bench.Guarded(k, rng))
+        return guarded[-1]
+
+    by_name = {p.name: p for p in bench.PROBLEMS}
+    bench.run(by_name["K=4 Bernoulli"], make, seed=0, horizon=2_000)
+    bench.run(by_name["K=4 batch 10"], make, seed=0, horizon=600)
+    hundreds, tens = guarded
+    assert hundreds.shrunk > 0
+    assert tens.held >= 2 * (tens.updates - tens.held) > 0

@@ -214,3 +214,34 @@ def test_an_estimate_relying_on_rarely_logged_actions_is_unreliable_and_the_guar
     ordinary = estimate(actions, rewards, np.full(n, 1 / k), np.full((n, k), 1 / k), bounds=(0, 1))
     assert ordinary.diagnostics is not None and ordinary.diagnostics.reliable
     assert ordinary.diagnostics.mean_weight == pytest.approx(1.0)
+
+
+@pytest.mark.parametrize(("k", "n"), [(4, 200), (16, 200)])
+def test_a_rare_action_targets_intervals_that_miss_are_marked_unreliable(k: int, n: int) -> None:
+    """The coverage grid's cells where the intervals cover less than 90% (a target with 90% of its mass
+    on the actions logged least, few episodes): there, 90% of the misses must be marked unreliable."""
+    figures = bench.grid_cell(bench.Cell(k, "rare actions"), n, reps=150, seed=3)
+    assert figures["coverage"] < bench.GRID_COVERS, figures  # the cell where the rule rests on the diagnostics
+    assert bench.passes(figures), figures
+
+
+def test_the_coverage_grid_prints_every_cell() -> None:
+    rows = bench.coverage_grid(reps=3)
+    assert len(rows) == len(bench.GRID_ACTIONS) * len(bench.GRID_EPISODES) * len(bench.GRID_TARGETS)
+
+
+@pytest.mark.parametrize(("neglected", "reliable"), [(15, True), (5, False)])
+def test_a_step_towards_neglected_actions_is_judged_once_enough_episodes_took_them(neglected: int,
+                                                                                   reliable: bool) -> None:
+    """100 episodes of a version that puts the rest of its mass on one action, and a candidate with 40% on the
+    three it neglects (each logged below 10 expected episodes): taken by 15 episodes in all, what they earn
+    is measured and the estimate was wrongly unreliable (the step the world's change asks for was shrunk);
+    taken by 5, it rests on those few."""
+    from agent_learning.evaluation import weight_diagnostics
+
+    n, lead = 100, 1 - neglected / 100
+    logged = np.array([lead] * (n - neglected) + [neglected / 300] * neglected)
+    target = np.array([0.6] * (n - neglected) + [0.4 / 3] * neglected)
+    found = weight_diagnostics(target / logged, logged)
+    assert found.mean_weight == pytest.approx(1.0) and found.rare_mass == pytest.approx(0.4)
+    assert found.reliable is reliable, found.problem

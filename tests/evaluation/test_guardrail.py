@@ -213,6 +213,34 @@ def test_a_step_ten_times_too_large_is_shrunk_into_the_trust_region_or_held(seed
     assert "its step shrunk to" in after.note
 
 
+def test_a_shrunk_version_keeps_the_evidence_of_the_episodes_it_consumed() -> None:
+    """The shrunk version moves the cursor past its batch, so its learner state is the candidate's: the
+    evidence of those episodes, counted once — kept from the current version, it would be lost for good."""
+    from agent_learning.learning.reinforce import Rows
+    from agent_learning.store.memory import MemoryStore
+
+    store = MemoryStore()
+    start(store)
+    log_episodes(store, 300, seed=11)
+    before = load_current(store, AGENT)
+    assert before is not None
+    outcome = train_agent(AGENT, store, TenfoldStep(), guardrail=ENFORCE)
+    assert outcome.run is not None and outcome.run.evaluation is not None
+    assert outcome.run.evaluation.verdict == "shrunk", outcome.run.evaluation.reason
+    shrunk = load_current(store, AGENT)
+    assert shrunk is not None and shrunk.learner_state is not None
+    actions, rewards, logged = batch_of(store, before)
+    candidate = TenfoldStep().learn(before, Rows([(a,) for a in actions], rewards, logged, [False] * 300, [None] * 300))
+    assert shrunk.learner_state == candidate.state and shrunk.logits != list(candidate.logits)
+    assert sum(shrunk.learner_state["count"]) == pytest.approx(300)
+    log_episodes(store, 100, seed=12, first=300)
+    assert train_agent(AGENT, store, Reinforce()).status == "published"
+    after = load_current(store, AGENT)
+    assert after is not None and after.learner_state is not None
+    fade = 2 ** (-100 / Reinforce().config.evidence_half_life)
+    assert sum(after.learner_state["count"]) == pytest.approx(300 * fade + 100)  # neither lost nor counted twice
+
+
 def batch_of(store: Store, before: Any) -> tuple[list[int], list[float], list[float]]:
     """The actions, rewards and logged probabilities of the agent's scores."""
     rows = store.read_scores(AGENT, None, 10_000)

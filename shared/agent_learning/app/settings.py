@@ -94,7 +94,7 @@ COMPONENTS: dict[type, ComponentSettings] = {
     GuardrailConfig: ComponentSettings(
         prefix="guardrail_",
         renames={"mode": "guardrail"},
-        zero_is_none=frozenset({"budget_latency_ms", "budget_tool_failure_rate", "budget_tokens"}),
+        zero_is_none=frozenset({"safe_confidence", "budget_latency_ms", "budget_tool_failure_rate", "budget_tokens"}),
     ),
 }
 """Every component configured from settings, and how its fields are named there."""
@@ -301,6 +301,7 @@ class Settings(BaseSettings):
     guardrail_margin: float = tunable(GuardrailConfig, "margin", ge=0, le=2)
     guardrail_confidence: float = tunable(GuardrailConfig, "confidence", gt=0, lt=1)
     guardrail_min_effective_samples: float = tunable(GuardrailConfig, "min_effective_samples", ge=2)
+    guardrail_safe_confidence: float = tunable(GuardrailConfig, "safe_confidence", ge=0, lt=1)
     guardrail_budget_latency_ms: float = tunable(GuardrailConfig, "budget_latency_ms", ge=0)
     guardrail_budget_tool_failure_rate: float = tunable(GuardrailConfig, "budget_tool_failure_rate", ge=0, le=1)
     guardrail_budget_tokens: float = tunable(GuardrailConfig, "budget_tokens", ge=0)

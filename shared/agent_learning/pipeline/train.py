@@ -274,7 +274,16 @@ def _guard(
     guardrail: Any, current: PolicyDocument, new: PolicyDocument, batch: Collected
 ) -> tuple[PolicyDocument, TrainingRun | None]:
     """``new`` with the guardrail's evaluation on its run (shrunk towards ``current`` when the guardrail
-    shrank it), and the held run if it is held."""
+    shrank it), and the held run if it is held.
+
+    A shrunk version keeps the candidate's learner state. That state is evidence about the world, not
+    about the logits: per action (and segment) the faded counts and reward sums of the episodes up to
+    the version's cursor, and the moments of numeric features not fitted yet (a feature fitted by the
+    candidate keeps its centre and scale when shrunk, :func:`~agent_learning.evaluation.toward`). The
+    shrunk version consumes the same batch as the candidate, so the current version's state would lose
+    those episodes for good; with the candidate's, each is counted once. The next run starts from the
+    shrunk logits with that evidence, so its bounds may propose the rest of the step again, and the
+    guardrail judges it on the new episodes."""
     from agent_learning.evaluation import review  # numpy, like the learner: only where training runs
 
     n = batch.episodes  # corrections are reward changes, not episodes: they are not evaluated
