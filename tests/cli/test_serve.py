@@ -154,6 +154,7 @@ def test_every_request_must_carry_the_key_in_one_of_its_three_forms(served: Serv
         return call(f"{served.url}/api/policies/{AGENT}", headers={form: key})
 
     assert get(KEY)[0] == 200
+    assert KEY not in served.banner() + served.err.read_text()  # the log shows code=<hidden>
     status, headers, body = get("not-the-key")
     assert (status, headers.get_content_type()) == (401, "application/json")
     assert json.loads(body)["error"].startswith("wrong key")

@@ -23,6 +23,7 @@ import copy
 import errno
 import hmac
 import logging
+import re
 import socket
 import threading
 import time
@@ -237,10 +238,24 @@ def route_lines(routes: Sequence[http.Route] = http.ROUTES) -> list[str]:
     return [f"{', '.join(r.methods):<{width}}  {PREFIX}{r.template}" for r in routes]
 
 
+class HidesKey(logging.Filter):
+    """Hides the value of a ``code=`` query parameter (the key) in uvicorn's access log lines."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if isinstance(record.args, tuple) and len(record.args) > 2:  # client, method, path and query, ...
+            record.args = (*record.args[:2], _KEY_IN_QUERY.sub(r"\1<hidden>", str(record.args[2])), *record.args[3:])
+        return True
+
+
+_KEY_IN_QUERY = re.compile(rf"([?&]{KEY_PARAM}=)[^&]*", re.IGNORECASE)
+
+
 def log_config(base: dict[str, Any]) -> dict[str, Any]:
-    """uvicorn's logging ``base`` with its start-up chatter left out, each request logged, and this
-    library's warnings and the stages' work in the same format."""
+    """uvicorn's logging ``base`` with its start-up chatter left out, each request logged (the key
+    hidden), and this library's warnings and the stages' work in the same format."""
     config = copy.deepcopy(base)
+    config.setdefault("filters", {})["hide_key"] = {"()": HidesKey}
+    config["handlers"]["access"]["filters"] = ["hide_key"]
     config["loggers"]["uvicorn.error"] = {"level": "WARNING"}
     config["loggers"]["agent_learning"] = {"handlers": ["default"], "level": "WARNING", "propagate": False}
     config["loggers"][__name__] = {"level": "INFO"}
