@@ -193,3 +193,25 @@ def test_a_port_in_use_or_an_empty_key_is_bad_input_naming_the_option() -> None:
     assert signal.getsignal(signal.SIGTERM) == handler  # the command put back the handler it replaced
     result = cli("serve", "--key", " ")
     assert result.exit_code == 2 and "--key: is empty" in result.output, result.output
+
+
+WITHOUT_THE_EXTRA = """
+import importlib.abc, sys
+
+class Missing(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path, target=None):
+        if name.split(".")[0] in ("uvicorn", "starlette"):
+            raise ModuleNotFoundError(f"No module named {name!r}", name=name)
+        return None
+
+sys.meta_path.insert(0, Missing())
+from agent_learning.cli import main
+main(sys.argv[1:])
+"""
+
+
+def test_without_the_serve_extra_it_says_how_to_install_it(tmp_path: Path) -> None:
+    done = subprocess.run([sys.executable, "-c", WITHOUT_THE_EXTRA, "serve", "--db", str(tmp_path / "x.db")],
+                          env=environment(), capture_output=True, text=True, timeout=60, check=False)
+    assert (done.returncode, "Traceback" in done.stderr) == (1, False), done.stderr
+    assert "pip install 'agent-learning[serve]'" in done.stderr

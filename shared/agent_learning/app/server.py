@@ -36,6 +36,7 @@ from agent_learning.app.callers import KEY_HEADER, KEY_PARAM
 from agent_learning.app.embedded import LocalPipeline
 from agent_learning.app.handlers import HttpAnswer, Runtime, build_runtime
 from agent_learning.app.settings import Settings
+from agent_learning.core.errors import AgentLearningError
 
 log = logging.getLogger(__name__)
 
@@ -57,9 +58,9 @@ STOP_WAIT_SECONDS = 30.0
 their locks expire."""
 
 
-def missing_server(exc: ImportError) -> RuntimeError:
+def missing_server(exc: ImportError) -> AgentLearningError:
     """The error for a missing server library: the extra that installs it."""
-    return RuntimeError(f"agent-learn serve needs the [serve] extra ({exc.name} is missing): "
+    return AgentLearningError(f"agent-learn serve needs the [serve] extra ({exc.name} is missing): "
                         "pip install 'agent-learning[serve]'")
 
 
