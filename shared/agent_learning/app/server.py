@@ -60,8 +60,9 @@ their locks expire."""
 
 def missing_server(exc: ImportError) -> AgentLearningError:
     """The error for a missing server library: the extra that installs it."""
-    return AgentLearningError(f"agent-learn serve needs the [serve] extra ({exc.name} is missing): "
-                        "pip install 'agent-learning[serve]'")
+    return AgentLearningError(
+        f"agent-learn serve needs the [serve] extra ({exc.name} is missing): pip install 'agent-learning[serve]'"
+    )
 
 
 def _json(status: int, error: str, headers: dict[str, str] | None = None) -> Any:
@@ -222,11 +223,13 @@ def stages_lifespan(stages: Stages) -> Callable[[Any], Any]:
 
     @asynccontextmanager
     async def lifespan(app: Any) -> AsyncIterator[None]:
+        from starlette.concurrency import run_in_threadpool  # lazy: the [serve] extra
+
         stages.start()
         try:
             yield
         finally:
-            if not stages.stop():
+            if not await run_in_threadpool(stages.stop):
                 log.warning("the background stages did not stop within %.0f s; the messages they hold come back "
                             "when their locks expire", STOP_WAIT_SECONDS)
 
