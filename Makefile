@@ -17,7 +17,7 @@ $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 
 $(VENV)/.demo-installed: $(BIN)/python shared/pyproject.toml
-	$(PIP) install --quiet --disable-pip-version-check -e './shared[plot]'
+	$(PIP) install --quiet --disable-pip-version-check -e './shared[plot,serve]'
 	@touch $@
 
 # Everything the Functions app needs (requirements.txt, minus the library itself, which is
@@ -29,7 +29,7 @@ $(VENV)/.app-installed: $(BIN)/python shared/pyproject.toml requirements.txt
 
 # The app's dependencies plus the test tools (Node.js for the local Cosmos server).
 $(VENV)/.test-installed: $(VENV)/.app-installed tests/fakes/cosmos_server/package-lock.json
-	$(PIP) install --quiet --disable-pip-version-check -e './shared[azure,judges,plot,dev]'
+	$(PIP) install --quiet --disable-pip-version-check -e './shared[azure,judges,plot,serve,dev]'
 	cd tests/fakes/cosmos_server && npm ci --no-audit --no-fund --loglevel=error
 	@touch $(VENV)/.demo-installed $@
 

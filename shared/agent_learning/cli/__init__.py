@@ -30,6 +30,7 @@ from agent_learning.cli import (  # noqa: F401  (each registers its commands)
     policy,
     report,
     runs,
+    serve,
     store,
 )
 from agent_learning.cli.root import main
