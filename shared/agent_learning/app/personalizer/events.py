@@ -97,7 +97,7 @@ def policy_configuration(store: Store, agent_id: str) -> dict[str, Any]:
 # --------------------------------------------------------------------------- rank
 
 
-def rank(rt: Runtime, agent_id: str, body: bytes, *, multislot: bool, clock: Clock = SYSTEM_CLOCK) -> dict[str, Any]:
+def rank(rt: Runtime, agent_id: str, body: bytes, *, multislot: bool) -> dict[str, Any]:
     """``POST …/rank`` and ``…/multislot/rank``: draw, keep the event, answer (see the module docstring)."""
     check_agent(agent_id)
     data = read_body(body)
@@ -109,6 +109,7 @@ def rank(rt: Runtime, agent_id: str, body: bytes, *, multislot: bool, clock: Clo
     defer = data.get("deferActivation", False)
     if not isinstance(defer, bool):
         raise bad_rank(f"deferActivation: must be true or false, got {defer!r:.80}")
+    clock = clock_of(rt)
     event_id = data.get("eventId") or uuid.uuid4().hex
     episode_id = event_episode_id(agent_id, event_id)
     store = rt.store
@@ -202,7 +203,7 @@ def first_version(rt: Runtime, agent_id: str, fields: dict[str, Any]) -> PolicyD
         return PolicyDocument.from_dict({
             "id": policy_doc_id(agent_id, 1), "kind": "version", "agent_id": agent_id, "version": 1,
             "temperature": rt.settings.temperature, "exploration_floor": rt.settings.exploration_floor,
-            "source": "init", "created_at": SYSTEM_CLOCK.now().isoformat(), **fields,
+            "source": "init", "created_at": clock_of(rt).now().isoformat(), **fields,
         })
     except InvalidDocument as exc:
         raise bad_rank(str(exc).removeprefix("invalid policy: ")) from None
@@ -281,8 +282,7 @@ def draw_slots(policy: SoftmaxPolicy, slots: list[dict[str, Any]], actions: dict
 # --------------------------------------------------------------------------- reward and activate
 
 
-def reward(rt: Runtime, agent_id: str, event_id: str, body: bytes, *, multislot: bool,
-           clock: Clock = SYSTEM_CLOCK) -> None:
+def reward(rt: Runtime, agent_id: str, event_id: str, body: bytes, *, multislot: bool) -> None:
     """``POST …/events/{eventId}/reward`` (``{"value": x}``) and its multi-slot twin
     (``{"reward": [{"slotId", "value"}]}``): the event's reward (module docstring)."""
     check_agent(agent_id)
@@ -299,19 +299,20 @@ def reward(rt: Runtime, agent_id: str, event_id: str, body: bytes, *, multislot:
         value = read_reward(data.get("value"), "value")
     if event["reward"] is not None:  # the earliest reward counts
         return
+    clock = clock_of(rt)
     late = clock.now() > datetime.fromisoformat(event["ranked_at"]) + config.reward_wait
     event["reward"] = config.defaultReward if late else value
     settle(rt.store, event, config, clock)
 
 
-def activate(rt: Runtime, agent_id: str, event_id: str, *, multislot: bool, clock: Clock = SYSTEM_CLOCK) -> None:
+def activate(rt: Runtime, agent_id: str, event_id: str, *, multislot: bool) -> None:
     """``POST …/events/{eventId}/activate``: the event's action was shown; its reward is learned."""
     check_agent(agent_id)
     event = find_event(rt.store, agent_id, event_id, multislot)
     if event["activated"]:
         return
     event["activated"] = True
-    settle(rt.store, event, configuration(rt.store, agent_id), clock)
+    settle(rt.store, event, configuration(rt.store, agent_id), clock_of(rt))
 
 
 def settle(store: Store, event: dict[str, Any], config: ServiceConfiguration, clock: Clock) -> None:
@@ -341,6 +342,11 @@ def episode_of(event: dict[str, Any], config: ServiceConfiguration, clock: Clock
 
 
 # --------------------------------------------------------------------------- events in the store
+
+
+def clock_of(rt: Runtime) -> Clock:
+    """The runtime's clock (its parts', else the system's)."""
+    return rt.parts.clock if rt.parts is not None else SYSTEM_CLOCK
 
 
 def event_episode_id(agent_id: str, event_id: Any) -> str:
