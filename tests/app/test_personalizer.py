@@ -295,3 +295,15 @@ def test_the_azure_ai_personalizer_client_drives_the_routes(app: App, served: st
     with pytest.raises(HttpResponseError) as refused:
         wrong.rank({"actions": ACTIONS})
     assert refused.value.status_code == 401
+
+
+def test_a_new_action_is_added_to_a_policy_without_context_features(app: App) -> None:
+    app.call("personalizer_rank", {"actions": ACTIONS[:2], "eventId": "n1"}, agent="plain")
+    status, answer = app.call("personalizer_rank", {"actions": ACTIONS, "eventId": "n2"}, agent="plain")
+    assert status == 201 and {r["id"] for r in answer["ranking"]} == {"sports", "politics", "cooking"}
+    doc = app.rt.store.get_current_policy("plain").doc
+    assert doc["source"] == "revise" and [a["id"] for a in doc["actions"]] == ["sports", "politics", "cooking"]
+    app.rank("c1")  # an agent learning from context features refuses a new action, naming it
+    status, error = app.call("personalizer_rank", {"actions": [*ACTIONS, {"id": "travel", "features": []}],
+                                                   "contextFeatures": CONTEXT})
+    assert status == 400 and "'travel'" in error["error"]["message"]
