@@ -307,3 +307,22 @@ def test_a_new_action_is_added_to_a_policy_without_context_features(app: App) ->
     status, error = app.call("personalizer_rank", {"actions": [*ACTIONS, {"id": "travel", "features": []}],
                                                    "contextFeatures": CONTEXT})
     assert status == 400 and "'travel'" in error["error"]["message"]
+
+
+def test_the_functions_app_serves_rank_and_reward(app: App, monkeypatch: pytest.MonkeyPatch) -> None:
+    func = pytest.importorskip("azure.functions")
+    from app_functions import functions
+
+    monkeypatch.setattr(handlers, "_runtime", app.rt)
+
+    def serve(name: str, url: str, body: Any, **params: str) -> Any:
+        request = func.HttpRequest(method="POST", url=url, route_params={"agent_id": "news", **params},
+                                   params={"api-version": "2022-09-01-preview"}, body=json.dumps(body).encode())
+        return functions()[name].get_user_function()(request)
+
+    ranked = serve("personalizer_rank", "/api/agents/news/personalizer/rank", {"actions": ACTIONS, "eventId": "f1"})
+    assert ranked.status_code == 201 and ranked.mimetype == "application/json"
+    assert json.loads(ranked.get_body())["eventId"] == "f1"
+    rewarded = serve("personalizer_reward", "/api/agents/news/personalizer/events/f1/reward", {"value": 1},
+                     event_id="f1")
+    assert rewarded.status_code == 204 and app.episode("f1").reward == 1.0
