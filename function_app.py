@@ -9,6 +9,8 @@
     feedback HTTP POST /api/episodes/{episode_id}/feedback → the caller's verdict, merged into the reward
     ingest   HTTP POST /api/agents/{agent_id}/episodes  → an agent's episode, for callers allowed to write it
     choose   HTTP POST /api/agents/{agent_id}/choose    → a configuration drawn from the agent's policy
+    personalizer_*  HTTP /api/agents/{agent_id}/personalizer/...  → the Azure AI Personalizer API of the agent:
+             rank, reward, activate, configurations/service (agent_learning.app.personalizer)
 
 Connections are identity-based: `CosmosDBConnection__accountEndpoint` and
 `ServiceBusConnection__fullyQualifiedNamespace` (plus `__credential`/`__clientId`).
@@ -81,6 +83,27 @@ def ingest(req: func.HttpRequest) -> func.HttpResponse:
 @app.route(route=http.BY_NAME["choose"].template, methods=["POST"], auth_level=func.AuthLevel.FUNCTION)
 def choose(req: func.HttpRequest) -> func.HttpResponse:
     return _serve("choose", req)
+
+
+@app.route(route=http.BY_NAME["personalizer_rank"].template, methods=["POST"], auth_level=func.AuthLevel.FUNCTION)
+def personalizer_rank(req: func.HttpRequest) -> func.HttpResponse:
+    return _serve("personalizer_rank", req)
+
+
+@app.route(route=http.BY_NAME["personalizer_reward"].template, methods=["POST"], auth_level=func.AuthLevel.FUNCTION)
+def personalizer_reward(req: func.HttpRequest) -> func.HttpResponse:
+    return _serve("personalizer_reward", req)
+
+
+@app.route(route=http.BY_NAME["personalizer_activate"].template, methods=["POST"], auth_level=func.AuthLevel.FUNCTION)
+def personalizer_activate(req: func.HttpRequest) -> func.HttpResponse:
+    return _serve("personalizer_activate", req)
+
+
+@app.route(route=http.BY_NAME["personalizer_service_configuration"].template, methods=["GET", "PUT"],
+           auth_level=func.AuthLevel.FUNCTION)
+def personalizer_service_configuration(req: func.HttpRequest) -> func.HttpResponse:
+    return _serve("personalizer_service_configuration", req)
 
 
 def _serve(name: str, req: func.HttpRequest) -> func.HttpResponse:

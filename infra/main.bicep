@@ -313,6 +313,7 @@ var connectionSettings = {
 // The library's defaults, stated so that a deployment shows every value it runs with and each
 // one can be changed with appSettingOverrides. tests/app/test_infra.py keeps them equal to the code.
 var pipelineSettings = {
+  AGENT_LEARNING_PERSONALIZER_CREATE_AGENTS: 'true'
   AGENT_LEARNING_JUDGE_ATTEMPT_TIMEOUT: '60'
   AGENT_LEARNING_JUDGE_EVALUATOR_DEADLINE: '150'
   AGENT_LEARNING_JUDGE_EPISODE_DEADLINE: '180'

@@ -21,7 +21,7 @@ from app_functions import document_list, functions, sb_message, trust_principal_
 from azure.functions.servicebus import ServiceBusMessage
 from azure.functions.timer import TimerRequest
 
-from agent_learning.app import deliveries, handlers
+from agent_learning.app import deliveries, handlers, http
 from agent_learning.app.callers import key_identity, principal_identity
 from agent_learning.app.settings import environment_names, load_settings
 from agent_learning.core.clock import ManualClock
@@ -49,8 +49,23 @@ def call(name: str, *args: Any) -> Any:
 # --------------------------------------------------------------------------- wiring
 
 
-def test_the_app_has_exactly_the_six_functions() -> None:
-    assert set(FUNCTIONS) == {"enqueue", "score", "train", "train_agent", "policy", "feedback", "ingest", "choose"}
+def test_the_app_has_exactly_its_functions() -> None:
+    assert set(FUNCTIONS) == {"enqueue", "score", "train", "train_agent", "policy", "feedback", "ingest", "choose",
+                              "personalizer_rank", "personalizer_reward", "personalizer_activate",
+                              "personalizer_service_configuration"}
+
+
+def test_every_http_function_serves_its_route_of_the_route_table() -> None:
+    """Each HTTP function is declared with the template and methods of its route (app/http.py),
+    with function-key auth."""
+    for name in FUNCTIONS:
+        if name not in http.BY_NAME:
+            continue
+        trigger, output = bindings(name)
+        route = http.BY_NAME[name]
+        assert trigger["type"] == "httpTrigger" and trigger["authLevel"] == "FUNCTION", name
+        assert trigger["route"] == route.template and trigger["methods"] == list(route.methods), name
+        assert output["type"] == "http", name
 
 
 def test_enqueue_is_a_cosmos_trigger_on_episodes_with_an_existing_lease_container() -> None:

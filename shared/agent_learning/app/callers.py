@@ -10,7 +10,8 @@ body. Two things qualify under Azure Functions:
   ``AGENT_LEARNING_TRUST_PRINCIPAL_HEADER=true`` (``Settings.trust_principal_header``; the Bicep
   sets it from its ``appServiceAuthentication`` parameter). It is never inferred from the
   environment; without it the header is ignored and the caller is its key.
-* The function key. The host checks it but does not tell the worker which named key matched,
+* The function key (``x-functions-key``, ``code=``, or ``Ocp-Apim-Subscription-Key`` as the
+  Personalizer clients send it). The host checks it but does not tell the worker which named key matched,
   so the identity is a hash of the key itself: holders of different keys are different callers,
   and nobody can become another caller without that caller's key. Give each client its own
   key (``az functionapp function keys set``) and compute the identity to configure with
@@ -30,6 +31,8 @@ from typing import Literal
 
 PRINCIPAL_HEADER = "x-ms-client-principal-id"
 KEY_HEADER = "x-functions-key"
+SUBSCRIPTION_KEY_HEADER = "ocp-apim-subscription-key"
+"""Where Azure AI Personalizer's clients (and API Management) send the key: a key like a function key."""
 KEY_PARAM = "code"
 ANONYMOUS = "anonymous"
 
@@ -68,7 +71,8 @@ def identify(
     principal = lower.get(PRINCIPAL_HEADER, "").strip()
     if principal and trust_principal:
         return Caller("principal", principal_identity(principal))
-    key = lower.get(KEY_HEADER, "").strip() or str((params or {}).get(KEY_PARAM, "")).strip()
+    key = (lower.get(KEY_HEADER, "").strip() or lower.get(SUBSCRIPTION_KEY_HEADER, "").strip()
+           or str((params or {}).get(KEY_PARAM, "")).strip())
     if key:
         return Caller("key", key_identity(key))
     return Caller("anonymous", ANONYMOUS)

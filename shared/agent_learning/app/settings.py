@@ -325,6 +325,11 @@ class Settings(BaseSettings):
         {}, description="JSON: caller identity → agent ids or patterns it may write; empty: the route is off"
     )
 
+    personalizer_create_agents: bool = Field(
+        True,
+        description="the first Personalizer rank for an unknown agent creates it from the request's actions",
+    )
+
     trust_principal_header: bool = Field(
         False,
         description="App Service Authentication is on: its X-MS-CLIENT-PRINCIPAL-ID header names the caller",

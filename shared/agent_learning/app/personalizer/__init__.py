@@ -1,0 +1,119 @@
+"""The Azure AI Personalizer REST API (``2022-09-01-preview``), per agent: an agent's Personalizer
+endpoint is ``<app>/api/agents/{agent_id}``, so the ``azure-ai-personalizer`` client given it
+calls ``agents/{agent_id}/personalizer/rank`` and the rest of :data:`ROUTES`.
+
+Each route answers as Personalizer does: its success status (201 for a rank, 204 for a reward or
+an activation, 200 otherwise) and errors as ``{"error": {"code", "message"}}`` with the message
+naming the field; 503 with ``Retry-After`` while the store is throttled or unreachable. What an
+event, a reward and the service configuration are here: :mod:`.events` and :mod:`.config`.
+
+:mod:`agent_learning.app.http` adds :data:`ROUTES` to the app's route table. Importing this
+module imports neither pydantic nor numpy (the Functions app's start-up); :func:`_events` does.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, NamedTuple
+
+from agent_learning.app.handlers import RETRY_AFTER_SECONDS, HttpAnswer, Runtime
+from agent_learning.app.personalizer.config import Problem
+from agent_learning.core.errors import StoredDocumentInvalid, TransientError
+
+if TYPE_CHECKING:
+    from types import ModuleType
+
+    from agent_learning.app.http import Request
+
+log = logging.getLogger("agent_learning.app.personalizer")
+
+API_VERSION = "2022-09-01-preview"
+"""The Personalizer API version served (the ``api-version`` query parameter; absent is this one)."""
+BASE = "agents/{agent_id}/personalizer"
+
+
+class RouteSpec(NamedTuple):
+    """A route as :class:`agent_learning.app.http.Route` takes it: name, methods, template, handler."""
+
+    name: str
+    methods: tuple[str, ...]
+    template: str
+    handle: Callable[[Request, Runtime], HttpAnswer]
+
+
+def _events() -> ModuleType:
+    """The module that does the work, imported on the first Personalizer request."""
+    # lazy: it imports pydantic (the documents), which the app's cold start leaves out
+    from agent_learning.app.personalizer import events
+
+    return events
+
+
+def _answer(operation: Callable[[Request, Runtime, Any], Any], status: int) -> Callable[[Request, Runtime], HttpAnswer]:
+    """A route handler: ``operation(request, rt, events)``'s result as JSON with ``status`` (no
+    body for 204), its :class:`Problem` as Personalizer's error, a store outage as 503."""
+
+    def handle(request: Request, rt: Runtime) -> HttpAnswer:
+        try:
+            version = request.query.get("api-version", API_VERSION)
+            if version != API_VERSION:
+                raise Problem(400, "BadRequest", f"api-version: {version!r:.40} is not served; use {API_VERSION}")
+            result = operation(request, rt, _events())
+        except Problem as p:
+            return error(p.status, p.code, p.message)
+        except TransientError as exc:
+            log.warning("personalizer: answered 503: %s", exc)
+            return error(503, "ServiceUnavailable", f"the store is throttled or unreachable; retry in "
+                         f"{RETRY_AFTER_SECONDS} s", {"Retry-After": str(RETRY_AFTER_SECONDS)})
+        except StoredDocumentInvalid as exc:
+            log.error("personalizer: a stored document is invalid: %s", exc)
+            return error(503, "InternalServerError", str(exc), {"Retry-After": str(RETRY_AFTER_SECONDS)})
+        if status == 204:
+            return HttpAnswer(204)
+        return HttpAnswer(status, json.dumps(result), {"Content-Type": "application/json"})
+
+    return handle
+
+
+def error(status: int, code: str, message: str, headers: dict[str, str] | None = None) -> HttpAnswer:
+    """Personalizer's error answer."""
+    body = json.dumps({"error": {"code": code, "message": message}})
+    return HttpAnswer(status, body, {"Content-Type": "application/json", **(headers or {})})
+
+
+def _agent(r: Request) -> str:
+    return r.params.get("agent_id", "")
+
+
+def _event(r: Request) -> str:
+    return r.params.get("event_id", "")
+
+
+def _service_configuration(r: Request, rt: Runtime, ev: Any) -> Any:
+    ev.check_agent(_agent(r))
+    if r.method.upper() == "PUT":
+        return ev.put_configuration(rt.store, _agent(r), r.body).to_dict()
+    return ev.configuration(rt.store, _agent(r)).to_dict()
+
+
+ROUTES: tuple[RouteSpec, ...] = (
+    RouteSpec("personalizer_rank", ("POST",), f"{BASE}/rank", _answer(
+        lambda r, rt, ev: ev.rank(rt, _agent(r), r.body, multislot=False), 201)),
+    RouteSpec("personalizer_reward", ("POST",), f"{BASE}/events/{{event_id}}/reward", _answer(
+        lambda r, rt, ev: ev.reward(rt, _agent(r), _event(r), r.body, multislot=False), 204)),
+    RouteSpec("personalizer_activate", ("POST",), f"{BASE}/events/{{event_id}}/activate", _answer(
+        lambda r, rt, ev: ev.activate(rt, _agent(r), _event(r), multislot=False), 204)),
+    RouteSpec("personalizer_multislot_rank", ("POST",), f"{BASE}/multislot/rank", _answer(
+        lambda r, rt, ev: ev.rank(rt, _agent(r), r.body, multislot=True), 201)),
+    RouteSpec("personalizer_multislot_reward", ("POST",), f"{BASE}/multislot/events/{{event_id}}/reward", _answer(
+        lambda r, rt, ev: ev.reward(rt, _agent(r), _event(r), r.body, multislot=True), 204)),
+    RouteSpec("personalizer_multislot_activate", ("POST",), f"{BASE}/multislot/events/{{event_id}}/activate",
+              _answer(lambda r, rt, ev: ev.activate(rt, _agent(r), _event(r), multislot=True), 204)),
+    RouteSpec("personalizer_service_configuration", ("GET", "PUT"), f"{BASE}/configurations/service",
+              _answer(_service_configuration, 200)),
+    RouteSpec("personalizer_policy_configuration", ("GET",), f"{BASE}/configurations/policy", _answer(
+        lambda r, rt, ev: ev.policy_configuration(rt.store, _agent(r)), 200)),
+)
+"""The Personalizer routes of an agent, relative to ``/api/``."""

@@ -1,0 +1,328 @@
+"""The Azure AI Personalizer API per agent (``agents/{agent_id}/personalizer/...``): the route
+handlers through :func:`agent_learning.app.http.dispatch` on the embedded store and pipeline, and the
+real ``azure-ai-personalizer`` client driving the same handlers over HTTP."""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+import threading
+import urllib.parse
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from agent_learning.app import handlers, http
+from agent_learning.app.callers import identify, key_identity
+from agent_learning.app.embedded import LocalPipeline
+from agent_learning.app.settings import load_settings
+from agent_learning.app.wiring import Components
+from agent_learning.core.clock import ManualClock
+from agent_learning.documents import Episode
+
+ACTIONS = [{"id": topic, "features": [{"topic": topic, "length": n}]} for topic, n in
+           (("sports", 3), ("politics", 5), ("cooking", 2))]
+CONTEXT = [{"user": {"tier": "gold", "device": "mobile"}}, {"hour": 9}]
+
+
+class App:
+    """A runtime over an embedded store and its pipeline, and requests to its Personalizer routes."""
+
+    def __init__(self, tmp_path: Path, **settings: Any) -> None:
+        self.clock = ManualClock()
+        s = load_settings(sqlite_path=str(tmp_path / "app.db"), store="sqlite", queue="sqlite",
+                          policy_refresh_seconds=0, **settings)
+        self.parts = Components(s, clock=self.clock)
+        self.rt = handlers.Runtime(s, self.parts.store, send=None, parts=self.parts)
+
+    def call(self, name: str, body: Any = None, method: str = "POST", agent: str = "news",
+             **params: str) -> tuple[int, Any]:
+        raw = body if isinstance(body, bytes) else b"" if body is None else json.dumps(body).encode()
+        answer = http.dispatch(name, http.Request(method, {"agent_id": agent, **params}, {}, {}, raw), self.rt)
+        return answer.status, json.loads(answer.body) if answer.body else None
+
+    def rank(self, event_id: str, agent: str = "news", **fields: Any) -> dict[str, Any]:
+        status, answer = self.call("personalizer_rank", {"contextFeatures": CONTEXT, "actions": ACTIONS,
+                                                         "eventId": event_id, **fields}, agent=agent)
+        assert status == 201, answer
+        return answer
+
+    def reward(self, event_id: str, value: float, agent: str = "news") -> None:
+        assert self.call("personalizer_reward", {"value": value}, agent=agent, event_id=event_id) == (204, None)
+
+    def episode(self, event_id: str, agent: str = "news") -> Episode | None:
+        raw = self.rt.store.get_episode(f"{agent}:{event_id}")
+        return None if raw is None else Episode.from_dict({k: v for k, v in raw.items() if not k.startswith("_")})
+
+    def train(self) -> dict[str, int]:
+        return LocalPipeline.of(self.parts).run_once().published
+
+
+@pytest.fixture
+def app(tmp_path: Path) -> Iterator[App]:
+    a = App(tmp_path)
+    yield a
+    a.parts.close()
+
+
+def test_rank_reward_train_and_the_next_rank_serves_the_learned_policy(app: App) -> None:
+    first = app.rank("e0")
+    assert first["eventId"] == "e0" and first["ranking"][0]["id"] == first["rewardActionId"]
+    assert math.isclose(sum(r["probability"] for r in first["ranking"]), 1.0)
+    for i in range(150):
+        chosen = app.rank(f"e{i}")["rewardActionId"]
+        app.reward(f"e{i}", 1.0 if chosen == "cooking" else 0.0)
+    assert app.train() == {"news": 2}
+    after = {r["id"]: r["probability"] for r in app.rank("after")["ranking"]}
+    assert after["cooking"] > 0.5 > max(after["sports"], after["politics"])
+    assert after["cooking"] <= 1 - 0.2 * 2 / 3  # explorationPercentage keeps ε spread over the others
+
+
+def test_an_event_is_the_episode_with_the_served_probability_and_the_callers_own_reward(app: App) -> None:
+    answer = app.rank("deferred", deferActivation=True)
+    app.reward("deferred", 0.75)
+    assert app.episode("deferred") is None  # not activated: not learned from
+    assert app.call("personalizer_activate", event_id="deferred") == (204, None)
+    episode = app.episode("deferred")
+    assert episode is not None and episode.reward == 0.75 and episode.action_id == answer["rewardActionId"]
+    assert episode.probability == pytest.approx(answer["ranking"][0]["probability"])
+    assert episode.context == {"user.tier": "gold", "user.device": "mobile", "hour": 9}
+    assert episode.policy_version == 1 and episode.ttl == 90 * 86_400
+    app.reward("deferred", 0.0)  # the earliest reward counts
+    assert app.episode("deferred").reward == 0.75
+    assert app.call("personalizer_activate", event_id="deferred") == (204, None)
+    assert app.rank("deferred", deferActivation=True) == answer  # a retried rank answers as the first
+    status, error = app.call("personalizer_rank", {"actions": ACTIONS, "eventId": "deferred"})
+    assert status == 409 and "eventId" in error["error"]["message"]
+
+
+def test_a_reward_after_the_wait_takes_the_default_reward(app: App) -> None:
+    assert app.call("personalizer_service_configuration", {"rewardWaitTime": "PT1M", "defaultReward": 0.25},
+                    method="PUT")[0] == 200
+    app.rank("late")
+    app.clock.advance(120)
+    app.reward("late", 1.0)
+    assert app.episode("late").reward == 0.25
+
+
+def test_the_first_rank_creates_the_agent_unless_the_setting_says_no(app: App, tmp_path: Path) -> None:
+    app.rank("one", agent="fresh")
+    doc = app.rt.store.get_current_policy("fresh").doc
+    assert [a["id"] for a in doc["actions"]] == ["sports", "politics", "cooking"]
+    assert {f["name"]: f["kind"] for f in doc["features"]} == {"user.tier": "category", "user.device": "category",
+                                                             "hour": "number"}
+    off = App(tmp_path / "off", personalizer_create_agents=False)
+    status, error = off.call("personalizer_rank", {"actions": ACTIONS}, agent="fresh")
+    assert status == 404 and error["error"]["code"] == "ResourceNotFound"
+    assert "AGENT_LEARNING_PERSONALIZER_CREATE_AGENTS" in error["error"]["message"]
+    off.parts.close()
+
+
+def test_multislot_ranks_each_slot_from_its_dimension_and_learns_the_mean_reward(app: App) -> None:
+    slots = [{"id": "main", "baselineAction": "sports"}, {"id": "side", "baselineAction": "cooking",
+                                                          "excludedActions": ["politics"]}]
+    status, answer = app.call("personalizer_multislot_rank", {"actions": ACTIONS, "slots": slots, "eventId": "m1"},
+                              agent="page")
+    assert status == 201 and [s["id"] for s in answer["slots"]] == ["main", "side"]
+    side = answer["slots"][1]["rewardActionId"]
+    assert side != "politics"
+    body = {"reward": [{"slotId": "main", "value": 1.0}, {"slotId": "side", "value": 0.5}]}
+    assert app.call("personalizer_multislot_reward", body, agent="page", event_id="m1") == (204, None)
+    episode = app.episode("m1", agent="page")
+    assert episode is not None and episode.reward == 0.75
+    assert episode.action_id == f"main={answer['slots'][0]['rewardActionId']}:side={side}"
+    assert app.call("personalizer_multislot_activate", agent="page", event_id="m1") == (204, None)
+    status, error = app.call("personalizer_rank", {"actions": ACTIONS}, agent="page")
+    assert status == 400 and error["error"]["code"] == "InvalidMultiSlotApiAccess"
+    status, error = app.call("personalizer_reward", {"value": 1}, agent="page", event_id="m1")
+    assert status == 400 and "multi-slot event" in error["error"]["message"]
+
+
+def test_the_service_configuration_is_kept_per_agent_and_apprentice_serves_the_baseline(app: App) -> None:
+    status, config = app.call("personalizer_service_configuration", method="GET")
+    assert status == 200 and config["learningMode"] == "Online" and config["rewardWaitTime"] == "PT10M"
+    status, config = app.call("personalizer_service_configuration", {**config, "learningMode": "Apprentice",
+                                                                      "rewardWaitTime": "00:30:00"}, method="PUT")
+    assert status == 200 and config["learningMode"] == "Apprentice" and config["rewardWaitTime"] == "PT30M"
+    assert app.call("personalizer_service_configuration", method="GET") == (200, config)
+    assert app.call("personalizer_service_configuration", method="GET", agent="other")[1]["learningMode"] == "Online"
+    answer = app.rank("a1", excludedActions=["sports"])
+    assert answer["rewardActionId"] == "politics" and answer["ranking"][0]["probability"] == 1.0
+    assert answer["ranking"][-1] == {"id": "sports", "probability": 0.0}
+    status, policy = app.call("personalizer_policy_configuration", method="GET")
+    assert status == 200 and policy["name"] == "news v1" and "hour" in policy["arguments"]
+
+
+@pytest.mark.parametrize("route, body, status, code, field", [
+    ("personalizer_rank", {"actions": []}, 400, "InvalidRankRequest", "actions"),
+    ("personalizer_rank", {"actions": [{"id": "a b", "features": []}]}, 400, "InvalidRankRequest", "actions[0].id"),
+    ("personalizer_rank", {"actions": ACTIONS, "excludedActions": ["x"]}, 400, "InvalidRankRequest",
+     "excludedActions[0]"),
+    ("personalizer_rank", {"actions": ACTIONS, "contextFeatures": {"a": 1}}, 400, "InvalidRankRequest",
+     "contextFeatures"),
+    ("personalizer_rank", {"actions": ACTIONS, "contextFeatures": [{"t": None}]}, 400, "InvalidRankRequest",
+     "contextFeatures: t"),
+    ("personalizer_rank", {"actions": ACTIONS, "deferActivation": "yes"}, 400, "InvalidRankRequest",
+     "deferActivation"),
+    ("personalizer_rank", {"actions": ACTIONS, "eventId": "a/b"}, 400, "InvalidRankRequest", "eventId"),
+    ("personalizer_rank", {"actions": ACTIONS, "context": []}, 400, "InvalidRankRequest", "context: unknown field"),
+    ("personalizer_rank", b'{"actions": 1, "actions": 2}', 400, "BadRequest", "body"),
+    ("personalizer_rank", b"x" * 600_000, 413, "PayloadSizeExceeded", "body"),
+    ("personalizer_multislot_rank", {"actions": ACTIONS, "slots": [{"id": "s", "baselineAction": "x"}]}, 400,
+     "InvalidRankRequest", "slots[0].baselineAction"),
+    ("personalizer_service_configuration", {"learningMode": "Offline"}, 400, "InvalidServiceConfiguration",
+     "learningMode"),
+    ("personalizer_service_configuration", {"rewardWaitTime": "PT1S"}, 400, "InvalidServiceConfiguration",
+     "rewardWaitTime"),
+    ("personalizer_service_configuration", {"explorationPercentage": 2}, 400, "InvalidServiceConfiguration",
+     "explorationPercentage"),
+    ("personalizer_service_configuration", {"rewardAggregation": "average"}, 400, "InvalidServiceConfiguration",
+     "rewardAggregation"),
+    ("personalizer_service_configuration", {"logRetentionDays": 0}, 400, "InvalidServiceConfiguration",
+     "logRetentionDays"),
+])
+def test_bad_bodies_are_personalizer_errors_naming_the_field(
+    app: App, route: str, body: Any, status: int, code: str, field: str
+) -> None:
+    method = "PUT" if route.endswith("configuration") else "POST"
+    got, answer = app.call(route, body, method=method)
+    assert got == status and answer["error"]["code"] == code, answer
+    assert answer["error"]["message"].startswith(field), answer
+
+
+def test_rewards_name_their_problem_and_an_unknown_event_is_404(app: App) -> None:
+    app.rank("r1")
+    for body, field in [({"value": 1.5}, "value"), ({"value": "1"}, "value"), ({"valu": 1}, "valu")]:
+        status, answer = app.call("personalizer_reward", body, event_id="r1")
+        assert status == 400 and answer["error"]["message"].startswith(field), answer
+    status, answer = app.call("personalizer_reward", {"value": 1}, event_id="nobody")
+    assert status == 404 and answer["error"]["code"] == "ResourceNotFound"
+    assert app.call("personalizer_activate", event_id="nobody")[0] == 404
+    status, answer = app.call("personalizer_rank", {"actions": ACTIONS}, agent="a/b")
+    assert status == 400 and answer["error"]["message"].startswith("agent_id")
+    assert app.call("personalizer_policy_configuration", method="GET", agent="nobody")[0] == 404
+
+
+def test_the_subscription_key_header_is_a_key() -> None:
+    assert identify({"Ocp-Apim-Subscription-Key": "k1"}) == identify({"x-functions-key": "k1"})
+    assert identify({"Ocp-Apim-Subscription-Key": "k1"}).id == key_identity("k1")
+
+
+# --------------------------------------------------------------------------- the real client
+
+
+KEY = "personalizer-test-key"
+
+
+@pytest.fixture
+def served(app: App) -> Iterator[str]:
+    """The route table over HTTP on a local port (with the key check a host makes), for this test only."""
+    routes = [(re.compile("^/api/" + re.sub(r"\{(\w+)\}", r"(?P<\1>[^/]+)", r.template) + "$"), r) for r in http.ROUTES]
+
+    class Handler(BaseHTTPRequestHandler):
+        def serve(self) -> None:
+            url = urllib.parse.urlsplit(self.path)
+            query = dict(urllib.parse.parse_qsl(url.query))
+            body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+            found = [(m, r) for rx, r in routes if (m := rx.match(url.path))]
+            if identify(dict(self.headers), query).id != key_identity(KEY):
+                status, text, headers = 401, json.dumps({"error": {"code": "PermissionDenied", "message": "key"}}), {}
+            elif not found or self.command not in found[0][1].methods:
+                status, text, headers = 404, "", {}
+            else:
+                match, route = found[0]
+                request = http.Request(self.command, {k: urllib.parse.unquote(v) for k, v in match.groupdict().items()},
+                                       query, dict(self.headers), body)
+                answer = route.handle(request, app.rt)
+                status, text, headers = answer.status, answer.body, dict(answer.headers or {})
+            self.send_response(status)
+            for name, value in headers.items():
+                self.send_header(name, value)
+            self.send_header("Content-Length", str(len(text.encode())))
+            self.end_headers()
+            self.wfile.write(text.encode())
+
+        do_GET = do_POST = do_PUT = do_DELETE = serve
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{server.server_address[1]}/api/agents"
+    server.shutdown()
+    server.server_close()
+    thread.join()
+
+
+def test_the_azure_ai_personalizer_client_drives_the_routes(app: App, served: str) -> None:
+    personalizer = pytest.importorskip("azure.ai.personalizer")
+    from azure.core.credentials import AzureKeyCredential
+    from azure.core.exceptions import HttpResponseError
+
+    endpoint = f"{served}/news"
+    admin = personalizer.PersonalizerAdministrationClient(endpoint, AzureKeyCredential(KEY))
+    client = personalizer.PersonalizerClient(endpoint, AzureKeyCredential(KEY))
+    config = admin.get_service_configuration()
+    assert config["learningMode"] == "Online"
+    assert admin.update_service_configuration({**config, "explorationPercentage": 0.1})["explorationPercentage"] == 0.1
+
+    for i in range(120):
+        answer = client.rank({"contextFeatures": CONTEXT, "actions": ACTIONS, "eventId": f"c{i}"})
+        client.reward(f"c{i}", {"value": 1.0 if answer["rewardActionId"] == "politics" else 0.0})
+    deferred = client.rank({"actions": ACTIONS, "contextFeatures": CONTEXT, "deferActivation": True})
+    client.activate(deferred["eventId"])
+    assert app.train() == {"news": 2}
+    answer = client.rank({"contextFeatures": CONTEXT, "actions": ACTIONS})
+    ranking = {r["id"]: r["probability"] for r in answer["ranking"]}
+    assert ranking["politics"] > 0.5
+    assert admin.get_policy()["name"] == "news v2"
+
+    page = personalizer.PersonalizerClient(f"{served}/page", AzureKeyCredential(KEY))
+    slots = page.rank_multi_slot({"actions": ACTIONS, "slots": [{"id": "main", "baselineAction": "sports"}]})
+    page.reward_multi_slot(slots["eventId"], {"reward": [{"slotId": "main", "value": 1.0}]})
+    page.activate_multi_slot(slots["eventId"])
+
+    with pytest.raises(HttpResponseError) as bad:
+        client.rank({"actions": []})
+    assert bad.value.status_code == 400 and "actions" in str(bad.value)
+    wrong = personalizer.PersonalizerClient(endpoint, AzureKeyCredential("wrong"))
+    with pytest.raises(HttpResponseError) as refused:
+        wrong.rank({"actions": ACTIONS})
+    assert refused.value.status_code == 401
+
+
+def test_a_new_action_is_added_to_a_policy_without_context_features(app: App) -> None:
+    app.call("personalizer_rank", {"actions": ACTIONS[:2], "eventId": "n1"}, agent="plain")
+    status, answer = app.call("personalizer_rank", {"actions": ACTIONS, "eventId": "n2"}, agent="plain")
+    assert status == 201 and {r["id"] for r in answer["ranking"]} == {"sports", "politics", "cooking"}
+    doc = app.rt.store.get_current_policy("plain").doc
+    assert doc["source"] == "revise" and [a["id"] for a in doc["actions"]] == ["sports", "politics", "cooking"]
+    app.rank("c1")  # an agent learning from context features refuses a new action, naming it
+    status, error = app.call("personalizer_rank", {"actions": [*ACTIONS, {"id": "travel", "features": []}],
+                                                   "contextFeatures": CONTEXT})
+    assert status == 400 and "'travel'" in error["error"]["message"]
+
+
+def test_the_functions_app_serves_rank_and_reward(app: App, monkeypatch: pytest.MonkeyPatch) -> None:
+    func = pytest.importorskip("azure.functions")
+    from app_functions import functions
+
+    monkeypatch.setattr(handlers, "_runtime", app.rt)
+
+    def serve(name: str, url: str, body: Any, **params: str) -> Any:
+        request = func.HttpRequest(method="POST", url=url, route_params={"agent_id": "news", **params},
+                                   params={"api-version": "2022-09-01-preview"}, body=json.dumps(body).encode())
+        return functions()[name].get_user_function()(request)
+
+    ranked = serve("personalizer_rank", "/api/agents/news/personalizer/rank", {"actions": ACTIONS, "eventId": "f1"})
+    assert ranked.status_code == 201 and ranked.mimetype == "application/json"
+    assert json.loads(ranked.get_body())["eventId"] == "f1"
+    rewarded = serve("personalizer_reward", "/api/agents/news/personalizer/events/f1/reward", {"value": 1},
+                     event_id="f1")
+    assert rewarded.status_code == 204 and app.episode("f1").reward == 1.0
