@@ -4,14 +4,12 @@ background, the key, and a clean stop. The server runs as a subprocess, as a use
 from __future__ import annotations
 
 import json
-import os
 import re
 import signal
 import socket
 import subprocess
 import sys
 from collections.abc import Iterator
-from dataclasses import dataclass
 from email.message import Message
 from pathlib import Path
 from typing import Any
@@ -21,64 +19,16 @@ import pytest
 pytest.importorskip("uvicorn")
 pytest.importorskip("starlette")
 
-from clean_settings import SETTING_PREFIXES
 from cli_harness import cli
-from serving import WAIT_SECONDS, call, until
+from serving import Server, call, environment, start, until
 
 from agent_learning.agent.capture import EpisodeCapture
 from agent_learning.agent.client import HttpEpisodeWriter, HttpPolicySource, PolicyClient
 from agent_learning.app.callers import key_identity
 from agent_learning.app.http import ROUTES
 
-SHARED = Path(__file__).resolve().parents[2] / "shared"
 KEY = "local-test-key"
 AGENT = "support-bot"
-
-
-def environment(**settings: str) -> dict[str, str]:
-    """This process's environment without its settings, plus ``settings``."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith(SETTING_PREFIXES)}
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(SHARED), os.environ.get("PYTHONPATH")]))
-    return {**env, **settings}
-
-
-@dataclass
-class Server:
-    """A running ``agent-learn serve`` and where its output goes."""
-
-    process: subprocess.Popen[bytes]
-    out: Path
-    err: Path
-    url: str = ""
-
-    def banner(self) -> str:
-        return self.out.read_text()
-
-    def stop(self, how: signal.Signals) -> tuple[int, str]:
-        """Send ``how``; the exit code and what it said on stderr."""
-        self.process.send_signal(how)
-        code = self.process.wait(timeout=WAIT_SECONDS)
-        return code, self.err.read_text()
-
-
-def start(folder: Path, *args: str, **settings: str) -> Server:
-    """``agent-learn serve --db folder/local.db --port 0 ARGS`` with short intervals, once it listens."""
-    out, err = folder / "serve.out", folder / "serve.err"
-    with out.open("wb") as stdout, err.open("wb") as stderr:
-        process = subprocess.Popen(
-            [sys.executable, "-m", "agent_learning.cli", "serve", "--db", str(folder / "local.db"), "--port", "0",
-             "--poll-every", "0.05", "--train-every", "0.2", *args],
-            stdout=stdout, stderr=stderr, env=environment(**settings), cwd=folder,
-        )
-    server = Server(process, out, err)
-
-    def listening() -> str | None:
-        assert process.poll() is None, f"serve exited with {process.returncode}: {err.read_text()}"
-        found = re.search(r"http://\S+/api/", server.banner())
-        return found.group(0) if found else None
-
-    server.url = until(listening, "banner").removesuffix("/api/")
-    return server
 
 
 KEYED = {"x-functions-key": KEY}
