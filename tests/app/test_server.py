@@ -34,10 +34,10 @@ def echo(request: http.Request, rt: Runtime) -> HttpAnswer:
 
 
 ADDED = (
-    http.Route("reward", ("POST",), "agents/{agent_id}/personalizer/events/{eventId}/reward", echo),
-    http.Route("service", ("GET", "PUT"), "agents/{agent_id}/personalizer/configurations/service", echo),
+    http.Route("reward", ("POST",), "agents/{agent_id}/probe/events/{eventId}/reward", echo),
+    http.Route("service", ("GET", "PUT"), "agents/{agent_id}/probe/configurations/service", echo),
 )
-"""Routes of the kind another part of the app adds to the table later."""
+"""Routes of the kind the Personalizer API adds to the table (on a path of their own here)."""
 
 
 @pytest.fixture
@@ -64,15 +64,15 @@ def serving(app: Any) -> Iterator[str]:
 def test_a_route_added_to_the_table_is_served_with_its_parameters_methods_and_answer(runtime: Any) -> None:
     rt, _ = runtime
     with serving(server.asgi_app(rt, routes=(*http.ROUTES, *ADDED))) as url:
-        status, headers, body = call(f"{url}/api/agents/shop/personalizer/events/ev%201/reward?x=1", "POST",
+        status, headers, body = call(f"{url}/api/agents/shop/probe/events/ev%201/reward?x=1", "POST",
                                      b'{"value": 1}', {"X-Probe": "yes"})
         assert (status, headers["X-Route"], headers.get_content_type()) == (201, "echo", "application/json")
         assert json.loads(body) == {"method": "POST", "params": {"agent_id": "shop", "eventId": "ev 1"},
                                     "query": {"x": "1"}, "header": "yes", "body": '{"value": 1}'}
         for method in ("GET", "PUT"):
-            status, _, body = call(f"{url}/api/agents/shop/personalizer/configurations/service", method, b"")
+            status, _, body = call(f"{url}/api/agents/shop/probe/configurations/service", method, b"")
             assert (status, json.loads(body)["method"]) == (201, method)
-        status, headers, _ = call(f"{url}/api/agents/shop/personalizer/events/ev1/reward")
+        status, headers, _ = call(f"{url}/api/agents/shop/probe/events/ev1/reward")
         assert (status, headers["Allow"]) == (405, "POST")
         status, _, body = call(f"{url}/api/policies/shop")  # the table's own routes stay
         assert (status, json.loads(body)) == (404, {"error": "agent 'shop' has no policy"})
