@@ -5,6 +5,7 @@ version until it can, or held: it fails closed."""
 from __future__ import annotations
 
 import dataclasses
+import logging
 import random
 from typing import Any
 
@@ -60,11 +61,14 @@ the wire by the first test below, on every store; the page sizes and verdicts of
 trainer's own, and run on the embedded stores."""
 
 
-def test_a_broken_learner_is_held_and_a_sound_one_then_learns_the_same_scores(store: Store) -> None:
+def test_a_broken_learner_is_held_and_a_sound_one_then_learns_the_same_scores(
+    store: Store, caplog: pytest.LogCaptureFixture
+) -> None:
     start(store)
     log_episodes(store, 600, seed=1)
     before = load_current(store, AGENT)
 
+    caplog.set_level(logging.DEBUG, "agent_learning.pipeline.train")
     held = train_agent(AGENT, store, InvertedRewards(), guardrail=ENFORCE)
     assert held.status == "held", held.reason
     assert "confidently worse" in held.reason
@@ -81,6 +85,8 @@ def test_a_broken_learner_is_held_and_a_sound_one_then_learns_the_same_scores(st
     again = train_agent(AGENT, store, InvertedRewards(), guardrail=ENFORCE)  # the next tick, nothing new
     assert again.status == "held" and again.run is not None and again.run.id == run.id
     assert len(runs(store)) == 1
+    said = [r.levelno for r in caplog.records if "candidate v2 held" in r.getMessage()]
+    assert said == [logging.WARNING, logging.DEBUG]  # the same hold again is no news
 
     log_episodes(store, 100, seed=2, first=600)
     published = train_agent(AGENT, store, Reinforce(), guardrail=ENFORCE)

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import logging
 import math
+import weakref
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -58,6 +59,9 @@ from agent_learning.rewards.feedback import TOLERANCE
 from agent_learning.store.base import RawDoc, Store
 
 log = logging.getLogger(__name__)
+_held_said: weakref.WeakKeyDictionary[Store, dict[str, str]] = weakref.WeakKeyDictionary()
+"""Per store, agent id → the held run this process logged last: holding the same batch again
+(nothing new since, a tick later) is logged at DEBUG, not as a new warning every tick."""
 
 
 @dataclass(frozen=True)
@@ -198,7 +202,11 @@ def _train_agent(
         new, held = _guard(guardrail, current, new, batch)
         if held is not None:
             store.put_run(held)
-            log.warning(
+            said = _held_said.setdefault(store, {})
+            again = said.get(agent_id) == held.id  # the same batch held at the tick before: no news
+            said[agent_id] = held.id
+            log.log(
+                logging.DEBUG if again else logging.WARNING,
                 "training %s: candidate v%d held, v%d stays: %s",
                 agent_id,
                 current.version + 1,
