@@ -49,6 +49,7 @@ from agent_learning.documents import (
     policy_doc_id,
 )
 from agent_learning.documents.fields import ACTION_ID, ACTION_ID_RULE, MAX_TEXT_CHARS, STRUCTURED_SCHEMA
+from agent_learning.ops.dsjson import flatten_features
 from agent_learning.pipeline import create_policy, revise
 from agent_learning.policy.softmax import SoftmaxPolicy, structure_fields
 from agent_learning.store.base import Store
@@ -462,25 +463,10 @@ def read_context(value: Any) -> dict[str, Any] | None:
         return None
     if not isinstance(value, list) or not all(isinstance(f, dict) for f in value):
         raise bad_rank(f"contextFeatures: must be a list of objects, got {value!r:.80}")
-    flat: dict[str, Any] = {}
-
-    def walk(path: str, item: Any) -> None:
-        if isinstance(item, dict | list):
-            for key, inner in item.items() if isinstance(item, dict) else enumerate(item):
-                walk(f"{path}.{key}" if path else str(key), inner)
-        elif len(flat) > MAX_CONTEXT_FEATURES:
-            raise bad_rank(f"contextFeatures: more than {MAX_CONTEXT_FEATURES} features (one per value); "
-                           f"the limit is {MAX_CONTEXT_FEATURES}")
-        elif path in flat:
-            raise bad_rank(f"contextFeatures.{path}: given twice")
-        else:
-            flat[path] = item
-
-    for i, feature in enumerate(value):
-        try:
-            walk("", feature)
-        except RecursionError:
-            raise bad_rank(f"contextFeatures[{i}]: nested too deeply") from None
+    try:
+        flat = flatten_features(value, "contextFeatures", MAX_CONTEXT_FEATURES)
+    except ValueError as exc:
+        raise bad_rank(str(exc)) from None
     try:
         return check_context(flat) or None
     except ValueError as exc:
