@@ -178,7 +178,7 @@ def test_the_service_configuration_is_kept_per_agent_and_apprentice_serves_the_b
      "rewardWaitTime"),
     ("personalizer_service_configuration", {"explorationPercentage": 2}, 400, "InvalidServiceConfiguration",
      "explorationPercentage"),
-    ("personalizer_service_configuration", {"rewardAggregation": "average"}, 400, "InvalidServiceConfiguration",
+    ("personalizer_service_configuration", {"rewardAggregation": "median"}, 400, "InvalidServiceConfiguration",
      "rewardAggregation"),
     ("personalizer_service_configuration", {"logRetentionDays": 0}, 400, "InvalidServiceConfiguration",
      "logRetentionDays"),
@@ -294,3 +294,54 @@ def test_the_functions_app_serves_rank_and_reward(app: App, monkeypatch: pytest.
     rewarded = serve("personalizer_reward", "/api/agents/news/personalizer/events/f1/reward", {"value": 1},
                      event_id="f1")
     assert rewarded.status_code == 204 and app.episode("f1").reward == 1.0
+
+
+def test_an_activated_event_never_rewarded_takes_the_default_reward_when_the_timer_sweeps(app: App) -> None:
+    assert app.call("personalizer_service_configuration", {"rewardWaitTime": "PT1M", "defaultReward": 0.25},
+                    method="PUT")[0] == 200
+    app.rank("silent")
+    app.rank("hidden", deferActivation=True)  # never activated: never learned from
+    app.rank("kept")
+    app.reward("kept", 1.0)
+    handlers.train(app.rt)  # the timer (Functions host, agent-learn serve) within the wait: nothing to do
+    assert app.episode("silent") is None
+    app.clock.advance(61)
+    handlers.train(app.rt)
+    assert app.episode("silent").reward == 0.25 and app.episode("hidden") is None
+    assert app.episode("kept").reward == 1.0
+    assert app.rt.store.list_checkpoints("personalizer-pending:") == {}  # the next sweep reads nothing
+    app.rank("later")
+    app.clock.advance(61)
+    app.train()  # the embedded runner sweeps too, and learns the episode in the same run
+    assert app.episode("later").reward == 0.25
+
+
+def test_average_aggregation_learns_the_mean_of_the_rewards_within_the_wait(app: App) -> None:
+    assert app.call("personalizer_service_configuration", {"rewardWaitTime": "PT1M", "rewardAggregation": "average"},
+                    method="PUT")[0] == 200
+    app.rank("avg")
+    app.reward("avg", 1.0)
+    app.reward("avg", 0.5)
+    assert app.episode("avg") is None  # more may come within the wait
+    app.clock.advance(61)
+    app.reward("avg", 0.0)  # after the wait: ignored, and the mean is taken
+    assert app.episode("avg").reward == 0.75
+    app.rank("swept")
+    app.reward("swept", 0.2)
+    app.reward("swept", 0.4)
+    app.clock.advance(61)
+    handlers.train(app.rt)
+    assert app.episode("swept").reward == pytest.approx(0.3)
+    assert app.call("personalizer_service_configuration", {"rewardAggregation": "average"}, method="PUT",
+                    agent="page")[0] == 200
+    slots = [{"id": "main", "baselineAction": "sports"}, {"id": "side", "baselineAction": "cooking"}]
+    assert app.call("personalizer_multislot_rank", {"actions": ACTIONS, "slots": slots, "eventId": "m"},
+                    agent="page")[0] == 201
+    for value in (1.0, 0.0):
+        body = {"reward": [{"slotId": "main", "value": value}]}
+        assert app.call("personalizer_multislot_reward", body, agent="page", event_id="m") == (204, None)
+    app.clock.advance(601)  # the default wait of agent page
+    handlers.train(app.rt)
+    assert app.episode("m", agent="page").reward == pytest.approx((0.5 + 0.0) / 2)  # side had none: defaultReward 0
+    status, error = app.call("personalizer_service_configuration", {"rewardAggregation": "median"}, method="PUT")
+    assert status == 400 and "rewardAggregation" in error["error"]["message"]

@@ -27,7 +27,8 @@ print(json.dumps({"code": code, "modules": sorted(sys.modules)}))
 
 
 @pytest.mark.parametrize(("args", "code"), [([], 0), (["--help"], 0), (["policy", "show", "--agent-id", "a b"], 2),
-                                            (["demo", "--episodes", "0"], 2), (["no-such-command"], 2)])
+                                            (["demo", "--episodes", "0"], 2), (["no-such-command"], 2),
+                                            (["logs", "export", "--agent-id", "a b"], 2)])
 def test_the_help_and_a_usage_error_import_nothing_heavy(args: list[str], code: int) -> None:
     shared = str(Path(__file__).resolve().parents[2] / "shared")  # the library, installed or not
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [shared, os.environ.get("PYTHONPATH")]))}

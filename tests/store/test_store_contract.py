@@ -766,6 +766,21 @@ def test_checkpoints(store: Store) -> None:
     assert store.get_checkpoint("missing") is None
 
 
+def test_checkpoints_are_listed_by_prefix_and_deleted(store: Store) -> None:
+    store.set_checkpoint("pending:a:1", "x")
+    store.set_checkpoint("pending:a:2", "y")
+    store.set_checkpoint("pending:b:1", "z")
+    store.set_checkpoint("pendingness", "w")
+    store.set_checkpoint("Pending:a:3", "v")  # names are case-sensitive
+    assert store.list_checkpoints("pending:a:") == {"pending:a:1": "x", "pending:a:2": "y"}
+    assert set(store.list_checkpoints("pending:")) == {"pending:a:1", "pending:a:2", "pending:b:1"}
+    assert store.list_checkpoints("none:") == {}
+    store.delete_checkpoint("pending:a:1")
+    store.delete_checkpoint("pending:a:1")  # gone already: nothing to do
+    assert store.get_checkpoint("pending:a:1") is None
+    assert store.list_checkpoints("pending:a:") == {"pending:a:2": "y"}
+
+
 # =========================================================================== feedback
 
 

@@ -37,6 +37,7 @@ from typing import Any
 
 from agent_learning.app import wiring
 from agent_learning.app.deliveries import QueueSettles, deliver_training, scoring_failed, settle_score
+from agent_learning.app.personalizer.sweep import sweep_events
 from agent_learning.app.settings import Settings, load_settings
 from agent_learning.app.wiring import Components, open_judge, open_queue, open_store
 from agent_learning.core.clock import SYSTEM_CLOCK, Clock
@@ -270,6 +271,7 @@ class LocalPipeline:
         agent_ids = agent_list(agent_ids)  # before any work
         report = CycleReport()
         since = time.process_time()
+        sweep_events(self.store, self.clock)  # events whose reward wait is over become episodes, pumped next
         report.enqueued = self.pump()
         since = charge(report.cpu_seconds, "enqueue", since)
         report.outcomes = self.score_pending(max_messages=limit)

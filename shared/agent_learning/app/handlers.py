@@ -229,13 +229,21 @@ TRAIN_LOG_LEVELS = {
 
 
 def train(rt: Runtime) -> TrainingPlan:
-    """Timer trigger: apply feedback left unapplied (:func:`agent_learning.rewards.feedback.sweep`; its
-    failure is logged and does not stop training), then send one training message per agent
+    """Timer trigger: learn the Personalizer events whose reward wait is over
+    (:func:`agent_learning.app.personalizer.sweep.sweep_events`) and apply feedback left unapplied
+    (:func:`agent_learning.rewards.feedback.sweep`; the failure of either is logged and does not
+    stop training), then send one training message per agent
     with new scores (:func:`agent_learning.pipeline.plan_training`)."""
     # lazy: pydantic (see the module docstring)
+    from agent_learning.app.personalizer.events import clock_of
+    from agent_learning.app.personalizer.sweep import sweep_events
     from agent_learning.pipeline import plan_training, send_plan
     from agent_learning.rewards.feedback import sweep
 
+    try:
+        sweep_events(rt.store, clock_of(rt))
+    except Exception:
+        log.exception("Personalizer event sweep failed; the next tick tries again")
     try:
         sweep(rt.store)
     except Exception:

@@ -127,6 +127,7 @@ def train(agent_id: str | None, limit: int | None, as_json: bool, db: str | None
     Exits with 1 if an episode could not be scored (it is tried again on a later run) or an agent
     could not be trained (the others are scored and trained all the same)."""
     from agent_learning.app.embedded import open_local
+    from agent_learning.app.personalizer.sweep import sweep_events
     from agent_learning.rewards.feedback import sweep
     settings = _existing(_settings(db))
     with _embedded(settings, "store"):
@@ -135,6 +136,7 @@ def train(agent_id: str | None, limit: int | None, as_json: bool, db: str | None
         if agent_id is not None:
             with suppress(StoredDocumentInvalid):  # an invalid policy is what training reports, as for every agent
                 _current(pipeline.store, settings, agent_id)  # an unknown agent is bad input, as everywhere
+        sweep_events(pipeline.store, pipeline.clock)  # Personalizer events whose reward wait is over
         enqueued = pipeline.pump()
         with _progress("scoring", as_json) as bar:
             task = bar.add_task("score", total=enqueued or None)

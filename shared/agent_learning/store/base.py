@@ -376,6 +376,15 @@ class Store(ABC):
     @abstractmethod
     def set_checkpoint(self, name: str, value: str) -> None: ...
 
+    @abstractmethod
+    def list_checkpoints(self, prefix: str) -> dict[str, str]:
+        """Every checkpoint whose name starts with ``prefix``: name → value (for markers of work
+        pending, such as Personalizer events waiting for their reward; keep such sets small)."""
+
+    @abstractmethod
+    def delete_checkpoint(self, name: str) -> None:
+        """Delete a checkpoint (none of that name: nothing to do)."""
+
     def close(self) -> None:
         """Release connections."""
         return None

@@ -926,6 +926,15 @@ class CosmosStore(Store):
             {"id": f"checkpoint:{name}", "agent_id": CHECKPOINT_PARTITION, "type": "checkpoint", "value": value}
         )
 
+    def list_checkpoints(self, prefix: str) -> dict[str, str]:
+        rows = self._query("runs", 'SELECT c.id, c["value"] AS v FROM c WHERE STARTSWITH(c.id, @prefix)',
+                           [{"name": "@prefix", "value": f"checkpoint:{prefix}"}], partition_key=CHECKPOINT_PARTITION)
+        return {str(r["id"]).removeprefix("checkpoint:"): str(r["v"]) for r in rows}
+
+    def delete_checkpoint(self, name: str) -> None:
+        with contextlib.suppress(cosmos_errors.CosmosResourceNotFoundError):
+            self._c["runs"].delete_item(f"checkpoint:{name}", partition_key=CHECKPOINT_PARTITION)
+
     # ------------------------------------------------------------------ plumbing
 
     def _read(self, container: str, item_id: str, partition_key: str | list[str]) -> RawDoc | None:

@@ -341,6 +341,14 @@ class MemoryStore(Store):
         with self._lock:
             self._checkpoints[name] = value
 
+    def list_checkpoints(self, prefix: str) -> dict[str, str]:
+        with self._lock:
+            return {k: v for k, v in self._checkpoints.items() if k.startswith(prefix)}
+
+    def delete_checkpoint(self, name: str) -> None:
+        with self._lock:
+            self._checkpoints.pop(name, None)
+
 
 def _drop(table: dict[str, Any], keys: list[str]) -> int:
     for key in keys:

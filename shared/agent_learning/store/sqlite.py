@@ -559,6 +559,14 @@ class SQLiteStore(Store):
         with self._tx() as conn:
             conn.execute("INSERT OR REPLACE INTO checkpoints (name, value) VALUES (?, ?)", (name, value))
 
+    def list_checkpoints(self, prefix: str) -> dict[str, str]:
+        rows = self._query("SELECT name, value FROM checkpoints WHERE substr(name, 1, ?) = ?", (len(prefix), prefix))
+        return {str(name): str(value) for name, value in rows}
+
+    def delete_checkpoint(self, name: str) -> None:
+        with self._tx() as conn:
+            conn.execute("DELETE FROM checkpoints WHERE name = ?", (name,))
+
 
 def _pending(row: tuple[object, ...]) -> RawDoc:
     """An unjudged record's row (its document, whether a feedback marker waits) as its document."""

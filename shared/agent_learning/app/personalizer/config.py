@@ -4,11 +4,14 @@ their defaults as a new Personalizer resource had them, their checks and what ea
 =========================  ===========  ==================================================
 field                      default      here
 =========================  ===========  ==================================================
-``rewardWaitTime``         ``PT10M``    a reward arriving later is ignored and the event
-                                        takes ``defaultReward`` (5 s to 2 days)
-``defaultReward``          ``0``        the reward of an event whose wait passed without one
-                                        (0 to 1: an episode's own reward)
-``rewardAggregation``      ``earliest`` ``earliest`` only: the first reward is the episode's
+``rewardWaitTime``         ``PT10M``    rewards count within it (5 s to 2 days); later
+                                        ones are ignored
+``defaultReward``          ``0``        the reward of an activated event whose wait passed
+                                        without one (0 to 1: an episode's own reward),
+                                        written by the timer's sweep
+``rewardAggregation``      ``earliest`` ``earliest``: the first reward is the episode's, at
+                                        once; ``average``: the mean of those received
+                                        within the wait, when it is over
 ``explorationPercentage``  ``0.2``      served ε: (1 − ε)·π + ε uniform over the request's
                                         actions, logged as the event's probability
 ``logRetentionDays``       ``90``       the episode's time to live (``-1``: never deleted)
@@ -31,8 +34,8 @@ from datetime import timedelta
 from typing import Any
 
 LEARNING_MODES = ("Online", "Apprentice", "LoggingOnly")
-AGGREGATIONS = ("earliest",)
-"""The reward aggregations supported (Personalizer's ``average`` is not yet)."""
+AGGREGATIONS = ("earliest", "average")
+"""The reward aggregations, as Personalizer's: the first reward, or the mean of those within the wait."""
 MIN_REWARD_WAIT = timedelta(seconds=5)
 MAX_REWARD_WAIT = timedelta(days=2)
 """Personalizer's bounds of ``rewardWaitTime``."""

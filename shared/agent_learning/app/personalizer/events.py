@@ -13,12 +13,15 @@ feedback. Feedback is blended into a judged reward and waits for the episode to 
 Personalizer event has no transcript for a judge to read; an own reward is scored as it is,
 without judges or penalties, so the scorer turns the caller's value into the score the trainer
 learns from, with the probability the event was served with as the importance weight's
-denominator. Rewards are 0 to 1 (the range of an episode's own reward); the first one counts
-(``rewardAggregation: earliest``); one arriving after ``rewardWaitTime`` is ignored and the event
-takes ``defaultReward``. A multi-slot event's reward is the mean of its slots' rewards (a slot
-the reward call leaves out counts ``defaultReward``).
+denominator. Rewards are 0 to 1 (the range of an episode's own reward) and count within
+``rewardWaitTime`` from the rank: with ``rewardAggregation: earliest`` the first one is the
+event's reward at once; with ``average``, the mean of those received, taken when the wait is over
+(by a reward arriving later, or by the timer's :mod:`.sweep`). An activated event with no reward
+when its wait is over takes ``defaultReward``. A multi-slot event's reward is the mean of its
+slots' rewards (each slot's earliest or mean; a slot without one counts ``defaultReward``).
 
-Events wait in the store's checkpoints (``personalizer-event:{episode id}``).
+Events wait in the store's checkpoints (``personalizer-event:{episode id}``), and those not learned
+from yet are marked pending (``personalizer-pending:{episode id}``) for the sweep to find.
 """
 
 from __future__ import annotations
@@ -30,10 +33,9 @@ import math
 import random
 import uuid
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from agent_learning.agent.client import PolicyClient
-from agent_learning.app.handlers import Runtime
 from agent_learning.app.personalizer.config import Problem, ServiceConfiguration, configuration_from
 from agent_learning.core.clock import SYSTEM_CLOCK, Clock
 from agent_learning.core.errors import AlreadyExists, ConcurrencyConflict, InvalidDocument, NotFound
@@ -49,19 +51,27 @@ from agent_learning.documents import (
     policy_doc_id,
 )
 from agent_learning.documents.fields import ACTION_ID, ACTION_ID_RULE, MAX_TEXT_CHARS, STRUCTURED_SCHEMA
+from agent_learning.ops.dsjson import flatten_features
 from agent_learning.pipeline import create_policy, revise
 from agent_learning.policy.softmax import SoftmaxPolicy, structure_fields
 from agent_learning.store.base import Store
+
+if TYPE_CHECKING:
+    from agent_learning.app.handlers import Runtime
 
 MAX_RANK_ACTIONS = 50
 """Actions one rank request may give (Personalizer's limit)."""
 MAX_BODY_BYTES = 512 * 1024
 """The largest request body (a rank of 50 actions with their features fits many times over)."""
 RANK_FIELDS = ("contextFeatures", "actions", "excludedActions", "eventId", "deferActivation")
+SINGLE_SLOT = "value"
+"""The key of a single-slot event's rewards in its ``received`` rewards (a multi-slot event's: its slot ids)."""
 MULTISLOT_FIELDS = ("contextFeatures", "actions", "slots", "eventId", "deferActivation")
 SLOT_FIELDS = ("id", "baselineAction", "excludedActions", "features")
 CONFIG_CHECKPOINT = "personalizer-config:{agent_id}"
 EVENT_CHECKPOINT = "personalizer-event:{episode_id}"
+PENDING_CHECKPOINT = "personalizer-pending:{episode_id}"
+"""An event not learned from yet (its value: when it was ranked), until :mod:`.sweep` or a call settles it."""
 
 
 # --------------------------------------------------------------------------- configuration
@@ -145,8 +155,10 @@ def rank(rt: Runtime, agent_id: str, body: bytes, *, multislot: bool) -> dict[st
         "policy_version": policy.version, "incarnation": policy.incarnation, "action_id": action_id,
         "probability": probability, "context": context, "request": data, "answer": answer,
         "ranked_at": clock.now().isoformat(), "activated": not defer, "reward": None, "learned": False,
+        "received": {},
     }
     save_event(store, event)
+    store.set_checkpoint(PENDING_CHECKPOINT.format(episode_id=episode_id), event["ranked_at"])
     return answer
 
 
@@ -290,19 +302,38 @@ def reward(rt: Runtime, agent_id: str, event_id: str, body: bytes, *, multislot:
     event = find_event(rt.store, agent_id, event_id, multislot)
     config = configuration(rt.store, agent_id)
     if multislot:
-        slots = [s["id"] for s in event["answer"]["slots"]]
-        values = read_slot_rewards(data, slots)
-        value = math.fsum(values.get(s, config.defaultReward) for s in slots) / len(slots)
+        values = read_slot_rewards(data, [s["id"] for s in event["answer"]["slots"]])
     else:
         if unknown := sorted(set(data) - {"value"}):
             raise bad_reward(f"{unknown[0]}: unknown field (known: value)")
-        value = read_reward(data.get("value"), "value")
-    if event["reward"] is not None:  # the earliest reward counts
+        values = {SINGLE_SLOT: read_reward(data.get("value"), "value")}
+    if event["reward"] is not None:  # settled: the earliest reward, or the wait is over
         return
     clock = clock_of(rt)
-    late = clock.now() > datetime.fromisoformat(event["ranked_at"]) + config.reward_wait
-    event["reward"] = config.defaultReward if late else value
+    received = event.setdefault("received", {})
+    if clock.now() <= datetime.fromisoformat(event["ranked_at"]) + config.reward_wait:
+        for slot, value in values.items():
+            received.setdefault(slot, []).append(value)
+        if config.rewardAggregation == "average":  # more may come: the mean is taken when the wait is over
+            save_event(rt.store, event)
+            return
+    event["reward"] = aggregated(event, config)
     settle(rt.store, event, config, clock)
+
+
+def slot_names(event: dict[str, Any]) -> list[str]:
+    """The event's slots (a single-slot event's one reward is the slot :data:`SINGLE_SLOT`)."""
+    return [s["id"] for s in event["answer"]["slots"]] if event["multislot"] else [SINGLE_SLOT]
+
+
+def aggregated(event: dict[str, Any], config: ServiceConfiguration) -> float:
+    """The event's reward from the rewards received within the wait: per slot the earliest or the
+    mean (``rewardAggregation``), ``defaultReward`` for a slot with none; the mean over the slots."""
+    received = event.get("received", {})
+    per_slot = [config.defaultReward if not received.get(s) else
+                received[s][0] if config.rewardAggregation == "earliest" else math.fsum(received[s]) / len(received[s])
+                for s in slot_names(event)]
+    return math.fsum(per_slot) / len(per_slot)
 
 
 def activate(rt: Runtime, agent_id: str, event_id: str, *, multislot: bool) -> None:
@@ -322,6 +353,8 @@ def settle(store: Store, event: dict[str, Any], config: ServiceConfiguration, cl
             store.add_episode(episode_of(event, config, clock))
         event["learned"] = True
     save_event(store, event)
+    if event["learned"]:
+        store.delete_checkpoint(PENDING_CHECKPOINT.format(episode_id=event["episode_id"]))
 
 
 def episode_of(event: dict[str, Any], config: ServiceConfiguration, clock: Clock) -> Episode:
@@ -462,25 +495,10 @@ def read_context(value: Any) -> dict[str, Any] | None:
         return None
     if not isinstance(value, list) or not all(isinstance(f, dict) for f in value):
         raise bad_rank(f"contextFeatures: must be a list of objects, got {value!r:.80}")
-    flat: dict[str, Any] = {}
-
-    def walk(path: str, item: Any) -> None:
-        if isinstance(item, dict | list):
-            for key, inner in item.items() if isinstance(item, dict) else enumerate(item):
-                walk(f"{path}.{key}" if path else str(key), inner)
-        elif len(flat) > MAX_CONTEXT_FEATURES:
-            raise bad_rank(f"contextFeatures: more than {MAX_CONTEXT_FEATURES} features (one per value); "
-                           f"the limit is {MAX_CONTEXT_FEATURES}")
-        elif path in flat:
-            raise bad_rank(f"contextFeatures.{path}: given twice")
-        else:
-            flat[path] = item
-
-    for i, feature in enumerate(value):
-        try:
-            walk("", feature)
-        except RecursionError:
-            raise bad_rank(f"contextFeatures[{i}]: nested too deeply") from None
+    try:
+        flat = flatten_features(value, "contextFeatures", MAX_CONTEXT_FEATURES)
+    except ValueError as exc:
+        raise bad_rank(str(exc)) from None
     try:
         return check_context(flat) or None
     except ValueError as exc:
