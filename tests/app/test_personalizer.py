@@ -8,6 +8,7 @@ import json
 import math
 import signal
 from collections.abc import Iterator
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +22,7 @@ from agent_learning.app.settings import load_settings
 from agent_learning.app.wiring import Components
 from agent_learning.core.clock import ManualClock
 from agent_learning.documents import Episode
+from agent_learning.pipeline import set_pinned
 
 ACTIONS = [{"id": topic, "features": [{"topic": topic, "length": n}]} for topic, n in
            (("sports", 3), ("politics", 5), ("cooking", 2))]
@@ -294,3 +296,93 @@ def test_the_functions_app_serves_rank_and_reward(app: App, monkeypatch: pytest.
     rewarded = serve("personalizer_reward", "/api/agents/news/personalizer/events/f1/reward", {"value": 1},
                      event_id="f1")
     assert rewarded.status_code == 204 and app.episode("f1").reward == 1.0
+
+
+# --------------------------------------------------------------------------- model, policy configuration, logs
+
+
+def model_of(app: App, agent: str = "news") -> dict[str, Any]:
+    answer = http.dispatch("personalizer_model", http.Request("GET", {"agent_id": agent}), app.rt)
+    assert answer.status == 200 and answer.headers["Content-Type"] == "application/octet-stream"
+    return json.loads(answer.body)
+
+
+def test_the_model_exports_imports_as_a_new_version_and_resets_to_version_one(app: App) -> None:
+    app.rank("m0")
+    exported = model_of(app)
+    assert exported["agent_id"] == "news" and exported["version"] == 1
+    edited = {**exported, "agent_id": "elsewhere", "logits": [2.0, 0.0, -2.0]}
+    assert app.call("personalizer_model", json.dumps(edited).encode(), method="PUT") == (204, None)
+    assert app.call("personalizer_model", json.dumps(edited).encode(), method="PUT") == (204, None)  # no change
+    now = model_of(app)
+    assert (now["version"], now["source"], now["logits"]) == (2, "import", [2.0, 0.0, -2.0])
+    history = [v for v, _ in app.rt.store.policy_version_times("news")]
+    assert history == [1, 2]  # the audit trail holds the replaced version and the import
+    ranking = {r["id"]: r["probability"] for r in app.rank("m1")["ranking"]}
+    assert ranking["sports"] > ranking["politics"] > ranking["cooking"]
+    status, props = app.call("personalizer_model_properties", method="GET")
+    assert status == 200 and props["lastModifiedTime"] == now["created_at"].replace("Z", "+00:00")
+    assert app.call("personalizer_model", method="DELETE") == (204, None)
+    reset = model_of(app)
+    assert (reset["version"], reset["source"], reset["logits"]) == (3, "rollback", exported["logits"])
+    assert app.call("personalizer_model", method="DELETE") == (204, None) and model_of(app)["version"] == 3
+
+
+@pytest.mark.parametrize("body, field", [
+    (b"not json", "model: not a policy document"),
+    (b"[]", "model: must be a policy document"),
+    (json.dumps({"actions": [{"id": "a"}], "logits": [1.0, 2.0]}).encode(), "model: logits"),
+])
+def test_a_bad_model_is_refused_naming_the_field(app: App, body: bytes, field: str) -> None:
+    app.rank("b0")
+    status, error = app.call("personalizer_model", body, method="PUT")
+    assert status == 400 and error["error"]["message"].startswith(field), error
+    assert model_of(app)["version"] == 1
+    assert app.call("personalizer_model", method="GET", agent="nobody")[0] == 404
+
+
+def test_the_policy_configuration_is_stored_and_reset(app: App) -> None:
+    app.rank("p0")
+    put = {"name": "vw", "arguments": "--cb_explore_adf --epsilon 0.2"}
+    assert app.call("personalizer_policy_configuration", put, method="PUT") == (200, put)
+    assert app.call("personalizer_policy_configuration", method="GET") == (200, put)
+    status, described = app.call("personalizer_policy_configuration", method="DELETE")
+    assert status == 200 and described["name"] == "news v1"
+    assert app.call("personalizer_policy_configuration", method="GET") == (200, described)
+    status, error = app.call("personalizer_policy_configuration", {"name": "vw"}, method="PUT")
+    assert status == 400 and error["error"]["message"].startswith("arguments")
+
+
+def test_log_properties_span_the_agents_episodes_and_deleting_logs_is_not_served(app: App) -> None:
+    app.rank("l0")
+    assert app.call("personalizer_log_properties", method="GET") == (200, {"dateRange": {}})
+    app.reward("l0", 1.0)
+    app.clock.advance(3600)
+    app.rank("l1")
+    app.reward("l1", 0.0)
+    status, props = app.call("personalizer_log_properties", method="GET")
+    first, last = app.episode("l0").started_at, app.episode("l1").started_at
+    assert status == 200 and [datetime.fromisoformat(props["dateRange"][k]) for k in ("from", "to")] == [first, last]
+    status, error = app.call("personalizer_logs", method="DELETE")
+    assert status == 501 and "agent-learn agent delete" in error["error"]["message"]
+    assert app.episode("l0") is not None
+
+
+def test_logging_only_pins_the_agent_and_leaving_it_unpins_unless_an_operator_pinned(app: App) -> None:
+    def pinned(agent: str = "news") -> tuple[bool, str]:
+        doc = app.rt.store.get_current_policy(agent).doc
+        return doc["pinned"], doc["pin_reason"]
+
+    app.rank("g0")
+    logging_only = {"learningMode": "LoggingOnly"}
+    assert app.call("personalizer_service_configuration", logging_only, method="PUT")[0] == 200
+    assert pinned()[0] and "LoggingOnly" in pinned()[1]
+    assert app.call("personalizer_service_configuration", {"learningMode": "Apprentice"}, method="PUT")[0] == 200
+    assert pinned() == (False, "")
+    set_pinned(app.rt.store, "news", True, "an operator's reason")
+    app.call("personalizer_service_configuration", logging_only, method="PUT")
+    app.call("personalizer_service_configuration", {"learningMode": "Online"}, method="PUT")
+    assert pinned() == (True, "an operator's reason")
+    app.call("personalizer_service_configuration", logging_only, method="PUT", agent="later")
+    app.rank("g1", agent="later")  # the first rank creates it pinned
+    assert pinned("later")[0]
