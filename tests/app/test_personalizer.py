@@ -386,3 +386,81 @@ def test_logging_only_pins_the_agent_and_leaving_it_unpins_unless_an_operator_pi
     app.call("personalizer_service_configuration", logging_only, method="PUT", agent="later")
     app.rank("g1", agent="later")  # the first rank creates it pinned
     assert pinned("later")[0]
+
+
+# --------------------------------------------------------------------------- evaluations and apprentice mode
+
+
+WINDOW = {"startTime": "2020-01-01T00:00:00Z", "endTime": "2030-01-01T00:00:00Z"}
+
+
+@pytest.fixture(scope="module")
+def learned(tmp_path_factory: pytest.TempPathFactory) -> Iterator[App]:
+    """An agent that served 200 events rewarding cooking, and learned from them."""
+    a = App(tmp_path_factory.mktemp("learned"))
+    for i in range(200):
+        chosen = a.rank(f"e{i}")["rewardActionId"]
+        a.reward(f"e{i}", 1.0 if chosen == "cooking" else 0.0)
+    assert a.train() == {"news": 2}
+    yield a
+    a.parts.close()
+
+
+def test_an_evaluation_estimates_the_policies_on_the_logged_events_and_is_kept(learned: App) -> None:
+    body = {"name": "check", **WINDOW, "policies": [{"name": "first", "arguments": "version 1"},
+                                                    {"name": "cook", "arguments": "always cooking"}]}
+    status, made = learned.call("personalizer_evaluation", body, method="PUT", evaluation_id="ev1")
+    assert status == 200 and made["status"] == "Succeeded" and made["optimalPolicy"] == "cook"
+    results = {r["policySource"] if r["policySource"] != "Custom" else r["name"]: r for r in made["content"]["value"]}
+    assert set(results) == {"Online", "Baseline", "Random", "first", "cook"}
+    for r in results.values():
+        low, high = r["summary"]["confidenceInterval"]
+        assert low <= r["summary"]["expectedReward"] <= high and set(r["estimates"]) == {"ips", "snips", "dr"}
+    assert results["cook"]["summary"]["expectedReward"] == pytest.approx(1.0)
+    assert results["Online"]["summary"]["expectedReward"] > results["first"]["summary"]["expectedReward"]
+    assert results["Random"]["summary"] == results["first"]["summary"]  # version 1 is uniform
+    assert learned.call("personalizer_evaluation", body, method="PUT", evaluation_id="ev1") == (200, made)
+    assert learned.call("personalizer_evaluation", method="GET", evaluation_id="ev1") == (200, made)
+    status, error = learned.call("personalizer_evaluation", {**body, "name": "other"}, method="PUT",
+                                 evaluation_id="ev1")
+    assert status == 409 and error["error"]["message"].startswith("evaluationId")
+    learned.call("personalizer_evaluation", {"name": "second", **WINDOW}, method="PUT", evaluation_id="ev2")
+    status, listing = learned.call("personalizer_evaluations", method="GET")
+    ids = [e["id"] for e in listing["value"]]  # oldest first
+    assert status == 200 and ids.index("ev1") < ids.index("ev2") and listing["value"][0]["status"] == "Succeeded"
+    assert learned.call("personalizer_evaluation", method="DELETE", evaluation_id="ev1") == (204, None)
+    ids = [e["id"] for e in learned.call("personalizer_evaluations", method="GET")[1]["value"]]
+    assert "ev1" not in ids and "ev2" in ids
+    assert learned.call("personalizer_evaluation", method="GET", evaluation_id="ev1")[0] == 404
+
+
+@pytest.mark.parametrize("body, field", [
+    ({"name": "x", "startTime": "yesterday", "endTime": WINDOW["endTime"]}, "startTime"),
+    ({"name": "x", "startTime": WINDOW["endTime"], "endTime": WINDOW["startTime"]}, "endTime"),
+    ({"name": "x", **WINDOW, "policies": [{"name": "vw", "arguments": "--cb_explore_adf"}]}, "policies[0].arguments"),
+    ({"name": "x", **WINDOW, "policies": [{"name": "v", "arguments": "version 9"}]}, "policies[0].arguments"),
+    ({"name": "x", **WINDOW, "enablePolicyOptimization": True}, "enablePolicyOptimization"),
+    ({"name": "x", **WINDOW, "extra": 1}, "extra"),
+    ({"name": "x", "startTime": "2029-01-01T00:00:00Z", "endTime": "2030-01-01T00:00:00Z"}, "startTime"),
+])
+def test_a_bad_evaluation_is_refused_naming_the_field(learned: App, body: dict[str, Any], field: str) -> None:
+    status, error = learned.call("personalizer_evaluation", body, method="PUT", evaluation_id="bad")
+    assert status == 400 and error["error"]["message"].startswith(field), error
+    assert learned.call("personalizer_evaluation", method="GET", evaluation_id="bad")[0] == 404
+
+
+def test_apprentice_mode_says_from_the_newest_evaluation_whether_the_learned_policy_beats_the_baseline(
+    learned: App,
+) -> None:
+    learned.call("personalizer_service_configuration", {"learningMode": "Apprentice"}, method="PUT")
+    try:
+        learned.call("personalizer_evaluation", {"name": "apprentice", **WINDOW}, method="PUT", evaluation_id="ap")
+        status, config = learned.call("personalizer_service_configuration", method="GET")
+        metrics = config["latestApprenticeModeMetrics"]
+        assert status == 200 and metrics["evaluationId"] == "ap" and metrics["learnedPolicyBeatsBaseline"] is True
+        assert metrics["learnedMinusBaseline"]["confidenceInterval"][0] > 0
+        served = learned.rank("ap1")
+        assert served["rewardActionId"] == "sports" and served["ranking"][0]["probability"] == 1.0  # the baseline
+    finally:
+        learned.call("personalizer_service_configuration", {"learningMode": "Online"}, method="PUT")
+    assert "latestApprenticeModeMetrics" not in learned.call("personalizer_service_configuration", method="GET")[1]

@@ -115,6 +115,15 @@ def _policy_configuration(r: Request, rt: Runtime, ev: Any) -> Any:
     return admin.policy_configuration(rt, _agent(r))
 
 
+def _evaluation(r: Request, rt: Runtime, ev: Any) -> Any:
+    evaluations, method, evaluation_id = _part("evaluations"), r.method.upper(), r.params.get("evaluation_id", "")
+    if method == "PUT":
+        return evaluations.create(rt, _agent(r), evaluation_id, r.body)
+    if method == "DELETE":
+        return evaluations.delete(rt, _agent(r), evaluation_id) or HttpAnswer(204)
+    return evaluations.get(rt, _agent(r), evaluation_id)
+
+
 def _model(r: Request, rt: Runtime, ev: Any) -> Any:
     admin, method = _part("admin"), r.method.upper()
     if method == "PUT":
@@ -144,6 +153,10 @@ ROUTES: tuple[RouteSpec, ...] = (
     RouteSpec("personalizer_model", ("GET", "PUT", "DELETE"), f"{BASE}/model", _answer(_model, 200)),
     RouteSpec("personalizer_model_properties", ("GET",), f"{BASE}/model/properties", _answer(
         lambda r, rt, ev: _part("admin").model_properties(rt, _agent(r)), 200)),
+    RouteSpec("personalizer_evaluations", ("GET",), f"{BASE}/evaluations", _answer(
+        lambda r, rt, ev: _part("evaluations").listed(rt, _agent(r), r.query), 200)),
+    RouteSpec("personalizer_evaluation", ("GET", "PUT", "DELETE"), f"{BASE}/evaluations/{{evaluation_id}}",
+              _answer(_evaluation, 200)),
     RouteSpec("personalizer_log_properties", ("GET",), f"{BASE}/logs/properties", _answer(
         lambda r, rt, ev: _part("admin").log_properties(rt, _agent(r)), 200)),
     RouteSpec("personalizer_logs", ("DELETE",), f"{BASE}/logs", _answer(
