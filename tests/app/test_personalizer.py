@@ -4,11 +4,12 @@ real ``azure-ai-personalizer`` client driving the same handlers over HTTP."""
 
 from __future__ import annotations
 
+import io
 import json
 import math
 import signal
 from collections.abc import Iterator
-from datetime import datetime
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -253,6 +254,20 @@ def test_the_azure_ai_personalizer_client_drives_agent_learn_serve(served: str) 
     until(learned, "a version learned from the rewards")
     assert admin.get_policy()["name"] != "news v1"
 
+    model = b"".join(admin.export_model())
+    exported = json.loads(model)
+    admin.import_model(io.BytesIO(json.dumps({**exported, "logits": [0.0] * len(exported["logits"])}).encode()))
+    assert json.loads(b"".join(admin.export_model()))["source"] == "import"
+    assert admin.get_model_properties()["lastModifiedTime"] > admin.get_model_properties()["creationTime"]
+    window = {"startTime": "2020-01-01T00:00:00Z", "endTime": "2030-01-01T00:00:00Z"}
+    admin.create_evaluation("ev", {"name": "served", **window, "policies": [{"name": "v1", "arguments": "version 1"}]})
+    found = admin.get_evaluation("ev", start_time=datetime(2020, 1, 1, tzinfo=UTC),
+                                 end_time=datetime(2030, 1, 1, tzinfo=UTC))
+    assert found["status"] == "Succeeded" and {r["name"] for r in found["content"]["value"]} >= {"baseline", "v1"}
+    assert [e["id"] for e in admin.list_evaluations()] == ["ev"]
+    admin.delete_evaluation("ev")
+    assert admin.get_log_properties()["dateRange"]["to"] >= admin.get_log_properties()["dateRange"]["from"]
+
     page = personalizer.PersonalizerClient(f"{served}/page", AzureKeyCredential(KEY))
     slots = page.rank_multi_slot({"actions": ACTIONS, "slots": [{"id": "main", "baselineAction": "sports"}]})
     page.reward_multi_slot(slots["eventId"], {"reward": [{"slotId": "main", "value": 1.0}]})
@@ -285,8 +300,8 @@ def test_the_functions_app_serves_rank_and_reward(app: App, monkeypatch: pytest.
 
     monkeypatch.setattr(handlers, "_runtime", app.rt)
 
-    def serve(name: str, url: str, body: Any, **params: str) -> Any:
-        request = func.HttpRequest(method="POST", url=url, route_params={"agent_id": "news", **params},
+    def serve(name: str, url: str, body: Any, method: str = "POST", **params: str) -> Any:
+        request = func.HttpRequest(method=method, url=url, route_params={"agent_id": "news", **params},
                                    params={"api-version": "2022-09-01-preview"}, body=json.dumps(body).encode())
         return functions()[name].get_user_function()(request)
 
@@ -296,6 +311,11 @@ def test_the_functions_app_serves_rank_and_reward(app: App, monkeypatch: pytest.
     rewarded = serve("personalizer_reward", "/api/agents/news/personalizer/events/f1/reward", {"value": 1},
                      event_id="f1")
     assert rewarded.status_code == 204 and app.episode("f1").reward == 1.0
+    model = serve("personalizer_model", "/api/agents/news/personalizer/model", None, method="GET")
+    assert model.status_code == 200 and model.mimetype == "application/octet-stream"
+    assert json.loads(model.get_body())["agent_id"] == "news"
+    evaluations = serve("personalizer_evaluations", "/api/agents/news/personalizer/evaluations", None, method="GET")
+    assert evaluations.status_code == 200 and json.loads(evaluations.get_body()) == {"value": []}
 
 
 # --------------------------------------------------------------------------- model, policy configuration, logs
