@@ -336,6 +336,7 @@ def test_the_model_exports_imports_as_a_new_version_and_resets_to_version_one(ap
     assert app.call("personalizer_model", json.dumps(edited).encode(), method="PUT") == (204, None)  # no change
     now = model_of(app)
     assert (now["version"], now["source"], now["logits"]) == (2, "import", [2.0, 0.0, -2.0])
+    assert now["cursor"] == exported["cursor"] and now["agent_id"] == "news"  # no score learned twice or skipped
     history = [v for v, _ in app.rt.store.policy_version_times("news")]
     assert history == [1, 2]  # the audit trail holds the replaced version and the import
     ranking = {r["id"]: r["probability"] for r in app.rank("m1")["ranking"]}
@@ -352,6 +353,8 @@ def test_the_model_exports_imports_as_a_new_version_and_resets_to_version_one(ap
     (b"not json", "model: not a policy document"),
     (b"[]", "model: must be a policy document"),
     (json.dumps({"actions": [{"id": "a"}], "logits": [1.0, 2.0]}).encode(), "model: logits"),
+    (json.dumps({"actions": [{"id": "s=a"}], "logits": [0.0], "dimensions": [{"name": "s", "size": 1}]}).encode(),
+     "model: is a multi-slot model"),
 ])
 def test_a_bad_model_is_refused_naming_the_field(app: App, body: bytes, field: str) -> None:
     app.rank("b0")
@@ -397,6 +400,8 @@ def test_logging_only_pins_the_agent_and_leaving_it_unpins_unless_an_operator_pi
     logging_only = {"learningMode": "LoggingOnly"}
     assert app.call("personalizer_service_configuration", logging_only, method="PUT")[0] == 200
     assert pinned()[0] and "LoggingOnly" in pinned()[1]
+    app.reward(app.rank("g0-1")["eventId"], 1.0)
+    assert app.episode("g0-1") is not None  # logged; the trainer leaves a pinned agent alone
     assert app.call("personalizer_service_configuration", {"learningMode": "Apprentice"}, method="PUT")[0] == 200
     assert pinned() == (False, "")
     set_pinned(app.rt.store, "news", True, "an operator's reason")

@@ -82,6 +82,10 @@ def import_model(rt: Runtime, agent_id: str, body: bytes) -> None:
         })
     except InvalidDocument as exc:
         raise Problem(400, "BadRequest", f"model: {str(exc).removeprefix('invalid policy: ')}") from None
+    if (target.dimensions is None) != (current.dimensions is None):
+        model, agent = ("multi", "single") if target.dimensions is not None else ("single", "multi")
+        raise Problem(400, "BadRequest", f"model: is a {model}-slot model and {agent_id!r} a {agent}-slot agent; "
+                                         "import a model of its kind, or create a new agent")
     import_policy(rt.store, agent_id, target, clock=events.clock_of(rt), note="personalizer model import")
 
 

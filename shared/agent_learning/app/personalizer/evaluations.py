@@ -133,6 +133,7 @@ def get(rt: Runtime, agent_id: str, evaluation_id: str) -> dict[str, Any]:
 
 def listed(rt: Runtime, agent_id: str, query: Any) -> dict[str, Any]:
     """``GET …/evaluations``: the agent's evaluations, oldest first (``top``, ``skip``)."""
+    events.check_agent(agent_id)
     if query.get("filter"):
         raise bad("filter: filtering evaluations is not supported; list them all")
     top, skip = read_count(query, "top"), read_count(query, "skip") or 0
@@ -144,6 +145,7 @@ def listed(rt: Runtime, agent_id: str, query: Any) -> dict[str, Any]:
 def delete(rt: Runtime, agent_id: str, evaluation_id: str) -> None:
     """``DELETE …/evaluations/{id}`` (deleting one that is not there changes nothing)."""
     check_id(evaluation_id)
+    events.check_agent(agent_id)
     rt.store.set_checkpoint(name(agent_id, evaluation_id), "")
     ids = index(rt, agent_id)
     if evaluation_id in ids:
