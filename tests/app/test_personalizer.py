@@ -267,6 +267,14 @@ def test_the_azure_ai_personalizer_client_drives_agent_learn_serve(served: str) 
     assert [e["id"] for e in admin.list_evaluations()] == ["ev"]
     admin.delete_evaluation("ev")
     assert admin.get_log_properties()["dateRange"]["to"] >= admin.get_log_properties()["dateRange"]["from"]
+    with pytest.raises(HttpResponseError) as not_served:
+        admin.delete_logs()
+    assert not_served.value.status_code == 501
+    vw = {"name": "vw", "arguments": "--cb_explore_adf --epsilon 0.2"}
+    assert admin.update_policy(vw) == vw == admin.get_policy()
+    assert admin.reset_policy()["name"].startswith("news v")
+    admin.reset_model()
+    assert json.loads(b"".join(admin.export_model()))["source"] == "rollback"
 
     page = personalizer.PersonalizerClient(f"{served}/page", AzureKeyCredential(KEY))
     slots = page.rank_multi_slot({"actions": ACTIONS, "slots": [{"id": "main", "baselineAction": "sports"}]})
