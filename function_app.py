@@ -10,7 +10,7 @@
     ingest   HTTP POST /api/agents/{agent_id}/episodes  → an agent's episode, for callers allowed to write it
     choose   HTTP POST /api/agents/{agent_id}/choose    → a configuration drawn from the agent's policy
     personalizer_*  HTTP /api/agents/{agent_id}/personalizer/...  → the Azure AI Personalizer API of the agent:
-             rank, reward, activate, configurations/service (agent_learning.app.personalizer)
+             rank, reward, activate, configurations/service, model, evaluations (agent_learning.app.personalizer)
 
 Connections are identity-based: `CosmosDBConnection__accountEndpoint` and
 `ServiceBusConnection__fullyQualifiedNamespace` (plus `__credential`/`__clientId`).
@@ -104,6 +104,23 @@ def personalizer_activate(req: func.HttpRequest) -> func.HttpResponse:
            auth_level=func.AuthLevel.FUNCTION)
 def personalizer_service_configuration(req: func.HttpRequest) -> func.HttpResponse:
     return _serve("personalizer_service_configuration", req)
+
+
+@app.route(route=http.BY_NAME["personalizer_model"].template, methods=["GET", "PUT", "DELETE"],
+           auth_level=func.AuthLevel.FUNCTION)
+def personalizer_model(req: func.HttpRequest) -> func.HttpResponse:
+    return _serve("personalizer_model", req)
+
+
+@app.route(route=http.BY_NAME["personalizer_evaluations"].template, methods=["GET"], auth_level=func.AuthLevel.FUNCTION)
+def personalizer_evaluations(req: func.HttpRequest) -> func.HttpResponse:
+    return _serve("personalizer_evaluations", req)
+
+
+@app.route(route=http.BY_NAME["personalizer_evaluation"].template, methods=["GET", "PUT", "DELETE"],
+           auth_level=func.AuthLevel.FUNCTION)
+def personalizer_evaluation(req: func.HttpRequest) -> func.HttpResponse:
+    return _serve("personalizer_evaluation", req)
 
 
 def _serve(name: str, req: func.HttpRequest) -> func.HttpResponse:

@@ -52,7 +52,8 @@ def call(name: str, *args: Any) -> Any:
 def test_the_app_has_exactly_its_functions() -> None:
     assert set(FUNCTIONS) == {"enqueue", "score", "train", "train_agent", "policy", "feedback", "ingest", "choose",
                               "personalizer_rank", "personalizer_reward", "personalizer_activate",
-                              "personalizer_service_configuration"}
+                              "personalizer_service_configuration", "personalizer_model",
+                              "personalizer_evaluations", "personalizer_evaluation"}
 
 
 def test_every_http_function_serves_its_route_of_the_route_table() -> None:

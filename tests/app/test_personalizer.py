@@ -4,10 +4,12 @@ real ``azure-ai-personalizer`` client driving the same handlers over HTTP."""
 
 from __future__ import annotations
 
+import io
 import json
 import math
 import signal
 from collections.abc import Iterator
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +23,7 @@ from agent_learning.app.settings import load_settings
 from agent_learning.app.wiring import Components
 from agent_learning.core.clock import ManualClock
 from agent_learning.documents import Episode
+from agent_learning.pipeline import set_pinned
 
 ACTIONS = [{"id": topic, "features": [{"topic": topic, "length": n}]} for topic, n in
            (("sports", 3), ("politics", 5), ("cooking", 2))]
@@ -251,6 +254,28 @@ def test_the_azure_ai_personalizer_client_drives_agent_learn_serve(served: str) 
     until(learned, "a version learned from the rewards")
     assert admin.get_policy()["name"] != "news v1"
 
+    model = b"".join(admin.export_model())
+    exported = json.loads(model)
+    admin.import_model(io.BytesIO(json.dumps({**exported, "logits": [0.0] * len(exported["logits"])}).encode()))
+    assert json.loads(b"".join(admin.export_model()))["source"] == "import"
+    assert admin.get_model_properties()["lastModifiedTime"] > admin.get_model_properties()["creationTime"]
+    window = {"startTime": "2020-01-01T00:00:00Z", "endTime": "2030-01-01T00:00:00Z"}
+    admin.create_evaluation("ev", {"name": "served", **window, "policies": [{"name": "v1", "arguments": "version 1"}]})
+    found = admin.get_evaluation("ev", start_time=datetime(2020, 1, 1, tzinfo=UTC),
+                                 end_time=datetime(2030, 1, 1, tzinfo=UTC))
+    assert found["status"] == "Succeeded" and {r["name"] for r in found["content"]["value"]} >= {"baseline", "v1"}
+    assert [e["id"] for e in admin.list_evaluations()] == ["ev"]
+    admin.delete_evaluation("ev")
+    assert admin.get_log_properties()["dateRange"]["to"] >= admin.get_log_properties()["dateRange"]["from"]
+    with pytest.raises(HttpResponseError) as not_served:
+        admin.delete_logs()
+    assert not_served.value.status_code == 501
+    vw = {"name": "vw", "arguments": "--cb_explore_adf --epsilon 0.2"}
+    assert admin.update_policy(vw) == vw == admin.get_policy()
+    assert admin.reset_policy()["name"].startswith("news v")
+    admin.reset_model()
+    assert json.loads(b"".join(admin.export_model()))["source"] == "rollback"
+
     page = personalizer.PersonalizerClient(f"{served}/page", AzureKeyCredential(KEY))
     slots = page.rank_multi_slot({"actions": ACTIONS, "slots": [{"id": "main", "baselineAction": "sports"}]})
     page.reward_multi_slot(slots["eventId"], {"reward": [{"slotId": "main", "value": 1.0}]})
@@ -283,8 +308,8 @@ def test_the_functions_app_serves_rank_and_reward(app: App, monkeypatch: pytest.
 
     monkeypatch.setattr(handlers, "_runtime", app.rt)
 
-    def serve(name: str, url: str, body: Any, **params: str) -> Any:
-        request = func.HttpRequest(method="POST", url=url, route_params={"agent_id": "news", **params},
+    def serve(name: str, url: str, body: Any, method: str = "POST", **params: str) -> Any:
+        request = func.HttpRequest(method=method, url=url, route_params={"agent_id": "news", **params},
                                    params={"api-version": "2022-09-01-preview"}, body=json.dumps(body).encode())
         return functions()[name].get_user_function()(request)
 
@@ -294,6 +319,11 @@ def test_the_functions_app_serves_rank_and_reward(app: App, monkeypatch: pytest.
     rewarded = serve("personalizer_reward", "/api/agents/news/personalizer/events/f1/reward", {"value": 1},
                      event_id="f1")
     assert rewarded.status_code == 204 and app.episode("f1").reward == 1.0
+    model = serve("personalizer_model", "/api/agents/news/personalizer/model", None, method="GET")
+    assert model.status_code == 200 and model.mimetype == "application/octet-stream"
+    assert json.loads(model.get_body())["agent_id"] == "news"
+    evaluations = serve("personalizer_evaluations", "/api/agents/news/personalizer/evaluations", None, method="GET")
+    assert evaluations.status_code == 200 and json.loads(evaluations.get_body()) == {"value": []}
 
 
 def test_an_activated_event_never_rewarded_takes_the_default_reward_when_the_timer_sweeps(app: App) -> None:
@@ -345,3 +375,177 @@ def test_average_aggregation_learns_the_mean_of_the_rewards_within_the_wait(app:
     assert app.episode("m", agent="page").reward == pytest.approx((0.5 + 0.0) / 2)  # side had none: defaultReward 0
     status, error = app.call("personalizer_service_configuration", {"rewardAggregation": "median"}, method="PUT")
     assert status == 400 and "rewardAggregation" in error["error"]["message"]
+
+
+
+# --------------------------------------------------------------------------- model, policy configuration, logs
+
+
+def model_of(app: App, agent: str = "news") -> dict[str, Any]:
+    answer = http.dispatch("personalizer_model", http.Request("GET", {"agent_id": agent}), app.rt)
+    assert answer.status == 200 and answer.headers["Content-Type"] == "application/octet-stream"
+    return json.loads(answer.body)
+
+
+def test_the_model_exports_imports_as_a_new_version_and_resets_to_version_one(app: App) -> None:
+    app.rank("m0")
+    exported = model_of(app)
+    assert exported["agent_id"] == "news" and exported["version"] == 1
+    edited = {**exported, "agent_id": "elsewhere", "logits": [2.0, 0.0, -2.0]}
+    assert app.call("personalizer_model", json.dumps(edited).encode(), method="PUT") == (204, None)
+    assert app.call("personalizer_model", json.dumps(edited).encode(), method="PUT") == (204, None)  # no change
+    now = model_of(app)
+    assert (now["version"], now["source"], now["logits"]) == (2, "import", [2.0, 0.0, -2.0])
+    assert now["cursor"] == exported["cursor"] and now["agent_id"] == "news"  # no score learned twice or skipped
+    history = [v for v, _ in app.rt.store.policy_version_times("news")]
+    assert history == [1, 2]  # the audit trail holds the replaced version and the import
+    ranking = {r["id"]: r["probability"] for r in app.rank("m1")["ranking"]}
+    assert ranking["sports"] > ranking["politics"] > ranking["cooking"]
+    status, props = app.call("personalizer_model_properties", method="GET")
+    assert status == 200 and props["lastModifiedTime"] == now["created_at"].replace("Z", "+00:00")
+    assert app.call("personalizer_model", method="DELETE") == (204, None)
+    reset = model_of(app)
+    assert (reset["version"], reset["source"], reset["logits"]) == (3, "rollback", exported["logits"])
+    assert app.call("personalizer_model", method="DELETE") == (204, None) and model_of(app)["version"] == 3
+
+
+@pytest.mark.parametrize("body, field", [
+    (b"not json", "model: not a policy document"),
+    (b"[]", "model: must be a policy document"),
+    (json.dumps({"actions": [{"id": "a"}], "logits": [1.0, 2.0]}).encode(), "model: logits"),
+    (json.dumps({"actions": [{"id": "s=a"}], "logits": [0.0], "dimensions": [{"name": "s", "size": 1}]}).encode(),
+     "model: is a multi-slot model"),
+])
+def test_a_bad_model_is_refused_naming_the_field(app: App, body: bytes, field: str) -> None:
+    app.rank("b0")
+    status, error = app.call("personalizer_model", body, method="PUT")
+    assert status == 400 and error["error"]["message"].startswith(field), error
+    assert model_of(app)["version"] == 1
+    assert app.call("personalizer_model", method="GET", agent="nobody")[0] == 404
+
+
+def test_the_policy_configuration_is_stored_and_reset(app: App) -> None:
+    app.rank("p0")
+    put = {"name": "vw", "arguments": "--cb_explore_adf --epsilon 0.2"}
+    assert app.call("personalizer_policy_configuration", put, method="PUT") == (200, put)
+    assert app.call("personalizer_policy_configuration", method="GET") == (200, put)
+    status, described = app.call("personalizer_policy_configuration", method="DELETE")
+    assert status == 200 and described["name"] == "news v1"
+    assert app.call("personalizer_policy_configuration", method="GET") == (200, described)
+    status, error = app.call("personalizer_policy_configuration", {"name": "vw"}, method="PUT")
+    assert status == 400 and error["error"]["message"].startswith("arguments")
+
+
+def test_log_properties_span_the_agents_episodes_and_deleting_logs_is_not_served(app: App) -> None:
+    app.rank("l0")
+    assert app.call("personalizer_log_properties", method="GET") == (200, {"dateRange": {}})
+    app.reward("l0", 1.0)
+    app.clock.advance(3600)
+    app.rank("l1")
+    app.reward("l1", 0.0)
+    status, props = app.call("personalizer_log_properties", method="GET")
+    first, last = app.episode("l0").started_at, app.episode("l1").started_at
+    assert status == 200 and [datetime.fromisoformat(props["dateRange"][k]) for k in ("from", "to")] == [first, last]
+    status, error = app.call("personalizer_logs", method="DELETE")
+    assert status == 501 and "agent-learn agent delete" in error["error"]["message"]
+    assert app.episode("l0") is not None
+
+
+def test_logging_only_pins_the_agent_and_leaving_it_unpins_unless_an_operator_pinned(app: App) -> None:
+    def pinned(agent: str = "news") -> tuple[bool, str]:
+        doc = app.rt.store.get_current_policy(agent).doc
+        return doc["pinned"], doc["pin_reason"]
+
+    app.rank("g0")
+    logging_only = {"learningMode": "LoggingOnly"}
+    assert app.call("personalizer_service_configuration", logging_only, method="PUT")[0] == 200
+    assert pinned()[0] and "LoggingOnly" in pinned()[1]
+    app.reward(app.rank("g0-1")["eventId"], 1.0)
+    assert app.episode("g0-1") is not None  # logged; the trainer leaves a pinned agent alone
+    assert app.call("personalizer_service_configuration", {"learningMode": "Apprentice"}, method="PUT")[0] == 200
+    assert pinned() == (False, "")
+    set_pinned(app.rt.store, "news", True, "an operator's reason")
+    app.call("personalizer_service_configuration", logging_only, method="PUT")
+    app.call("personalizer_service_configuration", {"learningMode": "Online"}, method="PUT")
+    assert pinned() == (True, "an operator's reason")
+    app.call("personalizer_service_configuration", logging_only, method="PUT", agent="later")
+    app.rank("g1", agent="later")  # the first rank creates it pinned
+    assert pinned("later")[0]
+
+
+# --------------------------------------------------------------------------- evaluations and apprentice mode
+
+
+WINDOW = {"startTime": "2020-01-01T00:00:00Z", "endTime": "2030-01-01T00:00:00Z"}
+
+
+@pytest.fixture(scope="module")
+def learned(tmp_path_factory: pytest.TempPathFactory) -> Iterator[App]:
+    """An agent that served 200 events rewarding cooking, and learned from them."""
+    a = App(tmp_path_factory.mktemp("learned"))
+    for i in range(200):
+        chosen = a.rank(f"e{i}")["rewardActionId"]
+        a.reward(f"e{i}", 1.0 if chosen == "cooking" else 0.0)
+    assert a.train() == {"news": 2}
+    yield a
+    a.parts.close()
+
+
+def test_an_evaluation_estimates_the_policies_on_the_logged_events_and_is_kept(learned: App) -> None:
+    body = {"name": "check", **WINDOW, "policies": [{"name": "first", "arguments": "version 1"},
+                                                    {"name": "cook", "arguments": "always cooking"}]}
+    status, made = learned.call("personalizer_evaluation", body, method="PUT", evaluation_id="ev1")
+    assert status == 200 and made["status"] == "Succeeded" and made["optimalPolicy"] == "cook"
+    results = {r["policySource"] if r["policySource"] != "Custom" else r["name"]: r for r in made["content"]["value"]}
+    assert set(results) == {"Online", "Baseline", "Random", "first", "cook"}
+    for r in results.values():
+        low, high = r["summary"]["confidenceInterval"]
+        assert low <= r["summary"]["expectedReward"] <= high and set(r["estimates"]) == {"ips", "snips", "dr"}
+    assert results["cook"]["summary"]["expectedReward"] == pytest.approx(1.0)
+    assert results["Online"]["summary"]["expectedReward"] > results["first"]["summary"]["expectedReward"]
+    assert results["Random"]["summary"] == results["first"]["summary"]  # version 1 is uniform
+    assert learned.call("personalizer_evaluation", body, method="PUT", evaluation_id="ev1") == (200, made)
+    assert learned.call("personalizer_evaluation", method="GET", evaluation_id="ev1") == (200, made)
+    status, error = learned.call("personalizer_evaluation", {**body, "name": "other"}, method="PUT",
+                                 evaluation_id="ev1")
+    assert status == 409 and error["error"]["message"].startswith("evaluationId")
+    learned.call("personalizer_evaluation", {"name": "second", **WINDOW}, method="PUT", evaluation_id="ev2")
+    status, listing = learned.call("personalizer_evaluations", method="GET")
+    ids = [e["id"] for e in listing["value"]]  # oldest first
+    assert status == 200 and ids.index("ev1") < ids.index("ev2") and listing["value"][0]["status"] == "Succeeded"
+    assert learned.call("personalizer_evaluation", method="DELETE", evaluation_id="ev1") == (204, None)
+    ids = [e["id"] for e in learned.call("personalizer_evaluations", method="GET")[1]["value"]]
+    assert "ev1" not in ids and "ev2" in ids
+    assert learned.call("personalizer_evaluation", method="GET", evaluation_id="ev1")[0] == 404
+
+
+@pytest.mark.parametrize("body, field", [
+    ({"name": "x", "startTime": "yesterday", "endTime": WINDOW["endTime"]}, "startTime"),
+    ({"name": "x", "startTime": WINDOW["endTime"], "endTime": WINDOW["startTime"]}, "endTime"),
+    ({"name": "x", **WINDOW, "policies": [{"name": "vw", "arguments": "--cb_explore_adf"}]}, "policies[0].arguments"),
+    ({"name": "x", **WINDOW, "policies": [{"name": "v", "arguments": "version 9"}]}, "policies[0].arguments"),
+    ({"name": "x", **WINDOW, "enablePolicyOptimization": True}, "enablePolicyOptimization"),
+    ({"name": "x", **WINDOW, "extra": 1}, "extra"),
+    ({"name": "x", "startTime": "2029-01-01T00:00:00Z", "endTime": "2030-01-01T00:00:00Z"}, "startTime"),
+])
+def test_a_bad_evaluation_is_refused_naming_the_field(learned: App, body: dict[str, Any], field: str) -> None:
+    status, error = learned.call("personalizer_evaluation", body, method="PUT", evaluation_id="bad")
+    assert status == 400 and error["error"]["message"].startswith(field), error
+    assert learned.call("personalizer_evaluation", method="GET", evaluation_id="bad")[0] == 404
+
+
+def test_apprentice_mode_says_from_the_newest_evaluation_whether_the_learned_policy_beats_the_baseline(
+    learned: App,
+) -> None:
+    learned.call("personalizer_service_configuration", {"learningMode": "Apprentice"}, method="PUT")
+    try:
+        learned.call("personalizer_evaluation", {"name": "apprentice", **WINDOW}, method="PUT", evaluation_id="ap")
+        status, config = learned.call("personalizer_service_configuration", method="GET")
+        metrics = config["latestApprenticeModeMetrics"]
+        assert status == 200 and metrics["evaluationId"] == "ap" and metrics["learnedPolicyBeatsBaseline"] is True
+        assert metrics["learnedMinusBaseline"]["confidenceInterval"][0] > 0
+        served = learned.rank("ap1")
+        assert served["rewardActionId"] == "sports" and served["ranking"][0]["probability"] == 1.0  # the baseline
+    finally:
+        learned.call("personalizer_service_configuration", {"learningMode": "Online"}, method="PUT")
+    assert "latestApprenticeModeMetrics" not in learned.call("personalizer_service_configuration", method="GET")[1]

@@ -7,9 +7,12 @@ from __future__ import annotations
 import json
 import logging
 import sqlite3
+import statistics
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from http.client import HTTPConnection
 from pathlib import Path
 from typing import Any
 
@@ -92,3 +95,20 @@ def test_a_failing_stage_is_logged_and_runs_again_at_its_next_turn(
     finally:
         assert stages.stop()
     assert "no such table: episodes" in caplog.records[0].getMessage()
+
+
+def test_answers_with_a_body_do_not_wait_for_the_clients_delayed_ack(runtime: Any) -> None:
+    """Regression: the listening socket named no protocol, so asyncio left Nagle's algorithm on and
+    every answer with a body on a kept-alive connection waited ≈40 ms for the client's delayed ACK."""
+    rt, _ = runtime
+    with serving(server.asgi_app(rt, routes=ADDED)) as url:
+        connection = HTTPConnection(*url.removeprefix("http://").split(":"))
+        took = []
+        for _ in range(9):
+            start = time.perf_counter()
+            connection.request("GET", "/api/agents/a/probe/configurations/service")
+            answer = connection.getresponse()
+            assert answer.status == 201 and answer.read()
+            took.append(time.perf_counter() - start)
+        connection.close()
+    assert statistics.median(took) < 0.025, took

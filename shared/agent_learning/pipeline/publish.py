@@ -5,7 +5,7 @@ changes only here, always by an ETag compare-and-swap, and each change is idempo
 
 * :func:`create_policy` — the first version; never overwrites an existing policy.
 * :func:`publish` — the swap the trainer makes to publish the next version.
-* :func:`set_pinned`, :func:`rollback`, :func:`revise` — operators' interventions (below).
+* :func:`set_pinned`, :func:`rollback`, :func:`revise`, :func:`import_policy` — operators' interventions (below).
 
 History is never rewritten. A rollback publishes the logits (and temperature and exploration
 floor) of an earlier version as a *new* version with ``source="rollback"``; the training
@@ -256,28 +256,8 @@ def rollback(store: Store, agent_id: str, version: int, *, clock: Clock = SYSTEM
     target = stored_policy(raw)
 
     def copy(current: PolicyDocument, next_version: int, from_: str) -> PolicyDocument:
-        return current.model_copy(
-            update={
-                "version": next_version,
-                "actions": list(target.actions),
-                "learner_state": remap_state(
-                    current.learner_state, current.action_ids, target.action_ids, {},
-                    earlier=(target.learner_state, target.action_ids),
-                ),
-                "logits": list(target.logits),
-                "temperature": target.temperature,
-                "exploration_floor": target.exploration_floor,
-                "dimensions": target.dimensions,
-                "excluded": target.excluded,
-                "features": target.features,
-                "schema_version": target.schema_version,
-                "source": "rollback",
-                "parent_version": version,
-                "run": None,
-                "created_at": clock.now(),
-                "note": noted(f"rollback from {from_} to v{version}", note),
-            }
-        )
+        return adopted(current, target, next_version, "rollback", version, clock,
+                       noted(f"rollback from {from_} to v{version}", note))
 
     def change(current: PolicyDocument) -> PolicyDocument | None:
         if current.source == "rollback" and current.parent_version == version:
@@ -306,6 +286,50 @@ def rollback(store: Store, agent_id: str, version: int, *, clock: Clock = SYSTEM
             except ConcurrencyConflict:
                 continue  # someone else wrote it meanwhile: read it again
     raise ConcurrencyConflict(f"the policy of {agent_id!r} kept changing; try again")
+
+
+def adopted(current: PolicyDocument, target: PolicyDocument, next_version: int, source: str,
+            parent_version: int | None, clock: Clock, note: str) -> PolicyDocument:
+    """``current`` with ``target``'s actions, logits and settings as version ``next_version``:
+    the training cursor stays, and the learner state merges as a rollback's does."""
+    return current.model_copy(
+        update={
+            "version": next_version,
+            "actions": list(target.actions),
+            "learner_state": remap_state(
+                current.learner_state, current.action_ids, target.action_ids, {},
+                earlier=(target.learner_state, target.action_ids),
+            ),
+            "logits": list(target.logits),
+            "temperature": target.temperature,
+            "exploration_floor": target.exploration_floor,
+            "dimensions": target.dimensions,
+            "excluded": target.excluded,
+            "features": target.features,
+            "schema_version": target.schema_version,
+            "source": source,
+            "parent_version": parent_version,
+            "run": None,
+            "created_at": clock.now(),
+            "note": note,
+        }
+    )
+
+
+def import_policy(store: Store, agent_id: str, target: PolicyDocument, *, clock: Clock = SYSTEM_CLOCK,
+                  note: str = "") -> Change:
+    """Publish ``target``'s actions, logits and settings (a policy exported from this agent or
+    another) as the agent's next version, ``source="import"``; the training cursor stays, as a
+    rollback's does. Importing what the current version already is changes nothing."""
+    same = ("actions", "logits", "temperature", "exploration_floor", "dimensions", "excluded", "features")
+
+    def change(current: PolicyDocument) -> PolicyDocument | None:
+        if all(getattr(current, k) == getattr(target, k) for k in same):
+            return None
+        return adopted(current, target, current.version + 1, "import", None, clock,
+                       noted(f"imported over v{current.version}", note))
+
+    return swap(store, agent_id, change)
 
 
 def noted(text: str, note: str) -> str:

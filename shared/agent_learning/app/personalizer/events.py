@@ -37,6 +37,7 @@ from typing import TYPE_CHECKING, Any
 
 from agent_learning.agent.client import PolicyClient
 from agent_learning.app.personalizer.config import Problem, ServiceConfiguration, configuration_from
+from agent_learning.app.personalizer.modes import follow_mode
 from agent_learning.core.clock import SYSTEM_CLOCK, Clock
 from agent_learning.core.errors import AlreadyExists, ConcurrencyConflict, InvalidDocument, NotFound
 from agent_learning.documents import (
@@ -175,6 +176,7 @@ def policy_for(rt: Runtime, agent_id: str, create: Any) -> SoftmaxPolicy:
                           "first rank is off (AGENT_LEARNING_PERSONALIZER_CREATE_AGENTS)") from None
     with contextlib.suppress(AlreadyExists):  # another request created it first: rank with that one
         create_policy(rt.store, create())
+    follow_mode(rt.store, agent_id, configuration(rt.store, agent_id))  # LoggingOnly pins it from the start
     return client.refresh()
 
 
