@@ -114,6 +114,7 @@ print(json.dumps({"seconds": elapsed, "functions": names, "heavy": heavy,
     )
     print(f"\ncold import of function_app from the deployment package: {result['seconds'] * 1000:.0f} ms")
     assert result["functions"] == ["choose", "enqueue", "feedback", "ingest", "personalizer_activate",
+                                   "personalizer_evaluation", "personalizer_evaluations", "personalizer_model",
                                    "personalizer_rank", "personalizer_reward", "personalizer_service_configuration",
                                    "policy", "score", "train", "train_agent"]
     assert result["heavy"] == []
