@@ -33,6 +33,8 @@ from agent_learning.core.telemetry import MEAN_REWARD, POLICY_ENTROPY, SPAN_TRAI
 from agent_learning.documents import (
     MAX_TRAIN_BATCH,
     TRAIN_BATCH,
+    Action,
+    ActionFeature,
     ContextFeature,
     Measures,
     PolicyDocument,
@@ -479,10 +481,14 @@ def next_version(
         note += f", rejected {len(batch.rejected)} invalid"
     if batch.skipped:
         note += f", skipped {len(batch.skipped)} of removed actions"
+    fields = update.fields()
+    for name, kind in (("features", ContextFeature), ("actions", Action), ("action_features", ActionFeature)):
+        if name in fields:
+            fields[name] = [kind.model_validate(x) for x in fields[name]]
     return current.model_copy(
         update={
             "version": new_version,
-            "logits": [float(x) for x in update.logits],
+            **fields,
             "source": "train",
             "parent_version": current.version,
             "cursor": cursor_to,
@@ -490,11 +496,6 @@ def next_version(
             "created_at": finished,
             "note": note,
             "learner_state": update.state,
-            **(
-                {"features": [ContextFeature.model_validate(f) for f in update.features]}
-                if update.features is not None
-                else {}
-            ),
         }
     )
 
