@@ -1079,7 +1079,7 @@ def prepare(doc: PolicyDocument, rows: Rows) -> tuple[Model, Params, ContextBatc
                     counts[name] = counts.get(name, 0) + 1
             for name, _ in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])):
                 if name not in known and len(known) < MAX_SEGMENTS and budget > 0:
-                    known[name] = [0.0] * v
+                    known[name] = [0.0] * own
                     budget -= 1
             categorical.append(feature.name)
             segments.append(list(known))
@@ -1763,39 +1763,34 @@ class Reinforce:
         # per-dimension Thompson sampling's posteriors do; the cap applies there.
         single = len(model.slices) == 1
         contextual = bool(params.offsets or params.weights.size)
-        # With action features an action's logit without context is θ_a + φ(a)·w, and a segment's adds
-        # φ(a)·u: the bounds apply to those, moving θ (δ in a segment) only.
-        phi = model.actions.phi if model.actions is not None and params.action.size else None
-        if phi is not None:
-            raised, lowered = self.bound_features(params, model, evidence, segments, cap=not contextual)
-        shift = phi @ params.action if phi is not None else np.zeros_like(params.theta)
+        # The bounds hold an action's own logits (θ, θ + δ) to its own evidence; the action features'
+        # terms, learned from the evidence pooled over every action with a value, are not bounded by
+        # one action's (module docstring: Action features).
         variances = []  # per dimension: its pooled reward variance, the spread of a cell's evidence
         # With several dimensions each one's Thompson floor is dimension_thompson_floor's (LearnerConfig).
         per_dimension = cfg if single else replace(cfg, thompson_floor=cfg.dimension_thompson_floor)
         for sl in model.slices:
             sub = Evidence(evidence.count[sl], evidence.reward_sum[sl], evidence.reward_sq_sum[sl])
-            bounded, count_raised, count_lowered = bound_logits(
-                per_dimension, params.theta[sl] + shift[sl], sub, cap=not contextual, temperature=model.temperature
+            params.theta[sl], count_raised, count_lowered = bound_logits(
+                per_dimension, params.theta[sl], sub, cap=not contextual, temperature=model.temperature
             )
-            params.theta[sl] = bounded - shift[sl]
             raised += count_raised
             lowered += count_lowered
             pooled = sub.pooled()
             variances.append(None if pooled is None else pooled[1])
-        cells = [(offsets[k], segments[f][k], 1.0, cfg.segment_gap_slack,
-                  shift + (phi @ params.action_offsets[f][k] if phi is not None else 0.0))
+        cells = [(offsets[k], segments[f][k], 1.0, cfg.segment_gap_slack)
                  for f, offsets in enumerate(params.offsets) for k in range(offsets.shape[0])]
-        cells += [(params.weights[j], segments[len(params.offsets) + j][k], sign * NUMBER_PROBE, None, shift)
+        cells += [(params.weights[j], segments[len(params.offsets) + j][k], sign * NUMBER_PROBE, None)
                   for j in range(params.weights.shape[0]) for k, sign in enumerate((-1.0, 1.0))]
         # A segment's θ + δ, or a numeric half's θ ± β at one scale from the centre, bounded by the
         # cell's own evidence (with the dimension's pooled variance), moving δ or β only.
-        for row, (count, total), scale, slack, features in cells:
+        for row, (count, total), scale, slack in cells:
             for sl, var in zip(model.slices, variances, strict=True):
                 if var is None or count[sl].sum() <= 0:
                     continue
                 mean = total[sl] / np.maximum(count[sl], 1e-12)
                 cell = Evidence(count[sl], total[sl], count[sl] * (var + mean**2))
-                logits = params.theta[sl] + scale * row[sl] + features[sl]
+                logits = params.theta[sl] + scale * row[sl]
                 bounded, count_raised, count_lowered = bound_logits(
                     cfg, logits, cell, slack, normalise=False, cap=single, temperature=model.temperature
                 )
@@ -1808,47 +1803,6 @@ class Reinforce:
         return raised, lowered
 
 
-    def bound_features(
-        self, params: Params, model: Model, evidence: Evidence, segments: list[list[tuple[Array, Array]]], *, cap: bool
-    ) -> tuple[int, int]:
-        """Bound each action feature's weights w_k (in place) by the evidence of the actions with each
-        value, as θ is bounded by each action's, and w_k + u_{f,c,k} by a segment's, moving u; then
-        centre each feature's weights (module docstring: Action features). Returns how many were
-        raised and how many lowered."""
-        cfg = self.config
-        assert model.actions is not None
-        phi = model.actions.phi
-        raised = lowered = 0
-        for part in feature_parts(model):
-            by_value = phi[:, part]
-            pooled = Evidence(evidence.count @ by_value, evidence.reward_sum @ by_value,
-                              evidence.reward_sq_sum @ by_value)
-            if pooled.count.sum() > 0:
-                params.action[part], count_raised, count_lowered = bound_logits(
-                    cfg, params.action[part], pooled, cap=cap, temperature=model.temperature)
-                raised += count_raised
-                lowered += count_lowered
-            spread = pooled.pooled()
-            for f, u in enumerate(params.action_offsets):
-                for k in range(u.shape[0]):
-                    count, total = (x @ by_value for x in segments[f][k])
-                    if spread is None or count.sum() <= 0:
-                        continue
-                    mean = total / np.maximum(count, 1e-12)
-                    cell = Evidence(count, total, count * (spread[1] + mean**2))
-                    logits = params.action[part] + u[k, part]
-                    bounded, count_raised, count_lowered = bound_logits(
-                        cfg, logits, cell, cfg.segment_gap_slack, normalise=False, cap=False,
-                        temperature=model.temperature)
-                    raised += count_raised
-                    lowered += count_lowered
-                    u[k, part] += bounded - logits
-            params.action[part] -= params.action[part].mean()
-            for u in params.action_offsets:
-                u[:, part] -= u[:, part].mean(axis=1, keepdims=True)
-        return raised, lowered
-
-
 def feature_parts(model: Model) -> list[slice]:
     """Where each action feature's values sit in ``Params.action`` (none without action features)."""
     if model.actions is None:
@@ -1858,7 +1812,8 @@ def feature_parts(model: Model) -> list[slice]:
 
 
 def centre(params: Params, model: Model) -> Params:
-    """Every block with mean zero within each dimension."""
+    """Every block with mean zero within each dimension, and each action feature's weights (and
+    each segment's interactions) with mean zero over the feature's values."""
     out = params.copy()
     for sl in model.slices:
         out.theta[sl] -= out.theta[sl].mean()
@@ -1867,6 +1822,10 @@ def centre(params: Params, model: Model) -> Params:
                 o[:, sl] -= o[:, sl].mean(axis=1, keepdims=True)
         if out.weights.size:
             out.weights[:, sl] -= out.weights[:, sl].mean(axis=1, keepdims=True)
+    for part in feature_parts(model):  # and each action feature's weights over its values
+        out.action[part] -= out.action[part].mean()
+        for u in out.action_offsets:
+            u[:, part] -= u[:, part].mean(axis=1, keepdims=True)
     return out
 
 
