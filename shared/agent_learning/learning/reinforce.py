@@ -175,6 +175,31 @@ per corrected episode and drops those whose corrections net to zero: a thumb tog
 down two thousand times is one episode's worth of information, or none, not two thousand
 episodes' worth, and feedback that nets to zero changes nothing at all.
 
+Action features. A flat policy may score its actions by categorical features (see
+:mod:`agent_learning.policy`): per learned value p of each action feature a weight w_p, and per
+segment c of each categorical context feature f interactions u_{f,c,p}, so that with φ(a) the
+one-hot vector of a's values ::
+
+    ℓ(a | x) = θ_a + Σ_f δ_{f,x_f,a} + Σ_j β_{j,a} x̃_j + φ(a)·(w + Σ_f u_{f,x_f})
+
+A row may carry the candidates its request offered, C_i (ids with features, new ones included);
+its softmax is over C_i alone (the others have probability 0), so log s(a_i | x_i, C_i), the
+importance weight s/μ_i with μ_i the logged probability among C_i, and the exact gradient
+∇_w log s(a_i) = (φ(a_i) − Σ_{b ∈ C_i} s(b) φ(b)) / T (u likewise over a segment's rows) follow
+the formulas above. The evidence direction of w_p is the score statistic
+
+    d_p = T · Σ_i A_i c_ip / √(Σ_i c_ip² + c),   c_ip = φ_p(a_i) − Σ_{b ∈ C_i} s(b | x_i) φ_p(b)
+
+(a z-statistic of how much better the rows with the value did than the policy's mix of it), and
+of u_{f,c,p} the same over the rows of segment c (with ``segment_prior``). Each feature's weights
+are centred over its values (an action without the feature counts as its mean value) and no
+value falls more than ``max_logit_gap`` below the feature's best, alone or in a segment. The
+evidence bound holds each action's own logits (θ, θ + δ) to the action's own evidence; the
+feature terms, learned from the evidence pooled over every action with a value, are bounded
+only as above. Actions a batch offered that the policy lacks are added (θ = 0, the most chosen
+first, within ``MAX_ACTIONS`` and ``MAX_LEARNED_VALUES``), with their features; the learner
+state's per-action entries grow with them.
+
 Rewards must be finite; :class:`Batch` rejects anything else before it reaches the math.
 """
 
