@@ -16,6 +16,7 @@ from agent_learning.agent.client import PolicyClient
 from agent_learning.core.errors import InvalidDocument
 from agent_learning.documents import MAX_CANDIDATES, Candidate, Episode, PolicyDocument
 from agent_learning.evaluation import chosen_probabilities, toward
+from agent_learning.evaluation.counterfactual import read_logged
 from agent_learning.learning.reinforce import Reinforce, Rows, gradient, prepare, surrogate
 from agent_learning.pipeline import create_policy, train_agent
 from agent_learning.pipeline.train import collect
@@ -242,6 +243,8 @@ def test_the_trainer_learns_scores_of_offered_actions_and_the_guardrail_shrinks_
     assert "new" in trained.action_ids
     weights = (trained.action_features or [])[0].weights
     assert set(weights) == {"red", "blue", "green"}
+    with pytest.raises(ValueError, match="200 episodes of 'shop' chose among the actions their request offered"):
+        read_logged(store, trained)  # agent-learn evaluate: fails closed
     half = toward(featured().document, trained, 0.5)  # the guardrail's shrunk step: new actions from 0
     assert half.logits == pytest.approx([x / 2 for x in trained.logits])
     assert (half.action_features or [])[0].weights["red"] == pytest.approx(weights["red"] / 2)
