@@ -735,8 +735,9 @@ class SoftmaxPolicy:
                 raise InvalidDocument("decision", [(f"actions[{i}].id", f"{action.id!r} is offered twice")])
             seen.add(action.id)
             own = self._index.get(action.id)
-            if own is not None and (action.features is None or not action.config):
-                mine = self.actions[own]
+            mine = self.actions[own] if own is not None else None
+            if mine is not None and ((action.features is None and mine.features is not None)
+                                     or (not action.config and mine.config)):
                 action = Action.model_construct(
                     id=action.id,
                     description=action.description or mine.description,
