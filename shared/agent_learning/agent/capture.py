@@ -399,6 +399,7 @@ class EpisodeCapture:
             "usage": self.usage,
             "reward": self.reward,
             "incarnation": d.incarnation,
+            "candidates": [c.model_dump() for c in d.candidates] if getattr(d, "candidates", None) else None,
         }
 
     def _own_reward(self, reward: float | None) -> None:

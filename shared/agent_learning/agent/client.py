@@ -29,7 +29,7 @@ import time
 import urllib.error
 import urllib.parse
 import urllib.request
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from agent_learning.core import notices
@@ -101,12 +101,13 @@ class PolicyClient:
             or notices.generation(self.agent_id) != self._notices
         )
 
-    def choose(self, context: Mapping[str, Any] | None = None) -> Decision:
+    def choose(self, context: Mapping[str, Any] | None = None, actions: Sequence[Any] | None = None) -> Decision:
         """Draw a configuration from the current policy (:meth:`policy`); ``context`` (the
-        request's features) is logged with the episode (:meth:`SoftmaxPolicy.choose`)."""
-        return self.policy().choose(context=context)
+        request's features) is logged with the episode, and ``actions`` (those the request
+        offers, with their features) too (:meth:`SoftmaxPolicy.choose`)."""
+        return self.policy().choose(context=context, actions=actions)
 
-    async def achoose(self, context: Mapping[str, Any] | None = None) -> Decision:
+    async def achoose(self, context: Mapping[str, Any] | None = None, actions: Sequence[Any] | None = None) -> Decision:
         """:meth:`choose` for asyncio code: a refresh that is due reads the store in a worker
         thread, so the event loop goes on serving other requests meanwhile; choices made while
         it is under way draw from the cached policy (the first read is awaited by every caller)."""
@@ -117,7 +118,7 @@ class PolicyClient:
                 policy = await asyncio.to_thread(self.refresh)
             finally:
                 self._refreshing = False
-        return policy.choose(context=context)
+        return policy.choose(context=context, actions=actions)
 
     def refresh(self) -> SoftmaxPolicy:
         """Read the current document now; keep the last good policy if the read fails or the

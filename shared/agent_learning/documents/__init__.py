@@ -34,7 +34,8 @@ Each kind has its module: :mod:`.episode` (with the scoring queue's :class:`Scor
 :mod:`.score` (with :class:`UnjudgedRecord`), :mod:`.feedback` (with :class:`CorrectionLedger`),
 :mod:`.policy`, :mod:`.run` and :mod:`.cursor`. They share :mod:`.fields` (schema versions, size
 caps, id and value types, JSON and Unicode checks), :mod:`.context` (a decision's context) and
-:mod:`.base` (:class:`Document`). Import every name from this package; its modules never import it.
+:mod:`.base` (:class:`Document`), and :mod:`.actions` (an action's features, and the candidates one
+request offered). Import every name from this package; its modules never import it.
 """
 
 from __future__ import annotations
@@ -43,6 +44,13 @@ from agent_learning.core.errors import (  # importable from here, as before the 
     DocumentTooLarge,
     InvalidDocument,
     StoredDocumentInvalid,
+)
+from agent_learning.documents.actions import (
+    MAX_ACTION_FEATURES,
+    MAX_CANDIDATES,
+    MAX_FEATURE_VALUES,
+    Candidate,
+    check_action_features,
 )
 from agent_learning.documents.base import (
     D,
@@ -137,9 +145,11 @@ from agent_learning.documents.policy import (
     MAX_LEARNED_VALUES,
     MAX_SEGMENTS,
     Action,
+    ActionFeature,
     ContextFeature,
     Dimension,
     ExclusionRule,
+    FeatureWeights,
     Offsets,
     PolicyDocument,
     SegmentName,
@@ -173,21 +183,22 @@ from agent_learning.documents.score import (
 __all__ = [
     "ACTION_ID", "ACTION_ID_RULE", "AGENT_ID_RULE", "CONTEXT_NAME", "DEFAULT_EXPLORATION_FLOOR", "DEFAULT_TEMPERATURE",
     "DIMENSION_NAME", "DIMENSION_NAME_RULE", "DOC_ID_RULE", "EXACT_INTEGERS", "FEEDBACK_SOURCE_RULE",
-    "INCARNATION_RULE", "MAX_ACTIONS", "MAX_CONTEXT_FEATURES", "MAX_CONTEXT_VALUE_CHARS", "MAX_DIMENSIONS",
-    "MAX_EPISODE_BYTES", "MAX_ESCAPED_PER_CHAR", "MAX_EXCLUDED", "MAX_ID_CHARS", "MAX_JSON_CHARS", "MAX_JSON_DEPTH",
-    "MAX_LEARNED_VALUES", "MAX_LOGIT", "MAX_METADATA_KEYS", "MAX_METADATA_VALUE_CHARS", "MAX_NAME_CHARS",
-    "MAX_NOTE_CHARS", "MAX_SEGMENTS", "MAX_STEPS", "MAX_STEP_TEXT_CHARS", "MAX_TEMPERATURE", "MAX_TEXT_CHARS",
-    "MAX_TOOL_DEFINITIONS_CHARS", "MAX_TRAIN_BATCH", "MAX_TTL_SECONDS", "MIN_LOGGED_PROBABILITY", "MIN_TEMPERATURE",
-    "NOT_UNICODE", "NUMBER_RULE", "PARTIAL", "SCHEMA_VERSION", "STRUCTURED_SCHEMA", "TRAIN_BATCH", "Action",
-    "ActionId", "AgentId", "ContextFeature", "CorrectionLedger", "Count", "D", "Dimension", "DimensionName", "DocId",
-    "Document", "DocumentTooLarge", "Episode", "Evaluation", "ExclusionRule", "Feedback", "FeedbackSource", "Finite",
-    "Incarnation", "Interval", "InvalidDocument", "JudgeInfo", "LearnedBase", "LedgerId", "Measures", "MetricCheck",
-    "MetricScore", "Name", "NonNegative", "Offsets", "PolicyDocument", "Probability", "Rejected", "RewardInfo",
-    "Score", "ScoreCursor", "ScoreId", "ScoreRequest", "SegmentName", "ShortText", "Step", "StepText",
+    "INCARNATION_RULE", "MAX_ACTIONS", "MAX_ACTION_FEATURES", "MAX_CANDIDATES", "MAX_CONTEXT_FEATURES",
+    "MAX_CONTEXT_VALUE_CHARS", "MAX_DIMENSIONS", "MAX_EPISODE_BYTES", "MAX_ESCAPED_PER_CHAR", "MAX_EXCLUDED",
+    "MAX_FEATURE_VALUES", "MAX_ID_CHARS", "MAX_JSON_CHARS", "MAX_JSON_DEPTH", "MAX_LEARNED_VALUES", "MAX_LOGIT",
+    "MAX_METADATA_KEYS", "MAX_METADATA_VALUE_CHARS", "MAX_NAME_CHARS", "MAX_NOTE_CHARS", "MAX_SEGMENTS", "MAX_STEPS",
+    "MAX_STEP_TEXT_CHARS", "MAX_TEMPERATURE", "MAX_TEXT_CHARS", "MAX_TOOL_DEFINITIONS_CHARS", "MAX_TRAIN_BATCH",
+    "MAX_TTL_SECONDS", "MIN_LOGGED_PROBABILITY", "MIN_TEMPERATURE", "NOT_UNICODE", "NUMBER_RULE", "PARTIAL",
+    "SCHEMA_VERSION", "STRUCTURED_SCHEMA", "TRAIN_BATCH", "Action", "ActionFeature", "ActionId", "AgentId", "Candidate",
+    "ContextFeature", "CorrectionLedger", "Count", "D", "Dimension", "DimensionName", "DocId", "Document",
+    "DocumentTooLarge", "Episode", "Evaluation", "ExclusionRule", "FeatureWeights", "Feedback", "FeedbackSource",
+    "Finite", "Incarnation", "Interval", "InvalidDocument", "JudgeInfo", "LearnedBase", "LedgerId", "Measures",
+    "MetricCheck", "MetricScore", "Name", "NonNegative", "Offsets", "PolicyDocument", "Probability", "Rejected",
+    "RewardInfo", "Score", "ScoreCursor", "ScoreId", "ScoreRequest", "SegmentName", "ShortText", "Step", "StepText",
     "StoredDocumentInvalid", "Text", "TrainingRun", "UnjudgedRecord", "Usage", "Version", "WeightDiagnostics",
-    "agent_id_problem", "check_context", "correction_doc_id", "correction_ledger_id", "episode_id_problem",
-    "excluded_configurations", "feedback_doc_id", "feedback_sources_id", "held_run_doc_id", "invalid_from_pydantic",
-    "is_unicode", "json_bytes", "legacy_correction_doc_id", "parse_json", "policy_doc_id", "run_doc_id",
-    "stored_policy",
+    "agent_id_problem", "check_action_features", "check_context", "correction_doc_id", "correction_ledger_id",
+    "episode_id_problem", "excluded_configurations", "feedback_doc_id", "feedback_sources_id", "held_run_doc_id",
+    "invalid_from_pydantic", "is_unicode", "json_bytes", "legacy_correction_doc_id", "parse_json", "policy_doc_id",
+    "run_doc_id", "stored_policy",
 ]
 """Every name the package exports: the names the module ``documents`` had before it became one."""

@@ -20,6 +20,7 @@ from pydantic import (
     model_validator,
 )
 
+from agent_learning.documents.actions import MAX_CANDIDATES, Candidate
 from agent_learning.documents.base import Document, _OverLimit
 from agent_learning.documents.context import EXACT_INTEGERS, NUMBER_RULE, check_context
 from agent_learning.documents.fields import (
@@ -161,6 +162,11 @@ class Episode(Document):
     )
     """The agent's own reward in [0, 1] (a test result, a rating, a business metric): the episode is
     scored from it, without the judges (:func:`agent_learning.rewards.agent_reward`)."""
+    candidates: Annotated[list[Candidate], Field(min_length=1, max_length=MAX_CANDIDATES)] | None = Field(
+        None, exclude_if=_unset
+    )
+    """The actions the request offered (``choose(actions=...)``), with their features: ``probability``
+    is the action's among these; absent when the policy chose among its own actions."""
     incarnation: Incarnation | None = Field(None, exclude_if=_unset)
     """The incarnation of the policy the action was drawn from (:data:`Incarnation`); the scorer
     dead-letters an episode of another incarnation than its policy version's."""
@@ -211,6 +217,8 @@ class Episode(Document):
     def _consistent(self, info: ValidationInfo) -> Episode:
         if self.ended_at < self.started_at:
             raise ValueError("ended_at: is before started_at")
+        if self.candidates is not None and self.action_id not in {c.id for c in self.candidates}:
+            raise ValueError(f"candidates: the action chosen, {self.action_id!r}, is not among them")
         if abs(self.logprob - math.log(self.probability)) > 1e-6:
             raise ValueError(f"logprob: {self.logprob} is not log(probability) = {math.log(self.probability)}")
         if self.probability < MIN_LOGGED_PROBABILITY:

@@ -12,6 +12,7 @@ from typing import Annotated, Any, Literal
 from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, StringConstraints, field_validator, model_validator
 
 from agent_learning.core.errors import InvalidDocument, StoredDocumentInvalid
+from agent_learning.documents.actions import MAX_ACTION_FEATURES, MAX_FEATURE_VALUES, check_action_features
 from agent_learning.documents.base import Document
 from agent_learning.documents.context import CONTEXT_NAME, MAX_CONTEXT_FEATURES, MAX_CONTEXT_VALUE_CHARS
 from agent_learning.documents.cursor import ScoreCursor
@@ -43,11 +44,19 @@ class Action(BaseModel):
     id: ActionId
     description: ShortText = ""
     config: dict[str, Any] = {}
+    features: dict[str, Any] | None = Field(None, exclude_if=_unset)
+    """The action's categorical features (:func:`check_action_features`), which a policy with
+    ``action_features`` scores it by."""
 
     @field_validator("config")
     @classmethod
     def _config_json(cls, value: dict[str, Any]) -> dict[str, Any]:
         return _json_size(value, "config")
+
+    @field_validator("features")
+    @classmethod
+    def _features(cls, value: dict[str, Any] | None) -> dict[str, Any] | None:
+        return None if value is None else check_action_features(value)
 
 
 MAX_DIMENSIONS = 8
@@ -109,6 +118,41 @@ class ContextFeature(BaseModel):
         return self
 
 
+FeatureWeights = dict[SegmentName, Annotated[float, Field(strict=True, allow_inf_nan=False,
+                                                           ge=-MAX_LOGIT, le=MAX_LOGIT)]]
+
+
+class ActionFeature(BaseModel):
+    """A categorical action feature a policy scores actions by (:mod:`agent_learning.policy`):
+    ``weights`` maps each learned value v of the feature to w_v, added to the logit of every action
+    with that value; ``by_context`` maps a categorical context feature and one of its segments to
+    the weights u_v added when the request's context is in that segment."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    name: Annotated[str, StringConstraints(strict=True, pattern=f"^{CONTEXT_NAME.pattern}$")]
+    weights: FeatureWeights = {}
+    by_context: dict[str, dict[SegmentName, FeatureWeights]] | None = Field(None, exclude_if=_unset)
+
+    @model_validator(mode="after")
+    def _sizes(self) -> ActionFeature:
+        if len(self.weights) > MAX_FEATURE_VALUES:
+            raise ValueError(f"weights: {len(self.weights)} values; the limit is {MAX_FEATURE_VALUES}")
+        for name, segments in (self.by_context or {}).items():
+            if len(segments) > MAX_SEGMENTS:
+                raise ValueError(f"by_context.{name}: {len(segments)} segments; the limit is {MAX_SEGMENTS}")
+            for segment, weights in segments.items():
+                unknown = sorted(set(weights) - set(self.weights))
+                if unknown:
+                    raise ValueError(f"by_context.{name}.{segment}: {unknown} are not values in weights")
+        return self
+
+    @property
+    def parameters(self) -> int:
+        """Its learned weights: values plus context interactions."""
+        return len(self.weights) + sum(len(w) for s in (self.by_context or {}).values() for w in s.values())
+
+
 class PolicyDocument(Document):
     """A softmax policy over discrete actions.
 
@@ -148,6 +192,11 @@ class PolicyDocument(Document):
         None, exclude_if=_unset
     )
     """Context features the policy's choice depends on (schema 2)."""
+    action_features: Annotated[list[ActionFeature], Field(max_length=MAX_ACTION_FEATURES)] | None = Field(
+        None, exclude_if=_unset
+    )
+    """Categorical features of the actions the policy scores them by (schema 2; a flat policy's):
+    an action a request offers that the policy has never seen is scored by its features alone."""
     unpinned_version: Version | None = Field(None, exclude_if=_unset)
     """The version the current document was at when an operator last unpinned it: a drift warning
     pins the agent again (``AGENT_LEARNING_AUTO_PIN``) only on the evidence of the runs after it."""
@@ -162,7 +211,7 @@ class PolicyDocument(Document):
         if (
             isinstance(data, dict)
             and "schema_version" not in data
-            and any(data.get(k) is not None for k in ("dimensions", "excluded", "features"))
+            and any(data.get(k) is not None for k in ("dimensions", "excluded", "features", "action_features"))
         ):
             return {**data, "schema_version": STRUCTURED_SCHEMA}
         return data
@@ -184,6 +233,7 @@ class PolicyDocument(Document):
         if self.exploration_floor * largest >= 1:
             raise ValueError(f"exploration_floor: {self.exploration_floor} x {largest} actions must be below 1")
         self._check_structure()
+        self._check_action_features()
         if self.kind == "version" and (self.pinned or self.pin_reason):
             raise ValueError("pinned: only the current document can be pinned")
         expected = policy_doc_id(self.agent_id, self.version if self.kind == "version" else None)
@@ -192,8 +242,7 @@ class PolicyDocument(Document):
         return self
 
     def _check_structure(self) -> None:
-        structured = self.dimensions is not None or self.excluded is not None or self.features is not None
-        if structured and self.schema_version < STRUCTURED_SCHEMA:
+        if self.structured and self.schema_version < STRUCTURED_SCHEMA:
             raise ValueError(
                 f"schema_version: a policy with dimensions, exclusions or features is schema {STRUCTURED_SCHEMA}"
             )
@@ -252,14 +301,32 @@ class PolicyDocument(Document):
                 f"{learned * len(self.actions)} parameters; the limit is {MAX_LEARNED_VALUES}"
             )
 
+    def _check_action_features(self) -> None:
+        if self.action_features is None:
+            return
+        if self.dimensions is not None:
+            raise ValueError("action_features: only a flat list of actions (no dimensions) is scored by features")
+        names = [f.name for f in self.action_features]
+        if len(set(names)) != len(names):
+            raise ValueError(f"action_features: duplicate names {sorted({n for n in names if names.count(n) > 1})}")
+        categorical = {f.name for f in self.features or [] if f.kind == "category"}
+        for feature in self.action_features:
+            for name in feature.by_context or {}:
+                if name not in categorical:
+                    raise ValueError(f"action_features.{feature.name}.by_context: {name!r} is not a category "
+                                     f"feature of the policy (features: {sorted(categorical)})")
+        learned = sum(f.parameters for f in self.action_features)
+        if learned > MAX_LEARNED_VALUES:
+            raise ValueError(f"action_features: {learned} weights; the limit is {MAX_LEARNED_VALUES}")
+
     @property
     def action_ids(self) -> list[str]:
         return [a.id for a in self.actions]
 
     @property
     def structured(self) -> bool:
-        """Whether choosing needs :class:`~agent_learning.policy.StructuredPolicy`."""
-        return self.dimensions is not None or self.excluded is not None or self.features is not None
+        """Whether the document uses the fields of schema 2 (dimensions, exclusions, features)."""
+        return any(x is not None for x in (self.dimensions, self.excluded, self.features, self.action_features))
 
     def as_kind(self, kind: Literal["version", "current"]) -> PolicyDocument:
         """The same policy as a version document or as the current document.

@@ -7,6 +7,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from agent_learning.documents.actions import MAX_CANDIDATES, Candidate
 from agent_learning.documents.base import Document
 from agent_learning.documents.context import check_context
 from agent_learning.documents.cursor import ScoreCursor
@@ -116,6 +117,11 @@ class Score(Document):
     """The episode's context, copied by the scorer so that the trainer reads it with the reward."""
     measures: Measures | None = Field(None, exclude_if=_unset)
     """Latency, tool outcomes and tokens of the episode (judges' scores written by this version)."""
+    candidates: Annotated[list[Candidate], Field(min_length=1, max_length=MAX_CANDIDATES)] | None = Field(
+        None, exclude_if=_unset
+    )
+    """The actions the request offered (``choose(actions=...)``), with their features: ``probability``
+    is the action's among these; absent when the policy chose among its own actions."""
     incarnation: Incarnation | None = Field(None, exclude_if=_unset)
     """The episode's incarnation: training refuses a score of another one than its policy's."""
 
@@ -131,6 +137,8 @@ class Score(Document):
         if self.id != expected and not legacy:
             what = "episode_id" if self.revision == 0 else f"the id of correction {self.revision}"
             raise ValueError(f"id: must equal {what} {expected!r}")
+        if self.candidates is not None and self.action_id not in {c.id for c in self.candidates}:
+            raise ValueError(f"candidates: the action chosen, {self.action_id!r}, is not among them")
         if (self.reward_delta is None) != (self.revision == 0):
             raise ValueError("reward_delta: a correction (revision >= 1) needs one; a judges' score has none")
         return self

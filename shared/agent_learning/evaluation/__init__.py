@@ -47,6 +47,7 @@ import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
 from agent_learning.documents import (
+    Candidate,
     Evaluation,
     Interval,
     Measures,
@@ -57,6 +58,7 @@ from agent_learning.documents import (
 )
 from agent_learning.policy.softmax import (
     Layout,
+    SoftmaxPolicy,
     context_key,
     dimension_probabilities,
     feature_logits,
@@ -695,13 +697,28 @@ class GuardrailConfig:
 
 
 def chosen_probabilities(
-    doc: PolicyDocument, actions: Sequence[Any], contexts: Sequence[Mapping[str, Any] | None]
+    doc: PolicyDocument,
+    actions: Sequence[Any],
+    contexts: Sequence[Mapping[str, Any] | None],
+    candidates: Sequence[Sequence[Candidate] | None] | None = None,
 ) -> Array:
     """π(a_i | x_i) under ``doc``, exploration floor included: the probability an agent choosing
     from it would have given each logged action (its value index per dimension: a flat list's
-    action index as one dimension) in its context."""
+    action index as one dimension) in its context; for a row with ``candidates`` (the actions its
+    request offered, its action given as a position among them), π(a_i | x_i, C_i)."""
     if not len(actions):
         return np.zeros(0)
+    if candidates is not None and any(candidates):
+        policy = SoftmaxPolicy(doc)
+        own = [i for i, c in enumerate(candidates) if not c]
+        out = np.zeros(len(actions))
+        if own:
+            out[own] = chosen_probabilities(doc, [actions[i] for i in own], [contexts[i] for i in own])
+        for i, offered in enumerate(candidates):
+            if offered:
+                j = int(np.asarray(actions[i]).reshape(-1)[0])
+                out[i] = policy.probability(offered[j].id, contexts[i], offered)
+        return out
     # Once per distinct context (the features the document knows), then gathered per episode.
     names = [f.name for f in doc.features or []]
     keys: dict[tuple[Any, ...], int] = {}
@@ -764,8 +781,13 @@ def toward(current: PolicyDocument, candidate: PolicyDocument, step: float) -> P
     only brings the ratio nearer 1. Mixing the two versions' probabilities instead is exact for a flat
     policy but is no structured policy: a mixture of factorised (or contextual) distributions is not one."""
     def mix(new: Sequence[float] | None, old: Sequence[float] | None, k: int) -> list[float]:
-        a, b = (np.zeros(k) if v is None else np.asarray(v, dtype=np.float64) for v in (new, old))
+        # an action the current version lacks (one a request offered, which the candidate added) has 0
+        a, b = (np.zeros(k) if v is None else np.pad(np.asarray(v, dtype=np.float64), (0, k - len(v)))
+                for v in (new, old))
         return [float(x) for x in b + step * (a - b)]
+
+    def mix_weights(new: Mapping[str, float], old: Mapping[str, float]) -> dict[str, float]:
+        return {v: float(old.get(v, 0.0) + step * (new.get(v, 0.0) - old.get(v, 0.0))) for v in {**old, **new}}
 
     k = len(candidate.logits)
     features = None
@@ -782,8 +804,24 @@ def toward(current: PolicyDocument, candidate: PolicyDocument, step: float) -> P
                 features.append(f.model_copy(update={"weights": mix(f.weights, old.weights if old else None, k)}))
             else:
                 features.append(f)
+    action_features = None
+    if candidate.action_features is not None:
+        before_a = {f.name: f for f in current.action_features or []}
+        action_features = []
+        for f in candidate.action_features:
+            old_f = before_a.get(f.name)
+            weights = mix_weights(f.weights, old_f.weights if old_f else {})
+            new_ctx, old_ctx = f.by_context or {}, (old_f.by_context or {}) if old_f else {}
+            by_context = {
+                name: {seg: {v: x for v, x in mix_weights(new_ctx.get(name, {}).get(seg, {}),
+                                                          old_ctx.get(name, {}).get(seg, {})).items() if v in weights}
+                       for seg in {**old_ctx.get(name, {}), **new_ctx.get(name, {})}}
+                for name in {**old_ctx, **new_ctx}
+            }
+            action_features.append(f.model_copy(update={"weights": weights, "by_context": by_context or None}))
     return candidate.model_copy(
-        update={"logits": mix(candidate.logits, current.logits, k), "features": features}
+        update={"logits": mix(candidate.logits, current.logits, k), "features": features,
+                "action_features": action_features}
     )
 
 
@@ -808,6 +846,7 @@ def review(
     logged: Sequence[float],
     contexts: Sequence[Mapping[str, Any] | None],
     measures: Sequence[Measures | None] | None = None,
+    candidates: Sequence[Sequence[Candidate] | None] | None = None,
 ) -> tuple[Evaluation, PolicyDocument] | None:
     """The guardrail's evaluation of ``candidate`` against ``current`` on logged episodes
     (:func:`judge`) and the document to publish if it is not held: the candidate, or — when it is not
@@ -820,11 +859,11 @@ def review(
         return None
     metrics = metric_values(measures) if measures is not None and config.budgets else None
     segments = segment_labels(candidate, contexts)
-    p_cur = chosen_probabilities(current, actions, contexts)
+    p_cur = chosen_probabilities(current, actions, contexts, candidates)
 
     def verdict(doc: PolicyDocument) -> tuple[Evaluation, str]:
-        return _judge(config, rewards, logged, chosen_probabilities(doc, actions, contexts), p_cur, metrics,
-                      segments)
+        return _judge(config, rewards, logged, chosen_probabilities(doc, actions, contexts, candidates), p_cur,
+                      metrics, segments)
 
     evaluation, unevaluable = verdict(candidate)
     if not unevaluable or config.mode != "enforce":

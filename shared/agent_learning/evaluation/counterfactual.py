@@ -118,7 +118,7 @@ def read_logged(
     # episode id → [local, reward, probability, context, scored_at, measures, the score's reward function,
     # the reward function of the reward after feedback (a correction's: it may be the one the episode was learned with)]
     episodes: OrderedDict[str, list[Any]] = OrderedDict()
-    invalid = read = 0
+    invalid = read = offered = 0
     truncated = False
     after: ScoreCursor | None = None
     while True:
@@ -137,6 +137,7 @@ def read_logged(
                 continue
             if since is not None and score.scored_at < since:
                 continue
+            offered += score.candidates is not None
             local = layout.parse(score.action_id)
             version = score.reward_function.version
             episodes[score.episode_id] = [
@@ -150,6 +151,12 @@ def read_logged(
         if len(page) < PAGE:
             break
         after = ScoreCursor.of_row(page[-1])
+    if offered:  # fail closed: a target's probabilities here are over the policy's own actions
+        raise ValueError(
+            f"--agent-id: {offered} episodes of {current.agent_id!r} chose among the actions their request "
+            "offered (choose(actions=...)); offline evaluation over offered actions is not supported here yet "
+            "(the publish guardrail evaluates them)"
+        )
     values = list(episodes.values())
     newest = max(values, key=lambda v: v[4])[6] if values else None
     other_rewards = dict(Counter(v[7] for v in values if v[7] != newest))

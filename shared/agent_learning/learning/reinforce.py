@@ -175,6 +175,31 @@ per corrected episode and drops those whose corrections net to zero: a thumb tog
 down two thousand times is one episode's worth of information, or none, not two thousand
 episodes' worth, and feedback that nets to zero changes nothing at all.
 
+Action features. A flat policy may score its actions by categorical features (see
+:mod:`agent_learning.policy`): per learned value p of each action feature a weight w_p, and per
+segment c of each categorical context feature f interactions u_{f,c,p}, so that with φ(a) the
+one-hot vector of a's values ::
+
+    ℓ(a | x) = θ_a + Σ_f δ_{f,x_f,a} + Σ_j β_{j,a} x̃_j + φ(a)·(w + Σ_f u_{f,x_f})
+
+A row may carry the candidates its request offered, C_i (ids with features, new ones included);
+its softmax is over C_i alone (the others have probability 0), so log s(a_i | x_i, C_i), the
+importance weight s/μ_i with μ_i the logged probability among C_i, and the exact gradient
+∇_w log s(a_i) = (φ(a_i) − Σ_{b ∈ C_i} s(b) φ(b)) / T (u likewise over a segment's rows) follow
+the formulas above. The evidence direction of w_p is the score statistic
+
+    d_p = T · Σ_i A_i c_ip / √(Σ_i c_ip² + c),   c_ip = φ_p(a_i) − Σ_{b ∈ C_i} s(b | x_i) φ_p(b)
+
+(a z-statistic of how much better the rows with the value did than the policy's mix of it), and
+of u_{f,c,p} the same over the rows of segment c (with ``segment_prior``). Each feature's weights
+are centred over its values (an action without the feature counts as its mean value) and no
+value falls more than ``max_logit_gap`` below the feature's best, alone or in a segment. The
+evidence bound holds each action's own logits (θ, θ + δ) to the action's own evidence; the
+feature terms, learned from the evidence pooled over every action with a value, are bounded
+only as above. Actions a batch offered that the policy lacks are added (θ = 0, the most chosen
+first, within ``MAX_ACTIONS`` and ``MAX_LEARNED_VALUES``), with their features; the learner
+state's per-action entries grow with them.
+
 Rewards must be finite; :class:`Batch` rejects anything else before it reaches the math.
 """
 
@@ -183,12 +208,22 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
+from itertools import accumulate
 from typing import Any, Literal, NamedTuple
 
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from agent_learning.documents import MAX_LEARNED_VALUES, MAX_SEGMENTS, Action, PolicyDocument, excluded_configurations
+from agent_learning.documents import (
+    MAX_ACTIONS,
+    MAX_FEATURE_VALUES,
+    MAX_LEARNED_VALUES,
+    MAX_SEGMENTS,
+    Action,
+    Candidate,
+    PolicyDocument,
+    excluded_configurations,
+)
 from agent_learning.policy.softmax import NUMBER_CLIP, Layout, is_number, segment_name
 
 Array = NDArray[np.float64]
@@ -354,13 +389,27 @@ class Update:
     """The learner state to store with the new policy version and pass to the next update."""
     features: list[dict[str, Any]] | None = None
     """The document's ``features`` with the learned segments, offsets and weights (None without any)."""
+    actions: list[dict[str, Any]] | None = None
+    """The document's ``actions`` with the new ones the batch offered and their features, one per
+    logit (None: unchanged)."""
+    action_features: list[dict[str, Any]] | None = None
+    """The document's ``action_features`` with the learned weights (None without any)."""
+
+    def fields(self) -> dict[str, Any]:
+        """The policy document fields this update sets (besides the learner state)."""
+        out: dict[str, Any] = {"logits": [float(x) for x in self.logits]}
+        if self.features is not None:
+            out["features"] = self.features
+        if self.actions is not None:
+            out["actions"] = self.actions
+        if self.action_features is not None:
+            out["action_features"] = self.action_features
+        return out
 
     def applied_to(self, doc: PolicyDocument) -> PolicyDocument:
         """``doc`` with this update's logits, features and learner state (validated; the same
         version: the trainer's :func:`~agent_learning.pipeline.train.next_version` makes the next)."""
-        return PolicyDocument.from_dict(
-            {**doc.to_dict(), "logits": list(self.logits), "features": self.features, "learner_state": self.state}
-        )
+        return PolicyDocument.from_dict({**doc.to_dict(), **self.fields(), "learner_state": self.state})
 
 
 RECENT = "recent"
@@ -834,6 +883,8 @@ class ContextBatch:
     """(N, F_c) segment index per categorical feature; −1 where the episode has none learned."""
     numbers: Array
     """(N, F_n) standardised numeric features x̃ (0 where missing)."""
+    offered: NDArray[np.bool_] | None = None
+    """(N, V) the actions each row's request offered (None: every row chose among the policy's own)."""
 
     @property
     def regular(self) -> NDArray[np.bool_]:
@@ -852,30 +903,35 @@ class Params:
     """Per categorical feature, (S_f, V): one row per segment."""
     weights: Array
     """(F_n, V)."""
+    action: Array = field(default_factory=lambda: np.zeros(0))
+    """(P,) w: one weight per learned value of every action feature (module docstring: Action features)."""
+    action_offsets: list[Array] = field(default_factory=list)
+    """Per categorical context feature, (S_f, P): u, one row per segment (empty without action features)."""
+
+    def blocks(self) -> list[Array]:
+        return [self.theta, *self.offsets, self.weights, self.action, *self.action_offsets]
 
     def copy(self) -> Params:
-        return Params(self.theta.copy(), [o.copy() for o in self.offsets], self.weights.copy())
+        return self.of_blocks([b.copy() for b in self.blocks()])
+
+    def of_blocks(self, blocks: Sequence[Array]) -> Params:
+        """Parameters of this shape from ``blocks`` in :meth:`blocks` order."""
+        f = len(self.offsets)
+        g = len(self.action_offsets)
+        return Params(blocks[0], list(blocks[1 : 1 + f]), blocks[1 + f], blocks[2 + f], list(blocks[3 + f : 3 + f + g]))
 
     def add(self, other: Params, scale: float) -> Params:
-        return Params(
-            self.theta + scale * other.theta,
-            [o + scale * p for o, p in zip(self.offsets, other.offsets, strict=True)],
-            self.weights + scale * other.weights,
-        )
+        return self.of_blocks([a + scale * b for a, b in zip(self.blocks(), other.blocks(), strict=True)])
 
     def flat(self) -> Array:
-        return np.concatenate([self.theta, *(o.ravel() for o in self.offsets), self.weights.ravel()])
+        return np.concatenate([b.ravel() for b in self.blocks()])
 
     def with_flat(self, values: Array) -> Params:
-        out = self.copy()
-        v = len(self.theta)
-        out.theta = values[:v].copy()
-        at = v
-        for k, o in enumerate(self.offsets):
-            out.offsets[k] = values[at : at + o.size].reshape(o.shape).copy()
-            at += o.size
-        out.weights = values[at:].reshape(self.weights.shape).copy()
-        return out
+        out, at = [], 0
+        for b in self.blocks():
+            out.append(values[at : at + b.size].reshape(b.shape).copy())
+            at += b.size
+        return self.of_blocks(out)
 
 
 @dataclass
@@ -897,6 +953,8 @@ class Model:
     pending: dict[str, dict[str, float]] = field(default_factory=dict)
     """Per numeric feature still short of :data:`NUMBER_FIT_EPISODES`, its moments so far (the
     learner state's :data:`PENDING_NUMBERS`)."""
+    actions: ActionSpace | None = None
+    """The actions described by features, and those the batch's requests offered (None: neither)."""
 
     @property
     def slices(self) -> list[slice]:
@@ -909,13 +967,106 @@ class Model:
 class Rows(NamedTuple):
     """Scored rows of a structured policy as the trainer collects them: per row the value index
     of each dimension, the reward (a correction's: its reward change), the logged joint
-    probability, whether it is a feedback correction, and the context it was chosen for."""
+    probability, whether it is a feedback correction, and the context it was chosen for; and
+    per row the candidates its request offered, or None (a row with candidates gives as its
+    action the chosen one's position among them)."""
 
     actions: Sequence[Sequence[int]] | NDArray[np.int64]
     rewards: Sequence[float] | Array
     logged_probs: Sequence[float] | Array
     corrections: Sequence[bool] | NDArray[np.bool_]
     contexts: Sequence[Mapping[str, Any] | None]
+    candidates: Sequence[Sequence[Candidate] | None] | None = None
+
+
+@dataclass
+class ActionSpace:
+    """A flat policy's actions with their features, as the learner sees a batch: the policy's own,
+    then the new ones the batch's requests offered (the most chosen first), the feature values Φ
+    and which of the new ones the next version keeps (module docstring: Action features)."""
+
+    actions: list[Action]
+    """The policy's actions, then the new ones (each with the features its latest row gave)."""
+    kept: int
+    """How many of ``actions`` the next version keeps (the rest are scored by features alone)."""
+    names: list[str]
+    """The action features, in the policy's order."""
+    values: list[list[str]]
+    """Per action feature, its learned values, in ``Params.action`` order."""
+    phi: Array
+    """(V, P) 1 where the action has the value."""
+
+
+def action_space(doc: PolicyDocument, rows: Rows) -> tuple[ActionSpace | None, NDArray[np.bool_] | None, list[int]]:
+    """The action space of ``doc`` and ``rows`` (None for a policy without action features whose
+    rows offer no candidates), each row's offered actions (None when no row has candidates), and
+    each row's action index in the space (the rows' own where they have no candidates). Values and
+    actions first seen here are added, the most frequent first, within :data:`MAX_FEATURE_VALUES`,
+    :data:`MAX_ACTIONS` and :data:`MAX_LEARNED_VALUES`."""
+    given = rows.candidates
+    if given is not None and len(given) != len(rows.contexts):
+        raise ValueError(f"candidates: must have one entry per row ({len(given)} for {len(rows.contexts)} rows)")
+    if doc.action_features is None and not (given and any(c for c in given)):
+        return None, None, []
+    if doc.dimensions is not None or doc.excluded:
+        raise ValueError("candidates: only a flat policy (no dimensions nor exclusions) chooses among offered actions")
+    actions = {a.id: a for a in doc.actions}
+    chosen: dict[str, int] = {}
+    new: dict[str, Action] = {}
+    for i, offered in enumerate(given or ()):
+        if not offered:
+            continue
+        j = int(np.asarray(rows.actions[i]).reshape(-1)[0])
+        if not 0 <= j < len(offered):
+            raise ValueError(f"actions[{i}]: {j} is not the position of a candidate (0 to {len(offered) - 1})")
+        chosen[offered[j].id] = chosen.get(offered[j].id, 0) + 1
+        for c in offered:
+            own = actions.get(c.id)
+            if own is None:
+                new[c.id] = Action.model_construct(id=c.id, description="", config={}, features=c.features)
+            elif c.features is not None and c.features != own.features:
+                actions[c.id] = own.model_copy(update={"features": c.features})  # the latest given
+    ordered = [new[a] for a in sorted(new, key=lambda a: -chosen.get(a, 0))]  # stable: first seen among equals
+    learned = sum(len(f.segments or {}) if f.kind == "category" else 1 for f in doc.features or [])
+    room = min(MAX_ACTIONS, MAX_LEARNED_VALUES // max(learned, 1)) - len(doc.actions)
+    space_actions = list(actions.values()) + ordered
+    index = {a.id: k for k, a in enumerate(space_actions)}
+    names = [f.name for f in doc.action_features or []]
+    values = [list(f.weights) for f in doc.action_features or []]
+    budget = MAX_LEARNED_VALUES - sum(f.parameters for f in doc.action_features or [])
+    for k, name in enumerate(names):
+        counts: dict[str, int] = {}
+        for a in space_actions:
+            if a.features and name in a.features:
+                v = segment_name(a.features[name])
+                counts[v] = counts.get(v, 0) + 1
+        for v, _ in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])):
+            if v not in values[k] and len(values[k]) < MAX_FEATURE_VALUES and budget > 0:
+                values[k].append(v)
+                budget -= 1
+    column = {(k, v): p for p, (k, v) in enumerate((k, v) for k, vs in enumerate(values) for v in vs)}
+    phi = np.zeros((len(space_actions), len(column)))
+    for r, a in enumerate(space_actions):
+        for k, name in enumerate(names):
+            if a.features and name in a.features:
+                p = column.get((k, segment_name(a.features[name])))
+                if p is not None:
+                    phi[r, p] = 1.0
+    space = ActionSpace(space_actions, len(doc.actions) + max(0, min(room, len(ordered))), names, values, phi)
+    n = len(rows.contexts)
+    if not given or not any(c for c in given):
+        return space, None, []
+    offered_mask = np.zeros((n, len(space_actions)), dtype=bool)
+    local = []
+    for i in range(n):
+        row = given[i] if i < len(given) else None
+        if row:
+            offered_mask[i, [index[c.id] for c in row]] = True
+            local.append(index[row[int(np.asarray(rows.actions[i]).reshape(-1)[0])].id])
+        else:
+            offered_mask[i, : len(doc.actions)] = True
+            local.append(int(np.asarray(rows.actions[i]).reshape(-1)[0]))
+    return space, offered_mask, local
 
 
 def prepare(doc: PolicyDocument, rows: Rows) -> tuple[Model, Params, ContextBatch]:
@@ -927,8 +1078,14 @@ def prepare(doc: PolicyDocument, rows: Rows) -> tuple[Model, Params, ContextBatc
     shape or kind raise ``ValueError`` naming the field (:func:`row_arrays`)."""
     layout = Layout.of(doc)
     actions, rewards, logged_probs, corrections = row_arrays(rows, len(layout.sizes))
+    space, offered, local = action_space(doc, rows)
+    if space is not None:
+        layout = Layout.build(space.actions, None)
+        if local:
+            actions = np.asarray(local, dtype=np.int64).reshape(-1, 1)
     contexts = rows.contexts
-    v = len(doc.actions)
+    v = len(layout.value_ids[0]) if space is not None else len(doc.actions)
+    own = len(doc.actions)
     budget = MAX_LEARNED_VALUES // v - sum(
         len(f.segments or {}) if f.kind == "category" else 1 for f in doc.features or []
     )  # segments that may still be added
@@ -947,11 +1104,11 @@ def prepare(doc: PolicyDocument, rows: Rows) -> tuple[Model, Params, ContextBatc
                     counts[name] = counts.get(name, 0) + 1
             for name, _ in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])):
                 if name not in known and len(known) < MAX_SEGMENTS and budget > 0:
-                    known[name] = [0.0] * v
+                    known[name] = [0.0] * own
                     budget -= 1
             categorical.append(feature.name)
             segments.append(list(known))
-            offsets.append(np.array(list(known.values()), dtype=np.float64).reshape(len(known), v))
+            offsets.append(_padded(np.array(list(known.values()), dtype=np.float64).reshape(len(known), own), v))
         else:
             center, scale, is_fitted = feature.center, feature.scale, feature.weights is not None
             if not is_fitted:
@@ -966,7 +1123,8 @@ def prepare(doc: PolicyDocument, rows: Rows) -> tuple[Model, Params, ContextBatc
             numeric.append(feature.name)
             centers.append(center)
             scales.append(scale)
-            weights.append(np.asarray(feature.weights if feature.weights is not None else [0.0] * v, dtype=np.float64))
+            weights.append(_padded(np.asarray(feature.weights if feature.weights is not None else [0.0] * own,
+                                              dtype=np.float64), v))
     model = Model(
         layout,
         np.array(excluded_configurations(doc), dtype=np.int64).reshape(-1, len(layout.sizes)),
@@ -978,9 +1136,13 @@ def prepare(doc: PolicyDocument, rows: Rows) -> tuple[Model, Params, ContextBatc
         fitted,
         doc.temperature,
         pending,
+        space,
     )
     params = Params(
-        np.asarray(doc.logits, dtype=np.float64), offsets, np.array(weights, dtype=np.float64).reshape(len(numeric), v)
+        _padded(np.asarray(doc.logits, dtype=np.float64), v),
+        offsets,
+        np.array(weights, dtype=np.float64).reshape(len(numeric), v),
+        *action_params(doc, space, categorical, segments),
     )
     n = len(rewards)
     cats = np.full((n, len(categorical)), -1, dtype=np.int64)
@@ -996,8 +1158,34 @@ def prepare(doc: PolicyDocument, rows: Rows) -> tuple[Model, Params, ContextBatc
             x = context.get(name)
             if is_number(x) and fitted[j]:
                 nums[i, j] = standardise(float(x), centers[j], scales[j])
-    batch = ContextBatch(actions, rewards, logged_probs, corrections, cats, nums)
+    batch = ContextBatch(actions, rewards, logged_probs, corrections, cats, nums, offered)
     return model, params, batch
+
+
+def _padded(values: Array, v: int) -> Array:
+    """``values`` (its last axis over the policy's actions) with 0 for the new actions up to ``v``."""
+    pad = v - values.shape[-1]
+    return values if pad <= 0 else np.concatenate([values, np.zeros((*values.shape[:-1], pad))], axis=-1)
+
+
+def action_params(
+    doc: PolicyDocument, space: ActionSpace | None, categorical: list[str], segments: list[list[str]]
+) -> tuple[Array, list[Array]]:
+    """w and, per categorical context feature, u of ``doc``'s action features laid out as ``space``
+    orders their values (0 for values and segments first seen)."""
+    if space is None:
+        return np.zeros(0), []
+    stored = {f.name: f for f in doc.action_features or []}
+    w = np.array([stored[name].weights.get(v, 0.0) if name in stored else 0.0
+                  for name, vs in zip(space.names, space.values, strict=True) for v in vs])
+    u = []
+    for f, names in zip(categorical, segments, strict=True):
+        block = np.zeros((len(names), len(w)))
+        for s, segment in enumerate(names):
+            block[s] = [((stored[name].by_context or {}).get(f) or {}).get(segment, {}).get(v, 0.0)
+                        for name, vs in zip(space.names, space.values, strict=True) for v in vs]
+        u.append(block)
+    return w, u
 
 
 def row_arrays(rows: Rows, dimensions: int) -> tuple[NDArray[np.int64], Array, Array, NDArray[np.bool_]]:
@@ -1101,6 +1289,41 @@ def features_out(doc: PolicyDocument, model: Model, params: Params) -> list[dict
     return out
 
 
+def action_features_out(doc: PolicyDocument, model: Model, params: Params) -> list[dict[str, Any]] | None:
+    """The document's ``action_features`` with the learned w and u (interactions that are 0 left out)."""
+    space = model.actions
+    if doc.action_features is None or space is None:
+        return None
+    out, at = [], 0
+    for name, values in zip(space.names, space.values, strict=True):
+        part = slice(at, at + len(values))
+        at += len(values)
+        weights = dict(zip(values, _rounded(params.action[part]), strict=True))
+        feature: dict[str, Any] = {"name": name, "weights": weights}
+        by_context: dict[str, Any] = {}
+        for f, (context_feature, u) in enumerate(zip(model.categorical, params.action_offsets, strict=True)):
+            for k, segment in enumerate(model.segments[f]):
+                row = {v: x for v, x in zip(values, _rounded(u[k, part]), strict=True) if x != 0.0}
+                if row:
+                    by_context.setdefault(context_feature, {})[segment] = row
+        if by_context:
+            feature["by_context"] = by_context
+        out.append(feature)
+    return out
+
+
+def _resized(state: Any, v: int, size: int) -> Any:
+    """A learner state whose per-action lists (of ``v`` numbers) have ``size`` entries: cut, or with 0
+    for the actions added."""
+    if isinstance(state, Mapping):
+        return {key: _resized(value, v, size) for key, value in state.items()}
+    if isinstance(state, list):
+        if len(state) == v and all(isinstance(x, int | float) and not isinstance(x, bool) for x in state):
+            return state[:size] + [0.0] * (size - v)
+        return [_resized(x, v, size) for x in state]
+    return state
+
+
 def _rounded(values: Array) -> list[float]:
     return [round(float(x), 6) for x in values]
 
@@ -1112,10 +1335,15 @@ class Contexts:
     """The distinct contexts of a batch: rows with the same features share their probabilities,
     so the math runs once per context (U of them) and rows only gather and scatter."""
 
-    def __init__(self, batch: ContextBatch) -> None:
+    def __init__(self, batch: ContextBatch, model: Model | None = None) -> None:
         n = len(batch)
+        self.phi = model.actions.phi if model is not None and model.actions is not None else None
         if batch.numbers.shape[1] and np.any(batch.numbers):  # numeric features: every row its own
             first, inverse, counts = np.arange(n), np.arange(n), np.ones(n)
+        elif batch.offered is not None:  # a context is also the set of actions offered
+            keys = np.hstack([segment_keys(batch.categories)[:, None], batch.offered.astype(np.int64)])
+            _, first, inverse, counts = np.unique(keys, axis=0, return_index=True, return_inverse=True,
+                                                  return_counts=True)
         elif batch.categories.shape[1]:
             _, first, inverse, counts = np.unique(
                 segment_keys(batch.categories), return_index=True, return_inverse=True, return_counts=True
@@ -1124,6 +1352,7 @@ class Contexts:
             first, inverse, counts = np.zeros(min(n, 1), dtype=np.int64), np.zeros(n, dtype=np.int64), np.array([n])
         self.categories = batch.categories[first]
         self.numbers = batch.numbers[first]
+        self.offered = None if batch.offered is None else batch.offered[first]
         self.inverse = np.asarray(inverse, dtype=np.int64).reshape(-1)
         self.counts = np.asarray(counts, dtype=np.float64)
 
@@ -1139,6 +1368,19 @@ class Contexts:
             out[has] += offsets[rows[has]]
         if params.weights.size:
             out += self.numbers @ params.weights
+        if self.phi is not None and params.action.size:
+            out += self.action_weights(params) @ self.phi.T
+        if self.offered is not None:
+            out[~self.offered] = -np.inf  # not offered: probability 0
+        return out
+
+    def action_weights(self, params: Params) -> Array:
+        """w + Σ_f u_f[x_f] for each distinct context, (U, P)."""
+        out = np.broadcast_to(params.action, (len(self.categories), len(params.action))).copy()
+        for f, u in enumerate(params.action_offsets):
+            rows = self.categories[:, f]
+            has = rows >= 0
+            out[has] += u[rows[has]]
         return out
 
 
@@ -1253,7 +1495,7 @@ def surrogate(
     params: Params, model: Model, batch: ContextBatch, weights: Array, advantages: Array, beta: float
 ) -> float:
     """L = 1/N Σ w_i A_i log q(a_i | x_i) + β Σ_d H(s_d(θ)); its gradient is :func:`gradient`."""
-    contexts = Contexts(batch)
+    contexts = Contexts(batch, model)
     s = dimension_softmax(contexts.logits(params), model)
     value = float((weights * advantages * log_q(s, model, batch, contexts.inverse)).mean())
     g = dimension_softmax(params.theta[None, :], model)[0]
@@ -1272,7 +1514,7 @@ def gradient(
 ) -> Params:
     """The exact gradient of :func:`surrogate` with respect to θ, every δ and every β
     (``contexts`` and their per-dimension ``probabilities`` when the caller has them already)."""
-    contexts = contexts or Contexts(batch)
+    contexts = contexts or Contexts(batch, model)
     s = dimension_softmax(contexts.logits(params), model) if probabilities is None else probabilities
     per_context = context_gradient(s, model, batch, contexts.inverse, weights * advantages / len(batch))
     theta = per_context.sum(axis=0)
@@ -1289,7 +1531,15 @@ def gradient(
         np.add.at(acc, rows[has], per_context[has])
         offsets.append(acc)
     weights_g = contexts.numbers.T @ per_context if params.weights.size else np.zeros_like(params.weights)
-    return Params(theta, offsets, weights_g)
+    action, action_offsets = np.zeros_like(params.action), [np.zeros_like(u) for u in params.action_offsets]
+    if contexts.phi is not None and params.action.size:
+        by_value = per_context @ contexts.phi  # (U, P): Σ_a ∂/∂ℓ_a · φ(a)
+        action = by_value.sum(axis=0)
+        for f, u in enumerate(action_offsets):
+            rows = contexts.categories[:, f]
+            has = rows >= 0
+            np.add.at(u, rows[has], by_value[has])
+    return Params(theta, offsets, weights_g, action, action_offsets)
 
 
 class Reinforce:
@@ -1306,11 +1556,23 @@ class Reinforce:
         logits, features, metrics and learner state."""
         model, params, batch = prepare(doc, rows)
         _check(batch, model)
-        new, metrics, state = self.step(params, model, batch, doc.learner_state)
+        space = model.actions
+        v, own = len(params.theta), len(doc.actions)
+        state_in = _resized(doc.learner_state, own, v) if space is not None and v != own else doc.learner_state
+        new, metrics, state = self.step(params, model, batch, state_in)
         state = {key: value for key, value in state.items() if key != PENDING_NUMBERS}
         if model.pending:
             state[PENDING_NUMBERS] = model.pending
-        return Update(new.theta, metrics, state, features_out(doc, model, new))
+        if space is None:
+            return Update(new.theta, metrics, state, features_out(doc, model, new))
+        kept = space.kept  # the new actions past it are scored by their features alone
+        if kept < v:
+            new = new.of_blocks([new.theta[:kept], *(o[:, :kept] for o in new.offsets), new.weights[:, :kept],
+                                 new.action, *new.action_offsets])
+            state = _resized(state, v, kept)
+        actions = [a.model_dump(exclude_none=True) for a in space.actions[:kept]]
+        return Update(new.theta, metrics, state, features_out(doc, model, new), actions,
+                      action_features_out(doc, model, new))
 
     def update(
         self, logits: ArrayLike, batch: Batch, temperature: float = 1.0, state: Mapping[str, Any] | None = None
@@ -1338,7 +1600,7 @@ class Reinforce:
         """Clipped importance weights w, context-baseline advantages A and their statistics
         (``contexts`` and their per-dimension ``probabilities`` when the caller has them already)."""
         cfg = self.config
-        contexts = contexts or Contexts(batch)
+        contexts = contexts or Contexts(batch, model)
         s = dimension_softmax(contexts.logits(params), model) if probabilities is None else probabilities
         # A value whose probability underflows to 0 (T = 0.01, 8 logits below the leader) gives its
         # episodes weight 0, not the 1e-300 that log_q's floor leaves (module docstring: Feedback corrections).
@@ -1353,7 +1615,7 @@ class Reinforce:
         global_b = float((wr * batch.rewards).sum() / wsum) if wsum > 0 else 0.0
         b = np.full(len(batch), global_b)
         if batch.categories.shape[1] and wsum > 0:
-            if batch.numbers.shape[1] and np.any(batch.numbers):
+            if (batch.numbers.shape[1] and np.any(batch.numbers)) or batch.offered is not None:
                 _, inverse = np.unique(segment_keys(batch.categories), return_inverse=True)
             else:
                 inverse = contexts.inverse  # the contexts are the segments
@@ -1366,8 +1628,9 @@ class Reinforce:
 
     # -- direction
 
-    def direction(self, params: Params, model: Model, tallies: Tallies) -> Params:
-        """The evidence direction of the module docstring, each block centred per dimension."""
+    def direction(self, params: Params, model: Model, tallies: Tallies, probabilities: Array | None = None) -> Params:
+        """The evidence direction of the module docstring, each block centred per dimension
+        (``probabilities``: each distinct context's s, which the action features' blocks need)."""
         cfg = self.config
         t = model.temperature
         n_v = tallies.regular.sum(axis=0)
@@ -1390,7 +1653,23 @@ class Reinforce:
         for j in range(params.weights.shape[0]):
             x = tallies.numbers[:, j : j + 1]
             weights[j] = t * (residual * x).sum(axis=0) / np.sqrt((tallies.regular * x**2).sum(axis=0) + prior)
-        return centre(Params(theta, offsets, weights), model)
+        action, action_offsets = np.zeros_like(params.action), [np.zeros_like(u) for u in params.action_offsets]
+        if model.actions is not None and params.action.size and probabilities is not None:
+            # Per feature value p, the score statistic Σ_i A_i c_ip / √(Σ_i c_ip² + c) with the feature
+            # centred by the policy among what row i was offered, c_ip = φ_p(a_i) − Σ_b s(b | x_i) φ_p(b)
+            # (∇_w log s(a_i | x_i) = c_i / T): over every row for w, over a segment's rows for its u.
+            phi = model.actions.phi
+            mean_phi = probabilities @ phi  # (U, P)
+            score = tallies.advantage @ phi - tallies.advantage.sum(axis=1, keepdims=True) * mean_phi
+            chosen = tallies.rows @ phi
+            info = chosen - 2 * chosen * mean_phi + tallies.rows.sum(axis=1, keepdims=True) * mean_phi**2
+            action = t * score.sum(axis=0) / np.sqrt(info.sum(axis=0) + cfg.evidence_prior)
+            action_offsets = [
+                t * tallies.by_segment(score, f, u.shape[0])
+                / np.sqrt(tallies.by_segment(info, f, u.shape[0]) + prior)
+                for f, u in enumerate(params.action_offsets)
+            ]
+        return centre(Params(theta, offsets, weights, action, action_offsets), model)
 
     # -- update
 
@@ -1400,7 +1679,7 @@ class Reinforce:
         """One training step; returns the new parameters, metrics and learner state."""
         cfg = self.config
         v = len(params.theta)
-        contexts = Contexts(batch)
+        contexts = Contexts(batch, model)
         s_old = dimension_softmax(contexts.logits(params), model)
         g_old = dimension_softmax(params.theta[None, :], model)[0]
         metrics: dict[str, float] = {
@@ -1420,7 +1699,7 @@ class Reinforce:
         w, adv, stats = self.weights_and_advantages(params, model, batch, evidence.pooled_std(), contexts, s_old)
         g = gradient(params, model, batch, w, adv, cfg.entropy_coef, contexts, s_old)
         tallies = Tallies(contexts, model, batch, adv)
-        direction = g if cfg.direction == "plain" else self.direction(params, model, tallies)
+        direction = g if cfg.direction == "plain" else self.direction(params, model, tallies, s_old)
         size = len(batch) / cfg.reference_batch if cfg.reference_batch else 1.0
         scale = cfg.learning_rate * (np.sqrt(size) if cfg.direction == "evidence" else size)
         max_kl = cfg.max_kl * size if cfg.max_kl is not None else None
@@ -1481,6 +1760,13 @@ class Reinforce:
             for sl in model.slices:
                 block = new.theta[sl]
                 np.maximum(block, block.max() - cfg.max_logit_gap, out=block)
+            for part in feature_parts(model):  # likewise each action feature's values, alone and per segment
+                block = new.action[part]
+                np.maximum(block, block.max() - cfg.max_logit_gap, out=block)
+                for u in new.action_offsets:
+                    combined = block + u[:, part]
+                    lowest = combined.max(axis=1, keepdims=True) - cfg.max_logit_gap
+                    u[:, part] += np.maximum(combined, lowest) - combined
         new = centre(new, model)
         _clip(new, cfg.logit_bound)
         return new, _mean_kl(s_old, dimension_softmax(contexts.logits(new), model), model, weights_u)
@@ -1502,6 +1788,9 @@ class Reinforce:
         # per-dimension Thompson sampling's posteriors do; the cap applies there.
         single = len(model.slices) == 1
         contextual = bool(params.offsets or params.weights.size)
+        # The bounds hold an action's own logits (θ, θ + δ) to its own evidence; the action features'
+        # terms, learned from the evidence pooled over every action with a value, are not bounded by
+        # one action's (module docstring: Action features).
         variances = []  # per dimension: its pooled reward variance, the spread of a cell's evidence
         # With several dimensions each one's Thompson floor is dimension_thompson_floor's (LearnerConfig).
         per_dimension = cfg if single else replace(cfg, thompson_floor=cfg.dimension_thompson_floor)
@@ -1539,8 +1828,17 @@ class Reinforce:
         return raised, lowered
 
 
+def feature_parts(model: Model) -> list[slice]:
+    """Where each action feature's values sit in ``Params.action`` (none without action features)."""
+    if model.actions is None:
+        return []
+    ends = list(accumulate(len(v) for v in model.actions.values))
+    return [slice(end - len(v), end) for end, v in zip(ends, model.actions.values, strict=True)]
+
+
 def centre(params: Params, model: Model) -> Params:
-    """Every block with mean zero within each dimension."""
+    """Every block with mean zero within each dimension, and each action feature's weights (and
+    each segment's interactions) with mean zero over the feature's values."""
     out = params.copy()
     for sl in model.slices:
         out.theta[sl] -= out.theta[sl].mean()
@@ -1549,6 +1847,10 @@ def centre(params: Params, model: Model) -> Params:
                 o[:, sl] -= o[:, sl].mean(axis=1, keepdims=True)
         if out.weights.size:
             out.weights[:, sl] -= out.weights[:, sl].mean(axis=1, keepdims=True)
+    for part in feature_parts(model):  # and each action feature's weights over its values
+        out.action[part] -= out.action[part].mean()
+        for u in out.action_offsets:
+            u[:, part] -= u[:, part].mean(axis=1, keepdims=True)
     return out
 
 
@@ -1557,6 +1859,9 @@ def _clip(params: Params, bound: float) -> None:
     for o in params.offsets:
         np.clip(o, -bound, bound, out=o)
     np.clip(params.weights, -bound, bound, out=params.weights)
+    np.clip(params.action, -bound, bound, out=params.action)
+    for u in params.action_offsets:
+        np.clip(u, -bound, bound, out=u)
 
 
 def _mean_kl(old: Array, new: Array, model: Model, weights: Array) -> float:

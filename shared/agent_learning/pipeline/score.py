@@ -370,6 +370,7 @@ def _store_score(
         reward_function=info,
         scored_at=scorer.clock.now(),
         context=episode.context,
+        candidates=episode.candidates,
         measures=measures_of(episode, metrics),
         incarnation=episode.incarnation,
     )

@@ -34,6 +34,9 @@ from agent_learning.core.telemetry import MEAN_REWARD, POLICY_ENTROPY, SPAN_TRAI
 from agent_learning.documents import (
     MAX_TRAIN_BATCH,
     TRAIN_BATCH,
+    Action,
+    ActionFeature,
+    Candidate,
     ContextFeature,
     Measures,
     PolicyDocument,
@@ -304,6 +307,7 @@ def _guard(
         batch.probabilities[:n],
         batch.contexts[:n],
         batch.measures,
+        batch.candidates[:n] if any(batch.candidates) else None,
     )
     if reviewed is None or new.run is None:
         return new, None
@@ -340,6 +344,9 @@ class Collected:
     flags: list[bool] = field(default_factory=list)
     contexts: list[dict[str, Any] | None] = field(default_factory=list)
     """Each row's context (structured policies learn from it)."""
+    candidates: list[list[Candidate] | None] = field(default_factory=list)
+    """Each row's candidates, the actions its request offered (None: the policy's own); a row with
+    candidates has as its action the chosen one's position among them."""
     measures: list[Measures | None] = field(default_factory=list)
     """Each new episode's latency, tool outcomes and tokens (the guardrail's metrics)."""
     learned: list[float] = field(default_factory=list)
@@ -381,7 +388,8 @@ def collect(agent_id: str, rows: Sequence[RawDoc], policy: PolicyDocument | Sequ
         parse = {a: (i,) for i, a in enumerate(policy)}.get
     out = Collected()
     new_ids: list[str] = []
-    corrected: dict[str, tuple[Any, float, float, Any]] = {}  # episode id → (action, probability, net delta, context)
+    corrected: dict[str, tuple[Any, float, float, Any, Any]] = {}  # episode id → (action, probability, net delta,
+    # context, candidates)
     for row in rows:
         try:
             score = Score.from_dict(row)
@@ -393,7 +401,8 @@ def collect(agent_id: str, rows: Sequence[RawDoc], policy: PolicyDocument | Sequ
         except InvalidDocument as exc:
             out.rejected.append(Rejected(id=str(row.get("id")), error=str(exc)[:4000]))
             continue
-        action = parse(score.action_id)
+        action = parse(score.action_id) if score.candidates is None else (
+            [c.id for c in score.candidates].index(score.action_id),)  # the score checked it is one of them
         if action is None:
             out.skipped.append(
                 Rejected(
@@ -404,15 +413,16 @@ def collect(agent_id: str, rows: Sequence[RawDoc], policy: PolicyDocument | Sequ
             continue
         if score.is_correction:
             out.corrections += 1
-            _, _, net, _ = corrected.get(score.episode_id, (0, 0.0, 0.0, None))
+            _, _, net, _, _ = corrected.get(score.episode_id, (0, 0.0, 0.0, None, None))
             delta = net + (score.reward_delta or 0.0)
-            corrected[score.episode_id] = (action, score.probability, delta, score.context)
+            corrected[score.episode_id] = (action, score.probability, delta, score.context, score.candidates)
             continue
         out.actions.append(action)
         out.rewards.append(score.reward)
         new_ids.append(score.episode_id)
         out.probabilities.append(score.probability)
         out.contexts.append(score.context)
+        out.candidates.append(score.candidates)
         out.measures.append(score.measures)
     if out.skipped:
         log.info("training %s: %d scores of actions a revision removed are not learned", agent_id, len(out.skipped))
@@ -425,12 +435,13 @@ def collect(agent_id: str, rows: Sequence[RawDoc], policy: PolicyDocument | Sequ
         )
     out.episodes = len(out.actions)
     out.learned = [r + corrected[e][2] if e in corrected else r for r, e in zip(out.rewards, new_ids, strict=True)]
-    for action, probability, net, context in corrected.values():
+    for action, probability, net, context, candidates in corrected.values():
         if abs(net) > TOLERANCE:
             out.actions.append(action)
             out.rewards.append(net)
             out.probabilities.append(probability)
             out.contexts.append(context)
+            out.candidates.append(candidates)
     out.flags = [False] * out.episodes + [True] * (len(out.actions) - out.episodes)
     return out
 
@@ -440,7 +451,8 @@ def learn(learner: Any, current: PolicyDocument, batch: Collected) -> Any:
     # numpy only where training runs: enqueueing and scoring import this package without it.
     from agent_learning.learning.reinforce import Rows
 
-    rows = Rows(batch.actions, batch.rewards, batch.probabilities, batch.flags, batch.contexts)
+    offered = batch.candidates if any(batch.candidates) else None
+    rows = Rows(batch.actions, batch.rewards, batch.probabilities, batch.flags, batch.contexts, offered)
     update = learner.learn(current, rows)
     _warn_state_reset(update, current)
     return update
@@ -496,10 +508,14 @@ def next_version(
         note += f", rejected {len(batch.rejected)} invalid"
     if batch.skipped:
         note += f", skipped {len(batch.skipped)} of removed actions"
+    fields = update.fields()
+    for name, kind in (("features", ContextFeature), ("actions", Action), ("action_features", ActionFeature)):
+        if name in fields:
+            fields[name] = [kind.model_validate(x) for x in fields[name]]
     return current.model_copy(
         update={
             "version": new_version,
-            "logits": [float(x) for x in update.logits],
+            **fields,
             "source": "train",
             "parent_version": current.version,
             "cursor": cursor_to,
@@ -507,11 +523,6 @@ def next_version(
             "created_at": finished,
             "note": note,
             "learner_state": update.state,
-            **(
-                {"features": [ContextFeature.model_validate(f) for f in update.features]}
-                if update.features is not None
-                else {}
-            ),
         }
     )
 

@@ -6,7 +6,7 @@ from collections.abc import Mapping
 from typing import Any, NamedTuple, NoReturn
 
 from agent_learning.core.errors import InvalidDocument
-from agent_learning.documents import Action, check_context, policy_doc_id
+from agent_learning.documents import Action, Candidate, check_context, policy_doc_id
 
 
 def _read_only(self: Any, *args: Any, **kwargs: Any) -> NoReturn:
@@ -67,6 +67,9 @@ class Decision(NamedTuple):
     ``None`` without features (an empty context included, as the episode stores it)."""
     incarnation: str | None = None
     """The policy's incarnation (``PolicyDocument.incarnation``), which the episode carries."""
+    candidates: tuple[Candidate, ...] | None = None
+    """The actions the request offered (``choose(actions=...)``) with their features, which the
+    episode carries: ``probability`` is the action's among them; ``index`` its position there."""
 
     @property
     def action(self) -> Action:

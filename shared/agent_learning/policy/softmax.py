@@ -37,6 +37,23 @@ without exclusions). A flat list of actions is one dimension without context or 
 first formula. A configuration's id joins its values' ids with ``:``
 (``prompt=concise:retrieval_k=3``); episodes log that id, π(a | x) and the context.
 
+Actions described by features. A flat policy may declare categorical ``action_features`` (each
+action's ``features``: ``{"genre": "comedy", "length": "short"}``). With φ_k(a) the value of feature k
+of action a, weights w_{k,v} per learned value v, and interactions u_{k,f,c,v} with the segments c of
+its categorical context features f, an action's logit gains ::
+
+    ℓ(a | x) += Σ_k ( w_{k, φ_k(a)} + Σ_f u_{k, f, x_f, φ_k(a)} )
+
+(a value or segment not learned adds nothing). θ_a, δ and β of an action the policy does not have
+are 0: an action never seen is scored by its features alone. ``choose(actions=[...])`` draws among
+the actions a request offers (ids of the policy's actions, or new ones with their features; at most
+:data:`~agent_learning.documents.MAX_CANDIDATES`; ``excluded`` ids left out), C of them, with ::
+
+    π(a | x, C) = f_C + (1 − |C|·f_C) · softmax_{c ∈ C}(ℓ(c | x) / T)_a,   f_C = f · min(1, K / |C|)
+
+(the floor shrinks when more actions are offered than the policy has, so the mass it spreads,
+|C|·f_C ≤ K·f, stays below 1); the decision carries the candidates, which the episode logs.
+
 Drawing is exact. A policy whose probabilities do not depend on the context (no features) with
 one dimension, or at most :data:`FIXED_SIZE` configurations, keeps every configuration's decision
 ready: a draw is one uniform number and a binary search. For another context the policy keeps
@@ -70,7 +87,10 @@ from agent_learning.documents import (
     DEFAULT_TEMPERATURE,
     DIMENSION_NAME,
     DIMENSION_NAME_RULE,
+    MAX_CANDIDATES,
     Action,
+    ActionFeature,
+    Candidate,
     ContextFeature,
     Dimension,
     PolicyDocument,
@@ -155,8 +175,13 @@ class Layout:
 
 
 def feature_logits(doc: PolicyDocument, context: Mapping[str, Any] | None) -> list[float]:
-    """ℓ(· | x) of ``doc``'s values for the context x (:func:`context_logits`)."""
-    return context_logits(doc.logits, doc.features or (), context)
+    """ℓ(· | x) of ``doc``'s values for the context x (:func:`context_logits`, and its actions'
+    features' terms)."""
+    logits = context_logits(doc.logits, doc.features or (), context)
+    if doc.action_features:
+        scorer = ActionScorer(doc.action_features)
+        logits = [x + scorer.logit(a.features, context) for x, a in zip(logits, doc.actions, strict=True)]
+    return logits
 
 
 def context_logits(
@@ -180,6 +205,44 @@ def context_logits(
             x = max(-NUMBER_CLIP, min(NUMBER_CLIP, (float(value) - feature.center) / feature.scale))
             logits = [v + w * x for v, w in zip(logits, feature.weights, strict=True)]
     return logits
+
+
+class ActionScorer:
+    """The learned weights of a policy's action features, ready to score an action's features in a
+    context (module docstring: Actions described by features)."""
+
+    __slots__ = ("features",)
+
+    def __init__(self, features: Sequence[ActionFeature]) -> None:
+        self.features = tuple((f.name, f.weights, f.by_context or {}) for f in features)
+
+    def logit(self, features: Mapping[str, Any] | None, context: Mapping[str, Any] | None) -> float:
+        """Σ_k (w_{k, φ_k(a)} + Σ_f u_{k, f, x_f, φ_k(a)}) of an action's ``features`` in ``context``."""
+        total = 0.0
+        if not features:
+            return total
+        for name, weights, by_context in self.features:
+            value = features.get(name)
+            if value is None:
+                continue
+            v = segment_name(value)
+            w = weights.get(v)
+            if w is None:
+                continue  # a value not learned (nor any interaction of it)
+            total += w
+            if context:
+                for feature, segments in by_context.items():
+                    if feature in context:
+                        u = segments.get(segment_name(context[feature]))
+                        if u:
+                            total += u.get(v, 0.0)
+        return total
+
+
+def offered_floor(floor: float, actions: int, offered: int) -> float:
+    """f_C: the exploration floor among ``offered`` candidates of a policy of ``actions`` actions with
+    floor f (module docstring): f, or f·K/|C| when more are offered, so |C|·f_C ≤ K·f < 1."""
+    return floor if offered <= actions else floor * actions / offered
 
 
 def context_key(context: Mapping[str, Any] | None, names: Sequence[str]) -> tuple[Any, ...]:
@@ -263,6 +326,17 @@ class _Table:
             self.cum: Any = cumulative(joint)
         else:
             self.cum = [cumulative(p) for p in probs]
+
+
+class _FlatLayouts(dict[int, Layout]):
+    """The layout of one unnamed dimension of n values, made once per n."""
+
+    def __missing__(self, n: int) -> Layout:
+        layout = self[n] = Layout((("",)), (0,), (n,), (), (), ())
+        return layout
+
+
+_FLAT = _FlatLayouts()
 
 
 def cumulative(probs: Sequence[float]) -> list[float]:
@@ -373,8 +447,10 @@ class SoftmaxPolicy:
         "_excluded_set",
         "_features",
         "_fixed",
+        "_index",
         "_numeric",
         "_random",
+        "_scorer",
         "actions",
         "agent_id",
         "document",
@@ -434,6 +510,9 @@ class SoftmaxPolicy:
         self._features = {f.name: f for f in self.features}
         self._categorical = tuple(f.name for f in self.features if f.kind == "category")
         self._numeric = tuple(f.name for f in self.features if f.kind == "number")
+        action_features = document.action_features if document is not None else None
+        self._scorer = ActionScorer(action_features) if action_features else None
+        self._index = {a.id: i for i, a in enumerate(self.actions)} if len(self.layout.sizes) == 1 else {}
         self._cache: dict[tuple[Any, ...], _Table] = {}
         self._fixed: tuple[Decision, ...] | None = None
         self._cum: list[float] | None = None
@@ -455,13 +534,17 @@ class SoftmaxPolicy:
         exploration_floor: float = DEFAULT_EXPLORATION_FLOOR,
         rng: random.Random | None = None,
         seed: int | None = None,
+        context: Mapping[str, str] | None = None,
+        action_features: Sequence[str] = (),
     ) -> SoftmaxPolicy:
         """A uniform policy (all logits 0) over ``actions``, as version 1:
         ``from_actions(agent_id, actions)``, or ``from_actions(actions, agent_id=...)`` (the
         ``azure-agents-learning-sdk`` order); either may be passed by keyword.
 
         ``actions`` may be ids, :class:`~agent_learning.documents.Action` objects or dicts
-        with ``id``, ``description`` and ``config``.
+        with ``id``, ``description``, ``config`` and ``features``. ``context`` names the context
+        features to learn from (name → ``"category"`` or ``"number"``), ``action_features`` the
+        actions' features to score them by (module docstring).
         """
         agent_id, actions = _agent_and_actions(args, agent_id, actions)
         if isinstance(actions, str | bytes | Mapping):
@@ -474,8 +557,18 @@ class SoftmaxPolicy:
         policy = cls(
             agent_id, parsed, [0.0] * len(parsed), temperature=temperature, exploration_floor=exploration_floor, rng=rng
         )
-        policy.to_document(created_at=None)  # validate ids, floor and sizes now, with field names
-        return policy
+        doc = policy.to_document(created_at=None)  # validate ids, floor and sizes now, with field names
+        if not context and not action_features:
+            return policy
+        extra: dict[str, Any] = {}
+        if context:
+            extra["features"] = structure_fields({"x": [0]}, context)["features"]
+        if isinstance(action_features, str) or not all(isinstance(n, str) for n in action_features):
+            raise InvalidDocument("policy", [("action_features", "must be a list of feature names")])
+        if action_features:
+            extra["action_features"] = [{"name": name} for name in action_features]
+        stored = {k: v for k, v in doc.to_dict().items() if k != "schema_version"}  # schema 2, for its features
+        return cls.from_document({**stored, **extra}, rng=rng)
 
     @classmethod
     def create(
@@ -535,7 +628,8 @@ class SoftmaxPolicy:
         features as its stored document has them)."""
         stored = self.document.to_dict() if self.document is not None else {}
         data = {
-            **{k: stored[k] for k in ("schema_version", "dimensions", "excluded", "features") if k in stored},
+            **{k: stored[k] for k in ("schema_version", "dimensions", "excluded", "features", "action_features")
+               if k in stored},
             "id": policy_doc_id(self.agent_id, self.version if kind == "version" else None),
             "kind": kind,
             "agent_id": self.agent_id,
@@ -557,18 +651,127 @@ class SoftmaxPolicy:
 
     # ------------------------------------------------------------------ use
 
-    def choose(self, rng: random.Random | None = None, *, context: Mapping[str, Any] | None = None) -> Decision:
+    def choose(
+        self,
+        rng: random.Random | None = None,
+        *,
+        context: Mapping[str, Any] | None = None,
+        actions: Sequence[str | Action | Mapping[str, Any]] | None = None,
+    ) -> Decision:
         """Draw a configuration for ``context`` (the request's features: ``{"task": "billing",
         "tokens": 812}``), checked (:func:`~agent_learning.documents.check_context`) and logged with
         the episode; an empty context is no context (``None``), as its episode stores it. Pass
-        ``rng`` to override the policy's generator for this draw."""
+        ``rng`` to override the policy's generator for this draw.
+
+        ``actions``: the actions this request offers (a flat policy's): ids of the policy's actions,
+        :class:`~agent_learning.documents.Action` objects or ``{"id", "features", "config"}`` objects,
+        new ids included. The action is drawn among them, with its probability among them (module
+        docstring). To leave some out (Personalizer's excluded actions), offer
+        ``policy.offered(actions, excluded)``."""
         fixed = self._fixed
-        if fixed is None:  # the probabilities depend on the context: its table
+        if fixed is None or actions is not None:  # one test: the context-free draw below keeps its speed
+            if actions is not None:
+                return self._choose_among(rng, context, actions)
             return self._choose_in(rng, context)
         decision = fixed[bisect_right(self._cum, rng.random() if rng is not None else self._random())]
         if context is None or not (checked := validated_context(context)):
             return decision
         return decision._replace(context=checked)
+
+    def _choose_among(
+        self,
+        rng: random.Random | None,
+        context: Mapping[str, Any] | None,
+        actions: Sequence[str | Action | Mapping[str, Any]],
+    ) -> Decision:
+        """:meth:`choose` among the actions a request offers."""
+        checked = _shape_checked(context) or None
+        if checked and self._numeric:
+            self._check_kinds(checked)
+        offered = self.offered(actions)
+        probs = self.offered_probabilities(offered, checked)
+        draw = rng.random() if rng is not None else self._random()
+        j = bisect_right(cumulative(probs), draw)
+        action = offered[j]
+        p = probs[j]
+        return Decision(
+            self.agent_id,
+            action.id,
+            j,
+            p,
+            math.log(p),
+            self.version,
+            read_only(action.config),
+            checked,
+            self.incarnation,
+            tuple(Candidate.model_construct(id=a.id, features=a.features) for a in offered),
+        )
+
+    def offered(
+        self,
+        actions: Sequence[str | Action | Mapping[str, Any] | Candidate] | None,
+        excluded: Sequence[str] | None = None,
+    ) -> list[Action]:
+        """The actions a request offers, checked (:class:`InvalidDocument` naming the field), each
+        with the policy's features and config for an action of its own offered without them, less
+        those ``excluded``: the candidates :meth:`choose` draws among."""
+        if len(self.layout.sizes) != 1 or self.excluded:
+            raise InvalidDocument("decision", [("actions", "only a flat policy (no dimensions nor exclusions) "
+                                                "chooses among the actions a request offers")])
+        if actions is None:
+            actions = self.actions
+        if isinstance(actions, str | bytes | Mapping) or not isinstance(actions, Sequence):
+            raise InvalidDocument("decision", [("actions", f"must be a list of actions, got {type(actions).__name__}")])
+        if not actions or len(actions) > MAX_CANDIDATES:
+            raise InvalidDocument("decision", [("actions", f"offers {len(actions)} actions; "
+                                                f"a request offers 1 to {MAX_CANDIDATES}")])
+        out: list[Action] = []
+        seen: set[str] = set()
+        for i, value in enumerate(actions):
+            if isinstance(value, Candidate):
+                value = {"id": value.id, "features": value.features}
+            action = _as_action(value, f"actions[{i}]")
+            if action.id in seen:
+                raise InvalidDocument("decision", [(f"actions[{i}].id", f"{action.id!r} is offered twice")])
+            seen.add(action.id)
+            own = self._index.get(action.id)
+            mine = self.actions[own] if own is not None else None
+            if mine is not None and ((action.features is None and mine.features is not None)
+                                     or (not action.config and mine.config)):
+                action = Action.model_construct(
+                    id=action.id,
+                    description=action.description or mine.description,
+                    config=action.config or mine.config,
+                    features=mine.features if action.features is None else action.features,
+                )
+            out.append(action)
+        if excluded:
+            if isinstance(excluded, str | bytes) or not isinstance(excluded, Sequence):
+                raise InvalidDocument("decision", [("excluded", "must be a list of action ids")])
+            for i, action_id in enumerate(excluded):
+                if action_id not in seen:
+                    raise InvalidDocument("decision", [(f"excluded[{i}]", f"{action_id!r:.140} is not offered")])
+            out = [a for a in out if a.id not in set(excluded)]
+            if not out:
+                raise InvalidDocument("decision", [("excluded", "excludes every action offered")])
+        return out
+
+    def offered_probabilities(
+        self, offered: Sequence[Action | Candidate], context: Mapping[str, Any] | None = None
+    ) -> list[float]:
+        """π(· | x, C) of each candidate (module docstring), from the policy's logits of its own
+        actions in ``context`` (checked as the learner reads it) and their features' terms."""
+        own = context_logits(self.logits, self.features, context) if self.features and context else self.logits
+        scorer = self._scorer
+        logits = []
+        for action in offered:
+            i = self._index.get(action.id)
+            x = own[i] if i is not None else 0.0
+            if scorer is not None:
+                x += scorer.logit(action.features, context)
+            logits.append(x)
+        floor = offered_floor(self.exploration_floor, len(self.actions), len(offered))
+        return dimension_probabilities(logits, _FLAT[len(logits)], self.temperature, floor)[0]
 
     def _choose_in(self, rng: random.Random | None, context: Mapping[str, Any] | None) -> Decision:
         """:meth:`choose` from the table of ``context``'s probabilities."""
@@ -612,13 +815,21 @@ class SoftmaxPolicy:
         return table
 
     def _build(self, context: Mapping[str, Any] | None, *, kept: bool) -> _Table:
-        logits = context_logits(self.logits, self.features, context)
+        logits = self._logits(context)
         return _Table(
             dimension_probabilities(logits, self.layout, self.temperature, self.exploration_floor),
             self.excluded,
             self.layout.sizes,
             kept=kept,
         )
+
+    def _logits(self, context: Mapping[str, Any] | None) -> list[float]:
+        """ℓ(· | x) of the policy's own actions (module docstring)."""
+        logits = context_logits(self.logits, self.features, context)
+        scorer = self._scorer
+        if scorer is not None:
+            logits = [x + scorer.logit(a.features, context) for x, a in zip(logits, self.actions, strict=True)]
+        return logits
 
     def _checked(self, context: Mapping[str, Any]) -> tuple[_Table, dict[str, Any]]:
         """The table for ``context``, and ``context`` checked. A context made only of categorical
@@ -688,11 +899,23 @@ class SoftmaxPolicy:
         table = self._table(None)
         return self._decision(table, local)
 
-    def probability(self, action_id: str, context: Mapping[str, Any] | None = None) -> float:
+    def probability(
+        self,
+        action_id: str,
+        context: Mapping[str, Any] | None = None,
+        candidates: Sequence[str | Action | Mapping[str, Any] | Candidate] | None = None,
+    ) -> float:
         """π(a | x) of a configuration id (0 if excluded); :class:`InvalidDocument` if unknown, or
         for a ``context`` that is not one (checked as :meth:`choose` checks its shape). A string or
         a boolean for a numeric feature, which :meth:`choose` refuses, adds nothing here (a logged
-        episode's context is read as the learner reads it)."""
+        episode's context is read as the learner reads it). With ``candidates`` (an episode's), the
+        action's probability among them, π(a | x, C) (0 if it is not one of them)."""
+        if candidates is not None:
+            offered = self.offered(candidates)
+            ids = [a.id for a in offered]
+            if action_id not in ids:
+                return 0.0
+            return self.offered_probabilities(offered, _shape_checked(context))[ids.index(action_id)]
         if context is None and self._fixed is not None:
             return self.decision_for(action_id).probability
         return self.probability_at(self._parse(action_id), context)
