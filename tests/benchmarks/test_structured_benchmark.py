@@ -77,13 +77,13 @@ def test_the_paired_standard_error_matches_the_spread_of_the_ratio_over_replicat
 
 def test_the_contextual_rows_give_each_ratio_its_paired_standard_error() -> None:
     reference = [100.0, 150.0, 200.0]
-    rows = {"Thompson per segment (told it)": bench.Row(reference), "ours": bench.Row([95.0, 140.0, 200.0], 1)}
+    rows = {bench.RAW_PER_SEGMENT: bench.Row(reference), "ours": bench.Row([95.0, 140.0, 200.0], 1)}
     lines: list[str] = []
     out: dict[str, dict[str, dict[str, float]]] = {}
-    bench._table_rows(lines, out, "2 segments", rows, "Thompson per segment (told it)", 3)
+    bench._table_rows(lines, out, "2 segments", rows, bench.RAW_PER_SEGMENT, 3)
     se = bench.paired_se(np.array(rows["ours"].regret), np.array(reference))
     assert se > 0 and out["2 segments"]["ours"]["vs_reference_se"] == se
-    assert out["2 segments"]["Thompson per segment (told it)"]["vs_reference_se"] == 0.0
+    assert out["2 segments"][bench.RAW_PER_SEGMENT]["vs_reference_se"] == 0.0
     assert lines[1] == f"| 2 segments | ours | 145.0 ± 43.0 | 0.97× ± {se:.2f} | 1/3 |"
 
 
@@ -189,3 +189,24 @@ def test_raw_reward_thompson_per_segment_runs_and_each_segment_forgets_by_its_ow
     algo.update(np.array([0.0, 0.0, 0.0, 0.0]), np.array([1, 1, 1, 1]), np.ones(4), np.ones(4))
     np.testing.assert_allclose(algo.posterior.n[0], [0, 4, 0.5 ** (4 / 100), 0])  # faded by its 4 episodes
     np.testing.assert_allclose(algo.posterior.n[1], [0, 0, 0, 1])  # no episodes of its own: kept
+
+
+def test_the_contextual_rows_are_measured_against_raw_reward_thompson_per_segment(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    pytest.importorskip("vowpalwabbit")
+    monkeypatch.setattr(bench, "CONTEXT_PROBLEMS", [bench.ContextProblem("2 segments", 4, 2, 100)])
+    out: dict[str, dict[str, dict[str, float]]] = {}
+    lines = bench.contextual_lines(2, 0.0, out)
+    assert "| vs raw-reward Thompson per segment (± paired se) |" in lines[0]
+    rows = out["2 segments"]
+    assert rows[bench.RAW_PER_SEGMENT]["vs_reference"] == 1.0 and rows[bench.RAW_PER_SEGMENT]["vs_reference_se"] == 0.0
+    names = list(rows)
+    assert names[:4] == [
+        "REINFORCE (ours)",
+        bench.RAW_PER_SEGMENT,
+        "Thompson per segment, raw reward, forgetting",
+        "Thompson per segment, Beta (told it)",
+    ]
+    assert any(name.startswith("VW ") for name in names)
+    assert all(0 <= row["best_below_half"] <= 2 for row in rows.values())
