@@ -1,8 +1,10 @@
 """Learning quality: our REINFORCE learner against standard bandit algorithms.
 
 Simulated K-armed problems with rewards in [0, 1]; the learner and batched Thompson sampling
-(Beta-Bernoulli, and Gaussian, which sees the rewards' scale) update every ``batch`` episodes (the
-training timer), UCB1 and ε-greedy after every episode.
+(on the raw reward, a Normal posterior that sees the rewards' scale, with and without the learner's
+forgetting; and Beta-Bernoulli) update every ``batch`` episodes (the training timer), UCB1 and
+ε-greedy after every episode. The ratio column divides by Thompson sampling on the raw reward
+without forgetting, with the ratio's paired standard error.
 For each problem and algorithm, over ``seeds`` seeds: cumulative (expected) regret after
 ``horizon`` episodes, the probability the final policy puts on the best action, and the
 number of episodes until that probability first reaches 0.9 (checked after every update).
@@ -231,7 +233,7 @@ class BatchedThompson(Algorithm):
     """Beta-Bernoulli Thompson sampling; rewards in [0, 1] enter as Bernoulli(reward) draws.
     The posterior is updated once per batch, like the timer-driven learner."""
 
-    name = "Thompson (batched)"
+    name = "Thompson (Beta, batched)"
 
     def __init__(self, k: int, rng: Rng) -> None:
         super().__init__(k, rng)
@@ -255,41 +257,43 @@ class BatchedThompson(Algorithm):
 
 
 class GaussianThompson(Algorithm):
-    """Thompson sampling with a Normal posterior of each arm's mean reward: one prior pseudo-pull
-    of 0.5, the arm's sample variance (0.25, the most a reward in [0, 1] can have, before two
-    pulls), so N((0.5 + Σr) / (n + 1), s² / (n + 1)). Unlike the Beta-Bernoulli reference it
-    sees the rewards' scale, as the learner does. Updated once per batch."""
+    """Thompson sampling on the raw reward, the reference the table's ratio divides by: a Normal
+    posterior of each arm's mean with the arm's sample variance taken as known, one prior
+    pseudo-pull of 0.5 (variance 0.25 before two pulls), so N((0.5 + Σr) / (n + 1), s² / (n + 1))
+    (:class:`structured.RawPosterior`). Unlike the Beta-Bernoulli reference it sees the rewards'
+    scale, as the learner does. Updated once per batch; it never forgets."""
 
-    name = "Thompson (Gaussian, batched)"
-    min_variance = 1e-4
-    """A reward's variance is taken as at least this (sd 0.01): an arm whose few rewards agree still has doubt."""
+    name = "Thompson (raw reward, batched)"
+    half_life: float | None = None
+    min_variance = structured.RawPosterior.min_variance
 
     def __init__(self, k: int, rng: Rng) -> None:
         super().__init__(k, rng)
-        self.n, self.s, self.ss = np.zeros(k), np.zeros(k), np.zeros(k)
+        self.raw = structured.RawPosterior((k,), self.half_life)
 
     def posterior(self) -> tuple[np.ndarray, np.ndarray]:
         """Every arm's posterior mean and standard deviation."""
-        n = np.maximum(self.n, 1)
-        variance = np.where(self.n > 1, (self.ss - self.s**2 / n) / np.maximum(self.n - 1, 1), 0.25)
-        return (0.5 + self.s) / (self.n + 1), np.sqrt(np.maximum(variance, self.min_variance) / (self.n + 1))
+        return self.raw.posterior()
 
     def probs(self, samples: int = 4000) -> np.ndarray:
-        mean, sd = self.posterior()
-        draws = self.rng.normal(mean, sd, size=(samples, self.k))
-        return np.bincount(draws.argmax(axis=1), minlength=self.k) / samples
+        return self.raw.probabilities(self.rng, samples)
 
     def run_batch(self, env: Environment, n: int) -> tuple[np.ndarray, np.ndarray]:
-        mean, sd = self.posterior()
-        actions = self.rng.normal(mean, sd, size=(n, self.k)).argmax(axis=1)
+        actions = self.raw.draws(self.rng, n).argmax(axis=1)
         rewards = env.pull(actions)
         self.update(actions, rewards, np.ones(n))
         return actions, rewards
 
     def update(self, actions: np.ndarray, rewards: np.ndarray, logged: np.ndarray) -> None:
-        self.n += np.bincount(actions, minlength=self.k)
-        self.s += np.bincount(actions, weights=rewards, minlength=self.k)
-        self.ss += np.bincount(actions, weights=rewards * rewards, minlength=self.k)
+        self.raw.learn(actions, rewards)
+
+
+class FadingGaussianThompson(GaussianThompson):
+    """Thompson sampling on the raw reward whose sums (n, Σr, Σr²) fade by 2^(−N/H) before each
+    batch of N adds, H the learner's default evidence half-life (3,000 episodes), as its evidence does."""
+
+    name = "Thompson (raw reward, batched, forgetting)"
+    half_life = structured.HALF_LIFE
 
 
 class UCB1(Algorithm):
@@ -354,8 +358,9 @@ class Uniform(Algorithm):
 
 ALGORITHMS: list[Callable[[int, Rng], Algorithm]] = [
     Ours,
-    BatchedThompson,
     GaussianThompson,
+    FadingGaussianThompson,
+    BatchedThompson,
     UCB1,
     EpsilonGreedy,
     Uniform,
@@ -563,20 +568,23 @@ def main(argv: list[str] | None = None) -> None:
             print(f"[{time.perf_counter() - t0:6.1f} s] {problem.name}: {make.name} done", file=sys.stderr, flush=True)
 
     lines = [
-        "| problem | algorithm | regret (mean ± sd) | vs Thompson | P(best) at end | seeds reaching 0.9 | "
-        "episodes to 0.9 (median) | best < 0.5 (seeds) |",
-        "|---|---|---:|---:|---:|---:|---:|---:|",
+        "| problem | algorithm | regret (mean ± sd) | vs raw-reward Thompson (± paired se) | vs Beta Thompson | "
+        "P(best) at end | seeds reaching 0.9 | episodes to 0.9 (median) | best < 0.5 (seeds) |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|",
     ]
     out: dict[str, dict[str, dict[str, float | int | None]]] = {}
     for pname, algos in table.items():
-        ts = float(np.mean(algos["Thompson (batched)"].regret))
+        reference = np.array(algos[GaussianThompson.name].regret)
+        beta = float(np.mean(algos[BatchedThompson.name].regret))
         out[pname] = {}
         for aname, res in algos.items():
             reached = [r for r in res.reach if r is not None]
             row = {
                 "regret_mean": float(np.mean(res.regret)),
                 "regret_sd": float(np.std(res.regret)),
-                "vs_thompson": float(np.mean(res.regret)) / ts if ts else None,
+                "vs_reference": float(np.mean(res.regret)) / reference.mean(),
+                "vs_reference_se": structured.paired_se(np.array(res.regret), reference),
+                "vs_beta_thompson": float(np.mean(res.regret)) / beta if beta else None,
                 "p_best_mean": float(np.mean(res.p_best)),
                 "p_best_min": float(np.min(res.p_best)),
                 "reached": len(reached),
@@ -586,7 +594,9 @@ def main(argv: list[str] | None = None) -> None:
             out[pname][aname] = row
             lines.append(
                 f"| {pname} | {aname} | {row['regret_mean']:.1f} ± {row['regret_sd']:.1f} | "
-                f"{row['vs_thompson']:.2f}× | {row['p_best_mean']:.3f} | {row['reached']}/{args.seeds} | "
+                f"{row['vs_reference']:.2f}× ± {row['vs_reference_se']:.2f} | "
+                f"{'' if row['vs_beta_thompson'] is None else format(row['vs_beta_thompson'], '.2f') + '×'} | "
+                f"{row['p_best_mean']:.3f} | {row['reached']}/{args.seeds} | "
                 f"{'' if row['reach_median'] is None else int(row['reach_median'])} | "
                 f"{row['best_below_half']}/{args.seeds} |"
             )

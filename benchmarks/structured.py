@@ -8,7 +8,9 @@ Contextual: each episode comes with a context; the arm means depend on it.
   c = (1, −1, 0, 0.5): arm 0 is best for x > 0, arm 1 for x < 0.
 
 References: batched Thompson sampling per segment (told the segment; for the numeric problem,
-told which of 4 equal bins of x the episode falls in), context-free batched Thompson, and
+told which of 4 equal bins of x the episode falls in) on the raw reward (:class:`RawPosterior`,
+the reference the table's ratio divides by), the same whose posteriors fade with the learner's
+evidence half-life, and the Beta-Bernoulli one; context-free batched Thompson, and
 Vowpal Wabbit's contextual bandit (``--cb_explore_adf`` with ``--squarecb`` and with
 ``--epsilon 0.05``, the context crossed with the action), learning after every episode
 ("online") and, like the timer-driven learner, once per batch ("per batch").
@@ -20,8 +22,9 @@ problems draw their effects once, so every seed meets the same instance and only
 their "drawn per seed" twins draw a new instance from each seed (seed 0's is the fixed one), so
 no one instance's gaps decide the comparison. References: batched Thompson over
 the joint space (every configuration an arm) and independent Thompson per dimension (each
-dimension's value drawn from its own Beta posteriors, all updated with the episode's reward);
-and, to price forgetting, per-dimension Thompson whose posteriors fade with the learner's
+dimension's value drawn from its own posteriors, all updated with the episode's reward): on the
+raw reward (:class:`RawPosterior`, the reference the table's ratio divides by) and Beta-Bernoulli;
+and, to price forgetting, each per-dimension one whose posteriors fade with the learner's
 evidence half-life.
 
 Every algorithm meets the same luck (common random numbers): episode t's context, and the
@@ -44,7 +47,7 @@ from typing import Any
 import numpy as np
 
 from agent_learning.documents import PolicyDocument
-from agent_learning.learning.reinforce import LearnerConfig, Rows, learn_structured
+from agent_learning.learning.reinforce import LearnerConfig, Rows, fade, learn_structured
 from agent_learning.policy.softmax import DEFAULT_EXPLORATION_FLOOR, StructuredPolicy
 
 Rng = np.random.Generator
@@ -173,6 +176,57 @@ class Chooser:
         raise NotImplementedError
 
 
+HALF_LIFE = LearnerConfig().evidence_half_life
+"""The learner's default evidence half-life (``AGENT_LEARNING_EVIDENCE_HALF_LIFE``), in episodes:
+the forgetting references forget at its pace."""
+
+
+class RawPosterior:
+    """Thompson sampling's posteriors on the raw reward: a Normal posterior of each arm's mean, with
+    the arm's sample variance taken as known. Prior: one pseudo-pull of 0.5, and a variance of 0.25
+    (the most a reward in [0, 1] can have) until the arm has two pulls; so after n pulls with sum S
+    and sample variance s², the mean is N((0.5 + S) / (n + 1), max(s², 10⁻⁴) / (n + 1)). Unlike a
+    Beta-Bernoulli posterior it sees the rewards' scale, as the learner does. With a half-life H
+    the sums n, S and Σr² of a cell (a segment, or the whole problem) fade by 2^(−m/H) before the
+    cell's m new episodes of a batch add, as the learner's evidence does; the prior never fades.
+    ``shape`` is (cells, arms) or (arms,)."""
+
+    min_variance = 1e-4
+    """A reward's variance is taken as at least this (sd 0.01): an arm whose few rewards agree still has doubt."""
+
+    def __init__(self, shape: tuple[int, ...], half_life: float | None = None) -> None:
+        self.half_life = half_life
+        self.n, self.s, self.ss = np.zeros(shape), np.zeros(shape), np.zeros(shape)
+
+    def posterior(self) -> tuple[np.ndarray, np.ndarray]:
+        """Every arm's posterior mean and standard deviation."""
+        n = np.maximum(self.n, 1)
+        variance = np.where(self.n > 1, (self.ss - self.s**2 / n) / np.maximum(self.n - 1, 1), 0.25)
+        return (0.5 + self.s) / (self.n + 1), np.sqrt(np.maximum(variance, self.min_variance) / (self.n + 1))
+
+    def draws(self, rng: Rng, samples: int, cells: np.ndarray | None = None) -> np.ndarray:
+        """``samples`` draws of every arm's mean (of each of ``cells``' arms, one draw per cell)."""
+        mean, sd = self.posterior()
+        if cells is None:
+            return rng.normal(mean, sd, size=(samples, *mean.shape))
+        return rng.normal(mean[cells], sd[cells])
+
+    def probabilities(self, rng: Rng, samples: int) -> np.ndarray:
+        """The probability of each arm being drawn (of a posterior of shape (arms,)), from ``samples`` draws."""
+        return np.bincount(self.draws(rng, samples).argmax(axis=1), minlength=self.n.shape[-1]) / samples
+
+    def learn(self, arms: np.ndarray, rewards: np.ndarray, cells: np.ndarray | None = None) -> None:
+        """Fade each cell by its episodes in the batch (if forgetting), then add the batch."""
+        where = arms if cells is None else (cells, arms)
+        if self.half_life:
+            episodes = len(arms) if cells is None else np.bincount(cells, minlength=self.n.shape[0])[:, None]
+            keep = fade(episodes, self.half_life)  # type: ignore[arg-type]
+            self.n, self.s, self.ss = self.n * keep, self.s * keep, self.ss * keep
+        np.add.at(self.n, where, 1.0)
+        np.add.at(self.s, where, rewards)
+        np.add.at(self.ss, where, rewards * rewards)
+
+
 class OursContextual(Chooser):
     """The structured learner: one dimension of K arms and the context as a feature."""
 
@@ -227,6 +281,33 @@ class ThompsonCells(Chooser):
         c = self.cell_of(x)
         np.add.at(self.a, (c, arms), rewards)
         np.add.at(self.b, (c, arms), 1 - rewards)
+
+
+class RawThompsonCells(ThompsonCells):
+    """Thompson sampling on the raw reward (:class:`RawPosterior`) with one posterior per cell,
+    forgetting with the learner's evidence half-life if ``half_life``. Updated once per batch."""
+
+    def __init__(
+        self, k: int, cells: int, cell_of: Callable[[np.ndarray], np.ndarray], rng: Rng, name: str,
+        half_life: float | None = None,
+    ) -> None:
+        self.k, self.cell_of, self.rng, self.name = k, cell_of, rng, name
+        self.posterior = RawPosterior((cells, k), half_life)
+
+    def draw(self, x: np.ndarray) -> np.ndarray:
+        return self.posterior.draws(self.rng, len(x), self.cell_of(x)).argmax(axis=1)
+
+    def probs(self, x: np.ndarray, samples: int = 2_000) -> np.ndarray:
+        draws = self.posterior.draws(self.rng, samples)
+        chosen = [np.bincount(draws[:, c].argmax(axis=1), minlength=self.k) / samples for c in range(self.n_cells)]
+        return np.array(chosen)[self.cell_of(x)]
+
+    @property
+    def n_cells(self) -> int:
+        return self.posterior.n.shape[0]
+
+    def update(self, x: np.ndarray, arms: np.ndarray, rewards: np.ndarray, logged: np.ndarray) -> None:
+        self.posterior.learn(arms, rewards, self.cell_of(x))
 
 
 class VowpalWabbit(Chooser):
@@ -307,12 +388,22 @@ def run_contextual(problem: ContextProblem, make: Callable[[Rng, int], Chooser],
     return total, bool((final[np.arange(len(probes)), best] < 0.5).any())
 
 
+RAW_PER_SEGMENT = "Thompson per segment, raw reward (told it)"
+"""The contextual rows' reference: their ratio column divides by it."""
+
+
 def contextual_algorithms(problem: ContextProblem) -> list[Callable[[Rng, int], Chooser]]:
     out: list[Callable[[Rng, int], Chooser]] = [
         lambda rng, seed: OursContextual(problem, rng),
-        lambda rng, seed: ThompsonCells(problem.k, problem.bins, problem.bin, rng, "Thompson per segment (told it)"),
+        lambda rng, seed: RawThompsonCells(problem.k, problem.bins, problem.bin, rng, RAW_PER_SEGMENT),
+        lambda rng, seed: RawThompsonCells(
+            problem.k, problem.bins, problem.bin, rng, "Thompson per segment, raw reward, forgetting", HALF_LIFE
+        ),
         lambda rng, seed: ThompsonCells(
-            problem.k, 1, lambda x: np.zeros(len(x), dtype=int), rng, "Thompson (context-free)"
+            problem.k, problem.bins, problem.bin, rng, "Thompson per segment, Beta (told it)"
+        ),
+        lambda rng, seed: ThompsonCells(
+            problem.k, 1, lambda x: np.zeros(len(x), dtype=int), rng, "Thompson (context-free, Beta)"
         ),
     ]
     for explore in ("--squarecb", "--epsilon 0.05"):
@@ -359,7 +450,9 @@ class OursFactorized(Chooser):
 
 
 class JointThompson:
-    name = "Thompson (joint, batched)"
+    """Beta-Bernoulli Thompson sampling over the joint space (every configuration an arm)."""
+
+    name = "Thompson (joint, Beta, batched)"
 
     def __init__(self, sizes: Sequence[int], rng: Rng) -> None:
         self.sizes, self.rng = tuple(sizes), rng
@@ -381,7 +474,9 @@ class JointThompson:
 
 
 class DimensionThompson:
-    name = "Thompson (per dimension, batched)"
+    """Independent Beta-Bernoulli Thompson sampling per dimension, updated once per batch."""
+
+    name = "Thompson (per dimension, Beta, batched)"
 
     def __init__(self, sizes: Sequence[int], rng: Rng) -> None:
         self.sizes, self.rng = tuple(sizes), rng
@@ -420,8 +515,8 @@ class FadingDimensionThompson(DimensionThompson):
     learner's ``evidence_half_life``. Not a contender; it prices the learner's forgetting (which
     lets old evidence go in a slowly drifting world) on a world that never changes."""
 
-    name = "Thompson (per dimension, batched, forgetting)"
-    half_life = LearnerConfig().evidence_half_life or math.inf
+    name = "Thompson (per dimension, Beta, batched, forgetting)"
+    half_life = HALF_LIFE or math.inf
 
     def update_local(self, local: np.ndarray, rewards: np.ndarray, logged: np.ndarray) -> None:
         fade = 0.5 ** (len(rewards) / self.half_life)
@@ -431,8 +526,45 @@ class FadingDimensionThompson(DimensionThompson):
         super().update_local(local, rewards, logged)
 
 
+class RawDimensionThompson(DimensionThompson):
+    """Independent Thompson sampling per dimension on the raw reward: each dimension's value drawn
+    from its own :class:`RawPosterior` (Normal, the value's sample variance taken as known, one prior
+    pseudo-pull of 0.5), all updated with the episode's reward once per batch."""
+
+    name = "Thompson (per dimension, raw reward, batched)"
+    half_life: float | None = None
+
+    def __init__(self, sizes: Sequence[int], rng: Rng) -> None:
+        self.sizes, self.rng = tuple(sizes), rng
+        self.posteriors = [RawPosterior((k,), self.half_life) for k in sizes]
+
+    def draw(self, n: int) -> tuple[np.ndarray, np.ndarray]:
+        cols = [p.draws(self.rng, n).argmax(axis=1) for p in self.posteriors]
+        return np.stack(cols, axis=1), np.ones(n)
+
+    def draw_probabilities(self, samples: int = 2_000, rng: Rng | None = None) -> list[np.ndarray]:
+        return [p.probabilities(rng or self.rng, samples) for p in self.posteriors]
+
+    def greedy(self) -> list[np.ndarray]:
+        return [np.eye(len(p.n))[int(np.argmax(p.posterior()[0]))] for p in self.posteriors]
+
+    def update_local(self, local: np.ndarray, rewards: np.ndarray, logged: np.ndarray) -> None:
+        for d, posterior in enumerate(self.posteriors):
+            posterior.learn(local[:, d], rewards)
+
+
+class FadingRawDimensionThompson(RawDimensionThompson):
+    """Per-dimension Thompson on the raw reward whose posteriors fade with the learner's evidence
+    half-life (every dimension by the whole batch: each episode has a value in each)."""
+
+    name = "Thompson (per dimension, raw reward, batched, forgetting)"
+    half_life = HALF_LIFE
+
+
 FACTOR_ALGORITHMS: list[Callable[[Sequence[int], Rng], Any]] = [
     OursFactorized,
+    RawDimensionThompson,
+    FadingRawDimensionThompson,
     JointThompson,
     DimensionThompson,
     FadingDimensionThompson,
@@ -528,7 +660,7 @@ def tables(seeds: int, t0: float, contextual: bool = True) -> tuple[list[str], d
 def contextual_lines(seeds: int, t0: float, out: dict[str, Any]) -> list[str]:
     """The contextual table; its figures go into ``out``."""
     lines = [
-        "| contextual problem | algorithm | regret (mean ± sd) | vs Thompson per segment (± paired se) | "
+        "| contextual problem | algorithm | regret (mean ± sd) | vs raw-reward Thompson per segment (± paired se) | "
         "best < 0.5 (seeds) |",
         "|---|---|---:|---:|---:|",
     ]
@@ -543,16 +675,17 @@ def contextual_lines(seeds: int, t0: float, out: dict[str, Any]) -> list[str]:
                 row.below_half += below
             rows[name] = row
             _progress(t0, f"{problem.name}: {name}")
-        _table_rows(lines, out, problem.name, rows, "Thompson per segment (told it)", seeds)
+        _table_rows(lines, out, problem.name, rows, RAW_PER_SEGMENT, seeds)
     return lines
 
 
 def factorized_lines(seeds: int, t0: float, out: dict[str, Any]) -> list[str]:
-    """The factorized table, with each ratio's paired standard error; its figures go into ``out``."""
+    """The factorized table, each ratio to per-dimension raw-reward Thompson with its paired standard
+    error; its figures go into ``out``."""
     lines = [
-        "| factorized problem | algorithm | regret (mean ± sd) | vs joint Thompson | vs per-dimension Thompson "
-        "(± paired se) | best < 0.5 (seeds) |",
-        "|---|---|---:|---:|---:|---:|",
+        "| factorized problem | algorithm | regret (mean ± sd) | vs raw-reward Thompson per dimension "
+        "(± paired se) | vs Beta Thompson per dimension | vs joint Beta Thompson | best < 0.5 (seeds) |",
+        "|---|---|---:|---:|---:|---:|---:|",
     ]
     for problem in FACTOR_PROBLEMS:
         rows: dict[str, Row] = {}
@@ -564,24 +697,25 @@ def factorized_lines(seeds: int, t0: float, out: dict[str, Any]) -> list[str]:
                 row.below_half += below
             rows[make.name] = row  # type: ignore[attr-defined]
             _progress(t0, f"{problem.name}: {make.name}")  # type: ignore[attr-defined]
-        joint = float(np.mean(rows["Thompson (joint, batched)"].regret))
-        per_dim_row = np.array(rows["Thompson (per dimension, batched)"].regret)
-        per_dim = float(per_dim_row.mean())
+        joint = float(np.mean(rows[JointThompson.name].regret))
+        per_dim = float(np.mean(rows[DimensionThompson.name].regret))
+        reference = np.array(rows[RawDimensionThompson.name].regret)
         out[problem.name] = {}
         for name, row in rows.items():
             mean = float(np.mean(row.regret))
-            se = paired_se(np.array(row.regret), per_dim_row)
+            se = paired_se(np.array(row.regret), reference)
             out[problem.name][name] = {
                 "regret_mean": mean,
                 "regret_sd": float(np.std(row.regret)),
-                "vs_joint_thompson": mean / joint,
+                "vs_reference": mean / reference.mean(),
+                "vs_reference_se": se,
                 "vs_dimension_thompson": mean / per_dim,
-                "vs_dimension_thompson_se": se,
+                "vs_joint_thompson": mean / joint,
                 "best_below_half": row.below_half,
             }
             lines.append(
-                f"| {problem.name} | {name} | {mean:.1f} ± {np.std(row.regret):.1f} | {mean / joint:.2f}× | "
-                f"{mean / per_dim:.2f}× ± {se:.2f} | {row.below_half}/{seeds} |"
+                f"| {problem.name} | {name} | {mean:.1f} ± {np.std(row.regret):.1f} | {mean / reference.mean():.2f}× "
+                f"± {se:.2f} | {mean / per_dim:.2f}× | {mean / joint:.2f}× | {row.below_half}/{seeds} |"
             )
     return lines
 

@@ -103,3 +103,33 @@ def test_the_guarded_learner_is_reviewed_as_the_trainer_reviews_it() -> None:
     hundreds, tens = guarded
     assert hundreds.shrunk > 0
     assert tens.held >= 2 * (tens.updates - tens.held) > 0
+
+
+def test_the_table_divides_by_thompson_sampling_on_the_raw_reward_and_shows_it_beside_the_others(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    bench.main(["--seeds", "2", "--horizon", "100", "--problems", "K=4 Bernoulli", "--no-shift", "--no-structured"])
+    lines = capsys.readouterr().out.splitlines()
+    assert "| vs raw-reward Thompson (± paired se) | vs Beta Thompson |" in lines[0]
+    rows = {line.split(" | ")[1]: line for line in lines[2:]}
+    assert [bench.GaussianThompson.name, bench.FadingGaussianThompson.name, bench.BatchedThompson.name] == [
+        name for name in rows if name.startswith("Thompson")
+    ]
+    assert " | 1.00× ± 0.00 | " in rows[bench.GaussianThompson.name]
+    assert rows[bench.GaussianThompson.name].endswith("/2 |")  # its seeds below 0.5 too
+
+
+def test_raw_reward_thompson_with_forgetting_fades_its_sums_with_the_learners_half_life() -> None:
+    """n, Σr and Σr² shrink by 2^(−N/H) for a batch of N, then the batch adds; the prior does not fade."""
+    half_life = bench.LearnerConfig().evidence_half_life
+    assert half_life is not None and bench.FadingGaussianThompson.half_life == half_life
+    fading = bench.FadingGaussianThompson(2, np.random.default_rng(0))
+    plain = bench.GaussianThompson(2, np.random.default_rng(0))
+    for algo in (fading, plain):
+        algo.update(np.array([0, 0, 1]), np.array([1.0, 0.0, 1.0]), np.ones(3))
+        algo.update(np.array([1, 1]), np.array([0.5, 0.5]), np.ones(2))
+    keep = 0.5 ** (2 / half_life)
+    np.testing.assert_allclose(fading.raw.n, [2 * keep, keep + 2])
+    np.testing.assert_allclose(fading.raw.s, [keep, keep + 1.0])
+    np.testing.assert_allclose(fading.raw.ss, [keep, keep + 0.5])
+    np.testing.assert_allclose(plain.raw.n, [2, 3])

@@ -77,13 +77,13 @@ def test_the_paired_standard_error_matches_the_spread_of_the_ratio_over_replicat
 
 def test_the_contextual_rows_give_each_ratio_its_paired_standard_error() -> None:
     reference = [100.0, 150.0, 200.0]
-    rows = {"Thompson per segment (told it)": bench.Row(reference), "ours": bench.Row([95.0, 140.0, 200.0], 1)}
+    rows = {bench.RAW_PER_SEGMENT: bench.Row(reference), "ours": bench.Row([95.0, 140.0, 200.0], 1)}
     lines: list[str] = []
     out: dict[str, dict[str, dict[str, float]]] = {}
-    bench._table_rows(lines, out, "2 segments", rows, "Thompson per segment (told it)", 3)
+    bench._table_rows(lines, out, "2 segments", rows, bench.RAW_PER_SEGMENT, 3)
     se = bench.paired_se(np.array(rows["ours"].regret), np.array(reference))
     assert se > 0 and out["2 segments"]["ours"]["vs_reference_se"] == se
-    assert out["2 segments"]["Thompson per segment (told it)"]["vs_reference_se"] == 0.0
+    assert out["2 segments"][bench.RAW_PER_SEGMENT]["vs_reference_se"] == 0.0
     assert lines[1] == f"| 2 segments | ours | 145.0 ± 43.0 | 0.97× ± {se:.2f} | 1/3 |"
 
 
@@ -112,7 +112,7 @@ def test_the_factorized_tables_run_without_the_contextual_ones_and_plot(
     assert figures["contextual"] == {} and not any("contextual" in line for line in lines)
     assert list(figures["factorized"]) == ["2×3 = 6", "6, drawn per seed"]
     ours = figures["factorized"]["2×3 = 6"]["REINFORCE (ours)"]
-    assert ours["vs_dimension_thompson_se"] >= 0 and 0 <= ours["best_below_half"] <= 2
+    assert ours["vs_reference_se"] >= 0 and 0 <= ours["best_below_half"] <= 2
     assert sum(line.startswith("| 6, drawn per seed |") for line in lines) == len(bench.FACTOR_ALGORITHMS)
     bench.plot(figures, tmp_path / "structured.png")
     assert (tmp_path / "structured.png").stat().st_size > 0
@@ -161,3 +161,52 @@ def test_the_gap_table_has_ours_with_and_without_fading_and_thompson_per_stretch
     for line in lines[2:]:
         first, second, total = (float(x) for x in line.strip("| ").split(" | ")[1:])
         assert math.isclose(first + second, total, abs_tol=0.11)
+
+
+def test_the_factorized_rows_are_measured_against_raw_reward_thompson_per_dimension(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(bench, "FACTOR_PROBLEMS", [TINY])
+    lines, figures = bench.tables(2, t0=0.0, contextual=False)
+    assert "| vs raw-reward Thompson per dimension (± paired se) |" in lines[0]
+    rows = figures["factorized"]["2×3 = 6"]
+    for reference in (bench.RawDimensionThompson, bench.FadingRawDimensionThompson):
+        assert reference.name in rows and 0 <= rows[reference.name]["best_below_half"] <= 2
+    assert rows[bench.RawDimensionThompson.name]["vs_reference"] == 1.0
+    assert rows[bench.RawDimensionThompson.name]["vs_reference_se"] == 0.0
+    assert bench.FadingRawDimensionThompson.half_life == LearnerConfig().evidence_half_life
+
+
+def test_raw_reward_thompson_per_segment_runs_and_each_segment_forgets_by_its_own_episodes() -> None:
+    two = bench.ContextProblem("2 segments", 4, 2, 200)
+    for half_life in (None, LearnerConfig().evidence_half_life):
+        regret, below = bench.run_contextual(
+            two, lambda rng, seed, h=half_life: bench.RawThompsonCells(4, 2, two.bin, rng, "raw", h), seed=1
+        )
+        assert 0.0 < regret < 200 * 0.3 and isinstance(below, bool)
+    algo = bench.RawThompsonCells(4, 2, two.bin, np.random.default_rng(0), "raw", 100.0)
+    algo.update(np.array([0.0, 1.0]), np.array([2, 3]), np.array([1.0, 0.0]), np.ones(2))
+    algo.update(np.array([0.0, 0.0, 0.0, 0.0]), np.array([1, 1, 1, 1]), np.ones(4), np.ones(4))
+    np.testing.assert_allclose(algo.posterior.n[0], [0, 4, 0.5 ** (4 / 100), 0])  # faded by its 4 episodes
+    np.testing.assert_allclose(algo.posterior.n[1], [0, 0, 0, 1])  # no episodes of its own: kept
+
+
+def test_the_contextual_rows_are_measured_against_raw_reward_thompson_per_segment(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    pytest.importorskip("vowpalwabbit")
+    monkeypatch.setattr(bench, "CONTEXT_PROBLEMS", [bench.ContextProblem("2 segments", 4, 2, 100)])
+    out: dict[str, dict[str, dict[str, float]]] = {}
+    lines = bench.contextual_lines(2, 0.0, out)
+    assert "| vs raw-reward Thompson per segment (± paired se) |" in lines[0]
+    rows = out["2 segments"]
+    assert rows[bench.RAW_PER_SEGMENT]["vs_reference"] == 1.0 and rows[bench.RAW_PER_SEGMENT]["vs_reference_se"] == 0.0
+    names = list(rows)
+    assert names[:4] == [
+        "REINFORCE (ours)",
+        bench.RAW_PER_SEGMENT,
+        "Thompson per segment, raw reward, forgetting",
+        "Thompson per segment, Beta (told it)",
+    ]
+    assert any(name.startswith("VW ") for name in names)
+    assert all(0 <= row["best_below_half"] <= 2 for row in rows.values())
