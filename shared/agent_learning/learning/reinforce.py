@@ -1406,7 +1406,8 @@ class Tallies:
         regular = batch.regular.astype(np.float64)
 
         def tally(values: Array) -> Array:
-            return np.bincount(keys, weights=np.repeat(values, d), minlength=u * v).reshape(u, v)
+            weights = values if d == 1 else np.repeat(values, d)  # one key per row and dimension
+            return np.bincount(keys, weights=weights, minlength=u * v).reshape(u, v)
 
         self.rows = np.bincount(keys, minlength=u * v).reshape(u, v).astype(np.float64)
         self.regular = tally(regular)
@@ -1456,11 +1457,17 @@ def excluded_mass(s: Array, model: Model) -> Array:
     return s[:, cols].prod(axis=2).sum(axis=1)
 
 
+def row_cells(model: Model, batch: ContextBatch, inverse: NDArray[np.int64], v: int) -> NDArray[np.int64]:
+    """Per row and dimension, the flat index of its context's chosen value in a (U, V) table: one
+    gather of ``table.ravel()`` reads every row's cells (a two-axis fancy index costs more)."""
+    return inverse[:, None] * v + (batch.actions + np.array(model.layout.starts))
+
+
 def log_q(s: Array, model: Model, batch: ContextBatch, inverse: NDArray[np.int64]) -> Array:
     """log q(a_i | x_i) of every row, from the per-context probabilities ``s``."""
-    cols = batch.actions + np.array(model.layout.starts)
     log_s = np.log(np.maximum(s, 1e-300))
-    out = log_s[inverse[:, None], cols].sum(axis=1)
+    cells = log_s.ravel()[row_cells(model, batch, inverse, s.shape[1])]
+    out = cells[:, 0].copy() if cells.shape[1] == 1 else cells.sum(axis=1)
     if len(model.excluded):
         out -= np.log(np.maximum(1.0 - excluded_mass(s, model), MIN_ALLOWED_MASS))[inverse]
         np.minimum(out, 0.0, out=out)  # a probability, also where rounding leaves Z_s unresolved
@@ -1474,7 +1481,8 @@ def context_gradient(s: Array, model: Model, batch: ContextBatch, inverse: NDArr
     u, v = s.shape
     cols = batch.actions + np.array(model.layout.starts)
     keys = (inverse[:, None] * v + cols).ravel()
-    chosen = np.bincount(keys, weights=np.repeat(coef, cols.shape[1]), minlength=u * v).reshape(u, v)
+    weights = coef if cols.shape[1] == 1 else np.repeat(coef, cols.shape[1])  # one key per row and dimension
+    chosen = np.bincount(keys, weights=weights, minlength=u * v).reshape(u, v)
     total = np.bincount(inverse, weights=coef, minlength=u)[:, None]
     grad = (chosen - total * s) / t
     if len(model.excluded):
@@ -1604,8 +1612,10 @@ class Reinforce:
         s = dimension_softmax(contexts.logits(params), model) if probabilities is None else probabilities
         # A value whose probability underflows to 0 (T = 0.01, 8 logits below the leader) gives its
         # episodes weight 0, not the 1e-300 that log_q's floor leaves (module docstring: Feedback corrections).
-        drawable = s[contexts.inverse[:, None], batch.actions + np.array(model.layout.starts)].min(axis=1) > 0
-        ratio = np.where(drawable, np.exp(log_q(s, model, batch, contexts.inverse)), 0.0) / batch.logged_probs
+        q = np.exp(log_q(s, model, batch, contexts.inverse))
+        if not (s > 0).all():  # rows of a value of probability 0 get weight 0 (read once per row only then)
+            q[s.ravel()[row_cells(model, batch, contexts.inverse, s.shape[1])].min(axis=1) <= 0] = 0.0
+        ratio = q / batch.logged_probs
         w = np.minimum(ratio, cfg.importance_clip)
         regular = batch.regular
         wr = w * regular
