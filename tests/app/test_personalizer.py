@@ -7,6 +7,7 @@ from __future__ import annotations
 import io
 import json
 import math
+import random
 import signal
 from collections.abc import Iterator
 from datetime import UTC, datetime
@@ -290,16 +291,35 @@ def test_the_azure_ai_personalizer_client_drives_agent_learn_serve(served: str) 
     assert refused.value.status_code == 401
 
 
-def test_a_new_action_is_added_to_a_policy_without_context_features(app: App) -> None:
-    app.call("personalizer_rank", {"actions": ACTIONS[:2], "eventId": "n1"}, agent="plain")
-    status, answer = app.call("personalizer_rank", {"actions": ACTIONS, "eventId": "n2"}, agent="plain")
+def test_a_new_action_without_features_is_added_to_a_policy_without_context_features(app: App) -> None:
+    plain = [{"id": a["id"], "features": []} for a in ACTIONS]
+    app.call("personalizer_rank", {"actions": plain[:2], "eventId": "n1"}, agent="plain")
+    status, answer = app.call("personalizer_rank", {"actions": plain, "eventId": "n2"}, agent="plain")
     assert status == 201 and {r["id"] for r in answer["ranking"]} == {"sports", "politics", "cooking"}
     doc = app.rt.store.get_current_policy("plain").doc
     assert doc["source"] == "revise" and [a["id"] for a in doc["actions"]] == ["sports", "politics", "cooking"]
-    app.rank("c1")  # an agent learning from context features refuses a new action, naming it
-    status, error = app.call("personalizer_rank", {"actions": [*ACTIONS, {"id": "travel", "features": []}],
-                                                   "contextFeatures": CONTEXT})
-    assert status == 400 and "'travel'" in error["error"]["message"]
+    app.call("personalizer_rank", {"actions": plain, "contextFeatures": CONTEXT, "eventId": "c1"}, agent="ctx")
+    status, error = app.call("personalizer_rank", {"actions": [*plain, {"id": "travel", "features": []}],
+                                                   "contextFeatures": CONTEXT}, agent="ctx")
+    assert status == 400 and "'travel'" in error["error"]["message"]  # its context features: not revised yet
+
+
+def test_actions_with_features_are_scored_by_them_and_an_unseen_one_is_ranked_by_what_its_features_earned(
+    app: App,
+) -> None:
+    rng = random.Random(5)
+    for i in range(300):  # politics pays; the agent learns it from the topic feature
+        answer = app.call("personalizer_rank", {"actions": ACTIONS, "contextFeatures": CONTEXT, "eventId": f"f{i}"})[1]
+        app.reward(f"f{i}", float(answer["rewardActionId"] == "politics" and rng.random() < 0.9))
+    doc = app.rt.store.get_current_policy("news").doc
+    assert [f["name"] for f in doc["action_features"]] == ["length", "topic"]
+    assert app.episode("f0").candidates is not None  # each event learned among what it offered
+    assert app.train()["news"] > 1
+    unseen = {"id": "politics-2", "features": [{"topic": "politics", "length": 9}]}
+    status, answer = app.call("personalizer_rank", {"actions": [*ACTIONS, unseen], "contextFeatures": CONTEXT,
+                                                    "eventId": "unseen"})
+    ranked = {r["id"]: r["probability"] for r in answer["ranking"]}
+    assert status == 201 and ranked["politics-2"] > max(ranked["sports"], ranked["cooking"])
 
 
 def test_the_functions_app_serves_rank_and_reward(app: App, monkeypatch: pytest.MonkeyPatch) -> None:

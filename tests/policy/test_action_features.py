@@ -14,9 +14,9 @@ from support.factories import make_episode, make_score
 
 from agent_learning.agent.client import PolicyClient
 from agent_learning.core.errors import InvalidDocument
-from agent_learning.documents import MAX_CANDIDATES, Candidate, Episode, PolicyDocument
+from agent_learning.documents import MAX_CANDIDATES, Candidate, Episode, PolicyDocument, stored_policy
 from agent_learning.evaluation import chosen_probabilities, toward
-from agent_learning.evaluation.counterfactual import read_logged
+from agent_learning.evaluation.counterfactual import always, compare_to_current, of_document, read_logged
 from agent_learning.learning.reinforce import Reinforce, Rows, gradient, prepare, surrogate
 from agent_learning.pipeline import create_policy, train_agent
 from agent_learning.pipeline.train import collect
@@ -243,8 +243,15 @@ def test_the_trainer_learns_scores_of_offered_actions_and_the_guardrail_shrinks_
     assert "new" in trained.action_ids
     weights = (trained.action_features or [])[0].weights
     assert set(weights) == {"red", "blue", "green"}
-    with pytest.raises(ValueError, match="200 episodes of 'shop' chose among the actions their request offered"):
-        read_logged(store, trained)  # agent-learn evaluate: fails closed
+    logged = read_logged(store, trained)  # agent-learn evaluate: each episode among what it was offered
+    assert logged.universe is not None and "new" in logged.universe and len(logged.logs) == 200
+    first = of_document(stored_policy(store.get_policy_version("shop", 1)))  # another set of actions: offers decide
+    on_policy = compare_to_current(logged, trained, first, "v1")
+    snips, _, _ = on_policy.estimates["snips"]  # v1 chose every logged episode: its weights are all 1
+    assert snips.value == pytest.approx(float(np.mean(logged.logs.rewards)))
+    baseline, _, _ = compare_to_current(logged, trained, always(trained, "a0"), "a0").estimates["snips"]
+    assert baseline.value == pytest.approx(float(np.mean([r for a, r in zip(logged.logs.actions, logged.logs.rewards,
+                                                                             strict=True) if a == 0])))
     half = toward(featured().document, trained, 0.5)  # the guardrail's shrunk step: new actions from 0
     assert half.logits == pytest.approx([x / 2 for x in trained.logits])
     assert (half.action_features or [])[0].weights["red"] == pytest.approx(weights["red"] / 2)

@@ -29,6 +29,7 @@ from numpy.typing import NDArray
 
 from agent_learning.core.errors import InvalidDocument, NotFound
 from agent_learning.documents import (
+    Candidate,
     PolicyDocument,
     Score,
     ScoreCursor,
@@ -50,6 +51,7 @@ from agent_learning.evaluation import (
 from agent_learning.policy.softmax import (
     JOINT_SEPARATOR,
     Layout,
+    SoftmaxPolicy,
     dimension_probabilities,
     feature_logits,
     joint_index,
@@ -98,6 +100,12 @@ class Logged:
     """The version of the reward function every reward is of (:func:`read_logged` keeps one)."""
     other_rewards: dict[str, int] = field(default_factory=dict)
     """Episodes left out because their reward is of another reward function, by its version."""
+    offered: list[list[Candidate]] | None = None
+    """Per distinct context (:attr:`contexts`), the actions its request offered, when the episodes
+    chose among offered actions: then each episode is its own context, and actions index
+    :attr:`universe`."""
+    universe: list[str] | None = None
+    """With :attr:`offered`: every action id the episodes were offered, the current version's first."""
 
 
 def read_logged(
@@ -141,7 +149,8 @@ def read_logged(
             local = layout.parse(score.action_id)
             version = score.reward_function.version
             episodes[score.episode_id] = [
-                local, score.reward, score.probability, score.context, score.scored_at, score.measures, version, version
+                local, score.reward, score.probability, score.context, score.scored_at, score.measures, version,
+                version, score.candidates, score.action_id,
             ]
             if len(episodes) > limit:  # the oldest goes: memory stays bounded however long the agent ran
                 episodes.popitem(last=False)
@@ -151,12 +160,6 @@ def read_logged(
         if len(page) < PAGE:
             break
         after = ScoreCursor.of_row(page[-1])
-    if offered:  # fail closed: a target's probabilities here are over the policy's own actions
-        raise ValueError(
-            f"--agent-id: {offered} episodes of {current.agent_id!r} chose among the actions their request "
-            "offered (choose(actions=...)); offline evaluation over offered actions is not supported here yet "
-            "(the publish guardrail evaluates them)"
-        )
     values = list(episodes.values())
     newest = max(values, key=lambda v: v[4])[6] if values else None
     other_rewards = dict(Counter(v[7] for v in values if v[7] != newest))
@@ -170,6 +173,8 @@ def read_logged(
                "reward functions are not comparable)" if other_rewards else "")
             + "; an estimate needs at least 2"
         )
+    if offered:
+        return _offered_logged(values, current, invalid, truncated, newest, other_rewards)
     keys: dict[str, int] = {}
     contexts: list[Mapping[str, Any] | None] = []
     rows = np.empty(len(values), dtype=np.int64)
@@ -206,11 +211,39 @@ def read_logged(
     )
 
 
+def _offered_logged(values: list[list[Any]], current: PolicyDocument, invalid: int, truncated: bool,
+                    newest: str | None, other_rewards: dict[str, int]) -> Logged:
+    """:func:`read_logged`'s episodes that chose among the actions their request offered: each its
+    own context (its features and its offer), actions indexing every id offered (the current
+    version's first). An episode without an offer was offered the version's actions."""
+    universe = list(current.action_ids)
+    index = {a: i for i, a in enumerate(universe)}
+    offers: list[list[Candidate]] = []
+    for v in values:
+        offer = v[8] if v[8] is not None else [Candidate.model_construct(id=a) for a in current.action_ids]
+        offers.append(list(offer))
+        for c in offer:
+            if c.id not in index:
+                index[c.id] = len(universe)
+                universe.append(c.id)
+    groups: dict[tuple[Any, ...], int] = {}
+    group = np.array([groups.setdefault(tuple(sorted((k, x) for k, x in (v[3] or {}).items()
+                                                      if isinstance(x, str | bool))), len(groups)) for v in values])
+    logs = Logs.of([index[v[9]] for v in values], [v[1] for v in values], [v[2] for v in values], len(universe), group)
+    return Logged(
+        logs, [None] * len(values), [v[3] for v in values], np.arange(len(values)),
+        metric_values([v[5] for v in values]), min(v[4] for v in values), max(v[4] for v in values), 0, None,
+        invalid, truncated, newest, other_rewards, offers, universe,
+    )
+
+
 # --------------------------------------------------------------------------- targets
 
 
 Dimensions = Callable[[Mapping[str, Any] | None], list[list[float]]]
 """A policy's per-dimension probabilities p_d(· | x) in a context (one dimension for a flat policy)."""
+Among = Callable[[Mapping[str, Any] | None, Sequence[Candidate]], list[float]]
+"""A flat policy's probabilities of each action a request offered, in a context."""
 
 
 @dataclass(frozen=True)
@@ -222,6 +255,8 @@ class Distribution:
     dimensions: Dimensions
     excluded: Sequence[tuple[int, ...]]
     sizes: tuple[int, ...]
+    among: Among | None = None
+    """Its probabilities among the actions one request offered (None: it cannot choose among offers)."""
 
     def __call__(self, context: Mapping[str, Any] | None) -> Array:
         return joint(self.dimensions(context), self.excluded, self.sizes)
@@ -255,13 +290,21 @@ def joint(probs: Sequence[Sequence[float]], excluded: Sequence[tuple[int, ...]],
 
 
 def of_document(doc: PolicyDocument) -> Distribution:
-    """What ``doc`` chooses in a context (exploration floor included)."""
+    """What ``doc`` chooses in a context (exploration floor included), and among what a request
+    offered (its features scored, as it chose)."""
     layout = Layout.of(doc)
 
     def dimensions(context: Mapping[str, Any] | None) -> list[list[float]]:
         return dimension_probabilities(feature_logits(doc, context), layout, doc.temperature, doc.exploration_floor)
 
-    return Distribution(dimensions, excluded_configurations(doc), layout.sizes)
+    among: Among | None = None
+    if len(layout.sizes) == 1 and not doc.excluded:
+        policy = SoftmaxPolicy(doc)
+
+        def among(context: Mapping[str, Any] | None, offer: Sequence[Candidate]) -> list[float]:
+            return policy.offered_probabilities(policy.offered(list(offer)), context)
+
+    return Distribution(dimensions, excluded_configurations(doc), layout.sizes, among)
 
 
 def always(doc: PolicyDocument, action_id: str) -> Distribution:
@@ -275,7 +318,13 @@ def always(doc: PolicyDocument, action_id: str) -> Distribution:
         if local in set(excluded):
             raise ValueError(f"--action: {action_id!r} is an excluded configuration")
         one = [[float(i == v) for i in range(k)] for v, k in zip(local, layout.sizes, strict=True)]
-        return Distribution(lambda context: one, excluded, layout.sizes)
+
+        def among(context: Mapping[str, Any] | None, offer: Sequence[Candidate]) -> list[float]:
+            """``action_id`` where it was offered, else the request's baseline (its first action)."""
+            chosen = next((i for i, c in enumerate(offer) if c.id == action_id), 0)
+            return [float(i == chosen) for i in range(len(offer))]
+
+        return Distribution(lambda context: one, excluded, layout.sizes, among if len(layout.sizes) == 1 else None)
     dims = [d for d, ids in enumerate(layout.value_ids) if action_id in ids]
     if not dims or len(layout.sizes) == 1:
         raise ValueError(
@@ -306,13 +355,25 @@ def uniform(doc: PolicyDocument) -> Distribution:
     """Every configuration that is not excluded, equally likely."""
     layout = Layout.of(doc)
     equal = [[1.0 / k] * k for k in layout.sizes]
-    return Distribution(lambda context: equal, excluded_configurations(doc), layout.sizes)
+    return Distribution(lambda context: equal, excluded_configurations(doc), layout.sizes,
+                        lambda context, offer: [1.0 / len(offer)] * len(offer))
 
 
 def target_of(logged: Logged, distribution: Distribution) -> Target:
     """A :class:`Target` on the logged episodes: the whole table when it fits
     (:data:`MAX_TABLE_CELLS`), else the probability of each logged configuration only; 0 for a
-    configuration the current version lacks."""
+    configuration the current version lacks. On episodes that chose among offered actions, each
+    row is the target's probabilities among its offer (0 for the actions not offered)."""
+    if logged.offered is not None:
+        if distribution.among is None:
+            raise ValueError("the episodes chose among the actions their request offered; this target cannot "
+                             "(only a flat policy without exclusions chooses among offered actions)")
+        assert logged.universe is not None
+        index = {a: i for i, a in enumerate(logged.universe)}
+        table = np.zeros((len(logged.contexts), len(logged.universe)))
+        for u, (context, offer) in enumerate(zip(logged.contexts, logged.offered, strict=True)):
+            table[u, [index[c.id] for c in offer]] = distribution.among(context, offer)
+        return Target.of_table(table, logged.rows)
     if len(logged.contexts) * math.prod(distribution.sizes) <= MAX_TABLE_CELLS:
         table = np.vstack([distribution(c) for c in logged.contexts])
         if logged.lacking is not None:

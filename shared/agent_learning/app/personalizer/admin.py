@@ -39,7 +39,7 @@ LOG_SCAN = 10_000
 """The newest episodes ``GET …/logs/properties`` reads for the date range."""
 POLICY_CHECKPOINT = "personalizer-policy:{agent_id}"
 IMPORTED = ("actions", "logits", "temperature", "exploration_floor", "dimensions", "excluded", "features",
-            "schema_version", "learner_state")
+            "action_features", "schema_version", "learner_state")
 """The fields of an imported document that make the new version; the rest are the agent's own."""
 
 
@@ -78,7 +78,7 @@ def import_model(rt: Runtime, agent_id: str, body: bytes) -> None:
     try:
         target = PolicyDocument.from_dict({
             **current.as_kind("version").to_dict(), "dimensions": None, "excluded": None, "features": None,
-            **fields, "id": policy_doc_id(agent_id, current.version),
+            "action_features": None, **fields, "id": policy_doc_id(agent_id, current.version),
         })
     except InvalidDocument as exc:
         raise Problem(400, "BadRequest", f"model: {str(exc).removeprefix('invalid policy: ')}") from None

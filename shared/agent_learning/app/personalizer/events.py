@@ -51,6 +51,7 @@ from agent_learning.documents import (
     parse_json,
     policy_doc_id,
 )
+from agent_learning.documents.actions import MAX_ACTION_FEATURES, check_action_features
 from agent_learning.documents.fields import ACTION_ID, ACTION_ID_RULE, MAX_TEXT_CHARS, STRUCTURED_SCHEMA
 from agent_learning.ops.dsjson import flatten_features
 from agent_learning.pipeline import create_policy, revise
@@ -140,9 +141,16 @@ def rank(rt: Runtime, agent_id: str, body: bytes, *, multislot: bool) -> dict[st
         probability = math.prod(p for _, p in drawn.values())
     else:
         excluded = read_excluded(data.get("excludedActions"), actions)
-        policy = same_kind(policy_for(rt, agent_id, lambda: new_policy(rt, agent_id, actions, context)), multislot)
-        policy = with_actions(rt, policy, actions)
-        ranking = draw(policy, [a for a in actions if a not in excluded], context, config, event_id)
+        described = action_features(actions)
+        policy = same_kind(policy_for(rt, agent_id, lambda: new_policy(rt, agent_id, actions, context, described)),
+                           multislot)
+        allowed = [a for a in actions if a not in excluded]
+        candidates = None
+        if policy.document is not None and policy.document.action_features:  # scored by their features
+            candidates = [{"id": a, **({"features": described[a]} if described.get(a) else {})} for a in allowed]
+        else:
+            policy = with_actions(rt, policy, actions)
+        ranking = draw(policy, allowed, context, config, event_id, candidates)
         action_id = ranking[0][0]
         probability = ranking[0][1]
         answer = {
@@ -158,6 +166,8 @@ def rank(rt: Runtime, agent_id: str, body: bytes, *, multislot: bool) -> dict[st
         "ranked_at": clock.now().isoformat(), "activated": not defer, "reward": None, "learned": False,
         "received": {},
     }
+    if not multislot and candidates is not None:
+        event["candidates"] = candidates
     save_event(store, event)
     store.set_checkpoint(PENDING_CHECKPOINT.format(episode_id=episode_id), event["ranked_at"])
     return answer
@@ -189,15 +199,39 @@ def same_kind(policy: SoftmaxPolicy, multislot: bool) -> SoftmaxPolicy:
     return policy
 
 
-def new_policy(rt: Runtime, agent_id: str, actions: dict[str, Any], context: dict[str, Any] | None) -> PolicyDocument:
+def new_policy(rt: Runtime, agent_id: str, actions: dict[str, Any], context: dict[str, Any] | None,
+               described: dict[str, dict[str, Any]] | None = None) -> PolicyDocument:
     """Version 1 of a new agent: uniform over the request's actions, learning from its context's
-    features (strings and booleans as categories, numbers as numbers)."""
-    fields: dict[str, Any] = {"actions": [{"id": a} for a in actions], "logits": [0.0] * len(actions)}
+    features (strings and booleans as categories, numbers as numbers) and, when the actions have
+    features, scoring actions by them (an action never seen is ranked by what its features earned)."""
+    described = described or {}
+    fields: dict[str, Any] = {
+        "actions": [{"id": a, **({"features": described[a]} if described.get(a) else {})} for a in actions],
+        "logits": [0.0] * len(actions),
+    }
     if context:
         fields |= {"schema_version": STRUCTURED_SCHEMA, "features": [
             {"name": n, "kind": "number" if isinstance(v, int | float) and not isinstance(v, bool) else "category"}
             for n, v in context.items()]}
+    names = sorted({n for f in described.values() for n in f})
+    if names:
+        fields |= {"schema_version": STRUCTURED_SCHEMA, "action_features": [{"name": n} for n in names]}
     return first_version(rt, agent_id, fields)
+
+
+def action_features(actions: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """Action id → its features as the policy scores them: Personalizer's feature objects flattened
+    as a context is (``{"topic": "sports"}``, ``genre.0``); a fractional number is a category named
+    by its value (a policy scores actions by categorical features). 400 naming the action."""
+    out: dict[str, dict[str, Any]] = {}
+    for i, (action_id, items) in enumerate(actions.items()):
+        try:
+            flat = flatten_features(items, f"actions[{i}].features", MAX_ACTION_FEATURES)
+            out[action_id] = check_action_features(
+                {k: repr(v) if isinstance(v, float) else v for k, v in flat.items() if v is not None})
+        except ValueError as exc:
+            raise bad_rank(f"actions[{i}].features: {exc}") from None
+    return out
 
 
 def new_slots_policy(rt: Runtime, agent_id: str, slots: list[dict[str, Any]], actions: dict[str, Any],
@@ -238,13 +272,21 @@ def with_actions(rt: Runtime, policy: SoftmaxPolicy, actions: dict[str, Any]) ->
 
 
 def draw(policy: SoftmaxPolicy, allowed: list[str], context: dict[str, Any] | None, config: ServiceConfiguration,
-         event_id: str) -> list[tuple[str, float]]:
+         event_id: str, candidates: list[dict[str, Any]] | None = None) -> list[tuple[str, float]]:
     """The served ranking of ``allowed``: the drawn action first with its probability, then the
-    rest by probability. Online: (1 − ε)·π restricted to ``allowed`` + ε uniform; otherwise the
-    baseline (the first allowed action) with probability 1."""
+    rest by probability. Online: (1 − ε)·π restricted to ``allowed`` + ε uniform, π among the
+    ``candidates`` offered (their features scored) when given; otherwise the baseline (the first
+    allowed action) with probability 1."""
     if not allowed:
         raise bad_rank("excludedActions: every action is excluded")
-    served = served_probabilities(allowed, [policy.probability(a, context) for a in allowed], config)
+    if candidates is not None:
+        try:
+            pi = policy.offered_probabilities(policy.offered(candidates), context)
+        except InvalidDocument as exc:
+            raise bad_rank(f"actions: {exc.problems[0][1]}") from None
+    else:
+        pi = [policy.probability(a, context) for a in allowed]
+    served = served_probabilities(allowed, pi, config)
     chosen = pick(allowed, served, event_id)
     rest = sorted((i for i in range(len(allowed)) if i != chosen), key=lambda i: -served[i])
     return [(allowed[i], served[i]) for i in [chosen, *rest]]
@@ -372,6 +414,7 @@ def episode_of(event: dict[str, Any], config: ServiceConfiguration, clock: Clock
         "started_at": ranked.isoformat(), "ended_at": max(ranked, clock.now()).isoformat(),
         "metadata": {"personalizer_event_id": event["event_id"][:256]},
         "context": event["context"], "reward": event["reward"], "ttl": config.ttl_seconds,
+        **({"candidates": event["candidates"]} if event.get("candidates") else {}),
         **({"incarnation": event["incarnation"]} if event["incarnation"] else {}),
     })
 
