@@ -10,7 +10,8 @@
     ingest   HTTP POST /api/agents/{agent_id}/episodes  → an agent's episode, for callers allowed to write it
     choose   HTTP POST /api/agents/{agent_id}/choose    → a configuration drawn from the agent's policy
     personalizer_*  HTTP /api/agents/{agent_id}/personalizer/...  → the Azure AI Personalizer API of the agent:
-             rank, reward, activate, configurations/service, model, evaluations (agent_learning.app.personalizer)
+             every route of agent_learning.app.personalizer (rank, events, multislot, configurations, model,
+             evaluations, logs)
 
 Connections are identity-based: `CosmosDBConnection__accountEndpoint` and
 `ServiceBusConnection__fullyQualifiedNamespace` (plus `__credential`/`__clientId`).
@@ -121,6 +122,47 @@ def personalizer_evaluations(req: func.HttpRequest) -> func.HttpResponse:
            auth_level=func.AuthLevel.FUNCTION)
 def personalizer_evaluation(req: func.HttpRequest) -> func.HttpResponse:
     return _serve("personalizer_evaluation", req)
+
+
+@app.route(route=http.BY_NAME["personalizer_multislot_rank"].template, methods=["POST"],
+           auth_level=func.AuthLevel.FUNCTION)
+def personalizer_multislot_rank(req: func.HttpRequest) -> func.HttpResponse:
+    return _serve("personalizer_multislot_rank", req)
+
+
+@app.route(route=http.BY_NAME["personalizer_multislot_reward"].template, methods=["POST"],
+           auth_level=func.AuthLevel.FUNCTION)
+def personalizer_multislot_reward(req: func.HttpRequest) -> func.HttpResponse:
+    return _serve("personalizer_multislot_reward", req)
+
+
+@app.route(route=http.BY_NAME["personalizer_multislot_activate"].template, methods=["POST"],
+           auth_level=func.AuthLevel.FUNCTION)
+def personalizer_multislot_activate(req: func.HttpRequest) -> func.HttpResponse:
+    return _serve("personalizer_multislot_activate", req)
+
+
+@app.route(route=http.BY_NAME["personalizer_policy_configuration"].template, methods=["GET", "PUT", "DELETE"],
+           auth_level=func.AuthLevel.FUNCTION)
+def personalizer_policy_configuration(req: func.HttpRequest) -> func.HttpResponse:
+    return _serve("personalizer_policy_configuration", req)
+
+
+@app.route(route=http.BY_NAME["personalizer_model_properties"].template, methods=["GET"],
+           auth_level=func.AuthLevel.FUNCTION)
+def personalizer_model_properties(req: func.HttpRequest) -> func.HttpResponse:
+    return _serve("personalizer_model_properties", req)
+
+
+@app.route(route=http.BY_NAME["personalizer_log_properties"].template, methods=["GET"],
+           auth_level=func.AuthLevel.FUNCTION)
+def personalizer_log_properties(req: func.HttpRequest) -> func.HttpResponse:
+    return _serve("personalizer_log_properties", req)
+
+
+@app.route(route=http.BY_NAME["personalizer_logs"].template, methods=["DELETE"], auth_level=func.AuthLevel.FUNCTION)
+def personalizer_logs(req: func.HttpRequest) -> func.HttpResponse:
+    return _serve("personalizer_logs", req)
 
 
 def _serve(name: str, req: func.HttpRequest) -> func.HttpResponse:

@@ -49,11 +49,8 @@ def call(name: str, *args: Any) -> Any:
 # --------------------------------------------------------------------------- wiring
 
 
-def test_the_app_has_exactly_its_functions() -> None:
-    assert set(FUNCTIONS) == {"enqueue", "score", "train", "train_agent", "policy", "feedback", "ingest", "choose",
-                              "personalizer_rank", "personalizer_reward", "personalizer_activate",
-                              "personalizer_service_configuration", "personalizer_model",
-                              "personalizer_evaluations", "personalizer_evaluation"}
+def test_the_app_has_exactly_its_functions_one_per_route_of_the_route_table() -> None:
+    assert set(FUNCTIONS) == {"enqueue", "score", "train", "train_agent", *http.BY_NAME}
 
 
 def test_every_http_function_serves_its_route_of_the_route_table() -> None:
