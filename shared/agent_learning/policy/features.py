@@ -44,6 +44,8 @@ def standardise(x: float, center: float, scale: float) -> float:
 
 
 def _edge(x: float) -> str:
+    """An edge as a bin's name writes it: ``100`` for 100.0, ``0.5`` as it is."""
+    x = float(x)
     return repr(int(x)) if x.is_integer() and abs(x) < 1e15 else repr(x)
 
 
