@@ -27,7 +27,9 @@ value v has the logit ::
     ℓ_d(v | x) = θ_v + Σ_f δ_{f, x_f, v} + Σ_j β_{j,v} · clip((x_j − m_j) / s_j, ±4)
 
 (a feature missing from x, a segment the policy has not learned, or a value that is not a number
-for a numeric feature, adds nothing, as in the learner; ``choose()`` refuses the last), and ::
+for a numeric feature, adds nothing, as in the learner; ``choose()`` refuses the last). A numeric
+feature may declare a transform: ``log`` reads ln(1 + x) for x, ``bins`` makes it a category by the
+bin of x (:mod:`agent_learning.policy.features`, which the learner reads values with too), and ::
 
     p_d(v | x) = f + (1 − K_d·f) · softmax(ℓ_d(· | x) / T)_v           floor f per dimension
     π(a | x)   = Π_d p_d(a_d | x) / Z(x),   Z(x) = 1 − Σ_{e ∈ E} Π_d p_d(e_d | x)
@@ -59,7 +61,9 @@ one dimension, or at most :data:`FIXED_SIZE` configurations, keeps every configu
 ready: a draw is one uniform number and a binary search. For another context the policy keeps
 ready (every context without numeric features), a joint space of at most
 :data:`JOINT_TABLE_SIZE` configurations is drawn from one cumulative table of π (excluded
-configurations have zero width: one uniform number). Otherwise each dimension is drawn from p_d,
+configurations have zero width: one uniform number). A context with numeric terms and no
+exclusions keeps its segments' logits and adds the terms per call, each dimension drawn from p_d
+(no table built for a number that rarely repeats). Otherwise each dimension is drawn from p_d,
 and a draw that lands on an excluded configuration is drawn again, which samples Π_d p_d
 conditioned on a ∉ E, i.e. π.
 """
