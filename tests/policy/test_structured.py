@@ -199,6 +199,30 @@ def test_choose_draws_each_configuration_with_its_stated_probability(context: di
     }
 
 
+@pytest.mark.parametrize("transform", ["standardise", "log"])
+def test_choose_with_numeric_weights_draws_each_configuration_with_its_stated_probability(transform: str) -> None:
+    """Without exclusions a numeric feature's terms are added per call (no table): the draws and the
+    probability logged are still π(a | x)."""
+    base = policy(context={"task": "category", "tokens": "number"}, exploration_floor=0.02).document.to_dict()
+    base["features"][1]["transform"] = transform
+    doc = trained(PolicyDocument.from_dict(base), np.random.default_rng(1))
+    assert doc.features is not None and doc.features[1].weights and doc.features[1].transform == transform
+    chooser = StructuredPolicy(doc, rng=random.Random(7))
+    context = {"task": "billing", "tokens": 900.0}
+    n = 60_000
+    counts = Counter(chooser.choose(context=context).action_id for _ in range(n))
+    every = [f"prompt={p}:retrieval_k={k}" for p in DIMENSIONS["prompt"] for k in DIMENSIONS["retrieval_k"]]
+    probs = {a: chooser.probability(a, context) for a in every}
+    stat = sum((counts[a] - n * p) ** 2 / (n * p) for a, p in probs.items())
+    assert stat < chi_square_threshold(len(every) - 1), (stat, counts, probs)
+    for tokens in (0, 12.5, 900.0, 1e9):
+        decision = chooser.choose(context={"task": "tech", "tokens": tokens})
+        assert decision.probability == pytest.approx(
+            chooser.probability(decision.action_id, {"task": "tech", "tokens": tokens}), rel=1e-12
+        )
+        assert decision.context == {"task": "tech", "tokens": tokens}
+
+
 def test_the_context_changes_the_choice_only_through_learned_segments_and_weights() -> None:
     doc = trained(policy(context={"task": "category", "tokens": "number"}).document, np.random.default_rng(2))
     chooser = StructuredPolicy(doc)

@@ -119,8 +119,9 @@ def _show_structured(doc: Any, as_json: bool) -> None:
             )
         out.print(table)
     for feature in doc.features or []:
-        if feature.kind == "number":
+        if not feature.segmented:
             out.print(f"numeric feature {feature.name}: centre {feature.center:.4g}, scale {feature.scale:.4g}"
+                      + (" (of ln(1 + x))" if feature.transform == "log" else "")
                       + ("" if feature.weights else " (not learned yet)"))
         elif not feature.segments:
             out.print(f"categorical feature {feature.name}: no segments learned yet")

@@ -90,18 +90,36 @@ class Dimension(BaseModel):
     size: Annotated[int, Field(strict=True, ge=1, le=MAX_ACTIONS)]
 
 
+NumberTransform = Literal["standardise", "log", "bins"]
+"""How a numeric context feature's value x enters the policy (:mod:`agent_learning.policy.features`):
+``standardise`` (the default) one weight per action on clip((x − center) / scale, ±4); ``log`` the
+same on ln(1 + x) (x ≥ 0) instead of x; ``bins`` a category by the bin of x between the declared
+edges ``bins``, learned as segments, as a categorical feature's."""
+MAX_BIN_EDGES = MAX_SEGMENTS - 1
+"""Edges a binned feature may declare: its bins (edges + 1) are at most :data:`MAX_SEGMENTS`."""
+
+BinEdge = Annotated[float, Field(strict=True, allow_inf_nan=False)]
+
+
 class ContextFeature(BaseModel):
     """A context feature a policy learns from (:mod:`agent_learning.policy`).
 
     ``category``: ``segments`` maps each learned segment to one logit offset per action.
     ``number``: one ``weights`` entry per action, applied to ``(x − center) / scale``; the
     trainer sets ``center`` and ``scale`` once 30 episodes have carried the feature, from every
-    episode that did up to that training run (pooled over runs; until then it has no ``weights``)."""
+    episode that did up to that training run (pooled over runs; until then it has no ``weights``).
+    A number may declare a ``transform`` (:data:`NumberTransform`): ``log`` fits center, scale and
+    weights on ln(1 + x); ``bins`` (with its edges in ``bins``) learns ``segments``, one per bin."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     name: Annotated[str, StringConstraints(strict=True, pattern=f"^{CONTEXT_NAME.pattern}$")]
     kind: Literal["category", "number"]
+    transform: NumberTransform = Field("standardise", exclude_if=lambda v: v == "standardise")
+    bins: Annotated[list[BinEdge], Field(min_length=1, max_length=MAX_BIN_EDGES)] | None = Field(
+        None, exclude_if=_unset
+    )
+    """A binned feature's edges, increasing: bins (−∞, e₁), [e₁, e₂), …, [e_n, ∞)."""
     segments: dict[SegmentName, Offsets] | None = Field(None, exclude_if=_unset)
     weights: Offsets | None = Field(None, exclude_if=_unset)
     center: Annotated[float, Field(strict=True, allow_inf_nan=False)] = 0.0
@@ -109,13 +127,29 @@ class ContextFeature(BaseModel):
 
     @model_validator(mode="after")
     def _kind_fields(self) -> ContextFeature:
-        if self.kind == "category" and self.weights is not None:
-            raise ValueError("weights: only a number feature has weights")
-        if self.kind == "number" and self.segments is not None:
-            raise ValueError("segments: only a category feature has segments")
+        if self.kind == "category" and self.transform != "standardise":
+            raise ValueError("transform: only a number feature has a transform")
+        if (self.transform == "bins") != (self.bins is not None):
+            raise ValueError('bins: a feature has bin edges exactly when its transform is "bins"')
+        if self.bins is not None and any(a >= b for a, b in zip(self.bins, self.bins[1:], strict=False)):
+            raise ValueError(f"bins: edges must increase, got {self.bins}")
+        if not self.segmented and self.segments is not None:
+            raise ValueError("segments: only a category feature or a binned number has segments")
+        if self.segmented and self.weights is not None:
+            raise ValueError("weights: only a number feature (not binned) has weights")
         if self.segments is not None and len(self.segments) > MAX_SEGMENTS:
             raise ValueError(f"segments: {len(self.segments)} segments; the limit is {MAX_SEGMENTS}")
         return self
+
+    @property
+    def segmented(self) -> bool:
+        """Whether it is learned as segments: a category, or a number declared with bins."""
+        return self.kind == "category" or self.transform == "bins"
+
+    @property
+    def learned(self) -> int:
+        """Its learned values per action: its segments, or one weight."""
+        return len(self.segments or {}) if self.segmented else 1
 
 
 FeatureWeights = dict[SegmentName, Annotated[float, Field(strict=True, allow_inf_nan=False,
@@ -294,7 +328,7 @@ class PolicyDocument(Document):
                     raise ValueError(f"features.{feature.name}.segments.{segment}: needs one offset per action")
             if feature.weights is not None and len(feature.weights) != len(self.actions):
                 raise ValueError(f"features.{feature.name}.weights: needs one weight per action")
-        learned = sum(len(f.segments or {}) if f.kind == "category" else 1 for f in self.features or [])
+        learned = sum(f.learned for f in self.features or [])
         if learned * len(self.actions) > MAX_LEARNED_VALUES:
             raise ValueError(
                 f"features: {learned} segments and numeric features × {len(self.actions)} actions is "
@@ -309,12 +343,12 @@ class PolicyDocument(Document):
         names = [f.name for f in self.action_features]
         if len(set(names)) != len(names):
             raise ValueError(f"action_features: duplicate names {sorted({n for n in names if names.count(n) > 1})}")
-        categorical = {f.name for f in self.features or [] if f.kind == "category"}
+        categorical = {f.name for f in self.features or [] if f.segmented}
         for feature in self.action_features:
             for name in feature.by_context or {}:
                 if name not in categorical:
-                    raise ValueError(f"action_features.{feature.name}.by_context: {name!r} is not a category "
-                                     f"feature of the policy (features: {sorted(categorical)})")
+                    raise ValueError(f"action_features.{feature.name}.by_context: {name!r} is not a category feature "
+                                     f"(nor a binned number) of the policy (features: {sorted(categorical)})")
         learned = sum(f.parameters for f in self.action_features)
         if learned > MAX_LEARNED_VALUES:
             raise ValueError(f"action_features: {learned} weights; the limit is {MAX_LEARNED_VALUES}")

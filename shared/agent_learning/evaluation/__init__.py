@@ -56,6 +56,7 @@ from agent_learning.documents import (
     WeightDiagnostics,
     excluded_configurations,
 )
+from agent_learning.policy.features import FeatureReader
 from agent_learning.policy.softmax import (
     Layout,
     SoftmaxPolicy,
@@ -63,7 +64,6 @@ from agent_learning.policy.softmax import (
     dimension_probabilities,
     feature_logits,
     normaliser,
-    segment_name,
 )
 
 Array = NDArray[np.float64]
@@ -796,7 +796,7 @@ def toward(current: PolicyDocument, candidate: PolicyDocument, step: float) -> P
         features = []
         for f in candidate.features or []:
             old = before.get(f.name)
-            if f.kind == "category":
+            if f.segmented:
                 segs, old_segs = f.segments or {}, (old.segments or {}) if old is not None else {}
                 mixed = {name: mix(segs.get(name), old_segs.get(name), k) for name in {**old_segs, **segs}}
                 features.append(f.model_copy(update={"segments": mixed or None}))
@@ -828,11 +828,11 @@ def toward(current: PolicyDocument, candidate: PolicyDocument, step: float) -> P
 def segment_labels(doc: PolicyDocument, contexts: Sequence[Mapping[str, Any] | None]) -> list[str] | None:
     """Each episode's segment for a contextual policy — its category features' segments, as the policy
     names them (``"tier=gold, region=eu"``) — or None for a policy without category features."""
-    names = [f.name for f in doc.features or [] if f.kind == "category"]
-    if not names:
+    readers = [FeatureReader(f) for f in doc.features or [] if f.segmented]
+    if not readers:
         return None
     return [
-        ", ".join(f"{n}={segment_name(c[n])}" if c and n in c else f"{n}=(none)" for n in names)
+        ", ".join(f"{r.name}={r.segment(c[r.name])}" if c and r.name in c else f"{r.name}=(none)" for r in readers)
         for c in contexts
     ]
 

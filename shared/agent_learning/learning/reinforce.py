@@ -224,7 +224,8 @@ from agent_learning.documents import (
     PolicyDocument,
     excluded_configurations,
 )
-from agent_learning.policy.softmax import NUMBER_CLIP, Layout, is_number, segment_name
+from agent_learning.policy.features import FeatureReader, segment_name, standardise
+from agent_learning.policy.softmax import Layout
 
 Array = NDArray[np.float64]
 
@@ -1027,7 +1028,7 @@ def action_space(doc: PolicyDocument, rows: Rows) -> tuple[ActionSpace | None, N
             elif c.features is not None and c.features != own.features:
                 actions[c.id] = own.model_copy(update={"features": c.features})  # the latest given
     ordered = [new[a] for a in sorted(new, key=lambda a: -chosen.get(a, 0))]  # stable: first seen among equals
-    learned = sum(len(f.segments or {}) if f.kind == "category" else 1 for f in doc.features or [])
+    learned = sum(f.learned for f in doc.features or [])
     room = min(MAX_ACTIONS, MAX_LEARNED_VALUES // max(learned, 1)) - len(doc.actions)
     space_actions = list(actions.values()) + ordered
     index = {a.id: k for k, a in enumerate(space_actions)}
@@ -1086,21 +1087,20 @@ def prepare(doc: PolicyDocument, rows: Rows) -> tuple[Model, Params, ContextBatc
     contexts = rows.contexts
     v = len(layout.value_ids[0]) if space is not None else len(doc.actions)
     own = len(doc.actions)
-    budget = MAX_LEARNED_VALUES // v - sum(
-        len(f.segments or {}) if f.kind == "category" else 1 for f in doc.features or []
-    )  # segments that may still be added
+    budget = MAX_LEARNED_VALUES // v - sum(f.learned for f in doc.features or [])  # segments that may still be added
     categorical, segments, offsets = [], [], []
     numeric, centers, scales, weights, fitted = [], [], [], [], []
     pending_in = (doc.learner_state or {}).get(PENDING_NUMBERS) or {}
     pending: dict[str, dict[str, float]] = {}
+    readers: dict[str, FeatureReader] = {}
     for feature in doc.features or []:
+        reader = readers[feature.name] = FeatureReader(feature)
         values = [c.get(feature.name) if c else None for c in contexts]
-        if feature.kind == "category":
+        if feature.segmented:
             known = dict(feature.segments or {})
             counts: dict[str, int] = {}
             for value in values:
-                if value is not None:
-                    name = segment_name(value)
+                if value is not None and (name := reader.segment(value)) is not None:
                     counts[name] = counts.get(name, 0) + 1
             for name, _ in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])):
                 if name not in known and len(known) < MAX_SEGMENTS and budget > 0:
@@ -1112,8 +1112,9 @@ def prepare(doc: PolicyDocument, rows: Rows) -> tuple[Model, Params, ContextBatc
         else:
             center, scale, is_fitted = feature.center, feature.scale, feature.weights is not None
             if not is_fitted:
-                present = np.array([float(x) for x, correction in zip(values, corrections, strict=True)
-                                    if is_number(x) and not correction])
+                read = (reader.transformed(x) for x, correction in zip(values, corrections, strict=True)
+                        if not correction)
+                present = np.array([t for t in read if t is not None])
                 seen = pooled_moments(_moments_state(pending_in.get(feature.name)), moments(present))
                 if seen[0] >= NUMBER_FIT_EPISODES:
                     center, scale, is_fitted = *centre_and_scale(seen[1], seen[2]), True
@@ -1152,12 +1153,11 @@ def prepare(doc: PolicyDocument, rows: Rows) -> tuple[Model, Params, ContextBatc
         if not context:
             continue
         for f, name in enumerate(categorical):
-            if name in context:
-                cats[i, f] = seg_index[f].get(segment_name(context[name]), -1)
+            if name in context and (segment := readers[name].segment(context[name])) is not None:
+                cats[i, f] = seg_index[f].get(segment, -1)
         for j, name in enumerate(numeric):
-            x = context.get(name)
-            if is_number(x) and fitted[j]:
-                nums[i, j] = standardise(float(x), centers[j], scales[j])
+            if fitted[j] and (t := readers[name].transformed(context.get(name))) is not None:
+                nums[i, j] = standardise(t, centers[j], scales[j])
     batch = ContextBatch(actions, rewards, logged_probs, corrections, cats, nums, offered)
     return model, params, batch
 
@@ -1258,29 +1258,24 @@ def centre_and_scale(mean: float, std: float) -> tuple[float, float]:
     return round(mean, decimals), round(std, decimals)
 
 
-def standardise(x: float, center: float, scale: float) -> float:
-    """x̃ = clip((x − m) / s, ±NUMBER_CLIP), as the policy computes it at choose time."""
-    return max(-NUMBER_CLIP, min(NUMBER_CLIP, (x - center) / scale))
-
-
 def features_out(doc: PolicyDocument, model: Model, params: Params) -> list[dict[str, Any]] | None:
     """The document's ``features`` with the learned segments, offsets and weights."""
     if doc.features is None:
         return None
     out = []
     for feature in doc.features:
-        if feature.kind == "category":
+        declared = feature.model_dump(include={"name", "kind", "transform", "bins"})  # the transform kept
+        if feature.segmented:
             f = model.categorical.index(feature.name)
             segments = {name: _rounded(params.offsets[f][k]) for k, name in enumerate(model.segments[f])}
-            out.append({"name": feature.name, "kind": "category", **({"segments": segments} if segments else {})})
+            out.append({**declared, **({"segments": segments} if segments else {})})
         elif not model.fitted[model.numeric.index(feature.name)]:
-            out.append({"name": feature.name, "kind": "number"})  # not seen yet: its centre comes later
+            out.append(declared)  # not seen yet: its centre comes later
         else:
             j = model.numeric.index(feature.name)
             out.append(
                 {
-                    "name": feature.name,
-                    "kind": "number",
+                    **declared,
                     "weights": _rounded(params.weights[j]),
                     "center": model.centers[j],  # rounded where they are set
                     "scale": model.scales[j],

@@ -27,7 +27,9 @@ value v has the logit ::
     ℓ_d(v | x) = θ_v + Σ_f δ_{f, x_f, v} + Σ_j β_{j,v} · clip((x_j − m_j) / s_j, ±4)
 
 (a feature missing from x, a segment the policy has not learned, or a value that is not a number
-for a numeric feature, adds nothing, as in the learner; ``choose()`` refuses the last), and ::
+for a numeric feature, adds nothing, as in the learner; ``choose()`` refuses the last). A numeric
+feature may declare a transform: ``log`` reads ln(1 + x) for x, ``bins`` makes it a category by the
+bin of x (:mod:`agent_learning.policy.features`, which the learner reads values with too), and ::
 
     p_d(v | x) = f + (1 − K_d·f) · softmax(ℓ_d(· | x) / T)_v           floor f per dimension
     π(a | x)   = Π_d p_d(a_d | x) / Z(x),   Z(x) = 1 − Σ_{e ∈ E} Π_d p_d(e_d | x)
@@ -59,7 +61,9 @@ one dimension, or at most :data:`FIXED_SIZE` configurations, keeps every configu
 ready: a draw is one uniform number and a binary search. For another context the policy keeps
 ready (every context without numeric features), a joint space of at most
 :data:`JOINT_TABLE_SIZE` configurations is drawn from one cumulative table of π (excluded
-configurations have zero width: one uniform number). Otherwise each dimension is drawn from p_d,
+configurations have zero width: one uniform number). A context with numeric terms and no
+exclusions keeps its segments' logits and adds the terms per call, each dimension drawn from p_d
+(no table built for a number that rarely repeats). Otherwise each dimension is drawn from p_d,
 and a draw that lands on an excluded configuration is drawn again, which samples Π_d p_d
 conditioned on a ∉ E, i.e. π.
 """
@@ -101,17 +105,25 @@ from agent_learning.documents import (
     policy_doc_id,
 )
 from agent_learning.policy.decision import Decision, ReadOnlyDict, read_only, validated_context
+from agent_learning.policy.features import (
+    NUMBER_CLIP,
+    FeatureReader,
+    bin_names,
+    bin_values,
+    segment_name,
+)
+from agent_learning.policy.features import is_number as is_number  # read here by the CLI
 
 JOINT_SEPARATOR = ":"
 """Joins the values' ids into a configuration's id: ``prompt=concise:retrieval_k=3``."""
 MAX_DRAWS = 10_000
 """Rejection draws before choose() gives up (only if excluded configurations hold ~all the mass)."""
-NUMBER_CLIP = 4.0
-"""A numeric feature enters as (x − centre) / scale, clipped to ±4: an outlier cannot swing the policy."""
 NO_CONTEXT = "no context"
 """The name of the view of a policy's probabilities for a request without context features."""
 JOINT_TABLE_SIZE = 1_024
 """Joint spaces up to this size are drawn from one cumulative table per context (one uniform draw)."""
+EXP_SAFE = 700.0
+"""Logits over T within ± this go through exp() unshifted (e^700 ≈ 1e304: no overflow, nor in a sum)."""
 CACHE_SIZE = 4_096
 """Contexts whose per-dimension probabilities a policy keeps ready (cleared when full)."""
 
@@ -179,7 +191,7 @@ def feature_logits(doc: PolicyDocument, context: Mapping[str, Any] | None) -> li
     features' terms)."""
     logits = context_logits(doc.logits, doc.features or (), context)
     if doc.action_features:
-        scorer = ActionScorer(doc.action_features)
+        scorer = ActionScorer(doc.action_features, doc.features or ())
         logits = [x + scorer.logit(a.features, context) for x, a in zip(logits, doc.actions, strict=True)]
     return logits
 
@@ -188,21 +200,22 @@ def context_logits(
     logits: Sequence[float], features: Sequence[ContextFeature], context: Mapping[str, Any] | None
 ) -> list[float]:
     """ℓ(· | x) for every value (all dimensions, in ``actions`` order) from the global logits and the
-    context features. A numeric feature's value that is not a number (a string, a boolean) adds
-    nothing, as the learner treats it."""
+    context features, each value read by :class:`~agent_learning.policy.features.FeatureReader`. A
+    numeric feature's value that is not a number (a string, a boolean) adds nothing, as the learner
+    treats it."""
     logits = list(logits)
     if not features or not context:
         return logits
     for feature in features:
         if feature.name not in context:
             continue
+        reader = FeatureReader(feature)
         value = context[feature.name]
-        if feature.kind == "category":
-            offsets = (feature.segments or {}).get(segment_name(value))
+        if feature.segmented:
+            offsets = (feature.segments or {}).get(reader.segment(value))  # type: ignore[arg-type]
             if offsets is not None:
                 logits = [x + o for x, o in zip(logits, offsets, strict=True)]
-        elif feature.weights is not None and is_number(value):
-            x = max(-NUMBER_CLIP, min(NUMBER_CLIP, (float(value) - feature.center) / feature.scale))
+        elif feature.weights is not None and (x := reader.number(value)) is not None:
             logits = [v + w * x for v, w in zip(logits, feature.weights, strict=True)]
     return logits
 
@@ -211,10 +224,11 @@ class ActionScorer:
     """The learned weights of a policy's action features, ready to score an action's features in a
     context (module docstring: Actions described by features)."""
 
-    __slots__ = ("features",)
+    __slots__ = ("features", "readers")
 
-    def __init__(self, features: Sequence[ActionFeature]) -> None:
+    def __init__(self, features: Sequence[ActionFeature], context_features: Sequence[ContextFeature] = ()) -> None:
         self.features = tuple((f.name, f.weights, f.by_context or {}) for f in features)
+        self.readers = {f.name: FeatureReader(f) for f in context_features if f.segmented}
 
     def logit(self, features: Mapping[str, Any] | None, context: Mapping[str, Any] | None) -> float:
         """Σ_k (w_{k, φ_k(a)} + Σ_f u_{k, f, x_f, φ_k(a)}) of an action's ``features`` in ``context``."""
@@ -233,7 +247,10 @@ class ActionScorer:
             if context:
                 for feature, segments in by_context.items():
                     if feature in context:
-                        u = segments.get(segment_name(context[feature]))
+                        reader = self.readers.get(feature)
+                        value = context[feature]
+                        segment = reader.segment(value) if reader is not None else segment_name(value)
+                        u = segments.get(segment) if segment is not None else None
                         if u:
                             total += u.get(v, 0.0)
         return total
@@ -252,19 +269,6 @@ def context_key(context: Mapping[str, Any] | None, names: Sequence[str]) -> tupl
     if not context:
         return ()
     return tuple((type(v), v) for v in map(context.get, names))
-
-
-def is_number(value: Any) -> bool:
-    """Whether ``value`` counts for a numeric feature: an int or a float, not a boolean."""
-    return isinstance(value, int | float) and not isinstance(value, bool)
-
-
-def segment_name(value: Any) -> str:
-    """The segment a categorical value names: the string itself, ``true``/``false`` for booleans,
-    and a number's decimal form (a category given as a number)."""
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    return value if isinstance(value, str) else repr(value)
 
 
 def dimension_probabilities(
@@ -441,6 +445,8 @@ class SoftmaxPolicy:
     """
 
     __slots__ = (
+        "_bases",
+        "_binned",
         "_cache",
         "_categorical",
         "_cum",
@@ -448,9 +454,12 @@ class SoftmaxPolicy:
         "_features",
         "_fixed",
         "_index",
+        "_linear",
         "_numeric",
         "_random",
+        "_readers",
         "_scorer",
+        "_spans",
         "actions",
         "agent_id",
         "document",
@@ -508,10 +517,21 @@ class SoftmaxPolicy:
         self._excluded_set = frozenset(self.excluded)
         self._random = (rng or random.Random()).random
         self._features = {f.name: f for f in self.features}
-        self._categorical = tuple(f.name for f in self.features if f.kind == "category")
+        self._readers = {f.name: FeatureReader(f) for f in self.features}
+        self._categorical = tuple(f.name for f in self.features if f.segmented)
         self._numeric = tuple(f.name for f in self.features if f.kind == "number")
+        self._spans = tuple(zip(self.layout.starts, self.layout.sizes, strict=True))
+        self._linear = tuple(
+            (f.name, self._readers[f.name], [w / self.temperature for w in f.weights])
+            for f in self.features if not f.segmented and f.weights
+        )
+        self._binned = len(self._numeric) > len(self._linear)
+        """Whether a numeric feature has no weights (binned, or not learned yet): checked apart."""
+        """The numeric features with weights (over T): their terms are added per call."""
+        self._bases: dict[tuple[Any, ...], tuple[list[list[float]], bool, dict[Any, Any]]] = {}
+        """Per key of segments, what :meth:`_choose_linear` keeps (:meth:`_base`)."""
         action_features = document.action_features if document is not None else None
-        self._scorer = ActionScorer(action_features) if action_features else None
+        self._scorer = ActionScorer(action_features, self.features) if action_features else None
         self._index = {a.id: i for i, a in enumerate(self.actions)} if len(self.layout.sizes) == 1 else {}
         self._cache: dict[tuple[Any, ...], _Table] = {}
         self._fixed: tuple[Decision, ...] | None = None
@@ -775,6 +795,10 @@ class SoftmaxPolicy:
 
     def _choose_in(self, rng: random.Random | None, context: Mapping[str, Any] | None) -> Decision:
         """:meth:`choose` from the table of ``context``'s probabilities."""
+        if context is not None and self._linear and not self.excluded:
+            decision = self._choose_linear(rng, context)
+            if decision is not None:
+                return decision
         if context is None:
             table = self._table(None)
         else:
@@ -800,19 +824,84 @@ class SoftmaxPolicy:
             return decision
         return decision._replace(context=context)
 
+    def _choose_linear(self, rng: random.Random | None, context: Mapping[str, Any]) -> Decision | None:
+        """:meth:`choose` for a policy with numeric weights and no exclusions: the logits of the
+        context's segments are kept (per key, over T), its numeric terms added, and each dimension
+        drawn from p_d directly, without building a table for a number that rarely repeats. None
+        when a logit may be too large for exp() unshifted (:meth:`_choose_in` draws from a table)."""
+        checked = validated_context(context)
+        if self._binned:
+            self._check_kinds(checked)
+        # Kept under segment names (strings): a key of strings finds its entry, any other is named first.
+        base = self._bases.get(tuple(map(checked.get, self._categorical)))
+        if base is None:
+            key = self._key(checked)
+            base = self._bases.get(key) or self._base(key, checked)
+        logits, safe, drawn = base
+        for name, reader, weights in self._linear:
+            value = checked.get(name)
+            if value is None:
+                continue
+            x = reader.number(value)
+            if x is None:
+                raise InvalidDocument("context", [(f"context.{name}", reader.refusal(value))])
+            logits = [v + w * x for v, w in zip(logits, weights, strict=True)]
+        if not safe:
+            return None
+        exps = list(map(math.exp, logits))  # every |ℓ / T| ≤ EXP_SAFE: no shift by the largest
+        draw = rng.random if rng is not None else self._random
+        floor = self.exploration_floor
+        local = []
+        p = 1.0
+        for start, size in self._spans:
+            cum = list(accumulate(exps[start : start + size]))
+            total = cum[-1]
+            mass = 1.0 - size * floor
+            u = draw()  # p_d = f + (1 − K·f)·softmax: uniform with probability K·f, else the softmax
+            if u < size * floor:
+                i = min(int(u / floor), size - 1)
+            else:
+                i = min(bisect_right(cum, (u - size * floor) / mass * total), size - 1)
+            local.append(i)
+            p *= floor + mass * (exps[start + i] / total)
+        at = tuple(local)
+        decision = drawn.get(at)
+        if decision is None:
+            decision = drawn[at] = self._decision(self._table(None), at)
+        return Decision(self.agent_id, decision.action_id, decision.index, p, math.log(p), self.version,
+                        decision.config, checked, self.incarnation)
+
+    def _base(self, key: tuple[Any, ...], checked: Mapping[str, Any]) -> tuple[list[float], bool, dict[Any, Any]]:
+        """What :meth:`_choose_linear` keeps for a key of segments: the logits over T without
+        numeric terms, whether every logit with them stays within ±:data:`EXP_SAFE` (each x̃ is
+        within ±NUMBER_CLIP), and the decisions drawn so far."""
+        if len(self._bases) >= CACHE_SIZE:
+            self._bases.clear()
+        segments = {n: checked[n] for n in self._categorical if n in checked}
+        logits = [x / self.temperature for x in self._logits(segments or None)]
+        reach = max(map(abs, logits)) + NUMBER_CLIP * sum(max(map(abs, w)) for _, _, w in self._linear)
+        base = self._bases[key] = (logits, reach <= EXP_SAFE, {})
+        return base
+
     def _table(self, context: Mapping[str, Any] | None) -> _Table:
         if not context or not self._features:
             key: tuple[Any, ...] = ()
-        elif self._numeric and any(n in context for n in self._numeric):
+        elif self._linear and any(n in context for n, _, _ in self._linear):
             return self._build(context, kept=False)  # numbers rarely repeat: not kept
         else:
-            key = tuple(None if (v := context.get(n)) is None else segment_name(v) for n in self._categorical)
+            key = self._key(context)
         table = self._cache.get(key)
         if table is None:
             if len(self._cache) >= CACHE_SIZE:
                 self._cache.clear()
             table = self._cache[key] = self._build(context, kept=True)
         return table
+
+    def _key(self, context: Mapping[str, Any]) -> tuple[str | None, ...]:
+        """The segments of ``context`` (None where it has none): contexts with equal keys and no
+        numeric term have equal probabilities."""
+        readers = self._readers
+        return tuple(None if (v := context.get(n)) is None else readers[n].segment(v) for n in self._categorical)
 
     def _build(self, context: Mapping[str, Any] | None, *, kept: bool) -> _Table:
         logits = self._logits(context)
@@ -877,10 +966,9 @@ class SoftmaxPolicy:
         )
 
     def _check_kinds(self, context: Mapping[str, Any]) -> None:
-        for name, value in context.items():
-            feature = self._features.get(name)
-            if feature is not None and feature.kind == "number" and (isinstance(value, bool | str)):
-                raise InvalidDocument("context", [(f"context.{name}", f"must be a number (got {value!r:.80})")])
+        for name in self._numeric:
+            if name in context and (problem := self._readers[name].refusal(context[name])) is not None:
+                raise InvalidDocument("context", [(f"context.{name}", problem)])
 
     def _parse(self, action_id: str) -> tuple[int, ...]:
         """The value indices of a configuration id; :class:`InvalidDocument` if it is none of this policy's."""
@@ -1137,6 +1225,7 @@ def segment_views(doc: PolicyDocument) -> dict[str, dict[str, dict[str, float]]]
 
     out = {NO_CONTEXT: view(None)}
     for feature in doc.features or []:
+        bins = dict(zip(bin_names(feature.bins), bin_values(feature.bins), strict=True)) if feature.bins else {}
         for segment in feature.segments or {}:
-            out[f"{feature.name}={segment}"] = view({feature.name: segment})
+            out[f"{feature.name}={segment}"] = view({feature.name: bins.get(segment, segment)})
     return out
