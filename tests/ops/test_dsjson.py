@@ -106,6 +106,19 @@ def test_an_imported_log_trains_a_new_agent_toward_the_logged_best_action(tmp_pa
     app.parts.close()
 
 
+def test_a_new_agent_starts_from_the_logs_own_policy_so_the_guardrail_can_judge_its_first_steps(
+    tmp_path: Path,
+) -> None:
+    """A log sure of one action: from a uniform version 1 the review would have few effective
+    samples on it and hold every step; version 1 takes the log's shares instead."""
+    app = Served(tmp_path)
+    import_lines(app.rt.store, "warm", logged(600, behaviour=(0.8, 0.1, 0.1)))
+    first = SoftmaxPolicy.from_document(app.rt.store.get_current_policy("warm").doc)
+    assert first.probability("sports", {"user.tier": "gold"}) == pytest.approx(0.8, abs=0.05)
+    assert app.train() == {"warm": 2}  # published, not held
+    app.parts.close()
+
+
 @pytest.mark.parametrize(("change", "field"), [
     (lambda d: d.pop("_label_cost"), "_label_cost: missing"),
     (lambda d: d.update(_label_cost=-2.5), "_label_cost: must be a number from -1 to 0"),

@@ -68,5 +68,5 @@ def logs_import(agent_id: str, file: click.utils.LazyFile, as_json: bool, db: st
     out.print(f"{agent_id}: {_n(result.added, 'event')} imported, {result.already:,} imported before"
               + (f", {_n(result.skipped_learn, 'line')} marked _skipLearn left out" if result.skipped_learn else ""))
     if result.created_policy:
-        out.print(f"created {agent_id} v1, uniform over {', '.join(result.actions)}; agent-learn train learns from "
-                  "the log (as the timer does)")
+        out.print(f"created {agent_id} v1 over {', '.join(result.actions)}, each as likely as the log took it; "
+                  "agent-learn train learns from the log (as the timer does)")

@@ -32,8 +32,10 @@ list that action alone). Episodes with neither reward nor score are left out and
 
 Imported lines become the episodes ``{agent_id}:{EventId}`` of the agent's current policy
 version with the logged probability (training weighs them off-policy) and reward = −cost, which
-must be in [0, 1], an episode's own reward; an agent without a policy gets version 1, uniform over
-the logged actions and learning from the logged context's features. Every line is checked before
+must be in [0, 1], an episode's own reward; an agent without a policy gets version 1 over the
+logged actions, each as likely as the log took it (add-one smoothed: the log's policy, roughly, so
+that the publish guardrail can judge steps from it on these episodes; uniform, it could not when
+the log was sure of one action), learning from the logged context's features. Every line is checked before
 anything is written (a bad line is reported by number and field); importing again adds only the
 events not imported yet. Lines marked ``_skipLearn`` (never activated) are counted, not imported.
 """
@@ -43,6 +45,7 @@ from __future__ import annotations
 import contextlib
 import json
 import math
+from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -329,7 +332,9 @@ def import_lines(store: Store, agent_id: str, lines: Iterable[str], *, clock: Cl
     logged = list(dict.fromkeys(a["id"] for e in events for a in e.actions))
     policy = current_policy(store, agent_id)
     if policy is None and events:
-        policy = first_policy(store, agent_id, logged, events[0].context, clock)
+        taken = Counter(e.ranking[0][0] for e in events)
+        policy = first_policy(store, agent_id, logged, events[0].context, clock,
+                              [math.log((taken[a] + 1) / (len(events) + len(logged))) for a in logged])
         result.created_policy = True
     if policy is None:
         return result
@@ -362,9 +367,12 @@ def current_policy(store: Store, agent_id: str) -> PolicyDocument | None:
 
 
 def first_policy(store: Store, agent_id: str, actions: list[str], context: dict[str, Any] | None,
-                 clock: Clock) -> PolicyDocument:
-    """Version 1 of a new agent: uniform over the logged actions, learning from the context's features."""
-    fields: dict[str, Any] = {"actions": [{"id": a} for a in actions], "logits": [0.0] * len(actions)}
+                 clock: Clock, logits: list[float] | None = None) -> PolicyDocument:
+    """Version 1 of a new agent over the logged actions, learning from the context's features:
+    ``logits`` (an import's: the log's own shares of each action taken, so that the guardrail
+    judges the first steps on a log drawn much as version 1 draws), else uniform."""
+    fields: dict[str, Any] = {"actions": [{"id": a} for a in actions],
+                              "logits": logits if logits is not None else [0.0] * len(actions)}
     if context:
         fields |= {"schema_version": STRUCTURED_SCHEMA, "features": [
             {"name": n, "kind": "number" if isinstance(v, int | float) and not isinstance(v, bool) else "category"}
