@@ -102,3 +102,10 @@ def _plain_scalar(value: Any) -> str | bool | int | float | None:
 
 _VALID_NAMES: set[str] = set()
 """Context feature names that passed :data:`CONTEXT_NAME` (bounded: at most 4,096 are kept)."""
+
+
+def feature_kinds(context: Mapping[str, Any] | None) -> dict[str, str]:
+    """The kind a new policy learns each feature of ``context`` as: a number (not a boolean) is a
+    ``"number"``, anything else a ``"category"``."""
+    return {name: "number" if isinstance(v, int | float) and not isinstance(v, bool) else "category"
+            for name, v in (context or {}).items()}

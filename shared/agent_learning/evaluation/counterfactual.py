@@ -186,8 +186,7 @@ def read_logged(
             keys[key] = len(contexts)
             contexts.append(context)
         rows[i] = keys[key]
-        segment = tuple(sorted((k, v) for k, v in (context or {}).items() if isinstance(v, str | bool)))
-        groups[i] = segments.setdefault(segment, len(segments))
+        groups[i] = segments.setdefault(segment_of(context), len(segments))
     configurations = math.prod(layout.sizes)
     lacking = configurations if any(v[0] is None for v in values) else None
     actions = [configurations if v[0] is None else joint_index(v[0], layout.sizes) for v in values]
@@ -211,6 +210,11 @@ def read_logged(
     )
 
 
+def segment_of(context: Mapping[str, Any] | None) -> tuple[Any, ...]:
+    """An episode's segment for the doubly robust reward model: its categorical context values."""
+    return tuple(sorted((k, v) for k, v in (context or {}).items() if isinstance(v, str | bool)))
+
+
 def _offered_logged(values: list[list[Any]], current: PolicyDocument, invalid: int, truncated: bool,
                     newest: str | None, other_rewards: dict[str, int]) -> Logged:
     """:func:`read_logged`'s episodes that chose among the actions their request offered: each its
@@ -227,8 +231,7 @@ def _offered_logged(values: list[list[Any]], current: PolicyDocument, invalid: i
                 index[c.id] = len(universe)
                 universe.append(c.id)
     groups: dict[tuple[Any, ...], int] = {}
-    group = np.array([groups.setdefault(tuple(sorted((k, x) for k, x in (v[3] or {}).items()
-                                                      if isinstance(x, str | bool))), len(groups)) for v in values])
+    group = np.array([groups.setdefault(segment_of(v[3]), len(groups)) for v in values])
     logs = Logs.of([index[v[9]] for v in values], [v[1] for v in values], [v[2] for v in values], len(universe), group)
     return Logged(
         logs, [None] * len(values), [v[3] for v in values], np.arange(len(values)),

@@ -53,7 +53,14 @@ from typing import Any
 
 from agent_learning.core.clock import SYSTEM_CLOCK, Clock
 from agent_learning.core.errors import AlreadyExists, InvalidDocument, NotFound
-from agent_learning.documents import MAX_CONTEXT_FEATURES, Episode, PolicyDocument, check_context, policy_doc_id
+from agent_learning.documents import (
+    MAX_CONTEXT_FEATURES,
+    Episode,
+    PolicyDocument,
+    check_context,
+    feature_kinds,
+    policy_doc_id,
+)
 from agent_learning.documents.fields import ACTION_ID, ACTION_ID_RULE, MAX_TEXT_CHARS, STRUCTURED_SCHEMA
 from agent_learning.pipeline import create_policy
 from agent_learning.rewards.feedback import score_rows
@@ -375,8 +382,7 @@ def first_policy(store: Store, agent_id: str, actions: list[str], context: dict[
                               "logits": logits if logits is not None else [0.0] * len(actions)}
     if context:
         fields |= {"schema_version": STRUCTURED_SCHEMA, "features": [
-            {"name": n, "kind": "number" if isinstance(v, int | float) and not isinstance(v, bool) else "category"}
-            for n, v in context.items()]}
+            {"name": n, "kind": k} for n, k in feature_kinds(context).items()]}
     doc = PolicyDocument.from_dict({"id": policy_doc_id(agent_id, 1), "kind": "version", "agent_id": agent_id,
                                     "version": 1, "source": "init", "created_at": clock.now().isoformat(), **fields})
     try:

@@ -48,6 +48,7 @@ from agent_learning.documents import (
     agent_id_problem,
     check_context,
     episode_id_problem,
+    feature_kinds,
     parse_json,
     policy_doc_id,
 )
@@ -211,8 +212,7 @@ def new_policy(rt: Runtime, agent_id: str, actions: dict[str, Any], context: dic
     }
     if context:
         fields |= {"schema_version": STRUCTURED_SCHEMA, "features": [
-            {"name": n, "kind": "number" if isinstance(v, int | float) and not isinstance(v, bool) else "category"}
-            for n, v in context.items()]}
+            {"name": n, "kind": k} for n, k in feature_kinds(context).items()]}
     names = sorted({n for f in described.values() for n in f})
     if names:
         fields |= {"schema_version": STRUCTURED_SCHEMA, "action_features": [{"name": n} for n in names]}
@@ -237,8 +237,7 @@ def action_features(actions: dict[str, Any]) -> dict[str, dict[str, Any]]:
 def new_slots_policy(rt: Runtime, agent_id: str, slots: list[dict[str, Any]], actions: dict[str, Any],
                      context: dict[str, Any] | None) -> PolicyDocument:
     """Version 1 of a new multi-slot agent: one dimension per slot, whose values are the request's actions."""
-    kinds = {n: "number" if isinstance(v, int | float) and not isinstance(v, bool) else "category"
-             for n, v in (context or {}).items()}
+    kinds = feature_kinds(context)
     try:
         fields = structure_fields({s["id"]: list(actions) for s in slots}, kinds or None)
     except InvalidDocument as exc:
