@@ -17,7 +17,7 @@ from agent_learning.app.deliveries import (
     deliver_training,
     settle_score,
 )
-from agent_learning.core.errors import InvalidDocument
+from agent_learning.core.errors import InvalidDocument, TransientError
 from agent_learning.pipeline import ScoreOutcome
 from agent_learning.queue.base import OutgoingMessage
 from agent_learning.queue.sqlite import SQLiteQueue
@@ -74,3 +74,19 @@ def test_a_training_message_that_is_no_training_request_is_dead_lettered_on_ever
     with pytest.raises(PoisonMessage) as caught:
         deliver_training(body, train, HostSettles("train_agent", "t", 1))
     assert caught.value.reason == INVALID_MESSAGE
+
+
+def test_a_dead_letter_the_queue_failed_to_make_is_not_counted(tmp_path: Path, captured: Any) -> None:
+    class Unreachable(SQLiteQueue):
+        def dead_letter(self, message: Any, reason: str, description: str = "") -> None:
+            raise TransientError("the queue is unreachable")
+
+    queue = Unreachable(str(tmp_path / "queue.db"), name="score-episodes")
+    queue.send([OutgoingMessage("m", "{}")])
+    (message,) = queue.receive(1)
+    with pytest.raises(TransientError):
+        settle_score(OUTCOMES[-1], QueueSettles(queue, message), 1, 10)
+    assert captured.total("agent_learning.episodes.dead_lettered") == 0
+    with pytest.raises(PoisonMessage):  # the host dead-letters it after its last delivery: counted then
+        settle_score(OUTCOMES[-1], HostSettles("score", "m", 10), 10, 10)
+    assert captured.total("agent_learning.episodes.dead_lettered", reason="UnknownAction") == 1

@@ -124,7 +124,7 @@ def settle_score(outcome: ScoreOutcome, settler: Settler, delivery_count: int, m
     except ConcurrencyConflict:
         count_dead_letter(outcome.status, outcome.reason, delivery_count, max_deliveries, explicit=False)
         raise
-    except AgentLearningError:  # the host settles by it
+    except (TransientScoringError, PoisonMessage):  # raised to the host, which settles the message by them
         count_dead_letter(outcome.status, outcome.reason, delivery_count, max_deliveries, explicit=settler.explicit)
         raise
     count_dead_letter(outcome.status, outcome.reason, delivery_count, max_deliveries, explicit=settler.explicit)
