@@ -11,7 +11,7 @@
     choose   HTTP POST /api/agents/{agent_id}/choose    → a configuration drawn from the agent's policy
     personalizer_*  HTTP /api/agents/{agent_id}/personalizer/...  → the Azure AI Personalizer API of the agent:
              every route of agent_learning.app.personalizer (rank, events, multislot, configurations, model,
-             evaluations, logs)
+             evaluations, logs); anonymous at the host, the app admits Personalizer keys and principals
 
 Connections are identity-based: `CosmosDBConnection__accountEndpoint` and
 `ServiceBusConnection__fullyQualifiedNamespace` (plus `__credential`/`__clientId`).
@@ -22,6 +22,12 @@ import azure.functions as func
 from agent_learning.app import handlers, http
 
 app = func.FunctionApp(http_auth_level=func.AuthLevel.FUNCTION)
+
+
+def _auth(name: str) -> func.AuthLevel:
+    """The host checks the function key, except on routes whose clients send credentials it does
+    not read (Personalizer's key header or Entra token): those admit their callers in the app."""
+    return func.AuthLevel.ANONYMOUS if http.BY_NAME[name].own_keys else func.AuthLevel.FUNCTION
 
 
 # The Cosmos trigger does not retry a failed batch by itself: retry it (with backoff) until
@@ -86,81 +92,84 @@ def choose(req: func.HttpRequest) -> func.HttpResponse:
     return _serve("choose", req)
 
 
-@app.route(route=http.BY_NAME["personalizer_rank"].template, methods=["POST"], auth_level=func.AuthLevel.FUNCTION)
+@app.route(route=http.BY_NAME["personalizer_rank"].template, methods=["POST"], auth_level=_auth("personalizer_rank"))
 def personalizer_rank(req: func.HttpRequest) -> func.HttpResponse:
     return _serve("personalizer_rank", req)
 
 
-@app.route(route=http.BY_NAME["personalizer_reward"].template, methods=["POST"], auth_level=func.AuthLevel.FUNCTION)
+@app.route(route=http.BY_NAME["personalizer_reward"].template, methods=["POST"],
+           auth_level=_auth("personalizer_reward"))
 def personalizer_reward(req: func.HttpRequest) -> func.HttpResponse:
     return _serve("personalizer_reward", req)
 
 
-@app.route(route=http.BY_NAME["personalizer_activate"].template, methods=["POST"], auth_level=func.AuthLevel.FUNCTION)
+@app.route(route=http.BY_NAME["personalizer_activate"].template, methods=["POST"],
+           auth_level=_auth("personalizer_activate"))
 def personalizer_activate(req: func.HttpRequest) -> func.HttpResponse:
     return _serve("personalizer_activate", req)
 
 
 @app.route(route=http.BY_NAME["personalizer_service_configuration"].template, methods=["GET", "PUT"],
-           auth_level=func.AuthLevel.FUNCTION)
+           auth_level=_auth("personalizer_service_configuration"))
 def personalizer_service_configuration(req: func.HttpRequest) -> func.HttpResponse:
     return _serve("personalizer_service_configuration", req)
 
 
 @app.route(route=http.BY_NAME["personalizer_model"].template, methods=["GET", "PUT", "DELETE"],
-           auth_level=func.AuthLevel.FUNCTION)
+           auth_level=_auth("personalizer_model"))
 def personalizer_model(req: func.HttpRequest) -> func.HttpResponse:
     return _serve("personalizer_model", req)
 
 
-@app.route(route=http.BY_NAME["personalizer_evaluations"].template, methods=["GET"], auth_level=func.AuthLevel.FUNCTION)
+@app.route(route=http.BY_NAME["personalizer_evaluations"].template, methods=["GET"],
+           auth_level=_auth("personalizer_evaluations"))
 def personalizer_evaluations(req: func.HttpRequest) -> func.HttpResponse:
     return _serve("personalizer_evaluations", req)
 
 
 @app.route(route=http.BY_NAME["personalizer_evaluation"].template, methods=["GET", "PUT", "DELETE"],
-           auth_level=func.AuthLevel.FUNCTION)
+           auth_level=_auth("personalizer_evaluation"))
 def personalizer_evaluation(req: func.HttpRequest) -> func.HttpResponse:
     return _serve("personalizer_evaluation", req)
 
 
 @app.route(route=http.BY_NAME["personalizer_multislot_rank"].template, methods=["POST"],
-           auth_level=func.AuthLevel.FUNCTION)
+           auth_level=_auth("personalizer_multislot_rank"))
 def personalizer_multislot_rank(req: func.HttpRequest) -> func.HttpResponse:
     return _serve("personalizer_multislot_rank", req)
 
 
 @app.route(route=http.BY_NAME["personalizer_multislot_reward"].template, methods=["POST"],
-           auth_level=func.AuthLevel.FUNCTION)
+           auth_level=_auth("personalizer_multislot_reward"))
 def personalizer_multislot_reward(req: func.HttpRequest) -> func.HttpResponse:
     return _serve("personalizer_multislot_reward", req)
 
 
 @app.route(route=http.BY_NAME["personalizer_multislot_activate"].template, methods=["POST"],
-           auth_level=func.AuthLevel.FUNCTION)
+           auth_level=_auth("personalizer_multislot_activate"))
 def personalizer_multislot_activate(req: func.HttpRequest) -> func.HttpResponse:
     return _serve("personalizer_multislot_activate", req)
 
 
 @app.route(route=http.BY_NAME["personalizer_policy_configuration"].template, methods=["GET", "PUT", "DELETE"],
-           auth_level=func.AuthLevel.FUNCTION)
+           auth_level=_auth("personalizer_policy_configuration"))
 def personalizer_policy_configuration(req: func.HttpRequest) -> func.HttpResponse:
     return _serve("personalizer_policy_configuration", req)
 
 
 @app.route(route=http.BY_NAME["personalizer_model_properties"].template, methods=["GET"],
-           auth_level=func.AuthLevel.FUNCTION)
+           auth_level=_auth("personalizer_model_properties"))
 def personalizer_model_properties(req: func.HttpRequest) -> func.HttpResponse:
     return _serve("personalizer_model_properties", req)
 
 
 @app.route(route=http.BY_NAME["personalizer_log_properties"].template, methods=["GET"],
-           auth_level=func.AuthLevel.FUNCTION)
+           auth_level=_auth("personalizer_log_properties"))
 def personalizer_log_properties(req: func.HttpRequest) -> func.HttpResponse:
     return _serve("personalizer_log_properties", req)
 
 
-@app.route(route=http.BY_NAME["personalizer_logs"].template, methods=["DELETE"], auth_level=func.AuthLevel.FUNCTION)
+@app.route(route=http.BY_NAME["personalizer_logs"].template, methods=["DELETE"], auth_level=_auth("personalizer_logs"))
 def personalizer_logs(req: func.HttpRequest) -> func.HttpResponse:
     return _serve("personalizer_logs", req)
 
@@ -168,7 +177,7 @@ def personalizer_logs(req: func.HttpRequest) -> func.HttpResponse:
 def _serve(name: str, req: func.HttpRequest) -> func.HttpResponse:
     """Route ``name`` of :mod:`agent_learning.app.http`, answering ``req``."""
     request = http.Request(req.method, dict(req.route_params), dict(req.params), dict(req.headers), req.get_body())
-    answer = http.dispatch(name, request, handlers.runtime())
+    answer = http.dispatch(name, request, handlers.runtime(), keys_checked=not http.BY_NAME[name].own_keys)
     headers = dict(answer.headers or {})
     return func.HttpResponse(
         answer.body, status_code=answer.status, headers=headers, mimetype=headers.pop("Content-Type", "text/plain")

@@ -146,6 +146,15 @@ param allowOfflineJudge bool = false
 @description('App Service Authentication is on for the Function app (turned on outside this template): its X-MS-CLIENT-PRINCIPAL-ID header then names HTTP callers (AGENT_LEARNING_TRUST_PRINCIPAL_HEADER). Off, the header is ignored and a caller is its function key.')
 param appServiceAuthentication bool = false
 
+@description('Client id of an Entra ID app registration: given, App Service Authentication is turned on for the Function app, letting anonymous requests through to the app and vouching for Entra ID tokens issued for it or for Azure AI services (what Personalizer clients ask for); the app then trusts the principal header.')
+param entraClientId string = ''
+
+@description('SHA-256 digests (hex, comma-separated) of the keys Personalizer clients may send (AGENT_LEARNING_PERSONALIZER_KEY_SHA256; `agent-learn keys new` makes a key and prints its digest). Empty: no key is accepted.')
+param personalizerKeySha256 string = ''
+
+@description('Entra ID object ids (comma-separated) that may call the Personalizer routes with a token (AGENT_LEARNING_PERSONALIZER_PRINCIPALS; needs entraClientId or appServiceAuthentication).')
+param personalizerPrincipals string = ''
+
 @description('Most instances the Function app scales out to.')
 @minValue(40)
 @maxValue(1000)
@@ -302,7 +311,11 @@ var connectionSettings = {
   // Who may write which agent's episodes through the ingestion route.
   AGENT_LEARNING_EPISODE_WRITERS: string(episodeWriters)
   // Whether the principal header names callers: only where the platform sets it (never inferred).
-  AGENT_LEARNING_TRUST_PRINCIPAL_HEADER: appServiceAuthentication ? 'true' : 'false'
+  AGENT_LEARNING_TRUST_PRINCIPAL_HEADER: appServiceAuthentication || !empty(entraClientId) ? 'true' : 'false'
+  // Who may call the Personalizer routes, which the host serves anonymously (their clients send
+  // keys it does not read): digests of keys and principals, checked by the app.
+  AGENT_LEARNING_PERSONALIZER_KEY_SHA256: personalizerKeySha256
+  AGENT_LEARNING_PERSONALIZER_PRINCIPALS: personalizerPrincipals
   // Settings with a parameter of their own (and an azd variable): here, so that appSettingOverrides
   // cannot silently outrank the parameter.
   AGENT_LEARNING_JUDGING: judging
@@ -394,6 +407,7 @@ module functionApp 'modules/function-app.bicep' = {
     appSettings: union(pipelineSettings, appSettingOverrides, connectionSettings)
     maximumInstanceCount: maximumInstanceCount
     instanceMemoryMB: instanceMemoryMB
+    entraClientId: entraClientId
   }
 }
 

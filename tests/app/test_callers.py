@@ -8,7 +8,7 @@ pytest.importorskip("azure.functions")
 
 import azure.functions as func
 
-from agent_learning.app.callers import ANONYMOUS, identify, key_identity, principal_identity
+from agent_learning.app.callers import ANONYMOUS, Refusal, admit, identify, key_digest, key_identity, principal_identity
 from agent_learning.app.settings import load_settings
 from agent_learning.core.errors import ConfigurationError
 
@@ -70,4 +70,53 @@ def test_the_principal_header_counts_only_where_the_settings_say_app_service_aut
         assert identify(sent, trust_principal=trusted).id == "principal-" + GUID.lower()
     monkeypatch.setenv("AGENT_LEARNING_TRUST_PRINCIPAL_HEADER", "yes please")
     with pytest.raises(ConfigurationError, match="AGENT_LEARNING_TRUST_PRINCIPAL_HEADER"):
+        load_settings()
+
+
+# --------------------------------------------------------------------------- the Personalizer routes' own check
+
+
+def admitted(headers: dict[str, str], params: dict[str, str] | None = None, **configured: object) -> object:
+    options = {"key_digests": (key_digest("k1"),), "principals": (GUID.lower(),), "trust_principal": True,
+               **configured}
+    return admit(headers, params, **options)  # type: ignore[arg-type]
+
+
+def test_a_listed_key_in_any_form_or_a_vouched_for_listed_principal_is_admitted() -> None:
+    assert admitted({"Ocp-Apim-Subscription-Key": "k1"}) is None
+    assert admitted({"x-functions-key": " k1 "}) is None
+    assert admitted({}, {"code": "k1"}) is None
+    assert admitted({"X-MS-CLIENT-PRINCIPAL-ID": GUID}) is None
+    assert admitted({"Ocp-Apim-Subscription-Key": "k1", "X-MS-CLIENT-PRINCIPAL-ID": "another"}) is None
+
+
+@pytest.mark.parametrize("headers, configured, status, says", [
+    ({}, {}, 401, "no subscription key"),
+    ({"Ocp-Apim-Subscription-Key": "k2"}, {}, 401, "invalid subscription key"),
+    ({"X-MS-CLIENT-PRINCIPAL-ID": GUID}, {"trust_principal": False}, 401, "no subscription key"),
+    ({"X-MS-CLIENT-PRINCIPAL-ID": "11111111-2222-3333-4444-555555555555"}, {}, 403, "PERSONALIZER_PRINCIPALS"),
+    ({"Ocp-Apim-Subscription-Key": "k1"}, {"key_digests": ()}, 401, "PERSONALIZER_KEY_SHA256"),
+    ({"X-MS-CLIENT-PRINCIPAL-ID": GUID}, {"principals": ()}, 403, "PERSONALIZER_PRINCIPALS"),
+])
+def test_everyone_else_is_refused_and_nothing_configured_refuses_all(
+    headers: dict[str, str], configured: dict[str, object], status: int, says: str
+) -> None:
+    refusal = admitted(headers, **configured)
+    assert isinstance(refusal, Refusal) and refusal.status == status and says in refusal.message
+
+
+def test_the_settings_take_digests_and_object_ids_and_refuse_a_key_without_showing_it(monkeypatch: pytest.MonkeyPatch
+                                                                                     ) -> None:
+    monkeypatch.setenv("AGENT_LEARNING_PERSONALIZER_KEY_SHA256", f" {key_digest('a').upper()} ,{key_digest('b')},")
+    monkeypatch.setenv("AGENT_LEARNING_PERSONALIZER_PRINCIPALS", GUID)
+    s = load_settings()
+    assert s.personalizer_key_sha256 == (key_digest("a"), key_digest("b")) and s.personalizer_principals == (
+        GUID.lower(),)
+    monkeypatch.setenv("AGENT_LEARNING_PERSONALIZER_KEY_SHA256", "0123456789abcdef-the-key-itself")
+    with pytest.raises(ConfigurationError, match="AGENT_LEARNING_PERSONALIZER_KEY_SHA256") as bad:
+        load_settings()
+    assert "the-key-itself" not in str(bad.value)
+    monkeypatch.delenv("AGENT_LEARNING_PERSONALIZER_KEY_SHA256")
+    monkeypatch.setenv("AGENT_LEARNING_PERSONALIZER_PRINCIPALS", "someone@example.com")
+    with pytest.raises(ConfigurationError, match=r"AGENT_LEARNING_PERSONALIZER_PRINCIPALS.*object id"):
         load_settings()

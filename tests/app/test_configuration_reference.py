@@ -20,7 +20,7 @@ def table() -> dict[str, str]:
         cells = [c.strip() for c in line.strip().strip("|").split("|")] if line.startswith("| `") else []
         if len(cells) < 3:
             continue
-        names = re.findall(r"`([A-Za-z_]+)`", cells[0].split("(")[0])
+        names = re.findall(r"`([A-Za-z_][A-Za-z0-9_]*)`", cells[0].split("(")[0])
         full = [n if not n.startswith("_") else expand(names[0], n) for n in names]
         defaults = [d.strip() for d in cells[1].removesuffix(" s").split(" / ")]
         for i, name in enumerate(full):
@@ -44,6 +44,8 @@ def stated(value: object) -> str:
         return f"`{str(value).lower()}`"
     if isinstance(value, dict) and not value:
         return "`{}`"
+    if isinstance(value, tuple) and not value:  # a comma-separated list, empty
+        return '`""`'
     if isinstance(value, str):
         return '`""`' if value == "" else f"`{value}`"
     return f"`{value:g}`" if isinstance(value, float) else f"`{value}`"

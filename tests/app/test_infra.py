@@ -198,7 +198,7 @@ def test_parameters_file_maps_azd_variables_to_existing_parameters() -> None:
     assert set(parameters) <= set(declared)
     without_default = {name for name, p in declared.items() if p["default"] is None}
     assert without_default <= set(parameters), "azd would prompt for these"
-    assert all(re.fullmatch(r"\$\{[A-Z_]+(=[^}]*)?\}", p["value"]) for p in parameters.values())
+    assert all(re.fullmatch(r"\$\{[A-Z][A-Z0-9_]*(=[^}]*)?\}", p["value"]) for p in parameters.values())
     assert parameters["principalId"]["value"] == "${AZURE_PRINCIPAL_ID}"
 
 

@@ -9,16 +9,17 @@ import json
 import math
 import random
 import signal
+import time
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import pytest
-from serving import start, until
+from serving import call, start, until
 
 from agent_learning.app import handlers, http
-from agent_learning.app.callers import identify, key_identity
+from agent_learning.app.callers import identify, key_digest, key_identity
 from agent_learning.app.embedded import LocalPipeline
 from agent_learning.app.settings import load_settings
 from agent_learning.app.wiring import Components
@@ -322,28 +323,64 @@ def test_actions_with_features_are_scored_by_them_and_an_unseen_one_is_ranked_by
     assert status == 201 and ranked["politics-2"] > max(ranked["sports"], ranked["cooking"])
 
 
-def test_the_functions_app_serves_rank_and_reward(app: App, monkeypatch: pytest.MonkeyPatch) -> None:
-    func = pytest.importorskip("azure.functions")
-    from app_functions import functions
+APP_PRINCIPAL, OTHER_PRINCIPAL = "0f1e2d3c-4b5a-4968-8776-a5b4c3d2e1f0", "99999999-8888-4777-8666-555555555555"
+TOKENS = {"token-of-the-app": APP_PRINCIPAL, "token-of-another": OTHER_PRINCIPAL}
+
+
+class EntraToken:
+    """An Entra ID token credential: the token a sign-in would give, for Personalizer's scope."""
+
+    def __init__(self, token: str) -> None:
+        self.token = token
+
+    def get_token(self, *scopes: str, **options: Any) -> Any:
+        from azure.core.credentials import AccessToken
+
+        assert scopes == ("https://cognitiveservices.azure.com/.default",)
+        return AccessToken(self.token, int(time.time()) + 3600)
+
+
+def test_the_functions_app_admits_personalizer_clients_by_their_own_key_or_token(
+    app: App, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The host reads neither Ocp-Apim-Subscription-Key nor a token, so the Personalizer functions
+    are anonymous there and the app admits the configured keys and principals, and nobody else."""
+    personalizer = pytest.importorskip("azure.ai.personalizer")
+    from azure.core.credentials import AzureKeyCredential
+    from azure.core.exceptions import HttpResponseError
+    from functions_host import functions_host
 
     monkeypatch.setattr(handlers, "_runtime", app.rt)
+    with functions_host("function-key", TOKENS) as base:
+        endpoint = f"{base}/api/agents/news"
 
-    def serve(name: str, url: str, body: Any, method: str = "POST", **params: str) -> Any:
-        request = func.HttpRequest(method=method, url=url, route_params={"agent_id": "news", **params},
-                                   params={"api-version": "2022-09-01-preview"}, body=json.dumps(body).encode())
-        return functions()[name].get_user_function()(request)
+        def refused(credential: Any, **options: Any) -> HttpResponseError:
+            with pytest.raises(HttpResponseError) as error:
+                personalizer.PersonalizerClient(endpoint, credential).rank({"actions": ACTIONS}, **options)
+            return error.value
 
-    ranked = serve("personalizer_rank", "/api/agents/news/personalizer/rank", {"actions": ACTIONS, "eventId": "f1"})
-    assert ranked.status_code == 201 and ranked.mimetype == "application/json"
-    assert json.loads(ranked.get_body())["eventId"] == "f1"
-    rewarded = serve("personalizer_reward", "/api/agents/news/personalizer/events/f1/reward", {"value": 1},
-                     event_id="f1")
-    assert rewarded.status_code == 204 and app.episode("f1").reward == 1.0
-    model = serve("personalizer_model", "/api/agents/news/personalizer/model", None, method="GET")
-    assert model.status_code == 200 and model.mimetype == "application/octet-stream"
-    assert json.loads(model.get_body())["agent_id"] == "news"
-    evaluations = serve("personalizer_evaluations", "/api/agents/news/personalizer/evaluations", None, method="GET")
-    assert evaluations.status_code == 200 and json.loads(evaluations.get_body()) == {"value": []}
+        nothing_configured = refused(AzureKeyCredential(KEY))  # fails closed
+        assert nothing_configured.status_code == 401 and "AGENT_LEARNING_PERSONALIZER_KEY_SHA256" in str(
+            nothing_configured)
+        monkeypatch.setattr(app.rt, "settings", app.rt.settings.model_copy(update={
+            "personalizer_key_sha256": (key_digest("old-key"), key_digest(KEY)),
+            "personalizer_principals": (APP_PRINCIPAL,), "trust_principal_header": True}))
+
+        client = personalizer.PersonalizerClient(endpoint, AzureKeyCredential(KEY))
+        ranked = client.rank({"actions": ACTIONS, "eventId": "f1"})
+        client.reward("f1", {"value": 1.0})
+        assert ranked["eventId"] == "f1" and app.episode("f1").reward == 1.0
+        admin = personalizer.PersonalizerAdministrationClient(endpoint, AzureKeyCredential(KEY))
+        assert json.loads(b"".join(admin.export_model()))["agent_id"] == "news"
+        assert list(admin.list_evaluations()) == []
+
+        signed_in = personalizer.PersonalizerClient(endpoint, EntraToken("token-of-the-app"))
+        assert signed_in.rank({"actions": ACTIONS}, enforce_https=False)["ranking"]
+        assert refused(EntraToken("token-of-another"), enforce_https=False).status_code == 403
+        assert refused(AzureKeyCredential("wrong")).status_code == 401
+        assert refused(AzureKeyCredential("function-key")).status_code == 401  # the host's key is not one of these
+        assert call(f"{base}/api/policies/news")[0] == 401  # the other routes: the host checks its key
+        assert call(f"{base}/api/policies/news", headers={"x-functions-key": "function-key"})[0] == 200
 
 
 def test_an_activated_event_never_rewarded_takes_the_default_reward_when_the_timer_sweeps(app: App) -> None:

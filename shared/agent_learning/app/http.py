@@ -8,12 +8,15 @@ returns a :class:`~agent_learning.app.handlers.HttpAnswer`. Routes are relative 
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 from agent_learning.app import handlers, personalizer
-from agent_learning.app.callers import Caller, identify
+from agent_learning.app.callers import Caller, admit, identify
 from agent_learning.app.handlers import HttpAnswer, Runtime
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -46,6 +49,10 @@ class Route:
     template: str
     """Relative to ``/api/``, with ``{name}`` parameters (``agents/{agent_id}/choose``)."""
     handle: Callable[[Request, Runtime], HttpAnswer]
+    own_keys: bool = False
+    """The route's clients send credentials the Functions host does not read (Personalizer's
+    ``Ocp-Apim-Subscription-Key`` or an Entra ID token): the host serves it anonymously and the
+    route admits callers itself (:func:`dispatch`, :func:`agent_learning.app.callers.admit`)."""
 
 
 ROUTES: tuple[Route, ...] = (
@@ -64,6 +71,16 @@ ROUTES: tuple[Route, ...] = (
 BY_NAME: dict[str, Route] = {route.name: route for route in ROUTES}
 
 
-def dispatch(name: str, request: Request, rt: Runtime) -> HttpAnswer:
-    """The answer of route ``name`` to ``request``."""
-    return BY_NAME[name].handle(request, rt)
+def dispatch(name: str, request: Request, rt: Runtime, *, keys_checked: bool = True) -> HttpAnswer:
+    """The answer of route ``name`` to ``request``. ``keys_checked=False`` says the host let the
+    request through without a key check (the Functions host, for a route with ``own_keys``): such
+    a route then admits only the callers the settings name, and answers the others 401 or 403."""
+    route = BY_NAME[name]
+    if route.own_keys and not keys_checked:
+        refusal = admit(request.headers, request.query, key_digests=rt.settings.personalizer_key_sha256,
+                        principals=rt.settings.personalizer_principals,
+                        trust_principal=rt.settings.trust_principal_header)
+        if refusal is not None:
+            log.info("%s: refused a caller (%d %s)", name, refusal.status, refusal.code)
+            return personalizer.error(refusal.status, refusal.code, refusal.message)
+    return route.handle(request, rt)

@@ -27,6 +27,7 @@ from pydantic import AliasChoices, Field, SecretStr, ValidationError, field_vali
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from agent_learning.agent.client import REFRESH_SECONDS
+from agent_learning.app.callers import parse_key_digests, parse_principals
 from agent_learning.app.ingestion import parse_episode_writers
 from agent_learning.core.clock import SCORE_SETTLE_SECONDS, check_settle_window
 from agent_learning.core.errors import ConfigurationError
@@ -50,7 +51,7 @@ from agent_learning.store.sqlite import DEFAULT_PATH as SQLITE_DEFAULT_PATH
 T = TypeVar("T")
 
 PREFIX = "AGENT_LEARNING_"
-NOT_ECHOED = frozenset({"episode_writers", "cosmos_key", "servicebus_connection_string"})
+NOT_ECHOED = frozenset({"episode_writers", "personalizer_key_sha256", "cosmos_key", "servicebus_connection_string"})
 """Settings whose rejected value is not repeated in errors (a key, or one pasted by mistake)."""
 HOLDS_A_SECRET = re.compile(r"(key|secret|signature|password|token)\s*=", re.IGNORECASE)
 """A rejected value of any setting with this in it (a connection string pasted in place of an
@@ -335,10 +336,30 @@ class Settings(BaseSettings):
         description="App Service Authentication is on: its X-MS-CLIENT-PRINCIPAL-ID header names the caller",
     )
 
+    # Who may call the Personalizer routes where the host does not check keys (see agent_learning.app.callers).
+    personalizer_key_sha256: Annotated[tuple[str, ...], NoDecode] = Field(
+        (), description="comma-separated SHA-256 digests (hex) of the keys Personalizer clients send; "
+                        "empty: no key is accepted",
+    )
+    personalizer_principals: Annotated[tuple[str, ...], NoDecode] = Field(
+        (), description="comma-separated Entra ID object ids that may call the Personalizer routes with a token "
+                        "(with trust_principal_header); empty: no token is accepted",
+    )
+
     @field_validator("episode_writers", mode="before")
     @classmethod
     def _episode_writers(cls, value: Any) -> dict[str, list[str]]:
         return parse_episode_writers(value)
+
+    @field_validator("personalizer_key_sha256", mode="before")
+    @classmethod
+    def _personalizer_key_sha256(cls, value: Any) -> tuple[str, ...]:
+        return parse_key_digests(value)
+
+    @field_validator("personalizer_principals", mode="before")
+    @classmethod
+    def _personalizer_principals(cls, value: Any) -> tuple[str, ...]:
+        return parse_principals(value)
 
     @field_validator("cosmos_endpoint")
     @classmethod

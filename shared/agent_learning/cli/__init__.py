@@ -26,6 +26,7 @@ from agent_learning.cli import (  # noqa: F401  (each registers its commands)
     feedback,
     history,
     init_policy,
+    keys,
     logs,
     pipeline,
     policy,

@@ -44,6 +44,8 @@ class RouteSpec(NamedTuple):
     methods: tuple[str, ...]
     template: str
     handle: Callable[[Request, Runtime], HttpAnswer]
+    own_keys: bool = True
+    """Personalizer's clients send keys the Functions host does not read: the app checks them."""
 
 
 def _part(name: str = "events") -> ModuleType:
