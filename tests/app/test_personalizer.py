@@ -269,9 +269,8 @@ def test_the_azure_ai_personalizer_client_drives_agent_learn_serve(served: str) 
     assert [e["id"] for e in admin.list_evaluations()] == ["ev"]
     admin.delete_evaluation("ev")
     assert admin.get_log_properties()["dateRange"]["to"] >= admin.get_log_properties()["dateRange"]["from"]
-    with pytest.raises(HttpResponseError) as not_served:
-        admin.delete_logs()
-    assert not_served.value.status_code == 501
+    admin.delete_logs()
+    assert admin.get_log_properties()["dateRange"] == {}
     vw = {"name": "vw", "arguments": "--cb_explore_adf --epsilon 0.2"}
     assert admin.update_policy(vw) == vw == admin.get_policy()
     assert admin.reset_policy()["name"].startswith("news v")
@@ -493,7 +492,7 @@ def test_the_policy_configuration_is_stored_and_reset(app: App) -> None:
     assert status == 400 and error["error"]["message"].startswith("arguments")
 
 
-def test_log_properties_span_the_agents_episodes_and_deleting_logs_is_not_served(app: App) -> None:
+def test_log_properties_span_the_agents_episodes_and_deleting_logs_keeps_what_was_learned(app: App) -> None:
     app.rank("l0")
     assert app.call("personalizer_log_properties", method="GET") == (200, {"dateRange": {}})
     app.reward("l0", 1.0)
@@ -503,9 +502,20 @@ def test_log_properties_span_the_agents_episodes_and_deleting_logs_is_not_served
     status, props = app.call("personalizer_log_properties", method="GET")
     first, last = app.episode("l0").started_at, app.episode("l1").started_at
     assert status == 200 and [datetime.fromisoformat(props["dateRange"][k]) for k in ("from", "to")] == [first, last]
-    status, error = app.call("personalizer_logs", method="DELETE")
-    assert status == 501 and "agent-learn agent delete" in error["error"]["message"]
-    assert app.episode("l0") is not None
+    app.train()
+    app.rank("waiting")  # an event still waiting for its reward
+    learned = app.rt.store.get_current_policy("news").doc
+    other = app.rank("o1", agent="sports")["eventId"]
+
+    assert app.call("personalizer_logs", method="DELETE") == (204, None)
+    assert app.episode("l0") is None and app.rt.store.get_score("news:l1", "news") is None
+    assert app.call("personalizer_log_properties", method="GET") == (200, {"dateRange": {}})
+    assert app.rt.store.get_current_policy("news").doc == learned and app.rt.store.list_runs("news")
+    assert app.call("personalizer_reward", {"value": 1.0}, event_id="waiting")[0] == 404  # its event is gone too
+    app.reward(other, 1.0, agent="sports")  # another agent's logs stay
+    assert app.episode(other, agent="sports") is not None
+    assert app.call("personalizer_logs", method="DELETE") == (204, None)  # again: nothing left
+    assert app.call("personalizer_logs", method="DELETE", agent="nobody")[0] == 404
 
 
 def test_logging_only_pins_the_agent_and_leaving_it_unpins_unless_an_operator_pinned(app: App) -> None:

@@ -1253,6 +1253,31 @@ def test_deleting_an_agent_removes_all_of_its_documents_and_nothing_else(store: 
     assert store.list_agents() == ["agent-a", "agent-b"]
 
 
+def test_deleting_an_agents_logs_keeps_what_it_learned_and_every_other_agent(store: Store) -> None:
+    for agent in ("agent-a", "agent-b"):
+        store.replace_current_policy(make_policy_doc(agent, version=2, kind="current"), None)
+        store.create_policy_version(make_policy_doc(agent, version=2))
+        store.put_run(make_run(agent, 2))
+        episode = make_episode(f"{agent}-ep-1", agent_id=agent)
+        store.add_episode(episode)
+        store.add_score(make_score(episode=episode))
+        store.put_feedback(make_feedback(episode.id, "user", agent_id=agent))
+    store.put_correction_ledger(make_ledger("agent-a-ep-1"), None)
+    store.add_episode(make_episode("agent-a-ep-2", agent_id="agent-a"))
+    store.mark_unjudged(make_unjudged("agent-a-ep-2", agent_id="agent-a"))
+
+    deleted = store.delete_logs("agent-a")
+    assert deleted["episodes"] == 2 and deleted["feedback"] == 1 and deleted["scores"] >= 3
+    assert "policies" not in deleted and "runs" not in deleted
+    assert store.list_episodes("agent-a") == [] and store.get_score("agent-a-ep-1", "agent-a") is None
+    assert store.list_feedback("agent-a-ep-1") == [] and store.list_unjudged("agent-a") == []
+    assert store.get_correction_ledger("agent-a-ep-1", "agent-a") is None
+    assert store.list_agents() == ["agent-a", "agent-b"] and len(store.list_policy_versions("agent-a")) == 1
+    assert len(store.list_runs("agent-a")) == 1 and store.get_current_policy("agent-a") is not None
+    assert ids(store.list_episodes("agent-b")) == ["agent-b-ep-1"] and store.get_score("agent-b-ep-1", "agent-b")
+    assert set(store.delete_logs("agent-a").values()) == {0}  # again: nothing left to delete
+
+
 def test_the_other_agents_episodes_stay_listed_after_an_agent_is_deleted(store: Store) -> None:
     for n, agent in enumerate(("agent-a", "agent-b", "agent-a", "agent-b")):
         store.add_episode(make_episode(f"ep-{n}", agent_id=agent))

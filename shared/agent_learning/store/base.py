@@ -354,6 +354,12 @@ class Store(ABC):
         and chosen from), then its versions, runs, scores (corrections and ledgers included),
         feedback and episodes. Returns how many documents of each kind were deleted. Idempotent."""
 
+    @abstractmethod
+    def delete_logs(self, agent_id: str) -> dict[str, int]:
+        """Delete an agent's logs: its scores (corrections and ledgers included), feedback and
+        episodes, and keep its policy, versions and runs (what it learned, and how). Returns how
+        many documents of each kind were deleted. Idempotent."""
+
     # ------------------------------------------------------------------ runs
 
     @abstractmethod

@@ -878,11 +878,19 @@ class CosmosStore(Store):
     def delete_agent(self, agent_id: str) -> dict[str, int]:
         """Queries each container for the agent's documents and deletes them one by one (the
         current policy first); a document already gone counts as deleted by someone else."""
+        plan = (("policies", "agent_id", agent_id), ("runs", "agent_id", agent_id))
+        return {**self._delete_by_agent(agent_id, plan), **self.delete_logs(agent_id)}
+
+    def delete_logs(self, agent_id: str) -> dict[str, int]:
+        plan = ((SCORES, "id", [agent_id]), ("feedback", "episode_id", None), ("episodes", "id", None))
+        return self._delete_by_agent(agent_id, plan)
+
+    def _delete_by_agent(self, agent_id: str, plan: tuple[tuple[str, str, Any], ...]) -> dict[str, int]:
+        """Each ``(container, partition key field, partition)`` of ``plan``: its documents of the
+        agent deleted, the current policy first; how many per container."""
         by_agent = "SELECT c.id, c.{key} AS pk FROM c WHERE c.agent_id = @agent"
         params = [{"name": "@agent", "value": agent_id}]
         deleted: dict[str, int] = {}
-        plan = (("policies", "agent_id", agent_id), ("runs", "agent_id", agent_id), (SCORES, "id", [agent_id]),
-                ("feedback", "episode_id", None), ("episodes", "id", None))
         for container, key, partition in plan:
             rows = self._query(container, by_agent.format(key=key), params, partition_key=partition)
             rows.sort(key=lambda r: not str(r["id"]).endswith(":current"))

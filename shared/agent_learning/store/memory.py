@@ -298,13 +298,18 @@ class MemoryStore(Store):
         with self._lock:
             policies = [k for k, v in self._policies.items() if v.doc.get("agent_id") == agent_id]
             policies.sort(key=lambda k: not k.endswith(":current"))  # the current document first
+            return {"policies": _drop(self._policies, policies),
+                    "runs": _drop(self._runs, [k for k, d in self._runs.items() if d.get("agent_id") == agent_id]),
+                    **self.delete_logs(agent_id)}
+
+    def delete_logs(self, agent_id: str) -> dict[str, int]:
+        with self._lock:
             episodes = {k for k, d in self._episodes.items() if d.get("agent_id") == agent_id}
+
             def mine(table: dict[str, RawDoc]) -> list[str]:
                 return [k for k, d in table.items() if d.get("agent_id") == agent_id]
 
             deleted = {
-                "policies": _drop(self._policies, policies),
-                "runs": _drop(self._runs, mine(self._runs)),
                 "scores": _drop(self._scores, mine(self._scores)),
                 "feedback": _drop(self._feedback, mine(self._feedback)),
                 "episodes": _drop(self._episodes, list(episodes)),

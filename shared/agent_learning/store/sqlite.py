@@ -516,20 +516,28 @@ class SQLiteStore(Store):
     # ------------------------------------------------------------------ runs
 
     def delete_agent(self, agent_id: str) -> dict[str, int]:
-        episodes = "SELECT id FROM episodes WHERE agent_id = ?"
+        with self._tx() as conn:  # one transaction
+            policies = conn.execute("DELETE FROM policies WHERE agent_id = ?", (agent_id,)).rowcount
+            runs = conn.execute("DELETE FROM runs WHERE agent_id = ?", (agent_id,)).rowcount
+            return {"policies": policies, "runs": runs, **self._delete_logs(conn, agent_id)}
+
+    def delete_logs(self, agent_id: str) -> dict[str, int]:
         with self._tx() as conn:
-            run = conn.execute
-            policies = run("DELETE FROM policies WHERE agent_id = ?", (agent_id,)).rowcount  # one transaction
-            runs = run("DELETE FROM runs WHERE agent_id = ?", (agent_id,)).rowcount
-            scores = run("DELETE FROM scores WHERE agent_id = ?", (agent_id,)).rowcount
-            scores += run(f"DELETE FROM correction_ledgers WHERE episode_id IN ({episodes})", (agent_id,)).rowcount
-            scores += run("DELETE FROM unjudged WHERE agent_id = ?", (agent_id,)).rowcount
-            run(f"DELETE FROM feedback_markers WHERE id IN ({episodes})", (agent_id,))
-            run(f"DELETE FROM feedback_feed WHERE feedback_id IN "
-                f"(SELECT id FROM feedback WHERE episode_id IN ({episodes}))", (agent_id,))
-            feedback = run(f"DELETE FROM feedback WHERE episode_id IN ({episodes})", (agent_id,)).rowcount
-            removed = run("DELETE FROM episodes WHERE agent_id = ?", (agent_id,)).rowcount
-        return {"policies": policies, "runs": runs, "scores": scores, "feedback": feedback, "episodes": removed}
+            return self._delete_logs(conn, agent_id)
+
+    @staticmethod
+    def _delete_logs(conn: sqlite3.Connection, agent_id: str) -> dict[str, int]:
+        episodes = "SELECT id FROM episodes WHERE agent_id = ?"
+        run = conn.execute
+        scores = run("DELETE FROM scores WHERE agent_id = ?", (agent_id,)).rowcount
+        scores += run(f"DELETE FROM correction_ledgers WHERE episode_id IN ({episodes})", (agent_id,)).rowcount
+        scores += run("DELETE FROM unjudged WHERE agent_id = ?", (agent_id,)).rowcount
+        run(f"DELETE FROM feedback_markers WHERE id IN ({episodes})", (agent_id,))
+        run(f"DELETE FROM feedback_feed WHERE feedback_id IN "
+            f"(SELECT id FROM feedback WHERE episode_id IN ({episodes}))", (agent_id,))
+        feedback = run(f"DELETE FROM feedback WHERE episode_id IN ({episodes})", (agent_id,)).rowcount
+        removed = run("DELETE FROM episodes WHERE agent_id = ?", (agent_id,)).rowcount
+        return {"scores": scores, "feedback": feedback, "episodes": removed}
 
     def put_run(self, run: TrainingRun) -> None:
         with self._tx() as conn:

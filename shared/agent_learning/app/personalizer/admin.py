@@ -15,14 +15,16 @@ a ``PUT`` is stored and answered back as it was put, and changes nothing in how 
 ``DELETE`` forgets it, and ``GET`` describes the policy again.
 
 **Logs** are the agent's episodes. ``GET …/logs/properties`` answers the date range of the
-newest :data:`LOG_SCAN` episodes' start times. ``DELETE …/logs`` answers 501: the store deletes an
-agent's episodes only with the whole agent (``agent-learn agent delete``); episodes expire after
-``logRetentionDays``.
+newest :data:`LOG_SCAN` episodes' start times. ``DELETE …/logs`` deletes the agent's episodes with
+their scores and feedback, and its events still waiting for a reward, and keeps what it learned
+from them: its policy, versions and runs (:meth:`agent_learning.store.base.Store.delete_logs`). As in Personalizer, the
+model stays; events not yet learned are not learned.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 from datetime import datetime
 from typing import Any
 
@@ -32,6 +34,8 @@ from agent_learning.app.personalizer.config import Problem
 from agent_learning.core.errors import InvalidDocument, NotFound
 from agent_learning.documents import PolicyDocument, parse_json, policy_doc_id
 from agent_learning.pipeline import import_policy, load_current, rollback
+
+log = logging.getLogger("agent_learning.app.personalizer")
 
 MAX_MODEL_BYTES = 8 * 1024 * 1024
 """The largest model a ``PUT …/model`` takes."""
@@ -153,7 +157,10 @@ def log_properties(rt: Runtime, agent_id: str) -> dict[str, Any]:
 
 
 def delete_logs(rt: Runtime, agent_id: str) -> None:
-    """``DELETE …/logs``: not served (module docstring)."""
-    events.check_agent(agent_id)
-    raise Problem(501, "NotImplemented", "logs: an agent's episodes are deleted only with the agent "
-                  f"(`agent-learn agent delete --agent-id {agent_id}`) or when logRetentionDays passes")
+    """``DELETE …/logs``: the agent's episodes, scores, feedback and waiting events deleted (module docstring)."""
+    current_document(rt.store, agent_id)
+    deleted = rt.store.delete_logs(agent_id)
+    for prefix in (events.EVENT_CHECKPOINT, events.PENDING_CHECKPOINT):
+        for name in rt.store.list_checkpoints(prefix.format(episode_id=f"{agent_id}:")):
+            rt.store.delete_checkpoint(name)
+    log.warning("personalizer: deleted the logs of agent %s: %s", agent_id, deleted)
