@@ -1217,7 +1217,10 @@ def test_sqlite_a_file_from_before_the_feedback_feed_puts_its_feedback_in_the_fe
             assert store.get_correction_ledger("ep-1", "agent-a") is None
 
 
-def test_deleting_an_agent_removes_all_of_its_documents_and_nothing_else(store: Store) -> None:
+def two_agents_with_every_kind_of_document(store: Store) -> None:
+    """agent-a and agent-b, each with a current policy, two versions, a run and two scored episodes
+    with feedback; agent-a also a correction ledger, an episode waiting for feedback and an
+    unjudged one (agent-b an unjudged record too)."""
     for agent in ("agent-a", "agent-b"):
         store.replace_current_policy(make_policy_doc(agent, version=2, kind="current"), None)
         store.create_policy_version(make_policy_doc(agent, version=1))
@@ -1235,6 +1238,9 @@ def test_deleting_an_agent_removes_all_of_its_documents_and_nothing_else(store: 
     store.mark_unjudged(make_unjudged("agent-a-ep-4", agent_id="agent-a"))
     store.mark_unjudged(make_unjudged("agent-b-ep-9", agent_id="agent-b"))
 
+
+def test_deleting_an_agent_removes_all_of_its_documents_and_nothing_else(store: Store) -> None:
+    two_agents_with_every_kind_of_document(store)
     deleted = store.delete_agent("agent-a")
     assert deleted["policies"] == 3 and deleted["runs"] == 1 and deleted["episodes"] == 4
     assert deleted["feedback"] == 2 and deleted["scores"] >= 4  # 2 scores, ledger, record (and marker on Cosmos)
@@ -1254,27 +1260,17 @@ def test_deleting_an_agent_removes_all_of_its_documents_and_nothing_else(store: 
 
 
 def test_deleting_an_agents_logs_keeps_what_it_learned_and_every_other_agent(store: Store) -> None:
-    for agent in ("agent-a", "agent-b"):
-        store.replace_current_policy(make_policy_doc(agent, version=2, kind="current"), None)
-        store.create_policy_version(make_policy_doc(agent, version=2))
-        store.put_run(make_run(agent, 2))
-        episode = make_episode(f"{agent}-ep-1", agent_id=agent)
-        store.add_episode(episode)
-        store.add_score(make_score(episode=episode))
-        store.put_feedback(make_feedback(episode.id, "user", agent_id=agent))
-    store.put_correction_ledger(make_ledger("agent-a-ep-1"), None)
-    store.add_episode(make_episode("agent-a-ep-2", agent_id="agent-a"))
-    store.mark_unjudged(make_unjudged("agent-a-ep-2", agent_id="agent-a"))
-
+    two_agents_with_every_kind_of_document(store)
     deleted = store.delete_logs("agent-a")
-    assert deleted["episodes"] == 2 and deleted["feedback"] == 1 and deleted["scores"] >= 3
+    assert deleted["episodes"] == 4 and deleted["feedback"] == 2 and deleted["scores"] >= 4
     assert "policies" not in deleted and "runs" not in deleted
     assert store.list_episodes("agent-a") == [] and store.get_score("agent-a-ep-1", "agent-a") is None
     assert store.list_feedback("agent-a-ep-1") == [] and store.list_unjudged("agent-a") == []
     assert store.get_correction_ledger("agent-a-ep-1", "agent-a") is None
-    assert store.list_agents() == ["agent-a", "agent-b"] and len(store.list_policy_versions("agent-a")) == 1
+    assert store.list_agents() == ["agent-a", "agent-b"] and len(store.list_policy_versions("agent-a")) == 2
     assert len(store.list_runs("agent-a")) == 1 and store.get_current_policy("agent-a") is not None
-    assert ids(store.list_episodes("agent-b")) == ["agent-b-ep-1"] and store.get_score("agent-b-ep-1", "agent-b")
+    assert sorted(ids(store.list_episodes("agent-b"))) == ["agent-b-ep-1", "agent-b-ep-2"]
+    assert store.get_score("agent-b-ep-1", "agent-b") and ids(store.list_unjudged("agent-b")) == ["agent-b-ep-9"]
     assert set(store.delete_logs("agent-a").values()) == {0}  # again: nothing left to delete
 
 
