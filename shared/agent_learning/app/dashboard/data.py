@@ -36,10 +36,11 @@ AGREEMENT_WINDOWS = 12
 """Stretches of time the judge-against-users chart splits an agent's feedback into (equal counts)."""
 
 AGREEMENT_FALL = 0.15
-"""A fall of the latest stretch's agreement below the earlier stretches' by at least this warns."""
+"""A fall of the latest episodes' agreement below the earlier ones' by at least this warns."""
 
 AGREEMENT_MIN_EPISODES = 20
-"""Feedback episodes the latest stretch needs before a fall in it warns (fewer: noise)."""
+"""The latest episodes with feedback a fall is measured on: at least this many, and at least a
+stretch of the chart (fewer: noise); the earlier ones are what they are compared with."""
 
 FEEDBACK_LIMIT = 2_000
 """Newest feedback episodes per agent the agreement reads the judge's score of (one point read each)."""
@@ -217,16 +218,18 @@ def agreement(store: Store, agent_id: str, feedback: dict[str, tuple[float, str]
         return Agreement(note=note)
     size = math.ceil(len(pairs) / AGREEMENT_WINDOWS)
     windows = []
-    for i in range(0, len(pairs), size):
-        chunk = pairs[i : i + size]
-        windows.append((chunk[-1][0][:10], len(chunk), sum(ok for _, ok in chunk) / len(chunk)))
+    for end in range(len(pairs), 0, -size):  # from the newest: the latest stretch is a full one
+        chunk = pairs[max(0, end - size) : end]
+        windows.insert(0, (chunk[-1][0][:10], len(chunk), sum(ok for _, ok in chunk) / len(chunk)))
     warning = ""
-    if len(windows) >= 2 and windows[-1][1] >= AGREEMENT_MIN_EPISODES:
-        earlier = pairs[: len(pairs) - windows[-1][1]]
+    latest = max(size, AGREEMENT_MIN_EPISODES)
+    if len(pairs) > latest:
+        recent, earlier = pairs[-latest:], pairs[:-latest]
+        now = sum(ok for _, ok in recent) / len(recent)
         before = sum(ok for _, ok in earlier) / len(earlier)
-        if before - windows[-1][2] >= AGREEMENT_FALL:
-            warning = (f"the judge agrees with users on {windows[-1][2]:.0%} of the latest {windows[-1][1]} "
-                       f"episodes with feedback, down from {before:.0%}: has the judge's model changed?")
+        if before - now >= AGREEMENT_FALL:
+            warning = (f"the judge agrees with users on {now:.0%} of the latest {len(recent)} episodes with "
+                       f"feedback, down from {before:.0%} before them: has the judge's model changed?")
     return Agreement(len(pairs), sum(ok for _, ok in pairs), windows, warning, note)
 
 
@@ -251,7 +254,9 @@ def run_point(raw: dict[str, Any]) -> RunPoint | None:
                     estimate)
 
 
-def drift_warnings(agent_id: str, h: AgentHistory, raw_runs: Sequence[dict[str, Any]], config: DriftConfig) -> list[DriftWarning]:
+def drift_warnings(
+    agent_id: str, h: AgentHistory, raw_runs: Sequence[dict[str, Any]], config: DriftConfig
+) -> list[DriftWarning]:
     """The warnings the trainer gave (or would have given) at each published version, recomputed
     from the stored runs as :func:`~agent_learning.pipeline.drift.review` does (the entropy is the
     version's with no context)."""

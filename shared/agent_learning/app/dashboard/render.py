@@ -260,6 +260,7 @@ def agent_html(p: AgentPage, links: Links, number: int, now: datetime) -> str:
     if r.agreement.note:
         body.append(f'<p class="note">{esc(r.agreement.note)}</p>')
 
+    body.extend(actions_table(p))
     body.extend(versions_table(p, links, number))
     body.extend(held_table(p))
     return page(f"agent-learning: {r.agent_id}", body)
@@ -315,6 +316,23 @@ def agreement_chart(a: Agreement) -> str:
     return chart.svg(x_label=f"stretch of feedback, oldest first (to {a.windows[-1][0]})")
 
 
+def actions_table(p: AgentPage) -> list[str]:
+    """The newest version's actions: id, description and probability (with no context)."""
+    h = p.history
+    if not h.documents:
+        return []
+    final = h.final
+    actions = h.documents[-1].actions
+    out = [f"<h2>Actions of v{h.versions[-1]} ({len(actions):,})</h2>",
+           '<table id="actions"><tr><th>action</th><th>description</th><th>probability</th></tr>']
+    out.extend(f'<tr><td>{esc(a.id)}</td><td class="text">{esc(a.description)}</td><td>{fmt(final.get(a.id))}</td>'
+               "</tr>" for a in actions[:PAGE_ROWS])
+    out.append("</table>")
+    if len(actions) > PAGE_ROWS:
+        out.append(f'<p class="note">The first {PAGE_ROWS} of {len(actions):,} actions.</p>')
+    return out
+
+
 def versions_table(p: AgentPage, links: Links, number: int) -> list[str]:
     h = p.history
     runs = {run.version: run for run in p.runs if run.status == "published"}
@@ -322,7 +340,8 @@ def versions_table(p: AgentPage, links: Links, number: int) -> list[str]:
     rows, number, pages = paged(order, number)
     out = [f"<h2>Versions ({len(h.versions):,})</h2>",
            '<table id="versions"><tr><th>version</th><th>created</th><th>source</th><th>episodes</th>'
-           "<th>mean reward</th><th>95 % interval</th><th>guardrail</th><th>estimate</th><th>entropy</th></tr>"]
+           "<th>mean reward</th><th>95 % interval</th><th>guardrail</th><th>estimate</th><th>entropy</th><th>note</th>"
+           "</tr>"]
     for i in rows:
         version = h.versions[i]
         run = runs.get(version)
@@ -333,7 +352,8 @@ def versions_table(p: AgentPage, links: Links, number: int) -> list[str]:
         verdict = f'<td class="text" title="{esc(run.reason)}">{esc(run.verdict)}</td>' if run else "<td></td>"
         out.append(f"<tr{css}><td>v{version}</td><td>{esc(p.created[i])}</td><td class=\"text\">{esc(p.sources[i])}"
                    f"</td><td>{run.episodes if run else ''}</td><td>{fmt(h.mean_reward[i])}</td><td>{interval}</td>"
-                   f"{verdict}<td>{estimate}</td><td>{fmt(h.entropy[i])}</td></tr>")
+                   f"{verdict}<td>{estimate}</td><td>{fmt(h.entropy[i])}</td>"
+                   f'<td class="text">{esc(h.documents[i].note)}</td></tr>')
     out.append("</table>")
     out.append(pager(number, pages, len(h.versions), "versions", lambda **q: links.agent(p.row.agent_id, **q)))
     return out
