@@ -8,6 +8,7 @@ judge stops agreeing with, a dead letter and an agent with hostile descriptions 
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
 import signal
@@ -39,6 +40,10 @@ DEMO_AGENTS = ("math-tutor", "support-bot", "triage-bot")
 HELD_AGENT, PINNED_AGENT, HOSTILE_AGENT = "math-tutor", "support-bot", "hostile-agent"
 AGREEING, DISAGREEING = 40, 30
 """Users' feedback on the held agent's episodes: the first agrees with the judge, the latest does not."""
+
+SCREENSHOT = "DASHBOARD_SCREENSHOT"
+"""With this variable set to a path, the browser test saves the held agent's page there as a PNG
+(``DASHBOARD_SCREENSHOT=docs/dashboard.png pytest tests/app/test_dashboard.py -k browser``)."""
 
 CHROMEDRIVER = "/usr/bin/chromedriver"
 CHROMIUM_FLAGS = ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
@@ -265,6 +270,10 @@ def test_a_person_sees_every_agent_the_charts_and_the_hold_in_a_browser(browser:
     assert drawn(browser, "svg polyline.series")  # the lines themselves
     assert drawn(browser, "svg circle.hold")  # the held candidate on the estimate chart
     assert drawn(browser, "#held tr.hold")
+    if os.environ.get(SCREENSHOT):  # docs/dashboard.png: the page as a person sees it
+        browser.set_window_size(1400, browser.execute_script("return document.body.scrollHeight") + 40)
+        browser.save_screenshot(os.environ[SCREENSHOT])
+        browser.set_window_size(1400, 1600)
 
     browser.get(served + f"dashboard/agents/{HOSTILE_AGENT}")
     assert HOSTILE in browser.find_element(By.ID, "actions").text  # shown as text, not run

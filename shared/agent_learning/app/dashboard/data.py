@@ -20,7 +20,7 @@ from agent_learning.documents import Score, TrainingRun
 from agent_learning.judges.sampling import JudgingRules
 from agent_learning.ops.audit import Audit, audit
 from agent_learning.ops.history import AgentHistory, history, source_label
-from agent_learning.pipeline.drift import DriftConfig, DriftWarning, assess, reward_of
+from agent_learning.pipeline.drift import DriftConfig, DriftWarning, RunReward, assess
 from agent_learning.policy.softmax import policy_choices
 from agent_learning.queue.base import WorkQueue
 from agent_learning.store.base import Store
@@ -91,6 +91,8 @@ class RunPoint:
     mean: float | None
     low: float | None
     high: float | None
+    std: float
+    """The std of its episodes' rewards."""
     status: str
     """``published`` or ``held``."""
     verdict: str = ""
@@ -240,27 +242,28 @@ def run_point(raw: dict[str, Any]) -> RunPoint | None:
     except InvalidDocument:
         return None
     mean = run.metrics.get("mean_reward") if run.episodes else None
+    # the std drift compares runs with (the learner's reward_std for runs before episode_reward_std)
+    std = run.metrics.get("episode_reward_std", run.metrics.get("reward_std", 0.0))
     low = high = None
-    reward = reward_of(raw)
-    if mean is not None and reward is not None:
-        half = Z_95 * reward.std / math.sqrt(reward.episodes)
+    if mean is not None:
+        half = Z_95 * std / math.sqrt(run.episodes)
         low, high = mean - half, mean + half
     evaluation = run.evaluation
     estimate = None
     if evaluation is not None and evaluation.candidate is not None:
         estimate = (evaluation.candidate.value, evaluation.candidate.low, evaluation.candidate.high)
-    return RunPoint(run.policy_version, run.finished_at.isoformat(timespec="seconds"), run.episodes, mean, low, high,
-                    run.status, evaluation.verdict if evaluation else "", evaluation.reason if evaluation else "",
+    finished = run.finished_at.isoformat(sep=" ", timespec="minutes")
+    verdict, reason = (evaluation.verdict, evaluation.reason) if evaluation else ("", "")
+    return RunPoint(run.policy_version, finished, run.episodes, mean, low, high, std, run.status, verdict, reason,
                     estimate)
 
 
-def drift_warnings(
-    agent_id: str, h: AgentHistory, raw_runs: Sequence[dict[str, Any]], config: DriftConfig
-) -> list[DriftWarning]:
+def drift_warnings(agent_id: str, h: AgentHistory, runs: Sequence[RunPoint], config: DriftConfig) -> list[DriftWarning]:
     """The warnings the trainer gave (or would have given) at each published version, recomputed
     from the stored runs as :func:`~agent_learning.pipeline.drift.review` does (the entropy is the
     version's with no context)."""
-    rewards = [r for r in (reward_of(d) for d in raw_runs if d.get("status") != "held") if r is not None]
+    rewards = [RunReward(r.episodes, r.mean, r.std, r.version)
+               for r in runs if r.status != "held" and r.mean is not None]
     rewards.sort(key=lambda r: r.version, reverse=True)  # newest first
     at = {v: i for i, v in enumerate(h.versions)}
     found: list[DriftWarning] = []
@@ -326,6 +329,6 @@ def agent_page(store: Store, agent_id: str, rules: JudgingRules, config: DriftCo
     runs = sorted((p for p in map(run_point, raw_runs) if p is not None), key=lambda p: (p.version, p.finished_at))
     rollbacks = [(d.version, d.parent_version) for d in h.documents if d.source == "rollback"]
     sources = [source_label(d.source, d.parent_version) for d in h.documents]
-    created = [d.created_at.isoformat(timespec="seconds") for d in h.documents]
-    return AgentPage(rows[0], h, runs, drift_warnings(agent_id, h, raw_runs, config), rollbacks, sources,
+    created = [d.created_at.isoformat(sep=" ", timespec="minutes") for d in h.documents]
+    return AgentPage(rows[0], h, runs, drift_warnings(agent_id, h, runs, config), rollbacks, sources,
                      created)

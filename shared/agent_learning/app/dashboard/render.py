@@ -20,7 +20,7 @@ from agent_learning.app.dashboard.data import (
     Overview,
     QueueState,
 )
-from agent_learning.app.dashboard.svg import COLOURS, Chart, Point
+from agent_learning.app.dashboard.svg import COLOURS, MAX_POINTS, Chart
 
 PAGE_ROWS = 50
 """Rows per page of a table (versions, agents)."""
@@ -37,7 +37,8 @@ body { font-family: system-ui, sans-serif; margin: 1.5em 2em; color: #222; max-w
 h1 { font-size: 1.5em; } h2 { font-size: 1.15em; margin-top: 1.6em; }
 table { border-collapse: collapse; margin: 0.6em 0 1em; font-size: 0.85em; }
 th, td { border: 1px solid #ccc; padding: 0.2em 0.5em; text-align: right; vertical-align: top; }
-th:first-child, td:first-child, td.text { text-align: left; }
+th, td:first-child, td.text { text-align: left; }
+td.when { white-space: nowrap; }
 .charts { display: flex; flex-wrap: wrap; gap: 1em; }
 figure.chart { margin: 0; } figcaption { font-weight: 600; font-size: 0.9em; }
 svg text { font-size: 10px; fill: #555; }
@@ -285,16 +286,24 @@ def reward_chart(p: AgentPage, marks: Sequence[tuple[int, str, str, str]]) -> st
 
 def estimate_chart(p: AgentPage, marks: Sequence[tuple[int, str, str, str]]) -> str:
     """The guardrail's off-policy estimate of every candidate with its interval, coloured by its decision;
-    a held candidate is a red cross."""
+    a held candidate is a larger red dot. Beyond :data:`~agent_learning.app.dashboard.svg.MAX_POINTS`
+    candidates, the published ones are a (thinned) line in the band of their intervals, and only the
+    others are drawn one by one."""
     judged = [run for run in p.runs if run.estimate is not None]
-    points: list[Point] = [(run.version, run.estimate[1]) for run in judged if run.estimate]
-    points += [(run.version, run.estimate[2]) for run in judged if run.estimate]
-    xs = [x for x, _ in points] or [0, 1]
+    estimates = [(run.version, run.estimate) for run in judged if run.estimate is not None]
+    xs = [x for x, _ in estimates] or [0, 1]
     chart = Chart("off-policy estimate of each candidate (guardrail)", min(xs), max(xs),
-                  min((y for _, y in points), default=0.0), max((y for _, y in points), default=1.0))
-    shown: set[str] = set()
+                  min((e[1] for _, e in estimates), default=0.0), max((e[2] for _, e in estimates), default=1.0))
+    crowded = len(judged) > MAX_POINTS
+    if crowded:
+        published = [(run.version, run.estimate) for run in judged if run.verdict == "published" and run.estimate]
+        colour = VERDICT_COLOURS["published"]
+        chart.band([(x, e[1]) for x, e in published], [(x, e[2]) for x, e in published], colour)
+        chart.line([(x, e[0]) for x, e in published], colour, "published", "estimate")
+    shown: set[str] = {"published"} if crowded else set()
     for run in judged:
-        assert run.estimate is not None
+        if run.estimate is None or (crowded and run.verdict == "published"):
+            continue
         value, low, high = run.estimate
         colour = VERDICT_COLOURS.get(run.verdict, "#555")
         tip = f"v{run.version}: {run.verdict} — {run.reason}"
@@ -350,8 +359,9 @@ def versions_table(p: AgentPage, links: Links, number: int) -> list[str]:
         estimate = (f"{fmt(run.estimate[0])} ({fmt(run.estimate[1])} – {fmt(run.estimate[2])})"
                     if run and run.estimate else "")
         verdict = f'<td class="text" title="{esc(run.reason)}">{esc(run.verdict)}</td>' if run else "<td></td>"
-        out.append(f"<tr{css}><td>v{version}</td><td>{esc(p.created[i])}</td><td class=\"text\">{esc(p.sources[i])}"
-                   f"</td><td>{run.episodes if run else ''}</td><td>{fmt(h.mean_reward[i])}</td><td>{interval}</td>"
+        out.append(f'<tr{css}><td>v{version}</td><td class="when">{esc(p.created[i])}</td>'
+                   f'<td class="text">{esc(p.sources[i])}</td>'
+                   f"<td>{run.episodes if run else ''}</td><td>{fmt(h.mean_reward[i])}</td><td>{interval}</td>"
                    f"{verdict}<td>{estimate}</td><td>{fmt(h.entropy[i])}</td>"
                    f'<td class="text">{esc(h.documents[i].note)}</td></tr>')
     out.append("</table>")
@@ -368,8 +378,8 @@ def held_table(p: AgentPage) -> list[str]:
            "</tr>"]
     for run in held[:PAGE_ROWS]:
         estimate = f"{fmt(run.estimate[0])} ({fmt(run.estimate[1])} – {fmt(run.estimate[2])})" if run.estimate else ""
-        out.append(f'<tr class="hold"><td>v{run.version}</td><td>{esc(run.finished_at)}</td><td>{run.episodes}</td>'
-                   f'<td>{estimate}</td><td class="text">{esc(run.reason)}</td></tr>')
+        out.append(f'<tr class="hold"><td>v{run.version}</td><td class="when">{esc(run.finished_at)}</td>'
+                   f'<td>{run.episodes}</td><td>{estimate}</td><td class="text">{esc(run.reason)}</td></tr>')
     out.append("</table>")
     if len(held) > PAGE_ROWS:
         out.append(f'<p class="note">The newest {PAGE_ROWS} of {len(held):,} held candidates.</p>')
