@@ -18,7 +18,7 @@ from typing import Any
 from agent_learning.core.errors import InvalidDocument
 from agent_learning.documents import Score, TrainingRun
 from agent_learning.judges.sampling import JudgingRules
-from agent_learning.ops.audit import Audit, audit
+from agent_learning.ops.audit import AgentAudit, Audit, audit
 from agent_learning.ops.history import AgentHistory, history, source_label
 from agent_learning.pipeline.drift import DriftConfig, DriftWarning, RunReward, assess
 from agent_learning.policy.softmax import policy_choices
@@ -117,13 +117,9 @@ class AgentRow:
     last_verdict_reason: str = ""
     judging: str = "all"
     """The judging rule that applies to the agent (``all``, a fraction, ``N/min``)."""
-    judged: int = 0
-    unjudged: int = 0
-    lost: int = 0
-    learned_twice: int = 0
-    pending: int = 0
-    dead_lettered: int = 0
-    audit_ok: bool = True
+    audit: AgentAudit | None = None
+    """Its books (lost, learned twice, pending, dead-lettered, judged and unjudged episodes); None
+    where the page does not audit."""
     agreement: Agreement = field(default_factory=Agreement)
 
 
@@ -295,11 +291,7 @@ def agent_rows(store: Store, rules: JudgingRules, audited: Audit | None,
         if point is not None:
             row.last_verdict = point.verdict or point.status
             row.last_verdict_reason = point.reason
-        book = books.get(cursor.agent_id)
-        if book is not None:
-            row.judged, row.unjudged = book.scored, book.unjudged
-            row.lost, row.learned_twice, row.pending = book.lost, book.learned_twice, book.pending
-            row.dead_lettered, row.audit_ok = book.dead_lettered, book.ok
+        row.audit = books.get(cursor.agent_id)
         if feedback is not None:
             row.agreement = agreement(store, cursor.agent_id, feedback.get(cursor.agent_id, {}))
         rows.append(row)

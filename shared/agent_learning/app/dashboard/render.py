@@ -21,6 +21,7 @@ from agent_learning.app.dashboard.data import (
     QueueState,
 )
 from agent_learning.app.dashboard.svg import COLOURS, MAX_POINTS, Chart
+from agent_learning.ops.audit import AgentAudit
 
 PAGE_ROWS = 50
 """Rows per page of a table (versions, agents)."""
@@ -38,7 +39,7 @@ h1 { font-size: 1.5em; } h2 { font-size: 1.15em; margin-top: 1.6em; }
 table { border-collapse: collapse; margin: 0.6em 0 1em; font-size: 0.85em; }
 th, td { border: 1px solid #ccc; padding: 0.2em 0.5em; text-align: right; vertical-align: top; }
 th, td:first-child, td.text { text-align: left; }
-td.when { white-space: nowrap; }
+td.nowrap { white-space: nowrap; }
 .charts { display: flex; flex-wrap: wrap; gap: 1em; }
 figure.chart { margin: 0; } figcaption { font-weight: 600; font-size: 0.9em; }
 svg text { font-size: 10px; fill: #555; }
@@ -120,6 +121,11 @@ def age(seconds: float | None) -> str:
     return f"{seconds:.0f} s"
 
 
+def count_cell(n: int) -> str:
+    """A count that should be 0: marked when it is not."""
+    return f'<td class="bad">{n:,}</td>' if n else "<td>0</td>"
+
+
 def verdict_cell(row: AgentRow) -> str:
     if not row.last_verdict:
         return '<td class="text muted">no run yet</td>'
@@ -145,8 +151,7 @@ def queues_section(queues: Sequence[QueueState], notes: Sequence[str] = ()) -> l
                            f"{esc(q.error)}</td></tr>")
                 continue
             reasons = ", ".join(f"{esc(r)}: {n:,}" for r, n in q.by_reason.items())
-            dead = f'<td class="bad">{q.dead_letter:,}</td>' if q.dead_letter else "<td>0</td>"
-            out.append(f"<tr><td>{esc(q.name)}</td><td>{q.active:,}</td><td>{q.locked:,}</td>{dead}"
+            out.append(f"<tr><td>{esc(q.name)}</td><td>{q.active:,}</td><td>{q.locked:,}</td>{count_cell(q.dead_letter)}"
                        f'<td class="text">{reasons}</td><td>{age(q.oldest_seconds)}</td></tr>')
         out.append("</table>")
     out.extend(f'<p class="note">{esc(n)}</p>' for n in notes)
@@ -166,15 +171,14 @@ def overview_html(o: Overview, links: Links, number: int, now: datetime) -> str:
     for r in rows:
         pinned = (f'<td class="text pin" title="{esc(r.pin_reason)}">pinned</td>' if r.pinned
                   else '<td class="text muted">no</td>')
-        lost = f'<td class="bad">{r.lost:,}</td>' if r.lost else "<td>0</td>"
-        twice = f'<td class="bad">{r.learned_twice:,}</td>' if r.learned_twice else "<td>0</td>"
-        dead = f'<td class="bad">{r.dead_lettered:,}</td>' if r.dead_lettered else "<td>0</td>"
+        book = r.audit or AgentAudit(r.agent_id)
+        lost, twice, dead = (count_cell(n) for n in (book.lost, book.learned_twice, book.dead_lettered))
         problem = f'<br><span class="bad">{esc(r.problem)}</span>' if r.problem else ""
         body.append(
             f'<tr class="agent"><td><a class="agent-link" href="{links.agent(r.agent_id)}">{esc(r.agent_id)}</a>'
             f"{problem}</td><td>v{r.version}</td><td>{esc(r.published_at)}</td>{verdict_cell(r)}{pinned}"
-            f'<td class="text">{esc(r.judging)}</td><td>{r.judged:,} / {r.unjudged:,}</td>{lost}{twice}'
-            f"<td>{r.pending:,}</td>{dead}<td>{agreement_text(r.agreement)}</td></tr>"
+            f'<td class="text">{esc(r.judging)}</td><td>{book.scored:,} / {book.unjudged:,}</td>{lost}{twice}'
+            f"<td>{book.pending:,}</td>{dead}<td>{agreement_text(r.agreement)}</td></tr>"
         )
     body.append("</table>")
     body.append(pager(number, pages, len(o.agents), "agents", links.overview))
@@ -359,10 +363,11 @@ def versions_table(p: AgentPage, links: Links, number: int) -> list[str]:
         estimate = (f"{fmt(run.estimate[0])} ({fmt(run.estimate[1])} – {fmt(run.estimate[2])})"
                     if run and run.estimate else "")
         verdict = f'<td class="text" title="{esc(run.reason)}">{esc(run.verdict)}</td>' if run else "<td></td>"
-        out.append(f'<tr{css}><td>v{version}</td><td class="when">{esc(p.created[i])}</td>'
+        out.append(f'<tr{css}><td>v{version}</td><td class="nowrap">{esc(p.created[i])}</td>'
                    f'<td class="text">{esc(p.sources[i])}</td>'
-                   f"<td>{run.episodes if run else ''}</td><td>{fmt(h.mean_reward[i])}</td><td>{interval}</td>"
-                   f"{verdict}<td>{estimate}</td><td>{fmt(h.entropy[i])}</td>"
+                   f"<td>{run.episodes if run else ''}</td><td>{fmt(h.mean_reward[i])}</td>"
+                   f'<td class="nowrap">{interval}</td>'
+                   f'{verdict}<td class="nowrap">{estimate}</td><td>{fmt(h.entropy[i])}</td>'
                    f'<td class="text">{esc(h.documents[i].note)}</td></tr>')
     out.append("</table>")
     out.append(pager(number, pages, len(h.versions), "versions", lambda **q: links.agent(p.row.agent_id, **q)))
@@ -378,7 +383,7 @@ def held_table(p: AgentPage) -> list[str]:
            "</tr>"]
     for run in held[:PAGE_ROWS]:
         estimate = f"{fmt(run.estimate[0])} ({fmt(run.estimate[1])} – {fmt(run.estimate[2])})" if run.estimate else ""
-        out.append(f'<tr class="hold"><td>v{run.version}</td><td class="when">{esc(run.finished_at)}</td>'
+        out.append(f'<tr class="hold"><td>v{run.version}</td><td class="nowrap">{esc(run.finished_at)}</td>'
                    f'<td>{run.episodes}</td><td>{estimate}</td><td class="text">{esc(run.reason)}</td></tr>')
     out.append("</table>")
     if len(held) > PAGE_ROWS:
