@@ -14,6 +14,7 @@ import shutil
 import signal
 import tempfile
 from collections.abc import Iterator
+from datetime import UTC, datetime
 from html.parser import HTMLParser
 from pathlib import Path
 from typing import Any
@@ -28,6 +29,7 @@ from agent_learning.app.demo import run_demo
 from agent_learning.app.settings import load_settings
 from agent_learning.core.clock import ManualClock
 from agent_learning.documents import Evaluation, Interval
+from agent_learning.judges.sampling import JudgingRules
 from agent_learning.ops.admin import set_pinned
 from agent_learning.pipeline import create_policy, load_current
 from agent_learning.queue.base import OutgoingMessage
@@ -208,6 +210,28 @@ def test_long_series_are_thinned_and_tables_paged() -> None:
     assert sum(y for _, y in kept) / len(kept) == pytest.approx(sum(y for _, y in points) / len(points), rel=0.02)
     rows, number, pages = render.paged(list(range(1_000)), 3)
     assert (len(rows), number, pages) == (render.PAGE_ROWS, 3, -(-1_000 // render.PAGE_ROWS))
+
+
+def test_the_agent_page_gives_the_drift_warnings_the_trainer_gave() -> None:
+    """Runs whose reward falls sharply: the warnings the trainer's drift review gives at those versions
+    (recomputed from the stored runs) are on the page, each with its version."""
+    from agent_learning.pipeline.drift import DriftConfig
+    from agent_learning.store.memory import MemoryStore
+
+    store, agent = MemoryStore(), "drifting"
+    create_policy(store, make_policy_doc(agent))
+    for v in range(2, 22):
+        run = make_run(agent, v, episodes=100, metrics={"mean_reward": 0.9 if v < 12 else 0.2,
+                                                        "episode_reward_std": 0.1})
+        store.put_run(run)
+        store.create_policy_version(make_policy_doc(agent, v, run=run))
+    page = data.agent_page(store, agent, JudgingRules.parse("*=all"), DriftConfig())
+    assert page is not None
+    # each side pools two runs (the 200-episode window): the fall warns from its first run until the
+    # earlier side is made of fallen runs
+    assert {w.version for w in page.drift} == {12, 13, 14}
+    text = Page(render.agent_html(page, render.Links("../../", None), 1, datetime.now(UTC))).text
+    assert "Drift at v12 (reward_drop)" in text and "Drift at v13 (reward_drop)" in text
 
 
 # --------------------------------------------------------------------------- in a browser
