@@ -27,10 +27,12 @@ $(VENV)/.app-installed: $(BIN)/python shared/pyproject.toml requirements.txt
 	$(PIP) install --quiet --disable-pip-version-check -r $(VENV)/app-requirements.txt -e './shared[azure,judges]'
 	@touch $@
 
-# The app's dependencies plus the test tools (Node.js for the local Cosmos server).
+# The app's dependencies plus the test tools (Node.js for the local Cosmos server, Debian's
+# headless Chromium and its driver for the dashboard's browser test).
 $(VENV)/.test-installed: $(VENV)/.app-installed tests/fakes/cosmos_server/package-lock.json
 	$(PIP) install --quiet --disable-pip-version-check -e './shared[azure,judges,plot,serve,dev]'
 	cd tests/fakes/cosmos_server && npm ci --no-audit --no-fund --loglevel=error
+	command -v chromium >/dev/null || (apt-get update -qq && apt-get install -y -qq chromium chromium-driver)
 	@touch $(VENV)/.demo-installed $@
 
 demo: $(VENV)/.demo-installed

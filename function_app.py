@@ -9,6 +9,7 @@
     feedback HTTP POST /api/episodes/{episode_id}/feedback → the caller's verdict, merged into the reward
     ingest   HTTP POST /api/agents/{agent_id}/episodes  → an agent's episode, for callers allowed to write it
     choose   HTTP POST /api/agents/{agent_id}/choose    → a configuration drawn from the agent's policy
+    dashboard HTTP GET /api/dashboard, /api/dashboard/agents/{agent_id} → the operators' read-only pages (HTML)
     personalizer_*  HTTP /api/agents/{agent_id}/personalizer/...  → the Azure AI Personalizer API of the agent:
              every route of agent_learning.app.personalizer (rank, events, multislot, configurations, model,
              evaluations, logs); anonymous at the host, the app admits Personalizer keys and principals
@@ -90,6 +91,16 @@ def ingest(req: func.HttpRequest) -> func.HttpResponse:
 @app.route(route=http.BY_NAME["choose"].template, methods=["POST"], auth_level=func.AuthLevel.FUNCTION)
 def choose(req: func.HttpRequest) -> func.HttpResponse:
     return _serve("choose", req)
+
+
+@app.route(route=http.BY_NAME["dashboard"].template, methods=["GET"], auth_level=func.AuthLevel.FUNCTION)
+def dashboard(req: func.HttpRequest) -> func.HttpResponse:
+    return _serve("dashboard", req)
+
+
+@app.route(route=http.BY_NAME["dashboard_agent"].template, methods=["GET"], auth_level=func.AuthLevel.FUNCTION)
+def dashboard_agent(req: func.HttpRequest) -> func.HttpResponse:
+    return _serve("dashboard_agent", req)
 
 
 @app.route(route=http.BY_NAME["personalizer_rank"].template, methods=["POST"], auth_level=_auth("personalizer_rank"))

@@ -156,6 +156,22 @@ def test_counts(queue: QueueUnderTest) -> None:
     assert q.counts() == QueueCounts(active=3, locked=1, dead_letter=1)
 
 
+def test_oldest_enqueued_at_is_the_oldest_message_held_locked_or_not_and_none_when_empty(
+    queue: QueueUnderTest,
+) -> None:
+    q = queue.queue
+    assert q.oldest_enqueued_at() is None
+    q.send([msg("m0")])
+    q.send([msg("m1")])
+    first, second = queue.receive_exactly(2)
+    assert q.oldest_enqueued_at() == pytest.approx(first.enqueued_at, abs=0.002)  # locked, still held
+    assert first.enqueued_at <= second.enqueued_at
+    q.complete(first)
+    assert q.oldest_enqueued_at() == pytest.approx(second.enqueued_at, abs=0.002)
+    q.dead_letter(second, "r")
+    assert q.oldest_enqueued_at() is None  # dead letters are not in the queue
+
+
 # -- dead letters ------------------------------------------------------------------------------
 
 

@@ -12,7 +12,7 @@ import logging
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
-from agent_learning.app import handlers, personalizer
+from agent_learning.app import dashboard, handlers, personalizer
 from agent_learning.app.callers import Caller, admit, identify
 from agent_learning.app.handlers import HttpAnswer, Runtime
 
@@ -64,6 +64,9 @@ ROUTES: tuple[Route, ...] = (
           lambda r, rt: handlers.post_episode(r.params.get("agent_id", ""), r.body, r.caller(rt), rt)),
     Route("choose", ("POST",), "agents/{agent_id}/choose",
           lambda r, rt: handlers.choose(r.params.get("agent_id", ""), r.body, rt)),
+    Route("dashboard", ("GET",), "dashboard", lambda r, rt: dashboard.overview(r.query, rt)),
+    Route("dashboard_agent", ("GET",), "dashboard/agents/{agent_id}",
+          lambda r, rt: dashboard.agent(r.params.get("agent_id", ""), r.query, rt)),
     *(Route(*spec) for spec in personalizer.ROUTES),
 )
 """Every HTTP route of the app (the Personalizer API's: :mod:`agent_learning.app.personalizer`)."""

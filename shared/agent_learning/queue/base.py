@@ -201,6 +201,11 @@ class WorkQueue(ABC):
     def counts(self) -> QueueCounts:
         """Active, locked and dead-lettered message counts."""
 
+    @abstractmethod
+    def oldest_enqueued_at(self) -> float | None:
+        """When the oldest message in the queue (available or locked, not dead-lettered) was
+        enqueued, in epoch seconds; ``None`` when the queue holds none. Takes no lock."""
+
     def close(self) -> None:  # noqa: B027 - optional hook, a no-op by default
         """Release resources; the queue must not be used afterwards."""
 

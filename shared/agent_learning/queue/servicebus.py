@@ -549,6 +549,16 @@ class ServiceBusQueue(WorkQueue):
                 dead_letter=int(runtime.dead_letter_message_count or 0),
             )
 
+    def oldest_enqueued_at(self) -> float | None:
+        """The enqueued time of the first message a peek from the start of the queue finds."""
+        with self._lock, self._translate("oldest_enqueued_at"):
+            self._check_open()
+            page = self._get_receiver().peek_messages(
+                max_message_count=1, sequence_number=1, timeout=self.operation_timeout
+            )
+        enqueued = page[0].enqueued_time_utc if page else None
+        return enqueued.timestamp() if enqueued is not None else None
+
     # -- errors ------------------------------------------------------------------------------
 
     @contextmanager

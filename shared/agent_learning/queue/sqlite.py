@@ -475,6 +475,14 @@ class SQLiteQueue(WorkQueue):
             ).fetchone()
         return QueueCounts(active=active, locked=locked, dead_letter=dead)
 
+    def oldest_enqueued_at(self) -> float | None:
+        self._sweep()
+        with self._read() as conn:
+            (oldest,) = conn.execute(
+                "SELECT min(enqueued_at) FROM queue_messages WHERE queue = ?", (self.name,)
+            ).fetchone()
+        return oldest
+
 
 def _dump(properties: Any) -> str:
     return json.dumps(properties, separators=(",", ":"), ensure_ascii=False)
