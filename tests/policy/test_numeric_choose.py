@@ -14,6 +14,7 @@ import pytest
 
 from agent_learning.core.errors import InvalidDocument
 from agent_learning.documents import EXACT_INTEGERS, PolicyDocument
+from agent_learning.policy.decision import Decision
 from agent_learning.policy.softmax import SoftmaxPolicy
 
 DIMENSIONS = {"prompt": ["a", "b", "c"], "k": [1, 3, 5, 10], "tools": [True, False]}
@@ -81,6 +82,7 @@ def test_choose_logs_the_formulas_probability_on_random_contexts(name: str) -> N
         assert decision.logprob == pytest.approx(math.log(decision.probability), rel=1e-12)
         assert decision.context == x and decision.context is not x
         assert decision.config == reference.decision_for(decision.action_id).config
+        assert decision == Decision(**decision._asdict())  # every field, as the constructor makes it
 
 
 @pytest.mark.parametrize("name", ["standardise", "bins"])
