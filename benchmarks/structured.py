@@ -762,8 +762,10 @@ def _progress(t0: float, what: str) -> None:
 
 
 def speed(repeats: int = 50) -> dict[str, float]:
-    """Median ``choose(context)`` time (3 dimensions × 4 values, 5 categorical features) and the
-    median time of one learner update over 100,000 such episodes (arrays prepared beforehand)."""
+    """Median ``choose(context)`` time (3 dimensions × 4 values, 5 categorical features), the
+    median time of one learner update over 100,000 such episodes (arrays prepared beforehand; wall
+    and CPU) and the median CPU time of preparing those arrays from the rows as the trainer hands
+    them over (:func:`prepare_cpu_ms`)."""
     import random
     import statistics
 
@@ -782,11 +784,13 @@ def speed(repeats: int = 50) -> dict[str, float]:
     rewards = 0.5 + 0.2 * (actions[:, 0] == 1) + rng.normal(0, 0.2, n)
     model, params, batch = prepare(policy.document, Rows(actions, rewards, np.full(n, 1 / 64), [False] * n, contexts))
     learner = StructuredReinforce(LearnerConfig())
-    update_ms = []
+    update_ms, update_cpu_ms = [], []
     for _ in range(5):
-        t = time.perf_counter()
+        t, cpu = time.perf_counter(), time.process_time()
         params, _, _ = learner.step(params, model, batch, None)
         update_ms.append((time.perf_counter() - t) * 1e3)
+        update_cpu_ms.append((time.process_time() - cpu) * 1e3)
+    prepare_ms = prepare_cpu_ms(policy.document, actions, rewards, contexts)
     trained = learn_structured(
         LearnerConfig(),
         policy.document,
@@ -802,10 +806,33 @@ def speed(repeats: int = 50) -> dict[str, float]:
         for _ in range(2_000):
             chooser.choose(context=context)
         per_call.append((time.perf_counter() - t) / 2_000 * 1e6)
-    figures = {"choose_us_median": statistics.median(per_call), "update_ms_median": statistics.median(update_ms)}
+    figures = {
+        "choose_us_median": statistics.median(per_call),
+        "update_ms_median": statistics.median(update_ms),
+        "update_cpu_ms_median": statistics.median(update_cpu_ms),
+        "prepare_cpu_ms_median": prepare_ms,
+    }
     for transform in NUMERIC_TRANSFORMS:
         figures[f"choose_us_{transform}"] = numeric_choose_us(transform, repeats)
     return figures
+
+
+def prepare_cpu_ms(doc: PolicyDocument, actions: Any, rewards: Any, contexts: list[dict[str, Any]]) -> float:
+    """Median CPU time (ms, of 5) of :func:`~agent_learning.learning.reinforce.prepare` on the rows
+    as the trainer hands them over (``pipeline.train.learn``): Python lists of per-dimension index
+    tuples, rewards, probabilities, correction flags and context dicts."""
+    import statistics
+
+    from agent_learning.learning.reinforce import prepare
+
+    n = len(contexts)
+    rows = Rows([tuple(a) for a in actions.tolist()], rewards.tolist(), [1 / 64] * n, [False] * n, contexts)
+    runs = []
+    for _ in range(5):
+        t = time.process_time()
+        prepare(doc, rows)
+        runs.append((time.process_time() - t) * 1e3)
+    return statistics.median(runs)
 
 
 NUMERIC_TRANSFORMS = ("standardise", "log", "bins")
@@ -861,6 +888,9 @@ def speed_lines(figures: dict[str, float]) -> str:
         f"| choose(context), pure Python | {figures['choose_us_median']:.2f} µs |\n"
         + numeric
         + f"| one update over 100,000 episodes | {figures['update_ms_median']:.1f} ms |"
+        + (f"\n| the same update, CPU time | {figures['update_cpu_ms_median']:.1f} ms |"
+           f"\n| preparing its 100,000 episodes from the trainer's rows, CPU time | "
+           f"{figures['prepare_cpu_ms_median']:.1f} ms |" if "prepare_cpu_ms_median" in figures else "")
     )
 
 

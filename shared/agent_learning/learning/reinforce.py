@@ -224,7 +224,13 @@ from agent_learning.documents import (
     PolicyDocument,
     excluded_configurations,
 )
-from agent_learning.policy.features import FeatureReader, segment_name, standardise
+from agent_learning.learning.columns import (
+    NumberColumn,
+    SegmentColumn,
+    number_column,
+    segment_column,
+)
+from agent_learning.policy.features import FeatureReader, segment_name
 from agent_learning.policy.softmax import Layout
 
 Array = NDArray[np.float64]
@@ -1092,17 +1098,14 @@ def prepare(doc: PolicyDocument, rows: Rows) -> tuple[Model, Params, ContextBatc
     numeric, centers, scales, weights, fitted = [], [], [], [], []
     pending_in = (doc.learner_state or {}).get(PENDING_NUMBERS) or {}
     pending: dict[str, dict[str, float]] = {}
-    readers: dict[str, FeatureReader] = {}
+    segment_columns: list[SegmentColumn] = []
+    number_columns: list[NumberColumn] = []
     for feature in doc.features or []:
-        reader = readers[feature.name] = FeatureReader(feature)
-        values = [c.get(feature.name) if c else None for c in contexts]
+        reader = FeatureReader(feature)
         if feature.segmented:
             known = dict(feature.segments or {})
-            counts: dict[str, int] = {}
-            for value in values:
-                if value is not None and (name := reader.segment(value)) is not None:
-                    counts[name] = counts.get(name, 0) + 1
-            for name, _ in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])):
+            segment_columns.append(column := segment_column(contexts, reader))
+            for name, _ in sorted(column.counts().items(), key=lambda kv: (-kv[1], kv[0])):
                 if name not in known and len(known) < MAX_SEGMENTS and budget > 0:
                     known[name] = [0.0] * own
                     budget -= 1
@@ -1111,10 +1114,9 @@ def prepare(doc: PolicyDocument, rows: Rows) -> tuple[Model, Params, ContextBatc
             offsets.append(_padded(np.array(list(known.values()), dtype=np.float64).reshape(len(known), own), v))
         else:
             center, scale, is_fitted = feature.center, feature.scale, feature.weights is not None
+            number_columns.append(numbers := number_column(contexts, reader))
             if not is_fitted:
-                read = (reader.transformed(x) for x, correction in zip(values, corrections, strict=True)
-                        if not correction)
-                present = np.array([t for t in read if t is not None])
+                present = numbers.transformed[numbers.present & ~corrections]
                 seen = pooled_moments(_moments_state(pending_in.get(feature.name)), moments(present))
                 if seen[0] >= NUMBER_FIT_EPISODES:
                     center, scale, is_fitted = *centre_and_scale(seen[1], seen[2]), True
@@ -1148,16 +1150,11 @@ def prepare(doc: PolicyDocument, rows: Rows) -> tuple[Model, Params, ContextBatc
     n = len(rewards)
     cats = np.full((n, len(categorical)), -1, dtype=np.int64)
     nums = np.zeros((n, len(numeric)), dtype=np.float64)
-    seg_index = [{name: k for k, name in enumerate(names)} for names in segments]
-    for i, context in enumerate(contexts):
-        if not context:
-            continue
-        for f, name in enumerate(categorical):
-            if name in context and (segment := readers[name].segment(context[name])) is not None:
-                cats[i, f] = seg_index[f].get(segment, -1)
-        for j, name in enumerate(numeric):
-            if fitted[j] and (t := readers[name].transformed(context.get(name))) is not None:
-                nums[i, j] = standardise(t, centers[j], scales[j])
+    for f, (column, names) in enumerate(zip(segment_columns, segments, strict=True)):
+        cats[:, f] = column.indices(names)
+    for j, numbers in enumerate(number_columns):
+        if fitted[j]:
+            nums[:, j] = numbers.standardised(centers[j], scales[j])
     batch = ContextBatch(actions, rewards, logged_probs, corrections, cats, nums, offered)
     return model, params, batch
 

@@ -74,10 +74,11 @@ import math
 import numbers
 import random
 from bisect import bisect_right
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from itertools import accumulate, product
+from math import exp
 from typing import Any, Literal, NamedTuple
 
 from pydantic import ValidationError
@@ -91,6 +92,7 @@ from agent_learning.documents import (
     DEFAULT_TEMPERATURE,
     DIMENSION_NAME,
     DIMENSION_NAME_RULE,
+    EXACT_INTEGERS,
     MAX_CANDIDATES,
     Action,
     ActionFeature,
@@ -354,6 +356,58 @@ def cumulative(probs: Sequence[float]) -> list[float]:
     return cum
 
 
+def _draw_linear(
+    exps: Sequence[float], spans: Sequence[tuple[int, int, int, float, float, int]], floor: float,
+    draw: Callable[[], float],
+) -> tuple[int, float]:
+    """One configuration drawn dimension by dimension from p_d = f + (1 − K·f)·softmax, with
+    ``exps`` the exp(ℓ / T) of every value (``spans``: per dimension, where its values start and
+    stop, K, K·f, 1 − K·f and K − 1): its joint index and its probability Π_d p_d."""
+    index = 0
+    p = 1.0
+    for start, stop, size, spread, mass, last in spans:
+        part = exps[start:stop]
+        total = sum(part)
+        u = draw()  # uniform with probability K·f, else the softmax
+        if u < spread:
+            i = int(u / floor)
+        else:  # the first value whose cumulative sum passes the draw
+            target = (u - spread) / mass * total
+            i = 0
+            cum = 0.0
+            for e in part:
+                cum += e
+                if cum > target:
+                    break
+                i += 1
+        if i > last:  # a draw at the very top of a sum rounded below it
+            i = last
+        index = index * size + i
+        p *= floor + mass * (part[i] / total)
+    return index, p
+
+
+def _plain_number(value: Any) -> bool:
+    """Whether :func:`check_context` passes ``value`` as it is, as a number: a finite float or an
+    integer below :data:`~agent_learning.documents.EXACT_INTEGERS` in magnitude (not a boolean)."""
+    kind = type(value)
+    if kind is float:
+        return math.isfinite(value)
+    return kind is int and -EXACT_INTEGERS < value < EXACT_INTEGERS
+
+
+def _with_context(decision: Decision, context: Mapping[str, Any]) -> Decision:
+    """``decision._replace(context=context)``, built directly (a third of the time)."""
+    return _tuple_new(Decision, (*decision[:_CONTEXT], context, *decision[_CONTEXT + 1 :]))
+
+
+_CONTEXT = Decision._fields.index("context")
+
+
+_tuple_new = tuple.__new__
+"""Builds a :class:`Decision` from its fields in order without the constructor's Python call."""
+
+
 def _number(name: str, value: Any) -> float:
     """``value`` as a float if it is a real number (numpy's too), else ``ValueError`` naming ``name``:
     ``"1"`` and ``True`` are not numbers here."""
@@ -446,6 +500,7 @@ class SoftmaxPolicy:
 
     __slots__ = (
         "_bases",
+        "_bin_keys",
         "_binned",
         "_cache",
         "_categorical",
@@ -520,12 +575,18 @@ class SoftmaxPolicy:
         self._readers = {f.name: FeatureReader(f) for f in self.features}
         self._categorical = tuple(f.name for f in self.features if f.segmented)
         self._numeric = tuple(f.name for f in self.features if f.kind == "number")
-        self._spans = tuple(zip(self.layout.starts, self.layout.sizes, strict=True))
+        floor = self.exploration_floor
+        self._spans = tuple((start, start + size, size, size * floor, 1.0 - size * floor, size - 1)
+                            for start, size in zip(self.layout.starts, self.layout.sizes, strict=True))
+        """Per dimension, what :func:`_draw_linear` reads: where its values start and stop, K, K·f, 1 − K·f, K − 1."""
         self._linear = tuple(
             (f.name, self._readers[f.name], [w / self.temperature for w in f.weights])
             for f in self.features if not f.segmented and f.weights
         )
         self._binned = len(self._numeric) > len(self._linear)
+        self._bin_keys = tuple((at, self._readers[name]) for at, name in enumerate(self._categorical)
+                               if self._features[name].kind == "number")
+        """The binned features' places in a key of segments, and their readers (:meth:`_plain_key`)."""
         """Whether a numeric feature has no weights (binned, or not learned yet): checked apart."""
         """The numeric features with weights (over T): their terms are added per call."""
         self._bases: dict[tuple[Any, ...], tuple[list[list[float]], bool, dict[Any, Any]]] = {}
@@ -822,22 +883,28 @@ class SoftmaxPolicy:
                 decision = table.drawn[local] = self._decision(table, local)
         if not context:
             return decision
-        return decision._replace(context=context)
+        return _with_context(decision, context)
 
     def _choose_linear(self, rng: random.Random | None, context: Mapping[str, Any]) -> Decision | None:
         """:meth:`choose` for a policy with numeric weights and no exclusions: the logits of the
         context's segments are kept (per key, over T), its numeric terms added, and each dimension
         drawn from p_d directly, without building a table for a number that rarely repeats. None
         when a logit may be too large for exp() unshifted (:meth:`_choose_in` draws from a table)."""
-        checked = validated_context(context)
-        if self._binned:
-            self._check_kinds(checked)
-        # Kept under segment names (strings): a key of strings finds its entry, any other is named first.
-        base = self._bases.get(tuple(map(checked.get, self._categorical)))
-        if base is None:
-            key = self._key(checked)
-            base = self._bases.get(key) or self._base(key, checked)
+        base = self._plain_base(context) if type(context) is dict else None
+        if base is not None:
+            checked = dict(context)  # as check_context returns a context of plain values
+        else:
+            checked = validated_context(context)
+            if self._binned:
+                self._check_kinds(checked)
+            # Kept under segment names (strings): a key of strings finds its entry, any other is named first.
+            base = self._bases.get(tuple(map(checked.get, self._categorical)))
+            if base is None:
+                key = self._key(checked)
+                base = self._bases.get(key) or self._base(key, checked)
         logits, safe, drawn = base
+        last: Sequence[float] = ()  # the last numeric term's weights: added inside exp() below
+        x_last = 0.0
         for name, reader, weights in self._linear:
             value = checked.get(name)
             if value is None:
@@ -845,31 +912,44 @@ class SoftmaxPolicy:
             x = reader.number(value)
             if x is None:
                 raise InvalidDocument("context", [(f"context.{name}", reader.refusal(value))])
-            logits = [v + w * x for v, w in zip(logits, weights, strict=True)]
+            if last:
+                logits = [v + w * x_last for v, w in zip(logits, last, strict=True)]
+            last, x_last = weights, x
         if not safe:
             return None
-        exps = list(map(math.exp, logits))  # every |ℓ / T| ≤ EXP_SAFE: no shift by the largest
-        draw = rng.random if rng is not None else self._random
-        floor = self.exploration_floor
-        local = []
-        p = 1.0
-        for start, size in self._spans:
-            cum = list(accumulate(exps[start : start + size]))
-            total = cum[-1]
-            mass = 1.0 - size * floor
-            u = draw()  # p_d = f + (1 − K·f)·softmax: uniform with probability K·f, else the softmax
-            if u < size * floor:
-                i = min(int(u / floor), size - 1)
-            else:
-                i = min(bisect_right(cum, (u - size * floor) / mass * total), size - 1)
-            local.append(i)
-            p *= floor + mass * (exps[start + i] / total)
-        at = tuple(local)
-        decision = drawn.get(at)
+        # Every |ℓ / T| ≤ EXP_SAFE: no shift by the largest. Equal lengths: no zip check per call.
+        exps = [exp(v + w * x_last) for v, w in zip(logits, last)] if last else list(map(exp, logits))  # noqa: B905
+        index, p = _draw_linear(exps, self._spans, self.exploration_floor,
+                                rng.random if rng is not None else self._random)
+        decision = drawn.get(index)
         if decision is None:
-            decision = drawn[at] = self._decision(self._table(None), at)
-        return Decision(self.agent_id, decision.action_id, decision.index, p, math.log(p), self.version,
-                        decision.config, checked, self.incarnation)
+            decision = drawn[index] = self._decision(self._table(None), self._local(index))
+        return _tuple_new(Decision, (self.agent_id, decision.action_id, index, p, math.log(p), self.version,
+                                     decision.config, checked, self.incarnation, None))
+
+    def _plain_base(self, context: dict[str, Any]) -> tuple[list[float], bool, dict[Any, Any]] | None:
+        """What :meth:`_choose_linear` keeps for ``context`` when :func:`check_context` would pass it
+        unchanged, read without checking it in full: its categorical values are the strings of a kept
+        key (checked when it was kept), its numbers plain finite floats and integers, and it has no
+        other feature. None for any other context (checked in full)."""
+        if self._binned:
+            return None
+        try:
+            key = tuple(map(context.get, self._categorical))
+            base = self._bases.get(key)
+        except TypeError:  # an unhashable value: the check names it
+            return None
+        if base is None:
+            return None
+        present = len(key) - key.count(None)
+        for name, _, _ in self._linear:
+            value = context.get(name)
+            if value is None:
+                continue
+            if not _plain_number(value):
+                return None
+            present += 1
+        return base if present == len(context) else None
 
     def _base(self, key: tuple[Any, ...], checked: Mapping[str, Any]) -> tuple[list[float], bool, dict[Any, Any]]:
         """What :meth:`_choose_linear` keeps for a key of segments: the logits over T without
@@ -935,10 +1015,34 @@ class SoftmaxPolicy:
                 table = None
             if table is not None and len(context) == len(key) - key.count(None):
                 return table, dict(context)
+        elif self._bin_keys and len(self._bin_keys) == len(self._numeric) and type(context) is dict:
+            key = self._plain_key(context)  # every numeric feature binned: a number's key is its bin
+            table = self._cache.get(key) if key is not None else None
+            if table is not None and len(context) == len(key) - key.count(None):
+                return table, dict(context)
         checked = validated_context(context)
         if self._numeric:
             self._check_kinds(checked)
         return self._table(checked), checked
+
+    def _plain_key(self, context: dict[str, Any]) -> tuple[Any, ...] | None:
+        """The key of segments of ``context`` with its binned numbers read as their bins, when each
+        is a plain finite float or integer (None otherwise: checked in full). Its other values are
+        as given: only strings can hit a kept table (as in :meth:`_checked`)."""
+        try:
+            values = list(map(context.get, self._categorical))
+            for at, reader in self._bin_keys:
+                value = values[at]
+                if value is None:
+                    continue
+                if not _plain_number(value):
+                    return None
+                values[at] = reader.names[bisect_right(reader.edges, value)]
+            key = tuple(values)
+            hash(key)
+        except TypeError:  # an unhashable value: the check names it
+            return None
+        return key
 
     def _local(self, index: int) -> tuple[int, ...]:
         """The value indices of the configuration at ``index`` (:func:`joint_index` inverted)."""

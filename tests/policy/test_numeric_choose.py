@@ -1,0 +1,129 @@
+"""``choose()`` with numeric features (standardised, log, binned) draws with the probabilities the
+policy's formula gives, on its quick path for plain contexts and off it, and refuses the same
+contexts either way."""
+
+from __future__ import annotations
+
+import itertools
+import math
+import random
+from collections import Counter
+from typing import Any
+
+import pytest
+
+from agent_learning.core.errors import InvalidDocument
+from agent_learning.documents import EXACT_INTEGERS, PolicyDocument
+from agent_learning.policy.decision import Decision
+from agent_learning.policy.softmax import SoftmaxPolicy
+
+DIMENSIONS = {"prompt": ["a", "b", "c"], "k": [1, 3, 5, 10], "tools": [True, False]}
+VALUES = 9
+
+
+def document(*numeric: dict[str, Any], floor: float = 0.02) -> PolicyDocument:
+    """A policy over DIMENSIONS with a learned category ``task`` and the ``numeric`` features given,
+    with logits and weights drawn at random."""
+    rng = random.Random(7)
+    doc = SoftmaxPolicy.create("bot", DIMENSIONS, context={"task": "category"}, seed=1).document.to_dict()
+    task = {"name": "task", "kind": "category",
+            "segments": {s: [rng.gauss(0, 1) for _ in range(VALUES)] for s in ("s0", "s1")}}
+    return PolicyDocument.from_dict({**doc, "logits": [rng.gauss(0, 1) for _ in range(VALUES)],
+                                     "features": [task, *numeric], "exploration_floor": floor,
+                                     "temperature": 0.8})
+
+
+def slope(name: str, transform: str = "standardise") -> dict[str, Any]:
+    rng = random.Random(name)
+    feature = {"name": name, "kind": "number", "weights": [rng.gauss(0, 1) for _ in range(VALUES)],
+               "center": 40.0, "scale": 25.0}
+    return {**feature, "transform": transform, "center": 3.0, "scale": 1.5} if transform == "log" else feature
+
+
+def binned(name: str) -> dict[str, Any]:
+    rng = random.Random(name)
+    return {"name": name, "kind": "number", "transform": "bins", "bins": [10, 100],
+            "segments": {b: [rng.gauss(0, 1) for _ in range(VALUES)] for b in ("<10", ">=100")}}
+
+
+POLICIES = {
+    "standardise": document(slope("tokens")),
+    "log": document(slope("tokens", "log")),
+    "two slopes": document(slope("tokens"), slope("size", "log")),
+    "bins": document(binned("tokens")),
+    "bins and a slope": document(binned("tokens"), slope("size")),
+    "no floor": document(slope("tokens"), floor=0.0),
+}
+
+
+def contexts(rng: random.Random, n: int) -> list[dict[str, Any]]:
+    """Plain contexts (the quick path) and others: an int, a value past the clip, a feature missing,
+    an unknown segment, a feature the policy does not have."""
+    out = []
+    for _ in range(n):
+        x: dict[str, Any] = {"task": rng.choice(["s0", "s1", "s9"]), "tokens": rng.choice([
+            rng.uniform(0, 300), rng.randint(0, 300), 1e7]), "size": rng.uniform(0, 80)}
+        for name in ("task", "tokens", "size"):
+            if rng.random() < 0.15:
+                del x[name]
+        if rng.random() < 0.1:
+            x["other"] = "x"
+        out.append(x)
+    return out
+
+
+@pytest.mark.parametrize("name", list(POLICIES))
+def test_choose_logs_the_formulas_probability_on_random_contexts(name: str) -> None:
+    doc = POLICIES[name]
+    chooser, reference = SoftmaxPolicy(doc, rng=random.Random(3)), SoftmaxPolicy(doc)
+    for x in contexts(random.Random(name), 300):
+        decision = chooser.choose(context=x)
+        assert decision.probability == pytest.approx(reference.probability(decision.action_id, x), rel=1e-12)
+        assert decision.logprob == pytest.approx(math.log(decision.probability), rel=1e-12)
+        assert decision.context == x and decision.context is not x
+        assert decision.config == reference.decision_for(decision.action_id).config
+        assert decision == Decision(**decision._asdict())  # every field, as the constructor makes it
+
+
+@pytest.mark.parametrize("name", ["standardise", "bins"])
+def test_choose_draws_each_configuration_as_often_as_its_probability(name: str) -> None:
+    doc, x = POLICIES[name], {"task": "s1", "tokens": 61.5}
+    chooser = SoftmaxPolicy(doc, rng=random.Random(11))
+    n = 20_000
+    counts = Counter(chooser.choose(context=x).action_id for _ in range(n))
+    for local in itertools.product(*(range(k) for k in chooser.layout.sizes)):
+        action_id = chooser.layout.joint_id(local)
+        p = chooser.probability(action_id, x)
+        assert abs(counts[action_id] - n * p) <= 5 * math.sqrt(n * p * (1 - p)) + 1, action_id
+
+
+@pytest.mark.parametrize("name", list(POLICIES))
+@pytest.mark.parametrize(
+    ("context", "problem"),
+    [
+        ({"task": "s1", "tokens": float("nan")}, "context.tokens"),
+        ({"task": "s1", "tokens": float("inf")}, "context.tokens"),
+        ({"task": "s1", "tokens": True}, "context.tokens: must be a number"),
+        ({"task": "s1", "tokens": "12"}, "context.tokens: must be a number"),
+        ({"task": "s1", "tokens": EXACT_INTEGERS}, "context.tokens"),
+        ({"task": "s1", "tokens": None}, "context.tokens"),
+        ({"task": "s1", "tokens": 5, "size": [1]}, "context.size"),
+        ({"task": "s1", "tokens": 5, "": 1}, "context"),
+    ],
+    ids=["nan", "inf", "a boolean", "a string", "an integer too large", "None", "a list", "a bad name"],
+)
+def test_choose_refuses_a_context_that_is_not_one_after_plain_ones(
+    name: str, context: dict[str, Any], problem: str
+) -> None:
+    chooser = SoftmaxPolicy(POLICIES[name], rng=random.Random(3))
+    for x in contexts(random.Random(0), 50):  # keep the segments' logits ready, as on the quick path
+        chooser.choose(context=x)
+    with pytest.raises(InvalidDocument, match=problem.replace(".", r"\.")):
+        chooser.choose(context=context)
+
+
+def test_choose_refuses_a_negative_number_for_a_log_feature_after_plain_ones() -> None:
+    chooser = SoftmaxPolicy(POLICIES["log"], rng=random.Random(3))
+    chooser.choose(context={"task": "s1", "tokens": 3})
+    with pytest.raises(InvalidDocument, match=r"context\.tokens: must be 0 or more"):
+        chooser.choose(context={"task": "s1", "tokens": -3})
