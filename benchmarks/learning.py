@@ -545,7 +545,16 @@ def main(argv: list[str] | None = None) -> None:
         help="only: where ours' regret against per-dimension Thompson builds up (the factorized problems "
         "--problems names, by default the fixed 300 configurations)",
     )
+    parser.add_argument(
+        "--interaction",
+        action="store_true",
+        help="only: the problem whose best configuration needs a depth × tool interaction, ours with and "
+        "without the pair declared against Thompson sampling on the pair's joint",
+    )
     args = parser.parse_args(argv)
+    if args.interaction:
+        print("\n".join(structured.interaction_lines(args.seeds, time.perf_counter(), {})))
+        return
     if args.gap:
         for problem in named(parser, structured.FACTOR_PROBLEMS, args.problems or structured.FACTOR_PROBLEMS[1].name):
             print("\n".join(structured.gap_lines(problem, args.seeds, time.perf_counter())))

@@ -33,7 +33,6 @@ from agent_learning.documents import (
     PolicyDocument,
     Score,
     ScoreCursor,
-    excluded_configurations,
     stored_policy,
 )
 from agent_learning.evaluation import (
@@ -53,6 +52,7 @@ from agent_learning.policy.softmax import (
     Layout,
     SoftmaxPolicy,
     dimension_probabilities,
+    drawn_excluded,
     feature_logits,
     joint_index,
     normaliser,
@@ -307,7 +307,7 @@ def of_document(doc: PolicyDocument) -> Distribution:
         def among(context: Mapping[str, Any] | None, offer: Sequence[Candidate]) -> list[float]:
             return policy.offered_probabilities(policy.offered(list(offer)), context)
 
-    return Distribution(dimensions, excluded_configurations(doc), layout.sizes, among)
+    return Distribution(dimensions, drawn_excluded(doc), layout.sizes, among)
 
 
 def always(doc: PolicyDocument, action_id: str) -> Distribution:
@@ -315,7 +315,7 @@ def always(doc: PolicyDocument, action_id: str) -> Distribution:
     or, for dimensions, one value (``prompt=concise``) with the other dimensions as ``doc``
     chooses them."""
     layout = Layout.of(doc)
-    excluded = excluded_configurations(doc)
+    excluded = drawn_excluded(doc)
     local = layout.parse(action_id)
     if local is not None:
         if local in set(excluded):
@@ -358,7 +358,7 @@ def uniform(doc: PolicyDocument) -> Distribution:
     """Every configuration that is not excluded, equally likely."""
     layout = Layout.of(doc)
     equal = [[1.0 / k] * k for k in layout.sizes]
-    return Distribution(lambda context: equal, excluded_configurations(doc), layout.sizes,
+    return Distribution(lambda context: equal, drawn_excluded(doc), layout.sizes,
                         lambda context, offer: [1.0 / len(offer)] * len(offer))
 
 

@@ -225,6 +225,7 @@ from agent_learning.documents import (
     excluded_configurations,
 )
 from agent_learning.policy.features import FeatureReader, segment_name, standardise
+from agent_learning.policy.interactions import declared_fields, merged_document
 from agent_learning.policy.softmax import Layout
 
 Array = NDArray[np.float64]
@@ -395,6 +396,8 @@ class Update:
     logit (None: unchanged)."""
     action_features: list[dict[str, Any]] | None = None
     """The document's ``action_features`` with the learned weights (None without any)."""
+    interactions: list[dict[str, Any]] | None = None
+    """The document's ``interactions`` with the learned tables (None without any)."""
 
     def fields(self) -> dict[str, Any]:
         """The policy document fields this update sets (besides the learner state)."""
@@ -405,6 +408,8 @@ class Update:
             out["actions"] = self.actions
         if self.action_features is not None:
             out["action_features"] = self.action_features
+        if self.interactions is not None:
+            out["interactions"] = self.interactions
         return out
 
     def applied_to(self, doc: PolicyDocument) -> PolicyDocument:
@@ -1556,7 +1561,13 @@ class Reinforce:
 
     def learn(self, doc: PolicyDocument, rows: Rows) -> Update:
         """One update of a policy document on scored rows (the trainer's entry point): the new
-        logits, features, metrics and learner state."""
+        logits, features, metrics and learner state. A policy with interactions learns on its merged
+        view, each declared pair one dimension (rows give its values as :meth:`Layout.of` parses them)."""
+        if doc.interactions:
+            update = self.learn(merged_document(doc), rows)
+            fields = declared_fields(doc, update.logits, update.features)
+            return replace(update, logits=np.asarray(fields["logits"]), features=fields["features"],
+                           interactions=fields["interactions"])
         model, params, batch = prepare(doc, rows)
         _check(batch, model)
         space = model.actions
