@@ -640,6 +640,8 @@ class SoftmaxPolicy:
         booleans), learning from the ``context`` features named (name → ``"category"`` or
         ``"number"``), never choosing a configuration that matches a rule of ``excluded``, learning
         each pair of dimensions of ``interactions`` (``[("depth", "tool")]``) jointly."""
+        if isinstance(interactions, str | bytes | Mapping) or not isinstance(interactions, Sequence):
+            raise InvalidDocument("policy", [("interactions", "must be a list of pairs of dimension names")])
         doc = PolicyDocument.from_dict(
             {
                 "id": policy_doc_id(agent_id, 1),
@@ -647,7 +649,7 @@ class SoftmaxPolicy:
                 "agent_id": agent_id,
                 "version": 1,
                 **structure_fields(dimensions, context, excluded),
-                **({"interactions": [list(pair) for pair in interactions]} if interactions else {}),
+                **({"interactions": [list(p) if isinstance(p, tuple) else p for p in interactions]} if interactions else {}),
                 "temperature": temperature,
                 "exploration_floor": exploration_floor,
                 "source": "init",
