@@ -110,7 +110,8 @@ def test_choose_draws_the_pair_jointly_and_logs_the_exact_probability_of_the_con
                                        "tool": decision.action_id[-1]}
         marginals = chooser.marginals(context)
         assert list(marginals) == ["depth", "model", "tool"]
-        assert marginals["depth"]["depth=2"] == pytest.approx(sum(p for k, p in probabilities.items() if "depth=2" in k))
+        depth_2 = sum(p for k, p in probabilities.items() if "depth=2" in k)
+        assert marginals["depth"]["depth=2"] == pytest.approx(depth_2)
 
 
 def trap_mean(depth: int, tool: int) -> float:
@@ -135,7 +136,8 @@ def trained(interactions: list[tuple[str, str]], batches: int = 30) -> PolicyDoc
 
 def test_the_learner_moves_the_joint_table_to_a_rewarded_pair_the_additive_model_cannot_reach() -> None:
     def best_pair(doc: PolicyDocument) -> float:
-        return sum(p for k, p in SoftmaxPolicy(doc).probabilities.items() if k.startswith("depth=2") and k.endswith("c"))
+        chosen = SoftmaxPolicy(doc).probabilities.items()
+        return sum(p for k, p in chosen if k.startswith("depth=2") and k.endswith("c"))
 
     additive, joint = trained([]), trained([("depth", "tool")])
     assert best_pair(additive) < 0.2  # locked onto depth 0 and tool 0

@@ -649,7 +649,8 @@ class SoftmaxPolicy:
                 "agent_id": agent_id,
                 "version": 1,
                 **structure_fields(dimensions, context, excluded),
-                **({"interactions": [list(p) if isinstance(p, tuple) else p for p in interactions]} if interactions else {}),
+                **({"interactions": [list(p) if isinstance(p, tuple) else p for p in interactions]}
+                   if interactions else {}),
                 "temperature": temperature,
                 "exploration_floor": exploration_floor,
                 "source": "init",
