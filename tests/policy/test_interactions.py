@@ -10,13 +10,18 @@ from typing import Any
 
 import pytest
 from click.testing import CliRunner
+from support.factories import make_score
 
+from agent_learning.agent.client import PolicyClient
 from agent_learning.cli import main
 from agent_learning.core.errors import InvalidDocument
 from agent_learning.documents import ContextFeature, PolicyDocument
+from agent_learning.evaluation import counterfactual
 from agent_learning.learning.reinforce import Reinforce, Rows
+from agent_learning.pipeline import create_policy, train_agent
 from agent_learning.policy.interactions import merged_document
-from agent_learning.policy.softmax import Layout, SoftmaxPolicy, knows_action, softmax
+from agent_learning.policy.softmax import Layout, SoftmaxPolicy, joint_index, knows_action, softmax
+from agent_learning.store.memory import MemoryStore
 
 DIMENSIONS = {"depth": [0, 1, 2], "model": ["m", "n"], "tool": ["a", "b", "c"]}
 
@@ -184,3 +189,45 @@ def test_policy_show_prints_the_joint_table(tmp_path: Path, clean_env: Any) -> N
     header = next(i for i, line in enumerate(lines) if "depth \\ tool" in line)
     assert [c for c in lines[header].replace("│", " ").split() if c in "abc"] == ["a", "b", "c"]
     assert sum("+0.000" in line for line in lines[header:]) >= 3
+
+
+@pytest.mark.filterwarnings("error::UserWarning")  # the published version's tables are Interaction objects
+def test_the_trainer_learns_the_pair_from_scored_episodes_and_publishes_its_joint_table() -> None:
+    store = MemoryStore()
+    create_policy(store, policy(interactions=[("depth", "tool")], exploration_floor=0.01).document)
+    client = PolicyClient(store, "agent", rng=random.Random(4), refresh_seconds=0)
+    rng = random.Random(5)
+    n = 0
+    for _ in range(15):
+        for _ in range(100):
+            decision = client.choose()
+            mean = trap_mean(decision.config["depth"], "abc".index(decision.config["tool"]))
+            n += 1
+            store.add_score(make_score(f"ep-{n}", agent_id="agent", action_id=decision.action_id,
+                                       probability=decision.probability, reward=float(rng.random() < mean),
+                                       incarnation=decision.incarnation))
+        outcome = train_agent("agent", store, Reinforce())
+        assert outcome.status == "published", outcome.reason
+    final = PolicyDocument.from_dict(store.get_current_policy("agent").doc)
+    assert final.interactions is not None and final.interactions[0].logits is not None
+    assert final.run is not None and final.run.episodes == 100
+    assert SoftmaxPolicy(final).marginals()["tool"]["tool=c"] > 0.5  # tool c pays only beside depth 2
+
+
+def test_off_policy_evaluation_reads_a_policy_with_interactions_as_it_draws() -> None:
+    doc = PolicyDocument.from_dict(stored(
+        interactions=[{"dimensions": ["tool", "depth"], "logits": joint_logits()}],
+        excluded=[{"depth": "2", "model": "n"}]))
+    chooser = SoftmaxPolicy(doc)
+    layout = Layout.of(doc)
+    table = counterfactual.of_document(doc)(None)
+    for config_id, p in chooser.probabilities.items():
+        assert table[joint_index(layout.parse(config_id), layout.sizes)] == pytest.approx(p)
+    with_depth_1 = counterfactual.always(doc, "depth=1")(None)
+    for config_id in chooser.probabilities:
+        at = joint_index(layout.parse(config_id), layout.sizes)
+        if "depth=1" not in config_id:
+            assert with_depth_1[at] == 0.0
+        else:  # the tool as the policy chooses it beside depth 1, the model as it chooses it
+            given = sum(p for k, p in chooser.probabilities.items() if "depth=1" in k)
+            assert with_depth_1[at] == pytest.approx(chooser.probabilities[config_id] / given)
