@@ -140,25 +140,37 @@ INTERACTION_BONUS = 0.35
 """What the one pair (depth 3, tool 3), each value the worst on its own, adds."""
 
 
+MODEL_EFFECTS = (0.05, 0.0, -0.03)
+"""The interaction problem's effect of each model value (the first ``models`` of them)."""
+
+
 @dataclass(frozen=True)
 class InteractionProblem(FactorProblem):
-    """depth (4) × tool (4) × model (3): mean 0.5 + a_depth + a_tool + c_model, with a = 0.08, 0.04,
-    0, −0.06 and c = 0.05, 0, −0.03, plus :data:`INTERACTION_BONUS` for depth 3 with tool 3. The
-    best configuration (3, 3, 0: 0.78) needs the interaction: additively, depth 0 and tool 0 are
+    """depth (4) × tool (4) × model (3, or 1): mean 0.5 + a_depth + a_tool + c_model, with a = 0.08,
+    0.04, 0, −0.06 and c = 0.05, 0, −0.03, plus :data:`INTERACTION_BONUS` for depth 3 with tool 3.
+    The best configuration (3, 3, 0: 0.78) needs the interaction: additively, depth 0 and tool 0 are
     best (0, 0, 0: 0.71), and averaged over the other dimension depth 3 and tool 3 stay worse than
-    depth 0 and tool 0. ``sizes`` (4, 4, 3), or (16, 3) for the algorithms that see depth × tool as
-    one dimension (the same configurations in the same order)."""
+    depth 0 and tool 0. ``sizes`` (4, 4, models), or (16, models) for the algorithms that see
+    depth × tool as one dimension (the same configurations in the same order)."""
+
+    models: int = 3
+
+    @property
+    def merged(self) -> InteractionProblem:
+        """The problem as the algorithms that see depth × tool as one dimension meet it."""
+        return replace(self, sizes=(16, self.models))
 
     def table(self, run_seed: int = 0) -> np.ndarray:
         a = np.array(INTERACTION_EFFECTS)
-        total = 0.5 + a[:, None, None] + a[None, :, None] + np.array([0.05, 0.0, -0.03])[None, None, :]
+        total = 0.5 + a[:, None, None] + a[None, :, None] + np.array(MODEL_EFFECTS[: self.models])[None, None, :]
         total[3, 3, :] += INTERACTION_BONUS
         return total.reshape(self.sizes)
 
 
-INTERACTION_PROBLEM = InteractionProblem("depth × tool × model = 48, best needs depth × tool", (4, 4, 3), 4_000)
-INTERACTION_MERGED = (16, 3)
-"""The interaction problem's sizes with depth × tool as one dimension."""
+INTERACTION_PROBLEMS = [
+    InteractionProblem("depth × tool × model = 48, best needs depth × tool", (4, 4, 3), 4_000),
+    InteractionProblem("depth × tool = 16, best needs depth × tool", (4, 4, 1), 4_000, models=1),
+]
 
 CONTEXT_PROBLEMS = [
     ContextProblem("2 segments", 4, 2, 4_000),
@@ -770,24 +782,25 @@ def factorized_lines(seeds: int, t0: float, out: dict[str, Any]) -> list[str]:
     return lines
 
 
-class OursInteraction(OursFactorized):
-    name = "REINFORCE (ours), depth × tool declared"
-
-    def __init__(self, sizes: Sequence[int], rng: Rng) -> None:
-        super().__init__(sizes, rng, dimensions=INTERACTION_PROBLEM.sizes, interactions=[("d0", "d1")])
-
-
 class RawMergedThompson(RawDimensionThompson):
     name = "Thompson (joint of depth × tool, per dimension on the rest, raw reward, batched)"
 
 
-INTERACTION_ALGORITHMS: list[tuple[Callable[[Sequence[int], Rng], Any], tuple[int, ...]]] = [
-    (OursFactorized, INTERACTION_PROBLEM.sizes),
-    (OursInteraction, INTERACTION_MERGED),
-    (RawMergedThompson, INTERACTION_MERGED),
-    (RawDimensionThompson, INTERACTION_PROBLEM.sizes),
-]
-"""The interaction problem's algorithms, each with the sizes it sees (the reference: the third)."""
+def interaction_algorithms(
+    problem: InteractionProblem,
+) -> list[tuple[str, Callable[[Sequence[int], Rng], Any], InteractionProblem]]:
+    """The interaction problem's algorithms, each with its name and the problem as it sees it (the
+    reference: the third)."""
+
+    def declared(sizes: Sequence[int], rng: Rng) -> OursFactorized:
+        return OursFactorized(sizes, rng, dimensions=problem.sizes, interactions=[("d0", "d1")])
+
+    return [
+        (OursFactorized.name, OursFactorized, problem),
+        (f"{OursFactorized.name}, depth × tool declared", declared, problem.merged),
+        (RawMergedThompson.name, RawMergedThompson, problem.merged),
+        (RawDimensionThompson.name, RawDimensionThompson, problem),
+    ]
 
 
 def interaction_lines(seeds: int, t0: float, out: dict[str, Any]) -> list[str]:
@@ -798,17 +811,16 @@ def interaction_lines(seeds: int, t0: float, out: dict[str, Any]) -> list[str]:
         "(± paired se) | best < 0.5 (seeds) |",
         "|---|---|---:|---:|---:|",
     ]
-    rows: dict[str, Row] = {}
-    for make, sizes in INTERACTION_ALGORITHMS:
-        problem = replace(INTERACTION_PROBLEM, sizes=sizes)
-        name = make.name  # type: ignore[attr-defined]
-        row = rows[name] = Row()
-        for seed in range(seeds):
-            regret, below = run_factorized(problem, make, seed)
-            row.regret.append(regret)
-            row.below_half += below
-        _progress(t0, f"{problem.name}: {name}")
-    _table_rows(lines, out, INTERACTION_PROBLEM.name, rows, RawMergedThompson.name, seeds)
+    for problem in INTERACTION_PROBLEMS:
+        rows: dict[str, Row] = {}
+        for name, make, seen in interaction_algorithms(problem):
+            row = rows[name] = Row()
+            for seed in range(seeds):
+                regret, below = run_factorized(seen, make, seed)
+                row.regret.append(regret)
+                row.below_half += below
+            _progress(t0, f"{problem.name}: {name}")
+        _table_rows(lines, out, problem.name, rows, RawMergedThompson.name, seeds)
     return lines
 
 
