@@ -231,3 +231,10 @@ def test_off_policy_evaluation_reads_a_policy_with_interactions_as_it_draws() ->
         else:  # the tool as the policy chooses it beside depth 1, the model as it chooses it
             given = sum(p for k, p in chooser.probabilities.items() if "depth=1" in k)
             assert with_depth_1[at] == pytest.approx(chooser.probabilities[config_id] / given)
+
+
+def test_a_decision_index_is_the_configuration_position_in_the_document_joint_space() -> None:
+    chooser = policy(interactions=[("tool", "depth")])
+    plain = policy()
+    for config_id in plain.probabilities:
+        assert chooser.decision_for(config_id).index == plain.decision_for(config_id).index

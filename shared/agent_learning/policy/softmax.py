@@ -39,6 +39,11 @@ without exclusions). A flat list of actions is one dimension without context or 
 first formula. A configuration's id joins its values' ids with ``:``
 (``prompt=concise:retrieval_k=3``); episodes log that id, π(a | x) and the context.
 
+Interactions. A policy may declare pairs of dimensions drawn jointly
+(:mod:`agent_learning.policy.interactions`): the pair (d, e) is one dimension of K_d·K_e values in
+the formulas above, the logit of (v, w) being ℓ_d(v | x) + ℓ_e(w | x) + J(v, w | x). :class:`Layout`
+is then the merged one, and maps its value indices to the document's ids and dimensions.
+
 Actions described by features. A flat policy may declare categorical ``action_features`` (each
 action's ``features``: ``{"genre": "comedy", "length": "short"}``). With φ_k(a) the value of feature k
 of action a, weights w_{k,v} per learned value v, and interactions u_{k,f,c,v} with the segments c of
@@ -994,7 +999,8 @@ class SoftmaxPolicy:
         return Decision(
             self.agent_id,
             self.layout.joint_id(local),
-            joint_index(local, self.layout.sizes),
+            joint_index(local, self.layout.sizes) if (merge := self.layout.merge) is None
+            else joint_index(merge.split(local), merge.sizes),  # the position in the document's joint space
             p,
             math.log(p) if p > 0 else -math.inf,
             self.version,
