@@ -27,6 +27,11 @@ raw reward (:class:`RawPosterior`, the reference the table's ratio divides by) a
 and, to price forgetting, each per-dimension one whose posteriors fade with the learner's
 evidence half-life.
 
+Interaction (:class:`InteractionProblem`): the best configuration needs a depth × tool
+interaction that per-dimension models cannot represent. Ours without the pair declared and with it,
+against Thompson sampling on the raw reward over the joint of depth × tool (its 16 pairs one
+dimension) and per dimension on the rest (the reference), and per dimension on all.
+
 Every algorithm meets the same luck (common random numbers): episode t's context, and the
 uniform number that decides whether the j-th pull of arm a in a context pays, are drawn from
 the seed in advance. Regret is expected regret (the best mean in the episode's context minus
