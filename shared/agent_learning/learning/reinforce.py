@@ -225,7 +225,7 @@ from agent_learning.documents import (
     excluded_configurations,
 )
 from agent_learning.policy.features import FeatureReader, segment_name, standardise
-from agent_learning.policy.interactions import declared_fields, merged_document
+from agent_learning.policy.interactions import declared_fields, is_pair, merged_document
 from agent_learning.policy.softmax import Layout
 
 Array = NDArray[np.float64]
@@ -1809,11 +1809,13 @@ class Reinforce:
         # one action's (module docstring: Action features).
         variances = []  # per dimension: its pooled reward variance, the spread of a cell's evidence
         # With several dimensions each one's Thompson floor is dimension_thompson_floor's (LearnerConfig).
+        # A declared pair's is thompson_floor's: its pairs of values are configurations of their own.
         per_dimension = cfg if single else replace(cfg, thompson_floor=cfg.dimension_thompson_floor)
-        for sl in model.slices:
+        for sl, name in zip(model.slices, model.layout.names, strict=True):
             sub = Evidence(evidence.count[sl], evidence.reward_sum[sl], evidence.reward_sq_sum[sl])
             params.theta[sl], count_raised, count_lowered = bound_logits(
-                per_dimension, params.theta[sl], sub, cap=not contextual, temperature=model.temperature
+                cfg if is_pair(name) else per_dimension, params.theta[sl], sub, cap=not contextual,
+                temperature=model.temperature,
             )
             raised += count_raised
             lowered += count_lowered

@@ -29,7 +29,13 @@ from agent_learning.documents import MAX_LOGIT, Action, Dimension, PolicyDocumen
 from agent_learning.documents.fields import JOINT_SEPARATOR
 
 PAIR_NAME = "{}×{}"
-"""The merged dimension's name (inside the policy and the learner only)."""
+"""The merged dimension's name (inside the policy and the learner only; no document's dimension
+has a ``×`` in its name)."""
+
+
+def is_pair(name: str) -> bool:
+    """Whether a dimension of a merged view is a declared pair."""
+    return "×" in name
 DECIMALS = 6
 """Decimals the learned values are written with (as the learner writes logits and offsets)."""
 
