@@ -17,7 +17,7 @@ from agent_learning.cli import main
 from agent_learning.core.errors import InvalidDocument
 from agent_learning.documents import ContextFeature, PolicyDocument
 from agent_learning.evaluation import counterfactual
-from agent_learning.learning.reinforce import Reinforce, Rows
+from agent_learning.learning.reinforce import LearnerConfig, Reinforce, Rows
 from agent_learning.pipeline import create_policy, train_agent
 from agent_learning.policy.interactions import merged_document
 from agent_learning.policy.softmax import Layout, SoftmaxPolicy, joint_index, knows_action, softmax
@@ -238,3 +238,20 @@ def test_a_decision_index_is_the_configuration_position_in_the_document_joint_sp
     plain = policy()
     for config_id in plain.probabilities:
         assert chooser.decision_for(config_id).index == plain.decision_for(config_id).index
+
+
+def test_a_declared_pair_keeps_the_thompson_floor_of_a_list_of_configurations() -> None:
+    doc = trained([("depth", "tool")], batches=8)
+    chooser = SoftmaxPolicy(doc, rng=random.Random(8))
+    decisions = [chooser.choose() for _ in range(200)]
+    rows = Rows([Layout.of(doc).parse(d.action_id) for d in decisions],
+                [trap_mean(d.config["depth"], "abc".index(d.config["tool"])) for d in decisions],
+                [d.probability for d in decisions], [False] * 200, [None] * 200)
+
+    def pair(dimension_floor: float) -> list[float]:
+        learned = Reinforce(LearnerConfig(dimension_thompson_floor=dimension_floor)).learn(doc, rows).applied_to(doc)
+        probabilities = SoftmaxPolicy(learned).probabilities
+        return [sum(p for k, p in probabilities.items() if k.startswith(f"depth={d}") and k.endswith(t))
+                for d in range(3) for t in "abc"]
+
+    assert pair(1.5) == pytest.approx(pair(50.0), abs=1e-9)  # the per-dimension constant leaves the pair alone
