@@ -272,9 +272,9 @@ class LearnerConfig:
     dimension_thompson_floor: float | None = 1.5
     """c_T in each dimension of a policy with several dimensions (``thompson_floor`` holds for every
     other policy, and for a declared pair of dimensions), smaller so a value the policy dropped keeps
-    more draws: its episodes were mostly drawn early, beside the other dimensions' worse values, and look worse than the value is. On
-    ``benchmarks/learning.py``'s four factorized rows, 1.5 against 2.5 took the seeds that end with
-    the best configuration below 0.5 from 6 / 47 / 15 / 39 to 3 / 44 / 9 / 33 of 200, at the same
+    more draws: its episodes were mostly drawn early, beside the other dimensions' worse values, and
+    look worse than the value is. On ``benchmarks/learning.py``'s four factorized rows, 1.5 against
+    2.5 took the seeds that end with the best configuration below 0.5 from 6 / 47 / 15 / 39 to 3 / 44 / 9 / 33 of 200, at the same
     regret within noise (None: off)."""
     odds_cap: float | None = 0.0
     """d: no action's probability relative to the action with the best evidence E exceeds e^d times
