@@ -274,8 +274,8 @@ class LearnerConfig:
     other policy, and for a declared pair of dimensions), smaller so a value the policy dropped keeps
     more draws: its episodes were mostly drawn early, beside the other dimensions' worse values, and
     look worse than the value is. On ``benchmarks/learning.py``'s four factorized rows, 1.5 against
-    2.5 took the seeds that end with the best configuration below 0.5 from 6 / 47 / 15 / 39 to 3 / 44 / 9 / 33 of 200, at the same
-    regret within noise (None: off)."""
+    2.5 took the seeds that end with the best configuration below 0.5 from 6 / 47 / 15 / 39 to
+    3 / 44 / 9 / 33 of 200, at the same regret within noise (None: off)."""
     odds_cap: float | None = 0.0
     """d: no action's probability relative to the action with the best evidence E exceeds e^d times
     the posterior odds that it beats E, Φ(−z)/Φ(z): never much less sure than the evidence
