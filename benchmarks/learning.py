@@ -18,7 +18,7 @@ good, and only episodes of an arm the policy has learned to avoid can show the c
 Reported are the episodes after the change until the policy first puts ≥ 0.5 on the new best
 arm (checked after every update, up to 20,000).
 
-Contextual and factorized problems (``benchmarks/structured.py``) run in the same command unless
+Contextual, factorized and interaction problems (``benchmarks/structured.py``) run in the same command unless
 ``--no-structured`` (``--no-contextual`` keeps the factorized ones alone, without Vowpal Wabbit:
 ``--seeds 200 --no-stationary --no-shift --no-contextual`` gives the factorized figures over 200
 seeds); the contextual ones need ``vowpalwabbit`` (``pip install -e 'shared[bench]'``). Every row
@@ -26,7 +26,8 @@ counts the seeds whose final policy gives the best action less than 0.5 ("best <
 ``--speed`` adds the structured policy's choose and update times; ``--guardrail`` the regret of
 ours behind the publish guardrail as the trainer runs it (:func:`agent_learning.evaluation.review`:
 a held update is not applied and its batch is learned again with the next one; a shrunk one is
-applied as shrunk) against ours without it. ``--gap`` runs nothing else:
+applied as shrunk) against ours without it. ``--interaction`` runs the interaction problems alone.
+``--gap`` runs nothing else:
 where ours' regret against per-dimension Thompson builds up on the 300-configuration problem,
 per 500 episodes, with what Thompson's probabilities and the greedy choice would cost on ours'
 own episodes (``docs/benchmarks.md``, "Where the gap is").
@@ -545,7 +546,16 @@ def main(argv: list[str] | None = None) -> None:
         help="only: where ours' regret against per-dimension Thompson builds up (the factorized problems "
         "--problems names, by default the fixed 300 configurations)",
     )
+    parser.add_argument(
+        "--interaction",
+        action="store_true",
+        help="only: the problem whose best configuration needs a depth × tool interaction, ours with and "
+        "without the pair declared against Thompson sampling on the pair's joint",
+    )
     args = parser.parse_args(argv)
+    if args.interaction:
+        print("\n".join(structured.interaction_lines(args.seeds, time.perf_counter(), {})))
+        return
     if args.gap:
         for problem in named(parser, structured.FACTOR_PROBLEMS, args.problems or structured.FACTOR_PROBLEMS[1].name):
             print("\n".join(structured.gap_lines(problem, args.seeds, time.perf_counter())))

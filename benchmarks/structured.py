@@ -27,6 +27,11 @@ raw reward (:class:`RawPosterior`, the reference the table's ratio divides by) a
 and, to price forgetting, each per-dimension one whose posteriors fade with the learner's
 evidence half-life.
 
+Interaction (:class:`InteractionProblem`): the best configuration needs a depth × tool
+interaction that per-dimension models cannot represent. Ours without the pair declared and with it,
+against Thompson sampling on the raw reward over the joint of depth × tool (its 16 pairs one
+dimension) and per dimension on the rest (the reference), and per dimension on all.
+
 Every algorithm meets the same luck (common random numbers): episode t's context, and the
 uniform number that decides whether the j-th pull of arm a in a context pays, are drawn from
 the seed in advance. Regret is expected regret (the best mean in the episode's context minus
@@ -41,14 +46,20 @@ import math
 import sys
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
 
 from agent_learning.documents import PolicyDocument
 from agent_learning.learning.reinforce import LearnerConfig, Rows, fade, learn_structured
-from agent_learning.policy.softmax import DEFAULT_EXPLORATION_FLOOR, StructuredPolicy
+from agent_learning.policy.softmax import (
+    DEFAULT_EXPLORATION_FLOOR,
+    Layout,
+    StructuredPolicy,
+    dimension_probabilities,
+    feature_logits,
+)
 
 Rng = np.random.Generator
 BATCH = 50
@@ -127,6 +138,44 @@ class FactorProblem:
         total = total + rng.uniform(-0.02, 0.02, self.sizes[:2]).reshape(shape2)
         return np.clip(total, 0.02, 0.98)
 
+
+INTERACTION_EFFECTS = (0.08, 0.04, 0.0, -0.06)
+"""The interaction problem's effect of each depth value, and of each tool value."""
+INTERACTION_BONUS = 0.35
+"""What the one pair (depth 3, tool 3), each value the worst on its own, adds."""
+
+
+MODEL_EFFECTS = (0.05, 0.0, -0.03)
+"""The interaction problem's effect of each model value (the first ``models`` of them)."""
+
+
+@dataclass(frozen=True)
+class InteractionProblem(FactorProblem):
+    """depth (4) × tool (4) × model (3, or 1): mean 0.5 + a_depth + a_tool + c_model, with a = 0.08,
+    0.04, 0, −0.06 and c = 0.05, 0, −0.03, plus :data:`INTERACTION_BONUS` for depth 3 with tool 3.
+    The best configuration (3, 3, 0: 0.78) needs the interaction: additively, depth 0 and tool 0 are
+    best (0, 0, 0: 0.71), and averaged over the other dimension depth 3 and tool 3 stay worse than
+    depth 0 and tool 0. ``sizes`` (4, 4, models), or (16, models) for the algorithms that see
+    depth × tool as one dimension (the same configurations in the same order)."""
+
+    models: int = 3
+
+    @property
+    def merged(self) -> InteractionProblem:
+        """The problem as the algorithms that see depth × tool as one dimension meet it."""
+        return replace(self, sizes=(16, self.models))
+
+    def table(self, run_seed: int = 0) -> np.ndarray:
+        a = np.array(INTERACTION_EFFECTS)
+        total = 0.5 + a[:, None, None] + a[None, :, None] + np.array(MODEL_EFFECTS[: self.models])[None, None, :]
+        total[3, 3, :] += INTERACTION_BONUS
+        return total.reshape(self.sizes)
+
+
+INTERACTION_PROBLEMS = [
+    InteractionProblem("depth × tool × model = 48, best needs depth × tool", (4, 4, 3), 4_000),
+    InteractionProblem("depth × tool = 16, best needs depth × tool", (4, 4, 1), 4_000, models=1),
+]
 
 CONTEXT_PROBLEMS = [
     ContextProblem("2 segments", 4, 2, 4_000),
@@ -418,15 +467,32 @@ def contextual_algorithms(problem: ContextProblem) -> list[Callable[[Rng, int], 
 class OursFactorized(Chooser):
     name = "REINFORCE (ours)"
 
-    def __init__(self, sizes: Sequence[int], rng: Rng, config: LearnerConfig | None = None) -> None:
+    def __init__(
+        self,
+        sizes: Sequence[int],
+        rng: Rng,
+        config: LearnerConfig | None = None,
+        *,
+        dimensions: Sequence[int] | None = None,
+        interactions: Sequence[tuple[str, str]] = (),
+    ) -> None:
+        """``dimensions`` (with ``interactions``): the policy's own dimensions, whose merged view
+        (each declared pair one dimension) has ``sizes``; draws and rows are in the merged view."""
         self.sizes, self.rng = tuple(sizes), rng
         self.doc = StructuredPolicy.create(
-            "bench", {f"d{d}": list(range(k)) for d, k in enumerate(sizes)}, exploration_floor=DEFAULT_EXPLORATION_FLOOR
+            "bench", {f"d{d}": list(range(k)) for d, k in enumerate(dimensions or sizes)},
+            interactions=interactions, exploration_floor=DEFAULT_EXPLORATION_FLOOR,
         ).document
         self.config = config or LearnerConfig()
         self._refresh()
 
     def _refresh(self) -> None:
+        if self.doc.interactions:  # the merged dimensions' own probabilities
+            logits = feature_logits(self.doc, None)
+            probs = dimension_probabilities(logits, Layout.of(self.doc), self.doc.temperature,
+                                            self.doc.exploration_floor)
+            self.marginals = [np.array(p) for p in probs]
+            return
         self.marginals = [np.array(list(m.values())) for m in StructuredPolicy(self.doc).marginals().values()]
 
     def draw(self, n: int) -> tuple[np.ndarray, np.ndarray]:
@@ -650,11 +716,12 @@ def gap_lines(problem: FactorProblem, seeds: int, t0: float) -> list[str]:
 
 
 def tables(seeds: int, t0: float, contextual: bool = True) -> tuple[list[str], dict[str, Any]]:
-    """The contextual (unless ``contextual`` is False) and factorized tables (markdown lines) and
-    their figures."""
-    out: dict[str, Any] = {"contextual": {}, "factorized": {}}
+    """The contextual (unless ``contextual`` is False), factorized and interaction tables (markdown
+    lines) and their figures."""
+    out: dict[str, Any] = {"contextual": {}, "factorized": {}, "interaction": {}}
     lines = [*contextual_lines(seeds, t0, out["contextual"]), ""] if contextual else []
-    return lines + factorized_lines(seeds, t0, out["factorized"]), out
+    lines += [*factorized_lines(seeds, t0, out["factorized"]), ""]
+    return lines + interaction_lines(seeds, t0, out["interaction"]), out
 
 
 def contextual_lines(seeds: int, t0: float, out: dict[str, Any]) -> list[str]:
@@ -717,6 +784,48 @@ def factorized_lines(seeds: int, t0: float, out: dict[str, Any]) -> list[str]:
                 f"| {problem.name} | {name} | {mean:.1f} ± {np.std(row.regret):.1f} | {mean / reference.mean():.2f}× "
                 f"± {se:.2f} | {mean / per_dim:.2f}× | {mean / joint:.2f}× | {row.below_half}/{seeds} |"
             )
+    return lines
+
+
+class RawMergedThompson(RawDimensionThompson):
+    name = "Thompson (joint of depth × tool, per dimension on the rest, raw reward, batched)"
+
+
+def interaction_algorithms(
+    problem: InteractionProblem,
+) -> list[tuple[str, Callable[[Sequence[int], Rng], Any], InteractionProblem]]:
+    """The interaction problem's algorithms, each with its name and the problem as it sees it (the
+    reference: the third)."""
+
+    def declared(sizes: Sequence[int], rng: Rng) -> OursFactorized:
+        return OursFactorized(sizes, rng, dimensions=problem.sizes, interactions=[("d0", "d1")])
+
+    return [
+        (OursFactorized.name, OursFactorized, problem),
+        (f"{OursFactorized.name}, depth × tool declared", declared, problem.merged),
+        (RawMergedThompson.name, RawMergedThompson, problem.merged),
+        (RawDimensionThompson.name, RawDimensionThompson, problem),
+    ]
+
+
+def interaction_lines(seeds: int, t0: float, out: dict[str, Any]) -> list[str]:
+    """The interaction table: each algorithm's ratio to Thompson sampling on the raw reward over the
+    joint of depth × tool (per dimension on model); its figures go into ``out``."""
+    lines = [
+        "| problem | algorithm | regret (mean ± sd) | vs raw-reward Thompson on the joint of depth × tool "
+        "(± paired se) | best < 0.5 (seeds) |",
+        "|---|---|---:|---:|---:|",
+    ]
+    for problem in INTERACTION_PROBLEMS:
+        rows: dict[str, Row] = {}
+        for name, make, seen in interaction_algorithms(problem):
+            row = rows[name] = Row()
+            for seed in range(seeds):
+                regret, below = run_factorized(seen, make, seed)
+                row.regret.append(regret)
+                row.below_half += below
+            _progress(t0, f"{problem.name}: {name}")
+        _table_rows(lines, out, problem.name, rows, RawMergedThompson.name, seeds)
     return lines
 
 

@@ -16,13 +16,13 @@ from agent_learning.cli.root import _handle_errors, main
 from agent_learning.core.errors import ConcurrencyConflict, InvalidDocument
 from agent_learning.core.limits import MAX_TEMPERATURE, MIN_TEMPERATURE
 
-STRUCTURE_KEYS = ("dimensions", "context", "excluded")
+STRUCTURE_KEYS = ("dimensions", "context", "excluded", "interactions")
 """The keys of an ``--actions`` file that declares a structured policy (an object, not a list)."""
 
 
 def _read_actions(actions_file: str) -> list[Any] | dict[str, Any]:
     """The actions in an ``--actions`` file, checked item by item: a list of actions, or an
-    object with ``dimensions`` (and optionally ``context`` and ``excluded``)."""
+    object with ``dimensions`` (and optionally ``context``, ``excluded`` and ``interactions``)."""
     from agent_learning.documents import parse_json
     try:  # a name given twice is refused, as the HTTP routes refuse it: JSON would keep only the last
         actions = parse_json(Path(actions_file).read_text(), unique_names=True)
@@ -33,7 +33,7 @@ def _read_actions(actions_file: str) -> list[Any] | dict[str, Any]:
         if unknown or "dimensions" not in actions:
             raise ValueError(
                 f"--actions: {actions_file} holds an object; it needs \"dimensions\" and may have "
-                f"\"context\" and \"excluded\"" + (f" (unknown: {unknown})" if unknown else "")
+                f"\"context\", \"excluded\" and \"interactions\"" + (f" (unknown: {unknown})" if unknown else "")
             )
         return actions
     if not isinstance(actions, list) or not actions:
@@ -94,7 +94,8 @@ def _checked_floor(floor: float, given: str, actions: list[Any] | dict[str, Any]
     required=True,
     type=click.Path(exists=True, dir_okay=False),
     help="JSON file: a list of action ids or of {id, description, config} objects; or an object "
-    '{"dimensions": {"prompt": [...], "retrieval_k": [...]}, "context": {"task": "category"}, "excluded": [...]}.',
+    '{"dimensions": {"prompt": [...], "retrieval_k": [...]}, "context": {"task": "category"}, "excluded": [...], '
+    '"interactions": [["prompt", "retrieval_k"]]}.',
 )
 @click.option(
     "--temperature",
@@ -133,6 +134,7 @@ def init_policy(
                 actions["dimensions"],
                 context=actions.get("context"),
                 excluded=actions.get("excluded") or (),
+                interactions=actions.get("interactions") or (),
                 **options,
             ).document
         else:

@@ -118,6 +118,7 @@ def _show_structured(doc: Any, as_json: bool) -> None:
                 *(rows.get(value_id, ()) if evidence else ()),
             )
         out.print(table)
+    _show_interactions(doc)
     for feature in doc.features or []:
         if not feature.segmented:
             out.print(f"numeric feature {feature.name}: centre {feature.center:.4g}, scale {feature.scale:.4g}"
@@ -126,6 +127,24 @@ def _show_structured(doc: Any, as_json: bool) -> None:
         elif not feature.segments:
             out.print(f"categorical feature {feature.name}: no segments learned yet")
     _pinned_and_last_run(doc)
+
+
+def _show_interactions(doc: Any) -> None:
+    """``policy show``: each declared pair's joint logits J (added to its values' own logits), one
+    row per value of the first dimension, one column per value of the second."""
+    for interaction in doc.interactions or []:
+        first, second = interaction.dimensions
+        rows, cols = ([a.id.partition("=")[2] for a in doc.actions if a.id.startswith(f"{name}=")]
+                      for name in (first, second))
+        table = Table(title=f"interaction {first} × {second}: joint logits, added to the values' own",
+                      title_justify="left")
+        table.add_column(f"{first} \\ {second}", justify="left")
+        for col in cols:
+            table.add_column(col, justify="right")
+        joint = interaction.logits or [0.0] * (len(rows) * len(cols))
+        for v, row in enumerate(rows):
+            table.add_row(row, *(f"{x:+.3f}" for x in joint[v * len(cols) : (v + 1) * len(cols)]))
+        out.print(table)
 
 
 def _evidence_columns(doc: Any) -> list[tuple[str, str]] | None:

@@ -28,6 +28,8 @@ that a library that knows only schema 1 keeps reading every document it could re
 refuses a structured policy with "upgrade agent-learning" instead of misreading it."""
 STRUCTURED_SCHEMA = 2
 """The schema of a policy with ``dimensions``, ``excluded`` or ``features``."""
+JOINT_SEPARATOR = ":"
+"""Joins the values' ids into a configuration's id: ``prompt=concise:retrieval_k=3``."""
 
 # Size caps: they keep judge prompts bounded. `EpisodeCapture` truncates to them; parsing
 # rejects anything longer. Together they admit about 4 MB per episode (256 steps of up to

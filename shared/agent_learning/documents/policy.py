@@ -187,6 +187,31 @@ class ActionFeature(BaseModel):
         return len(self.weights) + sum(len(w) for s in (self.by_context or {}).values() for w in s.values())
 
 
+class Interaction(BaseModel):
+    """Two dimensions of a structured policy learned jointly (:mod:`agent_learning.policy.interactions`):
+    ``logits`` J holds one logit per pair of their values (the first dimension's value slowest),
+    added to the two values' own logits; ``segments`` maps a categorical feature (or a binned
+    number) and one of its segments to J's offsets there, ``weights`` a numeric feature to J's
+    weights. Declared as the bare pair ``["depth", "tool"]``; the learner fills the tables in."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    dimensions: Annotated[list[DimensionName], Field(min_length=2, max_length=2)]
+    logits: Offsets | None = Field(None, exclude_if=_unset)
+    segments: dict[str, dict[SegmentName, Offsets]] | None = Field(None, exclude_if=_unset)
+    weights: dict[str, Offsets] | None = Field(None, exclude_if=_unset)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _pair(cls, data: Any) -> Any:
+        return {"dimensions": list(data)} if isinstance(data, list | tuple) else data
+
+    @property
+    def parameters(self) -> int:
+        """Its learned tables: the logits, and one per segment and numeric feature."""
+        return (self.logits is not None) + sum(len(s) for s in (self.segments or {}).values()) + len(self.weights or {})
+
+
 class PolicyDocument(Document):
     """A softmax policy over discrete actions.
 
@@ -231,6 +256,10 @@ class PolicyDocument(Document):
     )
     """Categorical features of the actions the policy scores them by (schema 2; a flat policy's):
     an action a request offers that the policy has never seen is scored by its features alone."""
+    interactions: Annotated[list[Interaction], Field(max_length=MAX_DIMENSIONS // 2)] | None = Field(
+        None, exclude_if=_unset
+    )
+    """Pairs of dimensions learned jointly (schema 2; :class:`Interaction`), each dimension in one pair at most."""
     unpinned_version: Version | None = Field(None, exclude_if=_unset)
     """The version the current document was at when an operator last unpinned it: a drift warning
     pins the agent again (``AGENT_LEARNING_AUTO_PIN``) only on the evidence of the runs after it."""
@@ -245,7 +274,10 @@ class PolicyDocument(Document):
         if (
             isinstance(data, dict)
             and "schema_version" not in data
-            and any(data.get(k) is not None for k in ("dimensions", "excluded", "features", "action_features"))
+            and any(
+                data.get(k) is not None
+                for k in ("dimensions", "excluded", "features", "action_features", "interactions")
+            )
         ):
             return {**data, "schema_version": STRUCTURED_SCHEMA}
         return data
@@ -334,6 +366,63 @@ class PolicyDocument(Document):
                 f"features: {learned} segments and numeric features × {len(self.actions)} actions is "
                 f"{learned * len(self.actions)} parameters; the limit is {MAX_LEARNED_VALUES}"
             )
+        self._check_interactions(learned)
+
+    def _check_interactions(self, learned: int) -> None:
+        """Each declared pair: two dimensions, in no other pair, with tables of one entry per pair of
+        their values, for segments and numeric features the policy has."""
+        if self.interactions is None:
+            return
+        if self.dimensions is None:
+            raise ValueError("interactions: only a policy with dimensions declares interactions")
+        sizes = {d.name: d.size for d in self.dimensions}
+        features = {f.name: f for f in self.features or []}
+        paired: set[str] = set()
+        values = len(self.actions)  # the values the policy draws from, each pair merged into one dimension
+        for i, interaction in enumerate(self.interactions):
+            where = f"interactions[{i}]"
+            first, second = interaction.dimensions
+            for name in (first, second):
+                if name not in sizes:
+                    raise ValueError(f"{where}: {name!r} is not a dimension (dimensions: {list(sizes)})")
+                if name in paired:
+                    raise ValueError(f"{where}: {name!r} is in two pairs; a dimension interacts with one other at most")
+                paired.add(name)
+            if first == second:
+                raise ValueError(f"{where}: a dimension does not interact with itself ({first!r} twice)")
+            pairs = sizes[first] * sizes[second]
+            if pairs > MAX_ACTIONS:
+                raise ValueError(f"{where}: {first} × {second} has {pairs} pairs of values; the limit is {MAX_ACTIONS}")
+            if self.exploration_floor * pairs >= 1:
+                raise ValueError(f"{where}: exploration_floor {self.exploration_floor} x {pairs} pairs of values "
+                                 f"({first} × {second}, drawn as one dimension) must be below 1")
+            values += pairs - sizes[first] - sizes[second]
+            if interaction.logits is not None and len(interaction.logits) != pairs:
+                raise ValueError(f"{where}.logits: needs one logit per pair of values ({pairs}), got "
+                                 f"{len(interaction.logits)}")
+            for name, segments in (interaction.segments or {}).items():
+                feature = features.get(name)
+                if feature is None or not feature.segmented:
+                    raise ValueError(f"{where}.segments: {name!r} is not a category feature (nor a binned number) "
+                                     "of the policy")
+                for segment, offsets in segments.items():
+                    if segment not in (feature.segments or {}):
+                        raise ValueError(f"{where}.segments.{name}: {segment!r} is not a segment of the feature")
+                    if len(offsets) != pairs:
+                        raise ValueError(f"{where}.segments.{name}.{segment}: needs one offset per pair of values "
+                                         f"({pairs}), got {len(offsets)}")
+            for name, weights in (interaction.weights or {}).items():
+                feature = features.get(name)
+                if feature is None or feature.segmented or feature.weights is None:
+                    raise ValueError(f"{where}.weights: {name!r} is not a numeric feature of the policy with weights")
+                if len(weights) != pairs:
+                    raise ValueError(f"{where}.weights.{name}: needs one weight per pair of values ({pairs}), "
+                                     f"got {len(weights)}")
+        if learned * values > MAX_LEARNED_VALUES:
+            raise ValueError(
+                f"interactions: {learned} segments and numeric features × {values} values (each pair of "
+                f"dimensions drawn as one) is {learned * values} parameters; the limit is {MAX_LEARNED_VALUES}"
+            )
 
     def _check_action_features(self) -> None:
         if self.action_features is None:
@@ -360,7 +449,10 @@ class PolicyDocument(Document):
     @property
     def structured(self) -> bool:
         """Whether the document uses the fields of schema 2 (dimensions, exclusions, features)."""
-        return any(x is not None for x in (self.dimensions, self.excluded, self.features, self.action_features))
+        return any(
+            x is not None
+            for x in (self.dimensions, self.excluded, self.features, self.action_features, self.interactions)
+        )
 
     def as_kind(self, kind: Literal["version", "current"]) -> PolicyDocument:
         """The same policy as a version document or as the current document.

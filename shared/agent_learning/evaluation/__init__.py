@@ -54,7 +54,6 @@ from agent_learning.documents import (
     MetricCheck,
     PolicyDocument,
     WeightDiagnostics,
-    excluded_configurations,
 )
 from agent_learning.policy.features import FeatureReader
 from agent_learning.policy.softmax import (
@@ -62,6 +61,7 @@ from agent_learning.policy.softmax import (
     SoftmaxPolicy,
     context_key,
     dimension_probabilities,
+    drawn_excluded,
     feature_logits,
     normaliser,
 )
@@ -732,7 +732,7 @@ def chosen_probabilities(
             first.append(context)
         rows[i] = u
     layout = Layout.of(doc)
-    excluded = excluded_configurations(doc)
+    excluded = drawn_excluded(doc)
     table, z = [], []
     for context in first:
         probs = dimension_probabilities(feature_logits(doc, context), layout, doc.temperature, doc.exploration_floor)

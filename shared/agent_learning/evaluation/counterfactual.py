@@ -33,7 +33,6 @@ from agent_learning.documents import (
     PolicyDocument,
     Score,
     ScoreCursor,
-    excluded_configurations,
     stored_policy,
 )
 from agent_learning.evaluation import (
@@ -53,6 +52,7 @@ from agent_learning.policy.softmax import (
     Layout,
     SoftmaxPolicy,
     dimension_probabilities,
+    drawn_excluded,
     feature_logits,
     joint_index,
     normaliser,
@@ -307,7 +307,7 @@ def of_document(doc: PolicyDocument) -> Distribution:
         def among(context: Mapping[str, Any] | None, offer: Sequence[Candidate]) -> list[float]:
             return policy.offered_probabilities(policy.offered(list(offer)), context)
 
-    return Distribution(dimensions, excluded_configurations(doc), layout.sizes, among)
+    return Distribution(dimensions, drawn_excluded(doc), layout.sizes, among)
 
 
 def always(doc: PolicyDocument, action_id: str) -> Distribution:
@@ -315,7 +315,7 @@ def always(doc: PolicyDocument, action_id: str) -> Distribution:
     or, for dimensions, one value (``prompt=concise``) with the other dimensions as ``doc``
     chooses them."""
     layout = Layout.of(doc)
-    excluded = excluded_configurations(doc)
+    excluded = drawn_excluded(doc)
     local = layout.parse(action_id)
     if local is not None:
         if local in set(excluded):
@@ -329,6 +329,21 @@ def always(doc: PolicyDocument, action_id: str) -> Distribution:
 
         return Distribution(lambda context: one, excluded, layout.sizes, among if len(layout.sizes) == 1 else None)
     dims = [d for d, ids in enumerate(layout.value_ids) if action_id in ids]
+    paired = _in_pair(layout, action_id)
+    if paired is not None:
+        k, keep = paired
+        if sum(1 for e in excluded if keep[e[k]]) == sum(keep) * math.prod(layout.sizes) // layout.sizes[k]:
+            raise ValueError(f"--action: every configuration with {action_id!r} is excluded")
+        of_pair = of_document(doc).dimensions
+
+        def with_value(context: Mapping[str, Any] | None) -> list[list[float]]:
+            """The pair's other value as ``doc`` chooses it given this one."""
+            probs = of_pair(context)
+            total = math.fsum(p for p, kept in zip(probs[k], keep, strict=True) if kept)
+            probs[k] = [p / total if kept else 0.0 for p, kept in zip(probs[k], keep, strict=True)]
+            return probs
+
+        return Distribution(with_value, excluded, layout.sizes)
     if not dims or len(layout.sizes) == 1:
         raise ValueError(
             f"--action: {action_id!r} is not an action of {doc.agent_id!r}"
@@ -354,11 +369,25 @@ def always(doc: PolicyDocument, action_id: str) -> Distribution:
     return Distribution(dimensions, excluded, layout.sizes)
 
 
+def _in_pair(layout: Layout, action_id: str) -> tuple[int, list[bool]] | None:
+    """For a value of a dimension in a declared interaction: the merged dimension it is in, and
+    which of that dimension's pairs of values have it (None for any other id)."""
+    merge, original = layout.merge, layout.original
+    if merge is None or original is None:
+        return None
+    for d, ids in enumerate(original.value_ids):
+        for k, part in enumerate(merge.parts):
+            if action_id in ids and len(part) == 2 and d in part:
+                value, second = ids.index(action_id), merge.sizes[part[1]]
+                return k, [divmod(j, second)[part.index(d)] == value for j in range(layout.sizes[k])]
+    return None
+
+
 def uniform(doc: PolicyDocument) -> Distribution:
     """Every configuration that is not excluded, equally likely."""
     layout = Layout.of(doc)
     equal = [[1.0 / k] * k for k in layout.sizes]
-    return Distribution(lambda context: equal, excluded_configurations(doc), layout.sizes,
+    return Distribution(lambda context: equal, drawn_excluded(doc), layout.sizes,
                         lambda context, offer: [1.0 / len(offer)] * len(offer))
 
 

@@ -230,7 +230,8 @@ from agent_learning.learning.columns import (
     number_column,
     segment_column,
 )
-from agent_learning.policy.features import FeatureReader, segment_name
+from agent_learning.policy.features import FeatureReader, segment_name, standardise
+from agent_learning.policy.interactions import declared_fields, is_pair, merged_document
 from agent_learning.policy.softmax import Layout
 
 Array = NDArray[np.float64]
@@ -276,11 +277,11 @@ class LearnerConfig:
     much less often than Thompson sampling would draw it (None: off)."""
     dimension_thompson_floor: float | None = 1.5
     """c_T in each dimension of a policy with several dimensions (``thompson_floor`` holds for every
-    other policy), smaller so a value the policy dropped keeps more draws: its episodes were mostly
-    drawn early, beside the other dimensions' worse values, and look worse than the value is. On
-    ``benchmarks/learning.py``'s four factorized rows, 1.5 against 2.5 took the seeds that end with
-    the best configuration below 0.5 from 6 / 47 / 15 / 39 to 3 / 44 / 9 / 33 of 200, at the same
-    regret within noise (None: off)."""
+    other policy, and for a declared pair of dimensions), smaller so a value the policy dropped keeps
+    more draws: its episodes were mostly drawn early, beside the other dimensions' worse values, and
+    look worse than the value is. On ``benchmarks/learning.py``'s four factorized rows, 1.5 against
+    2.5 took the seeds that end with the best configuration below 0.5 from 6 / 47 / 15 / 39 to
+    3 / 44 / 9 / 33 of 200, at the same regret within noise (None: off)."""
     odds_cap: float | None = 0.0
     """d: no action's probability relative to the action with the best evidence E exceeds e^d times
     the posterior odds that it beats E, Φ(−z)/Φ(z): never much less sure than the evidence
@@ -401,6 +402,8 @@ class Update:
     logit (None: unchanged)."""
     action_features: list[dict[str, Any]] | None = None
     """The document's ``action_features`` with the learned weights (None without any)."""
+    interactions: list[dict[str, Any]] | None = None
+    """The document's ``interactions`` with the learned tables (None without any)."""
 
     def fields(self) -> dict[str, Any]:
         """The policy document fields this update sets (besides the learner state)."""
@@ -411,6 +414,8 @@ class Update:
             out["actions"] = self.actions
         if self.action_features is not None:
             out["action_features"] = self.action_features
+        if self.interactions is not None:
+            out["interactions"] = self.interactions
         return out
 
     def applied_to(self, doc: PolicyDocument) -> PolicyDocument:
@@ -1553,7 +1558,13 @@ class Reinforce:
 
     def learn(self, doc: PolicyDocument, rows: Rows) -> Update:
         """One update of a policy document on scored rows (the trainer's entry point): the new
-        logits, features, metrics and learner state."""
+        logits, features, metrics and learner state. A policy with interactions learns on its merged
+        view, each declared pair one dimension (rows give its values as :meth:`Layout.of` parses them)."""
+        if doc.interactions:
+            update = self.learn(merged_document(doc), rows)
+            fields = declared_fields(doc, update.logits, update.features)
+            return replace(update, logits=np.asarray(fields["logits"]), features=fields["features"],
+                           interactions=fields["interactions"])
         model, params, batch = prepare(doc, rows)
         _check(batch, model)
         space = model.actions
@@ -1795,11 +1806,13 @@ class Reinforce:
         # one action's (module docstring: Action features).
         variances = []  # per dimension: its pooled reward variance, the spread of a cell's evidence
         # With several dimensions each one's Thompson floor is dimension_thompson_floor's (LearnerConfig).
+        # A declared pair's is thompson_floor's: its pairs of values are configurations of their own.
         per_dimension = cfg if single else replace(cfg, thompson_floor=cfg.dimension_thompson_floor)
-        for sl in model.slices:
+        for sl, name in zip(model.slices, model.layout.names, strict=True):
             sub = Evidence(evidence.count[sl], evidence.reward_sum[sl], evidence.reward_sq_sum[sl])
             params.theta[sl], count_raised, count_lowered = bound_logits(
-                per_dimension, params.theta[sl], sub, cap=not contextual, temperature=model.temperature
+                cfg if is_pair(name) else per_dimension, params.theta[sl], sub, cap=not contextual,
+                temperature=model.temperature,
             )
             raised += count_raised
             lowered += count_lowered

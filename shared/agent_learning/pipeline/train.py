@@ -38,6 +38,7 @@ from agent_learning.documents import (
     ActionFeature,
     Candidate,
     ContextFeature,
+    Interaction,
     Measures,
     PolicyDocument,
     Rejected,
@@ -509,7 +510,8 @@ def next_version(
     if batch.skipped:
         note += f", skipped {len(batch.skipped)} of removed actions"
     fields = update.fields()
-    for name, kind in (("features", ContextFeature), ("actions", Action), ("action_features", ActionFeature)):
+    for name, kind in (("features", ContextFeature), ("actions", Action), ("action_features", ActionFeature),
+                       ("interactions", Interaction)):
         if name in fields:
             fields[name] = [kind.model_validate(x) for x in fields[name]]
     return current.model_copy(

@@ -39,6 +39,11 @@ without exclusions). A flat list of actions is one dimension without context or 
 first formula. A configuration's id joins its values' ids with ``:``
 (``prompt=concise:retrieval_k=3``); episodes log that id, π(a | x) and the context.
 
+Interactions. A policy may declare pairs of dimensions drawn jointly
+(:mod:`agent_learning.policy.interactions`): the pair (d, e) is one dimension of K_d·K_e values in
+the formulas above, the logit of (v, w) being ℓ_d(v | x) + ℓ_e(w | x) + J(v, w | x). :class:`Layout`
+is then the merged one, and maps its value indices to the document's ids and dimensions.
+
 Actions described by features. A flat policy may declare categorical ``action_features`` (each
 action's ``features``: ``{"genre": "comedy", "length": "short"}``). With φ_k(a) the value of feature k
 of action a, weights w_{k,v} per learned value v, and interactions u_{k,f,c,v} with the segments c of
@@ -106,6 +111,7 @@ from agent_learning.documents import (
     invalid_from_pydantic,
     policy_doc_id,
 )
+from agent_learning.documents.fields import JOINT_SEPARATOR
 from agent_learning.policy.decision import Decision, ReadOnlyDict, read_only, validated_context
 from agent_learning.policy.features import (
     NUMBER_CLIP,
@@ -115,9 +121,8 @@ from agent_learning.policy.features import (
     segment_name,
 )
 from agent_learning.policy.features import is_number as is_number  # read here by the CLI
+from agent_learning.policy.interactions import Merge, merged_document
 
-JOINT_SEPARATOR = ":"
-"""Joins the values' ids into a configuration's id: ``prompt=concise:retrieval_k=3``."""
 MAX_DRAWS = 10_000
 """Rejection draws before choose() gives up (only if excluded configurations hold ~all the mass)."""
 NO_CONTEXT = "no context"
@@ -150,10 +155,26 @@ class Layout:
     dimension's value under its name, an action of a flat list its whole ``config``."""
     indices: tuple[dict[str, int], ...]
     """Per dimension, value id → its index."""
+    merge: Merge | None = None
+    """A policy with interactions: each declared pair is one dimension here, of its pairs of values
+    (:mod:`agent_learning.policy.interactions`); ``original`` is the document's own layout."""
+    original: Layout | None = None
 
     @classmethod
     def of(cls, doc: PolicyDocument) -> Layout:
-        return cls.build(doc.actions, doc.dimensions)
+        """The dimensions ``doc``'s policy draws: its own, each declared pair merged into one."""
+        layout = cls.build(doc.actions, doc.dimensions)
+        if not doc.interactions:
+            return layout
+        merge = Merge.of(doc)
+        view = merged_document(doc)
+        merged = cls.build(view.actions, view.dimensions)
+        configs = tuple(
+            layout.configs[p[0]] if len(p) == 1 else tuple(
+                ReadOnlyDict({**a, **b}) for a, b in product(layout.configs[p[0]], layout.configs[p[1]]))
+            for p in merge.parts
+        )
+        return cls(merged.names, merged.starts, merged.sizes, merged.value_ids, configs, merged.indices, merge, layout)
 
     @classmethod
     def build(cls, actions: Sequence[Action], dimensions: Sequence[Dimension] | None) -> Layout:
@@ -172,10 +193,15 @@ class Layout:
         return cls(tuple(d.name for d in dims), starts, tuple(d.size for d in dims), ids, configs, indices)
 
     def joint_id(self, local: Sequence[int]) -> str:
+        if self.original is not None and self.merge is not None:
+            return self.original.joint_id(self.merge.split(local))
         return JOINT_SEPARATOR.join(self.value_ids[d][i] for d, i in enumerate(local))
 
     def parse(self, joint_id: str) -> tuple[int, ...] | None:
         """Per dimension, the index of a configuration's value (None if it is not one of these)."""
+        if self.original is not None and self.merge is not None:
+            local = self.original.parse(joint_id)
+            return None if local is None else self.merge.join(local)
         parts = joint_id.split(JOINT_SEPARATOR) if len(self.names) > 1 else [joint_id]
         if len(parts) != len(self.names):
             return None
@@ -190,7 +216,8 @@ class Layout:
 
 def feature_logits(doc: PolicyDocument, context: Mapping[str, Any] | None) -> list[float]:
     """ℓ(· | x) of ``doc``'s values for the context x (:func:`context_logits`, and its actions'
-    features' terms)."""
+    features' terms); with interactions, of the values of its merged view (:class:`Layout`)."""
+    doc = merged_document(doc)
     logits = context_logits(doc.logits, doc.features or (), context)
     if doc.action_features:
         scorer = ActionScorer(doc.action_features, doc.features or ())
@@ -511,6 +538,7 @@ class SoftmaxPolicy:
         "_index",
         "_linear",
         "_numeric",
+        "_own",
         "_random",
         "_readers",
         "_scorer",
@@ -565,10 +593,18 @@ class SoftmaxPolicy:
         self.pinned = pinned
         self.document = document
         self.incarnation = document.incarnation if document is not None else None
-        self.layout = Layout.build(self.actions, document.dimensions if document is not None else None)
-        mix_floor([0.0] * max(self.layout.sizes), self.exploration_floor)  # the floor, checked
         self.features = tuple(document.features or ()) if document is not None else ()
-        self.excluded = tuple(excluded_configurations(document)) if document is not None else ()
+        self._own: tuple[tuple[float, ...], tuple[ContextFeature, ...]] = (self.logits, self.features)
+        """The logits and features the policy draws with: the document's, or its merged view's."""
+        if document is not None and document.interactions:
+            view = merged_document(document)
+            self.layout = Layout.of(document)
+            self._own = (tuple(view.logits), tuple(view.features or ()))
+            self.excluded = tuple(excluded_configurations(view))
+        else:
+            self.layout = Layout.build(self.actions, document.dimensions if document is not None else None)
+            self.excluded = tuple(excluded_configurations(document)) if document is not None else ()
+        mix_floor([0.0] * max(self.layout.sizes), self.exploration_floor)  # the floor, checked
         self._excluded_set = frozenset(self.excluded)
         self._random = (rng or random.Random()).random
         self._features = {f.name: f for f in self.features}
@@ -581,7 +617,7 @@ class SoftmaxPolicy:
         """Per dimension, what :func:`_draw_linear` reads: where its values start and stop, K, K·f, 1 − K·f, K − 1."""
         self._linear = tuple(
             (f.name, self._readers[f.name], [w / self.temperature for w in f.weights])
-            for f in self.features if not f.segmented and f.weights
+            for f in self._own[1] if not f.segmented and f.weights
         )
         self._binned = len(self._numeric) > len(self._linear)
         self._bin_keys = tuple((at, self._readers[name]) for at, name in enumerate(self._categorical)
@@ -659,6 +695,7 @@ class SoftmaxPolicy:
         *,
         context: Mapping[str, str] | None = None,
         excluded: Sequence[Mapping[str, Any]] = (),
+        interactions: Sequence[Sequence[str]] = (),
         temperature: float = DEFAULT_TEMPERATURE,
         exploration_floor: float = DEFAULT_EXPLORATION_FLOOR,
         rng: random.Random | None = None,
@@ -667,7 +704,10 @@ class SoftmaxPolicy:
     ) -> SoftmaxPolicy:
         """A uniform version-1 policy over ``dimensions`` (name → its values: strings, numbers or
         booleans), learning from the ``context`` features named (name → ``"category"`` or
-        ``"number"``), never choosing a configuration that matches a rule of ``excluded``."""
+        ``"number"``), never choosing a configuration that matches a rule of ``excluded``, learning
+        each pair of dimensions of ``interactions`` (``[("depth", "tool")]``) jointly."""
+        if isinstance(interactions, str | bytes | Mapping) or not isinstance(interactions, Sequence):
+            raise InvalidDocument("policy", [("interactions", "must be a list of pairs of dimension names")])
         doc = PolicyDocument.from_dict(
             {
                 "id": policy_doc_id(agent_id, 1),
@@ -675,6 +715,8 @@ class SoftmaxPolicy:
                 "agent_id": agent_id,
                 "version": 1,
                 **structure_fields(dimensions, context, excluded),
+                **({"interactions": [list(p) if isinstance(p, tuple) else p for p in interactions]}
+                   if interactions else {}),
                 "temperature": temperature,
                 "exploration_floor": exploration_floor,
                 "source": "init",
@@ -709,8 +751,8 @@ class SoftmaxPolicy:
         features as its stored document has them)."""
         stored = self.document.to_dict() if self.document is not None else {}
         data = {
-            **{k: stored[k] for k in ("schema_version", "dimensions", "excluded", "features", "action_features")
-               if k in stored},
+            **{k: stored[k] for k in ("schema_version", "dimensions", "excluded", "features", "action_features",
+                                      "interactions") if k in stored},
             "id": policy_doc_id(self.agent_id, self.version if kind == "version" else None),
             "kind": kind,
             "agent_id": self.agent_id,
@@ -994,7 +1036,7 @@ class SoftmaxPolicy:
 
     def _logits(self, context: Mapping[str, Any] | None) -> list[float]:
         """ℓ(· | x) of the policy's own actions (module docstring)."""
-        logits = context_logits(self.logits, self.features, context)
+        logits = context_logits(*self._own, context)
         scorer = self._scorer
         if scorer is not None:
             logits = [x + scorer.logit(a.features, context) for x, a in zip(logits, self.actions, strict=True)]
@@ -1061,7 +1103,8 @@ class SoftmaxPolicy:
         return Decision(
             self.agent_id,
             self.layout.joint_id(local),
-            joint_index(local, self.layout.sizes),
+            joint_index(local, self.layout.sizes) if (merge := self.layout.merge) is None
+            else joint_index(merge.split(local), merge.sizes),  # the position in the document's joint space
             p,
             math.log(p) if p > 0 else -math.inf,
             self.version,
@@ -1121,10 +1164,7 @@ class SoftmaxPolicy:
         included: the marginals of π, not the p_d); ``context`` is checked as in :meth:`probability`."""
         table = self._table(_shape_checked(context))
         if not self.excluded:
-            return {
-                name: dict(zip(self.layout.value_ids[d], table.probs[d], strict=True))
-                for d, name in enumerate(self.layout.names)
-            }
+            return self._by_dimension(table.probs)
         # P(a_d = v) = (p_d(v) − Σ_{e ∈ E, e_d = v} Π p(e)) / Z: a sum over the excluded
         # configurations only, never over the joint space (up to 1024^8 configurations).
         out = [list(p) for p in table.probs]
@@ -1139,9 +1179,25 @@ class SoftmaxPolicy:
             [0.0 if n * k == joint else max(0.0, p) / table.z for p, n in zip(values, counts, strict=True)]
             for values, counts, k in zip(out, blocked, self.layout.sizes, strict=True)
         ]  # a value every one of whose configurations is excluded is exactly 0
-        return {
-            name: dict(zip(self.layout.value_ids[d], out[d], strict=True)) for d, name in enumerate(self.layout.names)
-        }
+        return self._by_dimension(out)
+
+    def _by_dimension(self, probs: Sequence[Sequence[float]]) -> dict[str, dict[str, float]]:
+        """Per dimension of the document, its values' probabilities from those of the dimensions
+        drawn (a merged pair's summed over the other dimension of the pair)."""
+        layout, merge = self.layout, self.layout.merge
+        if layout.original is None or merge is None:
+            return {name: dict(zip(layout.value_ids[d], probs[d], strict=True)) for d, name in enumerate(layout.names)}
+        out = [[0.0] * k for k in merge.sizes]
+        for part, values in zip(merge.parts, probs, strict=True):
+            for j, p in enumerate(values):
+                if len(part) == 1:
+                    out[part[0]][j] += p
+                else:
+                    v, w = divmod(j, merge.sizes[part[1]])
+                    out[part[0]][v] += p
+                    out[part[1]][w] += p
+        original = layout.original
+        return {name: dict(zip(original.value_ids[d], out[d], strict=True)) for d, name in enumerate(original.names)}
 
     def snapshot(self) -> PolicySnapshot:
         """Which stored policy version this is: its document ``id`` (``agent:vN``) and ``version``."""
@@ -1314,7 +1370,13 @@ def knows_action(doc: PolicyDocument, action_id: str) -> bool:
     """Whether ``action_id`` is something ``doc`` can choose: one of its configurations (a flat
     list's actions) that no rule excludes."""
     local = Layout.of(doc).parse(action_id)
-    return local is not None and local not in set(excluded_configurations(doc))
+    return local is not None and local not in set(drawn_excluded(doc))
+
+
+def drawn_excluded(doc: PolicyDocument) -> list[tuple[int, ...]]:
+    """The configurations ``doc`` excludes, as value indices of the dimensions its policy draws
+    (:meth:`Layout.of`: each declared pair merged into one)."""
+    return excluded_configurations(merged_document(doc))
 
 
 def segment_views(doc: PolicyDocument) -> dict[str, dict[str, dict[str, float]]]:
@@ -1322,10 +1384,9 @@ def segment_views(doc: PolicyDocument) -> dict[str, dict[str, dict[str, float]]]
     :data:`NO_CONTEXT` (i.e. the global logits) and, for each learned segment of each categorical
     feature, in a context with that segment alone (``"task=billing"``)."""
     chooser = SoftmaxPolicy(doc)
-    names = tuple(name or "action" for name in chooser.layout.names)
 
     def view(context: Mapping[str, Any] | None) -> dict[str, dict[str, float]]:
-        return dict(zip(names, chooser.marginals(context).values(), strict=True))
+        return {name or "action": values for name, values in chooser.marginals(context).items()}
 
     out = {NO_CONTEXT: view(None)}
     for feature in doc.features or []:
