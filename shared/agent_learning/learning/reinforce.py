@@ -230,7 +230,7 @@ from agent_learning.learning.columns import (
     number_column,
     segment_column,
 )
-from agent_learning.policy.features import FeatureReader, segment_name, standardise
+from agent_learning.policy.features import FeatureReader, segment_name
 from agent_learning.policy.interactions import declared_fields, is_pair, merged_document
 from agent_learning.policy.softmax import Layout
 
