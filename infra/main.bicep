@@ -407,7 +407,15 @@ module functionApp 'modules/function-app.bicep' = {
     appSettings: union(pipelineSettings, appSettingOverrides, connectionSettings)
     maximumInstanceCount: maximumInstanceCount
     instanceMemoryMB: instanceMemoryMB
-    entraClientId: entraClientId
+  }
+}
+
+module appAuthentication 'modules/app-authentication.bicep' = if (!empty(entraClientId)) {
+  name: 'app-authentication'
+  scope: rg
+  params: {
+    functionAppName: functionApp.outputs.name
+    clientId: entraClientId
   }
 }
 

@@ -40,9 +40,6 @@ param appSettings object
 @maxValue(1000)
 param maximumInstanceCount int = 40
 
-@description('Client id of an Entra ID app registration; given, App Service Authentication vouches for tokens (and lets anonymous requests through to the app, which checks keys).')
-param entraClientId string = ''
-
 @description('Memory per instance in MB.')
 @allowed([
   512
@@ -135,7 +132,7 @@ resource site 'Microsoft.Web/sites@2024-04-01' = {
 // The checks skipped here are written for the 'web' and 'authsettings' configs of an App Service
 // web app; this config holds only app settings.
 resource siteAppSettings 'Microsoft.Web/sites/config@2024-04-01' = {
-  // checkov:skip=CKV_AZURE_13: App Service Authentication is optional here: every HTTP function requires a function key (with authentication on and the appServiceAuthentication parameter stating it, the caller's Entra principal is read too)
+  // checkov:skip=CKV_AZURE_13: App Service Authentication is optional here (modules/app-authentication.bicep turns it on for an app registration): every HTTP function requires a function key, the Personalizer routes their own keys
   // checkov:skip=CKV_AZURE_222: app settings have no network access property; see the site for why it is public
   // checkov:skip=CKV_AZURE_88: Flex Consumption has no Azure Files content share; the package is read from blob storage with the managed identity
   parent: site
@@ -145,44 +142,6 @@ resource siteAppSettings 'Microsoft.Web/sites/config@2024-04-01' = {
   // checkov:skip=CKV_AZURE_80: a .NET Framework version applies to Windows web apps; this is a Python 3.11 app
   name: 'appsettings'
   properties: union(appSettings, hostSettings)
-}
-
-// App Service Authentication, when an app registration is given: it validates Entra ID tokens and
-// names their principal in X-MS-CLIENT-PRINCIPAL-ID (stripping a client's own copy). Requests
-// without a token go on to the app, where function keys and the Personalizer routes' own keys are
-// checked. Tokens count for this app's registration and for Azure AI services, the audience the
-// Personalizer clients ask for; the app admits only the principals its settings list.
-resource authSettings 'Microsoft.Web/sites/config@2024-04-01' = if (!empty(entraClientId)) {
-  parent: site
-  name: 'authsettingsV2'
-  properties: {
-    platform: {
-      enabled: true
-    }
-    globalValidation: {
-      requireAuthentication: false
-      unauthenticatedClientAction: 'AllowAnonymous'
-    }
-    httpSettings: {
-      requireHttps: true
-    }
-    identityProviders: {
-      azureActiveDirectory: {
-        enabled: true
-        registration: {
-          clientId: entraClientId
-          openIdIssuer: 'https://sts.windows.net/${tenant().tenantId}/'
-        }
-        validation: {
-          allowedAudiences: [
-            'api://${entraClientId}'
-            entraClientId
-            'https://cognitiveservices.azure.com'
-          ]
-        }
-      }
-    }
-  }
 }
 
 // No publishing passwords: azd deploys with the signed-in user's Entra ID token.

@@ -866,3 +866,22 @@ def test_the_deploying_guide_lists_every_azd_variable_with_its_default() -> None
         and (name not in documented or (default and documented[name] != f"`{default}`"))
     }
     assert not wrong, f"docs/deploying.md's azd table (stated, parameter default): {wrong}"
+
+
+def test_app_authentication_is_on_only_for_a_registration_and_lets_keyed_requests_reach_the_app() -> None:
+    """Given ``entraClientId``, tokens for the app or for Azure AI services (what Personalizer
+    clients ask for) are vouched for; a request without one still reaches the app, which checks
+    keys (function keys, the Personalizer routes' own). The principal header is trusted then."""
+    module = bicep("main")["modules"]["appAuthentication"]
+    condition = module["config"]["condition"]["operator"]
+    assert condition["type"] == "not" and function_args(condition["operands"]["bool_value"], "empty") == [
+        "entraClientId"]
+    assert body(module)["params"]["clientId"] == "entraClientId"
+    (auth,) = resources("app-authentication", "Microsoft.Web/sites/config").values()
+    assert auth["name"] == "authsettingsV2"
+    validation = auth["properties"]["globalValidation"]
+    assert validation == {"requireAuthentication": False, "unauthenticatedClientAction": "AllowAnonymous"}
+    entra = auth["properties"]["identityProviders"]["azureActiveDirectory"]
+    assert "https://cognitiveservices.azure.com" in entra["validation"]["allowedAudiences"]
+    trust = str(app_settings()["AGENT_LEARNING_TRUST_PRINCIPAL_HEADER"])
+    assert "entraClientId" in trust and "appServiceAuthentication" in trust
