@@ -185,6 +185,8 @@ def test_the_demo_text_and_json_report_one_reward_trend_and_its_next_commands_ru
 
     printed = [line.removeprefix("next: ") for line in text.stdout.splitlines() if line.startswith("next: ")]
     assert printed == summary["next"] and len(printed) == 4
+    assert summary["serve"] == "agent-learn serve --db my.db"  # the dashboard on the demo's data
+    assert "dashboard: agent-learn serve --db my.db, then open http://127.0.0.1:7071/api/dashboard" in text.stdout
     for command in printed:
         argv = command.split()
         assert argv[0] == "agent-learn" and argv[-2:] == ["--db", "my.db"]

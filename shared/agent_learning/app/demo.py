@@ -87,6 +87,11 @@ def next_commands(db_path: str, agent_ids: Sequence[str], structured: Sequence[s
     return [*out, f"agent-learn audit {db}", f"agent-learn report {db}"]
 
 
+def serve_command(db_path: str) -> str:
+    """The command that serves the app's routes, the dashboard among them, on the demo's data."""
+    return f"agent-learn serve --db {shlex.quote(db_path)}"
+
+
 @dataclass
 class DemoResult:
     agents: list[AgentHistory]
@@ -110,6 +115,7 @@ class DemoResult:
             "next": next_commands(
                 self.db_path, [a.agent_id for a in self.agents], [a.agent_id for a in self.agents if a.segments]
             ),
+            "serve": serve_command(self.db_path),
         }
 
 

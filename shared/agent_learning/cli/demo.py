@@ -13,6 +13,7 @@ from agent_learning.cli.access import _agent_learning_file, _usable, _writable
 from agent_learning.cli.options import Int, IntRange, _ending, _nonempty_path
 from agent_learning.cli.output import _counts, _fmt, _n, _progress, err, out
 from agent_learning.cli.root import _handle_errors, main
+from agent_learning.cli.serve import DEFAULT_HOST, DEFAULT_PORT
 
 
 @main.command()
@@ -162,6 +163,8 @@ def demo(
         out.print(f"chart: {summary['plot']}")
     for command in summary["next"]:
         out.print(f"next: {command}")
+    out.print(f"dashboard: {summary['serve']}, then open "
+              f"http://{DEFAULT_HOST}:{DEFAULT_PORT}/api/dashboard", highlight=False)
 
 
 def _sample_rows(n: int, limit: int) -> list[int]:
