@@ -218,12 +218,10 @@ def byte_column(values: Sequence[Any], width: int = 0) -> NDArray[np.uint8] | No
     A boolean reads as 0 or 1, as numpy reads one beside integers."""
     if not isinstance(values, list | tuple):
         return None
-    if width:
-        if set(map(type, values)) - {tuple, list} or set(map(len, values)) != {width}:
-            return None
-        values = chain.from_iterable(values)  # type: ignore[assignment]
+    if width and (set(map(type, values)) - {tuple, list} or set(map(len, values)) != {width}):
+        return None
     try:
-        read = np.frombuffer(bytearray(values), dtype=np.uint8)
+        read = np.frombuffer(bytearray(chain.from_iterable(values) if width else values), dtype=np.uint8)
     except (TypeError, ValueError):  # no integer (no __index__), or one outside [0, 256)
         return None
     return read.reshape(-1, width) if width else read
