@@ -198,25 +198,34 @@ def few_numbers(rng: random.Random) -> Any:
     return rng.choice([2.5, 5, 12, 0.5, None])
 
 
+def none_named(rng: random.Random) -> Any:
+    """Strings, None, and the segment None reads as (a feature the row lacks reads as none)."""
+    return rng.choice(["s0", "s1", "None", None])
+
+
 def full_rows(rng: random.Random, n: int, category: Callable[[random.Random], Any],
-              number: Callable[[random.Random], Any]) -> Rows:
-    """n rows whose contexts are dicts holding both features learned as segments (read together)."""
+              number: Callable[[random.Random], Any], missing: float = 0.0) -> Rows:
+    """n rows whose contexts are dicts holding both features learned as segments (read together),
+    each but for a share ``missing`` of them."""
     batch = rows(rng, n, category, number)
-    contexts = [{**(c or {}), "task": category(rng), "bucket": number(rng)} for c in batch.contexts]
+    contexts = [{**(c or {}), **{k: v for k, v in (("task", category(rng)), ("bucket", number(rng)))
+                                 if rng.random() >= missing}} for c in batch.contexts]
     return batch._replace(contexts=contexts)
 
 
 @pytest.mark.filterwarnings("ignore:invalid value encountered in divide:RuntimeWarning")
 @pytest.mark.parametrize(
-    ("category", "number"),
-    [(strings, few_numbers), (strings, numbers), (odd_categories, odd_numbers)],
-    ids=["a few distinct contexts", "numbers equal to 0 or 1", "values of every kind"],
+    ("category", "number", "missing"),
+    [(strings, few_numbers, 0.0), (none_named, few_numbers, 0.2), (strings, numbers, 0.0),
+     (odd_categories, odd_numbers, 0.0)],
+    ids=["a few distinct contexts", "features missing now and then", "numbers equal to 0 or 1",
+         "values of every kind"],
 )
 @pytest.mark.parametrize("seed", [0, 1, 2])
-def test_features_read_together_read_as_rows_did(category: Any, number: Any, seed: int) -> None:
-    """Every row a dict holding every category and binned feature: read once per distinct tuple of
+def test_features_read_together_read_as_rows_did(category: Any, number: Any, missing: float, seed: int) -> None:
+    """Every row's context a dict: the category and binned features read once per distinct tuple of
     values, or feature by feature where a tuple may hide values of other kinds (1 and True)."""
-    doc, batch = policy(), full_rows(random.Random(seed), 400, category, number)
+    doc, batch = policy(), full_rows(random.Random(seed), 400, category, number, missing)
     assert same(by_columns(doc, batch), rowwise(doc, batch))
 
 

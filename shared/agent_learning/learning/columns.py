@@ -1,6 +1,6 @@
 """A batch's context features as columns: each feature's values read from every row's context in
 one pass, a categorical feature's segments found once per distinct value (the categorical features
-together, once per distinct tuple of their values, where every row is a dict holding them all), a
+together, once per distinct tuple of their values, where every row's context is a plain dict), a
 numeric feature's values turned into one array; and small integers (action indices, correction
 flags) read in one pass. What :func:`agent_learning.learning.reinforce.prepare` reads rows with; a
 value reads as :class:`~agent_learning.policy.features.FeatureReader` reads it, row by row
@@ -11,7 +11,7 @@ kinds the column readers do not take in one pass).
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from itertools import chain, repeat
 from operator import itemgetter
@@ -129,19 +129,29 @@ class _Index(dict[Any, int]):
         return index
 
 
+def _places(keys: Iterable[Any], n: int) -> tuple[list[Any], NDArray[np.int64]]:
+    """The ``n`` keys' distinct ones, in the order first seen, and each key's place among them."""
+    distinct = _Index()
+    index = np.fromiter(map(distinct.__getitem__, keys), dtype=np.int64, count=n)
+    return list(distinct), index
+
+
 def segment_columns(contexts: Contexts, readers: Sequence[FeatureReader]) -> list[SegmentColumn]:
     """:func:`segment_column` of each of ``readers``, read together: one pass gives each row's
-    tuple of values and its place among the distinct tuples, and each feature's segments are
-    found from the distinct tuples (a batch holds few distinct contexts). Where a row is no dict
-    or lacks one of the features, a value is unhashable, or a feature's values are of kinds
-    read apart (equal tuples may hold 1 and True), the features are read one by one."""
+    tuple of values (:data:`ABSENT` for a feature it lacks) and its place among the distinct
+    tuples, and each feature's segments are found from the distinct tuples (a batch holds few
+    distinct contexts). Where a row's context is not a plain dict, a value is unhashable, or a feature's values are
+    of kinds read apart (equal tuples may hold 1 and True), the features are read one by one."""
     if len(readers) < 2 or set(map(type, contexts)) != {dict}:  # a dict subclass may answer a missing key
         return [segment_column(contexts, reader) for reader in readers]
-    rows = _Index()
+    names = [reader.name for reader in readers]
     try:
-        index = np.fromiter(map(rows.__getitem__, map(itemgetter(*(r.name for r in readers)), contexts)),
-                            dtype=np.int64, count=len(contexts))
-    except (KeyError, TypeError):  # a row without one of the features, or an unhashable value
+        try:
+            rows, index = _places(map(itemgetter(*names), contexts), len(contexts))
+        except KeyError:  # a row without one of the features: each value looked up with a default
+            values = zip(*(map(dict.get, contexts, repeat(name), repeat(ABSENT)) for name in names), strict=True)
+            rows, index = _places(values, len(contexts))
+    except TypeError:  # an unhashable value
         return [segment_column(contexts, reader) for reader in readers]
     columns = []
     for f, reader in enumerate(readers):
