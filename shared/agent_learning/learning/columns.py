@@ -140,8 +140,9 @@ def segment_columns(contexts: Contexts, readers: Sequence[FeatureReader]) -> lis
     """:func:`segment_column` of each of ``readers``, read together: one pass gives each row's
     tuple of values (:data:`ABSENT` for a feature it lacks) and its place among the distinct
     tuples, and each feature's segments are found from the distinct tuples (a batch holds few
-    distinct contexts). Where a row's context is not a plain dict, a value is unhashable, or a feature's values are
-    of kinds read apart (equal tuples may hold 1 and True), the features are read one by one."""
+    distinct contexts). Where a row's context is not a plain dict or a value is unhashable, the
+    features are read one by one; so is a feature whose values are of kinds read apart (equal
+    tuples may hold 1 and True)."""
     if len(readers) < 2 or set(map(type, contexts)) != {dict}:  # a dict subclass may answer a missing key
         return [segment_column(contexts, reader) for reader in readers]
     names = [reader.name for reader in readers]
