@@ -5,6 +5,7 @@ numbers, and a numeric feature's centre, scale or pending moments, for values of
 from __future__ import annotations
 
 import random
+from collections import defaultdict
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -190,3 +191,78 @@ def test_a_context_that_is_another_mapping_reads_as_a_dict() -> None:
     doc, batch = policy(), rows(random.Random(5), 200, strings, numbers)
     wrapped = batch._replace(contexts=[Context(c) if c else c for c in batch.contexts])
     assert same(by_columns(doc, wrapped), rowwise(doc, batch))
+
+
+def few_numbers(rng: random.Random) -> Any:
+    """A handful of numbers, none equal to 0 or 1 (a boolean could share their entry)."""
+    return rng.choice([2.5, 5, 12, 0.5, None])
+
+
+def none_named(rng: random.Random) -> Any:
+    """Strings, None, and the segment None reads as (a feature the row lacks reads as none)."""
+    return rng.choice(["s0", "s1", "None", None])
+
+
+def full_rows(rng: random.Random, n: int, category: Callable[[random.Random], Any],
+              number: Callable[[random.Random], Any], missing: float = 0.0) -> Rows:
+    """n rows whose contexts are dicts holding both features learned as segments (read together),
+    each but for a share ``missing`` of them."""
+    batch = rows(rng, n, category, number)
+    contexts = [{**(c or {}), **{k: v for k, v in (("task", category(rng)), ("bucket", number(rng)))
+                                 if rng.random() >= missing}} for c in batch.contexts]
+    return batch._replace(contexts=contexts)
+
+
+@pytest.mark.filterwarnings("ignore:invalid value encountered in divide:RuntimeWarning")
+@pytest.mark.parametrize(
+    ("category", "number", "missing"),
+    [(strings, few_numbers, 0.0), (none_named, few_numbers, 0.2), (strings, numbers, 0.0),
+     (odd_categories, odd_numbers, 0.0)],
+    ids=["a few distinct contexts", "features missing now and then", "numbers equal to 0 or 1",
+         "values of every kind"],
+)
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_features_read_together_read_as_rows_did(category: Any, number: Any, missing: float, seed: int) -> None:
+    """Every row's context a dict: the category and binned features read once per distinct tuple of
+    values, or feature by feature where a tuple may hide values of other kinds (1 and True)."""
+    doc, batch = policy(), full_rows(random.Random(seed), 400, category, number, missing)
+    assert same(by_columns(doc, batch), rowwise(doc, batch))
+
+
+@pytest.mark.parametrize(
+    "change",
+    [lambda c, i: None if i == 7 else c, lambda c, i: {k: v for k, v in c.items() if k != "bucket" or i != 7},
+     lambda c, i: {**c, "task": [1]} if i == 7 else c, lambda c, i: {**c, "task": 1} if i == 7 else c,
+     lambda c, i: {**c, "task": True} if i == 7 else c, lambda c, i: {**c, "bucket": True} if i == 7 else c],
+    ids=["no context", "a feature missing", "an unhashable value", "a number among categories",
+         "a boolean among categories", "a boolean among bins"],
+)
+def test_one_odd_row_among_features_read_together_reads_as_rows_did(change: Any) -> None:
+    """Rows that would be read together but for one, odd in its context."""
+    base = full_rows(random.Random(3), 200, strings, lambda rng: rng.choice([1, 5, 12, 1.0]))
+    batch = base._replace(contexts=[change(c, i) for i, c in enumerate(base.contexts)])
+    assert same(by_columns(policy(), batch), rowwise(policy(), batch))
+
+
+def test_a_context_answering_a_missing_feature_is_read_as_a_dict_without_it() -> None:
+    """A defaultdict answers any key: the feature it lacks reads as absent, and it gains no key."""
+    doc, batch = policy(), full_rows(random.Random(4), 200, strings, few_numbers)
+    contexts = [defaultdict(str, {k: v for k, v in c.items() if k != "bucket" or i % 2}) for i, c in
+                enumerate(batch.contexts)]
+    keys = [set(c) for c in contexts]
+    assert same(by_columns(doc, batch._replace(contexts=contexts)),
+                rowwise(doc, batch._replace(contexts=[dict(c) for c in contexts])))
+    assert [set(c) for c in contexts] == keys
+
+
+@pytest.mark.parametrize(
+    ("actions", "corrections"),
+    [([(0,), (2,), (1,)], [False, True, False]), ([[0], [2], [1]], [0, 1, 0]),
+     ([(np.int64(2),), (True,), (0,)], [True, False, 1]), ([(1,), (0,), (1,)], [False, False, False])],
+    ids=["tuples and booleans", "lists and integers", "numpy integers and booleans among them", "0 and 1 only"],
+)
+def test_action_indices_and_flags_read_in_one_pass_as_numpy_reads_them(actions: Any, corrections: Any) -> None:
+    contexts: list[Mapping[str, Any] | None] = [None] * 3
+    _, _, prepared = prepare(policy(), Rows(actions, [0.5] * 3, [0.3] * 3, corrections, contexts))
+    assert prepared.actions.dtype == np.int64 and prepared.actions.tolist() == np.asarray(actions).tolist()
+    assert prepared.corrections.tolist() == np.asarray(corrections, dtype=bool).tolist()

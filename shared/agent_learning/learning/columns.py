@@ -1,7 +1,9 @@
 """A batch's context features as columns: each feature's values read from every row's context in
-one pass, a categorical feature's segments found once per distinct value, a numeric feature's
-values turned into one array. What :func:`agent_learning.learning.reinforce.prepare` reads rows
-with; a value reads as :class:`~agent_learning.policy.features.FeatureReader` reads it, row by row
+one pass, a categorical feature's segments found once per distinct value (the categorical features
+together, once per distinct tuple of their values, where every row's context is a plain dict), a
+numeric feature's values turned into one array; and small integers (action indices, correction
+flags) read in one pass. What :func:`agent_learning.learning.reinforce.prepare` reads rows with; a
+value reads as :class:`~agent_learning.policy.features.FeatureReader` reads it, row by row
 (:func:`segment_column_rowwise` and :func:`number_column_rowwise` do exactly that, for values of
 kinds the column readers do not take in one pass).
 """
@@ -9,9 +11,10 @@ kinds the column readers do not take in one pass).
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from itertools import repeat
+from itertools import chain, repeat
+from operator import itemgetter
 from typing import Any
 
 import numpy as np
@@ -102,14 +105,64 @@ def segment_column(contexts: Contexts, reader: FeatureReader) -> SegmentColumn:
         column = np.fromiter(map(codes.__getitem__, values), dtype=np.int64, count=len(values))
     except TypeError:  # an unhashable value
         return segment_column_rowwise(values, reader)
-    kinds = set(map(type, codes))
-    if reader.edges:
-        # A boolean equal to a key 0 or 1 shares its entry, but falls in no bin: look for one.
-        if not kinds <= BIN_KINDS or ((0 in codes or 1 in codes) and bool in set(map(type, values))):
-            return segment_column_rowwise(values, reader)
-    elif not kinds <= SEGMENT_KINDS:
+    if _kinds_apart(codes) or (_booleans_hide(codes) and bool in set(map(type, values))):
         return segment_column_rowwise(values, reader)
     return SegmentColumn(column, list(codes.names), reader.segment(None))
+
+
+def _kinds_apart(codes: _Codes) -> bool:
+    """Whether a value read may stand for equal values of other kinds read apart (its kind is
+    not among :data:`SEGMENT_KINDS`, or :data:`BIN_KINDS` for bins)."""
+    return not set(map(type, codes)) <= (BIN_KINDS if codes.reader.edges else SEGMENT_KINDS)
+
+
+def _booleans_hide(codes: _Codes) -> bool:
+    """Whether a boolean may share the entry of a number read into a bin (one equal to 0 or 1)."""
+    return bool(codes.reader.edges) and (0 in codes or 1 in codes)
+
+
+class _Index(dict[Any, int]):
+    """Key → its place among the distinct keys, in the order first seen."""
+
+    def __missing__(self, key: Any) -> int:
+        index = self[key] = len(self)
+        return index
+
+
+def _places(keys: Iterable[Any], n: int) -> tuple[list[Any], NDArray[np.int64]]:
+    """The ``n`` keys' distinct ones, in the order first seen, and each key's place among them."""
+    distinct = _Index()
+    index = np.fromiter(map(distinct.__getitem__, keys), dtype=np.int64, count=n)
+    return list(distinct), index
+
+
+def segment_columns(contexts: Contexts, readers: Sequence[FeatureReader]) -> list[SegmentColumn]:
+    """:func:`segment_column` of each of ``readers``, read together: one pass gives each row's
+    tuple of values (:data:`ABSENT` for a feature it lacks) and its place among the distinct
+    tuples, and each feature's segments are found from the distinct tuples (a batch holds few
+    distinct contexts). Where a row's context is not a plain dict or a value is unhashable, the
+    features are read one by one; so is a feature whose values are of kinds read apart (equal
+    tuples may hold 1 and True)."""
+    if len(readers) < 2 or set(map(type, contexts)) != {dict}:  # a dict subclass may answer a missing key
+        return [segment_column(contexts, reader) for reader in readers]
+    names = [reader.name for reader in readers]
+    try:
+        try:
+            rows, index = _places(map(itemgetter(*names), contexts), len(contexts))
+        except KeyError:  # a row without one of the features: each value looked up with a default
+            values = zip(*(map(dict.get, contexts, repeat(name), repeat(ABSENT)) for name in names), strict=True)
+            rows, index = _places(values, len(contexts))
+    except TypeError:  # an unhashable value
+        return [segment_column(contexts, reader) for reader in readers]
+    columns = []
+    for f, reader in enumerate(readers):
+        codes = _Codes(reader)
+        table = np.fromiter(map(codes.__getitem__, [row[f] for row in rows]), dtype=np.int64, count=len(rows))
+        if _kinds_apart(codes) or _booleans_hide(codes):
+            columns.append(segment_column(contexts, reader))
+        else:
+            columns.append(SegmentColumn(table[index], list(codes.names), reader.segment(None)))
+    return columns
 
 
 def segment_column_rowwise(values: Sequence[Any], reader: FeatureReader) -> SegmentColumn:
@@ -167,3 +220,19 @@ def number_column_rowwise(values: Sequence[Any], reader: FeatureReader) -> Numbe
     read = [reader.transformed(v) for v in values]
     present = np.array([t is not None for t in read], dtype=bool)
     return NumberColumn(present, np.array([0.0 if t is None else t for t in read], dtype=np.float64))
+
+
+def byte_column(values: Sequence[Any], width: int = 0) -> NDArray[np.uint8] | None:
+    """``values`` read in one pass as integers in [0, 256): the values themselves (``width`` 0),
+    or each a tuple or list of ``width`` of them, as an (N, width) array; None where one is of
+    another kind, shape or range (then numpy reads them, and the caller names what is wrong).
+    A boolean reads as 0 or 1, as numpy reads one beside integers."""
+    if not isinstance(values, list | tuple):
+        return None
+    if width and (set(map(type, values)) - {tuple, list} or set(map(len, values)) != {width}):
+        return None
+    try:
+        read = np.frombuffer(bytearray(chain.from_iterable(values) if width else values), dtype=np.uint8)
+    except (TypeError, ValueError):  # no integer (no __index__), or one outside [0, 256)
+        return None
+    return read.reshape(-1, width) if width else read

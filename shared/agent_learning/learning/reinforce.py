@@ -226,9 +226,9 @@ from agent_learning.documents import (
 )
 from agent_learning.learning.columns import (
     NumberColumn,
-    SegmentColumn,
+    byte_column,
     number_column,
-    segment_column,
+    segment_columns,
 )
 from agent_learning.policy.features import FeatureReader, segment_name
 from agent_learning.policy.interactions import declared_fields, is_pair, merged_document
@@ -1103,13 +1103,14 @@ def prepare(doc: PolicyDocument, rows: Rows) -> tuple[Model, Params, ContextBatc
     numeric, centers, scales, weights, fitted = [], [], [], [], []
     pending_in = (doc.learner_state or {}).get(PENDING_NUMBERS) or {}
     pending: dict[str, dict[str, float]] = {}
-    segment_columns: list[SegmentColumn] = []
+    readers = [FeatureReader(feature) for feature in doc.features or []]
+    by_segment = segment_columns(contexts, [r for r in readers if r.segmented])
+    read_segments = iter(by_segment)
     number_columns: list[NumberColumn] = []
-    for feature in doc.features or []:
-        reader = FeatureReader(feature)
+    for feature, reader in zip(doc.features or [], readers, strict=True):
         if feature.segmented:
             known = dict(feature.segments or {})
-            segment_columns.append(column := segment_column(contexts, reader))
+            column = next(read_segments)
             for name, _ in sorted(column.counts().items(), key=lambda kv: (-kv[1], kv[0])):
                 if name not in known and len(known) < MAX_SEGMENTS and budget > 0:
                     known[name] = [0.0] * own
@@ -1155,7 +1156,7 @@ def prepare(doc: PolicyDocument, rows: Rows) -> tuple[Model, Params, ContextBatc
     n = len(rewards)
     cats = np.full((n, len(categorical)), -1, dtype=np.int64)
     nums = np.zeros((n, len(numeric)), dtype=np.float64)
-    for f, (column, names) in enumerate(zip(segment_columns, segments, strict=True)):
+    for f, (column, names) in enumerate(zip(by_segment, segments, strict=True)):
         cats[:, f] = column.indices(names)
     for j, numbers in enumerate(number_columns):
         if fitted[j]:
@@ -1195,13 +1196,21 @@ def row_arrays(rows: Rows, dimensions: int) -> tuple[NDArray[np.int64], Array, A
     kinds checked as :meth:`agent_learning.learning.reinforce.Batch.from_arrays` checks a flat batch's (0.7 is
     no value index, "0.5" no reward): ``ValueError`` naming the field, never a silent conversion."""
     n = len(rows.contexts)
-    try:
-        a = np.asarray(rows.actions)
-    except ValueError:
-        raise ValueError(f"actions: must be {dimensions} value indices per row, got rows of other lengths") from None
+    # Indices and flags read in one pass where they are small integers, else as numpy reads them
+    # (0 and 1 alone may all be booleans, no action indices).
+    a = byte_column(rows.actions, dimensions)
+    if a is None or a.max(initial=0) <= 1:
+        try:
+            a = np.asarray(rows.actions)
+        except ValueError:
+            problem = f"must be {dimensions} value indices per row, got rows of other lengths"
+            raise ValueError(f"actions: {problem}") from None
     if a.size == 0:
         a = a.reshape(0, dimensions)  # no rows (np.asarray([]) is 1-D)
-    r, p, c = np.asarray(rows.rewards), np.asarray(rows.logged_probs), np.asarray(rows.corrections)
+    c = byte_column(rows.corrections)
+    if c is None:
+        c = np.asarray(rows.corrections)
+    r, p = np.asarray(rows.rewards), np.asarray(rows.logged_probs)
     for name, values, shape in (("actions", a, (n, dimensions)), ("rewards", r, (n,)),
                                 ("logged_probs", p, (n,)), ("corrections", c, (n,))):
         if values.shape != shape:
