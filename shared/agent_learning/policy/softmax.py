@@ -83,7 +83,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from itertools import accumulate, product
-from math import exp
+from math import exp, log
 from typing import Any, Literal, NamedTuple
 
 from pydantic import ValidationError
@@ -135,6 +135,9 @@ CACHE_SIZE = 4_096
 """Contexts whose per-dimension probabilities a policy keeps ready (cleared when full)."""
 
 
+WRITTEN_OUT_VALUES = 64
+"""A policy with one numeric feature with weights and at most this many values (all dimensions) draws
+from a function written out for its dimensions (:func:`_written_out`), built on its first such draw."""
 FIXED_SIZE = 64
 """A context-free policy with several dimensions and at most this many configurations keeps every
 configuration's decision ready (one with a single dimension always does, as a flat list of actions)."""
@@ -414,6 +417,34 @@ def _draw_linear(
     return index, p
 
 
+def _written_out(
+    spans: Sequence[tuple[int, int, int, float, float, int]], slopes: Sequence[float], floor: float
+) -> Callable[[float, Callable[[], float], Sequence[float]], tuple[int, float]]:
+    """:func:`_draw_linear` of exp(a + b·x) for these ``spans`` and slopes b, written out as one
+    function ``draw(x, random, a)`` (a loop per value costs more than the exp() it wraps): the same
+    operations in the same order, so the same draws give the same index and probability. Its text
+    holds only these numbers (``repr`` reads back each float exactly) and indices."""
+    lines = ["def draw(x, random, a):", f"    ({''.join(f'a{j}, ' for j in range(len(slopes)))}) = a",
+             "    index = 0", "    p = 1.0"]
+    for start, stop, size, spread, mass, last in spans:
+        lines += ["    part = (" + "".join(f"exp(a{j} + {slopes[j]!r} * x), " for j in range(start, stop)) + ")",
+                  "    total = sum(part)",
+                  "    u = random()",
+                  f"    if u < {spread!r}:",
+                  f"        i = min(int(u / {floor!r}), {last})",
+                  "    else:",
+                  f"        target = (u - {spread!r}) / {mass!r} * total",
+                  "        if (cum := part[0]) > target:",  # 0.0 + part[0] is part[0]
+                  "            i = 0"]
+        for i in range(1, last):
+            lines += [f"        elif (cum := cum + part[{i}]) > target:", f"            i = {i}"]
+        lines += ["        else:", f"            i = {last}"]  # past every sum but the last: the last
+        lines += [f"    index = index * {size} + i", f"    p *= {floor!r} + {mass!r} * (part[i] / total)"]
+    namespace: dict[str, Any] = {"exp": exp}
+    exec("\n".join([*lines, "    return index, p"]), namespace)  # numbers and indices only (above)
+    return namespace["draw"]  # type: ignore[no-any-return]
+
+
 def _plain_number(value: Any) -> bool:
     """Whether :func:`check_context` passes ``value`` as it is, as a number: a finite float or an
     integer below :data:`~agent_learning.documents.EXACT_INTEGERS` in magnitude (not a boolean)."""
@@ -423,12 +454,10 @@ def _plain_number(value: Any) -> bool:
     return kind is int and -EXACT_INTEGERS < value < EXACT_INTEGERS
 
 
-def _with_context(decision: Decision, context: Mapping[str, Any]) -> Decision:
-    """``decision._replace(context=context)``, built directly (a third of the time)."""
-    return _tuple_new(Decision, (*decision[:_CONTEXT], context, *decision[_CONTEXT + 1 :]))
-
-
 _CONTEXT = Decision._fields.index("context")
+
+_Base = tuple[tuple[float, ...], bool, dict[int, Decision]]
+"""What :meth:`SoftmaxPolicy._base` keeps for a key of segments."""
 
 
 _tuple_new = tuple.__new__
@@ -539,6 +568,7 @@ class SoftmaxPolicy:
         "_linear",
         "_numeric",
         "_own",
+        "_quick",
         "_random",
         "_readers",
         "_scorer",
@@ -619,14 +649,20 @@ class SoftmaxPolicy:
             (f.name, self._readers[f.name], [w / self.temperature for w in f.weights])
             for f in self._own[1] if not f.segmented and f.weights
         )
-        self._binned = len(self._numeric) > len(self._linear)
-        self._bin_keys = tuple((at, self._readers[name]) for at, name in enumerate(self._categorical)
-                               if self._features[name].kind == "number")
-        """The binned features' places in a key of segments, and their readers (:meth:`_plain_key`)."""
-        """Whether a numeric feature has no weights (binned, or not learned yet): checked apart."""
         """The numeric features with weights (over T): their terms are added per call."""
-        self._bases: dict[tuple[Any, ...], tuple[list[list[float]], bool, dict[Any, Any]]] = {}
+        self._binned = len(self._numeric) > len(self._linear)
+        """Whether a numeric feature has no weights (binned, or not learned yet): checked apart."""
+        bin_keys = tuple((at, self._readers[name].names, self._readers[name].edges)
+                         for at, name in enumerate(self._categorical) if self._features[name].kind == "number")
+        self._bin_keys = bin_keys if len(bin_keys) == len(self._numeric) else ()
+        """When every numeric feature is binned, their places in a key of segments, and their bins' names
+        and edges (:meth:`_binned_table`)."""
+        self._bases: dict[tuple[Any, ...], _Base] = {}
         """Per key of segments, what :meth:`_choose_linear` keeps (:meth:`_base`)."""
+        self._quick: Callable[[Any, random.Random | None], Decision | None] | None = (
+            self._first_quick if len(self._linear) == 1 and not self._binned and not self.excluded
+            and self._spans[-1][1] <= WRITTEN_OUT_VALUES else None)
+        """:meth:`choose` for a plain context of a policy with one numeric feature (:meth:`_quick_numeric`)."""
         action_features = document.action_features if document is not None else None
         self._scorer = ActionScorer(action_features, self.features) if action_features else None
         self._index = {a.id: i for i, a in enumerate(self.actions)} if len(self.layout.sizes) == 1 else {}
@@ -795,6 +831,8 @@ class SoftmaxPolicy:
         if fixed is None or actions is not None:  # one test: the context-free draw below keeps its speed
             if actions is not None:
                 return self._choose_among(rng, context, actions)
+            if (quick := self._quick) is not None and (decision := quick(context, rng)) is not None:
+                return decision
             return self._choose_in(rng, context)
         decision = fixed[bisect_right(self._cum, rng.random() if rng is not None else self._random())]
         if context is None or not (checked := validated_context(context)):
@@ -924,8 +962,8 @@ class SoftmaxPolicy:
             if decision is None:
                 decision = table.drawn[local] = self._decision(table, local)
         if not context:
-            return decision
-        return _with_context(decision, context)
+            return decision  # else decision._replace(context=context), built directly (a third of the time):
+        return _tuple_new(Decision, (*decision[:_CONTEXT], context, *decision[_CONTEXT + 1 :]))
 
     def _choose_linear(self, rng: random.Random | None, context: Mapping[str, Any]) -> Decision | None:
         """:meth:`choose` for a policy with numeric weights and no exclusions: the logits of the
@@ -963,13 +1001,21 @@ class SoftmaxPolicy:
         exps = [exp(v + w * x_last) for v, w in zip(logits, last)] if last else list(map(exp, logits))  # noqa: B905
         index, p = _draw_linear(exps, self._spans, self.exploration_floor,
                                 rng.random if rng is not None else self._random)
-        decision = drawn.get(index)
-        if decision is None:
-            decision = drawn[index] = self._decision(self._table(None), self._local(index))
-        return _tuple_new(Decision, (self.agent_id, decision.action_id, index, p, math.log(p), self.version,
+        return self._drawn(drawn, index, p, checked)
+
+    def _drawn(self, drawn: dict[int, Decision], index: int, p: float, checked: dict[str, Any]) -> Decision:
+        """The decision of the configuration at ``index`` drawn with probability ``p`` in the context
+        ``checked``, from ``drawn`` (a key of segments' decisions so far, without context)."""
+        decision = drawn.get(index) or self._decide(drawn, index)
+        return _tuple_new(Decision, (self.agent_id, decision.action_id, index, p, log(p), self.version,
                                      decision.config, checked, self.incarnation, None))
 
-    def _plain_base(self, context: dict[str, Any]) -> tuple[list[float], bool, dict[Any, Any]] | None:
+    def _decide(self, drawn: dict[int, Decision], index: int) -> Decision:
+        """The decision of the configuration at ``index`` without context, kept in ``drawn``."""
+        decision = drawn[index] = self._decision(self._table(None), self._local(index))
+        return decision
+
+    def _plain_base(self, context: dict[str, Any]) -> _Base | None:
         """What :meth:`_choose_linear` keeps for ``context`` when :func:`check_context` would pass it
         unchanged, read without checking it in full: its categorical values are the strings of a kept
         key (checked when it was kept), its numbers plain finite floats and integers, and it has no
@@ -993,17 +1039,57 @@ class SoftmaxPolicy:
             present += 1
         return base if present == len(context) else None
 
-    def _base(self, key: tuple[Any, ...], checked: Mapping[str, Any]) -> tuple[list[float], bool, dict[Any, Any]]:
+    def _base(self, key: tuple[Any, ...], checked: Mapping[str, Any]) -> _Base:
         """What :meth:`_choose_linear` keeps for a key of segments: the logits over T without
         numeric terms, whether every logit with them stays within ±:data:`EXP_SAFE` (each x̃ is
         within ±NUMBER_CLIP), and the decisions drawn so far."""
         if len(self._bases) >= CACHE_SIZE:
             self._bases.clear()
         segments = {n: checked[n] for n in self._categorical if n in checked}
-        logits = [x / self.temperature for x in self._logits(segments or None)]
+        logits = tuple(x / self.temperature for x in self._logits(segments or None))
         reach = max(map(abs, logits)) + NUMBER_CLIP * sum(max(map(abs, w)) for _, _, w in self._linear)
         base = self._bases[key] = (logits, reach <= EXP_SAFE, {})
         return base
+
+    def _first_quick(self, context: Any, rng: random.Random | None) -> Decision | None:
+        """:meth:`_quick_numeric`, built on the first draw it may serve (writing out its draw costs
+        more than building the rest of the policy), then drawn with."""
+        self._quick = quick = self._quick_numeric()
+        return quick(context, rng)
+
+    def _quick_numeric(self) -> Callable[[Any, random.Random | None], Decision | None]:
+        """:meth:`choose` for a policy with one numeric feature with weights (no binned one, nor
+        exclusions), as a closure over what it reads: for a plain context (as :meth:`_plain_base`
+        reads it) of a key of segments kept with every logit within ±EXP_SAFE, x̃ is computed once
+        and each dimension drawn from ℓ / T = a + b·x̃ by :func:`_written_out`, as
+        :meth:`_choose_linear` draws. None for any other context (:meth:`_choose_in` checks it)."""
+        ((name, reader, slopes),) = self._linear
+        draw = _written_out(self._spans, slopes, self.exploration_floor)
+        categorical, get_base, number, own_random = self._categorical, self._bases.get, reader.number, self._random
+        agent_id, version, incarnation, decide = self.agent_id, self.version, self.incarnation, self._decide
+        single = len(categorical) == 1
+
+        def quick(context: Any, rng: random.Random | None) -> Decision | None:
+            if context.__class__ is not dict:
+                return None
+            get = context.get
+            try:
+                key = (get(categorical[0]),) if single else tuple(map(get, categorical))  # one: no map()
+                base = get_base(key)
+            except TypeError:  # an unhashable value: the check names it
+                return None
+            value = get(name)
+            if base is None or value is None or not base[1] or len(context) != len(key) - key.count(None) + 1:
+                return None
+            if not _plain_number(value) or (x := number(value)) is None:  # None: a negative number for log
+                return None
+            logits, _, drawn = base
+            index, p = draw(x, rng.random if rng is not None else own_random, logits)
+            decision = drawn.get(index) or decide(drawn, index)
+            return _tuple_new(Decision, (agent_id, decision.action_id, index, p, log(p), version,
+                                         decision.config, dict(context), incarnation, None))
+
+        return quick
 
     def _table(self, context: Mapping[str, Any] | None) -> _Table:
         if not context or not self._features:
@@ -1057,34 +1143,32 @@ class SoftmaxPolicy:
                 table = None
             if table is not None and len(context) == len(key) - key.count(None):
                 return table, dict(context)
-        elif self._bin_keys and len(self._bin_keys) == len(self._numeric) and type(context) is dict:
-            key = self._plain_key(context)  # every numeric feature binned: a number's key is its bin
-            table = self._cache.get(key) if key is not None else None
-            if table is not None and len(context) == len(key) - key.count(None):
+        elif self._bin_keys and type(context) is dict:  # every numeric feature binned: a number's key is its bin
+            table = self._binned_table(context)
+            if table is not None:
                 return table, dict(context)
         checked = validated_context(context)
         if self._numeric:
             self._check_kinds(checked)
         return self._table(checked), checked
 
-    def _plain_key(self, context: dict[str, Any]) -> tuple[Any, ...] | None:
-        """The key of segments of ``context`` with its binned numbers read as their bins, when each
-        is a plain finite float or integer (None otherwise: checked in full). Its other values are
-        as given: only strings can hit a kept table (as in :meth:`_checked`)."""
+    def _binned_table(self, context: dict[str, Any]) -> _Table | None:
+        """The kept table of ``context``, its binned numbers read as their bins, when each is a plain
+        finite float or integer and the context has no other feature (None otherwise: checked in
+        full). Its other values are as given: only strings can hit a kept table (as in :meth:`_checked`)."""
         try:
             values = list(map(context.get, self._categorical))
-            for at, reader in self._bin_keys:
+            for at, names, edges in self._bin_keys:
                 value = values[at]
-                if value is None:
-                    continue
-                if not _plain_number(value):
-                    return None
-                values[at] = reader.names[bisect_right(reader.edges, value)]
+                if value is not None:
+                    if not _plain_number(value):
+                        return None
+                    values[at] = names[bisect_right(edges, value)]
             key = tuple(values)
-            hash(key)
+            table = self._cache.get(key)
         except TypeError:  # an unhashable value: the check names it
             return None
-        return key
+        return table if table is not None and len(context) == len(key) - key.count(None) else None
 
     def _local(self, index: int) -> tuple[int, ...]:
         """The value indices of the configuration at ``index`` (:func:`joint_index` inverted)."""
