@@ -78,12 +78,13 @@ from __future__ import annotations
 import math
 import numbers
 import random
+import sys
 from bisect import bisect_right
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from itertools import accumulate, product
-from math import exp, log
+from math import exp, isfinite, log
 from typing import Any, Literal, NamedTuple
 
 from pydantic import ValidationError
@@ -135,6 +136,8 @@ CACHE_SIZE = 4_096
 """Contexts whose per-dimension probabilities a policy keeps ready (cleared when full)."""
 
 
+ORDERED_SUM = sys.version_info < (3, 12)
+"""Whether sum() of floats adds them one after the other, as ``a + b + c`` does (compensated from 3.12)."""
 WRITTEN_OUT_VALUES = 64
 """A policy with one numeric feature with weights and at most this many values (all dimensions) draws
 from a function written out for its dimensions (:func:`_written_out`), built on its first such draw."""
@@ -424,22 +427,25 @@ def _written_out(
     function ``draw(x, random, a)`` (a loop per value costs more than the exp() it wraps): the same
     operations in the same order, so the same draws give the same index and probability. Its text
     holds only these numbers (``repr`` reads back each float exactly) and indices."""
-    lines = ["def draw(x, random, a):", f"    ({''.join(f'a{j}, ' for j in range(len(slopes)))}) = a",
-             "    index = 0", "    p = 1.0"]
-    for start, stop, size, spread, mass, last in spans:
-        lines += ["    part = (" + "".join(f"exp(a{j} + {slopes[j]!r} * x), " for j in range(start, stop)) + ")",
-                  "    total = sum(part)",
+    lines = ["def draw(x, random, a, exp=exp):", f"    ({''.join(f'a{j}, ' for j in range(len(slopes)))}) = a"]
+    for d, (start, stop, size, spread, mass, last) in enumerate(spans):
+        e = [f"e{j}" for j in range(start, stop)]
+        lines += [f"    {e[i]} = exp(a{start + i} + {slopes[start + i]!r} * x)" for i in range(size)]
+        total = " + ".join(e) if ORDERED_SUM else f"sum(({', '.join(e)},))"  # sum(part), adding as it does
+        lines += [f"    total = {total}",
                   "    u = random()",
                   f"    if u < {spread!r}:",
                   f"        i = min(int(u / {floor!r}), {last})",
+                  f"        e = ({', '.join(e)},)[i]",
                   "    else:",
                   f"        target = (u - {spread!r}) / {mass!r} * total",
-                  "        if (cum := part[0]) > target:",  # 0.0 + part[0] is part[0]
-                  "            i = 0"]
+                  f"        if (cum := {e[0]}) > target:",  # 0.0 + e is e
+                  f"            i, e = 0, {e[0]}"]
         for i in range(1, last):
-            lines += [f"        elif (cum := cum + part[{i}]) > target:", f"            i = {i}"]
-        lines += ["        else:", f"            i = {last}"]  # past every sum but the last: the last
-        lines += [f"    index = index * {size} + i", f"    p *= {floor!r} + {mass!r} * (part[i] / total)"]
+            lines += [f"        elif (cum := cum + {e[i]}) > target:", f"            i, e = {i}, {e[i]}"]
+        lines += ["        else:", f"            i, e = {last}, {e[last]}"]  # past every sum but the last: the last
+        p_d = f"{floor!r} + {mass!r} * (e / total)"
+        lines += [f"    index = index * {size} + i", f"    p *= {p_d}"] if d else ["    index = i", f"    p = {p_d}"]
     namespace: dict[str, Any] = {"exp": exp}
     exec("\n".join([*lines, "    return index, p"]), namespace)  # numbers and indices only (above)
     return namespace["draw"]  # type: ignore[no-any-return]
@@ -1081,7 +1087,9 @@ class SoftmaxPolicy:
             value = get(name)
             if base is None or value is None or not base[1] or len(context) != len(key) - key.count(None) + 1:
                 return None
-            if not _plain_number(value) or (x := number(value)) is None:  # None: a negative number for log
+            kind = value.__class__  # a plain number (_plain_number, inline) whose x̃ is not None (a negative log)
+            if not (isfinite(value) if kind is float else kind is int and -EXACT_INTEGERS < value < EXACT_INTEGERS) \
+                    or (x := number(value)) is None:
                 return None
             logits, _, drawn = base
             index, p = draw(x, rng.random if rng is not None else own_random, logits)
