@@ -160,5 +160,5 @@ def test_the_written_out_draw_gives_the_loops_index_and_probability(
 @pytest.mark.parametrize("name", list(POLICIES))
 def test_a_plain_context_draws_what_the_same_context_checked_in_full_draws(name: str) -> None:
     plain, checked = (SoftmaxPolicy(POLICIES[name], rng=random.Random(3)) for _ in range(2))
-    for x in contexts(random.Random(name), 300):
+    for x in [*contexts(random.Random(name), 300), {}, {"other": "x"}]:
         assert plain.choose(context=x) == checked.choose(context=MappingProxyType(x))  # not a dict: checked

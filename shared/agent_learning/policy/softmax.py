@@ -667,8 +667,9 @@ class SoftmaxPolicy:
         """Per key of segments, what :meth:`_choose_linear` keeps (:meth:`_base`)."""
         self._quick: Callable[[Any, random.Random | None], Decision | None] | None = (
             self._first_quick if len(self._linear) == 1 and not self._binned and not self.excluded
-            and self._spans[-1][1] <= WRITTEN_OUT_VALUES else None)
-        """:meth:`choose` for a plain context of a policy with one numeric feature (:meth:`_quick_numeric`)."""
+            and self._spans[-1][1] <= WRITTEN_OUT_VALUES else self._quick_binned() if self._bin_keys else None)
+        """:meth:`choose` for a plain context of a policy with one numeric feature (:meth:`_quick_numeric`)
+        or with only binned ones (:meth:`_quick_binned`)."""
         action_features = document.action_features if document is not None else None
         self._scorer = ActionScorer(action_features, self.features) if action_features else None
         self._index = {a.id: i for i, a in enumerate(self.actions)} if len(self.layout.sizes) == 1 else {}
@@ -953,9 +954,7 @@ class SoftmaxPolicy:
         draw = rng.random if rng is not None else self._random
         if table.joint:
             index = bisect_right(table.cum, draw())
-            decision = table.drawn.get(index)
-            if decision is None:
-                decision = table.drawn[index] = self._decision(table, self._local(index))
+            decision = table.drawn.get(index) or self._joint_decision(table, index)
         else:
             excluded = self._excluded_set
             for _ in range(MAX_DRAWS):
@@ -1056,6 +1055,29 @@ class SoftmaxPolicy:
         reach = max(map(abs, logits)) + NUMBER_CLIP * sum(max(map(abs, w)) for _, _, w in self._linear)
         base = self._bases[key] = (logits, reach <= EXP_SAFE, {})
         return base
+
+    def _joint_decision(self, table: _Table, index: int) -> Decision:
+        """The decision of the configuration at ``index`` of ``table``'s joint space, kept in the table."""
+        decision = table.drawn[index] = self._decision(table, self._local(index))
+        return decision
+
+    def _quick_binned(self) -> Callable[[Any, random.Random | None], Decision | None]:
+        """:meth:`choose` for a policy whose numeric features are all binned, as a closure: a plain
+        context's kept table (:meth:`_binned_table`) drawn from in one uniform draw, as
+        :meth:`_choose_in` draws it. None for any other context (:meth:`_choose_in` checks it)."""
+        binned_table, own_random, joint_decision = self._binned_table, self._random, self._joint_decision
+
+        def quick(context: Any, rng: random.Random | None) -> Decision | None:
+            if context.__class__ is not dict or not context:  # an empty context: no context (None)
+                return None
+            table = binned_table(context)
+            if table is None or not table.joint:
+                return None
+            index = bisect_right(table.cum, rng.random() if rng is not None else own_random())
+            decision = table.drawn.get(index) or joint_decision(table, index)
+            return _tuple_new(Decision, (*decision[:_CONTEXT], dict(context), *decision[_CONTEXT + 1 :]))
+
+        return quick
 
     def _first_quick(self, context: Any, rng: random.Random | None) -> Decision | None:
         """:meth:`_quick_numeric`, built on the first draw it may serve (writing out its draw costs
