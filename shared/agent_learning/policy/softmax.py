@@ -68,7 +68,8 @@ ready (every context without numeric features), a joint space of at most
 :data:`JOINT_TABLE_SIZE` configurations is drawn from one cumulative table of π (excluded
 configurations have zero width: one uniform number). A context with numeric terms and no
 exclusions keeps its segments' logits and adds the terms per call, each dimension drawn from p_d
-(no table built for a number that rarely repeats). Otherwise each dimension is drawn from p_d,
+(no table built for a number that rarely repeats; with one numeric feature, by a function written
+out for the policy's dimensions, :func:`_written_out`). Otherwise each dimension is drawn from p_d,
 and a draw that lands on an excluded configuration is drawn again, which samples Π_d p_d
 conditioned on a ∉ E, i.e. π.
 """
