@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import itertools
 import math
+import pickle
 import random
 from collections import Counter
 from types import MappingProxyType
@@ -162,3 +163,13 @@ def test_a_plain_context_draws_what_the_same_context_checked_in_full_draws(name:
     plain, checked = (SoftmaxPolicy(POLICIES[name], rng=random.Random(3)) for _ in range(2))
     for x in [*contexts(random.Random(name), 300), {}, {"other": "x"}]:
         assert plain.choose(context=x) == checked.choose(context=MappingProxyType(x))  # not a dict: checked
+
+
+@pytest.mark.parametrize("name", ["standardise", "bins"])
+def test_a_pickled_policy_draws_as_the_original_from_its_own_generator(name: str) -> None:
+    policy = SoftmaxPolicy(POLICIES[name], rng=random.Random(3))
+    xs = [x for x in contexts(random.Random(name), 200) if "tokens" in x]
+    for x in xs[:20]:  # the quick draw built and its caches filled
+        policy.choose(context=x)
+    twin = pickle.loads(pickle.dumps(policy))
+    assert [twin.choose(context=x) for x in xs] == [policy.choose(context=x) for x in xs]

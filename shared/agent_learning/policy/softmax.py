@@ -666,11 +666,11 @@ class SoftmaxPolicy:
         and edges (:meth:`_binned_table`)."""
         self._bases: dict[tuple[Any, ...], _Base] = {}
         """Per key of segments, what :meth:`_choose_linear` keeps (:meth:`_base`)."""
-        self._quick: Callable[[Any, random.Random | None], Decision | None] | None = (
-            self._first_quick if len(self._linear) == 1 and not self._binned and not self.excluded
-            and self._spans[-1][1] <= WRITTEN_OUT_VALUES else self._quick_binned() if self._bin_keys else None)
+        self._quick: Callable[[Any, random.Random | None], Decision | None] | None = None
         """:meth:`choose` for a plain context of a policy with one numeric feature (:meth:`_quick_numeric`)
-        or with only binned ones (:meth:`_quick_binned`)."""
+        or with only binned ones (:meth:`_quick_binned`): a closure over this policy's state, built
+        on the first draw (:meth:`_first_quick`), left out of copies and pickles (:meth:`__getstate__`)."""
+        self._quick = self._first_quick if self._quick_kind() is not None else None
         action_features = document.action_features if document is not None else None
         self._scorer = ActionScorer(action_features, self.features) if action_features else None
         self._index = {a.id: i for i, a in enumerate(self.actions)} if len(self.layout.sizes) == 1 else {}
@@ -1080,11 +1080,31 @@ class SoftmaxPolicy:
 
         return quick
 
+    def _quick_kind(self) -> Callable[[], Callable[[Any, random.Random | None], Decision | None]] | None:
+        """What builds :attr:`_quick` for this policy, if anything does."""
+        one_slope = len(self._linear) == 1 and not self._binned and not self.excluded
+        if one_slope and self._spans[-1][1] <= WRITTEN_OUT_VALUES:
+            return self._quick_numeric
+        return self._quick_binned if self._bin_keys else None
+
     def _first_quick(self, context: Any, rng: random.Random | None) -> Decision | None:
-        """:meth:`_quick_numeric`, built on the first draw it may serve (writing out its draw costs
-        more than building the rest of the policy), then drawn with."""
-        self._quick = quick = self._quick_numeric()
-        return quick(context, rng)
+        """:attr:`_quick`, built on the first draw it may serve (writing out a numeric draw costs more
+        than building the rest of the policy), then drawn with."""
+        build = self._quick_kind()
+        self._quick = quick = build() if build is not None else None
+        return quick(context, rng) if quick is not None else None
+
+    def __getstate__(self) -> tuple[None, dict[str, Any]]:
+        """The policy's state for copies and pickles, without :attr:`_quick` (a closure over this
+        policy's caches and generator): a copy builds its own on its first draw."""
+        state = {name: getattr(self, name) for name in self.__slots__ if hasattr(self, name)}
+        state["_quick"] = None
+        return None, state
+
+    def __setstate__(self, state: tuple[None, dict[str, Any]]) -> None:
+        for name, value in state[1].items():
+            object.__setattr__(self, name, value)
+        self._quick = self._first_quick if self._quick_kind() is not None else None
 
     def _quick_numeric(self) -> Callable[[Any, random.Random | None], Decision | None]:
         """:meth:`choose` for a policy with one numeric feature with weights (no binned one, nor
