@@ -6,16 +6,19 @@ from __future__ import annotations
 
 import itertools
 import math
+import pickle
 import random
 from collections import Counter
+from types import MappingProxyType
 from typing import Any
 
 import pytest
 
 from agent_learning.core.errors import InvalidDocument
 from agent_learning.documents import EXACT_INTEGERS, PolicyDocument
+from agent_learning.policy import softmax
 from agent_learning.policy.decision import Decision
-from agent_learning.policy.softmax import SoftmaxPolicy
+from agent_learning.policy.softmax import SoftmaxPolicy, _draw_linear, _written_out
 
 DIMENSIONS = {"prompt": ["a", "b", "c"], "k": [1, 3, 5, 10], "tools": [True, False]}
 VALUES = 9
@@ -127,3 +130,46 @@ def test_choose_refuses_a_negative_number_for_a_log_feature_after_plain_ones() -
     chooser.choose(context={"task": "s1", "tokens": 3})
     with pytest.raises(InvalidDocument, match=r"context\.tokens: must be 0 or more"):
         chooser.choose(context={"task": "s1", "tokens": -3})
+
+
+@pytest.mark.parametrize("ordered_sum", [True, False], ids=["a + b", "sum()"])
+@pytest.mark.parametrize("floor", [0.0, 0.01, 0.15])
+@pytest.mark.parametrize("sizes", [(3, 4, 2), (1, 5), (2,), (1, 1, 1)])
+def test_the_written_out_draw_gives_the_loops_index_and_probability(
+    sizes: tuple[int, ...], floor: float, ordered_sum: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    if ordered_sum and not softmax.ORDERED_SUM:
+        pytest.skip("sum() of floats is compensated on this Python: the written-out draw calls it")
+    monkeypatch.setattr(softmax, "ORDERED_SUM", ordered_sum)
+    rng = random.Random(f"{sizes}{floor}")
+    starts = list(itertools.accumulate((0, *sizes)))
+    spans = tuple((s, s + k, k, k * floor, 1.0 - k * floor, k - 1) for s, k in zip(starts, sizes, strict=False))
+    slopes = [rng.gauss(0, 2) for _ in range(starts[-1])]
+    draw = _written_out(spans, slopes, floor)
+    for _ in range(300):
+        logits = [rng.gauss(0, 3) for _ in slopes]
+        x = rng.choice([rng.uniform(-4, 4), 0.0, 4.0])
+        exps = [math.exp(v + w * x) for v, w in zip(logits, slopes, strict=True)]
+        uniforms = []
+        for start, stop, _, spread, mass, _ in spans:  # random, in the floor's part, on a sum's edge, at the top
+            sums = list(itertools.accumulate(exps[start:stop]))
+            uniforms.append(rng.choice([rng.random(), spread * 0.999, spread, 1.0 - 1e-16,
+                                        spread + mass * rng.choice(sums) / sums[-1]]))
+        assert draw(x, iter(uniforms).__next__, logits) == _draw_linear(exps, spans, floor, iter(uniforms).__next__)
+
+
+@pytest.mark.parametrize("name", list(POLICIES))
+def test_a_plain_context_draws_what_the_same_context_checked_in_full_draws(name: str) -> None:
+    plain, checked = (SoftmaxPolicy(POLICIES[name], rng=random.Random(3)) for _ in range(2))
+    for x in [*contexts(random.Random(name), 300), {}, {"other": "x"}]:
+        assert plain.choose(context=x) == checked.choose(context=MappingProxyType(x))  # not a dict: checked
+
+
+@pytest.mark.parametrize("name", ["standardise", "bins"])
+def test_a_pickled_policy_draws_as_the_original_from_its_own_generator(name: str) -> None:
+    policy = SoftmaxPolicy(POLICIES[name], rng=random.Random(3))
+    xs = [x for x in contexts(random.Random(name), 200) if "tokens" in x]
+    for x in xs[:20]:  # the quick draw built and its caches filled
+        policy.choose(context=x)
+    twin = pickle.loads(pickle.dumps(policy))
+    assert [twin.choose(context=x) for x in xs] == [policy.choose(context=x) for x in xs]

@@ -68,7 +68,8 @@ ready (every context without numeric features), a joint space of at most
 :data:`JOINT_TABLE_SIZE` configurations is drawn from one cumulative table of π (excluded
 configurations have zero width: one uniform number). A context with numeric terms and no
 exclusions keeps its segments' logits and adds the terms per call, each dimension drawn from p_d
-(no table built for a number that rarely repeats). Otherwise each dimension is drawn from p_d,
+(no table built for a number that rarely repeats; with one numeric feature, by a function written
+out for the policy's dimensions, :func:`_written_out`). Otherwise each dimension is drawn from p_d,
 and a draw that lands on an excluded configuration is drawn again, which samples Π_d p_d
 conditioned on a ∉ E, i.e. π.
 """
@@ -78,12 +79,13 @@ from __future__ import annotations
 import math
 import numbers
 import random
+import sys
 from bisect import bisect_right
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from itertools import accumulate, product
-from math import exp
+from math import exp, isfinite, log
 from typing import Any, Literal, NamedTuple
 
 from pydantic import ValidationError
@@ -135,6 +137,11 @@ CACHE_SIZE = 4_096
 """Contexts whose per-dimension probabilities a policy keeps ready (cleared when full)."""
 
 
+ORDERED_SUM = sys.version_info < (3, 12)
+"""Whether sum() of floats adds them one after the other, as ``a + b + c`` does (compensated from 3.12)."""
+WRITTEN_OUT_VALUES = 64
+"""A policy with one numeric feature with weights and at most this many values (all dimensions) draws
+from a function written out for its dimensions (:func:`_written_out`), built on its first such draw."""
 FIXED_SIZE = 64
 """A context-free policy with several dimensions and at most this many configurations keeps every
 configuration's decision ready (one with a single dimension always does, as a flat list of actions)."""
@@ -414,6 +421,37 @@ def _draw_linear(
     return index, p
 
 
+def _written_out(
+    spans: Sequence[tuple[int, int, int, float, float, int]], slopes: Sequence[float], floor: float
+) -> Callable[[float, Callable[[], float], Sequence[float]], tuple[int, float]]:
+    """:func:`_draw_linear` of exp(a + b·x) for these ``spans`` and slopes b, written out as one
+    function ``draw(x, random, a)`` (a loop per value costs more than the exp() it wraps): the same
+    operations in the same order, so the same draws give the same index and probability. Its text
+    holds only these numbers (``repr`` reads back each float exactly) and indices."""
+    lines = ["def draw(x, random, a, exp=exp):", f"    ({''.join(f'a{j}, ' for j in range(len(slopes)))}) = a"]
+    for d, (start, stop, size, spread, mass, last) in enumerate(spans):
+        e = [f"e{j}" for j in range(start, stop)]
+        lines += [f"    {e[i]} = exp(a{start + i} + {slopes[start + i]!r} * x)" for i in range(size)]
+        total = " + ".join(e) if ORDERED_SUM else f"sum(({', '.join(e)},))"  # sum(part), adding as it does
+        lines += [f"    total = {total}",
+                  "    u = random()",
+                  f"    if u < {spread!r}:",
+                  f"        i = min(int(u / {floor!r}), {last})",
+                  f"        e = ({', '.join(e)},)[i]",
+                  "    else:",
+                  f"        target = (u - {spread!r}) / {mass!r} * total",
+                  f"        if (cum := {e[0]}) > target:",  # 0.0 + e is e
+                  f"            i, e = 0, {e[0]}"]
+        for i in range(1, last):
+            lines += [f"        elif (cum := cum + {e[i]}) > target:", f"            i, e = {i}, {e[i]}"]
+        lines += ["        else:", f"            i, e = {last}, {e[last]}"]  # past every sum but the last: the last
+        p_d = f"{floor!r} + {mass!r} * (e / total)"
+        lines += [f"    index = index * {size} + i", f"    p *= {p_d}"] if d else ["    index = i", f"    p = {p_d}"]
+    namespace: dict[str, Any] = {"exp": exp}
+    exec("\n".join([*lines, "    return index, p"]), namespace)  # numbers and indices only (above)
+    return namespace["draw"]  # type: ignore[no-any-return]
+
+
 def _plain_number(value: Any) -> bool:
     """Whether :func:`check_context` passes ``value`` as it is, as a number: a finite float or an
     integer below :data:`~agent_learning.documents.EXACT_INTEGERS` in magnitude (not a boolean)."""
@@ -423,12 +461,10 @@ def _plain_number(value: Any) -> bool:
     return kind is int and -EXACT_INTEGERS < value < EXACT_INTEGERS
 
 
-def _with_context(decision: Decision, context: Mapping[str, Any]) -> Decision:
-    """``decision._replace(context=context)``, built directly (a third of the time)."""
-    return _tuple_new(Decision, (*decision[:_CONTEXT], context, *decision[_CONTEXT + 1 :]))
-
-
 _CONTEXT = Decision._fields.index("context")
+
+_Base = tuple[tuple[float, ...], bool, dict[int, Decision]]
+"""What :meth:`SoftmaxPolicy._base` keeps for a key of segments."""
 
 
 _tuple_new = tuple.__new__
@@ -539,6 +575,7 @@ class SoftmaxPolicy:
         "_linear",
         "_numeric",
         "_own",
+        "_quick",
         "_random",
         "_readers",
         "_scorer",
@@ -619,14 +656,21 @@ class SoftmaxPolicy:
             (f.name, self._readers[f.name], [w / self.temperature for w in f.weights])
             for f in self._own[1] if not f.segmented and f.weights
         )
-        self._binned = len(self._numeric) > len(self._linear)
-        self._bin_keys = tuple((at, self._readers[name]) for at, name in enumerate(self._categorical)
-                               if self._features[name].kind == "number")
-        """The binned features' places in a key of segments, and their readers (:meth:`_plain_key`)."""
-        """Whether a numeric feature has no weights (binned, or not learned yet): checked apart."""
         """The numeric features with weights (over T): their terms are added per call."""
-        self._bases: dict[tuple[Any, ...], tuple[list[list[float]], bool, dict[Any, Any]]] = {}
+        self._binned = len(self._numeric) > len(self._linear)
+        """Whether a numeric feature has no weights (binned, or not learned yet): checked apart."""
+        bin_keys = tuple((at, self._readers[name].names, self._readers[name].edges)
+                         for at, name in enumerate(self._categorical) if self._features[name].kind == "number")
+        self._bin_keys = bin_keys if len(bin_keys) == len(self._numeric) else ()
+        """When every numeric feature is binned, their places in a key of segments, and their bins' names
+        and edges (:meth:`_binned_table`)."""
+        self._bases: dict[tuple[Any, ...], _Base] = {}
         """Per key of segments, what :meth:`_choose_linear` keeps (:meth:`_base`)."""
+        self._quick: Callable[[Any, random.Random | None], Decision | None] | None = None
+        """:meth:`choose` for a plain context of a policy with one numeric feature (:meth:`_quick_numeric`)
+        or with only binned ones (:meth:`_quick_binned`): a closure over this policy's state, built
+        on the first draw (:meth:`_first_quick`), left out of copies and pickles (:meth:`__getstate__`)."""
+        self._quick = self._first_quick if self._quick_kind() is not None else None
         action_features = document.action_features if document is not None else None
         self._scorer = ActionScorer(action_features, self.features) if action_features else None
         self._index = {a.id: i for i, a in enumerate(self.actions)} if len(self.layout.sizes) == 1 else {}
@@ -795,6 +839,8 @@ class SoftmaxPolicy:
         if fixed is None or actions is not None:  # one test: the context-free draw below keeps its speed
             if actions is not None:
                 return self._choose_among(rng, context, actions)
+            if (quick := self._quick) is not None and (decision := quick(context, rng)) is not None:
+                return decision
             return self._choose_in(rng, context)
         decision = fixed[bisect_right(self._cum, rng.random() if rng is not None else self._random())]
         if context is None or not (checked := validated_context(context)):
@@ -909,9 +955,7 @@ class SoftmaxPolicy:
         draw = rng.random if rng is not None else self._random
         if table.joint:
             index = bisect_right(table.cum, draw())
-            decision = table.drawn.get(index)
-            if decision is None:
-                decision = table.drawn[index] = self._decision(table, self._local(index))
+            decision = table.drawn.get(index) or self._joint_decision(table, index)
         else:
             excluded = self._excluded_set
             for _ in range(MAX_DRAWS):
@@ -924,8 +968,8 @@ class SoftmaxPolicy:
             if decision is None:
                 decision = table.drawn[local] = self._decision(table, local)
         if not context:
-            return decision
-        return _with_context(decision, context)
+            return decision  # else decision._replace(context=context), built directly (a third of the time):
+        return _tuple_new(Decision, (*decision[:_CONTEXT], context, *decision[_CONTEXT + 1 :]))
 
     def _choose_linear(self, rng: random.Random | None, context: Mapping[str, Any]) -> Decision | None:
         """:meth:`choose` for a policy with numeric weights and no exclusions: the logits of the
@@ -963,13 +1007,21 @@ class SoftmaxPolicy:
         exps = [exp(v + w * x_last) for v, w in zip(logits, last)] if last else list(map(exp, logits))  # noqa: B905
         index, p = _draw_linear(exps, self._spans, self.exploration_floor,
                                 rng.random if rng is not None else self._random)
-        decision = drawn.get(index)
-        if decision is None:
-            decision = drawn[index] = self._decision(self._table(None), self._local(index))
-        return _tuple_new(Decision, (self.agent_id, decision.action_id, index, p, math.log(p), self.version,
+        return self._drawn(drawn, index, p, checked)
+
+    def _drawn(self, drawn: dict[int, Decision], index: int, p: float, checked: dict[str, Any]) -> Decision:
+        """The decision of the configuration at ``index`` drawn with probability ``p`` in the context
+        ``checked``, from ``drawn`` (a key of segments' decisions so far, without context)."""
+        decision = drawn.get(index) or self._decide(drawn, index)
+        return _tuple_new(Decision, (self.agent_id, decision.action_id, index, p, log(p), self.version,
                                      decision.config, checked, self.incarnation, None))
 
-    def _plain_base(self, context: dict[str, Any]) -> tuple[list[float], bool, dict[Any, Any]] | None:
+    def _decide(self, drawn: dict[int, Decision], index: int) -> Decision:
+        """The decision of the configuration at ``index`` without context, kept in ``drawn``."""
+        decision = drawn[index] = self._decision(self._table(None), self._local(index))
+        return decision
+
+    def _plain_base(self, context: dict[str, Any]) -> _Base | None:
         """What :meth:`_choose_linear` keeps for ``context`` when :func:`check_context` would pass it
         unchanged, read without checking it in full: its categorical values are the strings of a kept
         key (checked when it was kept), its numbers plain finite floats and integers, and it has no
@@ -993,17 +1045,102 @@ class SoftmaxPolicy:
             present += 1
         return base if present == len(context) else None
 
-    def _base(self, key: tuple[Any, ...], checked: Mapping[str, Any]) -> tuple[list[float], bool, dict[Any, Any]]:
+    def _base(self, key: tuple[Any, ...], checked: Mapping[str, Any]) -> _Base:
         """What :meth:`_choose_linear` keeps for a key of segments: the logits over T without
         numeric terms, whether every logit with them stays within ±:data:`EXP_SAFE` (each x̃ is
         within ±NUMBER_CLIP), and the decisions drawn so far."""
         if len(self._bases) >= CACHE_SIZE:
             self._bases.clear()
         segments = {n: checked[n] for n in self._categorical if n in checked}
-        logits = [x / self.temperature for x in self._logits(segments or None)]
+        logits = tuple(x / self.temperature for x in self._logits(segments or None))
         reach = max(map(abs, logits)) + NUMBER_CLIP * sum(max(map(abs, w)) for _, _, w in self._linear)
         base = self._bases[key] = (logits, reach <= EXP_SAFE, {})
         return base
+
+    def _joint_decision(self, table: _Table, index: int) -> Decision:
+        """The decision of the configuration at ``index`` of ``table``'s joint space, kept in the table."""
+        decision = table.drawn[index] = self._decision(table, self._local(index))
+        return decision
+
+    def _quick_binned(self) -> Callable[[Any, random.Random | None], Decision | None]:
+        """:meth:`choose` for a policy whose numeric features are all binned, as a closure: a plain
+        context's kept table (:meth:`_binned_table`) drawn from in one uniform draw, as
+        :meth:`_choose_in` draws it. None for any other context (:meth:`_choose_in` checks it)."""
+        binned_table, own_random, joint_decision = self._binned_table, self._random, self._joint_decision
+
+        def quick(context: Any, rng: random.Random | None) -> Decision | None:
+            if context.__class__ is not dict or not context:  # an empty context: no context (None)
+                return None
+            table = binned_table(context)
+            if table is None or not table.joint:
+                return None
+            index = bisect_right(table.cum, rng.random() if rng is not None else own_random())
+            decision = table.drawn.get(index) or joint_decision(table, index)
+            return _tuple_new(Decision, (*decision[:_CONTEXT], dict(context), *decision[_CONTEXT + 1 :]))
+
+        return quick
+
+    def _quick_kind(self) -> Callable[[], Callable[[Any, random.Random | None], Decision | None]] | None:
+        """What builds :attr:`_quick` for this policy, if anything does."""
+        one_slope = len(self._linear) == 1 and not self._binned and not self.excluded
+        if one_slope and self._spans[-1][1] <= WRITTEN_OUT_VALUES:
+            return self._quick_numeric
+        return self._quick_binned if self._bin_keys else None
+
+    def _first_quick(self, context: Any, rng: random.Random | None) -> Decision | None:
+        """:attr:`_quick`, built on the first draw it may serve (writing out a numeric draw costs more
+        than building the rest of the policy), then drawn with."""
+        build = self._quick_kind()
+        self._quick = quick = build() if build is not None else None
+        return quick(context, rng) if quick is not None else None
+
+    def __getstate__(self) -> tuple[None, dict[str, Any]]:
+        """The policy's state for copies and pickles, without :attr:`_quick` (a closure over this
+        policy's caches and generator): a copy builds its own on its first draw."""
+        state = {name: getattr(self, name) for name in self.__slots__ if hasattr(self, name)}
+        state["_quick"] = None
+        return None, state
+
+    def __setstate__(self, state: tuple[None, dict[str, Any]]) -> None:
+        for name, value in state[1].items():
+            object.__setattr__(self, name, value)
+        self._quick = self._first_quick if self._quick_kind() is not None else None
+
+    def _quick_numeric(self) -> Callable[[Any, random.Random | None], Decision | None]:
+        """:meth:`choose` for a policy with one numeric feature with weights (no binned one, nor
+        exclusions), as a closure over what it reads: for a plain context (as :meth:`_plain_base`
+        reads it) of a key of segments kept with every logit within ±EXP_SAFE, x̃ is computed once
+        and each dimension drawn from ℓ / T = a + b·x̃ by :func:`_written_out`, as
+        :meth:`_choose_linear` draws. None for any other context (:meth:`_choose_in` checks it)."""
+        ((name, reader, slopes),) = self._linear
+        draw = _written_out(self._spans, slopes, self.exploration_floor)
+        categorical, get_base, number, own_random = self._categorical, self._bases.get, reader.number, self._random
+        agent_id, version, incarnation, decide = self.agent_id, self.version, self.incarnation, self._decide
+        single = len(categorical) == 1
+
+        def quick(context: Any, rng: random.Random | None) -> Decision | None:
+            if context.__class__ is not dict:
+                return None
+            get = context.get
+            try:
+                key = (get(categorical[0]),) if single else tuple(map(get, categorical))  # one: no map()
+                base = get_base(key)
+            except TypeError:  # an unhashable value: the check names it
+                return None
+            value = get(name)
+            if base is None or value is None or not base[1] or len(context) != len(key) - key.count(None) + 1:
+                return None
+            kind = value.__class__  # a plain number (_plain_number, inline) whose x̃ is not None (a negative log)
+            if not (isfinite(value) if kind is float else kind is int and -EXACT_INTEGERS < value < EXACT_INTEGERS) \
+                    or (x := number(value)) is None:
+                return None
+            logits, _, drawn = base
+            index, p = draw(x, rng.random if rng is not None else own_random, logits)
+            decision = drawn.get(index) or decide(drawn, index)
+            return _tuple_new(Decision, (agent_id, decision.action_id, index, p, log(p), version,
+                                         decision.config, dict(context), incarnation, None))
+
+        return quick
 
     def _table(self, context: Mapping[str, Any] | None) -> _Table:
         if not context or not self._features:
@@ -1057,34 +1194,32 @@ class SoftmaxPolicy:
                 table = None
             if table is not None and len(context) == len(key) - key.count(None):
                 return table, dict(context)
-        elif self._bin_keys and len(self._bin_keys) == len(self._numeric) and type(context) is dict:
-            key = self._plain_key(context)  # every numeric feature binned: a number's key is its bin
-            table = self._cache.get(key) if key is not None else None
-            if table is not None and len(context) == len(key) - key.count(None):
+        elif self._bin_keys and type(context) is dict:  # every numeric feature binned: a number's key is its bin
+            table = self._binned_table(context)
+            if table is not None:
                 return table, dict(context)
         checked = validated_context(context)
         if self._numeric:
             self._check_kinds(checked)
         return self._table(checked), checked
 
-    def _plain_key(self, context: dict[str, Any]) -> tuple[Any, ...] | None:
-        """The key of segments of ``context`` with its binned numbers read as their bins, when each
-        is a plain finite float or integer (None otherwise: checked in full). Its other values are
-        as given: only strings can hit a kept table (as in :meth:`_checked`)."""
+    def _binned_table(self, context: dict[str, Any]) -> _Table | None:
+        """The kept table of ``context``, its binned numbers read as their bins, when each is a plain
+        finite float or integer and the context has no other feature (None otherwise: checked in
+        full). Its other values are as given: only strings can hit a kept table (as in :meth:`_checked`)."""
         try:
             values = list(map(context.get, self._categorical))
-            for at, reader in self._bin_keys:
+            for at, names, edges in self._bin_keys:
                 value = values[at]
-                if value is None:
-                    continue
-                if not _plain_number(value):
-                    return None
-                values[at] = reader.names[bisect_right(reader.edges, value)]
+                if value is not None:
+                    if not _plain_number(value):
+                        return None
+                    values[at] = names[bisect_right(edges, value)]
             key = tuple(values)
-            hash(key)
+            table = self._cache.get(key)
         except TypeError:  # an unhashable value: the check names it
             return None
-        return key
+        return table if table is not None and len(context) == len(key) - key.count(None) else None
 
     def _local(self, index: int) -> tuple[int, ...]:
         """The value indices of the configuration at ``index`` (:func:`joint_index` inverted)."""
