@@ -239,7 +239,9 @@ def test_one_evaluator_failing_for_good_stops_the_others_retries(judge_server: A
     judge_server.set_mode("content_filter", evaluator="task_completion")
     result, seconds = timed(lambda: judge.judge(episode("x [judge:good]")))
     assert isinstance(result, PermanentError) and "content filter" in str(result)
-    assert judge_server.count("intent_resolution") == 1 and seconds < FAST.attempt_timeout + SLACK
+    # Not retried: at most its first call, which a busy machine may not even have sent when the
+    # permanent failure stopped the episode.
+    assert judge_server.count("intent_resolution") <= 1 and seconds < FAST.attempt_timeout + SLACK
 
 
 @pytest.mark.parametrize(
