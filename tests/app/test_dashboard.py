@@ -154,6 +154,21 @@ def test_the_overview_names_every_agent_with_its_marks_through_the_functions_app
     assert re.search(r"judge agrees with users on 0% of the latest \d+ episodes", text), text
 
 
+def test_the_overview_stops_auditing_when_its_time_is_spent_and_shows_no_count_rather_than_zero(
+    app_runtime: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An agent's audit reads all its scores: past the overview's time the other agents get no
+    books (a dash, not a 0 that would say nothing was lost), and a note names them."""
+    from agent_learning.app.dashboard import data
+
+    monkeypatch.setattr(data, "OVERVIEW_AUDIT_SECONDS", 0.0)
+    page = Page(get("dashboard").get_body().decode())
+    uncounted = [c for c in page.tags("td") if c.get("title") == "not audited for this page: see the notes"]
+    agents = len(DEMO_AGENTS) + 1
+    assert len(uncounted) == 5 * (agents - 1)  # the first agent is audited, each other one's five cells are not
+    assert f"{agents - 1} agents not audited within 0 s" in page.text and "agent-learn audit" in page.text
+
+
 def test_the_agent_page_charts_its_learning_and_marks_the_hold(app_runtime: Any) -> None:
     resp = get("dashboard_agent", agent_id=HELD_AGENT)
     assert resp.status_code == 200

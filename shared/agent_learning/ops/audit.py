@@ -58,6 +58,7 @@ Memory: the audit keeps a few sets of ids and one tuple per score row, streamed 
 
 from __future__ import annotations
 
+import time
 from bisect import bisect_left, bisect_right
 from collections import Counter
 from collections.abc import Callable, Iterable
@@ -171,9 +172,12 @@ def audit(
     agent_ids: Iterable[str] | None = None,
     *,
     train_queue: WorkQueue | None = None,
+    seconds: float | None = None,
 ) -> Audit:
     """Audit ``agent_ids`` (every agent with a policy by default); ``queue`` (the scoring queue)
-    supplies the episodes' dead letters; both queues' dead letters are counted by reason."""
+    supplies the episodes' dead letters; both queues' dead letters are counted by reason. With
+    ``seconds``, no agent is started once that long has passed (an agent's audit reads all its
+    scores): the agents left out are named in the notes, and have no book."""
     notes: list[str] = []
     counted: dict[str, dict[str, int]] = {}
     found = _dead_letters(queue, notes, counted)
@@ -186,9 +190,15 @@ def audit(
     agents = list(agent_ids) if agent_ids is not None else store.list_agents()
     feedback = episodes_with_feedback(store)  # one pass over the feedback feed, for every agent
     earlier = Counter(d.properties.get("agent_id") for d in found or [] if d.reason == INCARNATION_MISMATCH)
-    books = [
-        audit_agent(store, a, letters, feedback.get(a, set()), other_incarnation=earlier[a]) for a in agents
-    ]
+    started, books = time.monotonic(), []
+    for a in agents:
+        if seconds is not None and books and time.monotonic() - started > seconds:
+            left = agents[len(books):]
+            named = ", ".join(left[:5]) + (", …" if len(left) > 5 else "")
+            notes.append(f"{len(left):,} agent{'s' if len(left) > 1 else ''} not audited within {seconds:g} s "
+                         f"({named}): `agent-learn audit` counts every agent")
+            break
+        books.append(audit_agent(store, a, letters, feedback.get(a, set()), other_incarnation=earlier[a]))
     return Audit(books, queue is not None and found is not None, notes, counted)
 
 

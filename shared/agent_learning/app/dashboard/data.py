@@ -47,6 +47,10 @@ FEEDBACK_LIMIT = 2_000
 
 FEED_PAGE = 1_000
 """Feedback documents read per store call."""
+OVERVIEW_AUDIT_SECONDS = 5.0
+"""How long the overview audits agents (each audit reads all of an agent's scores): the agents
+not reached show no books, named in a note, so the page stays quick for agents with millions of
+episodes; `agent-learn audit` counts them all."""
 
 
 @dataclass(frozen=True)
@@ -302,7 +306,7 @@ def overview(store: Store, rules: JudgingRules, queues: Sequence[WorkQueue], now
     """Every agent at a glance, and the queues."""
     scoring = queues[0] if queues else None
     training = queues[1] if len(queues) > 1 else None
-    audited = audit(store, scoring, train_queue=training)
+    audited = audit(store, scoring, train_queue=training, seconds=OVERVIEW_AUDIT_SECONDS)
     rows = agent_rows(store, rules, audited, feedback_by_agent(store))
     states = [queue_state(q, now.timestamp()) for q in queues]
     notes = list(audited.notes)

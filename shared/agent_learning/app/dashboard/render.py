@@ -21,7 +21,6 @@ from agent_learning.app.dashboard.data import (
     QueueState,
 )
 from agent_learning.app.dashboard.svg import COLOURS, MAX_POINTS, Chart
-from agent_learning.ops.audit import AgentAudit
 
 PAGE_ROWS = 50
 """Rows per page of a table (versions, agents)."""
@@ -171,14 +170,17 @@ def overview_html(o: Overview, links: Links, number: int, now: datetime) -> str:
     for r in rows:
         pinned = (f'<td class="text pin" title="{esc(r.pin_reason)}">pinned</td>' if r.pinned
                   else '<td class="text muted">no</td>')
-        book = r.audit or AgentAudit(r.agent_id)
-        lost, twice, dead = (count_cell(n) for n in (book.lost, book.learned_twice, book.dead_lettered))
+        book = r.audit
+        if book is None:  # not audited within the page's time (a note says so): no count, not 0
+            books = '<td class="muted" title="not audited for this page: see the notes">—</td>' * 5
+        else:
+            lost, twice, dead = (count_cell(n) for n in (book.lost, book.learned_twice, book.dead_lettered))
+            books = f"<td>{book.scored:,} / {book.unjudged:,}</td>{lost}{twice}<td>{book.pending:,}</td>{dead}"
         problem = f'<br><span class="bad">{esc(r.problem)}</span>' if r.problem else ""
         body.append(
             f'<tr class="agent"><td><a class="agent-link" href="{links.agent(r.agent_id)}">{esc(r.agent_id)}</a>'
             f"{problem}</td><td>v{r.version}</td><td>{esc(r.published_at)}</td>{verdict_cell(r)}{pinned}"
-            f'<td class="text">{esc(r.judging)}</td><td>{book.scored:,} / {book.unjudged:,}</td>{lost}{twice}'
-            f"<td>{book.pending:,}</td>{dead}<td>{agreement_text(r.agreement)}</td></tr>"
+            f'<td class="text">{esc(r.judging)}</td>{books}<td>{agreement_text(r.agreement)}</td></tr>'
         )
     body.append("</table>")
     body.append(pager(number, pages, len(o.agents), "agents", links.overview))
