@@ -47,6 +47,7 @@ import sys
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -400,6 +401,16 @@ class Row:
     regret: list[float] = field(default_factory=list)
     below_half: int = 0
 
+    @classmethod
+    def over_seeds(cls, seeds: int, run: Callable[[int], tuple[float, bool]]) -> Row:
+        """Each seed's regret, and how many seeds ended with the best below 0.5, of ``run(seed)``."""
+        row = cls()
+        for seed in range(seeds):
+            regret, below = run(seed)
+            row.regret.append(regret)
+            row.below_half += below
+        return row
+
 
 def run_contextual(problem: ContextProblem, make: Callable[[Rng, int], Chooser], seed: int) -> tuple[float, bool]:
     rng = np.random.default_rng([seed, 1])
@@ -734,12 +745,8 @@ def contextual_lines(seeds: int, t0: float, out: dict[str, Any]) -> list[str]:
     for problem in CONTEXT_PROBLEMS:
         rows: dict[str, Row] = {}
         for make in contextual_algorithms(problem):
-            row = Row()
             name = make(np.random.default_rng(0), 0).name
-            for seed in range(seeds):
-                regret, below = run_contextual(problem, make, seed)
-                row.regret.append(regret)
-                row.below_half += below
+            row = Row.over_seeds(seeds, partial(run_contextual, problem, make))
             rows[name] = row
             _progress(t0, f"{problem.name}: {name}")
         _table_rows(lines, out, problem.name, rows, RAW_PER_SEGMENT, seeds)
@@ -757,11 +764,7 @@ def factorized_lines(seeds: int, t0: float, out: dict[str, Any]) -> list[str]:
     for problem in FACTOR_PROBLEMS:
         rows: dict[str, Row] = {}
         for make in FACTOR_ALGORITHMS:
-            row = Row()
-            for seed in range(seeds):
-                regret, below = run_factorized(problem, make, seed)
-                row.regret.append(regret)
-                row.below_half += below
+            row = Row.over_seeds(seeds, partial(run_factorized, problem, make))
             rows[make.name] = row  # type: ignore[attr-defined]
             _progress(t0, f"{problem.name}: {make.name}")  # type: ignore[attr-defined]
         joint = float(np.mean(rows[JointThompson.name].regret))
@@ -819,11 +822,7 @@ def interaction_lines(seeds: int, t0: float, out: dict[str, Any]) -> list[str]:
     for problem in INTERACTION_PROBLEMS:
         rows: dict[str, Row] = {}
         for name, make, seen in interaction_algorithms(problem):
-            row = rows[name] = Row()
-            for seed in range(seeds):
-                regret, below = run_factorized(seen, make, seed)
-                row.regret.append(regret)
-                row.below_half += below
+            rows[name] = Row.over_seeds(seeds, partial(run_factorized, seen, make))
             _progress(t0, f"{problem.name}: {name}")
         _table_rows(lines, out, problem.name, rows, RawMergedThompson.name, seeds)
     return lines
