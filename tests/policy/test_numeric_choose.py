@@ -24,15 +24,19 @@ DIMENSIONS = {"prompt": ["a", "b", "c"], "k": [1, 3, 5, 10], "tools": [True, Fal
 VALUES = 9
 
 
-def document(*numeric: dict[str, Any], floor: float = 0.02) -> PolicyDocument:
-    """A policy over DIMENSIONS with a learned category ``task`` and the ``numeric`` features given,
+SEGMENTS = {"task": ("s0", "s1"), "tier": ("t0", "t1")}
+"""The learned segments of each categorical feature a policy here may have (contexts also give s9, t9)."""
+
+
+def document(*numeric: dict[str, Any], floor: float = 0.02, categories: tuple[str, ...] = ("task",)) -> PolicyDocument:
+    """A policy over DIMENSIONS with the learned ``categories`` and the ``numeric`` features given,
     with logits and weights drawn at random."""
     rng = random.Random(7)
     doc = SoftmaxPolicy.create("bot", DIMENSIONS, context={"task": "category"}, seed=1).document.to_dict()
-    task = {"name": "task", "kind": "category",
-            "segments": {s: [rng.gauss(0, 1) for _ in range(VALUES)] for s in ("s0", "s1")}}
+    learned = [{"name": name, "kind": "category", "segments": {s: [rng.gauss(0, 1) for _ in range(VALUES)]
+                                                              for s in SEGMENTS[name]}} for name in categories]
     return PolicyDocument.from_dict({**doc, "logits": [rng.gauss(0, 1) for _ in range(VALUES)],
-                                     "features": [task, *numeric], "exploration_floor": floor,
+                                     "features": [*learned, *numeric], "exploration_floor": floor,
                                      "temperature": 0.8})
 
 
@@ -56,17 +60,25 @@ POLICIES = {
     "bins": document(binned("tokens")),
     "bins and a slope": document(binned("tokens"), slope("size")),
     "no floor": document(slope("tokens"), floor=0.0),
+    "two categories and a slope": document(slope("tokens"), categories=("task", "tier")),
+    "a slope alone": document(slope("tokens"), categories=()),
 }
 
 
-def contexts(rng: random.Random, n: int) -> list[dict[str, Any]]:
+def categories(name: str) -> tuple[str, ...]:
+    """The categorical features of the policy ``name`` of :data:`POLICIES`."""
+    return tuple(f.name for f in POLICIES[name].features or () if f.kind == "category")
+
+
+def contexts(rng: random.Random, n: int, category: tuple[str, ...] = ("task",)) -> list[dict[str, Any]]:
     """Plain contexts (the quick path) and others: an int, a value past the clip, a feature missing,
-    an unknown segment, a feature the policy does not have."""
+    an unknown segment, a feature the policy does not have (``category``: the policy's categorical
+    features)."""
     out = []
     for _ in range(n):
-        x: dict[str, Any] = {"task": rng.choice(["s0", "s1", "s9"]), "tokens": rng.choice([
-            rng.uniform(0, 300), rng.randint(0, 300), 1e7]), "size": rng.uniform(0, 80)}
-        for name in ("task", "tokens", "size"):
+        x: dict[str, Any] = {name: rng.choice([*SEGMENTS[name], f"{name[0]}9"]) for name in category}
+        x |= {"tokens": rng.choice([rng.uniform(0, 300), rng.randint(0, 300), 1e7]), "size": rng.uniform(0, 80)}
+        for name in x.copy():
             if rng.random() < 0.15:
                 del x[name]
         if rng.random() < 0.1:
@@ -79,7 +91,7 @@ def contexts(rng: random.Random, n: int) -> list[dict[str, Any]]:
 def test_choose_logs_the_formulas_probability_on_random_contexts(name: str) -> None:
     doc = POLICIES[name]
     chooser, reference = SoftmaxPolicy(doc, rng=random.Random(3)), SoftmaxPolicy(doc)
-    for x in contexts(random.Random(name), 300):
+    for x in contexts(random.Random(name), 300, categories(name)):
         decision = chooser.choose(context=x)
         assert decision.probability == pytest.approx(reference.probability(decision.action_id, x), rel=1e-12)
         assert decision.logprob == pytest.approx(math.log(decision.probability), rel=1e-12)
@@ -119,7 +131,7 @@ def test_choose_refuses_a_context_that_is_not_one_after_plain_ones(
     name: str, context: dict[str, Any], problem: str
 ) -> None:
     chooser = SoftmaxPolicy(POLICIES[name], rng=random.Random(3))
-    for x in contexts(random.Random(0), 50):  # keep the segments' logits ready, as on the quick path
+    for x in contexts(random.Random(0), 50, categories(name)):  # keep the segments' logits ready, as on the quick path
         chooser.choose(context=x)
     with pytest.raises(InvalidDocument, match=problem.replace(".", r"\.")):
         chooser.choose(context=context)
@@ -158,10 +170,14 @@ def test_the_written_out_draw_gives_the_loops_index_and_probability(
         assert draw(x, iter(uniforms).__next__, logits) == _draw_linear(exps, spans, floor, iter(uniforms).__next__)
 
 
+@pytest.mark.parametrize("kept", [softmax.CACHE_SIZE, 1], ids=["kept", "caches cleared on every miss"])
 @pytest.mark.parametrize("name", list(POLICIES))
-def test_a_plain_context_draws_what_the_same_context_checked_in_full_draws(name: str) -> None:
+def test_a_plain_context_draws_what_the_same_context_checked_in_full_draws(
+    name: str, kept: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(softmax, "CACHE_SIZE", kept)
     plain, checked = (SoftmaxPolicy(POLICIES[name], rng=random.Random(3)) for _ in range(2))
-    for x in [*contexts(random.Random(name), 300), {}, {"other": "x"}]:
+    for x in [*contexts(random.Random(name), 300, categories(name)), {}, {"other": "x"}]:
         assert plain.choose(context=x) == checked.choose(context=MappingProxyType(x))  # not a dict: checked
 
 

@@ -421,14 +421,14 @@ def _draw_linear(
     return index, p
 
 
-def _written_out(
+def _draw_lines(
     spans: Sequence[tuple[int, int, int, float, float, int]], slopes: Sequence[float], floor: float
-) -> Callable[[float, Callable[[], float], Sequence[float]], tuple[int, float]]:
-    """:func:`_draw_linear` of exp(a + b·x) for these ``spans`` and slopes b, written out as one
-    function ``draw(x, random, a)`` (a loop per value costs more than the exp() it wraps): the same
-    operations in the same order, so the same draws give the same index and probability. Its text
-    holds only these numbers (``repr`` reads back each float exactly) and indices."""
-    lines = ["def draw(x, random, a, exp=exp):", f"    ({''.join(f'a{j}, ' for j in range(len(slopes)))}) = a"]
+) -> list[str]:
+    """The lines (indented once) of :func:`_draw_linear` of exp(a + b·x) for these ``spans`` and
+    slopes b, written out: from ``x``, ``random`` and ``a`` they set ``index`` and ``p`` with the same
+    operations in the same order as the loop. They hold only these numbers (``repr`` reads back each
+    float exactly) and indices."""
+    lines = [f"    ({''.join(f'a{j}, ' for j in range(len(slopes)))}) = a"]
     for d, (start, stop, size, spread, mass, last) in enumerate(spans):
         e = [f"e{j}" for j in range(start, stop)]
         lines += [f"    {e[i]} = exp(a{start + i} + {slopes[start + i]!r} * x)" for i in range(size)]
@@ -447,8 +447,18 @@ def _written_out(
         lines += ["        else:", f"            i, e = {last}, {e[last]}"]  # past every sum but the last: the last
         p_d = f"{floor!r} + {mass!r} * (e / total)"
         lines += [f"    index = index * {size} + i", f"    p *= {p_d}"] if d else ["    index = i", f"    p = {p_d}"]
+    return lines
+
+
+def _written_out(
+    spans: Sequence[tuple[int, int, int, float, float, int]], slopes: Sequence[float], floor: float
+) -> Callable[[float, Callable[[], float], Sequence[float]], tuple[int, float]]:
+    """:func:`_draw_linear` of exp(a + b·x) for these ``spans`` and slopes b, written out as one
+    function ``draw(x, random, a)`` (a loop per value costs more than the exp() it wraps):
+    :func:`_draw_lines`, so the same draws give the same index and probability."""
+    lines = ["def draw(x, random, a):", *_draw_lines(spans, slopes, floor)]
     namespace: dict[str, Any] = {"exp": exp}
-    exec("\n".join([*lines, "    return index, p"]), namespace)  # numbers and indices only (above)
+    exec("\n".join([*lines, "    return index, p"]), namespace)  # numbers and indices only (_draw_lines)
     return namespace["draw"]  # type: ignore[no-any-return]
 
 
@@ -1108,39 +1118,76 @@ class SoftmaxPolicy:
 
     def _quick_numeric(self) -> Callable[[Any, random.Random | None], Decision | None]:
         """:meth:`choose` for a policy with one numeric feature with weights (no binned one, nor
-        exclusions), as a closure over what it reads: for a plain context (as :meth:`_plain_base`
-        reads it) of a key of segments kept with every logit within ±EXP_SAFE, x̃ is computed once
-        and each dimension drawn from ℓ / T = a + b·x̃ by :func:`_written_out`, as
-        :meth:`_choose_linear` draws. None for any other context (:meth:`_choose_in` checks it)."""
+        exclusions), written out as one function (a call per step costs more than the step): for a
+        plain context (as :meth:`_plain_base` reads it) of a key of segments kept with every logit
+        within ±EXP_SAFE, x̃ computed once as :meth:`FeatureReader.number` computes it, and each
+        dimension drawn from ℓ / T = a + b·x̃ by :func:`_draw_lines`, as :meth:`_choose_linear` draws.
+        None for any other context (:meth:`_choose_in` checks it). Its text holds only numbers,
+        indices and the names below; the feature names and the policy's state are in its namespace."""
         ((name, reader, slopes),) = self._linear
-        draw = _written_out(self._spans, slopes, self.exploration_floor)
-        categorical, get_base, number, own_random = self._categorical, self._bases.get, reader.number, self._random
-        agent_id, version, incarnation, decide = self.agent_id, self.version, self.incarnation, self._decide
-        single = len(categorical) == 1
+        single = len(self._categorical) == 1
+        named: dict[int, tuple[str, Any]] = {}
+        kept: dict[Any, tuple[float, ...]] = {}
 
-        def quick(context: Any, rng: random.Random | None) -> Decision | None:
-            if context.__class__ is not dict:
-                return None
-            get = context.get
-            try:
-                key = (get(categorical[0]),) if single else tuple(map(get, categorical))  # one: no map()
-                base = get_base(key)
-            except TypeError:  # an unhashable value: the check names it
-                return None
-            value = get(name)
-            if base is None or value is None or not base[1] or len(context) != len(key) - key.count(None) + 1:
-                return None
-            kind = value.__class__  # a plain number (_plain_number, inline) whose x̃ is not None (a negative log)
-            if not (isfinite(value) if kind is float else kind is int and -EXACT_INTEGERS < value < EXACT_INTEGERS) \
-                    or (x := number(value)) is None:
-                return None
-            logits, _, drawn = base
-            index, p = draw(x, rng.random if rng is not None else own_random, logits)
-            decision = drawn.get(index) or decide(drawn, index)
-            return _tuple_new(Decision, (agent_id, decision.action_id, index, p, log(p), version,
-                                         decision.config, dict(context), incarnation, None))
+        def name_index(index: int) -> tuple[str, Any]:
+            """The action id and config of the configuration at ``index``, kept in ``named``."""
+            if len(named) >= CACHE_SIZE:
+                named.clear()
+            decision = self._decision(self._table(None), self._local(index))
+            pair = named[index] = (decision.action_id, decision.config)
+            return pair
 
-        return quick
+        def keep(key: Any) -> tuple[float, ...] | None:
+            """The logits over T of a key of segments (its one value, with one categorical feature)
+            once :meth:`_base` has kept them with every logit within ±EXP_SAFE, kept in ``kept``."""
+            base = self._bases.get((key,) if single else key)
+            if base is None or not base[1]:
+                return None
+            if len(kept) >= CACHE_SIZE:
+                kept.clear()
+            logits = kept[key] = base[0]
+            return logits
+
+        namespace: dict[str, Any] = {
+            "named": named, "name_index": name_index, "kept": kept, "keep": keep,
+            "exp": exp, "log": log, "log1p": math.log1p, "isfinite": isfinite, "new": _tuple_new, "Decision": Decision,
+            "categorical": self._categorical, "c0": self._categorical[0] if single else None, "name": name,
+            "own_random": self._random, "agent_id": self.agent_id, "version": self.version,
+            "incarnation": self.incarnation, "center": reader.center, "scale": reader.scale,
+        }
+        lines = [
+            "def quick(context, rng):",
+            "    if context.__class__ is not dict:",
+            "        return None",
+            "    try:",  # one categorical feature: its value is the key, and the context's length read off it
+            "        key = context.get(c0)" if single else "        key = tuple(map(context.get, categorical))",
+            "        a = kept.get(key)",
+            "    except TypeError:",  # an unhashable value: the check names it
+            "        return None",
+            "    if a is None and (a := keep(key)) is None:",
+            "        return None",
+            "    value = context.get(name)",
+            "    if value is None or len(context) != "
+            + ("(1 if key is None else 2):" if single else "len(key) - key.count(None) + 1:"),
+            "        return None",
+            "    kind = value.__class__",  # a plain number (_plain_number, inline)
+            "    if not (isfinite(value) if kind is float else kind is int and "
+            f"{-EXACT_INTEGERS!r} < value < {EXACT_INTEGERS!r}):",
+            "        return None",
+            *(["    if value < 0:", "        return None", "    value = log1p(value)"] if reader.log else []),
+            "    x = (value - center) / scale",  # FeatureReader.number, inline
+            f"    if x < {-NUMBER_CLIP!r}:",
+            f"        x = {-NUMBER_CLIP!r}",
+            f"    elif x > {NUMBER_CLIP!r}:",
+            f"        x = {NUMBER_CLIP!r}",
+            "    random = rng.random if rng is not None else own_random",
+            *_draw_lines(self._spans, slopes, self.exploration_floor),
+            "    action_id, config = named.get(index) or name_index(index)",
+            "    return new(Decision, (agent_id, action_id, index, p, log(p), version, config, context.copy(),",
+            "                          incarnation, None))",
+        ]
+        exec("\n".join(lines), namespace)  # numbers, indices and names only (above)
+        return namespace["quick"]  # type: ignore[no-any-return]
 
     def _table(self, context: Mapping[str, Any] | None) -> _Table:
         if not context or not self._features:
