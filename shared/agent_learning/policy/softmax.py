@@ -68,8 +68,8 @@ ready (every context without numeric features), a joint space of at most
 :data:`JOINT_TABLE_SIZE` configurations is drawn from one cumulative table of π (excluded
 configurations have zero width: one uniform number). A context with numeric terms and no
 exclusions keeps its segments' logits and adds the terms per call, each dimension drawn from p_d
-(no table built for a number that rarely repeats; with one numeric feature, by a function written
-out for the policy's dimensions, :func:`_written_out`). Otherwise each dimension is drawn from p_d,
+(no table built for a number that rarely repeats; with one numeric feature, by one function written
+out for the policy, :meth:`SoftmaxPolicy._quick_numeric`). Otherwise each dimension is drawn from p_d,
 and a draw that lands on an excluded configuration is drawn again, which samples Π_d p_d
 conditioned on a ∉ E, i.e. π.
 """
@@ -141,7 +141,7 @@ ORDERED_SUM = sys.version_info < (3, 12)
 """Whether sum() of floats adds them one after the other, as ``a + b + c`` does (compensated from 3.12)."""
 WRITTEN_OUT_VALUES = 64
 """A policy with one numeric feature with weights and at most this many values (all dimensions) draws
-from a function written out for its dimensions (:func:`_written_out`), built on its first such draw."""
+from a function written out for it (:meth:`SoftmaxPolicy._quick_numeric`), built on its first such draw."""
 FIXED_SIZE = 64
 """A context-free policy with several dimensions and at most this many configurations keeps every
 configuration's decision ready (one with a single dimension always does, as a flat list of actions)."""
@@ -453,9 +453,8 @@ def _draw_lines(
 def _written_out(
     spans: Sequence[tuple[int, int, int, float, float, int]], slopes: Sequence[float], floor: float
 ) -> Callable[[float, Callable[[], float], Sequence[float]], tuple[int, float]]:
-    """:func:`_draw_linear` of exp(a + b·x) for these ``spans`` and slopes b, written out as one
-    function ``draw(x, random, a)`` (a loop per value costs more than the exp() it wraps):
-    :func:`_draw_lines`, so the same draws give the same index and probability."""
+    """:func:`_draw_lines` as a function ``draw(x, random, a)`` returning the index and probability:
+    the lines :meth:`SoftmaxPolicy._quick_numeric` draws with, on their own, to compare with the loop."""
     lines = ["def draw(x, random, a):", *_draw_lines(spans, slopes, floor)]
     namespace: dict[str, Any] = {"exp": exp}
     exec("\n".join([*lines, "    return index, p"]), namespace)  # numbers and indices only (_draw_lines)
