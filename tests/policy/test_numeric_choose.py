@@ -65,18 +65,18 @@ POLICIES = {
 }
 
 
-def categories(name: str) -> tuple[str, ...]:
+def categorical(name: str) -> tuple[str, ...]:
     """The categorical features of the policy ``name`` of :data:`POLICIES`."""
     return tuple(f.name for f in POLICIES[name].features or () if f.kind == "category")
 
 
-def contexts(rng: random.Random, n: int, category: tuple[str, ...] = ("task",)) -> list[dict[str, Any]]:
+def contexts(rng: random.Random, n: int, segmented: tuple[str, ...] = ("task",)) -> list[dict[str, Any]]:
     """Plain contexts (the quick path) and others: an int, a value past the clip, a feature missing,
-    an unknown segment, a feature the policy does not have (``category``: the policy's categorical
+    an unknown segment, a feature the policy does not have (``segmented``: the policy's categorical
     features)."""
     out = []
     for _ in range(n):
-        x: dict[str, Any] = {name: rng.choice([*SEGMENTS[name], f"{name[0]}9"]) for name in category}
+        x: dict[str, Any] = {name: rng.choice([*SEGMENTS[name], f"{name[0]}9"]) for name in segmented}
         x |= {"tokens": rng.choice([rng.uniform(0, 300), rng.randint(0, 300), 1e7]), "size": rng.uniform(0, 80)}
         for name in x.copy():
             if rng.random() < 0.15:
@@ -91,7 +91,7 @@ def contexts(rng: random.Random, n: int, category: tuple[str, ...] = ("task",)) 
 def test_choose_logs_the_formulas_probability_on_random_contexts(name: str) -> None:
     doc = POLICIES[name]
     chooser, reference = SoftmaxPolicy(doc, rng=random.Random(3)), SoftmaxPolicy(doc)
-    for x in contexts(random.Random(name), 300, categories(name)):
+    for x in contexts(random.Random(name), 300, categorical(name)):
         decision = chooser.choose(context=x)
         assert decision.probability == pytest.approx(reference.probability(decision.action_id, x), rel=1e-12)
         assert decision.logprob == pytest.approx(math.log(decision.probability), rel=1e-12)
@@ -131,7 +131,7 @@ def test_choose_refuses_a_context_that_is_not_one_after_plain_ones(
     name: str, context: dict[str, Any], problem: str
 ) -> None:
     chooser = SoftmaxPolicy(POLICIES[name], rng=random.Random(3))
-    for x in contexts(random.Random(0), 50, categories(name)):  # keep the segments' logits ready, as on the quick path
+    for x in contexts(random.Random(0), 50, categorical(name)):  # keep the segments' logits ready, as on the quick path
         chooser.choose(context=x)
     with pytest.raises(InvalidDocument, match=problem.replace(".", r"\.")):
         chooser.choose(context=context)
@@ -177,7 +177,7 @@ def test_a_plain_context_draws_what_the_same_context_checked_in_full_draws(
 ) -> None:
     monkeypatch.setattr(softmax, "CACHE_SIZE", kept)
     plain, checked = (SoftmaxPolicy(POLICIES[name], rng=random.Random(3)) for _ in range(2))
-    for x in [*contexts(random.Random(name), 300, categories(name)), {}, {"other": "x"}]:
+    for x in [*contexts(random.Random(name), 300, categorical(name)), {}, {"other": "x"}]:
         assert plain.choose(context=x) == checked.choose(context=MappingProxyType(x))  # not a dict: checked
 
 
