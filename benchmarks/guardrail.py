@@ -17,16 +17,27 @@ K=4 Bernoulli actions (means 0.5/0.55/0.6/0.7), episodes drawn from the current 
   after the change, guardrail on against off.
 
 The seeds are the same whichever library is imported, so a checkout's figures (PYTHONPATH at its
-``shared``) compare with another's.
+``shared``) compare with another's. Common random numbers: each episode takes two uniform draws, one
+for its action and one for its reward, whatever the policy, so the runs of one seed with the guardrail
+on and off see the same luck until their policies part. Ratios are Σ on / Σ off over the seeds, with
+their standard error bootstrapped over the seeds.
 
-    python benchmarks/guardrail.py [--seeds 20] [--safe-confidence P]
+    python benchmarks/guardrail.py [--seeds 100] [--jobs N] [--safe-confidence P]
 """
 
 from __future__ import annotations
 
 import argparse
+import bisect
 import dataclasses
+import itertools
+import logging
+import multiprocessing
+import os
 import random
+import sys
+from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -96,11 +107,14 @@ def run(seed: int, episodes: int, learner: Recording, guardrail: GuardrailConfig
         if means is CHANGED and recovered is None and value(probs, means) >= max(means) - RECOVERED:
             recovered = start - change_at
         for i in range(start, start + BATCH):
-            k = rng.choices(range(len(means)), probs)[0]
+            # Common random numbers: two draws per episode whatever the policy, so runs of one seed
+            # (guardrail on and off) see the same luck while their policies agree.
+            u, v = rng.random(), rng.random()
+            k = min(bisect.bisect_right(list(itertools.accumulate(probs)), u), len(means) - 1)
             episode = make_episode(f"ep-{i}", agent_id=AGENT, action_id=ACTIONS[k], probability=probs[k],
                                    policy_version=current.version)
             store.add_episode(episode)
-            store.put_score(make_score(episode=episode, reward=float(rng.random() < means[k])))
+            store.put_score(make_score(episode=episode, reward=float(v < means[k])))
         outcome = train_agent(AGENT, store, learner, guardrail=guardrail)
         after: PolicyDocument | None = load_current(store, AGENT)
         assert after is not None and learner.last is not None
@@ -118,63 +132,82 @@ def caught(rows: list[tuple[Any, ...]]) -> tuple[int, int, bool]:
     return len(worse), len(ok), bool(worse) and (worse[0] in ok)
 
 
-def main(seeds: int = 20, healthy_episodes: int = 3_000, bad_episodes: int = 1_000,
-         change_at: int = 1_500, after_change: int = 3_000) -> dict[str, Any]:
+def one_seed(seed: int, healthy_episodes: int = 3_000, bad_episodes: int = 1_000, change_at: int = 1_500,
+             after_change: int = 3_000) -> dict[str, Any]:
+    """Every scenario on one seed: the figures :func:`main` sums over the seeds."""
     out: dict[str, Any] = {}
-    false_holds = shrunk = runs = 0
-    regret_on = regret_off = 0.0
-    for seed in range(seeds):
-        on = run(seed, healthy_episodes, Recording(), GUARD)
-        off = run(seed, healthy_episodes, Recording(), None)
-        regret_on, regret_off = regret_on + on["regret"], regret_off + off["regret"]
-        for r in on["rows"]:
-            runs += 1
-            fine = r[3] >= r[2] - GUARD.margin
-            false_holds += r[0] == "held" and fine
-            shrunk += r[1] == "shrunk" and fine
-    out["healthy"] = {"false_holds": false_holds / runs, "shrunk": shrunk / runs,
-                      "regret_ratio": regret_on / regret_off}
+    on, off = (run(seed, healthy_episodes, Recording(), guard) for guard in (GUARD, None))
+    fine = [r[3] >= r[2] - GUARD.margin for r in on["rows"]]
+    out["healthy"] = {"regret_on": on["regret"], "regret_off": off["regret"], "runs": len(fine),
+                      "false_holds": sum(r[0] == "held" and ok for r, ok in zip(on["rows"], fine, strict=True)),
+                      "shrunk": sum(r[1] == "shrunk" and ok for r, ok in zip(on["rows"], fine, strict=True))}
     for name, learner in (("gone wrong", lambda: Recording(invert=True)), ("tenfold", lambda: Recording(scale=10))):
-        worse = ok = first = any_worse = 0
-        for seed in range(seeds):
-            w, k, f = caught(run(seed, bad_episodes, learner(), GUARD)["rows"])
-            worse, ok, first, any_worse = worse + w, ok + k, first + f, any_worse + (w > 0)
+        out[name] = caught(run(seed, bad_episodes, learner(), GUARD)["rows"])
+    for side, guard in (("on", GUARD), ("off", None)):
+        found = run(seed, change_at + after_change, Recording(), guard, change_at)
+        took = found["recovered"]
+        out[f"recovery {side}"] = (after_change if took is None else took, took is None,
+                                   found["regret_after_change"])
+    return out
+
+
+def ratio_and_error(on: Sequence[float], off: Sequence[float], draws: int = 2_000) -> tuple[float, float]:
+    """Σ on / Σ off over the seeds and its standard error, bootstrapped over the seeds (paired)."""
+    a, b = np.asarray(on, dtype=np.float64), np.asarray(off, dtype=np.float64)
+    picks = np.random.default_rng(0).integers(0, len(a), (draws, len(a)))
+    return float(a.sum() / b.sum()), float((a[picks].sum(axis=1) / b[picks].sum(axis=1)).std())
+
+
+def main(seeds: int = 20, jobs: int = 1) -> dict[str, Any]:
+    """The benchmark's figures over ``seeds`` seeds, ``jobs`` processes at a time, with progress on stderr."""
+    with multiprocessing.get_context("fork").Pool(jobs) as pool:
+        per_seed = []
+        for done, found in enumerate(pool.imap(one_seed, range(seeds)), 1):
+            per_seed.append(found)
+            print(f"\rseed {done}/{seeds}", end="", file=sys.stderr, flush=True)
+    print(file=sys.stderr)
+    out: dict[str, Any] = {}
+    healthy = [s["healthy"] for s in per_seed]
+    runs = sum(h["runs"] for h in healthy)
+    out["healthy"] = {"false_holds": sum(h["false_holds"] for h in healthy) / runs,
+                      "shrunk": sum(h["shrunk"] for h in healthy) / runs,
+                      "regret_ratio": ratio_and_error([h["regret_on"] for h in healthy],
+                                                      [h["regret_off"] for h in healthy])}
+    for name in ("gone wrong", "tenfold"):
+        worse, ok, first = (sum(s[name][i] for s in per_seed) for i in range(3))
+        any_worse = sum(s[name][0] > 0 for s in per_seed)
         out[name] = {"caught": ok / worse if worse else 1.0, "first_caught": first / any_worse if any_worse else 1.0}
-    recovery: dict[str, list[int]] = {"on": [], "off": []}
-    missed, lost = {"on": 0, "off": 0}, {"on": 0.0, "off": 0.0}
-    for seed in range(seeds):
-        for side, guard in (("on", GUARD), ("off", None)):
-            found = run(seed, change_at + after_change, Recording(), guard, change_at)
-            took = found["recovered"]
-            missed[side] += took is None
-            recovery[side].append(after_change if took is None else took)
-            lost[side] += found["regret_after_change"]
-    mean_on, mean_off = (float(np.mean(recovery[side])) for side in ("on", "off"))
-    out["world changes"] = {"on": mean_on, "off": mean_off, "ratio": mean_on / mean_off, "missed": missed,
-                            "regret_ratio": lost["on"] / lost["off"]}
+    on, off = ([s[f"recovery {side}"] for s in per_seed] for side in ("on", "off"))
+    out["world changes"] = {
+        "on": float(np.mean([r[0] for r in on])), "off": float(np.mean([r[0] for r in off])),
+        "ratio": ratio_and_error([r[0] for r in on], [r[0] for r in off]),
+        "missed": {"on": sum(r[1] for r in on), "off": sum(r[1] for r in off)},
+        "regret_ratio": ratio_and_error([r[2] for r in on], [r[2] for r in off]),
+    }
     return out
 
 
 if __name__ == "__main__":
-    import sys
-    from pathlib import Path
-
+    logging.getLogger("agent_learning").setLevel(logging.ERROR)  # the trainer's hold warnings, hundreds a run
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seeds", type=int, default=20)
+    parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="processes (default: one per core)")
     parser.add_argument("--safe-confidence", type=float, help="GuardrailConfig.safe_confidence (0: None)")
     args = parser.parse_args()
     if args.safe_confidence is not None:
         GUARD = dataclasses.replace(GUARD, safe_confidence=args.safe_confidence or None)
-    found = main(args.seeds)
+    found = main(args.seeds, args.jobs)
     h, w = found["healthy"], found["world changes"]
     print("| scenario | measure | value |\n|---|---|---|")
     print(f"| healthy | false holds | {h['false_holds']:.1%} |")
     print(f"| healthy | sound candidates shrunk | {h['shrunk']:.1%} |")
-    print(f"| healthy | regret on / off | {h['regret_ratio']:.3f} |")
+    print(f"| healthy | regret on / off | {h['regret_ratio'][0]:.3f} ± {h['regret_ratio'][1]:.3f} |")
     for name in ("gone wrong", "tenfold"):
         print(f"| {name} | truly worse held or shrunk | {found[name]['caught']:.0%} |")
         print(f"| {name} | first one caught (seeds) | {found[name]['first_caught']:.0%} |")
-    print(f"| world changes | episodes to recover, on / off | {w['on']:.0f} / {w['off']:.0f} = {w['ratio']:.2f} |")
+    print(f"| world changes | episodes to recover, on / off | {w['on']:.0f} / {w['off']:.0f} = "
+          f"{w['ratio'][0]:.2f} ± {w['ratio'][1]:.2f} |")
     print(f"| world changes | seeds not recovered, on / off | {w['missed']['on']} / {w['missed']['off']} |")
-    print(f"| world changes | regret after the change, on / off | {w['regret_ratio']:.3f} |")
+    print(f"| world changes | regret after the change, on / off | {w['regret_ratio'][0]:.3f} ± "
+          f"{w['regret_ratio'][1]:.3f} |")

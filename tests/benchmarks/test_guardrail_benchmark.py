@@ -1,0 +1,36 @@
+"""The guardrail benchmark (``benchmarks/guardrail.py``) at a tiny horizon: its runs meet common random
+numbers (a guardrail that never steps in leaves every run as it was), and its per-seed figures add up."""
+
+from __future__ import annotations
+
+import math
+
+from benchmark_modules import load_benchmark
+
+from agent_learning.evaluation import GuardrailConfig
+
+bench = load_benchmark("guardrail")
+
+
+def test_a_guardrail_that_only_warns_sees_the_same_episodes_and_publishes_the_same_versions() -> None:
+    warned = bench.run(5, 600, bench.Recording(), GuardrailConfig(mode="warn"), change_at=300)
+    off = bench.run(5, 600, bench.Recording(), None, change_at=300)
+    assert [r[2:] for r in warned["rows"]] == [r[2:] for r in off["rows"]]
+    assert (warned["regret"], warned["recovered"]) == (off["regret"], off["recovered"])
+    enforced = bench.run(5, 600, bench.Recording(scale=10), bench.GUARD, change_at=300)
+    assert any(r[0] == "held" or r[1] == "shrunk" for r in enforced["rows"])  # the tenfold step is stopped
+
+
+def test_one_seed_gives_every_scenario_and_the_ratios_carry_their_error() -> None:
+    found = bench.one_seed(2, healthy_episodes=300, bad_episodes=300, change_at=200, after_change=300)
+    assert found["healthy"]["runs"] == 3 and found["healthy"]["regret_off"] > 0
+    for name in ("gone wrong", "tenfold"):
+        worse, stopped, _ = found[name]
+        assert 0 <= stopped <= worse
+    for side in ("on", "off"):
+        took, missed, lost = found[f"recovery {side}"]
+        assert (took == 300) == missed and lost >= 0
+    ratio, error = bench.ratio_and_error([2.0, 4.0, 6.0], [1.0, 2.0, 3.0])
+    assert (ratio, error) == (2.0, 0.0)
+    ratio, error = bench.ratio_and_error([1.0, 3.0, 2.0], [2.0, 1.0, 2.0])
+    assert math.isclose(ratio, 6 / 5) and error > 0
