@@ -22,7 +22,7 @@ for its action and one for its reward, whatever the policy, so the runs of one s
 on and off see the same luck until their policies part. Ratios are Σ on / Σ off over the seeds, with
 their standard error bootstrapped over the seeds.
 
-    python benchmarks/guardrail.py [--seeds 100] [--jobs N] [--safe-confidence P]
+    python benchmarks/guardrail.py [--seeds 200] [--jobs N] [--safe-confidence P]
 """
 
 from __future__ import annotations
