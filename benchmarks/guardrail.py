@@ -30,6 +30,7 @@ from __future__ import annotations
 import argparse
 import bisect
 import dataclasses
+import functools
 import itertools
 import logging
 import multiprocessing
@@ -158,11 +159,12 @@ def ratio_and_error(on: Sequence[float], off: Sequence[float], draws: int = 2_00
     return float(a.sum() / b.sum()), float((a[picks].sum(axis=1) / b[picks].sum(axis=1)).std())
 
 
-def main(seeds: int = 20, jobs: int = 1) -> dict[str, Any]:
-    """The benchmark's figures over ``seeds`` seeds, ``jobs`` processes at a time, with progress on stderr."""
+def main(seeds: int = 20, jobs: int = 1, **sizes: int) -> dict[str, Any]:
+    """The benchmark's figures over ``seeds`` seeds, ``jobs`` processes at a time, with progress on stderr;
+    ``sizes``: :func:`one_seed`'s episode counts."""
     with multiprocessing.get_context("fork").Pool(jobs) as pool:
         per_seed = []
-        for done, found in enumerate(pool.imap(one_seed, range(seeds)), 1):
+        for done, found in enumerate(pool.imap(functools.partial(one_seed, **sizes), range(seeds)), 1):
             per_seed.append(found)
             print(f"\rseed {done}/{seeds}", end="", file=sys.stderr, flush=True)
     print(file=sys.stderr)

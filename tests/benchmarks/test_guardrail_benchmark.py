@@ -21,15 +21,20 @@ def test_a_guardrail_that_only_warns_sees_the_same_episodes_and_publishes_the_sa
     assert any(r[0] == "held" or r[1] == "shrunk" for r in enforced["rows"])  # the tenfold step is stopped
 
 
-def test_one_seed_gives_every_scenario_and_the_ratios_carry_their_error() -> None:
-    found = bench.one_seed(2, healthy_episodes=300, bad_episodes=300, change_at=200, after_change=300)
-    assert found["healthy"]["runs"] == 3 and found["healthy"]["regret_off"] > 0
+def test_the_benchmark_runs_every_scenario_at_a_tiny_size_and_its_ratios_carry_their_error() -> None:
+    sizes = {"healthy_episodes": 300, "bad_episodes": 300, "change_at": 200, "after_change": 300}
+    seed = bench.one_seed(2, **sizes)
+    assert seed["healthy"]["runs"] == 3 and seed["healthy"]["regret_off"] > 0
     for name in ("gone wrong", "tenfold"):
-        worse, stopped, _ = found[name]
+        worse, stopped, _ = seed[name]
         assert 0 <= stopped <= worse
     for side in ("on", "off"):
-        took, missed, lost = found[f"recovery {side}"]
+        took, missed, lost = seed[f"recovery {side}"]
         assert (took == 300) == missed and lost >= 0
+    found = bench.main(seeds=2, **sizes)
+    assert 0 <= found["healthy"]["false_holds"] <= 1 and found["healthy"]["regret_ratio"][0] > 0
+    assert all(0 <= found[name]["caught"] <= 1 for name in ("gone wrong", "tenfold"))
+    assert found["world changes"]["on"] <= 300 and found["world changes"]["off"] <= 300
     ratio, error = bench.ratio_and_error([2.0, 4.0, 6.0], [1.0, 2.0, 3.0])
     assert (ratio, error) == (2.0, 0.0)
     ratio, error = bench.ratio_and_error([1.0, 3.0, 2.0], [2.0, 1.0, 2.0])

@@ -515,13 +515,3 @@ def test_a_contextual_candidate_confidently_worse_on_a_segment_is_held() -> None
     fair = np.where(good == gold, 0.55, 0.5)  # better on gold, the same on free
     fair = np.where(gold, fair, 0.5)
     assert judge(ENFORCE, rewards, np.full(n, 0.5), fair, current, segments=list(segment)).verdict == "published"
-
-
-def test_the_guardrail_benchmark_runs_at_a_tiny_size() -> None:
-    from benchmark_modules import load_benchmark
-
-    found = load_benchmark("guardrail").main(seeds=1, healthy_episodes=300, bad_episodes=300, change_at=300,
-                                             after_change=300)
-    assert 0 <= found["healthy"]["false_holds"] <= 1 and found["healthy"]["regret_ratio"] > 0
-    assert all(0 <= found[name]["caught"] <= 1 for name in ("gone wrong", "tenfold"))
-    assert found["world changes"]["on"] <= 300 and found["world changes"]["off"] <= 300
