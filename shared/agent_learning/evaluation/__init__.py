@@ -93,9 +93,9 @@ RARE_MASS_EXCESS = 0.1
 its estimate is unreliable — if fewer than :data:`RARE_EPISODES` episodes took them in all: those few would
 carry it. With more, what the rarely logged actions earn is measured on enough episodes, and the interval's
 spread carries the rest (a step towards actions the current version neglects, as after the world changed,
-has them; on ``benchmarks/guardrail.py`` recovery after the best action became the worst took 1.41× as
-long with the guardrail without this condition, 1.21× with it; the coverage grid of
-``benchmarks/evaluation.py --grid`` keeps its rule)."""
+has them; on ``benchmarks/guardrail.py``, 20 seeds before it drew common random numbers, recovery after
+the best action became the worst took 1.41× as long with the guardrail without this condition, 1.21×
+with it; the coverage grid of ``benchmarks/evaluation.py --grid`` keeps its rule)."""
 MEAN_WEIGHT_TOLERANCE = 0.1
 """How far the mean importance weight may be from 1 (its expectation: the target's total mass) before the
 estimate is unreliable — if that is also more than :data:`MEAN_WEIGHT_Z` standard errors of it: the log
@@ -756,15 +756,14 @@ is shrunk a long way, so halving a few times is not enough.)"""
 
 
 SHRUNK_SHARE = 0.75
-"""The share of the largest step that passes the bisection (:data:`SHRINK_BISECTIONS`) that is published:
-that step is the one of several whose estimate happened to pass, so its estimate is likely to flatter it,
-and a step just inside the margin by its estimate is often just outside it in truth. (A step confidently
-better than the current version is published as it passed.) On ``benchmarks/guardrail.py`` (20 seeds) a
-step ten times too large was held or shrunk to within the margin 69% of the time at 1, 92% at 0.75 and
-96% at 0.5, and recovery after the best action became the worst took 1.38×, 1.41× and 1.68× as long as
-without the guardrail; with :data:`RARE_MASS_EXCESS` asking for fewer than :data:`RARE_EPISODES` episodes
-behind the rare mass, 94% and 1.21× at 0.75, 88% and 1.40× at 0.85 (docs/benchmarks.md: The guardrail
-benchmark)."""
+"""The share of the largest step that passes the bisection (:data:`SHRINK_BISECTIONS`) that is published: that step
+is the one of several whose estimate happened to pass, so its estimate is likely to flatter it, and a step just
+inside the margin by its estimate is often just outside it in truth. (A step confidently better than the current
+version is published as it passed.) On ``benchmarks/guardrail.py`` (20 seeds, before it drew common random
+numbers) a step ten times too large was held or shrunk to within the margin 69% of the time at 1, 92% at 0.75
+and 96% at 0.5, and recovery after the best action became the worst took 1.38×, 1.41× and 1.68× as long as
+without the guardrail; with :data:`RARE_MASS_EXCESS` asking for fewer than :data:`RARE_EPISODES` episodes behind
+the rare mass, 94% and 1.21× at 0.75, 88% and 1.40× at 0.85 (docs/benchmarks.md: The guardrail benchmark)."""
 
 
 def toward(current: PolicyDocument, candidate: PolicyDocument, step: float) -> PolicyDocument:
