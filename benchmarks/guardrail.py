@@ -1,8 +1,9 @@
 """The publish guardrail on the trainer the embedded pipeline runs: false holds and regret of healthy
 learning, and what it stops of a learner gone wrong and of a step ten times too large.
 
-K=4 Bernoulli actions (means 0.5/0.55/0.6/0.7), episodes drawn from the current version, one training run
-(:func:`agent_learning.pipeline.train_agent`, memory store) per batch of 100. Per scenario and seed:
+K=4 Bernoulli actions (means 0.5/0.55/0.6/0.7), episodes drawn from the current version (exploration floor
+:data:`FLOOR`), one training run (:func:`agent_learning.pipeline.train_agent`, memory store) per batch of 100.
+Per scenario and seed:
 
 - healthy: 3,000 episodes of :class:`~agent_learning.learning.reinforce.Reinforce`; false holds are held runs whose
   candidate is not truly worse than the current version by more than the margin (true values: the
@@ -22,7 +23,7 @@ for its action and one for its reward, whatever the policy, so the runs of one s
 on and off see the same luck until their policies part. Ratios are Σ on / Σ off over the seeds, with
 their standard error bootstrapped over the seeds.
 
-    python benchmarks/guardrail.py [--seeds 200] [--jobs N] [--safe-confidence P]
+    python benchmarks/guardrail.py [--seeds 200] [--jobs N] [--exploration-floor F] [--safe-confidence P]
 """
 
 from __future__ import annotations
@@ -77,6 +78,9 @@ class Recording(Reinforce):
         return new, metrics, learned
 
 
+FLOOR = 0.01
+"""The agent's exploration floor (``--exploration-floor``): the least share of its episodes the policy spreads
+over every action, which is what the guardrail has to judge a step towards them on."""
 CHANGED = (0.5, 0.55, 0.6, 0.4)
 """The world that changes: the best action (a3) becomes the worst."""
 RECOVERED = 0.05
@@ -96,7 +100,7 @@ def run(seed: int, episodes: int, learner: Recording, guardrail: GuardrailConfig
 
     store, rng = MemoryStore(), random.Random(seed)
     create_policy(store, make_policy_doc(AGENT, kind="current", actions=ACTIONS, logits=[0.0] * len(MEANS),
-                                         exploration_floor=0.01))
+                                         exploration_floor=FLOOR))
     rows, regret, changed_regret, recovered = [], 0.0, 0.0, None
     for start in range(0, episodes, BATCH):
         means = CHANGED if change_at is not None and start >= change_at else MEANS
@@ -195,8 +199,10 @@ if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seeds", type=int, default=20)
     parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="processes (default: one per core)")
+    parser.add_argument("--exploration-floor", type=float, default=FLOOR, help=f"the policy's (default {FLOOR})")
     parser.add_argument("--safe-confidence", type=float, help="GuardrailConfig.safe_confidence (0: None)")
     args = parser.parse_args()
+    FLOOR = args.exploration_floor
     if args.safe_confidence is not None:
         GUARD = dataclasses.replace(GUARD, safe_confidence=args.safe_confidence or None)
     found = main(args.seeds, args.jobs)
