@@ -79,8 +79,8 @@ class Recording(Reinforce):
 
 
 FLOOR = 0.01
-"""The agent's exploration floor (``--exploration-floor``): the least share of its episodes the policy spreads
-over every action, which is what the guardrail has to judge a step towards them on."""
+"""The policy's exploration floor (``--exploration-floor``): the least probability every action keeps (K × the
+floor of the episodes are spread evenly), which is what the guardrail has to judge a step towards them on."""
 CHANGED = (0.5, 0.55, 0.6, 0.4)
 """The world that changes: the best action (a3) becomes the worst."""
 RECOVERED = 0.05
@@ -111,11 +111,12 @@ def run(seed: int, episodes: int, learner: Recording, guardrail: GuardrailConfig
         changed_regret += BATCH * (max(means) - value(probs, means)) * (means is CHANGED)
         if means is CHANGED and recovered is None and value(probs, means) >= max(means) - RECOVERED:
             recovered = start - change_at
+        cumulative = list(itertools.accumulate(probs))
         for i in range(start, start + BATCH):
             # Common random numbers: two draws per episode whatever the policy, so runs of one seed
             # (guardrail on and off) see the same luck while their policies agree.
             u, v = rng.random(), rng.random()
-            k = min(bisect.bisect_right(list(itertools.accumulate(probs)), u), len(means) - 1)
+            k = min(bisect.bisect_right(cumulative, u), len(means) - 1)
             episode = make_episode(f"ep-{i}", agent_id=AGENT, action_id=ACTIONS[k], probability=probs[k],
                                    policy_version=current.version)
             store.add_episode(episode)
