@@ -210,3 +210,26 @@ def test_the_contextual_rows_are_measured_against_raw_reward_thompson_per_segmen
     ]
     assert any(name.startswith("VW ") for name in names)
     assert all(0 <= row["best_below_half"] <= 2 for row in rows.values())
+
+
+def test_the_speed_rows_are_the_trainers_rows_read_from_score_documents() -> None:
+    """What the benchmark times preparing is what the trainer hands the learner: the episodes'
+    score documents read by ``collect``, one context object per distinct context, and they prepare
+    into the same batch as the episodes given as arrays."""
+    import random
+
+    from agent_learning.learning.reinforce import Rows, prepare
+
+    policy = bench.StructuredPolicy.create("speed", {"p": ["a", "b"], "k": [1, 3, 5]},
+                                           context={"f0": "category", "f1": "category"}, rng=random.Random(0))
+    rng = np.random.default_rng(1)
+    n = 300
+    contexts = [{f"f{i}": f"s{rng.integers(3)}" for i in range(2)} for _ in range(n)]
+    actions, rewards = np.stack([rng.integers(0, 2, n), rng.integers(0, 3, n)], axis=1), rng.random(n)
+    rows, read_ms = bench.trainer_rows(policy.document, actions, rewards, contexts, repeats=1)
+    assert read_ms > 0 and len({id(c) for c in rows.contexts}) == len({tuple(c.values()) for c in contexts})
+    _, _, read = prepare(policy.document, rows)
+    _, _, given = prepare(policy.document, Rows(actions, rewards, np.full(n, 1 / 64), [False] * n, contexts))
+    for name in ("actions", "rewards", "logged_probs", "corrections", "categories"):
+        assert np.array_equal(getattr(read, name), getattr(given, name)), name
+    assert bench.prepare_cpu_ms(policy.document, rows) > 0

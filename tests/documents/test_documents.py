@@ -607,6 +607,39 @@ def test_an_empty_context_is_stored_as_no_context() -> None:
     assert Score.from_dict({**make_score().to_dict(), "context": {}}).to_dict() == make_score().to_dict()
 
 
+def test_scores_of_equal_contexts_of_strings_share_one_checked_context(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The trainer reads a context shared by many scores once: scores read from equal contexts of
+    category strings hold one dict; a boolean or a number is never taken for an equal value of
+    another kind (1 == True), a bad value is refused by name, and the shared contexts are forgotten
+    when they reach their limit."""
+    from factories import make_score
+
+    from agent_learning.documents import Score
+    from agent_learning.documents import context as contexts
+
+    stored = make_score().to_dict()
+
+    def read(context: dict[str, Any]) -> dict[str, Any] | None:
+        return Score.from_dict({**stored, "context": json.loads(json.dumps(context))}).context
+
+    first, second = read({"task": "refund", "lang": "en"}), read({"task": "refund", "lang": "en"})
+    assert first == {"task": "refund", "lang": "en"} and first is second
+    assert read({"lang": "en", "task": "refund"}) == first and read({"task": "refund", "lang": "de"}) is not first
+    for context in ({"task": "refund", "vip": True}, {"task": "refund", "vip": 1}, {"task": "refund", "vip": 1.0}):
+        assert read(context) is not read(context)
+        assert [type(v) for v in read(context).values()] == [type(v) for v in context.values()]  # type: ignore[union-attr]
+    with pytest.raises(InvalidDocument, match="task"):
+        read({"task": ["refund"]})
+    with pytest.raises(InvalidDocument, match="task"):
+        read({"task": ""})
+    monkeypatch.setattr(contexts, "MAX_SHARED_CONTEXTS", 2)
+    contexts._SHARED.clear()
+    kept = read({"task": "a"})
+    assert read({"task": "a"}) is kept and read({"task": "b"}) is not kept
+    assert read({"task": "c"}) is not kept and read({"task": "a"}) is not kept  # forgotten when full
+    assert len(contexts._SHARED) <= 2
+
+
 def test_documents_that_use_nothing_new_stay_readable_by_a_schema_1_library() -> None:
     """tests/fixtures/policy.schema.v1.json is the policy schema the last schema-1 release
     published (extra fields forbidden). A flat policy trained now, with its run and learner

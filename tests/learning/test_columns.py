@@ -244,6 +244,21 @@ def test_one_odd_row_among_features_read_together_reads_as_rows_did(change: Any)
     assert same(by_columns(policy(), batch), rowwise(policy(), batch))
 
 
+@pytest.mark.filterwarnings("ignore:invalid value encountered in divide:RuntimeWarning")
+@pytest.mark.parametrize(("category", "number"), [(strings, few_numbers), (odd_categories, odd_numbers)],
+                         ids=["plain values", "values of every kind"])
+@pytest.mark.parametrize("distinct", [1, 40, 3_000])
+def test_rows_sharing_their_contexts_read_as_rows_did(category: Any, number: Any, distinct: int) -> None:
+    """Rows whose contexts are a few shared objects, as the scores the trainer reads are (each object
+    read once, whatever it holds), and rows that share too few to be read so (3,000 of 4,000)."""
+    rng = random.Random(distinct)
+    pool = full_rows(rng, distinct, category, number, 0.1).contexts
+    batch = rows(rng, 4_000, category, number)
+    shared = batch._replace(contexts=[rng.choice(pool) for _ in range(4_000)])
+    copies = shared._replace(contexts=[dict(c) if c is not None else c for c in shared.contexts])
+    assert same(by_columns(policy(), shared), rowwise(policy(), copies))
+
+
 def test_a_context_answering_a_missing_feature_is_read_as_a_dict_without_it() -> None:
     """A defaultdict answers any key: the feature it lacks reads as absent, and it gains no key."""
     doc, batch = policy(), full_rows(random.Random(4), 200, strings, few_numbers)

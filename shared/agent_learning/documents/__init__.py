@@ -62,9 +62,11 @@ from agent_learning.documents.context import (
     EXACT_INTEGERS,
     MAX_CONTEXT_FEATURES,
     MAX_CONTEXT_VALUE_CHARS,
+    MAX_SHARED_CONTEXTS,
     NUMBER_RULE,
     check_context,
     feature_kinds,
+    shared_context,
 )
 from agent_learning.documents.cursor import (
     ScoreCursor,
@@ -221,6 +223,7 @@ __all__ = [
     "MAX_NAME_CHARS",
     "MAX_NOTE_CHARS",
     "MAX_SEGMENTS",
+    "MAX_SHARED_CONTEXTS",
     "MAX_STEPS",
     "MAX_STEP_TEXT_CHARS",
     "MAX_TEMPERATURE",
@@ -309,6 +312,7 @@ __all__ = [
     "parse_json",
     "policy_doc_id",
     "run_doc_id",
+    "shared_context",
     "stored_policy",
 ]
 """Every name the package exports: the names the module ``documents`` had before it became one."""

@@ -80,6 +80,34 @@ def check_context(context: Any) -> dict[str, str | int | float | bool]:
     return dict(context) if normalised is None else normalised
 
 
+
+MAX_SHARED_CONTEXTS = 4_096
+"""Distinct contexts :func:`shared_context` keeps (all forgotten when full): a batch of scores
+holds few distinct contexts (a few task types × languages × tiers)."""
+_SHARED: dict[tuple[tuple[str, Any], ...], dict[str, Any]] = {}
+
+
+def shared_context(context: dict[str, Any]) -> dict[str, str | int | float | bool]:
+    """:func:`check_context` of a stored document's context, one dict for equal contexts whose
+    values are all category strings: such a context is checked once per process, not once per
+    document, and the trainer reads the rows that share it once
+    (:func:`agent_learning.learning.columns.shared_rows`). The dict is shared: read it, never change
+    it. A context with a boolean or a number is checked and copied each time (``1 == True``, and
+    numbers rarely repeat)."""
+    try:
+        key = tuple(context.items())
+        shared = _SHARED.get(key)
+    except TypeError:  # an unhashable value: check_context names it
+        return check_context(context)
+    if shared is not None:  # equal to a context of plain strings: its values are strings, already checked
+        return shared
+    checked = check_context(context)
+    if all(type(value) is str for value in checked.values()):
+        if len(_SHARED) >= MAX_SHARED_CONTEXTS:
+            _SHARED.clear()
+        _SHARED[tuple(checked.items())] = checked
+    return checked
+
 def _plain_scalar(value: Any) -> str | bool | int | float | None:
     """``value`` as the plain Python type it stands for, or None. A numpy or pandas scalar (a
     ``numpy.int64`` read from a data frame, a ``numpy.bool_``) or a subclass of ``str``/``float``

@@ -9,7 +9,7 @@ from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, field_validato
 
 from agent_learning.documents.actions import MAX_CANDIDATES, Candidate
 from agent_learning.documents.base import Document
-from agent_learning.documents.context import check_context
+from agent_learning.documents.context import shared_context
 from agent_learning.documents.cursor import ScoreCursor
 from agent_learning.documents.fields import (
     ActionId,
@@ -114,7 +114,9 @@ class Score(Document):
     feedback_pending: bool = False
     late_write: bool = False
     context: dict[str, Any] | None = Field(None, exclude_if=_unset)
-    """The episode's context, copied by the scorer so that the trainer reads it with the reward."""
+    """The episode's context, copied by the scorer so that the trainer reads it with the reward
+    (:func:`~agent_learning.documents.context.shared_context`: scores of equal contexts share one
+    dict, not to be changed)."""
     measures: Measures | None = Field(None, exclude_if=_unset)
     """Latency, tool outcomes and tokens of the episode (judges' scores written by this version)."""
     candidates: Annotated[list[Candidate], Field(min_length=1, max_length=MAX_CANDIDATES)] | None = Field(
@@ -128,7 +130,7 @@ class Score(Document):
     @field_validator("context")
     @classmethod
     def _context(cls, value: dict[str, Any] | None) -> dict[str, Any] | None:
-        return None if value is None else check_context(value) or None  # {} is no context
+        return None if value is None else shared_context(value) or None  # {} is no context
 
     @model_validator(mode="after")
     def _id_is_episode(self) -> Score:

@@ -5,7 +5,8 @@ numeric feature's values turned into one array; and small integers (action indic
 flags) read in one pass. What :func:`agent_learning.learning.reinforce.prepare` reads rows with; a
 value reads as :class:`~agent_learning.policy.features.FeatureReader` reads it, row by row
 (:func:`segment_column_rowwise` and :func:`number_column_rowwise` do exactly that, for values of
-kinds the column readers do not take in one pass).
+kinds the column readers do not take in one pass). Rows that share their context objects, as the
+scores the trainer reads do, are read once per distinct object (:func:`shared_rows`).
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from itertools import chain, repeat
+from itertools import chain, islice, repeat
 from operator import itemgetter
 from typing import Any
 
@@ -54,9 +55,10 @@ class SegmentColumn:
     none_segment: str | None
     """The segment the value None reads as (its name, for a category; none for bins)."""
 
-    def counts(self) -> dict[str, int]:
-        """Per segment name, the rows whose value is in it (the value None not counted)."""
-        tally = np.bincount(self.codes, minlength=len(self.names) + FIRST_SEGMENT)[FIRST_SEGMENT:]
+    def counts(self, rows: NDArray[np.int64] | None = None) -> dict[str, int]:
+        """Per segment name, the rows whose value is in it (the value None not counted); with
+        ``rows``, each row of the column stands for that many (a distinct context, its rows)."""
+        tally = np.bincount(self.codes, rows, minlength=len(self.names) + FIRST_SEGMENT)[FIRST_SEGMENT:]
         return {name: int(k) for name, k in zip(self.names, tally, strict=True) if k}
 
     def indices(self, segments: Sequence[str]) -> NDArray[np.int64]:
@@ -136,6 +138,26 @@ def _places(keys: Iterable[Any], n: int) -> tuple[list[Any], NDArray[np.int64]]:
     return list(distinct), index
 
 
+SHARING_PROBE = 4_096
+"""The first rows :func:`shared_rows` looks at to tell whether a batch's rows share their contexts."""
+
+
+def shared_rows(contexts: Contexts) -> tuple[list[Mapping[str, Any] | None], NDArray[np.int64]] | None:
+    """The distinct context objects of rows that share them and each row's place among them, or
+    None where at least half of the first :data:`SHARING_PROBE` rows have contexts of their own
+    (then reading each row costs no more). Scores read from the store share one dict per distinct
+    context of category strings (:func:`~agent_learning.documents.context.shared_context`), so a
+    batch of 100,000 holds a few hundred objects, and reading them once replaces reading every
+    row's values: rows of one object have its values, whatever they are."""
+    probe = list(map(id, islice(contexts, SHARING_PROBE)))
+    if 2 * len(set(probe)) > len(probe):
+        return None
+    ids, index = _places(map(id, contexts), len(contexts))  # each object alive in ``contexts``: ids unique
+    some_row = np.empty(len(ids), dtype=np.int64)
+    some_row[index] = np.arange(len(contexts))
+    return [contexts[i] for i in some_row.tolist()], index
+
+
 def segment_columns(contexts: Contexts, readers: Sequence[FeatureReader]) -> list[SegmentColumn]:
     """:func:`segment_column` of each of ``readers``, read together: one pass gives each row's
     tuple of values (:data:`ABSENT` for a feature it lacks) and its place among the distinct
@@ -179,6 +201,10 @@ class NumberColumn:
 
     present: NDArray[np.bool_]
     transformed: NDArray[np.float64]
+
+    def taken(self, index: NDArray[np.int64]) -> NumberColumn:
+        """The column of the rows whose values are these rows' at ``index``."""
+        return NumberColumn(self.present[index], self.transformed[index])
 
     def standardised(self, center: float, scale: float) -> NDArray[np.float64]:
         """x̃ per row (0 where none), as :func:`~agent_learning.policy.features.standardise` gives

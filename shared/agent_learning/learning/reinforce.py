@@ -229,6 +229,7 @@ from agent_learning.learning.columns import (
     byte_column,
     number_column,
     segment_columns,
+    shared_rows,
 )
 from agent_learning.policy.features import FeatureReader, segment_name
 from agent_learning.policy.interactions import declared_fields, is_pair, merged_document
@@ -1104,14 +1105,17 @@ def prepare(doc: PolicyDocument, rows: Rows) -> tuple[Model, Params, ContextBatc
     pending_in = (doc.learner_state or {}).get(PENDING_NUMBERS) or {}
     pending: dict[str, dict[str, float]] = {}
     readers = [FeatureReader(feature) for feature in doc.features or []]
-    by_segment = segment_columns(contexts, [r for r in readers if r.segmented])
+    shared = shared_rows(contexts)  # rows sharing context objects: each object read once
+    read, spread = (contexts, None) if shared is None else shared
+    per_read = None if spread is None else np.bincount(spread, minlength=len(read))  # the rows each stands for
+    by_segment = segment_columns(read, [r for r in readers if r.segmented])
     read_segments = iter(by_segment)
     number_columns: list[NumberColumn] = []
     for feature, reader in zip(doc.features or [], readers, strict=True):
         if feature.segmented:
             known = dict(feature.segments or {})
             column = next(read_segments)
-            for name, _ in sorted(column.counts().items(), key=lambda kv: (-kv[1], kv[0])):
+            for name, _ in sorted(column.counts(per_read).items(), key=lambda kv: (-kv[1], kv[0])):
                 if name not in known and len(known) < MAX_SEGMENTS and budget > 0:
                     known[name] = [0.0] * own
                     budget -= 1
@@ -1120,7 +1124,8 @@ def prepare(doc: PolicyDocument, rows: Rows) -> tuple[Model, Params, ContextBatc
             offsets.append(_padded(np.array(list(known.values()), dtype=np.float64).reshape(len(known), own), v))
         else:
             center, scale, is_fitted = feature.center, feature.scale, feature.weights is not None
-            number_columns.append(numbers := number_column(contexts, reader))
+            numbers = number_column(read, reader)
+            number_columns.append(numbers := numbers if spread is None else numbers.taken(spread))
             if not is_fitted:
                 present = numbers.transformed[numbers.present & ~corrections]
                 seen = pooled_moments(_moments_state(pending_in.get(feature.name)), moments(present))
@@ -1154,10 +1159,12 @@ def prepare(doc: PolicyDocument, rows: Rows) -> tuple[Model, Params, ContextBatc
         *action_params(doc, space, categorical, segments),
     )
     n = len(rewards)
-    cats = np.full((n, len(categorical)), -1, dtype=np.int64)
+    cats = np.full((len(read), len(categorical)), -1, dtype=np.int64)  # per row read: spread below
     nums = np.zeros((n, len(numeric)), dtype=np.float64)
     for f, (column, names) in enumerate(zip(by_segment, segments, strict=True)):
         cats[:, f] = column.indices(names)
+    if spread is not None:
+        cats = cats[spread]
     for j, numbers in enumerate(number_columns):
         if fitted[j]:
             nums[:, j] = numbers.standardised(centers[j], scales[j])

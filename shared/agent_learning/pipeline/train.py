@@ -23,7 +23,8 @@ from __future__ import annotations
 import logging
 import math
 import weakref
-from collections.abc import Callable, Iterable, Sequence
+from array import array
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Literal
@@ -340,8 +341,11 @@ class Collected:
 
     actions: list[Any] = field(default_factory=list)
     """Action indices (flat policies) or per-dimension value indices (structured ones)."""
-    rewards: list[float] = field(default_factory=list)
-    probabilities: list[float] = field(default_factory=list)
+    rewards: array[float] = field(default_factory=lambda: array("d"))
+    """Each row's reward (new episodes) or net reward change (corrections): unboxed as each score is
+    read, so that the learner takes the column without reading a float object per row."""
+    probabilities: array[float] = field(default_factory=lambda: array("d"))
+    """Each row's logged probability, as ``rewards``."""
     flags: list[bool] = field(default_factory=list)
     contexts: list[dict[str, Any] | None] = field(default_factory=list)
     """Each row's context (structured policies learn from it)."""
@@ -384,7 +388,13 @@ def collect(agent_id: str, rows: Sequence[RawDoc], policy: PolicyDocument | Sequ
     with its rows, and feedback that nets to zero (a thumb toggled back) must change nothing.
     """
     if isinstance(policy, PolicyDocument):
-        parse: Callable[[str], Any] = Layout.of(policy).parse
+        layout = Layout.of(policy)
+        parsed: dict[str, Any] = {}  # one tuple per configuration: parsed once, shared by its rows
+
+        def parse(joint_id: str) -> Any:
+            if joint_id not in parsed:
+                parsed[joint_id] = layout.parse(joint_id)
+            return parsed[joint_id]
     else:
         parse = {a: (i,) for i, a in enumerate(policy)}.get
     out = Collected()
