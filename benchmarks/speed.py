@@ -1,6 +1,7 @@
-"""Speed: ``choose()``, one learner update over 100,000 episodes, the embedded pipeline, the CLI.
+"""Speed: ``choose()``, one learner update over 100,000 episodes, the embedded pipeline, one
+training run at the largest batch, the CLI.
 
-    python benchmarks/speed.py [--json benchmarks/results/speed.json] [--only pipeline,cli]
+    python benchmarks/speed.py [--json benchmarks/results/speed.json] [--only pipeline,train,cli]
 
 Targets (issue: learning that works): ``choose()`` median ≤ 1.5 µs; an update over 100,000
 episodes at K=4 ≤ 10 ms; the embedded pipeline (SQLite store and queue, offline judge) end
@@ -23,13 +24,17 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
 from agent_learning.app.demo import run_demo
-from agent_learning.documents import Action
+from agent_learning.documents import MAX_TRAIN_BATCH, Action
 from agent_learning.learning.reinforce import Batch, Reinforce
 from agent_learning.policy.softmax import SoftmaxPolicy
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import structured  # beside this file: the structured policy and score documents of its speed figures
 
 
 def choose_median_us(k: int = 4, calls: int = 200_000, repeats: int = 7) -> float:
@@ -90,6 +95,72 @@ def pipeline_cpu_ms(episodes_per_agent: int = 2_000, repeats: int = 5) -> dict[s
     return {name: statistics.median(run[name] for run in runs) for name in (*STAGES, "total")}
 
 
+TRAIN_STAGES = ("reading", "collect", "learn", "guardrail", "publishing")
+"""One training run's stages: reading the score rows from the store, validating and sorting them
+(``pipeline.train.collect``), the learner (preparing the batch and the update), the guardrail's
+review, and the rest (reading the policy, publishing the version and its run)."""
+
+
+def training_run_cpu_ms(scores: int = MAX_TRAIN_BATCH, repeats: int = 3) -> dict[str, float]:
+    """CPU ms of each stage (:data:`TRAIN_STAGES`) of one training run over ``scores`` new score
+    documents on the embedded store (SQLite), the guardrail on with its defaults: the structured
+    policy of ``structured.speed`` (3 dimensions × 4 values, 5 categorical features of 3 values),
+    each score as the scorer writes it. Each stage the median of ``repeats`` runs, each on a fresh
+    copy of the store."""
+    import shutil
+    from contextlib import ExitStack
+    from unittest import mock
+
+    from agent_learning.documents import Score
+    from agent_learning.evaluation import GuardrailConfig
+    from agent_learning.learning.reinforce import LearnerConfig
+    from agent_learning.pipeline import create_policy, train
+    from agent_learning.store.sqlite import SQLiteStore
+
+    contexts, actions, rewards = structured.speed_episodes(scores)
+    runs: list[dict[str, float]] = []
+    with tempfile.TemporaryDirectory() as tmp:
+        seeded = Path(tmp) / "seeded.db"
+        store = SQLiteStore(seeded)
+        doc = create_policy(store, structured.speed_policy().document)
+        for text in structured.score_texts(doc, actions, rewards, contexts):
+            document = json.loads(text)
+            document.pop("seq")
+            document["probability"] = 1 / 64  # the uniform policy's, as logged
+            store.put_score(Score.from_dict(document))
+        store.close()
+        for r in range(repeats):
+            copy = Path(tmp) / f"run{r}.db"
+            shutil.copy(seeded, copy)
+            store, spent = SQLiteStore(copy), dict.fromkeys(TRAIN_STAGES, 0.0)
+            with ExitStack() as patches:  # each stage's function timed where the trainer calls it
+                for stage, name in (("collect", "collect"), ("learn", "learn"), ("guardrail", "_guard")):
+                    patches.enter_context(mock.patch.object(train, name, _timed(spent, stage, getattr(train, name))))
+                reading = _timed(spent, "reading", store.read_scores)
+                patches.enter_context(mock.patch.object(store, "read_scores", reading))
+                t0 = time.process_time()
+                outcome = train.train_agent(doc.agent_id, store, Reinforce(LearnerConfig()), max_batch=scores,
+                                            guardrail=GuardrailConfig())
+                total = (time.process_time() - t0) * 1e3
+            store.close()
+            assert outcome.run is not None and outcome.run.episodes == scores, outcome
+            spent["publishing"] = total - sum(spent.values())
+            runs.append({**spent, "total": total})
+            print(f"  training run: {total:,.0f} ms CPU ({outcome.status})", file=sys.stderr)
+    return {name: statistics.median(run[name] for run in runs) for name in (*TRAIN_STAGES, "total")}
+
+
+def _timed(spent: dict[str, float], stage: str, function: Any) -> Any:
+    """``function``, adding the CPU ms of each call to ``spent[stage]``."""
+    def run(*args: Any, **kwargs: Any) -> Any:
+        t0 = time.process_time()
+        try:
+            return function(*args, **kwargs)
+        finally:
+            spent[stage] += (time.process_time() - t0) * 1e3
+    return run
+
+
 CLI_RUNS = {"help": ["--help"], "argument_error": ["policy", "show", "--agent-id", "bad id"]}
 """The ``agent-learn`` command lines timed: the help, and an argument error (exit code 2)."""
 
@@ -113,7 +184,7 @@ def cli_cpu_s(repeats: int = 7) -> dict[str, float]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--json", type=Path, default=None)
-    parser.add_argument("--only", default="choose,update,eps,pipeline,cli",
+    parser.add_argument("--only", default="choose,update,eps,pipeline,train,cli",
                         help="comma-separated parts to measure (default: all)")
     args = parser.parse_args()
     only = set(args.only.split(","))
@@ -130,6 +201,7 @@ def main() -> None:
         print(f"{name:26s} {figures[name]:>10} {unit:11s} (target {target})")
     for part, name, measure, unit, targets in (
         ("pipeline", "pipeline_cpu_ms_per_episode", pipeline_cpu_ms, "ms CPU", {"total": "≤ 0.65"}),
+        ("train", "training_run_cpu_ms", training_run_cpu_ms, "ms CPU", {}),
         ("cli", "cli_cpu_s", cli_cpu_s, "s CPU", {"help": "≤ 0.25", "argument_error": "≤ 0.25"}),
     ):
         if part not in only:

@@ -881,17 +881,9 @@ def speed(repeats: int = 50) -> dict[str, float]:
 
     from agent_learning.learning.reinforce import StructuredReinforce, prepare
 
-    policy = StructuredPolicy.create(
-        "speed",
-        {"prompt": ["a", "b", "c", "d"], "retrieval_k": [1, 3, 5, 10], "tools": ["none", "search", "code", "all"]},
-        context={f"f{i}": "category" for i in range(5)},
-        rng=random.Random(0),
-    )
-    rng = np.random.default_rng(0)
+    policy = speed_policy()
     n = 100_000
-    contexts = [{f"f{i}": f"s{rng.integers(3)}" for i in range(5)} for _ in range(n)]
-    actions = rng.integers(0, 4, (n, 3))
-    rewards = np.clip(0.5 + 0.2 * (actions[:, 0] == 1) + rng.normal(0, 0.2, n), -1, 1)
+    contexts, actions, rewards = speed_episodes(n)
     model, params, batch = prepare(policy.document, Rows(actions, rewards, np.full(n, 1 / 64), [False] * n, contexts))
     learner = StructuredReinforce(LearnerConfig())
     update_ms, update_cpu_ms = [], []
@@ -927,6 +919,28 @@ def speed(repeats: int = 50) -> dict[str, float]:
     for transform in NUMERIC_TRANSFORMS:
         figures[f"choose_us_{transform}"] = numeric_choose_us(transform, repeats)
     return figures
+
+
+def speed_policy() -> StructuredPolicy:
+    """The structured policy of the speed figures: 3 dimensions × 4 values, 5 categorical features."""
+    import random
+
+    return StructuredPolicy.create(
+        "speed",
+        {"prompt": ["a", "b", "c", "d"], "retrieval_k": [1, 3, 5, 10], "tools": ["none", "search", "code", "all"]},
+        context={f"f{i}": "category" for i in range(5)},
+        rng=random.Random(0),
+    )
+
+
+def speed_episodes(n: int) -> tuple[list[dict[str, Any]], Any, Any]:
+    """``n`` episodes of :func:`speed_policy`: contexts (each feature one of 3 values), per-dimension
+    value indices and rewards in [−1, 1]."""
+    rng = np.random.default_rng(0)
+    contexts = [{f"f{i}": f"s{rng.integers(3)}" for i in range(5)} for _ in range(n)]
+    actions = rng.integers(0, 4, (n, 3))
+    rewards = np.clip(0.5 + 0.2 * (actions[:, 0] == 1) + rng.normal(0, 0.2, n), -1, 1)
+    return contexts, actions, rewards
 
 
 def score_texts(doc: PolicyDocument, actions: Any, rewards: Any, contexts: list[dict[str, Any]]) -> list[str]:

@@ -515,3 +515,41 @@ def test_a_contextual_candidate_confidently_worse_on_a_segment_is_held() -> None
     fair = np.where(good == gold, 0.55, 0.5)  # better on gold, the same on free
     fair = np.where(gold, fair, 0.5)
     assert judge(ENFORCE, rewards, np.full(n, 0.5), fair, current, segments=list(segment)).verdict == "published"
+
+
+def test_a_review_groups_shared_contexts_once_and_judges_as_on_a_dict_per_row() -> None:
+    """The trainer's scores share one dict per distinct context: the review groups the rows by
+    those objects once for every document it judges (the current version, the candidate, each
+    shrunk step) and judges exactly as on the same rows with a dict each, its segments labelled
+    row by row as the policy names them."""
+    from agent_learning.evaluation import segment_labels
+    from agent_learning.learning.reinforce import LearnerConfig, Rows, StructuredReinforce
+    from agent_learning.policy.features import FeatureReader
+
+    current = StructuredPolicy.create(AGENT, {"prompt": ["short", "long"], "k": [1, 3, 5]},
+                                      context={"task": "category", "tier": "category"}).document
+    rng = np.random.default_rng(11)
+    pool = [{"task": t, "tier": r} for t in ("billing", "tech", "sales") for r in ("gold", "free")]
+    pool += [None, {"task": "billing"}, {"task": "tech", "tier": "1"}]
+    n = 3_000
+    shared = [pool[i] for i in rng.integers(len(pool), size=n)]
+    copies = [None if c is None else dict(c) for c in shared]
+    actions = [(int(rng.integers(2)), int(rng.integers(3))) for _ in range(n)]
+    wins = [a[0] == (c is not None and c.get("task") == "tech") for a, c in zip(actions, shared, strict=True)]
+    rewards = np.clip(np.where(wins, 0.7, 0.4) + rng.normal(0, 0.1, n), 0, 1).tolist()
+    logged = chosen_probabilities(current, actions, shared).tolist()
+    update = StructuredReinforce(LearnerConfig(learning_rate=2.0)).learn(
+        current, Rows(actions, rewards, logged, [False] * n, shared))
+    candidate = update.applied_to(current)
+    verdicts = [review(ENFORCE, current, candidate, actions, rewards, logged, rows) for rows in (shared, copies)]
+    assert verdicts[0] is not None and verdicts[1] is not None
+    (found, published), (again, published_again) = verdicts
+    assert found == again and published == published_again
+    reference = StructuredPolicy(candidate)
+    assert chosen_probabilities(candidate, actions, shared)[:300] == pytest.approx(
+        [reference.probability(reference.layout.joint_id(a), c) for a, c in zip(actions[:300], copies, strict=False)])
+    readers = [FeatureReader(f) for f in candidate.features or []]
+    assert segment_labels(candidate, shared) == [
+        ", ".join(f"{r.name}={r.segment(c[r.name])}" if c and r.name in c else f"{r.name}=(none)" for r in readers)
+        for c in copies
+    ]

@@ -80,7 +80,6 @@ def check_context(context: Any) -> dict[str, str | int | float | bool]:
     return dict(context) if normalised is None else normalised
 
 
-
 MAX_SHARED_CONTEXTS = 4_096
 """Distinct contexts :func:`shared_context` keeps (all forgotten when full): a batch of scores
 holds few distinct contexts (a few task types × languages × tiers)."""
@@ -107,6 +106,7 @@ def shared_context(context: dict[str, Any]) -> dict[str, str | int | float | boo
             _SHARED.clear()
         _SHARED[tuple(checked.items())] = checked
     return checked
+
 
 def _plain_scalar(value: Any) -> str | bool | int | float | None:
     """``value`` as the plain Python type it stands for, or None. A numpy or pandas scalar (a

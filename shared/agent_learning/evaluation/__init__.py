@@ -55,6 +55,7 @@ from agent_learning.documents import (
     PolicyDocument,
     WeightDiagnostics,
 )
+from agent_learning.learning.columns import shared_rows
 from agent_learning.policy.features import FeatureReader
 from agent_learning.policy.softmax import (
     Layout,
@@ -696,16 +697,47 @@ class GuardrailConfig:
             raise ValueError(f"safe_confidence: {self.safe_confidence!r} must be at least 0.5 and below 1")
 
 
+class ContextGroups:
+    """A batch's rows grouped by their contexts as far as some features tell them apart, found once
+    per set of feature names and kept: a review computes the probabilities of one batch under up to
+    a dozen documents of the same features. Rows that share context objects (the scores the trainer
+    reads do: :func:`~agent_learning.learning.columns.shared_rows`) are keyed once per object."""
+
+    def __init__(self, contexts: Sequence[Mapping[str, Any] | None]) -> None:
+        self.contexts = contexts
+        self._shared = shared_rows(contexts)
+        self._found: dict[tuple[str, ...], tuple[list[Mapping[str, Any] | None], NDArray[np.int64]]] = {}
+
+    def of(self, names: Sequence[str]) -> tuple[list[Mapping[str, Any] | None], NDArray[np.int64]]:
+        """The distinct contexts by the features ``names`` (:func:`context_key`), in the order first
+        seen, and each row's index among them."""
+        key = tuple(names)
+        if key not in self._found:
+            objects, spread = (self.contexts, None) if self._shared is None else self._shared
+            keys: dict[tuple[Any, ...], int] = {}
+            first: list[Mapping[str, Any] | None] = []
+            rows = np.empty(len(objects), dtype=np.int64)
+            for i, context in enumerate(objects):
+                u = keys.setdefault(context_key(context, names), len(first))
+                if u == len(first):
+                    first.append(context)
+                rows[i] = u
+            self._found[key] = (first, rows if spread is None else rows[spread])
+        return self._found[key]
+
+
 def chosen_probabilities(
     doc: PolicyDocument,
     actions: Sequence[Any],
     contexts: Sequence[Mapping[str, Any] | None],
     candidates: Sequence[Sequence[Candidate] | None] | None = None,
+    groups: ContextGroups | None = None,
 ) -> Array:
     """π(a_i | x_i) under ``doc``, exploration floor included: the probability an agent choosing
     from it would have given each logged action (its value index per dimension: a flat list's
     action index as one dimension) in its context; for a row with ``candidates`` (the actions its
-    request offered, its action given as a position among them), π(a_i | x_i, C_i)."""
+    request offered, its action given as a position among them), π(a_i | x_i, C_i). ``groups``:
+    the contexts' :class:`ContextGroups`, kept by a caller that asks for several documents."""
     if not len(actions):
         return np.zeros(0)
     if candidates is not None and any(candidates):
@@ -720,17 +752,7 @@ def chosen_probabilities(
                 out[i] = policy.probability(offered[j].id, contexts[i], offered)
         return out
     # Once per distinct context (the features the document knows), then gathered per episode.
-    names = [f.name for f in doc.features or []]
-    keys: dict[tuple[Any, ...], int] = {}
-    first: list[Mapping[str, Any] | None] = []
-    rows = np.empty(len(contexts), dtype=np.int64)
-    for i, context in enumerate(contexts):
-        key = context_key(context, names)
-        u = keys.get(key)
-        if u is None:
-            u = keys[key] = len(first)
-            first.append(context)
-        rows[i] = u
+    first, rows = (groups or ContextGroups(contexts)).of([f.name for f in doc.features or []])
     layout = Layout.of(doc)
     excluded = drawn_excluded(doc)
     table, z = [], []
@@ -824,16 +846,59 @@ def toward(current: PolicyDocument, candidate: PolicyDocument, step: float) -> P
     )
 
 
+@dataclass(frozen=True)
+class SegmentRows:
+    """Each episode's segment (for a contextual policy: its category features' segments, as the policy
+    names them, ``"tier=gold, region=eu"``) as the distinct labels, in the order first seen, and the
+    rows of each, in order."""
+
+    labels: list[str]
+    rows: list[NDArray[np.int64]]
+    episodes: int
+
+    @classmethod
+    def of(cls, labels: Sequence[str]) -> SegmentRows:
+        """The segments of episodes labelled ``labels``."""
+        index: dict[str, int] = {}
+        codes = np.fromiter((index.setdefault(label, len(index)) for label in labels), dtype=np.int64,
+                            count=len(labels))
+        return cls.coded(list(index), codes)
+
+    @classmethod
+    def coded(cls, labels: list[str], codes: NDArray[np.int64]) -> SegmentRows:
+        """The segments of episodes whose labels are ``labels[codes]``, each label used."""
+        order = np.argsort(codes, kind="stable")  # stable: each segment's rows in their order
+        ends = np.cumsum(np.bincount(codes, minlength=len(labels)))
+        return cls(labels, np.split(order, ends[:-1]), len(codes))
+
+
 def segment_labels(doc: PolicyDocument, contexts: Sequence[Mapping[str, Any] | None]) -> list[str] | None:
     """Each episode's segment for a contextual policy — its category features' segments, as the policy
     names them (``"tier=gold, region=eu"``) — or None for a policy without category features."""
+    segments = segment_rows(doc, contexts)
+    if segments is None:
+        return None
+    out = [""] * segments.episodes
+    for label, rows in zip(segments.labels, segments.rows, strict=True):
+        for i in rows.tolist():
+            out[i] = label
+    return out
+
+
+def segment_rows(doc: PolicyDocument, contexts: Sequence[Mapping[str, Any] | None],
+                 groups: ContextGroups | None = None) -> SegmentRows | None:
+    """:func:`segment_labels` as :class:`SegmentRows`, each label written once per distinct context."""
     readers = [FeatureReader(f) for f in doc.features or [] if f.segmented]
     if not readers:
         return None
-    return [
-        ", ".join(f"{r.name}={r.segment(c[r.name])}" if c and r.name in c else f"{r.name}=(none)" for r in readers)
-        for c in contexts
-    ]
+    first, rows = (groups or ContextGroups(contexts)).of([r.name for r in readers])
+    index: dict[str, int] = {}
+    codes = np.array([
+        index.setdefault(", ".join(f"{r.name}={r.segment(c[r.name])}" if c and r.name in c else f"{r.name}=(none)"
+                                   for r in readers), len(index))
+        for c in first
+    ], dtype=np.int64)
+    return SegmentRows.coded(list(index), codes[rows])
 
 
 def review(
@@ -857,11 +922,12 @@ def review(
     if config.mode == "off":
         return None
     metrics = metric_values(measures) if measures is not None and config.budgets else None
-    segments = segment_labels(candidate, contexts)
-    p_cur = chosen_probabilities(current, actions, contexts, candidates)
+    groups = ContextGroups(contexts)  # the rows' distinct contexts, found once for every document judged
+    segments = segment_rows(candidate, contexts, groups)
+    p_cur = chosen_probabilities(current, actions, contexts, candidates, groups)
 
     def verdict(doc: PolicyDocument) -> tuple[Evaluation, str]:
-        return _judge(config, rewards, logged, chosen_probabilities(doc, actions, contexts, candidates), p_cur,
+        return _judge(config, rewards, logged, chosen_probabilities(doc, actions, contexts, candidates, groups), p_cur,
                       metrics, segments)
 
     evaluation, unevaluable = verdict(candidate)
@@ -933,7 +999,7 @@ def _judge(
     candidate: ArrayLike,
     current: ArrayLike,
     metrics: Mapping[str, Array] | None,
-    segments: Sequence[str] | None,
+    segments: Sequence[str] | SegmentRows | None,
 ) -> tuple[Evaluation, str]:
     """:func:`judge`'s evaluation and, when it is held only because it is not evaluable, why not ("" else)."""
     est = SNIPS()
@@ -1018,7 +1084,7 @@ def segment_losses(
     candidate: Target,
     current: Target,
     bounds: tuple[float, float],
-    segments: Sequence[str] | None,
+    segments: Sequence[str] | SegmentRows | None,
 ) -> list[str]:
     """The segments on which the candidate is confidently worse than the current version by more than the
     margin, among those with at least ``min_effective_samples`` effective samples, each at confidence
@@ -1026,15 +1092,15 @@ def segment_losses(
     than on the whole batch."""
     if segments is None:
         return []
-    labels = np.asarray(segments, dtype=object)
-    if len(labels) != len(logs):
-        raise ValueError(f"segments: has {len(labels)} entries but there are {len(logs)} episodes")
+    if not isinstance(segments, SegmentRows):
+        segments = SegmentRows.of(segments)
+    if segments.episodes != len(logs):
+        raise ValueError(f"segments: has {segments.episodes} entries but there are {len(logs)} episodes")
     p_cand, p_cur = candidate.chosen(logs), current.chosen(logs)
     w_cand, w_cur = p_cand / logs.logged, p_cur / logs.logged
     eligible = []
-    for label in dict.fromkeys(labels):
-        on = labels == label
-        if on.sum() >= 2 and min(effective_sample_size(w_cand[on]), effective_sample_size(w_cur[on])) >= (
+    for label, on in zip(segments.labels, segments.rows, strict=True):
+        if len(on) >= 2 and min(effective_sample_size(w_cand[on]), effective_sample_size(w_cur[on])) >= (
             config.min_effective_samples
         ):
             eligible.append((label, on))

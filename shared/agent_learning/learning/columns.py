@@ -143,14 +143,15 @@ SHARING_PROBE = 4_096
 
 
 def shared_rows(contexts: Contexts) -> tuple[list[Mapping[str, Any] | None], NDArray[np.int64]] | None:
-    """The distinct context objects of rows that share them and each row's place among them, or
-    None where at least half of the first :data:`SHARING_PROBE` rows have contexts of their own
-    (then reading each row costs no more). Scores read from the store share one dict per distinct
-    context of category strings (:func:`~agent_learning.documents.context.shared_context`), so a
-    batch of 100,000 holds a few hundred objects, and reading them once replaces reading every
-    row's values: rows of one object have its values, whatever they are."""
+    """The distinct context objects of rows that share them and each row's place among them; None
+    where the first :data:`SHARING_PROBE` rows hold more distinct objects than half their number
+    (then reading every row costs about as much), or there are no rows. Scores read from the store
+    share one dict per distinct context of category strings
+    (:func:`~agent_learning.documents.context.shared_context`), so a batch of 100,000 holds a few
+    hundred objects, and reading each once replaces reading every row's values: the rows of one
+    object have its values, whatever they are."""
     probe = list(map(id, islice(contexts, SHARING_PROBE)))
-    if 2 * len(set(probe)) > len(probe):
+    if not probe or 2 * len(set(probe)) > len(probe):
         return None
     ids, index = _places(map(id, contexts), len(contexts))  # each object alive in ``contexts``: ids unique
     some_row = np.empty(len(ids), dtype=np.int64)
