@@ -331,6 +331,30 @@ def test_replay_does_not_replay_its_own_copies_dead_lettered_again_meanwhile(
     assert sorted(ids(queue.dead_letters())) == ["m0", "m1", "m2"]  # the copies, back for the next replay
 
 
+def test_a_replay_ends_once_it_has_received_every_dead_letter_there_when_it_began(
+    make_queue: Callable[..., ServiceBusQueue],
+) -> None:
+    """No wait for a next message it does not expect: an empty sub-queue is replayed without a
+    receive, and a replay stops receiving once every dead letter peeked when it began has come."""
+    queue = make_queue(replay_batch_size=2, settings={"lock_duration": 30.0})
+    receiver = queue._get_dead_letter_receiver()
+    receive, pages = receiver.receive_messages, []
+
+    def counted(*args: Any, **kwargs: Any) -> Any:
+        page = receive(*args, **kwargs)
+        pages.append(len(page))
+        return page
+
+    receiver.receive_messages = counted  # type: ignore[method-assign]
+    assert queue.replay_dead_letters() == 0 and pages == []
+    queue.send(msg(f"m{i}") for i in range(3))
+    for m in receive_exactly(queue, 3):
+        queue.dead_letter(m, "JudgeFailed")
+    assert queue.replay_dead_letters() == 3
+    assert sum(pages) == 3 and 0 not in pages  # no last, empty receive waiting max_wait_time
+    assert sorted(ids(receive_exactly(queue, 3))) == ["m0", "m1", "m2"] and queue.dead_letters() == []
+
+
 def test_a_replay_that_outlasts_the_dead_letter_lock_raises_concurrency_conflict(
     queue: ServiceBusQueue, amqp_broker: Broker
 ) -> None:

@@ -131,6 +131,9 @@ TRANSIENT_ERRORS: tuple[type[BaseException], ...] = (
 
 CONTENT_TYPE = "application/json"
 
+PEEK_PAGE = 250
+"""Dead letters peeked per request when a replay counts those it must move."""
+
 _QUEUE_KEYWORDS = frozenset(
     {"max_wait_time", "send_timeout", "operation_timeout", "replay_with_new_message_id", "replay_batch_size",
      "lock_seconds"}
@@ -423,22 +426,26 @@ class ServiceBusQueue(WorkQueue):
         """Up to ``limit`` dead letters in sequence-number order, read with peek (no locks taken)."""
         if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
             raise ValueError(f"limit must be an integer >= 1, got {limit!r}")
-        result: list[DeadLetter] = []
         with self._lock, self._translate("dead_letters"):
             self._check_open()
-            receiver = self._get_dead_letter_receiver()
-            next_sequence = 1  # peek from the start every time (the SDK's own cursor moves on)
-            while len(result) < limit:
-                page = receiver.peek_messages(
-                    max_message_count=limit - len(result),
-                    sequence_number=next_sequence,
-                    timeout=self.operation_timeout,
-                )
-                if not page:
-                    break
-                result.extend(_to_dead_letter(m) for m in page)
-                next_sequence = max(m.sequence_number or 0 for m in page) + 1
-        return result[:limit]
+            return [_to_dead_letter(m) for m in self._peek_dead_letters(limit)]
+
+    def _peek_dead_letters(self, limit: int | None = None) -> list[ServiceBusReceivedMessage]:
+        """Up to ``limit`` (None: all) dead letters in sequence-number order, peeked (no locks taken)."""
+        receiver = self._get_dead_letter_receiver()
+        result: list[ServiceBusReceivedMessage] = []
+        next_sequence = 1  # peek from the start every time (the SDK's own cursor moves on)
+        while limit is None or len(result) < limit:
+            page = receiver.peek_messages(
+                max_message_count=PEEK_PAGE if limit is None else limit - len(result),
+                sequence_number=next_sequence,
+                timeout=self.operation_timeout,
+            )
+            if not page:
+                break
+            result.extend(page)
+            next_sequence = max(m.sequence_number or 0 for m in page) + 1
+        return result if limit is None else result[:limit]
 
     def replay_dead_letters(self, message_ids: Iterable[str] | None = None) -> int:
         """Move dead letters (all, or those with the given ids) back to the queue; returns how many.
@@ -452,7 +459,9 @@ class ServiceBusQueue(WorkQueue):
         the queue's lock duration: a dead letter whose lock expired raises
         :class:`~agent_learning.core.errors.ConcurrencyConflict` saying so. A copy this replay sent that
         is dead-lettered again before it ends (a consumer still failing) is left for the next
-        replay, so the replay ends.
+        replay, so the replay ends. It ends as soon as it has received every dead letter peeked
+        when it began (an empty sub-queue at once), so it waits ``max_wait_time`` for a next
+        message only when one of those is locked elsewhere.
         """
         wanted: set[str] | None = None
         if message_ids is not None:
@@ -468,9 +477,10 @@ class ServiceBusQueue(WorkQueue):
             self._check_open()
             with self._translate("replay_dead_letters"):
                 receiver = self._get_dead_letter_receiver()
+                waiting = {m.sequence_number for m in self._peek_dead_letters()}  # there when it began
                 sender = self._get_sender()
                 try:
-                    while True:
+                    while waiting:
                         page = receiver.receive_messages(
                             max_message_count=self.replay_batch_size,
                             max_wait_time=min(self.max_wait_time, self.operation_timeout),
@@ -479,6 +489,7 @@ class ServiceBusQueue(WorkQueue):
                             break
                         chosen = []
                         for message in page:
+                            waiting.discard(message.sequence_number)
                             own = _properties(message.application_properties).get(REPLAY_PROPERTY) == replay
                             if not own and (wanted is None or _port_message_id(message) in wanted):
                                 chosen.append(message)
