@@ -34,6 +34,7 @@ from agent_learning.learning.reinforce import (
 )
 from agent_learning.pipeline import create_policy, train_agent
 from agent_learning.policy.softmax import (
+    Layout,
     SoftmaxPolicy,
     StructuredPolicy,
     knows_action,
@@ -978,3 +979,23 @@ def test_the_entropy_a_run_reports_is_over_its_own_requests_not_the_contexts_of_
     doc = PolicyDocument.from_dict(new.doc)
     assert outcome.entropy == pytest.approx(served_entropy(doc, [{"task": "a"}]))
     assert outcome.entropy != pytest.approx(served_entropy(doc, [{"task": "a"}] + [{"task": "b"}] * 20))
+
+
+def test_a_documents_layout_is_built_once_while_the_document_lives() -> None:
+    """The scorer checks every episode's action against the same cached version: its layout is
+    read once; an updated copy (another object) gets its own, and an entry leaves with its document."""
+    import gc
+
+    from agent_learning.policy import softmax
+
+    doc = StructuredPolicy.create("layouts", {"prompt": ["a", "b"], "k": [1, 3]}).document
+    layout = Layout.of(doc)
+    assert Layout.of(doc) is layout and knows_action(doc, "prompt=b:k=3")
+    wider = StructuredPolicy.create("layouts", {"prompt": ["a", "b"], "k": [1, 3, 5]}).document
+    grown = doc.model_copy(update={"actions": wider.actions, "dimensions": wider.dimensions})
+    assert Layout.of(grown).sizes == (2, 3) and layout.sizes == (2, 2) and knows_action(grown, "prompt=b:k=5")
+    assert not knows_action(doc, "prompt=b:k=5")
+    kept = id(doc)
+    del doc
+    gc.collect()
+    assert kept not in softmax._LAYOUTS

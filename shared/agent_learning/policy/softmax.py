@@ -80,6 +80,7 @@ import math
 import numbers
 import random
 import sys
+import weakref
 from bisect import bisect_right
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -147,6 +148,11 @@ FIXED_SIZE = 64
 configuration's decision ready (one with a single dimension always does, as a flat list of actions)."""
 
 
+_LAYOUTS: dict[int, tuple[weakref.ref[PolicyDocument], Layout]] = {}
+""":meth:`Layout.of` of each policy document object alive, by its id (with a reference to tell it
+from a later object at the same address); an entry leaves with its document."""
+
+
 @dataclass(frozen=True, slots=True)
 class Layout:
     """Where each dimension's values sit in a policy document's ``actions``: a flat list of
@@ -169,7 +175,19 @@ class Layout:
 
     @classmethod
     def of(cls, doc: PolicyDocument) -> Layout:
-        """The dimensions ``doc``'s policy draws: its own, each declared pair merged into one."""
+        """The dimensions ``doc``'s policy draws: its own, each declared pair merged into one. Kept
+        while the document object lives (documents are immutable): a scorer checks every episode's
+        action against the same cached version (:func:`knows_action`)."""
+        kept = _LAYOUTS.get(id(doc))
+        if kept is not None and kept[0]() is doc:
+            return kept[1]
+        layout = cls._of(doc)
+        key = id(doc)
+        _LAYOUTS[key] = (weakref.ref(doc, lambda _, key=key: _LAYOUTS.pop(key, None)), layout)  # type: ignore[misc]
+        return layout
+
+    @classmethod
+    def _of(cls, doc: PolicyDocument) -> Layout:
         layout = cls.build(doc.actions, doc.dimensions)
         if not doc.interactions:
             return layout
