@@ -548,6 +548,7 @@ def test_a_review_groups_shared_contexts_once_and_judges_as_on_a_dict_per_row() 
     reference = StructuredPolicy(candidate)
     assert chosen_probabilities(candidate, actions, shared)[:300] == pytest.approx(
         [reference.probability(reference.layout.joint_id(a), c) for a, c in zip(actions[:300], copies, strict=False)])
+    assert segment_labels(candidate, []) == []
     readers = [FeatureReader(f) for f in candidate.features or []]
     assert segment_labels(candidate, shared) == [
         ", ".join(f"{r.name}={r.segment(c[r.name])}" if c and r.name in c else f"{r.name}=(none)" for r in readers)

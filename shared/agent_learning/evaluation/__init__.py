@@ -868,8 +868,9 @@ class SegmentRows:
     def coded(cls, labels: list[str], codes: NDArray[np.int64]) -> SegmentRows:
         """The segments of episodes whose labels are ``labels[codes]``, each label used."""
         order = np.argsort(codes, kind="stable")  # stable: each segment's rows in their order
-        ends = np.cumsum(np.bincount(codes, minlength=len(labels)))
-        return cls(labels, np.split(order, ends[:-1]), len(codes))
+        counts = np.bincount(codes, minlength=len(labels)).tolist()
+        ends = np.cumsum(counts, dtype=np.int64).tolist()
+        return cls(labels, [order[end - k:end] for k, end in zip(counts, ends, strict=True)], len(codes))
 
 
 def segment_labels(doc: PolicyDocument, contexts: Sequence[Mapping[str, Any] | None]) -> list[str] | None:

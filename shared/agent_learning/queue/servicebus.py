@@ -428,24 +428,28 @@ class ServiceBusQueue(WorkQueue):
             raise ValueError(f"limit must be an integer >= 1, got {limit!r}")
         with self._lock, self._translate("dead_letters"):
             self._check_open()
-            return [_to_dead_letter(m) for m in self._peek_dead_letters(limit)]
+            result: list[DeadLetter] = []
+            for page in self._peeked_pages(limit):
+                result.extend(_to_dead_letter(m) for m in page)
+            return result[:limit]
 
-    def _peek_dead_letters(self, limit: int | None = None) -> list[ServiceBusReceivedMessage]:
-        """Up to ``limit`` (None: all) dead letters in sequence-number order, peeked (no locks taken)."""
+    def _peeked_pages(self, limit: int | None = None) -> Iterator[list[ServiceBusReceivedMessage]]:
+        """The dead letters in sequence-number order, page by page, up to ``limit`` (None: all),
+        peeked (no locks taken)."""
         receiver = self._get_dead_letter_receiver()
-        result: list[ServiceBusReceivedMessage] = []
+        seen = 0
         next_sequence = 1  # peek from the start every time (the SDK's own cursor moves on)
-        while limit is None or len(result) < limit:
+        while limit is None or seen < limit:
             page = receiver.peek_messages(
-                max_message_count=PEEK_PAGE if limit is None else limit - len(result),
+                max_message_count=PEEK_PAGE if limit is None else limit - seen,
                 sequence_number=next_sequence,
                 timeout=self.operation_timeout,
             )
             if not page:
-                break
-            result.extend(page)
+                return
+            yield page
+            seen += len(page)
             next_sequence = max(m.sequence_number or 0 for m in page) + 1
-        return result if limit is None else result[:limit]
 
     def replay_dead_letters(self, message_ids: Iterable[str] | None = None) -> int:
         """Move dead letters (all, or those with the given ids) back to the queue; returns how many.
@@ -477,7 +481,7 @@ class ServiceBusQueue(WorkQueue):
             self._check_open()
             with self._translate("replay_dead_letters"):
                 receiver = self._get_dead_letter_receiver()
-                waiting = {m.sequence_number for m in self._peek_dead_letters()}  # there when it began
+                waiting = {m.sequence_number for page in self._peeked_pages() for m in page}  # there when it began
                 sender = self._get_sender()
                 try:
                     while waiting:
