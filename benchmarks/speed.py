@@ -126,7 +126,6 @@ def training_run_cpu_ms(scores: int = MAX_TRAIN_BATCH, repeats: int = 3) -> dict
         for text in structured.score_texts(doc, actions, rewards, contexts):
             document = json.loads(text)
             document.pop("seq")
-            document["probability"] = 1 / 64  # the uniform policy's, as logged
             store.put_score(Score.from_dict(document))
         store.close()
         for r in range(repeats):
