@@ -560,22 +560,37 @@ def compare(
     (candidate − current, whose interval is narrower than either's when they choose alike, with
     the candidate's diagnostics); with ``bounds``, the range of a mean, each cut to its range
     (:func:`interval`)."""
-    cand_terms = estimator.terms(logs, candidate)
-    cur_terms = estimator.terms(logs, current)
-    w_cand = weights(logs, candidate, getattr(estimator, "clip", None))
-    w_cur = weights(logs, current, getattr(estimator, "clip", None))
-    ess = min(effective_sample_size(w_cand), effective_sample_size(w_cur))
-    apart = difference_range(bounds) if bounds is not None else None
+    cand_terms, cur_terms, w_cand, w_cur = _paired(logs, candidate, current, estimator)
     cand_diag = weight_diagnostics(w_cand, logs.logged)
     return (
         interval(cand_terms, effective_sample_size(w_cand), confidence, bounds)._replace(diagnostics=cand_diag),
         interval(cur_terms, effective_sample_size(w_cur), confidence, bounds)._replace(
             diagnostics=weight_diagnostics(w_cur, logs.logged)
         ),
-        interval(cand_terms - cur_terms, ess, confidence, apart, weight_spread(w_cand, w_cur))._replace(
-            diagnostics=cand_diag
-        ),
+        _difference(cand_terms, cur_terms, w_cand, w_cur, confidence, bounds)._replace(diagnostics=cand_diag),
     )
+
+
+def difference(logs: Logs, candidate: Target, current: Target, estimator: Estimator, confidence: float = 0.95,
+               bounds: tuple[float, float] | None = None) -> Estimate:
+    """:func:`compare`'s paired difference alone, without either policy's own estimate or diagnostics
+    (what the guardrail's check of each segment reads)."""
+    return _difference(*_paired(logs, candidate, current, estimator), confidence, bounds)
+
+
+def _paired(logs: Logs, candidate: Target, current: Target, estimator: Estimator) -> tuple[Array, Array, Array, Array]:
+    """Each policy's terms of ``estimator`` and importance weights on ``logs``."""
+    cand_terms = estimator.terms(logs, candidate)
+    cur_terms = estimator.terms(logs, current)
+    clip = getattr(estimator, "clip", None)
+    return cand_terms, cur_terms, weights(logs, candidate, clip), weights(logs, current, clip)
+
+
+def _difference(cand_terms: Array, cur_terms: Array, w_cand: Array, w_cur: Array, confidence: float,
+                bounds: tuple[float, float] | None) -> Estimate:
+    ess = min(effective_sample_size(w_cand), effective_sample_size(w_cur))
+    apart = difference_range(bounds) if bounds is not None else None
+    return interval(cand_terms - cur_terms, ess, confidence, apart, weight_spread(w_cand, w_cur))
 
 
 # --------------------------------------------------------------------------- the publish guardrail
@@ -1111,8 +1126,7 @@ def segment_losses(
     lost = []
     for label, on in eligible:
         part = Logs(logs.actions[on], logs.rewards[on], logs.logged[on], logs.groups[on])
-        _, _, diff = compare(part, Target.of_chosen(p_cand[on]), Target.of_chosen(p_cur[on]), SNIPS(), confidence,
-                             bounds)
+        diff = difference(part, Target.of_chosen(p_cand[on]), Target.of_chosen(p_cur[on]), SNIPS(), confidence, bounds)
         if diff.high < -config.margin:
             lost.append(f"{label}: {diff.value:+.4g} reward ({percent(confidence)} interval {diff.low:+.4g} to "
                         f"{diff.high:+.4g})")
