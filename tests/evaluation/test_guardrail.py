@@ -522,7 +522,7 @@ def test_a_review_groups_shared_contexts_once_and_judges_as_on_a_dict_per_row() 
     those objects once for every document it judges (the current version, the candidate, each
     shrunk step) and judges exactly as on the same rows with a dict each, its segments labelled
     row by row as the policy names them."""
-    from agent_learning.evaluation import segment_labels
+    from agent_learning.evaluation import segment_rows
     from agent_learning.learning.reinforce import LearnerConfig, Rows, StructuredReinforce
     from agent_learning.policy.features import FeatureReader
 
@@ -548,9 +548,17 @@ def test_a_review_groups_shared_contexts_once_and_judges_as_on_a_dict_per_row() 
     reference = StructuredPolicy(candidate)
     assert chosen_probabilities(candidate, actions, shared)[:300] == pytest.approx(
         [reference.probability(reference.layout.joint_id(a), c) for a, c in zip(actions[:300], copies, strict=False)])
-    assert segment_labels(candidate, []) == []
+    none = segment_rows(candidate, [])
+    assert none is not None and (none.labels, none.rows, none.episodes) == ([], [], 0)
+    segments = segment_rows(candidate, shared)
+    assert segments is not None and segments.episodes == n
+    labelled = [""] * n
+    for label, rows in zip(segments.labels, segments.rows, strict=True):
+        assert list(rows) == sorted(rows)  # each segment's rows in their order
+        for i in rows:
+            labelled[i] = label
     readers = [FeatureReader(f) for f in candidate.features or []]
-    assert segment_labels(candidate, shared) == [
+    assert labelled == [
         ", ".join(f"{r.name}={r.segment(c[r.name])}" if c and r.name in c else f"{r.name}=(none)" for r in readers)
         for c in copies
     ]

@@ -888,22 +888,11 @@ class SegmentRows:
         return cls(labels, [order[end - k:end] for k, end in zip(counts, ends, strict=True)], len(codes))
 
 
-def segment_labels(doc: PolicyDocument, contexts: Sequence[Mapping[str, Any] | None]) -> list[str] | None:
-    """Each episode's segment for a contextual policy — its category features' segments, as the policy
-    names them (``"tier=gold, region=eu"``) — or None for a policy without category features."""
-    segments = segment_rows(doc, contexts)
-    if segments is None:
-        return None
-    out = [""] * segments.episodes
-    for label, rows in zip(segments.labels, segments.rows, strict=True):
-        for i in rows.tolist():
-            out[i] = label
-    return out
-
-
 def segment_rows(doc: PolicyDocument, contexts: Sequence[Mapping[str, Any] | None],
                  groups: ContextGroups | None = None) -> SegmentRows | None:
-    """:func:`segment_labels` as :class:`SegmentRows`, each label written once per distinct context."""
+    """Each episode's segment for a contextual policy — its category features' segments, as the policy
+    names them (``"tier=gold, region=eu"``) — as :class:`SegmentRows`, each label written once per
+    distinct context; None for a policy without category features."""
     readers = [FeatureReader(f) for f in doc.features or [] if f.segmented]
     if not readers:
         return None

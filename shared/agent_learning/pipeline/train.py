@@ -24,9 +24,10 @@ import logging
 import math
 import weakref
 from array import array
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
+from functools import cache
 from typing import Any, Literal
 
 from agent_learning.core.clock import SYSTEM_CLOCK, Clock
@@ -388,13 +389,7 @@ def collect(agent_id: str, rows: Sequence[RawDoc], policy: PolicyDocument | Sequ
     with its rows, and feedback that nets to zero (a thumb toggled back) must change nothing.
     """
     if isinstance(policy, PolicyDocument):
-        layout = Layout.of(policy)
-        parsed: dict[str, Any] = {}  # one tuple per configuration: parsed once, shared by its rows
-
-        def parse(joint_id: str) -> Any:
-            if joint_id not in parsed:
-                parsed[joint_id] = layout.parse(joint_id)
-            return parsed[joint_id]
+        parse: Callable[[str], Any] = cache(Layout.of(policy).parse)  # one tuple per configuration, shared
     else:
         parse = {a: (i,) for i, a in enumerate(policy)}.get
     out = Collected()
